@@ -1,0 +1,242 @@
+"""The Problem record: what a kernel must compute, on which shapes, judged how.
+
+A problem is plain data plus a few pure functions.  Everything the harness needs to judge a
+kernel file lives here; nothing here runs candidate code.
+
+Conventions shared by every problem kind:
+
+* A *shape* is a dict of named integer dimensions, ordered as ``problem.dims``
+  (``{"M": 4096, "N": 4096}``).  On the command line it is written ``4096x4096`` (values in
+  ``dims`` order) or ``M=4096,N=4096``.  Non-size settings that change the computation (the
+  attention ``causal`` flag) are dimensions too, with values 0/1.
+* ``make_inputs(shape, dtype, device, seed)`` returns the positional arguments of
+  ``kernel_fn`` — tensors drawn at random (never zeros) from a seeded generator, plus any
+  scalars (``eps``...).  The same seed gives the same inputs.
+* ``reference(*args)`` is the PyTorch definition.  The harness calls it on *upcast* copies of
+  the inputs (float64 on CPU, float32 with TF32 off on GPU) to get the ground truth, and on
+  the inputs as given to learn the expected output dtype and shape.
+* ``bytes(shape, dtype)`` is the fewest bytes: each input read once, each output written once.
+"""
+from __future__ import annotations
+
+import math
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+Shape = dict[str, int]
+
+DTYPE_NAMES: dict[str, torch.dtype] = {
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+    "half": torch.float16,
+    "fp32": torch.float32,
+    "float32": torch.float32,
+    "float": torch.float32,
+}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
+            torch.float64: "fp64"}.get(dtype, str(dtype).replace("torch.", ""))
+
+
+def parse_dtype(text: str) -> torch.dtype:
+    try:
+        return DTYPE_NAMES[text.strip().lower()]
+    except KeyError:
+        raise ValueError(f"unknown dtype {text!r} (use one of bf16, fp16, fp32)") from None
+
+
+def element_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Allowed error of a kernel output against the high-precision reference.
+
+    Element-wise: ``|out - ref| <= atol + rtol * |ref|``.  Whole tensor:
+    ``||out - ref|| / ||ref|| <= max_rel_norm``.  Both must hold.
+    """
+
+    atol: float
+    rtol: float
+    max_rel_norm: float
+
+
+# Calibrated so that the eager PyTorch op computed in the dtype passes with margin
+# (tests/test_tolerances.py checks this for every problem and dtype).
+DEFAULT_TOLERANCES: dict[torch.dtype, Tolerance] = {
+    torch.float32: Tolerance(atol=1e-4, rtol=1e-4, max_rel_norm=1e-4),
+    torch.float16: Tolerance(atol=2e-3, rtol=4e-3, max_rel_norm=2e-3),
+    torch.bfloat16: Tolerance(atol=1.6e-2, rtol=2e-2, max_rel_norm=1e-2),
+}
+
+
+def format_shape(shape: Shape) -> str:
+    return "x".join(str(v) for v in shape.values())
+
+
+def parse_shape(text: str, dims: Sequence[str]) -> Shape:
+    """Parse ``4096x4096`` (values in ``dims`` order) or ``M=4096,N=4096``."""
+    text = text.strip()
+    if "=" in text:
+        shape: Shape = {}
+        for part in re.split(r"[,\s]+", text):
+            if not part:
+                continue
+            name, _, value = part.partition("=")
+            if name not in dims:
+                raise ValueError(f"unknown dimension {name!r} in shape {text!r}; dimensions are {', '.join(dims)}")
+            shape[name] = _parse_dim(value, text)
+        missing = [d for d in dims if d not in shape]
+        if missing:
+            raise ValueError(f"shape {text!r} lacks dimension(s) {', '.join(missing)}")
+        return {d: shape[d] for d in dims}
+    values = [_parse_dim(v, text) for v in re.split(r"[x×,]", text.lower())]
+    if len(values) != len(dims):
+        raise ValueError(f"shape {text!r} has {len(values)} value(s); expected {len(dims)} ({'x'.join(dims)})")
+    return dict(zip(dims, values))
+
+
+def _parse_dim(value: str, whole: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise ValueError(f"malformed shape {whole!r}: {value!r} is not an integer") from None
+    if n < 0:
+        raise ValueError(f"malformed shape {whole!r}: negative dimension {n}")
+    return n
+
+
+def default_heldout(shape: Shape, rng: random.Random, fixed: Sequence[str] = ()) -> Shape:
+    """A shape near ``shape`` the agent never saw: each free dimension moved by up to ±20%,
+    made odd where it was even so that power-of-two assumptions break."""
+    out = {}
+    for name, value in shape.items():
+        if name in fixed or value <= 1:
+            out[name] = value
+            continue
+        moved = max(2, int(round(value * rng.uniform(0.8, 1.2))))
+        if moved % 2 == 0:
+            moved += 1
+        out[name] = moved
+    return out
+
+
+@dataclass
+class Problem:
+    """One optimization problem.  See the module docstring for the conventions."""
+
+    kind: str
+    description: str
+    signature: str
+    dims: tuple[str, ...]
+    reference: Callable[..., Any]
+    make_inputs: Callable[[Shape, torch.dtype, str, int], tuple]
+    flops: Callable[[Shape], float]
+    bytes: Callable[[Shape, torch.dtype], float]
+    gpu_shapes: tuple[Shape, ...]
+    cpu_shapes: tuple[Shape, ...]
+    dtypes: tuple[torch.dtype, ...] = (torch.bfloat16, torch.float16, torch.float32)
+    tolerances: dict[torch.dtype, Tolerance] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
+    # Shapes for the `edges` stage (non powers of two, size-1 dims, odd rows), per device.
+    gpu_edge_shapes: tuple[Shape, ...] = ()
+    cpu_edge_shapes: tuple[Shape, ...] = ()
+    # Dimensions that held-out and edge shapes must keep (e.g. attention head_dim).
+    fixed_dims: tuple[str, ...] = ()
+    # Numerics stage: returns [(case name, args)], adversarial but valid inputs.
+    adversarial_inputs: Callable[[Shape, torch.dtype, str, int], list[tuple[str, tuple]]] | None = None
+    # How to get the callable under test from an imported kernel module.
+    # Default: ``module.kernel_fn``.  KernelBench problems build ``ModelNew``.
+    make_kernel: Callable[[Any, Shape, torch.dtype, str], Callable[..., Any]] | None = None
+    # aten ops (names like "aten::mm") a kernel may NOT call although they are not in the
+    # global allow-list either way; used only in messages.  Extra allowed ops per problem:
+    allowed_ops: frozenset[str] = frozenset()
+    # Path of the starter kernel file, when autokernel ships one.
+    starter: Path | None = None
+    # Where the problem came from: "builtin", a problem file, or a KernelBench file.
+    source: str = "builtin"
+    heldout: Callable[[Shape, random.Random], Shape] | None = None
+
+    # ----------------------------------------------------------------- helpers
+    def shapes_for(self, device: str) -> tuple[Shape, ...]:
+        return self.gpu_shapes if device.startswith("cuda") else self.cpu_shapes
+
+    def edge_shapes_for(self, device: str) -> tuple[Shape, ...]:
+        return self.gpu_edge_shapes if device.startswith("cuda") else self.cpu_edge_shapes
+
+    def heldout_shape(self, shape: Shape, rng: random.Random) -> Shape:
+        if self.heldout is not None:
+            return self.heldout(shape, rng)
+        return default_heldout(shape, rng, self.fixed_dims)
+
+    def smallest_shape(self, device: str) -> Shape:
+        return min(self.shapes_for(device), key=lambda s: math.prod(max(v, 1) for v in s.values()))
+
+    def tolerance(self, dtype: torch.dtype) -> Tolerance:
+        return self.tolerances.get(dtype, DEFAULT_TOLERANCES.get(dtype, DEFAULT_TOLERANCES[torch.float32]))
+
+    def kernel_callable(self, module: Any, shape: Shape, dtype: torch.dtype, device: str) -> Callable[..., Any]:
+        if self.make_kernel is not None:
+            return self.make_kernel(module, shape, dtype, device)
+        fn = getattr(module, "kernel_fn", None)
+        if fn is None or not callable(fn):
+            raise AttributeError("kernel file defines no callable kernel_fn")
+        return fn
+
+    def parse_shape(self, text: str) -> Shape:
+        return parse_shape(text, self.dims)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "description": self.description,
+            "signature": self.signature,
+            "dims": list(self.dims),
+            "dtypes": [dtype_name(d) for d in self.dtypes],
+            "gpu_shapes": [format_shape(s) for s in self.gpu_shapes],
+            "cpu_shapes": [format_shape(s) for s in self.cpu_shapes],
+            "source": self.source,
+        }
+
+
+# ------------------------------------------------------------- input helpers
+def generator(device: str, seed: int) -> torch.Generator:
+    g = torch.Generator(device=device)
+    g.manual_seed(int(seed))
+    return g
+
+
+def randn(shape: Sequence[int], dtype: torch.dtype, device: str, gen: torch.Generator,
+          scale: float = 1.0, offset: float = 0.0) -> torch.Tensor:
+    """Normal random values, drawn in fp32 then cast (so every dtype sees the same values)."""
+    x = torch.randn(tuple(shape), generator=gen, device=device, dtype=torch.float32)
+    if scale != 1.0:
+        x.mul_(scale)
+    if offset:
+        x.add_(offset)
+    return x.to(dtype)
+
+
+def standard_adversarial(x: torch.Tensor, gen: torch.Generator, large: float, tiny: float = 1e-3) -> list[tuple[str, torch.Tensor]]:
+    """Adversarial variants of a 2-D-like tensor ``x`` (last dim = row): large and tiny
+    magnitudes, rows of mixed scales, and rows with one dominant value.  ``large`` is the
+    biggest magnitude that is still valid for the problem and dtype."""
+    rows = x.reshape(-1, x.shape[-1]).float()
+    out = [("large", (rows * large).to(x.dtype).reshape(x.shape)),
+           ("tiny", (rows * tiny).to(x.dtype).reshape(x.shape))]
+    exps = torch.randint(-3, 4, (rows.shape[0], 1), generator=gen, device=rows.device).float()
+    out.append(("mixed-scales", (rows * torch.pow(10.0, exps).clamp(max=large)).to(x.dtype).reshape(x.shape)))
+    dom = rows.clone()
+    col = torch.randint(0, rows.shape[1], (rows.shape[0],), generator=gen, device=rows.device)
+    dom[torch.arange(rows.shape[0], device=rows.device), col] = large
+    out.append(("dominant", dom.to(x.dtype).reshape(x.shape)))
+    return out

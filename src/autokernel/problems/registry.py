@@ -1,0 +1,56 @@
+"""Problem registry: built-in kinds by name, user problem files and KernelBench files by path."""
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from .base import Problem
+
+# kind -> module under autokernel.problems that defines ``make_problem() -> Problem``
+BUILTIN_KINDS: dict[str, str] = {
+    "matmul": "matmul",
+    "softmax": "softmax",
+    "layernorm": "layernorm",
+    "rmsnorm": "rmsnorm",
+    "attention": "attention",
+    "swiglu": "swiglu",
+    "fused_mlp": "fused_mlp",
+    "cross_entropy": "cross_entropy",
+    "rotary": "rotary",
+    "reduce": "reduce",
+}
+
+KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
+
+
+class ProblemError(ValueError):
+    """A problem spec that names nothing usable (a user mistake, exit code 2)."""
+
+
+def list_kinds() -> list[str]:
+    return list(BUILTIN_KINDS)
+
+
+def get_problem(spec: str) -> Problem:
+    """Resolve a problem spec: a built-in kind name, or a path to a problem file
+    (autokernel format or KernelBench format)."""
+    if spec in BUILTIN_KINDS:
+        module = importlib.import_module(f"autokernel.problems.{BUILTIN_KINDS[spec]}")
+        problem = module.make_problem()
+        if problem.starter is None:
+            problem.starter = KERNELS_DIR / f"{spec}.py"
+        return problem
+    path = Path(spec)
+    if path.suffix == ".py" or path.exists():
+        if not path.is_file():
+            raise ProblemError(f"problem file not found: {spec}")
+        from .custom import load_problem_file
+
+        return load_problem_file(path)
+    raise ProblemError(f"unknown problem {spec!r}; known kinds: {', '.join(BUILTIN_KINDS)} (or a path to a problem file)")
+
+
+def starter_source(kind: str) -> str:
+    if kind not in BUILTIN_KINDS:
+        raise ProblemError(f"unknown problem kind {kind!r}; known kinds: {', '.join(BUILTIN_KINDS)}")
+    return (KERNELS_DIR / f"{kind}.py").read_text()
