@@ -157,9 +157,13 @@ class Problem:
     # How to get the callable under test from an imported kernel module.
     # Default: ``module.kernel_fn``.  KernelBench problems build ``ModelNew``.
     make_kernel: Callable[[Any, Shape, torch.dtype, str], Callable[..., Any]] | None = None
-    # aten ops (names like "aten::mm") a kernel may NOT call although they are not in the
-    # global allow-list either way; used only in messages.  Extra allowed ops per problem:
+    # Which PyTorch ops a kernel may call (checked under a torch dispatch mode).  With
+    # ``forbidden_ops`` None (built-in kinds): allow-list mode — only allocation, views,
+    # metadata and copies are allowed, plus ``allowed_ops``.  With a set (KernelBench
+    # problems, whose ModelNew may keep some PyTorch ops): block-list mode — only those
+    # ops are rejected.  Names are overload packets like "aten.mm".
     allowed_ops: frozenset[str] = frozenset()
+    forbidden_ops: frozenset[str] | None = None
     # Path of the starter kernel file, when autokernel ships one.
     starter: Path | None = None
     # Where the problem came from: "builtin", a problem file, or a KernelBench file.

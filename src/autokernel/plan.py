@@ -1,0 +1,94 @@
+"""``plan.json``: what the profiler found in a model, and what the loop will work on.
+
+Written by ``autokernel profile``; read by ``autokernel optimize --plan``, the orchestrator,
+``apply``/``verify`` and the report.  One ``PlanProblem`` per (kind, dtype, set of shapes)
+group; ``fraction`` is its share of the model's measured time (device kernel time on a GPU,
+CPU op time otherwise — ``time_kind`` says which).  The share that no supported kind covers is
+in ``uncovered`` so that nothing is hidden: ``sum(p.fraction) + sum(u.fraction) <= 1``.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+PLAN_VERSION = 1
+
+
+@dataclass
+class PlanProblem:
+    name: str  # unique in the plan, a directory name: "rmsnorm", "matmul_1", ...
+    kind: str  # a built-in problem kind (or "" when unsupported)
+    dtype: str  # "bf16" | "fp16" | "fp32"
+    shapes: list[dict[str, int]]  # the model's real shapes, in the kind's dims
+    calls: list[int]  # calls per forward pass, one per shape (the score weights)
+    time_us: float  # measured time per forward pass, all shapes
+    fraction: float  # time_us / total_time_us
+    modules: list[str] = field(default_factory=list)  # qualified module names where it occurs
+    supported: bool = True
+    note: str = ""  # why unsupported, or anything the recognizer wants to say
+
+
+@dataclass
+class UncoveredTime:
+    name: str  # kernel or op name
+    time_us: float
+    fraction: float
+
+
+@dataclass
+class Plan:
+    model: str  # the model spec as given
+    device: str  # "cuda" | "cpu"
+    time_kind: str  # "gpu" (device kernels) | "cpu" (CPU op time)
+    dtype: str
+    input_shape: list[int]
+    total_time_us: float
+    problems: list[PlanProblem]
+    uncovered: list[UncoveredTime] = field(default_factory=list)
+    device_name: str = ""
+    created: str = ""
+    version: int = PLAN_VERSION
+
+    @property
+    def supported(self) -> list[PlanProblem]:
+        return [p for p in self.problems if p.supported]
+
+    @property
+    def covered_fraction(self) -> float:
+        return sum(p.fraction for p in self.supported)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["covered_fraction"] = self.covered_fraction
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Plan":
+        d = dict(d)
+        d.pop("covered_fraction", None)
+        d["problems"] = [PlanProblem(**p) for p in d.get("problems", [])]
+        d["uncovered"] = [UncoveredTime(**u) for u in d.get("uncovered", [])]
+        return cls(**d)
+
+
+class PlanError(ValueError):
+    """A plan file that cannot be read (user mistake, exit code 2)."""
+
+
+def save_plan(plan: Plan, path: Path) -> None:
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(plan.to_dict(), indent=2) + "\n")
+    tmp.replace(path)
+
+
+def load_plan(path: Path) -> Plan:
+    path = Path(path)
+    if not path.is_file():
+        raise PlanError(f"plan file not found: {path}")
+    try:
+        return Plan.from_dict(json.loads(path.read_text()))
+    except (json.JSONDecodeError, TypeError, KeyError) as exc:
+        raise PlanError(f"{path} is not a valid plan.json: {exc}") from None
