@@ -1,0 +1,125 @@
+"""attention: ``kernel_fn(q[B,H,S,D], k[B,Hkv,S,D], v[B,Hkv,S,D], causal=True, scale=None)``.
+
+Dims (B, H, Hkv, S, D, causal), causal being 0/1.  Grouped-query attention when Hkv < H
+(H % Hkv == 0): query head h reads kv head h // (H // Hkv), as Hugging Face's ``repeat_kv``.
+``scale`` None means 1/sqrt(D).  The causal mask keeps key j for query i when j <= i.
+
+Reference: the math definition with the kv heads repeated, computed in at least fp32
+(the harness passes fp64 copies on CPU), the output cast back to q's dtype.  Held-out and
+edge shapes keep D, the ratio H/Hkv (and H, Hkv) and causal; held-out shapes move S and B.
+FLOPs: 4·B·H·S²·D (two matrix products), halved when causal.
+"""
+from __future__ import annotations
+
+import random
+
+import torch
+
+from .base import Problem, Shape, element_size, generator, randn
+
+DIMS = ("B", "H", "Hkv", "S", "D", "causal")
+
+
+def _shape(b: int, h: int, hkv: int, s: int, d: int, causal: int) -> Shape:
+    return dict(zip(DIMS, (b, h, hkv, s, d, causal)))
+
+
+GPU_SHAPES = (
+    _shape(2, 32, 32, 2048, 128, 1),
+    _shape(1, 32, 32, 4096, 128, 1),
+    _shape(2, 32, 32, 1024, 64, 1),
+    _shape(2, 32, 8, 2048, 128, 1),   # GQA, LLaMA-3-8B heads
+    _shape(2, 32, 32, 2048, 128, 0),  # bidirectional (encoder)
+)
+CPU_SHAPES = (
+    _shape(1, 2, 2, 32, 16, 1),
+    _shape(2, 4, 2, 40, 32, 1),
+    _shape(1, 2, 1, 48, 64, 0),
+)
+GPU_EDGE_SHAPES = (_shape(1, 32, 8, 1, 128, 1), _shape(3, 32, 8, 1023, 128, 1), _shape(1, 8, 8, 777, 64, 0))
+CPU_EDGE_SHAPES = (_shape(1, 1, 1, 1, 16, 1), _shape(1, 3, 1, 17, 32, 1), _shape(2, 2, 2, 33, 64, 0))
+FIXED_DIMS = ("H", "Hkv", "D", "causal")
+
+
+def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True, scale: float | None = None):
+    out_dtype = q.dtype
+    work = torch.promote_types(q.dtype, torch.float32)
+    q, k, v = q.to(work), k.to(work), v.to(work)
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = (q @ k.transpose(-2, -1)) * scale
+    if causal:
+        s = q.shape[-2]
+        visible = torch.ones(s, s, dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~visible, float("-inf"))
+    return (scores.softmax(dim=-1) @ v).to(out_dtype)
+
+
+def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
+    gen = generator(device, seed)
+    b, h, hkv, s, d = (shape[n] for n in ("B", "H", "Hkv", "S", "D"))
+    q = randn((b, h, s, d), dtype, device, gen)
+    k = randn((b, hkv, s, d), dtype, device, gen)
+    v = randn((b, hkv, s, d), dtype, device, gen)
+    return q, k, v, bool(shape["causal"])
+
+
+def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
+    q, k, v, causal = make_inputs(shape, dtype, device, seed)
+    gen = generator(device, seed + 1)
+    d = shape["D"]
+    # rows of v at mixed scales 10^-3 .. 1.  (Large values test nothing here: the output is a
+    # convex combination of v rows, and with v ~ 100 the bf16 rounding of the probabilities
+    # that every flash kernel does exceeds the absolute tolerance near zero.)
+    exps = torch.randint(-3, 1, (1, 1, v.shape[2], 1), generator=gen, device=device).float()
+    return [
+        # scores of ±(hundreds): a one-hot softmax, exp overflows without the running max
+        ("large-logits", ((q.float() * 20).to(dtype), k, v, causal)),
+        # scores near 0: uniform attention, the running sum must be exact
+        ("tiny-logits", ((q.float() * 1e-3).to(dtype), k, v, causal)),
+        ("mixed-value-scales", (q, k, (v.float() * torch.pow(10.0, exps)).to(dtype), causal)),
+        ("explicit-scale", (q, k, v, causal, 2.0 / d ** 0.5)),
+    ]
+
+
+def heldout(shape: Shape, rng: random.Random) -> Shape:
+    """Keep D, H, Hkv and causal; move S by up to ±20% (odd) and B by ±1."""
+    out = dict(shape)
+    s = shape["S"]
+    if s > 1:
+        s = max(2, int(round(s * rng.uniform(0.8, 1.2))))
+        out["S"] = s + 1 if s % 2 == 0 else s
+    out["B"] = max(1, shape["B"] + rng.choice((-1, 0, 1)))
+    return out
+
+
+def flops(shape: Shape) -> float:
+    f = 4.0 * shape["B"] * shape["H"] * shape["S"] ** 2 * shape["D"]
+    return f / 2 if shape["causal"] else f
+
+
+def nbytes(shape: Shape, dtype: torch.dtype) -> float:
+    b, h, hkv, s, d = (shape[n] for n in ("B", "H", "Hkv", "S", "D"))
+    return float((2 * b * h * s * d + 2 * b * hkv * s * d) * element_size(dtype))
+
+
+def make_problem() -> Problem:
+    return Problem(
+        kind="attention",
+        description="scaled dot-product attention forward (causal or not, GQA), flash-style",
+        signature="kernel_fn(q[B,H,S,D], k[B,Hkv,S,D], v[B,Hkv,S,D], causal=True, scale=None) -> [B,H,S,D]",
+        dims=DIMS,
+        reference=reference,
+        make_inputs=make_inputs,
+        flops=flops,
+        bytes=nbytes,
+        gpu_shapes=GPU_SHAPES,
+        cpu_shapes=CPU_SHAPES,
+        gpu_edge_shapes=GPU_EDGE_SHAPES,
+        cpu_edge_shapes=CPU_EDGE_SHAPES,
+        fixed_dims=FIXED_DIMS,
+        adversarial_inputs=adversarial_inputs,
+        heldout=heldout,
+    )

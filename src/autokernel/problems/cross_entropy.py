@@ -1,0 +1,87 @@
+"""cross_entropy: mean cross-entropy loss of logits[M, V] against integer targets[M].
+
+Same as ``F.cross_entropy(logits, targets, ignore_index=-100)``: rows whose target is -100
+are left out of the mean; the result is a 0-d tensor in the logits' dtype.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .base import Problem, Shape, Tolerance, element_size, generator, randn, standard_adversarial
+
+IGNORE_INDEX = -100
+
+
+def reference(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX)
+
+
+def make_targets(m: int, v: int, device: str, gen: torch.Generator, ignored_fraction: float = 0.05) -> torch.Tensor:
+    targets = torch.randint(0, v, (m,), generator=gen, device=device)
+    ignored = torch.rand((m,), generator=gen, device=device) < ignored_fraction
+    ignored[0] = False  # at least one row counts, so the mean is defined
+    return targets.masked_fill(ignored, IGNORE_INDEX)
+
+
+def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
+    gen = generator(device, seed)
+    logits = randn((shape["M"], shape["V"]), dtype, device, gen, scale=2.0)
+    return (logits, make_targets(shape["M"], shape["V"], device, gen))
+
+
+def flops(shape: Shape) -> float:
+    # max, subtract, exp, sum per logit
+    return 4.0 * shape["M"] * shape["V"]
+
+
+def bytes_moved(shape: Shape, dtype: torch.dtype) -> float:
+    size = element_size(dtype)
+    return float(shape["M"] * shape["V"] * size + shape["M"] * 8 + size)
+
+
+def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
+    gen = generator(device, seed + 7919)
+    logits, targets = make_inputs(shape, dtype, device, seed + 1)
+    # A row's loss is about max(logits) - logits[target] (up to ~12 * large).  CPU eager adds
+    # the row losses in the dtype itself, so keep a few dozen of them inside fp16 / bf16 steps.
+    large = 1e2 if dtype == torch.float16 else 1e3
+    cases = [(name, (t, targets)) for name, t in standard_adversarial(logits, gen, large=large)]
+    m = shape["M"]
+    # The dominant logit of each row is its target: every loss is ~0.
+    hit = logits.clone()
+    hit[torch.arange(m, device=device), targets.clamp(min=0)] = large
+    cases.append(("dominant-target", (hit, targets)))
+    # Nearly all rows ignored: the mean divides by a small count.
+    mostly = torch.full_like(targets, IGNORE_INDEX)
+    keep = torch.randint(0, m, (2,), generator=gen, device=device)
+    mostly[keep] = torch.randint(0, shape["V"], (2,), generator=gen, device=device)
+    cases.append(("mostly-ignored", (logits, mostly)))
+    return cases
+
+
+def make_problem() -> Problem:
+    return Problem(
+        kind="cross_entropy",
+        description="Mean cross-entropy loss over rows of logits, ignore_index=-100 (F.cross_entropy).",
+        signature="kernel_fn(logits[M,V], targets[M] int64) -> loss[]  # F.cross_entropy(..., ignore_index=-100), logits dtype",
+        dims=("M", "V"),
+        reference=reference,
+        make_inputs=make_inputs,
+        flops=flops,
+        bytes=bytes_moved,
+        gpu_shapes=({"M": 4096, "V": 32000}, {"M": 8192, "V": 50257}, {"M": 4096, "V": 128256}),
+        cpu_shapes=({"M": 16, "V": 256}, {"M": 9, "V": 300}),
+        dtypes=(torch.bfloat16, torch.float16, torch.float32),
+        tolerances={
+            torch.float32: Tolerance(atol=1e-4, rtol=1e-4, max_rel_norm=1e-4),
+            torch.float16: Tolerance(atol=2e-3, rtol=4e-3, max_rel_norm=4e-3),
+            # one scalar: the elementwise and norm bounds coincide; eager rounds each
+            # log-probability to bf16 before averaging
+            torch.bfloat16: Tolerance(atol=1.6e-2, rtol=2e-2, max_rel_norm=2e-2),
+        },
+        gpu_edge_shapes=({"M": 1, "V": 1}, {"M": 7, "V": 1}, {"M": 3, "V": 37}, {"M": 1, "V": 70001},
+                         {"M": 1001, "V": 1023}),
+        cpu_edge_shapes=({"M": 1, "V": 1}, {"M": 7, "V": 1}, {"M": 3, "V": 37}, {"M": 1, "V": 1100}),
+        adversarial_inputs=adversarial_inputs,
+    )

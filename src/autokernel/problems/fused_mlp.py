@@ -1,0 +1,92 @@
+"""fused_mlp: the LLaMA-style SwiGLU MLP,
+``kernel_fn(x[M,D], w_gate[H,D], w_up[H,D], w_down[D,H]) -> (silu(x w_gate^T) * (x w_up^T)) w_down^T``.
+
+Dims (M, D, H): tokens, model width, hidden width.  Weights are in nn.Linear layout
+([out_features, in_features]).  Inputs: x ~ N(0, 1), w_gate, w_up ~ N(0, 1/D),
+w_down ~ N(0, 1/H): the gate/up pre-activations and the output are O(1).
+
+Reference: the formula in the inputs' dtype (the harness passes fp64/fp32 copies for the
+ground truth); the eager op in bf16/fp16 rounds g, u and h and passes the default
+tolerances with margin (checked in tests/test_problems_compute.py).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .base import Problem, Shape, element_size, generator, randn
+
+
+def _shape(m: int, d: int, h: int) -> Shape:
+    return {"M": m, "D": d, "H": h}
+
+
+GPU_SHAPES = (_shape(2048, 4096, 11008), _shape(4096, 4096, 14336))
+CPU_SHAPES = (_shape(16, 32, 64), _shape(24, 48, 40))
+GPU_EDGE_SHAPES = (_shape(1, 4096, 11008), _shape(333, 1000, 2731))
+CPU_EDGE_SHAPES = (_shape(1, 16, 33), _shape(7, 19, 5))
+
+
+def reference(x, w_gate, w_up, w_down):
+    g = x @ w_gate.transpose(0, 1)
+    u = x @ w_up.transpose(0, 1)
+    return (torch.nn.functional.silu(g) * u) @ w_down.transpose(0, 1)
+
+
+def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
+    gen = generator(device, seed)
+    m, d, h = shape["M"], shape["D"], shape["H"]
+    x = randn((m, d), dtype, device, gen)
+    w_gate = randn((h, d), dtype, device, gen, scale=1.0 / math.sqrt(max(d, 1)))
+    w_up = randn((h, d), dtype, device, gen, scale=1.0 / math.sqrt(max(d, 1)))
+    w_down = randn((d, h), dtype, device, gen, scale=1.0 / math.sqrt(max(h, 1)))
+    return x, w_gate, w_up, w_down
+
+
+def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
+    """Gates driven far into silu's tails, small inputs, rows at two scales.  w_up and w_down
+    are scaled down by the same factor as x so the output stays O(1): the element-wise
+    tolerance is absolute near zero, and a large output with cancellation would measure the
+    dtype's rounding rather than the kernel."""
+    x, w_gate, w_up, w_down = make_inputs(shape, dtype, device, seed)
+    gen = generator(device, seed + 1)
+
+    def driven(factor: float) -> tuple:
+        return ((x.float() * factor).to(dtype), w_gate, (w_up.float() / factor).to(dtype),
+                (w_down.float() / factor).to(dtype))
+
+    exps = torch.randint(-1, 1, (x.shape[0], 1), generator=gen, device=device).float()
+    return [
+        ("saturated-gate", driven(30.0)),      # |g| ~ 30: silu(g) is 0 or g
+        ("overflowing-exp", driven(120.0)),    # exp(|g|) overflows fp32: a naive sigmoid gives inf/inf
+        ("small", ((x.float() * 0.05).to(dtype), w_gate, w_up, w_down)),
+        ("mixed-row-scales", ((x.float() * torch.pow(10.0, exps)).to(dtype), w_gate, w_up, w_down)),
+    ]
+
+
+def flops(shape: Shape) -> float:
+    return 6.0 * shape["M"] * shape["D"] * shape["H"]
+
+
+def nbytes(shape: Shape, dtype: torch.dtype) -> float:
+    m, d, h = shape["M"], shape["D"], shape["H"]
+    return float((2 * m * d + 3 * d * h) * element_size(dtype))
+
+
+def make_problem() -> Problem:
+    return Problem(
+        kind="fused_mlp",
+        description="SwiGLU MLP: gate/up projections, silu(g)*u, down projection",
+        signature="kernel_fn(x[M,D], w_gate[H,D], w_up[H,D], w_down[D,H]) -> [M,D]",
+        dims=("M", "D", "H"),
+        reference=reference,
+        make_inputs=make_inputs,
+        flops=flops,
+        bytes=nbytes,
+        gpu_shapes=GPU_SHAPES,
+        cpu_shapes=CPU_SHAPES,
+        gpu_edge_shapes=GPU_EDGE_SHAPES,
+        cpu_edge_shapes=CPU_EDGE_SHAPES,
+        adversarial_inputs=adversarial_inputs,
+    )

@@ -1,0 +1,61 @@
+"""layernorm: ``F.layer_norm(x, (N,), weight, bias, eps)`` over the last dim, x.dtype output."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .base import Problem, Shape, element_size, generator, randn, standard_adversarial
+
+
+def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+
+
+def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
+    gen = generator(device, seed)
+    # a non-zero mean, so that a kernel computing E[x^2] - E[x]^2 loses digits
+    x = randn((shape["M"], shape["N"]), dtype, device, gen, offset=0.5)
+    weight = randn((shape["N"],), dtype, device, gen, scale=0.1, offset=1.0)
+    bias = randn((shape["N"],), dtype, device, gen, scale=0.1)
+    return (x, weight, bias, 1e-5)
+
+
+def flops(shape: Shape) -> float:
+    # mean, centred squares, normalise, scale and shift: ~7 per element
+    return 7.0 * shape["M"] * shape["N"]
+
+
+def bytes_moved(shape: Shape, dtype: torch.dtype) -> float:
+    return float((2 * shape["M"] * shape["N"] + 2 * shape["N"]) * element_size(dtype))
+
+
+def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
+    gen = generator(device, seed + 7919)
+    x, weight, bias, eps = make_inputs(shape, dtype, device, seed + 1)
+    large = 5e3 if dtype == torch.float16 else 1e6
+    cases = standard_adversarial(x, gen, large=large)
+    # A common offset 100x the spread: E[x^2] - E[x]^2 in fp32 loses ~1e-3 of the variance.
+    step = 0.5 if dtype == torch.bfloat16 else 0.25  # representable next to 100 in the dtype
+    base = randn(x.shape, torch.float32, device, gen)
+    cases.append(("offset-mean", (100.0 + torch.round(base / step) * step).to(dtype)))
+    return [(name, (t, weight, bias, eps)) for name, t in cases]
+
+
+def make_problem() -> Problem:
+    return Problem(
+        kind="layernorm",
+        description="LayerNorm over the last dim with weight and bias (F.layer_norm).",
+        signature="kernel_fn(x[M,N], weight[N], bias[N], eps=1e-5) -> out[M,N]",
+        dims=("M", "N"),
+        reference=reference,
+        make_inputs=make_inputs,
+        flops=flops,
+        bytes=bytes_moved,
+        gpu_shapes=({"M": 4096, "N": 4096}, {"M": 16384, "N": 4096}),
+        cpu_shapes=({"M": 16, "N": 256}, {"M": 9, "N": 300}),
+        dtypes=(torch.bfloat16, torch.float16, torch.float32),
+        gpu_edge_shapes=({"M": 1, "N": 1}, {"M": 7, "N": 1}, {"M": 3, "N": 37}, {"M": 1, "N": 70001},
+                         {"M": 1001, "N": 1023}),
+        cpu_edge_shapes=({"M": 1, "N": 1}, {"M": 7, "N": 1}, {"M": 3, "N": 37}, {"M": 1, "N": 1100}),
+        adversarial_inputs=adversarial_inputs,
+    )

@@ -1,0 +1,63 @@
+"""rmsnorm: Hugging Face LLaMA RMSNorm.
+
+    h = x.float();  h = h * rsqrt(mean(h**2, -1) + eps);  out = weight * h.to(x.dtype)
+
+The normalisation runs in fp32 (or in the input's precision when that is higher, so the
+float64 ground truth stays float64), the result is cast to x.dtype, then multiplied by the
+weight (same dtype as x).
+"""
+from __future__ import annotations
+
+import torch
+
+from .base import Problem, Shape, element_size, generator, randn, standard_adversarial
+
+
+def reference(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    h = x.to(torch.promote_types(x.dtype, torch.float32))
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+
+
+def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
+    gen = generator(device, seed)
+    x = randn((shape["M"], shape["N"]), dtype, device, gen)
+    weight = randn((shape["N"],), dtype, device, gen, scale=0.1, offset=1.0)
+    return (x, weight, 1e-6)
+
+
+def flops(shape: Shape) -> float:
+    # square+add for the mean, then scale and weight multiply: ~4 per element
+    return 4.0 * shape["M"] * shape["N"]
+
+
+def bytes_moved(shape: Shape, dtype: torch.dtype) -> float:
+    return float((2 * shape["M"] * shape["N"] + shape["N"]) * element_size(dtype))
+
+
+def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
+    gen = generator(device, seed + 7919)
+    x, weight, eps = make_inputs(shape, dtype, device, seed + 1)
+    # mean(x**2) is taken in fp32, so only the input itself must fit the dtype.
+    large = 5e3 if dtype == torch.float16 else 1e6
+    return [(name, (t, weight, eps)) for name, t in standard_adversarial(x, gen, large=large)]
+
+
+def make_problem() -> Problem:
+    return Problem(
+        kind="rmsnorm",
+        description="RMSNorm over the last dim, Hugging Face LLaMA semantics (fp32 inside, cast, then * weight).",
+        signature="kernel_fn(x[M,N], weight[N], eps=1e-6) -> out[M,N]  # weight * (x.float() * rsqrt(mean(x.float()**2) + eps)).to(x.dtype)",
+        dims=("M", "N"),
+        reference=reference,
+        make_inputs=make_inputs,
+        flops=flops,
+        bytes=bytes_moved,
+        gpu_shapes=({"M": 4096, "N": 4096}, {"M": 16384, "N": 4096}, {"M": 4096, "N": 8192}),
+        cpu_shapes=({"M": 16, "N": 256}, {"M": 9, "N": 300}),
+        dtypes=(torch.bfloat16, torch.float16, torch.float32),
+        gpu_edge_shapes=({"M": 1, "N": 1}, {"M": 7, "N": 1}, {"M": 3, "N": 37}, {"M": 1, "N": 70001},
+                         {"M": 1001, "N": 1023}),
+        cpu_edge_shapes=({"M": 1, "N": 1}, {"M": 7, "N": 1}, {"M": 3, "N": 37}, {"M": 1, "N": 1100}),
+        adversarial_inputs=adversarial_inputs,
+    )
