@@ -1,6 +1,116 @@
-"""(placeholder: commands registered by this module are being written)"""
+"""`autokernel profile`: profile a model, print where its time goes, write plan.json."""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Optional
+
 import typer
+
+from .common import fail_usage
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command("profile")(profile)
+
+
+def profile(
+    model: str = typer.Option(..., "--model", help="path/to/file.py:ClassName, llama, gpt2, bert, or hf:ARCH"),
+    input_shape: Optional[str] = typer.Option(None, "--input-shape", help="token batch BxS (e.g. 1x1024), or a float input's shape"),
+    dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16 or fp32"),
+    device: str = typer.Option("auto", "--device", help="auto, cuda or cpu"),
+    config: Optional[str] = typer.Option(None, "--config", help="model config overrides: key=value,key=value"),
+    out: Path = typer.Option(Path("plan.json"), "--out", help="where to write the plan"),
+    fused_mlp: bool = typer.Option(False, "--fused-mlp", help="plan SwiGLU MLPs as one fused_mlp problem"),
+    warmup: int = typer.Option(2, "--warmup", min=0, help="untimed forward passes first"),
+    iters: int = typer.Option(3, "--iters", min=1, help="profiled forward passes"),
+) -> None:
+    """Profile a model and write plan.json: the kernel problems it is made of, with real shapes."""
+    import torch
+
+    from ..models import ModelSpecError, load_model, parse_config_overrides, parse_input_shape
+    from ..plan import save_plan
+    from ..problems.base import parse_dtype
+    from ..profiler import profile_model
+
+    try:
+        torch_dtype = parse_dtype(dtype)
+    except ValueError as exc:
+        fail_usage(str(exc))
+    device = resolve_device(device)
+    if out.exists() and out.is_dir():
+        fail_usage(f"--out {out} is a directory; give a file path such as {out / 'plan.json'}")
+    try:
+        loaded = load_model(model, dtype=torch_dtype, device=device, input_shape=parse_input_shape(input_shape),
+                            config_overrides=parse_config_overrides(config))
+    except ModelSpecError as exc:
+        fail_usage(str(exc))
+
+    plan = profile_model(loaded, device=device, dtype=torch_dtype, warmup=warmup, iters=iters, fuse_mlp=fused_mlp)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_plan(plan, out)
+    print_plan(plan, loaded.description)
+    typer.echo(f"wrote {out}")
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    device = device.strip().lower()
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            fail_usage("--device cuda: no CUDA device is available here (use --device cpu)")
+        return device
+    if device == "cpu":
+        return device
+    fail_usage(f"unknown device {device!r} (use auto, cuda or cpu)")
+
+
+def format_us(us: float) -> str:
+    if us >= 1e6:
+        return f"{us / 1e6:.2f} s"
+    if us >= 1e3:
+        return f"{us / 1e3:.2f} ms"
+    return f"{us:.1f} us"
+
+
+def summarize_modules(names: list[str], limit: int = 3) -> str:
+    """``layers.0.attn``, ``layers.1.attn`` -> ``layers.*.attn``."""
+    patterns: list[str] = []
+    for name in names:
+        pattern = re.sub(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.)", "*", name)
+        if pattern not in patterns:
+            patterns.append(pattern)
+    shown = ", ".join(patterns[:limit])
+    return shown + (f" (+{len(patterns) - limit})" if len(patterns) > limit else "")
+
+
+def print_plan(plan, description: str = "") -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 150)
+    time_kind = "GPU kernel time" if plan.time_kind == "gpu" else "CPU op time (not GPU performance)"
+    title = f"{plan.model} · {plan.dtype} · input {'x'.join(map(str, plan.input_shape))} · {plan.device_name or plan.device}"
+    table = Table(title=title, caption=f"{time_kind}, per forward pass: {format_us(plan.total_time_us)}")
+    for col, justify in (("problem", "left"), ("kind", "left"), ("dtype", "left"), ("shapes", "left"),
+                         ("calls", "right"), ("time", "right"), ("% of model", "right"), ("modules", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for p in plan.problems:
+        shapes = ", ".join("x".join(str(v) for v in s.values()) for s in p.shapes[:3])
+        if len(p.shapes) > 3:
+            shapes += f" (+{len(p.shapes) - 3})"
+        table.add_row(p.name, p.kind + ("" if p.supported else " (unsupported)"), p.dtype, shapes, str(sum(p.calls)),
+                      format_us(p.time_us), f"{100 * p.fraction:.1f}%", summarize_modules(p.modules))
+    if description:
+        console.print(description)
+    console.print(table)
+    uncovered = sum(u.fraction for u in plan.uncovered)
+    top = ", ".join(f"{u.name} {100 * u.fraction:.1f}%" for u in plan.uncovered[:4])
+    console.print(f"covered by supported problems: {100 * plan.covered_fraction:.1f}%   "
+                  f"uncovered: {100 * uncovered:.1f}%" + (f" ({top})" if top else ""))
+    if not plan.supported:
+        console.print("nothing in this model is a kind autokernel supports: the plan has no problems to optimize")

@@ -1,0 +1,470 @@
+"""Model specs: turn ``--model SPEC`` into a ready-to-run model and its inputs.
+
+A SPEC is one of
+
+* ``path/to/file.py:ClassName`` — the file is imported by path and the class built with no
+  arguments, or with its config dataclass (``__init__(self, config: SomeConfig | None = None)``),
+  which ``config_overrides`` fill in.  A KernelBench model file (``Model``, ``get_inputs``,
+  ``get_init_inputs``) works too; then the class name may be left out.
+* ``llama``, ``gpt2``, ``bert`` — the example models shipped in ``examples/``.
+* ``hf:ARCH`` (``hf:llama``, ``hf:gpt2``, ``hf:bert``, ``hf:mistral``...) — a Hugging Face
+  architecture built from its ``transformers`` config class with random weights (never a
+  download); ``config_overrides`` set config attributes (``hidden_size=256``...).
+
+Inputs: a model whose first parameter belongs to an ``nn.Embedding`` takes token ids, and
+``input_shape`` is the batch ``(B, S)`` (ids drawn below the embedding's vocabulary size);
+any other model takes one float tensor of ``input_shape``.
+
+Every user mistake raises :class:`ModelSpecError` with a one-line message.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import inspect
+import re
+import sys
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from .problems.base import dtype_name
+
+DEFAULT_TOKEN_SHAPE = (2, 32)
+
+# short name -> (file in examples/, class)
+EXAMPLES: dict[str, tuple[str, str]] = {
+    "llama": ("llama.py", "Llama"),
+    "gpt2": ("gpt2.py", "GPT2"),
+    "bert": ("bert.py", "Bert"),
+}
+
+# Encoder architectures get a masked-LM head; everything else a causal-LM head.
+HF_MASKED_LM = {"bert", "roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2", "modernbert"}
+
+
+class ModelSpecError(ValueError):
+    """A model spec, config or input shape that cannot be used (user mistake, exit code 2)."""
+
+
+@dataclass
+class LoadedModel:
+    model: nn.Module
+    make_inputs: Callable[[int], tuple]  # seed -> positional arguments of model.forward
+    spec: str
+    description: str
+    input_shape: list[int] = field(default_factory=list)
+    input_kind: str = "tokens"  # "tokens" | "float" | "kernelbench"
+    dtype: torch.dtype = torch.float32
+    device: str = "cpu"
+    config_overrides: dict[str, Any] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------ parsing helpers
+def parse_input_shape(text: str | None) -> list[int] | None:
+    """``1x1024`` (or ``1,1024``) -> [1, 1024]."""
+    if text is None or not str(text).strip():
+        return None
+    parts = re.split(r"[x×,]", str(text).strip().lower())
+    try:
+        dims = [int(p) for p in parts]
+    except ValueError:
+        raise ModelSpecError(f"malformed input shape {text!r}: use sizes like 1x1024") from None
+    if any(d <= 0 for d in dims):
+        raise ModelSpecError(f"malformed input shape {text!r}: every size must be positive")
+    return dims
+
+
+def parse_config_overrides(text: str | None) -> dict[str, str]:
+    """``hidden_size=256,num_hidden_layers=2`` -> {"hidden_size": "256", ...} (values are
+    converted to the config field's type when the model is built)."""
+    out: dict[str, str] = {}
+    if not text:
+        return out
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ModelSpecError(f"malformed config override {part!r}: use key=value[,key=value...]")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _convert(value: Any, like: Any, key: str) -> Any:
+    """Convert a command-line string to the type of ``like`` (the field's default)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        if isinstance(like, bool):
+            low = value.lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(value)
+        if isinstance(like, int):
+            return int(value)
+        if isinstance(like, float):
+            return float(value)
+    except ValueError:
+        wanted = {bool: "true or false", int: "an integer", float: "a number"}[type(like)]
+        raise ModelSpecError(f"config {key}={value!r}: expected {wanted}") from None
+    if like is None or isinstance(like, str):
+        return _guess(value)
+    return value
+
+
+def _guess(value: str) -> Any:
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if value.lower() == "none":
+        return None
+    return value
+
+
+def format_shape(shape: list[int] | tuple[int, ...]) -> str:
+    return "x".join(str(d) for d in shape)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    msg = text[0] if text else ""
+    if len(msg) > 300:
+        msg = msg[:297] + "..."
+    return f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
+
+
+# ------------------------------------------------------------------ entry point
+def load_model(spec: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
+               input_shape: list[int] | tuple[int, ...] | str | None = None,
+               config_overrides: dict[str, Any] | str | None = None,
+               validate: bool = True) -> LoadedModel:
+    """Build the model named by ``spec`` on ``device`` in ``dtype``, in eval mode, and check
+    (one forward pass, when ``validate``) that it runs on inputs of ``input_shape``."""
+    spec = (spec or "").strip()
+    if not spec:
+        raise ModelSpecError("empty model spec: give path/to/file.py:ClassName, llama, gpt2, bert or hf:ARCH")
+    if isinstance(input_shape, str):
+        input_shape = parse_input_shape(input_shape)
+    overrides = parse_config_overrides(config_overrides) if isinstance(config_overrides, str) \
+        else dict(config_overrides or {})
+
+    if spec.startswith("hf:"):
+        model, what = _build_hf(spec[3:].strip(), overrides, device)
+        kb_inputs = None
+    else:
+        path, class_name = _resolve_file_spec(spec)
+        module = import_model_file(path)
+        model, what, kb_inputs = _build_from_module(module, path, class_name, overrides, device)
+
+    model = model.to(device=device, dtype=dtype).eval()
+    loaded = _attach_inputs(model, spec, what, kb_inputs, input_shape, dtype, device)
+    loaded.config_overrides = overrides
+    if validate:
+        check_forward(loaded)
+    return loaded
+
+
+def examples_dir() -> Path:
+    """The shipped example models: ``examples/`` next to ``src/`` in the source tree (the
+    package is installed editable from it)."""
+    here = Path(__file__).resolve()
+    for candidate in (here.parents[2] / "examples", Path.cwd() / "examples"):
+        if (candidate / EXAMPLES["llama"][0]).is_file():
+            return candidate
+    raise ModelSpecError("the shipped example models were not found (examples/ beside src/); "
+                         "install autokernel editable from its source tree or give --model path/to/file.py:ClassName")
+
+
+def _resolve_file_spec(spec: str) -> tuple[Path, str | None]:
+    if spec in EXAMPLES:
+        file_name, class_name = EXAMPLES[spec]
+        return examples_dir() / file_name, class_name
+    path_text, class_name = spec, None
+    head, sep, tail = spec.rpartition(":")
+    if sep and tail and not tail.endswith(".py") and "/" not in tail and "\\" not in tail:
+        path_text, class_name = head, tail
+        if not class_name.isidentifier():
+            raise ModelSpecError(f"malformed model spec {spec!r}: {class_name!r} is not a class name")
+    path = Path(path_text).expanduser()
+    if path.suffix != ".py":
+        known = ", ".join(list(EXAMPLES) + ["hf:ARCH"])
+        raise ModelSpecError(f"unknown model {spec!r}: give path/to/file.py:ClassName or one of {known}")
+    if not path.is_file():
+        raise ModelSpecError(f"model file not found: {path}")
+    return path.resolve(), class_name
+
+
+def import_model_file(path: Path):
+    """Import a Python file by path under a stable module name (registered in sys.modules so
+    that dataclasses, pickling and later patching find it)."""
+    path = Path(path).resolve()
+    stem = re.sub(r"\W", "_", path.stem)
+    name = f"autokernel_model_{stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ModelSpecError(f"cannot import {path}: not a Python source file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    sys.path.insert(0, str(path.parent))  # sibling imports inside the file
+    try:
+        spec.loader.exec_module(module)
+    except (Exception, SystemExit) as exc:
+        sys.modules.pop(name, None)
+        raise ModelSpecError(f"could not import {path}: {_one_line(exc)}") from None
+    finally:
+        try:
+            sys.path.remove(str(path.parent))
+        except ValueError:
+            pass
+    return module
+
+
+def _module_classes(module) -> list[str]:
+    return [n for n, obj in vars(module).items()
+            if inspect.isclass(obj) and issubclass(obj, nn.Module) and obj.__module__ == module.__name__]
+
+
+def _build_from_module(module, path: Path, class_name: str | None, overrides: dict[str, Any],
+                       device: str) -> tuple[nn.Module, str, Callable[[], list] | None]:
+    kernelbench = callable(getattr(module, "get_inputs", None)) and callable(getattr(module, "get_init_inputs", None))
+    if class_name is None:
+        if kernelbench and inspect.isclass(getattr(module, "Model", None)):
+            class_name = "Model"
+        else:
+            classes = ", ".join(_module_classes(module)) or "none"
+            raise ModelSpecError(f"name the model class: {path}:ClassName (nn.Module classes in the file: {classes})")
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        classes = ", ".join(_module_classes(module)) or "none"
+        raise ModelSpecError(f"{path} defines no {class_name!r} (nn.Module classes in the file: {classes})")
+    if not (inspect.isclass(cls) and issubclass(cls, nn.Module)):
+        raise ModelSpecError(f"{path}:{class_name} is not a torch.nn.Module subclass")
+
+    if kernelbench:
+        if overrides:
+            raise ModelSpecError(f"{path}:{class_name} is a KernelBench model (get_init_inputs); --config does not apply")
+        try:
+            init_args = list(module.get_init_inputs())
+            with torch.device(device):
+                model = cls(*init_args)
+        except Exception as exc:
+            raise ModelSpecError(f"building {class_name} from {path} failed: {_one_line(exc)}") from None
+        return model, f"{class_name} from {path.name} (KernelBench)", module.get_inputs
+
+    args, kwargs, what = _constructor_arguments(cls, overrides, f"{path}:{class_name}")
+    try:
+        with torch.device(device):
+            model = cls(*args, **kwargs)
+    except ModelSpecError:
+        raise
+    except Exception as exc:
+        raise ModelSpecError(f"building {class_name} from {path} failed: {_one_line(exc)}") from None
+    return model, f"{class_name} from {path.name}{what}", None
+
+
+def _dataclass_in(hint: Any) -> type | None:
+    if inspect.isclass(hint) and dataclasses.is_dataclass(hint):
+        return hint
+    for arg in typing.get_args(hint):
+        if inspect.isclass(arg) and dataclasses.is_dataclass(arg):
+            return arg
+    return None
+
+
+def _constructor_arguments(cls: type, overrides: dict[str, Any], where: str) -> tuple[list, dict, str]:
+    """How to call ``cls``: with nothing, with a config dataclass built from the overrides,
+    or with keyword arguments matching the overrides."""
+    try:
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    except (TypeError, ValueError):
+        params = []
+    params = [p for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except Exception:
+        hints = {}
+    config_param = next((p for p in params if _dataclass_in(hints.get(p.name)) is not None), None)
+    required = [p for p in params if p.default is p.empty and p is not config_param]
+    if required:
+        names = ", ".join(p.name for p in required)
+        raise ModelSpecError(f"{where} needs constructor argument(s) autokernel cannot give ({names}); "
+                             "give them defaults or take a config dataclass")
+
+    if config_param is not None:
+        if not overrides and config_param.default is not config_param.empty:
+            return [], {}, ""
+        cfg_cls = _dataclass_in(hints[config_param.name])
+        config = build_config(cfg_cls, overrides)
+        shown = ", ".join(f"{k}={v}" for k, v in overrides.items())
+        return [], {config_param.name: config}, f" ({cfg_cls.__name__}: {shown})" if shown else ""
+
+    if overrides:
+        by_name = {p.name: p for p in params}
+        unknown = [k for k in overrides if k not in by_name]
+        if unknown:
+            known = ", ".join(by_name) or "none"
+            raise ModelSpecError(f"{where} has no setting {unknown[0]!r} (constructor arguments: {known})")
+        kwargs = {k: _convert(v, by_name[k].default, k) for k, v in overrides.items()}
+        return [], kwargs, " (" + ", ".join(f"{k}={v}" for k, v in kwargs.items()) + ")"
+    return [], {}, ""
+
+
+def build_config(cfg_cls: type, overrides: dict[str, Any]) -> Any:
+    fields = {f.name: f for f in dataclasses.fields(cfg_cls)}
+    values = {}
+    for key, value in overrides.items():
+        if key not in fields:
+            raise ModelSpecError(f"{cfg_cls.__name__} has no field {key!r} (fields: {', '.join(fields)})")
+        f = fields[key]
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else None)  # type: ignore[misc]
+        values[key] = _convert(value, default, key)
+    try:
+        return cfg_cls(**values)
+    except Exception as exc:
+        raise ModelSpecError(f"{cfg_cls.__name__}({', '.join(f'{k}={v}' for k, v in values.items())}) failed: "
+                             f"{_one_line(exc)}") from None
+
+
+# ------------------------------------------------------------------ Hugging Face
+class LogitsOnly(nn.Module):
+    """Wraps a ``transformers`` model so that ``forward(input_ids)`` returns the logits tensor."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids).logits
+
+
+def _build_hf(arch: str, overrides: dict[str, Any], device: str) -> tuple[nn.Module, str]:
+    try:
+        import transformers
+    except ImportError:
+        raise ModelSpecError("hf: models need the transformers package (install the extra: "
+                             "pip install 'autokernel[hf]')") from None
+    if not arch:
+        raise ModelSpecError("malformed model spec 'hf:': name an architecture, e.g. hf:llama")
+    try:
+        default = transformers.AutoConfig.for_model(arch)
+    except (ValueError, KeyError):
+        raise ModelSpecError(f"unknown Hugging Face architecture {arch!r} (transformers model types such as "
+                             "llama, mistral, qwen2, gpt2, bert)") from None
+    values = {}
+    for key, value in overrides.items():
+        if not hasattr(default, key):
+            raise ModelSpecError(f"{type(default).__name__} has no setting {key!r}")
+        values[key] = _convert(value, getattr(default, key), key)
+    try:
+        # Built again with the overrides so that derived settings (head_dim...) follow them.
+        config = transformers.AutoConfig.for_model(arch, **values)
+    except Exception as exc:
+        raise ModelSpecError(f"hf:{arch} config {values} failed: {_one_line(exc)}") from None
+    if hasattr(config, "use_cache"):
+        config.use_cache = False  # a forward pass, not generation: no KV cache
+    auto = transformers.AutoModelForMaskedLM if arch in HF_MASKED_LM else transformers.AutoModelForCausalLM
+    try:
+        with torch.device(device):
+            try:
+                model = auto.from_config(config, attn_implementation="sdpa")
+            except (TypeError, ValueError, ImportError):
+                model = auto.from_config(config)
+    except Exception as exc:
+        raise ModelSpecError(f"building hf:{arch} failed: {_one_line(exc)}") from None
+    shown = ", ".join(f"{k}={v}" for k, v in overrides.items())
+    return LogitsOnly(model), f"{type(model).__name__} (transformers, random weights{': ' + shown if shown else ''})"
+
+
+# ------------------------------------------------------------------ inputs
+def token_vocab(model: nn.Module) -> int | None:
+    """The vocabulary size when the model's first parameter is an embedding table."""
+    first = next(iter(model.named_parameters()), None)
+    if first is None:
+        return None
+    owner_name = first[0].rpartition(".")[0]
+    owner = model.get_submodule(owner_name) if owner_name else model
+    return owner.num_embeddings if isinstance(owner, nn.Embedding) else None
+
+
+def _attach_inputs(model: nn.Module, spec: str, what: str, kb_inputs: Callable[[], list] | None,
+                   input_shape: list[int] | tuple[int, ...] | None, dtype: torch.dtype, device: str) -> LoadedModel:
+    n_params = sum(p.numel() for p in model.parameters())
+    size = f"{n_params / 1e6:.2f}M parameters" if n_params >= 1e4 else f"{n_params} parameters"
+
+    if kb_inputs is not None:
+        def make_inputs(seed: int) -> tuple:
+            torch.manual_seed(seed)
+            out = []
+            for a in kb_inputs():
+                if isinstance(a, torch.Tensor):
+                    a = a.to(device=device, dtype=dtype if a.is_floating_point() else a.dtype)
+                out.append(a)
+            return tuple(out)
+        shapes = [list(a.shape) for a in make_inputs(0) if isinstance(a, torch.Tensor)]
+        desc = f"{what}, {size}, {dtype_name(dtype)}, inputs from get_inputs()"
+        return LoadedModel(model, make_inputs, spec, desc, shapes[0] if shapes else [], "kernelbench", dtype, device)
+
+    vocab = token_vocab(model)
+    if vocab is not None:
+        shape = list(input_shape) if input_shape else list(DEFAULT_TOKEN_SHAPE)
+        if len(shape) != 2:
+            raise ModelSpecError(f"{spec} takes token ids: --input-shape is BxS (e.g. 1x1024), got {format_shape(shape)}")
+
+        def make_inputs(seed: int) -> tuple:
+            g = torch.Generator().manual_seed(int(seed))
+            return (torch.randint(0, vocab, tuple(shape), generator=g).to(device),)
+        desc = f"{what}, {size}, {dtype_name(dtype)}, token ids {format_shape(shape)} (vocab {vocab})"
+        return LoadedModel(model, make_inputs, spec, desc, shape, "tokens", dtype, device)
+
+    if not input_shape:
+        raise ModelSpecError(f"{spec} does not take token ids (its first parameter is not an embedding): "
+                             "give --input-shape for its float input, e.g. 8x512")
+    shape = list(input_shape)
+
+    def make_inputs(seed: int) -> tuple:
+        g = torch.Generator().manual_seed(int(seed))
+        return (torch.randn(tuple(shape), generator=g).to(device=device, dtype=dtype),)
+    desc = f"{what}, {size}, {dtype_name(dtype)}, float input {format_shape(shape)}"
+    return LoadedModel(model, make_inputs, spec, desc, shape, "float", dtype, device)
+
+
+def check_forward(loaded: LoadedModel) -> None:
+    """One forward pass; a failure becomes a one-line ModelSpecError."""
+    try:
+        with torch.no_grad():
+            loaded.model(*loaded.make_inputs(0))
+    except torch.cuda.OutOfMemoryError:
+        raise ModelSpecError(f"{loaded.spec} at input {format_shape(loaded.input_shape)} does not fit in GPU memory; "
+                             "use a smaller --input-shape or --config") from None
+    except Exception as exc:
+        raise ModelSpecError(f"input {format_shape(loaded.input_shape)} does not fit {loaded.spec}: "
+                             f"a forward pass failed with {_one_line(exc)}") from None
+
+
+def output_tensor(output: Any) -> torch.Tensor:
+    """The main tensor of a model output: the tensor itself, ``.logits``, or the first tensor
+    in a tuple, list or dict."""
+    if isinstance(output, torch.Tensor):
+        return output
+    logits = getattr(output, "logits", None)
+    if isinstance(logits, torch.Tensor):
+        return logits
+    items = output.values() if isinstance(output, dict) else output if isinstance(output, (tuple, list)) else ()
+    for item in items:
+        if isinstance(item, torch.Tensor):
+            return item
+    raise TypeError(f"model output of type {type(output).__name__} holds no tensor")

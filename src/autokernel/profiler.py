@@ -1,0 +1,416 @@
+"""Profile a model and write its plan: which problem kinds, with which real shapes, take how
+much of the model's time.
+
+How time is counted:
+
+* on a GPU, only device kernels count.  torch.profiler links each kernel to the CPU op that
+  launched it (by correlation id); the kernel is attributed to that op and its ancestors, and
+  never counted again through an aten op's own time;
+* on a CPU, the self CPU time of each op counts (an op's children are counted for themselves),
+  and the plan says ``time_kind="cpu"``.
+
+How time is attributed: forward pre/post hooks open a ``record_function`` range per module
+call (and the model's ``apply_rotary*`` functions are wrapped the same way while profiling),
+so every op sits in a tree of module scopes.  For each piece of time (a kernel, or an op's
+self time) the outermost scope that claims it wins (an RMSNorm module, a rotary function, a
+SwiGLU MLP's elementwise part); otherwise the outermost recognized op on its path
+(``aten::linear`` over ``aten::addmm``, ``aten::scaled_dot_product_attention`` over the flash
+kernel op); otherwise a GEMM-named kernel (``nvjet_*``, ``*gemm*``, ``cutlass*``); otherwise
+the time is *uncovered*, reported under the outermost op's name.
+"""
+from __future__ import annotations
+
+import inspect
+import platform
+import re
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+from .models import LoadedModel
+from .plan import Plan, PlanProblem, UncoveredTime
+from .problems.base import dtype_name
+from .recognize import (Instance, Node, ScopeCall, TensorMeta, Unsupported, is_gemm_kernel, matmul_shape,
+                        module_info, pair_cross_entropy, recognize_op, recognize_scope, shape_weight)
+
+SCOPE_PREFIX = "ak::"
+FORWARD_LABEL = "ak::forward::"
+MODULE_LABEL = "ak::m::"
+FUNCTION_LABEL = "ak::f::"
+MARKED_FUNCTIONS = re.compile(r"^apply_rotary", re.IGNORECASE)
+TOP_UNCOVERED = 12
+
+
+# ------------------------------------------------------------------ tracing
+class Tracer:
+    """While active: a ``record_function`` range around every module call and every marked
+    function call, and a table of what each range was called with."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        self.calls: list[ScopeCall] = []
+        self._infos = {m: module_info(name, m) for name, m in model.named_modules()}
+        self._open: dict[int, list[tuple[Any, int]]] = defaultdict(list)
+        self._handles: list[Any] = []
+        self._patched: list[tuple[Any, str, Any]] = []
+
+    def __enter__(self) -> "Tracer":
+        for module in self._infos:
+            self._handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True))
+            self._handles.append(module.register_forward_hook(self._post, always_call=True))
+        self._patch_functions()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        for owner, name, original in reversed(self._patched):
+            setattr(owner, name, original)
+        self._patched.clear()
+        for stack in self._open.values():  # ranges left open by an exception
+            while stack:
+                stack.pop()[0].__exit__(None, None, None)
+
+    def _pre(self, module: nn.Module, args: tuple, kwargs: dict) -> None:
+        call = ScopeCall("module", self._infos[module].qualname, self._infos[module],
+                         args=tensor_metas(list(args) + list(kwargs.values())))
+        self.calls.append(call)
+        rf = torch.profiler.record_function(f"{MODULE_LABEL}{len(self.calls) - 1}")
+        rf.__enter__()
+        self._open[id(module)].append((rf, len(self.calls) - 1))
+
+    def _post(self, module: nn.Module, args: tuple, output: Any) -> None:
+        stack = self._open.get(id(module))
+        if not stack:
+            return
+        rf, index = stack.pop()
+        self.calls[index].outputs = tensor_metas(output)
+        rf.__exit__(None, None, None)
+
+    def _patch_functions(self) -> None:
+        """Wrap ``apply_rotary*`` functions in the Python modules that define the model."""
+        seen: set[str] = set()
+        for module in self._infos:
+            py_name = type(module).__module__
+            py_module = sys.modules.get(py_name)
+            if py_module is None or py_name in seen or py_name.startswith("torch."):
+                continue
+            seen.add(py_name)
+            for name, fn in list(vars(py_module).items()):
+                if MARKED_FUNCTIONS.match(name) and inspect.isfunction(fn):
+                    setattr(py_module, name, self._wrap(fn, f"{py_name}.{name}"))
+                    self._patched.append((py_module, name, fn))
+
+    def _wrap(self, fn: Any, qualified: str) -> Any:
+        code_names = tuple(getattr(getattr(fn, "__code__", None), "co_names", ()))
+
+        def marked(*args: Any, **kwargs: Any) -> Any:
+            call = ScopeCall("function", qualified, None, args=tensor_metas(list(args) + list(kwargs.values())),
+                             code_names=code_names)
+            self.calls.append(call)
+            with torch.profiler.record_function(f"{FUNCTION_LABEL}{len(self.calls) - 1}"):
+                out = fn(*args, **kwargs)
+            call.outputs = tensor_metas(out)
+            return out
+
+        marked.__wrapped__ = fn  # type: ignore[attr-defined]
+        return marked
+
+
+def tensor_metas(values: Any) -> list[TensorMeta]:
+    if isinstance(values, torch.Tensor):
+        values = [values]
+    elif isinstance(values, dict):
+        values = list(values.values())
+    elif not isinstance(values, (list, tuple)):
+        values = [getattr(values, "logits", None)] if hasattr(values, "logits") else []
+    return [TensorMeta(tuple(v.shape), dtype_name(v.dtype)) for v in values if isinstance(v, torch.Tensor)]
+
+
+# ------------------------------------------------------------------ trace -> tree
+def events_to_tree(events: Any, calls: list[ScopeCall]) -> list[Node]:
+    """Convert torch.profiler FunctionEvents into Nodes: one root per profiled forward."""
+    roots = []
+    for event in events:
+        on_cpu = getattr(event, "device_type", torch.autograd.DeviceType.CPU) == torch.autograd.DeviceType.CPU
+        # (a range also has a copy on the GPU timeline, with the same name: not a root)
+        if event.name.startswith(FORWARD_LABEL) and on_cpu and getattr(event, "cpu_parent", None) is None:
+            roots.append(_convert(event, calls))
+    return roots
+
+
+def _convert(event: Any, calls: list[ScopeCall]) -> Node:
+    name = event.name
+    scope = None
+    for label in (MODULE_LABEL, FUNCTION_LABEL):
+        index = name[len(label):]
+        if name.startswith(label) and index.isdigit() and int(index) < len(calls):
+            scope = calls[int(index)]
+    is_scope = name.startswith(SCOPE_PREFIX)
+    kernels = [(k.name, float(k.duration)) for k in getattr(event, "kernels", ())
+               # the same range's GPU-timeline copy, or the legacy self-copy: not kernels
+               if k.name != name and not k.name.startswith(SCOPE_PREFIX)]
+    node = Node(name=name, scope=scope, kernels=kernels,
+                shapes=[] if is_scope else [list(s) if isinstance(s, (list, tuple)) else [] for s in (event.input_shapes or [])],
+                dtypes=[] if is_scope else list(getattr(event, "input_dtypes", None) or []),
+                concrete=[] if is_scope else list(getattr(event, "concrete_inputs", None) or []),
+                self_us=0.0 if is_scope else float(event.self_cpu_time_total))
+    for child in event.cpu_children:
+        if getattr(child, "is_async", False) or child.name.startswith(("profiler::", "[memory]")):
+            continue
+        node.add(_convert(child, calls))
+    return node
+
+
+# ------------------------------------------------------------------ attribution
+@dataclass
+class Attribution:
+    instances: list[tuple[Instance, float]] = field(default_factory=list)  # (instance, time in us)
+    uncovered: dict[str, float] = field(default_factory=dict)
+    total_us: float = 0.0
+
+
+def walk(node: Node) -> Iterator[Node]:
+    yield node
+    for child in node.children:
+        yield from walk(child)
+
+
+def time_units(node: Node, time_kind: str) -> list[tuple[str, float]]:
+    """The pieces of time a node owns: its device kernels on a GPU, its self time on a CPU."""
+    if time_kind == "gpu":
+        return [(k, us) for k, us in node.kernels if k != node.name and not k.startswith(SCOPE_PREFIX)]
+    return [] if node.scope is not None or node.name.startswith(SCOPE_PREFIX) else [(node.name, node.self_us)]
+
+
+def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp: bool = False) -> Attribution:
+    result = Attribution()
+    by_key: dict[int, Instance] = {}  # id(claiming node) -> its instance
+    times: dict[int, float] = defaultdict(float)
+    subtree_ops: dict[int, set[str]] = {}
+    paired: dict[int, Instance] = {}
+    for root in roots:
+        for node in walk(root):
+            paired.update(pair_cross_entropy(node, default_dtype))
+
+    def ops_under(node: Node) -> set[str]:
+        if id(node) not in subtree_ops:
+            names: set[str] = set()
+            for child in node.children:
+                if child.scope is None:
+                    names.add(child.name)
+                names |= ops_under(child)
+            subtree_ops[id(node)] = names
+        return subtree_ops[id(node)]
+
+    def classify(node: Node) -> tuple[int, Instance] | Unsupported | None:
+        chain = []
+        n: Node | None = node
+        while n is not None:
+            chain.append(n)
+            n = n.parent
+        chain.reverse()  # outermost first
+        for i, n in enumerate(chain):
+            if n.scope is None:
+                continue
+            claim = recognize_scope(n, [c for c in chain[i + 1:] if c.scope is None], ops_under(n),
+                                    default_dtype, fuse_mlp)
+            if isinstance(claim, Unsupported):
+                return claim
+            if claim is not None:
+                return id(n), by_key.setdefault(id(n), claim)
+        for n in chain:
+            if n.scope is not None or n.name.startswith(SCOPE_PREFIX):
+                continue
+            if id(n) in paired:
+                inst = paired[id(n)]
+                return id(inst), by_key.setdefault(id(inst), _placed(inst, n))
+            found = by_key.get(id(n)) or recognize_op(n, default_dtype)
+            if isinstance(found, Unsupported):
+                return found
+            if found is not None:
+                return id(n), by_key.setdefault(id(n), _placed(found, n))
+        return None
+
+    for root in roots:
+        for node in walk(root):
+            for kernel_name, us in time_units(node, time_kind):
+                if us <= 0:
+                    continue
+                result.total_us += us
+                claim = classify(node)
+                if claim is None and time_kind == "gpu" and is_gemm_kernel(kernel_name):
+                    claim = _gemm_kernel(node, kernel_name, default_dtype, by_key)
+                if isinstance(claim, tuple):
+                    times[claim[0]] += us
+                else:
+                    label = claim.label if isinstance(claim, Unsupported) else _uncovered_label(node, kernel_name)
+                    result.uncovered[label] = result.uncovered.get(label, 0.0) + us
+    result.instances = [(inst, times[key]) for key, inst in by_key.items() if times[key] > 0]
+    return result
+
+
+def _placed(inst: Instance, node: Node) -> Instance:
+    """The instance with the qualname of the innermost module around ``node``."""
+    if inst.module:
+        return inst
+    n = node.parent
+    while n is not None:
+        if n.scope is not None and n.scope.kind == "module":
+            inst.module = n.scope.name
+            break
+        n = n.parent
+    return inst
+
+
+def _gemm_kernel(node: Node, kernel_name: str, default_dtype: str,
+                 by_key: dict[int, Instance]) -> tuple[int, Instance] | Unsupported:
+    """A GEMM-named kernel under no recognized op: read (M,N,K) from the two matrix operands
+    of the nearest op (the launching op, or the op above a runtime launch event)."""
+    op: Node | None = node
+    while op is not None and (op.scope is not None or len([s for s in op.shapes if len(s) >= 2]) < 2):
+        op = None if op.name.startswith(SCOPE_PREFIX) else op.parent
+    if op is not None:
+        if id(op) in by_key:
+            return id(op), by_key[id(op)]
+        mats = [s for s in op.shapes if len(s) >= 2]
+        found = matmul_shape(mats[0], mats[1]) or matmul_shape(mats[-2], mats[-1])
+        if found is not None:
+            inst = _placed(Instance("matmul", default_dtype, [found], notes=(f"GEMM kernel under {op.name}",)), op)
+            by_key[id(op)] = inst
+            return id(op), inst
+    return Unsupported(f"{_short(kernel_name)} (GEMM kernel, shape unknown)")
+
+
+def _uncovered_label(node: Node, kernel_name: str) -> str:
+    outermost = None
+    n: Node | None = node
+    while n is not None:
+        if n.scope is None and not n.name.startswith(SCOPE_PREFIX):
+            outermost = n
+        n = n.parent
+    return outermost.name if outermost is not None else _short(kernel_name)
+
+
+def _short(name: str, limit: int = 80) -> str:
+    return name if len(name) <= limit else name[: limit - 3] + "..."
+
+
+# ------------------------------------------------------------------ plan
+def build_plan(roots: list[Node], *, model: str, device: str, time_kind: str, dtype: str,
+               input_shape: list[int], iters: int, fuse_mlp: bool = False, device_name: str = "") -> Plan:
+    """Group the attributed time by (kind, dtype) into plan problems, per forward pass."""
+    iters = max(1, iters)
+    att = attribute(roots, time_kind=time_kind, default_dtype=dtype, fuse_mlp=fuse_mlp)
+    total = att.total_us / iters
+
+    @dataclass
+    class Group:
+        time: float = 0.0
+        shapes: dict[tuple, list] = field(default_factory=dict)  # key -> [shape, calls, time]
+        modules: list[str] = field(default_factory=list)
+        notes: list[str] = field(default_factory=list)
+
+    groups: dict[tuple[str, str], Group] = {}
+    for inst, us in att.instances:
+        g = groups.setdefault((inst.kind, inst.dtype), Group())
+        g.time += us
+        weights = [shape_weight(s) * mult for s, mult in inst.shapes]
+        for (shape, mult), w in zip(inst.shapes, weights):
+            key = tuple(shape.items())
+            entry = g.shapes.setdefault(key, [shape, 0, 0.0])
+            entry[1] += mult
+            entry[2] += us * w / sum(weights)
+        if inst.module and inst.module not in g.modules:
+            g.modules.append(inst.module)
+        for note in inst.notes:
+            if note not in g.notes:
+                g.notes.append(note)
+
+    problems: list[PlanProblem] = []
+    seen_kinds: dict[str, int] = defaultdict(int)
+    for (kind, dt), g in sorted(groups.items(), key=lambda kv: -kv[1].time):
+        seen_kinds[kind] += 1
+        name = kind if seen_kinds[kind] == 1 else f"{kind}_{seen_kinds[kind]}"
+        entries = sorted(g.shapes.values(), key=lambda e: -e[2])
+        problems.append(PlanProblem(
+            name=name, kind=kind, dtype=dt,
+            shapes=[e[0] for e in entries],
+            calls=[max(1, round(e[1] / iters)) for e in entries],
+            time_us=g.time / iters,
+            fraction=_fraction(g.time / iters, total),
+            modules=g.modules,
+            note="; ".join(g.notes[:6])))
+
+    ranked = sorted(att.uncovered.items(), key=lambda kv: -kv[1])
+    uncovered = [UncoveredTime(label, us / iters, _fraction(us / iters, total)) for label, us in ranked[:TOP_UNCOVERED]]
+    rest = ranked[TOP_UNCOVERED:]
+    if rest:
+        us = sum(v for _, v in rest) / iters
+        uncovered.append(UncoveredTime(f"({len(rest)} other ops)", us, _fraction(us, total)))
+    _cap_fractions([*problems, *uncovered])
+    return Plan(model=model, device=device, time_kind=time_kind, dtype=dtype, input_shape=list(input_shape),
+                total_time_us=total, problems=problems, uncovered=uncovered, device_name=device_name,
+                created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+
+def _fraction(part: float, total: float) -> float:
+    return min(1.0, part / total) if total > 0 else 0.0
+
+
+def _cap_fractions(items: list[Any]) -> None:
+    """Floating-point sums of shares of one total can come out a hair above 1 (in any
+    summation order); take the excess, with a margin, off the largest share so that the
+    plan's fractions sum to at most 1."""
+    margin = 1e-12
+    if items and sum(i.fraction for i in items) > 1.0 - margin:
+        largest = max(items, key=lambda i: i.fraction)
+        excess = sum(i.fraction for i in items) - (1.0 - margin)
+        largest.fraction = max(0.0, largest.fraction - excess)
+
+
+# ------------------------------------------------------------------ entry point
+def profile_model(loaded: LoadedModel, *, device: str | None = None, dtype: torch.dtype | None = None,
+                  warmup: int = 2, iters: int = 3, fuse_mlp: bool = False) -> Plan:
+    """Profile ``iters`` forward passes of the loaded model (after ``warmup`` untimed ones)
+    and return its plan."""
+    device = device or loaded.device
+    dtype = dtype or loaded.dtype
+    model = loaded.model
+    on_gpu = str(device).startswith("cuda")
+    inputs = loaded.make_inputs(0)
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if on_gpu:
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+
+    def sync() -> None:
+        if on_gpu:
+            torch.cuda.synchronize()
+
+    with torch.no_grad():
+        for _ in range(max(0, warmup)):
+            model(*inputs)
+        sync()
+        tracer = Tracer(model)
+        with tracer, torch.profiler.profile(activities=activities, record_shapes=True) as prof:
+            for i in range(max(1, iters)):
+                with torch.profiler.record_function(f"{FORWARD_LABEL}{i}"):
+                    model(*inputs)
+            sync()
+    roots = events_to_tree(prof.events(), tracer.calls)
+    return build_plan(roots, model=loaded.spec, device="cuda" if on_gpu else "cpu",
+                      time_kind="gpu" if on_gpu else "cpu", dtype=dtype_name(dtype),
+                      input_shape=loaded.input_shape, iters=max(1, iters), fuse_mlp=fuse_mlp,
+                      device_name=device_label(device))
+
+
+def device_label(device: str) -> str:
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
+    return f"CPU ({platform.processor() or platform.machine()}), CPU op time"

@@ -1,0 +1,419 @@
+"""Recognizers: which problem kind (with which real shape) a piece of a profiled model is.
+
+The profiler turns a torch.profiler trace into a tree of :class:`Node` s: *scopes* (one call
+of an ``nn.Module`` or of a marked function such as ``apply_rotary``, recorded by the
+profiler's hooks) and *ops* (aten ops, with their input shapes).  Two kinds of recognizer
+look at that tree:
+
+* scope recognizers claim everything that runs inside a module call: an ``RMSNorm`` module is
+  one ``rmsnorm`` problem whatever aten ops it is made of; a SwiGLU MLP claims its
+  elementwise part (``swiglu``) and leaves its linears to the matmul recognizer — or claims
+  the whole MLP as ``fused_mlp``;
+* op recognizers map one aten op (``aten::linear``, ``aten::scaled_dot_product_attention``,
+  ``aten::_softmax``...) to a kind, reading shapes and scalar arguments from the trace.
+
+A recognizer returns an :class:`Instance` (a kind, dtype and shapes), an :class:`Unsupported`
+(recognized, but not something a built-in kind computes: the time is reported as uncovered,
+under that label), or None.  Everything here is plain data and pure functions, so it can be
+tested on hand-made trees.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+# The dimensions of each built-in problem kind, in order (mirrors problems/<kind>.py).
+KIND_DIMS: dict[str, tuple[str, ...]] = {
+    "matmul": ("M", "N", "K"),
+    "attention": ("B", "H", "Hkv", "S", "D", "causal"),
+    "rotary": ("B", "H", "S", "D"),
+    "rmsnorm": ("M", "N"),
+    "layernorm": ("M", "N"),
+    "softmax": ("M", "N"),
+    "swiglu": ("M", "N"),
+    "reduce": ("M", "N"),
+    "fused_mlp": ("M", "D", "H"),
+    "cross_entropy": ("M", "V"),
+}
+FLAG_DIMS = {"causal"}
+
+PROFILER_DTYPES = {
+    "float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16", "double": "fp64",
+    "BFloat16": "bf16", "Half": "fp16",
+}
+
+MATMUL_OPS = {"aten::linear", "aten::addmm", "aten::mm", "aten::matmul", "aten::bmm", "aten::baddbmm"}
+# op -> (index of is_causal, index of the mask argument or None)
+ATTENTION_OPS: dict[str, tuple[int, int | None]] = {
+    "aten::scaled_dot_product_attention": (5, 3),
+    "aten::_scaled_dot_product_flash_attention": (4, None),
+    "aten::_scaled_dot_product_flash_attention_for_cpu": (4, 5),
+    "aten::_scaled_dot_product_efficient_attention": (6, 3),
+    "aten::_scaled_dot_product_cudnn_attention": (6, 3),
+    "aten::_scaled_dot_product_attention_math": (5, 3),
+}
+SOFTMAX_OPS = {"aten::softmax", "aten::_softmax", "aten::_safe_softmax"}
+NLL_OPS = ("aten::nll_loss", "aten::nll_loss_nd", "aten::nll_loss2d")
+VIEW_OPS = {"aten::view", "aten::reshape", "aten::_unsafe_view", "aten::flatten", "aten::contiguous",
+            "aten::transpose", "aten::select", "aten::slice", "aten::to", "aten::t", "aten::expand",
+            "aten::as_strided", "aten::detach", "aten::alias"}
+SILU_OPS = {"aten::silu", "aten::silu_"}
+GEMM_KERNEL_MARKERS = ("nvjet", "gemm", "cutlass", "cublas", "xmma", "wgmma", "hgemm", "sgemm")
+
+HEAD_ATTRS = ("n_heads", "num_heads", "n_head", "num_attention_heads")
+KV_HEAD_ATTRS = ("n_kv_heads", "num_key_value_heads", "num_kv_heads", "n_kv_head", "n_head_kv", "kv_heads")
+MLP_NAMES = {
+    "gate": ("gate_proj", "gate", "w1", "fc_gate", "wi_0", "gate_linear"),
+    "up": ("up_proj", "up", "w3", "fc_up", "wi_1", "up_linear"),
+    "down": ("down_proj", "down", "w2", "fc_down", "wo", "down_linear"),
+}
+
+
+# ------------------------------------------------------------------ records
+@dataclass(frozen=True)
+class TensorMeta:
+    shape: tuple[int, ...]
+    dtype: str  # "bf16", "fp32", ...
+
+
+@dataclass
+class ModuleInfo:
+    """What the recognizers need to know about one nn.Module, read once before profiling."""
+
+    qualname: str
+    cls_name: str
+    is_layernorm: bool = False
+    heads: int | None = None
+    kv_heads: int | None = None
+    eps: float | None = None
+    mlp: dict[str, str] | None = None  # {"gate": name, "up": name, "down": name}
+    mlp_dims: tuple[int, int] | None = None  # (D, H)
+
+
+@dataclass
+class ScopeCall:
+    """One call of a module or of a marked function."""
+
+    kind: str  # "module" | "function"
+    name: str  # module qualname, or "python.module.function"
+    info: ModuleInfo | None = None
+    args: list[TensorMeta] = field(default_factory=list)
+    outputs: list[TensorMeta] = field(default_factory=list)
+    code_names: tuple[str, ...] = ()  # names a marked function's code refers to
+
+
+@dataclass(eq=False)
+class Node:
+    """An event of the profile: a scope (``scope`` set) or an op."""
+
+    name: str
+    shapes: list[list[int]] = field(default_factory=list)
+    dtypes: list[str] = field(default_factory=list)
+    concrete: list[Any] = field(default_factory=list)
+    self_us: float = 0.0  # self CPU time
+    kernels: list[tuple[str, float]] = field(default_factory=list)  # device kernels it launched
+    children: list["Node"] = field(default_factory=list)
+    scope: ScopeCall | None = None
+    parent: "Node | None" = None
+
+    def add(self, child: "Node") -> "Node":
+        child.parent = self
+        self.children.append(child)
+        return child
+
+
+@dataclass
+class Instance:
+    """One recognized call: a kind, a dtype and its shapes (each with a multiplicity)."""
+
+    kind: str
+    dtype: str
+    shapes: list[tuple[dict[str, int], int]]
+    module: str = ""
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    label: str
+
+
+# ------------------------------------------------------------------ helpers
+def profiler_dtype(text: str | None, default: str) -> str:
+    if not text:
+        return default
+    return PROFILER_DTYPES.get(text, text.replace("c10::", "").lower())
+
+
+def make_shape(kind: str, *values: int) -> dict[str, int]:
+    return dict(zip(KIND_DIMS[kind], (int(v) for v in values)))
+
+
+def shape_weight(shape: dict[str, int]) -> float:
+    return float(math.prod(max(v, 1) for k, v in shape.items() if k not in FLAG_DIMS))
+
+
+def rows(shape: tuple[int, ...] | list[int]) -> int:
+    return int(math.prod(shape[:-1])) if len(shape) else 1
+
+
+def _arg(node: Node, i: int) -> list[int] | None:
+    return list(node.shapes[i]) if i < len(node.shapes) and node.shapes[i] else None
+
+
+def _concrete(node: Node, i: int) -> Any:
+    return node.concrete[i] if i < len(node.concrete) else None
+
+
+def _dtype(node: Node, i: int, default: str) -> str:
+    return profiler_dtype(node.dtypes[i] if i < len(node.dtypes) else None, default)
+
+
+def _first_int(obj: Any, names: tuple[str, ...]) -> int | None:
+    for name in names:
+        value = getattr(obj, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
+    config = getattr(module, "config", None)
+    heads = _first_int(module, HEAD_ATTRS) or _first_int(config, HEAD_ATTRS)
+    kv = _first_int(module, KV_HEAD_ATTRS) or _first_int(config, KV_HEAD_ATTRS)
+    groups = _first_int(module, ("num_key_value_groups",))
+    if kv is None and heads and groups:
+        kv = heads // groups
+    eps = getattr(module, "eps", None)
+    if eps is None:
+        eps = getattr(module, "variance_epsilon", None)
+    mlp, dims = mlp_linears(module)
+    return ModuleInfo(qualname=qualname, cls_name=type(module).__name__,
+                      is_layernorm=isinstance(module, nn.LayerNorm), heads=heads, kv_heads=kv,
+                      eps=float(eps) if isinstance(eps, (int, float)) else None, mlp=mlp, mlp_dims=dims)
+
+
+def mlp_linears(module: nn.Module) -> tuple[dict[str, str] | None, tuple[int, int] | None]:
+    """Find gate/up/down linears of a SwiGLU-shaped MLP: gate and up map D -> H, down H -> D."""
+    linears = {n: m for n, m in module.named_children() if isinstance(m, nn.Linear)}
+    if len(linears) < 3:
+        return None, None
+    found: dict[str, str] = {}
+    for role, names in MLP_NAMES.items():
+        name = next((n for n in names if n in linears), None)
+        if name is not None:
+            found[role] = name
+    if len(found) < 3 or len(set(found.values())) < 3:
+        # No familiar names: two linears D -> H and one H -> D, in definition order.
+        items = list(linears.items())
+        found = {}
+        for i, (a, la) in enumerate(items):
+            for b, lb in items[i + 1:]:
+                if la.weight.shape == lb.weight.shape:
+                    down = next((n for n, l in items if n not in (a, b)
+                                 and l.weight.shape == la.weight.shape[::-1]), None)
+                    if down is not None:
+                        found = {"gate": a, "up": b, "down": down}
+                        break
+            if found:
+                break
+        if not found:
+            return None, None
+    gate, up, down = (linears[found[r]] for r in ("gate", "up", "down"))
+    H, D = gate.weight.shape
+    if up.weight.shape != (H, D) or down.weight.shape != (D, H):
+        return None, None
+    return found, (int(D), int(H))
+
+
+def matmul_shape(a: list[int], b: list[int]) -> tuple[dict[str, int], int] | None:
+    """(M,N,K) and a multiplicity for ``a @ b`` (batched matmuls count one call per batch)."""
+    if not a or not b:
+        return None
+    if len(a) == 1:
+        a = [1] + a
+    if len(b) == 1:
+        b = b + [1]
+    if a[-1] != b[-2]:
+        return None
+    if len(b) == 2:
+        return make_shape("matmul", rows(a), b[-1], a[-1]), 1
+    batch_a, batch_b = a[:-2], b[:-2]
+    try:
+        batch = torch.broadcast_shapes(tuple(batch_a), tuple(batch_b))
+    except RuntimeError:
+        return None
+    return make_shape("matmul", a[-2], b[-1], a[-1]), int(math.prod(batch))
+
+
+# ------------------------------------------------------------------ op recognizers
+def recognize_op(node: Node, default_dtype: str) -> Instance | Unsupported | None:
+    name = node.name
+    if name in MATMUL_OPS:
+        return _matmul(node, default_dtype)
+    if name in ATTENTION_OPS:
+        return _attention(node, default_dtype)
+    if name in SOFTMAX_OPS:
+        x, dim = _arg(node, 0), _concrete(node, 1)
+        if x is None:
+            return None
+        if isinstance(dim, int) and dim not in (-1, len(x) - 1):
+            return Unsupported(f"{name} (not over the last dim)")
+        return Instance("softmax", _dtype(node, 0, default_dtype), [(make_shape("softmax", rows(x), x[-1]), 1)])
+    if name == "aten::cross_entropy_loss":
+        x = _arg(node, 0)
+        if x is None:
+            return None
+        m = x[0] if len(x) <= 2 else x[0] * math.prod(x[2:])
+        v = x[1] if len(x) >= 2 else x[0]
+        return Instance("cross_entropy", _dtype(node, 0, default_dtype), [(make_shape("cross_entropy", m, v), 1)])
+    if name in ("aten::layer_norm", "aten::rms_norm"):
+        x, norm = _arg(node, 0), _concrete(node, 1)
+        if x is None:
+            return None
+        n = int(math.prod(norm)) if isinstance(norm, (list, tuple)) and norm else x[-1]
+        kind = "layernorm" if name == "aten::layer_norm" else "rmsnorm"
+        if n != x[-1]:
+            return Unsupported(f"{name} (over several dims)")
+        return Instance(kind, _dtype(node, 0, default_dtype), [(make_shape(kind, rows(x), n), 1)])
+    if name == "aten::sum":
+        x, dims = _arg(node, 0), _concrete(node, 1)
+        if x and isinstance(dims, (list, tuple)) and len(dims) == 1 and dims[0] in (-1, len(x) - 1):
+            return Instance("reduce", _dtype(node, 0, default_dtype), [(make_shape("reduce", rows(x), x[-1]), 1)])
+    return None
+
+
+def _matmul(node: Node, default_dtype: str) -> Instance | None:
+    name = node.name
+    notes: tuple[str, ...] = ()
+    if name == "aten::linear":
+        x, w = _arg(node, 0), _arg(node, 1)
+        if not x or not w or len(w) != 2 or x[-1] != w[1]:
+            return None
+        found = (make_shape("matmul", rows(x), w[0], w[1]), 1)
+        notes = ("nn.Linear calls: b is the weight transposed (weight stored [N,K])",)
+    elif name in ("aten::addmm", "aten::baddbmm"):
+        found = matmul_shape(_arg(node, 1) or [], _arg(node, 2) or [])
+    else:
+        found = matmul_shape(_arg(node, 0) or [], _arg(node, 1) or [])
+    if found is None:
+        return None
+    if found[1] > 1:
+        notes += ("batched matmuls counted as one call per batch entry",)
+    dtype_index = 1 if name in ("aten::addmm", "aten::baddbmm") else 0
+    return Instance("matmul", _dtype(node, dtype_index, default_dtype), [found], notes=notes)
+
+
+def _attention(node: Node, default_dtype: str) -> Instance | Unsupported | None:
+    q, k = _arg(node, 0), _arg(node, 1)
+    if not q or not k or len(q) != 4 or len(k) != 4:
+        return None
+    causal_index, mask_index = ATTENTION_OPS[node.name]
+    if mask_index is not None and _arg(node, mask_index):
+        return Unsupported(f"{node.name} (explicit attn_mask)")
+    if q[2] != k[2]:
+        return Unsupported(f"{node.name} (query and key lengths differ)")
+    B, H, S, D = q
+    hkv = k[1]
+    notes: tuple[str, ...] = ()
+    if hkv == H:
+        owner = _enclosing_module(node, lambda info: info.kv_heads is not None)
+        if owner is not None and owner.kv_heads < H and H % owner.kv_heads == 0:
+            hkv = owner.kv_heads
+            notes = (f"kv heads repeated to {H} before SDPA in {owner.cls_name} ({owner.kv_heads} kv heads)",)
+    causal = 1 if _concrete(node, causal_index) is True else 0
+    return Instance("attention", _dtype(node, 0, default_dtype),
+                    [(make_shape("attention", B, H, hkv, S, D, causal), 1)], notes=notes)
+
+
+def _enclosing_module(node: Node | None, want) -> ModuleInfo | None:
+    while node is not None:
+        if node.scope is not None and node.scope.info is not None and want(node.scope.info):
+            return node.scope.info
+        node = node.parent
+    return None
+
+
+def pair_cross_entropy(parent: Node, default_dtype: str) -> dict[int, Instance]:
+    """``log_softmax`` directly followed (views aside) by ``nll_loss`` among a node's
+    children is one cross entropy: map both nodes (by id) to one instance."""
+    out: dict[int, Instance] = {}
+    kids = [c for c in parent.children if c.scope is None and c.name not in VIEW_OPS]
+    for first, second in zip(kids, kids[1:]):
+        if first.name in ("aten::log_softmax", "aten::_log_softmax") and second.name.startswith(NLL_OPS):
+            x = _arg(first, 0)
+            if not x:
+                continue
+            inst = Instance("cross_entropy", _dtype(first, 0, default_dtype),
+                            [(make_shape("cross_entropy", rows(x), x[-1]), 1)])
+            out[id(first)] = out[id(second)] = inst
+    return out
+
+
+# ------------------------------------------------------------------ scope recognizers
+def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], default_dtype: str,
+                    fuse_mlp: bool) -> Instance | Unsupported | None:
+    """Does this scope claim the time of an op chain ``ops_below`` running inside it?"""
+    call = node.scope
+    assert call is not None
+    if call.kind == "function":
+        return _rotary(call, node, default_dtype)
+    info = call.info
+    if info is None or not call.args:
+        return None
+    x = call.args[0]
+    lower = info.cls_name.lower()
+    norm_kind = None
+    if lower.endswith("rmsnorm"):  # RMSNorm, LlamaRMSNorm, ... (not a block that holds one)
+        norm_kind = "rmsnorm"
+    elif info.is_layernorm or lower.endswith("layernorm"):
+        # A class called *LayerNorm without mean subtraction is an RMS norm (T5LayerNorm).
+        plain_rms = not ({"aten::layer_norm", "aten::native_layer_norm", "aten::sub", "aten::var", "aten::var_mean"}
+                         & subtree_ops) and "aten::rsqrt" in subtree_ops
+        norm_kind = "rmsnorm" if plain_rms else "layernorm"
+    if norm_kind and x.shape:
+        notes = (f"eps={info.eps:g}",) if info.eps is not None else ()
+        return Instance(norm_kind, x.dtype, [(make_shape(norm_kind, rows(x.shape), x.shape[-1]), 1)],
+                        module=info.qualname, notes=notes)
+    if "rotary" in lower and len(x.shape) == 4 and any(o.shape == x.shape for o in call.outputs):
+        return _rotary(call, node, default_dtype)
+    if info.mlp is not None and info.mlp_dims is not None and subtree_ops & SILU_OPS and x.shape:
+        D, H = info.mlp_dims
+        roles = f"gate={info.mlp['gate']}, up={info.mlp['up']}, down={info.mlp['down']}"
+        if fuse_mlp:
+            return Instance("fused_mlp", x.dtype, [(make_shape("fused_mlp", rows(x.shape), D, H), 1)],
+                            module=info.qualname, notes=(f"SwiGLU MLP {info.cls_name} ({roles})",))
+        if any(op.name in MATMUL_OPS for op in ops_below):
+            return None  # its linears are matmuls
+        return Instance("swiglu", x.dtype, [(make_shape("swiglu", rows(x.shape), H), 1)], module=info.qualname,
+                        notes=(f"silu(gate)*up inside {info.cls_name} ({roles}); its linears are matmuls",))
+    return None
+
+
+def _rotary(call: ScopeCall, node: Node, default_dtype: str) -> Instance | Unsupported | None:
+    tensors = [a for a in call.args[:2] if len(a.shape) == 4]
+    if not tensors:
+        return None
+    where = call.name if call.kind == "function" else (call.info.cls_name if call.info else call.name)
+    if {"view_as_complex", "view_as_real", "repeat_interleave"} & set(call.code_names):
+        return Unsupported(f"rotary {where} (interleaved layout)")
+    heads = _enclosing_module(node.parent, lambda info: info.heads is not None)
+    shapes = []
+    for t in tensors:
+        B, d1, d2, D = t.shape
+        if heads is not None and d1 != heads.heads and d2 == heads.heads:
+            d1, d2 = d2, d1  # stored [B,S,H,D]
+        shapes.append((make_shape("rotary", B, d1, d2, D), 1))
+    layout = "rotate_half layout" if "rotate_half" in call.code_names or call.kind == "module" else "layout assumed rotate_half"
+    module = _enclosing_module(node.parent, lambda info: True)
+    return Instance("rotary", tensors[0].dtype or default_dtype, shapes,
+                    module=module.qualname if module else "", notes=(f"{where} ({layout})",))
+
+
+def is_gemm_kernel(name: str) -> bool:
+    low = name.lower()
+    return any(marker in low for marker in GEMM_KERNEL_MARKERS)

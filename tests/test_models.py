@@ -1,0 +1,262 @@
+"""Model specs: the shipped examples, file specs, config overrides, and every user mistake
+as a one-line ModelSpecError (and exit 2 through the CLI, with nothing written)."""
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from autokernel.cli import app
+from autokernel.models import (EXAMPLES, ModelSpecError, examples_dir, load_model, output_tensor,
+                               parse_config_overrides, parse_input_shape)
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_each_example_builds_and_runs(name):
+    loaded = load_model(name, dtype=torch.float32, device="cpu", input_shape=[3, 10])
+    (ids,) = loaded.make_inputs(1)
+    vocab = loaded.model.config.vocab_size
+    assert ids.dtype == torch.long and ids.shape == (3, 10)
+    assert int(ids.min()) >= 0 and int(ids.max()) < vocab
+    with torch.no_grad():
+        logits = loaded.model(ids)
+    assert logits.shape == (3, 10, vocab)
+    assert torch.isfinite(logits).all()
+    assert not loaded.model.training
+    # same seed, same inputs; another seed, other inputs
+    assert torch.equal(loaded.make_inputs(1)[0], ids)
+    assert not torch.equal(loaded.make_inputs(2)[0], ids)
+
+
+def test_example_in_bf16_and_config_overrides():
+    loaded = load_model("llama", dtype=torch.bfloat16, device="cpu", input_shape="1x8",
+                        config_overrides="dim=32,n_layers=1,n_heads=2,n_kv_heads=1,vocab_size=50")
+    cfg = loaded.model.config
+    assert (cfg.dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.vocab_size) == (32, 1, 2, 1, 50)
+    assert len(loaded.model.layers) == 1
+    assert all(p.dtype == torch.bfloat16 for p in loaded.model.parameters())
+    with torch.no_grad():
+        out = loaded.model(*loaded.make_inputs(0))
+    assert out.dtype == torch.bfloat16 and out.shape == (1, 8, 50)
+    assert "dim=32" in loaded.description and "1x8" in loaded.description
+
+
+def test_llama_example_structure_is_findable():
+    """The profiler and the integration look for these names."""
+    from autokernel.models import import_model_file
+
+    module = import_model_file(examples_dir() / "llama.py")
+    model = module.Llama()
+    classes = {type(m).__name__ for m in model.modules()}
+    assert {"RMSNorm", "Attention", "MLP"} <= classes
+    assert callable(module.apply_rotary) and callable(module.rotate_half)
+    attn = model.layers[0].attn
+    assert attn.n_kv_heads < attn.n_heads
+    assert all(m.bias is None for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
+def test_rmsnorm_has_hf_semantics():
+    from autokernel.models import import_model_file
+
+    module = import_model_file(examples_dir() / "llama.py")
+    norm = module.RMSNorm(16, eps=1e-6)
+    with torch.no_grad():
+        norm.weight.copy_(torch.linspace(0.5, 1.5, 16))
+    x = torch.randn(5, 16, dtype=torch.bfloat16)
+    xf = x.float()
+    expected = norm.weight.to(torch.bfloat16) * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(torch.bfloat16)
+    assert torch.equal(norm.to(torch.bfloat16)(x), expected)
+
+
+def test_gpt2_lm_head_is_tied():
+    model = load_model("gpt2").model
+    assert model.lm_head.weight is model.wte.weight
+
+
+def test_file_spec_with_config_dataclass_and_kwargs(tmp_path):
+    path = tmp_path / "mine.py"
+    path.write_text(textwrap.dedent("""
+        from dataclasses import dataclass
+        import torch
+        from torch import nn
+
+        @dataclass
+        class Cfg:
+            vocab: int = 40
+            width: int = 8
+
+        class Tok(nn.Module):
+            def __init__(self, cfg: Cfg | None = None):
+                super().__init__()
+                cfg = cfg or Cfg()
+                self.emb = nn.Embedding(cfg.vocab, cfg.width)
+                self.out = nn.Linear(cfg.width, 3)
+            def forward(self, ids):
+                return self.out(self.emb(ids))
+
+        class Dense(nn.Module):
+            def __init__(self, width: int = 6, act: bool = True):
+                super().__init__()
+                self.lin = nn.Linear(width, width)
+                self.act = act
+            def forward(self, x):
+                y = self.lin(x)
+                return y.relu() if self.act else y
+    """))
+    tok = load_model(f"{path}:Tok", config_overrides={"vocab": "17"}, input_shape=[2, 5])
+    assert tok.input_kind == "tokens" and tok.model.emb.num_embeddings == 17
+    assert int(tok.make_inputs(0)[0].max()) < 17
+
+    dense = load_model(f"{path}:Dense", input_shape="4x9", config_overrides="width=9,act=false")
+    assert dense.input_kind == "float" and dense.model.lin.in_features == 9 and dense.model.act is False
+    (x,) = dense.make_inputs(0)
+    assert x.shape == (4, 9) and x.dtype == torch.float32
+
+
+def test_kernelbench_model_file(tmp_path):
+    path = tmp_path / "kb.py"
+    path.write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+        class Model(nn.Module):
+            def __init__(self, n):
+                super().__init__()
+                self.n = n
+            def forward(self, a, b):
+                return torch.matmul(a, b)[:, : self.n]
+        def get_inputs():
+            return [torch.randn(8, 4), torch.randn(4, 6)]
+        def get_init_inputs():
+            return [5]
+    """))
+    loaded = load_model(str(path))  # the class name may be left out
+    assert loaded.input_kind == "kernelbench" and loaded.model.n == 5
+    a, b = loaded.make_inputs(3)
+    assert a.shape == (8, 4) and b.shape == (4, 6)
+    assert torch.equal(loaded.make_inputs(3)[0], a)
+
+
+def test_parsers():
+    assert parse_input_shape("1x1024") == [1, 1024]
+    assert parse_input_shape("2,3,4") == [2, 3, 4]
+    assert parse_input_shape(None) is None
+    assert parse_config_overrides("a=1, b=x") == {"a": "1", "b": "x"}
+    for bad in ("1xq", "0x4"):
+        with pytest.raises(ModelSpecError):
+            parse_input_shape(bad)
+    with pytest.raises(ModelSpecError):
+        parse_config_overrides("a")
+
+
+def test_output_tensor():
+    t = torch.ones(2)
+    assert output_tensor(t) is t
+    assert output_tensor((t, 1)) is t
+    assert output_tensor({"x": 1, "y": t}) is t
+
+    class Out:
+        logits = t
+    assert output_tensor(Out()) is t
+
+
+BAD_FILES = {
+    "broken.py": ("import torch\nraise RuntimeError('boom at import')\n", "Model", "RuntimeError: boom at import"),
+    "syntax.py": ("def f(:\n", "Model", "SyntaxError"),
+    "noclass.py": ("import torch\nclass Other(torch.nn.Module):\n    pass\n", "Model", "no 'Model'"),
+    "notmodule.py": ("class Model:\n    pass\n", "Model", "not a torch.nn.Module"),
+    "needsargs.py": ("import torch\nclass Model(torch.nn.Module):\n    def __init__(self, a, b):\n"
+                     "        super().__init__()\n", "Model", "cannot give (a, b)"),
+    "ctorfails.py": ("import torch\nclass Model(torch.nn.Module):\n    def __init__(self):\n"
+                     "        super().__init__()\n        assert False, 'bad width'\n", "Model", "bad width"),
+}
+
+
+@pytest.mark.parametrize("file_name", sorted(BAD_FILES))
+def test_bad_model_files(tmp_path, file_name):
+    source, cls, message = BAD_FILES[file_name]
+    path = tmp_path / file_name
+    path.write_text(source)
+    with pytest.raises(ModelSpecError) as info:
+        load_model(f"{path}:{cls}")
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_bad_specs_and_shapes(tmp_path):
+    lin = tmp_path / "lin.py"
+    lin.write_text("import torch\nclass Model(torch.nn.Module):\n    def __init__(self):\n"
+                   "        super().__init__()\n        self.l = torch.nn.Linear(16, 8)\n"
+                   "    def forward(self, x):\n        return self.l(x)\n")
+    cases = [
+        (dict(spec=str(tmp_path / "missing.py:M")), "not found"),
+        (dict(spec="notamodel"), "unknown model"),
+        (dict(spec=f"{lin}:Model", input_shape=[4, 10]), "does not fit"),
+        (dict(spec=f"{lin}:Model"), "--input-shape"),
+        (dict(spec=f"{lin}:Model", input_shape=[4, 16], config_overrides={"width": "3"}), "no setting 'width'"),
+        (dict(spec="llama", input_shape=[2, 3, 4]), "BxS"),
+        (dict(spec="llama", input_shape=[1, 5000]), "does not fit"),
+        (dict(spec="llama", config_overrides={"nope": "1"}), "no field 'nope'"),
+        (dict(spec="llama", config_overrides={"dim": "wide"}), "expected an integer"),
+        (dict(spec="llama", config_overrides={"dim": "30", "n_heads": "4"}), "must split into 4 heads"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ModelSpecError) as info:
+            load_model(**kwargs)
+        assert message in str(info.value), (kwargs, str(info.value))
+        assert "\n" not in str(info.value)
+
+
+def test_hf_spec_without_transformers():
+    if importlib.util.find_spec("transformers") is not None:
+        pytest.skip("transformers is installed")
+    with pytest.raises(ModelSpecError) as info:
+        load_model("hf:llama")
+    assert "transformers" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_hf_spec_with_transformers():
+    pytest.importorskip("transformers")
+    loaded = load_model("hf:llama", input_shape=[1, 8], config_overrides=(
+        "hidden_size=32,intermediate_size=64,num_hidden_layers=1,num_attention_heads=4,"
+        "num_key_value_heads=2,vocab_size=64"))
+    with torch.no_grad():
+        assert loaded.model(*loaded.make_inputs(0)).shape == (1, 8, 64)
+    with pytest.raises(ModelSpecError):
+        load_model("hf:llama", config_overrides={"no_such_setting": "1"})
+
+
+# ------------------------------------------------------------------ CLI: exit 2, one line
+def _cli(args, cwd):
+    return CliRunner().invoke(app, args, catch_exceptions=False)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--model", "{tmp}/missing.py:Model"], "not found"),
+    (["--model", "{tmp}/broken.py:Model"], "could not import"),
+    (["--model", "{tmp}/plain.py:NotAModule"], "not a torch.nn.Module"),
+    (["--model", "llama", "--input-shape", "1x9999"], "does not fit"),
+    (["--model", "llama", "--input-shape", "banana"], "malformed input shape"),
+    (["--model", "llama", "--config", "dim"], "malformed config"),
+    (["--model", "llama", "--dtype", "int3"], "unknown dtype"),
+    (["--model", "llama", "--device", "tpu"], "unknown device"),
+    (["--model", "hf:llama"], "transformers"),
+])
+def test_cli_bad_input_exits_2_with_one_line(tmp_path, monkeypatch, args, message):
+    if "hf:llama" in args and importlib.util.find_spec("transformers") is not None:
+        pytest.skip("transformers is installed")
+    (tmp_path / "broken.py").write_text("raise ImportError('no such dependency')\n")
+    (tmp_path / "plain.py").write_text("class NotAModule:\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "plan.json"
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    result = _cli(["profile", *args, "--device", "cpu", "--out", str(out)] if "--device" not in args
+                  else ["profile", *args, "--out", str(out)], tmp_path)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("autokernel: error:"), result.output
+    assert message in lines[0]
+    assert "Traceback" not in result.output
+    assert not out.exists()
