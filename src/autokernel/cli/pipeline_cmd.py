@@ -1,6 +1,236 @@
-"""(placeholder: commands registered by this module are being written)"""
+"""``autokernel run`` (the whole pipeline), ``verify``, ``report`` and ``export``."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
 import typer
+
+from .common import EXIT_OK, EXIT_VERDICT, fail_usage
+
+EXIT_INTERRUPTED = 130
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command("run")(run)
+    app.command("verify")(verify_cmd)
+    app.command("report")(report_cmd)
+    app.command("export")(export_cmd)
+
+
+def _interpret_for(device: str) -> None:
+    """Kernels on CPU run under the Triton interpreter; the flag must be set before a kernel
+    file is imported."""
+    if device == "cpu" or (device == "auto" and not _cuda_available()):
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _config(items: Optional[List[str]]) -> dict[str, str]:
+    from ..models import ModelSpecError, parse_config_overrides
+
+    out: dict[str, str] = {}
+    for item in items or []:
+        try:
+            out.update(parse_config_overrides(item))
+        except ModelSpecError as exc:
+            fail_usage(str(exc))
+    return out
+
+
+def run(
+    model: str = typer.Option("llama", "--model", help="path/to/file.py:ClassName, llama, gpt2, bert or hf:ARCH (default: the LLaMA-style example)."),
+    workdir: Optional[Path] = typer.Option(None, "--workdir", help="Run directory (a git workspace; created if absent)."),
+    budget: Optional[str] = typer.Option(None, "--budget", help="Wall-clock budget, e.g. 8h (default 8h on GPU, 10m on CPU)."),
+    input_shape: Optional[str] = typer.Option(None, "--input-shape", help="Model input, e.g. 1x1024 (tokens BxS)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16 | fp16 | fp32 (default bf16 on GPU, fp32 on CPU)."),
+    device: str = typer.Option("auto", "--device", help="auto | cuda | cpu."),
+    config: Optional[List[str]] = typer.Option(None, "--config", help="Model config overrides k=v[,k=v] (repeatable)."),
+    agent: str = typer.Option("tuner", "--agent", help="tuner | llm | command."),
+    llm: Optional[str] = typer.Option(None, "--llm", help="openai:MODEL or anthropic:MODEL (llm agent)."),
+    llm_base_url: Optional[str] = typer.Option(None, "--llm-base-url", help="OpenAI-compatible endpoint URL."),
+    llm_max_calls: Optional[int] = typer.Option(None, "--llm-max-calls", help="Stop after this many model calls."),
+    agent_cmd: Optional[str] = typer.Option(None, "--agent-cmd", help="Command agent: shell command with {prompt_file}."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the tuner and of the agents' choices."),
+    max_experiments: Optional[int] = typer.Option(None, "--max-experiments", help="At most N experiments per problem."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds allowed per evaluation."),
+    run_name: Optional[str] = typer.Option(None, "--run-name", help="Run name (branch autokernel/<run-name>)."),
+    no_compile: bool = typer.Option(False, "--no-compile", help="Do not time torch.compile in the verification."),
+) -> None:
+    """The whole job: profile the model, optimize its kernels, verify and report (resumable).
+    Exit 0 when the patched model passes verification (or nothing is supported), 1 when it
+    does not, 2 on bad input, 130 when interrupted."""
+    from ..agents.base import AGENT_NAMES, AgentConfig
+    from ..loop.budget import parse_budget
+    from ..models import parse_input_shape
+    from ..pipeline import RunOptions, run_pipeline
+
+    if workdir is None:
+        fail_usage("--workdir DIR is required (where the plan, kernels, results and report go)")
+    if agent not in AGENT_NAMES:
+        fail_usage(f"unknown agent {agent!r}; choose one of {', '.join(AGENT_NAMES)}")
+    if device not in ("auto", "cpu") and not device.startswith("cuda"):
+        fail_usage(f"unknown device {device!r}; use auto, cuda or cpu")
+    if max_experiments is not None and max_experiments < 0:
+        fail_usage("--max-experiments must be >= 0")
+    if timeout <= 0:
+        fail_usage("--timeout must be positive")
+    try:
+        budget_s = parse_budget(budget) if budget is not None else None
+        shape = parse_input_shape(input_shape)
+    except ValueError as exc:
+        fail_usage(str(exc))
+    _interpret_for(device)
+    opts = RunOptions(workdir=workdir, model=model, budget_s=budget_s, input_shape=shape, dtype=dtype,
+                      device=device, config=_config(config), seed=seed, max_experiments=max_experiments,
+                      timeout_s=timeout, run_name=run_name, compile=not no_compile,
+                      agent=AgentConfig(name=agent, seed=seed, llm=llm, llm_base_url=llm_base_url,
+                                        llm_max_calls=llm_max_calls, agent_cmd=agent_cmd))
+    try:
+        result = run_pipeline(opts, log=_say)
+    except ValueError as exc:  # every user-mistake error of the steps is a ValueError
+        fail_usage(str(exc))
+    except KeyboardInterrupt:
+        print(f"autokernel: interrupted; run the same command again to resume ({workdir})", file=sys.stderr)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if result.nothing_supported:
+        raise typer.Exit(EXIT_OK)
+    if result.interrupted:
+        print(f"autokernel: interrupted; run the same command again to resume ({workdir})", file=sys.stderr)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    _print_report(result.report)
+    _say(f"report: {Path(workdir) / 'report.md'}")
+    raise typer.Exit(EXIT_OK if result.verify.passed else EXIT_VERDICT)
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
+def verify_cmd(
+    workdir: Path = typer.Argument(..., help="The run directory."),
+    device: Optional[str] = typer.Option(None, "--device", help="cuda | cpu (default: the run's device)."),
+    seeds: int = typer.Option(3, "--seeds", help="How many fresh inputs to compare on."),
+    no_timing: bool = typer.Option(False, "--no-timing", help="Only check correctness."),
+    no_compile: bool = typer.Option(False, "--no-compile", help="Do not time torch.compile."),
+    iters: int = typer.Option(20, "--iters", help="Timed forward passes per model (median)."),
+) -> None:
+    """Compare the model with the run's kernels against the original, then time both.
+    Exit 0 pass, 1 fail, 2 bad input."""
+    from ..verify import verify
+
+    if not workdir.is_dir():
+        fail_usage(f"workdir not found: {workdir}")
+    if seeds < 1 or iters < 1:
+        fail_usage("--seeds and --iters must be >= 1")
+    if device is not None and device != "cpu" and not device.startswith("cuda"):
+        fail_usage(f"unknown device {device!r}; use cuda or cpu")
+    if device is not None:
+        _interpret_for(device)
+    else:
+        _interpret_for(_run_device(workdir))
+    try:
+        result = verify(workdir, seeds=tuple(range(seeds)), timing=not no_timing, compile=not no_compile,
+                        iters=iters, device=device, log=_say)
+    except ValueError as exc:
+        fail_usage(str(exc))
+    _print_verify(result)
+    raise typer.Exit(EXIT_OK if result.passed else EXIT_VERDICT)
+
+
+def _run_device(workdir: Path) -> str:
+    import json
+
+    for name in ("run.json", "plan.json"):
+        try:
+            return json.loads((workdir / name).read_text()).get("device", "auto")
+        except (OSError, ValueError):
+            continue
+    return "auto"
+
+
+def _print_verify(v) -> None:
+    from rich.table import Table
+
+    console = _console()
+    table = Table(title="end-to-end vs Amdahl prediction" + (f" ({v.timing_note})" if v.timing_note else ""),
+                  title_justify="left")
+    for col in ("problem", "fraction", "best vs eager", "Amdahl", "best vs start", "Amdahl (start)", "applied"):
+        table.add_column(col, justify="left" if col == "problem" else "right")
+    f = lambda x, s="x": "-" if x is None else f"{x:.3g}{s}"  # noqa: E731
+    for k in v.predictions:
+        table.add_row(k.problem, f"{100 * k.fraction:.1f}%", f(k.speedup_vs_eager), f(k.amdahl_vs_eager),
+                      f(k.speedup_vs_start), f(k.amdahl_vs_start), "yes" if k.applied else "no")
+    console.print(table)
+    if v.eager_ms is not None:
+        line = (f"eager {v.eager_ms:.3f} ms, patched {v.patched_ms:.3f} ms: {f(v.speedup_vs_eager)} "
+                f"(predicted {f(v.predicted_vs_eager)})")
+        if v.compile_ms is not None:
+            line += f"; torch.compile {v.compile_ms:.3f} ms: patched is {f(v.speedup_vs_compile)}"
+        if v.compile_patched_ms is not None:
+            line += f"; compile(patched) {v.compile_patched_ms:.3f} ms ({f(v.compile_patched_vs_compile)} vs compile)"
+        console.print(line + (f" [{v.timing_note}]" if v.timing_note else ""), markup=False)
+    if v.compile_note:
+        console.print(v.compile_note, markup=False)
+    if v.message:
+        console.print(f"note: {v.message}", markup=False)
+    errs = ", ".join(f"{e:.2e}" for e in v.errors)
+    console.print(f"verification {'PASSED' if v.passed else 'FAILED'}: relative error {errs} "
+                  f"(bound {v.tolerance:.0e}, {v.dtype}); {len(v.replaced)} place(s) replaced", markup=False)
+
+
+def _console():
+    from rich.console import Console
+
+    console = Console(highlight=False, soft_wrap=True)
+    if not console.is_terminal:
+        console.width = max(console.width, 140)
+    return console
+
+
+def _print_report(data) -> None:
+    from ..report import rich_table
+
+    _console().print(rich_table(data))
+
+
+def report_cmd(workdir: Path = typer.Argument(..., help="The run directory.")) -> None:
+    """Write report.md, progress.png and roofline.png in the run directory."""
+    from ..report import write_report
+
+    if not workdir.is_dir():
+        fail_usage(f"workdir not found: {workdir}")
+    try:
+        data = write_report(workdir)
+    except ValueError as exc:
+        fail_usage(str(exc))
+    _print_report(data)
+    _say(f"wrote {workdir / 'report.md'}, {workdir / 'progress.png'}, {workdir / 'roofline.png'}")
+    raise typer.Exit(EXIT_OK)
+
+
+def export_cmd(
+    workdir: Path = typer.Argument(..., help="The run directory."),
+    format: str = typer.Option("files", "--format", help="files | package."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default DIR/export/FORMAT)."),
+) -> None:
+    """Copy the best kernels out: plain files with a README, or a small installable package."""
+    from ..export import export
+
+    if not workdir.is_dir():
+        fail_usage(f"workdir not found: {workdir}")
+    try:
+        dest, written = export(workdir, format, out)
+    except ValueError as exc:
+        fail_usage(str(exc))
+    _say(f"exported {len(written)} file(s) to {dest}")
+    raise typer.Exit(EXIT_OK)
+
+

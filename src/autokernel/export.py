@@ -1,0 +1,171 @@
+"""Take the best kernels out of a workdir (``autokernel export DIR --format files|package``).
+
+* ``files``   — ``<out>/<problem>.py`` for each best kernel and a ``README.md`` listing them
+  (kind, signature, shapes, dtype, measured speedups).
+* ``package`` — a small installable directory: ``pyproject.toml`` and a module
+  ``<name>/`` holding the kernels in the workdir layout (``plan.json``, ``results.tsv``,
+  ``problems/<problem>/kernel.py``) and ``apply(model)``, which calls
+  ``autokernel.apply`` on that copy.  The package needs ``autokernel`` installed: the
+  integration code (custom ops, module replacement) is autokernel's, not copied.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from .integrate import as_float, best_rows, judged_correct, kernel_path, load_workdir_plan, read_results
+
+FORMATS = ("files", "package")
+
+
+class ExportError(ValueError):
+    """Bad export request (user mistake, exit code 2)."""
+
+
+@dataclass
+class ExportedKernel:
+    problem: str
+    kind: str
+    dtype: str
+    shapes: str
+    speedup_vs_start: float | None
+    speedup_vs_eager: float | None
+    source: Path
+
+
+def exported_kernels(workdir: Path) -> list[ExportedKernel]:
+    plan = load_workdir_plan(workdir)
+    results = read_results(workdir)
+    best = best_rows(results)
+    out = []
+    for p in plan.supported:
+        path = kernel_path(workdir, p.name)
+        if not path.is_file() or not judged_correct(results, best, p.name):
+            continue
+        row = best.get(p.name, {})
+        shapes = "; ".join("x".join(str(v) for v in s.values()) for s in p.shapes)
+        out.append(ExportedKernel(p.name, p.kind, p.dtype, shapes, as_float(row.get("speedup_vs_start")),
+                                  as_float(row.get("speedup_vs_eager")), path))
+    return out
+
+
+def _speed(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}x"
+
+
+def _readme(kernels: list[ExportedKernel], model: str, time_kind: str, files: bool) -> str:
+    lines = [f"# autokernel kernels for `{model}`", "",
+             "Each file defines `kernel_fn` with the signature of its problem kind (see "
+             "`autokernel problems`) and was judged correct by the autokernel harness at the shapes "
+             "and dtype below.", ""]
+    if time_kind != "gpu":
+        lines += ["The speedups below were measured under the Triton interpreter on CPU: they are not GPU "
+                  "performance.", ""]
+    lines += ["| file | kind | dtype | shapes | vs start | vs eager |", "|---|---|---|---|---:|---:|"]
+    for k in kernels:
+        name = f"{k.problem}.py" if files else f"problems/{k.problem}/kernel.py"
+        lines.append(f"| `{name}` | {k.kind} | {k.dtype} | {k.shapes} | {_speed(k.speedup_vs_start)} | "
+                     f"{_speed(k.speedup_vs_eager)} |")
+    return "\n".join(lines) + "\n"
+
+
+def export_files(workdir: Path, out: Path) -> list[Path]:
+    kernels = exported_kernels(workdir)
+    plan = load_workdir_plan(workdir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for k in kernels:
+        dest = out / f"{k.problem}.py"
+        shutil.copyfile(k.source, dest)
+        written.append(dest)
+    readme = out / "README.md"
+    readme.write_text(_readme(kernels, plan.model, plan.time_kind, files=True))
+    written.append(readme)
+    return written
+
+
+def package_name(model: str) -> str:
+    stem = Path(model.split(":")[0]).stem if ("/" in model or model.endswith(".py")) else model
+    stem = re.sub(r"[^0-9a-zA-Z]+", "_", stem.replace("hf:", "hf_")).strip("_").lower() or "model"
+    return f"autokernel_{stem}_kernels"
+
+
+_INIT = '''"""Kernels found by autokernel for `{model}`.  ``apply(model)`` returns a copy of ``model``
+running them (inference only); see README.md."""
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def apply(model, *, inplace=False):
+    from autokernel.integrate import apply as _apply
+
+    return _apply(model, DATA, inplace=inplace)
+'''
+
+_PYPROJECT = '''[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "{dist}"
+version = "0.1.0"
+description = "Triton kernels found by autokernel for {model}"
+requires-python = ">=3.10"
+dependencies = ["autokernel", "torch", "triton"]
+
+[tool.setuptools]
+packages = ["{name}"]
+
+[tool.setuptools.package-data]
+{name} = ["data/*.json", "data/*.tsv", "data/problems/*/*.py", "data/problems/*/*.json", "README.md"]
+'''
+
+
+def export_package(workdir: Path, out: Path) -> list[Path]:
+    plan = load_workdir_plan(workdir)
+    kernels = exported_kernels(workdir)
+    name = package_name(plan.model)
+    pkg = out / name
+    data = pkg / "data"
+    (data / "problems").mkdir(parents=True, exist_ok=True)
+    written = []
+    for fname in ("plan.json", "results.tsv"):
+        if (workdir / fname).is_file():
+            shutil.copyfile(workdir / fname, data / fname)
+            written.append(data / fname)
+    for k in kernels:
+        dest = data / "problems" / k.problem
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(k.source, dest / "kernel.py")
+        written.append(dest / "kernel.py")
+        meta = k.source.parent / "problem.json"
+        if meta.is_file():
+            shutil.copyfile(meta, dest / "problem.json")
+    init = pkg / "__init__.py"
+    init.write_text(_INIT.format(model=plan.model))
+    readme_text = _readme(kernels, plan.model, plan.time_kind, files=False)
+    readme_text += (f"\n## Use\n\n```python\nimport {name}\nfast_model = {name}.apply(model)\n```\n\n"
+                    "`apply` needs `autokernel` installed (it registers each kernel as a PyTorch custom op and "
+                    "replaces the matching modules). The patched model is for inference: the ops have no backward.\n")
+    (pkg / "README.md").write_text(readme_text)
+    (out / "README.md").write_text(readme_text)
+    pyproject = out / "pyproject.toml"
+    pyproject.write_text(_PYPROJECT.format(dist=name.replace("_", "-"), name=name, model=plan.model))
+    written += [init, pkg / "README.md", out / "README.md", pyproject]
+    return written
+
+
+def export(workdir: str | Path, fmt: str, out: str | Path | None = None) -> tuple[Path, list[Path]]:
+    workdir = Path(workdir)
+    if fmt not in FORMATS:
+        raise ExportError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    dest = Path(out) if out else workdir / "export" / fmt
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())) and dest.resolve() != (workdir / "export" / fmt).resolve():
+        raise ExportError(f"--out {dest} exists and is not an empty directory")
+    if dest.exists() and dest.resolve() == (workdir / "export" / fmt).resolve():
+        shutil.rmtree(dest)
+    written = export_files(workdir, dest) if fmt == "files" else export_package(workdir, dest)
+    return dest, written

@@ -1,0 +1,174 @@
+"""The whole job (``autokernel run``): profile → plan → optimize → verify → report.
+
+Each step writes a plain file in the workdir, so a second ``run`` with the same arguments
+resumes: the plan is reused when ``plan.json`` was made for the same model, dtype, input
+shape and config; the loop continues where it stopped (its own resume); verify and report
+are redone.  ``run.json`` records how the model was built, for ``verify`` later.
+
+Budget: one wall-clock budget for the run, default 8h on a GPU and 10m on CPU (where kernels
+run under the Triton interpreter and only correctness means anything).  Profiling counts
+against it; verification and the report come after it and are not cut short.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+DEFAULT_MODEL = "llama"
+DEFAULT_BUDGET_GPU = "8h"
+DEFAULT_BUDGET_CPU = "10m"
+
+
+class PipelineError(ValueError):
+    """Bad input to ``run`` (user mistake, exit code 2)."""
+
+
+@dataclass
+class RunOptions:
+    workdir: Path
+    model: str = DEFAULT_MODEL
+    budget_s: float | None = None  # None: the default for the device
+    input_shape: list[int] | None = None
+    dtype: str | None = None  # None: bf16 on GPU, fp32 on CPU
+    device: str = "auto"
+    config: dict[str, Any] = field(default_factory=dict)
+    agent: Any = None  # agents.base.AgentConfig
+    seed: int = 0
+    max_experiments: int | None = None
+    timeout_s: float = 60.0
+    run_name: str | None = None
+    compile: bool = True  # time torch.compile in verify (GPU only)
+
+
+@dataclass
+class RunResult:
+    plan_path: Path
+    reused_plan: bool
+    nothing_supported: bool = False
+    optimize: Any = None  # loop.optimize.OptimizeSummary
+    verify: Any = None  # verify.VerifyResult
+    report: Any = None  # report.ReportData
+    interrupted: bool = False
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise PipelineError("--device cuda but no GPU is available (use --device cpu)")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise PipelineError(f"unknown device {device!r}; use auto, cuda or cpu")
+    return device
+
+
+def _same_run(saved: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    keys = ("model", "dtype", "input_shape", "config")
+    return all(saved.get(k) == wanted.get(k) for k in keys)
+
+
+def _saved_run(run_path: Path, plan) -> dict[str, Any]:
+    """How the existing plan was made: ``run.json``, else what the plan itself records."""
+    if run_path.is_file():
+        try:
+            return json.loads(run_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise PipelineError(f"{run_path} is not valid JSON: {exc}") from None
+    return {"model": plan.model, "dtype": plan.dtype, "input_shape": list(plan.input_shape), "config": {}}
+
+
+def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> RunResult:
+    """Run every step; raises PipelineError (or another ValueError) on bad input before
+    anything is written."""
+    from .agents.base import AgentConfig
+    from .loop.optimize import run_optimize, targets_from_plan
+    from .loop.workspace import inspect_workdir
+    from .models import load_model
+    from .plan import load_plan, save_plan
+    from .problems.base import dtype_name, parse_dtype
+    from .profiler import profile_model
+    from .report import write_report
+    from .verify import verify
+
+    t0 = time.monotonic()
+    device = resolve_device(opts.device)
+    if device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel file is imported
+    dtype = parse_dtype(opts.dtype or ("bf16" if device.startswith("cuda") else "fp32"))
+    budget_s = opts.budget_s
+    if budget_s is None:
+        from .loop.budget import parse_budget
+
+        budget_s = parse_budget(DEFAULT_BUDGET_GPU if device.startswith("cuda") else DEFAULT_BUDGET_CPU)
+    if budget_s <= 0:
+        raise PipelineError("the budget must be positive")
+    workdir = Path(opts.workdir)
+    inspect_workdir(workdir)  # refuse a workdir the loop would refuse, before writing
+
+    log(f"[1/4] model {opts.model} on {device} ({dtype_name(dtype)})")
+    loaded = load_model(opts.model, dtype=dtype, device=device, input_shape=opts.input_shape,
+                        config_overrides=opts.config or None)
+    log(f"      {loaded.description}")
+    wanted = {"model": opts.model, "dtype": dtype_name(dtype), "device": device,
+              "input_shape": list(loaded.input_shape), "config": {k: str(v) for k, v in opts.config.items()}}
+    plan_path = workdir / "plan.json"
+    run_path = workdir / "run.json"
+    reused = False
+    if plan_path.is_file():
+        plan = load_plan(plan_path)
+        saved = _saved_run(run_path, plan)
+        if not _same_run(saved, wanted):
+            raise PipelineError(f"{workdir} already holds a run of {saved.get('model')!r} with other settings; "
+                                "use another --workdir (or the same arguments to resume)")
+        reused = True
+        log(f"[2/4] plan: reusing {plan_path} ({len(plan.supported)} problem(s))")
+    else:
+        log("[2/4] profiling")
+        plan = profile_model(loaded, device=device, dtype=dtype)
+        workdir.mkdir(parents=True, exist_ok=True)
+        save_plan(plan, plan_path)
+        log(f"      plan written to {plan_path}")
+    for p in plan.problems:
+        log(f"      {p.name:<16} {p.kind or '-':<14} {100 * p.fraction:5.1f}%"
+            + ("" if p.supported else f"  unsupported: {p.note}"))
+    agent = opts.agent or AgentConfig(seed=opts.seed)
+    record = dict(wanted, budget=_duration(budget_s), agent=agent.name, seed=opts.seed,
+                  max_experiments=opts.max_experiments)
+    run_path.write_text(json.dumps(record, indent=2) + "\n")
+    result = RunResult(plan_path=plan_path, reused_plan=reused)
+    targets = targets_from_plan(plan)
+    if not targets:
+        result.nothing_supported = True
+        log(f"nothing in {opts.model} is a kernel autokernel supports "
+            f"({100 * (1 - plan.covered_fraction):.0f}% of the time is in unsupported ops); "
+            f"the plan is in {plan_path}")
+        return result
+
+    remaining = budget_s - (time.monotonic() - t0)
+    if remaining <= 0:
+        log("[3/4] optimize: no budget left after profiling; skipped")
+    else:
+        log(f"[3/4] optimize: {len(targets)} problem(s), budget {_duration(remaining)}")
+        result.optimize = run_optimize(targets, workdir, agent=agent, budget_s=remaining,
+                                       max_experiments=opts.max_experiments, device=device, seed=opts.seed,
+                                       run_name=opts.run_name, timeout_s=opts.timeout_s, show_progress=True,
+                                       plan_path=plan_path)
+        if result.optimize.stopped_reason == "interrupted":
+            result.interrupted = True
+            return result
+    log("[4/4] verify and report")
+    result.verify = verify(workdir, compile=opts.compile, log=lambda m: log(f"      {m}"))
+    result.report = write_report(workdir)
+    return result
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return "".join(f"{v}{u}" for v, u in ((h, "h"), (m, "m"), (s, "s")) if v) or "0s"

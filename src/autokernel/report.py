@@ -1,0 +1,256 @@
+"""The run's report (``autokernel report DIR``): ``report.md``, ``progress.png``,
+``roofline.png`` in the workdir, and a table for the terminal.
+
+Everything comes from the workdir's files: ``plan.json``, ``results.tsv``, ``run.json`` (when
+the run was made by ``autokernel run``) and ``verify.json`` (when verified).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .integrate import KEPT_STATUSES, as_float, best_rows, kernel_path, load_workdir_plan, read_results
+from .plan import Plan
+from .verify import VerifyResult, load_verify
+
+
+@dataclass
+class ProblemRow:
+    name: str
+    kind: str
+    fraction: float
+    experiments: int  # excluding the baseline
+    kept: int
+    start_us: float | None
+    best_us: float | None
+    speedup_vs_start: float | None
+    speedup_vs_eager: float | None
+    pct_roofline: float | None
+    kernel: str  # path of the best kernel, relative to the workdir ("" when none)
+
+
+@dataclass
+class ReportData:
+    workdir: Path
+    plan: Plan
+    rows: list[dict[str, str]]
+    problems: list[ProblemRow]
+    run: dict[str, Any] = field(default_factory=dict)
+    verify: VerifyResult | None = None
+
+
+def _fmt(x: float | None, spec: str = ".2f", suffix: str = "") -> str:
+    return "—" if x is None else f"{x:{spec}}{suffix}"
+
+
+def collect(workdir: str | Path) -> ReportData:
+    workdir = Path(workdir)
+    plan = load_workdir_plan(workdir)
+    rows = read_results(workdir)
+    best = best_rows(rows)
+    problems = []
+    for p in plan.supported:
+        mine = [r for r in rows if r.get("problem") == p.name]
+        base = next((r for r in mine if r.get("status") == "baseline"), None)
+        b = best.get(p.name, {})
+        kpath = kernel_path(workdir, p.name)
+        problems.append(ProblemRow(
+            name=p.name, kind=p.kind, fraction=p.fraction,
+            experiments=sum(1 for r in mine if r.get("status") != "baseline"),
+            kept=sum(1 for r in mine if r.get("status") == "keep"),
+            start_us=as_float(base.get("latency_us")) if base else None,
+            best_us=as_float(b.get("latency_us")), speedup_vs_start=as_float(b.get("speedup_vs_start")),
+            speedup_vs_eager=as_float(b.get("speedup_vs_eager")), pct_roofline=as_float(b.get("pct_roofline")),
+            kernel=str(kpath.relative_to(workdir)) if kpath.is_file() else ""))
+    run: dict[str, Any] = {}
+    if (workdir / "run.json").is_file():
+        try:
+            run = json.loads((workdir / "run.json").read_text())
+        except json.JSONDecodeError:
+            run = {}
+    return ReportData(workdir, plan, rows, problems, run, load_verify(workdir))
+
+
+# ------------------------------------------------------------------ markdown
+def render_markdown(data: ReportData) -> str:
+    plan, v = data.plan, data.verify
+    timing_note = "" if plan.time_kind == "gpu" else " (CPU time: kernels ran under the Triton interpreter; " \
+        "latencies are not GPU performance and there is no roofline)"
+    lines = ["# autokernel report", ""]
+    lines += ["## What was run", "",
+              f"- model: `{plan.model}`" + (f" with config {data.run['config']}" if data.run.get("config") else ""),
+              f"- device: {plan.device}" + (f" ({plan.device_name})" if plan.device_name else ""),
+              f"- dtype: {plan.dtype}, input shape: {'x'.join(str(d) for d in plan.input_shape)}",
+              f"- profiled time per forward pass: {plan.total_time_us:.1f} us ({plan.time_kind} time)"]
+    if data.run:
+        lines.append(f"- budget: {data.run.get('budget', '—')}, agent: {data.run.get('agent', '—')}, "
+                     f"seed: {data.run.get('seed', '—')}")
+    lines.append(f"- experiments recorded: {sum(1 for r in data.rows if r.get('status') != 'baseline')}")
+    lines += ["", "## Plan", "", "| problem | kind | dtype | shapes | fraction | modules |", "|---|---|---|---|---:|---|"]
+    for p in plan.problems:
+        shapes = "; ".join("x".join(str(v) for v in s.values()) for s in p.shapes)
+        mods = ", ".join(p.modules[:3]) + (f" (+{len(p.modules) - 3})" if len(p.modules) > 3 else "")
+        kind = p.kind if p.supported else f"{p.kind or '—'} (unsupported: {p.note})"
+        lines.append(f"| {p.name} | {kind} | {p.dtype} | {shapes} | {100 * p.fraction:.1f}% | {mods} |")
+    uncovered = sum(u.fraction for u in plan.uncovered)
+    lines += ["", f"Covered by supported problems: {100 * plan.covered_fraction:.1f}% of the time; "
+              f"not covered: {100 * uncovered:.1f}%" + (" (top: " + ", ".join(
+                  f"{u.name} {100 * u.fraction:.1f}%" for u in sorted(plan.uncovered, key=lambda u: -u.fraction)[:5])
+                  + ")" if plan.uncovered else "") + "."]
+    lines += ["", "## Problems" + timing_note, "",
+              "| problem | experiments | kept | start (us) | best (us) | vs start | vs eager | % roofline | best kernel |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in data.problems:
+        lines.append(f"| {r.name} | {r.experiments} | {r.kept} | {_fmt(r.start_us, '.1f')} | {_fmt(r.best_us, '.1f')} | "
+                     f"{_fmt(r.speedup_vs_start, '.2f', 'x')} | {_fmt(r.speedup_vs_eager, '.2f', 'x')} | "
+                     f"{_fmt(r.pct_roofline, '.0f', '%')} | {('`' + r.kernel + '`') if r.kernel else '—'} |")
+    if plan.time_kind != "gpu":
+        lines += ["", "No roofline on CPU: the interpreter's timings say nothing about GPU limits."]
+    lines += ["", "## Verification", ""]
+    if v is None:
+        lines.append("Not verified yet: run `autokernel verify " + str(data.workdir) + "`.")
+    else:
+        lines.append(f"**{'PASS' if v.passed else 'FAIL'}** — patched vs original on seeds {v.seeds}: "
+                     f"relative error {', '.join(f'{e:.2e}' for e in v.errors)} (bound {v.tolerance:.0e}, {v.dtype}).")
+        if v.message:
+            lines.append(f"\nNote: {v.message}.")
+        kinds: dict[str, int] = {}
+        for _, kind in v.replaced:
+            kinds[kind] = kinds.get(kind, 0) + 1
+        lines.append("\nReplaced: " + (", ".join(f"{k} ×{n}" for k, n in kinds.items()) or "nothing") + ".")
+        if v.skipped:
+            lines.append("\nNot applied: " + "; ".join(f"{a} ({b})" for a, b in v.skipped[:10]) + ".")
+        if v.eager_ms is not None:
+            lines += ["", "| model | ms per forward |", "|---|---:|", f"| eager | {v.eager_ms:.3f} |",
+                      f"| patched | {v.patched_ms:.3f} |"]
+            if v.compile_ms is not None:
+                lines.append(f"| torch.compile (max-autotune-no-cudagraphs) | {v.compile_ms:.3f} |")
+            if v.compile_patched_ms is not None:
+                lines.append(f"| torch.compile of patched | {v.compile_patched_ms:.3f} |")
+            lines += ["", f"End-to-end speedup vs eager: {_fmt(v.speedup_vs_eager, '.3f', 'x')} "
+                      f"(Amdahl prediction from the kernels applied: {_fmt(v.predicted_vs_eager, '.3f', 'x')})"
+                      + (f"; vs torch.compile: {_fmt(v.speedup_vs_compile, '.3f', 'x')}" if v.compile_ms else "")
+                      + (f" — {v.timing_note}" if v.timing_note else "") + "."]
+            if v.compile_note:
+                lines.append(f"\n{v.compile_note}.")
+        if v.predictions:
+            lines += ["", "| problem | fraction | best vs eager | Amdahl (vs eager) | best vs start | Amdahl (vs start) | applied |",
+                      "|---|---:|---:|---:|---:|---:|---|"]
+            for k in v.predictions:
+                lines.append(f"| {k.problem} | {100 * k.fraction:.1f}% | {_fmt(k.speedup_vs_eager, '.2f', 'x')} | "
+                             f"{_fmt(k.amdahl_vs_eager, '.3f', 'x')} | {_fmt(k.speedup_vs_start, '.2f', 'x')} | "
+                             f"{_fmt(k.amdahl_vs_start, '.3f', 'x')} | {'yes' if k.applied else 'no'} |")
+    kept = [r for r in data.rows if r.get("status") == "keep"]
+    kept.sort(key=lambda r: -(as_float(r.get("speedup_vs_start")) or 0.0))
+    lines += ["", "## Top kept experiments", ""]
+    if not kept:
+        lines.append("None kept: every problem is still at its starting kernel.")
+    else:
+        lines += ["| problem | experiment | vs start | vs eager | description |", "|---|---:|---:|---:|---|"]
+        for r in kept[:10]:
+            lines.append(f"| {r.get('problem')} | {r.get('experiment')} | {_fmt(as_float(r.get('speedup_vs_start')), '.2f', 'x')} | "
+                         f"{_fmt(as_float(r.get('speedup_vs_eager')), '.2f', 'x')} | {(r.get('description') or '').replace('|', '/')} |")
+    lines += ["", "Charts: `progress.png` (every experiment's speedup vs the starting kernel), "
+              "`roofline.png` (best kernel per problem against its roofline).", ""]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ charts
+def plot_progress(data: ReportData, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    elapsed, t = [], 0.0
+    for r in data.rows:
+        t += as_float(r.get("wall_s")) or 0.0
+        elapsed.append(t / 60.0)
+    names = [p.name for p in data.problems] or sorted({r.get("problem", "") for r in data.rows})
+    cmap = plt.get_cmap("tab10")
+    for i, name in enumerate(names):
+        pts = [(x, r) for x, r in zip(elapsed, data.rows) if r.get("problem") == name]
+        xs = [x for x, r in pts if as_float(r.get("speedup_vs_start")) is not None]
+        ys = [as_float(r.get("speedup_vs_start")) for _, r in pts if as_float(r.get("speedup_vs_start")) is not None]
+        if not xs:
+            continue
+        color = cmap(i % 10)
+        ax.plot(xs, ys, "-", color=color, alpha=0.35, linewidth=1)
+        ax.scatter(xs, ys, s=12, color=color, alpha=0.6, label=name)
+        kx = [x for x, r in pts if r.get("status") in KEPT_STATUSES and as_float(r.get("speedup_vs_start")) is not None]
+        ky = [as_float(r.get("speedup_vs_start")) for _, r in pts
+              if r.get("status") in KEPT_STATUSES and as_float(r.get("speedup_vs_start")) is not None]
+        ax.scatter(kx, ky, s=60, marker="*", color=color, edgecolors="black", linewidths=0.5)
+        best, run_best = [], 0.0
+        for y in ky:
+            run_best = max(run_best, y)
+            best.append(run_best)
+        ax.step(kx, best, where="post", color=color, linewidth=2)
+    ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    ax.set_xlabel("run time (minutes, experiments in order)")
+    ax.set_ylabel("speedup vs starting kernel")
+    kind = "GPU" if data.plan.time_kind == "gpu" else "interpreter/CPU timings, not GPU performance"
+    ax.set_title(f"autokernel progress — {data.plan.model} ({kind}); ★ kept")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_roofline(data: ReportData, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    rows = [r for r in data.problems if r.pct_roofline is not None]
+    if not rows:
+        ax.text(0.5, 0.5, "no roofline data\n(CPU/interpreter run, or no timed kernel)",
+                ha="center", va="center", fontsize=12)
+        ax.set_axis_off()
+    else:
+        names = [r.name for r in rows]
+        start_pct = []
+        for r in rows:
+            # the baseline's % of roofline scales with its latency: same floor, slower time
+            start_pct.append(r.pct_roofline * r.best_us / r.start_us if r.start_us and r.best_us else 0.0)
+        x = range(len(rows))
+        ax.bar([i - 0.2 for i in x], start_pct, width=0.4, label="starting kernel", color="#bbbbbb")
+        ax.bar([i + 0.2 for i in x], [r.pct_roofline for r in rows], width=0.4, label="best kernel", color="#1f77b4")
+        ax.axhline(100, color="black", linewidth=0.8)
+        ax.axhline(90, color="grey", linewidth=0.8, linestyle="--")
+        ax.set_xticks(list(x))
+        ax.set_xticklabels(names, rotation=30, ha="right")
+        ax.set_ylabel("% of roofline (time-weighted)")
+        ax.legend(fontsize=8)
+    ax.set_title(f"roofline — {data.plan.model}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_report(workdir: str | Path) -> ReportData:
+    """Write report.md, progress.png and roofline.png into ``workdir``; return the data."""
+    data = collect(workdir)
+    (data.workdir / "report.md").write_text(render_markdown(data))
+    plot_progress(data, data.workdir / "progress.png")
+    plot_roofline(data, data.workdir / "roofline.png")
+    return data
+
+
+def rich_table(data: ReportData):
+    from rich.table import Table
+
+    cpu = data.plan.time_kind != "gpu"
+    table = Table(title=f"autokernel — {data.plan.model} on {data.plan.device}"
+                  + (" (interpreter timings: not GPU performance)" if cpu else ""))
+    for col in ("problem", "kind", "fraction", "exps", "kept", "start us", "best us", "vs start", "vs eager", "% roofline"):
+        table.add_column(col, justify="left" if col in ("problem", "kind") else "right")
+    for r in data.problems:
+        table.add_row(r.name, r.kind, f"{100 * r.fraction:.1f}%", str(r.experiments), str(r.kept),
+                      _fmt(r.start_us, ".1f"), _fmt(r.best_us, ".1f"), _fmt(r.speedup_vs_start, ".2f", "x"),
+                      _fmt(r.speedup_vs_eager, ".2f", "x"), _fmt(r.pct_roofline, ".0f", "%"))
+    return table

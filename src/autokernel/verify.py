@@ -1,0 +1,308 @@
+"""End-to-end check of a run: the patched model against the original (``autokernel verify``).
+
+1. Build the model the run was made for (from ``run.json``, else from ``plan.json``).
+2. ``apply`` the run's best kernels; compare patched and original outputs on fresh inputs
+   (several seeds) by the relative norm ``||patched - original|| / ||original||`` with a
+   dtype-aware bound (``END_TO_END_TOLERANCE``).  Pass or fail.
+3. Time the whole forward pass: eager, patched, and on a GPU ``torch.compile`` of both
+   (mode ``max-autotune-no-cudagraphs``), CUDA events, median after warm-up.  On CPU only
+   eager and patched are timed, by wall clock, and marked as interpreter/CPU timings.
+4. Put the measured speedup next to Amdahl's prediction from the plan fractions and each
+   problem's best speedups in ``results.tsv``.
+
+Writes ``<workdir>/verify.json`` (``VerifyResult``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from .integrate import IntegrateError, as_float, best_rows, load_workdir_plan, read_results
+from .plan import Plan
+
+# Relative-norm bound on the model output (logits), per dtype.  A whole model accumulates
+# the rounding of every replaced op, so this is looser than the per-kernel tolerances.
+END_TO_END_TOLERANCE = {"fp32": 1e-4, "fp16": 5e-3, "bf16": 2e-2}
+CPU_TIMING_NOTE = "interpreter/cpu — not GPU performance"
+
+
+class VerifyError(ValueError):
+    """A workdir that cannot be verified (user mistake, exit code 2)."""
+
+
+@dataclass
+class KernelPrediction:
+    problem: str
+    kind: str
+    fraction: float
+    speedup_vs_eager: float | None
+    speedup_vs_start: float | None
+    amdahl_vs_eager: float | None  # 1/((1-f)+f/s) with s = speedup_vs_eager
+    amdahl_vs_start: float | None  # the same with s = speedup_vs_start
+    applied: bool
+
+
+@dataclass
+class VerifyResult:
+    passed: bool
+    model: str
+    dtype: str
+    device: str
+    device_name: str = ""
+    input_shape: list[int] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=list)
+    tolerance: float = 0.0
+    errors: list[float] = field(default_factory=list)  # relative-norm error per seed
+    replaced: list[list[str]] = field(default_factory=list)  # [module, kind]
+    skipped: list[list[str]] = field(default_factory=list)  # [problem or module, reason]
+    op_calls: dict[str, int] = field(default_factory=dict)  # problem -> kernel calls per forward
+    timing_kind: str = ""  # "gpu" | "cpu"
+    timing_note: str = ""
+    eager_ms: float | None = None
+    patched_ms: float | None = None
+    compile_ms: float | None = None
+    compile_patched_ms: float | None = None
+    compile_note: str = ""
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    compile_patched_vs_compile: float | None = None
+    predictions: list[KernelPrediction] = field(default_factory=list)
+    predicted_vs_eager: float | None = None
+    message: str = ""
+    created: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "VerifyResult":
+        d = dict(d)
+        d["predictions"] = [KernelPrediction(**p) for p in d.get("predictions", [])]
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+# ------------------------------------------------------------------ pure arithmetic
+def amdahl(fraction: float, speedup: float) -> float:
+    """End-to-end speedup when a part taking ``fraction`` of the time gets ``speedup``× faster."""
+    if speedup <= 0:
+        raise ValueError("speedup must be positive")
+    return 1.0 / ((1.0 - fraction) + fraction / speedup)
+
+
+def amdahl_many(parts: list[tuple[float, float]]) -> float:
+    """Several disjoint parts ``(fraction, speedup)`` at once."""
+    rest = 1.0 - sum(f for f, _ in parts)
+    return 1.0 / (rest + sum(f / s for f, s in parts))
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """``||out - ref|| / ||ref||`` in float64; inf when shapes differ or values are not finite."""
+    if out.shape != ref.shape:
+        return float("inf")
+    out, ref = out.detach().double(), ref.detach().double()
+    if not torch.isfinite(out).all() and torch.isfinite(ref).all():
+        return float("inf")
+    denom = ref.norm().item()
+    err = (out - ref).norm().item() / (denom if denom > 0 else 1.0)
+    return err if err == err else float("inf")
+
+
+def predictions(plan: Plan, rows: list[dict[str, str]], applied: set[str]) -> tuple[list[KernelPrediction], float | None]:
+    best = best_rows(rows)
+    out, parts = [], []
+    for p in plan.supported:
+        row = best.get(p.name, {})
+        s_e, s_s = as_float(row.get("speedup_vs_eager")), as_float(row.get("speedup_vs_start"))
+        a_e = amdahl(p.fraction, s_e) if s_e else None
+        a_s = amdahl(p.fraction, s_s) if s_s else None
+        out.append(KernelPrediction(p.name, p.kind, p.fraction, s_e, s_s, a_e, a_s, p.name in applied))
+        if p.name in applied and s_e:
+            parts.append((p.fraction, s_e))
+    total = amdahl_many(parts) if parts else None
+    return out, total
+
+
+# ------------------------------------------------------------------ the run's model
+def run_config(workdir: Path, plan: Plan) -> dict[str, Any]:
+    """How the model was built: ``run.json`` written by ``autokernel run``, else the plan."""
+    cfg: dict[str, Any] = {"model": plan.model, "dtype": plan.dtype, "device": plan.device,
+                           "input_shape": list(plan.input_shape), "config": {}}
+    path = Path(workdir) / "run.json"
+    if path.is_file():
+        try:
+            saved = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise VerifyError(f"{path} is not valid JSON: {exc}") from None
+        cfg.update({k: saved[k] for k in ("model", "dtype", "device", "input_shape", "config") if k in saved})
+    return cfg
+
+
+def _timer_gpu(fn: Callable[[], Any], warmup: int, iters: int) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def _timer_cpu(fn: Callable[[], Any], warmup: int, iters: int) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def _compiled(model: torch.nn.Module, inputs: tuple, mode: str | None, backend: str | None):
+    kwargs: dict[str, Any] = {}
+    if backend:
+        kwargs["backend"] = backend
+    elif mode:
+        kwargs["mode"] = mode
+    compiled = torch.compile(model, **kwargs)
+    compiled(*inputs)  # compile now, so that the timing below is of the compiled code
+    return compiled
+
+
+def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: bool = True,
+           compile: bool = True, compile_mode: str = "max-autotune-no-cudagraphs",
+           compile_backend: str | None = None, warmup: int = 3, iters: int = 20,
+           device: str | None = None, log: Callable[[str], None] | None = None,
+           write: bool = True) -> VerifyResult:
+    """Check and time the patched model of the run in ``workdir``; see the module docstring.
+
+    ``compile_backend`` (e.g. ``"aot_eager"``) replaces ``compile_mode`` — for tests on
+    machines where inductor is too slow.  Raises ``VerifyError`` on a workdir that cannot be
+    verified."""
+    from .integrate import OP_CALLS, apply, summary
+    from .models import ModelSpecError, load_model, output_tensor
+    from .problems.base import parse_dtype
+
+    say = log or (lambda _msg: None)
+    workdir = Path(workdir)
+    try:
+        plan = load_workdir_plan(workdir)
+    except (IntegrateError, ValueError) as exc:
+        raise VerifyError(str(exc)) from None
+    cfg = run_config(workdir, plan)
+    dev = device or cfg["device"] or "cpu"
+    if dev.startswith("cuda") and not torch.cuda.is_available():
+        raise VerifyError(f"the run was made on {dev} but no GPU is available here (use --device cpu)")
+    if not dev.startswith("cuda"):
+        # Triton kernels run on CPU tensors only under the interpreter; the flag is read when
+        # a kernel file is imported, which apply() does below.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    try:
+        dtype = parse_dtype(cfg["dtype"])
+        loaded = load_model(cfg["model"], dtype=dtype, device=dev, input_shape=cfg["input_shape"] or None,
+                            config_overrides=cfg.get("config") or None)
+    except (ModelSpecError, ValueError) as exc:
+        raise VerifyError(str(exc)) from None
+    say(f"model: {loaded.description}")
+    original = loaded.model.eval()
+    try:
+        patched = apply(original, workdir)
+    except IntegrateError as exc:
+        raise VerifyError(str(exc)) from None
+    info = summary(patched)
+    say(f"replaced: {len(info['replaced'])} place(s); skipped: {len(info['skipped'])}")
+
+    dkey = cfg["dtype"] if cfg["dtype"] in END_TO_END_TOLERANCE else {
+        torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}.get(dtype, "fp32")
+    tol = END_TO_END_TOLERANCE[dkey]
+    errors: list[float] = []
+    calls_per_forward: dict[str, int] = {}
+    with torch.inference_mode():
+        for i, seed in enumerate(seeds):
+            inputs = loaded.make_inputs(seed)
+            ref = output_tensor(original(*inputs))
+            before = dict(OP_CALLS)
+            out = output_tensor(patched(*inputs))
+            if i == 0:
+                calls_per_forward = {name: OP_CALLS[op] - before.get(op, 0) for name, op in info["ops"].items()}
+            errors.append(rel_error(out, ref))
+            say(f"seed {seed}: relative error {errors[-1]:.2e} (bound {tol:.0e})")
+    passed = all(e <= tol for e in errors)
+    result = VerifyResult(passed=passed, model=cfg["model"], dtype=dkey, device=dev,
+                          device_name=torch.cuda.get_device_name(torch.device(dev)) if dev.startswith("cuda") else "cpu",
+                          input_shape=list(loaded.input_shape), seeds=list(seeds), tolerance=tol, errors=errors,
+                          replaced=info["replaced"], skipped=info["skipped"], op_calls=calls_per_forward,
+                          created=time.strftime("%Y-%m-%d %H:%M:%S"))
+    never = [n for n, c in calls_per_forward.items() if c == 0]
+    notes = []
+    if not info["replaced"]:
+        notes.append("no kernel was put into the model: the patched model is the original")
+    if never:
+        notes.append(f"installed but not called on these inputs: {', '.join(never)}")
+    if timing:
+        _time_models(result, original, patched, loaded.make_inputs(seeds[0] if seeds else 0), dev,
+                     compile, compile_mode, compile_backend, warmup, iters, say)
+    applied = {n for n, c in calls_per_forward.items() if c > 0}
+    result.predictions, result.predicted_vs_eager = predictions(plan, read_results(workdir), applied)
+    result.message = "; ".join(notes)
+    if write:
+        tmp = workdir / "verify.json.tmp"
+        tmp.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+        tmp.replace(workdir / "verify.json")
+    return result
+
+
+def _time_models(result: VerifyResult, original, patched, inputs: tuple, dev: str, compile: bool,
+                 compile_mode: str, compile_backend: str | None, warmup: int, iters: int, say) -> None:
+    gpu = dev.startswith("cuda")
+    timer = _timer_gpu if gpu else _timer_cpu
+    if not gpu:  # the interpreter is slow: a few calls say enough about CPU wall time
+        warmup, iters = min(warmup, 1), min(iters, 3)
+    result.timing_kind = "gpu" if gpu else "cpu"
+    result.timing_note = "" if gpu else CPU_TIMING_NOTE
+    with torch.inference_mode():
+        result.eager_ms = timer(lambda: original(*inputs), warmup, iters)
+        result.patched_ms = timer(lambda: patched(*inputs), warmup, iters)
+        say(f"eager {result.eager_ms:.3f} ms, patched {result.patched_ms:.3f} ms"
+            + ("" if gpu else f" ({CPU_TIMING_NOTE})"))
+        if compile and gpu:
+            try:
+                c_orig = _compiled(original, inputs, compile_mode, compile_backend)
+                result.compile_ms = timer(lambda: c_orig(*inputs), warmup, iters)
+                c_patched = _compiled(patched, inputs, compile_mode, compile_backend)
+                result.compile_patched_ms = timer(lambda: c_patched(*inputs), warmup, iters)
+                say(f"torch.compile: original {result.compile_ms:.3f} ms, patched {result.compile_patched_ms:.3f} ms")
+            except Exception as exc:  # a measurement that could not be made, reported as such
+                result.compile_note = f"torch.compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                say(result.compile_note)
+        elif compile:
+            result.compile_note = "torch.compile timings are taken on GPU only"
+    if result.eager_ms and result.patched_ms:
+        result.speedup_vs_eager = result.eager_ms / result.patched_ms
+    if result.compile_ms and result.patched_ms:
+        result.speedup_vs_compile = result.compile_ms / result.patched_ms
+    if result.compile_ms and result.compile_patched_ms:
+        result.compile_patched_vs_compile = result.compile_ms / result.compile_patched_ms
+
+
+def load_verify(workdir: str | Path) -> VerifyResult | None:
+    path = Path(workdir) / "verify.json"
+    if not path.is_file():
+        return None
+    try:
+        return VerifyResult.from_dict(json.loads(path.read_text()))
+    except (json.JSONDecodeError, TypeError):
+        return None

@@ -1,0 +1,175 @@
+"""apply(): the run's kernels as custom ops inside the model (CPU, Triton interpreter).
+
+The workdirs are made by hand: plan.json + problems/<name>/kernel.py copied from the shipped
+starters.  torch.compile runs with backend="aot_eager": it traces the model with dynamo and
+AOTAutograd exactly as inductor would (so a graph break or an op that is not opaque shows),
+without inductor's C++ compile, which takes ~30 s per graph on a 2-core CPU.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import autokernel  # noqa: E402
+from autokernel.integrate import OP_CALLS, IntegrateError, apply  # noqa: E402
+from autokernel.models import load_model  # noqa: E402
+from autokernel.plan import Plan, PlanProblem, save_plan  # noqa: E402
+from autokernel.problems.registry import KERNELS_DIR  # noqa: E402
+
+
+def make_workdir(root: Path, problems: list[PlanProblem], *, model: str = "llama", dtype: str = "fp32",
+                 input_shape=(1, 8), results: str | None = None, kernels: dict[str, str] | None = None) -> Path:
+    (root / "problems").mkdir(parents=True, exist_ok=True)
+    for p in problems:
+        d = root / "problems" / p.name
+        d.mkdir(parents=True, exist_ok=True)
+        if kernels and p.name in kernels:
+            (d / "kernel.py").write_text(kernels[p.name])
+        else:
+            shutil.copyfile(KERNELS_DIR / f"{p.kind}.py", d / "kernel.py")
+        (d / "problem.json").write_text(json.dumps({"spec": p.kind, "shapes": p.shapes, "dtype": p.dtype,
+                                                    "fraction": p.fraction}))
+    plan = Plan(model=model, device="cpu", time_kind="cpu", dtype=dtype, input_shape=list(input_shape),
+                total_time_us=1000.0, problems=problems)
+    save_plan(plan, root / "plan.json")
+    if results is not None:
+        (root / "results.tsv").write_text(results)
+    return root
+
+
+def llama_problems(dtype: str = "fp32") -> list[PlanProblem]:
+    return [
+        PlanProblem("rmsnorm", "rmsnorm", dtype, [{"M": 8, "N": 64}], [3], 100.0, 0.1,
+                    ["layers.0.attn_norm", "layers.0.mlp_norm", "norm"]),
+        PlanProblem("swiglu", "swiglu", dtype, [{"M": 8, "N": 176}], [1], 100.0, 0.1, ["layers.0.mlp"]),
+        PlanProblem("rotary", "rotary", dtype, [{"B": 1, "H": 4, "S": 8, "D": 16}, {"B": 1, "H": 2, "S": 8, "D": 16}],
+                    [1, 1], 100.0, 0.1, ["layers.0.attn"]),
+        PlanProblem("attention", "attention", dtype, [{"B": 1, "H": 4, "Hkv": 2, "S": 8, "D": 16, "causal": 1}],
+                    [1], 100.0, 0.1, ["layers.0.attn"]),
+    ]
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return load_model("llama", dtype=torch.float32, device="cpu", input_shape=[1, 8],
+                      config_overrides={"n_layers": "1"})
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+def test_apply_llama_replaces_each_kind_and_matches(tmp_path, llama):
+    wd = make_workdir(tmp_path / "wd", llama_problems())
+    before = dict(OP_CALLS)
+    patched = autokernel.apply(llama.model, wd)
+    kinds = {kind for _, kind in patched._autokernel_replaced}
+    assert kinds == {"rmsnorm", "swiglu", "rotary", "attention"}
+    assert ("norm", "rmsnorm") in patched._autokernel_replaced
+    assert ("layers.0.attn", "attention") in patched._autokernel_replaced
+    # the user's model is left as it was
+    assert type(llama.model.norm).__name__ == "RMSNorm"
+    assert not hasattr(llama.model, "_autokernel_replaced")
+    assert patched.state_dict().keys() == llama.model.state_dict().keys()
+    with torch.no_grad():
+        x = llama.make_inputs(3)
+        ref, out = llama.model(*x), patched(*x)
+    assert rel(out, ref) < 1e-4
+    calls = {name: OP_CALLS[op] - before.get(op, 0) for name, op in patched._autokernel_ops.items()}
+    assert calls == {"rmsnorm": 3, "swiglu": 1, "rotary": 2, "attention": 1}
+
+
+def test_apply_then_torch_compile_matches(tmp_path, llama):
+    wd = make_workdir(tmp_path / "wd", llama_problems())
+    patched = apply(llama.model, wd)
+    torch._dynamo.reset()
+    compiled = torch.compile(patched, backend="aot_eager", fullgraph=True)  # fullgraph: no graph break
+    before = dict(OP_CALLS)
+    with torch.no_grad():
+        x = llama.make_inputs(5)
+        out, ref = compiled(*x), llama.model(*x)
+    assert rel(out, ref) < 1e-4
+    # the kernels ran inside the compiled graph, as opaque custom ops
+    assert all(OP_CALLS[op] > before.get(op, 0) for op in patched._autokernel_ops.values())
+
+
+class LookAlikeRMSNorm(nn.Module):
+    """Gemma-style: scales by (1 + weight) — named like an RMSNorm, computes something else."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.eps = 1e-6
+        self.weight = nn.Parameter(torch.randn(n) * 0.1)
+
+    def forward(self, x):
+        x32 = x.float()
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps) * (1 + self.weight)).to(x.dtype)
+
+
+class TwoLayer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = LookAlikeRMSNorm(32)
+        self.fc1 = nn.Linear(32, 48)
+        self.fc2 = nn.Linear(48, 32, bias=False)
+
+    def forward(self, x):
+        return self.fc2(self.fc1(self.norm(x)))
+
+
+def test_lookalike_module_and_other_dtype_are_left_alone(tmp_path):
+    model = TwoLayer()
+    wd = make_workdir(tmp_path / "wd", [PlanProblem("rmsnorm", "rmsnorm", "fp32", [{"M": 4, "N": 32}], [1], 1.0, 0.5)])
+    patched = apply(model, wd)
+    assert patched._autokernel_replaced == []
+    assert any("probe mismatch" in reason for _, reason in patched._autokernel_skipped)
+    assert type(patched.norm) is LookAlikeRMSNorm
+
+    wd2 = make_workdir(tmp_path / "wd2", [PlanProblem("swiglu", "swiglu", "bf16", [{"M": 4, "N": 32}], [1], 1.0, 0.5)])
+    patched = apply(TwoLayer(), wd2)  # a bf16 kernel, an fp32 model: nowhere to put it
+    assert patched._autokernel_replaced == []
+    assert patched._autokernel_skipped
+
+
+def _results(speedup: float) -> str:
+    head = "experiment\tproblem\tagent\tstatus\tfailed_stage\tlatency_us\tspeedup_vs_eager\tspeedup_vs_start\n"
+    return (head + f"0\tmatmul\ttuner\tbaseline\t\t100\t0.5\t1\n"
+            f"1\tmatmul\ttuner\tkeep\t\t{100 / speedup}\t{0.5 * speedup}\t{speedup}\n")
+
+
+def test_linears_switched_only_when_a_kept_matmul_beat_the_start(tmp_path):
+    mm = [PlanProblem("matmul", "matmul", "fp32", [{"M": 4, "N": 48, "K": 32}], [1], 1.0, 0.5, ["fc1", "fc2"])]
+    model = TwoLayer()
+    same = apply(model, make_workdir(tmp_path / "a", mm, results=_results(1.0)))
+    assert same._autokernel_replaced == []
+    assert "faster than the starting kernel" in same._autokernel_skipped[0][1]
+
+    faster = apply(model, make_workdir(tmp_path / "b", mm, results=_results(1.3)))
+    assert sorted(faster._autokernel_replaced) == [("fc1", "matmul"), ("fc2", "matmul")]
+    x = torch.randn(2, 3, 32)
+    with torch.no_grad():
+        assert rel(faster(x), model(x)) < 1e-4
+
+
+def test_a_rejected_starting_kernel_is_not_applied(tmp_path, llama):
+    head = "experiment\tproblem\tagent\tstatus\tfailed_stage\tlatency_us\tspeedup_vs_eager\tspeedup_vs_start\n"
+    wd = make_workdir(tmp_path / "wd", llama_problems()[:1],
+                      results=head + "0\trmsnorm\ttuner\tbaseline\tsmoke\t\t\t\n")
+    patched = apply(llama.model, wd)
+    assert patched._autokernel_replaced == []
+    assert "no correct kernel" in patched._autokernel_skipped[0][1]
+
+
+def test_apply_needs_a_plan(tmp_path):
+    with pytest.raises(IntegrateError, match="plan.json"):
+        apply(TwoLayer(), tmp_path)
+    with pytest.raises(IntegrateError, match="nn.Module"):
+        apply(object(), tmp_path)

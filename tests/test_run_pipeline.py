@@ -1,0 +1,88 @@
+"""``autokernel run`` end to end on the shipped examples (CPU, Triton interpreter, tiny
+models, a budget of a few seconds: the loop gets through about one experiment)."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from typer.testing import CliRunner
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from autokernel.cli import app  # noqa: E402
+
+ONE_LAYER = {"llama": "n_layers=1", "gpt2": "n_layer=1", "bert": "n_layers=1"}
+
+
+@pytest.mark.parametrize("model", ["llama", "gpt2", "bert"])
+def test_run_on_each_example(tmp_path, model):
+    wd = tmp_path / model
+    args = ["run", "--model", model, "--workdir", str(wd), "--device", "cpu", "--budget", "20s",
+            "--input-shape", "1x8", "--config", ONE_LAYER[model], "--timeout", "120"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    plan = json.loads((wd / "plan.json").read_text())
+    assert plan["model"] == model and plan["problems"]
+    assert sum(p["fraction"] for p in plan["problems"]) <= 1.0 + 1e-9
+    rows = (wd / "results.tsv").read_text().splitlines()
+    assert len(rows) >= 2, res.output  # header + at least one experiment
+    verified = json.loads((wd / "verify.json").read_text())
+    assert verified["passed"] is True
+    assert verified["timing_kind"] == "cpu"
+    report = (wd / "report.md").read_text()
+    assert "PASS" in report and model in report
+    assert (wd / "progress.png").is_file() and (wd / "roofline.png").is_file()
+    run = json.loads((wd / "run.json").read_text())
+    assert run["model"] == model and run["device"] == "cpu"
+
+    if model == "llama":
+        # the same workdir for another model is refused before anything is written
+        res = CliRunner().invoke(app, ["run", "--model", "gpt2", "--workdir", str(wd), "--device", "cpu",
+                                       "--input-shape", "1x8", "--config", ONE_LAYER["gpt2"]])
+        assert res.exit_code == 2 and "other settings" in res.output
+        assert json.loads((wd / "plan.json").read_text())["model"] == "llama"
+
+
+NOTHING_SUPPORTED = '''
+import torch
+from torch import nn
+
+
+class Scan(nn.Module):
+    """Only ops autokernel has no kind for."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(16))
+
+    def forward(self, x):
+        return torch.cumsum(x * self.scale, dim=-1).relu()
+'''
+
+
+def test_run_on_a_model_with_nothing_supported(tmp_path):
+    path = tmp_path / "scan.py"
+    path.write_text(NOTHING_SUPPORTED)
+    wd = tmp_path / "wd"
+    res = CliRunner().invoke(app, ["run", "--model", f"{path}:Scan", "--workdir", str(wd), "--device", "cpu",
+                                   "--input-shape", "4x16", "--budget", "10s"])
+    assert res.exit_code == 0, res.output
+    assert "nothing" in res.output and "supports" in res.output
+    assert json.loads((wd / "plan.json").read_text())["problems"] == [] or \
+        not any(p["supported"] for p in json.loads((wd / "plan.json").read_text())["problems"])
+    assert not (wd / "results.tsv").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--budget", "soon"], "budget"),
+    (["--model", "nowhere.py:Net"], "not found"),
+    (["--input-shape", "1xa"], "input shape"),
+    (["--device", "tpu"], "device"),
+])
+def test_run_bad_input_is_one_line_exit_2(tmp_path, args, message):
+    res = CliRunner().invoke(app, ["run", "--workdir", str(tmp_path / "wd"), *args])
+    assert res.exit_code == 2
+    assert message in res.output
+    assert "Traceback" not in res.output
+    assert not (tmp_path / "wd").exists()

@@ -1,0 +1,140 @@
+"""verify, report and export on hand-made workdirs (CPU, Triton interpreter)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from autokernel.cli import app  # noqa: E402
+from autokernel.export import export  # noqa: E402
+from autokernel.plan import Plan, PlanProblem, save_plan  # noqa: E402
+from autokernel.problems.registry import KERNELS_DIR  # noqa: E402
+from autokernel.report import write_report  # noqa: E402
+from autokernel.verify import amdahl, amdahl_many, load_verify, predictions, verify  # noqa: E402
+
+HEAD = "\t".join(["experiment", "problem", "agent", "status", "failed_stage", "latency_us", "throughput",
+                  "throughput_unit", "pct_roofline", "speedup_vs_eager", "speedup_vs_start", "wall_s", "tokens",
+                  "commit", "description"]) + "\n"
+
+
+def row(exp, problem, status, latency, s_eager, s_start, wall, desc, stage=""):
+    return "\t".join(str(v) for v in [exp, problem, "tuner", status, stage, latency, "", "GB/s", "", s_eager, s_start,
+                                      wall, 0, "abc123", desc]) + "\n"
+
+
+RESULTS = (HEAD + row(0, "rmsnorm", "baseline", 200.0, 0.5, 1.0, 3.0, "starting kernel")
+           + row(0, "swiglu", "baseline", 100.0, 0.8, 1.0, 2.0, "starting kernel")
+           + row(1, "rmsnorm", "keep", 100.0, 1.0, 2.0, 1.0, "ROWS_PER_PROGRAM 1→4")
+           + row(1, "swiglu", "revert", 120.0, 0.66, 0.83, 1.0, "BLOCK 1024→2048")
+           + row(2, "rmsnorm", "incorrect", "", "", "", 1.0, "broken edit", stage="sweep"))
+
+
+def make_workdir(root: Path, *, rmsnorm_source: str | None = None) -> Path:
+    problems = [PlanProblem("rmsnorm", "rmsnorm", "fp32", [{"M": 8, "N": 64}], [3], 30.0, 0.3, []),
+                PlanProblem("swiglu", "swiglu", "fp32", [{"M": 8, "N": 176}], [1], 10.0, 0.1, [])]
+    for p in problems:
+        d = root / "problems" / p.name
+        d.mkdir(parents=True)
+        shutil.copyfile(KERNELS_DIR / f"{p.kind}.py", d / "kernel.py")
+    if rmsnorm_source is not None:
+        (root / "problems" / "rmsnorm" / "kernel.py").write_text(rmsnorm_source)
+    save_plan(Plan(model="llama", device="cpu", time_kind="cpu", dtype="fp32", input_shape=[1, 8],
+                   total_time_us=100.0, problems=problems), root / "plan.json")
+    (root / "run.json").write_text(json.dumps({"model": "llama", "dtype": "fp32", "device": "cpu",
+                                               "input_shape": [1, 8], "config": {"n_layers": "1"},
+                                               "budget": "1m", "agent": "tuner", "seed": 0}))
+    (root / "results.tsv").write_text(RESULTS)
+    return root
+
+
+def test_amdahl_arithmetic():
+    assert amdahl(0.5, 2.0) == pytest.approx(1 / 0.75)
+    assert amdahl(0.0, 10.0) == 1.0
+    assert amdahl(1.0, 4.0) == pytest.approx(4.0)
+    assert amdahl_many([(0.3, 2.0), (0.1, 0.8)]) == pytest.approx(1 / (0.6 + 0.15 + 0.125))
+    with pytest.raises(ValueError):
+        amdahl(0.5, 0.0)
+
+
+def test_predictions_use_the_kept_kernel(tmp_path):
+    wd = make_workdir(tmp_path / "wd")
+    from autokernel.integrate import read_results
+    from autokernel.plan import load_plan
+
+    preds, total = predictions(load_plan(wd / "plan.json"), read_results(wd), {"rmsnorm", "swiglu"})
+    by = {p.problem: p for p in preds}
+    assert by["rmsnorm"].speedup_vs_start == 2.0 and by["rmsnorm"].speedup_vs_eager == 1.0
+    assert by["swiglu"].speedup_vs_start == 1.0  # the revert is not the kernel on disk
+    assert by["rmsnorm"].amdahl_vs_start == pytest.approx(amdahl(0.3, 2.0))
+    assert total == pytest.approx(amdahl_many([(0.3, 1.0), (0.1, 0.8)]))
+
+
+def test_verify_passes_then_report_and_export(tmp_path):
+    wd = make_workdir(tmp_path / "wd")
+    result = verify(wd, seeds=(0, 1), iters=1)
+    assert result.passed and len(result.errors) == 2 and max(result.errors) < 1e-4
+    assert {kind for _, kind in result.replaced} == {"rmsnorm", "swiglu"}
+    assert result.op_calls == {"rmsnorm": 3, "swiglu": 1}
+    assert result.timing_kind == "cpu" and "not GPU performance" in result.timing_note
+    assert result.eager_ms > 0 and result.patched_ms > 0
+    saved = load_verify(wd)
+    assert saved is not None and saved.passed and saved.errors == result.errors
+
+    data = write_report(wd)
+    md = (wd / "report.md").read_text()
+    assert "PASS" in md and "ROWS_PER_PROGRAM 1→4" in md and "No roofline on CPU" in md
+    assert [p.kept for p in data.problems] == [1, 0] and [p.experiments for p in data.problems] == [2, 1]
+    for png in ("progress.png", "roofline.png"):
+        assert (wd / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["report", str(wd)])
+    assert res.exit_code == 0, res.output
+    assert "rmsnorm" in res.output
+
+    dest, written = export(wd, "files", tmp_path / "files")
+    assert sorted(p.name for p in written) == ["README.md", "rmsnorm.py", "swiglu.py"]
+    assert (dest / "rmsnorm.py").read_text() == (wd / "problems" / "rmsnorm" / "kernel.py").read_text()
+    res = runner.invoke(app, ["export", str(wd), "--format", "package", "--out", str(tmp_path / "pkg")])
+    assert res.exit_code == 0, res.output
+    pkg = tmp_path / "pkg" / "autokernel_llama_kernels"
+    assert (tmp_path / "pkg" / "pyproject.toml").is_file() and (pkg / "data" / "plan.json").is_file()
+    assert (pkg / "data" / "problems" / "swiglu" / "kernel.py").is_file()
+    assert "def apply(model" in (pkg / "__init__.py").read_text()
+    res = runner.invoke(app, ["export", str(wd), "--format", "zip"])
+    assert res.exit_code == 2
+
+
+WRONG_RMSNORM = (KERNELS_DIR / "rmsnorm.py").read_text() + '''
+
+_right_kernel_fn = kernel_fn
+
+
+def kernel_fn(x, weight, eps=1e-6):  # a wrong kernel: scales by 1.5 * weight
+    return _right_kernel_fn(x, weight * 1.5, eps)
+'''
+
+
+def test_verify_fails_on_a_wrong_kernel(tmp_path):
+    wd = make_workdir(tmp_path / "wd", rmsnorm_source=WRONG_RMSNORM)
+    res = CliRunner().invoke(app, ["verify", str(wd), "--seeds", "1", "--no-timing"])
+    assert res.exit_code == 1, res.output
+    assert "FAILED" in res.output
+    assert load_verify(wd).passed is False
+
+
+def test_verify_bad_input_exits_2(tmp_path):
+    runner = CliRunner()
+    assert runner.invoke(app, ["verify", str(tmp_path / "missing")]).exit_code == 2
+    res = runner.invoke(app, ["verify", str(tmp_path)])  # no plan.json
+    assert res.exit_code == 2 and "plan.json" in res.output
+    wd = make_workdir(tmp_path / "wd")
+    (wd / "run.json").write_text(json.dumps({"model": "examples/nope.py:Net", "dtype": "fp32", "device": "cpu"}))
+    res = runner.invoke(app, ["verify", str(wd)])
+    assert res.exit_code == 2 and "not found" in res.output
