@@ -76,6 +76,13 @@ class AgentConfigError(ValueError):
     """A bad agent configuration (user mistake, exit code 2)."""
 
 
+class AgentExhausted(RuntimeError):
+    """Raised by ``propose`` when the agent can make no more proposals: its call budget
+    (``--llm-max-calls``) is spent, or the endpoint refuses it for good (bad key, unknown
+    model).  No experiment happened: the loop records no row, stops asking this agent, and
+    ends the run cleanly with ``str(exc)`` as the reason (a message on screen, exit 0)."""
+
+
 def make_agent(config: AgentConfig) -> Agent:
     if config.name == "tuner":
         from .tuner import TunerAgent
