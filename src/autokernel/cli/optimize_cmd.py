@@ -1,6 +1,136 @@
-"""(placeholder: commands registered by this module are being written)"""
+"""``autokernel optimize``: run the optimization loop on one problem, several, or a plan."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
 import typer
+
+from .common import EXIT_OK, fail_usage
+
+EXIT_INTERRUPTED = 130
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command("optimize")(optimize)
+
+
+def optimize(
+    problem: Optional[List[str]] = typer.Option(None, "--problem", help="Problem kind or problem file (repeatable)."),
+    plan: Optional[Path] = typer.Option(None, "--plan", help="plan.json written by `autokernel profile`."),
+    workdir: Optional[Path] = typer.Option(None, "--workdir", help="Workspace directory (a git repository; created if absent)."),
+    kernel: Optional[Path] = typer.Option(None, "--kernel", help="Start kernel file (default: the shipped starter)."),
+    shape: Optional[List[str]] = typer.Option(None, "--shape", help="Target shape, e.g. 4096x4096 (repeatable)."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16 | fp16 | fp32."),
+    agent: str = typer.Option("tuner", "--agent", help="tuner | llm | command."),
+    llm: Optional[str] = typer.Option(None, "--llm", help="openai:MODEL or anthropic:MODEL (llm agent)."),
+    llm_base_url: Optional[str] = typer.Option(None, "--llm-base-url", help="OpenAI-compatible endpoint URL."),
+    llm_max_calls: Optional[int] = typer.Option(None, "--llm-max-calls", help="Stop after this many model calls."),
+    agent_cmd: Optional[str] = typer.Option(None, "--agent-cmd", help='Command agent: shell command with {prompt_file}.'),
+    budget: Optional[str] = typer.Option(None, "--budget", help="Wall-clock budget: 90s, 30m, 8h, 1h30m."),
+    max_experiments: Optional[int] = typer.Option(None, "--max-experiments", help="At most N experiments per problem."),
+    device: str = typer.Option("auto", "--device", help="auto | cuda | cpu."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the tuner and of the agents' choices."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds allowed per evaluation."),
+    run_name: Optional[str] = typer.Option(None, "--run-name", help="Run name (branch autokernel/<run-name>)."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress lines, only the summary."),
+) -> None:
+    """Optimize kernels: propose, evaluate, keep or revert, repeat (resumable)."""
+    from ..agents.base import AGENT_NAMES, AgentConfig, AgentConfigError
+    from ..loop.budget import BudgetError, parse_budget
+    from ..loop.optimize import OptimizeError, Target, run_optimize, targets_from_plan
+    from ..plan import PlanError, load_plan
+    from ..problems import ProblemError, get_problem
+
+    if bool(problem) == bool(plan):
+        fail_usage("give exactly one of --problem or --plan")
+    if workdir is None:
+        fail_usage("--workdir DIR is required (the workspace: a git repository, created if absent)")
+    if agent not in AGENT_NAMES:
+        fail_usage(f"unknown agent {agent!r}; choose one of {', '.join(AGENT_NAMES)}")
+    if timeout <= 0:
+        fail_usage("--timeout must be positive")
+    try:
+        budget_s = parse_budget(budget) if budget is not None else None
+    except BudgetError as exc:
+        fail_usage(str(exc))
+    if max_experiments is not None and max_experiments < 0:
+        fail_usage("--max-experiments must be >= 0")
+    if device not in ("auto", "cpu") and not device.startswith("cuda"):
+        fail_usage(f"unknown device {device!r}; use auto, cuda or cpu")
+
+    try:
+        if plan is not None:
+            if kernel is not None or shape or dtype:
+                fail_usage("--kernel, --shape and --dtype go with --problem, not --plan")
+            targets = targets_from_plan(load_plan(plan))
+            if not targets:
+                fail_usage(f"{plan} has no problem autokernel supports; nothing to optimize")
+        else:
+            if len(problem) > 1 and (kernel is not None or shape):
+                fail_usage("--kernel and --shape go with a single --problem")
+            targets = []
+            for spec in problem:
+                prob = get_problem(spec)
+                shapes = [prob.parse_shape(s) for s in shape] if shape else None
+                name = prob.kind if spec == prob.kind else Path(spec).stem
+                targets.append(Target(name=_dir_name(name), spec=spec, shapes=shapes, dtype=dtype,
+                                      start_file=kernel))
+            if dtype is not None:
+                from ..problems import parse_dtype
+
+                parse_dtype(dtype)
+        config = AgentConfig(name=agent, seed=seed, llm=llm, llm_base_url=llm_base_url, llm_max_calls=llm_max_calls,
+                             agent_cmd=agent_cmd)
+        summary = run_optimize(targets, workdir, agent=config, budget_s=budget_s, max_experiments=max_experiments,
+                               device=device, seed=seed, run_name=run_name, timeout_s=timeout,
+                               show_progress=not quiet, plan_path=plan)
+    except (ProblemError, PlanError, OptimizeError, AgentConfigError) as exc:
+        fail_usage(str(exc))
+    except ValueError as exc:  # shape/dtype parsing, workspace refusal
+        fail_usage(str(exc))
+
+    if summary.stopped_reason == "interrupted":
+        print(f"autokernel: interrupted; {summary.experiments_run} experiment(s) recorded in {summary.workdir}; "
+              f"run the same command again to resume", file=sys.stderr)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    print_summary(summary)
+    raise typer.Exit(EXIT_OK)
+
+
+def _dir_name(name: str) -> str:
+    from ..loop.workspace import sanitize_run_name
+
+    return sanitize_run_name(name).replace("+", "-")
+
+
+def _fmt(value, spec: str, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def print_summary(summary) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
+    table = Table(title=f"autokernel optimize — {summary.workdir} ({summary.branch})", title_justify="left")
+    for column in ("problem", "kind", "exps", "kept", "start us", "best us", "vs start", "vs eager", "% roofline",
+                   "best kernel"):
+        table.add_column(column, justify="right" if column not in ("problem", "kind", "best kernel") else "left")
+    for p in summary.problems:
+        try:
+            path = str(p.best_kernel.relative_to(summary.workdir))
+        except ValueError:
+            path = str(p.best_kernel)
+        table.add_row(p.name, p.kind, str(p.experiments), str(p.kept), _fmt(p.start_score_us, ".4g"),
+                      _fmt(p.best_score_us, ".4g"), _fmt(p.speedup_vs_start, ".3g", "x"),
+                      _fmt(p.speedup_vs_eager, ".3g", "x"), _fmt(p.pct_roofline, ".1f"), path)
+    console.print(table)
+    if any(p.timing_kind == "interpreter" for p in summary.problems):
+        console.print("times are Triton-interpreter wall-clock on CPU: they say nothing about GPU performance")
+    line = f"stopped: {summary.stopped_reason}"
+    if summary.message:
+        line += f" ({summary.message})"
+    console.print(line + f"; {summary.experiments_run} experiment(s) this run; results in {summary.workdir / 'results.tsv'}",
+                  markup=False)
