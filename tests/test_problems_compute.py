@@ -63,9 +63,12 @@ def test_starter_passes_numerics_cases(kind):
 # (several K steps, masked K tail, a single tile), L2 grouping on/off, a clamped pipeline.
 STRUCTURAL_KNOBS = {
     "matmul": [
-        {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "num_warps": 4, "num_stages": 2},
-        {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 16, "num_warps": 8, "num_stages": 5},
-        {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 4, "num_warps": 8, "num_stages": 5},
+        {"variant": "tiled", "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "num_warps": 4,
+         "num_stages": 2},
+        {"variant": "persistent", "BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 16, "num_warps": 8,
+         "num_stages": 5},
+        {"variant": "tma_persistent", "BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 4,
+         "num_warps": 8, "num_stages": 5},
     ],
     "attention": [
         {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1},   # several key blocks per row block
@@ -73,10 +76,12 @@ STRUCTURAL_KNOBS = {
         {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 2},
     ],
     "fused_mlp": [
-        {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "num_warps": 4, "num_stages": 2,
-         "DOWN_BLOCK_M": 32, "DOWN_BLOCK_N": 32, "DOWN_BLOCK_K": 32, "DOWN_num_warps": 4, "DOWN_num_stages": 2},
-        {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 16, "num_warps": 8, "num_stages": 4,
-         "DOWN_BLOCK_M": 256, "DOWN_BLOCK_N": 256, "DOWN_BLOCK_K": 128, "DOWN_num_warps": 8, "DOWN_num_stages": 5},
+        {"variant": "interleaved", "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 1, "num_warps": 4,
+         "num_stages": 2, "DOWN_variant": "persistent", "DOWN_BLOCK_M": 32, "DOWN_BLOCK_N": 32, "DOWN_BLOCK_K": 32,
+         "DOWN_num_warps": 4, "DOWN_num_stages": 2},
+        {"variant": "dual", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 128, "GROUP_M": 16, "num_warps": 8,
+         "num_stages": 4, "DOWN_variant": "tiled", "DOWN_BLOCK_M": 256, "DOWN_BLOCK_N": 256, "DOWN_BLOCK_K": 128,
+         "DOWN_num_warps": 8, "DOWN_num_stages": 5},
     ],
 }
 
@@ -99,6 +104,58 @@ def test_structural_knobs_are_correct(kind):
             args = problem.make_inputs(shape, torch.float32, "cpu", 11)
             ok, msg = within(problem, torch.float32, _call(kind, kernel, args, knobs), truth(problem, args))
             assert ok, f"{kind} {knobs} {shape}: {msg}"
+
+
+def _count_descriptors(monkeypatch, module) -> list:
+    """Counts tensor descriptors the module builds (the tma paths build them, the rest do not)."""
+    made = []
+    real = module.TensorDescriptor.from_tensor
+
+    def counting(tensor, block_shape, *args, **kwargs):
+        made.append(tuple(block_shape))
+        return real(tensor, block_shape, *args, **kwargs)
+
+    monkeypatch.setattr(module.TensorDescriptor, "from_tensor", staticmethod(counting))
+    return made
+
+
+@pytest.mark.parametrize("variant", starter("matmul").KNOB_SPACE["variant"])
+def test_matmul_variants_in_half_precision(variant, monkeypatch):
+    """Each variant, several tiles per program, on b row-major and on b K-major (a transposed
+    view); the tma variants use descriptors where rows are 16-byte aligned and fall back where not."""
+    problem, kernel = get_problem("matmul"), starter("matmul")
+    made = _count_descriptors(monkeypatch, kernel)
+    knobs = {**kernel.KNOBS, "variant": variant, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}
+    for shape, aligned in (({"M": 72, "N": 40, "K": 80}, True), ({"M": 37, "N": 19, "K": 45}, False)):
+        a, b = problem.make_inputs(shape, torch.bfloat16, "cpu", 13)
+        for b_in in (b, b.t().contiguous().t()):
+            made.clear()
+            out = kernel.matmul(a, b_in, knobs=knobs)
+            ok, msg = within(problem, torch.bfloat16, out, truth(problem, (a, b)))
+            assert ok, f"{variant} {shape} K-major={b_in.stride(0) == 1}: {msg}"
+            assert bool(made) == (variant.startswith("tma") and aligned), made
+
+
+@pytest.mark.parametrize("variant", starter("fused_mlp").KNOB_SPACE["variant"])
+def test_fused_mlp_variants_in_half_precision(variant, monkeypatch):
+    problem, kernel = get_problem("fused_mlp"), starter("fused_mlp")
+    made = _count_descriptors(monkeypatch, kernel)
+    for down in kernel.KNOB_SPACE["DOWN_variant"]:
+        knobs = {**kernel.KNOBS, "variant": variant, "DOWN_variant": down, "BLOCK_M": 32, "BLOCK_N": 32,
+                 "BLOCK_K": 32, "DOWN_BLOCK_M": 32, "DOWN_BLOCK_N": 32, "DOWN_BLOCK_K": 32}
+        for dtype in (torch.bfloat16, torch.float16):
+            args = problem.make_inputs({"M": 40, "D": 48, "H": 72}, dtype, "cpu", 17)
+            made.clear()
+            ok, msg = within(problem, dtype, kernel.fused_mlp(*args, knobs=knobs), truth(problem, args))
+            assert ok, f"{variant}/{down} {dtype}: {msg}"
+            assert len(made) == 3 * (variant == "dual_tma") + 3 * (down == "tma_persistent")
+
+
+def test_fused_mlp_empty_hidden_gives_zeros():
+    problem, kernel = get_problem("fused_mlp"), starter("fused_mlp")
+    args = problem.make_inputs({"M": 3, "D": 16, "H": 0}, torch.bfloat16, "cpu", 1)
+    out = kernel.kernel_fn(*args)
+    assert out.shape == (3, 16) and torch.equal(out, torch.zeros_like(out))
 
 
 @pytest.mark.parametrize("kind", KINDS)
