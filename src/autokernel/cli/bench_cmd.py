@@ -1,6 +1,166 @@
-"""(placeholder: commands registered by this module are being written)"""
+"""`autokernel bench KERNEL_FILE --problem KIND|PATH` and `autokernel calibrate`.
+
+bench: judge one kernel file with the harness.  Exit 0 when the kernel is correct, 1 when it
+is not (incorrect, rejected, timeout, crash — including a file that does not parse or lacks
+``kernel_fn``: that is a verdict), 2 for bad usage (unknown kind, missing file, malformed
+shape or dtype, ``--device cuda`` without a GPU), with one line ``autokernel: error: ...`` on
+stderr.  ``--json`` prints exactly one JSON object (the Evaluation record) on stdout; anything
+else printed while judging goes to stderr.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Iterator, List, Optional
+
 import typer
+
+from .common import EXIT_OK, EXIT_VERDICT, fail_usage
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Keep stdout clean for the one JSON object: point fd 1 at stderr meanwhile."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _split(values: Optional[List[str]]) -> list[str]:
+    out: list[str] = []
+    for value in values or []:
+        out.extend(v.strip() for v in value.split(",") if v.strip())
+    return out
+
+
+def bench(
+    kernel_file: Optional[str] = typer.Argument(None, help="the kernel file to judge"),
+    problem: Optional[str] = typer.Option(None, "--problem", "-p", help="problem kind or problem file"),
+    device: str = typer.Option("auto", "--device", help="auto, cuda or cpu"),
+    dtype: Optional[List[str]] = typer.Option(None, "--dtype", help="dtype(s): bf16, fp16, fp32 (repeat or comma list)"),
+    shape: Optional[List[str]] = typer.Option(None, "--shape", help="target shape, e.g. 4096x4096 (repeatable)"),
+    timeout: float = typer.Option(60.0, "--timeout", help="seconds each call of the kernel may take"),
+    json_out: bool = typer.Option(False, "--json", help="print the Evaluation record as one JSON object"),
+    no_baselines: bool = typer.Option(False, "--no-baselines", help="skip the eager / torch.compile baselines"),
+) -> None:
+    """Judge KERNEL_FILE: correctness stages, integrity checks, then timing."""
+    if not kernel_file:
+        fail_usage("missing KERNEL_FILE (usage: autokernel bench KERNEL_FILE --problem KIND|PATH)")
+    if not problem:
+        fail_usage("missing --problem KIND|PATH")
+    if not Path(kernel_file).is_file():
+        fail_usage(f"kernel file not found: {kernel_file}")
+    if not timeout > 0:
+        fail_usage(f"--timeout must be positive, got {timeout:g}")
+
+    from ..harness.evaluate import Evaluator, resolve_device
+    from ..harness.worker import load_problem
+    from ..problems.base import parse_dtype
+
+    try:
+        prob = load_problem(problem)
+    except Exception as exc:  # unknown kind, a bad problem file: the user's input
+        fail_usage(" ".join(str(exc).split()) or f"cannot load problem {problem!r}")
+    try:
+        dtypes = [parse_dtype(d) for d in _split(dtype)]
+        shapes = [prob.parse_shape(s) for s in shape or []]
+        dev = resolve_device(device)
+    except ValueError as exc:
+        fail_usage(str(exc))
+
+    spec = problem if not Path(problem).is_file() else str(Path(problem).resolve())
+    with _stdout_to_stderr() if json_out else contextlib.nullcontext():
+        with Evaluator(spec, device=dev, shapes=shapes or None, dtypes=dtypes or None, timeout_s=timeout,
+                       baselines=not no_baselines) as evaluator:
+            evaluation = evaluator.evaluate(kernel_file)
+    if json_out:
+        sys.stdout.write(json.dumps(evaluation.to_dict(), default=str) + "\n")
+    else:
+        print_evaluation(evaluation)
+    raise typer.Exit(EXIT_OK if evaluation.correct else EXIT_VERDICT)
+
+
+def _fmt(value: Optional[float], spec: str = ".1f", suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def print_evaluation(ev) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=160)
+    colour = {"pass": "green", "incorrect": "red", "rejected": "magenta", "timeout": "yellow", "crash": "red"}
+    console.print(f"[bold]{ev.kernel_file}[/bold]  problem [bold]{ev.problem}[/bold]  on {ev.device_name or ev.device}")
+    console.print(f"verdict: [bold {colour.get(ev.verdict, 'white')}]{ev.verdict}[/]"
+                  + (f" at stage {ev.failed_stage}" if ev.failed_stage else "") + f" — {ev.message}")
+    if ev.stages:
+        table = Table(title="correctness stages")
+        for column in ("stage", "ok", "worst error (x bound)", "worst case", "s", "message"):
+            table.add_column(column, overflow="fold")
+        for s in ev.stages:
+            table.add_row(s.name, "[green]yes[/]" if s.passed else "[red]no[/]", _fmt(s.worst_error, ".3g"),
+                          s.worst_case or "", f"{s.seconds:.2f}", s.message)
+        console.print(table)
+    for f in ev.integrity:
+        console.print(f"[magenta]integrity[/] {f.rule}: {f.message}")
+    if ev.timings:
+        gpu = ev.timing_kind == "gpu"
+        title = "timings (GPU, CUDA events, L2 flushed, median)" if gpu else \
+            "timings (Triton interpreter wall clock: says nothing about GPU speed)"
+        table = Table(title=title)
+        for column in ("shape", "dtype", "latency us", "± us", "GB/s", "TFLOP/s", "% roofline", "eager us",
+                       "compile us", "x eager", "x compile"):
+            table.add_column(column, justify="right")
+        for t in ev.timings:
+            table.add_row("x".join(str(v) for v in t.shape.values()), t.dtype, _fmt(t.latency_us, ".2f"),
+                          _fmt(t.spread_us, ".2f"), _fmt(t.gbps, ".0f"), _fmt(t.tflops, ".1f"),
+                          _fmt(t.pct_roofline, ".1f"), _fmt(t.eager_us, ".2f"), _fmt(t.compile_us, ".2f"),
+                          _fmt(t.speedup_vs_eager, ".2f"), _fmt(t.speedup_vs_compile, ".2f"))
+        console.print(table)
+        line = f"score {ev.score_us:.2f} us"
+        if ev.speedup_vs_eager:
+            line += f", {ev.speedup_vs_eager:.2f}x eager"
+        if ev.speedup_vs_compile:
+            line += f", {ev.speedup_vs_compile:.2f}x torch.compile"
+        if ev.pct_roofline:
+            line += f", {ev.pct_roofline:.1f}% of roofline"
+        console.print(line)
+    console.print(f"[dim]{ev.wall_s:.1f} s; torch {ev.versions.get('torch')}, triton {ev.versions.get('triton')}[/]")
+
+
+def calibrate(json_out: bool = typer.Option(False, "--json", help="print the result as one JSON object")) -> None:
+    """Measure this GPU's copy bandwidth and bf16 matmul peak; cache them for the roofline."""
+    import torch
+
+    from .. import hardware
+
+    if not torch.cuda.is_available():
+        fail_usage("calibrate needs a CUDA GPU; none is available")
+    with _stdout_to_stderr() if json_out else contextlib.nullcontext():
+        cal = hardware.calibrate()
+    if json_out:
+        sys.stdout.write(json.dumps(hardware.calibration_dict(cal)) + "\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"ceilings of {cal.device_name} (cached in {cal.cache_file})")
+    for column in ("what", "measured", "spec"):
+        table.add_column(column, justify="right")
+    table.add_row("copy bandwidth GB/s (read+write)", f"{cal.bandwidth_gbps:.0f}", _fmt(cal.spec_bandwidth_gbps, ".0f"))
+    table.add_row("bf16 matmul TFLOP/s", f"{cal.bf16_tflops:.0f}", _fmt(cal.spec_bf16_tflops, ".0f"))
+    Console().print(table)
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command("bench")(bench)
+    app.command("calibrate")(calibrate)

@@ -15,6 +15,9 @@ crash or a timeout.  With ``incumbent_file`` the candidate and the incumbent are
 the same worker, interleaved, and ``Evaluation.vs_incumbent`` says whether the candidate is
 faster by more than the measured noise.
 """
+import sys as _sys
+import types as _types
+
 from .records import Comparison, Evaluation, Finding, ShapeTiming, StageResult
 
 __all__ = ["Comparison", "Evaluation", "Finding", "ShapeTiming", "StageResult", "evaluate", "Evaluator"]
@@ -22,7 +25,20 @@ __all__ = ["Comparison", "Evaluation", "Finding", "ShapeTiming", "StageResult", 
 
 def __getattr__(name):  # lazy: importing records must not start torch workers
     if name in ("evaluate", "Evaluator"):
-        from . import evaluate as _ev
+        import importlib
 
-        return getattr(_ev, name)
+        return getattr(importlib.import_module(f"{__name__}.evaluate"), name)
     raise AttributeError(name)
+
+
+class _Package(_types.ModuleType):
+    """Importing the submodule ``harness.evaluate`` would bind the package attribute
+    ``evaluate`` to that module; keep it the function."""
+
+    def __setattr__(self, name, value):
+        if name == "evaluate" and isinstance(value, _types.ModuleType):
+            value = value.evaluate
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package

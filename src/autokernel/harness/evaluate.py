@@ -1,0 +1,348 @@
+"""``evaluate`` and ``Evaluator``: judge one kernel file (DESIGN §5).
+
+Order of an evaluation:
+
+1. *load* — the file is read once; a file that does not parse is ``incorrect`` at stage
+   ``load``.  Static checks (integrity.static_findings) run on that text: a finding is
+   ``rejected`` at stage ``static``.  The worker then executes exactly that text as a fresh
+   module; an import error or a missing ``kernel_fn`` is ``incorrect`` at ``load``.
+2. the correctness stages of stages.py, stopping at the first failure (``incorrect``) or
+   integrity finding (``rejected``);
+3. *timing* (when asked and everything passed): the target shapes (or ``shapes=``) at the first
+   dtype, three fresh input sets each, timed in the worker (timing.py); the outputs on every
+   timing set are re-checked afterwards (``cached-output`` if wrong); roofline per shape;
+   eager / torch.compile baselines (baselines.py); a GPU time under 0.8x the floor is
+   ``below-floor``.  With ``incumbent_file`` both kernels are timed interleaved in the same
+   worker and ``vs_incumbent`` says whether the candidate is faster by more than the noise.
+
+Timeouts are per request to the worker: every call (or batch of calls) of the kernel must
+answer within ``timeout_s`` (the timing request within ``timeout_s`` per timed shape).  A hang
+kills the worker: ``timeout``.  A dead worker (signal, abort, CUDA fault): ``crash``.  Either
+way the next evaluation starts a fresh worker.  So does a ``monkey-patch`` finding (the worker
+was tampered with).
+
+Score: ``score_us = sum(weight * median latency)`` over the timed shapes (weights default to 1
+and align with ``shapes=``).  Problem specs: a built-in kind, a problem file path, a
+``package.module:factory`` import path (tests), or a ``Problem`` object.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from .. import __version__
+from ..hardware import ceilings, current_device_name
+from ..problems.base import Problem, Shape, dtype_name, parse_dtype
+from . import baselines as baselines_mod
+from . import integrity, roofline, stages, timing
+from .records import Evaluation, Finding, ShapeTiming
+from .worker import MAX_USES, Worker, WorkerCrash, WorkerTimeout, acquire, load_problem, prestart, release
+
+TIMING_SETS = 3
+INTERLEAVED_ROUNDS = {"gpu": 6, "interpreter": 3}
+
+
+def versions() -> dict[str, str]:
+    import triton
+
+    return {"torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
+            "autokernel": __version__}
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError("--device cuda asked for, but no CUDA GPU is available")
+        return device
+    if device != "cpu":
+        raise ValueError(f"unknown device {device!r} (use auto, cuda or cpu)")
+    return device
+
+
+def worker_spec(spec: Any, problem: Problem) -> str | None:
+    """How the worker finds the problem again (it needs ``make_kernel`` for some kinds)."""
+    if isinstance(spec, Problem):
+        if spec.source == "builtin":
+            return spec.kind
+        path = spec.source.split(":", 1)[-1] if spec.source.startswith("kernelbench:") else spec.source
+        return str(Path(path).resolve()) if Path(path).is_file() else None
+    text = str(spec)
+    if Path(text).is_file():
+        return str(Path(text).resolve())
+    return text
+
+
+def _shapes(problem: Problem, shapes: Sequence[Any] | None, device: str) -> list[Shape]:
+    if not shapes:
+        return [dict(s) for s in problem.shapes_for(device)]
+    return [problem.parse_shape(s) if isinstance(s, str) else {d: int(s[d]) for d in problem.dims} for s in shapes]
+
+
+def _dtypes(problem: Problem, dtypes: Sequence[Any] | None) -> list[torch.dtype]:
+    if not dtypes:
+        return list(problem.dtypes)
+    return [d if isinstance(d, torch.dtype) else parse_dtype(str(d)) for d in dtypes]
+
+
+def _new_seed() -> int:
+    return int.from_bytes(os.urandom(4), "little") % (2 ** 31 - 20_000_000)
+
+
+class Evaluator:
+    """Keeps one worker alive across evaluations of kernels for one problem."""
+
+    def __init__(self, problem_spec: Any, *, device: str = "auto", shapes: Sequence[Any] | None = None,
+                 dtypes: Sequence[Any] | None = None, timeout_s: float = 60.0, timing: bool = True,
+                 baselines: bool = True, weights: Sequence[float] | None = None):
+        self.problem = load_problem(problem_spec)
+        self.spec = worker_spec(problem_spec, self.problem)
+        if self.spec is None and self.problem.make_kernel is not None:
+            raise ValueError("this Problem object cannot be rebuilt in the worker; pass its kind or file path")
+        self.device = resolve_device(device)
+        self.shapes = _shapes(self.problem, shapes, self.device)
+        if not self.shapes:
+            raise ValueError(f"problem {self.problem.kind} has no shapes for device {self.device}")
+        self.dtypes = _dtypes(self.problem, dtypes)
+        self.weights = [float(w) for w in weights] if weights is not None else [1.0] * len(self.shapes)
+        if len(self.weights) != len(self.shapes):
+            raise ValueError(f"{len(self.weights)} weight(s) for {len(self.shapes)} shape(s)")
+        self.timeout_s = float(timeout_s)
+        self.timing = timing
+        self.baselines = baselines
+        self.device_name = current_device_name(self.device)
+        self._worker: Worker | None = None
+        self._timer: timing.Timer | None = None
+        self._stage = "load"
+
+    # ------------------------------------------------------------------ lifecycle
+    def __enter__(self) -> "Evaluator":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Hand the worker back to the process-wide pool (a later Evaluator reuses it)."""
+        if self._worker is not None:
+            release(self._worker)
+            self._worker = None
+
+    def _ensure_worker(self) -> Worker:
+        if self._worker is not None and not self._worker.alive:
+            self._drop_worker()
+        if self._worker is not None and self._worker.evaluations >= MAX_USES:
+            self._drop_worker()
+        if self._worker is None:
+            self._worker = acquire(self.device)
+        self._worker.evaluations += 1
+        return self._worker
+
+    def _drop_worker(self) -> None:
+        if self._worker is not None:
+            self._worker.kill()
+            self._worker = None
+            prestart(self.device)
+
+    # ------------------------------------------------------------------ evaluate
+    def evaluate(self, kernel_file: str | Path, incumbent_file: str | Path | None = None) -> Evaluation:
+        started = time.perf_counter()
+        path = Path(kernel_file).resolve()
+        ev = Evaluation(problem=self.problem.kind, kernel_file=str(kernel_file), correct=False, verdict="incorrect",
+                        device=self.device, device_name=self.device_name, versions=versions())
+        self._stage = "load"
+        try:
+            self._evaluate(ev, path, Path(incumbent_file).resolve() if incumbent_file else None)
+        except WorkerTimeout:
+            self._drop_worker()
+            ev.correct, ev.verdict, ev.failed_stage = False, "timeout", self._stage
+            ev.message = f"no answer within {self.timeout_s:g} s during stage {self._stage}: the worker was killed"
+            ev.timings, ev.score_us = [], None
+        except (WorkerCrash, stages.CudaFault) as exc:
+            self._drop_worker()
+            ev.correct, ev.verdict, ev.failed_stage = False, "crash", self._stage
+            ev.message = f"{exc} during stage {self._stage}"
+            ev.timings, ev.score_us = [], None
+        ev.wall_s = round(time.perf_counter() - started, 3)
+        return ev
+
+    def _evaluate(self, ev: Evaluation, path: Path, incumbent: Path | None) -> None:
+        try:
+            source = path.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            ev.failed_stage, ev.message = "load", f"cannot read kernel file: {exc}"
+            return
+        try:
+            found = integrity.static_findings(source, path.name)
+        except SyntaxError as exc:
+            ev.failed_stage = "load"
+            ev.message = f"SyntaxError: {exc.msg} ({path.name}:{exc.lineno})"
+            return
+        if found:
+            ev.integrity = [Finding(f.rule, f.message) for f in found]
+            ev.verdict, ev.failed_stage = "rejected", "static"
+            ev.message = "; ".join(f"{f.rule}: {f.message}" for f in found[:3])
+            return
+        worker = self._ensure_worker()
+        reply = worker.request({"op": "load", "slot": "candidate", "path": str(path), "source": source,
+                                "problem": self.spec}, self.timeout_s)
+        if reply.get("tampered"):
+            return self._reject(ev, "load", Finding("monkey-patch", "importing the kernel file replaced "
+                                                    + ", ".join(reply["tampered"])))
+        if "error" in reply:
+            ev.failed_stage, ev.message = "load", reply["error"]
+            return
+        seed, heldout_seed = _new_seed(), _new_seed()
+        judge = stages.Judge(self.problem, self.device, worker, self.timeout_s, seed)
+        plan = stages.StagePlan(self.shapes, self.dtypes, heldout_seed)
+        for name, run_stage in stages.STAGE_FUNCTIONS:
+            self._stage = name
+            tally = stages.StageTally(name)
+            try:
+                message = run_stage(judge, plan, tally)
+            except stages.CaseFailure as exc:
+                ev.stages.append(tally.result(False, f"{exc} [{exc.label}]"))
+                ev.failed_stage, ev.message = name, f"{name}: {exc} [{exc.label}]"
+                return
+            except stages.Rejection as exc:
+                ev.stages.append(tally.result(False, str(exc)))
+                return self._reject(ev, name, exc.finding)
+            if name == "smoke":
+                message += f" (input seed {seed})"
+            ev.stages.append(tally.result(True, message))
+        ev.correct, ev.verdict = True, "pass"
+        ev.message = f"passed {len(ev.stages)} stages"
+        if not self.timing:
+            return
+        self._stage = "timing"
+        try:
+            self._time(ev, judge, incumbent)
+        except stages.CaseFailure as exc:
+            ev.correct, ev.verdict, ev.failed_stage = False, "incorrect", "timing"
+            ev.message = f"timing: {exc} [{exc.label}]"
+            ev.timings, ev.score_us = [], None
+        except stages.Rejection as exc:
+            ev.timings, ev.score_us = [], None
+            self._reject(ev, "timing", exc.finding)
+
+    def _reject(self, ev: Evaluation, stage: str, finding: Finding) -> None:
+        ev.correct, ev.verdict, ev.failed_stage = False, "rejected", stage
+        ev.integrity.append(finding)
+        ev.message = f"{finding.rule}: {finding.message}"
+        if finding.rule == "monkey-patch":
+            self._drop_worker()  # the worker's own code may be compromised now
+
+    # ------------------------------------------------------------------ timing
+    def _time(self, ev: Evaluation, judge: stages.Judge, incumbent: Path | None) -> None:
+        worker = self._worker
+        slots = ["candidate"]
+        notes = []
+        if incumbent is not None:
+            try:
+                source = incumbent.read_text()
+                reply = judge.request({"op": "load", "slot": "incumbent", "path": str(incumbent), "source": source,
+                                       "problem": self.spec})
+                if "error" in reply:
+                    notes.append(f"incumbent not timed: {reply['error']}")
+                else:
+                    slots.append("incumbent")
+            except OSError as exc:
+                notes.append(f"incumbent not timed: {exc}")
+        dtype = self.dtypes[0]
+        cases = [[judge.make_case(shape, dtype) for _ in range(TIMING_SETS)] for shape in self.shapes]
+        pristine = [[[t.clone() for t in stages.tensors_of(c.args)] for c in sets] for sets in cases]
+        message = {"op": "time", "slots": slots, "rounds": INTERLEAVED_ROUNDS["gpu" if judge.gpu else "interpreter"],
+                   "poison": stages.NAN_POISON,
+                   "cases": [{"shape": sets[0].shape, "dtype": dtype, "sets": [c.args for c in sets]} for sets in cases]}
+        reply = judge.request(message, self.timeout_s * max(1, len(cases)) * len(slots))
+        if "error" in reply and len(slots) > 1:
+            notes.append(f"incumbent not timed: {reply['error']}")
+            slots = slots[:1]
+            message["slots"] = slots
+            reply = judge.request(message, self.timeout_s * max(1, len(cases)))
+        for sets, clean in zip(cases, pristine):
+            for case, before in zip(sets, clean):
+                judge.check_inputs(case.args, before, case.label + " (timing)")
+        if "error" in reply:
+            raise stages.CaseFailure(f"the kernel raised {reply['error']} while being timed", "timing")
+        judge.check_ops(reply["ops"], "timing")
+        # correctness again, on the timing inputs, after timing
+        for sets, outs_per_set in zip(cases, reply["recheck"]):
+            for k, (case, outs) in enumerate(zip(sets, outs_per_set)):
+                verdict = stages.compare.compare_outputs(outs, judge.reference(case.args), judge.meta(case),
+                                                         self.problem.tolerance(dtype))
+                if not verdict.ok:
+                    raise stages.Rejection("cached-output", f"re-checked after timing, the output on timing input set "
+                                           f"{k} is wrong: {verdict.message} ({case.label})")
+        del reply["recheck"]
+        ev.timing_kind = reply["kind"]
+        ceil = ceilings(self.device_name) if judge.gpu else None
+        samples = reply["samples"]
+        timer = self._parent_timer() if self.baselines else None
+        for c, (sets, weight) in enumerate(zip(cases, self.weights)):
+            flat = [x for round_ in samples["candidate"][c] for x in round_]
+            latency = timing.median(flat)
+            shape = sets[0].shape
+            roof = roofline.roofline(self.problem.bytes(shape, dtype), self.problem.flops(shape), latency, ceil,
+                                     dtype_name(dtype))
+            st = ShapeTiming(shape=dict(shape), dtype=dtype_name(dtype), latency_us=latency, spread_us=timing.spread(flat),
+                             weight=weight, gbps=roof.gbps, tflops=roof.tflops, floor_us=roof.floor_us,
+                             pct_roofline=roof.pct_roofline)
+            if timer is not None:
+                base = baselines_mod.baseline(self.problem, self.device, self.device_name, shape, dtype,
+                                              [s.args for s in sets], timer)
+                st.eager_us, st.compile_us = base.eager_us, base.compile_us
+                st.speedup_vs_eager = roofline.speedup(base.eager_us, latency)
+                st.speedup_vs_compile = roofline.speedup(base.compile_us, latency)
+                if base.note and judge.gpu:
+                    notes.append(base.note)
+            ev.timings.append(st)
+            if judge.gpu and roof.floor_us and latency < integrity.BELOW_FLOOR_FACTOR * roof.floor_us:
+                raise stages.Rejection("below-floor", f"measured {latency:.2f} us at {st.dtype} "
+                                       f"{'x'.join(map(str, shape.values()))}, below 0.8x the physical floor "
+                                       f"{roof.floor_us:.2f} us ({ceil.source} ceilings): a measurement error or a trick")
+        ev.score_us = timing.weighted_score([t.latency_us for t in ev.timings], self.weights)
+        if all(t.eager_us for t in ev.timings):
+            ev.eager_score_us = timing.weighted_score([t.eager_us for t in ev.timings], self.weights)
+        if all(t.compile_us for t in ev.timings):
+            ev.compile_score_us = timing.weighted_score([t.compile_us for t in ev.timings], self.weights)
+        if "incumbent" in slots:
+            ev.vs_incumbent = self._comparison(samples, len(cases))
+        if notes:
+            ev.message += "; " + "; ".join(dict.fromkeys(notes))
+        del worker
+
+    def _comparison(self, samples: dict[str, Any], n_cases: int) -> Any:
+        def per_round(slot: str) -> list[float]:
+            rounds = len(samples[slot][0])
+            return [timing.weighted_score([timing.median(samples[slot][c][r]) for c in range(n_cases)], self.weights)
+                    for r in range(rounds)]
+
+        def total(slot: str) -> float:
+            return timing.weighted_score([timing.median([x for r in samples[slot][c] for x in r]) for c in range(n_cases)],
+                                         self.weights)
+
+        return timing.compare_rounds(per_round("candidate"), per_round("incumbent"), total("candidate"), total("incumbent"))
+
+    def _parent_timer(self) -> timing.Timer:
+        if self._timer is None:
+            self._timer = timing.Timer(self.device)
+        return self._timer
+
+
+def evaluate(problem_spec: Any, kernel_file: str | Path, *, device: str = "auto", shapes: Sequence[Any] | None = None,
+             dtypes: Sequence[Any] | None = None, timeout_s: float = 60.0, timing: bool = True, baselines: bool = True,
+             weights: Sequence[float] | None = None) -> Evaluation:
+    """Judge one kernel file in a fresh worker (see the module docstring)."""
+    with Evaluator(problem_spec, device=device, shapes=shapes, dtypes=dtypes, timeout_s=timeout_s, timing=timing,
+                   baselines=baselines, weights=weights) as evaluator:
+        return evaluator.evaluate(kernel_file)
+
+
+__all__ = ["Evaluator", "evaluate", "versions", "resolve_device"]

@@ -1,0 +1,292 @@
+"""Integrity rules: what a kernel may not do even when its numbers come out right.
+
+Every finding names one of ``RULES``:
+
+``modified-input``     the kernel wrote into an input tensor (the parent keeps pristine clones
+                       and compares bits after every call);
+``partial-write``      an output element was never written: fresh allocations are poisoned
+                       (NaN, then a second value) and an element that follows the poison was
+                       left as it was allocated;
+``cached-output``      the output did not follow new values written into the same input
+                       tensors, reused the storage of an earlier output, or was wrong on the
+                       timing inputs when re-checked after timing;
+``torch-op``           the kernel called a PyTorch compute op (recorded under a dispatch mode:
+                       allow-list mode for built-in problems, block-list mode when the problem
+                       gives ``forbidden_ops``), or reached for the tools that hide ops from it;
+``fallback``           a ``try``/``except`` whose handler calls PyTorch (the classic "if my
+                       kernel fails, quietly use torch" trick);
+``threads-or-streams`` threads, processes, asyncio or extra CUDA streams (work that escapes the
+                       timing or the checks);
+``monkey-patch``       assigning to attributes of torch, triton, autokernel or builtins, found
+                       statically in the file or at run time (ids of critical functions
+                       snapshotted in the worker before the candidate is imported);
+``below-floor``        a GPU time below 0.8x the physical floor (bytes / bandwidth,
+                       flops / peak): a measurement error or a trick, never a win.
+
+This module is pure analysis (AST, op names, id snapshots); the worker and the stages call it.
+"""
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+RULES = ("modified-input", "partial-write", "cached-output", "torch-op", "fallback",
+         "threads-or-streams", "monkey-patch", "below-floor")
+
+BELOW_FLOOR_FACTOR = 0.8
+
+# Ops every kernel may call: allocation, views and metadata, copies and casts.
+ALLOWED_OPS = frozenset({
+    # allocation
+    "aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided",
+    "aten.zeros", "aten.zeros_like", "aten.new_zeros", "aten.ones", "aten.ones_like", "aten.new_ones",
+    "aten.full", "aten.full_like", "aten.new_full", "aten.fill_", "aten.fill", "aten.zero_", "aten.resize_",
+    "aten.scalar_tensor",
+    # views and metadata
+    "aten.view", "aten._unsafe_view", "aten.reshape", "aten._reshape_alias", "aten.as_strided",
+    "aten.expand", "aten.expand_as", "aten.permute", "aten.transpose", "aten.t", "aten.slice",
+    "aten.select", "aten.unsqueeze", "aten.squeeze", "aten.detach", "aten.alias", "aten.split",
+    "aten.split_with_sizes", "aten.chunk", "aten.unbind", "aten.narrow", "aten.view_as",
+    "aten.unflatten", "aten.flatten", "aten.movedim", "aten.diagonal", "aten.unfold",
+    "aten.sym_size", "aten.sym_stride", "aten.sym_numel", "aten.sym_storage_offset",
+    "aten.is_contiguous", "aten._local_scalar_dense",
+    # copies and casts
+    "aten.copy_", "aten.clone", "aten.contiguous", "aten._to_copy", "aten.to", "aten.set_",
+    "aten.lift_fresh", "aten.lift_fresh_copy", "aten._copy_from", "aten._copy_from_and_resize",
+})
+
+# Allocation ops whose fresh floating-point results the worker poisons.
+POISONED_ALLOCATIONS = frozenset({"aten.empty", "aten.empty_like", "aten.empty_strided",
+                                  "aten.new_empty", "aten.new_empty_strided"})
+
+
+@dataclass
+class StaticFinding:
+    rule: str
+    message: str
+
+
+def disallowed_ops(ops: Iterable[str], allowed: frozenset[str], forbidden: frozenset[str] | None) -> list[str]:
+    """The recorded ops that break the rules: anything outside the allow-list (plus the
+    problem's ``allowed``) when ``forbidden`` is None, else exactly the forbidden ones."""
+    ops = sorted(set(ops))
+    if forbidden is not None:
+        return [op for op in ops if op in forbidden]
+    return [op for op in ops if op not in ALLOWED_OPS and op not in allowed]
+
+
+# ------------------------------------------------------------------ static
+_TORCH_ROOTS = ("torch", "triton", "autokernel", "builtins")
+_THREAD_MODULES = ("threading", "_thread", "multiprocessing", "concurrent", "asyncio", "subprocess")
+_STREAM_NAMES = ("Stream", "stream", "ExternalStream", "set_stream")
+_DISPATCH_ESCAPES = ("_disable_current_modes", "_DisableTorchDispatch", "DisableTorchFunction",
+                     "DisableTorchFunctionSubclass", "_pop_mode", "_pop_mode_temporarily",
+                     "_unset_infra_mode", "_set_dispatch_mode", "_ExcludeDispatchKeyGuard",
+                     "_RestorePythonTLSSnapshot", "_python_dispatch", "no_dispatch",
+                     "_DisablePythonDispatcher", "_push_on_torch_dispatch_stack")
+_PROCESS_CALLS = ("fork", "system", "popen", "spawnv", "spawnl", "execv", "execl", "posix_spawn")
+
+
+def static_findings(source: str, filename: str = "kernel.py") -> list[StaticFinding]:
+    """AST checks of a kernel file.  Raises SyntaxError when the file does not parse."""
+    tree = ast.parse(source, filename=filename)
+    aliases = _module_aliases(tree)
+    torch_names = {name for name, mod in aliases.items() if mod.split(".")[0] == "torch"}
+    guarded = {name for name, mod in aliases.items() if mod.split(".")[0] in _TORCH_ROOTS}
+    findings: list[StaticFinding] = []
+
+    def add(rule: str, node: ast.AST, text: str) -> None:
+        findings.append(StaticFinding(rule, f"{text} ({filename}:{getattr(node, 'lineno', '?')})"))
+
+    for node in ast.walk(tree):
+        # fallback: an except handler that calls torch
+        if isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
+            for handler in node.handlers:
+                call = _first_call_into(handler, torch_names)
+                if call is not None:
+                    add("fallback", call, "except handler calls PyTorch "
+                        f"({_dotted(call.func) or 'torch'}): a kernel may not fall back to PyTorch")
+        # threads, processes, streams
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            for name in names:
+                if name.split(".")[0] in _THREAD_MODULES:
+                    add("threads-or-streams", node, f"imports {name}")
+            imported = names + [a.name for a in node.names]
+            for name in imported:
+                hidden = [part for part in name.split(".") if part in _DISPATCH_ESCAPES]
+                if hidden:
+                    add("torch-op", node, f"imports {hidden[0]}: a kernel may not hide its ops from the harness")
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "os":
+                for a in node.names:
+                    if a.name in _PROCESS_CALLS:
+                        add("threads-or-streams", node, f"imports os.{a.name}")
+        if isinstance(node, ast.Attribute):
+            dotted = _dotted(node) or ""
+            root = dotted.split(".")[0]
+            if root in torch_names and node.attr in _STREAM_NAMES:
+                add("threads-or-streams", node, f"uses {dotted}: extra streams escape the timing")
+            if node.attr in _DISPATCH_ESCAPES:
+                add("torch-op", node, f"uses {dotted}: a kernel may not hide its ops from the harness")
+            if root in aliases and aliases[root] == "os" and node.attr in _PROCESS_CALLS:
+                add("threads-or-streams", node, f"calls {dotted}")
+            if root in aliases and aliases[root] == "sys" and node.attr in ("modules", "settrace", "setprofile"):
+                if _is_store_context(node, tree):
+                    add("monkey-patch", node, f"changes {dotted}")
+        if isinstance(node, ast.Name) and node.id in _DISPATCH_ESCAPES:
+            add("torch-op", node, f"uses {node.id}: a kernel may not hide its ops from the harness")
+        # monkey-patching: assignment to attributes of guarded modules
+        targets: list[ast.AST] = []
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Delete):
+            targets = list(node.targets)
+        for target in targets:
+            for leaf in _flatten_targets(target):
+                if isinstance(leaf, (ast.Attribute, ast.Subscript)):
+                    dotted = _dotted(leaf.value if isinstance(leaf, ast.Subscript) else leaf) or ""
+                    root = dotted.split(".")[0]
+                    if root in guarded or root in ("__builtins__",):
+                        add("monkey-patch", leaf, f"assigns to {dotted}")
+                    elif root in aliases and aliases[root] == "sys" and ".modules" in dotted + ".":
+                        add("monkey-patch", leaf, f"assigns to {dotted}")
+        if isinstance(node, ast.Call):
+            fname = _dotted(node.func) or ""
+            if fname in ("setattr", "delattr", "builtins.setattr", "object.__setattr__") and node.args:
+                target = _dotted(node.args[0]) or ""
+                root = target.split(".")[0]
+                if root in guarded or root == "__builtins__" or target.startswith("sys.modules"):
+                    add("monkey-patch", node, f"{fname}() on {target}")
+            if fname.split(".")[-1] in ("Thread", "Process", "ThreadPoolExecutor", "ProcessPoolExecutor"):
+                add("threads-or-streams", node, f"creates {fname}")
+    return _dedupe(findings)
+
+
+def _module_aliases(tree: ast.AST) -> dict[str, str]:
+    """Local names bound to modules (or names from modules) of interest: name -> module path."""
+    aliases: dict[str, str] = {"torch": "torch", "triton": "triton", "builtins": "builtins"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.asname:
+                    aliases[a.asname] = a.name
+                else:
+                    aliases[a.name.split(".")[0]] = a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            for a in node.names:
+                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+    return aliases
+
+
+def _dotted(node: ast.AST) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Call):
+        inner = _dotted(node.func)
+        if inner is None:
+            return None
+        parts.append(inner + "()")
+        return ".".join(reversed(parts))
+    if isinstance(node, ast.Subscript):
+        inner = _dotted(node.value)
+        return None if inner is None else ".".join([inner] + list(reversed(parts)))
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _first_call_into(handler: ast.AST, roots: set[str]) -> ast.Call | None:
+    for node in ast.walk(handler):
+        if isinstance(node, ast.Call):
+            name = _dotted(node.func) or ""
+            if name.split(".")[0] in roots:
+                return node
+            # x.softmax(...) style method calls on tensors look like any method call; only
+            # calls rooted at a torch alias count.
+    return None
+
+
+def _flatten_targets(target: ast.AST) -> list[ast.AST]:
+    if isinstance(target, (ast.Tuple, ast.List)):
+        out: list[ast.AST] = []
+        for elt in target.elts:
+            out.extend(_flatten_targets(elt))
+        return out
+    return [target]
+
+
+def _is_store_context(attr: ast.Attribute, tree: ast.AST) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and node.value is attr and isinstance(node.ctx, (ast.Store, ast.Del)):
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.value is attr \
+                and node.func.attr in ("update", "pop", "__setitem__", "setdefault"):
+            return True
+    return False
+
+
+def _dedupe(findings: list[StaticFinding]) -> list[StaticFinding]:
+    seen, out = set(), []
+    for f in findings:
+        if (f.rule, f.message) not in seen:
+            seen.add((f.rule, f.message))
+            out.append(f)
+    return out
+
+
+# ------------------------------------------------------------- run time
+def _critical_namespaces() -> list[tuple[str, Any]]:
+    """(name, object) whose callable attributes a candidate must leave alone."""
+    import builtins
+    import time
+
+    spaces: list[tuple[str, Any]] = [("builtins", builtins), ("time", time)]
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        spaces += [("torch", torch), ("torch.Tensor", torch.Tensor), ("torch.nn.functional", torch.nn.functional),
+                   ("torch.cuda", torch.cuda), ("torch.cuda.Event", torch.cuda.Event),
+                   ("torch.testing", torch.testing), ("torch.multiprocessing", torch.multiprocessing)]
+        dispatch = sys.modules.get("torch.utils._python_dispatch")
+        if dispatch is not None:
+            spaces.append(("torch.utils._python_dispatch", dispatch))
+    triton = sys.modules.get("triton")
+    if triton is not None:
+        spaces.append(("triton", triton))
+        testing = sys.modules.get("triton.testing")
+        if testing is not None:
+            spaces.append(("triton.testing", testing))
+    connection = sys.modules.get("multiprocessing.connection")
+    if connection is not None:
+        spaces.append(("multiprocessing.connection.Connection", connection.Connection))
+    for name, module in sorted(sys.modules.items()):
+        if name.startswith(("autokernel.harness", "autokernel.problems")) and module is not None:
+            spaces.append((name, module))
+    return spaces
+
+
+def snapshot() -> dict[str, int]:
+    """ids of the critical callables (functions, classes, modules) right now."""
+    snap: dict[str, int] = {}
+    for prefix, space in _critical_namespaces():
+        try:
+            items = list(vars(space).items())
+        except TypeError:
+            continue
+        for key, value in items:
+            if callable(value) or isinstance(value, type(sys)):
+                snap[f"{prefix}.{key}"] = id(value)
+    return snap
+
+
+def tampered(before: dict[str, int], limit: int = 5) -> list[str]:
+    """Names whose object changed (or vanished) since ``before``."""
+    now = snapshot()
+    changed = [name for name, ident in before.items() if now.get(name) != ident]
+    return changed[:limit] + ([f"... and {len(changed) - limit} more"] if len(changed) > limit else [])

@@ -1,0 +1,163 @@
+"""Timing: medians of many calls, never means (DESIGN §5).
+
+GPU: one pair of CUDA events around every call, the L2 cache flushed before every call by
+writing a 256 MiB buffer, warm-up first (one call per input set: compiles, autotuning), inputs
+rotated among the input sets (the harness sends 3 per shape), a bounded number of calls
+(``budget_s`` of GPU time per shape, between ``min_calls`` and ``max_calls``).
+
+CPU (Triton interpreter): the same code path with wall-clock times and a handful of calls;
+these times are labelled ``"interpreter"`` and mean nothing for GPU performance.
+
+Keep/revert: ``time_rounds`` times several kernels alternately in rounds (the order flips
+every round) so that drift in clocks or temperature hits both; ``compare_rounds`` turns the
+per-round scores into a ``Comparison``: the candidate is *significantly* faster when the
+median per-round ratio candidate/incumbent is below ``1 - (MIN_GAIN + noise)``, where noise is
+half the 20–80 percentile range of the per-round ratios.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from .records import Comparison
+
+FLUSH_BYTES = 256 * 1024 * 1024
+MIN_GAIN = 0.01
+
+
+# ------------------------------------------------------------------ statistics (pure)
+def quantile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile, q in [0, 1]."""
+    xs = sorted(values)
+    if not xs:
+        return math.nan
+    pos = q * (len(xs) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def median(values: Sequence[float]) -> float:
+    return quantile(values, 0.5)
+
+
+def spread(values: Sequence[float]) -> float:
+    """Half the 20–80 percentile range: the noise of a set of samples."""
+    return (quantile(values, 0.8) - quantile(values, 0.2)) / 2.0
+
+
+def weighted_score(medians: Sequence[float], weights: Sequence[float]) -> float:
+    return float(sum(w * m for w, m in zip(weights, medians)))
+
+
+def compare_rounds(candidate: Sequence[float], incumbent: Sequence[float],
+                   candidate_us: float, incumbent_us: float, min_gain: float = MIN_GAIN) -> Comparison:
+    """``candidate``/``incumbent``: per-round scores measured interleaved; ``*_us``: the
+    scores over all samples."""
+    ratios = [c / i for c, i in zip(candidate, incumbent) if i > 0]
+    if not ratios:
+        return Comparison(candidate_us, incumbent_us, math.inf, False)
+    ratio = median(ratios)
+    noise = spread(ratios) / ratio if ratio > 0 else math.inf
+    significant = ratio < 1.0 - (min_gain + noise) and candidate_us < incumbent_us
+    return Comparison(candidate_us=candidate_us, incumbent_us=incumbent_us, noise_frac=noise, significant=significant)
+
+
+# ------------------------------------------------------------------ measuring
+@dataclass
+class TimingPlan:
+    budget_s: float  # time spent per shape in timed calls (estimate)
+    min_calls: int
+    max_calls: int
+
+
+GPU_PLAN = TimingPlan(budget_s=0.25, min_calls=20, max_calls=200)
+CPU_PLAN = TimingPlan(budget_s=0.5, min_calls=1, max_calls=3)
+
+
+class Timer:
+    """Times ``fn(i)`` (a call of the kernel on input set ``i % n_sets``) on one device."""
+
+    def __init__(self, device: str):
+        import torch
+
+        self.torch = torch
+        self.gpu = device.startswith("cuda")
+        self.plan = GPU_PLAN if self.gpu else CPU_PLAN
+        self._flush = torch.empty(FLUSH_BYTES, dtype=torch.int8, device=device) if self.gpu else None
+
+    @property
+    def kind(self) -> str:
+        return "gpu" if self.gpu else "interpreter"
+
+    def warm_up(self, fn: Callable[[int], Any], n_sets: int) -> None:
+        for i in range(n_sets):
+            fn(i)
+        self._sync()
+
+    def timed(self, fn: Callable[[int], Any], n: int, first: int = 0) -> list[float]:
+        """Microseconds of ``n`` calls, each on a cold L2 (GPU)."""
+        if not self.gpu:
+            out = []
+            for k in range(n):
+                t0 = time.perf_counter()
+                fn(first + k)
+                out.append((time.perf_counter() - t0) * 1e6)
+            return out
+        cuda = self.torch.cuda
+        starts = [cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [cuda.Event(enable_timing=True) for _ in range(n)]
+        for k in range(n):
+            self._flush.zero_()
+            starts[k].record()
+            fn(first + k)
+            ends[k].record()
+        cuda.synchronize()
+        return [s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends)]
+
+    def calls_for(self, estimate_us: float, budget_s: float | None = None) -> int:
+        budget = self.plan.budget_s if budget_s is None else budget_s
+        overhead = 70.0 if self.gpu else 0.0  # the L2 flush per call
+        n = int(budget * 1e6 / max(estimate_us + overhead, 1.0))
+        return max(self.plan.min_calls, min(self.plan.max_calls, n))
+
+    def estimate(self, fn: Callable[[int], Any]) -> float:
+        return median(self.timed(fn, 3 if self.gpu else 1))
+
+    def measure(self, fn: Callable[[int], Any], n_sets: int) -> list[float]:
+        """Warm up, estimate, then time a bounded number of calls."""
+        return self.timed(fn, self.calls_for(self.warm_up_and_estimate(fn, n_sets)))
+
+    def warm_up_and_estimate(self, fn: Callable[[int], Any], n_sets: int) -> float:
+        if self.gpu:
+            self.warm_up(fn, n_sets)
+            return self.estimate(fn)
+        # the interpreter compiles nothing: one call is warm-up and estimate at once
+        return self.timed(fn, 1)[0]
+
+    def _sync(self) -> None:
+        if self.gpu:
+            self.torch.cuda.synchronize()
+
+
+def time_rounds(timer: Timer, fns: dict[str, list[Callable[[int], Any]]], n_sets: int,
+                rounds: int) -> dict[str, list[list[list[float]]]]:
+    """Time several kernels interleaved.  ``fns[slot][case]`` calls kernel ``slot`` on shape
+    ``case``.  Returns ``samples[slot][case][round]`` (microseconds)."""
+    slots = list(fns)
+    n_cases = len(next(iter(fns.values())))
+    per_round: list[int] = []
+    for c in range(n_cases):
+        est = 0.0
+        for slot in slots:
+            est = max(est, timer.warm_up_and_estimate(fns[slot][c], n_sets))
+        per_round.append(max(1, timer.calls_for(est) // rounds))
+    samples = {slot: [[[] for _ in range(rounds)] for _ in range(n_cases)] for slot in slots}
+    for r in range(rounds):
+        order = slots if r % 2 == 0 else list(reversed(slots))
+        for slot in order:
+            for c in range(n_cases):
+                samples[slot][c][r] = timer.timed(fns[slot][c], per_round[c], first=r)
+    return samples

@@ -1,0 +1,3 @@
+"""Bad kernel: does not parse."""
+def kernel_fn(x)
+    return x

@@ -1,0 +1,7 @@
+"""Bad kernel: never returns."""
+import time
+
+
+def kernel_fn(*args):
+    while True:
+        time.sleep(0.05)

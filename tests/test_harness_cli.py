@@ -1,0 +1,72 @@
+"""`autokernel bench` and `autokernel calibrate`: exit codes, one JSON object, one-line errors."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from autokernel.cli import app
+from autokernel.problems.registry import KERNELS_DIR
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
+
+BAD = Path(__file__).parent / "kernels"
+STARTER = str(KERNELS_DIR / "reduce.py")
+
+
+def run(*args):
+    return CliRunner().invoke(app, list(args))
+
+
+def test_correct_kernel_json_exit_0():
+    r = run("bench", STARTER, "--problem", "reduce", "--device", "cpu", "--shape", "8x64", "--shape", "3x50",
+            "--dtype", "fp32,fp16", "--json", "--no-baselines")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["verdict"] == "pass" and d["correct"] is True and d["timing_kind"] == "interpreter"
+    assert [t["shape"] for t in d["timings"]] == [{"M": 8, "N": 64}, {"M": 3, "N": 50}]
+    assert all(t["dtype"] == "fp32" for t in d["timings"])
+
+
+def test_wrong_kernel_is_exit_1_with_a_verdict():
+    r = run("bench", str(BAD / "reduce_partial_write.py"), "--problem", "reduce", "--device", "cpu", "--json")
+    assert r.exit_code == 1
+    d = json.loads(r.stdout)
+    assert d["verdict"] == "rejected" and d["integrity"][0]["rule"] == "partial-write"
+
+
+def test_human_output_names_the_verdict():
+    r = run("bench", str(BAD / "no_kernel_fn.py"), "--problem", "reduce", "--device", "cpu")
+    assert r.exit_code == 1 and "incorrect" in r.stdout and "kernel_fn" in r.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["bench", STARTER, "--problem", "no_such_kind"], "unknown problem"),
+    (["bench", str(BAD / "missing.py"), "--problem", "reduce"], "not found"),
+    (["bench", STARTER, "--problem", "reduce", "--shape", "12xx3"], "malformed shape"),
+    (["bench", STARTER, "--problem", "reduce", "--shape", "1x2x3"], "expected 2"),
+    (["bench", STARTER, "--problem", "reduce", "--dtype", "fp8"], "unknown dtype"),
+    (["bench", STARTER, "--problem", "reduce", "--device", "cuda"], "no CUDA GPU"),
+    (["bench", STARTER], "--problem"),
+    (["calibrate"], "CUDA GPU"),
+])
+def test_usage_errors_exit_2_with_one_line(args, needle):
+    r = run(*args)
+    assert r.exit_code == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("autokernel: error:") and needle in lines[0]
+    assert "Traceback" not in r.output and r.stdout == ""
+
+
+def test_unparsable_file_real_process_prints_exactly_one_json_object():
+    r = subprocess.run([sys.executable, "-m", "autokernel", "bench", str(BAD / "bad_syntax.py"), "--problem", "reduce",
+                        "--device", "cpu", "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stderr
+    d = json.loads(r.stdout)  # the whole stdout is one object
+    assert d["verdict"] == "incorrect" and d["failed_stage"] == "load" and "SyntaxError" in d["message"]
+    assert "Traceback" not in r.stderr

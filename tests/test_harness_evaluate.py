@@ -1,0 +1,137 @@
+"""The harness end to end on CPU (Triton interpreter): every integrity rule broken by a kernel
+of our own (tests/kernels/), hangs and crashes, the keep/revert comparison, and the JSON record.
+
+One Evaluator per problem is shared (its worker process too); tiny shapes keep it fast."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from autokernel.harness import Evaluation, Evaluator
+from autokernel.problems.registry import KERNELS_DIR
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
+
+BAD = Path(__file__).parent / "kernels"
+REDUCE_STARTER = KERNELS_DIR / "reduce.py"
+
+
+@pytest.fixture(scope="module")
+def reduce_eval():
+    with Evaluator("reduce", device="cpu", timeout_s=20, timing=False) as ev:
+        yield ev
+
+
+def rules(ev: Evaluation) -> set[str]:
+    return {f.rule for f in ev.integrity}
+
+
+def test_starter_passes_every_stage(reduce_eval):
+    ev = reduce_eval.evaluate(REDUCE_STARTER)
+    assert ev.verdict == "pass" and ev.correct, ev.message
+    assert [s.name for s in ev.stages] == ["smoke", "sweep", "numerics", "determinism", "edges", "heldout"]
+    assert all(s.passed for s in ev.stages)
+    assert "seed=" in ev.stages[-1].message
+    assert set(ev.versions) == {"torch", "triton", "python", "autokernel"}
+    assert Evaluation.from_json(ev.to_json()).to_dict() == ev.to_dict()
+
+
+@pytest.mark.parametrize("kernel,rule,stage", [
+    ("reduce_cached.py", "cached-output", "smoke"),
+    ("reduce_same_storage.py", "cached-output", "smoke"),
+    ("reduce_torch_op.py", "torch-op", "smoke"),
+    ("reduce_fallback.py", "fallback", "static"),
+    ("reduce_modifies_input.py", "modified-input", "smoke"),
+    ("reduce_partial_write.py", "partial-write", "smoke"),
+    ("reduce_static_patch.py", "monkey-patch", "static"),
+    ("reduce_threads.py", "threads-or-streams", "static"),
+])
+def test_integrity_rule_broken_is_rejected(reduce_eval, kernel, rule, stage):
+    ev = reduce_eval.evaluate(BAD / kernel)
+    assert ev.verdict == "rejected" and not ev.correct
+    assert rule in rules(ev), ev.message
+    assert ev.failed_stage == stage
+    assert ev.timings == [] and ev.score_us is None
+
+
+def test_calling_torch_softmax_is_rejected():
+    with Evaluator("softmax", device="cpu", timing=False) as ev:
+        result = ev.evaluate(BAD / "softmax_torch_op.py")
+    assert result.verdict == "rejected" and "torch-op" in rules(result)
+    assert "softmax" in result.message
+
+
+def test_rows_assumed_multiple_of_16_fails_edges_or_heldout():
+    # target shapes whose rows are multiples of 16: smoke and sweep pass, odd rows do not
+    with Evaluator("reduce", device="cpu", shapes=["16x64", "32x100"], timing=False) as ev:
+        result = ev.evaluate(BAD / "reduce_rows16.py")
+    assert not result.correct
+    assert result.failed_stage in ("edges", "heldout"), result.message
+    assert [s.passed for s in result.stages[:4]] == [True] * 4
+
+
+def test_fp16_accumulation_fails_on_large_cancelling_values():
+    with Evaluator("reduce", device="cpu", dtypes=["fp16"], shapes=["8x32"], timing=False) as ev:
+        result = ev.evaluate(BAD / "reduce_fp16_accumulate.py")
+    assert result.verdict == "incorrect"
+    # the numerics stage catches the overflow; plain random rows (smoke, the only target shape)
+    # sometimes already show the rounding error (inputs are drawn fresh for every evaluation)
+    assert result.failed_stage in ("numerics", "smoke"), result.message
+    if result.failed_stage == "numerics":
+        assert "NaN/inf" in result.message
+
+
+def test_patching_torch_at_import_is_caught_and_the_next_kernel_is_judged_cleanly(reduce_eval):
+    ev = reduce_eval.evaluate(BAD / "reduce_wrong_patches_torch.py")
+    assert not ev.correct
+    assert ev.verdict in ("rejected", "incorrect")
+    if ev.verdict == "rejected":
+        assert "monkey-patch" in rules(ev) and "allclose" in ev.message
+    after = reduce_eval.evaluate(REDUCE_STARTER)
+    assert after.verdict == "pass", after.message
+
+
+def test_patching_what_the_worker_does_not_watch_cannot_fool_the_parent(reduce_eval):
+    ev = reduce_eval.evaluate(BAD / "reduce_wrong_patches_quietly.py")
+    assert ev.verdict == "incorrect" and ev.failed_stage == "smoke"
+
+
+@pytest.mark.parametrize("kernel,stage,detail", [
+    ("bad_syntax.py", "load", "SyntaxError"),
+    ("no_kernel_fn.py", "load", "kernel_fn"),
+    ("import_error.py", "load", "broken on purpose"),
+])
+def test_files_that_do_not_load_are_verdicts(reduce_eval, kernel, stage, detail):
+    ev = reduce_eval.evaluate(BAD / kernel)
+    assert ev.verdict == "incorrect" and ev.failed_stage == stage
+    assert detail in ev.message and "\n" not in ev.message
+
+
+def test_hang_is_a_timeout_and_the_harness_survives():
+    with Evaluator("reduce", device="cpu", timeout_s=3, timing=False) as ev:
+        hung = ev.evaluate(BAD / "hang.py")
+        assert hung.verdict == "timeout" and hung.failed_stage == "smoke"
+        assert hung.wall_s < 30  # the 3 s deadline, not the default 60 s
+        assert ev.evaluate(REDUCE_STARTER).verdict == "pass"
+
+
+@pytest.mark.parametrize("kernel,signal_name", [("crash_abort.py", "SIGABRT"), ("crash_segfault.py", "SIGSEGV")])
+def test_crash_is_a_verdict_and_the_harness_survives(reduce_eval, kernel, signal_name):
+    ev = reduce_eval.evaluate(BAD / kernel)
+    assert ev.verdict == "crash" and signal_name in ev.message
+    assert reduce_eval.evaluate(REDUCE_STARTER).verdict == "pass"
+
+
+def test_timing_and_incumbent_comparison_on_the_interpreter(tmp_path):
+    with Evaluator("reduce", device="cpu", shapes=["8x64", "5x40"], dtypes=["fp32"], weights=[2.0, 1.0]) as ev:
+        result = ev.evaluate(REDUCE_STARTER, incumbent_file=REDUCE_STARTER)
+    assert result.verdict == "pass", result.message
+    assert result.timing_kind == "interpreter"
+    assert [t.weight for t in result.timings] == [2.0, 1.0]
+    assert result.score_us == pytest.approx(sum(t.weight * t.latency_us for t in result.timings))
+    assert all(t.gbps is None and t.floor_us is None for t in result.timings)  # no roofline on CPU
+    assert all(t.eager_us and t.compile_us is None for t in result.timings)
+    cmp = result.vs_incumbent
+    assert cmp is not None and cmp.candidate_us > 0 and cmp.incumbent_us > 0 and cmp.noise_frac >= 0

@@ -1,0 +1,89 @@
+"""integrity.py: static checks of kernel files and the op allow-list."""
+from __future__ import annotations
+
+import pytest
+
+from autokernel.harness import integrity
+from autokernel.problems.registry import KERNELS_DIR, list_kinds
+
+
+def rules(source: str) -> set[str]:
+    return {f.rule for f in integrity.static_findings(source)}
+
+
+def test_rules_are_named():
+    assert set(integrity.RULES) >= {"modified-input", "partial-write", "cached-output", "torch-op", "fallback",
+                                    "threads-or-streams", "monkey-patch", "below-floor"}
+
+
+def test_fallback_to_torch_in_except_handler():
+    src = "import torch.nn.functional as F\ndef kernel_fn(x):\n    try:\n        return launch(x)\n" \
+          "    except Exception:\n        return F.softmax(x, -1)\n"
+    assert rules(src) == {"fallback"}
+    # a handler that only re-raises is fine
+    ok = "import torch\ndef kernel_fn(x):\n    try:\n        return launch(x)\n    except KeyError as e:\n" \
+         "        raise ValueError('bad') from e\n"
+    assert rules(ok) == set()
+
+
+@pytest.mark.parametrize("src", [
+    "import threading\n",
+    "from concurrent.futures import ThreadPoolExecutor\n",
+    "import torch\ns = torch.cuda.Stream()\n",
+    "import torch\ndef f():\n    with torch.cuda.stream(s):\n        pass\n",
+    "import os\nos.fork()\n",
+])
+def test_threads_and_streams(src):
+    assert "threads-or-streams" in rules(src)
+
+
+@pytest.mark.parametrize("src", [
+    "import torch\ntorch.allclose = lambda *a, **k: True\n",
+    "import torch as T\nT.Tensor.__eq__ = None\n",
+    "import triton\nsetattr(triton, 'jit', None)\n",
+    "import builtins\nbuiltins.len = None\n",
+    "import autokernel.harness.compare as c\nc.compare_outputs = None\n",
+    "from torch import testing\ntesting.assert_close = None\n",
+    "import sys\nsys.modules['torch'] = None\n",
+])
+def test_monkey_patching(src):
+    assert "monkey-patch" in rules(src)
+
+
+def test_hiding_ops_from_the_dispatch_mode():
+    src = "from torch.utils._python_dispatch import _disable_current_modes\n"
+    assert "torch-op" in rules(src)
+
+
+def test_knob_dict_and_locals_are_not_patching():
+    src = "import torch\nKNOBS = {'B': 1}\nKNOBS['B'] = 2\nclass C:\n    pass\nc = C()\nc.x = torch.empty(1)\n"
+    assert rules(src) == set()
+
+
+def test_syntax_error_raises():
+    with pytest.raises(SyntaxError):
+        integrity.static_findings("def f(:\n")
+
+
+@pytest.mark.parametrize("kind", list_kinds())
+def test_starters_have_no_static_findings(kind):
+    path = KERNELS_DIR / f"{kind}.py"
+    if not path.exists():
+        pytest.skip(f"starter {kind} not written yet")
+    assert integrity.static_findings(path.read_text(), path.name) == []
+
+
+def test_allow_list_and_block_list():
+    ops = ["aten.empty", "aten.view", "aten._to_copy", "aten._softmax", "aten.mm"]
+    assert integrity.disallowed_ops(ops, frozenset(), None) == ["aten._softmax", "aten.mm"]
+    assert integrity.disallowed_ops(ops, frozenset({"aten.mm"}), None) == ["aten._softmax"]
+    assert integrity.disallowed_ops(ops, frozenset(), frozenset({"aten.mm"})) == ["aten.mm"]
+
+
+def test_snapshot_sees_replaced_function(monkeypatch):
+    import torch
+
+    before = integrity.snapshot()
+    assert integrity.tampered(before) == []
+    monkeypatch.setattr(torch, "allclose", lambda *a, **k: True)
+    assert "torch.allclose" in integrity.tampered(before)

@@ -1,0 +1,81 @@
+"""timing.py statistics, roofline arithmetic, the GPU spec table and cached ceilings."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from autokernel import hardware
+from autokernel.harness import roofline, timing
+
+
+def test_quantiles_median_spread():
+    xs = [5.0, 1.0, 3.0, 2.0, 4.0]
+    assert timing.median(xs) == 3.0
+    assert timing.quantile(xs, 0.0) == 1.0 and timing.quantile(xs, 1.0) == 5.0
+    assert timing.quantile(xs, 0.8) == pytest.approx(4.2)
+    assert timing.spread(xs) == pytest.approx((4.2 - 1.8) / 2)
+    assert math.isnan(timing.median([]))
+
+
+def test_median_ignores_outliers_unlike_mean():
+    xs = [10.0] * 9 + [1000.0]
+    assert timing.median(xs) == 10.0
+
+
+def test_weighted_score():
+    assert timing.weighted_score([10.0, 20.0], [1.0, 3.0]) == 70.0
+
+
+def test_compare_rounds_significance():
+    inc = [100.0, 101.0, 99.0, 100.5, 100.0, 99.5]
+    fast = [90.0, 91.0, 89.5, 90.0, 90.5, 90.0]
+    c = timing.compare_rounds(fast, inc, 90.0, 100.0)
+    assert c.significant and c.speedup == pytest.approx(100 / 90)
+    same = timing.compare_rounds([99.8, 100.4, 100.0, 99.9, 100.1, 100.0], inc, 100.0, 100.0)
+    assert not same.significant
+    noisy = timing.compare_rounds([80.0, 120.0, 85.0, 115.0, 90.0, 110.0], inc, 97.0, 100.0)
+    assert not noisy.significant and noisy.noise_frac > 0.05
+
+
+def test_floor_and_roofline():
+    # 1 GB at 1000 GB/s = 1000 us; 1 TFLOP at 100 TFLOP/s = 10000 us
+    assert roofline.floor_us(1e9, 0, 1000.0, None) == pytest.approx(1000.0)
+    assert roofline.floor_us(1e9, 1e12, 1000.0, 100.0) == pytest.approx(10000.0)
+    ceil = hardware.Ceilings("X", 1000.0, {"bf16": 100.0, "fp16": 100.0, "fp32": 50.0})
+    r = roofline.roofline(1e9, 0.0, 2000.0, ceil, "bf16")
+    assert r.gbps == pytest.approx(500.0) and r.pct_roofline == pytest.approx(50.0) and r.tflops is None
+    assert roofline.roofline(1e9, 0.0, 2000.0, None, "bf16") == roofline.NONE
+    assert roofline.speedup(200.0, 100.0) == 2.0 and roofline.speedup(None, 1.0) is None
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("NVIDIA H200", "H200"), ("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 PCIe"),
+    ("NVIDIA B200", "B200"), ("NVIDIA A100-SXM4-80GB", "A100 SXM 80GB"), ("NVIDIA A100-SXM4-40GB", "A100 40GB"),
+    ("NVIDIA L40S", "L40S"), ("NVIDIA L4", "L4"), ("NVIDIA A10", "A10"),
+    ("NVIDIA GeForce RTX 4090", "RTX 4090"), ("NVIDIA GeForce RTX 4080", "RTX 4080"),
+    ("NVIDIA GeForce RTX 3090", "RTX 3090"), ("NVIDIA GeForce RTX 3080", "RTX 3080"),
+    ("AMD Instinct MI300X", "MI300X"), ("AMD Instinct MI325X", "MI325X"), ("AMD Instinct MI350X", "MI350X"),
+    ("AMD Instinct MI355X", "MI355X"),
+])
+def test_detect(name, expected):
+    assert hardware.detect(name).name == expected
+
+
+def test_unknown_device_and_cpu_have_no_ceilings(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOKERNEL_CACHE_DIR", str(tmp_path))
+    assert hardware.detect("Some Future GPU") is None
+    assert hardware.ceilings("cpu") is None
+    assert hardware.ceilings("Some Future GPU") is None
+
+
+def test_measured_ceilings_override_spec(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOKERNEL_CACHE_DIR", str(tmp_path))
+    spec = hardware.ceilings("NVIDIA H200")
+    assert spec.source == "spec" and spec.bandwidth_gbps == 4800
+    (tmp_path / "ceilings.json").write_text(json.dumps(
+        {"NVIDIA H200": {"bandwidth_gbps": 4200.0, "tflops": {"bf16": 700.0, "fp16": 700.0, "fp32": 350.0}}}))
+    measured = hardware.ceilings("NVIDIA H200")
+    assert measured.source == "measured" and measured.bandwidth_gbps == 4200.0
+    assert measured.peak_tflops("bf16") == 700.0
