@@ -44,9 +44,9 @@ def fmt(x, spec=".1f"):
 
 
 def starters(out: Path) -> None:
-    import autokernel
+    import autokernel as package
 
-    starters_dir = Path(autokernel.__file__).parent / "kernels"
+    starters_dir = Path(package.__file__).parent / "kernels"
     autokernel(["calibrate"], 300, out / "calibrate.log")
     rows, walls = [], []
     for kind in MEMORY_KINDS + COMPUTE_KINDS:
