@@ -136,6 +136,20 @@ def test_matmul_variants_in_half_precision(variant, monkeypatch):
             assert bool(made) == (variant.startswith("tma") and aligned), made
 
 
+def test_matmul_auto_variant_uses_tma_only_above_its_work_threshold(monkeypatch):
+    problem, kernel = get_problem("matmul"), starter("matmul")
+    made = _count_descriptors(monkeypatch, kernel)
+    knobs = {**kernel.KNOBS, "variant": "auto", "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}
+    shape = {"M": 72, "N": 40, "K": 80}
+    a, b = problem.make_inputs(shape, torch.bfloat16, "cpu", 3)
+    for threshold, expect_tma in ((72 * 40 * 80, False), (72 * 40 * 80 - 1, True)):
+        monkeypatch.setattr(kernel, "AUTO_TMA_MIN_WORK", threshold)
+        made.clear()
+        ok, msg = within(problem, torch.bfloat16, kernel.matmul(a, b, knobs=knobs), truth(problem, (a, b)))
+        assert ok, msg
+        assert bool(made) == expect_tma
+
+
 @pytest.mark.parametrize("variant", starter("fused_mlp").KNOB_SPACE["variant"])
 def test_fused_mlp_variants_in_half_precision(variant, monkeypatch):
     problem, kernel = get_problem("fused_mlp"), starter("fused_mlp")
