@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -86,3 +87,11 @@ def test_run_bad_input_is_one_line_exit_2(tmp_path, args, message):
     assert message in res.output
     assert "Traceback" not in res.output
     assert not (tmp_path / "wd").exists()
+
+
+def test_run_defaults_its_workdir_to_runs_and_the_model_name():
+    from autokernel.cli.pipeline_cmd import default_workdir
+
+    assert default_workdir("llama") == Path("runs") / "llama"
+    assert default_workdir("hf:llama") == Path("runs") / "hf-llama"
+    assert default_workdir("examples/my model.py:Net") == Path("runs") / "my-model"

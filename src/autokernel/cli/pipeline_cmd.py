@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -45,9 +46,16 @@ def _config(items: Optional[List[str]]) -> dict[str, str]:
     return out
 
 
+def default_workdir(model: str) -> Path:
+    """runs/<model>, with the model spec reduced to a safe directory name."""
+    stem = Path(model.split(":")[0]).stem if model.endswith(".py") or ".py:" in model else model
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", stem.replace("hf:", "hf-")).strip("-.") or "model"
+    return Path("runs") / name
+
+
 def run(
     model: str = typer.Option("llama", "--model", help="path/to/file.py:ClassName, llama, gpt2, bert or hf:ARCH (default: the LLaMA-style example)."),
-    workdir: Optional[Path] = typer.Option(None, "--workdir", help="Run directory (a git workspace; created if absent)."),
+    workdir: Optional[Path] = typer.Option(None, "--workdir", help="Run directory (a git workspace; created if absent; default runs/<model>)."),
     budget: Optional[str] = typer.Option(None, "--budget", help="Wall-clock budget, e.g. 8h (default 8h on GPU, 10m on CPU)."),
     input_shape: Optional[str] = typer.Option(None, "--input-shape", help="Model input, e.g. 1x1024 (tokens BxS)."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16 | fp16 | fp32 (default bf16 on GPU, fp32 on CPU)."),
@@ -73,7 +81,8 @@ def run(
     from ..pipeline import RunOptions, run_pipeline
 
     if workdir is None:
-        fail_usage("--workdir DIR is required (where the plan, kernels, results and report go)")
+        workdir = default_workdir(model)
+        _say(f"workdir: {workdir}")
     if agent not in AGENT_NAMES:
         fail_usage(f"unknown agent {agent!r}; choose one of {', '.join(AGENT_NAMES)}")
     if device not in ("auto", "cpu") and not device.startswith("cuda"):
