@@ -212,6 +212,18 @@ class Problem:
         }
 
 
+def rowwise_shapes(col: str = "N") -> dict[str, tuple[Shape, ...]]:
+    """CPU and edge shapes shared by the row-wise kinds (rows of ``col`` elements): tiny CPU
+    shapes with a non-power-of-two row, and edges with size-1 rows and columns, odd counts, a
+    row wider than any block and a ragged GPU grid."""
+    def s(m: int, n: int) -> Shape:
+        return {"M": m, col: n}
+
+    return {"cpu_shapes": (s(16, 256), s(9, 300)),
+            "gpu_edge_shapes": (s(1, 1), s(7, 1), s(3, 37), s(1, 70001), s(1001, 1023)),
+            "cpu_edge_shapes": (s(1, 1), s(7, 1), s(3, 37), s(1, 1100))}
+
+
 # ------------------------------------------------------------- input helpers
 def generator(device: str, seed: int) -> torch.Generator:
     g = torch.Generator(device=device)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import Problem, Shape, Tolerance, element_size, generator, randn, standard_adversarial
+from .base import Problem, Shape, Tolerance, element_size, generator, randn, standard_adversarial, rowwise_shapes
 
 IGNORE_INDEX = -100
 
@@ -71,7 +71,6 @@ def make_problem() -> Problem:
         flops=flops,
         bytes=bytes_moved,
         gpu_shapes=({"M": 4096, "V": 32000}, {"M": 8192, "V": 50257}, {"M": 4096, "V": 128256}),
-        cpu_shapes=({"M": 16, "V": 256}, {"M": 9, "V": 300}),
         dtypes=(torch.bfloat16, torch.float16, torch.float32),
         tolerances={
             torch.float32: Tolerance(atol=1e-4, rtol=1e-4, max_rel_norm=1e-4),
@@ -80,8 +79,6 @@ def make_problem() -> Problem:
             # log-probability to bf16 before averaging
             torch.bfloat16: Tolerance(atol=1.6e-2, rtol=2e-2, max_rel_norm=2e-2),
         },
-        gpu_edge_shapes=({"M": 1, "V": 1}, {"M": 7, "V": 1}, {"M": 3, "V": 37}, {"M": 1, "V": 70001},
-                         {"M": 1001, "V": 1023}),
-        cpu_edge_shapes=({"M": 1, "V": 1}, {"M": 7, "V": 1}, {"M": 3, "V": 37}, {"M": 1, "V": 1100}),
+        **rowwise_shapes("V"),
         adversarial_inputs=adversarial_inputs,
     )

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from .base import Problem, Shape, Tolerance, element_size, generator, randn
+from .base import Problem, Shape, Tolerance, element_size, generator, randn, rowwise_shapes
 
 
 def reference(x: torch.Tensor) -> torch.Tensor:
@@ -92,7 +92,6 @@ def make_problem() -> Problem:
         flops=flops,
         bytes=bytes_moved,
         gpu_shapes=({"M": 8192, "N": 8192}, {"M": 65536, "N": 1024}),
-        cpu_shapes=({"M": 16, "N": 256}, {"M": 9, "N": 300}),
         dtypes=(torch.float32, torch.bfloat16, torch.float16),
         tolerances={
             # fp32: two fp32 sums of ~10^4 normal values in different orders differ by ~1e-5.
@@ -101,8 +100,6 @@ def make_problem() -> Problem:
             torch.float16: Tolerance(atol=2e-3, rtol=2e-3, max_rel_norm=1e-3),
             torch.bfloat16: Tolerance(atol=1.6e-2, rtol=1e-2, max_rel_norm=1e-2),
         },
-        gpu_edge_shapes=({"M": 1, "N": 1}, {"M": 7, "N": 1}, {"M": 3, "N": 37}, {"M": 1, "N": 70001},
-                         {"M": 1001, "N": 1023}),
-        cpu_edge_shapes=({"M": 1, "N": 1}, {"M": 7, "N": 1}, {"M": 3, "N": 37}, {"M": 1, "N": 1100}),
+        **rowwise_shapes(),
         adversarial_inputs=adversarial_inputs,
     )

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Problem, Shape, element_size, generator, randn, standard_adversarial
+from .base import Problem, Shape, element_size, generator, randn, standard_adversarial, rowwise_shapes
 
 
 def reference(x: torch.Tensor) -> torch.Tensor:
@@ -49,10 +49,7 @@ def make_problem() -> Problem:
         flops=flops,
         bytes=bytes_moved,
         gpu_shapes=({"M": 4096, "N": 4096}, {"M": 8192, "N": 8192}, {"M": 4096, "N": 50257}),
-        cpu_shapes=({"M": 16, "N": 256}, {"M": 9, "N": 300}),
         dtypes=(torch.bfloat16, torch.float16, torch.float32),
-        gpu_edge_shapes=({"M": 1, "N": 1}, {"M": 7, "N": 1}, {"M": 3, "N": 37}, {"M": 1, "N": 70001},
-                         {"M": 1001, "N": 1023}),
-        cpu_edge_shapes=({"M": 1, "N": 1}, {"M": 7, "N": 1}, {"M": 3, "N": 37}, {"M": 1, "N": 1100}),
+        **rowwise_shapes(),
         adversarial_inputs=adversarial_inputs,
     )
