@@ -257,3 +257,22 @@ def test_spent_call_budget_ends_the_run_cleanly(tmp_path):
     assert summary.stopped_reason == "agent-exhausted" and "budget spent" in summary.message
     assert [r.status for r in read_results(work / "results.tsv")] == ["baseline", "revert", "revert"]
     assert len(server.requests) == 2
+
+
+def test_refused_key_ends_the_run_as_a_user_mistake(tmp_path, monkeypatch):
+    """HTTP 401 is not worth a night of retries: the run stops at once with reason
+    'agent-refused', and `autokernel optimize` exits 2 with the server's message."""
+    from agent_e2e import start_file
+    from autokernel.cli.optimize_cmd import _exit_for
+    from autokernel.loop.optimize import Target, run_optimize
+    from autokernel.loop.results import read_results
+
+    work = tmp_path / "ws"
+    with FakeLLMServer([Step.status(401)]) as server:
+        config = AgentConfig(name="llm", llm="openai:fake-model", llm_base_url=server.openai_url)
+        summary = run_optimize([Target("reduce", "reduce", start_file=start_file(tmp_path))], work, agent=config,
+                               budget_s=None, max_experiments=10, device="cpu", show_progress=False,
+                               _evaluator_factory=_PassingEvaluator)
+    assert summary.stopped_reason == "agent-refused" and "HTTP 401" in summary.message
+    assert [r.status for r in read_results(work / "results.tsv")] == ["baseline"]
+    assert _exit_for(summary) == 2

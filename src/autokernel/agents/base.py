@@ -83,6 +83,11 @@ class AgentExhausted(RuntimeError):
     ends the run cleanly with ``str(exc)`` as the reason (a message on screen, exit 0)."""
 
 
+class AgentRefused(AgentExhausted):
+    """The agent's service refuses it for good (bad key, unknown model): a user mistake, so
+    the run ends like ``AgentExhausted`` but the command exits 2."""
+
+
 def make_agent(config: AgentConfig) -> Agent:
     if config.name == "tuner":
         from .tuner import TunerAgent

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from .base import AgentConfig, AgentConfigError, AgentExhausted, Context, Proposal
+from .base import AgentConfig, AgentConfigError, AgentExhausted, AgentRefused, Context, Proposal
 from .parse import parse_reply
 from .prompt import build_messages
 from .redact import scrub, secret_values
@@ -236,7 +236,7 @@ class LLMAgent:
         except FatalError as exc:
             reason = scrub(f"the model endpoint refused the request: {exc}", secrets)
             log.write("error.txt", reason + "\n")
-            raise AgentExhausted(reason) from None
+            raise AgentRefused(reason) from None
         except (TransientError, RequestError) as exc:
             reason = scrub(f"LLM request failed: {exc}", secrets)
             log.write("error.txt", reason + "\n")

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from .common import EXIT_OK, fail_usage
+from .common import EXIT_OK, EXIT_USAGE, fail_usage
 
 EXIT_INTERRUPTED = 130
 
@@ -96,7 +96,14 @@ def optimize(
               f"run the same command again to resume", file=sys.stderr)
         raise typer.Exit(EXIT_INTERRUPTED)
     print_summary(summary)
+    if _exit_for(summary) == EXIT_USAGE:
+        fail_usage(summary.message)
     raise typer.Exit(EXIT_OK)
+
+
+def _exit_for(summary) -> int:
+    """A refused key or unknown model is the user's to fix (exit 2); every other stop is 0."""
+    return EXIT_USAGE if summary.stopped_reason == "agent-refused" else EXIT_OK
 
 
 def _dir_name(name: str) -> str:

@@ -20,14 +20,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from ..agents.base import AgentConfig, AgentExhausted, Context, Proposal
+from ..agents.base import AgentConfig, AgentExhausted, AgentRefused, Context, Proposal
 from ..orchestrator import ProblemState, after_experiment, assign_budgets, choose
 from .budget import format_duration
 from .results import ExperimentRecord, append_result, ensure_results, read_results
 from .workspace import (ProblemFile, Workspace, WorkspaceError, keep_message, open_workspace, record_message,
                         replace_file_atomic, sanitize_run_name, write_text_atomic)
 
-STOP_REASONS = ("budget", "max-experiments", "interrupted", "all-done", "agent-exhausted")
+STOP_REASONS = ("budget", "max-experiments", "interrupted", "all-done", "agent-exhausted", "agent-refused")
 EXHAUSTED_PREFIX = "search space exhausted"
 COMPUTE_BOUND_INTENSITY = 32.0  # flop/byte above which throughput is reported in TFLOP/s
 
@@ -346,7 +346,8 @@ def run_optimize(targets: list[Target], workdir: Path, *, agent: AgentConfig | A
             reason = "interrupted"
             message = "interrupted; run the same command again to resume"
         except AgentExhausted as exc:  # an agent that can make no more proposals ends the run cleanly
-            reason, message = "agent-exhausted", str(exc)
+            reason = "agent-refused" if isinstance(exc, AgentRefused) else "agent-exhausted"
+            message = str(exc)
     finally:
         watch.__exit__(None, None, None)
         for run in runs:
