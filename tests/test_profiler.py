@@ -319,3 +319,35 @@ def test_a_block_named_like_a_norm_does_not_claim_its_contents():
     rms = _problem(plan, "rmsnorm")
     assert rms.time_us == pytest.approx(4.0) and rms.shapes == [{"M": 4, "N": 8}]
     assert not [p for p in plan.problems if p.kind == "layernorm"]
+
+
+def test_problem_times_of_a_patched_model():
+    """After apply(): the run's custom op counts for its problem even inside a scope that a
+    recognizer would claim; unpatched places keep their recognized time; the rest is uncovered."""
+    from autokernel.plan import Plan, PlanProblem
+    from autokernel.profiler import problem_times
+
+    root = Node(name="ak::forward::0")
+    norm = root.add(_scope("layers.0.norm", "AutokernelLlamaRMSNorm", [(2, 64, 512)]))
+    op = norm.add(_op("autokernel::rmsnorm_0123456789", [(128, 512), (512,), []]))
+    op.add(_op("cuLaunchKernel", [], [("_rmsnorm_fwd", 4.0)]))
+    norm.add(_op("aten::view", [(128, 512)], [("copy_kernel", 0.5)]))  # the scope's own: still rmsnorm
+    mlp = root.add(_scope("layers.0.mlp", "AutokernelMLP", [(2, 64, 512)]))  # patched: no silu left
+    mlp.add(_op("autokernel::swiglu_abcdef0123", [(128, 1024), (128, 1024)], [("_swiglu", 3.0)]))
+    mlp.add(_op("aten::mm", [(128, 512), (512, 1024)], [("nvjet_tst_a", 10.0)], dtypes=["c10::BFloat16"] * 2))
+    root.add(_op("aten::gelu", [(2, 64, 2048)], [("vectorized_elementwise_kernel<gelu>", 5.0)]))
+    plan = Plan(model="m", device="cuda", time_kind="gpu", dtype="bf16", input_shape=[2, 64], total_time_us=40.0,
+                problems=[PlanProblem("rmsnorm", "rmsnorm", "bf16", [{"M": 128, "N": 512}], [1], 9.0, 0.2),
+                          PlanProblem("swiglu", "swiglu", "bf16", [{"M": 128, "N": 1024}], [1], 6.0, 0.15),
+                          PlanProblem("matmul", "matmul", "bf16", [{"M": 128, "N": 1024, "K": 512}], [1], 12.0, 0.3),
+                          PlanProblem("softmax", "softmax", "bf16", [{"M": 128, "N": 64}], [1], 2.0, 0.05)])
+    ops = {"autokernel::rmsnorm_0123456789": "rmsnorm", "autokernel::swiglu_abcdef0123": "swiglu"}
+    times = problem_times([root, root], plan, time_kind="gpu", op_problems=ops, iters=2)
+    assert times.total_us == pytest.approx(4 + 0.5 + 3 + 10 + 5)
+    assert times.op_us == {"rmsnorm": pytest.approx(4.0), "swiglu": pytest.approx(3.0), "matmul": 0.0, "softmax": 0.0}
+    assert times.problems == {"rmsnorm": pytest.approx(4.5), "swiglu": pytest.approx(3.0),
+                              "matmul": pytest.approx(10.0), "softmax": 0.0}
+    assert times.uncovered_us == pytest.approx(5.0)
+    # without the op map, the custom ops are uncovered time (nothing recognizes them)
+    plain = problem_times([root], plan, time_kind="gpu")
+    assert plain.problems["swiglu"] == 0.0 and plain.uncovered_us == pytest.approx(5.0 + 3.0)

@@ -138,3 +138,57 @@ def test_verify_bad_input_exits_2(tmp_path):
     (wd / "run.json").write_text(json.dumps({"model": "examples/nope.py:Net", "dtype": "fp32", "device": "cpu"}))
     res = runner.invoke(app, ["verify", str(wd)])
     assert res.exit_code == 2 and "not found" in res.output
+
+
+def test_time_breakdown_before_after(tmp_path):
+    """Every plan problem gets a before and an after time: applied ones from the run's custom
+    ops, not applied ones (no kernel file) from the recognizers; in verify.json, the terminal
+    and report.md."""
+    wd = make_workdir(tmp_path / "wd")
+    plan = json.loads((wd / "plan.json").read_text())
+    shapes = {"attention": [{"B": 1, "H": 4, "Hkv": 2, "S": 8, "D": 16, "causal": 1}],
+              "rotary": [{"B": 1, "H": 4, "S": 8, "D": 16}, {"B": 1, "H": 2, "S": 8, "D": 16}],
+              "matmul": [{"M": 8, "N": 64, "K": 64}]}
+    for name, time_us in (("attention", 20.0), ("rotary", 5.0), ("matmul", 25.0)):
+        plan["problems"].append({"name": name, "kind": name, "dtype": "fp32", "shapes": shapes[name],
+                                 "calls": [1] * len(shapes[name]), "time_us": time_us, "fraction": time_us / 100.0,
+                                 "modules": []})
+    plan["uncovered"] = [{"name": "aten::embedding", "time_us": 5.0, "fraction": 0.05}]
+    (wd / "plan.json").write_text(json.dumps(plan))
+    (wd / "problems" / "attention").mkdir()
+    shutil.copyfile(KERNELS_DIR / "attention.py", wd / "problems" / "attention" / "kernel.py")
+    with (wd / "results.tsv").open("a") as fh:
+        fh.write(row(0, "attention", "baseline", 50.0, 0.9, 1.0, 2.0, "starting kernel"))
+
+    res = CliRunner().invoke(app, ["verify", str(wd), "--seeds", "1", "--iters", "1"])
+    assert res.exit_code == 0, res.output
+    assert "time breakdown before/after" in res.output and "CPU op time" in res.output
+
+    v = load_verify(wd)
+    b = v.breakdown
+    assert b is not None and b.time_kind == "cpu" and "not GPU performance" in b.note
+    by = {r.problem: r for r in b.rows}
+    assert list(by) == [p["name"] for p in plan["problems"]]
+    for p in plan["problems"]:
+        assert by[p["name"]].before_us == p["time_us"] and by[p["name"]].before_fraction == pytest.approx(p["fraction"])
+    for name in ("rmsnorm", "swiglu", "attention"):  # applied: timed inside the custom op
+        assert by[name].applied and v.op_calls[name] > 0
+        assert 0 < by[name].after_op_us <= by[name].after_us
+    for name in ("rotary", "matmul"):  # no kernel: the original code, found by the recognizers
+        assert not by[name].applied and name not in v.op_calls
+        assert by[name].after_op_us == 0 and by[name].after_us > 0
+    assert b.uncovered_after_us > 0 and b.uncovered_before_us == 5.0 and b.total_before_us == 100.0
+    assert sum(r.after_us for r in b.rows) + b.uncovered_after_us == pytest.approx(b.total_after_us)
+    assert sum(r.after_fraction for r in b.rows) + b.uncovered_after_fraction <= 1.0
+    assert sum(r.before_fraction for r in b.rows) + b.uncovered_before_fraction <= 1.0
+
+    write_report(wd)
+    md = (wd / "report.md").read_text()
+    section = md[md.index("Time breakdown before/after"):]
+    for name in ("rmsnorm", "swiglu", "attention", "rotary", "matmul", "not covered", "total"):
+        assert f"| {name} |" in section or f"| **{name}** |" in section
+    assert "CPU op time" in section
+
+    res = CliRunner().invoke(app, ["verify", str(wd), "--seeds", "1", "--iters", "1", "--no-breakdown"])
+    assert res.exit_code == 0, res.output
+    assert load_verify(wd).breakdown is None and "time breakdown" not in res.output

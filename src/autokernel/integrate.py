@@ -161,6 +161,9 @@ def output_meta(kind: str, args: tuple) -> tuple[tuple[int, ...], torch.dtype]:
 # eagerly even inside a compiled graph, so this counts every use)
 OP_CALLS: Counter = Counter()
 _OPS: dict[str, Callable[..., Any]] = {}
+# op name (``<name>_<hash>``, without the namespace) -> the plan problem it was registered for
+OP_PROBLEMS: dict[str, str] = {}
+OP_NAMESPACE = "autokernel"
 
 
 def _import_kernel(path: Path, unique: str) -> Any:
@@ -209,10 +212,21 @@ def register_kernel_op(kind: str, name: str, path: Path) -> tuple[str, Callable[
         shape, dtype = output_meta(kind, args)
         return args[0].new_empty(shape, dtype=dtype)
 
-    op = torch.library.custom_op(f"autokernel::{opname}", impl, mutates_args=(), schema=SCHEMAS[kind])
+    op = torch.library.custom_op(f"{OP_NAMESPACE}::{opname}", impl, mutates_args=(), schema=SCHEMAS[kind])
     op.register_fake(fake)
     _OPS[opname] = op
+    OP_PROBLEMS[opname] = name
     return opname, op
+
+
+def op_problems(model: nn.Module | None = None) -> dict[str, str]:
+    """Qualified op name as the profiler shows it (``autokernel::<name>_<hash>``) -> plan
+    problem name: every op registered in this process, and (winning over them) the ops
+    ``apply`` put into ``model``."""
+    out = {f"{OP_NAMESPACE}::{op}": name for op, name in OP_PROBLEMS.items()}
+    for name, op in dict(getattr(model, "_autokernel_ops", {}) or {}).items():
+        out[f"{OP_NAMESPACE}::{op}"] = name
+    return out
 
 
 # ------------------------------------------------------------------ what may be applied

@@ -17,6 +17,11 @@ SwiGLU MLP's elementwise part); otherwise the outermost recognized op on its pat
 (``aten::linear`` over ``aten::addmm``, ``aten::scaled_dot_product_attention`` over the flash
 kernel op); otherwise a GEMM-named kernel (``nvjet_*``, ``*gemm*``, ``cutlass*``); otherwise
 the time is *uncovered*, reported under the outermost op's name.
+
+The same machinery profiles a model patched by ``autokernel.apply`` (``problem_times``): time
+under one of the run's custom ops (``autokernel::<name>_<hash>``) counts for that op's plan
+problem before any recognizer is asked, the rest is recognized as above and mapped to the plan
+problem of the same kind and dtype, and what maps to no plan problem is uncovered.
 """
 from __future__ import annotations
 
@@ -44,6 +49,8 @@ MODULE_LABEL = "ak::m::"
 FUNCTION_LABEL = "ak::f::"
 MARKED_FUNCTIONS = re.compile(r"^apply_rotary", re.IGNORECASE)
 TOP_UNCOVERED = 12
+DEFAULT_WARMUP = 2  # untimed forward passes before profiling
+DEFAULT_ITERS = 3  # profiled forward passes
 
 
 # ------------------------------------------------------------------ tracing
@@ -57,7 +64,7 @@ class Tracer:
         self._infos = {m: module_info(name, m) for name, m in model.named_modules()}
         self._open: dict[int, list[tuple[Any, int]]] = defaultdict(list)
         self._handles: list[Any] = []
-        self._patched: list[tuple[Any, str, Any]] = []
+        self._patched: list[tuple[dict[str, Any], str, Any]] = []
 
     def __enter__(self) -> "Tracer":
         for module in self._infos:
@@ -70,8 +77,8 @@ class Tracer:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        for owner, name, original in reversed(self._patched):
-            setattr(owner, name, original)
+        for namespace, name, original in reversed(self._patched):
+            namespace[name] = original
         self._patched.clear()
         for stack in self._open.values():  # ranges left open by an exception
             while stack:
@@ -94,18 +101,31 @@ class Tracer:
         rf.__exit__(None, None, None)
 
     def _patch_functions(self) -> None:
-        """Wrap ``apply_rotary*`` functions in the Python modules that define the model."""
-        seen: set[str] = set()
-        for module in self._infos:
-            py_name = type(module).__module__
-            py_module = sys.modules.get(py_name)
-            if py_module is None or py_name in seen or py_name.startswith("torch."):
+        """Wrap ``apply_rotary*`` functions in the Python modules that define the model, and
+        in the globals of its classes' methods (``autokernel.apply`` gives a patched method
+        its own copy of the globals)."""
+        seen: set[int] = set()
+        for namespace in self._namespaces():
+            py_name = str(namespace.get("__name__", ""))
+            if id(namespace) in seen or py_name.startswith("torch.") or py_name == "torch":
                 continue
-            seen.add(py_name)
-            for name, fn in list(vars(py_module).items()):
+            seen.add(id(namespace))
+            for name, fn in list(namespace.items()):
                 if MARKED_FUNCTIONS.match(name) and inspect.isfunction(fn):
-                    setattr(py_module, name, self._wrap(fn, f"{py_name}.{name}"))
-                    self._patched.append((py_module, name, fn))
+                    namespace[name] = self._wrap(fn, f"{py_name}.{name}")
+                    self._patched.append((namespace, name, fn))
+
+    def _namespaces(self) -> Iterator[dict[str, Any]]:
+        for module in self._infos:
+            py_module = sys.modules.get(type(module).__module__)
+            if py_module is not None:
+                yield vars(py_module)
+            for klass in type(module).__mro__:
+                if klass in (nn.Module, object):
+                    break
+                for fn in vars(klass).values():
+                    if inspect.isfunction(fn):
+                        yield fn.__globals__
 
     def _wrap(self, fn: Any, qualified: str) -> Any:
         code_names = tuple(getattr(getattr(fn, "__code__", None), "co_names", ()))
@@ -174,6 +194,7 @@ class Attribution:
     instances: list[tuple[Instance, float]] = field(default_factory=list)  # (instance, time in us)
     uncovered: dict[str, float] = field(default_factory=dict)
     total_us: float = 0.0
+    op_times: dict[str, float] = field(default_factory=dict)  # problem -> time under its custom op
 
 
 def walk(node: Node) -> Iterator[Node]:
@@ -189,7 +210,21 @@ def time_units(node: Node, time_kind: str) -> list[tuple[str, float]]:
     return [] if node.scope is not None or node.name.startswith(SCOPE_PREFIX) else [(node.name, node.self_us)]
 
 
-def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp: bool = False) -> Attribution:
+def op_owner(node: Node, op_problems: dict[str, str]) -> str | None:
+    """The plan problem whose custom op ``node`` runs in (the outermost such op), if any."""
+    owner = None
+    n: Node | None = node
+    while n is not None:
+        owner = op_problems.get(n.name, owner)
+        n = n.parent
+    return owner
+
+
+def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp: bool = False,
+              op_problems: dict[str, str] | None = None) -> Attribution:
+    """Attribute every piece of time to an instance of a kind, or to an uncovered label.
+    ``op_problems`` (profiler op name -> plan problem, for a patched model): time under one of
+    those ops goes to ``op_times`` of its problem, before any recognizer is asked."""
     result = Attribution()
     by_key: dict[int, Instance] = {}  # id(claiming node) -> its instance
     times: dict[int, float] = defaultdict(float)
@@ -244,6 +279,10 @@ def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp
                 if us <= 0:
                     continue
                 result.total_us += us
+                owner = op_owner(node, op_problems) if op_problems else None
+                if owner is not None:
+                    result.op_times[owner] = result.op_times.get(owner, 0.0) + us
+                    continue
                 claim = classify(node)
                 if claim is None and time_kind == "gpu" and is_gemm_kernel(kernel_name):
                     claim = _gemm_kernel(node, kernel_name, default_dtype, by_key)
@@ -376,15 +415,10 @@ def _cap_fractions(items: list[Any]) -> None:
 
 
 # ------------------------------------------------------------------ entry point
-def profile_model(loaded: LoadedModel, *, device: str | None = None, dtype: torch.dtype | None = None,
-                  warmup: int = 2, iters: int = 3, fuse_mlp: bool = False) -> Plan:
-    """Profile ``iters`` forward passes of the loaded model (after ``warmup`` untimed ones)
-    and return its plan."""
-    device = device or loaded.device
-    dtype = dtype or loaded.dtype
-    model = loaded.model
-    on_gpu = str(device).startswith("cuda")
-    inputs = loaded.make_inputs(0)
+def trace_model(model: nn.Module, inputs: tuple, *, on_gpu: bool, warmup: int = DEFAULT_WARMUP,
+                iters: int = DEFAULT_ITERS) -> list[Node]:
+    """Run ``warmup`` untimed forward passes, then profile ``iters`` of them; one tree root
+    per profiled pass."""
     activities = [torch.profiler.ProfilerActivity.CPU]
     if on_gpu:
         activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -403,7 +437,17 @@ def profile_model(loaded: LoadedModel, *, device: str | None = None, dtype: torc
                 with torch.profiler.record_function(f"{FORWARD_LABEL}{i}"):
                     model(*inputs)
             sync()
-    roots = events_to_tree(prof.events(), tracer.calls)
+    return events_to_tree(prof.events(), tracer.calls)
+
+
+def profile_model(loaded: LoadedModel, *, device: str | None = None, dtype: torch.dtype | None = None,
+                  warmup: int = DEFAULT_WARMUP, iters: int = DEFAULT_ITERS, fuse_mlp: bool = False) -> Plan:
+    """Profile ``iters`` forward passes of the loaded model (after ``warmup`` untimed ones)
+    and return its plan."""
+    device = device or loaded.device
+    dtype = dtype or loaded.dtype
+    on_gpu = str(device).startswith("cuda")
+    roots = trace_model(loaded.model, loaded.make_inputs(0), on_gpu=on_gpu, warmup=warmup, iters=iters)
     return build_plan(roots, model=loaded.spec, device="cuda" if on_gpu else "cpu",
                       time_kind="gpu" if on_gpu else "cpu", dtype=dtype_name(dtype),
                       input_shape=loaded.input_shape, iters=max(1, iters), fuse_mlp=fuse_mlp,
@@ -414,3 +458,62 @@ def device_label(device: str) -> str:
     if str(device).startswith("cuda") and torch.cuda.is_available():
         return torch.cuda.get_device_name(torch.device(device))
     return f"CPU ({platform.processor() or platform.machine()}), CPU op time"
+
+
+# ------------------------------------------------------------------ per-problem times of a patched model
+@dataclass
+class ProblemTimes:
+    """Where the time of a (patched) model goes, per plan problem, per forward pass."""
+
+    time_kind: str  # "gpu" | "cpu", as in a plan
+    total_us: float
+    problems: dict[str, float]  # plan problem -> time (its custom op's time and recognized time)
+    op_us: dict[str, float]  # plan problem -> the part of it spent in the run's custom op
+    uncovered_us: float  # time that maps to no plan problem
+    warmup: int = DEFAULT_WARMUP
+    iters: int = DEFAULT_ITERS
+
+
+def problem_times(roots: list[Node], plan: Plan, *, time_kind: str, op_problems: dict[str, str] | None = None,
+                  iters: int = 1) -> ProblemTimes:
+    """Attribute a profile to ``plan``'s problems: a custom op's time to its problem, a
+    recognized instance to the plan problem of the same kind and dtype, the rest uncovered."""
+    iters = max(1, iters)
+    fuse_mlp = any(p.kind == "fused_mlp" for p in plan.problems)
+    att = attribute(roots, time_kind=time_kind, default_dtype=plan.dtype, fuse_mlp=fuse_mlp,
+                    op_problems=op_problems)
+    by_kind: dict[tuple[str, str], str] = {}
+    for p in plan.problems:
+        by_kind.setdefault((p.kind, p.dtype), p.name)
+    names = {p.name for p in plan.problems}
+    times = {p.name: 0.0 for p in plan.problems}
+    ops = {p.name: 0.0 for p in plan.problems}
+    uncovered = sum(att.uncovered.values())
+    for name, us in att.op_times.items():
+        if name in names:
+            times[name] += us
+            ops[name] += us
+        else:
+            uncovered += us
+    for inst, us in att.instances:
+        name = by_kind.get((inst.kind, inst.dtype))
+        if name is None:
+            uncovered += us
+        else:
+            times[name] += us
+    return ProblemTimes(time_kind=time_kind, total_us=att.total_us / iters,
+                        problems={k: v / iters for k, v in times.items()}, op_us={k: v / iters for k, v in ops.items()},
+                        uncovered_us=uncovered / iters, iters=iters)
+
+
+def profile_problem_times(model: nn.Module, inputs: tuple, plan: Plan, *, device: str,
+                          op_problems: dict[str, str] | None = None, warmup: int = DEFAULT_WARMUP,
+                          iters: int = DEFAULT_ITERS) -> ProblemTimes:
+    """Profile ``model`` (typically patched by ``autokernel.apply``) like ``profile_model``
+    does and return its time per plan problem.  ``op_problems`` maps profiler op names
+    (``autokernel::<name>_<hash>``) to plan problem names."""
+    on_gpu = str(device).startswith("cuda")
+    roots = trace_model(model, inputs, on_gpu=on_gpu, warmup=warmup, iters=iters)
+    out = problem_times(roots, plan, time_kind="gpu" if on_gpu else "cpu", op_problems=op_problems, iters=iters)
+    out.warmup = max(0, warmup)
+    return out

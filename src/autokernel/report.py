@@ -13,7 +13,7 @@ from typing import Any
 
 from .integrate import KEPT_STATUSES, as_float, best_rows, kernel_path, load_workdir_plan, read_results
 from .plan import Plan
-from .verify import VerifyResult, load_verify
+from .verify import Breakdown, VerifyResult, load_verify
 
 
 @dataclass
@@ -135,6 +135,8 @@ def render_markdown(data: ReportData) -> str:
                       + (f" — {v.timing_note}" if v.timing_note else "") + "."]
             if v.compile_note:
                 lines.append(f"\n{v.compile_note}.")
+        if v.breakdown is not None:
+            lines += breakdown_markdown(v.breakdown)
         if v.predictions:
             lines += ["", "| problem | fraction | best vs eager | Amdahl (vs eager) | best vs start | Amdahl (vs start) | applied |",
                       "|---|---:|---:|---:|---:|---:|---|"]
@@ -155,6 +157,51 @@ def render_markdown(data: ReportData) -> str:
     lines += ["", "Charts: `progress.png` (every experiment's speedup vs the starting kernel), "
               "`roofline.png` (best kernel per problem against its roofline).", ""]
     return "\n".join(lines)
+
+
+def _ratio(before: float, after: float) -> str:
+    return f"{before / after:.2f}x" if before > 0 and after > 0 else "—"
+
+
+def breakdown_markdown(b: Breakdown) -> list[str]:
+    """The 'Time breakdown before/after' section (lines, starting with a blank one)."""
+    unit = "GPU kernel time" if b.time_kind == "gpu" else "CPU op time"
+    lines = ["", "### Time breakdown before/after", "",
+             f"Per forward pass ({unit}; before: the plan's profile, after: the patched model profiled the same way, "
+             f"{b.iters} pass{'' if b.iters == 1 else 'es'} after {b.warmup} warm-up)" + (f" — {b.note}" if b.note else "") + ".", "",
+             "| problem | kind | before (us) | before share | after (us) | after share | before/after | in kernel (us) | applied |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+    for r in b.rows:
+        lines.append(f"| {r.problem} | {r.kind} | {r.before_us:.1f} | {100 * r.before_fraction:.1f}% | {r.after_us:.1f} | "
+                     f"{100 * r.after_fraction:.1f}% | {_ratio(r.before_us, r.after_us)} | {r.after_op_us:.1f} | "
+                     f"{'yes' if r.applied else 'no'} |")
+    lines.append(f"| not covered | — | {b.uncovered_before_us:.1f} | {100 * b.uncovered_before_fraction:.1f}% | "
+                 f"{b.uncovered_after_us:.1f} | {100 * b.uncovered_after_fraction:.1f}% | "
+                 f"{_ratio(b.uncovered_before_us, b.uncovered_after_us)} | — | — |")
+    lines.append(f"| **total** | | {b.total_before_us:.1f} | 100% | {b.total_after_us:.1f} | 100% | "
+                 f"{_ratio(b.total_before_us, b.total_after_us)} | {sum(r.after_op_us for r in b.rows):.1f} | |")
+    return lines
+
+
+def breakdown_table(b: Breakdown):
+    """The same breakdown as a rich table for the terminal."""
+    from rich.table import Table
+
+    unit = "GPU kernel time" if b.time_kind == "gpu" else "CPU op time"
+    table = Table(title=f"time breakdown before/after, per forward ({unit})" + (f" — {b.note}" if b.note else ""),
+                  title_justify="left")
+    for col in ("problem", "kind", "before us", "before %", "after us", "after %", "before/after", "in kernel us", "applied"):
+        table.add_column(col, justify="left" if col in ("problem", "kind", "applied") else "right")
+    for r in b.rows:
+        table.add_row(r.problem, r.kind, f"{r.before_us:.1f}", f"{100 * r.before_fraction:.1f}%", f"{r.after_us:.1f}",
+                      f"{100 * r.after_fraction:.1f}%", _ratio(r.before_us, r.after_us), f"{r.after_op_us:.1f}",
+                      "yes" if r.applied else "no")
+    table.add_row("not covered", "", f"{b.uncovered_before_us:.1f}", f"{100 * b.uncovered_before_fraction:.1f}%",
+                  f"{b.uncovered_after_us:.1f}", f"{100 * b.uncovered_after_fraction:.1f}%",
+                  _ratio(b.uncovered_before_us, b.uncovered_after_us), "", "")
+    table.add_row("total", "", f"{b.total_before_us:.1f}", "100%", f"{b.total_after_us:.1f}", "100%",
+                  _ratio(b.total_before_us, b.total_after_us), f"{sum(r.after_op_us for r in b.rows):.1f}", "")
+    return table
 
 
 # ------------------------------------------------------------------ charts

@@ -9,6 +9,12 @@
    eager and patched are timed, by wall clock, and marked as interpreter/CPU timings.
 4. Put the measured speedup next to Amdahl's prediction from the plan fractions and each
    problem's best speedups in ``results.tsv``.
+5. The time breakdown before/after: the patched model is profiled like ``autokernel profile``
+   profiles a model (device kernel time on a GPU, with the same warm-up and passes; CPU op
+   time on a CPU, one pass) and its time is put on the plan's problems — a problem's custom
+   op counts for it, the rest goes through the recognizers, so a problem whose kernel was not
+   applied keeps its original time — next to the plan's times (the profile the run started
+   from).  ``verify(..., breakdown=False)`` / ``--no-breakdown`` skips it.
 
 Writes ``<workdir>/verify.json`` (``VerifyResult``).
 """
@@ -31,6 +37,7 @@ from .plan import Plan
 # the rounding of every replaced op, so this is looser than the per-kernel tolerances.
 END_TO_END_TOLERANCE = {"fp32": 1e-4, "fp16": 5e-3, "bf16": 2e-2}
 CPU_TIMING_NOTE = "interpreter/cpu — not GPU performance"
+CPU_BREAKDOWN_NOTE = "kernels ran under the Triton interpreter: not GPU performance"
 
 
 class VerifyError(ValueError):
@@ -47,6 +54,43 @@ class KernelPrediction:
     amdahl_vs_eager: float | None  # 1/((1-f)+f/s) with s = speedup_vs_eager
     amdahl_vs_start: float | None  # the same with s = speedup_vs_start
     applied: bool
+
+
+@dataclass
+class BreakdownRow:
+    problem: str
+    kind: str
+    before_us: float  # per forward pass, from plan.json
+    after_us: float  # per forward pass, profiled on the patched model
+    before_fraction: float
+    after_fraction: float
+    applied: bool  # the problem's kernel ran in the patched model
+    after_op_us: float = 0.0  # the part of after_us spent in the problem's kernel (custom op)
+
+
+@dataclass
+class Breakdown:
+    """Where a forward pass's time goes, per plan problem, before and after the run."""
+
+    time_kind: str  # of the "after" profile: "gpu" (device kernels) | "cpu" (CPU op time)
+    before_time_kind: str  # of the plan
+    rows: list[BreakdownRow] = field(default_factory=list)
+    uncovered_before_us: float = 0.0  # time no plan problem covers ("not covered")
+    uncovered_after_us: float = 0.0
+    uncovered_before_fraction: float = 0.0
+    uncovered_after_fraction: float = 0.0
+    total_before_us: float = 0.0
+    total_after_us: float = 0.0
+    warmup: int = 0
+    iters: int = 0
+    note: str = ""
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Breakdown":
+        d = dict(d)
+        d["rows"] = [BreakdownRow(**r) for r in d.get("rows", [])]
+        known = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in d.items() if k in known})
 
 
 @dataclass
@@ -75,6 +119,7 @@ class VerifyResult:
     compile_patched_vs_compile: float | None = None
     predictions: list[KernelPrediction] = field(default_factory=list)
     predicted_vs_eager: float | None = None
+    breakdown: Breakdown | None = None
     message: str = ""
     created: str = ""
 
@@ -85,6 +130,8 @@ class VerifyResult:
     def from_dict(cls, d: dict[str, Any]) -> "VerifyResult":
         d = dict(d)
         d["predictions"] = [KernelPrediction(**p) for p in d.get("predictions", [])]
+        if d.get("breakdown") is not None:
+            d["breakdown"] = Breakdown.from_dict(d["breakdown"])
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in d.items() if k in known})
 
@@ -128,6 +175,40 @@ def predictions(plan: Plan, rows: list[dict[str, str]], applied: set[str]) -> tu
             parts.append((p.fraction, s_e))
     total = amdahl_many(parts) if parts else None
     return out, total
+
+
+def capped_shares(parts: list[float], total: float) -> list[float]:
+    """``part / total`` for each part, each at most 1, summing to at most 1 (floating-point
+    excess is taken off the largest share)."""
+    shares = [min(1.0, max(0.0, x) / total) if total > 0 else 0.0 for x in parts]
+    excess = sum(shares) - (1.0 - 1e-12)
+    if shares and excess > 0:
+        i = max(range(len(shares)), key=shares.__getitem__)
+        shares[i] = max(0.0, shares[i] - excess)
+    return shares
+
+
+def make_breakdown(plan: Plan, after: Any, applied: set[str]) -> Breakdown:
+    """Plan times (before) next to a ``profiler.ProblemTimes`` of the patched model (after)."""
+    names = [p.name for p in plan.problems]
+    after_parts = [after.problems.get(n, 0.0) for n in names] + [after.uncovered_us]
+    after_shares = capped_shares(after_parts, after.total_us)
+    before_uncovered = sum(u.time_us for u in plan.uncovered)
+    before_shares = capped_shares([p.fraction for p in plan.problems] + [sum(u.fraction for u in plan.uncovered)], 1.0)
+    rows = [BreakdownRow(problem=p.name, kind=p.kind, before_us=p.time_us, after_us=after_parts[i],
+                         before_fraction=before_shares[i], after_fraction=after_shares[i],
+                         applied=p.name in applied, after_op_us=after.op_us.get(p.name, 0.0))
+            for i, p in enumerate(plan.problems)]
+    notes = []
+    if after.time_kind != "gpu":
+        notes.append(CPU_BREAKDOWN_NOTE)
+    if after.time_kind != plan.time_kind:
+        notes.append(f"before is {plan.time_kind} time and after is {after.time_kind} time: not comparable")
+    return Breakdown(time_kind=after.time_kind, before_time_kind=plan.time_kind, rows=rows,
+                     uncovered_before_us=before_uncovered, uncovered_after_us=after.uncovered_us,
+                     uncovered_before_fraction=before_shares[-1], uncovered_after_fraction=after_shares[-1],
+                     total_before_us=plan.total_time_us, total_after_us=after.total_us,
+                     warmup=after.warmup, iters=after.iters, note="; ".join(notes))
 
 
 # ------------------------------------------------------------------ the run's model
@@ -186,12 +267,15 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
            compile: bool = True, compile_mode: str = "max-autotune-no-cudagraphs",
            compile_backend: str | None = None, warmup: int = 3, iters: int = 20,
            device: str | None = None, log: Callable[[str], None] | None = None,
-           write: bool = True) -> VerifyResult:
+           write: bool = True, breakdown: bool = True, breakdown_warmup: int | None = None,
+           breakdown_iters: int | None = None) -> VerifyResult:
     """Check and time the patched model of the run in ``workdir``; see the module docstring.
 
     ``compile_backend`` (e.g. ``"aot_eager"``) replaces ``compile_mode`` — for tests on
-    machines where inductor is too slow.  Raises ``VerifyError`` on a workdir that cannot be
-    verified."""
+    machines where inductor is too slow.  ``breakdown`` (with ``timing``): profile the
+    patched model for the time breakdown before/after, on a GPU with the profiler's warm-up
+    and passes (on CPU one of each) unless ``breakdown_warmup``/``breakdown_iters`` say
+    otherwise.  Raises ``VerifyError`` on a workdir that cannot be verified."""
     from .integrate import OP_CALLS, apply, summary
     from .models import ModelSpecError, load_model, output_tensor
     from .problems.base import parse_dtype
@@ -257,6 +341,11 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
                      compile, compile_mode, compile_backend, warmup, iters, say)
     applied = {n for n, c in calls_per_forward.items() if c > 0}
     result.predictions, result.predicted_vs_eager = predictions(plan, read_results(workdir), applied)
+    if timing and breakdown:
+        result.breakdown = _profile_breakdown(plan, patched, loaded.make_inputs(seeds[0] if seeds else 0), dev,
+                                              applied, breakdown_warmup, breakdown_iters, say)
+        if result.breakdown is None:
+            notes.append("the time breakdown could not be measured (see the log)")
     result.message = "; ".join(notes)
     if write:
         tmp = workdir / "verify.json.tmp"
@@ -296,6 +385,31 @@ def _time_models(result: VerifyResult, original, patched, inputs: tuple, dev: st
         result.speedup_vs_compile = result.compile_ms / result.patched_ms
     if result.compile_ms and result.compile_patched_ms:
         result.compile_patched_vs_compile = result.compile_ms / result.compile_patched_ms
+
+
+def _profile_breakdown(plan: Plan, patched, inputs: tuple, dev: str, applied: set[str], warmup: int | None,
+                       iters: int | None, say) -> Breakdown | None:
+    from .integrate import op_problems
+    from .profiler import DEFAULT_ITERS, DEFAULT_WARMUP, profile_problem_times
+
+    gpu = dev.startswith("cuda")
+    # On a GPU the profiler's own warm-up and passes, so that after is measured like before.
+    # Under the interpreter one pass after one warm-up is enough (and the model has already
+    # run several times here): its times are not GPU performance anyway.
+    if warmup is None:
+        warmup = DEFAULT_WARMUP if gpu else min(DEFAULT_WARMUP, 1)
+    if iters is None:
+        iters = DEFAULT_ITERS if gpu else 1
+    try:
+        times = profile_problem_times(patched, inputs, plan, device=dev, op_problems=op_problems(patched),
+                                      warmup=warmup, iters=iters)
+    except Exception as exc:  # a measurement that could not be made, reported as such
+        say(f"time breakdown failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
+        return None
+    result = make_breakdown(plan, times, applied)
+    say(f"time breakdown: {result.total_before_us:.1f} us before, {result.total_after_us:.1f} us after "
+        f"({result.time_kind} time per forward" + (f"; {result.note}" if result.note else "") + ")")
+    return result
 
 
 def load_verify(workdir: str | Path) -> VerifyResult | None:

@@ -130,6 +130,7 @@ def verify_cmd(
     no_timing: bool = typer.Option(False, "--no-timing", help="Only check correctness."),
     no_compile: bool = typer.Option(False, "--no-compile", help="Do not time torch.compile."),
     iters: int = typer.Option(20, "--iters", help="Timed forward passes per model (median)."),
+    no_breakdown: bool = typer.Option(False, "--no-breakdown", help="Do not profile the patched model for the time breakdown before/after."),
 ) -> None:
     """Compare the model with the run's kernels against the original, then time both.
     Exit 0 pass, 1 fail, 2 bad input."""
@@ -147,7 +148,7 @@ def verify_cmd(
         _interpret_for(_run_device(workdir))
     try:
         result = verify(workdir, seeds=tuple(range(seeds)), timing=not no_timing, compile=not no_compile,
-                        iters=iters, device=device, log=_say)
+                        iters=iters, device=device, log=_say, breakdown=not no_breakdown)
     except ValueError as exc:
         fail_usage(str(exc))
     _print_verify(result)
@@ -188,6 +189,10 @@ def _print_verify(v) -> None:
         console.print(line + (f" [{v.timing_note}]" if v.timing_note else ""), markup=False)
     if v.compile_note:
         console.print(v.compile_note, markup=False)
+    if v.breakdown is not None:
+        from ..report import breakdown_table
+
+        console.print(breakdown_table(v.breakdown))
     if v.message:
         console.print(f"note: {v.message}", markup=False)
     errs = ", ".join(f"{e:.2e}" for e in v.errors)
