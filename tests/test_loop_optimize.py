@@ -358,3 +358,20 @@ def test_speedup_vs_start_chains_paired_measurements():
     assert speedup_vs_start(base, best, ev, "baseline") == 1.0
     broken = ExperimentRecord(0, "p", "tuner", "baseline", failed_stage="smoke")
     assert speedup_vs_start(broken, None, ev, "keep") is None
+
+
+def test_progress_line_shows_the_paired_comparison_behind_a_revert():
+    """A candidate's own score can look far better than the best's (measured earlier, on a
+    busier machine); the line must show the paired comparison the decision rested on."""
+    from types import SimpleNamespace
+
+    from autokernel.loop.optimize import progress_line
+    from autokernel.loop.results import ExperimentRecord
+
+    base = ExperimentRecord(0, "matmul", "tuner", "baseline", latency_us=578372.0, speedup_vs_start=1.0)
+    record = ExperimentRecord(3, "matmul", "tuner", "revert", latency_us=238494.8, description="variant auto→tma")
+    run = SimpleNamespace(name="matmul", best_row=base, rows=[base, record])
+    paired = Comparison(candidate_us=238494.8, incumbent_us=249947.2, noise_frac=0.12, significant=False)
+    line = progress_line(run, record, None, paired)
+    assert "revert" in line and "vs best 1.05x ±12%" in line and "best 5.784e+05 us" in line
+    assert "vs best" not in progress_line(run, record, None, None)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..agents.base import AgentConfig, AgentExhausted, AgentRefused, Context, Proposal
+from ..harness.records import Comparison
 from ..orchestrator import ProblemState, after_experiment, assign_budgets, choose
 from .budget import format_duration
 from .results import ExperimentRecord, append_result, ensure_results, read_results
@@ -625,7 +626,7 @@ def _experiment(ws: Workspace, run: _Run, agent_obj, factory, device, timeout_s,
         run.best_eval = evaluation
     run.state = after_experiment(run.state, improved=status == "keep", seconds=record.wall_s,
                                  pct_roofline=record.pct_roofline, best_speedup=record.speedup_vs_start)
-    _progress(printer, run, record, deadline)
+    _progress(printer, run, record, deadline, evaluation.vs_incumbent if evaluation is not None else None)
     return True
 
 
@@ -643,9 +644,17 @@ def decide(evaluation, *, incumbent_correct: bool) -> str:
     return "revert"
 
 
-def _progress(printer: _Printer, run: _Run, record: ExperimentRecord, deadline: float | None) -> None:
-    if not printer.enabled:
-        return
+def _progress(printer: _Printer, run: _Run, record: ExperimentRecord, deadline: float | None,
+              comparison: Comparison | None = None) -> None:
+    if printer.enabled:
+        printer.line(progress_line(run, record, deadline, comparison))
+
+
+def progress_line(run: _Run, record: ExperimentRecord, deadline: float | None,
+                  comparison: Comparison | None = None) -> str:
+    """One line per experiment.  A candidate's own score and the best's were measured at
+    different times; the keep/revert decision rests on the paired comparison, so that is shown
+    too ("vs best 1.03x ±8%")."""
     best = run.best_row
     best_text = f"{best.latency_us:.4g} us" if best is not None and best.latency_us else "none correct"
     if best is not None and best.speedup_vs_start and best.status == "keep":
@@ -653,8 +662,11 @@ def _progress(printer: _Printer, run: _Run, record: ExperimentRecord, deadline: 
     latency = f"{record.latency_us:.4g} us" if record.latency_us else (record.failed_stage or "-")
     kept = sum(1 for r in run.rows if r.status == "keep")
     left = f"  left {format_duration(deadline - time.monotonic())}" if deadline is not None else ""
-    printer.line(f"{run.name} exp {record.experiment:>3} {record.status:<9} {latency:<12} best {best_text}  "
-                 f"kept {kept}{left}  {record.description}")
+    paired = ""
+    if comparison is not None and comparison.candidate_us > 0:
+        paired = f" (vs best {comparison.speedup:.3g}x ±{100 * comparison.noise_frac:.0f}%)"
+    return (f"{run.name} exp {record.experiment:>3} {record.status:<9} {latency + paired:<12} best {best_text}  "
+            f"kept {kept}{left}  {record.description}")
 
 
 def _tidy(ws: Workspace, runs: list[_Run]) -> None:
