@@ -87,3 +87,16 @@ def test_snapshot_sees_replaced_function(monkeypatch):
     assert integrity.tampered(before) == []
     monkeypatch.setattr(torch, "allclose", lambda *a, **k: True)
     assert "torch.allclose" in integrity.tampered(before)
+
+
+def test_a_time_below_the_physical_floor_is_flagged():
+    from autokernel.harness import roofline
+    from autokernel.harness.integrity import below_floor
+
+    # softmax 4096x4096 bf16 moves 64 MiB: at 4226 GB/s no kernel beats ~15.9 us
+    floor = roofline.floor_us(2 * 4096 * 4096 * 2, 0.0, 4226.0, None)
+    assert 15.8 < floor < 16.0
+    assert below_floor(10.0, floor)          # a cached or skipped computation
+    assert not below_floor(21.7, floor)      # the measured starter
+    assert not below_floor(0.9 * floor, floor)  # within the margin for ceilings measured low
+    assert not below_floor(5.0, None)        # no roofline known (CPU): never flagged

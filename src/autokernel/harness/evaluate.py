@@ -303,7 +303,7 @@ class Evaluator:
                 if base.note and judge.gpu:
                     notes.append(base.note)
             ev.timings.append(st)
-            if judge.gpu and roof.floor_us and latency < integrity.BELOW_FLOOR_FACTOR * roof.floor_us:
+            if judge.gpu and integrity.below_floor(latency, roof.floor_us):
                 raise stages.Rejection("below-floor", f"measured {latency:.2f} us at {st.dtype} "
                                        f"{'x'.join(map(str, shape.values()))}, below 0.8x the physical floor "
                                        f"{roof.floor_us:.2f} us ({ceil.source} ceilings): a measurement error or a trick")

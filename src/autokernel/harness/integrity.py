@@ -37,6 +37,12 @@ RULES = ("modified-input", "partial-write", "cached-output", "torch-op", "fallba
 
 BELOW_FLOOR_FACTOR = 0.8
 
+
+def below_floor(latency_us: float, floor_us: float | None) -> bool:
+    """A time under BELOW_FLOOR_FACTOR x the physical floor cannot be real (the factor leaves
+    room for ceilings measured a little low, e.g. a copy slower than a fused kernel)."""
+    return bool(floor_us) and latency_us < BELOW_FLOOR_FACTOR * floor_us
+
 # Ops every kernel may call: allocation, views and metadata, copies and casts.
 ALLOWED_OPS = frozenset({
     # allocation
