@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .integrate import as_float, best_rows, judged_correct, kernel_path, load_workdir_plan, read_results
+from .problems.base import format_shape
 
 FORMATS = ("files", "package")
 
@@ -45,7 +46,7 @@ def exported_kernels(workdir: Path) -> list[ExportedKernel]:
         if not path.is_file() or not judged_correct(results, best, p.name):
             continue
         row = best.get(p.name, {})
-        shapes = "; ".join("x".join(str(v) for v in s.values()) for s in p.shapes)
+        shapes = "; ".join(format_shape(s) for s in p.shapes)
         out.append(ExportedKernel(p.name, p.kind, p.dtype, shapes, as_float(row.get("speedup_vs_start")),
                                   as_float(row.get("speedup_vs_eager")), path))
     return out

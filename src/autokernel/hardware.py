@@ -24,6 +24,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .files import write_text_atomic
+
 
 @dataclass(frozen=True)
 class GpuSpec:
@@ -122,6 +124,22 @@ def ceilings(device_name: str | None = None) -> Ceilings | None:
     return measured_ceilings(device_name) or spec_ceilings(device_name)
 
 
+def resolve_device(device: str) -> str:
+    """``auto`` → ``cuda`` when a GPU is present, else ``cpu``; ``cuda[:N]`` only with a GPU.
+    Raises ValueError (a user mistake) for a missing GPU or an unknown device."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError("--device cuda asked for, but no CUDA GPU is available (use --device cpu)")
+        return device
+    if device != "cpu":
+        raise ValueError(f"unknown device {device!r}; use auto, cuda or cpu")
+    return device
+
+
 def current_device_name(device: str = "cuda") -> str:
     import torch
 
@@ -204,9 +222,7 @@ def calibrate(device: str = "cuda") -> Calibration:
                    "torch": torch.__version__}
     path = _cache_file()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(cache, indent=2))
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(cache, indent=2))
     return Calibration(name, bandwidth, bf16, spec.bandwidth_gbps if spec else None, spec.bf16_tflops if spec else None,
                        tflops, time.perf_counter() - t0, str(path))
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
+from .hardware import resolve_device as hardware_resolve_device
 
 DEFAULT_MODEL = "llama"
 DEFAULT_BUDGET_GPU = "8h"
@@ -58,13 +58,10 @@ class RunResult:
 
 
 def resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise PipelineError("--device cuda but no GPU is available (use --device cpu)")
-    if device != "cpu" and not device.startswith("cuda"):
-        raise PipelineError(f"unknown device {device!r}; use auto, cuda or cpu")
-    return device
+    try:
+        return hardware_resolve_device(device)
+    except ValueError as exc:
+        raise PipelineError(str(exc)) from None
 
 
 def _same_run(saved: dict[str, Any], wanted: dict[str, Any]) -> bool:

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .files import write_text_atomic
+
 PLAN_VERSION = 1
 
 
@@ -79,9 +81,7 @@ class PlanError(ValueError):
 
 def save_plan(plan: Plan, path: Path) -> None:
     path = Path(path)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(plan.to_dict(), indent=2) + "\n")
-    tmp.replace(path)
+    write_text_atomic(Path(path), json.dumps(plan.to_dict(), indent=2) + "\n")
 
 
 def load_plan(path: Path) -> Plan:

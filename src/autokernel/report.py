@@ -13,6 +13,7 @@ from typing import Any
 
 from .integrate import KEPT_STATUSES, as_float, best_rows, kernel_path, load_workdir_plan, read_results
 from .plan import Plan
+from .problems.base import format_shape
 from .verify import Breakdown, VerifyResult, load_verify
 
 
@@ -90,7 +91,7 @@ def render_markdown(data: ReportData) -> str:
     lines.append(f"- experiments recorded: {sum(1 for r in data.rows if r.get('status') != 'baseline')}")
     lines += ["", "## Plan", "", "| problem | kind | dtype | shapes | fraction | modules |", "|---|---|---|---|---:|---|"]
     for p in plan.problems:
-        shapes = "; ".join("x".join(str(v) for v in s.values()) for s in p.shapes)
+        shapes = "; ".join(format_shape(s) for s in p.shapes)
         mods = ", ".join(p.modules[:3]) + (f" (+{len(p.modules) - 3})" if len(p.modules) > 3 else "")
         kind = p.kind if p.supported else f"{p.kind or '—'} (unsupported: {p.note})"
         lines.append(f"| {p.name} | {kind} | {p.dtype} | {shapes} | {100 * p.fraction:.1f}% | {mods} |")

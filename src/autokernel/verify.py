@@ -30,8 +30,11 @@ from typing import Any, Callable
 
 import torch
 
+from .files import write_text_atomic
 from .integrate import IntegrateError, as_float, best_rows, load_workdir_plan, read_results
+from .orchestrator import amdahl
 from .plan import Plan
+from .problems.base import dtype_name
 
 # Relative-norm bound on the model output (logits), per dtype.  A whole model accumulates
 # the rounding of every replaced op, so this is looser than the per-kernel tolerances.
@@ -137,13 +140,6 @@ class VerifyResult:
 
 
 # ------------------------------------------------------------------ pure arithmetic
-def amdahl(fraction: float, speedup: float) -> float:
-    """End-to-end speedup when a part taking ``fraction`` of the time gets ``speedup``× faster."""
-    if speedup <= 0:
-        raise ValueError("speedup must be positive")
-    return 1.0 / ((1.0 - fraction) + fraction / speedup)
-
-
 def amdahl_many(parts: list[tuple[float, float]]) -> float:
     """Several disjoint parts ``(fraction, speedup)`` at once."""
     rest = 1.0 - sum(f for f, _ in parts)
@@ -309,8 +305,7 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
     info = summary(patched)
     say(f"replaced: {len(info['replaced'])} place(s); skipped: {len(info['skipped'])}")
 
-    dkey = cfg["dtype"] if cfg["dtype"] in END_TO_END_TOLERANCE else {
-        torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}.get(dtype, "fp32")
+    dkey = next((k for k in (cfg["dtype"], dtype_name(dtype)) if k in END_TO_END_TOLERANCE), "fp32")
     tol = END_TO_END_TOLERANCE[dkey]
     errors: list[float] = []
     calls_per_forward: dict[str, int] = {}
@@ -348,9 +343,7 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
             notes.append("the time breakdown could not be measured (see the log)")
     result.message = "; ".join(notes)
     if write:
-        tmp = workdir / "verify.json.tmp"
-        tmp.write_text(json.dumps(result.to_dict(), indent=2) + "\n")
-        tmp.replace(workdir / "verify.json")
+        write_text_atomic(workdir / "verify.json", json.dumps(result.to_dict(), indent=2) + "\n")
     return result
 
 

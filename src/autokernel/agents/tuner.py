@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..files import write_text_atomic
 from .base import Context, Proposal
 
 EXHAUSTED = "search space exhausted"
@@ -198,9 +199,7 @@ class TunerAgent:
 
     def _save_state(self, path: Path, state: dict) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(state, indent=1))
-        tmp.replace(path)
+        write_text_atomic(path, json.dumps(state, indent=1))
 
     # ---------------------------------------------------------------- propose
     def propose(self, context: Context) -> Proposal:

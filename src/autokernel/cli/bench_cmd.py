@@ -94,6 +94,8 @@ def _fmt(value: Optional[float], spec: str = ".1f", suffix: str = "") -> str:
 
 
 def print_evaluation(ev) -> None:
+    from ..problems.base import format_shape
+
     from rich.console import Console
     from rich.table import Table
 
@@ -121,7 +123,7 @@ def print_evaluation(ev) -> None:
                        "compile us", "x eager", "x compile"):
             table.add_column(column, justify="right")
         for t in ev.timings:
-            table.add_row("x".join(str(v) for v in t.shape.values()), t.dtype, _fmt(t.latency_us, ".2f"),
+            table.add_row(format_shape(t.shape), t.dtype, _fmt(t.latency_us, ".2f"),
                           _fmt(t.spread_us, ".2f"), _fmt(t.gbps, ".0f"), _fmt(t.tflops, ".1f"),
                           _fmt(t.pct_roofline, ".1f"), _fmt(t.eager_us, ".2f"), _fmt(t.compile_us, ".2f"),
                           _fmt(t.speedup_vs_eager, ".2f"), _fmt(t.speedup_vs_compile, ".2f"))

@@ -27,8 +27,6 @@ def profile(
     iters: int = typer.Option(3, "--iters", min=1, help="profiled forward passes"),
 ) -> None:
     """Profile a model and write plan.json: the kernel problems it is made of, with real shapes."""
-    import torch
-
     from ..models import ModelSpecError, load_model, parse_config_overrides, parse_input_shape
     from ..plan import save_plan
     from ..problems.base import parse_dtype
@@ -55,18 +53,12 @@ def profile(
 
 
 def resolve_device(device: str) -> str:
-    import torch
+    from ..hardware import resolve_device as resolve
 
-    device = device.strip().lower()
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            fail_usage("--device cuda: no CUDA device is available here (use --device cpu)")
-        return device
-    if device == "cpu":
-        return device
-    fail_usage(f"unknown device {device!r} (use auto, cuda or cpu)")
+    try:
+        return resolve(device.strip().lower())
+    except ValueError as exc:
+        fail_usage(str(exc))
 
 
 def format_us(us: float) -> str:
@@ -89,6 +81,8 @@ def summarize_modules(names: list[str], limit: int = 3) -> str:
 
 
 def print_plan(plan, description: str = "") -> None:
+    from ..problems.base import format_shape
+
     from rich.console import Console
     from rich.table import Table
 
@@ -100,7 +94,7 @@ def print_plan(plan, description: str = "") -> None:
                          ("calls", "right"), ("time", "right"), ("% of model", "right"), ("modules", "left")):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for p in plan.problems:
-        shapes = ", ".join("x".join(str(v) for v in s.values()) for s in p.shapes[:3])
+        shapes = ", ".join(format_shape(s) for s in p.shapes[:3])
         if len(p.shapes) > 3:
             shapes += f" (+{len(p.shapes) - 3})"
         table.add_row(p.name, p.kind + ("" if p.supported else " (unsupported)"), p.dtype, shapes, str(sum(p.calls)),

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..files import write_text_atomic
 from ..hardware import cache_dir
 from ..problems.base import Problem, Shape, dtype_name, format_shape
 from .timing import Timer, median
@@ -62,9 +63,7 @@ def _store(key: str, entry: dict[str, Any]) -> None:
     path = _cache_file()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{id(entry)}.tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        tmp.replace(path)
+        write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True))
     except OSError:
         pass  # a read-only cache only costs time
 

@@ -36,7 +36,7 @@ from typing import Any, Sequence
 import torch
 
 from .. import __version__
-from ..hardware import ceilings, current_device_name
+from ..hardware import ceilings, current_device_name, resolve_device
 from ..problems.base import Problem, Shape, dtype_name, parse_dtype
 from . import baselines as baselines_mod
 from . import integrity, roofline, stages, timing
@@ -52,18 +52,6 @@ def versions() -> dict[str, str]:
 
     return {"torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
             "autokernel": __version__}
-
-
-def resolve_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ValueError("--device cuda asked for, but no CUDA GPU is available")
-        return device
-    if device != "cpu":
-        raise ValueError(f"unknown device {device!r} (use auto, cuda or cpu)")
-    return device
 
 
 def worker_spec(spec: Any, problem: Problem) -> str | None:

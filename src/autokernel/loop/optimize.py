@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..agents.base import AgentConfig, AgentExhausted, AgentRefused, Context, Proposal
+from ..files import replace_file_atomic, write_text_atomic
 from ..harness.records import Comparison
 from ..orchestrator import ProblemState, after_experiment, assign_budgets, choose
 from .budget import format_duration
 from .results import ExperimentRecord, append_result, ensure_results, read_results
 from .workspace import (ProblemFile, Workspace, WorkspaceError, keep_message, open_workspace, record_message,
-                        replace_file_atomic, sanitize_run_name, write_text_atomic)
+                        sanitize_run_name)
 
 STOP_REASONS = ("budget", "max-experiments", "interrupted", "all-done", "agent-exhausted", "agent-refused")
 EXHAUSTED_PREFIX = "search space exhausted"
@@ -107,17 +108,12 @@ def default_run_name(targets: list[Target], plan_path: Path | None = None) -> st
 
 
 def resolve_device(device: str) -> str:
-    import torch
+    from ..hardware import resolve_device as resolve
 
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise OptimizeError("--device cuda was asked for but no CUDA GPU is available")
-        return device
-    if device != "cpu":
-        raise OptimizeError(f"unknown device {device!r}; use auto, cuda or cpu")
-    return device
+    try:
+        return resolve(device)
+    except ValueError as exc:
+        raise OptimizeError(str(exc)) from None
 
 
 # --------------------------------------------------------------------------- per-problem state

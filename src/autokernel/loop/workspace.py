@@ -25,11 +25,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..files import replace_file_atomic
 from .results import ExperimentRecord, parse_results, read_results, repair_results
 
 WORKSPACE_SUBJECT = "autokernel: workspace"
@@ -319,7 +319,7 @@ class Workspace:
                 kernel = self.kernel_path(record.problem)
                 candidate = self.root / "logs" / log_run / record.problem / f"exp_{record.experiment:04d}.py"
                 if record.status == "keep" and candidate.exists() and kernel.parent.exists():
-                    _replace_file(candidate, kernel)
+                    replace_file_atomic(candidate, kernel)
                     kernels.append(kernel)
             if pending:
                 message = (keep_message(pending[0]) if pending[0].status == "keep" else record_message(pending[0])) \
@@ -365,22 +365,3 @@ def open_workspace(root: Path, run_name: str) -> Workspace:
     return ws
 
 
-def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def _replace_file(src: Path, dst: Path) -> None:
-    tmp = dst.with_name(dst.name + ".tmp")
-    shutil.copyfile(src, tmp)
-    with open(tmp, "rb+") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, dst)
-
-
-write_text_atomic = _write_text
-replace_file_atomic = _replace_file
