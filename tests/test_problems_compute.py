@@ -273,3 +273,41 @@ def test_inputs_are_seeded_and_nonzero():
         assert all(torch.equal(x, y) for x, y in zip(tensors, [t for t in again if torch.is_tensor(t)]))
         assert not torch.equal(tensors[0], [t for t in other if torch.is_tensor(t)][0])
         assert all(t.abs().sum() > 0 for t in tensors)
+
+
+def test_attention_eager_baseline_is_sdpa_and_agrees_with_the_reference():
+    """The eager baseline is what a model runs (scaled_dot_product_attention, GQA included); it
+    must compute the same thing as the fp32 judge, at every CPU and edge shape and with a scale."""
+    problem = get_problem("attention")
+    assert problem.eager is not None and problem.eager is not problem.reference
+    for shape in problem.cpu_shapes + problem.cpu_edge_shapes:
+        q, k, v, causal = problem.make_inputs(shape, torch.float32, "cpu", 3)
+        for extra in ((), (0.3,)):
+            got = problem.eager(q, k, v, causal, *extra)
+            want = problem.reference(q, k, v, causal, *extra)
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_baseline_times_the_problems_eager_op():
+    from dataclasses import replace
+
+    from autokernel.harness import baselines
+    from autokernel.harness.timing import Timer
+
+    calls = []
+
+    def eager(*args):
+        calls.append("eager")
+        return args[0]
+
+    def reference(*args):
+        calls.append("reference")
+        return args[0]
+
+    problem = replace(get_problem("softmax"), reference=reference, eager=eager)
+    shape = problem.cpu_shapes[0]
+    sets = [problem.make_inputs(shape, torch.float32, "cpu", 0)]
+    result = baselines.baseline(problem, "cpu", "cpu", shape, torch.float32, sets, Timer("cpu"))
+    assert result.eager_us is not None and result.eager_us > 0
+    assert "eager" in calls and "reference" not in calls
+    assert baselines.problem_key(problem) != baselines.problem_key(replace(problem, eager=None))

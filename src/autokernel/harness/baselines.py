@@ -1,10 +1,10 @@
-"""Baseline timings: the eager reference and ``torch.compile(reference,
-mode="max-autotune-no-cudagraphs")``, timed exactly like the kernels (timing.py), in the parent
-process (trusted code only).
+"""Baseline timings: the problem's eager op (``problem.eager``, by default the reference) and
+``torch.compile`` of it with ``mode="max-autotune-no-cudagraphs"``, timed exactly like the
+kernels (timing.py), in the parent process (trusted code only).
 
 On a GPU the results are cached in ``<cache dir>/baselines.json`` (the cache dir of
-hardware.py) keyed by device name, problem key (kind + a hash of the reference's source, or of
-the problem file), shape and dtype, so the slow max-autotune compile happens once per shape.
+hardware.py) keyed by device name, problem key (kind + a hash of the reference and eager
+source, or of the problem file), shape and dtype, so the slow max-autotune compile happens once per shape.
 On the CPU only eager is timed (``compile_us`` None) and nothing is cached: interpreter numbers
 are cheap and meaningless.  A compile failure is recorded as None with a note and never fails
 an evaluation.
@@ -38,6 +38,8 @@ class Baseline:
 def problem_key(problem: Problem) -> str:
     try:
         text = inspect.getsource(problem.reference)
+        if problem.eager is not None:
+            text += inspect.getsource(problem.eager)
     except (OSError, TypeError):
         text = ""
     source = problem.source
@@ -76,9 +78,10 @@ def _time(fn: Callable[..., Any], sets: list[tuple], timer: Timer) -> float:
 def baseline(problem: Problem, device: str, device_name: str, shape: Shape, dtype: torch.dtype,
              sets: list[tuple], timer: Timer) -> Baseline:
     gpu = device.startswith("cuda")
+    eager_op = problem.eager or problem.reference
     if not gpu:
         try:
-            return Baseline(_time(problem.reference, sets, timer), None, "eager only on the CPU")
+            return Baseline(_time(eager_op, sets, timer), None, "eager only on the CPU")
         except Exception as exc:  # the reference is the problem author's code
             return Baseline(None, None, f"eager reference failed: {type(exc).__name__}: {exc}")
     key = f"{device_name}|{problem_key(problem)}|{format_shape(shape)}|{dtype_name(dtype)}"
@@ -87,7 +90,7 @@ def baseline(problem: Problem, device: str, device_name: str, shape: Shape, dtyp
         return Baseline(cached.get("eager_us"), cached.get("compile_us"), cached.get("note", ""))
     notes = []
     try:
-        eager = _time(problem.reference, sets, timer)
+        eager = _time(eager_op, sets, timer)
     except Exception as exc:
         eager = None
         notes.append(f"eager failed: {type(exc).__name__}: {exc}")
@@ -96,7 +99,7 @@ def baseline(problem: Problem, device: str, device_name: str, shape: Shape, dtyp
         import torch._dynamo
 
         torch._dynamo.reset()  # a fresh compile per shape (no recompile limit, no dynamic shapes)
-        compiled = torch.compile(problem.reference, mode=COMPILE_MODE, dynamic=False)
+        compiled = torch.compile(eager_op, mode=COMPILE_MODE, dynamic=False)
         compiled_us = _time(compiled, sets, timer)
     except Exception as exc:
         notes.append(f"torch.compile failed: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}")

@@ -169,6 +169,10 @@ class Problem:
     # Where the problem came from: "builtin", a problem file, or a KernelBench file.
     source: str = "builtin"
     heldout: Callable[[Shape, random.Random], Shape] | None = None
+    # The op a PyTorch user would call in eager mode, timed as the "eager" and torch.compile
+    # baselines.  None: the reference itself.  It differs where the reference is written for
+    # accuracy rather than speed (attention: fp32 math vs scaled_dot_product_attention).
+    eager: Callable[..., Any] | None = None
 
     # ----------------------------------------------------------------- helpers
     def shapes_for(self, device: str) -> tuple[Shape, ...]:
