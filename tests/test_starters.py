@@ -28,3 +28,17 @@ def test_starter_passes_every_stage(kind):
     assert [s.name for s in result.stages] == list(STAGES)
     assert result.timing_kind == "interpreter" and len(result.timings) == len(ev.shapes)
     assert result.integrity == []
+
+
+@pytest.mark.parametrize("kind", ["softmax", "rmsnorm", "layernorm"])
+def test_automatic_warp_count_is_a_power_of_two(kind, monkeypatch):
+    """num_warps 0 derives the warp count from the tile; Triton on a GPU rejects a count that is
+    not a power of two (the interpreter does not care).  On the H200 the softmax row_vec variant
+    failed its held-out stage at 8893x6987 this way: a 6987-wide row gives a 7424-element tile."""
+    spec = importlib.util.spec_from_file_location(f"starter_{kind}_warps", KERNELS_DIR / f"{kind}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(module.KNOBS, "num_warps", 0)
+    for tile in list(range(1, 20000, 97)) + [7424, 51200, 1 << 20]:
+        warps = module._warps(tile)
+        assert warps & (warps - 1) == 0 and 2 <= warps <= 16, (tile, warps)

@@ -76,7 +76,8 @@ def _grid(n_blocks: int, device: torch.device) -> int:
 def _warps(tile_elems: int) -> int:
     if KNOBS["num_warps"] > 0:
         return KNOBS["num_warps"]
-    return max(2, min(16, tile_elems // 512))
+    per_512 = max(1, tile_elems // 512)  # one warp per 512 elements, a power of two (Triton requires it)
+    return max(2, min(16, 1 << (per_512.bit_length() - 1)))
 
 
 def kernel_fn(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:

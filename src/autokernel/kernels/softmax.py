@@ -179,7 +179,8 @@ def _grid(n_blocks: int, device: torch.device) -> int:
 def _warps(tile_elems: int, most: int = 16) -> int:
     if KNOBS["num_warps"] > 0:
         return KNOBS["num_warps"]
-    return max(2, min(most, tile_elems // 512))
+    per_512 = max(1, tile_elems // 512)  # one warp per 512 elements, a power of two (Triton requires it)
+    return max(2, min(most, 1 << (per_512.bit_length() - 1)))
 
 
 def row_vec_segments(n: int, vec: int) -> tuple[int, int, int]:
