@@ -72,6 +72,21 @@ def test_single_problem_without_roofline():
     assert choose([s]) == (None, [s])  # ...only once when it found nothing
 
 
+def test_with_time_left_a_stalled_problem_returns_until_its_space_is_exhausted():
+    """A single `optimize --problem X --budget 10m` used to stop ("all-done") after two stalled
+    stretches with most of the budget unused; with time left it goes on."""
+    s = ProblemState("only", pct_roofline=70.0)
+    for _ in range(4):
+        for _ in range(PARK_AFTER):
+            s = after_experiment(s, improved=False, seconds=1.0)
+        name, (s,) = choose([s], remaining_s=100.0)
+        assert name == "only" and s.since_improvement == 0
+    s = after_experiment(s, improved=False, seconds=0.1, exhausted=True)
+    assert choose([s], remaining_s=100.0)[0] is None
+    at_roof = ProblemState("roof", pct_roofline=95.0, since_improvement=PARK_AFTER)
+    assert choose([at_roof], remaining_s=100.0)[0] is None
+
+
 def test_improving_return_stretch_earns_another():
     s = ProblemState("only", pct_roofline=40.0, since_improvement=PARK_AFTER)
     name, (s,) = choose([s])

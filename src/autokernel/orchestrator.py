@@ -17,8 +17,10 @@ Pure functions over ``ProblemState`` records; the loop owns the states and updat
   its agent has exhausted its search space.
 * When every problem is parked, ``return_to_headroom`` gives each one below the roofline
   threshold and not exhausted one more stretch, with a share of the remaining time;
-  ``choose`` does pick-then-return in one call.  A problem returns once; only an improvement
-  found during its return stretch earns it another.  ``None`` means nothing is left to do.
+  ``choose`` does pick-then-return in one call.  Without a time budget a problem returns once
+  (only an improvement found during its return stretch earns it another), so an unbounded run
+  ends; with time left it returns as often as it is parked, so a budget the user gave is used
+  until the agent has exhausted its search space.  ``None`` means nothing is left to do.
 """
 from __future__ import annotations
 
@@ -123,9 +125,10 @@ def assign_budgets(states: list[ProblemState], total_s: float | None) -> list[Pr
 
 
 def return_to_headroom(states: list[ProblemState], remaining_s: float | None = None) -> list[ProblemState]:
-    """Un-park, once, the problems still below the roofline threshold and not exhausted: their
-    stall count restarts and they share ``remaining_s`` (None: unlimited)."""
-    eligible = [s for s in states if not s.returned and not s.exhausted
+    """Un-park the problems still below the roofline threshold and not exhausted: their stall
+    count restarts and they share ``remaining_s``.  With ``remaining_s`` None (no budget) only
+    those that have not returned yet without finding anything."""
+    eligible = [s for s in states if not s.exhausted and (remaining_s is not None or not s.returned)
                 and (s.pct_roofline is None or s.pct_roofline < ROOFLINE_DONE)]
     if not eligible:
         return list(states)
