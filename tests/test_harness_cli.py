@@ -40,6 +40,16 @@ def test_wrong_kernel_is_exit_1_with_a_verdict():
     assert d["verdict"] == "rejected" and d["integrity"][0]["rule"] == "partial-write"
 
 
+def test_against_times_two_files_interleaved():
+    args = ("bench", STARTER, "--problem", "reduce", "--device", "cpu", "--shape", "8x64", "--no-baselines",
+            "--against", STARTER)
+    d = json.loads(run(*args, "--json").stdout)
+    c = d["vs_incumbent"]
+    assert c["candidate_us"] > 0 and c["incumbent_us"] > 0 and c["noise_frac"] >= 0
+    r = run(*args)
+    assert r.exit_code == 0 and "against the other file (interleaved)" in r.stdout
+
+
 def test_human_output_names_the_verdict():
     r = run("bench", str(BAD / "no_kernel_fn.py"), "--problem", "reduce", "--device", "cpu")
     assert r.exit_code == 1 and "incorrect" in r.stdout and "kernel_fn" in r.stdout
@@ -54,6 +64,7 @@ def test_human_output_names_the_verdict():
     (["bench", STARTER, "--problem", "reduce", "--device", "cuda"], "no CUDA GPU"),
     (["bench", STARTER], "--problem"),
     (["calibrate"], "CUDA GPU"),
+    (["bench", STARTER, "--problem", "reduce", "--against", str(BAD / "missing.py")], "--against file not found"),
 ])
 def test_usage_errors_exit_2_with_one_line(args, needle):
     r = run(*args)

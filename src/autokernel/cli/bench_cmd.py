@@ -51,6 +51,8 @@ def bench(
     timeout: float = typer.Option(60.0, "--timeout", help="seconds each call of the kernel may take"),
     json_out: bool = typer.Option(False, "--json", help="print the Evaluation record as one JSON object"),
     no_baselines: bool = typer.Option(False, "--no-baselines", help="skip the eager / torch.compile baselines"),
+    against: Optional[str] = typer.Option(None, "--against", help="another kernel file, timed interleaved with "
+                                          "KERNEL_FILE: which is faster beyond the noise"),
 ) -> None:
     """Judge KERNEL_FILE: correctness stages, integrity checks, then timing."""
     if not kernel_file:
@@ -59,6 +61,8 @@ def bench(
         fail_usage("missing --problem KIND|PATH")
     if not Path(kernel_file).is_file():
         fail_usage(f"kernel file not found: {kernel_file}")
+    if against is not None and not Path(against).is_file():
+        fail_usage(f"--against file not found: {against}")
     if not timeout > 0:
         fail_usage(f"--timeout must be positive, got {timeout:g}")
 
@@ -81,7 +85,7 @@ def bench(
     with _stdout_to_stderr() if json_out else contextlib.nullcontext():
         with Evaluator(spec, device=dev, shapes=shapes or None, dtypes=dtypes or None, timeout_s=timeout,
                        baselines=not no_baselines) as evaluator:
-            evaluation = evaluator.evaluate(kernel_file)
+            evaluation = evaluator.evaluate(kernel_file, incumbent_file=against)
     if json_out:
         sys.stdout.write(json.dumps(evaluation.to_dict(), default=str) + "\n")
     else:
@@ -136,6 +140,12 @@ def print_evaluation(ev) -> None:
         if ev.pct_roofline:
             line += f", {ev.pct_roofline:.1f}% of roofline"
         console.print(line)
+    if ev.vs_incumbent is not None:
+        c = ev.vs_incumbent
+        verdict = ("faster beyond the noise" if c.significant else
+                   "not faster beyond the noise")
+        console.print(f"against the other file (interleaved): {c.candidate_us:.2f} us vs {c.incumbent_us:.2f} us, "
+                      f"{c.speedup:.3f}x, noise ±{100 * c.noise_frac:.1f}% — {verdict}")
     console.print(f"[dim]{ev.wall_s:.1f} s; torch {ev.versions.get('torch')}, triton {ev.versions.get('triton')}[/]")
 
 
