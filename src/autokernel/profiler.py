@@ -472,6 +472,7 @@ class ProblemTimes:
     uncovered_us: float  # time that maps to no plan problem
     warmup: int = DEFAULT_WARMUP
     iters: int = DEFAULT_ITERS
+    uncovered_ops: dict[str, float] = field(default_factory=dict)  # op -> time, per forward pass
 
 
 def problem_times(roots: list[Node], plan: Plan, *, time_kind: str, op_problems: dict[str, str] | None = None,
@@ -488,22 +489,25 @@ def problem_times(roots: list[Node], plan: Plan, *, time_kind: str, op_problems:
     names = {p.name for p in plan.problems}
     times = {p.name: 0.0 for p in plan.problems}
     ops = {p.name: 0.0 for p in plan.problems}
-    uncovered = sum(att.uncovered.values())
+    uncovered_ops = dict(att.uncovered)
     for name, us in att.op_times.items():
         if name in names:
             times[name] += us
             ops[name] += us
         else:
-            uncovered += us
+            uncovered_ops[name] = uncovered_ops.get(name, 0.0) + us
     for inst, us in att.instances:
         name = by_kind.get((inst.kind, inst.dtype))
         if name is None:
-            uncovered += us
+            label = f"{inst.kind} ({inst.dtype}, not in the plan)"
+            uncovered_ops[label] = uncovered_ops.get(label, 0.0) + us
         else:
             times[name] += us
+    uncovered = sum(uncovered_ops.values())
     return ProblemTimes(time_kind=time_kind, total_us=att.total_us / iters,
                         problems={k: v / iters for k, v in times.items()}, op_us={k: v / iters for k, v in ops.items()},
-                        uncovered_us=uncovered / iters, iters=iters)
+                        uncovered_us=uncovered / iters, iters=iters,
+                        uncovered_ops={k: v / iters for k, v in uncovered_ops.items()})
 
 
 def profile_problem_times(model: nn.Module, inputs: tuple, plan: Plan, *, device: str,

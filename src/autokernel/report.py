@@ -167,8 +167,9 @@ def _ratio(before: float, after: float) -> str:
 def breakdown_markdown(b: Breakdown) -> list[str]:
     """The 'Time breakdown before/after' section (lines, starting with a blank one)."""
     unit = "GPU kernel time" if b.time_kind == "gpu" else "CPU op time"
+    before = "the plan (profiled earlier)" if b.before_source == "plan.json" else "the original model"
     lines = ["", "### Time breakdown before/after", "",
-             f"Per forward pass ({unit}; before: the plan's profile, after: the patched model profiled the same way, "
+             f"Per forward pass ({unit}; before: {before}, after: the patched model, profiled the same way, "
              f"{b.iters} pass{'' if b.iters == 1 else 'es'} after {b.warmup} warm-up)" + (f" — {b.note}" if b.note else "") + ".", "",
              "| problem | kind | before (us) | before share | after (us) | after share | before/after | in kernel (us) | applied |",
              "|---|---|---:|---:|---:|---:|---:|---:|---|"]
@@ -181,6 +182,9 @@ def breakdown_markdown(b: Breakdown) -> list[str]:
                  f"{_ratio(b.uncovered_before_us, b.uncovered_after_us)} | — | — |")
     lines.append(f"| **total** | | {b.total_before_us:.1f} | 100% | {b.total_after_us:.1f} | 100% | "
                  f"{_ratio(b.total_before_us, b.total_after_us)} | {sum(r.after_op_us for r in b.rows):.1f} | |")
+    if b.uncovered_after_top:
+        lines += ["", "Not covered after patching (largest): " + ", ".join(
+            f"{name} {us:.1f} us" for name, us in b.uncovered_after_top) + "."]
     return lines
 
 

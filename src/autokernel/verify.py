@@ -76,22 +76,25 @@ class Breakdown:
     """Where a forward pass's time goes, per plan problem, before and after the run."""
 
     time_kind: str  # of the "after" profile: "gpu" (device kernels) | "cpu" (CPU op time)
-    before_time_kind: str  # of the plan
+    before_time_kind: str  # of the "before" profile
     rows: list[BreakdownRow] = field(default_factory=list)
     uncovered_before_us: float = 0.0  # time no plan problem covers ("not covered")
     uncovered_after_us: float = 0.0
     uncovered_before_fraction: float = 0.0
     uncovered_after_fraction: float = 0.0
+    uncovered_after_top: list[tuple[str, float]] = field(default_factory=list)  # largest uncovered ops after
     total_before_us: float = 0.0
     total_after_us: float = 0.0
     warmup: int = 0
     iters: int = 0
     note: str = ""
+    before_source: str = "plan.json"  # "original model" (profiled next to the patched one); older runs: the plan
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Breakdown":
         d = dict(d)
         d["rows"] = [BreakdownRow(**r) for r in d.get("rows", [])]
+        d["uncovered_after_top"] = [(str(name), float(us)) for name, us in d.get("uncovered_after_top", [])]
         known = set(cls.__dataclass_fields__)
         return cls(**{k: v for k, v in d.items() if k in known})
 
@@ -184,27 +187,36 @@ def capped_shares(parts: list[float], total: float) -> list[float]:
     return shares
 
 
-def make_breakdown(plan: Plan, after: Any, applied: set[str]) -> Breakdown:
-    """Plan times (before) next to a ``profiler.ProblemTimes`` of the patched model (after)."""
+def top_ops(times: dict[str, float], n: int = 5) -> list[tuple[str, float]]:
+    return sorted(times.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+
+
+def make_breakdown(plan: Plan, after: Any, applied: set[str], before: Any) -> Breakdown:
+    """``profiler.ProblemTimes`` of the original model (before) and of the patched one (after),
+    per plan problem.  Both are profiled in the same verify: the plan's own times were measured
+    earlier, under other conditions (clocks and temperature differ)."""
     names = [p.name for p in plan.problems]
     after_parts = [after.problems.get(n, 0.0) for n in names] + [after.uncovered_us]
     after_shares = capped_shares(after_parts, after.total_us)
-    before_uncovered = sum(u.time_us for u in plan.uncovered)
-    before_shares = capped_shares([p.fraction for p in plan.problems] + [sum(u.fraction for u in plan.uncovered)], 1.0)
-    rows = [BreakdownRow(problem=p.name, kind=p.kind, before_us=p.time_us, after_us=after_parts[i],
+    before_parts = [before.problems.get(n, 0.0) for n in names] + [before.uncovered_us]
+    before_total, before_kind = before.total_us, before.time_kind
+    before_shares = capped_shares(before_parts, before_total)
+    rows = [BreakdownRow(problem=p.name, kind=p.kind, before_us=before_parts[i], after_us=after_parts[i],
                          before_fraction=before_shares[i], after_fraction=after_shares[i],
                          applied=p.name in applied, after_op_us=after.op_us.get(p.name, 0.0))
             for i, p in enumerate(plan.problems)]
     notes = []
     if after.time_kind != "gpu":
         notes.append(CPU_BREAKDOWN_NOTE)
-    if after.time_kind != plan.time_kind:
-        notes.append(f"before is {plan.time_kind} time and after is {after.time_kind} time: not comparable")
-    return Breakdown(time_kind=after.time_kind, before_time_kind=plan.time_kind, rows=rows,
-                     uncovered_before_us=before_uncovered, uncovered_after_us=after.uncovered_us,
+    if after.time_kind != before_kind:
+        notes.append(f"before is {before_kind} time and after is {after.time_kind} time: not comparable")
+    return Breakdown(time_kind=after.time_kind, before_time_kind=before_kind, rows=rows,
+                     uncovered_before_us=before_parts[-1], uncovered_after_us=after.uncovered_us,
                      uncovered_before_fraction=before_shares[-1], uncovered_after_fraction=after_shares[-1],
-                     total_before_us=plan.total_time_us, total_after_us=after.total_us,
-                     warmup=after.warmup, iters=after.iters, note="; ".join(notes))
+                     uncovered_after_top=top_ops(getattr(after, "uncovered_ops", {})),
+                     total_before_us=before_total, total_after_us=after.total_us,
+                     warmup=after.warmup, iters=after.iters, note="; ".join(notes),
+                     before_source="original model")
 
 
 # ------------------------------------------------------------------ the run's model
@@ -337,7 +349,7 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
     applied = {n for n, c in calls_per_forward.items() if c > 0}
     result.predictions, result.predicted_vs_eager = predictions(plan, read_results(workdir), applied)
     if timing and breakdown:
-        result.breakdown = _profile_breakdown(plan, patched, loaded.make_inputs(seeds[0] if seeds else 0), dev,
+        result.breakdown = _profile_breakdown(plan, original, patched, loaded.make_inputs(seeds[0] if seeds else 0), dev,
                                               applied, breakdown_warmup, breakdown_iters, say)
         if result.breakdown is None:
             notes.append("the time breakdown could not be measured (see the log)")
@@ -380,7 +392,7 @@ def _time_models(result: VerifyResult, original, patched, inputs: tuple, dev: st
         result.compile_patched_vs_compile = result.compile_ms / result.compile_patched_ms
 
 
-def _profile_breakdown(plan: Plan, patched, inputs: tuple, dev: str, applied: set[str], warmup: int | None,
+def _profile_breakdown(plan: Plan, original, patched, inputs: tuple, dev: str, applied: set[str], warmup: int | None,
                        iters: int | None, say) -> Breakdown | None:
     from .integrate import op_problems
     from .profiler import DEFAULT_ITERS, DEFAULT_WARMUP, profile_problem_times
@@ -394,12 +406,15 @@ def _profile_breakdown(plan: Plan, patched, inputs: tuple, dev: str, applied: se
     if iters is None:
         iters = DEFAULT_ITERS if gpu else 1
     try:
-        times = profile_problem_times(patched, inputs, plan, device=dev, op_problems=op_problems(patched),
+        # both models now, one after the other, so that clocks and temperature are the same
+        before = profile_problem_times(original, inputs, plan, device=dev, op_problems=op_problems(original),
+                                       warmup=warmup, iters=iters)
+        after = profile_problem_times(patched, inputs, plan, device=dev, op_problems=op_problems(patched),
                                       warmup=warmup, iters=iters)
     except Exception as exc:  # a measurement that could not be made, reported as such
         say(f"time breakdown failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
         return None
-    result = make_breakdown(plan, times, applied)
+    result = make_breakdown(plan, after, applied, before)
     say(f"time breakdown: {result.total_before_us:.1f} us before, {result.total_after_us:.1f} us after "
         f"({result.time_kind} time per forward" + (f"; {result.note}" if result.note else "") + ")")
     return result
