@@ -1,7 +1,7 @@
 """The GPU benchmark suite behind BENCHMARKS.md.  Needs a CUDA GPU.
 
     PYTHONPATH=src python benchmarks/gpu_suite.py starters --out results/   # every starter through the harness
-    PYTHONPATH=src python benchmarks/gpu_suite.py loop --out results/ --budget 4m
+    PYTHONPATH=src python benchmarks/gpu_suite.py loop --out results/ --budget 10m --kinds softmax,rmsnorm
     PYTHONPATH=src python benchmarks/gpu_suite.py model --out results/ --budget 3m
 
 Each step runs the real `autokernel` command in a subprocess (so what is measured is what a
@@ -84,26 +84,66 @@ def starters(out: Path) -> None:
         print(f"| {kind} | {'cold' if attempt == 0 else 'warm'} | {wall:.1f} | {fmt(ev_wall)} |")
 
 
+def num(text: str, spec: str = ".1f") -> str:
+    try:
+        return format(float(text), spec)
+    except (TypeError, ValueError):
+        return "–"
+
+
+def experiment_json(work: Path, kind: str, experiment: int) -> dict | None:
+    found = sorted(work.glob(f"logs/*/{kind}/exp_{experiment:04d}.json"))
+    return json.loads(found[-1].read_text()) if found else None
+
+
+def per_shape(ev: dict | None) -> dict[str, float]:
+    if not ev:
+        return {}
+    return {"×".join(str(v) for v in t["shape"].values()): t["latency_us"] for t in ev.get("timings", [])}
+
+
 def loop(out: Path, budget: str, kinds: list[str]) -> None:
-    work = out / "loop_ws"
-    args = ["optimize", "--workdir", str(work), "--budget", budget, "--quiet"]
+    """One `autokernel optimize` per kind (its own workspace, the whole budget each), one after
+    another on this process's GPU; run several of these on several GPUs with CUDA_VISIBLE_DEVICES."""
+    from autokernel.loop.budget import parse_budget
+
+    budget_s = parse_budget(budget)
+    summary, shapes = [], []
     for kind in kinds:
-        args += ["--problem", kind]
-    code, text, wall = autokernel(args, 900, out / "loop.log")
-    rows = list(csv.DictReader(open(work / "results.tsv"), delimiter="\t")) if (work / "results.tsv").exists() else []
-    print(f"\noptimize exit {code}, {wall:.0f} s wall, {len(rows)} rows, "
-          f"{3600 * len(rows) / max(wall, 1):.0f} experiments/hour")
-    print("\n| problem | experiments | kept | start µs | best µs | speedup vs start | vs eager | % roofline |")
-    print("|---|---|---|---|---|---|---|---|")
-    for kind in kinds:
-        mine = [r for r in rows if r["problem"] == kind]
-        if not mine:
+        work = out / f"loop_{kind}"
+        args = ["optimize", "--problem", kind, "--workdir", str(work), "--budget", budget, "--quiet"]
+        code, _, wall = autokernel(args, budget_s + 900, out / f"loop_{kind}.log")
+        tsv = work / "results.tsv"
+        rows = list(csv.DictReader(open(tsv), delimiter="\t")) if tsv.exists() else []
+        if not rows:
+            summary.append(f"| {kind} | exit {code}, no results | | | | | | | | |")
             continue
-        base = next((r for r in mine if r["status"] == "baseline"), mine[0])
-        best = [r for r in mine if r["status"] in ("baseline", "keep")][-1]
-        kept = sum(r["status"] == "keep" for r in mine)
-        print(f"| {kind} | {len(mine) - 1} | {kept} | {base['latency_us']} | {best['latency_us']} | "
-              f"{best['speedup_vs_start']} | {best['speedup_vs_eager']} | {best['pct_roofline']} |")
+        start = next((r for r in rows if r["status"] == "baseline"), rows[0])
+        best = [r for r in rows if r["status"] in ("baseline", "keep")][-1]
+        experiments = [r for r in rows if r is not start]
+        kept = sum(r["status"] == "keep" for r in rows)
+        start_wall = float(start["wall_s"] or 0)
+        warm_rate = 3600 * len(experiments) / max(wall - start_wall, 1)
+        last_keep = max((int(r["experiment"]) for r in rows if r["status"] == "keep"), default=0)
+        summary.append(f"| {kind} | {len(experiments)} | {kept} (last #{last_keep}) | {num(start['latency_us'])} | "
+                       f"{num(best['latency_us'])} | {num(best['speedup_vs_start'], '.3f')}× | "
+                       f"{num(best['speedup_vs_eager'], '.2f')}× | {num(best['pct_roofline'], '.0f')} | "
+                       f"{start_wall:.0f} | {warm_rate:.0f} | {3600 * len(experiments) / max(wall, 1):.0f} |")
+        before = per_shape(experiment_json(work, kind, int(start["experiment"])))
+        after = per_shape(experiment_json(work, kind, int(best["experiment"])))
+        for shape, us in before.items():
+            shapes.append(f"| {kind} | {shape} | {us:.1f} | {after.get(shape, float('nan')):.1f} | "
+                          f"{us / after[shape]:.2f}× |" if shape in after else f"| {kind} | {shape} | {us:.1f} | – | – |")
+        desc = [f"#{r['experiment']} {r['description']}" for r in rows if r["status"] == "keep"]
+        (out / f"loop_{kind}_kept.txt").write_text("\n".join(desc) + "\n")
+    print(f"\nper kind: `autokernel optimize --problem KIND --budget {budget}`")
+    print("\n| problem | experiments | kept | start µs | best µs | vs start | vs eager | % roofline "
+          "| first evaluation s | experiments/h after it | experiments/h overall |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(summary))
+    print("\n| problem | shape | starter µs | tuned µs | gain |")
+    print("|---|---|---|---|---|")
+    print("\n".join(shapes))
 
 
 def model(out: Path, budget: str, config: str, input_shape: str) -> None:
@@ -121,7 +161,7 @@ def main() -> None:
     ap.add_argument("step", choices=["starters", "loop", "model"])
     ap.add_argument("--out", type=Path, default=Path("gpu_results"))
     ap.add_argument("--budget", default="4m")
-    ap.add_argument("--kinds", default="softmax,rmsnorm,layernorm,reduce")
+    ap.add_argument("--kinds", default=",".join(MEMORY_KINDS))
     ap.add_argument("--config", default="dim=4096,n_layers=4,n_heads=32,n_kv_heads=8,hidden_dim=11008,vocab_size=32000")
     ap.add_argument("--input-shape", default="1x1024")
     a = ap.parse_args()

@@ -47,9 +47,6 @@ ATTENTION_KNOBS = [
     {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3},
     {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3},
 ]
-OLD_MLP = {"variant": "dual", "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8,
-           "num_stages": 3, "DOWN_variant": "tiled", "DOWN_BLOCK_M": 128, "DOWN_BLOCK_N": 256, "DOWN_BLOCK_K": 64,
-           "DOWN_num_warps": 8, "DOWN_num_stages": 3}
 MLP_GATE_UP = [  # overrides of the gate/up knobs, timed alone (part "gate_up")
     {"variant": "dual"}, {"variant": "interleaved"}, {"variant": "interleaved", "num_stages": 4},
     {"variant": "dual_tma"}, {"variant": "dual_tma", "num_stages": 4},
@@ -58,13 +55,13 @@ MLP_DOWN = [  # overrides of the down knobs, timed alone (part "down")
     {"DOWN_variant": "tiled"}, {"DOWN_variant": "persistent"}, {"DOWN_variant": "tma_persistent"},
     {"DOWN_variant": "tma_persistent", "DOWN_BLOCK_M": 256, "DOWN_BLOCK_N": 128},
 ]
-MLP_KNOBS = [  # whole-MLP overrides of OLD_MLP
+MLP_KNOBS = [  # whole-MLP overrides of the starter's KNOBS
     {},
-    {"variant": "interleaved"},
-    {"variant": "interleaved", "DOWN_variant": "tma_persistent"},
-    {"variant": "interleaved", "num_stages": 4, "DOWN_variant": "tma_persistent"},
-    {"variant": "dual_tma", "DOWN_variant": "tma_persistent"},
-    {"variant": "dual_tma", "num_stages": 4, "DOWN_variant": "tma_persistent"},
+    {"num_stages": 4},
+    {"GROUP_M": 16},
+    {"DOWN_BLOCK_M": 256, "DOWN_BLOCK_N": 128},
+    {"DOWN_num_stages": 4},
+    {"variant": "dual_tma", "num_stages": 4},  # the earlier default
 ]
 
 
@@ -269,7 +266,7 @@ def run_fused_mlp(run_checks, timed, record, left, log, opts) -> None:
               problem)
         overrides = MLP_KNOBS if i == 0 else MLP_KNOBS[:1] + MLP_KNOBS[-3:]
         for knobs in overrides:
-            merged = {**OLD_MLP, **knobs}
+            merged = {**mlp.KNOBS, **knobs}
             timed("fused_mlp", shape, dtype, "starter", lambda *a, kn=merged: mlp.fused_mlp(*a, knobs=kn), fl,
                   knobs, args, ref, problem)
         if i == 0:
@@ -281,13 +278,13 @@ def run_fused_mlp(run_checks, timed, record, left, log, opts) -> None:
             timed("mlp.gate_up", shape, dtype, "cuBLAS x2",
                   lambda: (x @ w_gate.t(), x @ w_up.t()), 4.0 * m * d * hid)
             for knobs in MLP_GATE_UP:
-                kn = {**OLD_MLP, **knobs}
+                kn = {**mlp.KNOBS, **knobs}
                 timed("mlp.gate_up", shape, dtype, "starter",
                       lambda kn=kn: mlp._gate_up(x, w_gate, w_up, h, kn, False, False), 4.0 * m * d * hid, knobs)
-            mlp._gate_up(x, w_gate, w_up, h, OLD_MLP, False, False)
+            mlp._gate_up(x, w_gate, w_up, h, mlp.KNOBS, False, False)
             timed("mlp.down", shape, dtype, "cuBLAS", lambda: h @ w_down.t(), 2.0 * m * d * hid)
             for knobs in MLP_DOWN:
-                kn = {**OLD_MLP, **knobs}
+                kn = {**mlp.KNOBS, **knobs}
                 timed("mlp.down", shape, dtype, "starter",
                       lambda kn=kn: mlp._down(h, w_down, out, kn, False, False), 2.0 * m * d * hid, knobs)
             del h, out

@@ -21,8 +21,8 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-KNOBS = {"variant": "dual_tma", "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8,
-         "num_stages": 4, "DOWN_variant": "tma_persistent", "DOWN_BLOCK_M": 128, "DOWN_BLOCK_N": 256,
+KNOBS = {"variant": "interleaved", "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8,
+         "num_stages": 3, "DOWN_variant": "tma_persistent", "DOWN_BLOCK_M": 128, "DOWN_BLOCK_N": 256,
          "DOWN_BLOCK_K": 64, "DOWN_num_warps": 8, "DOWN_num_stages": 3}
 KNOB_SPACE = {"variant": ["interleaved", "dual", "dual_tma"], "BLOCK_M": [32, 64, 128],
               "BLOCK_N": [32, 64, 128, 256], "BLOCK_K": [32, 64, 128], "GROUP_M": [1, 4, 8, 16],
