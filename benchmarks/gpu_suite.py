@@ -102,7 +102,16 @@ def per_shape(ev: dict | None) -> dict[str, float]:
     return {"×".join(str(v) for v in t["shape"].values()): t["latency_us"] for t in ev.get("timings", [])}
 
 
-def loop(out: Path, budget: str, kinds: list[str]) -> None:
+def logged_run(log: Path) -> tuple[int, float]:
+    """Exit code and wall time of an earlier `autokernel` call, from its log (see autokernel())."""
+    try:
+        code, wall = log.read_text().splitlines()[1].removeprefix("exit ").removesuffix(" s").split(", ")
+        return int(code), float(wall)
+    except (OSError, IndexError, ValueError):
+        return -1, float("nan")
+
+
+def loop(out: Path, budget: str, kinds: list[str], run: bool = True) -> None:
     """One `autokernel optimize` per kind (its own workspace, the whole budget each), one after
     another on this process's GPU; run several of these on several GPUs with CUDA_VISIBLE_DEVICES."""
     from autokernel.loop.budget import parse_budget
@@ -112,7 +121,10 @@ def loop(out: Path, budget: str, kinds: list[str]) -> None:
     for kind in kinds:
         work = out / f"loop_{kind}"
         args = ["optimize", "--problem", kind, "--workdir", str(work), "--budget", budget, "--quiet"]
-        code, _, wall = autokernel(args, budget_s + 900, out / f"loop_{kind}.log")
+        if run:
+            code, _, wall = autokernel(args, budget_s + 900, out / f"loop_{kind}.log")
+        else:  # summarize an earlier run (e.g. one cut short by a time limit before its table)
+            code, wall = logged_run(out / f"loop_{kind}.log")
         tsv = work / "results.tsv"
         rows = list(csv.DictReader(open(tsv), delimiter="\t")) if tsv.exists() else []
         if not rows:
@@ -164,12 +176,13 @@ def main() -> None:
     ap.add_argument("--kinds", default=",".join(MEMORY_KINDS))
     ap.add_argument("--config", default="dim=4096,n_layers=4,n_heads=32,n_kv_heads=8,hidden_dim=11008,vocab_size=32000")
     ap.add_argument("--input-shape", default="1x1024")
+    ap.add_argument("--no-run", action="store_true", help="loop: only print the tables of the workspaces under --out")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     if a.step == "starters":
         starters(a.out)
     elif a.step == "loop":
-        loop(a.out, a.budget, a.kinds.split(","))
+        loop(a.out, a.budget, a.kinds.split(","), run=not a.no_run)
     else:
         model(a.out, a.budget, a.config, a.input_shape)
 
