@@ -43,13 +43,13 @@ def fmt(x, spec=".1f"):
     return "–" if x is None else format(x, spec)
 
 
-def starters(out: Path) -> None:
+def starters(out: Path, kinds: list[str] | None = None) -> None:
     import autokernel as package
 
     starters_dir = Path(package.__file__).parent / "kernels"
     autokernel(["calibrate"], 300, out / "calibrate.log")
     rows, walls = [], []
-    for kind in MEMORY_KINDS + COMPUTE_KINDS:
+    for kind in kinds or MEMORY_KINDS + COMPUTE_KINDS:
         extra = ["--no-baselines"] if kind in COMPUTE_KINDS else []
         # cold (worker start, Triton and torch.compile baselines compiled), then warm (caches filled)
         passes = 2 if kind in WARM_KINDS else 1
@@ -173,16 +173,17 @@ def main() -> None:
     ap.add_argument("step", choices=["starters", "loop", "model"])
     ap.add_argument("--out", type=Path, default=Path("gpu_results"))
     ap.add_argument("--budget", default="4m")
-    ap.add_argument("--kinds", default=",".join(MEMORY_KINDS))
+    ap.add_argument("--kinds", default=None, help="comma-separated (starters: every kind; loop: the memory-bound ones)")
     ap.add_argument("--config", default="dim=4096,n_layers=4,n_heads=32,n_kv_heads=8,hidden_dim=11008,vocab_size=32000")
     ap.add_argument("--input-shape", default="1x1024")
     ap.add_argument("--no-run", action="store_true", help="loop: only print the tables of the workspaces under --out")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
+    kinds = a.kinds.split(",") if a.kinds else None
     if a.step == "starters":
-        starters(a.out)
+        starters(a.out, kinds)
     elif a.step == "loop":
-        loop(a.out, a.budget, a.kinds.split(","), run=not a.no_run)
+        loop(a.out, a.budget, kinds or MEMORY_KINDS, run=not a.no_run)
     else:
         model(a.out, a.budget, a.config, a.input_shape)
 

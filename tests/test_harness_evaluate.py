@@ -135,3 +135,18 @@ def test_timing_and_incumbent_comparison_on_the_interpreter(tmp_path):
     assert all(t.eager_us and t.compile_us is None for t in result.timings)
     cmp = result.vs_incumbent
     assert cmp is not None and cmp.candidate_us > 0 and cmp.incumbent_us > 0 and cmp.noise_frac >= 0
+
+
+def test_rotary_kernel_that_assumes_contiguous_x_fails_the_projection_layout_case(tmp_path):
+    """The model integration hands rotary kernels q/k in the layout attention projections make
+    them (strided in B, H, S); the numerics stage has that case, so a kernel that indexes x as if
+    it were contiguous is caught before it can reach a model."""
+    source = (KERNELS_DIR / "rotary.py").read_text()
+    assumes_contiguous = source.replace("x.stride(0), x.stride(1), x.stride(2),", "H * S * D, S * D, D,")
+    assert assumes_contiguous != source
+    path = tmp_path / "rotary_contiguous_only.py"
+    path.write_text(assumes_contiguous)
+    with Evaluator("rotary", device="cpu", timing=False) as ev:
+        good, bad = ev.evaluate(KERNELS_DIR / "rotary.py"), ev.evaluate(path)
+    assert good.verdict == "pass", good.message
+    assert bad.verdict == "incorrect" and bad.failed_stage == "numerics" and "projection-layout" in bad.message

@@ -173,3 +173,34 @@ def test_apply_needs_a_plan(tmp_path):
         apply(TwoLayer(), tmp_path)
     with pytest.raises(IntegrateError, match="nn.Module"):
         apply(object(), tmp_path)
+
+
+def test_rotary_op_reads_projection_layout_in_place_and_keeps_it(tmp_path):
+    """q/k come out of the attention projections as view(B, S, H, D).transpose(1, 2): the rotary
+    op reads them without a copy and returns that layout (so SDPA's output needs no copy before
+    the output projection either); the fake gives torch.compile the same strides."""
+    from autokernel.integrate import keeps_layout, register_kernel_op
+    from autokernel.problems import get_problem
+
+    _, op = register_kernel_op("rotary", "rotary", KERNELS_DIR / "rotary.py")
+    problem = get_problem("rotary")
+    x, cos, sin = problem.make_inputs({"B": 2, "H": 3, "S": 5, "D": 16}, torch.float32, "cpu", 0)
+    q = x.transpose(1, 2).contiguous().transpose(1, 2)  # same values, projection layout
+    assert keeps_layout("rotary", (q, cos, sin)) and not keeps_layout("rotary", (x, cos, sin))
+    out = op(q, cos, sin)
+    assert out.stride() == q.stride()
+    torch.testing.assert_close(out, problem.reference(x, cos, sin))
+    assert op(x, cos, sin).is_contiguous()
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode() as mode:
+        fq = mode.from_tensor(q)
+        assert op(fq, mode.from_tensor(cos), mode.from_tensor(sin)).stride() == q.stride()
+    # a kernel that returns a contiguous result anyway is given the promised layout
+    contiguous_out = (KERNELS_DIR / "rotary.py").read_text().replace(
+        "    return out\n", "    return out.contiguous()\n")
+    path = tmp_path / "rotary_contiguous.py"
+    path.write_text(contiguous_out)
+    _, op2 = register_kernel_op("rotary", "rotary_c", path)
+    out2 = op2(q, cos, sin)
+    assert out2.stride() == q.stride()
+    torch.testing.assert_close(out2, out)

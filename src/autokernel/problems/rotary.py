@@ -51,7 +51,11 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     sin = _power_of_two_table(shape, dtype, device, gen)
     # |out| <= |x1| + |x2|: keep 2 * 6 * large inside fp16
     large = 5e3 if dtype == torch.float16 else 1e6
-    return [(name, (t, cos, sin)) for name, t in standard_adversarial(x, gen, large=large)]
+    cases = [(name, (t, cos, sin)) for name, t in standard_adversarial(x, gen, large=large)]
+    # q/k as an attention projection makes them: view(B, S, H, D).transpose(1, 2), strided in B, H
+    # and S.  A kernel must read that layout right; the model integration passes it as is.
+    heads_inner = x.transpose(1, 2).contiguous().transpose(1, 2)
+    return cases + [("projection-layout", (heads_inner, cos, sin))]
 
 
 def _shape(b: int, h: int, s: int, d: int) -> Shape:
