@@ -4,7 +4,8 @@ kernels (timing.py), in the parent process (trusted code only).
 
 On a GPU the results are cached in ``<cache dir>/baselines.json`` (the cache dir of
 hardware.py) keyed by device name, problem key (kind + a hash of the reference and eager
-source, or of the problem file), shape and dtype, so the slow max-autotune compile happens once per shape.
+source, or of the problem file), shape and dtype, so the slow max-autotune compile happens once
+per shape.
 On the CPU only eager is timed (``compile_us`` None) and nothing is cached: interpreter numbers
 are cheap and meaningless.  A compile failure is recorded as None with a note and never fails
 an evaluation.
