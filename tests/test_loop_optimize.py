@@ -248,6 +248,7 @@ def test_exhausted_space_ends_problem(tmp_path):
     assert parse_knobs(src.read_text()).space == {"num_warps": [warps, warps * 2]}
     summary = run([Target("reduce", "reduce", start_file=src)], work, AgentConfig(seed=0), max_experiments=10)
     assert summary.stopped_reason == "all-done"
+    assert summary.message == "reduce: search space exhausted"  # the stop line says why
     rows = read_results(work / "results.tsv")
     assert [r.experiment for r in rows] == [0, 1]
     assert rows[1].description == f"num_warps {warps}→{warps * 2}"

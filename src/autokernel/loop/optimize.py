@@ -335,6 +335,9 @@ def run_optimize(targets: list[Target], workdir: Path, *, agent: AgentConfig | A
                         r.state = s
                     if name is None:
                         reason = "max-experiments" if capped else "all-done"
+                        # why each problem is done (e.g. "swiglu: at 97% of roofline"), for the stop line
+                        message = "; ".join(f"{r.name}: {_park_note(r.state)}" for r in open_runs
+                                            if r.state and _park_note(r.state))
                         break
                     run = next(r for r in runs if r.name == name)
                     if _experiment(ws, run, agent_obj, factory, device, timeout_s, seed, printer, deadline):
