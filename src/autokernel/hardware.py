@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -161,12 +162,6 @@ class Calibration:
     cache_file: str
 
 
-def _median(xs: list[float]) -> float:
-    xs = sorted(xs)
-    mid = len(xs) // 2
-    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
-
-
 def _event_times_ms(fn, n: int) -> list[float]:
     import torch
 
@@ -188,7 +183,7 @@ def measure_copy_bandwidth(device: str = "cuda", nbytes: int = 1 << 30, calls: i
     dst = torch.empty_like(src)
     for _ in range(3):
         dst.copy_(src)
-    ms = _median(_event_times_ms(lambda: dst.copy_(src), calls))
+    ms = statistics.median(_event_times_ms(lambda: dst.copy_(src), calls))
     return 2 * nbytes / (ms * 1e-3) / 1e9
 
 
@@ -199,7 +194,7 @@ def measure_matmul_tflops(device: str = "cuda", n: int = 8192, calls: int = 10) 
     b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     for _ in range(3):
         torch.mm(a, b)
-    ms = _median(_event_times_ms(lambda: torch.mm(a, b), calls))
+    ms = statistics.median(_event_times_ms(lambda: torch.mm(a, b), calls))
     return 2 * n ** 3 / (ms * 1e-3) / 1e12
 
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import functools
 import hashlib
 import importlib.util
 import inspect
@@ -183,15 +184,20 @@ def _import_kernel(path: Path, unique: str) -> Any:
     return module
 
 
+@functools.lru_cache(maxsize=None)
+def _passthrough_layout(kind: str) -> Callable[[torch.Tensor], bool] | None:
+    from .problems import get_problem
+
+    return get_problem(kind).passthrough_layout
+
+
 def keeps_layout(kind: str, args: tuple) -> bool:
     """Is the first argument passed to the kernel as it is, and the output given its layout?
-    Only for layouts the harness judges kernels on besides contiguous ones: rotary's x in the
-    layout of an attention projection (``view(B, S, H, D).transpose(1, 2)``), which spares a
-    copy of q and k, and one of the attention output after it.  Everything else is made
-    contiguous, as in the harness."""
+    Only in the layout the problem declares (``Problem.passthrough_layout``, also judged by the
+    harness); everything else is made contiguous, as in the harness."""
+    accepts = _passthrough_layout(kind)
     x = args[0] if args else None
-    return (kind == "rotary" and isinstance(x, torch.Tensor) and x.dim() == 4 and not x.is_contiguous()
-            and x.transpose(1, 2).is_contiguous())
+    return accepts is not None and isinstance(x, torch.Tensor) and accepts(x)
 
 
 def register_kernel_op(kind: str, name: str, path: Path) -> tuple[str, Callable[..., Any]]:

@@ -213,7 +213,7 @@ def make_breakdown(plan: Plan, after: Any, applied: set[str], before: Any) -> Br
     return Breakdown(time_kind=after.time_kind, before_time_kind=before_kind, rows=rows,
                      uncovered_before_us=before_parts[-1], uncovered_after_us=after.uncovered_us,
                      uncovered_before_fraction=before_shares[-1], uncovered_after_fraction=after_shares[-1],
-                     uncovered_after_top=top_ops(getattr(after, "uncovered_ops", {})),
+                     uncovered_after_top=top_ops(after.uncovered_ops),
                      total_before_us=before_total, total_after_us=after.total_us,
                      warmup=after.warmup, iters=after.iters, note="; ".join(notes),
                      before_source="original model")

@@ -18,7 +18,7 @@ from typing import Iterator, List, Optional
 
 import typer
 
-from .common import EXIT_OK, EXIT_VERDICT, fail_usage
+from .common import EXIT_OK, EXIT_VERDICT, fail_usage, fmt_or_dash
 
 
 @contextlib.contextmanager
@@ -93,10 +93,6 @@ def bench(
     raise typer.Exit(EXIT_OK if evaluation.correct else EXIT_VERDICT)
 
 
-def _fmt(value: Optional[float], spec: str = ".1f", suffix: str = "") -> str:
-    return "-" if value is None else f"{value:{spec}}{suffix}"
-
-
 def print_evaluation(ev) -> None:
     from ..problems.base import format_shape
 
@@ -113,8 +109,8 @@ def print_evaluation(ev) -> None:
         for column in ("stage", "ok", "worst error (x bound)", "worst case", "s", "message"):
             table.add_column(column, overflow="fold")
         for s in ev.stages:
-            table.add_row(s.name, "[green]yes[/]" if s.passed else "[red]no[/]", _fmt(s.worst_error, ".3g"),
-                          s.worst_case or "", f"{s.seconds:.2f}", s.message)
+            table.add_row(s.name, "[green]yes[/]" if s.passed else "[red]no[/]",
+                          fmt_or_dash(s.worst_error, ".3g"), s.worst_case or "", f"{s.seconds:.2f}", s.message)
         console.print(table)
     for f in ev.integrity:
         console.print(f"[magenta]integrity[/] {f.rule}: {f.message}")
@@ -127,10 +123,10 @@ def print_evaluation(ev) -> None:
                        "compile us", "x eager", "x compile"):
             table.add_column(column, justify="right")
         for t in ev.timings:
-            table.add_row(format_shape(t.shape), t.dtype, _fmt(t.latency_us, ".2f"),
-                          _fmt(t.spread_us, ".2f"), _fmt(t.gbps, ".0f"), _fmt(t.tflops, ".1f"),
-                          _fmt(t.pct_roofline, ".1f"), _fmt(t.eager_us, ".2f"), _fmt(t.compile_us, ".2f"),
-                          _fmt(t.speedup_vs_eager, ".2f"), _fmt(t.speedup_vs_compile, ".2f"))
+            cells = [(t.latency_us, ".2f"), (t.spread_us, ".2f"), (t.gbps, ".0f"), (t.tflops, ".1f"),
+                     (t.pct_roofline, ".1f"), (t.eager_us, ".2f"), (t.compile_us, ".2f"),
+                     (t.speedup_vs_eager, ".2f"), (t.speedup_vs_compile, ".2f")]
+            table.add_row(format_shape(t.shape), t.dtype, *(fmt_or_dash(v, spec) for v, spec in cells))
         console.print(table)
         line = f"score {ev.score_us:.2f} us"
         if ev.speedup_vs_eager:
@@ -168,8 +164,9 @@ def calibrate(json_out: bool = typer.Option(False, "--json", help="print the res
     table = Table(title=f"ceilings of {cal.device_name} (cached in {cal.cache_file})")
     for column in ("what", "measured", "spec"):
         table.add_column(column, justify="right")
-    table.add_row("copy bandwidth GB/s (read+write)", f"{cal.bandwidth_gbps:.0f}", _fmt(cal.spec_bandwidth_gbps, ".0f"))
-    table.add_row("bf16 matmul TFLOP/s", f"{cal.bf16_tflops:.0f}", _fmt(cal.spec_bf16_tflops, ".0f"))
+    table.add_row("copy bandwidth GB/s (read+write)", f"{cal.bandwidth_gbps:.0f}",
+                  fmt_or_dash(cal.spec_bandwidth_gbps, ".0f"))
+    table.add_row("bf16 matmul TFLOP/s", f"{cal.bf16_tflops:.0f}", fmt_or_dash(cal.spec_bf16_tflops, ".0f"))
     Console().print(table)
 
 

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from .common import EXIT_OK, EXIT_USAGE, fail_usage
+from .common import EXIT_OK, EXIT_USAGE, fail_usage, fmt_or_dash
 
 EXIT_INTERRUPTED = 130
 
@@ -112,10 +112,6 @@ def _dir_name(name: str) -> str:
     return sanitize_run_name(name).replace("+", "-")
 
 
-def _fmt(value, spec: str, suffix: str = "") -> str:
-    return "-" if value is None else f"{value:{spec}}{suffix}"
-
-
 def print_summary(summary) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -130,9 +126,9 @@ def print_summary(summary) -> None:
             path = str(p.best_kernel.relative_to(summary.workdir))
         except ValueError:
             path = str(p.best_kernel)
-        table.add_row(p.name, p.kind, str(p.experiments), str(p.kept), _fmt(p.start_score_us, ".4g"),
-                      _fmt(p.best_score_us, ".4g"), _fmt(p.speedup_vs_start, ".3g", "x"),
-                      _fmt(p.speedup_vs_eager, ".3g", "x"), _fmt(p.pct_roofline, ".1f"), path)
+        table.add_row(p.name, p.kind, str(p.experiments), str(p.kept), fmt_or_dash(p.start_score_us, ".4g"),
+                      fmt_or_dash(p.best_score_us, ".4g"), fmt_or_dash(p.speedup_vs_start, ".3g", "x"),
+                      fmt_or_dash(p.speedup_vs_eager, ".3g", "x"), fmt_or_dash(p.pct_roofline, ".1f"), path)
     console.print(table)
     if any(p.timing_kind == "interpreter" for p in summary.problems):
         console.print("times are Triton-interpreter wall-clock on CPU: they say nothing about GPU performance")

@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from .common import EXIT_OK, EXIT_VERDICT, fail_usage
+from .common import EXIT_OK, EXIT_VERDICT, fail_usage, fmt_or_dash
 
 EXIT_INTERRUPTED = 130
 
@@ -174,7 +174,9 @@ def _print_verify(v) -> None:
                   title_justify="left")
     for col in ("problem", "fraction", "best vs eager", "Amdahl", "best vs start", "Amdahl (start)", "applied"):
         table.add_column(col, justify="left" if col == "problem" else "right")
-    f = lambda x, s="x": "-" if x is None else f"{x:.3g}{s}"  # noqa: E731
+    def f(x):
+        return fmt_or_dash(x, ".3g", "x")
+
     for k in v.predictions:
         table.add_row(k.problem, f"{100 * k.fraction:.1f}%", f(k.speedup_vs_eager), f(k.amdahl_vs_eager),
                       f(k.speedup_vs_start), f(k.amdahl_vs_start), "yes" if k.applied else "no")

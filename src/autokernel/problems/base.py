@@ -173,6 +173,10 @@ class Problem:
     # baselines.  None: the reference itself.  It differs where the reference is written for
     # accuracy rather than speed (attention: fp32 math vs scaled_dot_product_attention).
     eager: Callable[..., Any] | None = None
+    # A non-contiguous layout of the first input that the harness judges kernels on too (one of
+    # ``adversarial_inputs`` has it), so the model integration may pass such an input as it is
+    # and give the output its layout.  None: inputs are made contiguous.
+    passthrough_layout: Callable[[torch.Tensor], bool] | None = None
 
     # ----------------------------------------------------------------- helpers
     def shapes_for(self, device: str) -> tuple[Shape, ...]:

@@ -52,10 +52,17 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     # |out| <= |x1| + |x2|: keep 2 * 6 * large inside fp16
     large = 5e3 if dtype == torch.float16 else 1e6
     cases = [(name, (t, cos, sin)) for name, t in standard_adversarial(x, gen, large=large)]
-    # q/k as an attention projection makes them: view(B, S, H, D).transpose(1, 2), strided in B, H
-    # and S.  A kernel must read that layout right; the model integration passes it as is.
+    # x in the layout of ``projection_layout``: a kernel must read it right, because the model
+    # integration passes such q/k as they are
     heads_inner = x.transpose(1, 2).contiguous().transpose(1, 2)
     return cases + [("projection-layout", (heads_inner, cos, sin))]
+
+
+def projection_layout(x: torch.Tensor) -> bool:
+    """q/k as an attention projection makes them: view(B, S, H, D).transpose(1, 2), strided in
+    B, H and S.  Passed to rotary kernels as it is, it spares a copy of q and k, and one of the
+    attention output after them."""
+    return x.dim() == 4 and not x.is_contiguous() and x.transpose(1, 2).is_contiguous()
 
 
 def _shape(b: int, h: int, s: int, d: int) -> Shape:
@@ -79,4 +86,5 @@ def make_problem() -> Problem:
         cpu_edge_shapes=(_shape(1, 1, 1, 64), _shape(1, 7, 1, 64), _shape(3, 1, 5, 64)),
         fixed_dims=("D",),
         adversarial_inputs=adversarial_inputs,
+        passthrough_layout=projection_layout,
     )
