@@ -1,0 +1,57 @@
+"""Put the winning kernels of a run back into a model (``autokernel.apply``).
+
+For each problem of ``<workdir>/plan.json`` whose best kernel exists at
+``<workdir>/problems/<name>/kernel.py``, the kernel's ``kernel_fn`` is registered as a PyTorch
+custom op ``autokernel::<name>_<hash>`` (``torch.library.custom_op`` with a fake
+implementation, so ``torch.compile`` treats it as one opaque call) and the places of the model
+that compute that kind are switched to it:
+
+* ``rmsnorm``   — modules named ``*RMSNorm*`` (or ``torch.nn.RMSNorm``) with a 1-D weight;
+* ``layernorm`` — ``torch.nn.LayerNorm`` over the last dim with weight and bias;
+* ``softmax``   — ``torch.nn.Softmax(dim=-1)``;
+* ``swiglu`` / ``fused_mlp`` — MLP modules with gate/up/down linears (``gate_proj``/``up_proj``/
+  ``down_proj``, ``w1``/``w3``/``w2``, ...) and a SiLU;
+* ``attention`` — modules whose methods call ``F.scaled_dot_product_attention``;
+* ``rotary``    — modules whose methods call a ``*rotary*``/``*rope*`` function of the
+  ``rotate_half`` layout;
+* ``matmul``    — ``torch.nn.Linear``, only when a kept kernel beat the starting kernel;
+* ``cross_entropy`` — ``torch.nn.CrossEntropyLoss`` with default settings.
+
+Which kernels: when the workdir has ``results.tsv``, only a kernel the harness passed (its
+best row is timed, with no failed stage); on a GPU run (``plan.time_kind == "gpu"``) not one
+whose best time is slower than PyTorch eager, unless ``allow_slower``.
+
+A module is switched by giving it a generated subclass of its own class (``__class__``
+swap): parameters, ``state_dict`` keys and ``isinstance`` stay as they were.  The new
+``forward`` calls the op only when the call is one the kernel was judged on (dtype, device,
+head dim, no mask, ...), decided by checking the arguments, and otherwise runs the original
+code.  A kernel that fails on a call it accepted raises: nothing is caught.  Norm and MLP
+classes are first probed: their original ``forward`` on a small random input is compared
+with the problem's PyTorch reference, so that a module that only looks like the kind (say a
+``(1 + weight)`` RMSNorm) is left alone.  The kernel is not run by ``apply``.
+
+The returned model is a deep copy (``inplace=True`` patches the given model).  It is meant
+for inference: the ops have no backward; and it cannot be pickled (its classes are generated):
+save the original's ``state_dict`` and ``apply`` again after loading.  What was switched is in
+``model._autokernel_replaced`` (list of ``(module name, kind)``); what was not, and why, in
+``model._autokernel_skipped`` (list of ``(problem or module, reason)``).
+
+On CPU the Triton kernels run only under the interpreter (``TRITON_INTERPRET=1``, set
+before the first kernel is imported); without it nothing is switched.
+
+Layout: ``runfiles`` (the run's files), ``ops`` (custom-op registration), ``selection`` (which
+kernels may be applied), ``patching`` (class swap, probes), ``norms`` / ``linears`` / ``calls``
+(the appliers per kind), ``apply`` (the entry point).
+"""
+from __future__ import annotations
+
+from .apply import apply, dumps_summary, summary
+from .ops import OP_CALLS, OP_NAMESPACE, OP_PROBLEMS, SCHEMAS, keeps_layout, op_problems, output_meta, register_kernel_op
+from .runfiles import (KEPT_STATUSES, IntegrateError, as_float, best_rows, judged_correct, kernel_path,
+                       load_workdir_plan, read_results)
+from .selection import KernelOp, Selection, select_kernels
+
+__all__ = ["apply", "dumps_summary", "summary", "OP_CALLS", "OP_NAMESPACE", "OP_PROBLEMS", "SCHEMAS",
+           "keeps_layout", "op_problems", "output_meta", "register_kernel_op", "KEPT_STATUSES",
+           "IntegrateError", "as_float", "best_rows", "judged_correct", "kernel_path", "load_workdir_plan",
+           "read_results", "KernelOp", "Selection", "select_kernels"]

@@ -1,0 +1,83 @@
+"""The entry point: ``apply(model, workdir)`` and what it did (``summary``)."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .calls import _apply_calls
+from .linears import _apply_matmul, _apply_mlp
+from .norms import _apply_cross_entropy, _apply_layernorm, _apply_rmsnorm, _apply_softmax
+from .patching import _model_device
+from .runfiles import IntegrateError, load_workdir_plan
+from .selection import select_kernels
+
+
+# ------------------------------------------------------------------ entry point
+_MODULE_APPLIERS = {
+    "rmsnorm": _apply_rmsnorm,
+    "layernorm": _apply_layernorm,
+    "softmax": _apply_softmax,
+    "cross_entropy": _apply_cross_entropy,
+    "fused_mlp": _apply_mlp,
+    "swiglu": _apply_mlp,
+    "matmul": _apply_matmul,
+}
+# fused_mlp before swiglu (it covers more of the MLP); matmul last so that the linears of a
+# fused MLP are left alone
+_ORDER = ("rmsnorm", "layernorm", "softmax", "cross_entropy", "fused_mlp", "swiglu", "matmul")
+
+
+def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
+          allow_slower: bool = False) -> nn.Module:
+    """Return ``model`` (a deep copy unless ``inplace``) running the run's best kernels.
+
+    ``allow_slower``: on GPU runs, kernels whose best measured time is slower than PyTorch
+    eager are left out unless this is set.  See the module docstring."""
+    if not isinstance(model, nn.Module):
+        raise IntegrateError(f"apply() needs a torch.nn.Module, got {type(model).__name__}")
+    workdir = Path(workdir)
+    plan = load_workdir_plan(workdir)
+    patched = model if inplace else copy.deepcopy(model)
+    device = _model_device(patched)
+    sel = select_kernels(workdir, plan, device=device, allow_slower=allow_slower)
+    replaced: list[tuple[str, str]] = []
+    skipped = list(sel.skipped)
+    done: set[int] = set()
+    probed: dict = {}
+    used_ops: set[str] = set()
+    for kind in _ORDER:
+        for k in [k for k in sel.ops if k.kind == kind]:
+            before = len(replaced)
+            _MODULE_APPLIERS[kind](patched, k, done, replaced, skipped, probed)
+            if len(replaced) > before:
+                used_ops.add(k.opname)
+    calls_before = len(replaced)
+    _apply_calls(patched, sel.ops, set(), replaced, skipped)
+    for k in sel.ops:
+        if k.kind in ("attention", "rotary") and any(kind == k.kind for _, kind in replaced[calls_before:]):
+            used_ops.add(k.opname)
+    for k in sel.ops:
+        if k.opname not in used_ops:
+            skipped.append((k.problem.name, f"{k.kind}: no place in the model where it applies"))
+    patched._autokernel_replaced = replaced
+    patched._autokernel_skipped = skipped
+    patched._autokernel_ops = {k.problem.name: k.opname for k in sel.ops if k.opname in used_ops}
+    return patched
+
+
+def summary(model: nn.Module) -> dict[str, Any]:
+    """What ``apply`` did, as plain data."""
+    return {
+        "replaced": [list(r) for r in getattr(model, "_autokernel_replaced", [])],
+        "skipped": [list(s) for s in getattr(model, "_autokernel_skipped", [])],
+        "ops": dict(getattr(model, "_autokernel_ops", {})),
+    }
+
+
+def dumps_summary(model: nn.Module) -> str:
+    return json.dumps(summary(model), indent=2)

@@ -1,0 +1,182 @@
+"""Attention and rotary: rebind the functions (SDPA, ``apply_rotary*``) a module's methods call."""
+from __future__ import annotations
+
+import inspect
+import re
+import sys
+import types
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .patching import _SUBCLASSES, _code_names, _pick
+from .selection import KernelOp
+
+
+# ------------------------------------------------------------------ functions called in forward
+def _sdpa_replacement(k: KernelOp) -> Callable[..., Any]:
+    op, dtype = k.op, k.dtype
+    head_dims = k.dims("D") or k.dims("head_dim")
+    original = F.scaled_dot_product_attention
+
+    def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                     is_causal=False, scale=None, enable_gqa=False):
+        if (attn_mask is None and dropout_p == 0.0 and query.dim() == 4 and key.dim() == 4
+                and value.dim() == 4 and query.dtype == dtype and key.dtype == dtype
+                and value.dtype == dtype and (not head_dims or query.shape[-1] in head_dims)
+                and key.shape[-1] == query.shape[-1] and value.shape[-1] == query.shape[-1]
+                and key.shape[-2] == query.shape[-2] and value.shape[-2] == key.shape[-2]
+                and key.shape[1] == value.shape[1] and query.shape[0] == key.shape[0]
+                and (key.shape[1] == query.shape[1] or (enable_gqa and query.shape[1] % key.shape[1] == 0))):
+            return op(query, key, value, bool(is_causal), scale)
+        extra = {"enable_gqa": True} if enable_gqa else {}
+        return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                        is_causal=is_causal, scale=scale, **extra)
+
+    return scaled_dot_product_attention
+
+
+def _rotary_ok(x, cos, sin, dtype) -> bool:
+    return (x.dim() == 4 and x.dtype == dtype and cos.dtype == dtype and sin.dtype == dtype
+            and cos.dim() >= 2 and tuple(cos.shape) == tuple(sin.shape)
+            and all(s == 1 for s in cos.shape[:-2])
+            and cos.shape[-2] == x.shape[-2] and cos.shape[-1] == x.shape[-1])
+
+
+def _rotary_replacement(k: KernelOp, original: Callable[..., Any], pair: bool) -> Callable[..., Any]:
+    op, dtype = k.op, k.dtype
+
+    def as_2d(t):
+        return t.reshape(t.shape[-2], t.shape[-1])
+
+    if pair:
+        def rotary_pair(q, k_, cos, sin, *args, **kwargs):
+            if not args and not kwargs and _rotary_ok(q, cos, sin, dtype) and _rotary_ok(k_, cos, sin, dtype):
+                c, s = as_2d(cos), as_2d(sin)
+                return op(q, c, s), op(k_, c, s)
+            return original(q, k_, cos, sin, *args, **kwargs)
+        return rotary_pair
+
+    def rotary_one(x, cos, sin, *args, **kwargs):
+        if not args and not kwargs and _rotary_ok(x, cos, sin, dtype):
+            return op(x, as_2d(cos), as_2d(sin))
+        return original(x, cos, sin, *args, **kwargs)
+    return rotary_one
+
+
+_ROTARY_NAME = re.compile(r"rotary|rope", re.IGNORECASE)
+
+
+def _rotary_form(fn: Any) -> bool | None:
+    """True for ``f(q, k, cos, sin)``, False for ``f(x, cos, sin)``, None when ``fn`` is not a
+    ``rotate_half``-layout rotary function."""
+    if not isinstance(fn, types.FunctionType) or not _ROTARY_NAME.search(fn.__name__):
+        return None
+    if not any("rotate_half" in n for n in _code_names(fn.__code__)):
+        return None
+    params = [p for p in inspect.signature(fn).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+    return {4: True, 3: False}.get(len(params))
+
+
+def _global_replacements(fn: types.FunctionType, sdpa: Callable | None,
+                         rotary: KernelOp | None) -> tuple[dict[str, Any], set[str]]:
+    """Names in ``fn``'s globals to rebind so that its calls reach the ops, and the kinds."""
+    out: dict[str, Any] = {}
+    kinds: set[str] = set()
+    g = fn.__globals__
+    names = _code_names(fn.__code__)
+    for name in names:
+        value = g.get(name)
+        if sdpa is not None:
+            if value is F and "scaled_dot_product_attention" in names:
+                out[name] = _functional_proxy(sdpa)
+                kinds.add("attention")
+            elif value is F.scaled_dot_product_attention:
+                out[name] = sdpa
+                kinds.add("attention")
+        if rotary is not None:
+            form = _rotary_form(value)
+            if form is not None:
+                out[name] = _rotary_replacement(rotary, value, form)
+                kinds.add("rotary")
+    return out, kinds
+
+
+_PROXIES: dict[int, types.ModuleType] = {}
+_REBOUND_MODULES: list[types.ModuleType] = []
+
+
+def _functional_proxy(sdpa: Callable) -> types.ModuleType:
+    """A stand-in for ``torch.nn.functional`` whose ``scaled_dot_product_attention`` is ours."""
+    proxy = _PROXIES.get(id(sdpa))
+    if proxy is None:
+        proxy = types.ModuleType("autokernel_functional")
+        proxy.__dict__.update({k: v for k, v in vars(F).items() if not k.startswith("__")})
+        proxy.scaled_dot_product_attention = sdpa
+        _PROXIES[id(sdpa)] = proxy
+    return proxy
+
+
+def _rebound(fn: types.FunctionType, names: dict[str, Any]) -> types.FunctionType:
+    """``fn`` with some of its globals rebound.  The new globals are the ``__dict__`` of a
+    module registered in ``sys.modules`` under its own name: torch.compile finds a function's
+    globals again by ``__name__`` when it builds guards."""
+    module_name = f"autokernel_rebound_{len(_REBOUND_MODULES)}_{fn.__globals__.get('__name__', 'm')}"
+    module = types.ModuleType(module_name)
+    module.__dict__.update(fn.__globals__)
+    module.__dict__.update(names)
+    module.__dict__["__name__"] = module_name
+    sys.modules[module_name] = module
+    _REBOUND_MODULES.append(module)
+    new = types.FunctionType(fn.__code__, module.__dict__, fn.__name__, fn.__defaults__, fn.__closure__)
+    new.__kwdefaults__ = fn.__kwdefaults__
+    new.__qualname__ = fn.__qualname__
+    return new
+
+
+def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, skipped) -> None:
+    """Attention (SDPA) and rotary: rebind the functions a module's methods call."""
+    kinds = {"attention", "rotary"}
+    if not any(k.kind in kinds for k in kops):
+        return
+    for name, m in model.named_modules():
+        if id(m) in done_calls or isinstance(m, (nn.Linear, nn.LayerNorm)):
+            continue
+        att = _pick(kops, "attention", name)
+        rot = _pick(kops, "rotary", name)
+        if att is None and rot is None:
+            continue
+        key = (type(m), "calls", att.opname if att else None, rot.opname if rot else None)
+        cls = _SUBCLASSES.get(key)
+        if cls is None:
+            cls = _calls_subclass(type(m), att, rot)
+            _SUBCLASSES[key] = cls
+        if not cls._autokernel_kinds:
+            continue
+        m.__class__ = cls
+        done_calls.add(id(m))
+        for kind in cls._autokernel_kinds:
+            replaced.append((name, kind))
+
+
+def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None) -> type:
+    """A subclass of ``base`` whose methods that call SDPA / a rotary function call the ops
+    instead (``_autokernel_kinds`` empty when there is none)."""
+    sdpa = _sdpa_replacement(att) if att is not None else None
+    members: dict[str, Any] = {}
+    kinds: set[str] = set()
+    for klass in base.__mro__:
+        if klass in (nn.Module, object):
+            break
+        for attr, fn in vars(klass).items():
+            if attr in members or not isinstance(fn, types.FunctionType):
+                continue
+            names, kinds_fn = _global_replacements(fn, sdpa, rot)
+            if names:
+                members[attr] = _rebound(fn, names)
+                kinds |= kinds_fn
+    members["_autokernel_kinds"] = tuple(sorted(kinds))
+    return type(f"Autokernel{base.__name__}", (base,), dict(members, __module__=base.__module__))

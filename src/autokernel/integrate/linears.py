@@ -1,0 +1,115 @@
+"""Appliers for linears (matmul) and SwiGLU MLPs (swiglu, fused_mlp)."""
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+
+from .patching import _check_probe, _class_code_names, _pick, _probe_input, _reference, _swap_class
+from .selection import KernelOp
+
+
+# ------------------------------------------------------------------ linears
+def _linear_members(k: KernelOp) -> dict[str, Any]:
+    op, dtype = k.op, k.dtype
+
+    def forward(self, x):
+        wt = self._autokernel_weight_t
+        if x.dtype == dtype and x.shape[-1] == wt.shape[0] and x.numel() > 0:
+            out = op(x.reshape(-1, wt.shape[0]), wt)
+            if self.bias is not None:
+                out = out + self.bias
+            return out.reshape(*x.shape[:-1], wt.shape[1])
+        return nn.Linear.forward(self, x)
+
+    return {"forward": forward}
+
+
+def _apply_matmul(model, k, done, replaced, skipped, probed) -> None:
+    for name, m in model.named_modules():
+        if id(m) in done or type(m).forward is not nn.Linear.forward or _pick([k], "matmul", name) is None:
+            continue
+        if m.weight.dtype != k.dtype:
+            skipped.append((name, f"matmul: weight dtype {m.weight.dtype} is not the kernel's {k.dtype}"))
+            continue
+        # The kernel takes b[K, N]: keep a contiguous transposed copy (inference only:
+        # later changes of the weight are not seen).
+        m.register_buffer("_autokernel_weight_t", m.weight.detach().t().contiguous(), persistent=False)
+        _swap_class(m, ("matmul", k.opname), _linear_members(k))
+        done.add(id(m))
+        replaced.append((name, "matmul"))
+
+
+# ------------------------------------------------------------------ MLP (swiglu / fused_mlp)
+_GATE_NAMES = ("gate_proj", "gate", "w1", "fc_gate", "w_gate", "wg")
+_UP_NAMES = ("up_proj", "up", "w3", "fc_up", "w_up", "wu")
+_DOWN_NAMES = ("down_proj", "down", "w2", "fc_down", "w_down", "wo", "out_proj")
+
+
+def _find_linear(module: nn.Module, names: tuple[str, ...]) -> str | None:
+    for n in names:
+        if isinstance(getattr(module, n, None), nn.Linear):
+            return n
+    return None
+
+
+
+def _mlp_parts(m: nn.Module) -> tuple[str, str, str] | None:
+    if isinstance(m, nn.Linear):
+        return None
+    g, u, d = _find_linear(m, _GATE_NAMES), _find_linear(m, _UP_NAMES), _find_linear(m, _DOWN_NAMES)
+    if not (g and u and d) or len({g, u, d}) != 3:
+        return None
+    silu = "silu" in _class_code_names(type(m)) or any(isinstance(c, nn.SiLU) for c in m.children())
+    return (g, u, d) if silu else None
+
+
+def _mlp_members(k: KernelOp, parts: tuple[str, str, str], d_in: int, fused: bool, base: type) -> dict[str, Any]:
+    op, dtype = k.op, k.dtype
+    g, u, d = parts
+    base_forward = base.forward
+
+    def forward(self, x, *args, **kwargs):
+        if not args and not kwargs and x.dtype == dtype and x.shape[-1] == d_in and x.numel() > 0:
+            x2 = x.reshape(-1, d_in)
+            if fused:
+                out = op(x2, getattr(self, g).weight, getattr(self, u).weight, getattr(self, d).weight)
+            else:
+                out = getattr(self, d)(op(getattr(self, g)(x2), getattr(self, u)(x2)))
+            return out.reshape(*x.shape[:-1], out.shape[-1])
+        return base_forward(self, x, *args, **kwargs)
+
+    return {"forward": forward}
+
+
+def _mlp_expected(m: nn.Module, parts: tuple[str, str, str]) -> Callable[[torch.Tensor], torch.Tensor]:
+    swiglu = _reference("swiglu")
+    g, u, d = (getattr(m, p) for p in parts)
+    return lambda x: d(swiglu(g(x), u(x)))
+
+
+def _apply_mlp(model, k, done, replaced, skipped, probed) -> None:
+    fused = k.kind == "fused_mlp"
+    for name, m in model.named_modules():
+        if id(m) in done or _pick([k], k.kind, name) is None:
+            continue
+        parts = _mlp_parts(m)
+        if parts is None:
+            continue
+        lins = [getattr(m, p) for p in parts]
+        if any(lin.weight.dtype != k.dtype for lin in lins):
+            skipped.append((name, f"{k.kind}: linear weights are not {k.dtype}"))
+            continue
+        if fused and any(lin.bias is not None for lin in lins):
+            skipped.append((name, "fused_mlp: the linears have biases"))
+            continue
+        d_in = lins[0].in_features
+        base = type(m)
+        if not _check_probe(base, m, k, probed, _probe_input(d_in, m, k.dtype), _mlp_expected(m, parts)):
+            skipped.append((name, f"{k.kind}: {base.__name__} computes something else (probe mismatch)"))
+            continue
+        _swap_class(m, (k.kind, k.opname, parts, d_in), _mlp_members(k, parts, d_in, fused, base))
+        done.add(id(m))
+        replaced.append((name, k.kind))

@@ -1,0 +1,135 @@
+"""Appliers for norms, softmax and the loss: modules switched to the ops."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .patching import _check_probe, _model_device, _ok_device, _pick, _probe_input, _reference, _related, _swap_class
+from .selection import KernelOp
+
+
+# ------------------------------------------------------------------ norms, softmax, loss
+def _rmsnorm_eps(module: nn.Module, dtype: torch.dtype) -> float | None:
+    for attr in ("variance_epsilon", "eps", "epsilon"):
+        if hasattr(module, attr):
+            eps = getattr(module, attr)
+            if eps is None and isinstance(module, getattr(nn, "RMSNorm", ())):
+                return float(torch.finfo(dtype).eps)
+            return float(eps) if isinstance(eps, (int, float)) else None
+    return None
+
+
+def _rmsnorm_members(k: KernelOp, n: int, eps: float, base: type) -> dict[str, Any]:
+    op, dtype = k.op, k.dtype
+    base_forward = base.forward
+
+    def forward(self, x, *args, **kwargs):
+        w = self.weight
+        if not args and not kwargs and x.dtype == dtype and w.dtype == dtype and x.shape[-1] == n:
+            return op(x.reshape(-1, n), w, eps).reshape(x.shape)
+        return base_forward(self, x, *args, **kwargs)
+
+    return {"forward": forward}
+
+
+def _is_rmsnorm(module: nn.Module) -> bool:
+    rms = getattr(nn, "RMSNorm", None)
+    if rms is not None and isinstance(module, rms):
+        return module.weight is not None and len(module.normalized_shape) == 1
+    w = getattr(module, "weight", None)
+    return ("rmsnorm" in type(module).__name__.lower() and isinstance(w, torch.Tensor) and w.dim() == 1)
+
+
+def _apply_rmsnorm(model: nn.Module, k: KernelOp, done: set[int], replaced, skipped, probed) -> None:
+    for name, m in model.named_modules():
+        if id(m) in done or not _is_rmsnorm(m) or not _related(name, k.problem.modules):
+            continue
+        if _pick([k], "rmsnorm", name) is None:
+            continue
+        eps = _rmsnorm_eps(m, k.dtype)
+        if eps is None:
+            skipped.append((name, "rmsnorm: no eps attribute found"))
+            continue
+        if m.weight.dtype != k.dtype or not _ok_device(m.weight, _model_device(model)):
+            skipped.append((name, f"rmsnorm: weight dtype {m.weight.dtype} is not the kernel's {k.dtype}"))
+            continue
+        n = m.weight.shape[0]
+        base = type(m)
+        ref = _reference("rmsnorm")
+        if not _check_probe(base, m, k, probed, _probe_input(n, m, k.dtype),
+                            lambda x, m=m, eps=eps, ref=ref: ref(x, m.weight, eps)):
+            skipped.append((name, f"rmsnorm: {base.__name__} computes something else (probe mismatch)"))
+            continue
+        _swap_class(m, ("rmsnorm", k.opname, n, eps), _rmsnorm_members(k, n, eps, base))
+        done.add(id(m))
+        replaced.append((name, "rmsnorm"))
+
+
+
+def _layernorm_members(k: KernelOp, n: int) -> dict[str, Any]:
+    op, dtype = k.op, k.dtype
+
+    def forward(self, x):
+        if x.dtype == dtype and x.shape[-1] == n:
+            return op(x.reshape(-1, n), self.weight, self.bias, self.eps).reshape(x.shape)
+        return nn.LayerNorm.forward(self, x)
+
+    return {"forward": forward}
+
+
+def _apply_layernorm(model, k, done, replaced, skipped, probed) -> None:
+    for name, m in model.named_modules():
+        if id(m) in done or type(m).forward is not nn.LayerNorm.forward or _pick([k], "layernorm", name) is None:
+            continue
+        if len(m.normalized_shape) != 1 or m.weight is None or getattr(m, "bias", None) is None:
+            skipped.append((name, "layernorm: needs a 1-D normalized shape with weight and bias"))
+            continue
+        if m.weight.dtype != k.dtype:
+            skipped.append((name, f"layernorm: weight dtype {m.weight.dtype} is not the kernel's {k.dtype}"))
+            continue
+        _swap_class(m, ("layernorm", k.opname, m.normalized_shape[0]), _layernorm_members(k, m.normalized_shape[0]))
+        done.add(id(m))
+        replaced.append((name, "layernorm"))
+
+
+def _apply_softmax(model, k, done, replaced, skipped, probed) -> None:
+    op, dtype = k.op, k.dtype
+
+    def forward(self, x):
+        if x.dtype == dtype and x.dim() >= 1 and x.numel() > 0:
+            return op(x.reshape(-1, x.shape[-1])).reshape(x.shape)
+        return nn.Softmax.forward(self, x)
+
+    for name, m in model.named_modules():
+        if id(m) in done or type(m).forward is not nn.Softmax.forward or _pick([k], "softmax", name) is None:
+            continue
+        if m.dim not in (-1,):
+            skipped.append((name, f"softmax: dim={m.dim}; the kernel reduces the last dim (dim=-1)"))
+            continue
+        _swap_class(m, ("softmax", k.opname), {"forward": forward})
+        done.add(id(m))
+        replaced.append((name, "softmax"))
+
+
+def _apply_cross_entropy(model, k, done, replaced, skipped, probed) -> None:
+    op, dtype = k.op, k.dtype
+
+    def forward(self, logits, targets):
+        if (logits.dim() == 2 and logits.dtype == dtype and targets.dim() == 1
+                and targets.dtype == torch.long and targets.shape[0] == logits.shape[0]):
+            return op(logits, targets)
+        return nn.CrossEntropyLoss.forward(self, logits, targets)
+
+    for name, m in model.named_modules():
+        if (id(m) in done or type(m).forward is not nn.CrossEntropyLoss.forward
+                or _pick([k], "cross_entropy", name) is None):
+            continue
+        if (m.reduction != "mean" or m.ignore_index != -100 or m.weight is not None
+                or getattr(m, "label_smoothing", 0.0) != 0.0):
+            skipped.append((name, "cross_entropy: only mean reduction, ignore_index=-100, no weight or smoothing"))
+            continue
+        _swap_class(m, ("cross_entropy", k.opname), {"forward": forward})
+        done.add(id(m))
+        replaced.append((name, "cross_entropy"))

@@ -1,0 +1,147 @@
+"""Kernel files registered as PyTorch custom ops (``autokernel::<name>_<hash>``)."""
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+
+from .runfiles import IntegrateError
+
+
+# ------------------------------------------------------------------ custom ops
+SCHEMAS: dict[str, str] = {
+    "rmsnorm": "(Tensor x, Tensor weight, float eps) -> Tensor",
+    "layernorm": "(Tensor x, Tensor weight, Tensor bias, float eps) -> Tensor",
+    "softmax": "(Tensor x) -> Tensor",
+    "swiglu": "(Tensor gate, Tensor up) -> Tensor",
+    "rotary": "(Tensor x, Tensor cos, Tensor sin) -> Tensor",
+    "attention": "(Tensor q, Tensor k, Tensor v, bool causal, float? scale) -> Tensor",
+    "matmul": "(Tensor a, Tensor b) -> Tensor",
+    "fused_mlp": "(Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down) -> Tensor",
+    "cross_entropy": "(Tensor logits, Tensor targets) -> Tensor",
+    "reduce": "(Tensor x) -> Tensor",
+}
+
+
+def output_meta(kind: str, args: tuple) -> tuple[tuple[int, ...], torch.dtype]:
+    """Shape and dtype of the op's output (what the fake implementation promises)."""
+    x = args[0]
+    if kind in ("rmsnorm", "layernorm", "softmax", "swiglu", "rotary"):
+        return tuple(x.shape), x.dtype
+    if kind == "attention":
+        return tuple(x.shape[:-1]) + (args[2].shape[-1],), x.dtype
+    if kind == "matmul":
+        return (x.shape[0], args[1].shape[1]), x.dtype
+    if kind == "fused_mlp":
+        return (x.shape[0], args[3].shape[0]), x.dtype
+    if kind == "cross_entropy":
+        return (), x.dtype
+    if kind == "reduce":
+        return tuple(x.shape[:-1]), x.dtype
+    raise KeyError(kind)
+
+
+# op name -> number of calls of the real implementation in this process (the op runs
+# eagerly even inside a compiled graph, so this counts every use)
+OP_CALLS: Counter = Counter()
+_OPS: dict[str, Callable[..., Any]] = {}
+# op name (``<name>_<hash>``, without the namespace) -> the plan problem it was registered for
+OP_PROBLEMS: dict[str, str] = {}
+OP_NAMESPACE = "autokernel"
+
+
+def _import_kernel(path: Path, unique: str) -> Any:
+    module_name = f"autokernel_applied.{unique}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise IntegrateError(f"cannot import kernel file {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(module_name, None)
+        raise
+    return module
+
+
+@functools.lru_cache(maxsize=None)
+def _passthrough_layout(kind: str) -> Callable[[torch.Tensor], bool] | None:
+    from ..problems import get_problem
+
+    return get_problem(kind).passthrough_layout
+
+
+def keeps_layout(kind: str, args: tuple) -> bool:
+    """Is the first argument passed to the kernel as it is, and the output given its layout?
+    Only in the layout the problem declares (``Problem.passthrough_layout``, also judged by the
+    harness); everything else is made contiguous, as in the harness."""
+    accepts = _passthrough_layout(kind)
+    x = args[0] if args else None
+    return accepts is not None and isinstance(x, torch.Tensor) and accepts(x)
+
+
+def register_kernel_op(kind: str, name: str, path: Path) -> tuple[str, Callable[..., Any]]:
+    """Import ``path`` and register its ``kernel_fn`` as ``autokernel::<name>_<hash>``.
+    Registering the same file twice returns the same op."""
+    if kind not in SCHEMAS:
+        raise IntegrateError(f"no custom-op schema for kind {kind!r}")
+    source = Path(path).read_bytes()
+    digest = hashlib.sha1(kind.encode() + b"\0" + source).hexdigest()[:10]
+    opname = f"{re.sub(r'[^0-9A-Za-z_]', '_', name)}_{digest}"
+    if opname in _OPS:
+        return opname, _OPS[opname]
+    module = _import_kernel(Path(path), opname)
+    kernel_fn = getattr(module, "kernel_fn", None)
+    if not callable(kernel_fn):
+        raise IntegrateError(f"{path} defines no callable kernel_fn")
+
+    def impl(*args):
+        OP_CALLS[opname] += 1
+        shape, dtype = output_meta(kind, args)
+        keep = keeps_layout(kind, args)
+        call_args = [a if i == 0 and keep else a.contiguous() if isinstance(a, torch.Tensor) else a
+                     for i, a in enumerate(args)]
+        out = kernel_fn(*call_args)
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != shape:
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise RuntimeError(f"kernel {path} returned {got}, expected a tensor of shape {shape}")
+        out = out if out.dtype == dtype else out.to(dtype)
+        want = args[0] if keep else None  # the layout `fake` promised torch.compile
+        if want is not None and out.stride() != want.stride():
+            out = torch.empty_like(want).copy_(out)
+        elif want is None and not out.is_contiguous():
+            out = out.contiguous()
+        return out
+
+    def fake(*args):
+        shape, dtype = output_meta(kind, args)
+        if keeps_layout(kind, args):
+            return torch.empty_like(args[0], dtype=dtype)
+        return args[0].new_empty(shape, dtype=dtype)
+
+    op = torch.library.custom_op(f"{OP_NAMESPACE}::{opname}", impl, mutates_args=(), schema=SCHEMAS[kind])
+    op.register_fake(fake)
+    _OPS[opname] = op
+    OP_PROBLEMS[opname] = name
+    return opname, op
+
+
+def op_problems(model: nn.Module | None = None) -> dict[str, str]:
+    """Qualified op name as the profiler shows it (``autokernel::<name>_<hash>``) -> plan
+    problem name: every op registered in this process, and (winning over them) the ops
+    ``apply`` put into ``model``."""
+    out = {f"{OP_NAMESPACE}::{op}": name for op, name in OP_PROBLEMS.items()}
+    for name, op in dict(getattr(model, "_autokernel_ops", {}) or {}).items():
+        out[f"{OP_NAMESPACE}::{op}"] = name
+    return out

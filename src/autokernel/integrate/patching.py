@@ -1,0 +1,118 @@
+"""Helpers shared by the appliers: which plan entry a module belongs to, the class swap, and
+the probe that checks a module computes what the problem's reference computes."""
+from __future__ import annotations
+
+import types
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+
+from .selection import KernelOp
+
+
+# ------------------------------------------------------------------ module helpers
+def _related(module_name: str, plan_modules: list[str]) -> bool:
+    """Is ``module_name`` one of the plan's modules, inside one, or around one?"""
+    if not plan_modules:
+        return True
+    for p in plan_modules:
+        if (module_name == p or module_name.startswith(p + ".") or p.startswith(module_name + ".")
+                or (module_name and p.endswith("." + module_name))):
+            return True
+    return False
+
+
+def _pick(kops: list[KernelOp], kind: str, module_name: str) -> KernelOp | None:
+    """The op of ``kind`` whose plan entry names ``module_name`` (exact before related)."""
+    same = [k for k in kops if k.kind == kind]
+    for k in same:
+        if module_name in k.problem.modules:
+            return k
+    for k in same:
+        if _related(module_name, k.problem.modules):
+            return k
+    return None
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    for t in list(model.parameters()) + list(model.buffers()):
+        return t.device
+    return torch.device("cpu")
+
+
+_SUBCLASSES: dict[tuple, type] = {}
+
+
+def _swap_class(module: nn.Module, key: tuple, members: dict[str, Any]) -> None:
+    base = type(module)
+    cache_key = (base,) + key
+    cls = _SUBCLASSES.get(cache_key)
+    if cls is None:
+        cls = type(f"Autokernel{base.__name__}", (base,), dict(members, __module__=base.__module__))
+        _SUBCLASSES[cache_key] = cls
+    module.__class__ = cls
+
+
+def _rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    denom = ref.norm().item()
+    return (out - ref).norm().item() / (denom if denom > 0 else 1.0)
+
+
+PROBE_TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 3e-2}
+
+
+def _probe(module: nn.Module, base: type, x: torch.Tensor, expected: Callable[[torch.Tensor], torch.Tensor]) -> bool:
+    """Does the module's original ``forward`` compute what the problem's PyTorch reference
+    computes (``expected``) on ``x``?  The kernel itself is not run here: whether it is right
+    is for ``verify`` to show."""
+    with torch.no_grad():
+        ref = base.forward(module, x)
+        want = expected(x)
+    if not isinstance(ref, torch.Tensor) or ref.shape != want.shape:
+        return False
+    return _rel_error(want, ref) <= PROBE_TOLERANCE.get(x.dtype, 1e-4)
+
+
+def _reference(kind: str) -> Callable[..., Any]:
+    from ..problems import get_problem
+
+    return get_problem(kind).reference
+
+
+def _probe_input(n: int, module: nn.Module, dtype: torch.dtype) -> torch.Tensor:
+    gen = torch.Generator(device="cpu").manual_seed(1234)
+    return torch.randn(3, n, generator=gen).to(device=_model_device(module), dtype=dtype)
+
+
+def _ok_device(t: torch.Tensor, device: torch.device) -> bool:
+    return t.device.type == device.type
+
+
+def _check_probe(base: type, m: nn.Module, k: KernelOp, probed: dict, x: torch.Tensor,
+                 expected: Callable[[torch.Tensor], torch.Tensor]) -> bool:
+    key = (base, k.kind)
+    if key not in probed:
+        probed[key] = _probe(m, base, x, expected)
+    return probed[key]
+
+
+
+def _class_code_names(cls: type) -> set[str]:
+    names: set[str] = set()
+    for klass in cls.__mro__:
+        if klass in (nn.Module, object):
+            break
+        for fn in vars(klass).values():
+            if isinstance(fn, types.FunctionType):
+                names |= _code_names(fn.__code__)
+    return names
+
+
+def _code_names(code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names |= _code_names(c)
+    return names

@@ -1,0 +1,80 @@
+"""Which of a run's kernels may be applied, and why the others are not."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+
+from ..plan import Plan, PlanProblem
+from ..problems.base import parse_dtype
+from .ops import SCHEMAS, register_kernel_op
+from .runfiles import as_float, best_rows, judged_correct, kernel_path, read_results
+
+
+# ------------------------------------------------------------------ what may be applied
+@dataclass
+class KernelOp:
+    problem: PlanProblem
+    opname: str
+    op: Callable[..., Any]
+    dtype: torch.dtype
+    path: Path
+
+    @property
+    def kind(self) -> str:
+        return self.problem.kind
+
+    def dims(self, dim: str) -> set[int]:
+        return {s[dim] for s in self.problem.shapes if dim in s}
+
+
+@dataclass
+class Selection:
+    ops: list[KernelOp] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+def select_kernels(workdir: Path, plan: Plan, *, device: torch.device,
+                   allow_slower: bool = False) -> Selection:
+    """Which problems' best kernels are applied, and why the others are not.  When the workdir
+    has results (a run of the loop), a problem needs a correct (timed) best row in them; a
+    workdir without ``results.tsv`` (put together by hand) applies every kernel file it has."""
+    sel = Selection()
+    results = read_results(workdir)
+    best = best_rows(results)
+    if device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        for p in plan.supported:
+            sel.skipped.append((p.name, "the model is on CPU and TRITON_INTERPRET=1 is not set"))
+        return sel
+    for p in plan.problems:
+        if not p.supported or p.kind not in SCHEMAS:
+            sel.skipped.append((p.name, "not supported by autokernel"))
+            continue
+        path = kernel_path(workdir, p.name)
+        if not path.is_file():
+            sel.skipped.append((p.name, f"no kernel at {path}"))
+            continue
+        row = best.get(p.name)
+        if not judged_correct(results, best, p.name):
+            sel.skipped.append((p.name, "no correct kernel recorded in results.tsv"))
+            continue
+        if p.kind == "matmul" and not (row and row.get("status") == "keep"
+                                       and (as_float(row.get("speedup_vs_start")) or 0) > 1.0):
+            sel.skipped.append((p.name, "matmul: no kept kernel faster than the starting kernel"))
+            continue
+        s_eager = as_float(row.get("speedup_vs_eager")) if row else None
+        if (plan.time_kind == "gpu" and not allow_slower and s_eager is not None and s_eager < 1.0):
+            sel.skipped.append((p.name, f"best kernel is slower than PyTorch eager ({s_eager:.2f}x)"))
+            continue
+        try:
+            dtype = parse_dtype(p.dtype)
+        except ValueError as exc:
+            sel.skipped.append((p.name, str(exc)))
+            continue
+        opname, op = register_kernel_op(p.kind, p.name, path)
+        sel.ops.append(KernelOp(p, opname, op, dtype, path))
+    return sel
