@@ -18,6 +18,11 @@ BUILTIN_KINDS: dict[str, str] = {
     "cross_entropy": "cross_entropy",
     "rotary": "rotary",
     "reduce": "reduce",
+    "add_rmsnorm": "add_rmsnorm",
+    "add_layernorm": "add_layernorm",
+    "gelu": "gelu",
+    "geglu": "geglu",
+    "swiglu_packed": "swiglu_packed",
 }
 
 KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"

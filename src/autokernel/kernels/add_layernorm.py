@@ -1,0 +1,131 @@
+"""Residual add + LayerNorm, one pass: s = x + residual (rounded to the dtype, as the model
+adds), y = (s - mean) * rsqrt(var + eps) * w + b; returns (y, s).
+
+fp32 inside; the variance is taken around the mean (never E[s^2] - E[s]^2).  The fusion
+reads x and residual once and writes y and s: 4 MN elements against 5 MN for a separate add
+and norm (see problems/add_norm_common.py).
+
+variant "single_pass": a program holds ROWS_PER_PROGRAM whole rows in registers (padded to a
+    power of two).  Rows wider than MAX_BLOCK_N use "looped".
+variant "looped": one row per program in BLOCK_N chunks: pass 1 writes s and merges per-chunk
+    (count, mean, squared deviations) with Chan's formula, pass 2 re-reads x and residual.
+PROGRAMS_PER_SM = 0: one program per row block; > 0: that many per SM, striding (persistent).
+num_warps = 0: one warp per 512 elements of the tile (2..16).
+"""
+import torch
+import triton
+import triton.language as tl
+
+KNOBS = {"variant": "single_pass", "MAX_BLOCK_N": 8192, "BLOCK_N": 4096, "ROWS_PER_PROGRAM": 4,
+         "num_warps": 0, "num_stages": 2, "PROGRAMS_PER_SM": 0}
+KNOB_SPACE = {"variant": ["single_pass", "looped"], "MAX_BLOCK_N": [4096, 8192, 16384, 32768],
+              "BLOCK_N": [1024, 2048, 4096, 8192], "ROWS_PER_PROGRAM": [1, 2, 4, 8, 16],
+              "num_warps": [0, 2, 4, 8, 16, 32], "num_stages": [1, 2, 3], "PROGRAMS_PER_SM": [0, 1, 2, 4, 8]}
+
+MAX_TILE = 16384  # elements per program in the single-pass tile (register budget)
+
+
+@triton.jit
+def _add_layernorm_rows_kernel(x_ptr, r_ptr, w_ptr, b_ptr, y_ptr, s_ptr, M, N, eps, n_row_blocks,
+                               ROWS: tl.constexpr, BLOCK_N: tl.constexpr):
+    pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    w = tl.load(w_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=col_mask, other=0.0).to(tl.float32)
+    for block in range(pid, n_row_blocks, n_programs):
+        rows = block * ROWS + tl.arange(0, ROWS)
+        mask = (rows < M)[:, None] & col_mask[None, :]
+        offs = rows.to(tl.int64)[:, None] * N + cols[None, :]
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        r = tl.load(r_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        s = (x + r).to(s_ptr.dtype.element_ty)
+        tl.store(s_ptr + offs, s, mask=mask)
+        s = s.to(tl.float32)
+        mean = tl.sum(s, axis=1) / N
+        d = tl.where(mask, s - mean[:, None], 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / N + eps)
+        y = d * rstd[:, None] * w[None, :] + b[None, :]
+        tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _add_layernorm_looped_kernel(x_ptr, r_ptr, w_ptr, b_ptr, y_ptr, s_ptr, M, N, eps, BLOCK_N: tl.constexpr):
+    pid = tl.program_id(0)
+    n_programs = tl.num_programs(0)
+    cols = tl.arange(0, BLOCK_N)
+    for row in range(pid, M, n_programs):
+        base = tl.cast(row, tl.int64) * N
+        count = 0.0
+        mean = 0.0
+        m2 = 0.0
+        for start in range(0, N, BLOCK_N):
+            mask = start + cols < N
+            x = tl.load(x_ptr + base + start + cols, mask=mask, other=0.0).to(tl.float32)
+            r = tl.load(r_ptr + base + start + cols, mask=mask, other=0.0).to(tl.float32)
+            s = (x + r).to(s_ptr.dtype.element_ty)
+            tl.store(s_ptr + base + start + cols, s, mask=mask)
+            s = s.to(tl.float32)
+            n_chunk = tl.minimum(N - start, BLOCK_N).to(tl.float32)
+            chunk_mean = tl.sum(s, axis=0) / n_chunk
+            d = tl.where(mask, s - chunk_mean, 0.0)
+            chunk_m2 = tl.sum(d * d, axis=0)
+            total = count + n_chunk
+            delta = chunk_mean - mean
+            mean += delta * (n_chunk / total)
+            m2 += chunk_m2 + delta * delta * (count * n_chunk / total)
+            count = total
+        rstd = 1.0 / tl.sqrt(m2 / N + eps)
+        for start in range(0, N, BLOCK_N):
+            mask = start + cols < N
+            x = tl.load(x_ptr + base + start + cols, mask=mask, other=0.0).to(tl.float32)
+            r = tl.load(r_ptr + base + start + cols, mask=mask, other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
+            b = tl.load(b_ptr + start + cols, mask=mask, other=0.0).to(tl.float32)
+            s = (x + r).to(s_ptr.dtype.element_ty).to(tl.float32)
+            y = (s - mean) * rstd * w + b
+            tl.store(y_ptr + base + start + cols, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 4
+
+
+def _grid(n_blocks: int, device: torch.device) -> int:
+    per_sm = KNOBS["PROGRAMS_PER_SM"]
+    return n_blocks if per_sm <= 0 else max(1, min(n_blocks, _num_sms(device) * per_sm))
+
+
+def _warps(tile_elems: int) -> int:
+    if KNOBS["num_warps"] > 0:
+        return KNOBS["num_warps"]
+    per_512 = max(1, tile_elems // 512)  # one warp per 512 elements, a power of two (Triton requires it)
+    return max(2, min(16, 1 << (per_512.bit_length() - 1)))
+
+
+def kernel_fn(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5):
+    M, N = x.shape
+    x = x.contiguous()
+    residual = residual.contiguous()
+    weight = weight.contiguous()
+    bias = bias.contiguous()
+    y = torch.empty_like(x)
+    s = torch.empty_like(x)
+    if M == 0 or N == 0:
+        return y, s
+    block = max(16, triton.next_power_of_2(N))
+    if KNOBS["variant"] == "single_pass" and block <= max(KNOBS["MAX_BLOCK_N"], 16):
+        rows = max(1, min(KNOBS["ROWS_PER_PROGRAM"], MAX_TILE // block, triton.next_power_of_2(M)))
+        n_blocks = triton.cdiv(M, rows)
+        _add_layernorm_rows_kernel[(_grid(n_blocks, x.device),)](
+            x, residual, weight, bias, y, s, M, N, eps, n_blocks, ROWS=rows, BLOCK_N=block,
+            num_warps=_warps(rows * block), num_stages=KNOBS["num_stages"])
+    else:
+        chunk = max(16, min(KNOBS["BLOCK_N"], block))
+        _add_layernorm_looped_kernel[(_grid(M, x.device),)](
+            x, residual, weight, bias, y, s, M, N, eps, BLOCK_N=chunk,
+            num_warps=_warps(chunk), num_stages=KNOBS["num_stages"])
+    return y, s

@@ -1,0 +1,59 @@
+"""add_layernorm: residual add + LayerNorm (``F.layer_norm`` with weight and bias), both
+results returned.
+
+    s = x + residual                   (in x.dtype, as the model adds)
+    out = F.layer_norm(s, (N,), weight, bias, eps)
+    return out, s
+
+Bytes saved by the fusion: see ``add_norm_common`` (5 MN -> 4 MN and one launch fewer).
+Post-norm models (BERT) use only ``out``; they call it the same way and drop the sum.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import layernorm
+from .add_norm_common import add_in_dtype, addends, adversarial_addends, bytes_moved
+from .base import Problem, Shape, generator, randn, rowwise_shapes
+
+
+def reference(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5):
+    s = add_in_dtype(x, residual)
+    return layernorm.reference(s, weight, bias, eps), s
+
+
+def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
+    # a non-zero mean of the sum, so that a kernel computing E[s^2] - E[s]^2 loses digits
+    x, residual = addends(shape, dtype, device, seed, offset=0.5)
+    gen = generator(device, seed + 1)
+    weight = randn((shape["N"],), dtype, device, gen, scale=0.1, offset=1.0)
+    bias = randn((shape["N"],), dtype, device, gen, scale=0.1)
+    return (x, residual, weight, bias, 1e-5)
+
+
+def flops(shape: Shape) -> float:
+    return 8.0 * shape["M"] * shape["N"]
+
+
+def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
+    x, residual, weight, bias, eps = make_inputs(shape, dtype, device, seed + 1)
+    cases = adversarial_addends(x, residual, dtype, generator(device, seed + 7919))
+    return [(name, (a, r, weight, bias, eps)) for name, a, r in cases]
+
+
+def make_problem() -> Problem:
+    return Problem(
+        kind="add_layernorm",
+        description="Residual add then LayerNorm with weight and bias; returns the normalised rows and the sum.",
+        signature="kernel_fn(x[M,N], residual[M,N], weight[N], bias[N], eps=1e-5) -> (out[M,N], sum[M,N])  "
+                  "# sum = x + residual; out = layer_norm(sum)",
+        dims=("M", "N"),
+        reference=reference,
+        make_inputs=make_inputs,
+        flops=flops,
+        bytes=lambda shape, dtype: bytes_moved(shape, dtype, 2),
+        gpu_shapes=({"M": 4096, "N": 4096}, {"M": 16384, "N": 768}),
+        dtypes=(torch.bfloat16, torch.float16, torch.float32),
+        **rowwise_shapes(),
+        adversarial_inputs=adversarial_inputs,
+    )

@@ -1,0 +1,46 @@
+"""What the residual add + norm kinds (``add_rmsnorm``, ``add_layernorm``) share.
+
+A pre-norm transformer block ends ``h = residual + sublayer(x)`` and the next block starts
+``norm(h)``; both the sum (the next residual) and the normalised rows are used.  Fused, one
+pass reads the two addends and writes both outputs.
+
+Bytes per forward (M rows of N elements, e bytes each; the weight is negligible):
+
+    separate:  add reads 2MN, writes MN;  norm reads MN, writes MN   -> 5 MN e, 2 launches
+    fused:     reads 2MN, writes 2MN (sum and normalised)            -> 4 MN e, 1 launch
+
+so the fusion saves MN e (20%) and one launch per norm, and a kernel that is at the memory
+roofline is 1.25x the separate pair at best.
+"""
+from __future__ import annotations
+
+import torch
+
+from .base import Shape, generator, randn, standard_adversarial
+
+
+def addends(shape: Shape, dtype: torch.dtype, device: str, seed: int, offset: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = generator(device, seed)
+    x = randn((shape["M"], shape["N"]), dtype, device, gen, offset=offset)
+    residual = randn((shape["M"], shape["N"]), dtype, device, gen)
+    return x, residual
+
+
+def add_in_dtype(x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """The sum as the model computes it: in the inputs' dtype."""
+    return x + residual
+
+
+def bytes_moved(shape: Shape, dtype: torch.dtype, n_params: int) -> float:
+    e = torch.empty((), dtype=dtype).element_size()
+    return float((4 * shape["M"] * shape["N"] + n_params * shape["N"]) * e)
+
+
+def adversarial_addends(x: torch.Tensor, residual: torch.Tensor, dtype: torch.dtype, gen: torch.Generator) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """Cases on the first addend (large, tiny, mixed, dominant), plus two addends that nearly
+    cancel, so that a kernel normalising x alone (or the sum rounded wrongly) fails."""
+    # half of the largest value a norm input may take in the dtype: the sum must still fit
+    large = 2.5e3 if dtype == torch.float16 else 5e5
+    cases = [(name, t, residual) for name, t in standard_adversarial(x, gen, large=large)]
+    cases.append(("cancelling", (-residual.float() + 1e-2 * x.float()).to(dtype), residual))
+    return cases

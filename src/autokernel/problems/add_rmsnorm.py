@@ -1,0 +1,54 @@
+"""add_rmsnorm: residual add + RMSNorm (Hugging Face LLaMA semantics), both results returned.
+
+    s = x + residual                   (in x.dtype, as the model adds)
+    out = weight * (s.float() * rsqrt(mean(s.float()**2) + eps)).to(x.dtype)
+    return out, s
+
+Bytes saved by the fusion: see ``add_norm_common`` (5 MN -> 4 MN and one launch fewer).
+"""
+from __future__ import annotations
+
+import torch
+
+from . import rmsnorm
+from .add_norm_common import add_in_dtype, addends, adversarial_addends, bytes_moved
+from .base import Problem, Shape, generator, randn, rowwise_shapes
+
+
+def reference(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6):
+    s = add_in_dtype(x, residual)
+    return rmsnorm.reference(s, weight, eps), s
+
+
+def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
+    x, residual = addends(shape, dtype, device, seed)
+    weight = randn((shape["N"],), dtype, device, generator(device, seed + 1), scale=0.1, offset=1.0)
+    return (x, residual, weight, 1e-6)
+
+
+def flops(shape: Shape) -> float:
+    return 5.0 * shape["M"] * shape["N"]
+
+
+def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
+    x, residual, weight, eps = make_inputs(shape, dtype, device, seed + 1)
+    cases = adversarial_addends(x, residual, dtype, generator(device, seed + 7919))
+    return [(name, (a, r, weight, eps)) for name, a, r in cases]
+
+
+def make_problem() -> Problem:
+    return Problem(
+        kind="add_rmsnorm",
+        description="Residual add then RMSNorm (HF LLaMA semantics); returns the normalised rows and the sum.",
+        signature="kernel_fn(x[M,N], residual[M,N], weight[N], eps=1e-6) -> (out[M,N], sum[M,N])  "
+                  "# sum = x + residual; out = rmsnorm(sum)",
+        dims=("M", "N"),
+        reference=reference,
+        make_inputs=make_inputs,
+        flops=flops,
+        bytes=lambda shape, dtype: bytes_moved(shape, dtype, 1),
+        gpu_shapes=({"M": 4096, "N": 4096}, {"M": 16384, "N": 4096}, {"M": 4096, "N": 8192}),
+        dtypes=(torch.bfloat16, torch.float16, torch.float32),
+        **rowwise_shapes(),
+        adversarial_inputs=adversarial_inputs,
+    )
