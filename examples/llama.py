@@ -42,14 +42,23 @@ class LlamaConfig:
 
 
 class RMSNorm(nn.Module):
-    """Hugging Face LLaMA semantics: normalize in fp32, cast back, then scale."""
+    """Hugging Face LLaMA semantics: normalize in fp32, cast back, then scale.
+
+    ``norm(x, residual)`` first adds the residual stream and returns ``(norm(s), s)`` with
+    ``s = x + residual``: the add and the norm are one fused problem (``add_rmsnorm``)."""
 
     def __init__(self, dim: int, eps: float = 1e-6):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        if residual is not None:
+            s = x + residual
+            return self._norm(s), s
+        return self._norm(x)
+
+    def _norm(self, x: torch.Tensor) -> torch.Tensor:
         dtype = x.dtype
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -117,9 +126,17 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), cos, sin)
-        return x + self.mlp(self.mlp_norm(x))
+    def forward(self, h: torch.Tensor, residual: torch.Tensor | None, cos: torch.Tensor, sin: torch.Tensor):
+        """``h + residual`` is the block's input (``residual`` None: ``h`` alone); returns the
+        block's output in the same two parts, so that each residual add happens inside the
+        next norm."""
+        if residual is None:
+            x, residual = self.attn_norm(h), h
+        else:
+            x, residual = self.attn_norm(h, residual)
+        h = self.attn(x, cos, sin)
+        x, residual = self.mlp_norm(h, residual)
+        return self.mlp(x), residual
 
 
 class Llama(nn.Module):
@@ -141,6 +158,8 @@ class Llama(nn.Module):
             raise ValueError(f"sequence length {S} exceeds max_seq_len {self.config.max_seq_len}")
         x = self.embed(input_ids)
         cos, sin = self.rope_cos[:S].to(x.dtype), self.rope_sin[:S].to(x.dtype)
+        h, residual = x, None
         for layer in self.layers:
-            x = layer(x, cos, sin)
-        return self.lm_head(self.norm(x))
+            h, residual = layer(h, residual, cos, sin)
+        x = self.norm(h) if residual is None else self.norm(h, residual)[0]
+        return self.lm_head(x)

@@ -47,8 +47,10 @@ def make_workdir(root: Path, problems: list[PlanProblem], *, model: str = "llama
 
 def llama_problems(dtype: str = "fp32") -> list[PlanProblem]:
     return [
-        PlanProblem("rmsnorm", "rmsnorm", dtype, [{"M": 8, "N": 64}], [3], 100.0, 0.1,
-                    ["layers.0.attn_norm", "layers.0.mlp_norm", "norm"]),
+        PlanProblem("rmsnorm", "rmsnorm", dtype, [{"M": 8, "N": 64}], [1], 100.0, 0.1, ["layers.0.attn_norm"]),
+        # the example adds the residual stream inside its norms: norm(h, residual)
+        PlanProblem("add_rmsnorm", "add_rmsnorm", dtype, [{"M": 8, "N": 64}], [2], 100.0, 0.1,
+                    ["layers.0.mlp_norm", "norm"]),
         PlanProblem("swiglu", "swiglu", dtype, [{"M": 8, "N": 176}], [1], 100.0, 0.1, ["layers.0.mlp"]),
         PlanProblem("rotary", "rotary", dtype, [{"B": 1, "H": 4, "S": 8, "D": 16}, {"B": 1, "H": 2, "S": 8, "D": 16}],
                     [1, 1], 100.0, 0.1, ["layers.0.attn"]),
@@ -72,8 +74,8 @@ def test_apply_llama_replaces_each_kind_and_matches(tmp_path, llama):
     before = dict(OP_CALLS)
     patched = autokernel.apply(llama.model, wd)
     kinds = {kind for _, kind in patched._autokernel_replaced}
-    assert kinds == {"rmsnorm", "swiglu", "rotary", "attention"}
-    assert ("norm", "rmsnorm") in patched._autokernel_replaced
+    assert kinds == {"rmsnorm", "add_rmsnorm", "swiglu", "rotary", "attention"}
+    assert ("norm", "add_rmsnorm") in patched._autokernel_replaced
     assert ("layers.0.attn", "attention") in patched._autokernel_replaced
     # the user's model is left as it was
     assert type(llama.model.norm).__name__ == "RMSNorm"
@@ -84,7 +86,7 @@ def test_apply_llama_replaces_each_kind_and_matches(tmp_path, llama):
         ref, out = llama.model(*x), patched(*x)
     assert rel(out, ref) < 1e-4
     calls = {name: OP_CALLS[op] - before.get(op, 0) for name, op in patched._autokernel_ops.items()}
-    assert calls == {"rmsnorm": 3, "swiglu": 1, "rotary": 2, "attention": 1}
+    assert calls == {"rmsnorm": 1, "add_rmsnorm": 2, "swiglu": 1, "rotary": 2, "attention": 1}
 
 
 def test_apply_then_torch_compile_matches(tmp_path, llama):

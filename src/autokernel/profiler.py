@@ -7,7 +7,9 @@ How time is counted:
   launched it (by correlation id); the kernel is attributed to that op and its ancestors, and
   never counted again through an aten op's own time;
 * on a CPU, the self CPU time of each op counts (an op's children are counted for themselves),
-  and the plan says ``time_kind="cpu"``.
+  and the plan says ``time_kind="cpu"``.  Ops that launch no device kernel (views, metadata,
+  allocation: ``recognize.METADATA_OPS``) count on neither: on a GPU they have no kernel
+  time, and counting their dispatcher overhead on a CPU would make CPU shares unlike GPU ones.
 
 How time is attributed: forward pre/post hooks open a ``record_function`` range per module
 call (and the model's ``apply_rotary*`` functions are wrapped the same way while profiling),
@@ -40,13 +42,14 @@ from torch import nn
 from .models import LoadedModel
 from .plan import Plan, PlanProblem, UncoveredTime
 from .problems.base import dtype_name
-from .recognize import (Instance, Node, ScopeCall, TensorMeta, Unsupported, is_gemm_kernel, matmul_shape,
-                        module_info, pair_cross_entropy, recognize_op, recognize_scope, shape_weight)
+from .recognize import (METADATA_OPS, Instance, Node, ScopeCall, TensorMeta, Unsupported, is_gemm_kernel,
+                        matmul_shape, module_info, pair_cross_entropy, recognize_op, recognize_scope, shape_weight)
 
 SCOPE_PREFIX = "ak::"
 FORWARD_LABEL = "ak::forward::"
 MODULE_LABEL = "ak::m::"
 FUNCTION_LABEL = "ak::f::"
+GELU_LABEL = "ak::gelu::"  # + "tanh" | "none": the form of an F.gelu call (the trace does not record strings)
 MARKED_FUNCTIONS = re.compile(r"^apply_rotary", re.IGNORECASE)
 TOP_UNCOVERED = 12
 DEFAULT_WARMUP = 2  # untimed forward passes before profiling
@@ -71,9 +74,12 @@ class Tracer:
             self._handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True))
             self._handles.append(module.register_forward_hook(self._post, always_call=True))
         self._patch_functions()
+        self._gelu_mode = GeluFormMarker()
+        self._gelu_mode.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self._gelu_mode.__exit__(None, None, None)
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
@@ -143,6 +149,19 @@ class Tracer:
         return marked
 
 
+class GeluFormMarker(torch.overrides.TorchFunctionMode):
+    """Wraps each ``F.gelu`` call in a range named after its ``approximate`` argument, which
+    the profiler's trace does not record (it keeps no string arguments)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.gelu:
+            form = kwargs.get("approximate", args[1] if len(args) > 1 else "none")
+            with torch.profiler.record_function(f"{GELU_LABEL}{form}"):
+                return func(*args, **kwargs)
+        return func(*args, **kwargs)
+
+
 def tensor_metas(values: Any) -> list[TensorMeta]:
     if isinstance(values, torch.Tensor):
         values = [values]
@@ -207,7 +226,9 @@ def time_units(node: Node, time_kind: str) -> list[tuple[str, float]]:
     """The pieces of time a node owns: its device kernels on a GPU, its self time on a CPU."""
     if time_kind == "gpu":
         return [(k, us) for k, us in node.kernels if k != node.name and not k.startswith(SCOPE_PREFIX)]
-    return [] if node.scope is not None or node.name.startswith(SCOPE_PREFIX) else [(node.name, node.self_us)]
+    if node.scope is not None or node.name.startswith(SCOPE_PREFIX) or node.name in METADATA_OPS:
+        return []  # metadata ops launch no kernel: no time on a GPU, none counted on a CPU
+    return [(node.name, node.self_us)]
 
 
 def op_owner(node: Node, op_problems: dict[str, str]) -> str | None:

@@ -38,8 +38,13 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "reduce": ("M", "N"),
     "fused_mlp": ("M", "D", "H"),
     "cross_entropy": ("M", "V"),
+    "add_rmsnorm": ("M", "N"),
+    "add_layernorm": ("M", "N"),
+    "gelu": ("M", "N", "tanh"),
+    "geglu": ("M", "N", "tanh"),
+    "swiglu_packed": ("M", "N"),
 }
-FLAG_DIMS = {"causal"}
+FLAG_DIMS = {"causal", "tanh"}
 
 PROFILER_DTYPES = {
     "float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16", "double": "fp64",
@@ -62,6 +67,17 @@ VIEW_OPS = {"aten::view", "aten::reshape", "aten::_unsafe_view", "aten::flatten"
             "aten::transpose", "aten::select", "aten::slice", "aten::to", "aten::t", "aten::expand",
             "aten::as_strided", "aten::detach", "aten::alias"}
 SILU_OPS = {"aten::silu", "aten::silu_"}
+GELU_OPS = {"aten::gelu", "aten::gelu_", "aten::tanh", "aten::erf"}
+# Ops that launch no device kernel (views, metadata, allocation, eval-mode dropout): on a GPU
+# they own no time; on a CPU their self time is dispatcher overhead, left out of the total so
+# that CPU shares mirror GPU ones.  (Where one of them copies, the copy is a child op and counts.)
+METADATA_OPS = VIEW_OPS | {
+    "aten::chunk", "aten::split", "aten::split_with_sizes", "aten::unsqueeze", "aten::squeeze", "aten::permute",
+    "aten::unbind", "aten::narrow", "aten::view_as", "aten::expand_as", "aten::unflatten", "aten::_reshape_alias",
+    "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::resolve_conj", "aten::resolve_neg",
+    "aten::lift_fresh", "aten::dropout", "aten::feature_dropout", "aten::_to_copy_noop", "aten::numpy_T",
+    "aten::movedim", "aten::split_with_sizes_copy_noop", "aten::type_as", "aten::is_nonzero",
+}
 GEMM_KERNEL_MARKERS = ("nvjet", "gemm", "cutlass", "cublas", "xmma", "wgmma", "hgemm", "sgemm")
 
 HEAD_ATTRS = ("n_heads", "num_heads", "n_head", "num_attention_heads")
@@ -92,6 +108,8 @@ class ModuleInfo:
     eps: float | None = None
     mlp: dict[str, str] | None = None  # {"gate": name, "up": name, "down": name}
     mlp_dims: tuple[int, int] | None = None  # (D, H)
+    packed_mlp: tuple[int, int] | None = None  # (D, H) of a gate_up D -> 2H and a down H -> D linear
+    gelu_tanh: bool | None = None  # a GELU activation module: its form (True: tanh approximation)
 
 
 @dataclass
@@ -194,7 +212,34 @@ def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
     mlp, dims = mlp_linears(module)
     return ModuleInfo(qualname=qualname, cls_name=type(module).__name__,
                       is_layernorm=isinstance(module, nn.LayerNorm), heads=heads, kv_heads=kv,
-                      eps=float(eps) if isinstance(eps, (int, float)) else None, mlp=mlp, mlp_dims=dims)
+                      eps=float(eps) if isinstance(eps, (int, float)) else None, mlp=mlp, mlp_dims=dims,
+                      packed_mlp=packed_mlp_dims(module), gelu_tanh=gelu_form(module))
+
+
+def gelu_form(module: nn.Module) -> bool | None:
+    """For a GELU activation module (``nn.GELU``, transformers' ``GELUActivation``,
+    ``NewGELUActivation``, ``GELUTanh``...): True for the tanh approximation, False for erf.
+    None for anything else."""
+    name = type(module).__name__.lower()
+    if "gelu" not in name or any(True for _ in module.children()):
+        return None
+    approximate = getattr(module, "approximate", None)
+    if isinstance(approximate, str):
+        return approximate == "tanh"
+    return "tanh" in name or name.startswith(("newgelu", "fastgelu")) or "pytorchgelutanh" in name
+
+
+def packed_mlp_dims(module: nn.Module) -> tuple[int, int] | None:
+    """(D, H) of a packed SwiGLU MLP (Phi-3): a ``gate_up`` linear D -> 2H and a down H -> D."""
+    linears = {n: m for n, m in module.named_children() if isinstance(m, nn.Linear)}
+    gate_up = next((m for n, m in linears.items() if "gate_up" in n), None)
+    if gate_up is None or len(linears) != 2:
+        return None
+    down = next(m for m in linears.values() if m is not gate_up)
+    two_h, d = gate_up.weight.shape
+    if two_h % 2 or tuple(down.weight.shape) != (d, two_h // 2):
+        return None
+    return int(d), int(two_h // 2)
 
 
 def mlp_linears(module: nn.Module) -> tuple[dict[str, str] | None, tuple[int, int] | None]:
@@ -280,6 +325,13 @@ def recognize_op(node: Node, default_dtype: str) -> Instance | Unsupported | Non
         if n != x[-1]:
             return Unsupported(f"{name} (over several dims)")
         return Instance(kind, _dtype(node, 0, default_dtype), [(make_shape(kind, rows(x), n), 1)])
+    if name in ("aten::gelu", "aten::gelu_"):
+        x, approximate = _arg(node, 0), _concrete(node, 1)
+        if x is None:
+            return None
+        marked = node.parent.name if node.parent is not None else ""
+        tanh = 1 if approximate == "tanh" or marked == "ak::gelu::tanh" else 0
+        return Instance("gelu", _dtype(node, 0, default_dtype), [(make_shape("gelu", rows(x), x[-1], tanh), 1)])
     if name == "aten::sum":
         x, dims = _arg(node, 0), _concrete(node, 1)
         if x and isinstance(dims, (list, tuple)) and len(dims) == 1 and dims[0] in (-1, len(x) - 1):
@@ -377,8 +429,30 @@ def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], de
         norm_kind = "rmsnorm" if plain_rms else "layernorm"
     if norm_kind and x.shape:
         notes = (f"eps={info.eps:g}",) if info.eps is not None else ()
+        if len(call.args) >= 2 and call.args[1].shape == x.shape:  # norm(x, residual): add + norm
+            norm_kind = f"add_{norm_kind}"
+            notes += (f"residual add inside {info.cls_name}",)
         return Instance(norm_kind, x.dtype, [(make_shape(norm_kind, rows(x.shape), x.shape[-1]), 1)],
                         module=info.qualname, notes=notes)
+    if info.gelu_tanh is not None and x.shape:
+        tanh = int(info.gelu_tanh or "aten::tanh" in subtree_ops)
+        return Instance("gelu", x.dtype, [(make_shape("gelu", rows(x.shape), x.shape[-1], tanh), 1)],
+                        module=info.qualname, notes=(f"{info.cls_name} ({'tanh' if tanh else 'erf'} form)",))
+    if info.packed_mlp is not None and subtree_ops & SILU_OPS and x.shape:
+        if any(op.name in MATMUL_OPS for op in ops_below):
+            return None  # its linears are matmuls
+        D, H = info.packed_mlp
+        return Instance("swiglu_packed", x.dtype, [(make_shape("swiglu_packed", rows(x.shape), H), 1)],
+                        module=info.qualname,
+                        notes=(f"silu(gate)*up on the packed gate_up projection of {info.cls_name}",))
+    if (info.mlp is not None and info.mlp_dims is not None and subtree_ops & GELU_OPS
+            and not subtree_ops & SILU_OPS and x.shape):
+        if any(op.name in MATMUL_OPS for op in ops_below):
+            return None
+        D, H = info.mlp_dims
+        tanh = int("aten::tanh" in subtree_ops or _gelu_tanh_below(node))
+        return Instance("geglu", x.dtype, [(make_shape("geglu", rows(x.shape), H, tanh), 1)], module=info.qualname,
+                        notes=(f"gelu(gate)*up inside {info.cls_name}; its linears are matmuls",))
     if "rotary" in lower and len(x.shape) == 4 and any(o.shape == x.shape for o in call.outputs):
         return _rotary(call, node, default_dtype)
     if info.mlp is not None and info.mlp_dims is not None and subtree_ops & SILU_OPS and x.shape:
@@ -392,6 +466,18 @@ def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], de
         return Instance("swiglu", x.dtype, [(make_shape("swiglu", rows(x.shape), H), 1)], module=info.qualname,
                         notes=(f"silu(gate)*up inside {info.cls_name} ({roles}); its linears are matmuls",))
     return None
+
+
+def _gelu_tanh_below(node: Node) -> bool:
+    """Does a GELU module, or an ``aten::gelu`` with approximate="tanh", run under ``node``?"""
+    for child in node.children:
+        if child.scope is not None and child.scope.info is not None and child.scope.info.gelu_tanh:
+            return True
+        if child.name == "ak::gelu::tanh" or (child.name.startswith("aten::gelu") and _concrete(child, 1) == "tanh"):
+            return True
+        if _gelu_tanh_below(child):
+            return True
+    return False
 
 
 def _rotary(call: ScopeCall, node: Node, default_dtype: str) -> Instance | Unsupported | None:

@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 
 from .calls import _apply_calls
+from .fused import _apply_add_norm, _apply_geglu, _apply_gelu_modules, _apply_swiglu_packed
 from .linears import _apply_matmul, _apply_mlp
 from .norms import _apply_cross_entropy, _apply_layernorm, _apply_rmsnorm, _apply_softmax
 from .patching import _model_device
@@ -26,10 +27,18 @@ _MODULE_APPLIERS = {
     "fused_mlp": _apply_mlp,
     "swiglu": _apply_mlp,
     "matmul": _apply_matmul,
+    "add_rmsnorm": _apply_add_norm,
+    "add_layernorm": _apply_add_norm,
+    "gelu": _apply_gelu_modules,
+    "geglu": _apply_geglu,
+    "swiglu_packed": _apply_swiglu_packed,
 }
 # fused_mlp before swiglu (it covers more of the MLP); matmul last so that the linears of a
-# fused MLP are left alone
-_ORDER = ("rmsnorm", "layernorm", "softmax", "cross_entropy", "fused_mlp", "swiglu", "matmul")
+# fused MLP are left alone.  add_* after the plain norms: a norm module may take both (its
+# calls without a residual go to the plain norm op), so they do not mark modules done.
+_ORDER = ("rmsnorm", "layernorm", "add_rmsnorm", "add_layernorm", "gelu", "softmax", "cross_entropy", "fused_mlp",
+          "swiglu", "geglu", "swiglu_packed", "matmul")
+_SHARES_MODULES = {"add_rmsnorm", "add_layernorm"}
 
 
 def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
@@ -53,13 +62,13 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     for kind in _ORDER:
         for k in [k for k in sel.ops if k.kind == kind]:
             before = len(replaced)
-            _MODULE_APPLIERS[kind](patched, k, done, replaced, skipped, probed)
+            _MODULE_APPLIERS[kind](patched, k, set() if kind in _SHARES_MODULES else done, replaced, skipped, probed)
             if len(replaced) > before:
                 used_ops.add(k.opname)
     calls_before = len(replaced)
     _apply_calls(patched, sel.ops, set(), replaced, skipped)
     for k in sel.ops:
-        if k.kind in ("attention", "rotary") and any(kind == k.kind for _, kind in replaced[calls_before:]):
+        if k.kind in ("attention", "rotary", "gelu") and any(kind == k.kind for _, kind in replaced[calls_before:]):
             used_ops.add(k.opname)
     for k in sel.ops:
         if k.opname not in used_ops:

@@ -38,6 +38,19 @@ def _sdpa_replacement(k: KernelOp) -> Callable[..., Any]:
     return scaled_dot_product_attention
 
 
+def _gelu_replacement(k: KernelOp) -> Callable[..., Any]:
+    op, dtype = k.op, k.dtype
+    original = F.gelu
+
+    def gelu(input, approximate="none"):
+        if (isinstance(input, torch.Tensor) and input.dtype == dtype and input.dim() >= 1 and input.numel() > 0
+                and approximate in ("none", "tanh")):
+            return op(input.reshape(-1, input.shape[-1]), approximate == "tanh").reshape(input.shape)
+        return original(input, approximate=approximate)
+
+    return gelu
+
+
 def _rotary_ok(x, cos, sin, dtype) -> bool:
     return (x.dim() == 4 and x.dtype == dtype and cos.dtype == dtype and sin.dtype == dtype
             and cos.dim() >= 2 and tuple(cos.shape) == tuple(sin.shape)
@@ -81,22 +94,29 @@ def _rotary_form(fn: Any) -> bool | None:
     return {4: True, 3: False}.get(len(params))
 
 
-def _global_replacements(fn: types.FunctionType, sdpa: Callable | None,
-                         rotary: KernelOp | None) -> tuple[dict[str, Any], set[str]]:
+def _global_replacements(fn: types.FunctionType, sdpa: Callable | None, rotary: KernelOp | None,
+                         gelu: Callable | None = None) -> tuple[dict[str, Any], set[str]]:
     """Names in ``fn``'s globals to rebind so that its calls reach the ops, and the kinds."""
     out: dict[str, Any] = {}
     kinds: set[str] = set()
     g = fn.__globals__
     names = _code_names(fn.__code__)
+    functional = {}
+    if sdpa is not None and "scaled_dot_product_attention" in names:
+        functional["scaled_dot_product_attention"] = (sdpa, "attention")
+    if gelu is not None and "gelu" in names:
+        functional["gelu"] = (gelu, "gelu")
     for name in names:
         value = g.get(name)
-        if sdpa is not None:
-            if value is F and "scaled_dot_product_attention" in names:
-                out[name] = _functional_proxy(sdpa)
-                kinds.add("attention")
-            elif value is F.scaled_dot_product_attention:
-                out[name] = sdpa
-                kinds.add("attention")
+        if value is F and functional:
+            out[name] = _functional_proxy({attr: fn_ for attr, (fn_, _) in functional.items()})
+            kinds |= {kind for _, kind in functional.values()}
+        elif sdpa is not None and value is F.scaled_dot_product_attention:
+            out[name] = sdpa
+            kinds.add("attention")
+        elif gelu is not None and value is F.gelu:
+            out[name] = gelu
+            kinds.add("gelu")
         if rotary is not None:
             form = _rotary_form(value)
             if form is not None:
@@ -105,18 +125,20 @@ def _global_replacements(fn: types.FunctionType, sdpa: Callable | None,
     return out, kinds
 
 
-_PROXIES: dict[int, types.ModuleType] = {}
+_PROXIES: dict[tuple, types.ModuleType] = {}
 _REBOUND_MODULES: list[types.ModuleType] = []
 
 
-def _functional_proxy(sdpa: Callable) -> types.ModuleType:
-    """A stand-in for ``torch.nn.functional`` whose ``scaled_dot_product_attention`` is ours."""
-    proxy = _PROXIES.get(id(sdpa))
+def _functional_proxy(replacements: dict[str, Callable]) -> types.ModuleType:
+    """A stand-in for ``torch.nn.functional`` whose ``scaled_dot_product_attention`` / ``gelu``
+    are ours."""
+    key = tuple(sorted((k, id(v)) for k, v in replacements.items()))
+    proxy = _PROXIES.get(key)
     if proxy is None:
         proxy = types.ModuleType("autokernel_functional")
         proxy.__dict__.update({k: v for k, v in vars(F).items() if not k.startswith("__")})
-        proxy.scaled_dot_product_attention = sdpa
-        _PROXIES[id(sdpa)] = proxy
+        proxy.__dict__.update(replacements)
+        _PROXIES[key] = proxy
     return proxy
 
 
@@ -138,8 +160,8 @@ def _rebound(fn: types.FunctionType, names: dict[str, Any]) -> types.FunctionTyp
 
 
 def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, skipped) -> None:
-    """Attention (SDPA) and rotary: rebind the functions a module's methods call."""
-    kinds = {"attention", "rotary"}
+    """Attention (SDPA), rotary and F.gelu: rebind the functions a module's methods call."""
+    kinds = {"attention", "rotary", "gelu"}
     if not any(k.kind in kinds for k in kops):
         return
     for name, m in model.named_modules():
@@ -147,12 +169,13 @@ def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, sk
             continue
         att = _pick(kops, "attention", name)
         rot = _pick(kops, "rotary", name)
-        if att is None and rot is None:
+        gel = _pick(kops, "gelu", name)
+        if att is None and rot is None and gel is None:
             continue
-        key = (type(m), "calls", att.opname if att else None, rot.opname if rot else None)
+        key = (type(m), "calls", att.opname if att else None, rot.opname if rot else None, gel.opname if gel else None)
         cls = _SUBCLASSES.get(key)
         if cls is None:
-            cls = _calls_subclass(type(m), att, rot)
+            cls = _calls_subclass(type(m), att, rot, gel)
             _SUBCLASSES[key] = cls
         if not cls._autokernel_kinds:
             continue
@@ -162,10 +185,11 @@ def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, sk
             replaced.append((name, kind))
 
 
-def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None) -> type:
-    """A subclass of ``base`` whose methods that call SDPA / a rotary function call the ops
-    instead (``_autokernel_kinds`` empty when there is none)."""
+def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None, gel: KernelOp | None = None) -> type:
+    """A subclass of ``base`` whose methods that call SDPA / a rotary function / F.gelu call
+    the ops instead (``_autokernel_kinds`` empty when there is none)."""
     sdpa = _sdpa_replacement(att) if att is not None else None
+    gelu = _gelu_replacement(gel) if gel is not None else None
     members: dict[str, Any] = {}
     kinds: set[str] = set()
     for klass in base.__mro__:
@@ -174,7 +198,7 @@ def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None) -> t
         for attr, fn in vars(klass).items():
             if attr in members or not isinstance(fn, types.FunctionType):
                 continue
-            names, kinds_fn = _global_replacements(fn, sdpa, rot)
+            names, kinds_fn = _global_replacements(fn, sdpa, rot, gelu)
             if names:
                 members[attr] = _rebound(fn, names)
                 kinds |= kinds_fn

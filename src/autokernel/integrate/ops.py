@@ -28,13 +28,20 @@ SCHEMAS: dict[str, str] = {
     "fused_mlp": "(Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down) -> Tensor",
     "cross_entropy": "(Tensor logits, Tensor targets) -> Tensor",
     "reduce": "(Tensor x) -> Tensor",
+    "add_rmsnorm": "(Tensor x, Tensor residual, Tensor weight, float eps) -> (Tensor, Tensor)",
+    "add_layernorm": "(Tensor x, Tensor residual, Tensor weight, Tensor bias, float eps) -> (Tensor, Tensor)",
+    "gelu": "(Tensor x, bool tanh) -> Tensor",
+    "geglu": "(Tensor gate, Tensor up, bool tanh) -> Tensor",
+    "swiglu_packed": "(Tensor gate_up) -> Tensor",
 }
+# kinds whose op returns (normalised rows, sum): both have the first input's shape and dtype
+TWO_OUTPUTS = {"add_rmsnorm", "add_layernorm"}
 
 
 def output_meta(kind: str, args: tuple) -> tuple[tuple[int, ...], torch.dtype]:
     """Shape and dtype of the op's output (what the fake implementation promises)."""
     x = args[0]
-    if kind in ("rmsnorm", "layernorm", "softmax", "swiglu", "rotary"):
+    if kind in ("rmsnorm", "layernorm", "softmax", "swiglu", "rotary", "gelu", "geglu") or kind in TWO_OUTPUTS:
         return tuple(x.shape), x.dtype
     if kind == "attention":
         return tuple(x.shape[:-1]) + (args[2].shape[-1],), x.dtype
@@ -46,6 +53,8 @@ def output_meta(kind: str, args: tuple) -> tuple[tuple[int, ...], torch.dtype]:
         return (), x.dtype
     if kind == "reduce":
         return tuple(x.shape[:-1]), x.dtype
+    if kind == "swiglu_packed":
+        return tuple(x.shape[:-1]) + (x.shape[-1] // 2,), x.dtype
     raise KeyError(kind)
 
 
@@ -113,10 +122,11 @@ def register_kernel_op(kind: str, name: str, path: Path) -> tuple[str, Callable[
         call_args = [a if i == 0 and keep else a.contiguous() if isinstance(a, torch.Tensor) else a
                      for i, a in enumerate(args)]
         out = kernel_fn(*call_args)
-        if not isinstance(out, torch.Tensor) or tuple(out.shape) != shape:
-            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-            raise RuntimeError(f"kernel {path} returned {got}, expected a tensor of shape {shape}")
-        out = out if out.dtype == dtype else out.to(dtype)
+        if kind in TWO_OUTPUTS:
+            if not isinstance(out, (tuple, list)) or len(out) != 2:
+                raise RuntimeError(f"kernel {path} returned {type(out).__name__}, expected two tensors of shape {shape}")
+            return tuple(_checked(o, shape, dtype, path).contiguous() for o in out)
+        out = _checked(out, shape, dtype, path)
         want = args[0] if keep else None  # the layout `fake` promised torch.compile
         if want is not None and out.stride() != want.stride():
             out = torch.empty_like(want).copy_(out)
@@ -126,6 +136,8 @@ def register_kernel_op(kind: str, name: str, path: Path) -> tuple[str, Callable[
 
     def fake(*args):
         shape, dtype = output_meta(kind, args)
+        if kind in TWO_OUTPUTS:
+            return args[0].new_empty(shape, dtype=dtype), args[0].new_empty(shape, dtype=dtype)
         if keeps_layout(kind, args):
             return torch.empty_like(args[0], dtype=dtype)
         return args[0].new_empty(shape, dtype=dtype)
@@ -135,6 +147,13 @@ def register_kernel_op(kind: str, name: str, path: Path) -> tuple[str, Callable[
     _OPS[opname] = op
     OP_PROBLEMS[opname] = name
     return opname, op
+
+
+def _checked(out: Any, shape: tuple[int, ...], dtype: torch.dtype, path: Path) -> torch.Tensor:
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != shape:
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise RuntimeError(f"kernel {path} returned {got}, expected a tensor of shape {shape}")
+    return out if out.dtype == dtype else out.to(dtype)
 
 
 def op_problems(model: nn.Module | None = None) -> dict[str, str]:

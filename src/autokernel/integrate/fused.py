@@ -1,0 +1,209 @@
+"""Appliers for the fused kinds: residual add + norm, GELU activation modules, GEGLU MLPs and
+packed SwiGLU MLPs (Phi-3's ``gate_up_proj``).
+
+* ``add_rmsnorm`` / ``add_layernorm`` — norm modules whose ``forward(x, residual)`` returns
+  ``(norm(x + residual), x + residual)`` (the residual pattern of ``examples/``, as vLLM
+  writes its norms); a call without the residual runs what was there before (the plain norm
+  op, when that was applied too).
+* ``gelu`` — GELU activation modules (``nn.GELU``, transformers' ``GELUActivation``,
+  ``NewGELUActivation``...); ``F.gelu`` calls inside methods are rebound in ``calls``.
+* ``geglu`` — MLPs with gate/up/down linears and a GELU; ``swiglu_packed`` — MLPs with one
+  ``gate_up`` linear (D -> 2H), a down linear and a SiLU.
+
+Every class is probed first: its original ``forward`` on a small random input must match the
+problem's reference, or the module is left alone.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.nn as nn
+
+from ..recognize import gelu_form, packed_mlp_dims
+from .linears import _DOWN_NAMES, _GATE_NAMES, _UP_NAMES, _find_linear
+from .norms import _is_rmsnorm, _rmsnorm_eps
+from .patching import (PROBE_TOLERANCE, _class_code_names, _pick, _probe_input, _reference, _rel_error,
+                       _swap_class)
+from .selection import KernelOp
+
+
+def _probe_matches(got: Any, want: Any, dtype: torch.dtype) -> bool:
+    got = got if isinstance(got, (tuple, list)) else (got,)
+    want = want if isinstance(want, (tuple, list)) else (want,)
+    if len(got) != len(want):
+        return False
+    for g, w in zip(got, want):
+        if not isinstance(g, torch.Tensor) or g.shape != w.shape:
+            return False
+        if _rel_error(w, g) > PROBE_TOLERANCE.get(dtype, 1e-4):
+            return False
+    return True
+
+
+def _probe_call(probed: dict, key: tuple, run: Callable[[], Any], expected: Callable[[], Any], dtype: torch.dtype) -> bool:
+    if key not in probed:
+        try:
+            with torch.no_grad():
+                probed[key] = _probe_matches(run(), expected(), dtype)
+        except Exception:  # a forward that does not take these arguments is not this kind
+            probed[key] = False
+    return probed[key]
+
+
+# ------------------------------------------------------------------ residual add + norm
+def _add_norm_members(k: KernelOp, n: int, params: Callable[[nn.Module], tuple], base: type) -> dict[str, Any]:
+    op, dtype = k.op, k.dtype
+    base_forward = base.forward
+
+    def forward(self, x, residual=None, *args, **kwargs):
+        if (residual is not None and not args and not kwargs and x.dtype == dtype and residual.dtype == dtype
+                and x.shape == residual.shape and x.shape[-1] == n and x.numel() > 0):
+            out, s = op(x.reshape(-1, n), residual.reshape(-1, n), *params(self))
+            return out.reshape(x.shape), s.reshape(x.shape)
+        return base_forward(self, x, residual, *args, **kwargs)
+
+    return {"forward": forward}
+
+
+def _apply_add_norm(model, k, done, replaced, skipped, probed) -> None:
+    rms = k.kind == "add_rmsnorm"
+    for name, m in model.named_modules():
+        if id(m) in done or _pick([k], k.kind, name) is None:
+            continue
+        if rms:
+            if not _is_rmsnorm(m):
+                continue
+            eps = _rmsnorm_eps(m, k.dtype)
+            ok_params = eps is not None
+            params = (lambda self, eps=eps: (self.weight, eps))
+            expected = (lambda x, r, m=m, eps=eps: _reference("add_rmsnorm")(x, r, m.weight, eps))
+        else:
+            if not isinstance(m, nn.LayerNorm) or type(m).forward is nn.LayerNorm.forward:
+                continue  # a plain LayerNorm takes no residual
+            ok_params = len(m.normalized_shape) == 1 and m.weight is not None and getattr(m, "bias", None) is not None
+            params = (lambda self: (self.weight, self.bias, self.eps))
+            expected = (lambda x, r, m=m: _reference("add_layernorm")(x, r, m.weight, m.bias, m.eps))
+        if not ok_params or m.weight.dtype != k.dtype:
+            skipped.append((name, f"{k.kind}: needs a {k.dtype} weight (and eps / bias)"))
+            continue
+        n = m.weight.shape[0]
+        base = type(m)
+        x = _probe_input(n, m, k.dtype)
+        r = _probe_input(n, m, k.dtype).flip(0)
+        if not _probe_call(probed, (base, k.kind), lambda: base.forward(m, x, r), lambda: expected(x, r), k.dtype):
+            skipped.append((name, f"{k.kind}: {base.__name__}.forward(x, residual) computes something else (probe mismatch)"))
+            continue
+        _swap_class(m, (k.kind, k.opname, n), _add_norm_members(k, n, params, base))
+        done.add(id(m))
+        replaced.append((name, k.kind))
+
+
+# ------------------------------------------------------------------ GELU modules
+def _apply_gelu_modules(model, k, done, replaced, skipped, probed) -> None:
+    op, dtype = k.op, k.dtype
+    for name, m in model.named_modules():
+        if id(m) in done or _pick([k], "gelu", name) is None:
+            continue
+        tanh = gelu_form(m)
+        if tanh is None:
+            continue
+        base = type(m)
+        base_forward = base.forward
+        x = _probe_input(64, m, dtype) * 3
+        if not _probe_call(probed, (base, "gelu", tanh), lambda: base_forward(m, x),
+                           lambda: _reference("gelu")(x, tanh), dtype):
+            skipped.append((name, f"gelu: {base.__name__} computes something else (probe mismatch)"))
+            continue
+
+        def forward(self, x, *args, tanh=tanh, base_forward=base_forward, **kwargs):
+            if not args and not kwargs and x.dtype == dtype and x.dim() >= 1 and x.numel() > 0:
+                return op(x.reshape(-1, x.shape[-1]), tanh).reshape(x.shape)
+            return base_forward(self, x, *args, **kwargs)
+
+        _swap_class(m, ("gelu", k.opname, tanh), {"forward": forward})
+        done.add(id(m))
+        replaced.append((name, "gelu"))
+
+
+# ------------------------------------------------------------------ GEGLU and packed SwiGLU MLPs
+def _geglu_parts(m: nn.Module) -> tuple[tuple[str, str, str], bool] | None:
+    if isinstance(m, nn.Linear):
+        return None
+    g, u, d = _find_linear(m, _GATE_NAMES), _find_linear(m, _UP_NAMES), _find_linear(m, _DOWN_NAMES)
+    if not (g and u and d) or len({g, u, d}) != 3:
+        return None
+    forms = [gelu_form(c) for c in m.children()]
+    forms = [f for f in forms if f is not None]
+    if forms:
+        return (g, u, d), forms[0]
+    return None
+
+
+def _apply_geglu(model, k, done, replaced, skipped, probed) -> None:
+    op, dtype = k.op, k.dtype
+    for name, m in model.named_modules():
+        if id(m) in done or _pick([k], "geglu", name) is None:
+            continue
+        found = _geglu_parts(m)
+        if found is None:
+            continue
+        (g, u, d), tanh = found
+        lins = [getattr(m, p) for p in (g, u, d)]
+        if any(lin.weight.dtype != dtype for lin in lins):
+            skipped.append((name, f"geglu: linear weights are not {dtype}"))
+            continue
+        d_in = lins[0].in_features
+        base = type(m)
+        base_forward = base.forward
+        x = _probe_input(d_in, m, dtype)
+        ref = _reference("geglu")
+        if not _probe_call(probed, (base, "geglu"), lambda: base_forward(m, x),
+                           lambda: lins[2](ref(lins[0](x), lins[1](x), tanh)), dtype):
+            skipped.append((name, f"geglu: {base.__name__} computes something else (probe mismatch)"))
+            continue
+
+        def forward(self, x, *args, base_forward=base_forward, tanh=tanh, parts=(g, u, d), d_in=d_in, **kwargs):
+            if not args and not kwargs and x.dtype == dtype and x.shape[-1] == d_in and x.numel() > 0:
+                x2 = x.reshape(-1, d_in)
+                out = getattr(self, parts[2])(op(getattr(self, parts[0])(x2), getattr(self, parts[1])(x2), tanh))
+                return out.reshape(*x.shape[:-1], out.shape[-1])
+            return base_forward(self, x, *args, **kwargs)
+
+        _swap_class(m, ("geglu", k.opname, (g, u, d), tanh), {"forward": forward})
+        done.add(id(m))
+        replaced.append((name, "geglu"))
+
+
+def _apply_swiglu_packed(model, k, done, replaced, skipped, probed) -> None:
+    op, dtype = k.op, k.dtype
+    for name, m in model.named_modules():
+        if id(m) in done or _pick([k], "swiglu_packed", name) is None or packed_mlp_dims(m) is None:
+            continue
+        if "silu" not in _class_code_names(type(m)) and not any(isinstance(c, nn.SiLU) for c in m.modules()):
+            continue
+        linears = {n: c for n, c in m.named_children() if isinstance(c, nn.Linear)}
+        gu_name = next(n for n in linears if "gate_up" in n)
+        down_name = next(n for n in linears if n != gu_name)
+        if any(lin.weight.dtype != dtype for lin in linears.values()):
+            skipped.append((name, f"swiglu_packed: linear weights are not {dtype}"))
+            continue
+        d_in = linears[gu_name].in_features
+        base = type(m)
+        base_forward = base.forward
+        x = _probe_input(d_in, m, dtype)
+        ref = _reference("swiglu_packed")
+        if not _probe_call(probed, (base, "swiglu_packed"), lambda: base_forward(m, x),
+                           lambda: linears[down_name](ref(linears[gu_name](x))), dtype):
+            skipped.append((name, f"swiglu_packed: {base.__name__} computes something else (probe mismatch)"))
+            continue
+
+        def forward(self, x, *args, base_forward=base_forward, gu=gu_name, down=down_name, d_in=d_in, **kwargs):
+            if not args and not kwargs and x.dtype == dtype and x.shape[-1] == d_in and x.numel() > 0:
+                out = getattr(self, down)(op(getattr(self, gu)(x.reshape(-1, d_in))))
+                return out.reshape(*x.shape[:-1], out.shape[-1])
+            return base_forward(self, x, *args, **kwargs)
+
+        _swap_class(m, ("swiglu_packed", k.opname, gu_name, down_name), {"forward": forward})
+        done.add(id(m))
+        replaced.append((name, "swiglu_packed"))
