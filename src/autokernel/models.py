@@ -47,6 +47,16 @@ EXAMPLES: dict[str, tuple[str, str]] = {
 # Encoder architectures get a masked-LM head; everything else a causal-LM head.
 HF_MASKED_LM = {"bert", "roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2", "modernbert"}
 
+# A mixture-of-experts config at its defaults does not fit in memory (Mixtral-8x7B: 47B
+# parameters).  Unless the user sets a size, MoE architectures are built this small; the model
+# description says so.
+MOE_SMALL_CONFIG: dict[str, Any] = {
+    "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8,
+    "num_key_value_heads": 4, "vocab_size": 4096, "moe_intermediate_size": 256,
+    "shared_expert_intermediate_size": 512, "max_position_embeddings": 4096,
+}
+MOE_EXPERT_ATTRS = ("num_local_experts", "num_experts", "n_routed_experts")
+
 
 class ModelSpecError(ValueError):
     """A model spec, config or input shape that cannot be used (user mistake, exit code 2)."""
@@ -162,8 +172,9 @@ def load_model(spec: str, *, dtype: torch.dtype = torch.float32, device: str = "
         else dict(config_overrides or {})
 
     if spec.startswith("hf:"):
-        model, what = _build_hf(spec[3:].strip(), overrides, device)
+        model, what, default_shape = _build_hf(spec[3:].strip(), overrides, device)
         kb_inputs = None
+        input_shape = input_shape or default_shape
     else:
         path, class_name = _resolve_file_spec(spec)
         module = import_model_file(path)
@@ -351,7 +362,58 @@ class LogitsOnly(nn.Module):
         return self.model(input_ids=input_ids).logits
 
 
-def _build_hf(arch: str, overrides: dict[str, Any], device: str) -> tuple[nn.Module, str]:
+class Seq2SeqLogits(LogitsOnly):
+    """An encoder-decoder model: the same token ids feed the encoder and the decoder."""
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids, decoder_input_ids=input_ids).logits
+
+
+class ImageLogits(nn.Module):
+    """A vision model: ``forward(pixel_values)`` returns the classification logits."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return self.model(pixel_values=pixel_values).logits
+
+
+def hf_auto_class(transformers: Any, config: Any) -> tuple[Any, type]:
+    """The auto class for a config and the wrapper that gives its forward one tensor input:
+    masked LM (encoder-only), seq2seq LM (encoder-decoder), image classification (vision),
+    causal LM (decoders, MoE included), else the bare model."""
+    from transformers.models.auto import modeling_auto as names
+
+    kind = config.model_type
+    if kind in HF_MASKED_LM:
+        return transformers.AutoModelForMaskedLM, LogitsOnly
+    if getattr(config, "is_encoder_decoder", False) and kind in names.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
+        return transformers.AutoModelForSeq2SeqLM, Seq2SeqLogits
+    if kind in names.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES:
+        return transformers.AutoModelForImageClassification, ImageLogits
+    if kind in names.MODEL_FOR_MASKED_LM_MAPPING_NAMES and kind not in names.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return transformers.AutoModelForMaskedLM, LogitsOnly
+    return transformers.AutoModelForCausalLM, LogitsOnly
+
+
+def hf_default_input_shape(config: Any) -> list[int] | None:
+    """A vision model's default input: 2 images at the config's size (``B x C x H x W``)."""
+    size = getattr(config, "image_size", None)
+    if isinstance(size, int) and getattr(config, "patch_size", None):
+        return [2, int(getattr(config, "num_channels", 3)), size, size]
+    return None
+
+
+def moe_small_overrides(default: Any, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The small MoE config settings the user did not set (none for a dense architecture)."""
+    if not any(isinstance(getattr(default, a, None), int) and getattr(default, a) > 1 for a in MOE_EXPERT_ATTRS):
+        return {}
+    return {k: v for k, v in MOE_SMALL_CONFIG.items() if hasattr(default, k) and k not in overrides}
+
+
+def _build_hf(arch: str, overrides: dict[str, Any], device: str) -> tuple[nn.Module, str, list[int] | None]:
     try:
         import transformers
     except ImportError:
@@ -369,6 +431,8 @@ def _build_hf(arch: str, overrides: dict[str, Any], device: str) -> tuple[nn.Mod
         if not hasattr(default, key):
             raise ModelSpecError(f"{type(default).__name__} has no setting {key!r}")
         values[key] = _convert(value, getattr(default, key), key)
+    small = moe_small_overrides(default, values)
+    values = {**small, **values}
     try:
         # Built again with the overrides so that derived settings (head_dim...) follow them.
         config = transformers.AutoConfig.for_model(arch, **values)
@@ -376,7 +440,7 @@ def _build_hf(arch: str, overrides: dict[str, Any], device: str) -> tuple[nn.Mod
         raise ModelSpecError(f"hf:{arch} config {values} failed: {_one_line(exc)}") from None
     if hasattr(config, "use_cache"):
         config.use_cache = False  # a forward pass, not generation: no KV cache
-    auto = transformers.AutoModelForMaskedLM if arch in HF_MASKED_LM else transformers.AutoModelForCausalLM
+    auto, wrapper = hf_auto_class(transformers, config)
     try:
         with torch.device(device):
             try:
@@ -386,7 +450,11 @@ def _build_hf(arch: str, overrides: dict[str, Any], device: str) -> tuple[nn.Mod
     except Exception as exc:
         raise ModelSpecError(f"building hf:{arch} failed: {_one_line(exc)}") from None
     shown = ", ".join(f"{k}={v}" for k, v in overrides.items())
-    return LogitsOnly(model), f"{type(model).__name__} (transformers, random weights{': ' + shown if shown else ''})"
+    what = f"{type(model).__name__} (transformers, random weights{': ' + shown if shown else ''})"
+    if small:
+        what += (" [mixture of experts: small default config " + ", ".join(f"{k}={v}" for k, v in small.items())
+                 + "; set them with --config]")
+    return wrapper(model), what, hf_default_input_shape(config)
 
 
 # ------------------------------------------------------------------ inputs
