@@ -110,6 +110,7 @@ class ModuleInfo:
     mlp_dims: tuple[int, int] | None = None  # (D, H)
     packed_mlp: tuple[int, int] | None = None  # (D, H) of a gate_up D -> 2H and a down H -> D linear
     gelu_tanh: bool | None = None  # a GELU activation module: its form (True: tanh approximation)
+    residual_norm: tuple[str, str, str] | None = None  # (kind, linear, norm) of norm(linear(h) + residual)
 
 
 @dataclass
@@ -213,7 +214,22 @@ def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
     return ModuleInfo(qualname=qualname, cls_name=type(module).__name__,
                       is_layernorm=isinstance(module, nn.LayerNorm), heads=heads, kv_heads=kv,
                       eps=float(eps) if isinstance(eps, (int, float)) else None, mlp=mlp, mlp_dims=dims,
-                      packed_mlp=packed_mlp_dims(module), gelu_tanh=gelu_form(module))
+                      packed_mlp=packed_mlp_dims(module), gelu_tanh=gelu_form(module),
+                      residual_norm=residual_norm_parts(module))
+
+
+def residual_norm_parts(module: nn.Module) -> tuple[str, str, str] | None:
+    """A post-norm output block (BERT's ``BertSelfOutput``/``BertOutput``, ViT's... ):
+    one linear, one norm and nothing else but dropout, called as ``forward(h, residual)`` to
+    compute ``norm(dropout(linear(h)) + residual)``.  Returns (add_<norm kind>, linear, norm)."""
+    children = dict(module.named_children())
+    linears = [n for n, c in children.items() if isinstance(c, nn.Linear)]
+    norms = [n for n, c in children.items() if type(c).__name__.lower().endswith(("layernorm", "rmsnorm"))]
+    rest = [c for n, c in children.items() if n not in linears and n not in norms]
+    if len(linears) != 1 or len(norms) != 1 or any(not isinstance(c, (nn.Dropout, nn.Identity)) for c in rest):
+        return None
+    kind = "add_layernorm" if isinstance(children[norms[0]], nn.LayerNorm) else "add_rmsnorm"
+    return kind, linears[0], norms[0]
 
 
 def gelu_form(module: nn.Module) -> bool | None:
@@ -434,6 +450,14 @@ def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], de
             notes += (f"residual add inside {info.cls_name}",)
         return Instance(norm_kind, x.dtype, [(make_shape(norm_kind, rows(x.shape), x.shape[-1]), 1)],
                         module=info.qualname, notes=notes)
+    if (info.residual_norm is not None and len(call.args) >= 2 and call.outputs
+            and call.outputs[0].shape == call.args[1].shape and call.args[1].shape):
+        if any(op.name in MATMUL_OPS for op in ops_below):
+            return None  # its linear is a matmul
+        kind, linear, norm = info.residual_norm
+        r = call.args[1].shape
+        return Instance(kind, call.args[1].dtype, [(make_shape(kind, rows(r), r[-1]), 1)], module=info.qualname,
+                        notes=(f"{norm}({linear}(h) + residual) in {info.cls_name}",))
     if info.gelu_tanh is not None and x.shape:
         tanh = int(info.gelu_tanh or "aten::tanh" in subtree_ops)
         return Instance("gelu", x.dtype, [(make_shape("gelu", rows(x.shape), x.shape[-1], tanh), 1)],

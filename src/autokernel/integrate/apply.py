@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 from .calls import _apply_calls
-from .fused import _apply_add_norm, _apply_geglu, _apply_gelu_modules, _apply_swiglu_packed
+from .fused import _apply_add_norm, _apply_residual_outputs, _apply_geglu, _apply_gelu_modules, _apply_swiglu_packed
 from .linears import _apply_matmul, _apply_mlp
 from .norms import _apply_cross_entropy, _apply_layernorm, _apply_rmsnorm, _apply_softmax
 from .patching import _model_device
@@ -29,15 +29,18 @@ _MODULE_APPLIERS = {
     "matmul": _apply_matmul,
     "add_rmsnorm": _apply_add_norm,
     "add_layernorm": _apply_add_norm,
+    "add_layernorm:outputs": _apply_residual_outputs,
+    "add_rmsnorm:outputs": _apply_residual_outputs,
     "gelu": _apply_gelu_modules,
     "geglu": _apply_geglu,
     "swiglu_packed": _apply_swiglu_packed,
 }
+# Post-norm output blocks (``<kind>:outputs``) first: they take the add and their norm child.
 # fused_mlp before swiglu (it covers more of the MLP); matmul last so that the linears of a
 # fused MLP are left alone.  add_* after the plain norms: a norm module may take both (its
 # calls without a residual go to the plain norm op), so they do not mark modules done.
-_ORDER = ("rmsnorm", "layernorm", "add_rmsnorm", "add_layernorm", "gelu", "softmax", "cross_entropy", "fused_mlp",
-          "swiglu", "geglu", "swiglu_packed", "matmul")
+_ORDER = ("add_rmsnorm:outputs", "add_layernorm:outputs", "rmsnorm", "layernorm", "add_rmsnorm", "add_layernorm",
+          "gelu", "softmax", "cross_entropy", "fused_mlp", "swiglu", "geglu", "swiglu_packed", "matmul")
 _SHARES_MODULES = {"add_rmsnorm", "add_layernorm"}
 
 
@@ -60,7 +63,7 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     probed: dict = {}
     used_ops: set[str] = set()
     for kind in _ORDER:
-        for k in [k for k in sel.ops if k.kind == kind]:
+        for k in [k for k in sel.ops if k.kind == kind.partition(":")[0]]:
             before = len(replaced)
             _MODULE_APPLIERS[kind](patched, k, set() if kind in _SHARES_MODULES else done, replaced, skipped, probed)
             if len(replaced) > before:

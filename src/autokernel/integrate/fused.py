@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
-from ..recognize import gelu_form, packed_mlp_dims
+from ..recognize import gelu_form, packed_mlp_dims, residual_norm_parts
 from .linears import _DOWN_NAMES, _GATE_NAMES, _UP_NAMES, _find_linear
 from .norms import _is_rmsnorm, _rmsnorm_eps
 from .patching import (PROBE_TOLERANCE, _class_code_names, _pick, _probe_input, _reference, _rel_error,
@@ -95,6 +95,52 @@ def _apply_add_norm(model, k, done, replaced, skipped, probed) -> None:
             skipped.append((name, f"{k.kind}: {base.__name__}.forward(x, residual) computes something else (probe mismatch)"))
             continue
         _swap_class(m, (k.kind, k.opname, n), _add_norm_members(k, n, params, base))
+        done.add(id(m))
+        replaced.append((name, k.kind))
+
+
+def _apply_residual_outputs(model, k, done, replaced, skipped, probed) -> None:
+    """Post-norm output blocks, ``norm(dropout(linear(h)) + residual)`` (BERT, ViT...): the
+    add and the norm become the op (its sum output is not used)."""
+    op, dtype = k.op, k.dtype
+    for name, m in model.named_modules():
+        parts = residual_norm_parts(m)
+        if id(m) in done or parts is None or parts[0] != k.kind or _pick([k], k.kind, name) is None:
+            continue
+        _, lin_name, norm_name = parts
+        lin, norm = getattr(m, lin_name), getattr(m, norm_name)
+        if k.kind == "add_layernorm":
+            ok = len(norm.normalized_shape) == 1 and norm.weight is not None and getattr(norm, "bias", None) is not None
+            params = (lambda nm: (nm.weight, nm.bias, nm.eps))
+        else:
+            eps = _rmsnorm_eps(norm, dtype)
+            ok = eps is not None and getattr(norm, "weight", None) is not None
+            params = (lambda nm, eps=eps: (nm.weight, eps))
+        if not ok or lin.weight.dtype != dtype or norm.weight.dtype != dtype:
+            skipped.append((name, f"{k.kind}: needs {dtype} weights (and eps / bias)"))
+            continue
+        n = norm.weight.shape[0]
+        base = type(m)
+        base_forward = base.forward
+        h = _probe_input(lin.in_features, m, dtype)
+        r = _probe_input(n, m, dtype).flip(0)
+        ref = _reference(k.kind)
+        if not _probe_call(probed, (base, k.kind, "residual-output"), lambda: base_forward(m, h, r),
+                           lambda: ref(lin(h), r, *params(norm))[0], dtype):
+            skipped.append((name, f"{k.kind}: {base.__name__} computes something else (probe mismatch)"))
+            continue
+
+        def forward(self, hidden, residual, *args, base_forward=base_forward, lin_name=lin_name,
+                    norm_name=norm_name, params=params, n=n, **kwargs):
+            if (not args and not kwargs and hidden.dtype == dtype and residual.dtype == dtype and residual.shape[-1] == n
+                    and residual.numel() > 0):
+                x = getattr(self, lin_name)(hidden)
+                if x.shape == residual.shape:
+                    out, _ = op(x.reshape(-1, n), residual.reshape(-1, n), *params(getattr(self, norm_name)))
+                    return out.reshape(residual.shape)
+            return base_forward(self, hidden, residual, *args, **kwargs)
+
+        _swap_class(m, (k.kind, k.opname, "residual-output", lin_name, norm_name), {"forward": forward})
         done.add(id(m))
         replaced.append((name, k.kind))
 
