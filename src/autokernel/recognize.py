@@ -111,6 +111,7 @@ class ModuleInfo:
     packed_mlp: tuple[int, int] | None = None  # (D, H) of a gate_up D -> 2H and a down H -> D linear
     gelu_tanh: bool | None = None  # a GELU activation module: its form (True: tanh approximation)
     residual_norm: tuple[str, str, str] | None = None  # (kind, linear, norm) of norm(linear(h) + residual)
+    patch_conv: tuple[int, int] | None = None  # a Conv2d with stride = kernel (ViT patches): (kh, kw)
 
 
 @dataclass
@@ -215,7 +216,19 @@ def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
                       is_layernorm=isinstance(module, nn.LayerNorm), heads=heads, kv_heads=kv,
                       eps=float(eps) if isinstance(eps, (int, float)) else None, mlp=mlp, mlp_dims=dims,
                       packed_mlp=packed_mlp_dims(module), gelu_tanh=gelu_form(module),
-                      residual_norm=residual_norm_parts(module))
+                      residual_norm=residual_norm_parts(module), patch_conv=patch_conv_kernel(module))
+
+
+def patch_conv_kernel(module: nn.Module) -> tuple[int, int] | None:
+    """A patch-embedding convolution (ViT): non-overlapping patches, so the convolution is a
+    GEMM of the flattened patches [B*patches, C*kh*kw] by the weight [C*kh*kw, out]."""
+    if not isinstance(module, nn.Conv2d):
+        return None
+    k = tuple(module.kernel_size)
+    if (tuple(module.stride) != k or module.groups != 1 or tuple(module.dilation) != (1, 1)
+            or module.padding not in ((0, 0), 0, "valid")):
+        return None
+    return int(k[0]), int(k[1])
 
 
 def residual_norm_parts(module: nn.Module) -> tuple[str, str, str] | None:
@@ -458,6 +471,13 @@ def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], de
         r = call.args[1].shape
         return Instance(kind, call.args[1].dtype, [(make_shape(kind, rows(r), r[-1]), 1)], module=info.qualname,
                         notes=(f"{norm}({linear}(h) + residual) in {info.cls_name}",))
+    if info.patch_conv is not None and len(x.shape) == 4 and call.outputs and len(call.outputs[0].shape) == 4:
+        kh, kw = info.patch_conv
+        B, C = x.shape[:2]
+        _, O, ph, pw = call.outputs[0].shape
+        return Instance("matmul", x.dtype, [(make_shape("matmul", B * ph * pw, O, C * kh * kw), 1)], module=info.qualname,
+                        notes=(f"patch convolution {info.qualname} (stride = kernel {kh}x{kw}): a GEMM over the "
+                               "patches; apply leaves the Conv2d as it is",))
     if info.gelu_tanh is not None and x.shape:
         tanh = int(info.gelu_tanh or "aten::tanh" in subtree_ops)
         return Instance("gelu", x.dtype, [(make_shape("gelu", rows(x.shape), x.shape[-1], tanh), 1)],

@@ -276,14 +276,15 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
            compile_backend: str | None = None, warmup: int = 3, iters: int = 20,
            device: str | None = None, log: Callable[[str], None] | None = None,
            write: bool = True, breakdown: bool = True, breakdown_warmup: int | None = None,
-           breakdown_iters: int | None = None) -> VerifyResult:
+           breakdown_iters: int | None = None, cuda_graphs: bool = False) -> VerifyResult:
     """Check and time the patched model of the run in ``workdir``; see the module docstring.
 
     ``compile_backend`` (e.g. ``"aot_eager"``) replaces ``compile_mode`` — for tests on
     machines where inductor is too slow.  ``breakdown`` (with ``timing``): profile the
     patched model for the time breakdown before/after, on a GPU with the profiler's warm-up
     and passes (on CPU one of each) unless ``breakdown_warmup``/``breakdown_iters`` say
-    otherwise.  Raises ``VerifyError`` on a workdir that cannot be verified."""
+    otherwise.  ``cuda_graphs``: the patched model runs as a captured CUDA graph (GPU only).
+    Raises ``VerifyError`` on a workdir that cannot be verified."""
     from .integrate import OP_CALLS, apply, summary
     from .models import ModelSpecError, load_model, output_tensor
     from .problems.base import parse_dtype
@@ -298,6 +299,8 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
     dev = device or cfg["device"] or "cpu"
     if dev.startswith("cuda") and not torch.cuda.is_available():
         raise VerifyError(f"the run was made on {dev} but no GPU is available here (use --device cpu)")
+    if cuda_graphs and not dev.startswith("cuda"):
+        raise VerifyError(f"--cuda-graphs needs a GPU run; this one is on {dev}")
     if not dev.startswith("cuda"):
         # Triton kernels run on CPU tensors only under the interpreter; the flag is read when
         # a kernel file is imported, which apply() does below.
@@ -311,7 +314,7 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
     say(f"model: {loaded.description}")
     original = loaded.model.eval()
     try:
-        patched = apply(original, workdir)
+        patched = apply(original, workdir, cuda_graphs=cuda_graphs)
     except IntegrateError as exc:
         raise VerifyError(str(exc)) from None
     info = summary(patched)
@@ -348,7 +351,9 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
                      compile, compile_mode, compile_backend, warmup, iters, say)
     applied = {n for n, c in calls_per_forward.items() if c > 0}
     result.predictions, result.predicted_vs_eager = predictions(plan, read_results(workdir), applied)
-    if timing and breakdown:
+    if timing and breakdown and cuda_graphs:
+        notes.append("no time breakdown in CUDA-graph mode (a replayed graph has no module scopes to profile)")
+    elif timing and breakdown:
         result.breakdown = _profile_breakdown(plan, original, patched, loaded.make_inputs(seeds[0] if seeds else 0), dev,
                                               applied, breakdown_warmup, breakdown_iters, say)
         if result.breakdown is None:

@@ -131,6 +131,7 @@ def verify_cmd(
     no_compile: bool = typer.Option(False, "--no-compile", help="Do not time torch.compile."),
     iters: int = typer.Option(20, "--iters", help="Timed forward passes per model (median)."),
     no_breakdown: bool = typer.Option(False, "--no-breakdown", help="Do not profile the patched model for the time breakdown before/after."),
+    cuda_graphs: bool = typer.Option(False, "--cuda-graphs", help="Run the patched model as a captured CUDA graph (GPU only; for launch-bound shapes)."),
 ) -> None:
     """Compare the model with the run's kernels against the original, then time both.
     Exit 0 pass, 1 fail, 2 bad input."""
@@ -148,7 +149,7 @@ def verify_cmd(
         _interpret_for(_run_device(workdir))
     try:
         result = verify(workdir, seeds=tuple(range(seeds)), timing=not no_timing, compile=not no_compile,
-                        iters=iters, device=device, log=_say, breakdown=not no_breakdown)
+                        iters=iters, device=device, log=_say, breakdown=not no_breakdown, cuda_graphs=cuda_graphs)
     except ValueError as exc:
         fail_usage(str(exc))
     _print_verify(result)

@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 
 from .calls import _apply_calls
+from .cudagraphs import CudaGraphed, cuda_graphs_refusal
 from .fused import _apply_add_norm, _apply_residual_outputs, _apply_geglu, _apply_gelu_modules, _apply_swiglu_packed
 from .linears import _apply_matmul, _apply_mlp
 from .norms import _apply_cross_entropy, _apply_layernorm, _apply_rmsnorm, _apply_softmax
@@ -45,15 +46,21 @@ _SHARES_MODULES = {"add_rmsnorm", "add_layernorm"}
 
 
 def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
-          allow_slower: bool = False) -> nn.Module:
+          allow_slower: bool = False, cuda_graphs: bool = False) -> nn.Module:
     """Return ``model`` (a deep copy unless ``inplace``) running the run's best kernels.
 
     ``allow_slower``: on GPU runs, kernels whose best measured time is slower than PyTorch
-    eager are left out unless this is set.  See the module docstring."""
+    eager are left out unless this is set.  ``cuda_graphs``: return the patched model wrapped
+    in ``CudaGraphed`` (capture once per input signature, then replay; GPU only, inference
+    only; see ``integrate.cudagraphs``).  See the module docstring."""
     if not isinstance(model, nn.Module):
         raise IntegrateError(f"apply() needs a torch.nn.Module, got {type(model).__name__}")
     workdir = Path(workdir)
     plan = load_workdir_plan(workdir)
+    if cuda_graphs:
+        refusal = cuda_graphs_refusal(_model_device(model))
+        if refusal:
+            raise IntegrateError(refusal)
     patched = model if inplace else copy.deepcopy(model)
     device = _model_device(patched)
     sel = select_kernels(workdir, plan, device=device, allow_slower=allow_slower)
@@ -79,6 +86,11 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     patched._autokernel_replaced = replaced
     patched._autokernel_skipped = skipped
     patched._autokernel_ops = {k.problem.name: k.opname for k in sel.ops if k.opname in used_ops}
+    if cuda_graphs:
+        graphed = CudaGraphed(patched)
+        for attr in ("_autokernel_replaced", "_autokernel_skipped", "_autokernel_ops"):
+            setattr(graphed, attr, getattr(patched, attr))
+        return graphed
     return patched
 
 

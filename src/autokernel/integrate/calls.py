@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..recognize import gelu_form
 from .patching import _SUBCLASSES, _code_names, _pick
 from .selection import KernelOp
 
@@ -170,6 +171,8 @@ def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, sk
         att = _pick(kops, "attention", name)
         rot = _pick(kops, "rotary", name)
         gel = _pick(kops, "gelu", name)
+        if gel is not None and gelu_form(m) is not None:
+            gel = None  # a GELU activation module: switched (or left alone) as a module in `fused`
         if att is None and rot is None and gel is None:
             continue
         key = (type(m), "calls", att.opname if att else None, rot.opname if rot else None, gel.opname if gel else None)

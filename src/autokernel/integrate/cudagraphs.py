@@ -1,0 +1,73 @@
+"""Opt-in CUDA-graph mode (``apply(..., cuda_graphs=True)``, ``autokernel verify --cuda-graphs``).
+
+At small token counts a forward pass is launch-bound: the CPU issues kernels more slowly than
+the GPU runs them (at 1x1024 tokens the LLaMA example took 4.9 ms of wall time for 3.4 ms of
+GPU work).  The wrapper captures the whole forward once per input signature (shapes, dtypes,
+device) with ``torch.cuda.graph`` on static input buffers, then each call copies the inputs in,
+replays the graph and returns a copy of the static output.  Inference only (captured under
+``no_grad``); GPU only: on a model that is not on a CUDA device ``apply`` refuses.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+WARMUP_CALLS = 3  # eager calls on a side stream before capture (lazy init, autotuning, allocator)
+
+
+class CudaGraphed(nn.Module):
+    """``model``'s forward, captured and replayed as a CUDA graph per input signature."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+        self._graphs: dict[tuple, tuple[Any, list[torch.Tensor], Any]] = {}
+
+    def forward(self, *args: torch.Tensor) -> Any:
+        if not args or any(not isinstance(a, torch.Tensor) or not a.is_cuda for a in args):
+            return self.model(*args)  # nothing to capture: not CUDA tensors
+        key = tuple((tuple(a.shape), a.dtype, a.device) for a in args)
+        entry = self._graphs.get(key)
+        if entry is None:
+            entry = self._graphs[key] = self._capture(args)
+        graph, static, out = entry
+        for buffer, a in zip(static, args):
+            buffer.copy_(a)
+        graph.replay()
+        return _copy(out)
+
+    def _capture(self, args: tuple[torch.Tensor, ...]) -> tuple[Any, list[torch.Tensor], Any]:
+        static = [a.clone() for a in args]
+        with torch.no_grad():
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(WARMUP_CALLS):
+                    self.model(*static)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = self.model(*static)
+        return graph, static, out
+
+
+def _copy(out: Any) -> Any:
+    """A fresh copy of the graph's static output (the next replay overwrites it)."""
+    if isinstance(out, torch.Tensor):
+        return out.clone()
+    if isinstance(out, (tuple, list)):
+        return type(out)(_copy(o) for o in out)
+    if isinstance(out, dict):
+        return {k: _copy(v) for k, v in out.items()}
+    return out
+
+
+def cuda_graphs_refusal(device: torch.device) -> str | None:
+    """Why the CUDA-graph mode cannot be used for a model on ``device`` (None: it can)."""
+    if device.type != "cuda":
+        return f"CUDA-graph mode needs the model on a CUDA device; it is on {device.type}"
+    if not torch.cuda.is_available():
+        return "CUDA-graph mode needs a GPU; none is available"
+    return None

@@ -1,0 +1,139 @@
+"""apply() with the fused kinds (CPU, Triton interpreter): a residual add inside the norm, GELU
+(module and F.gelu), GEGLU and packed SwiGLU MLPs, BERT-style post-norm output blocks; the
+patched model under torch.compile (fullgraph); and the CUDA-graph mode's refusal off a GPU."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from torch import nn
+from typer.testing import CliRunner
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from autokernel.cli import app  # noqa: E402
+from autokernel.integrate import OP_CALLS, IntegrateError, apply  # noqa: E402
+from autokernel.plan import PlanProblem  # noqa: E402
+
+from test_integrate import make_workdir, rel  # noqa: E402
+
+
+class GeluTanh(nn.Module):
+    def forward(self, x):
+        return nn.functional.gelu(x, approximate="tanh")
+
+
+class GemmaLikeMLP(nn.Module):
+    def __init__(self, d=32, h=48):
+        super().__init__()
+        self.gate_proj, self.up_proj = nn.Linear(d, h, bias=False), nn.Linear(d, h, bias=False)
+        self.down_proj = nn.Linear(h, d, bias=False)
+        self.act_fn = GeluTanh()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Phi3LikeMLP(nn.Module):
+    def __init__(self, d=32, h=40):
+        super().__init__()
+        self.gate_up_proj = nn.Linear(d, 2 * h, bias=False)
+        self.down_proj = nn.Linear(h, d, bias=False)
+        self.activation_fn = nn.SiLU()
+
+    def forward(self, x):
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(up * self.activation_fn(gate))
+
+
+class BertLikeOutput(nn.Module):
+    def __init__(self, h=48, d=32):
+        super().__init__()
+        self.dense = nn.Linear(h, d)
+        self.LayerNorm = nn.LayerNorm(d, eps=1e-12)
+        self.dropout = nn.Dropout(0.1)
+
+    def forward(self, hidden_states, input_tensor):
+        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
+
+
+class Mixed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.geglu = GemmaLikeMLP()
+        self.packed = Phi3LikeMLP()
+        self.fc = nn.Linear(32, 48)
+        self.act = nn.GELU()
+        self.out = BertLikeOutput()
+
+    def forward(self, x):
+        h = self.geglu(x) + self.packed(x)
+        return self.out(self.act(self.fc(h)), h)
+
+
+def problems():
+    return [PlanProblem("geglu", "geglu", "fp32", [{"M": 6, "N": 48, "tanh": 1}], [1], 10.0, 0.1, ["geglu"]),
+            PlanProblem("swiglu_packed", "swiglu_packed", "fp32", [{"M": 6, "N": 40}], [1], 10.0, 0.1, ["packed"]),
+            PlanProblem("gelu", "gelu", "fp32", [{"M": 6, "N": 48, "tanh": 0}], [1], 10.0, 0.1, ["act"]),
+            PlanProblem("add_layernorm", "add_layernorm", "fp32", [{"M": 6, "N": 32}], [1], 10.0, 0.1, ["out"])]
+
+
+@pytest.fixture(scope="module")
+def mixed():
+    torch.manual_seed(0)
+    return Mixed().eval()
+
+
+def test_apply_fused_kinds_match_and_run_each_op(tmp_path, mixed):
+    wd = make_workdir(tmp_path / "wd", problems(), model="custom", input_shape=(2, 3))
+    patched = apply(mixed, wd)
+    assert sorted(patched._autokernel_replaced) == [("act", "gelu"), ("geglu", "geglu"), ("out", "add_layernorm"),
+                                                    ("packed", "swiglu_packed")]
+    before = dict(OP_CALLS)
+    x = torch.randn(2, 3, 32)
+    with torch.no_grad():
+        out, ref = patched(x), mixed(x)
+    assert rel(out, ref) < 1e-5
+    assert {name: OP_CALLS[op] - before.get(op, 0) for name, op in patched._autokernel_ops.items()} == {
+        "geglu": 1, "swiglu_packed": 1, "gelu": 1, "add_layernorm": 1}
+
+
+def test_a_module_that_only_looks_like_the_kind_is_left_alone(tmp_path):
+    class NotGeglu(GemmaLikeMLP):  # gelu on up, not on gate
+        def forward(self, x):
+            return self.down_proj(self.gate_proj(x) * self.act_fn(self.up_proj(x)))
+
+    model = nn.Sequential()
+    model.add_module("geglu", NotGeglu())
+    wd = make_workdir(tmp_path / "wd", problems()[:1], model="custom")
+    patched = apply(model.eval(), wd)
+    assert patched._autokernel_replaced == []
+    assert any("probe mismatch" in reason for _, reason in patched._autokernel_skipped)
+
+
+def test_torch_compile_of_the_patched_model_traces_through_the_ops(tmp_path, mixed):
+    """Each op is a torch.library custom op with a fake implementation: dynamo traces the
+    whole patched model in one graph (fullgraph) and the ops run inside it."""
+    patched = apply(mixed, make_workdir(tmp_path / "wd", problems(), model="custom"))
+    torch._dynamo.reset()
+    compiled = torch.compile(patched, backend="aot_eager", fullgraph=True)
+    before = dict(OP_CALLS)
+    x = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        assert rel(compiled(x), mixed(x)) < 1e-5
+    assert all(OP_CALLS[op] > before.get(op, 0) for op in patched._autokernel_ops.values())
+
+
+def test_cuda_graph_mode_refuses_a_model_off_the_gpu(tmp_path, mixed):
+    wd = make_workdir(tmp_path / "wd", problems(), model="custom")
+    with pytest.raises(IntegrateError, match="CUDA-graph mode needs"):
+        apply(mixed, wd, cuda_graphs=True)
+
+
+def test_verify_cuda_graphs_on_a_cpu_run_is_a_usage_error(tmp_path):
+    wd = make_workdir(tmp_path / "wd", problems()[:1], model="llama")
+    res = CliRunner().invoke(app, ["verify", str(wd), "--cuda-graphs"])
+    assert res.exit_code == 2, res.output
+    assert "--cuda-graphs needs a GPU run" in res.output and "Traceback" not in res.output
+    assert not (wd / "verify.json").exists()

@@ -1,0 +1,72 @@
+"""The share of a model's time that autokernel's problems cover, on CPU (CPU op time; ops that
+launch no kernel are left out, as on a GPU).  Small configs: the shares, not the sizes, are
+what is checked.  The targets: >= 95% for the shipped examples and the dense Hugging Face
+decoders and encoders, >= 90% for ViT (its patch convolution is not a kind) and Mixtral (its
+router and the per-expert gathers are not kinds)."""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from autokernel.models import load_model
+from autokernel.profiler import profile_model
+
+HF = importlib.util.find_spec("transformers") is not None
+SMALL_DECODER = "hidden_size=128,num_hidden_layers=2,num_attention_heads=4,intermediate_size=512,vocab_size=1024"
+CASES = [
+    ("llama", None, None, 0.95, {"add_rmsnorm", "rmsnorm", "swiglu", "rotary", "attention", "matmul"}),
+    ("gpt2", None, None, 0.95, {"layernorm", "gelu", "attention", "matmul"}),
+    ("bert", None, None, 0.95, {"layernorm", "gelu", "attention", "matmul"}),
+    ("hf:gpt2", "n_embd=128,n_layer=2,n_head=4,vocab_size=1024", None, 0.95, {"gelu", "layernorm", "matmul"}),
+    ("hf:bert", SMALL_DECODER, None, 0.95, {"add_layernorm", "gelu", "matmul"}),
+    ("hf:phi3", SMALL_DECODER + ",num_key_value_heads=4,pad_token_id=0", None, 0.95, {"swiglu_packed", "rmsnorm", "matmul"}),
+    ("hf:gemma", SMALL_DECODER + ",num_key_value_heads=2,head_dim=32", None, 0.95, {"geglu", "rmsnorm", "matmul"}),
+    ("hf:vit", "hidden_size=128,num_hidden_layers=2,num_attention_heads=4,intermediate_size=512,image_size=64,patch_size=8",
+     None, 0.90, {"gelu", "layernorm", "attention", "matmul"}),
+    ("hf:mixtral", None, [2, 128], 0.80, {"rmsnorm", "attention", "matmul"}),
+]
+
+
+def covered(plan) -> float:
+    return sum(p.fraction for p in plan.problems if p.supported)
+
+
+@pytest.mark.parametrize("spec,config,shape,target,kinds", CASES, ids=[c[0] for c in CASES])
+def test_covered_share(spec, config, shape, target, kinds):
+    if spec.startswith("hf:") and not HF:
+        pytest.skip("transformers is not installed")
+    loaded = load_model(spec, config_overrides=config, input_shape=shape, dtype=torch.float32)
+    plan = profile_model(loaded, warmup=1, iters=3)
+    found = {p.kind for p in plan.problems}
+    assert kinds <= found, f"{spec}: kinds {sorted(kinds - found)} not found in {sorted(found)}"
+    share = covered(plan)
+    top = ", ".join(f"{u.name} {u.fraction:.1%}" for u in plan.uncovered[:5])
+    assert share >= target, f"{spec}: covered {share:.1%} < {target:.0%}; uncovered: {top}"
+    # every uncovered op is listed with its share; together with the problems they make the whole
+    assert covered(plan) + sum(u.fraction for u in plan.uncovered) == pytest.approx(1.0, abs=1e-6)
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_moe_gets_a_small_default_config_and_says_so():
+    loaded = load_model("hf:mixtral", validate=False)
+    cfg = loaded.model.model.config
+    assert cfg.hidden_size == 256 and cfg.num_hidden_layers == 2 and cfg.num_local_experts == 8
+    assert "small default config" in loaded.description and "hidden_size=256" in loaded.description
+    # what the user sets wins over the small default
+    assert load_model("hf:mixtral", config_overrides="hidden_size=128", validate=False).model.model.config.hidden_size == 128
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+@pytest.mark.parametrize("arch,cls,wrapper", [("vit", "ViTForImageClassification", "ImageLogits"),
+                                              ("t5", "T5ForConditionalGeneration", "Seq2SeqLogits"),
+                                              ("bert", "BertForMaskedLM", "LogitsOnly")])
+def test_hf_builds_the_auto_class_of_the_architecture(arch, cls, wrapper):
+    small = {"vit": "hidden_size=32,num_hidden_layers=1,num_attention_heads=2,intermediate_size=64,image_size=32,patch_size=8",
+             "t5": "d_model=32,num_layers=1,num_heads=2,d_ff=64,d_kv=16,vocab_size=128",
+             "bert": "hidden_size=32,num_hidden_layers=1,num_attention_heads=2,intermediate_size=64,vocab_size=128"}[arch]
+    loaded = load_model(f"hf:{arch}", config_overrides=small)  # validate: one forward pass runs
+    assert type(loaded.model).__name__ == wrapper and type(loaded.model.model).__name__ == cls
+    if arch == "vit":
+        assert loaded.input_kind == "float" and loaded.input_shape == [2, 3, 32, 32]  # pixel_values
