@@ -6,6 +6,8 @@ router and the per-expert gathers are not kinds)."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 
 import pytest
 import torch
@@ -70,3 +72,21 @@ def test_hf_builds_the_auto_class_of_the_architecture(arch, cls, wrapper):
     assert type(loaded.model).__name__ == wrapper and type(loaded.model.model).__name__ == cls
     if arch == "vit":
         assert loaded.input_kind == "float" and loaded.input_shape == [2, 3, 32, 32]  # pixel_values
+
+
+@pytest.mark.skipif(not HF or os.environ.get("TRITON_INTERPRET") != "1", reason="needs transformers and TRITON_INTERPRET=1")
+def test_run_on_hf_gpt2_verifies(tmp_path):
+    """The whole pipeline on a Hugging Face model: profile, a few seconds of loop, apply, verify."""
+    from typer.testing import CliRunner
+
+    from autokernel.cli import app
+
+    wd = tmp_path / "gpt2"
+    res = CliRunner().invoke(app, ["run", "--model", "hf:gpt2", "--workdir", str(wd), "--device", "cpu",
+                                   "--budget", "15s", "--input-shape", "1x8", "--timeout", "120",
+                                   "--config", "n_embd=64,n_layer=1,n_head=2,vocab_size=512"])
+    assert res.exit_code == 0, res.output
+    verified = json.loads((wd / "verify.json").read_text())
+    assert verified["passed"] is True and verified["model"] == "hf:gpt2"
+    plan = json.loads((wd / "plan.json").read_text())
+    assert {"gelu", "layernorm", "matmul"} <= {p["kind"] for p in plan["problems"]}
