@@ -1,0 +1,232 @@
+"""Whole models and the fused kinds on a GPU: patched vs eager vs torch.compile, in one run.
+
+    PYTHONPATH=src python benchmarks/models_gpu.py --out DIR [--max-minutes 8] [--cuda-graphs]
+    PYTHONPATH=src python benchmarks/models_gpu.py --out DIR --cpu-smoke     # the script itself, on CPU
+
+1. models: each model is profiled, its plan's supported kinds (matmul excepted: cuBLAS stays)
+   get the shipped starter kernels in a workdir, and one ``autokernel.verify`` run checks the
+   patched model and times eager, patched, torch.compile (max-autotune-no-cudagraphs) of the
+   original and of the patched model: every ratio of a row comes from that one run.
+     - llama example, 4x1024 tokens, bf16, dim 4096, 4 layers (LLaMA-2-7B layer shapes)
+     - hf:gpt2 and hf:bert at their real sizes, 4x512 tokens, bf16
+2. fused kinds: each new kind (add_rmsnorm, add_layernorm, gelu, geglu, swiglu_packed) at its
+   first GPU shape in bf16: the starter, eager PyTorch and torch.compile of the eager op, and
+   Liger-Kernel's op where Liger has it and is importable, side by side (triton.testing.do_bench,
+   median).
+
+--max-minutes bounds the run: a section starts only while time is left (the fused kinds run
+first, they are quick).  Logs and ``results.json`` go to --out; a markdown table is printed
+last.  --cpu-smoke runs the same steps on CPU with tiny models and shapes (Triton interpreter,
+no torch.compile): the numbers mean nothing, the plumbing is checked.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import shutil
+import sys
+import time
+import traceback
+from pathlib import Path
+
+FUSED_KINDS = ["add_rmsnorm", "add_layernorm", "gelu", "geglu", "swiglu_packed"]
+LLAMA_4096 = "dim=4096,n_layers=4,n_heads=32,n_kv_heads=8,hidden_dim=11008,vocab_size=32000"
+GPU_MODELS = [("llama", LLAMA_4096, "4x1024"), ("hf:gpt2", None, "4x512"), ("hf:bert", None, "4x512")]
+CPU_MODELS = [("llama", "n_layers=1", "1x8"), ("hf:gpt2", "n_embd=64,n_layer=1,n_head=2,vocab_size=512", "1x8"),
+              ("hf:bert", "hidden_size=64,num_hidden_layers=1,num_attention_heads=2,intermediate_size=128,vocab_size=512",
+               "1x8")]
+
+
+def liger_op(kind: str):
+    """Liger-Kernel's function for a kind, with the problem's signature, or None."""
+    try:
+        if kind == "geglu":
+            from liger_kernel.ops.geglu import LigerGELUMulFunction
+            return lambda gate, up, tanh: LigerGELUMulFunction.apply(gate, up) if tanh else None
+        if kind == "swiglu_packed":
+            from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+            return lambda gu: LigerSiLUMulFunction.apply(*gu.chunk(2, dim=-1))
+    except ImportError:
+        return None
+    return None  # Liger has no add+norm returning the sum and no plain GELU
+
+
+def time_ms(fn, gpu: bool) -> float:
+    if gpu:
+        import triton.testing
+        return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    fn()
+    t = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t) * 1e3
+
+
+def bench_fused(kind: str, gpu: bool, compile_ok: bool) -> dict:
+    import torch
+
+    from autokernel.problems import get_problem
+    from autokernel.problems.registry import KERNELS_DIR
+
+    problem = get_problem(kind)
+    device = "cuda" if gpu else "cpu"
+    shape = dict(problem.gpu_shapes[0] if gpu else problem.cpu_shapes[0])
+    dtype = torch.bfloat16 if gpu else torch.float32
+    args = problem.make_inputs(shape, dtype, device, 0)
+    spec = importlib.util.spec_from_file_location(f"starter_{kind}", KERNELS_DIR / f"{kind}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    eager = problem.eager or problem.reference
+    row = {"kind": kind, "shape": shape, "dtype": str(dtype).replace("torch.", ""),
+           "bytes": problem.bytes(shape, dtype)}
+    with torch.no_grad():
+        row["starter_ms"] = time_ms(lambda: module.kernel_fn(*args), gpu)
+        row["eager_ms"] = time_ms(lambda: eager(*args), gpu)
+        if compile_ok:
+            compiled = torch.compile(eager, mode="max-autotune-no-cudagraphs")
+            row["compile_ms"] = time_ms(lambda: compiled(*args), gpu)
+        liger = liger_op(kind)
+        if liger is not None and gpu and liger(*args) is not None:
+            row["liger_ms"] = time_ms(lambda: liger(*args), gpu)
+    if gpu:
+        row["starter_gbs"] = row["bytes"] / (row["starter_ms"] * 1e-3) / 1e9
+    return row
+
+
+def starters_workdir(root: Path, spec: str, config: str | None, shape: str, gpu: bool) -> Path:
+    """Profile the model and give every supported kind but matmul its starter kernel."""
+    import torch
+
+    from autokernel.models import load_model
+    from autokernel.plan import save_plan
+    from autokernel.problems.registry import KERNELS_DIR
+    from autokernel.profiler import profile_model
+
+    dtype = torch.bfloat16 if gpu else torch.float32
+    loaded = load_model(spec, dtype=dtype, device="cuda" if gpu else "cpu", input_shape=shape, config_overrides=config)
+    plan = profile_model(loaded)
+    wd = root / spec.replace(":", "_")
+    if wd.exists():
+        shutil.rmtree(wd)
+    for p in plan.problems:
+        if p.supported and p.kind != "matmul":
+            (wd / "problems" / p.name).mkdir(parents=True)
+            shutil.copyfile(KERNELS_DIR / f"{p.kind}.py", wd / "problems" / p.name / "kernel.py")
+    wd.mkdir(parents=True, exist_ok=True)
+    save_plan(plan, wd / "plan.json")
+    (wd / "run.json").write_text(json.dumps({"model": spec, "dtype": "bf16" if gpu else "fp32",
+                                             "device": "cuda" if gpu else "cpu", "input_shape": loaded.input_shape,
+                                             "config": dict(loaded.config_overrides)}))
+    return wd
+
+
+def bench_model(root: Path, spec: str, config: str | None, shape: str, gpu: bool, cuda_graphs: bool, log) -> dict:
+    from autokernel.verify import verify
+
+    wd = starters_workdir(root, spec, config, shape, gpu)
+    v = verify(wd, seeds=(0,), compile=gpu, iters=20 if gpu else 2, log=log, breakdown=False,
+               cuda_graphs=cuda_graphs and gpu)
+    ratio = (lambda a, b: a / b if a and b else None)
+    return {"model": spec, "config": config, "input_shape": shape, "passed": v.passed, "error": max(v.errors),
+            "replaced": sorted({k for _, k in v.replaced}), "eager_ms": v.eager_ms, "patched_ms": v.patched_ms,
+            "compile_ms": v.compile_ms, "compile_patched_ms": v.compile_patched_ms,
+            "patched_vs_eager": ratio(v.eager_ms, v.patched_ms), "patched_vs_compile": ratio(v.compile_ms, v.patched_ms),
+            "compile_patched_vs_best": ratio(min(x for x in (v.patched_ms, v.compile_ms) if x) if v.patched_ms else None,
+                                             v.compile_patched_ms),
+            "note": v.compile_note or v.message}
+
+
+def fmt(x, unit: str = "") -> str:
+    return "—" if x is None else f"{x:.3f}{unit}" if unit == "" else f"{x:.2f}{unit}"
+
+
+def markdown(fused: list[dict], models: list[dict], skipped: list[str]) -> str:
+    lines = ["| fused kind | shape | starter ms | eager ms | compile ms | Liger ms | starter vs eager | starter vs compile |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in fused:
+        if "error" in r:
+            lines.append(f"| {r['kind']} | — | failed: {r['error']} | | | | | |")
+            continue
+        s, e, c = r["starter_ms"], r["eager_ms"], r.get("compile_ms")
+        lines.append(f"| {r['kind']} | {'x'.join(str(v) for v in r['shape'].values())} | {s:.4f} | {e:.4f} | "
+                     f"{fmt(c)} | {fmt(r.get('liger_ms'))} | {e / s:.2f}x | {fmt(c / s if c else None, 'x')} |")
+    lines += ["", "| model | tokens | passed | eager ms | patched ms | compile ms | compile(patched) ms | patched/eager | "
+              "patched/compile | compile(patched)/best |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in models:
+        if "exception" in r:
+            lines.append(f"| {r['model']} | {r['input_shape']} | failed: {r['exception']} | | | | | | | |")
+            continue
+        lines.append(f"| {r['model']} | {r['input_shape']} | {r['passed']} | {fmt(r['eager_ms'])} | {fmt(r['patched_ms'])} | "
+                     f"{fmt(r['compile_ms'])} | {fmt(r['compile_patched_ms'])} | {fmt(r['patched_vs_eager'], 'x')} | "
+                     f"{fmt(r['patched_vs_compile'], 'x')} | {fmt(r['compile_patched_vs_best'], 'x')} |")
+    if skipped:
+        lines += ["", "not run (time limit): " + ", ".join(skipped)]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench_out")))
+    ap.add_argument("--max-minutes", type=float, default=8.0)
+    ap.add_argument("--cpu-smoke", action="store_true")
+    ap.add_argument("--cuda-graphs", action="store_true", help="verify the patched models in CUDA-graph mode")
+    ap.add_argument("--models", default="", help="comma-separated subset of llama,hf:gpt2,hf:bert")
+    opts = ap.parse_args(argv)
+    import torch
+
+    gpu = not opts.cpu_smoke
+    if gpu and not torch.cuda.is_available():
+        print("no GPU here: use --cpu-smoke to check the script on CPU", file=sys.stderr)
+        return 2
+    if not gpu:
+        os.environ["TRITON_INTERPRET"] = "1"
+    opts.out.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + opts.max_minutes * 60
+    log_file = (opts.out / "models_gpu.log").open("a")
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+        log_file.write(msg + "\n")
+        log_file.flush()
+
+    results: dict = {"device": torch.cuda.get_device_name() if gpu else "cpu (smoke)", "fused": [], "models": [],
+                     "skipped": []}
+
+    def save() -> None:
+        (opts.out / "results.json").write_text(json.dumps(results, indent=2, default=str))
+
+    for kind in FUSED_KINDS:
+        if time.monotonic() > deadline:
+            results["skipped"].append(kind)
+            continue
+        log(f"fused kind {kind}")
+        try:
+            results["fused"].append(bench_fused(kind, gpu, compile_ok=gpu))
+        except Exception as exc:
+            log(traceback.format_exc())
+            results["fused"].append({"kind": kind, "error": f"{type(exc).__name__}: {exc}"[:200]})
+        save()
+    models = GPU_MODELS if gpu else CPU_MODELS
+    wanted = {m for m in opts.models.split(",") if m}
+    for spec, config, shape in models:
+        if wanted and spec not in wanted:
+            continue
+        if time.monotonic() > deadline - (60 if gpu else 0):
+            results["skipped"].append(spec)
+            continue
+        log(f"model {spec} {shape}")
+        try:
+            results["models"].append(bench_model(opts.out / "workdirs", spec, config, shape, gpu, opts.cuda_graphs, log))
+        except Exception as exc:
+            log(traceback.format_exc())
+            results["models"].append({"model": spec, "input_shape": shape, "exception": f"{type(exc).__name__}: {exc}"[:200]})
+        save()
+    table = markdown(results["fused"], results["models"], results["skipped"])
+    (opts.out / "models_gpu.md").write_text(table + "\n")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
