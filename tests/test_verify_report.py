@@ -80,7 +80,8 @@ def test_verify_passes_then_report_and_export(tmp_path):
     result = verify(wd, seeds=(0, 1), iters=1)
     assert result.passed and len(result.errors) == 2 and max(result.errors) < 1e-4
     assert {kind for _, kind in result.replaced} == {"rmsnorm", "swiglu"}
-    assert result.op_calls == {"rmsnorm": 3, "swiglu": 1}
+    # 1 of the example's 3 norm calls has no residual to add (the other two are add_rmsnorm's)
+    assert result.op_calls == {"rmsnorm": 1, "swiglu": 1}
     assert result.timing_kind == "cpu" and "not GPU performance" in result.timing_note
     assert result.eager_ms > 0 and result.patched_ms > 0
     saved = load_verify(wd)
