@@ -1,0 +1,85 @@
+"""The fused kinds' pieces, checked directly: every knob variant of their starters against the
+reference (odd sizes, a row wider than a chunk), the bytes each fusion is said to save, and
+the module predicates the recognizers and `apply` share."""
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+import torch
+from torch import nn
+
+from autokernel.problems import get_problem
+from autokernel.problems.registry import KERNELS_DIR
+from autokernel.recognize import gelu_form, packed_mlp_dims, patch_conv_kernel, residual_norm_parts
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
+
+VARIANTS = [
+    ("add_rmsnorm", {"variant": "looped", "BLOCK_N": 16}), ("add_rmsnorm", {"ROWS_PER_PROGRAM": 4, "PROGRAMS_PER_SM": 1}),
+    ("add_layernorm", {"variant": "looped", "BLOCK_N": 16}), ("add_layernorm", {"ROWS_PER_PROGRAM": 1}),
+    ("gelu", {"variant": "persistent", "BLOCK": 1024}), ("geglu", {"variant": "persistent", "BLOCK": 1024}),
+    ("swiglu_packed", {"BLOCK_N": 16, "ROWS": 4}),
+]
+
+
+def load_starter(kind: str, knobs: dict):
+    spec = importlib.util.spec_from_file_location(f"starter_{kind}_{len(knobs)}", KERNELS_DIR / f"{kind}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.KNOBS.update(knobs)
+    assert set(knobs) <= set(module.KNOB_SPACE), "a knob the tuner does not know"
+    return module
+
+
+@pytest.mark.parametrize("kind,knobs", VARIANTS, ids=[f"{k}-{'-'.join(map(str, v.values()))}" for k, v in VARIANTS])
+def test_starter_variants_match_the_reference(kind, knobs):
+    problem = get_problem(kind)
+    module = load_starter(kind, knobs)
+    for shape in ({"M": 5, "N": 37}, {"M": 3, "N": 1100}):
+        for flag in ((0, 1) if "tanh" in problem.dims else (None,)):
+            s = dict(shape, tanh=flag) if flag is not None else shape
+            args = problem.make_inputs(s, torch.float32, "cpu", 3)
+            want = problem.reference(*[a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                                       for a in args])
+            got = module.kernel_fn(*args)
+            for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+                assert g.shape == w.shape and g.dtype == torch.float32
+                torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind,unfused_elems,fused_elems", [
+    ("add_rmsnorm", 5, 4), ("add_layernorm", 5, 4), ("geglu", 5, 3), ("swiglu_packed", 5, 3), ("gelu", 2, 2)])
+def test_fewest_bytes_are_the_fused_traffic(kind, unfused_elems, fused_elems):
+    """bytes() is the fused kernel's traffic (the docstrings count what the separate ops move)."""
+    problem = get_problem(kind)
+    shape = {"M": 1024, "N": 4096, "tanh": 1}
+    shape = {d: shape[d] for d in problem.dims}
+    per_elem = problem.bytes(shape, torch.bfloat16) / (1024 * 4096 * 2)
+    assert per_elem == pytest.approx(fused_elems, abs=2 * 4096 / (1024 * 4096))  # (+ the weights)
+    assert per_elem < unfused_elems or kind == "gelu"
+
+
+def test_module_predicates():
+    assert gelu_form(nn.GELU()) is False and gelu_form(nn.GELU(approximate="tanh")) is True
+    assert gelu_form(nn.ReLU()) is None and gelu_form(nn.Sequential(nn.GELU())) is None
+
+    class Phi3MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate_up_proj, self.down_proj = nn.Linear(8, 12, bias=False), nn.Linear(6, 8, bias=False)
+
+    assert packed_mlp_dims(Phi3MLP()) == (8, 6)
+
+    class Output(nn.Module):
+        def __init__(self, extra: nn.Module | None = None):
+            super().__init__()
+            self.dense, self.LayerNorm, self.dropout = nn.Linear(16, 8), nn.LayerNorm(8), nn.Dropout(0.1)
+            if extra is not None:
+                self.extra = extra
+
+    assert residual_norm_parts(Output()) == ("add_layernorm", "dense", "LayerNorm")
+    assert residual_norm_parts(Output(nn.GELU())) is None  # something else runs in there
+    assert patch_conv_kernel(nn.Conv2d(3, 8, 4, stride=4)) == (4, 4)
+    assert patch_conv_kernel(nn.Conv2d(3, 8, 3, stride=1, padding=1)) is None
