@@ -11,7 +11,7 @@ Order of an evaluation:
 3. *timing* (when asked and everything passed): the target shapes (or ``shapes=``) at the first
    dtype, three fresh input sets each, timed in the worker (timing.py); the outputs on every
    timing set are re-checked afterwards (``cached-output`` if wrong); roofline per shape;
-   eager / torch.compile baselines (baselines.py); a GPU time under 0.8x the floor is
+   eager / torch.compile baselines (baselines.py); a GPU time under 0.95x the floor is
    ``below-floor``.  With ``incumbent_file`` both kernels are timed interleaved in the same
    worker and ``vs_incumbent`` says whether the candidate is faster by more than the noise.
 
@@ -293,7 +293,7 @@ class Evaluator:
             ev.timings.append(st)
             if judge.gpu and integrity.below_floor(latency, roof.floor_us):
                 raise stages.Rejection("below-floor", f"measured {latency:.2f} us at {st.dtype} "
-                                       f"{'x'.join(map(str, shape.values()))}, below 0.8x the physical floor "
+                                       f"{'x'.join(map(str, shape.values()))}, below {integrity.BELOW_FLOOR_FACTOR:g}x the physical floor "
                                        f"{roof.floor_us:.2f} us ({ceil.source} ceilings): a measurement error or a trick")
         ev.score_us = timing.weighted_score([t.latency_us for t in ev.timings], self.weights)
         if all(t.eager_us for t in ev.timings):
