@@ -17,7 +17,10 @@ A KernelBench file defines ``class Model(nn.Module)``, ``get_inputs()`` and
   weight or a bias, or that baked the values in, fails.  ``ModelNew``'s parameters are matched
   to ``Model``'s by name and shape, else by order and shape; when neither matches the
   solution cannot be judged (``ModelNew`` must keep ``Model``'s parameters and read them in
-  ``forward``).  Buffers are copied once from a ``Model`` built under ``MODEL_SEED``.
+  ``forward``).  A parameter initialised to one value everywhere (LayerNorm's ones and
+  zeros) gets seeded noise around it.  Buffers are copied once from a ``Model`` built under
+  ``MODEL_SEED``.  Inputs are drawn on the judge's device (``get_inputs`` under
+  ``torch.device``), seeded per case.
 * **Training mode**, as KernelBench runs it (BatchNorm uses batch statistics), under
   ``torch.no_grad()``.  A reference that draws random numbers in training mode (dropout with
   p > 0) cannot be compared and is refused (``ProblemError``).
@@ -373,12 +376,12 @@ def load_kernelbench(path: str | Path, options: KernelBenchOptions | None = None
     def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
         module = kb.module(shape)
         forked = [torch.device(device).index or 0] if str(device).startswith("cuda") else []
-        with torch.random.fork_rng(devices=forked):
+        with torch.random.fork_rng(devices=forked), torch.device(device):
             torch.manual_seed(int(seed))
-            inputs = list(module.get_inputs())
+            inputs = list(module.get_inputs())  # drawn on the device: full KernelBench sizes are large
         drawn = build_model(module.Model, list(module.get_init_inputs()), "cpu", torch.float32,
                             seed=_init_seed(seed))
-        params = [p.detach() for p in drawn.parameters()]
+        params = [_unconstant(p.detach(), _init_seed(seed) + i) for i, p in enumerate(drawn.parameters())]
         sizes = [int(shape[n]) for n in kb.size_names]
         return tuple(_to(a, device, dtype) for a in inputs + params) + tuple(sizes)
 
@@ -457,6 +460,15 @@ def load_kernelbench(path: str | Path, options: KernelBenchOptions | None = None
     )
     problem.kernelbench = kb  # the arena reads sizes and descriptions from it
     return problem
+
+
+def _unconstant(param: torch.Tensor, seed: int) -> torch.Tensor:
+    """A parameter initialised to one value everywhere (LayerNorm's ones and zeros) gets
+    seeded noise around it, so that a kernel that assumes the default value fails."""
+    if not param.is_floating_point() or param.numel() == 0 or not bool((param == param.reshape(-1)[0]).all()):
+        return param
+    gen = torch.Generator().manual_seed(seed)
+    return param + 0.1 * torch.randn(param.shape, generator=gen, dtype=param.dtype)
 
 
 def _init_seed(seed: int) -> int:
