@@ -53,6 +53,12 @@ def bench(
     no_baselines: bool = typer.Option(False, "--no-baselines", help="skip the eager / torch.compile baselines"),
     against: Optional[str] = typer.Option(None, "--against", help="another kernel file, timed interleaved with "
                                           "KERNEL_FILE: which is faster beyond the noise"),
+    allow_torch: bool = typer.Option(False, "--allow-torch", help="KernelBench files: KernelBench's lenient rule "
+                                     "(only the reference's own ops are refused) instead of no PyTorch compute"),
+    atol: Optional[float] = typer.Option(None, "--atol", help="KernelBench files: absolute tolerance (default 1e-4 fp32)"),
+    rtol: Optional[float] = typer.Option(None, "--rtol", help="KernelBench files: relative tolerance (default 1e-4 fp32)"),
+    compile_timeout: float = typer.Option(600.0, "--compile-timeout", help="seconds importing the kernel file may "
+                                          "take (load_inline builds), apart from --timeout per call"),
 ) -> None:
     """Judge KERNEL_FILE: correctness stages, integrity checks, then timing."""
     if not kernel_file:
@@ -70,10 +76,18 @@ def bench(
     from ..harness.worker import load_problem
     from ..problems.base import parse_dtype
 
+    if not compile_timeout > 0:
+        fail_usage(f"--compile-timeout must be positive, got {compile_timeout:g}")
     try:
         prob = load_problem(problem)
+        if prob.source.startswith("kernelbench:") and (allow_torch or atol is not None or rtol is not None):
+            from ..problems.kernelbench import KernelBenchOptions, load_kernelbench
+
+            prob = load_kernelbench(problem, KernelBenchOptions(allow_torch=allow_torch, atol=atol, rtol=rtol))
     except Exception as exc:  # unknown kind, a bad problem file: the user's input
         fail_usage(" ".join(str(exc).split()) or f"cannot load problem {problem!r}")
+    if not prob.source.startswith("kernelbench:") and (allow_torch or atol is not None or rtol is not None):
+        fail_usage("--allow-torch, --atol and --rtol apply to KernelBench problem files only")
     try:
         dtypes = [parse_dtype(d) for d in _split(dtype)]
         shapes = [prob.parse_shape(s) for s in shape or []]
@@ -82,9 +96,11 @@ def bench(
         fail_usage(str(exc))
 
     spec = problem if not Path(problem).is_file() else str(Path(problem).resolve())
+    if prob.source.startswith("kernelbench:"):
+        spec = prob  # carries the options; the worker rebuilds it from its file
     with _stdout_to_stderr() if json_out else contextlib.nullcontext():
         with Evaluator(spec, device=dev, shapes=shapes or None, dtypes=dtypes or None, timeout_s=timeout,
-                       baselines=not no_baselines) as evaluator:
+                       baselines=not no_baselines, compile_timeout_s=compile_timeout) as evaluator:
             evaluation = evaluator.evaluate(kernel_file, incumbent_file=against)
     if json_out:
         sys.stdout.write(json.dumps(evaluation.to_dict(), default=str) + "\n")
