@@ -96,7 +96,8 @@ def run_arena(problem_files: Sequence[Path], out_dir: Path, settings: JudgeSetti
             result.extra["optimize"] = note
         store.save(out_dir, problem_file, result)
         results.append(result)
-        progress(f"{head}: {_short(result)} ({result.wall_s:.1f} s)")
+        sizes = f"; {result.sizes}" if settings.options.scale and result.sizes else ""
+        progress(f"{head}: {_short(result)} ({result.wall_s:.1f} s{sizes})")
     summary = scoring.summary(results)
     paths = report.write(out_dir, results, summary, title)
     return ArenaRun(results, summary, paths, reused, not_run)
