@@ -271,3 +271,20 @@ def test_import_gets_its_own_time_budget_and_a_fresh_build_dir(tmp_path):
     assert build_dir.name.startswith("autokernel-build-") and not build_dir.exists()
     second = _evaluate(problem, slow, timeout_s=1.0, compile_timeout_s=60.0)
     assert Path(record.read_text()) != build_dir and second.failed_stage != "load", second.message
+
+
+def test_malformed_files_are_problem_errors(tmp_path):
+    no_init = _write(tmp_path, """
+        import torch.nn as nn
+        class Model(nn.Module):
+            def forward(self, x):
+                return x
+        def get_inputs():
+            return []
+    """, "kb_bad.py")
+    with pytest.raises(ProblemError, match="get_init_inputs"):
+        get_problem(str(no_init))
+    problem = get_problem(str(ROOT / "examples" / "kernelbench_example.py"))
+    empty = _write(tmp_path, "x = 1\n", "empty_kernel.py")
+    with pytest.raises(AttributeError, match="ModelNew"):
+        problem.kernel_callable(_import(empty, "kb_empty"), problem.cpu_shapes[0], torch.float32, "cpu")
