@@ -9,7 +9,7 @@ from .records import ProblemResult
 from .scoring import P_VALUES, p_name
 
 WIDTH = 80
-_COLUMNS = (("problem", 27), ("verdict", 9), ("failed at", 11), ("x eager", 7), ("x compile", 9), ("held-out", 9))
+_COLUMNS = (("problem", 27), ("verdict", 11), ("failed at", 11), ("x eager", 7), ("x compile", 9), ("held-out", 9))
 
 
 def _cut(text: str, width: int) -> str:

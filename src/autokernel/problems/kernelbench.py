@@ -208,12 +208,14 @@ class KernelBenchFile:
     def scaled_shape(self, factor: float) -> Shape:
         if not self.size_names:
             return dict(PLACEHOLDER)
-        chosen, why = self.choose(self.file_shape(), kb_sizes.scaled(self.constants, self.size_names, factor))
-        if chosen is None:
-            target = kb_sizes.scaled(self.constants, self.size_names, factor)
-            raise SizeError(f"cannot scale {self.path.name} by {factor:g} "
-                            f"({kb_sizes.describe(self.constants, target)}): {why}")
-        return chosen
+        first_why = None
+        for floor in kb_sizes.FLOORS:  # a pooling or a large kernel needs sizes above the smallest floor
+            target = kb_sizes.scaled(self.constants, self.size_names, factor, floor)
+            chosen, why = self.choose(self.file_shape(), target)
+            if chosen is not None:
+                return chosen
+            first_why = first_why or (kb_sizes.describe(self.constants, target), why)
+        raise SizeError(f"cannot scale {self.path.name} by {factor:g} ({first_why[0]}): {first_why[1]}")
 
     def heldout_shape(self, shape: Shape, rng: random.Random) -> Shape:
         """Unseen sizes near ``shape`` at which the reference runs; ``shape`` itself when the
