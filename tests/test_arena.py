@@ -156,3 +156,14 @@ def test_arena_usage_errors_exit_2(tmp_path):
         result = _arena(args)
         assert result.exit_code == 2 and needle in result.stderr and "Traceback" not in result.output, result.output
     assert not (Path.cwd() / "arena-out").exists()
+
+
+def test_report_and_sorted_plot_sit_next_to_the_json(tmp_path):
+    rows = [_result("a", speedup=0.7), _result("b", speedup=2.4), _result("c", verdict="incorrect", heldout=None)]
+    paths = report.write(tmp_path, rows, scoring.summary(rows), "a title")
+    assert paths["plot"].stat().st_size > 0
+    data = json.loads(paths["json"].read_text())
+    assert [p["problem"] for p in data["problems"]] == ["a", "b", "c"] and data["fast_p"]["file_sizes"]["fast_2"] == 1 / 3
+    text = paths["report"].read_text()
+    assert "# a title" in text and "| b | pass |" in text and "speedup.png" in text
+    assert not report.plot([_result("d")], tmp_path / "none.png")  # nothing timed: no plot
