@@ -55,6 +55,7 @@ from .registry import ProblemError
 MODEL_SEED = 0
 PLACEHOLDER: Shape = {"default": 0}
 HELDOUT_TRIES = 6
+MODULE_CACHE = 64
 
 # Ops the reference may run that are no computation (never refused in --allow-torch mode).
 _NOT_COMPUTE = frozenset({
@@ -122,7 +123,6 @@ class Probe:
     ops: frozenset[str]
     tensor_bytes: list[tuple[int, bool, int]]  # (numel, floating, element size) of inputs, params, outputs
     n_inputs: int
-    param_names: tuple[str, ...]
 
 
 class KernelBenchFile:
@@ -152,6 +152,9 @@ class KernelBenchFile:
         if key and key == tuple(self.constants[n] for n in self.size_names):
             key = ()
         if key not in self._modules:
+            if len(self._modules) > MODULE_CACHE:  # held-out draws add one each: keep the file's own
+                self._modules = {(): self._modules[()]}
+                self._probes.clear()
             self._modules[key] = self._exec(kb_sizes.with_constants(self.source, self.values(shape)))
         return self._modules[key]
 
@@ -192,7 +195,7 @@ class KernelBenchFile:
             return str(exc)
         return None
 
-    def choose(self, original: Shape, candidate: dict[str, int]) -> tuple[Shape | None, str | None]:
+    def choose(self, candidate: dict[str, int]) -> tuple[Shape | None, str | None]:
         """``candidate`` sizes, or the same with the file's divisibility kept, whichever the
         reference runs at first; (None, why) when neither."""
         first = {n: candidate[n] for n in self.size_names}
@@ -211,7 +214,7 @@ class KernelBenchFile:
         first_why = None
         for floor in kb_sizes.FLOORS:  # a pooling or a large kernel needs sizes above the smallest floor
             target = kb_sizes.scaled(self.constants, self.size_names, factor, floor)
-            chosen, why = self.choose(self.file_shape(), target)
+            chosen, why = self.choose(target)
             if chosen is not None:
                 return chosen
             first_why = first_why or (kb_sizes.describe(self.constants, target), why)
@@ -224,7 +227,7 @@ class KernelBenchFile:
             return dict(shape)
         current = self.values(shape)
         for _ in range(HELDOUT_TRIES):
-            chosen, _why = self.choose(shape, kb_sizes.moved(current, self.size_names, rng))
+            chosen, _why = self.choose(kb_sizes.moved(current, self.size_names, rng))
             if chosen is not None and chosen != dict(shape):
                 return chosen
         return dict(shape)
@@ -273,7 +276,7 @@ def _probe(module: Any, path: Path) -> Probe:
                            f"({', '.join(random_ops)}, e.g. dropout with p > 0): its outputs cannot be compared")
     sizes = [(t.numel(), t.is_floating_point(), t.element_size())
              for t in inputs + params + _flatten(outs) if isinstance(t, torch.Tensor)]
-    return Probe(frozenset(ops), sizes, len(inputs), tuple(n for n, _ in model.named_parameters()))
+    return Probe(frozenset(ops), sizes, len(inputs))
 
 
 def _flatten(value: Any) -> list:
