@@ -9,8 +9,10 @@ from typing import Any
 class ProblemResult:
     """What the arena found for one problem file.
 
-    ``status``: ``judged``; ``skipped`` (the problem cannot run here: its sizes cannot be
-    scaled safely, or its reference is random); ``no-solution`` (counted as failed).
+    ``status``: ``judged`` (``verdict`` is the judge's, or ``error`` when the judge itself
+    failed, counted as not correct); ``skipped`` (the problem cannot run here: its sizes cannot
+    be scaled safely, its reference is random or needs a missing package: left out of fast_p);
+    ``no-solution`` (counted as failed).
     ``heldout``: ``pass``/``fail`` at unseen sizes, ``n/a`` when the file has no size
     constants or no unseen sizes run, None when not tried (not correct at the file's sizes).
     Speedups are against PyTorch eager and torch.compile, measured on a GPU only.

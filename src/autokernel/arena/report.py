@@ -9,7 +9,7 @@ from .records import ProblemResult
 from .scoring import P_VALUES, p_name
 
 WIDTH = 80
-_COLUMNS = (("problem", 27), ("verdict", 9), ("failed at", 11), ("x eager", 7), ("x compile", 9), ("held-out", 9))
+_COLUMNS = (("problem", 27), ("verdict", 11), ("failed at", 11), ("x eager", 7), ("x compile", 9), ("held-out", 9))
 
 
 def _cut(text: str, width: int) -> str:
@@ -59,10 +59,14 @@ def score_lines(summary: dict) -> list[str]:
 
 
 def markdown(results: Sequence[ProblemResult], summary: dict, title: str, plot_name: str | None) -> str:
-    head = ["problem", "verdict", "failed stage", "x eager", "x torch.compile", "held-out", "sizes", "message"]
+    head = ["problem", "verdict", "failed stage", "x eager", "x torch.compile", "held-out", "sizes",
+            "held-out sizes", "message"]
     lines = [f"# {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
-        cells = row_cells(r) + [r.heldout_sizes or r.sizes, (r.message or "").replace("|", "/")[:160]]
+        message = r.message or ""
+        if r.heldout == "fail":
+            message += "; held-out: " + r.heldout_message
+        cells = row_cells(r) + [r.sizes, r.heldout_sizes, message.replace("|", "/")[:240]]
         lines.append("| " + " | ".join(c or "" for c in cells) + " |")
     lines += ["", "```", *score_lines(summary), "```", ""]
     notes = sorted({r.timing_note for r in results if r.timing_note})

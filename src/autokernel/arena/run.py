@@ -9,6 +9,7 @@ the loop kept.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -32,6 +33,7 @@ class ArenaRun:
     summary: dict
     paths: dict[str, Path] = field(default_factory=dict)
     reused: int = 0
+    not_run: int = 0  # problems left when the deadline came
 
 
 PLACEHOLDER = '''"""The first kernel is yours to write: a ModelNew for the KernelBench problem below.
@@ -59,12 +61,18 @@ def placeholder_source(problem_file: Path) -> str:
 
 def run_arena(problem_files: Sequence[Path], out_dir: Path, settings: JudgeSettings, *,
               solutions: Path | None = None, optimize: OptimizeSettings | None = None, redo: bool = False,
-              progress: Callable[[str], None] = lambda line: None, title: str = "arena") -> ArenaRun:
+              progress: Callable[[str], None] = lambda line: None, title: str = "arena",
+              deadline: float | None = None) -> ArenaRun:
+    """Judge every problem (see the module docstring).  ``deadline`` (time.monotonic()): no
+    new problem starts after it (``not_run`` counts those left; run again to resume)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     results: list[ProblemResult] = []
-    reused = 0
+    reused = not_run = 0
     for i, problem_file in enumerate(problem_files, 1):
         head = f"[{i}/{len(problem_files)}] {problem_file.name}"
+        if deadline is not None and time.monotonic() >= deadline and store.load(out_dir, problem_file) is None:
+            not_run += 1
+            continue
         done = None if redo else store.load(out_dir, problem_file)
         if done is not None:
             results.append(done)
@@ -76,15 +84,23 @@ def run_arena(problem_files: Sequence[Path], out_dir: Path, settings: JudgeSetti
             solution, note = _optimize(problem_file, out_dir, settings, optimize)
         else:
             solution, note = solution_for(problem_file, solutions), ""
-        result = judge(problem_file, solution, settings)
+        try:
+            result = judge(problem_file, solution, settings)
+        except Exception as exc:
+            # The judge itself failed (the reference out of memory at full size, a harness error a
+            # solution may have provoked): counted as not correct, never left out of fast_p.
+            result = ProblemResult(problem_file.stem, str(problem_file), str(solution) if solution else None,
+                                   "judged", verdict="error", message=f"could not run here: {type(exc).__name__}: "
+                                   + " ".join(str(exc).split())[:200])
         if note:
             result.extra["optimize"] = note
         store.save(out_dir, problem_file, result)
         results.append(result)
-        progress(f"{head}: {_short(result)} ({result.wall_s:.1f} s)")
+        sizes = f"; {result.sizes}" if settings.options.scale and result.sizes else ""
+        progress(f"{head}: {_short(result)} ({result.wall_s:.1f} s{sizes})")
     summary = scoring.summary(results)
     paths = report.write(out_dir, results, summary, title)
-    return ArenaRun(results, summary, paths, reused)
+    return ArenaRun(results, summary, paths, reused, not_run)
 
 
 def _short(r: ProblemResult) -> str:

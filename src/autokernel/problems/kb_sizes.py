@@ -20,6 +20,7 @@ from typing import Mapping
 
 MIN_SIZE = 8
 FLOOR = 8  # scaled sizes never go below this (nor below their original value when smaller)
+FLOORS = (FLOOR, 16, 32, 64)  # tried in turn when a file does not run with the smaller ones
 _NOT_A_SIZE = re.compile(r"kernel|stride|pad|dilation|group|head|layer|patch|stage|expand|ratio|pool|clamp|"
                          r"scale|factor|divisor|slope|alpha|beta|eps|seed", re.IGNORECASE)
 
@@ -42,12 +43,13 @@ def size_names(constants: Mapping[str, int]) -> tuple[str, ...]:
     return tuple(n for n, v in constants.items() if v >= MIN_SIZE and not _NOT_A_SIZE.search(n))
 
 
-def scaled(constants: Mapping[str, int], names: tuple[str, ...], factor: float) -> dict[str, int]:
-    """``names`` multiplied by ``factor`` (rounded, at least ``FLOOR``); others unchanged."""
+def scaled(constants: Mapping[str, int], names: tuple[str, ...], factor: float, floor: int = FLOOR) -> dict[str, int]:
+    """``names`` multiplied by ``factor`` (rounded, at least ``floor`` or the original value
+    when that is smaller); others unchanged."""
     out = dict(constants)
     for n in names:
         v = constants[n]
-        out[n] = max(min(v, FLOOR), int(round(v * factor)))
+        out[n] = max(min(v, floor), int(round(v * factor)))
     return out
 
 

@@ -55,6 +55,7 @@ from .registry import ProblemError
 MODEL_SEED = 0
 PLACEHOLDER: Shape = {"default": 0}
 HELDOUT_TRIES = 6
+MODULE_CACHE = 64
 
 # Ops the reference may run that are no computation (never refused in --allow-torch mode).
 _NOT_COMPUTE = frozenset({
@@ -122,7 +123,7 @@ class Probe:
     ops: frozenset[str]
     tensor_bytes: list[tuple[int, bool, int]]  # (numel, floating, element size) of inputs, params, outputs
     n_inputs: int
-    param_names: tuple[str, ...]
+    note: str = ""
 
 
 class KernelBenchFile:
@@ -152,6 +153,9 @@ class KernelBenchFile:
         if key and key == tuple(self.constants[n] for n in self.size_names):
             key = ()
         if key not in self._modules:
+            if len(self._modules) > MODULE_CACHE:  # held-out draws add one each: keep the file's own
+                self._modules = {(): self._modules[()]}
+                self._probes.clear()
             self._modules[key] = self._exec(kb_sizes.with_constants(self.source, self.values(shape)))
         return self._modules[key]
 
@@ -159,6 +163,7 @@ class KernelBenchFile:
         digest = hashlib.sha1(text.encode()).hexdigest()[:10]
         module = types.ModuleType(f"_autokernel_kernelbench_{self.path.stem}_{digest}")
         module.__file__ = str(self.path)
+        sys.modules[module.__name__] = module  # torch.compile (the baseline) looks globals up by module name
         folder = str(self.path.resolve().parent)
         sys.path.insert(0, folder)
         try:
@@ -192,7 +197,7 @@ class KernelBenchFile:
             return str(exc)
         return None
 
-    def choose(self, original: Shape, candidate: dict[str, int]) -> tuple[Shape | None, str | None]:
+    def choose(self, candidate: dict[str, int]) -> tuple[Shape | None, str | None]:
         """``candidate`` sizes, or the same with the file's divisibility kept, whichever the
         reference runs at first; (None, why) when neither."""
         first = {n: candidate[n] for n in self.size_names}
@@ -208,12 +213,14 @@ class KernelBenchFile:
     def scaled_shape(self, factor: float) -> Shape:
         if not self.size_names:
             return dict(PLACEHOLDER)
-        chosen, why = self.choose(self.file_shape(), kb_sizes.scaled(self.constants, self.size_names, factor))
-        if chosen is None:
-            target = kb_sizes.scaled(self.constants, self.size_names, factor)
-            raise SizeError(f"cannot scale {self.path.name} by {factor:g} "
-                            f"({kb_sizes.describe(self.constants, target)}): {why}")
-        return chosen
+        first_why = None
+        for floor in kb_sizes.FLOORS:  # a pooling or a large kernel needs sizes above the smallest floor
+            target = kb_sizes.scaled(self.constants, self.size_names, factor, floor)
+            chosen, why = self.choose(target)
+            if chosen is not None:
+                return chosen
+            first_why = first_why or (kb_sizes.describe(self.constants, target), why)
+        raise SizeError(f"cannot scale {self.path.name} by {factor:g} ({first_why[0]}): {first_why[1]}")
 
     def heldout_shape(self, shape: Shape, rng: random.Random) -> Shape:
         """Unseen sizes near ``shape`` at which the reference runs; ``shape`` itself when the
@@ -222,7 +229,7 @@ class KernelBenchFile:
             return dict(shape)
         current = self.values(shape)
         for _ in range(HELDOUT_TRIES):
-            chosen, _why = self.choose(shape, kb_sizes.moved(current, self.size_names, rng))
+            chosen, _why = self.choose(kb_sizes.moved(current, self.size_names, rng))
             if chosen is not None and chosen != dict(shape):
                 return chosen
         return dict(shape)
@@ -238,8 +245,50 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+REAL_PROBE_LIMIT = 1 << 26  # elements of input: above it a fake-tensor limitation is not re-run for real
+
+
 def _probe(module: Any, path: Path) -> Probe:
+    """Run the reference once on fake tensors; where fake tensors cannot follow it (an op with a
+    data-dependent output) run it for real on the CPU when the inputs are small enough, else
+    trust the sizes (the judge's first case will tell)."""
+    from torch._subclasses import fake_tensor
+
+    quiet = logging.getLogger("torch._subclasses.fake_tensor")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # a failing size is an answer here, not an error to log
+    try:
+        with fake_tensor.FakeTensorMode(allow_non_fake_inputs=True):
+            return _run_probe(module, path)
+    except (fake_tensor.DataDependentOutputException, fake_tensor.DynamicOutputShapeException,
+            fake_tensor.UnsupportedOperatorException) as exc:
+        limitation = exc
+    except ProblemError:
+        raise
+    except Exception as exc:
+        raise SizeError(f"the reference fails: {_one_line(exc)}") from None
+    finally:
+        quiet.setLevel(level)
+    with fake_tensor.FakeTensorMode(allow_non_fake_inputs=True), torch.random.fork_rng(devices=[]):
+        numel = sum(t.numel() for t in module.get_inputs() if isinstance(t, torch.Tensor))
+    if numel > REAL_PROBE_LIMIT:
+        return Probe(frozenset(), [], _count_inputs(module), note=f"not probed: {_one_line(limitation)}")
+    try:
+        return _run_probe(module, path)
+    except ProblemError:
+        raise
+    except Exception as exc:
+        raise SizeError(f"the reference fails: {_one_line(exc)}") from None
+
+
+def _count_inputs(module: Any) -> int:
     from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True), torch.random.fork_rng(devices=[]):
+        return len(list(module.get_inputs()))
+
+
+def _run_probe(module: Any, path: Path) -> Probe:
     from torch.utils._python_dispatch import TorchDispatchMode
 
     ops: set[str] = set()
@@ -250,28 +299,20 @@ def _probe(module: Any, path: Path) -> Probe:
                 ops.add(str(func.overloadpacket))
             return func(*args, **(kwargs or {}))
 
-    quiet = logging.getLogger("torch._subclasses.fake_tensor")
-    level = quiet.level
-    quiet.setLevel(logging.CRITICAL)  # a failing size is an answer here, not an error to log
-    try:
-        with FakeTensorMode(allow_non_fake_inputs=True), torch.random.fork_rng(devices=[]):
-            torch.manual_seed(MODEL_SEED)
-            model = module.Model(*module.get_init_inputs())
-            inputs = list(module.get_inputs())
-            params = [p.detach() for p in model.parameters()]
-            with torch.no_grad(), Recorder():
-                outs = model(*inputs)
-    except Exception as exc:
-        raise SizeError(f"the reference fails: {_one_line(exc)}") from None
-    finally:
-        quiet.setLevel(level)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(MODEL_SEED)
+        model = module.Model(*module.get_init_inputs())
+        inputs = list(module.get_inputs())
+        params = [p.detach() for p in model.parameters()]
+        with torch.no_grad(), Recorder():
+            outs = model(*inputs)
     random_ops = sorted(ops & _RANDOM_OPS)
     if random_ops:
         raise ProblemError(f"KernelBench file {path.name}: the reference draws random numbers in training mode "
                            f"({', '.join(random_ops)}, e.g. dropout with p > 0): its outputs cannot be compared")
     sizes = [(t.numel(), t.is_floating_point(), t.element_size())
              for t in inputs + params + _flatten(outs) if isinstance(t, torch.Tensor)]
-    return Probe(frozenset(ops), sizes, len(inputs), tuple(n for n, _ in model.named_parameters()))
+    return Probe(frozenset(ops), sizes, len(inputs))
 
 
 def _flatten(value: Any) -> list:
