@@ -16,7 +16,10 @@ def problems() -> None:
     from ..problems import get_problem, list_kinds
     from ..problems.base import dtype_name, format_shape
 
-    table = Table(title="autokernel problem kinds (or --problem PATH: a problem file or a KernelBench file)")
+    from rich import box
+
+    table = Table(title="autokernel problem kinds (or --problem PATH: a problem file or a KernelBench file)",
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
     for column in ("kind", "signature", "GPU shapes", "dtypes"):
         table.add_column(column, overflow="fold")
     for kind in list_kinds():
@@ -29,7 +32,7 @@ def problems() -> None:
         shapes = ", ".join(format_shape(s) for s in problem.gpu_shapes)
         table.add_row(kind, problem.signature, f"{dims}: {shapes}",
                       ", ".join(dtype_name(d) for d in problem.dtypes))
-    Console(width=200).print(table)
+    Console().print(table)
 
 
 def starter(kind: str = typer.Argument(..., help="problem kind, e.g. matmul")) -> None:

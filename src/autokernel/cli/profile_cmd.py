@@ -18,7 +18,7 @@ def register(app: typer.Typer) -> None:
 def profile(
     model: str = typer.Option(..., "--model", help="path/to/file.py:ClassName, llama, gpt2, bert, or hf:ARCH"),
     input_shape: Optional[str] = typer.Option(None, "--input-shape", help="token batch BxS (e.g. 1x1024), or a float input's shape"),
-    dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16 or fp32"),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16, fp16 or fp32 (default bf16 on GPU, fp32 on CPU, as `run`)"),
     device: str = typer.Option("auto", "--device", help="auto, cuda or cpu"),
     config: Optional[str] = typer.Option(None, "--config", help="model config overrides: key=value,key=value"),
     out: Path = typer.Option(Path("plan.json"), "--out", help="where to write the plan"),
@@ -32,11 +32,11 @@ def profile(
     from ..problems.base import parse_dtype
     from ..profiler import profile_model
 
+    device = resolve_device(device)
     try:
-        torch_dtype = parse_dtype(dtype)
+        torch_dtype = parse_dtype(dtype or default_dtype(device))
     except ValueError as exc:
         fail_usage(str(exc))
-    device = resolve_device(device)
     if out.exists() and out.is_dir():
         fail_usage(f"--out {out} is a directory; give a file path such as {out / 'plan.json'}")
     try:
@@ -50,6 +50,11 @@ def profile(
     save_plan(plan, out)
     print_plan(plan, loaded.description)
     typer.echo(f"wrote {out}")
+
+
+def default_dtype(device: str) -> str:
+    """The model dtype when none is given: bf16 on a GPU, fp32 on CPU (the same as `run`)."""
+    return "bf16" if str(device).startswith("cuda") else "fp32"
 
 
 def resolve_device(device: str) -> str:
