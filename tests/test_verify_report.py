@@ -90,8 +90,9 @@ def test_verify_passes_then_report_and_export(tmp_path):
     md = (wd / "report.md").read_text()
     assert "PASS" in md and "ROWS_PER_PROGRAM 1→4" in md and "No roofline on CPU" in md
     assert [p.kept for p in data.problems] == [1, 0] and [p.experiments for p in data.problems] == [2, 1]
-    for png in ("progress.png", "roofline.png"):
-        assert (wd / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (wd / "progress.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (wd / "roofline.png").exists()  # issue 10: a CPU run has no roofline, so no empty chart
+    assert "no roofline chart" in md
 
     runner = CliRunner()
     res = runner.invoke(app, ["report", str(wd)])
