@@ -117,11 +117,14 @@ description = "Triton kernels found by autokernel for {model}"
 requires-python = ">=3.10"
 dependencies = ["autokernel", "torch", "triton"]
 
-[tool.setuptools]
-packages = ["{name}"]
+# data/ and its folders are namespace packages, so that setuptools ships them without warnings
+[tool.setuptools.packages.find]
+where = ["."]
+include = ["{name}", "{name}.*"]
+namespaces = true
 
 [tool.setuptools.package-data]
-{name} = ["data/*.json", "data/*.tsv", "data/problems/*/*.py", "data/problems/*/*.json", "README.md"]
+"*" = ["*.json", "*.tsv", "*.py", "*.md"]
 '''
 
 

@@ -402,7 +402,8 @@ def compact_table(title: str, columns: list[tuple[str, str]]):
     from rich import box
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
+                  collapse_padding=True, show_edge=False)
     for header, justify in columns:
         table.add_column(header, justify=justify)
     return table

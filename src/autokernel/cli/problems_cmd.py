@@ -19,7 +19,8 @@ def problems() -> None:
     from rich import box
 
     table = Table(title="autokernel problem kinds (or --problem PATH: a problem file or a KernelBench file)",
-                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1))
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True,
+                  show_edge=False)
     for column in ("kind", "signature", "GPU shapes", "dtypes"):
         table.add_column(column, overflow="fold")
     for kind in list_kinds():
