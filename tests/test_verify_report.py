@@ -77,8 +77,12 @@ def test_predictions_use_the_kept_kernel(tmp_path):
 
 def test_verify_passes_then_report_and_export(tmp_path):
     wd = make_workdir(tmp_path / "wd")
-    result = verify(wd, seeds=(0, 1), iters=1)
+    said: list[str] = []
+    result = verify(wd, seeds=(0, 1), iters=1, log=said.append)
     assert result.passed and len(result.errors) == 2 and max(result.errors) < 1e-4
+    # issue 10: verify says what it is doing while it takes minutes
+    assert any("checking correctness" in m for m in said) and any(m.startswith("timing") for m in said)
+    assert any("profiling the original and the patched model" in m for m in said)
     assert {kind for _, kind in result.replaced} == {"rmsnorm", "swiglu"}
     assert result.op_calls == {"rmsnorm": 3, "swiglu": 1}
     assert result.timing_kind == "cpu" and "not GPU performance" in result.timing_note

@@ -260,21 +260,18 @@ def breakdown_markdown(b: Breakdown) -> list[str]:
 
 def breakdown_table(b: Breakdown):
     """The same breakdown as a rich table for the terminal."""
-    from rich.table import Table
-
     unit = "GPU kernel time" if b.time_kind == "gpu" else "CPU op time"
-    table = Table(title=f"time breakdown before/after, per forward ({unit})" + (f" — {b.note}" if b.note else ""),
-                  title_justify="left")
-    for col in ("problem", "kind", "before us", "before %", "after us", "after %", "before/after", "in kernel us", "applied"):
-        table.add_column(col, justify="left" if col in ("problem", "kind", "applied") else "right")
+    table = compact_table(f"time breakdown before/after, per forward ({unit})" + (f" — {b.note}" if b.note else ""),
+                          [(col, "left" if col in ("problem", "applied") else "right") for col in
+                           ("problem", "before us", "before", "after us", "after", "ratio", "kernel us", "applied")])
     for r in b.rows:
-        table.add_row(r.problem, r.kind, f"{r.before_us:.1f}", f"{100 * r.before_fraction:.1f}%", f"{r.after_us:.1f}",
+        table.add_row(r.problem, f"{r.before_us:.1f}", f"{100 * r.before_fraction:.1f}%", f"{r.after_us:.1f}",
                       f"{100 * r.after_fraction:.1f}%", _ratio(r.before_us, r.after_us), f"{r.after_op_us:.1f}",
                       "yes" if r.applied else "no")
-    table.add_row("not covered", "", f"{b.uncovered_before_us:.1f}", f"{100 * b.uncovered_before_fraction:.1f}%",
+    table.add_row("not covered", f"{b.uncovered_before_us:.1f}", f"{100 * b.uncovered_before_fraction:.1f}%",
                   f"{b.uncovered_after_us:.1f}", f"{100 * b.uncovered_after_fraction:.1f}%",
                   _ratio(b.uncovered_before_us, b.uncovered_after_us), "", "")
-    table.add_row("total", "", f"{b.total_before_us:.1f}", "100%", f"{b.total_after_us:.1f}", "100%",
+    table.add_row("total", f"{b.total_before_us:.1f}", "100%", f"{b.total_after_us:.1f}", "100%",
                   _ratio(b.total_before_us, b.total_after_us), f"{sum(r.after_op_us for r in b.rows):.1f}", "")
     return table
 

@@ -21,6 +21,16 @@ def _click_exceptions():
     return exceptions
 
 
+def _abort_types() -> tuple:
+    found = []
+    for module in ("typer.exceptions", "click.exceptions"):
+        try:
+            found.append(getattr(__import__(module, fromlist=["Abort"]), "Abort"))
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found) or (KeyboardInterrupt,)
+
+
 def main() -> None:
     """Run the app; a usage mistake (a typo'd flag, a missing value) is one line on stderr and exit 2."""
     import sys
@@ -36,9 +46,9 @@ def main() -> None:
             sys.exit(2)
         print(f"autokernel: error: {exc.format_message()} (see --help)", file=sys.stderr)
         sys.exit(2)
-    except exc_types.Abort:
-        print("autokernel: interrupted", file=sys.stderr)
-        sys.exit(130)
+    except _abort_types() as exc:  # end of input where an answer was expected
+        print("autokernel: aborted", file=sys.stderr)
+        sys.exit(130 if isinstance(exc.__cause__, KeyboardInterrupt) else 1)
     except exc_types.ClickException as exc:
         print(f"autokernel: error: {exc.format_message()}", file=sys.stderr)
         sys.exit(exc.exit_code)

@@ -179,13 +179,12 @@ def _run_device(workdir: Path) -> str:
 
 
 def _print_verify(v) -> None:
-    from rich.table import Table
+    from ..report import compact_table
 
     console = _console()
-    table = Table(title="end-to-end vs Amdahl prediction" + (f" ({v.timing_note})" if v.timing_note else ""),
-                  title_justify="left")
-    for col in ("problem", "fraction", "best vs eager", "Amdahl", "best vs start", "Amdahl (start)", "applied"):
-        table.add_column(col, justify="left" if col == "problem" else "right")
+    table = compact_table("end-to-end vs Amdahl prediction" + (f" ({v.timing_note})" if v.timing_note else ""),
+                          [(col, "left" if col == "problem" else "right") for col in
+                           ("problem", "share", "vs eager", "Amdahl", "vs start", "Amdahl(start)", "applied")])
     def f(x):
         return fmt_or_dash(x, ".3g", "x")
 
