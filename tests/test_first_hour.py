@@ -157,7 +157,8 @@ def test_one_problem_workspace_gets_a_report_and_verify_says_what_it_needs(tmp_p
 def test_first_evaluations_are_bounded_and_cheapest_first(tmp_path):
     from autokernel.loop import first_evals
 
-    assert first_evals.timeout(60.0, 90.0, 5) == pytest.approx(4.5 if 4.5 >= first_evals.MIN_TIMEOUT_S else 5.0)
+    assert first_evals.timeout(60.0, 90.0, 5) == first_evals.MIN_TIMEOUT_S  # 18 s each, bounded per request
+    assert first_evals.timeout(60.0, 600.0, 5) == pytest.approx(30.0)
     assert first_evals.timeout(60.0, None, 5) == 60.0 and first_evals.timeout(60.0, 3600.0, 1) == 60.0
     assert first_evals.order(["a", "b"], [9.0, 1.0], "cpu") == ["b", "a"]
     assert first_evals.order(["a", "b"], [9.0, 1.0], "cuda") == ["a", "b"]  # GPU: the Amdahl order
@@ -327,3 +328,21 @@ def test_exported_package_builds_without_setuptools_warnings(tmp_path):
     names = zipfile.ZipFile(next((tmp_path / "whl").glob("*.whl"))).namelist()
     assert "autokernel_llama_kernels/data/problems/rmsnorm/kernel.py" in names
     assert "autokernel_llama_kernels/data/problems/rmsnorm/problem.json" in names
+
+
+def test_interpreter_overflow_warnings_are_silenced_here_and_in_workers(monkeypatch):
+    import warnings
+
+    from autokernel.quiet import INTERPRETER_WARNING, silence_interpreter_warnings
+
+    monkeypatch.setenv("PYTHONWARNINGS", "default::DeprecationWarning")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        silence_interpreter_warnings()
+        warnings.warn("overflow encountered in cast", RuntimeWarning)
+        warnings.warn("something else", RuntimeWarning)
+    assert [str(w.message) for w in caught] == ["something else"]
+    assert os.environ["PYTHONWARNINGS"] == f"default::DeprecationWarning,{INTERPRETER_WARNING}"
+    child = subprocess.run([sys.executable, "-c", "import warnings; warnings.warn('overflow encountered in "
+                            "multiply', RuntimeWarning)"], capture_output=True, text=True, timeout=60)
+    assert "overflow" not in child.stderr

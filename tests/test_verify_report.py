@@ -93,6 +93,8 @@ def test_verify_passes_then_report_and_export(tmp_path):
     data = write_report(wd)
     md = (wd / "report.md").read_text()
     assert "PASS" in md and "ROWS_PER_PROGRAM 1→4" in md and "No roofline on CPU" in md
+    # issue 10: one eager time (wall clock); the profiler's sums are named as such, not "eager"
+    assert "wall clock" in md and "under the profiler" in md and "profiled time per forward" not in md
     assert [p.kept for p in data.problems] == [1, 0] and [p.experiments for p in data.problems] == [2, 1]
     assert (wd / "progress.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (wd / "roofline.png").exists()  # issue 10: a CPU run has no roofline, so no empty chart

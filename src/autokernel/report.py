@@ -120,7 +120,8 @@ def render_markdown(data: ReportData) -> str:
               f"- model: `{plan.model}`" + (f" with config {data.run['config']}" if data.run.get("config") else ""),
               f"- device: {plan.device}" + (f" ({plan.device_name})" if plan.device_name else ""),
               f"- dtype: {plan.dtype}, input shape: {'x'.join(str(d) for d in plan.input_shape)}",
-              f"- profiled time per forward pass: {plan.total_time_us:.1f} us ({plan.time_kind} time)"]
+              f"- op time per forward pass under the profiler: {plan.total_time_us:.1f} us ({plan.time_kind} op "
+              f"time summed, when profiled; the eager wall-clock time is under Verification)"]
     if data.run:
         lines.append(f"- budget: {data.run.get('budget', '—')}, agent: {data.run.get('agent', '—')}, "
                      f"seed: {data.run.get('seed', '—')}")
@@ -161,7 +162,7 @@ def render_markdown(data: ReportData) -> str:
         if v.skipped:
             lines.append("\nNot applied: " + "; ".join(f"{a} ({b})" for a, b in v.skipped[:10]) + ".")
         if v.eager_ms is not None:
-            lines += ["", "| model | ms per forward |", "|---|---:|", f"| eager | {v.eager_ms:.3f} |",
+            lines += ["", "| model | ms per forward (wall clock, median) |", "|---|---:|", f"| eager | {v.eager_ms:.3f} |",
                       f"| patched | {v.patched_ms:.3f} |"]
             if v.compile_ms is not None:
                 lines.append(f"| torch.compile (max-autotune-no-cudagraphs) | {v.compile_ms:.3f} |")
@@ -240,7 +241,9 @@ def breakdown_markdown(b: Breakdown) -> list[str]:
     before = "the plan (profiled earlier)" if b.before_source == "plan.json" else "the original model"
     lines = ["", "### Time breakdown before/after", "",
              f"Per forward pass ({unit}; before: {before}, after: the patched model, profiled the same way, "
-             f"{b.iters} pass{'' if b.iters == 1 else 'es'} after {b.warmup} warm-up)" + (f" — {b.note}" if b.note else "") + ".", "",
+             f"{b.iters} pass{'' if b.iters == 1 else 'es'} after {b.warmup} warm-up)" + (f" — {b.note}" if b.note else "") + ". "
+             "These are op times under the profiler, summed: they are not the wall-clock times of the table "
+             "above, which the end-to-end speedup uses.", "",
              "| problem | kind | before (us) | before share | after (us) | after share | before/after | in kernel (us) | applied |",
              "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in b.rows:

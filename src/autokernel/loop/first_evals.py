@@ -9,7 +9,7 @@ starting kernel cannot take the whole budget.
 from __future__ import annotations
 
 REQUESTS_PER_SHARE = 4
-MIN_TIMEOUT_S = 5.0
+MIN_TIMEOUT_S = 10.0  # below this a GPU's first compile of a kernel could time out
 
 
 def estimated_cost(problem, shapes, dtype_names) -> float:
