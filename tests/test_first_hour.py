@@ -195,6 +195,7 @@ def test_optimize_refuses_a_users_clean_checkout(tmp_path):
     (["--problem", "reduce", "--shape", "0x64"], "at least 1"),
     (["--problem", str(ROOT / "examples" / "kernelbench_example.py"), "--shape", "128"], "get_inputs"),
     (["--problem", str(ROOT / "examples" / "custom_problem.py")], "no starter kernel"),
+    (["--problem", "rmsnorm", "--shape", "4096x4096", "--device", "cpu"], "too large for the Triton interpreter"),
 ])
 def test_unusable_inputs_exit_2_before_anything_is_written(tmp_path, args, words):
     nofn = tmp_path / "k.py"

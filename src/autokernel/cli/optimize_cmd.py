@@ -82,6 +82,7 @@ def optimize(
                 from ..problems import parse_dtype
 
                 parse_dtype(dtype)
+            _refuse_shapes_too_slow_on_cpu(targets, device, dtype, timeout)
         config = AgentConfig(name=agent, seed=seed, llm=llm, llm_base_url=llm_base_url, llm_max_calls=llm_max_calls,
                              agent_cmd=agent_cmd)
         summary = run_optimize(targets, workdir, agent=config, budget_s=budget_s, max_experiments=max_experiments,
@@ -100,6 +101,21 @@ def optimize(
     if _exit_for(summary) == EXIT_USAGE:
         fail_usage(summary.message)
     raise typer.Exit(EXIT_OK)
+
+
+def _refuse_shapes_too_slow_on_cpu(targets, device: str, dtype: Optional[str], timeout: float) -> None:
+    """On CPU, a --shape the interpreter cannot judge within --timeout is refused up front (as
+    `bench` does): every evaluation would time out, the starting kernel's included."""
+    from ..hardware import resolve_device
+    from ..problems import get_problem, parse_dtype
+    from .bench_cmd import _refuse_interpreter_too_slow
+
+    if not any(t.shapes for t in targets) or resolve_device(device).startswith("cuda"):
+        return
+    for t in targets:
+        if t.shapes:
+            prob = get_problem(t.spec)
+            _refuse_interpreter_too_slow(prob, t.shapes, [parse_dtype(dtype)] if dtype else list(prob.dtypes), timeout)
 
 
 def _exit_for(summary) -> int:
