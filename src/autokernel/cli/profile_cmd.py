@@ -89,21 +89,21 @@ def print_plan(plan, description: str = "") -> None:
     from ..problems.base import format_shape
 
     from rich.console import Console
-    from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() else 150)
+    from ..report import compact_table
+
+    console = Console(highlight=False)
     time_kind = "GPU kernel time" if plan.time_kind == "gpu" else "CPU op time (not GPU performance)"
     title = f"{plan.model} · {plan.dtype} · input {'x'.join(map(str, plan.input_shape))} · {plan.device_name or plan.device}"
-    table = Table(title=title, caption=f"{time_kind}, per forward pass: {format_us(plan.total_time_us)}")
-    for col, justify in (("problem", "left"), ("kind", "left"), ("dtype", "left"), ("shapes", "left"),
-                         ("calls", "right"), ("time", "right"), ("% of model", "right"), ("modules", "left")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    table = compact_table(title, [("problem", "left"), ("kind", "left"), ("shapes", "left"), ("calls", "right"),
+                                  ("time", "right"), ("share", "right")])
+    table.caption = f"{time_kind}, per forward pass: {format_us(plan.total_time_us)}"
     for p in plan.problems:
         shapes = ", ".join(format_shape(s) for s in p.shapes[:3])
         if len(p.shapes) > 3:
             shapes += f" (+{len(p.shapes) - 3})"
-        table.add_row(p.name, p.kind + ("" if p.supported else " (unsupported)"), p.dtype, shapes, str(sum(p.calls)),
-                      format_us(p.time_us), f"{100 * p.fraction:.1f}%", summarize_modules(p.modules))
+        table.add_row(p.name, p.kind + ("" if p.supported else " (unsupported)"), shapes, str(sum(p.calls)),
+                      format_us(p.time_us), f"{100 * p.fraction:.1f}%")
     if description:
         console.print(description)
     console.print(table)
