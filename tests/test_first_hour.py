@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from autokernel.agents.base import AgentConfig
 from autokernel.cli import app
 from autokernel.harness.records import Comparison, Evaluation, ShapeTiming
 from autokernel.loop.optimize import OptimizeSummary, ProblemSummary, Target, run_optimize
