@@ -3,7 +3,10 @@
 Each step writes a plain file in the workdir, so a second ``run`` with the same arguments
 resumes: the plan is reused when ``plan.json`` was made for the same model, dtype, input
 shape and config; the loop continues where it stopped (its own resume); verify and report
-are redone.  ``run.json`` records how the model was built, for ``verify`` later.
+are redone.  ``run.json`` records how the model was built, for ``verify`` later, and
+``finished`` once the report is written: the same command on a finished run only shows its
+report; ``extend_s`` (``--extend``) gives it more optimization time, then verifies and
+reports again.
 
 Budget: one wall-clock budget for the run, default 8h on a GPU and 10m on CPU (where kernels
 run under the Triton interpreter and only correctness means anything).  Profiling counts
