@@ -18,7 +18,7 @@ from typing import Iterator, List, Optional
 
 import typer
 
-from .common import EXIT_OK, EXIT_VERDICT, fail_usage, fmt_or_dash
+from .common import EXIT_OK, EXIT_VERDICT, fail_usage, fmt_or_dash, parse_shapes
 
 
 @contextlib.contextmanager
@@ -90,10 +90,12 @@ def bench(
         fail_usage("--allow-torch, --atol and --rtol apply to KernelBench problem files only")
     try:
         dtypes = [parse_dtype(d) for d in _split(dtype)]
-        shapes = [prob.parse_shape(s) for s in shape or []]
+        shapes = parse_shapes(prob, shape)
         dev = resolve_device(device)
     except ValueError as exc:
         fail_usage(str(exc))
+    if not dev.startswith("cuda") and shapes:
+        _refuse_interpreter_too_slow(prob, shapes, dtypes or list(prob.dtypes), timeout)
 
     spec = problem if not Path(problem).is_file() else str(Path(problem).resolve())
     if prob.source.startswith("kernelbench:"):
@@ -109,6 +111,21 @@ def bench(
     raise typer.Exit(EXIT_OK if evaluation.correct else EXIT_VERDICT)
 
 
+def _refuse_interpreter_too_slow(prob, shapes, dtypes, timeout: float) -> None:
+    """On CPU, a shape the interpreter cannot run within --timeout would only time out, and a
+    timeout says nothing about the kernel: refuse it up front and say what to do."""
+    from ..interpreter_cost import CALLS_PER_TIMEOUT, too_slow
+    from ..problems.base import format_shape
+
+    worst = too_slow(prob, shapes, dtypes, timeout)
+    if worst is None:
+        return
+    fail_usage(f"shape {format_shape(worst.shape)} is too large for the Triton interpreter on CPU (about "
+               f"{worst.seconds_per_call:.0f} s per kernel call, --timeout {timeout:g} s): it would time out "
+               f"whatever the kernel; judge it on a GPU, use smaller shapes (leave out --shape for the CPU "
+               f"defaults), or allow --timeout {CALLS_PER_TIMEOUT * worst.seconds_per_call:.0f} or more")
+
+
 def print_evaluation(ev) -> None:
     from ..problems.base import format_shape
 
@@ -119,7 +136,10 @@ def print_evaluation(ev) -> None:
     colour = {"pass": "green", "incorrect": "red", "rejected": "magenta", "timeout": "yellow", "crash": "red"}
     console.print(f"[bold]{ev.kernel_file}[/bold]  problem [bold]{ev.problem}[/bold]  on {ev.device_name or ev.device}")
     console.print(f"verdict: [bold {colour.get(ev.verdict, 'white')}]{ev.verdict}[/]"
-                  + (f" at stage {ev.failed_stage}" if ev.failed_stage else "") + f" — {ev.message}")
+                  + (f" at stage {ev.failed_stage}" if ev.failed_stage else "") + f" — {ev.message}", markup=True)
+    if ev.verdict == "timeout" and not str(ev.device).startswith("cuda"):
+        console.print("the Triton interpreter on CPU may be too slow for these shapes: a timeout here is not "
+                      "a verdict on the kernel; try smaller shapes or a GPU", markup=False)
     if ev.stages:
         table = Table(title="correctness stages")
         for column in ("stage", "ok", "worst error (x bound)", "worst case", "s", "message"):

@@ -111,8 +111,8 @@ def _parse_dim(value: str, whole: str) -> int:
         n = int(value)
     except ValueError:
         raise ValueError(f"malformed shape {whole!r}: {value!r} is not an integer") from None
-    if n < 0:
-        raise ValueError(f"malformed shape {whole!r}: negative dimension {n}")
+    if n < 1:
+        raise ValueError(f"malformed shape {whole!r}: every dimension must be at least 1, got {n}")
     return n
 
 
