@@ -38,7 +38,6 @@ RUNG0_SHARE = 0.7  # of the time limit, rung 0 may use; the halving rungs get th
 INCUMBENT_EVERY = 8  # re-time the incumbent after this many configurations
 STARTUP_TIMEOUT_S = 240.0
 GPU_WARMUP_MS = 5.0
-GPU_REP_MS = 10.0  # rung r uses GPU_REP_MS * 2**r
 CPU_CALLS = 2  # rung r uses CPU_CALLS * 2**r wall-clock calls
 INCUMBENT = "incumbent"
 
@@ -58,6 +57,8 @@ class ScreenJob:
     seed: int = 0  # for the fresh inputs
     time_limit_s: float = 60.0
     config_timeout_s: float = 30.0
+    rep_ms: float = 10.0  # GPU: do_bench's timing window per shape at rung 0 (doubled each rung)
+    halving: bool = True  # False: rung 0 only, every configuration timed alike (a plain sweep)
 
 
 @dataclass
@@ -128,7 +129,7 @@ def _one_process(job: ScreenJob, todo: list[tuple[str, str]], limit_s: float, re
     parent, child = ctx.Pipe(duplex=False)
     payload = {"spec": job.problem_spec, "device": job.device, "incumbent": job.incumbent_source,
                "todo": todo, "shapes": job.shapes, "dtype": job.dtype, "weights": job.weights, "seed": job.seed,
-               "start": time.time(), "limit_s": limit_s}
+               "start": time.time(), "limit_s": limit_s, "rep_ms": job.rep_ms, "halving": job.halving}
     proc = ctx.Process(target=_child_main, args=(child, payload), daemon=True, name="autokernel-screen")
     t_start = time.monotonic()
     with _child_environment(job.device):
@@ -226,7 +227,8 @@ def _child_main(conn, payload: dict[str, Any]) -> None:
     conn.send(("ready",))
     start, limit = payload["start"], payload["limit_s"]
     try:
-        bench.run(conn, start + RUNG0_SHARE * limit, start + limit)
+        rung0_share = RUNG0_SHARE if payload["halving"] else 1.0
+        bench.run(conn, start + rung0_share * limit, start + limit, payload["halving"])
     except (BrokenPipeError, EOFError):
         return
     conn.send(("done",))
@@ -247,6 +249,7 @@ class _Bench:
         shapes = payload["shapes"] or [dict(s) for s in self.problem.shapes_for(self.device)]
         self.weights = payload["weights"] or [1.0] * len(shapes)
         self.todo = payload["todo"]
+        self.rep_ms = payload["rep_ms"]
         self.incumbent_source = payload["incumbent"]
         self.cases = []
         for i, shape in enumerate(shapes):
@@ -300,7 +303,8 @@ class _Bench:
         if self.gpu:
             from triton.testing import do_bench
 
-            return 1000.0 * do_bench(call, warmup=GPU_WARMUP_MS, rep=GPU_REP_MS * 2 ** rung, return_mode="median")
+            return 1000.0 * do_bench(call, warmup=GPU_WARMUP_MS, rep=self.rep_ms * 2 ** rung,
+                                     return_mode="median")
         samples = []
         for _ in range(CPU_CALLS * 2 ** rung):
             start = time.perf_counter()
@@ -332,9 +336,9 @@ class _Bench:
         return ratio if ratio is not None else score
 
     # ---------------------------------------------------------------- the rungs
-    def run(self, conn, rung0_until: float, until: float) -> None:
-        """Rung 0 over every configuration until ``rung0_until``, then halving rungs until
-        ``until`` (wall-clock times)."""
+    def run(self, conn, rung0_until: float, until: float, halving: bool = True) -> None:
+        """Rung 0 over every configuration until ``rung0_until``, then (with ``halving``)
+        halving rungs until ``until`` (wall-clock times)."""
         status, text = self.check(INCUMBENT)
         incumbent_us = self.score(INCUMBENT, 0) if status == "ok" else None
         conn.send(("result", INCUMBENT, status, 1.0 if incumbent_us else None, incumbent_us, 0, text))
@@ -356,7 +360,7 @@ class _Bench:
                 ranking[key] = value
         rung = 0
         alive = list(ranking)
-        while len(alive) > search.FINALISTS and time.time() < until:
+        while halving and len(alive) > search.FINALISTS and time.time() < until:
             alive = search.survivors({k: ranking[k] for k in alive})
             rung += 1
             if incumbent_us is not None:
