@@ -1,6 +1,7 @@
 """The tuner in the real loop (real judge, CPU interpreter) on a landscape with a local optimum
 next to the start and a global one two knobs away: screen, then judge, finds the global one
-within a few minutes of budget (coordinate descent stopped at the local one)."""
+within a few minutes of budget and a dozen judged experiments, where coordinate descent with
+random restarts stops at the local one (it found the global one only after 51 experiments)."""
 from __future__ import annotations
 
 import json
@@ -15,6 +16,7 @@ from autokernel.loop.results import read_results
 from tuner_landscape import LANDSCAPES, check_landscape
 
 BUDGET_S = 150.0
+MAX_EXPERIMENTS = 12  # judged ones; coordinate descent with restarts needed 51 and 55 here
 # The held-out landscape doubles the run time; it runs when asked (the coordinator's check).
 WHICH = ["tuned", "held_out"] if os.environ.get("AUTOKERNEL_TUNER_HELD_OUT") else ["tuned"]
 
@@ -52,7 +54,7 @@ def test_finds_the_global_optimum_two_knobs_away(tmp_path, landscape):
     work = tmp_path / "ws"
     summary = run_optimize([Target("double", str(problem_file), start_file=kernel_file)], work,
                            agent=StopAtOptimum(TunerAgent(seed=0, screen=True), landscape.best),
-                           budget_s=BUDGET_S, device="cpu",
+                           budget_s=BUDGET_S, max_experiments=MAX_EXPERIMENTS, device="cpu",
                            show_progress=False)
     best = (work / "problems" / "double" / "kernel.py").read_text()
     rows = read_results(work / "results.tsv")

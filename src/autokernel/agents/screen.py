@@ -147,7 +147,8 @@ def _one_process(job: ScreenJob, todo: list[tuple[str, str]], limit_s: float, re
                 wait = min(STARTUP_TIMEOUT_S, hard_deadline - now)
             if wait <= 0 or not parent.poll(wait):
                 if not ready:
-                    report.error = report.error or "the screen process did not start in time"
+                    if time.monotonic() - t_start >= STARTUP_TIMEOUT_S:  # else: merely out of time
+                        report.error = report.error or "the screen process did not start in time"
                     return "startup"
                 if current is not None and time.monotonic() < hard_deadline:
                     report.results[current] = ScreenResult("timeout", message=f"no answer in {job.config_timeout_s:g} s")

@@ -54,7 +54,7 @@ import json
 import math
 import random
 import re
-from typing import Any, Callable, Iterable
+from typing import Any
 
 Config = dict[str, Any]
 
@@ -65,6 +65,7 @@ HALVING_KEEP = 1 / 3  # successive halving keeps this fraction for the next, lon
 FINALISTS = 4  # halving stops here; these are proposed (when faster than the incumbent)
 PROPOSE_BELOW = 0.99  # propose a finalist only when it screened at least 1% faster
 MAX_SCREEN_S = 180.0  # one round's screening time, at most
+MAX_SCREEN_PER_PROPOSAL_S = 2 * MAX_SCREEN_S  # rounds that find nothing faster stop here for now
 SCREEN_SHARE = 0.5  # of the time left, what screening may take
 MIN_SCREEN_S = 8.0  # below this a round is not worth starting a screen process for
 ENUMERATE_LIMIT = 200_000  # larger spaces are sampled, not listed
@@ -192,6 +193,3 @@ def ordinal(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
 
-
-def first_usable(items: Iterable[Config], usable: Callable[[Config], bool]) -> Config | None:
-    return next((c for c in items if usable(c)), None)

@@ -165,6 +165,7 @@ class TunerAgent:
         self.seed = seed
         self.screen = screen  # None: on for GPU devices, off on the CPU
         self._screen_broken = ""  # set when the screen cannot run; then this run proposes unscreened
+        self._why_unscreened = ""
 
     # ---------------------------------------------------------------- state
     def _state_path(self, context: Context) -> Path:
@@ -291,10 +292,12 @@ class TunerAgent:
                        proposed: set[str], failed: list[Config], t0: float, path: Path) -> _Choice | None:
         judge_s = self._judge_seconds(context, state)
         time_left = context.extra.get("time_left_s")
+        self._why_unscreened = "no time left to screen"
         while True:
-            left = None if time_left is None else time_left - (time.monotonic() - t0)
-            allowance = search.screen_allowance(left, judge_s)
-            if allowance <= 0:
+            spent = time.monotonic() - t0
+            left = None if time_left is None else time_left - spent
+            allowance = min(search.screen_allowance(left, judge_s), search.MAX_SCREEN_PER_PROPOSAL_S - spent)
+            if allowance < search.MIN_SCREEN_S:
                 return None
             startup = state.get("startup_s", STARTUP_PRIOR_S)
             per_config = max(state.get("per_config_s", PER_CONFIG_PRIOR_S), 1e-3)
@@ -344,6 +347,7 @@ class TunerAgent:
             choice = self._from_queue(state, incumbent, proposed, failed, decl.space)
             if choice is not None:
                 return choice
+            self._why_unscreened = "nothing screened so far beats the incumbent"
 
     @staticmethod
     def _best(state: dict, incumbent: Config) -> list[Config]:
@@ -361,7 +365,10 @@ class TunerAgent:
         if not batch:
             return None
         config, reason = batch[0]
-        why = "screen off on the CPU" if self.screen is None or not self.screen else "no time left to screen"
+        if self._screening_on(context):
+            why = self._why_unscreened
+        else:
+            why = "screen off on the CPU" if self.screen is None else "screen off"
         if self._screen_broken:
             why = f"screen failed: {self._screen_broken}"
         if context.problem is None:
