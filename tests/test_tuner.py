@@ -189,17 +189,23 @@ def test_no_time_to_screen_proposes_unscreened(tmp_path, monkeypatch):
     assert all("unscreened" in p[0] and "no time left" in p[0] for p in proposals)
 
 
-def test_resume_keeps_the_queue_and_never_repeats(tmp_path, monkeypatch):
+def test_a_resumed_run_proposes_from_the_saved_queue(tmp_path, monkeypatch):
     fake = FakeScreen()
     monkeypatch.setattr(tuner, "run_screen", fake)
-    first, best = drive(tmp_path, seed=6, steps=1, screen=True, log="shared")
+
+    def context(experiment, history):
+        return Context(problem=object(), problem_spec="x", problem_dir=tmp_path, kernel_path=tmp_path / "k.py",
+                       best_source=SOURCE, best=None, start=None, history=history, last_failure=None,
+                       experiment=experiment, device="cpu", extra={"log_dir": str(tmp_path / "logs")})
+
+    first = TunerAgent(seed=6, screen=True).propose(context(1, []))
+    history = [{"experiment": "1", "agent": "tuner", "status": "revert", "latency_us": "9.0",
+                "description": first.description, "wall_s": "2.0"}]
+    # a new agent instance, as in a resumed run: the finalists come from the saved state
+    second = TunerAgent(seed=6, screen=True).propose(context(2, history))
     assert len(fake.jobs) == 1
-    # a fresh agent (a resumed run) reads the screen results from the log dir: no new round
-    again, _ = drive(tmp_path, seed=6, steps=1, screen=True, log="shared")
-    assert len(fake.jobs) == 1
-    state = json.loads((tmp_path / "shared" / "tuner_state.json").read_text())
-    assert len(state["proposals"]) == 1  # the same experiment number 1: the same slot
-    assert again[0][1] != first[0][1] or again == first
+    assert "screened 1st of" in first.description and "screened 2nd of" in second.description
+    assert parse_knobs(second.source).knobs != parse_knobs(first.source).knobs
 
 
 # --------------------------------------------------------------------------- unscreened
