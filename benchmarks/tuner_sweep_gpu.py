@@ -1,7 +1,7 @@
 """The offline tuner against an exhaustive sweep, per kind, on a GPU.
 
-    PYTHONPATH=src python benchmarks/tuner_sweep_gpu.py --out DIR                  # rotary, attention, swiglu, rmsnorm; --budget 5m
-    PYTHONPATH=src python benchmarks/tuner_sweep_gpu.py --quick --out DIR          # rotary + swiglu, --budget 2m, about 8 minutes
+    PYTHONPATH=src python benchmarks/tuner_sweep_gpu.py --out DIR            # rotary, attention, swiglu, rmsnorm; --budget 5m (~35 min)
+    PYTHONPATH=src python benchmarks/tuner_sweep_gpu.py --quick --out DIR    # rotary + swiglu, --budget 2m, at most ~9 min
     PYTHONPATH=src python benchmarks/tuner_sweep_gpu.py --cpu-smoke --out DIR      # the script itself, on the CPU interpreter
 
 For each kind, one after the other:
@@ -54,12 +54,12 @@ def parse_args(argv=None):
     ap.add_argument("--samples", type=int, default=300, help="random configurations for larger spaces")
     ap.add_argument("--rep-ms", type=float, default=50.0, help="do_bench timing window per shape (ms)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--quick", action="store_true", help="rotary + swiglu, --budget 2m, --max-wall 480, --rep-ms 20")
+    ap.add_argument("--quick", action="store_true", help="rotary + swiglu, --budget 2m, --max-wall 540, --rep-ms 10")
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny run on the CPU interpreter (checks the script)")
     args = ap.parse_args(argv)
     if args.quick:
-        args.kinds, args.budget, args.rep_ms = "rotary,swiglu", "2m", 20.0
-        args.max_wall = args.max_wall or 480.0
+        args.kinds, args.budget, args.rep_ms = "rotary,swiglu", "2m", 10.0
+        args.max_wall = args.max_wall or 540.0
     if args.cpu_smoke:
         args.kinds, args.budget, args.samples, args.sweep_max = "rotary", "45s", 12, 0
         args.max_wall = args.max_wall or 150.0
@@ -73,7 +73,7 @@ def parse_args(argv=None):
 
 def run_optimize_cli(kind: str, args, out: Path) -> dict:
     """The tuner, as a user runs it; its best configuration and what it used."""
-    work = out / f"ws_{kind}"
+    work = out / f"ws_{kind}_{int(time.time())}"  # fresh: a workspace left from an earlier run would resume
     cmd = [sys.executable, "-m", "autokernel", "optimize", "--problem", kind, "--workdir", str(work),
            "--budget", args.budget, "--device", args.device, "--seed", str(args.seed)]
     if args.cpu_smoke:
