@@ -258,3 +258,18 @@ def test_a_broken_screen_falls_back_to_unscreened(tmp_path, monkeypatch):
                                                  (1000.0, 5.0, search.MAX_SCREEN_S), (20.0, 5.0, 0.0)])
 def test_screen_allowance(left, judge, expected):
     assert search.screen_allowance(left, judge) == pytest.approx(expected)
+
+
+def test_the_screen_gets_half_the_time_left_minus_one_judged_evaluation(tmp_path, monkeypatch):
+    fake = FakeScreen()
+    monkeypatch.setattr(tuner, "run_screen", fake)
+    baseline = {"experiment": "0", "agent": "tuner", "status": "baseline", "latency_us": "13", "wall_s": "40.0",
+                "description": "starting kernel"}
+    ctx = Context(problem=object(), problem_spec="x", problem_dir=tmp_path, kernel_path=tmp_path / "k.py",
+                  best_source=SOURCE, best=None, start=None, history=[baseline], last_failure=None, experiment=1,
+                  device="cpu", extra={"log_dir": str(tmp_path / "logs"), "time_left_s": 100.0})
+    p = TunerAgent(seed=0, screen=True).propose(ctx)
+    assert "screened 1st" in p.description
+    # the baseline also timed eager and torch.compile and started the worker: a judged
+    # candidate is taken to cost half of it (20 s), so the round gets 0.5 * 100 - 20 s
+    assert fake.jobs[0].time_limit_s == pytest.approx(30.0, abs=0.5)

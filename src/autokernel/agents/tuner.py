@@ -276,17 +276,23 @@ class TunerAgent:
         return _Choice(entry["config"], note)
 
     def _judge_seconds(self, context: Context, state: dict) -> float:
-        """What one judged evaluation costs: recent rows of this agent minus their screening."""
-        costs = []
+        """What one judged evaluation costs: this agent's recent rows minus their screening;
+        before there are any, half the baseline's (which also timed eager PyTorch and
+        torch.compile, and started the worker: later evaluations reuse all that)."""
+        costs, baseline = [], None
         for row in context.history[-6:]:
             try:
                 wall = float(row.get("wall_s") or 0.0)
             except ValueError:
                 continue
             entry = state["proposals"].get(str(row.get("experiment")))
-            if row.get("status") == "baseline" or entry is not None:
-                costs.append(max(wall - (entry or {}).get("screen_s", 0.0), 0.0))
-        return statistics.median(costs) if costs else 0.0
+            if row.get("status") == "baseline":
+                baseline = 0.5 * wall
+            elif entry is not None:
+                costs.append(max(wall - entry.get("screen_s", 0.0), 0.0))
+        if costs:
+            return statistics.median(costs)
+        return baseline or 0.0
 
     def _screen_rounds(self, context: Context, decl: KnobDecl, state: dict, incumbent: Config,
                        proposed: set[str], failed: list[Config], t0: float, path: Path) -> _Choice | None:
