@@ -273,3 +273,27 @@ def test_the_screen_gets_half_the_time_left_minus_one_judged_evaluation(tmp_path
     # the baseline also timed eager and torch.compile and started the worker: a judged
     # candidate is taken to cost half of it (20 s), so the round gets 0.5 * 100 - 20 s
     assert fake.jobs[0].time_limit_s == pytest.approx(30.0, abs=0.5)
+
+
+def test_a_judged_crash_is_recognised_even_with_a_long_description(tmp_path):
+    agent = TunerAgent(seed=0, screen=False)
+    ctx = lambda exp, history: Context(problem=None, problem_spec="x", problem_dir=tmp_path,
+                                       kernel_path=tmp_path / "k.py", best_source=SOURCE, best=None, start=None,
+                                       history=history, last_failure=None, experiment=exp, device="cpu",
+                                       extra={"log_dir": str(tmp_path / "logs")})
+    first = agent.propose(ctx(1, []))
+    crashed = parse_knobs(first.source).knobs
+    state_path = tmp_path / "logs" / "tuner_state.json"
+    state = json.loads(state_path.read_text())
+    state["proposals"]["1"]["description"] += " (a long note)" * 40  # over results.tsv's 300 characters
+    state_path.write_text(json.dumps(state))
+    row = {"experiment": "1", "agent": "tuner", "status": "crash", "latency_us": "", "wall_s": "1.0",
+           "description": state["proposals"]["1"]["description"][:300]}
+    space = parse_knobs(SOURCE).space
+    history = [row]
+    for exp in range(2, 30):  # nothing that dominates the crashed configuration comes back
+        p = agent.propose(ctx(exp, history))
+        config = parse_knobs(p.source).knobs
+        assert not search.dominates(config, crashed, space)
+        history.append({"experiment": str(exp), "agent": "tuner", "status": "revert", "latency_us": "20",
+                        "wall_s": "1.0", "description": p.description})

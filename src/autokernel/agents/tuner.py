@@ -56,6 +56,7 @@ HARD_FAILURES = ("crash", "timeout")
 STARTUP_PRIOR_S = 10.0  # a screen process's start, before one has been measured
 PER_CONFIG_PRIOR_S = 0.5  # one configuration's screening, before one has been measured
 MAX_BATCH = 600
+DESCRIPTION_CHARS = 300  # results.tsv keeps this much of a description
 
 
 # --------------------------------------------------------------------------- parsing / editing
@@ -236,8 +237,8 @@ class TunerAgent:
         for exp_text, entry in state["proposals"].items():
             proposed.add(config_key(entry["config"]))
             row = rows.get(int(exp_text))
-            if (row is not None and row.get("agent") == self.name and row.get("description") == entry["description"]
-                    and row.get("status") in HARD_FAILURES):
+            if (row is not None and row.get("agent") == self.name and row.get("status") in HARD_FAILURES
+                    and row.get("description") == entry["description"][:DESCRIPTION_CHARS]):
                 failed.append(entry["config"])
         return proposed, failed
 
