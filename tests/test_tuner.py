@@ -297,3 +297,18 @@ def test_a_judged_crash_is_recognised_even_with_a_long_description(tmp_path):
         assert not search.dominates(config, crashed, space)
         history.append({"experiment": str(exp), "agent": "tuner", "status": "revert", "latency_us": "20",
                         "wall_s": "1.0", "description": p.description})
+
+
+def test_time_left_is_the_sooner_of_the_run_deadline_and_the_problem_budget():
+    import time
+
+    from autokernel.loop.optimize import time_left
+    from autokernel.orchestrator import ProblemState
+
+    now = time.monotonic()
+    assert time_left(None, None) is None
+    assert time_left(ProblemState("p"), now + 100) == pytest.approx(100, abs=1)
+    assert time_left(ProblemState("p", time_budget_s=50, time_spent_s=20), now + 100) == pytest.approx(30)
+    assert time_left(ProblemState("p", time_budget_s=50, time_spent_s=20), None) == pytest.approx(30)
+    assert time_left(ProblemState("p", time_budget_s=500), now + 100) == pytest.approx(100, abs=1)
+    assert time_left(ProblemState("p"), now - 5) == 0.0
