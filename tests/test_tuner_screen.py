@@ -37,7 +37,8 @@ def test_screen_ranks_and_survives_wrong_raising_crashing_and_hanging_kernels(tm
     assert report.incumbent.status == "ok" and report.incumbent.ratio == 1.0
     # best first, only correct ones, timed relative to the incumbent
     assert report.finalists == ["best", "local", "slower"]
-    assert report.results["best"].ratio < 0.6 < report.results["local"].ratio < report.results["slower"].ratio
+    ratio = {k: report.results[k].ratio for k in ("best", "local", "slower")}
+    assert ratio["best"] < 0.75 and ratio["best"] < ratio["local"] < ratio["slower"]  # sleeps of 8, 40, 70 ms
     assert report.per_config_s and report.startup_s > 0
 
 
