@@ -622,7 +622,8 @@ def _experiment(ws: Workspace, run: _Run, agent_obj, factory, device, timeout_s,
                       history=[r.to_row() for r in run.rows], last_failure=run.last_failure, experiment=experiment,
                       device=device, seed=seed,
                       extra={"log_dir": str(ws.log_dir(run.name)), "shapes": t.shapes, "dtype": t.dtype,
-                             "weights": t.weights, "workdir": str(ws.root)})
+                             "weights": t.weights, "workdir": str(ws.root),
+                             "time_left_s": time_left(run.state, deadline)})
     try:
         proposal = agent_obj.propose(context)
     except (KeyboardInterrupt, AgentExhausted):
@@ -669,6 +670,17 @@ def _experiment(ws: Workspace, run: _Run, agent_obj, factory, device, timeout_s,
                                  pct_roofline=record.pct_roofline, best_speedup=record.speedup_vs_start)
     _progress(printer, run, record, deadline, evaluation.vs_incumbent if evaluation is not None else None)
     return True
+
+
+def time_left(state: ProblemState | None, deadline: float | None) -> float | None:
+    """Seconds this problem may still use: the run's deadline and the problem's own time
+    budget, whichever ends first (None: no limit).  Agents that search (the tuner's screen)
+    size their work with it."""
+    left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+    if state is not None and state.time_budget_s is not None:
+        own = max(state.time_budget_s - state.time_spent_s, 0.0)
+        left = own if left is None else min(left, own)
+    return left
 
 
 def decide(evaluation, *, incumbent_correct: bool, incumbent_us: float | None = None) -> str:
