@@ -20,3 +20,13 @@ def fail_usage(message: str) -> NoReturn:
     """One line on stderr, exit 2, nothing written."""
     print(f"autokernel: error: {message}", file=sys.stderr)
     raise typer.Exit(EXIT_USAGE)
+
+
+def parse_shapes(problem, texts) -> list:
+    """``--shape`` values for ``problem`` (ValueError on a bad one).  A KernelBench problem's
+    inputs come from its own ``get_inputs()``: a shape given for it is refused, not ignored."""
+    texts = list(texts or [])
+    if texts and str(problem.kind).startswith("kernelbench:"):
+        raise ValueError(f"--shape does not apply to the KernelBench problem {problem.kind.split(':', 1)[1]}: "
+                         f"its inputs come from its get_inputs(); edit the file to change them")
+    return [problem.parse_shape(t) for t in texts]

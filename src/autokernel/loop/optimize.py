@@ -23,11 +23,14 @@ from typing import Any, Callable
 from ..agents.base import AgentConfig, AgentExhausted, AgentRefused, Context, Proposal
 from ..files import replace_file_atomic, write_text_atomic
 from ..harness.records import Comparison
+from ..provenance import tuned_on_label
 from ..orchestrator import ProblemState, after_experiment, assign_budgets, choose
+from . import figures, first_evals
 from .budget import format_duration
 from .results import ExperimentRecord, append_result, ensure_results, read_results
-from .workspace import (ProblemFile, Workspace, WorkspaceError, keep_message, open_workspace, record_message,
-                        sanitize_run_name)
+from .inputs import no_start_kernel, start_kernel_problem
+from .workspace import (ProblemFile, Workspace, WorkspaceError, current_run_name, has_committed_kernel, keep_message,
+                        open_workspace, record_message, sanitize_run_name)
 
 STOP_REASONS = ("budget", "max-experiments", "interrupted", "all-done", "agent-exhausted", "agent-refused")
 EXHAUSTED_PREFIX = "search space exhausted"
@@ -100,11 +103,26 @@ def targets_from_plan(plan) -> list[Target]:
     return targets
 
 
-def default_run_name(targets: list[Target], plan_path: Path | None = None) -> str:
+def default_run_name(targets: list[Target], plan_path: Path | None = None, model: str | None = None,
+                     current: str | None = None) -> str:
+    """The branch's run name: the model's name for a plan (``current``, the run name the
+    workdir is on, when it is an older ``plan-<file>`` name, so that such runs resume), else
+    the problems' names."""
     if plan_path is not None:
-        return sanitize_run_name(f"plan-{Path(plan_path).stem}")
+        legacy = sanitize_run_name(f"plan-{Path(plan_path).stem}")
+        if current == legacy or not model:
+            return legacy
+        return sanitize_run_name(model_run_name(model))
     name = "+".join(t.name for t in targets)
     return sanitize_run_name(name if len(name) <= 60 else f"{targets[0].name}+{len(targets) - 1}-more")
+
+
+def model_run_name(model: str) -> str:
+    """``llama`` → ``llama``; ``path/to/net.py:Net`` → ``net-Net``; ``hf:gpt2`` → ``hf-gpt2``."""
+    if ".py" in model:
+        path, _, cls = model.partition(":")
+        return f"{Path(path).stem}-{cls}" if cls else Path(path).stem
+    return model.replace(":", "-")
 
 
 def resolve_device(device: str) -> str:
@@ -114,6 +132,15 @@ def resolve_device(device: str) -> str:
         return resolve(device)
     except ValueError as exc:
         raise OptimizeError(str(exc)) from None
+
+
+def _plan_model(plan_text: str | None) -> str | None:
+    import json
+
+    try:
+        return str(json.loads(plan_text).get("model") or "") or None if plan_text else None
+    except (ValueError, AttributeError):
+        return None
 
 
 # --------------------------------------------------------------------------- per-problem state
@@ -228,7 +255,8 @@ class _Printer:
 def run_optimize(targets: list[Target], workdir: Path, *, agent: AgentConfig | Any, budget_s: float | None,
                  max_experiments: int | None = None, device: str = "auto", seed: int = 0,
                  run_name: str | None = None, timeout_s: float = 60.0, show_progress: bool = True,
-                 plan_path: Path | None = None, _evaluator_factory: Callable[..., Any] | None = None,
+                 plan_path: Path | None = None, use_existing_repo: bool = False,
+                 _evaluator_factory: Callable[..., Any] | None = None,
                  _console=None) -> OptimizeSummary:
     """Optimize ``targets`` in the workspace ``workdir`` until the budget, the experiment cap
     or the orchestrator says stop; resumable.
@@ -274,6 +302,9 @@ def run_optimize(targets: list[Target], workdir: Path, *, agent: AgentConfig | A
             if not Path(t.start_file).is_file():
                 raise OptimizeError(f"kernel file not found: {t.start_file}")
             start_source = Path(t.start_file).read_text()
+            problem_text = start_kernel_problem(problem, start_source, t.start_file)
+            if problem_text:
+                raise OptimizeError(problem_text)
         elif problem.starter is not None and Path(problem.starter).is_file():
             start_source = Path(problem.starter).read_text()
         else:
@@ -285,21 +316,28 @@ def run_optimize(targets: list[Target], workdir: Path, *, agent: AgentConfig | A
         agent_obj = make_agent(agent)
     else:
         agent_obj = agent
-    run_name = sanitize_run_name(run_name) if run_name else default_run_name(targets, plan_path)
     plan_text = Path(plan_path).read_text() if plan_path is not None else None
+    run_name = sanitize_run_name(run_name) if run_name else default_run_name(
+        targets, plan_path, _plan_model(plan_text), current_run_name(Path(workdir)))
 
     printer = _Printer(show_progress, _console)
     factory = _evaluator_factory or _default_evaluator_factory
     deadline = t_start + budget_s if budget_s is not None else None
     reason, message, run_count = "all-done", "", 0
     watch = _watch_interrupts()
-    ws = open_workspace(Path(workdir), run_name)
+    for run in runs:  # nothing to start from: refuse before the workspace is created
+        missing = no_start_kernel(run.name, run.start_source is not None,
+                                  has_committed_kernel(Path(workdir), run_name, run.name),
+                                  getattr(agent_obj, "name", ""))
+        if missing:
+            raise OptimizeError(missing)
+    ws = open_workspace(Path(workdir), run_name, use_existing_repo)
     recovered = list(ws.recovered)
     watch.__enter__()
     try:
         try:
             with _defer_interrupt():
-                _setup(ws, runs, plan_text)
+                _setup(ws, runs, plan_text, tuned_on_label(device))
             printer.line(f"autokernel optimize: {len(runs)} problem(s) in {ws.root} on branch {ws.branch}, "
                          f"agent {getattr(agent_obj, 'name', '?')}, device {device}"
                          + (f", budget {format_duration(budget_s)}" if budget_s else ""))
@@ -311,13 +349,18 @@ def run_optimize(targets: list[Target], workdir: Path, *, agent: AgentConfig | A
             states = assign_budgets(states, budget_s)
             for run, state in zip(runs, states):
                 run.state = state
-            for run in runs:
-                if run.baseline is None:
-                    if deadline is not None and time.monotonic() >= deadline:
-                        reason = "budget"
-                        break
-                    _baseline(ws, run, factory, device, timeout_s, agent_obj, printer, deadline)
-                    run.state = _initial_state(run, run.state)
+            pending = [r for r in runs if r.baseline is None]
+            pending = first_evals.order(pending, [first_evals.estimated_cost(r.problem, r.target.shapes, [
+                r.target.dtype] if r.target.dtype else None) for r in pending], device)
+            for i, run in enumerate(pending):
+                if deadline is not None and time.monotonic() >= deadline:
+                    reason = "budget"
+                    break
+                left = None if deadline is None else deadline - time.monotonic()
+                _baseline(ws, run, factory, device, first_evals.timeout(timeout_s, left, len(pending) - i),
+                          agent_obj, printer, deadline)
+                run.evaluator.timeout_s = timeout_s  # the experiments get the usual timeout
+                run.state = _initial_state(run, run.state)
             else:
                 # the baselines told us the roofline headroom: share the time left accordingly
                 left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
@@ -370,7 +413,7 @@ def run_optimize(targets: list[Target], workdir: Path, *, agent: AgentConfig | A
 
 
 # --------------------------------------------------------------------------- steps
-def _setup(ws: Workspace, runs: list[_Run], plan_text: str | None) -> None:
+def _setup(ws: Workspace, runs: list[_Run], plan_text: str | None, tuned_on: str = "") -> None:
     recorded = {r.problem for r in read_results(ws.results_path)}
     for run in runs:  # results are only comparable on the same problem definition
         committed = ws.committed_text(ws.problem_file(run.name))
@@ -391,7 +434,8 @@ def _setup(ws: Workspace, runs: list[_Run], plan_text: str | None) -> None:
         kernel, pfile = ws.kernel_path(run.name), ws.problem_file(run.name)
         record = ProblemFile(name=t.name, spec=t.spec, kind=run.problem.kind, shapes=t.shapes, weights=t.weights,
                              dtype=t.dtype, fraction=t.fraction,
-                             start_file=str(t.start_file) if t.start_file else None).to_json()
+                             start_file=str(t.start_file) if t.start_file else None,
+                             extra={"tuned_on": tuned_on} if tuned_on else {}).to_json()
         paths = []
         if ws.committed_text(kernel) is None:
             if run.start_source is None:
@@ -485,7 +529,7 @@ def _record(run: _Run, experiment: int, agent_name: str, status: str, evaluation
             latency = float(evaluation.score_us)
             throughput, unit = _throughput(run.problem, evaluation)
             pct = evaluation.pct_roofline
-            vs_eager = evaluation.speedup_vs_eager
+            vs_eager = figures.vs_eager(evaluation.eager_score_us, latency, evaluation.timing_kind)
             vs_start = speedup_vs_start(run.baseline, run.best_row, evaluation, status)
     return ExperimentRecord(experiment=experiment, problem=run.name, agent=agent_name, status=status,
                             failed_stage=failed_stage, latency_us=latency, throughput=throughput,
@@ -496,20 +540,13 @@ def _record(run: _Run, experiment: int, agent_name: str, status: str, evaluation
 
 def speedup_vs_start(baseline: ExperimentRecord | None, best: ExperimentRecord | None, evaluation,
                      status: str) -> float | None:
-    """This kernel against the starting kernel.  Chained through paired measurements when
-    there are some: the current best's speedup times this candidate's speedup over the best,
-    measured interleaved in one process (robust to drifting machines, and consistent with
-    the keep decisions); otherwise the ratio of the two separately measured scores."""
+    """This kernel against the starting kernel: the start's recorded score over this one's
+    (``loop.figures``: one definition everywhere).  ``best`` is unused, kept for callers."""
     if status == "baseline":
-        return 1.0
-    score = evaluation.score_us
-    if baseline is None or not baseline.correct or not baseline.latency_us or not score:
+        return 1.0 if evaluation.correct and evaluation.score_us else None
+    if baseline is None or not baseline.correct:
         return None
-    comparison = evaluation.vs_incumbent
-    if (comparison is not None and best is not None and best.correct and best.speedup_vs_start
-            and comparison.candidate_us > 0 and comparison.incumbent_us > 0):
-        return best.speedup_vs_start * comparison.incumbent_us / comparison.candidate_us
-    return baseline.latency_us / score
+    return figures.vs_start(baseline.latency_us, evaluation.score_us)
 
 
 def _save_eval(ws: Workspace, name: str, experiment: int, evaluation) -> None:
@@ -549,6 +586,10 @@ def _baseline(ws: Workspace, run: _Run, factory, device, timeout_s, agent_obj, p
     evaluation = _evaluator(run, factory, device, timeout_s).evaluate(snapshot)
     _save_eval(ws, run.name, 0, evaluation)
     description = "starting kernel" + ("" if evaluation.correct else f" (not correct: {evaluation.verdict})")
+    if evaluation.verdict == "timeout":
+        description = (f"starting kernel (timeout after {timeout_s:g} s per request"
+                       + ("; the interpreter is too slow for these shapes" if not device.startswith("cuda") else "")
+                       + ": not a verdict on the kernel)")
     record = _record(run, 0, getattr(agent_obj, "name", "agent"), "baseline", evaluation, time.monotonic() - t0,
                      0, commit, description)
     _commit_row(ws, run, record, None, interrupts)
@@ -581,7 +622,8 @@ def _experiment(ws: Workspace, run: _Run, agent_obj, factory, device, timeout_s,
                       history=[r.to_row() for r in run.rows], last_failure=run.last_failure, experiment=experiment,
                       device=device, seed=seed,
                       extra={"log_dir": str(ws.log_dir(run.name)), "shapes": t.shapes, "dtype": t.dtype,
-                             "weights": t.weights, "workdir": str(ws.root)})
+                             "weights": t.weights, "workdir": str(ws.root),
+                             "time_left_s": time_left(run.state, deadline)})
     try:
         proposal = agent_obj.propose(context)
     except (KeyboardInterrupt, AgentExhausted):
@@ -611,7 +653,8 @@ def _experiment(ws: Workspace, run: _Run, agent_obj, factory, device, timeout_s,
         incumbent = kernel if run.best_correct else None
         evaluation = _evaluator(run, factory, device, timeout_s).evaluate(candidate, incumbent_file=incumbent)
         _save_eval(ws, run.name, experiment, evaluation)
-        status = decide(evaluation, incumbent_correct=run.best_correct)
+        status = decide(evaluation, incumbent_correct=run.best_correct,
+                        incumbent_us=run.best_row.latency_us if run.best_correct else None)
         description = proposal.description
         if status in ("keep", "revert"):
             run.last_failure = None
@@ -629,16 +672,31 @@ def _experiment(ws: Workspace, run: _Run, agent_obj, factory, device, timeout_s,
     return True
 
 
-def decide(evaluation, *, incumbent_correct: bool) -> str:
+def time_left(state: ProblemState | None, deadline: float | None) -> float | None:
+    """Seconds this problem may still use: the run's deadline and the problem's own time
+    budget, whichever ends first (None: no limit).  Agents that search (the tuner's screen)
+    size their work with it."""
+    left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+    if state is not None and state.time_budget_s is not None:
+        own = max(state.time_budget_s - state.time_spent_s, 0.0)
+        left = own if left is None else min(left, own)
+    return left
+
+
+def decide(evaluation, *, incumbent_correct: bool, incumbent_us: float | None = None) -> str:
     """The experiment's status from its evaluation.  Incorrect, crashed, timed-out and rejected
     kernels are never kept; a correct one is kept when the incumbent is not correct, or when
-    it beat the incumbent beyond the measured noise."""
+    it beat the incumbent beyond the measured noise in the paired timing *and* its own score is
+    below the incumbent's recorded score ``incumbent_us`` (so the best is never slower than
+    the start by the figures everyone reads: ``loop.figures``)."""
     if not evaluation.correct or evaluation.verdict != "pass":
         return evaluation.verdict if evaluation.verdict in ("incorrect", "timeout", "crash", "rejected") else "incorrect"
     if not incumbent_correct:
         return "keep"
     comparison = evaluation.vs_incumbent
     if comparison is not None and comparison.significant and comparison.candidate_us < comparison.incumbent_us:
+        if incumbent_us is not None and evaluation.score_us is not None and evaluation.score_us >= incumbent_us:
+            return "revert"  # the machine drifted: faster in the pair, not on the recorded scores
         return "keep"
     return "revert"
 
@@ -663,7 +721,9 @@ def progress_line(run: _Run, record: ExperimentRecord, deadline: float | None,
     left = f"  left {format_duration(deadline - time.monotonic())}" if deadline is not None else ""
     paired = ""
     if comparison is not None and comparison.candidate_us > 0:
-        paired = f" (vs best {comparison.speedup:.3g}x ±{100 * comparison.noise_frac:.0f}%)"
+        paired = f" (vs best {comparison.decision_speedup:.3g}x ±{100 * comparison.noise_frac:.0f}%)"
+        if record.status == "revert" and comparison.significant:
+            paired += " but its score is not below the best's"
     return (f"{run.name} exp {record.experiment:>3} {record.status:<9} {latency + paired:<12} best {best_text}  "
             f"kept {kept}{left}  {record.description}")
 
@@ -680,17 +740,15 @@ def _tidy(ws: Workspace, runs: list[_Run]) -> None:
 
 def _summarize(ws: Workspace, run: _Run, device: str) -> ProblemSummary:
     rows = read_results(ws.results_path, run.name)
-    base = next((r for r in rows if r.status == "baseline"), None)
     kept = [r for r in rows if r.status == "keep"]
-    best = kept[-1] if kept else base
-    start = base.latency_us if base is not None and base.correct else None
-    best_us = best.latency_us if best is not None and best.correct else None
+    best = figures.best_of(rows)
+    start, best_us = figures.start_and_best(rows)
     timing_kind = (run.best_eval.timing_kind if run.best_eval is not None and run.best_eval.timing_kind
                    else ("gpu" if device.startswith("cuda") else "interpreter"))
     return ProblemSummary(
         name=run.name, kind=run.problem.kind, experiments=sum(1 for r in rows if r.status != "baseline"),
         kept=len(kept), start_score_us=start, best_score_us=best_us,
-        speedup_vs_start=(best.speedup_vs_start or (start / best_us)) if start and best_us else None,
+        speedup_vs_start=figures.vs_start(start, best_us),
         speedup_vs_eager=best.speedup_vs_eager if best is not None and best.correct else None,
         pct_roofline=best.pct_roofline if best is not None and best.correct else None,
         best_kernel=ws.kernel_path(run.name), fraction=run.target.fraction, timing_kind=timing_kind,
