@@ -83,3 +83,16 @@ def test_module_predicates():
     assert residual_norm_parts(Output(nn.GELU())) is None  # something else runs in there
     assert patch_conv_kernel(nn.Conv2d(3, 8, 4, stride=4)) == (4, 4)
     assert patch_conv_kernel(nn.Conv2d(3, 8, 3, stride=1, padding=1)) is None
+
+
+@pytest.mark.parametrize("kind,plain,index", [("add_rmsnorm", "rmsnorm", 3), ("add_layernorm", "layernorm", 4)])
+def test_add_norm_inputs_draw_eps_like_the_plain_norm(kind, plain, index):
+    """eps comes from what models use (as for the plain norm), so a kernel that fixes eps fails;
+    and the addends sum to the plain norm's drawn rows."""
+    problem, base = get_problem(kind), get_problem(plain)
+    shape = {"M": 8, "N": 64}
+    drawn = {problem.make_inputs(shape, torch.float32, "cpu", seed)[index] for seed in range(12)}
+    assert drawn == {base.make_inputs(shape, torch.float32, "cpu", seed)[index - 1] for seed in range(12)}
+    assert len(drawn) > 1
+    x, residual = problem.make_inputs(shape, torch.float32, "cpu", 5)[:2]
+    torch.testing.assert_close(x + residual, base.make_inputs(shape, torch.float32, "cpu", 5)[0], rtol=1e-6, atol=1e-6)

@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import torch
 
-from .base import Shape, generator, randn, standard_adversarial
+from .base import Shape, generator, standard_adversarial
 
 
-def addends(shape: Shape, dtype: torch.dtype, device: str, seed: int, offset: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = generator(device, seed)
-    x = randn((shape["M"], shape["N"]), dtype, device, gen, offset=offset)
-    residual = randn((shape["M"], shape["N"]), dtype, device, gen)
-    return x, residual
+def split_sum(s: torch.Tensor, device: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two addends whose sum is (close to) ``s``: x a random share of each element, residual the
+    rest, both in ``s``'s dtype.  Both are proportional to ``s`` row by row, so the plain norm's
+    drawn rows (rows near eps, a non-zero mean) survive the split."""
+    gen = generator(device, seed + 104729)
+    share = torch.rand(s.shape, generator=gen, device=device, dtype=torch.float32) * 1.5 - 0.25
+    x = (s.float() * share).to(s.dtype)
+    return x, (s.float() - x.float()).to(s.dtype)
 
 
 def add_in_dtype(x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 
 from . import rmsnorm
-from .add_norm_common import add_in_dtype, addends, adversarial_addends, bytes_moved
-from .base import Problem, Shape, generator, randn, rowwise_shapes
+from .add_norm_common import add_in_dtype, adversarial_addends, bytes_moved, split_sum
+from .base import Problem, Shape, generator, rowwise_shapes
 
 
 def reference(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6):
@@ -21,9 +21,10 @@ def reference(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps
 
 
 def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
-    x, residual = addends(shape, dtype, device, seed)
-    weight = randn((shape["N"],), dtype, device, generator(device, seed + 1), scale=0.1, offset=1.0)
-    return (x, residual, weight, 1e-6)
+    # the plain rmsnorm's draw (eps from what models use, rows near eps) for the sum, split in two
+    s, weight, eps = rmsnorm.make_inputs(shape, dtype, device, seed)
+    x, residual = split_sum(s, device, seed)
+    return (x, residual, weight, eps)
 
 
 def flops(shape: Shape) -> float:
