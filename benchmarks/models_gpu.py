@@ -63,7 +63,7 @@ def time_ms(fn, gpu: bool) -> float:
     return (time.perf_counter() - t) * 1e3
 
 
-def bench_fused(kind: str, gpu: bool, compile_ok: bool) -> dict:
+def bench_fused(kind: str, gpu: bool, compile_ok: bool, compile_mode: str) -> dict:
     import torch
 
     from autokernel.problems import get_problem
@@ -84,7 +84,7 @@ def bench_fused(kind: str, gpu: bool, compile_ok: bool) -> dict:
         row["starter_ms"] = time_ms(lambda: module.kernel_fn(*args), gpu)
         row["eager_ms"] = time_ms(lambda: eager(*args), gpu)
         if compile_ok:
-            compiled = torch.compile(eager, mode="max-autotune-no-cudagraphs")
+            compiled = torch.compile(eager, mode=compile_mode)
             row["compile_ms"] = time_ms(lambda: compiled(*args), gpu)
         liger = liger_op(kind)
         if liger is not None and gpu and liger(*args) is not None:
@@ -121,11 +121,12 @@ def starters_workdir(root: Path, spec: str, config: str | None, shape: str, gpu:
     return wd
 
 
-def bench_model(root: Path, spec: str, config: str | None, shape: str, gpu: bool, cuda_graphs: bool, log) -> dict:
+def bench_model(root: Path, spec: str, config: str | None, shape: str, gpu: bool, cuda_graphs: bool, compile_mode: str,
+                log) -> dict:
     from autokernel.verify import verify
 
     wd = starters_workdir(root, spec, config, shape, gpu)
-    v = verify(wd, seeds=(0,), compile=gpu, iters=20 if gpu else 2, log=log, breakdown=False,
+    v = verify(wd, seeds=(0,), compile=gpu, compile_mode=compile_mode, iters=20 if gpu else 2, log=log, breakdown=False,
                cuda_graphs=cuda_graphs and gpu)
     ratio = (lambda a, b: a / b if a and b else None)
     return {"model": spec, "config": config, "input_shape": shape, "passed": v.passed, "error": max(v.errors),
@@ -171,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-minutes", type=float, default=8.0)
     ap.add_argument("--cpu-smoke", action="store_true")
     ap.add_argument("--cuda-graphs", action="store_true", help="verify the patched models in CUDA-graph mode")
+    ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs",
+                    help="torch.compile mode of the baselines ('default' compiles faster)")
     ap.add_argument("--models", default="", help="comma-separated subset of llama,hf:gpt2,hf:bert")
     opts = ap.parse_args(argv)
     import torch
@@ -202,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         log(f"fused kind {kind}")
         try:
-            results["fused"].append(bench_fused(kind, gpu, compile_ok=gpu))
+            results["fused"].append(bench_fused(kind, gpu, compile_ok=gpu, compile_mode=opts.compile_mode))
         except Exception as exc:
             log(traceback.format_exc())
             results["fused"].append({"kind": kind, "error": f"{type(exc).__name__}: {exc}"[:200]})
@@ -217,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         log(f"model {spec} {shape}")
         try:
-            results["models"].append(bench_model(opts.out / "workdirs", spec, config, shape, gpu, opts.cuda_graphs, log))
+            results["models"].append(bench_model(opts.out / "workdirs", spec, config, shape, gpu, opts.cuda_graphs,
+                                                 opts.compile_mode, log))
         except Exception as exc:
             log(traceback.format_exc())
             results["models"].append({"model": spec, "input_shape": shape, "exception": f"{type(exc).__name__}: {exc}"[:200]})
