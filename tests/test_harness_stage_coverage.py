@@ -90,3 +90,21 @@ def test_two_calls_that_differ_fail_as_nondeterministic():
     judge = RecordingJudge(problem, "cpu", outputs=flaky)
     with pytest.raises(stages.CaseFailure, match="nondeterministic: .* differ in 3 element"):
         stages.stage_edges(judge, plan_for(problem), stages.StageTally("edges"))
+
+
+def test_smoke_rewrites_inputs_with_values_drawn_for_the_same_scalars():
+    """The cached-output check writes new values into the case's tensors; its scalars stay, so
+    the new values must be drawn for them (cross_entropy targets equal to another ignore_index
+    would be out of range)."""
+    problem = get_problem("cross_entropy")
+
+    class Drawing(RecordingJudge):
+        def make_case(self, shape, dtype):
+            return stages.Case(dict(shape), dtype, tuple(problem.make_inputs(dict(shape), dtype, "cpu", self.next_seed())))
+
+    judge = Drawing(problem, "cpu")
+    case = judge.make_case({"M": 16, "V": 50}, torch.float32)
+    for _ in range(4):
+        fresh = stages._fresh_values_for(judge, case)
+        assert fresh.args[2] == case.args[2]
+        assert not torch.equal(fresh.args[1], case.args[1])

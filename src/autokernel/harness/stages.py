@@ -267,6 +267,21 @@ def _checked(judge: Judge, tally: StageTally, case: Case, calls: int = 1) -> Cas
     return result
 
 
+def scalars_of(args: tuple) -> list:
+    return [a for a in args if not isinstance(a, torch.Tensor)]
+
+
+def _fresh_values_for(judge: Judge, case: Case, tries: int = 16) -> Case:
+    """New inputs for ``case`` drawn with the same non-tensor arguments: the tensors are written
+    into the case's own, whose scalars stay (targets drawn for another ignore_index would be
+    out of range for the case's)."""
+    for _ in range(tries):
+        fresh = judge.make_case(case.shape, case.dtype)
+        if scalars_of(fresh.args) == scalars_of(case.args):
+            return fresh
+    raise RuntimeError(f"no fresh inputs with the arguments {scalars_of(case.args)} in {tries} draws")
+
+
 def stage_smoke(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
     case = judge.make_case(smallest(plan.shapes), plan.dtypes[0])
     first = _checked(judge, tally, case)
@@ -274,7 +289,7 @@ def stage_smoke(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
         raise Rejection("cached-output", f"the output shares storage with an earlier output ({case.label})")
     # Cached-output check: same tensors, new values, written in place by the parent.
     refs_before = first.refs
-    fresh = judge.make_case(case.shape, case.dtype)
+    fresh = _fresh_values_for(judge, case)
     with torch.no_grad():
         for dst, src in zip(tensors_of(case.args), tensors_of(fresh.args)):
             dst.copy_(src)
