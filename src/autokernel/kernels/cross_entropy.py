@@ -1,4 +1,5 @@
-"""Mean cross-entropy with ignore_index=-100: loss = mean over kept rows of lse(row) - row[target].
+"""Mean cross-entropy: loss = mean over kept rows of lse(row) - row[target], a row kept unless its
+target is ``ignore_index`` (an argument, -100 by default).
 
 Kernel 1 streams the logits once in 16-byte-aligned chunks.  Each program takes one part of
 one row (SPLIT parts per row, contiguous runs of chunks) and keeps an online log-sum-exp;
