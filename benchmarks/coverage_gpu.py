@@ -14,8 +14,10 @@ Three parts, each bounded by --budget-s (the whole run stops starting new work a
    ``autokernel calibrate`` measures), a read-only pass (``x.sum()``) and a write-only pass
    (``fill_``) over 1 GiB; the factor must stay below copy / fastest.
 3. ``wall``: the wall time of a full evaluation (all stages plus timing, no baselines) of the
-   starters of --kinds, twice (cold, then warm caches), to compare with the time before these
-   changes (run the same command on the old tree).
+   starters of --kinds, twice (cold, then warm caches).  For the time before these changes run
+   the same script with the old tree's sources: ``PYTHONPATH=OLD/src python
+   benchmarks/coverage_gpu.py --parts wall --out DIR`` (the script imports autokernel from
+   PYTHONPATH).
 
 JSON goes to --out/coverage.json; a markdown table is printed last.
 """
@@ -29,7 +31,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))
 
 ATTACKS = ROOT / "tests" / "attacks_coverage"
 # attack file -> problem (and, for --cpu-smoke, the shapes and dtypes that keep it tiny)
@@ -124,6 +125,7 @@ def main() -> int:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny shapes in the Triton interpreter")
     parser.add_argument("--budget-s", type=float, default=1500.0)
+    parser.add_argument("--parts", default="attacks,bandwidth,wall", help="comma-separated: attacks, bandwidth, wall")
     parser.add_argument("--kinds", default="softmax,rmsnorm,layernorm,reduce,cross_entropy,rotary,swiglu,matmul,attention")
     args = parser.parse_args()
     import torch
@@ -138,10 +140,11 @@ def main() -> int:
     device = "cpu" if args.cpu_smoke else "cuda"
     deadline = time.monotonic() + args.budget_s
     args.out.mkdir(parents=True, exist_ok=True)
-    report = {"attacks": run_attacks(device, args.cpu_smoke, deadline)}
-    report["bandwidth"] = None if args.cpu_smoke else run_bandwidth()
+    parts = set(args.parts.split(","))
+    report = {"attacks": run_attacks(device, args.cpu_smoke, deadline) if "attacks" in parts else []}
+    report["bandwidth"] = run_bandwidth() if "bandwidth" in parts and not args.cpu_smoke else None
     kinds = ["softmax"] if args.cpu_smoke else args.kinds.split(",")
-    report["wall"] = run_wall(kinds, device, deadline)
+    report["wall"] = run_wall(kinds, device, deadline) if "wall" in parts else []
     (args.out / "coverage.json").write_text(json.dumps(report, indent=2))
 
     print("\n| file | expected | verdict | stage | s |\n|---|---|---|---|---:|")
