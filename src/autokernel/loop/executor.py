@@ -248,6 +248,8 @@ class LocalExecutor:
             self._free.put(i)
         self._lock = threading.Lock()
         self._closed = False
+        for lane in range(len(self.names)):  # start them all now: their start-up overlaps the first proposals
+            self._process(lane)
 
     def _env(self, lane: int) -> dict[str, str]:
         return {"CUDA_VISIBLE_DEVICES": str(self.gpus[lane])} if self.gpus is not None else {}

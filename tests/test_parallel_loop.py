@@ -1,0 +1,77 @@
+"""The loop with several experiments in flight (CPU, stand-in judge in lane processes)."""
+from __future__ import annotations
+
+import pytest
+
+from autokernel.agents.base import AgentConfig
+from autokernel.loop.executor import plan_lanes
+from autokernel.loop.optimize import OptimizeError, Target, run_optimize
+from fake_llm_server import FakeLLMServer, Step
+from parallel_stubs import (EVAL_DELAY_ENV, CostEvaluator, ListAgent, check_workspace, costs, file_reply_text,
+                            kernel)
+
+
+def start(tmp_path):
+    path = tmp_path / "start.py"
+    path.write_text(kernel(100))
+    return [Target("reduce", "reduce", start_file=path)]
+
+
+def llm_config(server):
+    return AgentConfig(name="llm", llm="openai:fake-model", llm_base_url=server.openai_url, llm_timeout_s=30.0)
+
+
+def test_llm_requests_overlap_and_rows_numbers_commits_stay_serial(tmp_path, monkeypatch):
+    monkeypatch.setenv(EVAL_DELAY_ENV, "0.05")
+    script = [Step.reply(file_reply_text(c)) for c in costs(30)]
+    with FakeLLMServer(script, reply_delay_s=0.4) as server:
+        summary = run_optimize(start(tmp_path), tmp_path / "ws", agent=llm_config(server), budget_s=None,
+                               max_experiments=12, device="cpu", parallel=4, show_progress=False,
+                               _evaluator_factory=CostEvaluator)
+    assert server.max_open >= 3  # the model had several requests open at once
+    assert summary.stopped_reason == "max-experiments" and summary.experiments_run == 12
+    assert summary.parallel == 4 and summary.lanes == ["cpu0", "cpu1", "cpu2", "cpu3"]
+    assert len(summary.evaluation_s) >= 13 and sum(summary.lane_busy_s) > 0
+    rows = check_workspace(tmp_path / "ws", "reduce")
+    assert len(rows) == 13 and sum(r.status == "keep" for r in rows) >= 2
+
+
+@pytest.mark.parametrize("first,second,statuses", [(80, 70, ["keep", "keep"]), (70, 80, ["keep", "revert"])])
+def test_two_candidates_beating_one_incumbent(tmp_path, monkeypatch, first, second, statuses):
+    """Both are judged against the start (100) at the same time; the second one recorded is
+    judged again against the first when the first was kept, so the faster one ends up kept."""
+    monkeypatch.setenv(EVAL_DELAY_ENV, "0.3")
+    agent = ListAgent([kernel(first), kernel(second)])
+    summary = run_optimize(start(tmp_path), tmp_path / "ws", agent=agent, budget_s=None, max_experiments=2,
+                           device="cpu", parallel=2, show_progress=False, _evaluator_factory=CostEvaluator)
+    assert summary.experiments_run == 2
+    assert [c.best_source for c in agent.contexts] == [kernel(100), kernel(100)]  # same incumbent
+    rows = check_workspace(tmp_path / "ws", "reduce")
+    assert [r.status for r in rows[1:]] == statuses
+    assert "judged again against the new incumbent" in rows[2].description
+    assert summary.problems[0].best_score_us == 70
+
+
+def test_a_dead_evaluation_process_costs_one_experiment(tmp_path):
+    agent = ListAgent([kernel(90), kernel(95, " DIE"), kernel(80)])
+    summary = run_optimize(start(tmp_path), tmp_path / "ws", agent=agent, budget_s=None, max_experiments=3,
+                           device="cpu", parallel=2, show_progress=False, _evaluator_factory=CostEvaluator)
+    assert summary.stopped_reason == "max-experiments"
+    rows = check_workspace(tmp_path / "ws", "reduce")
+    assert [r.status for r in rows] == ["baseline", "keep", "crash", "keep"]
+    message = (tmp_path / "ws/logs/reduce/reduce/exp_0002.json").read_text()
+    assert "the evaluation process on cpu" in message and "died" in message
+
+
+def test_lanes_one_per_gpu_by_default_or_as_picked():
+    assert plan_lanes("cuda", None, None, None, gpu_count=8).names == [f"gpu{i}" for i in range(8)]
+    lanes = plan_lanes("cuda", None, [0, 2, 5], None, gpu_count=8)
+    assert (lanes.parallel, lanes.gpus, lanes.device) == (3, [0, 2, 5], "cuda")
+    assert plan_lanes("cuda", 2, [0, 2, 5], None, gpu_count=8).gpus == [0, 2]
+    assert not plan_lanes("cuda", None, None, None, gpu_count=1).spread  # one GPU: the serial loop
+    assert plan_lanes("cpu", 4, None, None).names == ["cpu0", "cpu1", "cpu2", "cpu3"]
+    assert not plan_lanes("cpu", None, None, None).spread
+    for bad in [("cuda", None, [9], None), ("cuda", None, [1, 1], None), ("cpu", None, [0], None),
+                ("cpu", 0, None, None), ("cuda", None, [0], "local")]:
+        with pytest.raises(OptimizeError):
+            plan_lanes(*bad, gpu_count=8)
