@@ -22,7 +22,8 @@ def file_reply_text(cost: float) -> str:
 
 
 class ListAgent:
-    """Proposes the given sources in order, several at once (like a model), each after ``delay_s``."""
+    """Proposes ``sources[n - 1]`` for experiment n (the number the loop tells it), several at
+    once (like a model), each after ``delay_s``."""
 
     name = "scripted"
     concurrent_proposals = True
@@ -35,7 +36,8 @@ class ListAgent:
     def propose(self, context):
         self.contexts.append(context)
         time.sleep(self.delay_s)
-        source = self.sources.pop(0) if self.sources else kernel(99.5, " last")
+        n = context.experiment
+        source = self.sources[n - 1] if n <= len(self.sources) else kernel(99.5, f" {n}")
         return Proposal(source=source, description=f"cost {cost_of(source)}" if "COST" in source else "?")
 
 

@@ -75,3 +75,68 @@ def test_lanes_one_per_gpu_by_default_or_as_picked():
                 ("cpu", 0, None, None), ("cuda", None, [0], "local")]:
         with pytest.raises(OptimizeError):
             plan_lanes(*bad, gpu_count=8)
+
+
+def _rows_written(work):
+    path = work / "results.tsv"
+    return path.read_text().count("\n") - 1 if path.exists() else 0
+
+
+def _drive(work, targets, url):
+    """The run a test kills: in a forked child, which has everything imported already."""
+    run_optimize(targets, work, agent=AgentConfig(name="llm", llm="openai:fake-model", llm_base_url=url,
+                                                  llm_timeout_s=30.0),
+                 budget_s=None, max_experiments=12, device="cpu", parallel=4, show_progress=False,
+                 _evaluator_factory=CostEvaluator)
+
+
+def test_kill_9_at_any_moment_loses_nothing_and_the_rerun_resumes(tmp_path, monkeypatch):
+    import multiprocessing
+    import os
+    import signal
+    import time
+
+    from autokernel.loop.results import read_results
+
+    monkeypatch.setenv(EVAL_DELAY_ENV, "0.05")
+    work, targets, seen = tmp_path / "ws", start(tmp_path), []
+    with FakeLLMServer([Step.reply(file_reply_text(c)) for c in costs(40)], reply_delay_s=0.15) as server:
+        for kill_after in (3, 7):  # rows written when the run is killed
+            proc = multiprocessing.get_context("fork").Process(target=_drive, args=(work, targets, server.openai_url))
+            proc.start()
+            deadline = time.monotonic() + 60
+            while _rows_written(work) < kill_after and proc.is_alive() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.join()
+            seen.append([r.to_line() for r in read_results(work / "results.tsv")])
+        summary = run_optimize(targets, work, agent=llm_config(server), budget_s=None, max_experiments=12,
+                               device="cpu", parallel=4, show_progress=False, _evaluator_factory=CostEvaluator)
+    assert summary.stopped_reason == "max-experiments"
+    rows = check_workspace(work, "reduce")
+    assert len(rows) == 13
+    lines = [r.to_line() for r in rows]
+    for before in seen:  # every complete row written before a kill is still there, unchanged
+        assert len(before) >= 3 and lines[:len(before)] == before
+
+
+def test_slow_endpoint_parallel_4_records_at_least_2_5x_parallel_1(tmp_path, monkeypatch):
+    """The issue's 6 s a reply, scaled down six times (1 s a reply, an 8 s budget instead of
+    48 s): the model's latency bounds the loop, so four requests open at once record about
+    four times as many experiments (less the start of the lane processes and the driver's git
+    work, both counted in the budget)."""
+    import openai  # noqa: F401  (imported before the clock starts, like the CLI has it by then)
+
+    monkeypatch.setenv(EVAL_DELAY_ENV, "0.02")
+    counts = {}
+    for parallel in (1, 4):
+        with FakeLLMServer([Step.reply(file_reply_text(c)) for c in costs(60)], reply_delay_s=1.0) as server:
+            summary = run_optimize(start(tmp_path), tmp_path / f"ws{parallel}", agent=llm_config(server),
+                                   budget_s=8.0, device="cpu", parallel=parallel, show_progress=False,
+                                   _evaluator_factory=CostEvaluator)
+        assert summary.stopped_reason == "budget"
+        check_workspace(tmp_path / f"ws{parallel}", "reduce")
+        counts[parallel] = summary.experiments_run
+    print("experiments in 8 s at 1 s a reply:", counts)
+    assert counts[1] >= 2
+    assert counts[4] >= 2.5 * counts[1], counts

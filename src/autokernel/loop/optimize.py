@@ -101,12 +101,13 @@ class Session:
         return reason, "; ".join(f"{r.name}: {park_note(r.state)}" for r in open_runs if park_note(r.state))
 
     def write(self, run: ProblemRun, record, evaluation, candidate: Path | None, presses_before: int | None,
-              description: str, reason: str = "") -> None:
+              description: str, reason: str = "") -> str:
         """Append the row and commit (with the kernel for a keep); nothing when Ctrl-C was
-        pressed since ``presses_before`` was read."""
+        pressed since ``presses_before`` was read.  Returns the new head commit."""
         with interrupts.holding(presses_before):
-            self.ws.record(record, candidate)
+            head = self.ws.record(record, candidate)
             run.remember(record, evaluation, description, reason)
+        return head
 
 
 # --------------------------------------------------------------------------- the entry point

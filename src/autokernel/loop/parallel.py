@@ -133,6 +133,7 @@ class Scheduler:
         self.stop_reason: str | None = None
         self.stop_message = ""
         self._last_slots_line = time.monotonic()
+        self.head = session.ws.head()  # the branch head, kept up to date by _write (saves a git call per start)
 
     # ---------------------------------------------------------------- the driver
     def run(self) -> tuple[str, str]:
@@ -215,7 +216,7 @@ class Scheduler:
         slot = self.free.pop(0)
         outstanding = self.issued[run.name] - self.next_seq[run.name]
         ticket = Ticket(run=run, seq=self.issued[run.name], slot=slot, experiment=run.next_experiment + outstanding,
-                        t0=time.monotonic(), presses=interrupts.pressed(), commit=s.ws.head(), version=run.keeps,
+                        t0=time.monotonic(), presses=interrupts.pressed(), commit=self.head, version=run.keeps,
                         incumbent_source=s.ws.kernel_path(run.name).read_text() if run.best_correct else None,
                         baseline=baseline)
         if baseline:
@@ -314,8 +315,6 @@ class Scheduler:
             self._write(t, "baseline", "starting kernel" + (
                 "" if t.evaluation.correct else f" (not correct: {t.evaluation.verdict})"), "starting kernel")
             return
-        if self.trees is None:
-            s.ws.restore_problem_dir(run.name)
         if proposal.source is None and (proposal.rejected_reason or "").startswith("search space exhausted"):
             run.state = after_experiment(run.state, improved=False, seconds=0.0, exhausted=True)
             run.note = proposal.rejected_reason
@@ -344,7 +343,8 @@ class Scheduler:
         wall = time.monotonic() - t.t0
         record = run.record(experiment, s.agent_name, status, t.evaluation, wall,
                             t.proposal.tokens if t.proposal is not None else 0, t.commit, description)
-        s.write(run, record, t.evaluation, candidate if status == "keep" else None, t.presses, memory, reason)
+        self.head = s.write(run, record, t.evaluation, candidate if status == "keep" else None, t.presses, memory,
+                            reason)
         if not t.baseline:
             self.stats.experiments += 1
             run.state = after_experiment(run.state, improved=status == "keep", seconds=wall / self.width,

@@ -252,18 +252,18 @@ class Workspace:
         if self.committed_text(self.results_path) is None:
             self.commit([self.results_path], "results.tsv")
 
-    def record(self, record: ExperimentRecord, candidate: Path | None = None) -> None:
+    def record(self, record: ExperimentRecord, candidate: Path | None = None) -> str:
         """Append ``record`` and commit it: with ``candidate`` as the problem's kernel.py for a
         keep, results.tsv alone otherwise.  A kill between the append and the commit is
-        repaired by ``recover`` (the candidate must already sit at ``candidate_path``)."""
+        repaired by ``recover`` (the candidate must already sit at ``candidate_path``).  Returns
+        the new head commit."""
         kernel = self.kernel_path(record.problem)
         if record.status == "keep" and candidate is not None:
             replace_file_atomic(candidate, kernel)
             append_result(self.results_path, record)
-            self.commit([self.results_path, kernel], keep_message(record))
-        else:
-            append_result(self.results_path, record)
-            self.commit([self.results_path], record_message(record))
+            return self.commit([self.results_path, kernel], keep_message(record))
+        append_result(self.results_path, record)
+        return self.commit([self.results_path], record_message(record))
 
     def evaluation_path(self, name: str, experiment: int) -> Path:
         return self.log_dir(name) / f"exp_{experiment:04d}.json"
