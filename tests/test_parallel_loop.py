@@ -6,6 +6,7 @@ import pytest
 from autokernel.agents.base import AgentConfig
 from autokernel.loop.executor import plan_lanes
 from autokernel.loop.optimize import OptimizeError, Target, run_optimize
+from autokernel.loop.results import read_results
 from fake_llm_server import FakeLLMServer, Step
 from parallel_stubs import (EVAL_DELAY_ENV, CostEvaluator, ListAgent, check_workspace, costs, file_reply_text,
                             kernel)
@@ -140,3 +141,47 @@ def test_slow_endpoint_parallel_4_records_at_least_2_5x_parallel_1(tmp_path, mon
     print("experiments in 8 s at 1 s a reply:", counts)
     assert counts[1] >= 2
     assert counts[4] >= 2.5 * counts[1], counts
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--parallel", "0"], "--parallel must be at least 1"),
+    (["--gpus", "a,b"], "give GPU indices"),
+    (["--gpus", "0"], "--gpus needs a CUDA device"),
+    (["--ray", " "], "--ray needs an address"),
+])
+def test_bad_scale_flags_exit_2_and_write_nothing(tmp_path, args, words):
+    from typer.testing import CliRunner
+
+    from autokernel.cli import app
+
+    result = CliRunner().invoke(app, ["optimize", "--problem", "reduce", "--workdir", str(tmp_path / "ws"),
+                                      "--device", "cpu", *args])
+    assert result.exit_code == 2
+    assert words in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "ws").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not __import__("os").environ.get("AUTOKERNEL_SLOW_TESTS"),
+                    reason="about a minute on two busy cores (four processes import torch); AUTOKERNEL_SLOW_TESTS=1 runs it")
+def test_real_harness_in_two_lane_processes(tmp_path):
+    """The CLI with the real judge (Triton interpreter, a tiny shape) and the tuner, two
+    experiments in flight: evaluations run in the lane processes, the summary and the report's
+    throughput section say so."""
+    import os
+    import subprocess
+    import sys
+
+    from autokernel.loop.summary import throughput_markdown
+
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, "-m", "autokernel", "optimize", "--problem", "reduce", "--shape", "3x40",
+                           "--workdir", str(tmp_path / "ws"), "--device", "cpu", "--parallel", "2",
+                           "--max-experiments", "3"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "up to 2 in flight on cpu0, cpu1" in proc.stdout and "experiments/h" in proc.stdout
+    rows = read_results(tmp_path / "ws/results.tsv")
+    assert [r.experiment for r in rows] == [0, 1, 2, 3] and rows[0].correct
+    assert all(r.status in ("keep", "revert") for r in rows[1:]), [r.status for r in rows]
+    section = "\n".join(throughput_markdown(tmp_path / "ws"))
+    assert "cpu0" in section and "cpu1" in section

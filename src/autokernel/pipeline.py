@@ -44,6 +44,9 @@ class RunOptions:
     timeout_s: float = 60.0
     run_name: str | None = None
     compile: bool = True  # time torch.compile in verify (GPU only)
+    parallel: int | None = None  # experiments in flight (loop.optimize.run_optimize)
+    gpus: list[int] | None = None
+    ray: str | None = None
 
 
 @dataclass
@@ -94,6 +97,9 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
 
     t0 = time.monotonic()
     device = resolve_device(opts.device)
+    from .loop.executor import plan_lanes
+
+    plan_lanes(device, opts.parallel, opts.gpus, opts.ray)  # a bad --parallel/--gpus is refused before profiling
     if device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel file is imported
     dtype = parse_dtype(opts.dtype or ("bf16" if device.startswith("cuda") else "fp32"))
@@ -154,7 +160,7 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
         result.optimize = run_optimize(targets, workdir, agent=agent, budget_s=remaining,
                                        max_experiments=opts.max_experiments, device=device, seed=opts.seed,
                                        run_name=opts.run_name, timeout_s=opts.timeout_s, show_progress=True,
-                                       plan_path=plan_path)
+                                       plan_path=plan_path, parallel=opts.parallel, gpus=opts.gpus, ray=opts.ray)
         if result.optimize.stopped_reason == "interrupted":
             result.interrupted = True
             return result

@@ -109,7 +109,10 @@ def render_markdown(data: ReportData) -> str:
                      f"{_fmt(r.pct_roofline, '.0f', '%')} | {('`' + r.kernel + '`') if r.kernel else '—'} |")
     if plan.time_kind != "gpu":
         lines += ["", "No roofline on CPU: the interpreter's timings say nothing about GPU limits."]
-    lines += ["", "## Verification", ""]
+    from .loop.summary import throughput_markdown
+
+    lines += [""] + throughput_markdown(data.workdir)
+    lines += ["## Verification", ""] if lines[-1] == "" else ["", "## Verification", ""]
     if v is None:
         lines.append("Not verified yet: run `autokernel verify " + str(data.workdir) + "`.")
     else:

@@ -20,3 +20,28 @@ def fail_usage(message: str) -> NoReturn:
     """One line on stderr, exit 2, nothing written."""
     print(f"autokernel: error: {message}", file=sys.stderr)
     raise typer.Exit(EXIT_USAGE)
+
+
+def parse_gpus(text: str | None) -> list[int] | None:
+    """``--gpus 0,2,5`` → [0, 2, 5]; None when not given.  Raises ValueError on anything else."""
+    if text is None:
+        return None
+    try:
+        gpus = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"--gpus {text!r}: give GPU indices separated by commas, e.g. --gpus 0,2,5") from None
+    if not gpus:
+        raise ValueError("--gpus needs at least one GPU index, e.g. --gpus 0,2")
+    return gpus
+
+
+def check_scale_flags(parallel: int | None, gpus: str | None, ray: str | None) -> list[int] | None:
+    """The checks of --parallel/--gpus/--ray that need no GPU and no cluster (exit 2 on a mistake)."""
+    if parallel is not None and parallel < 1:
+        fail_usage("--parallel must be at least 1")
+    if ray is not None and not ray.strip():
+        fail_usage("--ray needs an address (host:port, ray://host:port, auto) or local")
+    try:
+        return parse_gpus(gpus)
+    except ValueError as exc:
+        fail_usage(str(exc))

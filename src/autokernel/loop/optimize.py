@@ -31,7 +31,7 @@ from . import interrupts
 from .budget import format_duration
 from .problem_run import ProblemRun, initial_state, park_note, restore_memory, setup_workspace
 from .progress import Printer, progress_line
-from .summary import OptimizeSummary, ProblemSummary, summarize_problem, throughput_text
+from .summary import OptimizeSummary, ProblemSummary, log_throughput, summarize_problem, throughput_text
 from .targets import OptimizeError, Target, default_run_name, resolve_device, targets_from_plan
 from .verdict import decide, speedup_vs_start
 from .workspace import Workspace, WorkspaceError, open_workspace, sanitize_run_name
@@ -198,6 +198,10 @@ def run_optimize(targets: list[Target], workdir: Path, *, agent: AgentConfig | A
                               experiments_run=stats.experiments, wall_s=time.monotonic() - t_start, message=message,
                               recovered=list(ws.recovered), parallel=stats.parallel or 1, lanes=stats.lanes,
                               lane_busy_s=stats.lane_busy_s(), evaluation_s=stats.evaluation_s)
+    try:
+        log_throughput(ws.root, summary)
+    except OSError:
+        pass
     if reason != "interrupted":
         printer.line(f"stopped: {reason}" + (f" ({message})" if message else "")
                      + f" after {stats.experiments} experiment(s) in {format_duration(summary.wall_s)}")

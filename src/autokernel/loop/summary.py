@@ -85,3 +85,55 @@ def throughput_text(summary: OptimizeSummary) -> str:
         parts.append(" ".join(f"{lane} {100 * u:.0f}%" for lane, u in zip(summary.lanes, summary.utilisation))
                      + " busy")
     return "; ".join(parts)
+
+
+THROUGHPUT_LOG = "logs/throughput.jsonl"  # one line per optimize invocation (git-ignored)
+
+
+def log_throughput(workdir: Path, summary: OptimizeSummary) -> None:
+    """Append this invocation's throughput to ``logs/throughput.jsonl`` (for the report)."""
+    import json
+    import os
+
+    if not summary.experiments_run:
+        return
+    entry = {"run_name": summary.run_name, "wall_s": round(summary.wall_s, 3),
+             "experiments": summary.experiments_run, "parallel": summary.parallel, "lanes": summary.lanes,
+             "lane_busy_s": summary.lane_busy_s,
+             "mean_evaluation_s": round(summary.mean_evaluation_s, 4) if summary.mean_evaluation_s else None}
+    path = Path(workdir) / THROUGHPUT_LOG
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(entry) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def throughput_markdown(workdir: Path) -> list[str]:
+    """The report's section: per optimize invocation, experiments per hour, mean evaluation
+    time and each lane's utilisation (share of wall time with an evaluation running on it)."""
+    import json
+
+    path = Path(workdir) / THROUGHPUT_LOG
+    entries = []
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                entries.append(json.loads(line))
+            except ValueError:
+                continue
+    if not entries:
+        return []
+    lines = ["## Throughput", "",
+             "Utilisation: share of the wall time with an evaluation (correctness and timing) running on the lane.",
+             "", "| run | in flight | experiments | wall | experiments/h | evaluation (mean) | utilisation per lane |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    for e in entries:
+        wall = float(e.get("wall_s") or 0.0)
+        per_hour = 3600.0 * e.get("experiments", 0) / wall if wall > 0 else 0.0
+        lanes = ", ".join(f"{name} {100 * min(busy / wall, 1.0):.0f}%" for name, busy in
+                          zip(e.get("lanes", []), e.get("lane_busy_s", []))) if wall > 0 else "—"
+        mean = e.get("mean_evaluation_s")
+        lines.append(f"| {e.get('run_name', '')} | {e.get('parallel', 1)} | {e.get('experiments', 0)} | {wall:.0f} s | "
+                     f"{per_hour:.0f} | {f'{mean:.3g} s' if mean else '—'} | {lanes or '—'} |")
+    return lines + [""]
