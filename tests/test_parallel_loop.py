@@ -70,6 +70,8 @@ def test_lanes_one_per_gpu_by_default_or_as_picked():
     assert (lanes.parallel, lanes.gpus, lanes.device) == (3, [0, 2, 5], "cuda")
     assert plan_lanes("cuda", 2, [0, 2, 5], None, gpu_count=8).gpus == [0, 2]
     assert not plan_lanes("cuda", None, None, None, gpu_count=1).spread  # one GPU: the serial loop
+    assert not plan_lanes("cuda", 1, None, None, gpu_count=8).spread
+    assert plan_lanes("cuda", 1, [3], None, gpu_count=8).gpus == [3]  # pinned to GPU 3
     assert plan_lanes("cpu", 4, None, None).names == ["cpu0", "cpu1", "cpu2", "cpu3"]
     assert not plan_lanes("cpu", None, None, None).spread
     for bad in [("cuda", None, [9], None), ("cuda", None, [1, 1], None), ("cpu", None, [0], None),
@@ -183,5 +185,37 @@ def test_real_harness_in_two_lane_processes(tmp_path):
     rows = read_results(tmp_path / "ws/results.tsv")
     assert [r.experiment for r in rows] == [0, 1, 2, 3] and rows[0].correct
     assert all(r.status in ("keep", "revert") for r in rows[1:]), [r.status for r in rows]
+    assert len({r.description for r in rows[1:]}) == 3  # the tuner, asked while others are in flight, never repeats
     section = "\n".join(throughput_markdown(tmp_path / "ws"))
     assert "cpu0" in section and "cpu1" in section
+
+
+def test_command_agent_gets_a_git_worktree_per_slot(tmp_path, monkeypatch):
+    """Each slot's agent edits kernel.py in its own worktree (never the workspace's), starting
+    from the branch head; the worktrees are gone when the run ends."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv(EVAL_DELAY_ENV, "0.05")
+    edit = tmp_path / "edit.py"
+    edit.write_text(
+        "import os, re, sys, time\n"
+        "n = int(re.search(r'command-(\\d+)-prompt', sys.argv[1]).group(1))\n"
+        "open(os.path.join(os.environ['LOG'], f'cwd-{n}'), 'w').write(os.getcwd())\n"
+        "time.sleep(0.3)\n"
+        f"open('kernel.py', 'w').write({kernel(0)!r}.replace('COST = 0', f'COST = {{100 - 5 * n}}'))\n"
+        "print(f'cost {100 - 5 * n}')\n")
+    log = tmp_path / "cwd"
+    log.mkdir()
+    monkeypatch.setenv("LOG", str(log))
+    config = AgentConfig(name="command", agent_cmd=f"{sys.executable} {edit} {{prompt_file}}", agent_timeout_s=60)
+    work = tmp_path / "ws"
+    summary = run_optimize(start(tmp_path), work, agent=config, budget_s=None, max_experiments=4, device="cpu",
+                           parallel=2, show_progress=False, _evaluator_factory=CostEvaluator)
+    assert summary.experiments_run == 4
+    rows = check_workspace(work, "reduce")
+    assert [r.status for r in rows[1:]] == ["keep"] * 4 and rows[-1].latency_us == 80
+    cwds = {p.read_text() for p in log.iterdir()}
+    assert len(cwds) == 2 and all("/slots/" in c and str(work / "problems") not in c for c in cwds)
+    assert "slots" not in subprocess.run(["git", "worktree", "list"], cwd=work, capture_output=True,
+                                         text=True).stdout

@@ -87,8 +87,8 @@ def plan_lanes(device: str, parallel: int | None, gpus: list[int] | None, ray: s
                 return Lanes(parallel=1, names=[f"gpu{gpus[0]}"], device=device)
         else:
             gpus = list(range(max(count, 1)))
-            if (parallel or len(gpus)) == 1 and len(gpus) == 1:
-                return Lanes(parallel=1, names=["gpu0"], device=device)  # one GPU: the serial loop
+            if (parallel or len(gpus)) == 1:
+                return Lanes(parallel=1, names=["gpu0"], device=device)  # one at a time: the serial loop
     missing = [g for g in gpus if g >= count]
     if missing:
         raise OptimizeError(f"--gpus {','.join(map(str, gpus))}: this machine shows {count} GPU(s) "
@@ -223,11 +223,14 @@ class _LaneProcess:
                 raise EOFError(f"lane process exited with status {self.proc.exitcode}")
         return self.conn.recv()
 
-    def close(self, timeout: float = 10.0) -> None:
+    def ask_to_stop(self) -> None:
         try:
             self.conn.send(None)
         except (OSError, ValueError):
             pass
+
+    def close(self, timeout: float = 10.0) -> None:
+        self.ask_to_stop()
         self.proc.join(timeout)
         if self.proc.is_alive():
             self.proc.terminate()
@@ -298,9 +301,12 @@ class LocalExecutor:
         with self._lock:
             self._closed = True
             procs, self._procs = self._procs, [None] * len(self._procs)
-        for proc in procs:
-            if proc is not None:
-                proc.close()
+        live = [proc for proc in procs if proc is not None]
+        for proc in live:  # all at once: a lane busy with a long evaluation is not waited for in turn
+            proc.ask_to_stop()
+        deadline = time.monotonic() + 10.0
+        for proc in live:
+            proc.close(timeout=max(deadline - time.monotonic(), 0.1))
 
 
 def make_executor(lanes: Lanes, factory: Callable[..., Any]) -> Executor:
