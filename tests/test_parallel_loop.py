@@ -219,3 +219,14 @@ def test_command_agent_gets_a_git_worktree_per_slot(tmp_path, monkeypatch):
     assert len(cwds) == 2 and all("/slots/" in c and str(work / "problems") not in c for c in cwds)
     assert "slots" not in subprocess.run(["git", "worktree", "list"], cwd=work, capture_output=True,
                                          text=True).stdout
+
+
+def test_experiments_in_flight_spread_the_width_over_problems():
+    from autokernel.orchestrator import ProblemState, pick_next
+
+    big, small = ProblemState("big", fraction=0.6), ProblemState("small", fraction=0.4)
+    assert pick_next([big, small]) == "big"
+    assert pick_next([big, small], {"big": 1}) == "big"  # still the larger expected gain
+    assert pick_next([big, small], {"big": 3}) == "small"  # three in flight on big: small's turn
+    parked = ProblemState("parked", fraction=0.9, since_improvement=5)
+    assert pick_next([parked, small], {"small": 10}) == "small"  # in-flight work never parks a problem
