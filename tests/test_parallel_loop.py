@@ -230,3 +230,16 @@ def test_experiments_in_flight_spread_the_width_over_problems():
     assert pick_next([big, small], {"big": 3}) == "small"  # three in flight on big: small's turn
     parked = ProblemState("parked", fraction=0.9, since_improvement=5)
     assert pick_next([parked, small], {"small": 10}) == "small"  # in-flight work never parks a problem
+
+
+def test_throughput_per_hour_and_utilisation_per_lane(tmp_path):
+    from autokernel.loop.summary import OptimizeSummary, log_throughput, throughput_markdown, throughput_text
+
+    summary = OptimizeSummary(problems=[], stopped_reason="budget", workdir=tmp_path, branch="b", run_name="r",
+                              experiments_run=30, wall_s=600.0, parallel=2, lanes=["gpu0", "gpu1"],
+                              lane_busy_s=[540.0, 300.0], evaluation_s=[20.0, 40.0])
+    assert summary.experiments_per_hour == 180.0 and summary.utilisation == [0.9, 0.5]
+    assert throughput_text(summary) == "180 experiments/h; evaluation 30 s mean; gpu0 90% gpu1 50% busy"
+    log_throughput(tmp_path, summary)
+    table = "\n".join(throughput_markdown(tmp_path))
+    assert "| r | 2 | 30 | 600 s | 180 | 30 s | gpu0 90%, gpu1 50% |" in table

@@ -137,7 +137,8 @@ def run_optimize(targets: list[Target], workdir: Path, *, agent: AgentConfig | A
 
     t_start = time.monotonic()
     runs = _validate(targets, budget_s, max_experiments)
-    device = resolve_device(device)
+    # with Ray the GPUs are the cluster's: the driver may be a machine without one
+    device = device if ray is not None and device.startswith("cuda") else resolve_device(device)
     lanes = plan_lanes(device, parallel, gpus, ray)
     if isinstance(agent, AgentConfig):
         from ..agents.base import make_agent
