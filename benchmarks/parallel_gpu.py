@@ -77,7 +77,7 @@ def measure(workdir: Path) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--budget", default=None, help="optimize budget per width (default 2m; 40s with --cpu-smoke)")
+    ap.add_argument("--budget", default=None, help="optimize budget per width (default 2m; 90s with --cpu-smoke)")
     ap.add_argument("--widths", default="1,2", help="--parallel values to compare (default 1,2)")
     ap.add_argument("--config", default=None, help="LLaMA example config overrides (default: a 4-layer 4096-wide model)")
     ap.add_argument("--input-shape", default="1x1024")
@@ -88,7 +88,7 @@ def main() -> int:
     device = ["--device", "cpu"] if a.cpu_smoke else ["--device", "cuda"]
     if a.cpu_smoke:
         env["TRITON_INTERPRET"] = "1"
-    budget = a.budget or ("40s" if a.cpu_smoke else "2m")
+    budget = a.budget or ("90s" if a.cpu_smoke else "2m")
     config = a.config or (CPU_CONFIG if a.cpu_smoke else GPU_CONFIG)
     shape = "1x16" if a.cpu_smoke else a.input_shape
     dtype = ["--dtype", "fp32"] if a.cpu_smoke else []
