@@ -140,6 +140,10 @@ def run_optimize(targets: list[Target], workdir: Path, *, agent: AgentConfig | A
     # with Ray the GPUs are the cluster's: the driver may be a machine without one
     device = device if ray is not None and device.startswith("cuda") else resolve_device(device)
     lanes = plan_lanes(device, parallel, gpus, ray)
+    if lanes.ray is not None:
+        from .ray_executor import require_ray
+
+        require_ray()
     if isinstance(agent, AgentConfig):
         from ..agents.base import make_agent
 

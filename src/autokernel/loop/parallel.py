@@ -27,7 +27,7 @@ import shutil
 import threading
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +63,7 @@ class Ticket:
     evaluation: Any = None
     lane: int = -1
     stop: AgentExhausted | None = None
-    rejudged: int = 0
-    notes: list[str] = field(default_factory=list)
+    rejudged: int = 0  # times judged again against a newer incumbent
 
 
 def agent_is_concurrent(agent) -> bool:

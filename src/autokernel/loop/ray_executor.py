@@ -30,6 +30,14 @@ class _EvaluatorActor:
         self.host.close()
 
 
+def require_ray() -> None:
+    """OptimizeError (exit 2, before anything is written) when Ray is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        raise OptimizeError("--ray needs Ray: pip install 'autokernel[dist]'")
+
+
 def connect(address: str, num_cpus: int | None = None):
     """``ray.init`` on ``address`` (``local``: a new local instance).  OptimizeError when Ray
     is not installed or the cluster cannot be reached."""
