@@ -243,3 +243,22 @@ def test_throughput_per_hour_and_utilisation_per_lane(tmp_path):
     log_throughput(tmp_path, summary)
     table = "\n".join(throughput_markdown(tmp_path))
     assert "| r | 2 | 30 | 600 s | 180 | 30 s | gpu0 90%, gpu1 50% |" in table
+
+
+def test_llm_call_budget_holds_with_requests_in_flight(tmp_path, monkeypatch):
+    """--llm-max-calls 3 with four requests allowed at once: exactly three requests are made,
+    even when building a prompt is slow (the check and the count are one step)."""
+    import time
+
+    import autokernel.agents.llm as llm
+
+    build = llm.build_messages
+    monkeypatch.setattr(llm, "build_messages", lambda context: (time.sleep(0.3), build(context))[1])
+    monkeypatch.setenv(EVAL_DELAY_ENV, "0.02")
+    with FakeLLMServer([Step.reply(file_reply_text(c)) for c in costs(10)], reply_delay_s=0.3) as server:
+        config = AgentConfig(name="llm", llm="openai:fake-model", llm_base_url=server.openai_url, llm_max_calls=3)
+        summary = run_optimize(start(tmp_path), tmp_path / "ws", agent=config, budget_s=None, device="cpu",
+                               parallel=4, show_progress=False, _evaluator_factory=CostEvaluator)
+    assert len(server.requests) == 3
+    assert summary.stopped_reason == "agent-exhausted" and summary.experiments_run == 3
+    check_workspace(tmp_path / "ws", "reduce")
