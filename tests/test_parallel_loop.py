@@ -262,3 +262,15 @@ def test_llm_call_budget_holds_with_requests_in_flight(tmp_path, monkeypatch):
     assert len(server.requests) == 3
     assert summary.stopped_reason == "agent-exhausted" and summary.experiments_run == 3
     check_workspace(tmp_path / "ws", "reduce")
+
+
+def test_run_refuses_bad_scale_flags_before_profiling(tmp_path):
+    from typer.testing import CliRunner
+
+    from autokernel.cli import app
+
+    for args, words in [(["--parallel", "0"], "--parallel must be at least 1"),
+                        (["--gpus", "1"], "--gpus needs a CUDA device")]:
+        result = CliRunner().invoke(app, ["run", "--workdir", str(tmp_path / "ws"), "--device", "cpu", *args])
+        assert result.exit_code == 2 and words in result.output, result.output
+        assert not (tmp_path / "ws").exists()
