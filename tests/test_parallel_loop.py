@@ -8,7 +8,7 @@ from autokernel.loop.executor import plan_lanes
 from autokernel.loop.optimize import OptimizeError, Target, run_optimize
 from autokernel.loop.results import read_results
 from fake_llm_server import FakeLLMServer, Step
-from parallel_stubs import (EVAL_DELAY_ENV, CostEvaluator, ListAgent, check_workspace, costs, file_reply_text,
+from parallel_stubs import (EVAL_DELAY_ENV, CostEvaluator, ListAgent, check_workspace, costs, file_reply_text, git,
                             kernel)
 
 
@@ -50,6 +50,9 @@ def test_two_candidates_beating_one_incumbent(tmp_path, monkeypatch, first, seco
     rows = check_workspace(tmp_path / "ws", "reduce")
     assert [r.status for r in rows[1:]] == statuses
     assert "judged again against the new incumbent" in rows[2].description
+    subject = lambda commit: git(tmp_path / "ws", "log", "-1", "--format=%s", commit)  # noqa: E731
+    assert subject(rows[1].commit).startswith("exp 0 reduce: baseline")
+    assert subject(rows[2].commit).startswith("exp 1 reduce:")  # exp 2 names the incumbent it was judged against
     assert summary.problems[0].best_score_us == 70
 
 

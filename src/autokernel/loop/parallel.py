@@ -233,6 +233,7 @@ class Scheduler:
         run = ticket.run
         ticket.slot = self.free.pop(0)
         ticket.version = run.keeps
+        ticket.commit = self.head  # the row names the incumbent it is now compared with
         ticket.incumbent_source = self.s.ws.kernel_path(run.name).read_text() if run.best_correct else None
         ticket.evaluation = None
         ticket.rejudged += 1
