@@ -277,3 +277,24 @@ def test_run_refuses_bad_scale_flags_before_profiling(tmp_path):
         result = CliRunner().invoke(app, ["run", "--workdir", str(tmp_path / "ws"), "--device", "cpu", *args])
         assert result.exit_code == 2 and words in result.output, result.output
         assert not (tmp_path / "ws").exists()
+
+
+def test_progress_says_what_every_slot_is_doing(tmp_path, monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    import autokernel.loop.parallel as parallel
+    from autokernel.loop.progress import slots_line
+
+    assert slots_line([("softmax", "proposing", 88.0), None], 100.0) == "slots: [0] softmax proposing 12s | [1] idle"
+    monkeypatch.setattr(parallel, "SLOTS_LINE_EVERY_S", 0.0)
+    monkeypatch.setenv(EVAL_DELAY_ENV, "0.2")
+    out = io.StringIO()
+    run_optimize(start(tmp_path), tmp_path / "ws", agent=ListAgent([kernel(90), kernel(80)], delay_s=0.2),
+                 budget_s=None, max_experiments=2, device="cpu", parallel=2, show_progress=True,
+                 _evaluator_factory=CostEvaluator, _console=Console(file=out, width=200))
+    text = out.getvalue()
+    assert "up to 2 in flight on cpu0, cpu1" in text
+    assert "[0] reduce proposing" in text and "reduce evaluating on cpu" in text
+    assert "reduce exp   2 keep" in text and "[slot " in text

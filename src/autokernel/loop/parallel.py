@@ -201,13 +201,18 @@ class Scheduler:
 
     def _next_done(self) -> Ticket:
         while True:
+            self._show_slots()
             try:
                 return self.done.get(timeout=1.0)
             except queue.Empty:
-                now = time.monotonic()
-                if now - self._last_slots_line >= SLOTS_LINE_EVERY_S:
-                    self._last_slots_line = now
-                    self.s.printer.line(slots_line(self.activity, now))
+                pass
+
+    def _show_slots(self) -> None:
+        """Every SLOTS_LINE_EVERY_S: what each slot is doing."""
+        now = time.monotonic()
+        if now - self._last_slots_line >= SLOTS_LINE_EVERY_S:
+            self._last_slots_line = now
+            self.s.printer.line(slots_line(self.activity, now))
 
     # ---------------------------------------------------------------- starting work
     def _start(self, run: ProblemRun, baseline: bool = False) -> None:
