@@ -51,3 +51,18 @@ class CostEvaluator:
         pass
 
 
+
+
+class EnvEvaluator:
+    """Says which GPUs its process may see (``CUDA_VISIBLE_DEVICES``) in the Evaluation's message."""
+
+    def __init__(self, spec, **kwargs):
+        self.spec = spec
+
+    def evaluate(self, kernel_file, incumbent_file=None):
+        time.sleep(0.2)
+        return Evaluation(problem=self.spec, kernel_file=str(kernel_file), correct=False, verdict="crash",
+                          message=f"pid {os.getpid()} sees {os.environ.get('CUDA_VISIBLE_DEVICES', 'all')}")
+
+    def close(self):
+        pass

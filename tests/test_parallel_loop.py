@@ -77,6 +77,9 @@ def test_lanes_one_per_gpu_by_default_or_as_picked():
     assert plan_lanes("cuda", 1, [3], None, gpu_count=8).gpus == [3]  # pinned to GPU 3
     assert plan_lanes("cpu", 4, None, None).names == ["cpu0", "cpu1", "cpu2", "cpu3"]
     assert not plan_lanes("cpu", None, None, None).spread
+    from autokernel.loop.executor import pin
+
+    assert pin(1, "") == "1" and pin(1, "4,6,7") == "6" and pin(0, "GPU-aa,GPU-bb") == "GPU-aa"
     for bad in [("cuda", None, [9], None), ("cuda", None, [1, 1], None), ("cpu", None, [0], None),
                 ("cpu", 0, None, None), ("cuda", None, [0], "local")]:
         with pytest.raises(OptimizeError):
@@ -298,3 +301,28 @@ def test_progress_says_what_every_slot_is_doing(tmp_path, monkeypatch):
     assert "up to 2 in flight on cpu0, cpu1" in text
     assert "[0] reduce proposing" in text and "reduce evaluating on cpu" in text
     assert "reduce exp   2 keep" in text and "[slot " in text
+
+
+def test_each_lane_process_sees_only_its_gpu(monkeypatch):
+    """Pinning without a GPU: lanes for GPUs 3 and 5 run in processes that see only that GPU,
+    with four evaluations asked for at once."""
+    import threading
+
+    from autokernel.loop.executor import EvalJob, Lanes, LocalExecutor
+    from cost_judge import EnvEvaluator
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    executor = LocalExecutor(Lanes(parallel=2, names=["gpu3", "gpu5"], gpus=[3, 5], device="cpu"), EnvEvaluator)
+    outcomes = []
+    job = EvalJob(spec="reduce", kernel_source=kernel(1), incumbent_source=None, evaluator={"device": "cpu"})
+    threads = [threading.Thread(target=lambda: outcomes.append(executor.evaluate(job))) for _ in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        executor.close()
+    seen = {(o.lane, o.evaluation.message.split(" sees ")[1]) for o in outcomes}
+    assert seen == {(0, "3"), (1, "5")} and len(outcomes) == 4
+    assert len({o.evaluation.message.split(" sees ")[0] for o in outcomes}) == 2  # one process per lane

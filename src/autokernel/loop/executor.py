@@ -98,6 +98,16 @@ def plan_lanes(device: str, parallel: int | None, gpus: list[int] | None, ray: s
     return Lanes(parallel=n, names=[f"gpu{g}" for g in gpus], gpus=list(gpus), device="cuda")
 
 
+def pin(index: int, visible: str | None = None) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` value for this process's GPU ``index``: when this process
+    already sees a subset (``CUDA_VISIBLE_DEVICES=2,3``), index 0 is the first of those."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    if visible is None or not visible.strip():
+        return str(index)
+    listed = [v.strip() for v in visible.split(",") if v.strip()]
+    return listed[index] if index < len(listed) else str(index)
+
+
 @dataclass(frozen=True)
 class EvalJob:
     """One evaluation as data: the candidate (and incumbent) source and the evaluator settings."""
@@ -255,7 +265,7 @@ class LocalExecutor:
             self._process(lane)
 
     def _env(self, lane: int) -> dict[str, str]:
-        return {"CUDA_VISIBLE_DEVICES": str(self.gpus[lane])} if self.gpus is not None else {}
+        return {"CUDA_VISIBLE_DEVICES": pin(self.gpus[lane])} if self.gpus is not None else {}
 
     def _process(self, lane: int) -> _LaneProcess:
         with self._lock:
