@@ -326,3 +326,33 @@ def test_each_lane_process_sees_only_its_gpu(monkeypatch):
     seen = {(o.lane, o.evaluation.message.split(" sees ")[1]) for o in outcomes}
     assert seen == {(0, "3"), (1, "5")} and len(outcomes) == 4
     assert len({o.evaluation.message.split(" sees ")[0] for o in outcomes}) == 2  # one process per lane
+
+
+def test_ctrl_c_with_experiments_in_flight(tmp_path, monkeypatch):
+    """Ctrl-C ends the run as "interrupted": rows so far stay, the tree is clean, the lane
+    processes are gone, and the rerun resumes."""
+    import os
+    import signal
+
+    class InterruptingAgent(ListAgent):
+        def propose(self, context):
+            if context.experiment == 4:
+                os.kill(os.getpid(), signal.SIGINT)  # the driver (main thread) gets KeyboardInterrupt
+            return super().propose(context)
+
+    monkeypatch.setenv(EVAL_DELAY_ENV, "0.1")
+    sources = [kernel(c) for c in costs(8)]
+    s1 = run_optimize(start(tmp_path), tmp_path / "ws", agent=InterruptingAgent(sources, delay_s=0.1), budget_s=None,
+                      max_experiments=8, device="cpu", parallel=2, show_progress=False,
+                      _evaluator_factory=CostEvaluator)
+    assert s1.stopped_reason == "interrupted"
+    rows = check_workspace(tmp_path / "ws", "reduce")
+    assert 1 <= len(rows) <= 5
+    assert not (tmp_path / "ws/.autokernel.lock").exists()
+    import multiprocessing
+
+    assert not [p for p in multiprocessing.active_children() if p.name == "autokernel-lane"]
+    s2 = run_optimize(start(tmp_path), tmp_path / "ws", agent=ListAgent(sources), budget_s=None, max_experiments=8,
+                      device="cpu", parallel=2, show_progress=False, _evaluator_factory=CostEvaluator)
+    assert s2.stopped_reason == "max-experiments"
+    assert len(check_workspace(tmp_path / "ws", "reduce")) == 9
