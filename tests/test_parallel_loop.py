@@ -356,3 +356,19 @@ def test_ctrl_c_with_experiments_in_flight(tmp_path, monkeypatch):
                       device="cpu", parallel=2, show_progress=False, _evaluator_factory=CostEvaluator)
     assert s2.stopped_reason == "max-experiments"
     assert len(check_workspace(tmp_path / "ws", "reduce")) == 9
+
+
+def test_two_problems_side_by_side(tmp_path, monkeypatch):
+    monkeypatch.setenv(EVAL_DELAY_ENV, "0.1")
+    path = tmp_path / "start.py"
+    path.write_text(kernel(100))
+    targets = [Target("reduce", "reduce", start_file=path, fraction=0.5),
+               Target("softmax", "softmax", start_file=path, fraction=0.5)]
+    agent = ListAgent([kernel(c) for c in costs(6)], delay_s=0.2)
+    summary = run_optimize(targets, tmp_path / "ws", agent=agent, budget_s=None, max_experiments=3, device="cpu",
+                           parallel=3, show_progress=False, _evaluator_factory=CostEvaluator)
+    assert summary.stopped_reason == "max-experiments" and summary.experiments_run == 6
+    for name in ("reduce", "softmax"):
+        assert len(check_workspace(tmp_path / "ws", name)) == 4
+    first_three = [c.problem_dir.name for c in agent.contexts[:3]]
+    assert set(first_three) == {"reduce", "softmax"}  # the width went to both problems at once
