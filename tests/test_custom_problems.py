@@ -1,8 +1,7 @@
-"""User problem files, KernelBench problem files, and the `problems` / `starter` commands."""
+"""User problem files and the `problems` / `starter` commands."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 import textwrap
 from pathlib import Path
 
@@ -15,13 +14,6 @@ from autokernel.problems.custom import load_problem_file
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-
-
-def _import(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # ------------------------------------------------------------- autokernel format
@@ -108,78 +100,7 @@ def test_missing_file_is_problem_error(tmp_path):
 
 
 # ------------------------------------------------------------------ KernelBench
-def test_kernelbench_example_loads_and_model_new_matches():
-    path = EXAMPLES / "kernelbench_example.py"
-    problem = get_problem(str(path))
-    assert problem.kind == "kernelbench:kernelbench_example"
-    assert problem.dims == ("default",) and problem.cpu_shapes == ({"default": 0},)
-    assert {"aten.addmm", "aten.mm", "aten.relu"} <= problem.forbidden_ops
-    assert not problem.forbidden_ops & {"aten.empty", "aten.view", "aten.t", "aten.copy_"}
-    shape = problem.cpu_shapes[0]
-    assert problem.bytes(shape, torch.float32) == (48 * 80 + 48 * 72) * 4
-    args = problem.make_inputs(shape, torch.float32, "cpu", 3)
-    assert args[0].shape == (48, 80) and torch.equal(args[0], problem.make_inputs(shape, torch.float32, "cpu", 3)[0])
-    kernel_module = _import(EXAMPLES / "kernelbench_example_kernel.py", "kb_kernel_for_test")
-    fn = problem.kernel_callable(kernel_module, shape, torch.float32, "cpu")
-    out = fn(*args)
-    ref = problem.reference(*[a.double() for a in args])
-    assert ref.dtype == torch.float64 and out.shape == ref.shape
-    assert (out.double() - ref).abs().max() < 1e-4
-    assert (ref > 0).any() and (ref == 0).any()  # the ReLU is exercised
-
-
-def _kb_problem(tmp_path: Path) -> Path:
-    return _write(tmp_path, """
-        import torch, torch.nn as nn
-        class Model(nn.Module):
-            def __init__(self, n):
-                super().__init__()
-                self.scale = nn.Parameter(torch.randn(n))
-            def forward(self, x):
-                return torch.softmax(x * self.scale, dim=-1)
-        def get_inputs():
-            return [torch.randn(4, 6)]
-        def get_init_inputs():
-            return [6]
-    """, "kb_softmax.py")
-
-
-def test_kernelbench_weights_match_by_seed_and_forbidden_ops_recorded(tmp_path):
-    problem = get_problem(str(_kb_problem(tmp_path)))
-    assert {"aten.mul", "aten._softmax"} <= problem.forbidden_ops
-    # A ModelNew with differently named parameters still gets the same weights (same seed).
-    kernel_file = _write(tmp_path, """
-        import torch, torch.nn as nn
-        class ModelNew(nn.Module):
-            def __init__(self, n):
-                super().__init__()
-                self.other_name = nn.Parameter(torch.randn(n))
-            def forward(self, x):
-                return torch.softmax(x * self.other_name, dim=-1)
-    """, "kb_kernel.py")
-    fn = problem.kernel_callable(_import(kernel_file, "kb_kernel_other"), {"default": 0}, torch.float32, "cpu")
-    args = problem.make_inputs({"default": 0}, torch.float32, "cpu", 1)
-    assert torch.allclose(fn(*args).double(), problem.reference(*[a.double() for a in args]), atol=1e-6)
-
-
-def test_kernelbench_kernel_without_model_new_is_attribute_error(tmp_path):
-    problem = get_problem(str(_kb_problem(tmp_path)))
-    empty = _write(tmp_path, "x = 1\n", "empty_kernel.py")
-    with pytest.raises(AttributeError, match="ModelNew"):
-        problem.kernel_callable(_import(empty, "kb_empty"), {"default": 0}, torch.float32, "cpu")
-
-
-def test_kernelbench_without_init_inputs_is_problem_error(tmp_path):
-    path = _write(tmp_path, """
-        import torch.nn as nn
-        class Model(nn.Module):
-            def forward(self, x):
-                return x
-        def get_inputs():
-            return []
-    """, "kb_bad.py")
-    with pytest.raises(ProblemError, match="get_init_inputs"):
-        get_problem(str(path))
+# KernelBench files have their own tests: tests/test_kernelbench.py
 
 
 # ------------------------------------------------------------------------- CLI

@@ -93,3 +93,48 @@ def test_bitwise_equal_sees_signed_zero_and_nan_payload():
     n = torch.tensor([float("nan")])
     assert compare.bitwise_equal(n, n.clone())
     assert compare.count_differing(a, b) == 1
+
+
+def test_a_zero_softmax_row_of_a_wide_vocabulary_fails_on_its_magnitude():
+    """Every probability of a 50257-wide row is far below bf16's atol, and the relative norm is
+    floored at atol * sqrt(n): all zeros used to pass.  The row's mass (1) cannot hide."""
+    from autokernel.problems.base import DEFAULT_TOLERANCES
+
+    tol = DEFAULT_TOLERANCES[torch.bfloat16]
+    logits = torch.randn(4, 50257, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 2
+    ref = torch.softmax(logits, -1)
+    eager = torch.softmax(logits.to(torch.bfloat16), -1)
+    meta = meta_of(eager)
+    assert compare.compare_outputs(eager, ref, meta, tol).ok
+    zeros = torch.zeros_like(eager)
+    v = compare.compare_outputs(zeros, ref, meta, tol)
+    assert not v.ok and "wrong magnitude" in v.message and v.message.startswith("row 0")
+    # only one row flushed, the others right: still caught
+    one = eager.clone()
+    one[2] = 0
+    v = compare.compare_outputs(one, ref, meta, tol)
+    assert not v.ok and v.message.startswith("row 2")
+
+
+def test_row_mass_allows_honest_rounding_and_cancellation():
+    # a row whose true sum is ~0 (signs cancel), each element off by a rounding step
+    ref = torch.tensor([[1.0, -1.0, 0.5, -0.5]], dtype=torch.float64)
+    out = (ref * (1 + 1e-3)).float()
+    assert compare.compare_outputs(out, ref, meta_of(out), TOL).ok
+    # an all-zero reference row and an output within atol: the absolute slack admits it
+    ref0 = torch.zeros(1, 8, dtype=torch.float64)
+    assert compare.compare_outputs(torch.full((1, 8), 1e-6), ref0, meta_of(torch.ones(1, 8)), TOL).ok
+
+
+def test_integer_outputs_are_compared_exactly():
+    """An index off by one is within rtol * |index| of a float tolerance for large indices; an
+    integer output gets no tolerance at all."""
+    ref = torch.tensor([12000, 40000, 7], dtype=torch.int64)
+    loose = Tolerance(atol=1e-4, rtol=1e-4, max_rel_norm=1e-4)
+    assert compare.compare_outputs(ref.clone(), ref, meta_of(ref), loose).ok
+    off = ref.clone()
+    off[1] += 1
+    v = compare.compare_outputs(off, ref, meta_of(ref), loose)
+    assert not v.ok and "1 of 3 integer elements differ" in v.message and "[1]" in v.message
+    mask = torch.tensor([True, False])
+    assert not compare.compare_outputs(~mask, mask, meta_of(mask), loose).ok

@@ -75,6 +75,8 @@ def test_dirty_foreign_repo_exits_2_untouched(tmp_path):
     (repo / "a.txt").write_text("2\n")
     before = snapshot(repo)
     result = _invoke("--problem", "reduce", "--workdir", str(repo))
+    assert result.exit_code == 2 and "not an autokernel workspace" in result.output
+    result = _invoke("--problem", "reduce", "--workdir", str(repo), "--use-existing-repo")
     assert result.exit_code == 2 and "uncommitted" in result.output
     assert snapshot(repo) == before
 
@@ -101,6 +103,42 @@ def test_short_run_on_two_kinds_then_bench(tmp_path):
         if "No such command" in bench.stderr + bench.stdout:
             pytest.skip("`autokernel bench` is not registered yet")
         assert bench.returncode == 0, bench.stdout[-2000:] + bench.stderr[-2000:]
+
+    # the README's next steps on this workspace of single problems (issue 10): no model to
+    # verify, said plainly; a report; an export; the tree stays clean
+    from typer.testing import CliRunner
+
+    verify = CliRunner().invoke(app, ["verify", str(work)])
+    assert verify.exit_code == 2 and "needs a run made from" in verify.output
+    report = CliRunner().invoke(app, ["report", str(work)])
+    assert report.exit_code == 0, report.output
+    assert "reduce" in (work / "report.md").read_text()
+    export = CliRunner().invoke(app, ["export", str(work), "--format", "package", "--out", str(tmp_path / "pkg")])
+    assert export.exit_code == 0, export.output
+    assert (tmp_path / "pkg" / "pyproject.toml").is_file()
+    assert git(work, "status", "--porcelain") == ""
+
+
+def test_readme_commands_parse():
+    """Every `autokernel ...` line of the README names a command and flags that exist, with
+    values that parse (the runs themselves are in the tests of each command)."""
+    import re
+    import shlex
+
+    import typer
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    group = typer.main.get_command(app)
+    lines = [ln.split("  #")[0].strip() for block in re.findall(r"```bash\n(.*?)```", readme, re.S)
+             for ln in block.replace("\\\n", " ").splitlines() if ln.strip().startswith("autokernel ")]
+    assert len(lines) >= 15
+    for line in lines:
+        args = shlex.split(line)[1:]
+        args = args[: args.index(">")] if ">" in args else args
+        parent = group.make_context("autokernel", [], resilient_parsing=True)
+        cmd = group.get_command(parent, args[0])
+        assert cmd is not None, line
+        cmd.make_context(args[0], args[1:], parent=parent)  # raises on an unknown flag or a bad value
 
 
 def _wait_for_rows(work: Path, n: int, proc: subprocess.Popen, limit: float = 120) -> None:

@@ -320,7 +320,7 @@ def test_plan_run_follows_amdahl_and_records_the_plan(tmp_path):
     assert targets[1].weights == [1.0, 3.0] and targets[1].fraction == 0.6
     work = tmp_path / "ws"
     summary = run(targets, work, AgentConfig(seed=0), max_experiments=2, plan_path=path)
-    assert summary.run_name == "plan-plan"
+    assert summary.run_name == "tiny-Tiny"  # named after the plan's model (issue 10)
     assert json.loads((work / "plan.json").read_text()) == json.loads(path.read_text())
     assert "plan.json" in git(work, "ls-files")
     record = json.loads((work / "problems/reduce_1/problem.json").read_text())
@@ -345,20 +345,54 @@ def test_changed_problem_definition_needs_a_new_run(tmp_path):
     assert other.branch == "autokernel/bigger"
 
 
-def test_speedup_vs_start_chains_paired_measurements():
+def test_speedup_vs_start_is_the_ratio_of_recorded_scores():
+    """Issue 10: "rmsnorm went from 1787566 to 127994 us (14x) but read 21.94x" — chaining
+    paired ratios gave a figure nobody can recompute; vs start is start / this score, always."""
     from autokernel.loop.optimize import speedup_vs_start
     from autokernel.loop.results import ExperimentRecord
 
-    base = ExperimentRecord(0, "p", "tuner", "baseline", latency_us=100.0, speedup_vs_start=1.0)
-    best = ExperimentRecord(3, "p", "tuner", "keep", latency_us=50.0, speedup_vs_start=2.0)
-    ev = Evaluation(problem="p", kernel_file="k", correct=True, verdict="pass", score_us=90.0,  # a drifting machine
-                    vs_incumbent=Comparison(candidate_us=40.0, incumbent_us=50.0, noise_frac=0.01, significant=True))
-    assert speedup_vs_start(base, best, ev, "keep") == pytest.approx(2.5)
-    ev.vs_incumbent = None
-    assert speedup_vs_start(base, best, ev, "revert") == pytest.approx(100.0 / 90.0)
+    base = ExperimentRecord(0, "p", "tuner", "baseline", latency_us=1787566.0, speedup_vs_start=1.0)
+    best = ExperimentRecord(3, "p", "tuner", "keep", latency_us=200000.0, speedup_vs_start=8.94)
+    ev = Evaluation(problem="p", kernel_file="k", correct=True, verdict="pass", score_us=127994.0,
+                    vs_incumbent=Comparison(candidate_us=81500.0, incumbent_us=200000.0, noise_frac=0.01,
+                                            significant=True))
+    assert speedup_vs_start(base, best, ev, "keep") == pytest.approx(1787566.0 / 127994.0)  # 13.97x, not 21.9x
     assert speedup_vs_start(base, best, ev, "baseline") == 1.0
     broken = ExperimentRecord(0, "p", "tuner", "baseline", failed_stage="smoke")
     assert speedup_vs_start(broken, None, ev, "keep") is None
+
+
+def test_keep_needs_a_recorded_score_below_the_best():
+    """Issue 10: "start 558819 us, best 684818 us, 1.05x vs start" — a paired gain on a drifting
+    machine kept a kernel whose own score was slower than the start's."""
+    ev = Evaluation(problem="p", kernel_file="k", correct=True, verdict="pass", score_us=684818.0,
+                    vs_incumbent=Comparison(candidate_us=530000.0, incumbent_us=558819.0, noise_frac=0.01,
+                                            significant=True))
+    assert decide(ev, incumbent_correct=True) == "keep"  # the paired figure alone
+    assert decide(ev, incumbent_correct=True, incumbent_us=558819.0) == "revert"
+    ev.score_us = 530000.0
+    assert decide(ev, incumbent_correct=True, incumbent_us=558819.0) == "keep"
+
+
+def test_progress_line_prints_the_ratio_the_decision_used():
+    """Issue 10: "revert (vs best 1.06x ±2%)" then "keep (vs best 1.01x ±3%)": the line showed
+    the ratio of overall scores, the decision used the median per-round ratio."""
+    from types import SimpleNamespace
+
+    from autokernel.harness.timing import compare_rounds
+    from autokernel.loop.optimize import progress_line
+    from autokernel.loop.results import ExperimentRecord
+
+    # one slow incumbent round inflates its overall score; the per-round median says ~1.0
+    paired = compare_rounds([100.0, 100.0, 100.0, 100.0, 100.0], [101.0, 99.0, 100.0, 100.5, 150.0],
+                            candidate_us=100.0, incumbent_us=106.0)
+    base = ExperimentRecord(0, "p", "tuner", "baseline", latency_us=106.0, speedup_vs_start=1.0)
+    record = ExperimentRecord(1, "p", "tuner", decide(SimpleNamespace(correct=True, verdict="pass", score_us=100.0,
+                                                                      vs_incumbent=paired), incumbent_correct=True),
+                              latency_us=100.0)
+    line = progress_line(SimpleNamespace(name="p", best_row=base, rows=[base, record]), record, None, paired)
+    assert record.status == "revert"
+    assert f"vs best {1 / paired.median_ratio:.3g}x" in line and "1.06x" not in line
 
 
 def test_progress_line_shows_the_paired_comparison_behind_a_revert():

@@ -50,13 +50,15 @@ def test_refuses_dirty_foreign_repo_without_touching_it(tmp_path):
     git(repo, "-c", "user.name=x", "-c", "user.email=x@y", "commit", "-q", "-m", "code")
     (repo / "code.py").write_text("x = 2\n")  # uncommitted change
     before = snapshot(repo)
-    with pytest.raises(WorkspaceError, match="uncommitted"):
+    with pytest.raises(WorkspaceError, match="not an autokernel workspace"):
         open_workspace(repo, "run")
+    with pytest.raises(WorkspaceError, match="uncommitted"):  # even when allowed explicitly
+        open_workspace(repo, "run", allow_existing_repo=True)
     assert snapshot(repo) == before
     assert git(repo, "branch", "--list").strip() in ("* master", "* main")
 
 
-def test_clean_foreign_repo_gets_its_own_branch(tmp_path):
+def test_clean_foreign_repo_is_refused_unless_asked_then_gets_its_own_branch(tmp_path):
     repo = tmp_path / "theirs"
     repo.mkdir()
     git(repo, "init", "-q")
@@ -64,7 +66,11 @@ def test_clean_foreign_repo_gets_its_own_branch(tmp_path):
     git(repo, "add", "code.py")
     git(repo, "-c", "user.name=x", "-c", "user.email=x@y", "commit", "-q", "-m", "code")
     main = git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip()
-    ws = open_workspace(repo, "r1")
+    before = snapshot(repo)
+    with pytest.raises(WorkspaceError, match="--use-existing-repo"):  # issue 10: refused unless asked for
+        open_workspace(repo, "r1")
+    assert snapshot(repo) == before and git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == main
+    ws = open_workspace(repo, "r1", allow_existing_repo=True)
     ws.close()
     assert git(repo, "rev-parse", "--abbrev-ref", "HEAD").strip() == "autokernel/r1"
     assert git(repo, "log", "--format=%s", main).splitlines() == ["code"]  # their branch untouched

@@ -89,7 +89,7 @@ STRUCTURAL_KNOBS = {
 def _call(kind, kernel, args, knobs):
     fn = {"matmul": "matmul", "attention": "attention", "fused_mlp": "fused_mlp"}[kind]
     if kind == "attention":
-        return kernel.attention(*args[:4], knobs=knobs)
+        return kernel.attention(*args, knobs=knobs)
     return getattr(kernel, fn)(*args, knobs=knobs)
 
 
@@ -184,7 +184,7 @@ def test_attention_gqa_and_noncausal_differ_from_wrong_semantics():
     problem = get_problem("attention")
     kernel = starter("attention")
     shape = {"B": 1, "H": 4, "Hkv": 2, "S": 24, "D": 16, "causal": 0}
-    q, k, v, causal = problem.make_inputs(shape, torch.float32, "cpu", 5)
+    q, k, v, causal, _ = problem.make_inputs(shape, torch.float32, "cpu", 5)
     out = kernel.kernel_fn(q, k, v, causal)
     ok, msg = within(problem, torch.float32, out, truth(problem, (q, k, v, causal)))
     assert ok, msg
@@ -281,7 +281,7 @@ def test_attention_eager_baseline_is_sdpa_and_agrees_with_the_reference():
     problem = get_problem("attention")
     assert problem.eager is not None and problem.eager is not problem.reference
     for shape in problem.cpu_shapes + problem.cpu_edge_shapes:
-        q, k, v, causal = problem.make_inputs(shape, torch.float32, "cpu", 3)
+        q, k, v, causal, _ = problem.make_inputs(shape, torch.float32, "cpu", 3)
         for extra in ((), (0.3,)):
             got = problem.eager(q, k, v, causal, *extra)
             want = problem.reference(q, k, v, causal, *extra)

@@ -17,7 +17,7 @@ ONE_LAYER = {"llama": "n_layers=1", "gpt2": "n_layer=1", "bert": "n_layers=1"}
 
 
 @pytest.mark.parametrize("model", ["llama", "gpt2", "bert"])
-def test_run_on_each_example(tmp_path, model):
+def test_run_on_each_example(tmp_path, model, capfd):
     wd = tmp_path / model
     args = ["run", "--model", model, "--workdir", str(wd), "--device", "cpu", "--budget", "20s",
             "--input-shape", "1x8", "--config", ONE_LAYER[model], "--timeout", "120"]
@@ -33,11 +33,30 @@ def test_run_on_each_example(tmp_path, model):
     assert verified["timing_kind"] == "cpu"
     report = (wd / "report.md").read_text()
     assert "PASS" in report and model in report
-    assert (wd / "progress.png").is_file() and (wd / "roofline.png").is_file()
+    assert (wd / "progress.png").is_file() and not (wd / "roofline.png").exists()  # no roofline on CPU
     run = json.loads((wd / "run.json").read_text())
     assert run["model"] == model and run["device"] == "cpu"
 
     if model == "llama":
+        import subprocess
+
+        def git(*a):
+            return subprocess.run(["git", *a], cwd=wd, capture_output=True, text=True, check=True).stdout
+
+        # issue 10: the branch is named after the model, the artifacts leave the tree clean,
+        # the profiler's USDT lines stay off the terminal
+        assert git("rev-parse", "--abbrev-ref", "HEAD").strip() == "autokernel/llama"
+        assert git("status", "--porcelain") == ""
+        assert "USDT" not in capfd.readouterr().err
+        # issue 10: a finished run run again says so and shows its report, spending nothing
+        results, verify_json = (wd / "results.tsv").read_text(), (wd / "verify.json").read_text()
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 0, res.output
+        assert "finished" in res.output and "--extend" in res.output and "rmsnorm" in res.output
+        assert (wd / "results.tsv").read_text() == results and (wd / "verify.json").read_text() == verify_json
+        res = CliRunner().invoke(app, [*args, "--extend", "2s"])
+        assert res.exit_code == 0, res.output
+        assert "extending" in res.output and json.loads((wd / "run.json").read_text())["finished"] is True
         # the same workdir for another model is refused before anything is written
         res = CliRunner().invoke(app, ["run", "--model", "gpt2", "--workdir", str(wd), "--device", "cpu",
                                        "--input-shape", "1x8", "--config", ONE_LAYER["gpt2"]])

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from autokernel.harness import compare
-from autokernel.harness.stages import smallest, upcast
+from autokernel.harness.stages import upcast
 from autokernel.problems import get_problem
 from autokernel.problems.registry import BUILTIN_KINDS, list_kinds
 
@@ -20,10 +20,16 @@ def cases(problem, dtype):
     for shape in problem.cpu_shapes:
         seed += 1
         yield f"shape={shape}", problem.make_inputs(dict(shape), dtype, "cpu", seed)
-    if problem.adversarial_inputs is not None:
-        shape = smallest(list(problem.cpu_shapes))
+    # the numerics stage runs at every target shape; consecutive seeds walk through the
+    # non-tensor choices (eps, scale)
+    for shape in problem.cpu_shapes:
+        if problem.adversarial_inputs is None:
+            break
         for name, args in problem.adversarial_inputs(dict(shape), dtype, "cpu", seed + 1):
             yield f"{name} shape={shape}", tuple(args)
+        seed += 1
+    for extra in range(1, 3):
+        yield f"seed+{extra} shape={problem.cpu_shapes[0]}", problem.make_inputs(dict(problem.cpu_shapes[0]), dtype, "cpu", seed + extra)
 
 
 def rounded(value, like):

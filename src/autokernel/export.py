@@ -37,7 +37,7 @@ class ExportedKernel:
 
 
 def exported_kernels(workdir: Path) -> list[ExportedKernel]:
-    plan = load_workdir_plan(workdir)
+    plan = _plan(workdir)
     results = read_results(workdir)
     best = best_rows(results)
     out = []
@@ -50,6 +50,17 @@ def exported_kernels(workdir: Path) -> list[ExportedKernel]:
         out.append(ExportedKernel(p.name, p.kind, p.dtype, shapes, as_float(row.get("speedup_vs_start")),
                                   as_float(row.get("speedup_vs_eager")), path))
     return out
+
+
+def _plan(workdir: Path):
+    """The workspace's plan; for a workspace of single problems (no model), a stand-in."""
+    from .report import plan_from_problems
+
+    if (Path(workdir) / "plan.json").is_file() or not (Path(workdir) / "problems").is_dir():
+        return load_workdir_plan(workdir)
+    plan = plan_from_problems(workdir)
+    plan.model = "+".join(p.name for p in plan.problems)
+    return plan
 
 
 def _speed(x: float | None) -> str:
@@ -74,7 +85,7 @@ def _readme(kernels: list[ExportedKernel], model: str, time_kind: str, files: bo
 
 def export_files(workdir: Path, out: Path) -> list[Path]:
     kernels = exported_kernels(workdir)
-    plan = load_workdir_plan(workdir)
+    plan = _plan(workdir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for k in kernels:
@@ -117,16 +128,19 @@ description = "Triton kernels found by autokernel for {model}"
 requires-python = ">=3.10"
 dependencies = ["autokernel", "torch", "triton"]
 
-[tool.setuptools]
-packages = ["{name}"]
+# data/ and its folders are namespace packages, so that setuptools ships them without warnings
+[tool.setuptools.packages.find]
+where = ["."]
+include = ["{name}", "{name}.*"]
+namespaces = true
 
 [tool.setuptools.package-data]
-{name} = ["data/*.json", "data/*.tsv", "data/problems/*/*.py", "data/problems/*/*.json", "README.md"]
+"*" = ["*.json", "*.tsv", "*.py", "*.md"]
 '''
 
 
 def export_package(workdir: Path, out: Path) -> list[Path]:
-    plan = load_workdir_plan(workdir)
+    plan = _plan(workdir)
     kernels = exported_kernels(workdir)
     name = package_name(plan.model)
     pkg = out / name

@@ -871,7 +871,22 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     patched._autokernel_replaced = replaced
     patched._autokernel_skipped = skipped
     patched._autokernel_ops = {k.problem.name: k.opname for k in sel.ops if k.opname in used_ops}
+    _warn_apply(workdir, patched, device)
     return patched
+
+
+def _warn_apply(workdir: Path, patched: nn.Module, device) -> None:
+    """Say when nothing was replaced, and when interpreter-tuned kernels go onto a GPU."""
+    import warnings
+
+    from .provenance import gpu_use_warning, nothing_replaced_warning
+
+    if not patched._autokernel_replaced:
+        warnings.warn(nothing_replaced_warning(patched._autokernel_skipped), stacklevel=3)
+    elif device.type == "cuda":
+        message = gpu_use_warning(workdir, sorted(patched._autokernel_ops))
+        if message:
+            warnings.warn(message, stacklevel=3)
 
 
 def summary(model: nn.Module) -> dict[str, Any]:

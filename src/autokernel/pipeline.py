@@ -3,7 +3,10 @@
 Each step writes a plain file in the workdir, so a second ``run`` with the same arguments
 resumes: the plan is reused when ``plan.json`` was made for the same model, dtype, input
 shape and config; the loop continues where it stopped (its own resume); verify and report
-are redone.  ``run.json`` records how the model was built, for ``verify`` later.
+are redone.  ``run.json`` records how the model was built, for ``verify`` later, and
+``finished`` once the report is written: the same command on a finished run only shows its
+report; ``extend_s`` (``--extend``) gives it more optimization time, then verifies and
+reports again.
 
 Budget: one wall-clock budget for the run, default 8h on a GPU and 10m on CPU (where kernels
 run under the Triton interpreter and only correctness means anything).  Profiling counts
@@ -44,6 +47,8 @@ class RunOptions:
     timeout_s: float = 60.0
     run_name: str | None = None
     compile: bool = True  # time torch.compile in verify (GPU only)
+    use_existing_repo: bool = False  # allow a git repository that is not an autokernel workspace
+    extend_s: float | None = None  # a finished run: optimize this much longer, then verify and report again
     parallel: int | None = None  # experiments in flight (loop.optimize.run_optimize)
     gpus: list[int] | None = None
     ray: str | None = None
@@ -58,6 +63,7 @@ class RunResult:
     verify: Any = None  # verify.VerifyResult
     report: Any = None  # report.ReportData
     interrupted: bool = False
+    finished_before: bool = False  # the run had finished already: nothing was run, its report is shown
 
 
 def resolve_device(device: str) -> str:
@@ -111,7 +117,7 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
     if budget_s <= 0:
         raise PipelineError("the budget must be positive")
     workdir = Path(opts.workdir)
-    inspect_workdir(workdir)  # refuse a workdir the loop would refuse, before writing
+    inspect_workdir(workdir, opts.use_existing_repo)  # refuse a workdir the loop would refuse, before writing
 
     log(f"[1/4] model {opts.model} on {device} ({dtype_name(dtype)})")
     loaded = load_model(opts.model, dtype=dtype, device=device, input_shape=opts.input_shape,
@@ -129,6 +135,11 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
             raise PipelineError(f"{workdir} already holds a run of {saved.get('model')!r} with other settings; "
                                 "use another --workdir (or the same arguments to resume)")
         reused = True
+        if saved.get("finished") and opts.extend_s is None:
+            return _finished(workdir, plan_path, log)
+        if opts.extend_s is not None:
+            budget_s = opts.extend_s
+            log(f"extending the finished run in {workdir} by {_duration(budget_s)}")
         log(f"[2/4] plan: reusing {plan_path} ({len(plan.supported)} problem(s))")
     else:
         log("[2/4] profiling")
@@ -160,14 +171,27 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
         result.optimize = run_optimize(targets, workdir, agent=agent, budget_s=remaining,
                                        max_experiments=opts.max_experiments, device=device, seed=opts.seed,
                                        run_name=opts.run_name, timeout_s=opts.timeout_s, show_progress=True,
-                                       plan_path=plan_path, parallel=opts.parallel, gpus=opts.gpus, ray=opts.ray)
+                                       plan_path=plan_path, use_existing_repo=opts.use_existing_repo,
+                                       parallel=opts.parallel, gpus=opts.gpus, ray=opts.ray)
         if result.optimize.stopped_reason == "interrupted":
             result.interrupted = True
             return result
     log("[4/4] verify and report")
     result.verify = verify(workdir, compile=opts.compile, log=lambda m: log(f"      {m}"))
     result.report = write_report(workdir)
+    run_path.write_text(json.dumps(dict(record, finished=True), indent=2) + "\n")
     return result
+
+
+def _finished(workdir: Path, plan_path: Path, log: Callable[[str], None]) -> RunResult:
+    """A finished run run again: say so and show its report; nothing is optimized or verified."""
+    from .report import collect
+    from .verify import load_verify
+
+    log(f"the run in {workdir} is finished: here is its report ({workdir / 'report.md'}); "
+        f"to give it more time, run the same command with --extend 10m (or any duration)")
+    return RunResult(plan_path=plan_path, reused_plan=True, finished_before=True,
+                     verify=load_verify(workdir), report=collect(workdir))
 
 
 def _duration(seconds: float) -> str:

@@ -39,6 +39,7 @@ from torch import nn
 
 from .models import LoadedModel
 from .plan import Plan, PlanProblem, UncoveredTime
+from .quiet import filtered_stderr
 from .problems.base import dtype_name
 from .recognize import (Instance, Node, ScopeCall, TensorMeta, Unsupported, is_gemm_kernel, matmul_shape,
                         module_info, pair_cross_entropy, recognize_op, recognize_scope, shape_weight)
@@ -432,7 +433,7 @@ def trace_model(model: nn.Module, inputs: tuple, *, on_gpu: bool, warmup: int = 
             model(*inputs)
         sync()
         tracer = Tracer(model)
-        with tracer, torch.profiler.profile(activities=activities, record_shapes=True) as prof:
+        with filtered_stderr(), tracer, torch.profiler.profile(activities=activities, record_shapes=True) as prof:
             for i in range(max(1, iters)):
                 with torch.profiler.record_function(f"{FORWARD_LABEL}{i}"):
                     model(*inputs)

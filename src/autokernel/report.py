@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .loop import figures
 from .integrate import KEPT_STATUSES, as_float, best_rows, kernel_path, load_workdir_plan, read_results
 from .plan import Plan
 from .problems.base import format_shape
@@ -40,6 +41,7 @@ class ReportData:
     problems: list[ProblemRow]
     run: dict[str, Any] = field(default_factory=dict)
     verify: VerifyResult | None = None
+    from_plan: bool = True  # False: a workspace of single problems (optimize --problem), no model
 
 
 def _fmt(x: float | None, spec: str = ".2f", suffix: str = "") -> str:
@@ -48,22 +50,25 @@ def _fmt(x: float | None, spec: str = ".2f", suffix: str = "") -> str:
 
 def collect(workdir: str | Path) -> ReportData:
     workdir = Path(workdir)
-    plan = load_workdir_plan(workdir)
+    if (workdir / "plan.json").is_file() or not (workdir / "problems").is_dir():
+        plan, from_plan = load_workdir_plan(workdir), True
+    else:
+        plan, from_plan = plan_from_problems(workdir), False
     rows = read_results(workdir)
     best = best_rows(rows)
     problems = []
     for p in plan.supported:
         mine = [r for r in rows if r.get("problem") == p.name]
-        base = next((r for r in mine if r.get("status") == "baseline"), None)
         b = best.get(p.name, {})
+        start_us, best_us = figures.start_and_best(mine)
         kpath = kernel_path(workdir, p.name)
         problems.append(ProblemRow(
             name=p.name, kind=p.kind, fraction=p.fraction,
             experiments=sum(1 for r in mine if r.get("status") != "baseline"),
             kept=sum(1 for r in mine if r.get("status") == "keep"),
-            start_us=as_float(base.get("latency_us")) if base else None,
-            best_us=as_float(b.get("latency_us")), speedup_vs_start=as_float(b.get("speedup_vs_start")),
-            speedup_vs_eager=as_float(b.get("speedup_vs_eager")), pct_roofline=as_float(b.get("pct_roofline")),
+            start_us=start_us, best_us=best_us, speedup_vs_start=figures.vs_start(start_us, best_us),
+            speedup_vs_eager=as_float(b.get("speedup_vs_eager")) if plan.time_kind == "gpu" else None,
+            pct_roofline=as_float(b.get("pct_roofline")),
             kernel=str(kpath.relative_to(workdir)) if kpath.is_file() else ""))
     run: dict[str, Any] = {}
     if (workdir / "run.json").is_file():
@@ -71,7 +76,36 @@ def collect(workdir: str | Path) -> ReportData:
             run = json.loads((workdir / "run.json").read_text())
         except json.JSONDecodeError:
             run = {}
-    return ReportData(workdir, plan, rows, problems, run, load_verify(workdir))
+    return ReportData(workdir, plan, rows, problems, run, load_verify(workdir), from_plan=from_plan)
+
+
+def plan_from_problems(workdir: Path) -> Plan:
+    """A stand-in plan for a workspace made by ``optimize --problem`` (no model, no plan.json):
+    one entry per ``problems/<name>/problem.json``, equal shares, timings of the kind the
+    evaluations recorded."""
+    from .plan import PlanProblem
+
+    problems, kinds = [], set()
+    for pfile in sorted(Path(workdir).glob("problems/*/problem.json")):
+        try:
+            info = json.loads(pfile.read_text())
+        except (OSError, ValueError):
+            continue
+        problems.append(PlanProblem(name=info.get("name") or pfile.parent.name, kind=info.get("kind", ""),
+                                    dtype=info.get("dtype") or "", shapes=info.get("shapes") or [], calls=[],
+                                    time_us=0.0, fraction=0.0))
+    for ev in Path(workdir).glob("logs/*/*/exp_0000.json"):
+        try:
+            kinds.add(json.loads(ev.read_text()).get("timing_kind") or "")
+        except (OSError, ValueError):
+            continue
+    if not problems:
+        raise ValueError(f"{workdir} has neither plan.json nor problems/*/problem.json: not an autokernel workspace")
+    for p in problems:
+        p.fraction = 1.0 / len(problems)
+    gpu = kinds == {"gpu"}
+    return Plan(model="", device="cuda" if gpu else "cpu", time_kind="gpu" if gpu else "cpu", dtype="",
+                input_shape=[], total_time_us=0.0, problems=problems)
 
 
 # ------------------------------------------------------------------ markdown
@@ -80,11 +114,14 @@ def render_markdown(data: ReportData) -> str:
     timing_note = "" if plan.time_kind == "gpu" else " (CPU time: kernels ran under the Triton interpreter; " \
         "latencies are not GPU performance and there is no roofline)"
     lines = ["# autokernel report", ""]
+    if not data.from_plan:
+        return _render_problems_only(data, timing_note)
     lines += ["## What was run", "",
               f"- model: `{plan.model}`" + (f" with config {data.run['config']}" if data.run.get("config") else ""),
               f"- device: {plan.device}" + (f" ({plan.device_name})" if plan.device_name else ""),
               f"- dtype: {plan.dtype}, input shape: {'x'.join(str(d) for d in plan.input_shape)}",
-              f"- profiled time per forward pass: {plan.total_time_us:.1f} us ({plan.time_kind} time)"]
+              f"- op time per forward pass under the profiler: {plan.total_time_us:.1f} us ({plan.time_kind} op "
+              f"time summed, when profiled; the eager wall-clock time is under Verification)"]
     if data.run:
         lines.append(f"- budget: {data.run.get('budget', '—')}, agent: {data.run.get('agent', '—')}, "
                      f"seed: {data.run.get('seed', '—')}")
@@ -108,7 +145,8 @@ def render_markdown(data: ReportData) -> str:
                      f"{_fmt(r.speedup_vs_start, '.2f', 'x')} | {_fmt(r.speedup_vs_eager, '.2f', 'x')} | "
                      f"{_fmt(r.pct_roofline, '.0f', '%')} | {('`' + r.kernel + '`') if r.kernel else '—'} |")
     if plan.time_kind != "gpu":
-        lines += ["", "No roofline on CPU: the interpreter's timings say nothing about GPU limits."]
+        lines += ["", "No roofline on CPU: the interpreter's timings say nothing about GPU limits; "
+                  f"{figures.EAGER_DASH_REASON}."]
     from .loop.summary import throughput_markdown
 
     lines += [""] + throughput_markdown(data.workdir)
@@ -127,7 +165,7 @@ def render_markdown(data: ReportData) -> str:
         if v.skipped:
             lines.append("\nNot applied: " + "; ".join(f"{a} ({b})" for a, b in v.skipped[:10]) + ".")
         if v.eager_ms is not None:
-            lines += ["", "| model | ms per forward |", "|---|---:|", f"| eager | {v.eager_ms:.3f} |",
+            lines += ["", "| model | ms per forward (wall clock, median) |", "|---|---:|", f"| eager | {v.eager_ms:.3f} |",
                       f"| patched | {v.patched_ms:.3f} |"]
             if v.compile_ms is not None:
                 lines.append(f"| torch.compile (max-autotune-no-cudagraphs) | {v.compile_ms:.3f} |")
@@ -148,19 +186,52 @@ def render_markdown(data: ReportData) -> str:
                 lines.append(f"| {k.problem} | {100 * k.fraction:.1f}% | {_fmt(k.speedup_vs_eager, '.2f', 'x')} | "
                              f"{_fmt(k.amdahl_vs_eager, '.3f', 'x')} | {_fmt(k.speedup_vs_start, '.2f', 'x')} | "
                              f"{_fmt(k.amdahl_vs_start, '.3f', 'x')} | {'yes' if k.applied else 'no'} |")
+    lines += _top_kept(data)
+    charts = "`progress.png` (every experiment's speedup vs the starting kernel)"
+    if plan.time_kind == "gpu":
+        charts += ", `roofline.png` (best kernel per problem against its roofline)"
+    else:
+        charts += "; no roofline chart: a CPU run has no roofline"
+    lines += ["", f"Charts: {charts}.", ""]
+    return "\n".join(lines)
+
+
+def _problems_table(data: ReportData, with_fraction: bool = True) -> list[str]:
+    lines = ["| problem | exps | kept | start us | best us | vs start | vs eager | % roof | best kernel |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in data.problems:
+        lines.append(f"| {r.name} | {r.experiments} | {r.kept} | {_fmt(r.start_us, '.1f')} | {_fmt(r.best_us, '.1f')} | "
+                     f"{_fmt(r.speedup_vs_start, '.2f', 'x')} | {_fmt(r.speedup_vs_eager, '.2f', 'x')} | "
+                     f"{_fmt(r.pct_roofline, '.0f', '%')} | {('`' + r.kernel + '`') if r.kernel else '—'} |")
+    return lines
+
+
+def _render_problems_only(data: ReportData, timing_note: str) -> str:
+    """The report of a workspace of single problems: no model, so no plan and no verification."""
+    names = ", ".join(p.name for p in data.problems)
+    lines = ["# autokernel report", "", "## What was run", "",
+             f"- problems optimized on their own (`autokernel optimize --problem`): {names}",
+             f"- experiments recorded: {sum(1 for r in data.rows if r.get('status') != 'baseline')}",
+             "- no model: nothing to verify end to end (`autokernel run` or `optimize --plan` make a run from a model)",
+             "", "## Problems" + timing_note, "", *_problems_table(data)]
+    if data.plan.time_kind != "gpu":
+        lines += ["", f"No roofline on CPU; {figures.EAGER_DASH_REASON}."]
+    lines += _top_kept(data)
+    lines += ["", "Chart: `progress.png` (every experiment's speedup vs the starting kernel).", ""]
+    return "\n".join(lines)
+
+
+def _top_kept(data: ReportData) -> list[str]:
     kept = [r for r in data.rows if r.get("status") == "keep"]
     kept.sort(key=lambda r: -(as_float(r.get("speedup_vs_start")) or 0.0))
-    lines += ["", "## Top kept experiments", ""]
+    lines = ["", "## Top kept experiments", ""]
     if not kept:
-        lines.append("None kept: every problem is still at its starting kernel.")
-    else:
-        lines += ["| problem | experiment | vs start | vs eager | description |", "|---|---:|---:|---:|---|"]
-        for r in kept[:10]:
-            lines.append(f"| {r.get('problem')} | {r.get('experiment')} | {_fmt(as_float(r.get('speedup_vs_start')), '.2f', 'x')} | "
-                         f"{_fmt(as_float(r.get('speedup_vs_eager')), '.2f', 'x')} | {(r.get('description') or '').replace('|', '/')} |")
-    lines += ["", "Charts: `progress.png` (every experiment's speedup vs the starting kernel), "
-              "`roofline.png` (best kernel per problem against its roofline).", ""]
-    return "\n".join(lines)
+        return lines + ["None kept: every problem is still at its starting kernel."]
+    lines += ["| problem | experiment | vs start | vs eager | description |", "|---|---:|---:|---:|---|"]
+    for r in kept[:10]:
+        lines.append(f"| {r.get('problem')} | {r.get('experiment')} | {_fmt(as_float(r.get('speedup_vs_start')), '.2f', 'x')} | "
+                     f"{_fmt(as_float(r.get('speedup_vs_eager')), '.2f', 'x')} | {(r.get('description') or '').replace('|', '/')} |")
+    return lines
 
 
 def _ratio(before: float, after: float) -> str:
@@ -173,7 +244,9 @@ def breakdown_markdown(b: Breakdown) -> list[str]:
     before = "the plan (profiled earlier)" if b.before_source == "plan.json" else "the original model"
     lines = ["", "### Time breakdown before/after", "",
              f"Per forward pass ({unit}; before: {before}, after: the patched model, profiled the same way, "
-             f"{b.iters} pass{'' if b.iters == 1 else 'es'} after {b.warmup} warm-up)" + (f" — {b.note}" if b.note else "") + ".", "",
+             f"{b.iters} pass{'' if b.iters == 1 else 'es'} after {b.warmup} warm-up)" + (f" — {b.note}" if b.note else "") + ". "
+             "These are op times under the profiler, summed: they are not the wall-clock times of the table "
+             "above, which the end-to-end speedup uses.", "",
              "| problem | kind | before (us) | before share | after (us) | after share | before/after | in kernel (us) | applied |",
              "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in b.rows:
@@ -193,21 +266,18 @@ def breakdown_markdown(b: Breakdown) -> list[str]:
 
 def breakdown_table(b: Breakdown):
     """The same breakdown as a rich table for the terminal."""
-    from rich.table import Table
-
     unit = "GPU kernel time" if b.time_kind == "gpu" else "CPU op time"
-    table = Table(title=f"time breakdown before/after, per forward ({unit})" + (f" — {b.note}" if b.note else ""),
-                  title_justify="left")
-    for col in ("problem", "kind", "before us", "before %", "after us", "after %", "before/after", "in kernel us", "applied"):
-        table.add_column(col, justify="left" if col in ("problem", "kind", "applied") else "right")
+    table = compact_table(f"time breakdown before/after, per forward ({unit})" + (f" — {b.note}" if b.note else ""),
+                          [(col, "left" if col in ("problem", "applied") else "right") for col in
+                           ("problem", "before us", "before", "after us", "after", "ratio", "kernel us", "applied")])
     for r in b.rows:
-        table.add_row(r.problem, r.kind, f"{r.before_us:.1f}", f"{100 * r.before_fraction:.1f}%", f"{r.after_us:.1f}",
+        table.add_row(r.problem, f"{r.before_us:.1f}", f"{100 * r.before_fraction:.1f}%", f"{r.after_us:.1f}",
                       f"{100 * r.after_fraction:.1f}%", _ratio(r.before_us, r.after_us), f"{r.after_op_us:.1f}",
                       "yes" if r.applied else "no")
-    table.add_row("not covered", "", f"{b.uncovered_before_us:.1f}", f"{100 * b.uncovered_before_fraction:.1f}%",
+    table.add_row("not covered", f"{b.uncovered_before_us:.1f}", f"{100 * b.uncovered_before_fraction:.1f}%",
                   f"{b.uncovered_after_us:.1f}", f"{100 * b.uncovered_after_fraction:.1f}%",
                   _ratio(b.uncovered_before_us, b.uncovered_after_us), "", "")
-    table.add_row("total", "", f"{b.total_before_us:.1f}", "100%", f"{b.total_after_us:.1f}", "100%",
+    table.add_row("total", f"{b.total_before_us:.1f}", "100%", f"{b.total_after_us:.1f}", "100%",
                   _ratio(b.total_before_us, b.total_after_us), f"{sum(r.after_op_us for r in b.rows):.1f}", "")
     return table
 
@@ -225,6 +295,8 @@ def plot_progress(data: ReportData, path: Path) -> None:
         elapsed.append(t / 60.0)
     names = [p.name for p in data.problems] or sorted({r.get("problem", "") for r in data.rows})
     cmap = plt.get_cmap("tab10")
+    kept_ys: list[float] = []
+    all_ys: list[float] = []
     for i, name in enumerate(names):
         pts = [(x, r) for x, r in zip(elapsed, data.rows) if r.get("problem") == name]
         xs = [x for x, r in pts if as_float(r.get("speedup_vs_start")) is not None]
@@ -237,6 +309,8 @@ def plot_progress(data: ReportData, path: Path) -> None:
         kx = [x for x, r in pts if r.get("status") in KEPT_STATUSES and as_float(r.get("speedup_vs_start")) is not None]
         ky = [as_float(r.get("speedup_vs_start")) for _, r in pts
               if r.get("status") in KEPT_STATUSES and as_float(r.get("speedup_vs_start")) is not None]
+        kept_ys += ky
+        all_ys += ys
         ax.scatter(kx, ky, s=60, marker="*", color=color, edgecolors="black", linewidths=0.5)
         best, run_best = [], 0.0
         for y in ky:
@@ -244,6 +318,7 @@ def plot_progress(data: ReportData, path: Path) -> None:
             best.append(run_best)
         ax.step(kx, best, where="post", color=color, linewidth=2)
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    ax.set_ylim(*progress_y_limits(kept_ys, all_ys))
     ax.set_xlabel("run time (minutes, experiments in order)")
     ax.set_ylabel("speedup vs starting kernel")
     kind = "GPU" if data.plan.time_kind == "gpu" else "interpreter/CPU timings, not GPU performance"
@@ -253,6 +328,15 @@ def plot_progress(data: ReportData, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def progress_y_limits(kept: list[float], every: list[float], margin: float = 1.25) -> tuple[float, float]:
+    """The progress chart's y range: the start (1.0) and every kept point, with a margin; a
+    reverted outlier far outside that range is left off the chart instead of squashing it."""
+    lo, hi = min([1.0, *kept]), max([1.0, *kept])
+    lo, hi = lo / margin, hi * margin
+    inside = [y for y in every if lo / 2 <= y <= hi * 2]  # reverts near the kept range still show
+    return min([lo, *inside]) * 0.98, max([hi, *inside]) * 1.02
 
 
 def plot_roofline(data: ReportData, path: Path) -> None:
@@ -292,20 +376,52 @@ def write_report(workdir: str | Path) -> ReportData:
     data = collect(workdir)
     (data.workdir / "report.md").write_text(render_markdown(data))
     plot_progress(data, data.workdir / "progress.png")
-    plot_roofline(data, data.workdir / "roofline.png")
+    roofline = data.workdir / "roofline.png"
+    if has_roofline(data):
+        plot_roofline(data, roofline)
+    else:
+        roofline.unlink(missing_ok=True)  # a CPU run has no roofline: no empty chart
     return data
 
 
-def rich_table(data: ReportData):
+def has_roofline(data: ReportData) -> bool:
+    return data.plan.time_kind == "gpu" and any(r.pct_roofline is not None for r in data.problems)
+
+
+def written_files(data: ReportData) -> list[str]:
+    return ["report.md", "progress.png"] + (["roofline.png"] if has_roofline(data) else [])
+
+
+def fmt_us(x: float | None) -> str:
+    """A latency for a narrow table cell: whole microseconds from 100 up."""
+    if x is None:
+        return "-"
+    return f"{x:.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def compact_table(title: str, columns: list[tuple[str, str]]):
+    """A rich table that stays within 80 columns for typical content: no vertical rules,
+    one space between columns.  ``columns``: (header, "left" | "right")."""
+    from rich import box
     from rich.table import Table
 
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1),
+                  collapse_padding=True, show_edge=False)
+    for header, justify in columns:
+        table.add_column(header, justify=justify)
+    return table
+
+
+def rich_table(data: ReportData):
     cpu = data.plan.time_kind != "gpu"
-    table = Table(title=f"autokernel — {data.plan.model} on {data.plan.device}"
-                  + (" (interpreter timings: not GPU performance)" if cpu else ""))
-    for col in ("problem", "kind", "fraction", "exps", "kept", "start us", "best us", "vs start", "vs eager", "% roofline"):
-        table.add_column(col, justify="left" if col in ("problem", "kind") else "right")
+    model = data.plan.model or "problems only"
+    title = f"autokernel: {model} on {data.plan.device}" + (" (interpreter times, not GPU)" if cpu else "")
+    table = compact_table(title, [("problem", "left"), ("share", "right"), ("exps", "right"), ("kept", "right"),
+                                  ("start us", "right"), ("best us", "right"), ("vs start", "right"),
+                                  ("vs eager", "right"), ("% roof", "right")])
     for r in data.problems:
-        table.add_row(r.name, r.kind, f"{100 * r.fraction:.1f}%", str(r.experiments), str(r.kept),
-                      _fmt(r.start_us, ".1f"), _fmt(r.best_us, ".1f"), _fmt(r.speedup_vs_start, ".2f", "x"),
-                      _fmt(r.speedup_vs_eager, ".2f", "x"), _fmt(r.pct_roofline, ".0f", "%"))
+        table.add_row(r.name, f"{100 * r.fraction:.0f}%", str(r.experiments), str(r.kept),
+                      fmt_us(r.start_us), fmt_us(r.best_us), _fmt(r.speedup_vs_start, ".2f", "x").replace("—", "-"),
+                      _fmt(r.speedup_vs_eager, ".2f", "x").replace("—", "-"),
+                      _fmt(r.pct_roofline, ".0f", "%").replace("—", "-"))
     return table

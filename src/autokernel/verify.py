@@ -24,6 +24,7 @@ import json
 import os
 import statistics
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -219,6 +220,14 @@ def make_breakdown(plan: Plan, after: Any, applied: set[str], before: Any) -> Br
                      before_source="original model")
 
 
+def device_error(dev: str, asked: str | None, run_device: str | None) -> str:
+    """Why a CUDA device cannot be used here, naming who chose it: the user or the run."""
+    if asked:
+        made_on = f" (the run was made on {run_device})" if run_device else ""
+        return f"--device {asked}: no GPU is available here{made_on}; use --device cpu"
+    return f"the run was made on {dev} but no GPU is available here (use --device cpu)"
+
+
 # ------------------------------------------------------------------ the run's model
 def run_config(workdir: Path, plan: Plan) -> dict[str, Any]:
     """How the model was built: ``run.json`` written by ``autokernel run``, else the plan."""
@@ -297,7 +306,7 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
     cfg = run_config(workdir, plan)
     dev = device or cfg["device"] or "cpu"
     if dev.startswith("cuda") and not torch.cuda.is_available():
-        raise VerifyError(f"the run was made on {dev} but no GPU is available here (use --device cpu)")
+        raise VerifyError(device_error(dev, device, cfg["device"]))
     if not dev.startswith("cuda"):
         # Triton kernels run on CPU tensors only under the interpreter; the flag is read when
         # a kernel file is imported, which apply() does below.
@@ -311,11 +320,18 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
     say(f"model: {loaded.description}")
     original = loaded.model.eval()
     try:
-        patched = apply(original, workdir)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            patched = apply(original, workdir)
     except IntegrateError as exc:
         raise VerifyError(str(exc)) from None
+    for w in caught:
+        say(f"warning: {w.message}")
     info = summary(patched)
     say(f"replaced: {len(info['replaced'])} place(s); skipped: {len(info['skipped'])}")
+    for what, why in info["skipped"]:
+        say(f"  skipped {what}: {why}")
+    say(f"checking correctness on {len(seeds)} seed(s)...")
 
     dkey = next((k for k in (cfg["dtype"], dtype_name(dtype)) if k in END_TO_END_TOLERANCE), "fp32")
     tol = END_TO_END_TOLERANCE[dkey]
@@ -344,6 +360,7 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
     if never:
         notes.append(f"installed but not called on these inputs: {', '.join(never)}")
     if timing:
+        say("timing eager and patched models" + ("" if dev.startswith("cuda") else " (interpreter: slow)") + "...")
         _time_models(result, original, patched, loaded.make_inputs(seeds[0] if seeds else 0), dev,
                      compile, compile_mode, compile_backend, warmup, iters, say)
     applied = {n for n, c in calls_per_forward.items() if c > 0}
@@ -405,6 +422,7 @@ def _profile_breakdown(plan: Plan, original, patched, inputs: tuple, dev: str, a
         warmup = DEFAULT_WARMUP if gpu else min(DEFAULT_WARMUP, 1)
     if iters is None:
         iters = DEFAULT_ITERS if gpu else 1
+    say("profiling the original and the patched model for the time breakdown...")
     try:
         # both models now, one after the other, so that clocks and temperature are the same
         before = profile_problem_times(original, inputs, plan, device=dev, op_problems=op_problems(original),

@@ -4,14 +4,52 @@ from __future__ import annotations
 
 import typer
 
-from . import bench_cmd, optimize_cmd, pipeline_cmd, problems_cmd, profile_cmd
+from . import arena_cmd, bench_cmd, optimize_cmd, pipeline_cmd, problems_cmd, profile_cmd
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Make PyTorch models faster by optimizing their GPU kernels autonomously.")
 
-for _module in (problems_cmd, bench_cmd, optimize_cmd, profile_cmd, pipeline_cmd):
+for _module in (problems_cmd, bench_cmd, optimize_cmd, profile_cmd, pipeline_cmd, arena_cmd):
     _module.register(app)
 
 
+def _click_exceptions():
+    try:  # typer >= 0.20 carries its own copy of click
+        from typer._click import exceptions
+    except ImportError:
+        from click import exceptions
+    return exceptions
+
+
+def _abort_types() -> tuple:
+    found = []
+    for module in ("typer.exceptions", "click.exceptions"):
+        try:
+            found.append(getattr(__import__(module, fromlist=["Abort"]), "Abort"))
+        except (ImportError, AttributeError):
+            continue
+    return tuple(found) or (KeyboardInterrupt,)
+
+
 def main() -> None:
-    app()
+    """Run the app; a usage mistake (a typo'd flag, a missing value) is one line on stderr and exit 2."""
+    import sys
+
+    from ..quiet import silence_interpreter_warnings
+
+    silence_interpreter_warnings()
+    exc_types = _click_exceptions()
+    try:
+        code = app(standalone_mode=False)
+    except exc_types.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # the help was printed
+            sys.exit(2)
+        print(f"autokernel: error: {exc.format_message()} (see --help)", file=sys.stderr)
+        sys.exit(2)
+    except _abort_types() as exc:  # end of input where an answer was expected
+        print("autokernel: aborted", file=sys.stderr)
+        sys.exit(130 if isinstance(exc.__cause__, KeyboardInterrupt) else 1)
+    except exc_types.ClickException as exc:
+        print(f"autokernel: error: {exc.format_message()}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)

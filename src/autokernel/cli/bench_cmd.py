@@ -18,7 +18,7 @@ from typing import Iterator, List, Optional
 
 import typer
 
-from .common import EXIT_OK, EXIT_VERDICT, fail_usage, fmt_or_dash
+from .common import EXIT_OK, EXIT_VERDICT, fail_usage, fmt_or_dash, parse_shapes
 
 
 @contextlib.contextmanager
@@ -53,6 +53,12 @@ def bench(
     no_baselines: bool = typer.Option(False, "--no-baselines", help="skip the eager / torch.compile baselines"),
     against: Optional[str] = typer.Option(None, "--against", help="another kernel file, timed interleaved with "
                                           "KERNEL_FILE: which is faster beyond the noise"),
+    allow_torch: bool = typer.Option(False, "--allow-torch", help="KernelBench files: KernelBench's lenient rule "
+                                     "(only the reference's own ops are refused) instead of no PyTorch compute"),
+    atol: Optional[float] = typer.Option(None, "--atol", help="KernelBench files: absolute tolerance (default 1e-4 fp32)"),
+    rtol: Optional[float] = typer.Option(None, "--rtol", help="KernelBench files: relative tolerance (default 1e-4 fp32)"),
+    compile_timeout: float = typer.Option(600.0, "--compile-timeout", help="seconds importing the kernel file may "
+                                          "take (load_inline builds), apart from --timeout per call"),
 ) -> None:
     """Judge KERNEL_FILE: correctness stages, integrity checks, then timing."""
     if not kernel_file:
@@ -70,27 +76,54 @@ def bench(
     from ..harness.worker import load_problem
     from ..problems.base import parse_dtype
 
+    if not compile_timeout > 0:
+        fail_usage(f"--compile-timeout must be positive, got {compile_timeout:g}")
     try:
         prob = load_problem(problem)
+        if prob.source.startswith("kernelbench:") and (allow_torch or atol is not None or rtol is not None):
+            from ..problems.kernelbench import KernelBenchOptions, load_kernelbench
+
+            prob = load_kernelbench(problem, KernelBenchOptions(allow_torch=allow_torch, atol=atol, rtol=rtol))
     except Exception as exc:  # unknown kind, a bad problem file: the user's input
         fail_usage(" ".join(str(exc).split()) or f"cannot load problem {problem!r}")
+    if not prob.source.startswith("kernelbench:") and (allow_torch or atol is not None or rtol is not None):
+        fail_usage("--allow-torch, --atol and --rtol apply to KernelBench problem files only")
     try:
         dtypes = [parse_dtype(d) for d in _split(dtype)]
-        shapes = [prob.parse_shape(s) for s in shape or []]
+        shapes = parse_shapes(prob, shape)
         dev = resolve_device(device)
     except ValueError as exc:
         fail_usage(str(exc))
+    if not dev.startswith("cuda") and shapes:
+        _refuse_interpreter_too_slow(prob, shapes, dtypes or list(prob.dtypes), timeout)
 
     spec = problem if not Path(problem).is_file() else str(Path(problem).resolve())
+    if prob.source.startswith("kernelbench:"):
+        spec = prob  # carries the options; the worker rebuilds it from its file
     with _stdout_to_stderr() if json_out else contextlib.nullcontext():
         with Evaluator(spec, device=dev, shapes=shapes or None, dtypes=dtypes or None, timeout_s=timeout,
-                       baselines=not no_baselines) as evaluator:
+                       baselines=not no_baselines, compile_timeout_s=compile_timeout) as evaluator:
             evaluation = evaluator.evaluate(kernel_file, incumbent_file=against)
     if json_out:
         sys.stdout.write(json.dumps(evaluation.to_dict(), default=str) + "\n")
     else:
         print_evaluation(evaluation)
     raise typer.Exit(EXIT_OK if evaluation.correct else EXIT_VERDICT)
+
+
+def _refuse_interpreter_too_slow(prob, shapes, dtypes, timeout: float) -> None:
+    """On CPU, a shape the interpreter cannot run within --timeout would only time out, and a
+    timeout says nothing about the kernel: refuse it up front and say what to do."""
+    from ..interpreter_cost import CALLS_PER_TIMEOUT, too_slow
+    from ..problems.base import format_shape
+
+    worst = too_slow(prob, shapes, dtypes, timeout)
+    if worst is None:
+        return
+    fail_usage(f"shape {format_shape(worst.shape)} is too large for the Triton interpreter on CPU (about "
+               f"{worst.seconds_per_call:.0f} s per kernel call, --timeout {timeout:g} s): it would time out "
+               f"whatever the kernel; judge it on a GPU, use smaller shapes (leave out --shape for the CPU "
+               f"defaults), or allow --timeout {CALLS_PER_TIMEOUT * worst.seconds_per_call:.0f} or more")
 
 
 def print_evaluation(ev) -> None:
@@ -103,7 +136,10 @@ def print_evaluation(ev) -> None:
     colour = {"pass": "green", "incorrect": "red", "rejected": "magenta", "timeout": "yellow", "crash": "red"}
     console.print(f"[bold]{ev.kernel_file}[/bold]  problem [bold]{ev.problem}[/bold]  on {ev.device_name or ev.device}")
     console.print(f"verdict: [bold {colour.get(ev.verdict, 'white')}]{ev.verdict}[/]"
-                  + (f" at stage {ev.failed_stage}" if ev.failed_stage else "") + f" — {ev.message}")
+                  + (f" at stage {ev.failed_stage}" if ev.failed_stage else "") + f" — {ev.message}", markup=True)
+    if ev.verdict == "timeout" and not str(ev.device).startswith("cuda"):
+        console.print("the Triton interpreter on CPU may be too slow for these shapes: a timeout here is not "
+                      "a verdict on the kernel; try smaller shapes or a GPU", markup=False)
     if ev.stages:
         table = Table(title="correctness stages")
         for column in ("stage", "ok", "worst error (x bound)", "worst case", "s", "message"):

@@ -22,6 +22,16 @@ def fail_usage(message: str) -> NoReturn:
     raise typer.Exit(EXIT_USAGE)
 
 
+def parse_shapes(problem, texts) -> list:
+    """``--shape`` values for ``problem`` (ValueError on a bad one).  A KernelBench problem's
+    inputs come from its own ``get_inputs()``: a shape given for it is refused, not ignored."""
+    texts = list(texts or [])
+    if texts and str(problem.kind).startswith("kernelbench:"):
+        raise ValueError(f"--shape does not apply to the KernelBench problem {problem.kind.split(':', 1)[1]}: "
+                         f"its inputs come from its get_inputs(); edit the file to change them")
+    return [problem.parse_shape(t) for t in texts]
+
+
 def parse_gpus(text: str | None) -> list[int] | None:
     """``--gpus 0,2,5`` → [0, 2, 5]; None when not given.  Raises ValueError on anything else."""
     if text is None:

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from .common import EXIT_OK, EXIT_USAGE, check_scale_flags, fail_usage, fmt_or_dash
+from .common import EXIT_OK, EXIT_USAGE, check_scale_flags, fail_usage, fmt_or_dash, parse_shapes
 
 EXIT_INTERRUPTED = 130
 
@@ -35,6 +35,7 @@ def optimize(
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds allowed per evaluation."),
     run_name: Optional[str] = typer.Option(None, "--run-name", help="Run name (branch autokernel/<run-name>)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress lines, only the summary."),
+    use_existing_repo: bool = typer.Option(False, "--use-existing-repo", help="Allow --workdir to be a git repository that is not an autokernel workspace (the run gets its own branch there)."),
     parallel: Optional[int] = typer.Option(None, "--parallel", help="Experiments in flight (default: one per GPU; 1 on CPU, where N means N evaluation processes)."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="GPUs to evaluate on, e.g. 0,2,5 (default: every visible GPU)."),
     ray: Optional[str] = typer.Option(None, "--ray", help="Evaluate on a Ray cluster at ADDRESS, or 'local' (needs the dist extra)."),
@@ -77,7 +78,7 @@ def optimize(
             targets = []
             for spec in problem:
                 prob = get_problem(spec)
-                shapes = [prob.parse_shape(s) for s in shape] if shape else None
+                shapes = parse_shapes(prob, shape) or None
                 name = prob.kind if spec == prob.kind else Path(spec).stem
                 targets.append(Target(name=_dir_name(name), spec=spec, shapes=shapes, dtype=dtype,
                                       start_file=kernel))
@@ -85,11 +86,13 @@ def optimize(
                 from ..problems import parse_dtype
 
                 parse_dtype(dtype)
+            _refuse_shapes_too_slow_on_cpu(targets, device, dtype, timeout)
         config = AgentConfig(name=agent, seed=seed, llm=llm, llm_base_url=llm_base_url, llm_max_calls=llm_max_calls,
                              agent_cmd=agent_cmd)
         summary = run_optimize(targets, workdir, agent=config, budget_s=budget_s, max_experiments=max_experiments,
                                device=device, seed=seed, run_name=run_name, timeout_s=timeout,
-                               show_progress=not quiet, plan_path=plan, parallel=parallel, gpus=gpu_list, ray=ray)
+                               show_progress=not quiet, plan_path=plan, use_existing_repo=use_existing_repo,
+                               parallel=parallel, gpus=gpu_list, ray=ray)
     except (ProblemError, PlanError, OptimizeError, AgentConfigError) as exc:
         fail_usage(str(exc))
     except ValueError as exc:  # shape/dtype parsing, workspace refusal
@@ -105,6 +108,21 @@ def optimize(
     raise typer.Exit(EXIT_OK)
 
 
+def _refuse_shapes_too_slow_on_cpu(targets, device: str, dtype: Optional[str], timeout: float) -> None:
+    """On CPU, a --shape the interpreter cannot judge within --timeout is refused up front (as
+    `bench` does): every evaluation would time out, the starting kernel's included."""
+    from ..hardware import resolve_device
+    from ..problems import get_problem, parse_dtype
+    from .bench_cmd import _refuse_interpreter_too_slow
+
+    if not any(t.shapes for t in targets) or resolve_device(device).startswith("cuda"):
+        return
+    for t in targets:
+        if t.shapes:
+            prob = get_problem(t.spec)
+            _refuse_interpreter_too_slow(prob, t.shapes, [parse_dtype(dtype)] if dtype else list(prob.dtypes), timeout)
+
+
 def _exit_for(summary) -> int:
     """A refused key or unknown model is the user's to fix (exit 2); every other stop is 0."""
     return EXIT_USAGE if summary.stopped_reason == "agent-refused" else EXIT_OK
@@ -118,24 +136,23 @@ def _dir_name(name: str) -> str:
 
 def print_summary(summary) -> None:
     from rich.console import Console
-    from rich.table import Table
+
+    from ..loop.figures import EAGER_DASH_REASON
+    from ..report import compact_table, fmt_us
 
     console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
-    table = Table(title=f"autokernel optimize — {summary.workdir} ({summary.branch})", title_justify="left")
-    for column in ("problem", "kind", "exps", "kept", "start us", "best us", "vs start", "vs eager", "% roofline",
-                   "best kernel"):
-        table.add_column(column, justify="right" if column not in ("problem", "kind", "best kernel") else "left")
+    table = compact_table(f"autokernel optimize: {summary.workdir} ({summary.branch})",
+                          [("problem", "left"), ("exps", "right"), ("kept", "right"), ("start us", "right"),
+                           ("best us", "right"), ("vs start", "right"), ("vs eager", "right"), ("% roof", "right")])
     for p in summary.problems:
-        try:
-            path = str(p.best_kernel.relative_to(summary.workdir))
-        except ValueError:
-            path = str(p.best_kernel)
-        table.add_row(p.name, p.kind, str(p.experiments), str(p.kept), fmt_or_dash(p.start_score_us, ".4g"),
-                      fmt_or_dash(p.best_score_us, ".4g"), fmt_or_dash(p.speedup_vs_start, ".3g", "x"),
-                      fmt_or_dash(p.speedup_vs_eager, ".3g", "x"), fmt_or_dash(p.pct_roofline, ".1f"), path)
+        table.add_row(p.name, str(p.experiments), str(p.kept), fmt_us(p.start_score_us), fmt_us(p.best_score_us),
+                      fmt_or_dash(p.speedup_vs_start, ".3g", "x"), fmt_or_dash(p.speedup_vs_eager, ".3g", "x"),
+                      fmt_or_dash(p.pct_roofline, ".0f"))
     console.print(table)
+    console.print(f"best kernels: {summary.workdir}/problems/<problem>/kernel.py", markup=False)
     if any(p.timing_kind == "interpreter" for p in summary.problems):
-        console.print("times are Triton-interpreter wall-clock on CPU: they say nothing about GPU performance")
+        console.print("times are Triton-interpreter wall-clock on CPU: they say nothing about GPU performance; "
+                      + EAGER_DASH_REASON, markup=False)
     line = f"stopped: {summary.stopped_reason}"
     if summary.message:
         line += f" ({summary.message})"

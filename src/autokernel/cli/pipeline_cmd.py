@@ -71,6 +71,8 @@ def run(
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds allowed per evaluation."),
     run_name: Optional[str] = typer.Option(None, "--run-name", help="Run name (branch autokernel/<run-name>)."),
     no_compile: bool = typer.Option(False, "--no-compile", help="Do not time torch.compile in the verification."),
+    extend: Optional[str] = typer.Option(None, "--extend", help="A finished run: optimize this much longer (e.g. 10m), then verify and report again."),
+    use_existing_repo: bool = typer.Option(False, "--use-existing-repo", help="Allow --workdir to be a git repository that is not an autokernel workspace."),
     parallel: Optional[int] = typer.Option(None, "--parallel", help="Experiments in flight (default: one per GPU; 1 on CPU, where N means N evaluation processes)."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="GPUs to evaluate on, e.g. 0,2,5 (default: every visible GPU)."),
     ray: Optional[str] = typer.Option(None, "--ray", help="Evaluate on a Ray cluster at ADDRESS, or 'local' (needs the dist extra)."),
@@ -97,6 +99,7 @@ def run(
     gpu_list = check_scale_flags(parallel, gpus, ray)
     try:
         budget_s = parse_budget(budget) if budget is not None else None
+        extend_s = parse_budget(extend) if extend is not None else None
         shape = parse_input_shape(input_shape)
     except ValueError as exc:
         fail_usage(str(exc))
@@ -104,6 +107,7 @@ def run(
     opts = RunOptions(workdir=workdir, model=model, budget_s=budget_s, input_shape=shape, dtype=dtype,
                       device=device, config=_config(config), seed=seed, max_experiments=max_experiments,
                       timeout_s=timeout, run_name=run_name, compile=not no_compile,
+                      use_existing_repo=use_existing_repo, extend_s=extend_s,
                       parallel=parallel, gpus=gpu_list, ray=ray,
                       agent=AgentConfig(name=agent, seed=seed, llm=llm, llm_base_url=llm_base_url,
                                         llm_max_calls=llm_max_calls, agent_cmd=agent_cmd))
@@ -116,6 +120,9 @@ def run(
         raise typer.Exit(EXIT_INTERRUPTED)
     if result.nothing_supported:
         raise typer.Exit(EXIT_OK)
+    if result.finished_before:
+        _print_report(result.report)
+        raise typer.Exit(EXIT_OK if result.verify is None or result.verify.passed else EXIT_VERDICT)
     if result.interrupted:
         print(f"autokernel: interrupted; run the same command again to resume ({workdir})", file=sys.stderr)
         raise typer.Exit(EXIT_INTERRUPTED)
@@ -147,6 +154,11 @@ def verify_cmd(
         fail_usage("--seeds and --iters must be >= 1")
     if device is not None and device != "cpu" and not device.startswith("cuda"):
         fail_usage(f"unknown device {device!r}; use cuda or cpu")
+    if not (workdir / "plan.json").is_file() and (workdir / "problems").is_dir():
+        fail_usage(f"{workdir} has no model to verify: verify runs a model with and without the run's kernels, "
+                   f"so it needs a run made from one (`autokernel run --model ...`, or `autokernel optimize "
+                   f"--plan plan.json` after `autokernel profile`); each kernel of {workdir} was already judged "
+                   f"by the harness: see `autokernel report {workdir}`")
     if device is not None:
         _interpret_for(device)
     else:
@@ -172,13 +184,12 @@ def _run_device(workdir: Path) -> str:
 
 
 def _print_verify(v) -> None:
-    from rich.table import Table
+    from ..report import compact_table
 
     console = _console()
-    table = Table(title="end-to-end vs Amdahl prediction" + (f" ({v.timing_note})" if v.timing_note else ""),
-                  title_justify="left")
-    for col in ("problem", "fraction", "best vs eager", "Amdahl", "best vs start", "Amdahl (start)", "applied"):
-        table.add_column(col, justify="left" if col == "problem" else "right")
+    table = compact_table("end-to-end vs Amdahl prediction" + (f" ({v.timing_note})" if v.timing_note else ""),
+                          [(col, "left" if col == "problem" else "right") for col in
+                           ("problem", "share", "vs eager", "Amdahl", "vs start", "Amdahl(start)", "applied")])
     def f(x):
         return fmt_or_dash(x, ".3g", "x")
 
@@ -232,8 +243,11 @@ def report_cmd(workdir: Path = typer.Argument(..., help="The run directory.")) -
         data = write_report(workdir)
     except ValueError as exc:
         fail_usage(str(exc))
+    from ..report import written_files
+
     _print_report(data)
-    _say(f"wrote {workdir / 'report.md'}, {workdir / 'progress.png'}, {workdir / 'roofline.png'}")
+    _say("wrote " + ", ".join(str(workdir / name) for name in written_files(data))
+         + ("" if "roofline.png" in written_files(data) else " (no roofline chart: no GPU timings)"))
     raise typer.Exit(EXIT_OK)
 
 
@@ -252,6 +266,17 @@ def export_cmd(
     except ValueError as exc:
         fail_usage(str(exc))
     _say(f"exported {len(written)} file(s) to {dest}")
+    _warn_interpreter_tuned(workdir)
     raise typer.Exit(EXIT_OK)
+
+
+def _warn_interpreter_tuned(workdir: Path) -> None:
+    from ..provenance import gpu_use_warning
+
+    names = sorted(p.parent.name for p in workdir.glob("problems/*/kernel.py"))
+    message = gpu_use_warning(workdir, names)
+    if message:
+        print(f"autokernel: warning: {message}; on a GPU they are correct but not tuned for it",
+              file=sys.stderr)
 
 

@@ -10,26 +10,34 @@ from .common import fail_usage
 
 def problems() -> None:
     """List the built-in problem kinds: signature, GPU target shapes, dtypes."""
-    from rich.console import Console
-    from rich.table import Table
+    import shutil
+    import textwrap
 
     from ..problems import get_problem, list_kinds
     from ..problems.base import dtype_name, format_shape
 
-    table = Table(title="autokernel problem kinds (or --problem PATH: a problem file or a KernelBench file)")
-    for column in ("kind", "signature", "GPU shapes", "dtypes"):
-        table.add_column(column, overflow="fold")
+    width = max(40, min(shutil.get_terminal_size((80, 24)).columns, 100))
+
+    def say(text: str, indent: str, more: str) -> None:
+        for line in textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=more,
+                                  break_long_words=False, break_on_hyphens=False):
+            print(line)
+
+    say("autokernel problem kinds (or --problem PATH: a problem file or a KernelBench file)", "", "")
     for kind in list_kinds():
+        print()
         try:
             problem = get_problem(kind)
         except Exception as exc:  # a kind whose module is missing must not hide the others
-            table.add_row(kind, f"(unavailable: {type(exc).__name__})", "", "")
+            print(f"{kind}  (unavailable: {type(exc).__name__})")
             continue
-        dims = "x".join(problem.dims)
+        print(f"{kind}  ({', '.join(dtype_name(d) for d in problem.dtypes)})")
+        call, _, comment = problem.signature.partition("  # ")
+        say(call, "  ", "      ")
+        if comment:
+            say(f"# {comment}", "  ", "    ")
         shapes = ", ".join(format_shape(s) for s in problem.gpu_shapes)
-        table.add_row(kind, problem.signature, f"{dims}: {shapes}",
-                      ", ".join(dtype_name(d) for d in problem.dtypes))
-    Console(width=200).print(table)
+        say(f"GPU shapes {'x'.join(problem.dims)}: {shapes}", "  ", "    ")
 
 
 def starter(kind: str = typer.Argument(..., help="problem kind, e.g. matmul")) -> None:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -18,7 +17,7 @@ def register(app: typer.Typer) -> None:
 def profile(
     model: str = typer.Option(..., "--model", help="path/to/file.py:ClassName, llama, gpt2, bert, or hf:ARCH"),
     input_shape: Optional[str] = typer.Option(None, "--input-shape", help="token batch BxS (e.g. 1x1024), or a float input's shape"),
-    dtype: str = typer.Option("bf16", "--dtype", help="bf16, fp16 or fp32"),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16, fp16 or fp32 (default bf16 on GPU, fp32 on CPU, as `run`)"),
     device: str = typer.Option("auto", "--device", help="auto, cuda or cpu"),
     config: Optional[str] = typer.Option(None, "--config", help="model config overrides: key=value,key=value"),
     out: Path = typer.Option(Path("plan.json"), "--out", help="where to write the plan"),
@@ -32,11 +31,11 @@ def profile(
     from ..problems.base import parse_dtype
     from ..profiler import profile_model
 
+    device = resolve_device(device)
     try:
-        torch_dtype = parse_dtype(dtype)
+        torch_dtype = parse_dtype(dtype or default_dtype(device))
     except ValueError as exc:
         fail_usage(str(exc))
-    device = resolve_device(device)
     if out.exists() and out.is_dir():
         fail_usage(f"--out {out} is a directory; give a file path such as {out / 'plan.json'}")
     try:
@@ -50,6 +49,11 @@ def profile(
     save_plan(plan, out)
     print_plan(plan, loaded.description)
     typer.echo(f"wrote {out}")
+
+
+def default_dtype(device: str) -> str:
+    """The model dtype when none is given: bf16 on a GPU, fp32 on CPU (the same as `run`)."""
+    return "bf16" if str(device).startswith("cuda") else "fp32"
 
 
 def resolve_device(device: str) -> str:
@@ -84,21 +88,21 @@ def print_plan(plan, description: str = "") -> None:
     from ..problems.base import format_shape
 
     from rich.console import Console
-    from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() else 150)
+    from ..report import compact_table
+
+    console = Console(highlight=False)
     time_kind = "GPU kernel time" if plan.time_kind == "gpu" else "CPU op time (not GPU performance)"
     title = f"{plan.model} · {plan.dtype} · input {'x'.join(map(str, plan.input_shape))} · {plan.device_name or plan.device}"
-    table = Table(title=title, caption=f"{time_kind}, per forward pass: {format_us(plan.total_time_us)}")
-    for col, justify in (("problem", "left"), ("kind", "left"), ("dtype", "left"), ("shapes", "left"),
-                         ("calls", "right"), ("time", "right"), ("% of model", "right"), ("modules", "left")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    table = compact_table(title, [("problem", "left"), ("kind", "left"), ("shapes", "left"), ("calls", "right"),
+                                  ("time", "right"), ("share", "right")])
+    table.caption = f"{time_kind}, per forward pass: {format_us(plan.total_time_us)}"
     for p in plan.problems:
         shapes = ", ".join(format_shape(s) for s in p.shapes[:3])
         if len(p.shapes) > 3:
             shapes += f" (+{len(p.shapes) - 3})"
-        table.add_row(p.name, p.kind + ("" if p.supported else " (unsupported)"), p.dtype, shapes, str(sum(p.calls)),
-                      format_us(p.time_us), f"{100 * p.fraction:.1f}%", summarize_modules(p.modules))
+        table.add_row(p.name, p.kind + ("" if p.supported else " (unsupported)"), shapes, str(sum(p.calls)),
+                      format_us(p.time_us), f"{100 * p.fraction:.1f}%")
     if description:
         console.print(description)
     console.print(table)

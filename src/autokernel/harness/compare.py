@@ -9,7 +9,14 @@ Rules (DESIGN §5), for every output tensor:
 * element-wise ``|out - ref| <= atol + rtol * |ref|``;
 * whole tensor ``||out - ref|| / ||ref|| <= max_rel_norm`` over the finite elements, with
   ``||ref||`` floored at ``atol * sqrt(n)`` (a reference whose RMS is below the absolute
-  tolerance, e.g. all zeros or underflowing values, is judged at that floor).
+  tolerance, e.g. all zeros or underflowing values, is judged at that floor);
+* per row (the last dimension; a 1-D output is one row), the magnitude:
+  ``| sum|out_row| - sum|ref_row| | <= rtol * sum|ref_row| + atol``.  The two bounds above
+  admit an error of ``atol`` per element, so a row whose every element is below ``atol`` could
+  be anything, all zeros included (a softmax row of width 50257 holds probabilities near
+  2e-5); its total mass cannot hide (that row's mass is 1).  An honest kernel's errors have
+  random signs and cancel in the row sum, so the bound is loose for it.
+* integer and boolean outputs (indices, counts, masks) must be equal, element for element.
 
 ``worst_error`` is the largest observed error as a fraction of its bound: <= 1 passes.  The
 difference is computed in the reference's precision (float64 on CPU, float32 on GPU).
@@ -68,9 +75,47 @@ def check_meta(outs: Sequence[Any], meta: OutputMeta) -> str | None:
     return None
 
 
+def is_exact_dtype(dtype: torch.dtype) -> bool:
+    """Integer and boolean values are compared exactly: there is no rounding to allow for."""
+    return not (dtype.is_floating_point or dtype.is_complex)
+
+
+def compare_exact(out: torch.Tensor, ref: torch.Tensor) -> Verdict:
+    out = out.detach().to(device=ref.device)
+    if out.numel() == 0:
+        return Verdict(True, 0.0)
+    differ = out.to(torch.int64) != ref.detach().to(torch.int64)
+    n = int(differ.sum())
+    if not n:
+        return Verdict(True, 0.0)
+    k = int(torch.nonzero(differ.reshape(-1))[0])
+    return Verdict(False, math.inf, f"{n} of {out.numel()} integer elements differ from the reference (exact comparison); "
+                   f"first at {_position(differ.new_ones(differ.shape), k, tuple(differ.shape))}: "
+                   f"out {int(out.reshape(-1)[k])}, ref {int(ref.reshape(-1)[k])}")
+
+
+def row_mass_error(out: torch.Tensor, ref: torch.Tensor, finite: torch.Tensor, tol: Tolerance) -> tuple[float, str]:
+    """Largest ``| sum|out_row| - sum|ref_row| |`` as a fraction of ``rtol * sum|ref_row| + atol``
+    over the rows (last dimension) of the finite elements, with a message for the worst row."""
+    if ref.dim() == 0:
+        return 0.0, ""
+    width = ref.shape[-1]
+    zero = torch.zeros((), dtype=ref.dtype, device=ref.device)
+    mass_ref = torch.where(finite, ref.abs(), zero).reshape(-1, width).sum(-1)
+    mass_out = torch.where(finite, out.abs(), zero).reshape(-1, width).sum(-1)
+    frac = (mass_out - mass_ref).abs() / (tol.rtol * mass_ref + tol.atol)
+    row = int(torch.argmax(frac))
+    worst = float(frac[row])
+    return worst, (f"row {row}: the sum of |out| is {float(mass_out[row]):.4g} where the reference's is "
+                   f"{float(mass_ref[row]):.4g} (an output of the wrong magnitude), {worst:.3g}x the bound "
+                   f"rtol * sum|ref| + atol = {float(tol.rtol * mass_ref[row] + tol.atol):.3g}")
+
+
 def compare_tensor(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> Verdict:
     """Compare one output with its reference (already checked for shape)."""
     ref = ref.detach()
+    if is_exact_dtype(ref.dtype):
+        return compare_exact(out, ref)
     work = ref.dtype if ref.dtype in (torch.float64, torch.float32) else torch.float32
     ref = ref.to(work)
     out = out.detach().to(device=ref.device, dtype=work)
@@ -107,10 +152,13 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> Verd
     else:
         rel = norm_diff
         norm_frac = math.inf if norm_diff > 0 else 0.0
-    worst = max(elem, norm_frac)
+    mass_frac, mass_message = row_mass_error(out, ref, ref_finite, tol)
+    worst = max(elem, norm_frac, mass_frac)
     if worst <= 1.0:
         return Verdict(True, worst)
-    if elem >= norm_frac:
+    if mass_frac > max(elem, norm_frac):
+        message = mass_message
+    elif elem >= norm_frac:
         flat_pos = _position(ref_finite, idx, tuple(ref.shape))
         message = (f"max error {float(diff.reshape(-1)[idx]):.3g} at {flat_pos} (out {float(out_f.reshape(-1)[idx]):.6g}, "
                    f"ref {float(ref_f.reshape(-1)[idx]):.6g}) is {elem:.3g}x the bound atol={tol.atol:g} rtol={tol.rtol:g}")

@@ -11,7 +11,7 @@ Order of an evaluation:
 3. *timing* (when asked and everything passed): the target shapes (or ``shapes=``) at the first
    dtype, three fresh input sets each, timed in the worker (timing.py); the outputs on every
    timing set are re-checked afterwards (``cached-output`` if wrong); roofline per shape;
-   eager / torch.compile baselines (baselines.py); a GPU time under 0.8x the floor is
+   eager / torch.compile baselines (baselines.py); a GPU time under 0.95x the floor is
    ``below-floor``.  With ``incumbent_file`` both kernels are timed interleaved in the same
    worker and ``vs_incumbent`` says whether the candidate is faster by more than the noise.
 
@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -88,7 +90,8 @@ class Evaluator:
 
     def __init__(self, problem_spec: Any, *, device: str = "auto", shapes: Sequence[Any] | None = None,
                  dtypes: Sequence[Any] | None = None, timeout_s: float = 60.0, timing: bool = True,
-                 baselines: bool = True, weights: Sequence[float] | None = None):
+                 baselines: bool = True, weights: Sequence[float] | None = None, compile_timeout_s: float = 600.0):
+        self.compile_timeout_s = float(compile_timeout_s)  # importing the file (load_inline builds) may take this long
         self.problem = load_problem(problem_spec)
         self.spec = worker_spec(problem_spec, self.problem)
         if self.spec is None and self.problem.make_kernel is not None:
@@ -145,6 +148,7 @@ class Evaluator:
         ev = Evaluation(problem=self.problem.kind, kernel_file=str(kernel_file), correct=False, verdict="incorrect",
                         device=self.device, device_name=self.device_name, versions=versions())
         self._stage = "load"
+        self._build_dir = tempfile.mkdtemp(prefix="autokernel-build-")
         try:
             self._evaluate(ev, path, Path(incumbent_file).resolve() if incumbent_file else None)
         except WorkerTimeout:
@@ -157,6 +161,8 @@ class Evaluator:
             ev.correct, ev.verdict, ev.failed_stage = False, "crash", self._stage
             ev.message = f"{exc} during stage {self._stage}"
             ev.timings, ev.score_us = [], None
+        finally:
+            shutil.rmtree(self._build_dir, ignore_errors=True)
         ev.wall_s = round(time.perf_counter() - started, 3)
         return ev
 
@@ -179,7 +185,8 @@ class Evaluator:
             return
         worker = self._ensure_worker()
         reply = worker.request({"op": "load", "slot": "candidate", "path": str(path), "source": source,
-                                "problem": self.spec}, self.timeout_s)
+                                "problem": self.spec, "build_dir": self._build_dir},
+                               max(self.timeout_s, self.compile_timeout_s))
         if reply.get("tampered"):
             return self._reject(ev, "load", Finding("monkey-patch", "importing the kernel file replaced "
                                                     + ", ".join(reply["tampered"])))
@@ -293,7 +300,7 @@ class Evaluator:
             ev.timings.append(st)
             if judge.gpu and integrity.below_floor(latency, roof.floor_us):
                 raise stages.Rejection("below-floor", f"measured {latency:.2f} us at {st.dtype} "
-                                       f"{'x'.join(map(str, shape.values()))}, below 0.8x the physical floor "
+                                       f"{'x'.join(map(str, shape.values()))}, below {integrity.BELOW_FLOOR_FACTOR:g}x the physical floor "
                                        f"{roof.floor_us:.2f} us ({ceil.source} ceilings): a measurement error or a trick")
         ev.score_us = timing.weighted_score([t.latency_us for t in ev.timings], self.weights)
         if all(t.eager_us for t in ev.timings):

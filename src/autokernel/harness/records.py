@@ -67,10 +67,18 @@ class Comparison:
     incumbent_us: float
     noise_frac: float  # relative spread measured on the two
     significant: bool  # candidate faster by more than the noise
+    median_ratio: float | None = None  # median per-round candidate/incumbent: what keep/revert decides on
 
     @property
     def speedup(self) -> float:
         return self.incumbent_us / self.candidate_us if self.candidate_us > 0 else float("inf")
+
+    @property
+    def decision_speedup(self) -> float:
+        """The speedup the keep/revert decision used (1 / median per-round ratio)."""
+        if self.median_ratio:
+            return 1.0 / self.median_ratio
+        return self.speedup
 
 
 @dataclass

@@ -7,17 +7,18 @@ Stages, in order, stopping at the first failure:
                  called again — its output must follow the new reference and must not reuse
                  the storage of the first output;
 ``sweep``        every target shape x every dtype (the smoke case excepted);
-``numerics``     ``problem.adversarial_inputs`` on the smallest shape, every dtype (passes with
-                 a note when the problem has none);
-``determinism``  the largest target shape at the first dtype, called twice on the same inputs:
-                 identical bits;
-``edges``        ``problem.edge_shapes_for(device)`` x every dtype on the CPU, x the first dtype
-                 on a GPU (where every new shape costs a compile);
+``numerics``     ``problem.adversarial_inputs`` at every target shape x every dtype (passes with
+                 a note when the problem has none): a kernel picks its code path by size, so
+                 overflow-prone values must reach every path that is timed;
+``determinism``  every target shape x every dtype, called twice on the same inputs: identical
+                 bits (the edge and held-out shapes are called twice in their stages too);
+``edges``        ``problem.edge_shapes_for(device)`` x every dtype, on every device;
 ``heldout``      one fresh shape near each target shape (``problem.heldout_shape``) at the first
                  dtype, from a random generator seeded per evaluation (the seed is in the
                  message).
 
-Inputs come from ``problem.make_inputs`` with seeds drawn fresh for every evaluation.  For every
+Inputs come from ``problem.make_inputs`` with seeds drawn fresh for every evaluation (and with
+them the non-tensor arguments a problem varies: eps, scale...).  For every
 call (``Judge.run_case``) the parent, never the worker: keeps pristine clones of the inputs and
 checks their bits afterwards (``modified-input``); computes the reference on upcast copies
 (float64 on CPU, float32 with TF32 off on GPU) and the eager reference's output shapes and
@@ -304,49 +305,56 @@ def stage_sweep(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
     return f"{n} case(s): {len(plan.shapes)} shape(s) x {len(plan.dtypes)} dtype(s)"
 
 
-def stage_numerics(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
-    make = judge.problem.adversarial_inputs
-    if make is None:
-        return "skipped: the problem defines no adversarial inputs"
-    shape = smallest(plan.shapes)
-    n = 0
-    for dtype in plan.dtypes:
-        for name, args in make(dict(shape), dtype, judge.device, judge.next_seed()):
-            _checked(judge, tally, Case(dict(shape), dtype, tuple(args), name))
-            n += 1
-    return f"{n} adversarial case(s) at shape {format_shape(shape)}"
-
-
-def stage_determinism(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
-    case = judge.make_case(largest(plan.shapes), plan.dtypes[0])
+def _checked_twice(judge: Judge, tally: StageTally, case: Case) -> CaseResult:
+    """Two calls on the same inputs: both judged, and their bits identical."""
     result = _checked(judge, tally, case, calls=2)
     first, second = result.outs
     for i, (a, b) in enumerate(zip(first, second)):
         if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and not compare.bitwise_equal(a, b):
             n = compare.count_differing(a, b)
-            raise CaseFailure(f"two calls on the same inputs differ in {n} element(s) of output {i}", case.label)
+            raise CaseFailure(f"nondeterministic: two calls on the same inputs differ in {n} element(s) of output {i}",
+                              case.label)
     if result.same_storage:
         raise Rejection("cached-output", f"two calls returned the same output storage ({case.label})")
-    return f"{case.label}: identical bits over 2 calls"
+    return result
+
+
+def stage_numerics(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
+    make = judge.problem.adversarial_inputs
+    if make is None:
+        return "skipped: the problem defines no adversarial inputs"
+    n = 0
+    for dtype in plan.dtypes:
+        for shape in plan.shapes:
+            for name, args in make(dict(shape), dtype, judge.device, judge.next_seed()):
+                _checked(judge, tally, Case(dict(shape), dtype, tuple(args), name))
+                n += 1
+    return f"{n} adversarial case(s) at {len(plan.shapes)} shape(s) x {len(plan.dtypes)} dtype(s)"
+
+
+def stage_determinism(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
+    for dtype in plan.dtypes:
+        for shape in plan.shapes:
+            _checked_twice(judge, tally, judge.make_case(shape, dtype))
+    return f"{len(plan.shapes)} shape(s) x {len(plan.dtypes)} dtype(s): identical bits over 2 calls"
 
 
 def stage_edges(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
     shapes = list(judge.problem.edge_shapes_for(judge.device))
     if not shapes:
         return "skipped: the problem defines no edge shapes"
-    # On a GPU every new shape costs a compile: edges run at the first dtype there.
-    dtypes = plan.dtypes[:1] if judge.gpu else plan.dtypes
-    for dtype in dtypes:
+    for dtype in plan.dtypes:
         for shape in shapes:
-            _checked(judge, tally, judge.make_case(shape, dtype))
-    return f"{len(shapes)} edge shape(s) x {len(dtypes)} dtype(s): " + ", ".join(format_shape(s) for s in shapes)
+            _checked_twice(judge, tally, judge.make_case(shape, dtype))
+    return (f"{len(shapes)} edge shape(s) x {len(plan.dtypes)} dtype(s), 2 identical calls each: "
+            + ", ".join(format_shape(s) for s in shapes))
 
 
 def stage_heldout(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
     rng = random.Random(plan.heldout_seed)
     shapes = [judge.problem.heldout_shape(dict(s), rng) for s in plan.shapes]
     for shape in shapes:
-        _checked(judge, tally, judge.make_case(shape, plan.dtypes[0]))
+        _checked_twice(judge, tally, judge.make_case(shape, plan.dtypes[0]))
     return f"seed={plan.heldout_seed}: " + ", ".join(format_shape(s) for s in shapes)
 
 

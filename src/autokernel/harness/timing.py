@@ -62,7 +62,8 @@ def compare_rounds(candidate: Sequence[float], incumbent: Sequence[float],
     ratio = median(ratios)
     noise = spread(ratios) / ratio if ratio > 0 else math.inf
     significant = ratio < 1.0 - (min_gain + noise) and candidate_us < incumbent_us
-    return Comparison(candidate_us=candidate_us, incumbent_us=incumbent_us, noise_frac=noise, significant=significant)
+    return Comparison(candidate_us=candidate_us, incumbent_us=incumbent_us, noise_frac=noise, significant=significant,
+                      median_ratio=ratio)
 
 
 # ------------------------------------------------------------------ measuring

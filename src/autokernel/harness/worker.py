@@ -325,6 +325,8 @@ class _State:
         if op == "ping":
             return {"ok": True}
         if op == "load":
+            if message.get("build_dir"):  # load_inline builds here: a killed build leaves no lock for the next
+                os.environ["TORCH_EXTENSIONS_DIR"] = message["build_dir"]
             spec = message.get("problem")
             if spec and spec not in self.problems:
                 self.problems[spec] = load_problem(spec)

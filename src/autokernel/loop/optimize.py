@@ -27,14 +27,18 @@ from typing import Any, Callable
 from ..agents.base import AgentConfig, AgentExhausted, AgentRefused, Context, Proposal
 from ..files import write_text_atomic
 from ..orchestrator import after_experiment, assign_budgets, choose
-from . import interrupts
+from ..provenance import tuned_on_label
+from . import first_evals, interrupts
 from .budget import format_duration
 from .problem_run import ProblemRun, initial_state, park_note, restore_memory, setup_workspace
 from .progress import Printer, progress_line
 from .summary import OptimizeSummary, ProblemSummary, log_throughput, summarize_problem, throughput_text
-from .targets import OptimizeError, Target, default_run_name, resolve_device, targets_from_plan
+from .inputs import no_start_kernel, start_kernel_problem
+from .targets import (OptimizeError, Target, default_run_name, model_run_name, plan_model, resolve_device,
+                      targets_from_plan)
 from .verdict import decide, speedup_vs_start
-from .workspace import Workspace, WorkspaceError, open_workspace, sanitize_run_name
+from .workspace import (Workspace, WorkspaceError, current_run_name, has_committed_kernel, open_workspace,
+                        sanitize_run_name)
 
 STOP_REASONS = ("budget", "max-experiments", "interrupted", "all-done", "agent-exhausted", "agent-refused")
 EXHAUSTED_PREFIX = "search space exhausted"
@@ -114,8 +118,8 @@ class Session:
 def run_optimize(targets: list[Target], workdir: Path, *, agent: AgentConfig | Any, budget_s: float | None,
                  max_experiments: int | None = None, device: str = "auto", seed: int = 0,
                  run_name: str | None = None, timeout_s: float = 60.0, show_progress: bool = True,
-                 plan_path: Path | None = None, parallel: int | None = None, gpus: list[int] | None = None,
-                 ray: str | None = None, _evaluator_factory: Callable[..., Any] | None = None,
+                 plan_path: Path | None = None, use_existing_repo: bool = False, parallel: int | None = None,
+                 gpus: list[int] | None = None, ray: str | None = None, _evaluator_factory: Callable[..., Any] | None = None,
                  _console=None) -> OptimizeSummary:
     """Optimize ``targets`` in the workspace ``workdir`` until the budget, the experiment cap
     or the orchestrator says stop; resumable.
@@ -150,11 +154,18 @@ def run_optimize(targets: list[Target], workdir: Path, *, agent: AgentConfig | A
         agent_obj = make_agent(agent)
     else:
         agent_obj = agent
-    run_name = sanitize_run_name(run_name) if run_name else default_run_name(targets, plan_path)
     plan_text = Path(plan_path).read_text() if plan_path is not None else None
+    run_name = sanitize_run_name(run_name) if run_name else default_run_name(
+        targets, plan_path, plan_model(plan_text), current_run_name(Path(workdir)))
+    for run in runs:  # nothing to start from: refuse before the workspace is created
+        missing = no_start_kernel(run.name, run.start_source is not None,
+                                  has_committed_kernel(Path(workdir), run_name, run.name),
+                                  getattr(agent_obj, "name", ""))
+        if missing:
+            raise OptimizeError(missing)
 
     printer = Printer(show_progress, _console)
-    ws = open_workspace(Path(workdir), run_name)
+    ws = open_workspace(Path(workdir), run_name, use_existing_repo)
     session = Session(ws=ws, runs=runs, agent=agent_obj, factory=_evaluator_factory or default_evaluator_factory,
                       device=device, timeout_s=timeout_s, seed=seed, printer=printer,
                       deadline=t_start + budget_s if budget_s is not None else None,
@@ -164,7 +175,7 @@ def run_optimize(targets: list[Target], workdir: Path, *, agent: AgentConfig | A
         try:
             try:
                 with interrupts.holding():
-                    setup_workspace(ws, runs, plan_text)
+                    setup_workspace(ws, runs, plan_text, tuned_on_label(device))
                 printer.line(f"autokernel optimize: {len(runs)} problem(s) in {ws.root} on branch {ws.branch}, "
                              f"agent {session.agent_name}, device {device}"
                              + (f", up to {lanes.parallel or 'one per Ray worker'} in flight"
@@ -268,6 +279,9 @@ def _validate(targets: list[Target], budget_s: float | None, max_experiments: in
             if not Path(t.start_file).is_file():
                 raise OptimizeError(f"kernel file not found: {t.start_file}")
             start_source = Path(t.start_file).read_text()
+            problem_text = start_kernel_problem(problem, start_source, t.start_file)
+            if problem_text:
+                raise OptimizeError(problem_text)
         elif problem.starter is not None and Path(problem.starter).is_file():
             start_source = Path(problem.starter).read_text()
         else:
@@ -277,13 +291,23 @@ def _validate(targets: list[Target], budget_s: float | None, max_experiments: in
 
 
 # --------------------------------------------------------------------------- one experiment at a time
+def first_evaluation_order(s: Session) -> list[ProblemRun]:
+    """The problems without a baseline yet, in the order their first evaluations run
+    (``loop/first_evals.py``: cheapest first on CPU)."""
+    pending = [r for r in s.runs if r.baseline is None]
+    costs = [first_evals.estimated_cost(r.problem, r.target.shapes, [r.target.dtype] if r.target.dtype else None)
+             for r in pending]
+    return first_evals.order(pending, costs, s.device)
+
+
 def _run_serial(s: Session, stats: _Stats) -> tuple[str, str]:
-    for run in s.runs:
-        if run.baseline is None:
-            if s.out_of_time():
-                return "budget", ""
-            _baseline(s, run, stats)
-            run.state = initial_state(run, run.state)
+    pending = first_evaluation_order(s)
+    for i, run in enumerate(pending):
+        if s.out_of_time():
+            return "budget", ""
+        _baseline(s, run, stats, first_evals.timeout(s.timeout_s, s.remaining(), len(pending) - i))
+        run.evaluator.timeout_s = s.timeout_s  # the experiments get the usual timeout
+        run.state = initial_state(run, run.state)
     s.share_time()
     while True:
         if s.out_of_time():
@@ -299,22 +323,30 @@ def _run_serial(s: Session, stats: _Stats) -> tuple[str, str]:
             stats.experiments += 1
 
 
-def _evaluator(s: Session, run: ProblemRun):
+def _evaluator(s: Session, run: ProblemRun, timeout_s: float | None = None):
     if run.evaluator is None:
-        run.evaluator = s.factory(run.target.spec, **run.evaluator_kwargs(s.device, s.timeout_s))
+        run.evaluator = s.factory(run.target.spec, **run.evaluator_kwargs(s.device, timeout_s or s.timeout_s))
     return run.evaluator
 
 
-def _baseline(s: Session, run: ProblemRun, stats: _Stats) -> None:
+def baseline_description(evaluation, timeout_s: float, device: str) -> str:
+    if evaluation.verdict == "timeout":
+        return (f"starting kernel (timeout after {timeout_s:g} s per request"
+                + ("; the interpreter is too slow for these shapes" if not device.startswith("cuda") else "")
+                + ": not a verdict on the kernel)")
+    return "starting kernel" + ("" if evaluation.correct else f" (not correct: {evaluation.verdict})")
+
+
+def _baseline(s: Session, run: ProblemRun, stats: _Stats, timeout_s: float) -> None:
     t0 = time.monotonic()
     presses = interrupts.pressed()
     commit = s.ws.head()
     snapshot = s.ws.candidate_path(run.name, 0)
     shutil.copyfile(s.ws.kernel_path(run.name), snapshot)
-    evaluation = _evaluator(s, run).evaluate(snapshot)
+    evaluation = _evaluator(s, run, timeout_s).evaluate(snapshot)
     stats.evaluated(0, time.monotonic() - t0)
     s.ws.save_evaluation(run.name, 0, evaluation)
-    description = "starting kernel" + ("" if evaluation.correct else f" (not correct: {evaluation.verdict})")
+    description = baseline_description(evaluation, timeout_s, s.device)
     record = run.record(0, s.agent_name, "baseline", evaluation, time.monotonic() - t0, 0, commit, description)
     s.write(run, record, evaluation, None, presses, "starting kernel")
     s.printer.line(progress_line(run, record, s.deadline))
@@ -356,7 +388,8 @@ def _experiment(s: Session, run: ProblemRun, stats: _Stats) -> bool:
         evaluation = _evaluator(s, run).evaluate(candidate, incumbent_file=incumbent)
         stats.evaluated(0, time.monotonic() - t_eval)
         s.ws.save_evaluation(run.name, experiment, evaluation)
-        status = decide(evaluation, incumbent_correct=run.best_correct)
+        status = decide(evaluation, incumbent_correct=run.best_correct,
+                        incumbent_us=run.best_row.latency_us if run.best_correct else None)
         description = proposal.description
     record = run.record(experiment, s.agent_name, status, evaluation, time.monotonic() - t0, proposal.tokens,
                         commit, description)
@@ -378,5 +411,5 @@ def _tidy(ws: Workspace, runs: list[ProblemRun]) -> None:
 
 
 __all__ = ["Target", "ProblemSummary", "OptimizeSummary", "OptimizeError", "WorkspaceError", "run_optimize",
-           "targets_from_plan", "default_run_name", "resolve_device", "decide", "speedup_vs_start", "progress_line",
+           "targets_from_plan", "default_run_name", "model_run_name", "resolve_device", "decide", "speedup_vs_start", "progress_line",
            "STOP_REASONS", "EXHAUSTED_PREFIX"]

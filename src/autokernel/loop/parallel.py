@@ -17,8 +17,8 @@ the order they were started:
   between the row and its commit is repaired by ``Workspace.recover``; experiments in flight
   at a kill are lost and the rerun resumes from the last row.
 
-A command agent edits ``kernel.py`` in place, so each slot gives it its own git worktree of
-the workspace (``logs/<run>/slots/<n>``), reset to the branch head before each proposal.
+A command agent edits ``kernel.py`` in place, so each slot gives it its own git clone of the
+workspace (``logs/<run>/slots/<n>``), reset to the branch head before each proposal.
 """
 from __future__ import annotations
 
@@ -77,36 +77,37 @@ def agent_edits_in_place(agent) -> bool:
 
 
 class SlotTrees:
-    """A git worktree of the workspace per slot, for agents that edit files in place."""
+    """A git clone of the workspace per slot, for agents that edit files in place.
+
+    A clone, not a ``git worktree``: worktrees share the branches, and an agent's clean-up
+    (``agents/command.py`` puts every ref back as it found it) would move the run branch back
+    over commits the loop made meanwhile.  The clone shares the workspace's objects
+    (``--shared``), so any commit of the run can be checked out in it at once."""
 
     def __init__(self, ws: Workspace):
         self.ws = ws
         self.root = ws.root / "logs" / ws.run_name / "slots"
         self.paths: dict[int, Path] = {}
-        ws.git("worktree", "prune", check=False)
 
     def prepare(self, slot: int, name: str) -> Path:
         """The slot's copy of problems/<name>, at the branch head and clean."""
+        from .workspace import git
+
         path = self.root / str(slot)
         head = self.ws.head(short=False)
         if slot not in self.paths:
             if path.exists():
                 shutil.rmtree(path)
-                self.ws.git("worktree", "prune", check=False)
             path.parent.mkdir(parents=True, exist_ok=True)
-            self.ws.git("worktree", "add", "-q", "--detach", "-f", str(path), head)
+            git(self.ws.root, "clone", "-q", "--shared", "--no-checkout", str(self.ws.root), str(path))
             self.paths[slot] = path
-        else:
-            from .workspace import git
-
-            git(path, "checkout", "-q", "-f", "--detach", head)
-            git(path, "clean", "-fdq")
+        git(path, "checkout", "-q", "-f", "--detach", head)
+        git(path, "clean", "-fdq")
         return path / "problems" / name
 
     def close(self) -> None:
         for path in self.paths.values():
-            self.ws.git("worktree", "remove", "--force", str(path), check=False)
-        self.ws.git("worktree", "prune", check=False)
+            shutil.rmtree(path, ignore_errors=True)
         self.paths.clear()
 
 
@@ -138,7 +139,9 @@ class Scheduler:
     def run(self) -> tuple[str, str]:
         s = self.s
         try:
-            missing = [r for r in s.runs if r.baseline is None]
+            from .optimize import first_evaluation_order
+
+            missing = first_evaluation_order(s)
             for run in missing:
                 self._wait_for_slot()
                 if s.out_of_time():
@@ -317,8 +320,10 @@ class Scheduler:
             return
         proposal = t.proposal
         if t.baseline:
-            self._write(t, "baseline", "starting kernel" + (
-                "" if t.evaluation.correct else f" (not correct: {t.evaluation.verdict})"), "starting kernel")
+            from .optimize import baseline_description
+
+            self._write(t, "baseline", baseline_description(t.evaluation, self.s.timeout_s, self.device),
+                        "starting kernel")
             return
         if proposal.source is None and (proposal.rejected_reason or "").startswith("search space exhausted"):
             run.state = after_experiment(run.state, improved=False, seconds=0.0, exhausted=True)
@@ -329,7 +334,9 @@ class Scheduler:
             reason = proposal.rejected_reason or "the agent produced no kernel"
             self._write(t, "rejected", f"{proposal.description} (rejected: {reason})", proposal.description, reason)
             return
-        status = decide(t.evaluation, incumbent_correct=t.incumbent_source is not None)
+        current = t.incumbent_source is not None and t.version == run.keeps
+        status = decide(t.evaluation, incumbent_correct=t.incumbent_source is not None,
+                        incumbent_us=run.best_row.latency_us if current and run.best_correct else None)
         description = proposal.description
         if status == "revert" and t.version != run.keeps:
             description += " (lost to an earlier incumbent)"

@@ -84,7 +84,7 @@ class ProblemRun:
                                  "description": description}
 
 
-def setup_workspace(ws: Workspace, runs: list[ProblemRun], plan_text: str | None) -> None:
+def setup_workspace(ws: Workspace, runs: list[ProblemRun], plan_text: str | None, tuned_on: str = "") -> None:
     """Commit results.tsv, the plan and each problem's kernel.py and problem.json when new or
     changed.  A problem already recorded with another definition is refused."""
     recorded = {r.problem for r in ws.results()}
@@ -105,7 +105,8 @@ def setup_workspace(ws: Workspace, runs: list[ProblemRun], plan_text: str | None
         kernel, pfile = ws.kernel_path(run.name), ws.problem_file(run.name)
         record = ProblemFile(name=t.name, spec=t.spec, kind=run.problem.kind, shapes=t.shapes, weights=t.weights,
                              dtype=t.dtype, fraction=t.fraction,
-                             start_file=str(t.start_file) if t.start_file else None).to_json()
+                             start_file=str(t.start_file) if t.start_file else None,
+                             extra={"tuned_on": tuned_on} if tuned_on else {}).to_json()
         paths = []
         if ws.committed_text(kernel) is None:
             if run.start_source is None:

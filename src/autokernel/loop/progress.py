@@ -36,7 +36,9 @@ def progress_line(run, record: ExperimentRecord, deadline: float | None,
     left = f"  left {format_duration(deadline - time.monotonic())}" if deadline is not None else ""
     paired = ""
     if comparison is not None and comparison.candidate_us > 0:
-        paired = f" (vs best {comparison.speedup:.3g}x ±{100 * comparison.noise_frac:.0f}%)"
+        paired = f" (vs best {comparison.decision_speedup:.3g}x ±{100 * comparison.noise_frac:.0f}%)"
+        if record.status == "revert" and comparison.significant:
+            paired += " but its score is not below the best's"
     return (f"{run.name} exp {record.experiment:>3} {record.status:<9} {latency + paired:<12} best {best_text}  "
             f"kept {kept}{left}  {record.description}")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import figures
 from .problem_run import ProblemRun, park_note
 from .workspace import Workspace
 
@@ -57,17 +58,15 @@ class OptimizeSummary:
 
 def summarize_problem(ws: Workspace, run: ProblemRun, device: str) -> ProblemSummary:
     rows = ws.results(run.name)
-    base = next((r for r in rows if r.status == "baseline"), None)
     kept = [r for r in rows if r.status == "keep"]
-    best = kept[-1] if kept else base
-    start = base.latency_us if base is not None and base.correct else None
-    best_us = best.latency_us if best is not None and best.correct else None
+    best = figures.best_of(rows)
+    start, best_us = figures.start_and_best(rows)
     timing_kind = (run.best_eval.timing_kind if run.best_eval is not None and run.best_eval.timing_kind
                    else ("gpu" if device.startswith("cuda") else "interpreter"))
     return ProblemSummary(
         name=run.name, kind=run.problem.kind, experiments=sum(1 for r in rows if r.status != "baseline"),
         kept=len(kept), start_score_us=start, best_score_us=best_us,
-        speedup_vs_start=(best.speedup_vs_start or (start / best_us)) if start and best_us else None,
+        speedup_vs_start=figures.vs_start(start, best_us),
         speedup_vs_eager=best.speedup_vs_eager if best is not None and best.correct else None,
         pct_roofline=best.pct_roofline if best is not None and best.correct else None,
         best_kernel=ws.kernel_path(run.name), fraction=run.target.fraction, timing_kind=timing_kind,

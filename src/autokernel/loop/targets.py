@@ -42,11 +42,36 @@ def targets_from_plan(plan) -> list[Target]:
     return targets
 
 
-def default_run_name(targets: list[Target], plan_path: Path | None = None) -> str:
+def default_run_name(targets: list[Target], plan_path: Path | None = None, model: str | None = None,
+                     current: str | None = None) -> str:
+    """The branch's run name: the model's name for a plan (``current``, the run name the
+    workdir is on, when it is an older ``plan-<file>`` name, so that such runs resume), else
+    the problems' names."""
     if plan_path is not None:
-        return sanitize_run_name(f"plan-{Path(plan_path).stem}")
+        legacy = sanitize_run_name(f"plan-{Path(plan_path).stem}")
+        if current == legacy or not model:
+            return legacy
+        return sanitize_run_name(model_run_name(model))
     name = "+".join(t.name for t in targets)
     return sanitize_run_name(name if len(name) <= 60 else f"{targets[0].name}+{len(targets) - 1}-more")
+
+
+def model_run_name(model: str) -> str:
+    """``llama`` → ``llama``; ``path/to/net.py:Net`` → ``net-Net``; ``hf:gpt2`` → ``hf-gpt2``."""
+    if ".py" in model:
+        path, _, cls = model.partition(":")
+        return f"{Path(path).stem}-{cls}" if cls else Path(path).stem
+    return model.replace(":", "-")
+
+
+def plan_model(plan_text: str | None) -> str | None:
+    """The model named in a plan's text, if any."""
+    import json
+
+    try:
+        return str(json.loads(plan_text).get("model") or "") or None if plan_text else None
+    except (ValueError, AttributeError):
+        return None
 
 
 def resolve_device(device: str) -> str:

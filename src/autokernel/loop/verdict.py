@@ -4,42 +4,40 @@ Pure functions: ``decide`` (the status), ``speedup_vs_start`` (chained through p
 measurements), ``throughput`` (time-weighted GB/s or TFLOP/s) and ``make_record``."""
 from __future__ import annotations
 
+from . import figures
 from .results import ExperimentRecord
 
 COMPUTE_BOUND_INTENSITY = 32.0  # flop/byte above which throughput is reported in TFLOP/s
 FAILURE_STATUSES = ("incorrect", "timeout", "crash", "rejected")
 
 
-def decide(evaluation, *, incumbent_correct: bool) -> str:
+def decide(evaluation, *, incumbent_correct: bool, incumbent_us: float | None = None) -> str:
     """The experiment's status from its evaluation.  Incorrect, crashed, timed-out and rejected
     kernels are never kept; a correct one is kept when the incumbent is not correct, or when
-    it beat the incumbent beyond the measured noise."""
+    it beat the incumbent beyond the measured noise in the paired timing *and* its own score is
+    below the incumbent's recorded score ``incumbent_us`` (so the best is never slower than
+    the start by the figures everyone reads: ``loop.figures``)."""
     if not evaluation.correct or evaluation.verdict != "pass":
         return evaluation.verdict if evaluation.verdict in FAILURE_STATUSES else "incorrect"
     if not incumbent_correct:
         return "keep"
     comparison = evaluation.vs_incumbent
     if comparison is not None and comparison.significant and comparison.candidate_us < comparison.incumbent_us:
+        if incumbent_us is not None and evaluation.score_us is not None and evaluation.score_us >= incumbent_us:
+            return "revert"  # the machine drifted: faster in the pair, not on the recorded scores
         return "keep"
     return "revert"
 
 
 def speedup_vs_start(baseline: ExperimentRecord | None, best: ExperimentRecord | None, evaluation,
                      status: str) -> float | None:
-    """This kernel against the starting kernel.  Chained through paired measurements when
-    there are some: the current best's speedup times this candidate's speedup over the best,
-    measured interleaved in one process (robust to drifting machines, and consistent with
-    the keep decisions); otherwise the ratio of the two separately measured scores."""
+    """This kernel against the starting kernel: the start's recorded score over this one's
+    (``loop.figures``: one definition everywhere).  ``best`` is unused, kept for callers."""
     if status == "baseline":
-        return 1.0
-    score = evaluation.score_us
-    if baseline is None or not baseline.correct or not baseline.latency_us or not score:
+        return 1.0 if evaluation.correct and evaluation.score_us else None
+    if baseline is None or not baseline.correct:
         return None
-    comparison = evaluation.vs_incumbent
-    if (comparison is not None and best is not None and best.correct and best.speedup_vs_start
-            and comparison.candidate_us > 0 and comparison.incumbent_us > 0):
-        return best.speedup_vs_start * comparison.incumbent_us / comparison.candidate_us
-    return baseline.latency_us / score
+    return figures.vs_start(baseline.latency_us, evaluation.score_us)
 
 
 def throughput(problem, evaluation) -> tuple[float | None, str]:
@@ -76,7 +74,7 @@ def make_record(problem, name: str, baseline: ExperimentRecord | None, best: Exp
             latency = float(evaluation.score_us)
             rate, unit = throughput(problem, evaluation)
             pct = evaluation.pct_roofline
-            vs_eager = evaluation.speedup_vs_eager
+            vs_eager = figures.vs_eager(evaluation.eager_score_us, latency, evaluation.timing_kind)
             vs_start = speedup_vs_start(baseline, best, evaluation, status)
     return ExperimentRecord(experiment=experiment, problem=name, agent=agent_name, status=status,
                             failed_stage=failed_stage, latency_us=latency, throughput=rate,

@@ -7,13 +7,15 @@ Layout of ``--workdir DIR`` (branch ``autokernel/<run-name>``)::
     results.tsv                   one row per experiment (loop/results.py), committed
     plan.json                     the plan the run follows, when given
     logs/<run-name>/<name>/       evaluation JSON, candidate files, agent logs (git-ignored)
+    run.json, verify.json, report.md, progress.png, roofline.png, export/   (git-ignored)
     .autokernel.lock              pid of the process working here (git-ignored)
 
 Git is driven through its command line.  Commits are authored by ``autokernel`` through the
 environment, so they work on a machine with no git identity and never change the identity of
-a repository that belongs to someone else.  A repository of something else may be used when it
-has no uncommitted changes (the run gets its own branch); with uncommitted changes it is
-refused before anything is written.
+a repository that belongs to someone else.  A repository of something else is refused before
+anything is written, unless the caller allows it explicitly (``allow_existing_repo``, the
+``--use-existing-repo`` flag): then it must have no uncommitted changes and the run gets its
+own branch.
 
 Recovery (``Workspace.recover``) makes the tree consistent after a ``kill -9`` at any moment:
 stale git lock files are removed, a partial trailing results row is dropped, complete rows
@@ -33,7 +35,9 @@ from ..files import replace_file_atomic, write_text_atomic
 from .results import ExperimentRecord, append_result, ensure_results, parse_results, read_results, repair_results
 
 WORKSPACE_SUBJECT = "autokernel: workspace"
-IGNORED = ("logs/", ".autokernel.lock", "__pycache__/", "*.pyc", "*.tmp")
+IGNORED = ("logs/", ".autokernel.lock", "__pycache__/", "*.pyc", "*.tmp",
+           # written by run / verify / report / export: regenerated from the committed state
+           "run.json", "verify.json", "report.md", "progress.png", "roofline.png", "export/")
 LOCK_NAME = ".autokernel.lock"
 _GIT_ENV = {"GIT_AUTHOR_NAME": "autokernel", "GIT_AUTHOR_EMAIL": "autokernel@localhost",
             "GIT_COMMITTER_NAME": "autokernel", "GIT_COMMITTER_EMAIL": "autokernel@localhost",
@@ -96,8 +100,9 @@ def _tracked_changes(root: Path) -> list[str]:
     return [line for line in git(root, "status", "--porcelain", "--untracked-files=no").splitlines() if line.strip()]
 
 
-def inspect_workdir(root: Path) -> None:
-    """Refuse, without writing anything, a workdir that cannot be used."""
+def inspect_workdir(root: Path, allow_existing_repo: bool = False) -> None:
+    """Refuse, without writing anything, a workdir that cannot be used: a git repository that
+    is not an autokernel workspace is refused unless ``allow_existing_repo``."""
     root = Path(root)
     if root.exists() and not root.is_dir():
         raise WorkspaceError(f"--workdir {root} exists and is not a directory")
@@ -110,6 +115,10 @@ def inspect_workdir(root: Path) -> None:
         changes = _tracked_changes(root)
     except GitError as exc:
         raise WorkspaceError(f"--workdir {root} is a git repository that git cannot read: {exc}") from None
+    if not ours and not allow_existing_repo:
+        raise WorkspaceError(f"--workdir {root} is a git repository that is not an autokernel workspace; "
+                             f"autokernel would add a branch, commits and files to it: use another directory, "
+                             f"or pass --use-existing-repo to work on a branch of this repository")
     if not ours and changes:
         raise WorkspaceError(f"--workdir {root} is a git repository of something else with uncommitted "
                              f"changes ({len(changes)} file(s)); commit or stash them, or use another directory")
@@ -398,10 +407,28 @@ class Workspace:
         self.lock.release()
 
 
-def open_workspace(root: Path, run_name: str) -> Workspace:
+def current_run_name(root: Path) -> str | None:
+    """The run name of the branch a workspace is on (``autokernel/<run-name>``), else None."""
+    root = Path(root)
+    if not root.is_dir() or not _is_repo(root):
+        return None
+    branch = _current_branch(root)
+    return branch[len("autokernel/"):] if branch.startswith("autokernel/") else None
+
+
+def has_committed_kernel(root: Path, run_name: str, name: str) -> bool:
+    """Whether the run branch of the workspace at ``root`` already holds ``problems/<name>/kernel.py``."""
+    root = Path(root)
+    if not root.is_dir() or not _is_repo(root):
+        return False
+    ref = f"refs/heads/{branch_name(run_name)}:problems/{name}/kernel.py"
+    return subprocess.run(["git", "cat-file", "-e", ref], cwd=root, capture_output=True).returncode == 0
+
+
+def open_workspace(root: Path, run_name: str, allow_existing_repo: bool = False) -> Workspace:
     """Check, create, lock, recover and check out the run branch.  Raises WorkspaceError
     (before writing anything) when the workdir cannot be used."""
-    inspect_workdir(Path(root))
+    inspect_workdir(Path(root), allow_existing_repo)
     ws = Workspace(root, run_name)
     ws._init_repo()
     ws.lock.acquire()

@@ -2,7 +2,8 @@
 
 Dims (B, H, Hkv, S, D, causal), causal being 0/1.  Grouped-query attention when Hkv < H
 (H % Hkv == 0): query head h reads kv head h // (H // Hkv), as Hugging Face's ``repeat_kv``.
-``scale`` None means 1/sqrt(D).  The causal mask keeps key j for query i when j <= i.
+``scale`` None means 1/sqrt(D); inputs pass, by turns (``scale_choices``), None, 1/sqrt(D)
+given explicitly (as Hugging Face passes it) and 1/D (muP-style multipliers, e.g. Granite).  The causal mask keeps key j for query i when j <= i.
 
 Reference: the math definition with the kv heads repeated, computed in at least fp32
 (the harness passes fp64 copies on CPU), the output cast back to q's dtype.  Held-out and
@@ -16,7 +17,7 @@ import random
 import torch
 import torch.nn.functional as F
 
-from .base import Problem, Shape, element_size, generator, randn
+from .base import Problem, Shape, choose, element_size, generator, randn
 
 DIMS = ("B", "H", "Hkv", "S", "D", "causal")
 
@@ -65,17 +66,21 @@ def eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True
                                           enable_gqa=k.shape[1] != q.shape[1])
 
 
+def scale_choices(d: int) -> tuple[float | None, ...]:
+    return (None, d ** -0.5, 1.0 / d)
+
+
 def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
     gen = generator(device, seed)
     b, h, hkv, s, d = (shape[n] for n in ("B", "H", "Hkv", "S", "D"))
     q = randn((b, h, s, d), dtype, device, gen)
     k = randn((b, hkv, s, d), dtype, device, gen)
     v = randn((b, hkv, s, d), dtype, device, gen)
-    return q, k, v, bool(shape["causal"])
+    return q, k, v, bool(shape["causal"]), choose(scale_choices(d), seed)
 
 
 def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
-    q, k, v, causal = make_inputs(shape, dtype, device, seed)
+    q, k, v, causal, _ = make_inputs(shape, dtype, device, seed)
     gen = generator(device, seed + 1)
     d = shape["D"]
     # rows of v at mixed scales 10^-3 .. 1.  (Large values test nothing here: the output is a

@@ -111,8 +111,8 @@ def _parse_dim(value: str, whole: str) -> int:
         n = int(value)
     except ValueError:
         raise ValueError(f"malformed shape {whole!r}: {value!r} is not an integer") from None
-    if n < 0:
-        raise ValueError(f"malformed shape {whole!r}: negative dimension {n}")
+    if n < 1:
+        raise ValueError(f"malformed shape {whole!r}: every dimension must be at least 1, got {n}")
     return n
 
 
@@ -248,6 +248,21 @@ def randn(shape: Sequence[int], dtype: torch.dtype, device: str, gen: torch.Gene
     if offset:
         x.add_(offset)
     return x.to(dtype)
+
+
+def choose(choices: Sequence[Any], seed: int) -> Any:
+    """A non-tensor argument (eps, scale...) for the input draw ``seed``: consecutive seeds walk
+    through every choice, so any few cases of one evaluation see them all and a kernel that
+    fixes the value fails, while the same seed always gives the same inputs."""
+    return choices[int(seed) % len(choices)]
+
+
+def small_rows(x: torch.Tensor, scale: float, every: int = 4) -> torch.Tensor:
+    """``x`` with rows 1, 1 + every, ... scaled by ``scale``: rows whose mean square is near a
+    model's eps, so that the eps a kernel uses shows in its output."""
+    rows = x.reshape(-1, x.shape[-1]).float().clone()
+    rows[1::every] *= scale
+    return rows.to(x.dtype).reshape(x.shape)
 
 
 def standard_adversarial(x: torch.Tensor, gen: torch.Generator, large: float, tiny: float = 1e-3) -> list[tuple[str, torch.Tensor]]:

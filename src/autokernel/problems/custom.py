@@ -40,24 +40,9 @@ runs in allow-list mode (only allocation, views, metadata and copies besides ``A
 
 KernelBench problem files
 -------------------------
-Recognised by ``class Model(nn.Module)`` plus ``get_inputs()`` and ``get_init_inputs()``.  The
-kernel file then defines ``ModelNew`` taking the same constructor arguments.
-
-* Inputs come from ``get_inputs()``: the harness seed seeds torch first, tensors are moved to
-  the device and floating tensors cast to the dtype.  KernelBench fixes its sizes inside the
-  file, so the problem has a single placeholder dimension ``"default"`` and a single shape
-  ``{"default": 0}``; held-out shapes are that same shape with fresh random inputs.
-* ``Model`` and ``ModelNew`` are both built under the same torch seed (``MODEL_SEED``) from
-  ``get_init_inputs()``; when ``ModelNew`` has parameters and buffers with the same names and
-  shapes, the reference's ``state_dict`` is copied into it, so both compute with the same
-  weights.  The reference model is cast to the dtype of the (upcast) inputs it is called with.
-* ``flops`` is unknown (0); ``bytes`` is the size of the inputs plus the outputs.
-* The PyTorch ops the reference model runs are recorded once (on fake tensors) and become
-  ``forbidden_ops`` (block-list mode), widened to their families (a matmul may reach the
-  dispatcher as ``mm``, ``addmm`` or ``bmm`` depending on the device), so a ``ModelNew`` that
-  keeps calling them is caught.  Other ops (allocation, views, small glue) stay allowed.
-* Dtypes: fp32 only by default (KernelBench's own setting; ``--dtype`` may ask for others),
-  with KernelBench's own fp32 tolerance (atol = rtol = 1e-2) and a relative-norm bound.
+Recognised by ``class Model(nn.Module)`` plus ``get_inputs()``; loaded by
+``kernelbench.load_kernelbench`` (see that module: sizes as the shape, weights drawn per case,
+training mode, signed inputs, allow-list by default, KernelBench's tolerances).
 """
 from __future__ import annotations
 
@@ -69,49 +54,8 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from .base import (DEFAULT_TOLERANCES, Problem, Shape, Tolerance, element_size, parse_dtype,
-                   parse_shape)
+from .base import DEFAULT_TOLERANCES, Problem, Shape, Tolerance, parse_dtype, parse_shape
 from .registry import ProblemError
-
-MODEL_SEED = 0
-KERNELBENCH_DIMS = ("default",)
-KERNELBENCH_SHAPE: Shape = {"default": 0}
-KERNELBENCH_FP32_TOLERANCE = Tolerance(atol=1e-2, rtol=1e-2, max_rel_norm=5e-3)
-
-# Ops a KernelBench ModelNew may always call: allocation, copies, views, metadata.
-_ALWAYS_ALLOWED = frozenset({
-    "aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided",
-    "aten.zeros", "aten.zeros_like", "aten.ones", "aten.ones_like", "aten.full", "aten.full_like",
-    "aten.new_zeros", "aten.new_ones", "aten.new_full", "aten.fill_", "aten.fill", "aten.zero_",
-    "aten.copy_", "aten._to_copy", "aten.clone", "aten.contiguous", "aten.detach", "aten.alias",
-    "aten.lift_fresh", "aten.lift_fresh_copy", "aten._unsafe_view", "aten.view", "aten.reshape",
-    "aten._local_scalar_dense", "aten.sym_size", "aten.sym_stride", "aten.sym_numel",
-    "aten.sym_storage_offset", "aten.arange", "aten.resize_", "aten.set_",
-})
-
-# Ops that are the same computation reached differently on different devices/shapes.
-_FAMILIES: tuple[frozenset[str], ...] = (
-    frozenset({"aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten.matmul", "aten.linear",
-               "aten.mv", "aten.addmv", "aten.dot", "aten.addbmm", "aten._addmm_activation"}),
-    frozenset({"aten._softmax", "aten.softmax", "aten._safe_softmax", "aten._log_softmax",
-               "aten.log_softmax"}),
-    frozenset({"aten.convolution", "aten._convolution", "aten.cudnn_convolution",
-               "aten.conv2d", "aten.conv1d", "aten.conv3d", "aten.cudnn_convolution_transpose",
-               "aten.convolution_overrideable", "aten._slow_conv2d_forward",
-               "aten.mkldnn_convolution"}),
-    # scaled_dot_product_attention decomposes to mul/bmm/_safe_softmax on CPU and fake tensors;
-    # _safe_softmax is its marker there.
-    frozenset({"aten.scaled_dot_product_attention", "aten._scaled_dot_product_attention_math",
-               "aten._scaled_dot_product_flash_attention", "aten._scaled_dot_product_efficient_attention",
-               "aten._scaled_dot_product_cudnn_attention", "aten._flash_attention_forward",
-               "aten._efficient_attention_forward", "aten._safe_softmax"}),
-    frozenset({"aten.native_layer_norm", "aten.layer_norm"}),
-    frozenset({"aten.native_group_norm", "aten.group_norm"}),
-    frozenset({"aten._native_batch_norm_legit_no_training", "aten._native_batch_norm_legit",
-               "aten.native_batch_norm", "aten.batch_norm", "aten.cudnn_batch_norm",
-               "aten._batch_norm_impl_index"}),
-)
-
 
 def load_problem_file(path: str | Path) -> Problem:
     """Load an autokernel or KernelBench problem file (see the module docstring)."""
@@ -302,176 +246,11 @@ def _tensor_bytes(value: Any) -> int:
 
 # ------------------------------------------------------------ KernelBench format
 def _kernelbench_problem(module: Any, path: Path) -> Problem:
+    from .kernelbench import load_kernelbench
+
     if not callable(getattr(module, "get_init_inputs", None)):
         raise ProblemError(f"KernelBench file {path} lacks get_init_inputs()")
     model_cls = module.Model
     if not (isinstance(model_cls, type) and issubclass(model_cls, torch.nn.Module)):
         raise ProblemError(f"KernelBench file {path}: Model must be a torch.nn.Module subclass")
-    try:
-        init_args = list(module.get_init_inputs())
-        inputs = module.get_inputs()
-        if not isinstance(inputs, (list, tuple)):
-            raise TypeError("get_inputs() must return a list of arguments")
-    except Exception as exc:
-        raise ProblemError(f"KernelBench file {path}: {_one_line(exc)}") from None
-    try:
-        trace = _trace_model(model_cls, init_args, module.get_inputs)
-    except Exception as exc:
-        raise ProblemError(f"KernelBench file {path}: running Model failed: {_one_line(exc)}") from None
-
-    reference_models: dict[tuple, torch.nn.Module] = {}
-
-    def reference(*args):
-        device, dtype = _device_and_dtype(args)
-        key = (str(device), dtype)
-        if key not in reference_models:
-            reference_models[key] = build_model(model_cls, init_args, device, dtype)
-        with torch.no_grad():
-            return reference_models[key](*args)
-
-    def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
-        forked = [torch.device(device).index or 0] if str(device).startswith("cuda") else []
-        with torch.random.fork_rng(devices=forked):
-            torch.manual_seed(int(seed))
-            args = module.get_inputs()
-        return tuple(_to_device(a, device, dtype) for a in args)
-
-    def make_kernel(kernel_module: Any, shape: Shape, dtype: torch.dtype, device: str) -> Callable:
-        new_cls = getattr(kernel_module, "ModelNew", None)
-        if not isinstance(new_cls, type):
-            raise AttributeError("kernel file defines no class ModelNew (KernelBench problems need ModelNew)")
-        reference_model = build_model(model_cls, init_args, "cpu", torch.float32)
-        new_model = build_model(new_cls, init_args, "cpu", torch.float32)
-        copy_matching_state(reference_model, new_model)
-        new_model = new_model.to(device=device, dtype=dtype) if _has_floating_state(new_model) else new_model.to(device)
-
-        def run(*args):
-            with torch.no_grad():
-                return new_model(*args)
-
-        return run
-
-    def nbytes(shape: Shape, dtype: torch.dtype) -> float:
-        return float(sum(n * (element_size(dtype) if floating else size) for n, floating, size in trace.tensors))
-
-    forbidden = trace.forbidden_ops()
-    tolerances = dict(DEFAULT_TOLERANCES)
-    tolerances[torch.float32] = KERNELBENCH_FP32_TOLERANCE
-    return Problem(
-        kind=f"kernelbench:{path.stem}",
-        description=f"KernelBench problem {path.name}: " + (", ".join(sorted(forbidden)) or "no compute ops"),
-        signature="ModelNew(*get_init_inputs())(*get_inputs())",
-        dims=KERNELBENCH_DIMS,
-        reference=reference,
-        make_inputs=make_inputs,
-        flops=lambda shape: 0.0,
-        bytes=nbytes,
-        gpu_shapes=(dict(KERNELBENCH_SHAPE),),
-        cpu_shapes=(dict(KERNELBENCH_SHAPE),),
-        dtypes=(torch.float32,),
-        tolerances=tolerances,
-        make_kernel=make_kernel,
-        forbidden_ops=forbidden,
-        source=f"kernelbench:{path}",
-        heldout=lambda shape, rng: dict(shape),
-    )
-
-
-def build_model(cls: type, init_args: list, device: Any, dtype: torch.dtype) -> torch.nn.Module:
-    """Construct ``cls(*init_args)`` under ``MODEL_SEED``, frozen, in eval mode, on device/dtype."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(MODEL_SEED)
-        model = cls(*init_args)
-    model.eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    if _has_floating_state(model):
-        return model.to(device=device, dtype=dtype)
-    return model.to(device)
-
-
-def copy_matching_state(source: torch.nn.Module, target: torch.nn.Module) -> int:
-    """Copy every parameter/buffer of ``source`` whose name and shape exist in ``target``.
-    Returns how many were copied."""
-    target_state = target.state_dict()
-    matching = {k: v for k, v in source.state_dict().items()
-                if k in target_state and target_state[k].shape == v.shape}
-    if matching:
-        target.load_state_dict(matching, strict=False)
-    return len(matching)
-
-
-def _has_floating_state(model: torch.nn.Module) -> bool:
-    return any(t.is_floating_point() for t in list(model.parameters()) + list(model.buffers()))
-
-
-def _device_and_dtype(args: tuple) -> tuple[torch.device, torch.dtype]:
-    tensors = [a for a in args if isinstance(a, torch.Tensor)]
-    device = tensors[0].device if tensors else torch.device("cpu")
-    floating = [t.dtype for t in tensors if t.is_floating_point()]
-    return device, (floating[0] if floating else torch.float32)
-
-
-def _to_device(value: Any, device: str, dtype: torch.dtype) -> Any:
-    if isinstance(value, torch.Tensor):
-        value = value.to(device)
-        return value.to(dtype) if value.is_floating_point() else value
-    return value
-
-
-class _Trace:
-    """What running the reference Model once revealed: ops called and tensor sizes."""
-
-    def __init__(self) -> None:
-        self.ops: set[str] = set()
-        # (numel, is floating, element size) of each input and output tensor
-        self.tensors: list[tuple[int, bool, int]] = []
-
-    def forbidden_ops(self) -> frozenset[str]:
-        recorded = {op for op in self.ops if op not in _ALWAYS_ALLOWED and op.startswith("aten.")}
-        compute = set(recorded)
-        for family in _FAMILIES:
-            if recorded & family:
-                compute |= family
-        return frozenset(compute)
-
-
-def _trace_model(model_cls: type, init_args: list, get_inputs: Callable) -> _Trace:
-    """Run the reference once on fake tensors (falling back to real CPU tensors for models
-    that fake tensors cannot run) to record its ops and its input/output sizes."""
-    try:
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
-        with FakeTensorMode(allow_non_fake_inputs=True):
-            return _record(model_cls, init_args, get_inputs)
-    except Exception:
-        return _record(model_cls, init_args, get_inputs)
-
-
-def _record(model_cls: type, init_args: list, get_inputs: Callable) -> _Trace:
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    trace = _Trace()
-
-    class Recorder(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if not getattr(func, "is_view", False):
-                trace.ops.add(str(func.overloadpacket))
-            return func(*args, **(kwargs or {}))
-
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(MODEL_SEED)
-        model = model_cls(*init_args).eval()
-        args = [a.cpu() if isinstance(a, torch.Tensor) else a for a in get_inputs()]
-    with torch.no_grad(), Recorder():
-        outs = model(*args)
-    for value in list(args) + _flatten(outs):
-        if isinstance(value, torch.Tensor):
-            trace.tensors.append((value.numel(), value.is_floating_point(), value.element_size()))
-    return trace
-
-
-def _flatten(value: Any) -> list:
-    if isinstance(value, (list, tuple)):
-        return [x for v in value for x in _flatten(v)]
-    return [value]
+    return load_kernelbench(path)

@@ -1,0 +1,55 @@
+"""Where each kernel of a workspace was tuned, and the warnings that follow from it.
+
+The loop records the device it tuned on in ``problems/<name>/problem.json`` (``extra.tuned_on``:
+a GPU's name, or ``"interpreter"`` for a CPU run under the Triton interpreter).  Knob settings
+chosen for the interpreter's speed say nothing about a GPU, so ``apply`` and ``export`` warn
+when such a kernel is used on (or shipped for) a GPU.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+INTERPRETER = "interpreter"
+
+
+def tuned_on_label(device: str) -> str:
+    """What to record for a run on ``device`` ("cpu", "cuda", "cuda:1")."""
+    if not str(device).startswith("cuda"):
+        return INTERPRETER
+    try:
+        import torch
+
+        return torch.cuda.get_device_name(torch.device(device))
+    except Exception:
+        return str(device)
+
+
+def tuned_on(workdir: str | Path, name: str) -> str | None:
+    """The recorded device of ``problems/<name>``, or None when the workspace predates it."""
+    path = Path(workdir) / "problems" / name / "problem.json"
+    try:
+        extra = json.loads(path.read_text()).get("extra") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    value = extra.get("tuned_on") if isinstance(extra, dict) else None
+    return str(value) if value else None
+
+
+def interpreter_tuned(workdir: str | Path, names: list[str]) -> list[str]:
+    """The problems among ``names`` whose kernel was tuned on the interpreter."""
+    return [n for n in names if tuned_on(workdir, n) == INTERPRETER]
+
+
+def gpu_use_warning(workdir: str | Path, names: list[str]) -> str | None:
+    """A warning when kernels tuned on the interpreter are put on a GPU; None otherwise."""
+    cpu_tuned = interpreter_tuned(workdir, names)
+    if not cpu_tuned:
+        return None
+    return (f"kernel(s) {', '.join(cpu_tuned)} were tuned under the Triton interpreter on CPU: their knob "
+            f"settings were chosen for the interpreter's speed, not a GPU's; re-run `autokernel optimize` on a GPU")
+
+
+def nothing_replaced_warning(skipped: list) -> str:
+    reasons = "; ".join(f"{what}: {why}" for what, why in list(skipped)[:5])
+    return "autokernel.apply replaced nothing: the model runs unchanged" + (f" ({reasons})" if reasons else "")

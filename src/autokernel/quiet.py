@@ -1,0 +1,59 @@
+"""Keep native libraries' noise off the terminal.
+
+The PyTorch profiler's C++ side writes ``USDT: ... profiler_start`` / ``profiler_stop`` lines
+straight to file descriptor 2, past Python.  ``filtered_stderr`` points fd 2 at a temporary file
+for the duration of a block and then writes back every line except those noise lines, so real
+errors still reach the terminal.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+from typing import Iterator
+
+NOISE = re.compile(r"^USDT:.*\b(profiler_start|profiler_stop)\b")
+# NumPy's overflow warnings from the Triton interpreter (a kernel computing in fp16/bf16 casts)
+INTERPRETER_WARNING = "ignore:overflow encountered:RuntimeWarning"
+
+
+def keep_line(line: str) -> bool:
+    return not NOISE.match(line)
+
+
+@contextlib.contextmanager
+def filtered_stderr() -> Iterator[None]:
+    fd = 2  # the native code writes to the descriptor, whatever sys.stderr is
+    try:
+        sys.stderr.flush()
+    except (AttributeError, ValueError, OSError):
+        pass
+    saved = os.dup(fd)
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        os.dup2(tmp.fileno(), fd)
+        try:
+            yield
+        finally:
+            try:
+                sys.stderr.flush()
+            except (AttributeError, ValueError, OSError):
+                pass
+            os.dup2(saved, fd)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode("utf-8", "replace")
+            kept = "".join(line for line in text.splitlines(keepends=True) if keep_line(line))
+            if kept:
+                os.write(fd, kept.encode())
+
+
+def silence_interpreter_warnings() -> None:
+    """In this process and the worker processes it starts."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message="overflow encountered", category=RuntimeWarning)
+    current = os.environ.get("PYTHONWARNINGS", "")
+    if INTERPRETER_WARNING not in current:
+        os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [current, INTERPRETER_WARNING]))

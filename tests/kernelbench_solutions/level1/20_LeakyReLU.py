@@ -1,0 +1,29 @@
+"""ModelNew for KernelBench level 1 20_LeakyReLU: LeakyReLU, one Triton pass over the elements."""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+BLOCK = 4096
+
+
+@triton.jit
+def _kernel(x_ptr, y_ptr, n, slope, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    y = tl.where(x >= 0, x, x * slope)
+    tl.store(y_ptr + offs, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, negative_slope: float = 0.01):
+        super().__init__()
+        self.negative_slope = negative_slope
+
+    def forward(self, x):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        n = x.numel()
+        _kernel[(triton.cdiv(n, BLOCK),)](x, y, n, self.negative_slope, BLOCK=BLOCK, num_warps=8)
+        return y

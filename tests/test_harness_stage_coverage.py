@@ -1,0 +1,92 @@
+"""Which cases each stage runs (stages.py), with a stand-in judge: numerics and determinism at
+every target shape x every dtype, edges at every dtype on a GPU too, edge and held-out shapes
+called twice; and a difference between two calls fails as nondeterministic."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autokernel.harness import compare, stages
+from autokernel.problems import get_problem
+
+
+class RecordingJudge:
+    """Records every case run; outputs follow ``outputs(case, calls)``."""
+
+    def __init__(self, problem, device: str, outputs=None):
+        self.problem, self.device, self.gpu = problem, device, device.startswith("cuda")
+        self.runs: list[tuple[str, str, str, int]] = []
+        self.seed = 0
+        self.outputs = outputs or (lambda case, calls: [(torch.ones(3),) for _ in range(calls)])
+
+    def next_seed(self) -> int:
+        self.seed += 1
+        return self.seed
+
+    def make_case(self, shape, dtype):
+        return stages.Case(dict(shape), dtype, ())
+
+    def run_case(self, case, calls=1, refs=None):
+        self.runs.append((stages.format_shape(case.shape), stages.dtype_name(case.dtype), case.name, calls))
+        return stages.CaseResult(self.outputs(case, calls), compare.Verdict(True, 0.0), False)
+
+    def fail_if_wrong(self, result, case):
+        pass
+
+
+def plan_for(problem, device="cpu"):
+    return stages.StagePlan(list(problem.shapes_for(device)), list(problem.dtypes), heldout_seed=7)
+
+
+def fake_adversarial(shape, dtype, device, seed):
+    return [("large", ()), ("tiny", ())]
+
+
+def test_numerics_runs_at_every_shape_and_dtype():
+    problem = get_problem("softmax")
+    problem.adversarial_inputs = fake_adversarial
+    judge = RecordingJudge(problem, "cuda:0")
+    plan = plan_for(problem, "cuda:0")
+    stages.stage_numerics(judge, plan, stages.StageTally("numerics"))
+    ran = {(s, d) for s, d, _, _ in judge.runs}
+    assert ran == {(stages.format_shape(s), stages.dtype_name(d)) for s in plan.shapes for d in plan.dtypes}
+    assert len(judge.runs) == 2 * len(plan.shapes) * len(plan.dtypes)
+
+
+def test_determinism_calls_every_shape_and_dtype_twice():
+    problem = get_problem("rmsnorm")
+    judge = RecordingJudge(problem, "cuda:0")
+    plan = plan_for(problem, "cuda:0")
+    stages.stage_determinism(judge, plan, stages.StageTally("determinism"))
+    assert sorted(judge.runs) == sorted((stages.format_shape(s), stages.dtype_name(d), "", 2)
+                                        for s in plan.shapes for d in plan.dtypes)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda:0"])
+def test_edges_run_every_dtype_twice_on_every_device(device):
+    problem = get_problem("layernorm")
+    judge = RecordingJudge(problem, device)
+    plan = plan_for(problem, device)
+    stages.stage_edges(judge, plan, stages.StageTally("edges"))
+    edges = problem.edge_shapes_for(device)
+    assert sorted(judge.runs) == sorted((stages.format_shape(s), stages.dtype_name(d), "", 2)
+                                        for s in edges for d in plan.dtypes)
+
+
+def test_heldout_shapes_are_called_twice():
+    problem = get_problem("softmax")
+    judge = RecordingJudge(problem, "cpu")
+    stages.stage_heldout(judge, plan_for(problem), stages.StageTally("heldout"))
+    assert len(judge.runs) == len(problem.cpu_shapes) and all(calls == 2 for *_, calls in judge.runs)
+
+
+def test_two_calls_that_differ_fail_as_nondeterministic():
+    problem = get_problem("reduce")
+    last_bit = torch.tensor([1.0, 2.0, 3.0])
+
+    def flaky(case, calls):
+        return [(last_bit,), (torch.nextafter(last_bit, torch.tensor(9.0)),)][:calls]
+
+    judge = RecordingJudge(problem, "cpu", outputs=flaky)
+    with pytest.raises(stages.CaseFailure, match="nondeterministic: .* differ in 3 element"):
+        stages.stage_edges(judge, plan_for(problem), stages.StageTally("edges"))
