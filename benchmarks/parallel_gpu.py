@@ -103,8 +103,11 @@ def main() -> int:
     results = {}
     for width in [int(w) for w in a.widths.split(",")]:
         work = a.out / f"ws-parallel{width}"
+        # GPUs named for every width, so that one in flight runs the same way as two (a lane
+        # process per GPU, the tuner's screen off: see README "Scaling out")
+        gpus = [] if a.cpu_smoke else ["--gpus", ",".join(str(i) for i in range(width))]
         code, _, wall = autokernel(["optimize", "--plan", str(plan), "--workdir", str(work), "--agent", "tuner",
-                                    "--budget", budget, "--parallel", str(width), "--quiet", *device],
+                                    "--budget", budget, "--parallel", str(width), "--quiet", *gpus, *device],
                                    3600, a.out / f"optimize-parallel{width}.log", env)
         if code != 0:
             print(f"optimize --parallel {width} failed (exit {code}); see the log", file=sys.stderr)

@@ -251,7 +251,7 @@ def test_exhausted_space_ends_problem(tmp_path):
     assert summary.message == "reduce: search space exhausted"  # the stop line says why
     rows = read_results(work / "results.tsv")
     assert [r.experiment for r in rows] == [0, 1]
-    assert rows[1].description == f"num_warps {warps}→{warps * 2}"
+    assert rows[1].description.startswith(f"num_warps {warps}→{warps * 2} (")  # + why the tuner chose it
     assert "exhausted" in summary.problems[0].note
 
 

@@ -371,3 +371,28 @@ def test_two_problems_side_by_side(tmp_path, monkeypatch):
         assert len(check_workspace(tmp_path / "ws", name)) == 4
     first_three = [c.problem_dir.name for c in agent.contexts[:3]]
     assert set(first_three) == {"reduce", "softmax"}  # the width went to both problems at once
+
+
+def test_the_tuner_screen_is_off_beside_gpu_lanes(tmp_path):
+    """The tuner's screen would time on a GPU that a lane is timing on: with GPU lanes it is off
+    (the lanes here are CPU processes standing in for GPUs 0 and 1)."""
+    from autokernel.loop.executor import Lanes
+    from autokernel.loop.parallel import Scheduler
+    from autokernel.loop.progress import Printer
+
+    class Tuner:
+        name, screen = "tuner", None
+
+    class Session:
+        agent, factory, runs, printer = Tuner(), CostEvaluator, [], Printer(False)
+
+        class ws:
+            head = staticmethod(lambda: "abc")
+
+    stats = type("Stats", (), {"use_lanes": lambda self, names: None, "parallel": 1})()
+    cpu = Scheduler(Session, Lanes(parallel=2, names=["cpu0", "cpu1"], device="cpu"), stats)
+    cpu.executor.close()
+    assert Session.agent.screen is None
+    gpu = Scheduler(Session, Lanes(parallel=2, names=["gpu0", "gpu1"], gpus=[0, 1], device="cpu"), stats)
+    gpu.executor.close()
+    assert Session.agent.screen is False

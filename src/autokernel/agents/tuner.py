@@ -1,4 +1,5 @@
-"""The offline tuner: turns the knobs a kernel file declares, one real edit at a time.
+"""The offline tuner: turns the knobs a kernel file declares, screening many configurations
+for each one it proposes.
 
 A kernel file declares two plain literal dicts near the top (see the kernel file contract)::
 
@@ -7,46 +8,55 @@ A kernel file declares two plain literal dicts near the top (see the kernel file
 
 Each proposal is the current best file with only values inside the ``KNOBS`` literal changed
 (the rest of the file is byte for byte the same), described like
-``num_warps 4→8, BLOCK_N 1024→2048``.
+``num_warps 4→1, BLOCK_S 16→8 (screened 1st of 375 in round 1; sweep)``.
 
-Search: coordinate descent.  Around a *centre* (at first the incumbent), try the neighbours
-along one knob at a time — the next value up and down for ordered knobs, every other value for
-categorical ones — continuing first along the knob and direction that last improved.  The
-centre moves to the fastest correct configuration measured in the current sweep.  When every
-neighbour of the centre has been tried, restart from a random untried point drawn from a
-generator seeded by ``(seed, restart number)``, and descend from there.  The loop keeps a
-candidate only when it beats the incumbent beyond noise, so a restart costs nothing when it
-finds nothing.
+Screen, then judge: before proposing, the tuner ranks a batch of configurations with the
+screen (``screen.py``: a cheap timing-only run in a process of its own) and proposes only the
+finalists that screened faster than the incumbent, best first; the loop's full judge decides
+keep or revert for each.  Which configurations a round screens, and how time is shared, is
+the search strategy (``search.py``, readable on its own).  The screen runs by default on a GPU;
+on the CPU (interpreter timings mean nothing) it is off unless ``TunerAgent(screen=True)``, and
+the tuner then proposes the strategy's configurations unscreened, as it also does when no time
+is left for a screen or the screen cannot run.
 
-Memory: the configurations proposed (by experiment number) live in ``tuner_state.json`` in
-``context.extra["log_dir"]`` (the loop's per-problem log directory, git-ignored), falling back
-to the problem directory.  Outcomes come from the history rows.  A configuration is never
-proposed twice; one that crashed or timed out prunes every untried configuration of the same
-categorical values whose size knobs (block sizes, warps, stages, rows per program) are all at
-least as large.  Deterministic for a given seed and history.  When nothing is left,
-``Proposal(source=None, rejected_reason=EXHAUSTED)``.
+Memory: ``tuner_state.json`` in ``context.extra["log_dir"]`` (the loop's per-problem log
+directory, git-ignored; else the problem directory) holds the proposals (by experiment
+number), the screen results and the queue of finalists; ``tuner_screen.jsonl`` next to it logs
+each screening round.  Judge outcomes come from the history rows.  A configuration is never
+proposed twice, also across resumed runs; what crashed or timed out prunes every configuration
+that dominates it.  Deterministic for a seed, history and screen results.  When nothing is
+left, ``Proposal(source=None, rejected_reason=EXHAUSTED...)``.
+
+The time the loop has left for the problem comes as ``context.extra["time_left_s"]`` (None or
+absent: no deadline).
 """
 from __future__ import annotations
 
 import ast
-import itertools
+import hashlib
 import json
 import random
-import re
+import statistics
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..files import write_text_atomic
+from . import search
 from .base import Context, Proposal
+from .screen import FAILED as SCREEN_FAILED
+from .screen import ScreenJob, rank, run_screen
+from .search import Config, config_key, dominates  # noqa: F401  (re-exported for callers)
 
 EXHAUSTED = "search space exhausted"
 STATE_FILE = "tuner_state.json"
+SCREEN_LOG = "tuner_screen.jsonl"
 HARD_FAILURES = ("crash", "timeout")
-_SIZE_KNOB = re.compile(r"block|warps|stages|rows|group|split|tile", re.IGNORECASE)
-_ENUMERATE_LIMIT = 200_000
-
-Config = dict[str, Any]
+STARTUP_PRIOR_S = 10.0  # a screen process's start, before one has been measured
+PER_CONFIG_PRIOR_S = 0.5  # one configuration's screening, before one has been measured
+MAX_BATCH = 600
+DESCRIPTION_CHARS = 300  # results.tsv keeps this much of a description
 
 
 # --------------------------------------------------------------------------- parsing / editing
@@ -130,58 +140,33 @@ def _short(value: Any) -> str:
 
 
 def _ordered(values: list) -> bool:
-    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    return search.is_ordered(values)
 
 
-def config_key(config: Config) -> str:
-    return json.dumps(sorted(config.items()), default=str)
+def _base_hash(source: str, decl: KnobDecl) -> str:
+    """The kernel's code outside the KNOBS values: screen results hold only while it stays."""
+    data = source.encode()
+    for start, end in sorted(decl.value_spans.values(), reverse=True):
+        data = data[:start] + data[end:]
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
-# --------------------------------------------------------------------------- search
-def neighbours(center: Config, space: dict[str, list], first: tuple[str, int] | None = None) -> list[tuple[Config, tuple[str, int]]]:
-    """Configurations one knob away from ``center`` with the move that makes each, in the
-    order coordinate descent tries them: the knob/direction in ``first`` continued first,
-    then every knob in order (up before down for ordered knobs)."""
-    order = list(space)
-    if first and first[0] in space:
-        start = order.index(first[0])
-        order = order[start:] + order[:start]
-    out: list[tuple[Config, tuple[str, int]]] = []
-    for knob in order:
-        values = space[knob]
-        idx = values.index(center[knob]) if center[knob] in values else 0
-        if _ordered(values):
-            steps = [1, -1]
-            if first and first[0] == knob and first[1] == -1:
-                steps = [-1, 1]
-            moves = [(values[idx + s], s) for s in steps if 0 <= idx + s < len(values)]
-        else:
-            moves = [(v, 0) for v in values if v != center[knob]]
-        for value, step in moves:
-            out.append(({**center, knob: value}, (knob, step)))
-    return out
-
-
-def dominates(config: Config, failed: Config, space: dict[str, list]) -> bool:
-    """``config`` uses at least the resources of ``failed`` (same categorical values, every
-    size knob at least as large), so it would fail the same way."""
-    for knob, values in space.items():
-        a, b = config.get(knob), failed.get(knob)
-        if _ordered(values) and _SIZE_KNOB.search(knob):
-            if a < b:
-                return False
-        elif a != b:
-            return False
-    return True
+@dataclass
+class _Choice:
+    config: Config
+    note: str  # why, for the description: "screened 1st of 48 in round 2; sweep"
 
 
 class TunerAgent:
-    """Offline coordinate-descent tuner over a kernel file's ``KNOB_SPACE`` (see module doc)."""
+    """Offline tuner over a kernel file's ``KNOB_SPACE``: screen, then propose (module doc)."""
 
     name = "tuner"
 
-    def __init__(self, seed: int = 0):
+    def __init__(self, seed: int = 0, screen: bool | None = None):
         self.seed = seed
+        self.screen = screen  # None: on for GPU devices, off on the CPU
+        self._screen_broken = ""  # set when the screen cannot run; then this run proposes unscreened
+        self._why_unscreened = ""
 
     # ---------------------------------------------------------------- state
     def _state_path(self, context: Context) -> Path:
@@ -192,10 +177,13 @@ class TunerAgent:
         try:
             state = json.loads(path.read_text())
             if state.get("seed") == self.seed:
+                for key, empty in (("proposals", {}), ("incumbents", []), ("screened", {}), ("rounds", []),
+                                   ("queue", [])):
+                    state.setdefault(key, empty)
                 return state
-        except (OSError, ValueError):
+        except (OSError, ValueError, AttributeError):
             pass
-        return {"seed": self.seed, "proposals": {}, "restarts": 0, "segment_start": 0, "incumbents": []}
+        return {"seed": self.seed, "proposals": {}, "incumbents": [], "screened": {}, "rounds": [], "queue": []}
 
     def _save_state(self, path: Path, state: dict) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -203,6 +191,7 @@ class TunerAgent:
 
     # ---------------------------------------------------------------- propose
     def propose(self, context: Context) -> Proposal:
+        t0 = time.monotonic()
         decl = parse_knobs(context.best_source)
         if decl is None or not decl.space:
             return Proposal(source=None, description="no knobs",
@@ -211,82 +200,201 @@ class TunerAgent:
         incumbent = {k: decl.knobs[k] for k in space}
         path = self._state_path(context)
         state = self._load_state(path)
+        base = _base_hash(context.best_source, decl)
+        if state.get("base") != base:  # other code around the knobs: earlier screens say nothing about it
+            state.update(base=base, screened={}, queue=[])
+        if incumbent not in state["incumbents"]:
+            state["incumbents"].append(incumbent)
 
-        # outcomes of earlier proposals, from the history rows
-        rows = {int(r["experiment"]): r for r in context.history if r.get("experiment", "").isdigit()}
-        # every incumbent seen (the starting kernel's configuration among them) counts as tried
-        seen = state.setdefault("incumbents", [])
-        if incumbent not in seen:
-            seen.append(incumbent)
-        tried: set[str] = {config_key(c) for c in seen}
-        measured: dict[str, float] = {}
-        failed: list[Config] = []
-        segment: list[tuple[Config, tuple[str, int] | None, int]] = []
-        for exp_text, entry in sorted(state["proposals"].items(), key=lambda kv: int(kv[0])):
-            exp = int(exp_text)
-            config = entry["config"]
-            tried.add(config_key(config))
-            row = rows.get(exp)
-            if row is None or row.get("agent") != self.name or row.get("description") != entry["description"]:
-                continue  # stopped before its row was written, or the row is another agent's
-            if row["status"] in ("keep", "revert") and row.get("latency_us"):
-                measured[config_key(config)] = float(row["latency_us"])
-            elif row["status"] in HARD_FAILURES:
-                failed.append(config)
-            if exp >= state["segment_start"]:
-                segment.append((config, tuple(entry["move"]) if entry.get("move") else None, exp))
-        best_us = context.best.score_us if context.best is not None else None
-        if best_us:
-            measured[config_key(incumbent)] = float(best_us)
-
-        def usable(config: Config) -> bool:
-            return config_key(config) not in tried and not any(dominates(config, f, space) for f in failed)
-
-        # the centre: the fastest correct configuration of the current sweep
-        pool: list[tuple[Config, tuple[str, int] | None]] = [(c, m) for c, m, _ in segment if config_key(c) in measured]
-        if state["segment_start"] == 0 or any(config_key(c) == config_key(incumbent) for c, _ in pool):
-            pool.append((incumbent, None))
-        choice: tuple[Config, tuple[str, int] | None] | None = None
-        move_kind = "descent"
-        if pool:
-            center, last_move = min(pool, key=lambda cm: measured.get(config_key(cm[0]), float("inf")))
-            for cand, move in neighbours(center, space, last_move):
-                if usable(cand):
-                    choice = (cand, move)
-                    break
-        if choice is None:  # local optimum (or the restart point failed): restart
-            restart = state["restarts"] + 1
-            point = self._random_point(space, usable, random.Random(f"{self.seed}:{restart}"))
-            if point is None:
-                self._save_state(path, state)
-                return Proposal(source=None, description="search space exhausted", rejected_reason=EXHAUSTED)
-            state["restarts"] = restart
-            state["segment_start"] = context.experiment
-            choice = (point, None)
-            move_kind = "restart"
-
-        config, move = choice
-        full = {**decl.knobs, **config}
-        description = describe_change(decl.knobs, full, list(decl.knobs))
-        if move_kind == "restart":
-            description = f"restart {state['restarts']}: {description}"
-        state["proposals"][str(context.experiment)] = {"config": config, "move": list(move) if move else None,
-                                                       "description": description}
+        proposed, failed = self._outcomes(state, context.history)
+        failed += [s["config"] for s in state["screened"].values() if s["status"] in SCREEN_FAILED]
+        choice = self._from_queue(state, incumbent, proposed, failed, space)
+        if choice is None and self._screening_on(context):
+            choice = self._screen_rounds(context, decl, state, incumbent, proposed, failed, t0, path)
+        if choice is None:
+            choice = self._unscreened(context, state, space, incumbent, proposed, failed)
+        if choice is None:
+            self._save_state(path, state)
+            total = search.space_size(space)
+            return Proposal(source=None, description="search space exhausted",
+                            rejected_reason=f"{EXHAUSTED}: proposed {len(proposed)} and screened "
+                                            f"{len(state['screened'])} of {total} configurations; "
+                                            f"none left that screened faster than the incumbent")
+        full = {**decl.knobs, **choice.config}
+        description = f"{describe_change(decl.knobs, full, list(decl.knobs))} ({choice.note})"
+        state["proposals"][str(context.experiment)] = {"config": choice.config, "description": description,
+                                                       "screen_s": round(time.monotonic() - t0, 3)}
         self._save_state(path, state)
         return Proposal(source=apply_knobs(context.best_source, decl, full), description=description)
 
+    # ---------------------------------------------------------------- pieces
+    def _outcomes(self, state: dict, history: list[dict[str, str]]) -> tuple[set[str], list[Config]]:
+        """Keys of every configuration proposed (or seen as the incumbent), and those the judge
+        found crashing or timing out."""
+        rows = {int(r["experiment"]): r for r in history if str(r.get("experiment", "")).isdigit()}
+        proposed = {config_key(c) for c in state["incumbents"]}
+        failed = []
+        for exp_text, entry in state["proposals"].items():
+            proposed.add(config_key(entry["config"]))
+            row = rows.get(int(exp_text))
+            if (row is not None and row.get("agent") == self.name and row.get("status") in HARD_FAILURES
+                    and row.get("description") == entry["description"][:DESCRIPTION_CHARS]):
+                failed.append(entry["config"])
+        return proposed, failed
+
+    def _screening_on(self, context: Context) -> bool:
+        wanted = self.screen if self.screen is not None else str(context.device).startswith("cuda")
+        return bool(wanted) and not self._screen_broken and context.problem is not None
+
+    def _from_queue(self, state: dict, incumbent: Config, proposed: set[str], failed: list[Config],
+                    space: dict[str, list]) -> _Choice | None:
+        """The best screened finalist not yet proposed that still beats the incumbent (compared
+        within the round both were screened in); stale entries are dropped."""
+        keep = []
+        inc_key = config_key(incumbent)
+        for entry in state["queue"]:
+            config = entry["config"]
+            if config_key(config) in proposed or any(dominates(config, f, space) for f in failed):
+                continue
+            round_incumbent = state["rounds"][entry["round"] - 1]["incumbent"] if entry["round"] <= len(state["rounds"]) else None
+            if round_incumbent is not None and config_key(round_incumbent) == inc_key:
+                inc_ratio = 1.0
+            else:
+                seen = state["screened"].get(inc_key)
+                inc_ratio = seen["ratio"] if seen and seen.get("round") == entry["round"] else None
+            if inc_ratio is None or entry["ratio"] is None:
+                if not (inc_ratio == 1.0 and entry["ratio"] is None):
+                    continue
+            elif entry["ratio"] / inc_ratio >= search.PROPOSE_BELOW:
+                continue
+            keep.append(entry)
+        state["queue"] = keep
+        if not keep:
+            return None
+        entry = keep[0]
+        note = (f"screened {search.ordinal(entry['rank'])} of {entry['of']} in round {entry['round']}; "
+                f"{entry['reason']}")
+        return _Choice(entry["config"], note)
+
+    def _judge_seconds(self, context: Context, state: dict) -> float:
+        """What one judged evaluation costs: this agent's recent rows minus their screening;
+        before there are any, half the baseline's (which also timed eager PyTorch and
+        torch.compile, and started the worker: later evaluations reuse all that)."""
+        costs, baseline = [], None
+        for row in context.history[-6:]:
+            try:
+                wall = float(row.get("wall_s") or 0.0)
+            except ValueError:
+                continue
+            entry = state["proposals"].get(str(row.get("experiment")))
+            if row.get("status") == "baseline":
+                baseline = 0.5 * wall
+            elif entry is not None:
+                costs.append(max(wall - entry.get("screen_s", 0.0), 0.0))
+        if costs:
+            return statistics.median(costs)
+        return baseline or 0.0
+
+    def _screen_rounds(self, context: Context, decl: KnobDecl, state: dict, incumbent: Config,
+                       proposed: set[str], failed: list[Config], t0: float, path: Path) -> _Choice | None:
+        judge_s = self._judge_seconds(context, state)
+        time_left = context.extra.get("time_left_s")
+        self._why_unscreened = "no time left to screen"
+        while True:
+            spent = time.monotonic() - t0
+            left = None if time_left is None else time_left - spent
+            allowance = min(search.screen_allowance(left, judge_s), search.MAX_SCREEN_PER_PROPOSAL_S - spent)
+            if allowance < search.MIN_SCREEN_S:
+                return None
+            startup = state.get("startup_s", STARTUP_PRIOR_S)
+            per_config = max(state.get("per_config_s", PER_CONFIG_PRIOR_S), 1e-3)
+            limit = int(1.5 * max(allowance * 0.7 - startup, 0.0) / per_config)
+            limit = min(max(limit, 8), MAX_BATCH)
+            round_no = len(state["rounds"]) + 1
+            rng = random.Random(f"{self.seed}:{round_no}")
+            excluded = proposed | set(state["screened"])
+            batch = search.candidate_order(decl.space, incumbent, self._best(state, incumbent), excluded, failed,
+                                           rng, limit)
+            if not batch:
+                return None
+            sources = [(config_key(c), apply_knobs(context.best_source, decl, {**decl.knobs, **c})) for c, _ in batch]
+            job = ScreenJob(problem_spec=context.problem_spec, device=context.device,
+                            incumbent_source=context.best_source, candidates=sources,
+                            shapes=context.extra.get("shapes"), dtype=context.extra.get("dtype"),
+                            weights=context.extra.get("weights"), seed=rng.randrange(2 ** 31),
+                            time_limit_s=allowance)
+            report = run_screen(job)
+            if report.error:  # it cannot run here: propose unscreened for the rest of this run
+                self._screen_broken = report.error
+                state["rounds"].append({"round": round_no, "incumbent": incumbent, "error": report.error})
+                self._save_state(path, state)
+                return None
+            if not report.results:  # out of time before the first configuration
+                return None
+            reasons = {config_key(c): why for c, why in batch}
+            configs = {config_key(c): c for c, _ in batch}
+            for key, result in report.results.items():
+                state["screened"][key] = {"config": configs[key], "status": result.status, "ratio": result.ratio,
+                                          "rung": result.rung, "round": round_no}
+                if result.status in SCREEN_FAILED:
+                    failed.append(configs[key])
+            if report.startup_s:
+                state["startup_s"] = round(report.startup_s, 3)
+            if report.per_config_s:
+                state["per_config_s"] = round(report.per_config_s, 4)
+            ranked = rank(report.results)
+            of = len(report.results)
+            state["rounds"].append({"round": round_no, "incumbent": incumbent, "screened": of,
+                                    "finalists": [configs[k] for k in report.finalists],
+                                    "wall_s": round(report.wall_s, 2)})
+            state["queue"] = [{"config": configs[k], "round": round_no, "rank": ranked.index(k) + 1, "of": of,
+                               "reason": reasons[k], "ratio": report.results[k].ratio}
+                              for k in report.finalists]
+            self._log_round(path.parent / SCREEN_LOG, round_no, incumbent, report, configs, reasons, ranked)
+            choice = self._from_queue(state, incumbent, proposed, failed, decl.space)
+            if choice is not None:
+                return choice
+            self._why_unscreened = "nothing screened so far beats the incumbent"
+
     @staticmethod
-    def _random_point(space: dict[str, list], usable, rng: random.Random) -> Config | None:
-        knobs = list(space)
-        total = 1
-        for values in space.values():
-            total *= len(values)
-        if total <= _ENUMERATE_LIMIT:
-            options = [dict(zip(knobs, combo)) for combo in itertools.product(*(space[k] for k in knobs))]
-            options = [c for c in options if usable(c)]
-            return rng.choice(options) if options else None
-        for _ in range(5000):
-            config = {k: rng.choice(space[k]) for k in knobs}
-            if usable(config):
-                return config
-        return None
+    def _best(state: dict, incumbent: Config) -> list[Config]:
+        """The best configurations of the latest round (its finalists), best first."""
+        for rnd in reversed(state["rounds"]):
+            if rnd.get("finalists"):
+                return list(rnd["finalists"])
+        return [incumbent]
+
+    def _unscreened(self, context: Context, state: dict, space: dict[str, list], incumbent: Config,
+                    proposed: set[str], failed: list[Config]) -> _Choice | None:
+        rng = random.Random(f"{self.seed}:unscreened:{context.experiment}")
+        excluded = proposed | set(state["screened"])
+        batch = search.candidate_order(space, incumbent, self._best(state, incumbent), excluded, failed, rng, 1)
+        if not batch:
+            return None
+        config, reason = batch[0]
+        if self._screening_on(context):
+            why = self._why_unscreened
+        else:
+            why = "screen off on the CPU" if self.screen is None else "screen off"
+        if self._screen_broken:
+            why = f"screen failed: {self._screen_broken}"
+        if context.problem is None:
+            why = "no problem to screen against"
+        return _Choice(config, f"unscreened, {reason}: {why}")
+
+    @staticmethod
+    def _log_round(path: Path, round_no: int, incumbent: Config, report, configs: dict, reasons: dict,
+                   ranked: list[str]) -> None:
+        line = {"round": round_no, "incumbent": incumbent, "wall_s": round(report.wall_s, 2),
+                "startup_s": round(report.startup_s, 2), "finalists": [configs[k] for k in report.finalists],
+                "results": [{"config": configs[k], "status": r.status, "ratio": r.ratio, "score_us": r.score_us,
+                             "rung": r.rung, "reason": reasons[k], "message": r.message}
+                            for k, r in sorted(report.results.items(),
+                                               key=lambda kv: ranked.index(kv[0]) if kv[0] in ranked else len(ranked))]}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "a") as fh:
+                fh.write(json.dumps(line, default=str) + "\n")
+        except OSError:
+            pass
+

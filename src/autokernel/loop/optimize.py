@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from ..agents.base import AgentConfig, AgentExhausted, AgentRefused, Context, Proposal
 from ..files import write_text_atomic
-from ..orchestrator import after_experiment, assign_budgets, choose
+from ..orchestrator import ProblemState, after_experiment, assign_budgets, choose
 from ..provenance import tuned_on_label
 from . import first_evals, interrupts
 from .budget import format_duration
@@ -42,6 +42,17 @@ from .workspace import (Workspace, WorkspaceError, current_run_name, has_committ
 
 STOP_REASONS = ("budget", "max-experiments", "interrupted", "all-done", "agent-exhausted", "agent-refused")
 EXHAUSTED_PREFIX = "search space exhausted"
+
+
+def time_left(state: ProblemState | None, deadline: float | None) -> float | None:
+    """Seconds this problem may still use: the run's deadline and the problem's own time
+    budget, whichever ends first (None: no limit).  Agents that search (the tuner's screen)
+    size their work with it."""
+    left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+    if state is not None and state.time_budget_s is not None:
+        own = max(state.time_budget_s - state.time_spent_s, 0.0)
+        left = own if left is None else min(left, own)
+    return left
 
 
 def default_evaluator_factory(spec: str, **kwargs):
@@ -92,7 +103,8 @@ class Session:
                        start=run.start_eval, history=[r.to_row() for r in run.rows], last_failure=run.last_failure,
                        experiment=experiment, device=self.device, seed=self.seed,
                        extra={"log_dir": str(self.ws.log_dir(run.name)), "shapes": t.shapes, "dtype": t.dtype,
-                              "weights": t.weights, "workdir": str(self.ws.root)})
+                              "weights": t.weights, "workdir": str(self.ws.root),
+                              "time_left_s": time_left(run.state, self.deadline)})
 
     def share_time(self) -> None:
         """The baselines told us the roofline headroom: share the time left accordingly."""

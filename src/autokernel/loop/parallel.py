@@ -134,6 +134,12 @@ class Scheduler:
         self.stop_message = ""
         self._last_slots_line = time.monotonic()
         self.head = session.ws.head()  # the branch head, kept up to date by _write (saves a git call per start)
+        if lanes.gpus is not None and getattr(session.agent, "screen", False) is None:
+            # the tuner's screen times configurations in a process of its own, on no GPU in particular:
+            # beside the lanes it would share a GPU with a timing, so it is off here
+            session.agent.screen = False
+            session.printer.line("tuner: screening off while experiments run on several lanes (its timings "
+                                 "would share a GPU with a lane's)")
 
     # ---------------------------------------------------------------- the driver
     def run(self) -> tuple[str, str]:
