@@ -396,3 +396,17 @@ def test_the_tuner_screen_is_off_beside_gpu_lanes(tmp_path):
     gpu = Scheduler(Session, Lanes(parallel=2, names=["gpu0", "gpu1"], gpus=[0, 1], device="cpu"), stats)
     gpu.executor.close()
     assert Session.agent.screen is False
+
+
+def test_a_job_goes_to_a_free_lane_that_already_holds_its_evaluator():
+    from autokernel.loop.executor import EvalJob, Lanes, LocalExecutor
+    from cost_judge import EnvEvaluator
+
+    executor = LocalExecutor(Lanes(parallel=2, names=["cpu0", "cpu1"], device="cpu"), EnvEvaluator)
+    try:
+        jobs = {spec: EvalJob(spec=spec, kernel_source=kernel(1), incumbent_source=None, evaluator={"device": "cpu"})
+                for spec in ("softmax", "rmsnorm")}
+        lanes = [executor.evaluate(jobs[spec]).lane for spec in ("softmax", "rmsnorm", "rmsnorm", "softmax")]
+    finally:
+        executor.close()
+    assert lanes == [0, 1, 1, 0]  # a new problem goes to the lane holding fewest; then each stays warm

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import queue
 import shutil
 import tempfile
 import threading
@@ -121,6 +120,15 @@ class EvalJob:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def evaluator_key(self) -> str:
+        """Jobs with the same key are judged by the same Evaluator in a lane."""
+        return evaluator_key(self.spec, self.evaluator)
+
+
+def evaluator_key(spec: str, settings: dict) -> str:
+    return json.dumps([spec, settings], sort_keys=True)
+
 
 @dataclass
 class Outcome:
@@ -170,7 +178,7 @@ class LaneHost:
             incumbent = os.path.join(stem, "incumbent.py")
             with open(incumbent, "w") as fh:
                 fh.write(job["incumbent_source"])
-        key = json.dumps([job["spec"], job["evaluator"]], sort_keys=True)
+        key = evaluator_key(job["spec"], job["evaluator"])
         try:
             if key not in self.evaluators:
                 self.evaluators[key] = self.factory(job["spec"], **job["evaluator"])
@@ -256,9 +264,9 @@ class LocalExecutor:
         self.gpus = lanes.gpus
         self._factory_bytes = pickle.dumps(factory)
         self._procs: list[_LaneProcess | None] = [None] * len(self.names)
-        self._free: queue.Queue[int] = queue.Queue()
-        for i in range(len(self.names)):
-            self._free.put(i)
+        self._free = set(range(len(self.names)))
+        self._warm: list[set[str]] = [set() for _ in self.names]  # the evaluators each lane holds
+        self._turn = threading.Condition()
         self._lock = threading.Lock()
         self._closed = False
         for lane in range(len(self.names)):  # start them all now: their start-up overlaps the first proposals
@@ -278,11 +286,29 @@ class LocalExecutor:
     def _drop(self, lane: int) -> None:
         with self._lock:
             proc, self._procs[lane] = self._procs[lane], None
+        self._warm[lane] = set()
         if proc is not None:
             proc.close(timeout=1.0)
 
+    def _acquire(self, key: str) -> int:
+        """A free lane, preferring one that already holds the job's evaluator (its worker
+        process is started and its kernels compiled), else the one holding the fewest."""
+        with self._turn:
+            while not self._free:
+                self._turn.wait()
+            warm = sorted(i for i in self._free if key in self._warm[i])
+            lane = warm[0] if warm else min(self._free, key=lambda i: (len(self._warm[i]), i))
+            self._free.discard(lane)
+            self._warm[lane].add(key)
+            return lane
+
+    def _release(self, lane: int) -> None:
+        with self._turn:
+            self._free.add(lane)
+            self._turn.notify()
+
     def evaluate(self, job: EvalJob, on_lane: Callable[[int], None] | None = None) -> Outcome:
-        lane = self._free.get()
+        lane = self._acquire(job.evaluator_key)
         t0 = time.monotonic()
         try:
             if on_lane is not None:
@@ -305,7 +331,7 @@ class LocalExecutor:
 
             return Outcome(Evaluation.from_json(text), lane, time.monotonic() - t0)
         finally:
-            self._free.put(lane)
+            self._release(lane)
 
     def close(self) -> None:
         with self._lock:
