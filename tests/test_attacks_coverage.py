@@ -12,6 +12,7 @@ from autokernel.harness.evaluate import evaluate
 
 HERE = Path(__file__).resolve().parent / "attacks_coverage"
 
+ANY_STAGE = {"smoke", "sweep", "numerics", "determinism", "edges", "heldout"}
 # file, problem, shapes, dtypes, failing stage(s), words in the message
 ATTACKS = [
     # exp() without the max overflows on the width-256 path, which the adversarial values
@@ -21,11 +22,13 @@ ATTACKS = [
     # atomics in scheduling order except at the one shape that was called twice
     ("reduce_atomics_unless_largest", "reduce", None, ["fp32"], {"determinism"}, ["nondeterministic", "9x300"]),
     # eps fixed at 1e-6: the inputs now draw eps from what models use
-    ("rmsnorm_fixed_eps", "rmsnorm", None, ["fp32"], {"smoke", "sweep", "numerics", "determinism", "edges", "heldout"}, []),
+    ("rmsnorm_fixed_eps", "rmsnorm", None, ["fp32"], ANY_STAGE, []),
+    # ignore_index fixed at -100: the inputs now use -100, -1 and 0
+    ("cross_entropy_fixed_ignore", "cross_entropy", None, ["fp32"], ANY_STAGE, []),
     # near-uniform rows of a wide vocabulary written as zeros: within atol everywhere
     ("softmax_zero_flat_rows", "softmax", ["2x50257"], ["bf16"], {"numerics"}, ["wrong magnitude", "case=tiny"]),
     # an argmax off by one at odd indices above 64, inside a float rtol
-    ("argmax_pairs", str(HERE / "argmax_problem.py"), None, None, {"smoke"}, ["integer elements differ"]),
+    ("argmax_pairs", str(HERE / "argmax_problem.py"), None, None, {"smoke", "heldout"}, ["integer elements differ"]),
 ]
 
 

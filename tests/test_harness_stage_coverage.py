@@ -90,3 +90,18 @@ def test_two_calls_that_differ_fail_as_nondeterministic():
     judge = RecordingJudge(problem, "cpu", outputs=flaky)
     with pytest.raises(stages.CaseFailure, match="nondeterministic: .* differ in 3 element"):
         stages.stage_edges(judge, plan_for(problem), stages.StageTally("edges"))
+
+
+def test_inputs_rewritten_in_place_carry_the_scalars_they_were_drawn_for():
+    """The cached-output check writes new values into the case's own tensors; the non-tensor
+    arguments must come with the new values (cross_entropy targets drawn for ignore_index -1
+    are out of range for a case whose ignore_index is -100)."""
+    problem = get_problem("cross_entropy")
+    shape = {"M": 16, "V": 50}
+    old = problem.make_inputs(shape, torch.float32, "cpu", 0)
+    new = problem.make_inputs(shape, torch.float32, "cpu", 1)
+    assert old[2] != new[2]
+    merged = stages.with_scalars_of(old, new)
+    assert merged[0] is old[0] and merged[1] is old[1] and merged[2] == new[2]
+    nested = stages.with_scalars_of((old[0], [old[1], 1e-6]), (new[0], [new[1], 1e-5]))
+    assert nested[0] is old[0] and nested[1][0] is old[1] and nested[1][1] == 1e-5

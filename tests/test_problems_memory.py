@@ -143,14 +143,19 @@ def test_rmsnorm_reference_is_hf_llama(problems, dtype):
 
 def test_cross_entropy_reference_ignores_index(problems):
     p = problems["cross_entropy"]
-    logits, targets = p.make_inputs({"M": 40, "V": 30}, torch.float32, "cpu", 1)
+    logits, targets, _ = p.make_inputs({"M": 40, "V": 30}, torch.float32, "cpu", 1)
     targets[:3] = -100
     keep = targets != -100
     manual = -(torch.log_softmax(logits.double(), -1)[keep].gather(1, targets[keep, None])).mean()
     got = p.reference(logits.double(), targets)
     assert got.shape == () and torch.allclose(got, manual)
     assert p.reference(logits.bfloat16(), targets).dtype == torch.bfloat16
-    assert bool((p.make_inputs({"M": 400, "V": 30}, torch.float32, "cpu", 2)[1] == -100).any())
+    for seed in range(3):  # ignore_index varies (-100, -1, 0) and some targets equal it
+        logits, targets, ignore_index = p.make_inputs({"M": 400, "V": 30}, torch.float32, "cpu", seed)
+        assert bool((targets == ignore_index).any()) and int(targets[0]) != ignore_index
+        keep = targets != ignore_index
+        manual = -(torch.log_softmax(logits.double(), -1)[keep].gather(1, targets[keep, None])).mean()
+        assert torch.allclose(p.reference(logits.double(), targets, ignore_index), manual)
 
 
 def test_rotary_reference_rotate_half(problems):
@@ -306,8 +311,10 @@ def test_rotary_starter_other_head_dims():
 def test_cross_entropy_starter_is_deterministic_and_ignores():
     p = get_problem("cross_entropy")
     module = kernel_module("cross_entropy")
-    logits, targets = p.make_inputs({"M": 12, "V": 100}, torch.float32, "cpu", 0)
-    targets[1::2] = -100
-    first = module.kernel_fn(logits, targets)
-    assert torch.equal(first, module.kernel_fn(logits, targets))
-    assert torch.allclose(first.double(), F.cross_entropy(logits.double(), targets, ignore_index=-100))
+    for seed in range(3):
+        logits, targets, ignore_index = p.make_inputs({"M": 12, "V": 100}, torch.float32, "cpu", seed)
+        targets[1::2] = ignore_index
+        first = module.kernel_fn(logits, targets, ignore_index)
+        assert torch.equal(first, module.kernel_fn(logits, targets, ignore_index))
+        want = F.cross_entropy(logits.double(), targets, ignore_index=ignore_index)
+        assert torch.allclose(first.double(), want), ignore_index

@@ -10,7 +10,7 @@ IGNORE_INDEX = -100
 
 
 @triton.jit
-def _row_losses(logits_ptr, targets_ptr, loss_ptr, count_ptr, V, stride, IGNORE: tl.constexpr, BLOCK: tl.constexpr):
+def _row_losses(logits_ptr, targets_ptr, loss_ptr, count_ptr, V, stride, ignore_index, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     lane_max = tl.full((BLOCK,), -float("inf"), tl.float32)
     lane_sum = tl.zeros((BLOCK,), tl.float32)
@@ -26,7 +26,7 @@ def _row_losses(logits_ptr, targets_ptr, loss_ptr, count_ptr, V, stride, IGNORE:
         picked += tl.where(cols == target, x, 0.0)
     row_max = tl.max(lane_max, axis=0)
     lse = row_max + tl.log(tl.sum(tl.where(lane_max == -float("inf"), 0.0, lane_sum * tl.exp(lane_max - row_max)), axis=0))
-    valid = target != IGNORE
+    valid = target != ignore_index
     tl.store(loss_ptr + row, tl.where(valid, lse - tl.sum(picked, axis=0), 0.0))
     tl.store(count_ptr + row, tl.where(valid, 1.0, 0.0))
 
@@ -42,12 +42,12 @@ def _mean(loss_ptr, count_ptr, out_ptr, M, BLOCK: tl.constexpr):
     tl.store(out_ptr, (tl.sum(total, axis=0) / tl.sum(count, axis=0)).to(out_ptr.dtype.element_ty))
 
 
-def kernel_fn(logits, targets):
+def kernel_fn(logits, targets, ignore_index=IGNORE_INDEX):
     logits = logits.contiguous()
     m, v = logits.shape
     out = torch.empty((), dtype=logits.dtype, device=logits.device)
     losses = torch.empty((m,), dtype=torch.float32, device=logits.device)
     counts = torch.empty((m,), dtype=torch.float32, device=logits.device)
-    _row_losses[(m,)](logits, targets.contiguous(), losses, counts, v, logits.stride(0), IGNORE=IGNORE_INDEX, BLOCK=BLOCK)
+    _row_losses[(m,)](logits, targets.contiguous(), losses, counts, v, logits.stride(0), int(ignore_index), BLOCK=BLOCK)
     _mean[(1,)](losses, counts, out, m, BLOCK=BLOCK)
     return out

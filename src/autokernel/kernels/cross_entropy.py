@@ -1,4 +1,5 @@
-"""Mean cross-entropy with ignore_index=-100: loss = mean over kept rows of lse(row) - row[target].
+"""Mean cross-entropy: loss = mean over kept rows of lse(row) - row[target], a row kept unless its
+target is ``ignore_index`` (an argument, -100 by default).
 
 Kernel 1 streams the logits once in 16-byte-aligned chunks.  Each program takes one part of
 one row (SPLIT parts per row, contiguous runs of chunks) and keeps an online log-sum-exp;
@@ -129,7 +130,8 @@ def _num_sms(device: torch.device) -> int:
     return 4
 
 
-def kernel_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def kernel_fn(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = IGNORE_INDEX) -> torch.Tensor:
+    ignore_index = int(ignore_index)
     M, V = logits.shape
     logits = logits.contiguous()
     targets = targets.contiguous()
@@ -145,10 +147,10 @@ def kernel_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         grid = tasks
         if KNOBS["PROGRAMS_PER_SM"] > 0:
             grid = min(tasks, _num_sms(logits.device) * KNOBS["PROGRAMS_PER_SM"])
-        _ce_parts_kernel[(grid,)](logits, targets, work, M, V, logits.stride(0), IGNORE_INDEX,
+        _ce_parts_kernel[(grid,)](logits, targets, work, M, V, logits.stride(0), ignore_index,
                                   SPLIT=split, BLOCK_V=block_v, VEC=vec, LANE_MAX=KNOBS["variant"] == "lane_max",
                                   num_warps=warps, num_stages=KNOBS["num_stages"])
-    _ce_merge_kernel[(1,)](work, targets, out, M, IGNORE_INDEX, SPLIT=split,
+    _ce_merge_kernel[(1,)](work, targets, out, M, ignore_index, SPLIT=split,
                            SPLIT_P2=triton.next_power_of_2(split), BLOCK_R=FINAL_ROWS // triton.next_power_of_2(split),
                            num_warps=8)
     return out

@@ -1,33 +1,47 @@
 """cross_entropy: mean cross-entropy loss of logits[M, V] against integer targets[M].
 
-Same as ``F.cross_entropy(logits, targets, ignore_index=-100)``: rows whose target is -100
-are left out of the mean; the result is a 0-d tensor in the logits' dtype.
+Same as ``F.cross_entropy(logits, targets, ignore_index=ignore_index)``: rows whose target is
+``ignore_index`` are left out of the mean; the result is a 0-d tensor in the logits' dtype.
+``ignore_index`` is drawn per input draw from what training code uses (``IGNORE_CHOICES``:
+-100, Hugging Face's default; -1; 0, a padding id), with some targets equal to it: a kernel
+that fixes -100 fails.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from .base import Problem, Shape, Tolerance, element_size, generator, randn, standard_adversarial, rowwise_shapes
+from .base import Problem, Shape, Tolerance, choose, element_size, generator, randn, standard_adversarial, rowwise_shapes
 
 IGNORE_INDEX = -100
+IGNORE_CHOICES = (-100, -1, 0)
 
 
-def reference(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits, targets, ignore_index=IGNORE_INDEX)
+def reference(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = IGNORE_INDEX) -> torch.Tensor:
+    return F.cross_entropy(logits, targets, ignore_index=int(ignore_index))
 
 
-def make_targets(m: int, v: int, device: str, gen: torch.Generator, ignored_fraction: float = 0.05) -> torch.Tensor:
+def ignore_index_for(v: int, seed: int) -> int:
+    """The draw's ignore_index; a one-class vocabulary cannot ignore its only class."""
+    chosen = choose(IGNORE_CHOICES, seed)
+    return IGNORE_INDEX if v == 1 and chosen == 0 else chosen
+
+
+def make_targets(m: int, v: int, device: str, gen: torch.Generator, ignore_index: int = IGNORE_INDEX,
+                 ignored_fraction: float = 0.05) -> torch.Tensor:
     targets = torch.randint(0, v, (m,), generator=gen, device=device)
     ignored = torch.rand((m,), generator=gen, device=device) < ignored_fraction
     ignored[0] = False  # at least one row counts, so the mean is defined
-    return targets.masked_fill(ignored, IGNORE_INDEX)
+    if int(targets[0]) == ignore_index:
+        targets[0] = (ignore_index + 1) % v
+    return targets.masked_fill(ignored, ignore_index)
 
 
 def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
     gen = generator(device, seed)
     logits = randn((shape["M"], shape["V"]), dtype, device, gen, scale=2.0)
-    return (logits, make_targets(shape["M"], shape["V"], device, gen))
+    ignore_index = ignore_index_for(shape["V"], seed)
+    return (logits, make_targets(shape["M"], shape["V"], device, gen, ignore_index), ignore_index)
 
 
 def flops(shape: Shape) -> float:
@@ -42,29 +56,32 @@ def bytes_moved(shape: Shape, dtype: torch.dtype) -> float:
 
 def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
     gen = generator(device, seed + 7919)
-    logits, targets = make_inputs(shape, dtype, device, seed + 1)
+    logits, targets, ignore_index = make_inputs(shape, dtype, device, seed + 1)
     # A row's loss is about max(logits) - logits[target] (up to ~12 * large).  CPU eager adds
     # the row losses in the dtype itself, so keep a few dozen of them inside fp16 / bf16 steps.
     large = 1e2 if dtype == torch.float16 else 1e3
-    cases = [(name, (t, targets)) for name, t in standard_adversarial(logits, gen, large=large)]
+    cases = [(name, (t, targets, ignore_index)) for name, t in standard_adversarial(logits, gen, large=large)]
     m = shape["M"]
     # The dominant logit of each row is its target: every loss is ~0.
     hit = logits.clone()
     hit[torch.arange(m, device=device), targets.clamp(min=0)] = large
-    cases.append(("dominant-target", (hit, targets)))
+    cases.append(("dominant-target", (hit, targets, ignore_index)))
     # Nearly all rows ignored: the mean divides by a small count.
-    mostly = torch.full_like(targets, IGNORE_INDEX)
+    mostly = torch.full_like(targets, ignore_index)
     keep = torch.randint(0, m, (2,), generator=gen, device=device)
-    mostly[keep] = torch.randint(0, shape["V"], (2,), generator=gen, device=device)
-    cases.append(("mostly-ignored", (logits, mostly)))
+    kept = torch.randint(0, shape["V"], (2,), generator=gen, device=device)
+    if shape["V"] > 1:
+        kept = torch.where(kept == ignore_index, (kept + 1) % shape["V"], kept)
+    mostly[keep] = kept
+    cases.append(("mostly-ignored", (logits, mostly, ignore_index)))
     return cases
 
 
 def make_problem() -> Problem:
     return Problem(
         kind="cross_entropy",
-        description="Mean cross-entropy loss over rows of logits, ignore_index=-100 (F.cross_entropy).",
-        signature="kernel_fn(logits[M,V], targets[M] int64) -> loss[]  # F.cross_entropy(..., ignore_index=-100), logits dtype",
+        description="Mean cross-entropy loss over rows of logits, rows with target == ignore_index left out (F.cross_entropy).",
+        signature="kernel_fn(logits[M,V], targets[M] int64, ignore_index=-100) -> loss[]  # F.cross_entropy(..., ignore_index=ignore_index), logits dtype; ignore_index varies (-100, -1, 0)",
         dims=("M", "V"),
         reference=reference,
         make_inputs=make_inputs,
