@@ -9,7 +9,8 @@ the next scripted step:
 * ``Step.hang(seconds)`` — no answer for that long (the client times out first).
 
 When the script runs out, the last step repeats.  Every request is recorded (path, headers,
-JSON body).  The server runs on a daemon thread, never longer than ``lifetime_s``, and stops
+JSON body).  ``reply_delay_s`` makes every answer wait that long (a slow model); requests are
+served concurrently, and ``max_open`` says how many were open at once at most.  The server runs on a daemon thread, never longer than ``lifetime_s``, and stops
 when the context manager exits.
 """
 from __future__ import annotations
@@ -69,11 +70,14 @@ class FakeLLMServer:
     script: list[Step]
     lifetime_s: float = 600.0
     requests: list[Request] = field(default_factory=list)
+    reply_delay_s: float = 0.0
+    max_open: int = 0
 
     def __post_init__(self):
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._next = 0
+        self._open = 0
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -88,6 +92,18 @@ class FakeLLMServer:
                 except ValueError:
                     body = {}
                 step = server._take(Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+                with server._lock:
+                    server._open += 1
+                    server.max_open = max(server.max_open, server._open)
+                try:
+                    if server.reply_delay_s:
+                        server._stop.wait(server.reply_delay_s)
+                    self._answer(step, body)
+                finally:
+                    with server._lock:
+                        server._open -= 1
+
+            def _answer(self, step, body):
                 if step.kind == "hang":
                     server._stop.wait(step.seconds)
                     return

@@ -95,13 +95,22 @@ def park_reason(state: ProblemState) -> str | None:
     return None
 
 
-def pick_next(states: list[ProblemState]) -> str | None:
-    """The name of the problem with the largest expected gain among those not parked."""
+def pick_next(states: list[ProblemState], in_flight: dict[str, int] | None = None) -> str | None:
+    """The name of the problem with the largest expected gain among those not parked.
+    ``in_flight`` (experiments running per problem, when several run at once) ranks each
+    problem as if those experiments had already found nothing, so the width spreads over the
+    problems by their expected gain; it never parks a problem."""
     open_states = [s for s in states if park_reason(s) is None]
     if not open_states:
         return None
-    best = max(open_states, key=lambda s: (expected_gain(s), -s.experiments, _neg_name(s.name)))
-    return best.name
+    running = in_flight or {}
+
+    def rank(s: ProblemState):
+        k = running.get(s.name, 0)
+        pessimistic = replace(s, since_improvement=s.since_improvement + k, experiments=s.experiments + k)
+        return (expected_gain(pessimistic), -pessimistic.experiments, _neg_name(s.name))
+
+    return max(open_states, key=rank).name
 
 
 def _neg_name(name: str) -> tuple[int, ...]:
@@ -137,14 +146,15 @@ def return_to_headroom(states: list[ProblemState], remaining_s: float | None = N
     return [revived.get(s.name, s) for s in states]
 
 
-def choose(states: list[ProblemState], remaining_s: float | None = None) -> tuple[str | None, list[ProblemState]]:
+def choose(states: list[ProblemState], remaining_s: float | None = None,
+           in_flight: dict[str, int] | None = None) -> tuple[str | None, list[ProblemState]]:
     """``pick_next``; when everything is parked, ``return_to_headroom`` first.  Returns the
     choice (None: nothing left) and the possibly updated states."""
-    name = pick_next(states)
+    name = pick_next(states, in_flight)
     if name is not None:
         return name, states
     revived = return_to_headroom(states, remaining_s)
-    return pick_next(revived), revived
+    return pick_next(revived, in_flight), revived
 
 
 def after_experiment(state: ProblemState, *, improved: bool, seconds: float,

@@ -49,6 +49,9 @@ class RunOptions:
     compile: bool = True  # time torch.compile in verify (GPU only)
     use_existing_repo: bool = False  # allow a git repository that is not an autokernel workspace
     extend_s: float | None = None  # a finished run: optimize this much longer, then verify and report again
+    parallel: int | None = None  # experiments in flight (loop.optimize.run_optimize)
+    gpus: list[int] | None = None
+    ray: str | None = None
 
 
 @dataclass
@@ -100,6 +103,9 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
 
     t0 = time.monotonic()
     device = resolve_device(opts.device)
+    from .loop.executor import plan_lanes
+
+    plan_lanes(device, opts.parallel, opts.gpus, opts.ray)  # a bad --parallel/--gpus is refused before profiling
     if device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel file is imported
     dtype = parse_dtype(opts.dtype or ("bf16" if device.startswith("cuda") else "fp32"))
@@ -165,7 +171,8 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
         result.optimize = run_optimize(targets, workdir, agent=agent, budget_s=remaining,
                                        max_experiments=opts.max_experiments, device=device, seed=opts.seed,
                                        run_name=opts.run_name, timeout_s=opts.timeout_s, show_progress=True,
-                                       plan_path=plan_path, use_existing_repo=opts.use_existing_repo)
+                                       plan_path=plan_path, use_existing_repo=opts.use_existing_repo,
+                                       parallel=opts.parallel, gpus=opts.gpus, ray=opts.ray)
         if result.optimize.stopped_reason == "interrupted":
             result.interrupted = True
             return result

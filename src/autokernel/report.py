@@ -147,7 +147,10 @@ def render_markdown(data: ReportData) -> str:
     if plan.time_kind != "gpu":
         lines += ["", "No roofline on CPU: the interpreter's timings say nothing about GPU limits; "
                   f"{figures.EAGER_DASH_REASON}."]
-    lines += ["", "## Verification", ""]
+    from .loop.summary import throughput_markdown
+
+    lines += [""] + throughput_markdown(data.workdir)
+    lines += ["## Verification", ""] if lines[-1] == "" else ["", "## Verification", ""]
     if v is None:
         lines.append("Not verified yet: run `autokernel verify " + str(data.workdir) + "`.")
     else:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -221,16 +222,18 @@ class LLMAgent:
         self.rejected_in_a_row = 0  # of those, requests the endpoint refused (HTTP 400...)
         self._secrets = secrets or []
         self._sleep = time.sleep
+        self._count_lock = threading.Lock()
 
     def propose(self, context: Context) -> Proposal:
-        if self.max_calls is not None and self.calls >= self.max_calls:
-            raise AgentExhausted(f"LLM call budget spent ({self.calls} of --llm-max-calls {self.max_calls})")
+        with self._count_lock:  # the loop may ask from several threads (--parallel): check and count at once
+            if self.max_calls is not None and self.calls >= self.max_calls:
+                raise AgentExhausted(f"LLM call budget spent ({self.calls} of --llm-max-calls {self.max_calls})")
+            self.calls += 1
         secrets = secret_values(self._secrets)
         system, user = build_messages(context)
         log = _Log(context, secrets)
         log.write("prompt.md", f"# system\n\n{system}\n\n# user\n\n{user}\n")
         self._sleep(self.retry.cooldown(self.failed_in_a_row))
-        self.calls += 1
         try:
             reply, attempts = call_with_retries(lambda: self.client.complete(system, user), self.retry, self._sleep)
         except FatalError as exc:

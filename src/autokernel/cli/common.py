@@ -30,3 +30,28 @@ def parse_shapes(problem, texts) -> list:
         raise ValueError(f"--shape does not apply to the KernelBench problem {problem.kind.split(':', 1)[1]}: "
                          f"its inputs come from its get_inputs(); edit the file to change them")
     return [problem.parse_shape(t) for t in texts]
+
+
+def parse_gpus(text: str | None) -> list[int] | None:
+    """``--gpus 0,2,5`` → [0, 2, 5]; None when not given.  Raises ValueError on anything else."""
+    if text is None:
+        return None
+    try:
+        gpus = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"--gpus {text!r}: give GPU indices separated by commas, e.g. --gpus 0,2,5") from None
+    if not gpus:
+        raise ValueError("--gpus needs at least one GPU index, e.g. --gpus 0,2")
+    return gpus
+
+
+def check_scale_flags(parallel: int | None, gpus: str | None, ray: str | None) -> list[int] | None:
+    """The checks of --parallel/--gpus/--ray that need no GPU and no cluster (exit 2 on a mistake)."""
+    if parallel is not None and parallel < 1:
+        fail_usage("--parallel must be at least 1")
+    if ray is not None and not ray.strip():
+        fail_usage("--ray needs an address (host:port, ray://host:port, auto) or local")
+    try:
+        return parse_gpus(gpus)
+    except ValueError as exc:
+        fail_usage(str(exc))

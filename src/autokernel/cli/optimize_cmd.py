@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from .common import EXIT_OK, EXIT_USAGE, fail_usage, fmt_or_dash, parse_shapes
+from .common import EXIT_OK, EXIT_USAGE, check_scale_flags, fail_usage, fmt_or_dash, parse_shapes
 
 EXIT_INTERRUPTED = 130
 
@@ -36,6 +36,9 @@ def optimize(
     run_name: Optional[str] = typer.Option(None, "--run-name", help="Run name (branch autokernel/<run-name>)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress lines, only the summary."),
     use_existing_repo: bool = typer.Option(False, "--use-existing-repo", help="Allow --workdir to be a git repository that is not an autokernel workspace (the run gets its own branch there)."),
+    parallel: Optional[int] = typer.Option(None, "--parallel", help="Experiments in flight (default: one per GPU; 1 on CPU, where N means N evaluation processes)."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="GPUs to evaluate on, e.g. 0,2,5 (default: every visible GPU)."),
+    ray: Optional[str] = typer.Option(None, "--ray", help="Evaluate on a Ray cluster at ADDRESS, or 'local' (needs the dist extra)."),
 ) -> None:
     """Optimize kernels: propose, evaluate, keep or revert, repeat (resumable)."""
     from ..agents.base import AGENT_NAMES, AgentConfig, AgentConfigError
@@ -60,6 +63,7 @@ def optimize(
         fail_usage("--max-experiments must be >= 0")
     if device not in ("auto", "cpu") and not device.startswith("cuda"):
         fail_usage(f"unknown device {device!r}; use auto, cuda or cpu")
+    gpu_list = check_scale_flags(parallel, gpus, ray)
 
     try:
         if plan is not None:
@@ -87,7 +91,8 @@ def optimize(
                              agent_cmd=agent_cmd)
         summary = run_optimize(targets, workdir, agent=config, budget_s=budget_s, max_experiments=max_experiments,
                                device=device, seed=seed, run_name=run_name, timeout_s=timeout,
-                               show_progress=not quiet, plan_path=plan, use_existing_repo=use_existing_repo)
+                               show_progress=not quiet, plan_path=plan, use_existing_repo=use_existing_repo,
+                               parallel=parallel, gpus=gpu_list, ray=ray)
     except (ProblemError, PlanError, OptimizeError, AgentConfigError) as exc:
         fail_usage(str(exc))
     except ValueError as exc:  # shape/dtype parsing, workspace refusal
@@ -153,3 +158,7 @@ def print_summary(summary) -> None:
         line += f" ({summary.message})"
     console.print(line + f"; {summary.experiments_run} experiment(s) this run; results in {summary.workdir / 'results.tsv'}",
                   markup=False)
+    from ..loop.summary import throughput_text
+
+    if summary.lanes and throughput_text(summary):
+        console.print(throughput_text(summary), markup=False)

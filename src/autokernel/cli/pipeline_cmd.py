@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from .common import EXIT_OK, EXIT_VERDICT, fail_usage, fmt_or_dash
+from .common import EXIT_OK, EXIT_VERDICT, check_scale_flags, fail_usage, fmt_or_dash
 
 EXIT_INTERRUPTED = 130
 
@@ -73,6 +73,9 @@ def run(
     no_compile: bool = typer.Option(False, "--no-compile", help="Do not time torch.compile in the verification."),
     extend: Optional[str] = typer.Option(None, "--extend", help="A finished run: optimize this much longer (e.g. 10m), then verify and report again."),
     use_existing_repo: bool = typer.Option(False, "--use-existing-repo", help="Allow --workdir to be a git repository that is not an autokernel workspace."),
+    parallel: Optional[int] = typer.Option(None, "--parallel", help="Experiments in flight (default: one per GPU; 1 on CPU, where N means N evaluation processes)."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="GPUs to evaluate on, e.g. 0,2,5 (default: every visible GPU)."),
+    ray: Optional[str] = typer.Option(None, "--ray", help="Evaluate on a Ray cluster at ADDRESS, or 'local' (needs the dist extra)."),
 ) -> None:
     """The whole job: profile the model, optimize its kernels, verify and report (resumable).
     Exit 0 when the patched model passes verification (or nothing is supported), 1 when it
@@ -93,6 +96,7 @@ def run(
         fail_usage("--max-experiments must be >= 0")
     if timeout <= 0:
         fail_usage("--timeout must be positive")
+    gpu_list = check_scale_flags(parallel, gpus, ray)
     try:
         budget_s = parse_budget(budget) if budget is not None else None
         extend_s = parse_budget(extend) if extend is not None else None
@@ -104,6 +108,7 @@ def run(
                       device=device, config=_config(config), seed=seed, max_experiments=max_experiments,
                       timeout_s=timeout, run_name=run_name, compile=not no_compile,
                       use_existing_repo=use_existing_repo, extend_s=extend_s,
+                      parallel=parallel, gpus=gpu_list, ray=ray,
                       agent=AgentConfig(name=agent, seed=seed, llm=llm, llm_base_url=llm_base_url,
                                         llm_max_calls=llm_max_calls, agent_cmd=agent_cmd))
     try:

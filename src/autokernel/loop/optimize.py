@@ -8,255 +8,130 @@ beyond the measured noise (``Evaluation.vs_incumbent.significant``); an incorrec
 never kept.  The orchestrator (``autokernel.orchestrator``) picks the problem each experiment
 goes to.  Everything is in the workspace (``loop/workspace.py``), so a run that stops for
 any reason — budget, Ctrl-C, ``kill -9`` — resumes when the same command runs again.
+
+With one experiment in flight (the default on CPU and on one GPU) the loop below runs
+everything in this process.  With ``parallel > 1``, several GPUs or ``ray``, the scheduler
+of ``loop/parallel.py`` keeps up to ``parallel`` experiments in flight over an executor
+(``loop/executor.py``); rows, numbers and commits stay serial.  The parts: ``targets``
+(input), ``problem_run`` (per-problem memory), ``verdict`` (keep/revert and the row's
+numbers), ``progress``, ``summary``, ``interrupts``.
 """
 from __future__ import annotations
 
 import shutil
-import signal
-import threading
 import time
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from ..agents.base import AgentConfig, AgentExhausted, AgentRefused, Context, Proposal
-from ..files import replace_file_atomic, write_text_atomic
-from ..harness.records import Comparison
-from ..provenance import tuned_on_label
+from ..files import write_text_atomic
 from ..orchestrator import ProblemState, after_experiment, assign_budgets, choose
-from . import figures, first_evals
+from ..provenance import tuned_on_label
+from . import first_evals, interrupts
 from .budget import format_duration
-from .results import ExperimentRecord, append_result, ensure_results, read_results
+from .problem_run import ProblemRun, initial_state, park_note, restore_memory, setup_workspace
+from .progress import Printer, progress_line
+from .summary import OptimizeSummary, ProblemSummary, log_throughput, summarize_problem, throughput_text
 from .inputs import no_start_kernel, start_kernel_problem
-from .workspace import (ProblemFile, Workspace, WorkspaceError, current_run_name, has_committed_kernel, keep_message,
-                        open_workspace, record_message, sanitize_run_name)
+from .targets import (OptimizeError, Target, default_run_name, model_run_name, plan_model, resolve_device,
+                      targets_from_plan)
+from .verdict import decide, speedup_vs_start
+from .workspace import (Workspace, WorkspaceError, current_run_name, has_committed_kernel, open_workspace,
+                        sanitize_run_name)
 
 STOP_REASONS = ("budget", "max-experiments", "interrupted", "all-done", "agent-exhausted", "agent-refused")
 EXHAUSTED_PREFIX = "search space exhausted"
-COMPUTE_BOUND_INTENSITY = 32.0  # flop/byte above which throughput is reported in TFLOP/s
 
 
-class OptimizeError(ValueError):
-    """Bad input to the loop (user mistake, exit code 2).  Raised before anything is written."""
+def time_left(state: ProblemState | None, deadline: float | None) -> float | None:
+    """Seconds this problem may still use: the run's deadline and the problem's own time
+    budget, whichever ends first (None: no limit).  Agents that search (the tuner's screen)
+    size their work with it."""
+    left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+    if state is not None and state.time_budget_s is not None:
+        own = max(state.time_budget_s - state.time_spent_s, 0.0)
+        left = own if left is None else min(left, own)
+    return left
 
 
-@dataclass
-class Target:
-    """One problem to optimize.
-
-    ``name`` is the directory under ``<workdir>/problems/``; ``spec`` a kind name or a
-    problem-file path (``autokernel.problems.get_problem``); ``shapes`` None means the
-    problem's default shapes for the device; ``weights`` are calls per shape (the score
-    weights); ``start_file`` None means the shipped starter; ``fraction`` is the problem's
-    share of the model time (from a plan; used by the orchestrator)."""
-
-    name: str
-    spec: str
-    shapes: list[dict[str, int]] | None = None
-    weights: list[float] | None = None
-    dtype: str | None = None
-    start_file: Path | None = None
-    fraction: float | None = None
-
-
-@dataclass
-class ProblemSummary:
-    name: str
-    kind: str
-    experiments: int  # all experiments recorded for the problem (baseline excluded)
-    kept: int
-    start_score_us: float | None
-    best_score_us: float | None
-    speedup_vs_start: float | None
-    speedup_vs_eager: float | None
-    pct_roofline: float | None
-    best_kernel: Path
-    fraction: float | None = None
-    timing_kind: str = ""  # "gpu" | "interpreter"
-    note: str = ""  # why the problem stopped, when known
-
-
-@dataclass
-class OptimizeSummary:
-    problems: list[ProblemSummary]
-    stopped_reason: str  # one of STOP_REASONS
-    workdir: Path
-    branch: str
-    run_name: str
-    experiments_run: int = 0  # experiments in this invocation
-    wall_s: float = 0.0
-    message: str = ""  # extra words on why it stopped (e.g. the agent's reason)
-    recovered: list[str] = field(default_factory=list)  # what recovery did at startup
-
-
-# --------------------------------------------------------------------------- inputs
-def targets_from_plan(plan) -> list[Target]:
-    """One Target per supported problem of an ``autokernel.plan.Plan``."""
-    targets = []
-    for p in plan.supported:
-        if not p.kind:
-            continue
-        weights = [float(c) for c in p.calls] if p.calls and len(p.calls) == len(p.shapes) else None
-        targets.append(Target(name=p.name, spec=p.kind, shapes=[dict(s) for s in p.shapes] or None,
-                              weights=weights, dtype=p.dtype or None, fraction=p.fraction))
-    return targets
-
-
-def default_run_name(targets: list[Target], plan_path: Path | None = None, model: str | None = None,
-                     current: str | None = None) -> str:
-    """The branch's run name: the model's name for a plan (``current``, the run name the
-    workdir is on, when it is an older ``plan-<file>`` name, so that such runs resume), else
-    the problems' names."""
-    if plan_path is not None:
-        legacy = sanitize_run_name(f"plan-{Path(plan_path).stem}")
-        if current == legacy or not model:
-            return legacy
-        return sanitize_run_name(model_run_name(model))
-    name = "+".join(t.name for t in targets)
-    return sanitize_run_name(name if len(name) <= 60 else f"{targets[0].name}+{len(targets) - 1}-more")
-
-
-def model_run_name(model: str) -> str:
-    """``llama`` → ``llama``; ``path/to/net.py:Net`` → ``net-Net``; ``hf:gpt2`` → ``hf-gpt2``."""
-    if ".py" in model:
-        path, _, cls = model.partition(":")
-        return f"{Path(path).stem}-{cls}" if cls else Path(path).stem
-    return model.replace(":", "-")
-
-
-def resolve_device(device: str) -> str:
-    from ..hardware import resolve_device as resolve
-
-    try:
-        return resolve(device)
-    except ValueError as exc:
-        raise OptimizeError(str(exc)) from None
-
-
-def _plan_model(plan_text: str | None) -> str | None:
-    import json
-
-    try:
-        return str(json.loads(plan_text).get("model") or "") or None if plan_text else None
-    except (ValueError, AttributeError):
-        return None
-
-
-# --------------------------------------------------------------------------- per-problem state
-@dataclass
-class _Run:
-    target: Target
-    problem: Any
-    start_source: str | None
-    rows: list[ExperimentRecord] = field(default_factory=list)
-    best_eval: Any = None
-    start_eval: Any = None
-    last_failure: dict[str, str] | None = None
-    evaluator: Any = None
-    state: ProblemState | None = None
-    note: str = ""
-
-    @property
-    def name(self) -> str:
-        return self.target.name
-
-    @property
-    def baseline(self) -> ExperimentRecord | None:
-        return next((r for r in self.rows if r.status == "baseline"), None)
-
-    @property
-    def best_row(self) -> ExperimentRecord | None:
-        kept = [r for r in self.rows if r.status == "keep"]
-        return kept[-1] if kept else self.baseline
-
-    @property
-    def best_correct(self) -> bool:
-        row = self.best_row
-        return row is not None and row.correct
-
-    @property
-    def experiments(self) -> int:
-        return sum(1 for r in self.rows if r.status != "baseline")
-
-    @property
-    def next_experiment(self) -> int:
-        return max((r.experiment for r in self.rows), default=-1) + 1
-
-
-def _interrupt_safe() -> bool:
-    return threading.current_thread() is threading.main_thread()
-
-
-_SIGINTS = [0]  # Ctrl-C presses seen while run_optimize is running
-
-
-def _on_sigint(signum, frame):
-    _SIGINTS[0] += 1
-    raise KeyboardInterrupt
-
-
-@contextmanager
-def _watch_interrupts():
-    """Count Ctrl-C presses (and raise KeyboardInterrupt as usual) while the loop runs, so an
-    experiment whose evaluation worker died from the same Ctrl-C is not recorded as a crash."""
-    if not _interrupt_safe():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, _on_sigint)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-@contextmanager
-def _defer_interrupt():
-    """Hold Ctrl-C until the block (writing a row and committing it) is done."""
-    if not _interrupt_safe():
-        yield
-        return
-    pending: list[bool] = []
-
-    def hold(signum, frame):
-        _SIGINTS[0] += 1
-        pending.append(True)
-
-    previous = signal.signal(signal.SIGINT, hold)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if pending:
-            raise KeyboardInterrupt
-
-
-def _default_evaluator_factory(spec: str, **kwargs):
+def default_evaluator_factory(spec: str, **kwargs):
     from ..harness import Evaluator
 
     return Evaluator(spec, **kwargs)
 
 
-class _Printer:
-    def __init__(self, enabled: bool, console=None):
-        self.enabled = enabled
-        if enabled and console is None:
-            from rich.console import Console
+@dataclass
+class Session:
+    """What every experiment of one invocation needs."""
 
-            console = Console(highlight=False, soft_wrap=True)
-        self.console = console
+    ws: Workspace
+    runs: list[ProblemRun]
+    agent: Any
+    factory: Callable[..., Any]
+    device: str
+    timeout_s: float
+    seed: int
+    printer: Printer
+    deadline: float | None
+    max_experiments: int | None
+    t_start: float
 
-    def line(self, text: str) -> None:
-        if self.enabled:
-            self.console.print(text, markup=False)
+    @property
+    def agent_name(self) -> str:
+        return getattr(self.agent, "name", "agent")
+
+    def out_of_time(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def remaining(self) -> float | None:
+        return None if self.deadline is None else max(self.deadline - time.monotonic(), 0.0)
+
+    def run_named(self, name: str) -> ProblemRun:
+        return next(r for r in self.runs if r.name == name)
+
+    def capped(self) -> list[ProblemRun]:
+        return [r for r in self.runs if self.max_experiments is not None and r.experiments >= self.max_experiments]
+
+    def context(self, run: ProblemRun, experiment: int, problem_dir: Path | None = None) -> Context:
+        """What the agent sees for ``experiment`` on ``run`` (``problem_dir``: a slot's own
+        copy of the problem directory, for agents that edit files in place)."""
+        pdir = problem_dir or self.ws.problem_dir(run.name)
+        t = run.target
+        return Context(problem=run.problem, problem_spec=t.spec, problem_dir=pdir, kernel_path=pdir / "kernel.py",
+                       best_source=self.ws.kernel_path(run.name).read_text(), best=run.best_eval,
+                       start=run.start_eval, history=[r.to_row() for r in run.rows], last_failure=run.last_failure,
+                       experiment=experiment, device=self.device, seed=self.seed,
+                       extra={"log_dir": str(self.ws.log_dir(run.name)), "shapes": t.shapes, "dtype": t.dtype,
+                              "weights": t.weights, "workdir": str(self.ws.root),
+                              "time_left_s": time_left(run.state, self.deadline)})
+
+    def share_time(self) -> None:
+        """The baselines told us the roofline headroom: share the time left accordingly."""
+        for run, state in zip(self.runs, assign_budgets([r.state for r in self.runs], self.remaining())):
+            run.state = state
+
+    def stop_note(self, open_runs: list[ProblemRun]) -> tuple[str, str]:
+        """The stop reason and why each problem is done (e.g. "swiglu: at 97% of roofline")."""
+        reason = "max-experiments" if self.capped() else "all-done"
+        return reason, "; ".join(f"{r.name}: {park_note(r.state)}" for r in open_runs if park_note(r.state))
+
+    def write(self, run: ProblemRun, record, evaluation, candidate: Path | None, presses_before: int | None,
+              description: str, reason: str = "") -> str:
+        """Append the row and commit (with the kernel for a keep); nothing when Ctrl-C was
+        pressed since ``presses_before`` was read.  Returns the new head commit."""
+        with interrupts.holding(presses_before):
+            head = self.ws.record(record, candidate)
+            run.remember(record, evaluation, description, reason)
+        return head
 
 
-# --------------------------------------------------------------------------- the loop
+# --------------------------------------------------------------------------- the entry point
 def run_optimize(targets: list[Target], workdir: Path, *, agent: AgentConfig | Any, budget_s: float | None,
                  max_experiments: int | None = None, device: str = "auto", seed: int = 0,
                  run_name: str | None = None, timeout_s: float = 60.0, show_progress: bool = True,
-                 plan_path: Path | None = None, use_existing_repo: bool = False,
-                 _evaluator_factory: Callable[..., Any] | None = None,
+                 plan_path: Path | None = None, use_existing_repo: bool = False, parallel: int | None = None,
+                 gpus: list[int] | None = None, ray: str | None = None, _evaluator_factory: Callable[..., Any] | None = None,
                  _console=None) -> OptimizeSummary:
     """Optimize ``targets`` in the workspace ``workdir`` until the budget, the experiment cap
     or the orchestrator says stop; resumable.
@@ -264,15 +139,130 @@ def run_optimize(targets: list[Target], workdir: Path, *, agent: AgentConfig | A
     ``agent`` is an ``AgentConfig`` (built with ``agents.make_agent``) or an agent object
     (anything with ``name`` and ``propose``).  ``budget_s`` is wall-clock seconds for this
     invocation (None: no limit), checked before each experiment.  ``max_experiments`` caps
-    the experiments per problem recorded in the workspace (across invocations).  Raises
-    ``OptimizeError``/``WorkspaceError``/``ProblemError``/``AgentConfigError`` (all
-    ``ValueError``) on bad input before writing anything.  Ctrl-C ends the run with
-    ``stopped_reason == "interrupted"`` (the unfinished experiment is not recorded).
+    the experiments per problem recorded in the workspace (across invocations).
+    ``parallel`` is the number of experiments in flight (default: one per GPU of ``gpus``,
+    or of every visible GPU; 1 on CPU); ``gpus`` the CUDA device indices evaluations may use
+    (one timing per GPU at a time); ``ray`` a Ray address or ``"local"`` to evaluate on Ray
+    actors.  Raises ``OptimizeError``/``WorkspaceError``/``ProblemError``/``AgentConfigError``
+    (all ``ValueError``) on bad input before writing anything.  Ctrl-C ends the run with
+    ``stopped_reason == "interrupted"`` (unfinished experiments are not recorded).
     ``_evaluator_factory(spec, device=, shapes=, dtypes=, timeout_s=, weights=)`` replaces
-    the harness ``Evaluator`` in tests."""
-    from ..problems import get_problem, parse_dtype
+    the harness ``Evaluator`` in tests (a picklable one when evaluations run in other
+    processes)."""
+    from .executor import plan_lanes
 
     t_start = time.monotonic()
+    runs = _validate(targets, budget_s, max_experiments)
+    # with Ray the GPUs are the cluster's: the driver may be a machine without one
+    device = device if ray is not None and device.startswith("cuda") else resolve_device(device)
+    lanes = plan_lanes(device, parallel, gpus, ray)
+    if lanes.ray is not None:
+        from .ray_executor import require_ray
+
+        require_ray()
+    if isinstance(agent, AgentConfig):
+        from ..agents.base import make_agent
+
+        agent_obj = make_agent(agent)
+    else:
+        agent_obj = agent
+    plan_text = Path(plan_path).read_text() if plan_path is not None else None
+    run_name = sanitize_run_name(run_name) if run_name else default_run_name(
+        targets, plan_path, plan_model(plan_text), current_run_name(Path(workdir)))
+    for run in runs:  # nothing to start from: refuse before the workspace is created
+        missing = no_start_kernel(run.name, run.start_source is not None,
+                                  has_committed_kernel(Path(workdir), run_name, run.name),
+                                  getattr(agent_obj, "name", ""))
+        if missing:
+            raise OptimizeError(missing)
+
+    printer = Printer(show_progress, _console)
+    ws = open_workspace(Path(workdir), run_name, use_existing_repo)
+    session = Session(ws=ws, runs=runs, agent=agent_obj, factory=_evaluator_factory or default_evaluator_factory,
+                      device=device, timeout_s=timeout_s, seed=seed, printer=printer,
+                      deadline=t_start + budget_s if budget_s is not None else None,
+                      max_experiments=max_experiments, t_start=t_start)
+    reason, message, stats = "all-done", "", _Stats(lanes.names if lanes.spread else [device], lanes.parallel)
+    with interrupts.watching():
+        try:
+            try:
+                with interrupts.holding():
+                    setup_workspace(ws, runs, plan_text, tuned_on_label(device))
+                printer.line(f"autokernel optimize: {len(runs)} problem(s) in {ws.root} on branch {ws.branch}, "
+                             f"agent {session.agent_name}, device {device}"
+                             + (f", up to {lanes.parallel or 'one per Ray worker'} in flight"
+                                + (f" on {', '.join(lanes.names)}" if lanes.names else "") if lanes.spread else "")
+                             + (f", budget {format_duration(budget_s)}" if budget_s else ""))
+                for run in runs:
+                    restore_memory(ws, run)
+                states = assign_budgets([initial_state(run) for run in runs], budget_s)
+                for run, state in zip(runs, states):
+                    run.state = state
+                if lanes.spread:
+                    from .parallel import run_parallel
+
+                    reason, message = run_parallel(session, lanes, stats)
+                else:
+                    reason, message = _run_serial(session, stats)
+            except KeyboardInterrupt:
+                reason = "interrupted"
+                message = "interrupted; run the same command again to resume"
+            except AgentExhausted as exc:  # an agent that can make no more proposals ends the run cleanly
+                reason = "agent-refused" if isinstance(exc, AgentRefused) else "agent-exhausted"
+                message = str(exc)
+        finally:
+            for run in runs:
+                if run.evaluator is not None:
+                    try:
+                        run.evaluator.close()
+                    except Exception:
+                        pass
+            try:
+                _tidy(ws, runs)
+            finally:
+                ws.close()
+    summary = OptimizeSummary(problems=[summarize_problem(ws, run, device) for run in runs], stopped_reason=reason,
+                              workdir=ws.root, branch=ws.branch, run_name=ws.run_name,
+                              experiments_run=stats.experiments, wall_s=time.monotonic() - t_start, message=message,
+                              recovered=list(ws.recovered), parallel=stats.parallel or 1, lanes=stats.lanes,
+                              lane_busy_s=stats.lane_busy_s(), evaluation_s=stats.evaluation_s)
+    try:
+        log_throughput(ws.root, summary)
+    except OSError:
+        pass
+    if reason != "interrupted":
+        printer.line(f"stopped: {reason}" + (f" ({message})" if message else "")
+                     + f" after {stats.experiments} experiment(s) in {format_duration(summary.wall_s)}")
+        if lanes.spread and throughput_text(summary):
+            printer.line(throughput_text(summary))
+    return summary
+
+
+class _Stats:
+    """Experiments recorded this run, and how long evaluations ran per lane."""
+
+    def __init__(self, lanes: list[str], parallel: int | None = 1):
+        self.parallel = parallel
+        self.experiments = 0
+        self.use_lanes(lanes)
+
+    def use_lanes(self, lanes: list[str]) -> None:
+        self.lanes = list(lanes)
+        self.evaluation_s = []
+        self._busy = [0.0] * len(self.lanes)
+
+    def evaluated(self, lane: int, seconds: float) -> None:
+        self.evaluation_s.append(seconds)
+        if 0 <= lane < len(self._busy):
+            self._busy[lane] += seconds
+
+    def lane_busy_s(self) -> list[float]:
+        return [round(b, 3) for b in self._busy]
+
+
+def _validate(targets: list[Target], budget_s: float | None, max_experiments: int | None) -> list[ProblemRun]:
+    from ..problems import get_problem, parse_dtype
+
     if not targets:
         raise OptimizeError("nothing to optimize: no supported problem")
     names = [t.name for t in targets]
@@ -282,8 +272,7 @@ def run_optimize(targets: list[Target], workdir: Path, *, agent: AgentConfig | A
         raise OptimizeError("the budget must be positive")
     if max_experiments is not None and max_experiments < 0:
         raise OptimizeError("--max-experiments must be >= 0")
-    device = resolve_device(device)
-    runs: list[_Run] = []
+    runs: list[ProblemRun] = []
     for t in targets:
         if sanitize_run_name(t.name) != t.name or t.name in (".", ".."):
             raise OptimizeError(f"bad problem name {t.name!r}: use letters, digits, '.', '_', '-'")
@@ -309,457 +298,130 @@ def run_optimize(targets: list[Target], workdir: Path, *, agent: AgentConfig | A
             start_source = Path(problem.starter).read_text()
         else:
             start_source = None  # fine on resume; checked when the problem is set up
-        runs.append(_Run(target=t, problem=problem, start_source=start_source))
-    if isinstance(agent, AgentConfig):
-        from ..agents.base import make_agent
-
-        agent_obj = make_agent(agent)
-    else:
-        agent_obj = agent
-    plan_text = Path(plan_path).read_text() if plan_path is not None else None
-    run_name = sanitize_run_name(run_name) if run_name else default_run_name(
-        targets, plan_path, _plan_model(plan_text), current_run_name(Path(workdir)))
-
-    printer = _Printer(show_progress, _console)
-    factory = _evaluator_factory or _default_evaluator_factory
-    deadline = t_start + budget_s if budget_s is not None else None
-    reason, message, run_count = "all-done", "", 0
-    watch = _watch_interrupts()
-    for run in runs:  # nothing to start from: refuse before the workspace is created
-        missing = no_start_kernel(run.name, run.start_source is not None,
-                                  has_committed_kernel(Path(workdir), run_name, run.name),
-                                  getattr(agent_obj, "name", ""))
-        if missing:
-            raise OptimizeError(missing)
-    ws = open_workspace(Path(workdir), run_name, use_existing_repo)
-    recovered = list(ws.recovered)
-    watch.__enter__()
-    try:
-        try:
-            with _defer_interrupt():
-                _setup(ws, runs, plan_text, tuned_on_label(device))
-            printer.line(f"autokernel optimize: {len(runs)} problem(s) in {ws.root} on branch {ws.branch}, "
-                         f"agent {getattr(agent_obj, 'name', '?')}, device {device}"
-                         + (f", budget {format_duration(budget_s)}" if budget_s else ""))
-            states = []
-            for run in runs:
-                run.rows = read_results(ws.results_path, run.name)
-                _restore_memory(ws, run)
-                states.append(_initial_state(run))
-            states = assign_budgets(states, budget_s)
-            for run, state in zip(runs, states):
-                run.state = state
-            pending = [r for r in runs if r.baseline is None]
-            pending = first_evals.order(pending, [first_evals.estimated_cost(r.problem, r.target.shapes, [
-                r.target.dtype] if r.target.dtype else None) for r in pending], device)
-            for i, run in enumerate(pending):
-                if deadline is not None and time.monotonic() >= deadline:
-                    reason = "budget"
-                    break
-                left = None if deadline is None else deadline - time.monotonic()
-                _baseline(ws, run, factory, device, first_evals.timeout(timeout_s, left, len(pending) - i),
-                          agent_obj, printer, deadline)
-                run.evaluator.timeout_s = timeout_s  # the experiments get the usual timeout
-                run.state = _initial_state(run, run.state)
-            else:
-                # the baselines told us the roofline headroom: share the time left accordingly
-                left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-                for run, state in zip(runs, assign_budgets([r.state for r in runs], left)):
-                    run.state = state
-                while True:
-                    if deadline is not None and time.monotonic() >= deadline:
-                        reason = "budget"
-                        break
-                    capped = [r for r in runs if max_experiments is not None and r.experiments >= max_experiments]
-                    open_runs = [r for r in runs if r not in capped]
-                    remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-                    name, new_states = choose([r.state for r in open_runs], remaining)
-                    for r, s in zip(open_runs, new_states):
-                        r.state = s
-                    if name is None:
-                        reason = "max-experiments" if capped else "all-done"
-                        # why each problem is done (e.g. "swiglu: at 97% of roofline"), for the stop line
-                        message = "; ".join(f"{r.name}: {_park_note(r.state)}" for r in open_runs
-                                            if r.state and _park_note(r.state))
-                        break
-                    run = next(r for r in runs if r.name == name)
-                    if _experiment(ws, run, agent_obj, factory, device, timeout_s, seed, printer, deadline):
-                        run_count += 1
-        except KeyboardInterrupt:
-            reason = "interrupted"
-            message = "interrupted; run the same command again to resume"
-        except AgentExhausted as exc:  # an agent that can make no more proposals ends the run cleanly
-            reason = "agent-refused" if isinstance(exc, AgentRefused) else "agent-exhausted"
-            message = str(exc)
-    finally:
-        watch.__exit__(None, None, None)
-        for run in runs:
-            if run.evaluator is not None:
-                try:
-                    run.evaluator.close()
-                except Exception:
-                    pass
-        try:
-            _tidy(ws, runs)
-        finally:
-            ws.close()
-    summary = OptimizeSummary(problems=[_summarize(ws, run, device) for run in runs], stopped_reason=reason,
-                              workdir=ws.root, branch=ws.branch, run_name=ws.run_name, experiments_run=run_count,
-                              wall_s=time.monotonic() - t_start, message=message, recovered=recovered)
-    if reason != "interrupted":
-        printer.line(f"stopped: {reason}" + (f" ({message})" if message else "")
-                     + f" after {run_count} experiment(s) in {format_duration(summary.wall_s)}")
-    return summary
+        runs.append(ProblemRun(target=t, problem=problem, start_source=start_source))
+    return runs
 
 
-# --------------------------------------------------------------------------- steps
-def _setup(ws: Workspace, runs: list[_Run], plan_text: str | None, tuned_on: str = "") -> None:
-    recorded = {r.problem for r in read_results(ws.results_path)}
-    for run in runs:  # results are only comparable on the same problem definition
-        committed = ws.committed_text(ws.problem_file(run.name))
-        if committed is None or run.name not in recorded:
-            continue
-        old, t = ProblemFile.from_json(committed), run.target
-        if (old.spec, old.shapes, old.weights, old.dtype) != (t.spec, t.shapes, t.weights, t.dtype):
-            raise OptimizeError(f"problem {t.name} of run {ws.run_name} was set up with another spec, shapes, "
-                                f"weights or dtype; use another --run-name (or workdir) for this one")
-    ensure_results(ws.results_path)
-    if ws.committed_text(ws.results_path) is None:
-        ws.commit([ws.results_path], "results.tsv")
-    if plan_text is not None and ws.committed_text(ws.plan_path) != plan_text:
-        write_text_atomic(ws.plan_path, plan_text)
-        ws.commit([ws.plan_path], "plan.json")
-    for run in runs:
-        t = run.target
-        kernel, pfile = ws.kernel_path(run.name), ws.problem_file(run.name)
-        record = ProblemFile(name=t.name, spec=t.spec, kind=run.problem.kind, shapes=t.shapes, weights=t.weights,
-                             dtype=t.dtype, fraction=t.fraction,
-                             start_file=str(t.start_file) if t.start_file else None,
-                             extra={"tuned_on": tuned_on} if tuned_on else {}).to_json()
-        paths = []
-        if ws.committed_text(kernel) is None:
-            if run.start_source is None:
-                raise OptimizeError(f"problem {t.name} has no starter kernel; pass a start kernel file (--kernel)")
-            kernel.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(kernel, run.start_source)
-            paths.append(kernel)
-        if ws.committed_text(pfile) != record:
-            pfile.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(pfile, record)
-            paths.append(pfile)
-        if paths:
-            ws.commit(paths, f"setup {t.name}" if kernel in paths else f"update {t.name}/problem.json")
+# --------------------------------------------------------------------------- one experiment at a time
+def first_evaluation_order(s: Session) -> list[ProblemRun]:
+    """The problems without a baseline yet, in the order their first evaluations run
+    (``loop/first_evals.py``: cheapest first on CPU)."""
+    pending = [r for r in s.runs if r.baseline is None]
+    costs = [first_evals.estimated_cost(r.problem, r.target.shapes, [r.target.dtype] if r.target.dtype else None)
+             for r in pending]
+    return first_evals.order(pending, costs, s.device)
 
 
-def _restore_memory(ws: Workspace, run: _Run) -> None:
-    """On resume: the evaluations of the current best and the start, and the last failure."""
-    best, base = run.best_row, run.baseline
-    if best is not None:
-        run.best_eval = _load_eval(ws, run.name, best.experiment)
-    if base is not None:
-        run.start_eval = _load_eval(ws, run.name, base.experiment)
-    last = run.rows[-1] if run.rows else None
-    if last is not None and last.status in ("incorrect", "timeout", "crash", "rejected"):
-        ev = _load_eval(ws, run.name, last.experiment)
-        run.last_failure = {"status": last.status, "stage": last.failed_stage,
-                            "message": ev.message if ev is not None else "", "description": last.description}
+def _run_serial(s: Session, stats: _Stats) -> tuple[str, str]:
+    pending = first_evaluation_order(s)
+    for i, run in enumerate(pending):
+        if s.out_of_time():
+            return "budget", ""
+        _baseline(s, run, stats, first_evals.timeout(s.timeout_s, s.remaining(), len(pending) - i))
+        run.evaluator.timeout_s = s.timeout_s  # the experiments get the usual timeout
+        run.state = initial_state(run, run.state)
+    s.share_time()
+    while True:
+        if s.out_of_time():
+            return "budget", ""
+        capped = s.capped()
+        open_runs = [r for r in s.runs if r not in capped]
+        name, new_states = choose([r.state for r in open_runs], s.remaining())
+        for r, state in zip(open_runs, new_states):
+            r.state = state
+        if name is None:
+            return s.stop_note(open_runs)
+        if _experiment(s, s.run_named(name), stats):
+            stats.experiments += 1
 
 
-def _load_eval(ws: Workspace, name: str, experiment: int):
-    from ..harness.records import Evaluation
-
-    path = ws.log_dir(name) / f"exp_{experiment:04d}.json"
-    try:
-        return Evaluation.from_json(path.read_text())
-    except (OSError, ValueError, TypeError, KeyError):
-        return None
-
-
-def _initial_state(run: _Run, previous: ProblemState | None = None) -> ProblemState:
-    since = 0
-    for r in reversed(run.rows):
-        if r.status in ("keep", "baseline"):
-            break
-        since += 1
-    best = run.best_row
-    return ProblemState(
-        name=run.name, fraction=run.target.fraction,
-        pct_roofline=best.pct_roofline if best is not None else None,
-        best_speedup=best.speedup_vs_start or 1.0 if best is not None and best.correct else 1.0,
-        experiments=run.experiments, since_improvement=since,
-        time_spent_s=previous.time_spent_s if previous else 0.0,
-        time_budget_s=previous.time_budget_s if previous else None)
-
-
-def _evaluator(run: _Run, factory, device: str, timeout_s: float):
+def _evaluator(s: Session, run: ProblemRun, timeout_s: float | None = None):
     if run.evaluator is None:
-        t = run.target
-        run.evaluator = factory(t.spec, device=device, shapes=t.shapes, dtypes=[t.dtype] if t.dtype else None,
-                                timeout_s=timeout_s, weights=t.weights)
+        run.evaluator = s.factory(run.target.spec, **run.evaluator_kwargs(s.device, timeout_s or s.timeout_s))
     return run.evaluator
 
 
-def _throughput(problem, evaluation) -> tuple[float | None, str]:
-    timings = [t for t in evaluation.timings if t.latency_us]
-    if not timings:
-        return None, ""
-    try:
-        from ..problems.base import parse_dtype
-
-        t0 = timings[0]
-        intensity = problem.flops(t0.shape) / max(problem.bytes(t0.shape, parse_dtype(t0.dtype)), 1.0)
-    except Exception:
-        intensity = 0.0
-    attr, unit = ("tflops", "TFLOP/s") if intensity >= COMPUTE_BOUND_INTENSITY else ("gbps", "GB/s")
-    pairs = [(t.weight * t.latency_us, getattr(t, attr)) for t in timings if getattr(t, attr) is not None]
-    if not pairs or len(pairs) != len(timings):
-        return None, ""
-    total = sum(w for w, _ in pairs)
-    return (sum(w * v for w, v in pairs) / total if total > 0 else None), unit
-
-
-def _record(run: _Run, experiment: int, agent_name: str, status: str, evaluation, wall_s: float,
-            tokens: int, commit: str, description: str) -> ExperimentRecord:
-    throughput, unit = (None, "")
-    latency = pct = vs_eager = vs_start = None
-    failed_stage = ""
-    if evaluation is not None:
-        failed_stage = evaluation.failed_stage or ""
-        if evaluation.correct and evaluation.score_us:
-            latency = float(evaluation.score_us)
-            throughput, unit = _throughput(run.problem, evaluation)
-            pct = evaluation.pct_roofline
-            vs_eager = figures.vs_eager(evaluation.eager_score_us, latency, evaluation.timing_kind)
-            vs_start = speedup_vs_start(run.baseline, run.best_row, evaluation, status)
-    return ExperimentRecord(experiment=experiment, problem=run.name, agent=agent_name, status=status,
-                            failed_stage=failed_stage, latency_us=latency, throughput=throughput,
-                            throughput_unit=unit, pct_roofline=pct, speedup_vs_eager=vs_eager,
-                            speedup_vs_start=vs_start, wall_s=round(wall_s, 3), tokens=tokens, commit=commit,
-                            description=description[:300])
-
-
-def speedup_vs_start(baseline: ExperimentRecord | None, best: ExperimentRecord | None, evaluation,
-                     status: str) -> float | None:
-    """This kernel against the starting kernel: the start's recorded score over this one's
-    (``loop.figures``: one definition everywhere).  ``best`` is unused, kept for callers."""
-    if status == "baseline":
-        return 1.0 if evaluation.correct and evaluation.score_us else None
-    if baseline is None or not baseline.correct:
-        return None
-    return figures.vs_start(baseline.latency_us, evaluation.score_us)
-
-
-def _save_eval(ws: Workspace, name: str, experiment: int, evaluation) -> None:
-    if evaluation is None:
-        return
-    try:
-        text = evaluation.to_json()
-    except Exception:
-        return
-    write_text_atomic(ws.log_dir(name) / f"exp_{experiment:04d}.json", text)
-
-
-def _commit_row(ws: Workspace, run: _Run, record: ExperimentRecord, candidate: Path | None,
-                interrupts_before: int | None = None) -> None:
-    """Append the row and commit: with the kernel for a keep, results.tsv alone otherwise.
-    When Ctrl-C was pressed since ``interrupts_before`` was read, record nothing."""
-    with _defer_interrupt():
-        if interrupts_before is not None and _SIGINTS[0] != interrupts_before:
-            raise KeyboardInterrupt
-        kernel = ws.kernel_path(run.name)
-        if record.status == "keep" and candidate is not None:
-            replace_file_atomic(candidate, kernel)
-            append_result(ws.results_path, record)
-            ws.commit([ws.results_path, kernel], keep_message(record))
-        else:
-            append_result(ws.results_path, record)
-            ws.commit([ws.results_path], record_message(record))
-        run.rows.append(record)
-
-
-def _baseline(ws: Workspace, run: _Run, factory, device, timeout_s, agent_obj, printer, deadline) -> None:
-    t0 = time.monotonic()
-    interrupts = _SIGINTS[0]
-    commit = ws.head()
-    snapshot = ws.candidate_path(run.name, 0)
-    shutil.copyfile(ws.kernel_path(run.name), snapshot)
-    evaluation = _evaluator(run, factory, device, timeout_s).evaluate(snapshot)
-    _save_eval(ws, run.name, 0, evaluation)
-    description = "starting kernel" + ("" if evaluation.correct else f" (not correct: {evaluation.verdict})")
+def baseline_description(evaluation, timeout_s: float, device: str) -> str:
     if evaluation.verdict == "timeout":
-        description = (f"starting kernel (timeout after {timeout_s:g} s per request"
-                       + ("; the interpreter is too slow for these shapes" if not device.startswith("cuda") else "")
-                       + ": not a verdict on the kernel)")
-    record = _record(run, 0, getattr(agent_obj, "name", "agent"), "baseline", evaluation, time.monotonic() - t0,
-                     0, commit, description)
-    _commit_row(ws, run, record, None, interrupts)
-    run.start_eval = evaluation
-    run.best_eval = evaluation
-    if not evaluation.correct:
-        run.last_failure = {"status": evaluation.verdict, "stage": evaluation.failed_stage or "",
-                            "message": evaluation.message, "description": "starting kernel"}
-    _progress(printer, run, record, deadline)
+        return (f"starting kernel (timeout after {timeout_s:g} s per request"
+                + ("; the interpreter is too slow for these shapes" if not device.startswith("cuda") else "")
+                + ": not a verdict on the kernel)")
+    return "starting kernel" + ("" if evaluation.correct else f" (not correct: {evaluation.verdict})")
 
 
-def _restore_problem_dir(ws: Workspace, name: str) -> None:
-    """Undo whatever an agent changed under problems/<name> (command agents edit in place)."""
-    rel = ws.rel(ws.problem_dir(name))
-    if ws.git("status", "--porcelain", "--", rel).strip():
-        ws.git("checkout", "-q", "HEAD", "--", rel, check=False)
-        ws.git("clean", "-fdq", "--", rel)
+def _baseline(s: Session, run: ProblemRun, stats: _Stats, timeout_s: float) -> None:
+    t0 = time.monotonic()
+    presses = interrupts.pressed()
+    commit = s.ws.head()
+    snapshot = s.ws.candidate_path(run.name, 0)
+    shutil.copyfile(s.ws.kernel_path(run.name), snapshot)
+    evaluation = _evaluator(s, run, timeout_s).evaluate(snapshot)
+    stats.evaluated(0, time.monotonic() - t0)
+    s.ws.save_evaluation(run.name, 0, evaluation)
+    description = baseline_description(evaluation, timeout_s, s.device)
+    record = run.record(0, s.agent_name, "baseline", evaluation, time.monotonic() - t0, 0, commit, description)
+    s.write(run, record, evaluation, None, presses, "starting kernel")
+    s.printer.line(progress_line(run, record, s.deadline))
 
 
-def _experiment(ws: Workspace, run: _Run, agent_obj, factory, device, timeout_s, seed, printer, deadline) -> bool:
+def _experiment(s: Session, run: ProblemRun, stats: _Stats) -> bool:
     """One experiment on ``run``.  False when the agent had nothing to propose (no row)."""
     t0 = time.monotonic()
-    interrupts = _SIGINTS[0]
+    presses = interrupts.pressed()
     experiment = run.next_experiment
-    kernel = ws.kernel_path(run.name)
-    commit = ws.head()
-    t = run.target
-    context = Context(problem=run.problem, problem_spec=t.spec, problem_dir=ws.problem_dir(run.name),
-                      kernel_path=kernel, best_source=kernel.read_text(), best=run.best_eval, start=run.start_eval,
-                      history=[r.to_row() for r in run.rows], last_failure=run.last_failure, experiment=experiment,
-                      device=device, seed=seed,
-                      extra={"log_dir": str(ws.log_dir(run.name)), "shapes": t.shapes, "dtype": t.dtype,
-                             "weights": t.weights, "workdir": str(ws.root),
-                             "time_left_s": time_left(run.state, deadline)})
+    commit = s.ws.head()
     try:
-        proposal = agent_obj.propose(context)
+        proposal = s.agent.propose(s.context(run, experiment))
     except (KeyboardInterrupt, AgentExhausted):
-        _restore_problem_dir(ws, run.name)
+        s.ws.restore_problem_dir(run.name)
         raise
     except Exception as exc:
         proposal = Proposal(source=None, description="agent error", rejected_reason=f"{type(exc).__name__}: {exc}")
-    _restore_problem_dir(ws, run.name)
-    agent_name = getattr(agent_obj, "name", "agent")
+    s.ws.restore_problem_dir(run.name)
 
     if proposal.source is None and (proposal.rejected_reason or "").startswith(EXHAUSTED_PREFIX):
         run.state = after_experiment(run.state, improved=False, seconds=time.monotonic() - t0, exhausted=True)
         run.note = proposal.rejected_reason or EXHAUSTED_PREFIX
-        printer.line(f"{run.name}: {run.note}; done with this problem")
+        s.printer.line(f"{run.name}: {run.note}; done with this problem")
         return False
 
     evaluation = None
     candidate: Path | None = None
+    reason = ""
     if proposal.source is None:
         status = "rejected"
         reason = proposal.rejected_reason or "the agent produced no kernel"
         description = f"{proposal.description} (rejected: {reason})"
-        run.last_failure = {"status": "rejected", "stage": "", "message": reason, "description": proposal.description}
     else:
-        candidate = ws.candidate_path(run.name, experiment)
+        candidate = s.ws.candidate_path(run.name, experiment)
         write_text_atomic(candidate, proposal.source)
-        incumbent = kernel if run.best_correct else None
-        evaluation = _evaluator(run, factory, device, timeout_s).evaluate(candidate, incumbent_file=incumbent)
-        _save_eval(ws, run.name, experiment, evaluation)
+        incumbent = s.ws.kernel_path(run.name) if run.best_correct else None
+        t_eval = time.monotonic()
+        evaluation = _evaluator(s, run).evaluate(candidate, incumbent_file=incumbent)
+        stats.evaluated(0, time.monotonic() - t_eval)
+        s.ws.save_evaluation(run.name, experiment, evaluation)
         status = decide(evaluation, incumbent_correct=run.best_correct,
                         incumbent_us=run.best_row.latency_us if run.best_correct else None)
         description = proposal.description
-        if status in ("keep", "revert"):
-            run.last_failure = None
-        else:
-            run.last_failure = {"status": status, "stage": evaluation.failed_stage or "",
-                                "message": evaluation.message, "description": proposal.description}
-    record = _record(run, experiment, agent_name, status, evaluation, time.monotonic() - t0, proposal.tokens,
-                     commit, description)
-    _commit_row(ws, run, record, candidate, interrupts)
-    if status == "keep":
-        run.best_eval = evaluation
+    record = run.record(experiment, s.agent_name, status, evaluation, time.monotonic() - t0, proposal.tokens,
+                        commit, description)
+    s.write(run, record, evaluation, candidate, presses, proposal.description, reason)
     run.state = after_experiment(run.state, improved=status == "keep", seconds=record.wall_s,
                                  pct_roofline=record.pct_roofline, best_speedup=record.speedup_vs_start)
-    _progress(printer, run, record, deadline, evaluation.vs_incumbent if evaluation is not None else None)
+    s.printer.line(progress_line(run, record, s.deadline, evaluation.vs_incumbent if evaluation is not None else None))
     return True
 
 
-def time_left(state: ProblemState | None, deadline: float | None) -> float | None:
-    """Seconds this problem may still use: the run's deadline and the problem's own time
-    budget, whichever ends first (None: no limit).  Agents that search (the tuner's screen)
-    size their work with it."""
-    left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-    if state is not None and state.time_budget_s is not None:
-        own = max(state.time_budget_s - state.time_spent_s, 0.0)
-        left = own if left is None else min(left, own)
-    return left
-
-
-def decide(evaluation, *, incumbent_correct: bool, incumbent_us: float | None = None) -> str:
-    """The experiment's status from its evaluation.  Incorrect, crashed, timed-out and rejected
-    kernels are never kept; a correct one is kept when the incumbent is not correct, or when
-    it beat the incumbent beyond the measured noise in the paired timing *and* its own score is
-    below the incumbent's recorded score ``incumbent_us`` (so the best is never slower than
-    the start by the figures everyone reads: ``loop.figures``)."""
-    if not evaluation.correct or evaluation.verdict != "pass":
-        return evaluation.verdict if evaluation.verdict in ("incorrect", "timeout", "crash", "rejected") else "incorrect"
-    if not incumbent_correct:
-        return "keep"
-    comparison = evaluation.vs_incumbent
-    if comparison is not None and comparison.significant and comparison.candidate_us < comparison.incumbent_us:
-        if incumbent_us is not None and evaluation.score_us is not None and evaluation.score_us >= incumbent_us:
-            return "revert"  # the machine drifted: faster in the pair, not on the recorded scores
-        return "keep"
-    return "revert"
-
-
-def _progress(printer: _Printer, run: _Run, record: ExperimentRecord, deadline: float | None,
-              comparison: Comparison | None = None) -> None:
-    if printer.enabled:
-        printer.line(progress_line(run, record, deadline, comparison))
-
-
-def progress_line(run: _Run, record: ExperimentRecord, deadline: float | None,
-                  comparison: Comparison | None = None) -> str:
-    """One line per experiment.  A candidate's own score and the best's were measured at
-    different times; the keep/revert decision rests on the paired comparison, so that is shown
-    too ("vs best 1.03x ±8%")."""
-    best = run.best_row
-    best_text = f"{best.latency_us:.4g} us" if best is not None and best.latency_us else "none correct"
-    if best is not None and best.speedup_vs_start and best.status == "keep":
-        best_text += f" ({best.speedup_vs_start:.3g}x)"
-    latency = f"{record.latency_us:.4g} us" if record.latency_us else (record.failed_stage or "-")
-    kept = sum(1 for r in run.rows if r.status == "keep")
-    left = f"  left {format_duration(deadline - time.monotonic())}" if deadline is not None else ""
-    paired = ""
-    if comparison is not None and comparison.candidate_us > 0:
-        paired = f" (vs best {comparison.decision_speedup:.3g}x ±{100 * comparison.noise_frac:.0f}%)"
-        if record.status == "revert" and comparison.significant:
-            paired += " but its score is not below the best's"
-    return (f"{run.name} exp {record.experiment:>3} {record.status:<9} {latency + paired:<12} best {best_text}  "
-            f"kept {kept}{left}  {record.description}")
-
-
-def _tidy(ws: Workspace, runs: list[_Run]) -> None:
+def _tidy(ws: Workspace, runs: list[ProblemRun]) -> None:
     """Leave the tree clean: every kernel.py as committed."""
     for run in runs:
         if ws.kernel_path(run.name).parent.exists():
             try:
-                _restore_problem_dir(ws, run.name)
+                ws.restore_problem_dir(run.name)
             except Exception:
                 pass
 
 
-def _summarize(ws: Workspace, run: _Run, device: str) -> ProblemSummary:
-    rows = read_results(ws.results_path, run.name)
-    kept = [r for r in rows if r.status == "keep"]
-    best = figures.best_of(rows)
-    start, best_us = figures.start_and_best(rows)
-    timing_kind = (run.best_eval.timing_kind if run.best_eval is not None and run.best_eval.timing_kind
-                   else ("gpu" if device.startswith("cuda") else "interpreter"))
-    return ProblemSummary(
-        name=run.name, kind=run.problem.kind, experiments=sum(1 for r in rows if r.status != "baseline"),
-        kept=len(kept), start_score_us=start, best_score_us=best_us,
-        speedup_vs_start=figures.vs_start(start, best_us),
-        speedup_vs_eager=best.speedup_vs_eager if best is not None and best.correct else None,
-        pct_roofline=best.pct_roofline if best is not None and best.correct else None,
-        best_kernel=ws.kernel_path(run.name), fraction=run.target.fraction, timing_kind=timing_kind,
-        note=run.note or (run.state and _park_note(run.state)) or "")
-
-
-def _park_note(state: ProblemState) -> str:
-    from ..orchestrator import park_reason
-
-    return park_reason(state) or ""
-
-
 __all__ = ["Target", "ProblemSummary", "OptimizeSummary", "OptimizeError", "WorkspaceError", "run_optimize",
-           "targets_from_plan", "default_run_name", "resolve_device", "decide", "STOP_REASONS"]
+           "targets_from_plan", "default_run_name", "model_run_name", "resolve_device", "decide", "speedup_vs_start", "progress_line",
+           "STOP_REASONS", "EXHAUSTED_PREFIX"]

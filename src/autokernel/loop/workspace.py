@@ -31,8 +31,8 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..files import replace_file_atomic
-from .results import ExperimentRecord, parse_results, read_results, repair_results
+from ..files import replace_file_atomic, write_text_atomic
+from .results import ExperimentRecord, append_result, ensure_results, parse_results, read_results, repair_results
 
 WORKSPACE_SUBJECT = "autokernel: workspace"
 IGNORED = ("logs/", ".autokernel.lock", "__pycache__/", "*.pyc", "*.tmp",
@@ -249,6 +249,57 @@ class Workspace:
 
     def rel(self, path: Path) -> str:
         return str(Path(path).resolve().relative_to(self.root))
+
+    # ---------------------------------------------------------------- results and evaluations
+    def results(self, problem: str | None = None) -> list[ExperimentRecord]:
+        """The rows of ``results.tsv`` (optionally of one problem), oldest first."""
+        return read_results(self.results_path, problem)
+
+    def ensure_results(self) -> None:
+        """``results.tsv`` exists with its header and is committed."""
+        ensure_results(self.results_path)
+        if self.committed_text(self.results_path) is None:
+            self.commit([self.results_path], "results.tsv")
+
+    def record(self, record: ExperimentRecord, candidate: Path | None = None) -> str:
+        """Append ``record`` and commit it: with ``candidate`` as the problem's kernel.py for a
+        keep, results.tsv alone otherwise.  A kill between the append and the commit is
+        repaired by ``recover`` (the candidate must already sit at ``candidate_path``).  Returns
+        the new head commit."""
+        kernel = self.kernel_path(record.problem)
+        if record.status == "keep" and candidate is not None:
+            replace_file_atomic(candidate, kernel)
+            append_result(self.results_path, record)
+            return self.commit([self.results_path, kernel], keep_message(record))
+        append_result(self.results_path, record)
+        return self.commit([self.results_path], record_message(record))
+
+    def evaluation_path(self, name: str, experiment: int) -> Path:
+        return self.log_dir(name) / f"exp_{experiment:04d}.json"
+
+    def save_evaluation(self, name: str, experiment: int, evaluation) -> None:
+        if evaluation is None:
+            return
+        try:
+            text = evaluation.to_json()
+        except Exception:
+            return
+        write_text_atomic(self.evaluation_path(name, experiment), text)
+
+    def load_evaluation(self, name: str, experiment: int):
+        from ..harness.records import Evaluation
+
+        try:
+            return Evaluation.from_json(self.evaluation_path(name, experiment).read_text())
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+    def restore_problem_dir(self, name: str) -> None:
+        """Undo whatever an agent changed under problems/<name> (command agents edit in place)."""
+        rel = self.rel(self.problem_dir(name))
+        if self.git("status", "--porcelain", "--", rel).strip():
+            self.git("checkout", "-q", "HEAD", "--", rel, check=False)
+            self.git("clean", "-fdq", "--", rel)
 
     # ---------------------------------------------------------------- git
     def git(self, *args: str, check: bool = True) -> str:

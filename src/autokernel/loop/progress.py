@@ -1,0 +1,56 @@
+"""What the loop prints while it runs: one line per experiment, and what every slot is doing."""
+from __future__ import annotations
+
+import time
+
+from ..harness.records import Comparison
+from .budget import format_duration
+from .results import ExperimentRecord
+
+
+class Printer:
+    def __init__(self, enabled: bool, console=None):
+        self.enabled = enabled
+        if enabled and console is None:
+            from rich.console import Console
+
+            console = Console(highlight=False, soft_wrap=True)
+        self.console = console
+
+    def line(self, text: str) -> None:
+        if self.enabled:
+            self.console.print(text, markup=False)
+
+
+def progress_line(run, record: ExperimentRecord, deadline: float | None,
+                  comparison: Comparison | None = None) -> str:
+    """One line per experiment.  A candidate's own score and the best's were measured at
+    different times; the keep/revert decision rests on the paired comparison, so that is shown
+    too ("vs best 1.03x ±8%")."""
+    best = run.best_row
+    best_text = f"{best.latency_us:.4g} us" if best is not None and best.latency_us else "none correct"
+    if best is not None and best.speedup_vs_start and best.status == "keep":
+        best_text += f" ({best.speedup_vs_start:.3g}x)"
+    latency = f"{record.latency_us:.4g} us" if record.latency_us else (record.failed_stage or "-")
+    kept = sum(1 for r in run.rows if r.status == "keep")
+    left = f"  left {format_duration(deadline - time.monotonic())}" if deadline is not None else ""
+    paired = ""
+    if comparison is not None and comparison.candidate_us > 0:
+        paired = f" (vs best {comparison.decision_speedup:.3g}x ±{100 * comparison.noise_frac:.0f}%)"
+        if record.status == "revert" and comparison.significant:
+            paired += " but its score is not below the best's"
+    return (f"{run.name} exp {record.experiment:>3} {record.status:<9} {latency + paired:<12} best {best_text}  "
+            f"kept {kept}{left}  {record.description}")
+
+
+def slots_line(activities: list[tuple[str, str, float] | None], now: float) -> str:
+    """``slots: [0] softmax proposing 12s | [1] rmsnorm evaluating on gpu1 3s | [2] idle``:
+    one entry per slot, ``(problem, what, since)`` or None when idle."""
+    parts = []
+    for i, activity in enumerate(activities):
+        if activity is None:
+            parts.append(f"[{i}] idle")
+        else:
+            problem, what, since = activity
+            parts.append(f"[{i}] {problem} {what} {format_duration(max(now - since, 0.0))}")
+    return "slots: " + " | ".join(parts)

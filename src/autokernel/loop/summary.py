@@ -1,0 +1,138 @@
+"""What a run reports when it stops: per problem, and the throughput of the run itself."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import figures
+from .problem_run import ProblemRun, park_note
+from .workspace import Workspace
+
+
+@dataclass
+class ProblemSummary:
+    name: str
+    kind: str
+    experiments: int  # all experiments recorded for the problem (baseline excluded)
+    kept: int
+    start_score_us: float | None
+    best_score_us: float | None
+    speedup_vs_start: float | None
+    speedup_vs_eager: float | None
+    pct_roofline: float | None
+    best_kernel: Path
+    fraction: float | None = None
+    timing_kind: str = ""  # "gpu" | "interpreter"
+    note: str = ""  # why the problem stopped, when known
+
+
+@dataclass
+class OptimizeSummary:
+    problems: list[ProblemSummary]
+    stopped_reason: str  # one of STOP_REASONS
+    workdir: Path
+    branch: str
+    run_name: str
+    experiments_run: int = 0  # experiments in this invocation
+    wall_s: float = 0.0
+    message: str = ""  # extra words on why it stopped (e.g. the agent's reason)
+    recovered: list[str] = field(default_factory=list)  # what recovery did at startup
+    parallel: int = 1  # experiments in flight at most
+    lanes: list[str] = field(default_factory=list)  # where evaluations ran ("gpu0", "cpu1", "ray:0")
+    lane_busy_s: list[float] = field(default_factory=list)  # seconds each lane had an evaluation running
+    evaluation_s: list[float] = field(default_factory=list)  # wall seconds of each evaluation this run
+
+    @property
+    def experiments_per_hour(self) -> float | None:
+        return 3600.0 * self.experiments_run / self.wall_s if self.wall_s > 0 else None
+
+    @property
+    def utilisation(self) -> list[float]:
+        """Per lane: share of this run's wall time with an evaluation running on it."""
+        return [min(b / self.wall_s, 1.0) if self.wall_s > 0 else 0.0 for b in self.lane_busy_s]
+
+    @property
+    def mean_evaluation_s(self) -> float | None:
+        return sum(self.evaluation_s) / len(self.evaluation_s) if self.evaluation_s else None
+
+
+def summarize_problem(ws: Workspace, run: ProblemRun, device: str) -> ProblemSummary:
+    rows = ws.results(run.name)
+    kept = [r for r in rows if r.status == "keep"]
+    best = figures.best_of(rows)
+    start, best_us = figures.start_and_best(rows)
+    timing_kind = (run.best_eval.timing_kind if run.best_eval is not None and run.best_eval.timing_kind
+                   else ("gpu" if device.startswith("cuda") else "interpreter"))
+    return ProblemSummary(
+        name=run.name, kind=run.problem.kind, experiments=sum(1 for r in rows if r.status != "baseline"),
+        kept=len(kept), start_score_us=start, best_score_us=best_us,
+        speedup_vs_start=figures.vs_start(start, best_us),
+        speedup_vs_eager=best.speedup_vs_eager if best is not None and best.correct else None,
+        pct_roofline=best.pct_roofline if best is not None and best.correct else None,
+        best_kernel=ws.kernel_path(run.name), fraction=run.target.fraction, timing_kind=timing_kind,
+        note=run.note or park_note(run.state))
+
+
+def throughput_text(summary: OptimizeSummary) -> str:
+    """``41 experiments/h; evaluation 12.3 s mean; gpu0 78% gpu1 75% busy`` (empty when nothing ran)."""
+    if not summary.experiments_run:
+        return ""
+    parts = [f"{summary.experiments_per_hour:.0f} experiments/h"]
+    if summary.mean_evaluation_s is not None:
+        parts.append(f"evaluation {summary.mean_evaluation_s:.3g} s mean")
+    if summary.lanes:
+        parts.append(" ".join(f"{lane} {100 * u:.0f}%" for lane, u in zip(summary.lanes, summary.utilisation))
+                     + " busy")
+    return "; ".join(parts)
+
+
+THROUGHPUT_LOG = "logs/throughput.jsonl"  # one line per optimize invocation (git-ignored)
+
+
+def log_throughput(workdir: Path, summary: OptimizeSummary) -> None:
+    """Append this invocation's throughput to ``logs/throughput.jsonl`` (for the report)."""
+    import json
+    import os
+
+    if not summary.experiments_run:
+        return
+    entry = {"run_name": summary.run_name, "wall_s": round(summary.wall_s, 3),
+             "experiments": summary.experiments_run, "parallel": summary.parallel, "lanes": summary.lanes,
+             "lane_busy_s": summary.lane_busy_s,
+             "mean_evaluation_s": round(summary.mean_evaluation_s, 4) if summary.mean_evaluation_s else None}
+    path = Path(workdir) / THROUGHPUT_LOG
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(entry) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def throughput_markdown(workdir: Path) -> list[str]:
+    """The report's section: per optimize invocation, experiments per hour, mean evaluation
+    time and each lane's utilisation (share of wall time with an evaluation running on it)."""
+    import json
+
+    path = Path(workdir) / THROUGHPUT_LOG
+    entries = []
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                entries.append(json.loads(line))
+            except ValueError:
+                continue
+    if not entries:
+        return []
+    lines = ["## Throughput", "",
+             "Utilisation: share of the wall time with an evaluation (correctness and timing) running on the lane.",
+             "", "| run | in flight | experiments | wall | experiments/h | evaluation (mean) | utilisation per lane |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    for e in entries:
+        wall = float(e.get("wall_s") or 0.0)
+        per_hour = 3600.0 * e.get("experiments", 0) / wall if wall > 0 else 0.0
+        lanes = ", ".join(f"{name} {100 * min(busy / wall, 1.0):.0f}%" for name, busy in
+                          zip(e.get("lanes", []), e.get("lane_busy_s", []))) if wall > 0 else "—"
+        mean = e.get("mean_evaluation_s")
+        lines.append(f"| {e.get('run_name', '')} | {e.get('parallel', 1)} | {e.get('experiments', 0)} | {wall:.0f} s | "
+                     f"{per_hour:.0f} | {f'{mean:.3g} s' if mean else '—'} | {lanes or '—'} |")
+    return lines + [""]
