@@ -47,3 +47,26 @@ def test_a_problem_that_does_not_load_is_an_error_not_a_ranking(tmp_path):
                                   incumbent_source="def kernel_fn(x):\n    return x\n",
                                   candidates=[("a", "def kernel_fn(x):\n    return x\n")], time_limit_s=60))
     assert report.error.startswith("screen setup failed") and not report.results and not report.finalists
+
+
+
+def test_screen_loads_configurations_where_triton_compiles_for_real():
+    """On a GPU, @triton.jit reads a kernel's source from its file: configurations compiled
+    from a string under a made-up file name failed every screen there (all 375 rotary
+    configurations on the H200).  Without TRITON_INTERPRET the decorator does the same on a
+    CPU, so loading a configuration shows it."""
+    import os
+    import subprocess
+    import sys
+
+    program = (
+        "from autokernel.agents.screen import _Bench, INCUMBENT\n"
+        "from autokernel.problems import get_problem\n"
+        "src = open(get_problem('rotary').starter).read()\n"
+        "bench = _Bench({'device': 'cpu', 'spec': 'rotary', 'dtype': 'fp32', 'shapes': None, 'weights': None,\n"
+        "                'todo': [], 'rep_ms': 1.0, 'incumbent': src, 'seed': 1})\n"
+        "print(len(bench._callables(INCUMBENT)), 'callables')\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-800:]
+    assert "callables" in out.stdout

@@ -26,8 +26,10 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -230,9 +232,21 @@ def _child_main(conn, payload: dict[str, Any]) -> None:
     try:
         rung0_share = RUNG0_SHARE if payload["halving"] else 1.0
         bench.run(conn, start + rung0_share * limit, start + limit, payload["halving"])
+        conn.send(("done",))
     except (BrokenPipeError, EOFError):
         return
-    conn.send(("done",))
+    finally:
+        shutil.rmtree(bench.source_dir, ignore_errors=True)
+
+
+def configuration_file(folder: str, index: int, source: str) -> str:
+    """Write one configuration's source to a real file and return its path: compiled Triton
+    (on a GPU) reads a ``@triton.jit`` function's source from its file, so a module compiled
+    from a string with a made-up file name cannot define kernels there."""
+    path = os.path.join(folder, f"config_{index}.py")
+    with open(path, "w") as f:
+        f.write(source)
+    return path
 
 
 class _Bench:
@@ -257,6 +271,7 @@ class _Bench:
             args = self.problem.make_inputs(shape, self.dtype, self.device, payload["seed"] * 1009 + i)
             self.cases.append((shape, args) + self._expected(args))
         self.modules: dict[str, Any] = {}
+        self.source_dir = tempfile.mkdtemp(prefix="autokernel-screen-")
         self.sources = dict(self.todo)
         self.sources[INCUMBENT] = self.incumbent_source
 
@@ -274,8 +289,9 @@ class _Bench:
 
         if key not in self.modules:
             module = types.ModuleType(f"autokernel_screen_{len(self.modules)}")
-            code = compile(self.sources[key], f"<screen {len(self.modules)}>", "exec")
-            exec(code, module.__dict__)
+            path = configuration_file(self.source_dir, len(self.modules), self.sources[key])
+            module.__file__ = path
+            exec(compile(self.sources[key], path, "exec"), module.__dict__)
             self.modules[key] = module
         module = self.modules[key]
         return [self.problem.kernel_callable(module, shape, self.dtype, self.device) for shape, *_ in self.cases]
