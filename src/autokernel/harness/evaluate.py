@@ -9,17 +9,22 @@ Order of an evaluation:
 2. the correctness stages of stages.py, stopping at the first failure (``incorrect``) or
    integrity finding (``rejected``);
 3. *timing* (when asked and everything passed): the target shapes (or ``shapes=``) at the first
-   dtype, three fresh input sets each, timed in the worker (timing.py); the outputs on every
-   timing set are re-checked afterwards (``cached-output`` if wrong); roofline per shape;
-   eager / torch.compile baselines (baselines.py); a GPU time under 0.8x the floor is
-   ``below-floor``.  With ``incumbent_file`` both kernels are timed interleaved in the same
-   worker and ``vs_incumbent`` says whether the candidate is faster by more than the noise.
+   dtype.  Every timed call is a judged call (worker.py): fresh input sets, each used once, in
+   requests sized to a memory budget; the watch, the poison, the launch proof and the
+   allocation/aliasing checks on every call; about ``CHECKED_PER_SHAPE`` calls per shape, drawn
+   after the calls were made, get their outputs compared (``cached-output`` if wrong) and their
+   inputs checked.  The parent's wall clock around each request must cover the reported times
+   (``timing-mismatch``).  Roofline per shape; eager / torch.compile baselines (baselines.py); a
+   GPU time under 0.8x the floor is ``below-floor``.  With ``incumbent_file`` the incumbent runs
+   in its own worker, interleaved round by round with the candidate's, and ``vs_incumbent``
+   says whether the candidate is faster by more than the noise with the parent's wall clock
+   confirming the gain.
 
+Every evaluation gets a fresh worker (forked from a pristine forkserver; the next one is started
+while this evaluation runs); the worker is killed afterwards, never reused for another kernel.
 Timeouts are per request to the worker: every call (or batch of calls) of the kernel must
 answer within ``timeout_s`` (the timing request within ``timeout_s`` per timed shape).  A hang
-kills the worker: ``timeout``.  A dead worker (signal, abort, CUDA fault): ``crash``.  Either
-way the next evaluation starts a fresh worker.  So does a ``monkey-patch`` finding (the worker
-was tampered with).
+kills the worker: ``timeout``.  A dead worker (signal, abort, CUDA fault): ``crash``.
 
 Score: ``score_us = sum(weight * median latency)`` over the timed shapes (weights default to 1
 and align with ``shapes=``).  Problem specs: a built-in kind, a problem file path, a
@@ -48,7 +53,11 @@ from .worker import Worker, WorkerCrash, WorkerTimeout, acquire, load_problem, p
 TIMING_SETS = 3  # input sets for the eager / torch.compile baselines
 INTERLEAVED_ROUNDS = {"gpu": 6, "interpreter": 3}
 WARM_CALLS = {"gpu": 2, "interpreter": 1}
-SAMPLED_PER_BATCH = 2  # timed calls per request whose outputs are compared (picked after the calls)
+# Timed calls whose outputs are compared, per shape, on average (each call drawn independently,
+# after the calls were made): a kernel that cheats on the half of its calls it needs to move the
+# median escapes with probability about exp(-CHECKED_PER_SHAPE / 2) per shape, and every call
+# runs under the watch, the poison and the launch and allocation checks regardless.
+CHECKED_PER_SHAPE = 8
 
 
 class _IncumbentFailed(Exception):
@@ -173,6 +182,13 @@ class Evaluator:
             ev.correct, ev.verdict, ev.failed_stage = False, "crash", self._stage
             ev.message = f"{exc} during stage {self._stage}"
             ev.timings, ev.score_us = [], None
+        except RuntimeError as exc:
+            if not str(exc).startswith("harness worker error"):
+                raise
+            # the worker failed in our own code; the kernel may have provoked it: its verdict, not the loop's end
+            ev.correct, ev.verdict, ev.failed_stage = False, "crash", self._stage
+            ev.message = f"{str(exc).splitlines()[0]} during stage {self._stage}"
+            ev.timings, ev.score_us = [], None
         finally:
             self._evaluations += 1
             self._drop_worker()  # one worker, one kernel: never reused
@@ -274,10 +290,11 @@ class Evaluator:
             return None
 
     def _batch(self, judge: stages.Judge, runner: stages.Judge, slot: str, shape: Shape, dtype: torch.dtype,
-               n: int, checked: bool) -> tuple[list[float], float]:
+               n: int, check_p: float) -> tuple[list[float], float]:
         """``n`` judged calls on ``n`` fresh input sets (split to fit the memory budget), sent to
-        ``runner``'s worker; for the candidate (``checked``) a random sample of the calls,
-        chosen here after the calls were made, gets its outputs and inputs checked.  Returns
+        ``runner``'s worker; each call is checked (outputs compared, inputs checked) with
+        probability ``check_p``, drawn here after the calls were made (at least one per request
+        when ``check_p`` is 1).  Returns
         the reported per-call times and the wall time this process measured around them."""
         times: list[float] = []
         wall = 0.0
@@ -292,7 +309,7 @@ class Evaluator:
             n -= k
             cases = pending + [judge.make_case(shape, dtype) for _ in range(k - len(pending))]
             pending = []
-            picked = sorted(self._rng.sample(range(k), min(k, SAMPLED_PER_BATCH))) if checked else []
+            picked = [i for i in range(k) if self._rng.random() < check_p]
             pristine = {i: [t.clone() for t in stages.tensors_of(cases[i].args)] for i in picked}
             label = cases[0].label + " (timed)"
             message = runner.call_message(shape, dtype, [c.args for c in cases], meta, slot=slot)
@@ -302,7 +319,7 @@ class Evaluator:
             elapsed = time.perf_counter() - started
             if "error" in reply:
                 raise stages.CaseFailure(f"the kernel raised {reply['error']} while being timed", "timing")
-            if checked:
+            if check_p > 0:
                 judge.check_ops(reply["ops"], label)
                 judge.check_call(reply, label)
             reported = [float(t) for t in reply["times_us"]]
@@ -339,9 +356,10 @@ class Evaluator:
         samples = {s: [[[] for _ in range(rounds)] for _ in range(n_cases)] for s in runners}
         walls = {s: [[0.0] * rounds for _ in range(n_cases)] for s in runners}
 
-        def batch(slot: str, c: int, n: int) -> tuple[list[float], float]:
+        def batch(slot: str, c: int, n: int, check_p: float) -> tuple[list[float], float]:
             try:
-                return self._batch(judge, runners[slot], slot, self.shapes[c], dtype, n, checked=slot == "candidate")
+                return self._batch(judge, runners[slot], slot, self.shapes[c], dtype, n,
+                                   check_p if slot == "candidate" else 0.0)
             except (stages.Rejection, stages.CaseFailure, WorkerCrash, WorkerTimeout, stages.CudaFault) as exc:
                 if slot == "candidate":
                     raise
@@ -352,14 +370,15 @@ class Evaluator:
             for c in range(n_cases):
                 est = 0.0
                 for slot in runners:  # warm-up (compiles, autotuning) and estimate: judged calls too
-                    warm, _ = batch(slot, c, WARM_CALLS["gpu" if gpu else "interpreter"])
+                    warm, _ = batch(slot, c, WARM_CALLS["gpu" if gpu else "interpreter"], 1.0)
                     est = max(est, min(warm) if gpu else warm[-1])
                 per_round.append(max(1, timing.calls_for(plan, est, gpu) // rounds))
             for r in range(rounds):
                 order = list(runners) if r % 2 == 0 else list(reversed(runners))
                 for slot in order:
                     for c in range(n_cases):
-                        times, wall = batch(slot, c, per_round[c])
+                        check_p = min(1.0, CHECKED_PER_SHAPE / (per_round[c] * rounds))
+                        times, wall = batch(slot, c, per_round[c], check_p)
                         samples[slot][c][r] = times
                         walls[slot][c][r] = wall * 1e6 / max(1, len(times))
         except _IncumbentFailed as exc:

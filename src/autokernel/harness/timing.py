@@ -8,6 +8,12 @@ rotated among the input sets (the harness sends 3 per shape), a bounded number o
 CPU (Triton interpreter): the same code path with wall-clock times and a handful of calls;
 these times are labelled ``"interpreter"`` and mean nothing for GPU performance.
 
+The judge times kernels through the worker's judged calls (worker.py ``_judged_call``: one
+call per fresh input set, the same path as every correctness call); ``calls_for`` and
+``pool_size`` size those requests, ``reported_fits_wall`` and ``wall_confirms`` check the
+worker's reported times against the parent's own clock.  ``Timer`` times trusted code (the
+eager and torch.compile baselines) in the parent.
+
 Keep/revert: ``time_rounds`` times several kernels alternately in rounds (the order flips
 every round) so that drift in clocks or temperature hits both; ``compare_rounds`` turns the
 per-round scores into a ``Comparison``: the candidate is *significantly* faster when the
@@ -90,7 +96,7 @@ def reported_fits_wall(reported_us: Sequence[float], wall_s: float) -> bool:
 
 def calls_for(plan: "TimingPlan", estimate_us: float, gpu: bool) -> int:
     """Timed calls per shape for a per-call time estimate (the L2 flush counted on a GPU)."""
-    overhead = 70.0 if gpu else 0.0
+    overhead = 150.0 if gpu else 0.0  # L2 flush, the GPU spin that covers host overhead, sync
     n = int(plan.budget_s * 1e6 / max(estimate_us + overhead, 1.0))
     return max(plan.min_calls, min(plan.max_calls, n))
 
