@@ -84,7 +84,8 @@ _memo = {}
 
 
 @triton.jit
-def _mm(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+def _mm(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+        UPCAST: tl.constexpr):
     pm, pn = tl.program_id(0), tl.program_id(1)
     rm = pm * BM + tl.arange(0, BM)
     rn = pn * BN + tl.arange(0, BN)
@@ -93,6 +94,9 @@ def _mm(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, BM: tl.constexpr, BN: 
         rk = k0 + tl.arange(0, BK)
         a = tl.load(a_ptr + rm[:, None] * sam + rk[None, :] * sak, mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
         b = tl.load(b_ptr + rk[:, None] * sbk + rn[None, :] * sbn, mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        if UPCAST:  # the CPU interpreter's dot wants fp32
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
         acc += tl.dot(a, b)
     tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
@@ -108,7 +112,7 @@ def _matmul(a, b, k):
     out = torch.empty((M, N), dtype=a.dtype, device=a.device)
     bm = 64 if a.is_cuda else 16
     _mm[(triton.cdiv(M, bm), triton.cdiv(N, bm))](a, b, out, M, N, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                                                   BM=bm, BN=bm, BK=32 if a.is_cuda else 16)
+                                                   BM=bm, BN=bm, BK=32 if a.is_cuda else 16, UPCAST=not a.is_cuda)
     return out
 
 

@@ -44,6 +44,7 @@ def rules(ev) -> set[str]:
     ("reduce_interpreter_frame.py", "rejected", "introspection", "static"),
     ("reduce_mode_probe.py", "rejected", "torch-op", "static"),
     ("reduce_thread_import.py", "rejected", "introspection", "static"),
+    ("reduce_thread_joined.py", "rejected", "threads-or-streams", "static"),
     ("reduce_numpy.py", "rejected", "foreign-compute", "static"),
     ("reduce_python_compute.py", "rejected", "foreign-compute", "smoke"),
     ("reduce_getattr_string.py", "rejected", "introspection", "static"),  # the watch caught it before too
@@ -72,6 +73,7 @@ def no_static_checks(monkeypatch):
     ("reduce_interpreter_frame.py", "torch-op"),  # the exemption goes by code object, not file name
     ("reduce_mode_probe.py", None),  # every call is watched: it never takes its cheating branch
     ("reduce_thread_import.py", "threads-or-streams"),
+    ("reduce_thread_joined.py", "threads-or-streams"),  # the thread ended before the call returned
     ("reduce_numpy.py", "no-kernel"),
     ("reduce_getattr_string.py", "torch-op"),
 ])

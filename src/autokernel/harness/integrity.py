@@ -97,7 +97,7 @@ def disallowed_ops(ops: Iterable[str], allowed: frozenset[str], forbidden: froze
 
 
 # ------------------------------------------------------------------ static
-_TORCH_ROOTS = ("torch", "triton", "autokernel", "builtins")
+_TORCH_ROOTS = ("torch", "triton", "autokernel", "builtins", "time", "threading", "os", "sys", "math")
 _THREAD_MODULES = ("threading", "_thread", "multiprocessing", "concurrent", "asyncio", "subprocess")
 _STREAM_NAMES = ("Stream", "stream", "ExternalStream", "set_stream")
 _DISPATCH_ESCAPES = ("_disable_current_modes", "_DisableTorchDispatch", "DisableTorchFunction",
@@ -374,7 +374,7 @@ def _critical_namespaces() -> list[tuple[str, Any]]:
     dispatch = sys.modules.get("torch.utils._python_dispatch")
     if dispatch is not None:
         spaces.append(("TorchDispatchMode", dispatch.TorchDispatchMode))
-    for name in ("threading", "pickle", "multiprocessing.reduction"):
+    for name in ("threading", "_thread", "pickle", "multiprocessing.reduction"):
         module = sys.modules.get(name)
         if module is not None:
             spaces.append((name, module))

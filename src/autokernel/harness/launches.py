@@ -1,4 +1,5 @@
-"""What Triton launched during a kernel call, as the judge sees it (worker side).
+"""What Triton launched during a kernel call, as the judge sees it (worker side); and the
+threads and CUDA streams the kernel started.
 
 ``install()`` wraps ``run`` of Triton's ``JITFunction`` (GPU launches, autotuned or not) and of
 the interpreter's ``InterpretedFunction`` (``TRITON_INTERPRET=1``) once, in the worker, before
@@ -154,3 +155,58 @@ def interpreter_code_objects() -> frozenset:
     for value in list(vars(module).values()):
         visit(value, seen)
     return frozenset(codes)
+
+
+class StartCounter:
+    """Counts Python threads started (through ``_thread``/``threading``, whatever the import
+    path) and CUDA streams created in this process after ``install_start_counters``: a kernel
+    file has no business doing either, even when the thread ends before its call returns."""
+
+    def __init__(self) -> None:
+        self.threads = 0
+        self.streams = 0
+
+
+_COUNTER: StartCounter | None = None
+
+
+def install_start_counters() -> StartCounter:
+    global _COUNTER
+    if _COUNTER is not None:
+        return _COUNTER
+    import _thread
+    import threading
+
+    counter = StartCounter()
+
+    def wrap(original):
+        def start(*args, **kwargs):
+            counter.threads += 1
+            return original(*args, **kwargs)
+
+        return start
+
+    for module, name in ((_thread, "start_new_thread"), (_thread, "start_joinable_thread"),
+                         (_thread, "start_new"), (threading, "_start_new_thread"),
+                         (threading, "_start_joinable_thread")):
+        original = getattr(module, name, None)
+        if original is not None:
+            setattr(module, name, wrap(original))
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        for cls in (torch.cuda.Stream, torch.cuda.ExternalStream):
+            original_new = cls.__dict__.get("__new__")
+            if original_new is None:
+                continue
+            original_new = original_new.__func__ if isinstance(original_new, staticmethod) else original_new
+
+            def new(klass, *args, _original=original_new, **kwargs):
+                # Stream(stream_id=...) wraps an existing stream (torch.cuda.current_stream does
+                # that): only a new stream, or an external one, counts
+                if "stream_id" not in kwargs:
+                    counter.streams += 1
+                return _original(klass, *args, **kwargs)
+
+            cls.__new__ = new
+    _COUNTER = counter
+    return counter

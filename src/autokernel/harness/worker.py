@@ -315,7 +315,9 @@ def main(conn, device: str) -> None:
     try:
         state = _State(device)
     except BaseException as exc:  # report, then stop
-        conn.send_bytes(transport.encode({"error": f"{type(exc).__name__}: {exc}"}))
+        where = traceback.extract_tb(exc.__traceback__)[-1:]
+        detail = f" (at {where[0].filename}:{where[0].lineno})" if where else ""
+        conn.send_bytes(transport.encode({"error": f"{type(exc).__name__}: {exc}{detail}"}))
         return
     from . import integrity
 
@@ -390,6 +392,7 @@ class _State:
         self.launches = launches.install()
         self.watch_cls = make_watch_class(self.launches)
         _self_test(device, self.watch_cls)
+        self.starts = launches.install_start_counters()
         self.threads_py = threading.active_count()
         self.threads_os = os_thread_count()
 
@@ -501,6 +504,7 @@ class _State:
         watch = self.watch_cls(poison, timed_fills=self.gpu)
         record = self.launches.begin(own_globals)
         py_before = self.threading.active_count()
+        threads_started, streams_made = self.starts.threads, self.starts.streams
         if self.gpu:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             self._flush.zero_()
@@ -527,7 +531,13 @@ class _State:
         if mode_problem:
             findings.append({"rule": "torch-op", "message": mode_problem})
         extra_py = self.threading.active_count() - max(py_before, self.threads_py)
-        if extra_py > 0:
+        if self.starts.threads != threads_started:
+            findings.append({"rule": "threads-or-streams",
+                             "message": f"the call started {self.starts.threads - threads_started} thread(s)"})
+        elif self.starts.streams != streams_made or self.starts.streams:
+            findings.append({"rule": "threads-or-streams",
+                             "message": "the kernel created a CUDA stream (work on it escapes the timing)"})
+        elif extra_py > 0:
             findings.append({"rule": "threads-or-streams",
                              "message": f"{extra_py} Python thread(s) more after the call than before"})
         elif os_thread_count() > self.threads_os:
