@@ -1,4 +1,4 @@
-"""Attack (judge state): slower than the starter on purpose (a sleep per call), but the
+"""Attack (judge state): slower than the starter on purpose (a 0.4 s sleep per call), but the
 worker's clock is patched to run 1000x slow so that every call reports almost nothing; the
 tamper check is blinded first (the worker's own fingerprint / tamper functions replaced through
 a helper, so no assignment to a harness attribute shows in the text)."""
@@ -48,5 +48,5 @@ _blind(_integrity, time)
 
 
 def kernel_fn(x):
-    time.sleep(0.05)
+    time.sleep(0.4)  # slower than the starter for real, even in the interpreter
     return row_sum(x)

@@ -394,7 +394,6 @@ class _State:
         _self_test(device, self.watch_cls)
         self.starts = launches.install_start_counters()
         self.threads_py = threading.active_count()
-        self.threads_os = os_thread_count()
 
     # ------------------------------------------------------------ dispatch
     def handle(self, op: str, message: dict[str, Any]) -> dict[str, Any]:
@@ -540,12 +539,9 @@ class _State:
         elif extra_py > 0:
             findings.append({"rule": "threads-or-streams",
                              "message": f"{extra_py} Python thread(s) more after the call than before"})
-        elif os_thread_count() > self.threads_os:
-            time.sleep(0.02)  # a thread that is ending anyway is not a finding
-            extra = os_thread_count() - self.threads_os
-            if extra > 0:
-                findings.append({"rule": "threads-or-streams",
-                                 "message": f"{extra} OS thread(s) more in the worker after the call than at start"})
+        # OS threads (/proc/self/task) are not a finding: torch's and BLAS's pools grow lazily on
+        # first use of a size (seen with fused_mlp's held-out shapes); native threads need native
+        # code, which the static rules keep out (ctypes, cffi)
         tensors = [o for o in outs if type(o) is torch.Tensor and o.layout == torch.strided and not o.is_meta
                    and o.numel() > 0]
         for i, o in enumerate(tensors):
@@ -621,15 +617,6 @@ def fingerprint_digest(fingerprint: dict[str, str]) -> str:
 
     text = "\n".join(f"{k}={v}" for k, v in sorted(fingerprint.items()))
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def os_thread_count() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        import threading
-
-        return threading.active_count()
 
 
 def _tensors_in(args: Any) -> list:
