@@ -44,7 +44,7 @@ def rules(ev) -> set[str]:
     ("reduce_interpreter_frame.py", "rejected", "introspection", "static"),
     ("reduce_mode_probe.py", "rejected", "torch-op", "static"),
     ("reduce_thread_import.py", "rejected", "introspection", "static"),
-    ("reduce_thread_joined.py", "rejected", "threads-or-streams", "static"),
+    ("reduce_thread_joined.py", "rejected", "threads-or-streams", "static"),  # static before too; see RUNTIME
     ("reduce_numpy.py", "rejected", "foreign-compute", "static"),
     ("reduce_python_compute.py", "rejected", "foreign-compute", "smoke"),
     ("reduce_getattr_string.py", "rejected", "introspection", "static"),  # the watch caught it before too
