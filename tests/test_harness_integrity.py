@@ -106,3 +106,42 @@ def test_a_time_below_the_physical_floor_is_flagged():
     assert below_floor(0.81 * floor, floor)
     assert below_floor(0.94 * floor, floor)
     assert not below_floor(5.0, None)        # no roofline known (CPU): never flagged
+
+
+@pytest.mark.parametrize("src,rule", [
+    ("from importlib import import_module\nt = import_module('thread' + 'ing')\n", "introspection"),
+    ("m = __import__('thre' + 'ading')\n", "introspection"),
+    ("import torch\nf = getattr(torch, 'sof' + 'tmax')\n", "introspection"),
+    ("import torch\nsetattr(torch, name, None)\n", "introspection"),
+    ("import sys\nf = sys._getframe(1).f_locals['self']\n", "introspection"),
+    ("import gc\n", "introspection"),
+    ("import inspect\n", "introspection"),
+    ("import traceback\nfor f, _ in traceback.walk_stack(None):\n    f.f_locals\n", "introspection"),
+    ("code = compile('x', '/triton/runtime/interpreter.py', 'exec')\n", "introspection"),
+    ("E = type('E', (), {})\nE.__reduce__\n", "introspection"),
+    ("class Out:\n    def __reduce__(self):\n        return (eval, ('1',))\n", "introspection"),
+    ("import torch\nclass T(torch.Tensor):\n    pass\n", "introspection"),
+    ("import numpy\n", "foreign-compute"),
+    ("import ctypes\n", "foreign-compute"),
+    ("from torch import _C\n", "foreign-compute"),
+    ("import torch\ny = torch.ops.aten.softmax\n", "foreign-compute"),
+    ("def kernel_fn(x):\n    return x.cpu().numpy()\n", "foreign-compute"),
+    ("import torch\nn = torch._C._len_torch_dispatch_stack()\n", "torch-op"),
+    ("import torch\nm = getattr(torch, '_C')\n", "torch-op"),
+])
+def test_reaching_past_the_rules_at_run_time(src, rule):
+    assert rule in rules(src)
+
+
+def test_literal_getattr_of_a_public_name_is_fine():
+    assert rules("import triton\nf = getattr(triton, 'cdiv')\n") == set()
+
+
+def test_fingerprint_sees_a_swapped_code_object(monkeypatch):
+    before = integrity.fingerprint()
+    target = integrity.static_findings
+    original = target.__code__
+    monkeypatch.setattr(target, "__code__", (lambda source, filename="k": []).__code__)
+    after = integrity.fingerprint()
+    assert before["autokernel.harness.integrity.static_findings"] != after["autokernel.harness.integrity.static_findings"]
+    assert id(target.__code__) != id(original)  # same function object, new code: only the code id shows it

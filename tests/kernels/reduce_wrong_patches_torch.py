@@ -1,18 +1,21 @@
 """Bad kernel: wrong (sums only half of each row) and, at import, replaces torch's comparison
-functions and the harness's comparison so that everything looks equal."""
+functions so that everything looks equal (through a helper, so that no assignment to a torch
+attribute shows in the text: the run-time fingerprint must catch it)."""
 import torch
 import triton
 import triton.language as tl
 
-_always = lambda *args, **kwargs: True  # noqa: E731
-_mod = __import__("tor" + "ch")
-for _name in ("allclose", "equal"):
-    setattr(_mod, _name, _always)
-try:
-    _cmp = __import__("autokernel.harness.compare", fromlist=["x"])
-    setattr(_cmp, "compare_outputs", _always)
-except ImportError:
-    pass
+
+def _always(*args, **kwargs):
+    return True
+
+
+def _patch(module):
+    module.allclose = _always
+    module.equal = _always
+
+
+_patch(torch)
 
 
 @triton.jit

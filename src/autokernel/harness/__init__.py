@@ -6,14 +6,15 @@ Public API (used by the CLI and the loop):
              timeout_s=60.0, timing=True, baselines=True, weights=None) -> Evaluation
 
     Evaluator(problem_spec, *, device, shapes=None, dtypes=None, timeout_s=60.0,
-              timing=True, baselines=True, weights=None)
+              timing=True, baselines=True, weights=None, prestart=True)
         .evaluate(kernel_file, incumbent_file=None) -> Evaluation
         .close()
 
-``Evaluator`` keeps one worker process alive across evaluations and restarts it after a
-crash or a timeout.  With ``incumbent_file`` the candidate and the incumbent are timed in
-the same worker, interleaved, and ``Evaluation.vs_incumbent`` says whether the candidate is
-faster by more than the measured noise.
+``Evaluator`` judges every kernel file in a fresh worker process (forked from a pristine
+forkserver; the next one starts while the current evaluation runs) and kills it afterwards.
+With ``incumbent_file`` the candidate and the incumbent are timed interleaved, each in its own
+worker, and ``Evaluation.vs_incumbent`` says whether the candidate is faster by more than the
+measured noise, with the judge's own wall clock confirming the gain.
 """
 import sys as _sys
 import types as _types

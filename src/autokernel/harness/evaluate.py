@@ -9,17 +9,22 @@ Order of an evaluation:
 2. the correctness stages of stages.py, stopping at the first failure (``incorrect``) or
    integrity finding (``rejected``);
 3. *timing* (when asked and everything passed): the target shapes (or ``shapes=``) at the first
-   dtype, three fresh input sets each, timed in the worker (timing.py); the outputs on every
-   timing set are re-checked afterwards (``cached-output`` if wrong); roofline per shape;
-   eager / torch.compile baselines (baselines.py); a GPU time under 0.95x the floor is
-   ``below-floor``.  With ``incumbent_file`` both kernels are timed interleaved in the same
-   worker and ``vs_incumbent`` says whether the candidate is faster by more than the noise.
+   dtype.  Every timed call is a judged call (worker.py): fresh input sets, each used once, in
+   requests sized to a memory budget; the watch, the poison, the launch proof and the
+   allocation/aliasing checks on every call; about ``CHECKED_PER_SHAPE`` calls per shape, drawn
+   after the calls were made, get their outputs compared (``cached-output`` if wrong) and their
+   inputs checked.  The parent's wall clock around each request must cover the reported times
+   (``timing-mismatch``).  Roofline per shape; eager / torch.compile baselines (baselines.py); a
+   GPU time under 0.95x the floor is ``below-floor``.  With ``incumbent_file`` the incumbent runs
+   in its own worker, interleaved round by round with the candidate's, and ``vs_incumbent``
+   says whether the candidate is faster by more than the noise with the parent's wall clock
+   confirming the gain.
 
+Every evaluation gets a fresh worker (forked from a pristine forkserver; the next one is started
+while this evaluation runs); the worker is killed afterwards, never reused for another kernel.
 Timeouts are per request to the worker: every call (or batch of calls) of the kernel must
 answer within ``timeout_s`` (the timing request within ``timeout_s`` per timed shape).  A hang
-kills the worker: ``timeout``.  A dead worker (signal, abort, CUDA fault): ``crash``.  Either
-way the next evaluation starts a fresh worker.  So does a ``monkey-patch`` finding (the worker
-was tampered with).
+kills the worker: ``timeout``.  A dead worker (signal, abort, CUDA fault): ``crash``.
 
 Score: ``score_us = sum(weight * median latency)`` over the timed shapes (weights default to 1
 and align with ``shapes=``).  Problem specs: a built-in kind, a problem file path, a
@@ -27,8 +32,10 @@ and align with ``shapes=``).  Problem specs: a built-in kind, a problem file pat
 """
 from __future__ import annotations
 
+import math
 import os
 import platform
+import random
 import shutil
 import tempfile
 import time
@@ -43,10 +50,20 @@ from ..problems.base import Problem, Shape, dtype_name, parse_dtype
 from . import baselines as baselines_mod
 from . import integrity, roofline, stages, timing
 from .records import Evaluation, Finding, ShapeTiming
-from .worker import MAX_USES, Worker, WorkerCrash, WorkerTimeout, acquire, load_problem, prestart, release
+from .worker import Worker, WorkerCrash, WorkerTimeout, acquire, load_problem, prestart, release
 
-TIMING_SETS = 3
+TIMING_SETS = 3  # input sets for the eager / torch.compile baselines
 INTERLEAVED_ROUNDS = {"gpu": 6, "interpreter": 3}
+WARM_CALLS = {"gpu": 2, "interpreter": 1}
+# Timed calls whose outputs are compared, per shape, on average (each call drawn independently,
+# after the calls were made): a kernel that cheats on the half of its calls it needs to move the
+# median escapes with probability about exp(-CHECKED_PER_SHAPE / 2) per shape, and every call
+# runs under the watch, the poison and the launch and allocation checks regardless.
+CHECKED_PER_SHAPE = 8
+
+
+class _IncumbentFailed(Exception):
+    pass
 
 
 def versions() -> dict[str, str]:
@@ -86,11 +103,14 @@ def _new_seed() -> int:
 
 
 class Evaluator:
-    """Keeps one worker alive across evaluations of kernels for one problem."""
+    """Judges kernel files for one problem.  Every evaluation gets a fresh worker process
+    (started in the background while the previous evaluation ran); the incumbent runs in a
+    worker of its own, kept while the incumbent file stays the same."""
 
     def __init__(self, problem_spec: Any, *, device: str = "auto", shapes: Sequence[Any] | None = None,
                  dtypes: Sequence[Any] | None = None, timeout_s: float = 60.0, timing: bool = True,
-                 baselines: bool = True, weights: Sequence[float] | None = None, compile_timeout_s: float = 600.0):
+                 baselines: bool = True, weights: Sequence[float] | None = None, prestart: bool = True,
+                 compile_timeout_s: float = 600.0):
         self.compile_timeout_s = float(compile_timeout_s)  # importing the file (load_inline builds) may take this long
         self.problem = load_problem(problem_spec)
         self.spec = worker_spec(problem_spec, self.problem)
@@ -107,10 +127,14 @@ class Evaluator:
         self.timeout_s = float(timeout_s)
         self.timing = timing
         self.baselines = baselines
+        self.prestart = prestart
         self.device_name = current_device_name(self.device)
         self._worker: Worker | None = None
+        self._incumbent: tuple[str, Worker] | None = None  # (source text, its own worker)
+        self._evaluations = 0
         self._timer: timing.Timer | None = None
         self._stage = "load"
+        self._rng = random.SystemRandom()
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> "Evaluator":
@@ -120,26 +144,28 @@ class Evaluator:
         self.close()
 
     def close(self) -> None:
-        """Hand the worker back to the process-wide pool (a later Evaluator reuses it)."""
+        """Kill the workers this Evaluator used (a worker is never handed to another kernel)."""
+        self._drop_worker(restart=False)
+        self._drop_incumbent()
+
+    def _ensure_worker(self) -> Worker:
+        if self._worker is None:
+            self._worker = acquire(self.device)
+            if self.prestart and self._evaluations > 0:
+                prestart(self.device)  # the next evaluation's worker imports torch while this one runs
+        return self._worker
+
+    def _drop_worker(self, restart: bool = True) -> None:
         if self._worker is not None:
             release(self._worker)
             self._worker = None
-
-    def _ensure_worker(self) -> Worker:
-        if self._worker is not None and not self._worker.alive:
-            self._drop_worker()
-        if self._worker is not None and self._worker.evaluations >= MAX_USES:
-            self._drop_worker()
-        if self._worker is None:
-            self._worker = acquire(self.device)
-        self._worker.evaluations += 1
-        return self._worker
-
-    def _drop_worker(self) -> None:
-        if self._worker is not None:
-            self._worker.kill()
-            self._worker = None
+        if restart and self.prestart:
             prestart(self.device)
+
+    def _drop_incumbent(self) -> None:
+        if self._incumbent is not None:
+            release(self._incumbent[1])
+            self._incumbent = None
 
     # ------------------------------------------------------------------ evaluate
     def evaluate(self, kernel_file: str | Path, incumbent_file: str | Path | None = None) -> Evaluation:
@@ -161,8 +187,17 @@ class Evaluator:
             ev.correct, ev.verdict, ev.failed_stage = False, "crash", self._stage
             ev.message = f"{exc} during stage {self._stage}"
             ev.timings, ev.score_us = [], None
+        except RuntimeError as exc:
+            if not str(exc).startswith("harness worker error"):
+                raise
+            # the worker failed in our own code; the kernel may have provoked it: its verdict, not the loop's end
+            ev.correct, ev.verdict, ev.failed_stage = False, "crash", self._stage
+            ev.message = f"{str(exc).splitlines()[0]} during stage {self._stage}"
+            ev.timings, ev.score_us = [], None
         finally:
             shutil.rmtree(self._build_dir, ignore_errors=True)
+            self._evaluations += 1
+            self._drop_worker()  # one worker, one kernel: never reused
         ev.wall_s = round(time.perf_counter() - started, 3)
         return ev
 
@@ -230,66 +265,152 @@ class Evaluator:
         ev.correct, ev.verdict, ev.failed_stage = False, "rejected", stage
         ev.integrity.append(finding)
         ev.message = f"{finding.rule}: {finding.message}"
-        if finding.rule == "monkey-patch":
-            self._drop_worker()  # the worker's own code may be compromised now
 
     # ------------------------------------------------------------------ timing
-    def _time(self, ev: Evaluation, judge: stages.Judge, incumbent: Path | None) -> None:
-        worker = self._worker
-        slots = ["candidate"]
-        notes = []
-        if incumbent is not None:
-            try:
-                source = incumbent.read_text()
+    def _incumbent_judge(self, incumbent: Path, seed: int, notes: list[str]) -> stages.Judge | None:
+        """A Judge whose requests go to the incumbent's own worker (loaded once per incumbent
+        text; the candidate never runs in it)."""
+        try:
+            source = incumbent.read_text()
+        except OSError as exc:
+            notes.append(f"incumbent not timed: {exc}")
+            return None
+        if self._incumbent is not None and (self._incumbent[0] != source or not self._incumbent[1].alive):
+            self._drop_incumbent()
+        try:
+            if self._incumbent is None:
+                worker = acquire(self.device)
+                if self.prestart:
+                    prestart(self.device)
+                self._incumbent = (source, worker)
+                judge = stages.Judge(self.problem, self.device, worker, self.timeout_s, seed)
                 reply = judge.request({"op": "load", "slot": "incumbent", "path": str(incumbent), "source": source,
                                        "problem": self.spec})
                 if "error" in reply:
+                    self._drop_incumbent()
                     notes.append(f"incumbent not timed: {reply['error']}")
-                else:
-                    slots.append("incumbent")
-            except OSError as exc:
-                notes.append(f"incumbent not timed: {exc}")
+                    return None
+            return stages.Judge(self.problem, self.device, self._incumbent[1], self.timeout_s, seed)
+        except (WorkerCrash, WorkerTimeout, stages.Rejection, stages.CudaFault) as exc:
+            self._drop_incumbent()
+            notes.append(f"incumbent not timed: {exc}")
+            return None
+
+    def _batch(self, judge: stages.Judge, runner: stages.Judge, slot: str, shape: Shape, dtype: torch.dtype,
+               n: int, check_p: float) -> tuple[list[float], float]:
+        """``n`` judged calls on ``n`` fresh input sets (split to fit the memory budget), sent to
+        ``runner``'s worker; each call is checked (outputs compared, inputs checked) with
+        probability ``check_p``, drawn here after the calls were made (at least one per request
+        when ``check_p`` is 1).  Returns
+        the reported per-call times and the wall time this process measured around them."""
+        times: list[float] = []
+        wall = 0.0
+        first = judge.make_case(shape, dtype)
+        set_bytes = sum(t.numel() * t.element_size() for t in stages.tensors_of(first.args))
+        meta = judge.meta(first)
+        set_bytes += sum(math.prod(s) * torch.empty((), dtype=d).element_size() for s, d in zip(meta.shapes, meta.dtypes))
+        chunk = timing.pool_size(set_bytes, judge.gpu)
+        pending = [first]
+        while n > 0:
+            k = min(n, chunk)
+            n -= k
+            cases = pending + [judge.make_case(shape, dtype) for _ in range(k - len(pending))]
+            pending = []
+            picked = [i for i in range(k) if self._rng.random() < check_p]
+            pristine = {i: [t.clone() for t in stages.tensors_of(cases[i].args)] for i in picked}
+            label = cases[0].label + " (timed)"
+            message = runner.call_message(shape, dtype, [c.args for c in cases], meta, slot=slot)
+            runner.sync()
+            started = time.perf_counter()
+            reply = runner.request(message, self.timeout_s * max(1, math.ceil(k / 4)))
+            elapsed = time.perf_counter() - started
+            if "error" in reply:
+                raise stages.CaseFailure(f"the kernel raised {reply['error']} while being timed", "timing")
+            if check_p > 0:
+                judge.check_ops(reply["ops"], label)
+                judge.check_call(reply, label)
+            reported = [float(t) for t in reply["times_us"]]
+            if len(reported) != k or not timing.reported_fits_wall(reported, elapsed):
+                raise stages.Rejection("timing-mismatch", f"the worker reported {sum(reported):.0f} us for {k} call(s) "
+                                       f"that took {elapsed * 1e6:.0f} us by the judge's clock ({label})")
+            if picked:
+                outs = judge.collect(picked, meta, label)
+                for i, got in zip(picked, outs):
+                    judge.check_inputs(cases[i].args, pristine[i], label)
+                    verdict = stages.compare.compare_outputs(got, judge.reference(cases[i].args), meta,
+                                                             self.problem.tolerance(dtype))
+                    if not verdict.ok:
+                        raise stages.Rejection("cached-output", f"timed call {i} of {k} (picked after the calls) gave "
+                                               f"a wrong output: {verdict.message} ({cases[i].label})")
+            times += reported
+            wall += elapsed
+            self.last_kind = reply.get("kind", self.last_kind)
+        return times, wall
+
+    def _time(self, ev: Evaluation, judge: stages.Judge, incumbent: Path | None) -> None:
+        notes: list[str] = []
+        runners = {"candidate": judge}
+        if incumbent is not None:
+            inc = self._incumbent_judge(incumbent, _new_seed(), notes)
+            if inc is not None:
+                runners["incumbent"] = inc
         dtype = self.dtypes[0]
-        cases = [[judge.make_case(shape, dtype) for _ in range(TIMING_SETS)] for shape in self.shapes]
-        pristine = [[[t.clone() for t in stages.tensors_of(c.args)] for c in sets] for sets in cases]
-        message = {"op": "time", "slots": slots, "rounds": INTERLEAVED_ROUNDS["gpu" if judge.gpu else "interpreter"],
-                   "poison": stages.NAN_POISON,
-                   "cases": [{"shape": sets[0].shape, "dtype": dtype, "sets": [c.args for c in sets]} for sets in cases]}
-        reply = judge.request(message, self.timeout_s * max(1, len(cases)) * len(slots))
-        if "error" in reply and len(slots) > 1:
-            notes.append(f"incumbent not timed: {reply['error']}")
-            slots = slots[:1]
-            message["slots"] = slots
-            reply = judge.request(message, self.timeout_s * max(1, len(cases)))
-        for sets, clean in zip(cases, pristine):
-            for case, before in zip(sets, clean):
-                judge.check_inputs(case.args, before, case.label + " (timing)")
-        if "error" in reply:
-            raise stages.CaseFailure(f"the kernel raised {reply['error']} while being timed", "timing")
-        judge.check_ops(reply["ops"], "timing")
-        # correctness again, on the timing inputs, after timing
-        for sets, outs_per_set in zip(cases, reply["recheck"]):
-            for k, (case, outs) in enumerate(zip(sets, outs_per_set)):
-                verdict = stages.compare.compare_outputs(outs, judge.reference(case.args), judge.meta(case),
-                                                         self.problem.tolerance(dtype))
-                if not verdict.ok:
-                    raise stages.Rejection("cached-output", f"re-checked after timing, the output on timing input set "
-                                           f"{k} is wrong: {verdict.message} ({case.label})")
-        del reply["recheck"]
-        ev.timing_kind = reply["kind"]
+        gpu = judge.gpu
+        plan = timing.GPU_PLAN if gpu else timing.CPU_PLAN
+        self.last_kind = "gpu" if gpu else "interpreter"
+        rounds = INTERLEAVED_ROUNDS["gpu" if gpu else "interpreter"] if len(runners) > 1 else 1
+        n_cases = len(self.shapes)
+        samples = {s: [[[] for _ in range(rounds)] for _ in range(n_cases)] for s in runners}
+        walls = {s: [[0.0] * rounds for _ in range(n_cases)] for s in runners}
+
+        def batch(slot: str, c: int, n: int, check_p: float) -> tuple[list[float], float]:
+            try:
+                return self._batch(judge, runners[slot], slot, self.shapes[c], dtype, n,
+                                   check_p if slot == "candidate" else 0.0)
+            except (stages.Rejection, stages.CaseFailure, WorkerCrash, WorkerTimeout, stages.CudaFault) as exc:
+                if slot == "candidate":
+                    raise
+                raise _IncumbentFailed(str(exc)) from None
+
+        per_round = []
+        try:
+            for c in range(n_cases):
+                est = 0.0
+                for slot in runners:  # warm-up (compiles, autotuning) and estimate: judged calls too
+                    warm, _ = batch(slot, c, WARM_CALLS["gpu" if gpu else "interpreter"], 1.0)
+                    est = max(est, min(warm) if gpu else warm[-1])
+                per_round.append(max(1, timing.calls_for(plan, est, gpu) // rounds))
+            for r in range(rounds):
+                order = list(runners) if r % 2 == 0 else list(reversed(runners))
+                for slot in order:
+                    for c in range(n_cases):
+                        check_p = min(1.0, CHECKED_PER_SHAPE / (per_round[c] * rounds))
+                        times, wall = batch(slot, c, per_round[c], check_p)
+                        samples[slot][c][r] = times
+                        walls[slot][c][r] = wall * 1e6 / max(1, len(times))
+        except _IncumbentFailed as exc:
+            self._drop_incumbent()
+            self._time(ev, judge, None)
+            ev.message += f"; incumbent not timed: {exc}"
+            return
+        self._record_timings(ev, judge, samples, walls, runners, notes)
+
+    def _record_timings(self, ev: Evaluation, judge: stages.Judge, samples: dict, walls: dict, runners: dict,
+                        notes: list[str]) -> None:
+        dtype = self.dtypes[0]
+        ev.timing_kind = self.last_kind
         ceil = ceilings(self.device_name) if judge.gpu else None
-        samples = reply["samples"]
         timer = self._parent_timer() if self.baselines else None
-        for c, (sets, weight) in enumerate(zip(cases, self.weights)):
+        for c, (shape, weight) in enumerate(zip(self.shapes, self.weights)):
             flat = [x for round_ in samples["candidate"][c] for x in round_]
             latency = timing.median(flat)
-            shape = sets[0].shape
             roof = roofline.roofline(self.problem.bytes(shape, dtype), self.problem.flops(shape), latency, ceil,
                                      dtype_name(dtype))
             st = ShapeTiming(shape=dict(shape), dtype=dtype_name(dtype), latency_us=latency, spread_us=timing.spread(flat),
                              weight=weight, gbps=roof.gbps, tflops=roof.tflops, floor_us=roof.floor_us,
                              pct_roofline=roof.pct_roofline)
             if timer is not None:
+                sets = [judge.make_case(shape, dtype) for _ in range(TIMING_SETS)]
                 base = baselines_mod.baseline(self.problem, self.device, self.device_name, shape, dtype,
                                               [s.args for s in sets], timer)
                 st.eager_us, st.compile_us = base.eager_us, base.compile_us
@@ -307,13 +428,14 @@ class Evaluator:
             ev.eager_score_us = timing.weighted_score([t.eager_us for t in ev.timings], self.weights)
         if all(t.compile_us for t in ev.timings):
             ev.compile_score_us = timing.weighted_score([t.compile_us for t in ev.timings], self.weights)
-        if "incumbent" in slots:
-            ev.vs_incumbent = self._comparison(samples, len(cases))
+        if "incumbent" in runners:
+            ev.vs_incumbent = self._comparison(samples, len(self.shapes), walls)
+            if ev.vs_incumbent.wall_confirmed is False:
+                notes.append("the judge's wall clock did not see the candidate's reported gain: not counted as faster")
         if notes:
             ev.message += "; " + "; ".join(dict.fromkeys(notes))
-        del worker
 
-    def _comparison(self, samples: dict[str, Any], n_cases: int) -> Any:
+    def _comparison(self, samples: dict[str, Any], n_cases: int, walls: dict[str, Any]) -> Any:
         def per_round(slot: str) -> list[float]:
             rounds = len(samples[slot][0])
             return [timing.weighted_score([timing.median(samples[slot][c][r]) for c in range(n_cases)], self.weights)
@@ -323,7 +445,15 @@ class Evaluator:
             return timing.weighted_score([timing.median([x for r in samples[slot][c] for x in r]) for c in range(n_cases)],
                                          self.weights)
 
-        return timing.compare_rounds(per_round("candidate"), per_round("incumbent"), total("candidate"), total("incumbent"))
+        comparison = timing.compare_rounds(per_round("candidate"), per_round("incumbent"), total("candidate"),
+                                           total("incumbent"))
+        rounds = len(walls["candidate"][0])
+        wall_round = {slot: [timing.weighted_score([walls[slot][c][r] for c in range(n_cases)], self.weights)
+                             for r in range(rounds)] for slot in ("candidate", "incumbent")}
+        comparison.wall_confirmed = timing.wall_confirms(per_round("candidate"), per_round("incumbent"),
+                                                         wall_round["candidate"], wall_round["incumbent"])
+        comparison.significant = comparison.significant and comparison.wall_confirmed
+        return comparison
 
     def _parent_timer(self) -> timing.Timer:
         if self._timer is None:
@@ -336,7 +466,7 @@ def evaluate(problem_spec: Any, kernel_file: str | Path, *, device: str = "auto"
              weights: Sequence[float] | None = None) -> Evaluation:
     """Judge one kernel file in a fresh worker (see the module docstring)."""
     with Evaluator(problem_spec, device=device, shapes=shapes, dtypes=dtypes, timeout_s=timeout_s, timing=timing,
-                   baselines=baselines, weights=weights) as evaluator:
+                   baselines=baselines, weights=weights, prestart=False) as evaluator:
         return evaluator.evaluate(kernel_file)
 
 

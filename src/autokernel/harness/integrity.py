@@ -21,7 +21,19 @@ Every finding names one of ``RULES``:
                        statically in the file or at run time (ids of critical functions
                        snapshotted in the worker before the candidate is imported);
 ``below-floor``        a GPU time below 0.95x the physical floor (bytes / bandwidth,
-                       flops / peak): a measurement error or a trick, never a win.
+                       flops / peak): a measurement error or a trick, never a win;
+``no-kernel``          a call launched no Triton kernel defined in the kernel file (the
+                       worker hooks Triton's launch path before the file loads);
+``foreign-compute``    an output no Triton kernel of the file's own was handed (computed by
+                       PyTorch with the watch bypassed, numpy, ctypes...), or the file reaches
+                       for numpy, ctypes, ``torch.ops``, ``Tensor.numpy`` and the like;
+``introspection``      the file reads the harness's frames or namespaces, builds names or code
+                       at run time (``__import__``, ``import_module``, ``exec``, ``getattr``
+                       with a computed name, ``sys._getframe``, ``gc``, ``inspect``,
+                       ``__globals__``, ``__subclasses__``...), or defines pickling/dispatch
+                       hooks (``__reduce__``, ``__torch_dispatch__``...);
+``timing-mismatch``    the worker's reported times do not fit the judge's own wall clock
+                       around the request that made them.
 
 This module is pure analysis (AST, op names, id snapshots); the worker and the stages call it.
 """
@@ -33,7 +45,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 RULES = ("modified-input", "partial-write", "cached-output", "torch-op", "fallback",
-         "threads-or-streams", "monkey-patch", "below-floor")
+         "threads-or-streams", "monkey-patch", "below-floor", "no-kernel", "foreign-compute",
+         "introspection", "timing-mismatch")
 
 # How far below the physical floor a measured time may fall before it is rejected.  The floor
 # comes from the calibrated copy bandwidth and matmul peak when `autokernel calibrate` has run
@@ -93,7 +106,7 @@ def disallowed_ops(ops: Iterable[str], allowed: frozenset[str], forbidden: froze
 
 
 # ------------------------------------------------------------------ static
-_TORCH_ROOTS = ("torch", "triton", "autokernel", "builtins")
+_TORCH_ROOTS = ("torch", "triton", "autokernel", "builtins", "time", "threading", "os", "sys", "math")
 _THREAD_MODULES = ("threading", "_thread", "multiprocessing", "concurrent", "asyncio", "subprocess")
 _STREAM_NAMES = ("Stream", "stream", "ExternalStream", "set_stream")
 _DISPATCH_ESCAPES = ("_disable_current_modes", "_DisableTorchDispatch", "DisableTorchFunction",
@@ -178,7 +191,89 @@ def static_findings(source: str, filename: str = "kernel.py") -> list[StaticFind
                     add("monkey-patch", node, f"{fname}() on {target}")
             if fname.split(".")[-1] in ("Thread", "Process", "ThreadPoolExecutor", "ProcessPoolExecutor"):
                 add("threads-or-streams", node, f"creates {fname}")
+    _reach_findings(tree, aliases, add)
     return _dedupe(findings)
+
+
+# Modules that compute outside Triton, and modules that reach into the interpreter's state.
+_FOREIGN_MODULES = ("numpy", "ctypes", "cffi", "numba", "cupy", "jax", "scipy", "pandas", "tensorflow", "mmap")
+_INTROSPECTION_MODULES = ("importlib", "inspect", "gc", "marshal", "types", "dis", "builtins", "operator",
+                          "pickle", "copyreg", "code", "codeop", "runpy", "pkgutil", "weakref", "atexit", "signal")
+_INTROSPECTION_NAMES = ("__import__", "exec", "eval", "compile", "vars", "globals", "locals", "__builtins__",
+                        "__loader__", "__spec__", "breakpoint")
+_INTROSPECTION_ATTRS = ("f_locals", "f_globals", "f_back", "f_code", "f_builtins", "gi_frame", "cr_frame", "ag_frame",
+                        "tb_frame", "tb_next", "__globals__", "__dict__", "__subclasses__", "__bases__", "__base__",
+                        "__mro__", "__builtins__", "__code__", "__closure__", "cell_contents", "__wrapped__",
+                        "__getattribute__", "__self__", "__func__", "__class__", "__loader__", "__spec__",
+                        "_getframe", "_current_frames", "settrace", "setprofile", "modules", "import_module",
+                        "__import__", "get_referrers", "get_referents", "get_objects", "_getframemodulename")
+_HOOK_METHODS = ("__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__",
+                 "__getnewargs_ex__", "__torch_function__", "__torch_dispatch__", "__del__", "__class_getitem__",
+                 "__init_subclass__", "__set_name__", "__instancecheck__", "__subclasscheck__")
+_FOREIGN_ATTRS = ("numpy", "from_numpy", "ops", "np", "ctypes", "tolist", "__array__", "__array_interface__",
+                  "__cuda_array_interface__", "__dlpack__", "from_dlpack", "to_dlpack")
+_ATTR_CALLS = ("getattr", "setattr", "delattr", "hasattr")
+
+
+def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
+    """Ways to reach what a kernel has no business reaching: the harness's frames and
+    namespaces, names and code built at run time, and compute outside Triton."""
+    torch_names = {name for name, mod in aliases.items() if mod.split(".")[0] == "torch"}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if isinstance(node, ast.ImportFrom):
+                names += [f"{node.module}.{a.name}" for a in node.names]
+            for name in names:
+                parts = name.split(".")
+                if parts[0] in _FOREIGN_MODULES or (parts[0] == "torch" and len(parts) > 1 and parts[1] in ("ops", "_C")):
+                    add("foreign-compute", node, f"imports {name}: the computation must run in Triton kernels")
+                elif parts[0] == "autokernel":
+                    add("introspection", node, f"imports {name}: a kernel file has no business with the judge")
+                elif parts[0] in _INTROSPECTION_MODULES or (parts[0] == "sys" and len(parts) > 1):
+                    add("introspection", node, f"imports {name}")
+                elif parts[0] == "torch" and any(p.startswith("_") and not p.startswith("__") for p in parts[1:]):
+                    add("torch-op", node, f"imports private torch API {name}")
+            if isinstance(node, ast.ImportFrom) and (node.module or "") == "sys":
+                for a in node.names:
+                    if a.name in _INTROSPECTION_ATTRS or a.name.startswith("_"):
+                        add("introspection", node, f"imports sys.{a.name}")
+        elif isinstance(node, ast.Name) and node.id in _INTROSPECTION_NAMES:
+            add("introspection", node, f"uses {node.id}: names and code are not built at run time in a kernel file")
+        elif isinstance(node, ast.Attribute):
+            dotted = _dotted(node) or node.attr
+            root = dotted.split(".")[0]
+            if node.attr in _INTROSPECTION_ATTRS or node.attr in _HOOK_METHODS:
+                add("introspection", node, f"uses {dotted}")
+            elif node.attr in _FOREIGN_ATTRS:
+                add("foreign-compute", node, f"uses {dotted}: the computation must run in Triton kernels")
+            elif root in torch_names and node.attr.startswith("_") and not node.attr.startswith("__"):
+                add("torch-op", node, f"uses private torch API {dotted}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (
+                node.value in _HOOK_METHODS or node.value in _INTROSPECTION_ATTRS and node.value.startswith("__")):
+            add("introspection", node, f"names {node.value}")
+        elif isinstance(node, ast.FunctionDef) and node.name in _HOOK_METHODS:
+            add("introspection", node, f"defines {node.name}: kernel files return plain tensors")
+        elif isinstance(node, ast.ClassDef):
+            for base in node.bases:
+                if (_dotted(base) or "").split(".")[-1] in ("Tensor", "TorchDispatchMode", "TorchFunctionMode"):
+                    add("introspection", node, f"subclasses {_dotted(base)}: kernel files return plain tensors")
+        if isinstance(node, ast.Call):
+            fname = _dotted(node.func) or ""
+            if fname.split(".")[-1] in _ATTR_CALLS and len(node.args) >= 2:
+                name = node.args[1]
+                if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+                    add("introspection", node, f"{fname}() with a computed attribute name")
+                else:
+                    attr = name.value
+                    target = (_dotted(node.args[0]) or "").split(".")[0]
+                    if attr in _INTROSPECTION_ATTRS or attr in _INTROSPECTION_NAMES:
+                        add("introspection", node, f"{fname}(..., {attr!r})")
+                    elif attr in _FOREIGN_ATTRS:
+                        add("foreign-compute", node, f"{fname}(..., {attr!r})")
+                    elif attr in _DISPATCH_ESCAPES or (target in torch_names and attr.startswith("_")
+                                                       and not attr.startswith("__")):
+                        add("torch-op", node, f"{fname}({target}, {attr!r}): private torch API")
 
 
 def _module_aliases(tree: ast.AST) -> dict[str, str]:
@@ -277,6 +372,21 @@ def _critical_namespaces() -> list[tuple[str, Any]]:
         testing = sys.modules.get("triton.testing")
         if testing is not None:
             spaces.append(("triton.testing", testing))
+        jit = sys.modules.get("triton.runtime.jit")
+        if jit is not None:
+            spaces.append(("triton.runtime.jit.JITFunction", jit.JITFunction))
+        interpreter = sys.modules.get("triton.runtime.interpreter")
+        if interpreter is not None:
+            spaces += [("triton.runtime.interpreter", interpreter),
+                       ("triton.runtime.interpreter.InterpretedFunction", interpreter.InterpretedFunction),
+                       ("triton.runtime.interpreter.GridExecutor", interpreter.GridExecutor)]
+    dispatch = sys.modules.get("torch.utils._python_dispatch")
+    if dispatch is not None:
+        spaces.append(("TorchDispatchMode", dispatch.TorchDispatchMode))
+    for name in ("threading", "_thread", "pickle", "multiprocessing.reduction"):
+        module = sys.modules.get(name)
+        if module is not None:
+            spaces.append((name, module))
     connection = sys.modules.get("multiprocessing.connection")
     if connection is not None:
         spaces.append(("multiprocessing.connection.Connection", connection.Connection))
@@ -284,6 +394,26 @@ def _critical_namespaces() -> list[tuple[str, Any]]:
         if name.startswith(("autokernel.harness", "autokernel.problems")) and module is not None:
             spaces.append((name, module))
     return spaces
+
+
+def fingerprint() -> dict[str, str]:
+    """What the critical callables are right now: the id of each and, for Python functions,
+    the id of its code object (swapping ``__code__`` keeps the function's id).  The worker
+    sends this with every answer; the baseline taken before any kernel was loaded lives in
+    the parent (worker.Worker.baseline), out of the candidate's reach."""
+    import types
+
+    out: dict[str, str] = {}
+    for prefix, space in _critical_namespaces():
+        try:
+            items = list(vars(space).items())
+        except TypeError:
+            continue
+        for key, value in items:
+            if callable(value) or isinstance(value, type(sys)):
+                code = value.__code__ if type(value) is types.FunctionType else None
+                out[f"{prefix}.{key}"] = f"{id(value)}:{id(code) if code is not None else 0}"
+    return out
 
 
 def snapshot() -> dict[str, int]:

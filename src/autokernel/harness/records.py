@@ -61,13 +61,14 @@ class ShapeTiming:
 
 @dataclass
 class Comparison:
-    """Candidate and incumbent timed in one process, interleaved."""
+    """Candidate and incumbent timed interleaved, each in its own worker process."""
 
     candidate_us: float  # time-weighted score
     incumbent_us: float
     noise_frac: float  # relative spread measured on the two
-    significant: bool  # candidate faster by more than the noise
+    significant: bool  # candidate faster by more than the noise (and the judge's own clock agrees)
     median_ratio: float | None = None  # median per-round candidate/incumbent: what keep/revert decides on
+    wall_confirmed: bool | None = None  # the parent's wall clock saw at least half the claimed gain
 
     @property
     def speedup(self) -> float:

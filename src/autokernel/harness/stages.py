@@ -177,7 +177,7 @@ class Judge:
         self.sync()
         reply = self.worker.request(message, self.timeout_s if timeout_s is None else timeout_s)
         if reply.get("tampered"):
-            raise Rejection("monkey-patch", "the kernel replaced " + ", ".join(reply["tampered"]))
+            raise Rejection("monkey-patch", "the kernel replaced " + ", ".join(map(str, reply["tampered"])))
         if reply.get("cuda_fault"):
             raise CudaFault(reply.get("error", "CUDA fault"))
         if reply.get("internal"):
@@ -208,6 +208,7 @@ class Judge:
         if "error" in reply:
             raise CaseFailure(f"the kernel raised {reply['error']}", case.label)
         self.check_ops(reply["ops"], case.label)
+        self.check_call(reply, case.label)
         outs = reply["outs"]
         tol = self.problem.tolerance(case.dtype)
         verdicts = [compare.compare_outputs(o, refs, meta, tol) for o in outs]
@@ -217,14 +218,55 @@ class Judge:
             self._probe_partial_write(case, outs[verdicts.index(verdict)], pristine)
         return CaseResult(outs, verdict, bool(reply.get("same_storage")), refs)
 
+    def call_message(self, shape: Shape, dtype: torch.dtype, sets: list, meta: compare.OutputMeta,
+                     poison: float | None = NAN_POISON, slot: str = "candidate") -> dict[str, Any]:
+        """The one request every kernel call goes through, judged or timed alike."""
+        return {"op": "call", "slot": slot, "shape": shape, "dtype": dtype, "sets": sets, "poison": poison,
+                "expected": [(list(sh), str(dt)) for sh, dt in zip(meta.shapes, meta.dtypes)],
+                "require_launch": self.problem.forbidden_ops is None}
+
+    def check_call(self, reply: dict[str, Any], label: str) -> None:
+        """The worker's per-call findings (aliasing, threads, launches, the watch) and the
+        outputs that were not plain tensors of the declared dtype and shape."""
+        for finding in reply.get("findings") or []:
+            rule = str(finding.get("rule"))
+            rule = rule if rule in integrity.RULES else "monkey-patch"
+            raise Rejection(rule, f"{finding.get('message')} ({label}, call {finding.get('call', 0)})")
+        for bad in reply.get("bad") or []:
+            if bad is not None:
+                raise CaseFailure(f"not a plain tensor of the declared dtype and shape: {bad}", label)
+
+    def collect(self, indices: list[int], meta: compare.OutputMeta, label: str, slot: str = "candidate") -> list[tuple]:
+        """The outputs of the named calls of the last ``call`` request, copied by the worker
+        into buffers this process allocated (nothing the candidate made crosses over)."""
+        buffers = []
+        for _ in indices:
+            outs = []
+            for shape, dtype in zip(meta.shapes, meta.dtypes):
+                buf = torch.empty(shape, dtype=dtype, device=self.device)
+                buf.fill_(float("nan") if buf.is_floating_point() else -7)
+                outs.append(buf)
+            buffers.append(outs)
+        self.sync()
+        reply = self.request({"op": "collect", "slot": slot, "indices": list(indices), "buffers": buffers})
+        if "error" in reply:
+            raise CaseFailure(f"the kernel's outputs could not be collected: {reply['error']}", label)
+        self.check_call(reply, label)
+        return [tuple(outs) for outs in buffers]
+
     def _run(self, case: Case, calls: int, poison: float | None) -> dict[str, Any]:
-        return self.request({"op": "run", "slot": "candidate", "shape": case.shape, "dtype": case.dtype,
-                             "args": case.args, "calls": calls, "poison": poison})
+        meta = self.meta(case)
+        reply = self.request(self.call_message(case.shape, case.dtype, [case.args] * calls, meta, poison))
+        if "error" in reply or any(b is not None for b in reply.get("bad") or []) or reply.get("findings"):
+            reply["outs"] = []
+            return reply
+        reply["outs"] = self.collect(list(range(calls)), meta, case.label)
+        return reply
 
     def _probe_partial_write(self, case: Case, first: tuple, pristine: list[torch.Tensor]) -> None:
         reply = self._run(case, 1, PROBE_POISON)
         self.check_inputs(case.args, pristine, case.label)
-        if "error" in reply:
+        if "error" in reply or not reply["outs"]:
             return
         for i, (a, b) in enumerate(zip(first, reply["outs"][0])):
             if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape:

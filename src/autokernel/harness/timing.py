@@ -8,6 +8,12 @@ rotated among the input sets (the harness sends 3 per shape), a bounded number o
 CPU (Triton interpreter): the same code path with wall-clock times and a handful of calls;
 these times are labelled ``"interpreter"`` and mean nothing for GPU performance.
 
+The judge times kernels through the worker's judged calls (worker.py ``_judged_call``: one
+call per fresh input set, the same path as every correctness call); ``calls_for`` and
+``pool_size`` size those requests, ``reported_fits_wall`` and ``wall_confirms`` check the
+worker's reported times against the parent's own clock.  ``Timer`` times trusted code (the
+eager and torch.compile baselines) in the parent.
+
 Keep/revert: ``time_rounds`` times several kernels alternately in rounds (the order flips
 every round) so that drift in clocks or temperature hits both; ``compare_rounds`` turns the
 per-round scores into a ``Comparison``: the candidate is *significantly* faster when the
@@ -66,6 +72,43 @@ def compare_rounds(candidate: Sequence[float], incumbent: Sequence[float],
                       median_ratio=ratio)
 
 
+def wall_confirms(candidate_reported: Sequence[float], incumbent_reported: Sequence[float],
+                  candidate_wall: Sequence[float], incumbent_wall: Sequence[float]) -> bool:
+    """Does the parent's own clock back the gain the worker reported?  Per round: the
+    reported per-call scores and the wall time per call the parent measured around each
+    request (same calls, same harness work per call, so the harness's overhead cancels in the
+    difference).  The candidate's claimed gain must show in the wall clock at least by half,
+    within the wall clock's noise: a worker whose timer was patched to under-report claims a
+    gain the parent never sees."""
+    claimed = median([i - c for c, i in zip(candidate_reported, incumbent_reported)])
+    seen_per_round = [i - c for c, i in zip(candidate_wall, incumbent_wall)]
+    if not seen_per_round or not claimed > 0:
+        return True
+    seen = median(seen_per_round)
+    noise = (quantile(seen_per_round, 1.0) - quantile(seen_per_round, 0.0)) / 2.0
+    return seen >= 0.5 * claimed - noise
+
+
+def reported_fits_wall(reported_us: Sequence[float], wall_s: float) -> bool:
+    """The worker's per-call times cannot add up to more than the parent's wall clock around
+    the request that made them."""
+    return sum(reported_us) <= wall_s * 1e6 * 1.01 + 20.0
+
+
+def calls_for(plan: "TimingPlan", estimate_us: float, gpu: bool) -> int:
+    """Timed calls per shape for a per-call time estimate (the L2 flush counted on a GPU)."""
+    overhead = 150.0 if gpu else 0.0  # L2 flush, the GPU spin that covers host overhead, sync
+    n = int(plan.budget_s * 1e6 / max(estimate_us + overhead, 1.0))
+    return max(plan.min_calls, min(plan.max_calls, n))
+
+
+def pool_size(set_bytes: int, gpu: bool, limit: int = 64) -> int:
+    """How many distinct input sets (each used once) one timing request may carry: fresh
+    storage and values for every call, within a memory budget."""
+    budget = (2 << 30) if gpu else (64 << 20)
+    return max(1, min(limit, budget // max(1, set_bytes)))
+
+
 # ------------------------------------------------------------------ measuring
 @dataclass
 class TimingPlan:
@@ -119,10 +162,8 @@ class Timer:
         return [s.elapsed_time(e) * 1000.0 for s, e in zip(starts, ends)]
 
     def calls_for(self, estimate_us: float, budget_s: float | None = None) -> int:
-        budget = self.plan.budget_s if budget_s is None else budget_s
-        overhead = 70.0 if self.gpu else 0.0  # the L2 flush per call
-        n = int(budget * 1e6 / max(estimate_us + overhead, 1.0))
-        return max(self.plan.min_calls, min(self.plan.max_calls, n))
+        plan = self.plan if budget_s is None else TimingPlan(budget_s, self.plan.min_calls, self.plan.max_calls)
+        return calls_for(plan, estimate_us, self.gpu)
 
     def estimate(self, fn: Callable[[int], Any]) -> float:
         return median(self.timed(fn, 3 if self.gpu else 1))

@@ -4,29 +4,38 @@ Parent side: ``Worker`` starts a process with the ``spawn`` context (``TRITON_IN
 its environment when the device is the CPU, removed otherwise), sends requests over a pipe and
 waits for each answer with a deadline.  No answer by the deadline: the process is killed and
 ``WorkerTimeout`` raised.  The process died (segfault, abort, CUDA fault): ``WorkerCrash``
-with the exit signal.  Tensors travel through ``torch.multiprocessing``: CPU tensors in shared
-memory and CUDA tensors through CUDA IPC, so the parent sees in place whatever the kernel did
-to its inputs; the parent keeps every tensor it sent alive until the answer is in.
+with the exit signal.
 
-Worker side (``main``): stdout is pointed at stderr (a kernel that prints cannot spoil the
-``--json`` output), torch and triton are imported, and the ids of the critical callables are
-snapshotted (``integrity.snapshot``) before any candidate is imported.  Requests:
+Requests go parent -> worker as pickles (the worker unpickles what the judge made: input
+tensors in shared memory / CUDA IPC, and the parent's own output buffers).  Answers go worker
+-> parent as plain data only (transport.py): the parent decodes them with an unpickler that
+refuses every global, so nothing the candidate made can come alive in the judge.  Output
+values come back by the worker copying them into the parent's buffers.
 
-``load``  execute a kernel file's text as a fresh module into a slot (``candidate``/
-          ``incumbent``); the request names the problem (its spec), which the worker loads
-          once and uses for ``problem.kernel_callable`` (KernelBench builds ``ModelNew``);
-``run``   call the kernel ``calls`` times on the given inputs under ``KernelWatch`` (records
-          the aten ops the kernel calls; poisons its fresh floating allocations) and return the
-          outputs, the ops, and whether an output reuses the storage of the previous run's;
-``time``  time one or more slots on input sets (timing.py), then call the candidate once more
-          on every set under the watch and return those outputs for re-checking;
+One worker judges one kernel: ``acquire`` hands out a fresh worker (never one that loaded a
+kernel before) and starts the next one in the background (``prestart``) so that the loop does
+not wait for torch to import; a used worker is killed, never pooled.  The candidate and the
+incumbent run in two different workers.
+
+Worker side (``main``): stdout is pointed at stderr, torch and triton are imported, the
+launch hook is installed on Triton's launch path (``launches``), a trusted Triton kernel runs
+once under the watch (everything torch and triton set up lazily is in place), and the
+fingerprint of the critical callables (ids and code objects, integrity.fingerprint) goes to
+the parent with the ready message: the baseline lives in the parent.  Every answer carries the
+current fingerprint; the parent compares.  Requests:
+
+``load``     execute a kernel file's text as a fresh module;
+``call``     call the kernel once on every input set given (fresh sets, each used once),
+             every call judged the same way (``_judged_call``): under the ``KernelWatch``
+             dispatch mode (records aten ops, poisons fresh floating allocations), timed
+             (CUDA events with an L2 flush on a GPU, the wall clock in the interpreter), its
+             Triton launches counted, its threads counted, and its outputs checked (plain
+             tensors of the declared dtype/shape/device, allocated during the call under the
+             watch, aliasing no input and no output still held, written by a Triton kernel of
+             the file's own).  The outputs are kept until the next ``call``: which calls get
+             their values compared is decided by the parent afterwards;
+``collect``  copy the kept outputs of the calls the parent names into the parent's buffers;
 ``exit``.
-
-Workers are shared: ``acquire``/``release`` keep idle healthy workers in a process-wide pool
-(one worker serves any problem), a worker is recycled after ``MAX_USES`` evaluations, and after
-a crash, timeout or tampering a replacement is started in the background (``prestart``).
-
-Every answer carries ``tampered``: critical callables whose ids changed since the snapshot.
 Errors raised by the kernel come back as one line plus the last frame in the kernel file.
 The judging — references, comparisons, verdicts — happens in the parent.
 """
@@ -41,7 +50,10 @@ import signal
 import sys
 import time
 import traceback
+from collections import deque
 from typing import Any
+
+from . import transport
 
 STARTUP_TIMEOUT_S = 240.0
 
@@ -92,10 +104,12 @@ class Worker:
 
     def __init__(self, device: str):
         self.device = device
-        self.evaluations = 0  # how many kernels this worker has judged (it is recycled after MAX_USES)
         self.proc = None
         self.conn = None
         self.info: dict[str, Any] = {}
+        self.baseline: dict[str, str] = {}  # fingerprint taken before any kernel was loaded
+        self.baseline_digest = ""
+        self.used = False
 
     @property
     def alive(self) -> bool:
@@ -107,9 +121,7 @@ class Worker:
 
     def launch(self) -> None:
         """Spawn the process without waiting for it to be ready (it imports torch meanwhile)."""
-        import torch.multiprocessing as tmp
-
-        ctx = tmp.get_context("spawn")
+        ctx = _context()
         parent_conn, child_conn = ctx.Pipe()
         self.proc = ctx.Process(target=main, args=(child_conn, self.device),
                                 daemon=True, name="autokernel-worker")
@@ -139,24 +151,52 @@ class Worker:
         if "error" in info:
             self.kill()
             raise RuntimeError(f"worker failed to start: {info['error']}")
+        self.baseline = dict(info.pop("fingerprint", {}))
+        self.baseline_digest = fingerprint_digest(self.baseline)
         self.info = info
         return info
 
     def request(self, message: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Send a request; the answer (plain data) with ``tampered`` computed here, from the
+        worker's current fingerprint against the baseline this process keeps."""
         if not self.alive:
             raise WorkerCrash(self.proc.exitcode if self.proc else None)
+        self.used = True
         try:
             self.conn.send(message)
         except (BrokenPipeError, EOFError, OSError):
             self._reap()
             raise WorkerCrash(self.proc.exitcode) from None
-        return self._wait(time.monotonic() + timeout_s)
+        reply = self._wait(time.monotonic() + timeout_s)
+        now = reply.pop("fingerprint", None)
+        digest = reply.pop("fingerprint_digest", None)
+        tampered = list(reply.get("tampered") or [])
+        if message.get("op") == "collect" or (digest == self.baseline_digest and now is None):
+            pass
+        elif not isinstance(now, dict):
+            tampered.append("the worker's fingerprint (changed, names missing from its answer)")
+        else:
+            changed = [name for name, value in self.baseline.items() if now.get(name) != value]
+            tampered += changed[:5] + ([f"... and {len(changed) - 5} more"] if len(changed) > 5 else [])
+        reply["tampered"] = tampered
+        return reply
+
+    def _recv(self) -> dict[str, Any]:
+        data = self.conn.recv_bytes()
+        try:
+            reply = transport.decode(data)
+        except Exception as exc:  # the worker sent something other than plain data
+            return {"error": f"the worker's answer is not plain data ({type(exc).__name__}: {exc})",
+                    "tampered": ["the worker's answer channel (sent something other than plain data)"]}
+        if type(reply) is not dict:
+            return {"error": "the worker's answer is not a dict", "tampered": ["the worker's answer channel"]}
+        return reply
 
     def _wait(self, deadline: float) -> dict[str, Any]:
         while True:
             try:
                 if self.conn.poll(0.02):
-                    return self.conn.recv()
+                    return self._recv()
             except (EOFError, OSError, ConnectionResetError):
                 self._reap()
                 raise WorkerCrash(self.proc.exitcode) from None
@@ -164,7 +204,7 @@ class Worker:
                 # the answer may have arrived just before the process ended
                 try:
                     if self.conn.poll(0):
-                        return self.conn.recv()
+                        return self._recv()
                 except (EOFError, OSError):
                     pass
                 self._reap()
@@ -190,26 +230,41 @@ class Worker:
                 pass
 
     def close(self) -> None:
-        if self.alive:
-            try:
-                self.conn.send({"op": "exit"})
-                self.proc.join(timeout=5)
-            except (OSError, EOFError):
-                pass
         self.kill()
 
 
-MAX_USES = 200  # evaluations before a worker is recycled (compiled kernels pile up in it)
-_idle: dict[str, list[Worker]] = {}
+_fresh: dict[str, list[Worker]] = {}
+_CONTEXT = None
+FORKSERVER_PRELOAD = ["torch", "torch._dynamo", "numpy", "triton", "triton.language", "triton.runtime.interpreter",
+                      "autokernel.harness.worker", "autokernel.harness.integrity", "autokernel.harness.launches",
+                      "autokernel.harness.timing", "autokernel.problems.registry"]
+
+
+def _context():
+    """Workers are forked from a pristine forkserver that imported torch and triton once
+    (never any kernel, never CUDA): a fresh worker per evaluation then costs a fork, not a
+    torch import.  ``spawn`` where forkserver is not available."""
+    global _CONTEXT
+    if _CONTEXT is None:
+        import multiprocessing
+
+        import torch.multiprocessing as tmp
+
+        if "forkserver" in multiprocessing.get_all_start_methods():
+            _CONTEXT = tmp.get_context("forkserver")
+            _CONTEXT.set_forkserver_preload(FORKSERVER_PRELOAD)
+        else:
+            _CONTEXT = tmp.get_context("spawn")
+    return _CONTEXT
 
 
 def acquire(device: str) -> Worker:
-    """An idle healthy worker for ``device`` (shared by all Evaluators of this process), or a
-    freshly started one."""
-    pool = _idle.setdefault(device, [])
+    """A fresh worker for ``device``: one started in the background earlier, or a new one.
+    A worker is handed out once: it judges one kernel and is then killed (``release``)."""
+    pool = _fresh.setdefault(device, [])
     while pool:
-        worker = pool.pop()
-        if worker.alive:
+        worker = pool.pop(0)
+        if worker.alive and not worker.used:
             worker.wait_ready()
             return worker
         worker.kill()
@@ -219,20 +274,18 @@ def acquire(device: str) -> Worker:
 
 
 @atexit.register
-def _close_idle_workers() -> None:
-    """Let idle workers exit cleanly before multiprocessing terminates them (and free our
-    handles on their CUDA tensors first, so that CUDA IPC does not complain)."""
+def _close_fresh_workers() -> None:
     gc.collect()
-    for pool in _idle.values():
+    for pool in _fresh.values():
         for worker in pool:
-            worker.close()
-    _idle.clear()
+            worker.kill()
+    _fresh.clear()
 
 
 def prestart(device: str) -> None:
-    """Start a replacement worker in the background (after a crash, a timeout or tampering),
-    so that the next evaluation does not wait for torch to import."""
-    pool = _idle.setdefault(device, [])
+    """Start the next fresh worker in the background (unless one is already waiting), so that
+    the next evaluation does not wait for torch to import."""
+    pool = _fresh.setdefault(device, [])
     if not any(w.alive for w in pool):
         worker = Worker(device)
         worker.launch()
@@ -240,29 +293,38 @@ def prestart(device: str) -> None:
 
 
 def release(worker: Worker) -> None:
-    """Give a worker back to the pool (killed instead when dead or worn out)."""
-    if worker.alive and worker.evaluations < MAX_USES:
-        _idle.setdefault(worker.device, []).append(worker)
-    else:
-        worker.kill()
+    """A worker that ran a kernel is never reused: kill it."""
+    worker.kill()
 
 
 # ====================================================================== worker side
 _module_counter = itertools.count()
+GPU_COVER_CYCLES = 100_000  # ~50 us of GPU spin before each timed call (see _judged_call)
+HISTORY_CALLS = 16  # outputs of the last calls stay held, so that a ring of reused buffers shows
+HISTORY_BYTES = {"gpu": 4 << 30, "cpu": 256 << 20}
 
 
 def main(conn, device: str) -> None:
     os.dup2(2, 1)  # anything the kernel prints goes to stderr
     sys.stdout = sys.stderr
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it ends us
-    if not device.startswith("cuda"):
+    if device.startswith("cuda"):
+        os.environ.pop("TRITON_INTERPRET", None)
+    else:
         os.environ["TRITON_INTERPRET"] = "1"
     try:
         state = _State(device)
     except BaseException as exc:  # report, then stop
-        conn.send({"error": f"{type(exc).__name__}: {exc}"})
+        where = traceback.extract_tb(exc.__traceback__)[-1:]
+        detail = f" (at {where[0].filename}:{where[0].lineno})" if where else ""
+        conn.send_bytes(transport.encode({"error": f"{type(exc).__name__}: {exc}{detail}"}))
         return
-    conn.send({"ready": True, "pid": os.getpid(), "device_name": state.device_name})
+    from . import integrity
+
+    baseline = integrity.fingerprint()
+    baseline_digest = fingerprint_digest(baseline)
+    conn.send_bytes(transport.encode({"ready": True, "pid": os.getpid(), "device_name": state.device_name,
+                                      "fingerprint": baseline, "fingerprint_digest": baseline_digest}))
     while True:
         try:
             message = conn.recv()
@@ -276,12 +338,19 @@ def main(conn, device: str) -> None:
         except Exception as exc:  # a bug of ours, not the kernel's: report it plainly
             reply = {"error": f"harness worker error: {type(exc).__name__}: {exc}", "internal": True,
                      "trace": traceback.format_exc(limit=6)}
-        reply["tampered"] = state.tampered()
+        del message
         try:
-            conn.send(reply)
-        except Exception as exc:  # outputs that cannot be sent (not tensors, not picklable)
-            conn.send({"error": f"cannot send the kernel's outputs back: {type(exc).__name__}: {exc}",
-                       "tampered": reply["tampered"]})
+            if op != "collect":  # no kernel code runs during a collect
+                now = integrity.fingerprint()
+                digest = fingerprint_digest(now)
+                reply["fingerprint_digest"] = digest
+                if digest != baseline_digest:
+                    reply["fingerprint"] = now
+            data = transport.encode(reply)
+        except Exception as exc:
+            data = transport.encode({"error": f"harness worker error: cannot encode the answer: {exc}",
+                                     "internal": True, "trace": ""})
+        conn.send_bytes(data)
         if reply.get("cuda_fault"):
             # the CUDA context is dead after a device fault: nothing more can run here
             os._exit(3)
@@ -289,36 +358,42 @@ def main(conn, device: str) -> None:
 
 class _State:
     def __init__(self, device: str):
+        import threading
+
         import torch
-        import triton  # noqa: F401  (imported before the snapshot on purpose)
+        import triton  # noqa: F401  (imported before the fingerprint on purpose)
         import triton.language  # noqa: F401
 
-        from . import integrity, timing  # noqa: F401
+        from . import integrity, launches, timing  # noqa: F401
 
         self.torch = torch
+        self.threading = threading
         self.device = device
-        if device.startswith("cuda"):
+        self.gpu = device.startswith("cuda")
+        if self.gpu:
             if torch.device(device).index is not None:
                 torch.cuda.set_device(torch.device(device))
             torch.cuda.init()
             self.device_name = torch.cuda.get_device_name(torch.device(device))
+            self._flush = torch.empty(timing.FLUSH_BYTES, dtype=torch.int8, device=device)
+            self._gpu_sleep = getattr(torch.cuda, "_sleep", None)
         else:
             self.device_name = "cpu"
+            self._flush = None
+            self._gpu_sleep = None
         self.problems: dict[str, Any] = {}
         self.problem = None
-        self.timer = timing.Timer(device)
         self.slots: dict[str, Any] = {}
         self.paths: dict[str, str] = {}
         self.callables: dict[tuple, Any] = {}
-        self.held: tuple = ()
-        self.watch_cls = make_watch_class()
+        self.kept: list[tuple] = []  # outputs of the last ``call`` request, by call index
+        self.history: deque = deque()  # outputs of earlier calls, still held (ring detection)
+        self.history_bytes = 0
+        self.launches = launches.install()
+        self.watch_cls = make_watch_class(self.launches)
         _self_test(device, self.watch_cls)
-        self.snapshot = integrity.snapshot()
-
-    def tampered(self) -> list[str]:
-        from . import integrity
-
-        return integrity.tampered(self.snapshot)
+        self.starts = launches.install_start_counters()
+        self.threads_py = threading.active_count()
 
     # ------------------------------------------------------------ dispatch
     def handle(self, op: str, message: dict[str, Any]) -> dict[str, Any]:
@@ -332,10 +407,10 @@ class _State:
                 self.problems[spec] = load_problem(spec)
             self.problem = self.problems.get(spec) if spec else None
             return self.load(message["slot"], message["path"], message.get("source"))
-        if op == "run":
-            return self.run(message)
-        if op == "time":
-            return self.time(message)
+        if op == "call":
+            return self.call(message)
+        if op == "collect":
+            return self.collect(message)
         return {"error": f"unknown request {op!r}", "internal": True}
 
     def load(self, slot: str, path: str, source: str | None = None) -> dict[str, Any]:
@@ -360,7 +435,6 @@ class _State:
             return {"error": "kernel file defines no callable kernel_fn"}
         self.slots[slot] = module
         self.paths[slot] = path
-        self.held = ()
         self.callables = {k: v for k, v in self.callables.items() if k[0] != slot}
         return {"ok": True}
 
@@ -377,80 +451,216 @@ class _State:
             self.callables[key] = fn
         return self.callables[key]
 
-    def _call(self, fn, args) -> tuple:
-        out = fn(*args)
-        if self.device.startswith("cuda"):
-            self.torch.cuda.synchronize()
-        return out if isinstance(out, tuple) else (tuple(out) if isinstance(out, list) else (out,))
+    # ------------------------------------------------------------ judged calls
+    def _retire_kept(self) -> None:
+        """Move the kept outputs to the history (held, so that their memory cannot be handed
+        out again while a reused buffer could still be recognised)."""
+        budget = HISTORY_BYTES["gpu" if self.gpu else "cpu"]
+        for outs in self.kept:
+            size = sum(o.untyped_storage().nbytes() for o in outs
+                       if type(o) is self.torch.Tensor and o.layout == self.torch.strided)
+            self.history.append((outs, size))
+            self.history_bytes += size
+        self.kept = []
+        while self.history and (len(self.history) > HISTORY_CALLS or self.history_bytes > budget):
+            _, size = self.history.popleft()
+            self.history_bytes -= size
 
-    def _watched_call(self, fn, args, poison):
-        watch = self.watch_cls(poison)
-        with watch:
-            outs = self._call(fn, args)
-        return outs, watch.ops
-
-    def run(self, m: dict[str, Any]) -> dict[str, Any]:
+    def call(self, m: dict[str, Any]) -> dict[str, Any]:
         slot = m.get("slot", "candidate")
         paths = [self.paths.get(slot, "")]
+        self._retire_kept()
+        sets = m["sets"]
+        expected = m.get("expected")  # [(shape, dtype name)] per output, or None
+        module = self.slots.get(slot)
+        own = module.__dict__ if module is not None else None
+        require_launch = bool(m.get("require_launch", True))
+        inputs = [t for args in sets for t in _tensors_in(args)]
+        times, ops, findings, bad = [], set(), [], []
         try:
             fn = self.kernel(slot, m["shape"], m["dtype"])
-            results, ops = [], set()
-            for _ in range(int(m.get("calls", 1))):
-                outs, called = self._watched_call(fn, m["args"], m.get("poison"))
-                ops |= called
-                results.append(outs)
+            for i, args in enumerate(sets):
+                outs, t_us, call_ops, call_findings = self._judged_call(fn, args, m.get("poison"), own,
+                                                                         require_launch)
+                times.append(t_us)
+                ops |= call_ops
+                findings += [dict(f, call=i) for f in call_findings]
+                problem = check_outputs(outs, expected, self.device) if expected is not None else None
+                bad.append(problem)
+                if problem is None:
+                    alias = self._aliasing(outs, inputs)
+                    if alias:
+                        findings.append({"rule": "cached-output", "message": alias, "call": i})
+                self.kept.append(outs)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             return self._kernel_error(exc, paths)
-        first = results[0]
-        same = _shares_storage(first, self.held) or (len(results) > 1 and _shares_storage(results[-1], first))
-        self.held = results[-1]
-        return {"outs": results, "ops": sorted(ops), "same_storage": same}
+        return {"times_us": times, "ops": sorted(ops), "findings": findings, "bad": bad,
+                "kind": "gpu" if self.gpu else "interpreter"}
 
-    def time(self, m: dict[str, Any]) -> dict[str, Any]:
-        slots = m["slots"]
-        cases = m["cases"]
+    def _judged_call(self, fn, args, poison, own_globals, require_launch):
+        """One call of the kernel, the same for every call the worker makes."""
+        torch = self.torch
+        watch = self.watch_cls(poison, timed_fills=self.gpu)
+        record = self.launches.begin(own_globals)
+        py_before = self.threading.active_count()
+        threads_started, streams_made = self.starts.threads, self.starts.streams
+        if self.gpu:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            self._flush.zero_()
+            if self._gpu_sleep is not None:
+                # keep the GPU busy while this process enters the watch and the kernel's Python
+                # runs, so that the harness's own host overhead does not show as idle GPU time
+                self._gpu_sleep(GPU_COVER_CYCLES)
+            start.record()
+        t0 = time.perf_counter()
         try:
-            fns: dict[str, list] = {}
-            for slot in slots:
-                fns[slot] = []
-                for case in cases:
-                    kernel = self.kernel(slot, case["shape"], case["dtype"])
-                    sets = case["sets"]
-                    fns[slot].append(lambda i, kernel=kernel, sets=sets: kernel(*sets[i % len(sets)]))
-            n_sets = min(len(c["sets"]) for c in cases)
-            if len(slots) == 1:
-                samples = {slots[0]: [[self.timer.measure(f, n_sets)] for f in fns[slots[0]]]}
-            else:
-                from .timing import time_rounds
+            with watch:
+                raw = fn(*args)
+                mode_problem = watch.still_in_charge()
+        finally:
+            self.launches.end()
+        if self.gpu:
+            end.record()
+            torch.cuda.synchronize()
+            t_us = start.elapsed_time(end) * 1000.0 - watch.fill_us()
+        else:
+            t_us = (time.perf_counter() - t0) * 1e6
+        outs = raw if type(raw) is tuple else (tuple(raw) if type(raw) is list else (raw,))
+        findings = []
+        if mode_problem:
+            findings.append({"rule": "torch-op", "message": mode_problem})
+        extra_py = self.threading.active_count() - max(py_before, self.threads_py)
+        if self.starts.threads != threads_started:
+            findings.append({"rule": "threads-or-streams",
+                             "message": f"the call started {self.starts.threads - threads_started} thread(s)"})
+        elif self.starts.streams != streams_made or self.starts.streams:
+            findings.append({"rule": "threads-or-streams",
+                             "message": "the kernel created a CUDA stream (work on it escapes the timing)"})
+        elif extra_py > 0:
+            findings.append({"rule": "threads-or-streams",
+                             "message": f"{extra_py} Python thread(s) more after the call than before"})
+        # OS threads (/proc/self/task) are not a finding: torch's and BLAS's pools grow lazily on
+        # first use of a size (seen with fused_mlp's held-out shapes); native threads need native
+        # code, which the static rules keep out (ctypes, cffi)
+        tensors = [o for o in outs if type(o) is torch.Tensor and o.layout == torch.strided and not o.is_meta
+                   and o.numel() > 0]
+        for i, o in enumerate(tensors):
+            ptr = o.untyped_storage().data_ptr()
+            if ptr not in watch.allocated:
+                findings.append({"rule": "cached-output", "message": (
+                    f"output {i} was not allocated during the call (by an allocation the harness saw): "
+                    "a kept buffer, another thread's memory, or an allocation hidden from the watch")})
+            elif require_launch and ptr not in record.own_storages:
+                if not record.own:
+                    findings.append({"rule": "no-kernel", "message": (
+                        "the call launched no Triton kernel defined in the kernel file "
+                        f"({record.foreign} launch(es) of kernels from elsewhere)")})
+                else:
+                    findings.append({"rule": "foreign-compute", "message": (
+                        f"output {i} was not passed to any Triton kernel of the file's own: it was computed "
+                        "by something else (PyTorch, numpy, ctypes, ...)")})
+        return outs, float(t_us), watch.ops, findings
 
-                samples = time_rounds(self.timer, fns, n_sets, int(m.get("rounds", 5)))
-            del fns
-            recheck = []
-            ops: set[str] = set()
-            for case in cases:
-                kernel = self.kernel(slots[0], case["shape"], case["dtype"])
-                outs_per_set = []
-                for args in case["sets"]:
-                    outs, called = self._watched_call(kernel, args, m.get("poison"))
-                    ops |= called
-                    outs_per_set.append(outs)
-                recheck.append(outs_per_set)
-        except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            return self._kernel_error(exc, [self.paths.get(s, "") for s in slots])
-        return {"samples": samples, "recheck": recheck, "ops": sorted(ops), "kind": self.timer.kind}
+    def _aliasing(self, outs: tuple, inputs: list) -> str | None:
+        torch = self.torch
+        spans = []
+        for o in outs:
+            if type(o) is torch.Tensor and o.layout == torch.strided and o.numel() > 0:
+                s = o.untyped_storage()
+                spans.append((s.data_ptr(), s.data_ptr() + s.nbytes()))
+        for a, (lo, hi) in enumerate(spans):
+            for b, (lo2, hi2) in enumerate(spans[:a]):
+                if lo < hi2 and lo2 < hi:
+                    return f"outputs {b} and {a} share memory"
+        def overlaps(tensors, what):
+            for t in tensors:
+                if type(t) is torch.Tensor and t.layout == torch.strided and t.numel() > 0:
+                    s = t.untyped_storage()
+                    lo2, hi2 = s.data_ptr(), s.data_ptr() + s.nbytes()
+                    for i, (lo, hi) in enumerate(spans):
+                        if lo < hi2 and lo2 < hi:
+                            return f"output {i} shares memory with {what}"
+            return None
+        found = overlaps(inputs, "an input")
+        if found:
+            return found
+        for outs_before in self.kept:
+            found = overlaps(outs_before, "the output of an earlier call")
+            if found:
+                return found
+        for outs_before, _ in self.history:
+            found = overlaps(outs_before, "the output of an earlier call")
+            if found:
+                return found
+        return None
+
+    def collect(self, m: dict[str, Any]) -> dict[str, Any]:
+        """Copy the kept outputs of the calls ``m["indices"]`` into the parent's buffers."""
+        done = []
+        for index, buffers in zip(m["indices"], m["buffers"]):
+            outs = self.kept[int(index)]
+            problem = check_outputs(outs, [(tuple(b.shape), str(b.dtype)) for b in buffers], self.device)
+            if problem is None:
+                for dst, src in zip(buffers, outs):
+                    dst.copy_(src)
+            done.append(problem)
+        if self.gpu:
+            self.torch.cuda.synchronize()
+        return {"bad": done}
 
     def _kernel_error(self, exc: BaseException, paths: list[str]) -> dict[str, Any]:
         return {"error": describe_error(exc, paths), "cuda_fault": is_cuda_fault(exc)}
 
 
+def fingerprint_digest(fingerprint: dict[str, str]) -> str:
+    import hashlib
+
+    text = "\n".join(f"{k}={v}" for k, v in sorted(fingerprint.items()))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _tensors_in(args: Any) -> list:
+    import torch
+
+    if type(args) is torch.Tensor:
+        return [args]
+    if type(args) in (list, tuple):
+        return [t for a in args for t in _tensors_in(a)]
+    return []
+
+
+def check_outputs(outs: tuple, expected: list, device: str) -> str | None:
+    """None when ``outs`` are plain tensors with the expected (shape, dtype) each, on the
+    device; else what is wrong, in one line."""
+    import torch
+
+    if len(outs) != len(expected):
+        return f"kernel returned {len(outs)} output(s); the reference returns {len(expected)}"
+    for i, (out, (shape, dtype)) in enumerate(zip(outs, expected)):
+        label = f"output {i}" if len(outs) > 1 else "output"
+        kind = type(out)
+        if kind is not torch.Tensor:
+            if isinstance(out, torch.Tensor):
+                return f"{label} is a {kind.__name__}, a subclass of torch.Tensor: return a plain tensor"
+            return f"{label} is a {kind.__name__}, not a tensor"
+        if tuple(out.shape) != tuple(shape):
+            return f"{label} has shape {list(out.shape)}; expected {list(shape)}"
+        if str(out.dtype) != str(dtype):
+            return f"{label} has dtype {str(out.dtype).replace('torch.', '')}; expected {str(dtype).replace('torch.', '')}"
+        if out.layout != torch.strided or out.is_meta:
+            return f"{label} is a {out.layout} tensor{' on the meta device' if out.is_meta else ''}; return a dense one"
+        if out.device.type != torch.device(device).type:
+            return f"{label} is on {out.device}; expected {device}"
+    return None
+
+
 def _self_test(device: str, watch_cls) -> None:
-    """Run a trusted Triton kernel under the watch once, so that everything torch and triton
-    set up lazily on first use (torch._dynamo wraps torch.manual_seed when a dispatch mode is
-    first entered, drivers, launchers) is in place before the tamper snapshot."""
+    """Run a trusted Triton kernel under the watch, so that everything torch and triton set
+    up lazily on first use (torch._dynamo wraps torch.manual_seed when a dispatch mode is first
+    entered, drivers, launchers, thread pools) is in place before the fingerprint and the
+    thread counts are taken."""
     import torch
     import torch._dynamo  # noqa: F401
     import triton
@@ -469,60 +679,85 @@ def _self_test(device: str, watch_cls) -> None:
         torch.cuda.synchronize()
     if not torch.equal(x, y):
         raise RuntimeError("the worker's Triton self-test computed a wrong copy")
+    big = torch.rand(1 << 22, device=device)  # start torch's own thread pool now, not in a kernel's call
+    big.add_(1.0).sum()
+    big.clone().copy_(big)
 
 
-def _storages(outs: tuple) -> set[int]:
-    import torch
-
-    return {o.untyped_storage().data_ptr() for o in outs if isinstance(o, torch.Tensor) and o.numel() > 0}
-
-
-def _shares_storage(a: tuple, b: tuple) -> bool:
-    return bool(_storages(a) & _storages(b))
-
-
-def make_watch_class():
+def make_watch_class(launch_record):
     """The dispatch mode the kernel runs under (built lazily: it needs torch)."""
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
+    from . import launches
     from .integrity import POISONED_ALLOCATIONS
 
     torch_dir = os.path.dirname(torch.__file__)
-    here = os.path.abspath(__file__)
-    interpreter_suffix = os.path.join("triton", "runtime", "interpreter.py")
+    interpreter_codes = launches.interpreter_code_objects()
+    tensor_type = torch.Tensor
 
     def called_by_triton_interpreter() -> bool:
+        """Only the real interpreter's own code objects, and only inside a launch the hook saw
+        (a frame compiled under the interpreter's file name is not the interpreter)."""
+        if not launch_record.inside_launch():
+            return False
         frame = sys._getframe(2)
         while frame is not None:
-            filename = frame.f_code.co_filename
-            if filename.startswith(torch_dir) or filename == here:
+            code = frame.f_code
+            if code in interpreter_codes:
+                return True
+            if code.co_filename.startswith(torch_dir) or code.co_filename == __file__:
                 frame = frame.f_back
                 continue
-            return filename.endswith(interpreter_suffix)
+            return False
         return False
 
     class KernelWatch(TorchDispatchMode):
-        """Records every aten op the kernel calls; fills its fresh floating allocations with
-        ``poison`` so that elements it never writes show up.  Ops the Triton interpreter
-        makes on the kernel's behalf (copying arguments in and out) are neither recorded nor
-        poisoned."""
+        """Records every aten op the kernel calls and the storage of every tensor those ops
+        make; fills fresh floating allocations with ``poison`` so that elements the kernel
+        never writes show up.  Ops the real Triton interpreter makes on the kernel's behalf
+        (copying arguments in and out) are neither recorded nor poisoned."""
 
-        def __init__(self, poison: float | None):
+        def __init__(self, poison: float | None, timed_fills: bool = False):
             super().__init__()
             self.poison = poison
             self.ops: set[str] = set()
+            self.allocated: set[int] = set()
+            self.timed_fills = timed_fills
+            self._fills: list = []
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
+            if type(out) is tensor_type:
+                self.allocated.add(out.untyped_storage().data_ptr())
             if called_by_triton_interpreter():
                 return out
             name = str(func.overloadpacket)
             self.ops.add(name)
-            if (self.poison is not None and name in POISONED_ALLOCATIONS and isinstance(out, torch.Tensor)
+            if (self.poison is not None and name in POISONED_ALLOCATIONS and type(out) is tensor_type
                     and out.is_floating_point() and out.numel() > 0):
-                out.fill_(self.poison)
+                if self.timed_fills:
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    out.fill_(self.poison)
+                    end.record()
+                    self._fills.append((start, end))
+                else:
+                    out.fill_(self.poison)
             return out
+
+        def still_in_charge(self) -> str | None:
+            """After the kernel returned, still inside ``with``: this mode must be the top of
+            the dispatch-mode stack and Python dispatch must not be excluded."""
+            stack = _get_current_dispatch_mode_stack()
+            if not stack or stack[-1] is not self:
+                return "the harness's dispatch mode was removed or covered during the call"
+            if torch._C._dispatch_tls_is_dispatch_key_excluded(torch._C.DispatchKey.Python):
+                return "Python dispatch was excluded during the call (the harness's watch switched off)"
+            return None
+
+        def fill_us(self) -> float:
+            return sum(s.elapsed_time(e) for s, e in self._fills) * 1000.0
 
     return KernelWatch
 

@@ -1,0 +1,212 @@
+"""What Triton launched during a kernel call, as the judge sees it (worker side); and the
+threads and CUDA streams the kernel started.
+
+``install()`` wraps ``run`` of Triton's ``JITFunction`` (GPU launches, autotuned or not) and of
+the interpreter's ``InterpretedFunction`` (``TRITON_INTERPRET=1``) once, in the worker, before
+any kernel file is loaded (the wrapped methods are part of the tamper fingerprint).  During a
+judged call every launch is recorded: whether the launched function was defined in the kernel
+file being judged (its globals are that module's namespace) and the storages of the tensors it
+was given.  The worker then requires every output to be one of those storages: an output no
+Triton kernel of the file's own was handed was computed by something else (PyTorch with the
+watch bypassed, numpy, ctypes, a cache), whatever the file's text looks like.
+
+``interpreter_code_objects()`` are the code objects of the real interpreter module, the only
+frames whose torch ops the watch exempts (a frame compiled with the interpreter's file name is
+a different code object).
+"""
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class CallLaunches:
+    own_globals: dict | None
+    own: int = 0  # launches of Triton functions defined in the kernel file
+    foreign: int = 0
+    own_storages: set[int] = field(default_factory=set)
+
+
+class LaunchRecord:
+    def __init__(self) -> None:
+        self.current: CallLaunches | None = None
+        self.depth = 0
+
+    def begin(self, own_globals: dict | None) -> CallLaunches:
+        self.current = CallLaunches(own_globals)
+        self.depth = 0
+        return self.current
+
+    def end(self) -> None:
+        self.current = None
+        self.depth = 0
+
+    def inside_launch(self) -> bool:
+        return self.depth > 0
+
+    def note(self, jit_fn: Any, args: tuple, kwargs: dict) -> None:
+        call = self.current
+        if call is None:
+            return
+        fn = getattr(jit_fn, "fn", None)
+        if isinstance(fn, types.FunctionType) and call.own_globals is not None and fn.__globals__ is call.own_globals:
+            call.own += 1
+            for value in list(args) + list(kwargs.values()):
+                for t in _tensors(value):
+                    call.own_storages.add(t.untyped_storage().data_ptr())
+        else:
+            call.foreign += 1
+
+
+def _tensors(value: Any, depth: int = 0) -> list:
+    import torch
+
+    if depth > 4:
+        return []
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors(v, depth + 1)]
+    base = getattr(value, "base", None)  # TensorDescriptor
+    if isinstance(base, torch.Tensor):
+        return [base]
+    return []
+
+
+_RECORD: LaunchRecord | None = None
+
+
+def install() -> LaunchRecord:
+    """Wrap Triton's launch entry points (once per process)."""
+    global _RECORD
+    if _RECORD is not None:
+        return _RECORD
+    record = LaunchRecord()
+    classes = []
+    from triton.runtime.jit import JITFunction
+
+    classes.append(JITFunction)
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        classes.append(InterpretedFunction)
+    except ImportError:  # pragma: no cover - every supported triton has it
+        pass
+    for cls in classes:
+        original = cls.run
+
+        def run(self, *args, _original=original, **kwargs):
+            if not kwargs.get("warmup", False):
+                record.note(self, args, kwargs)
+            record.depth += 1
+            try:
+                return _original(self, *args, **kwargs)
+            finally:
+                record.depth -= 1
+
+        run.__qualname__ = f"{cls.__qualname__}.run"
+        cls.run = run
+    _RECORD = record
+    return record
+
+
+def interpreter_code_objects() -> frozenset:
+    """Code objects of every function and method defined in triton's interpreter module
+    (nested functions included)."""
+    module = sys.modules.get("triton.runtime.interpreter")
+    if module is None:
+        try:
+            import triton.runtime.interpreter as module  # noqa: F811
+        except ImportError:
+            return frozenset()
+    codes: set = set()
+
+    def add_code(code: types.CodeType) -> None:
+        if code in codes:
+            return
+        codes.add(code)
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                add_code(const)
+
+    def visit(obj: Any, seen: set) -> None:
+        if id(obj) in seen:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, (staticmethod, classmethod)):
+            obj = obj.__func__
+        if isinstance(obj, property):
+            for f in (obj.fget, obj.fset, obj.fdel):
+                if f is not None:
+                    visit(f, seen)
+            return
+        if isinstance(obj, types.FunctionType):
+            if obj.__module__ == module.__name__:
+                add_code(obj.__code__)
+            return
+        if isinstance(obj, type) and obj.__module__ == module.__name__:
+            for value in vars(obj).values():
+                visit(value, seen)
+
+    seen: set = set()
+    for value in list(vars(module).values()):
+        visit(value, seen)
+    return frozenset(codes)
+
+
+class StartCounter:
+    """Counts Python threads started (through ``_thread``/``threading``, whatever the import
+    path) and CUDA streams created in this process after ``install_start_counters``: a kernel
+    file has no business doing either, even when the thread ends before its call returns."""
+
+    def __init__(self) -> None:
+        self.threads = 0
+        self.streams = 0
+
+
+_COUNTER: StartCounter | None = None
+
+
+def install_start_counters() -> StartCounter:
+    global _COUNTER
+    if _COUNTER is not None:
+        return _COUNTER
+    import _thread
+    import threading
+
+    counter = StartCounter()
+
+    def wrap(original):
+        def start(*args, **kwargs):
+            counter.threads += 1
+            return original(*args, **kwargs)
+
+        return start
+
+    for module, name in ((_thread, "start_new_thread"), (_thread, "start_joinable_thread"),
+                         (_thread, "start_new"), (threading, "_start_new_thread"),
+                         (threading, "_start_joinable_thread")):
+        original = getattr(module, name, None)
+        if original is not None:
+            setattr(module, name, wrap(original))
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        for cls in (torch.cuda.Stream, torch.cuda.ExternalStream):
+            original_new = cls.__dict__.get("__new__")
+            if original_new is None:
+                continue
+            original_new = original_new.__func__ if isinstance(original_new, staticmethod) else original_new
+
+            def new(klass, *args, _original=original_new, **kwargs):
+                # Stream(stream_id=...) wraps an existing stream (torch.cuda.current_stream does
+                # that): only a new stream, or an external one, counts
+                if "stream_id" not in kwargs:
+                    counter.streams += 1
+                return _original(klass, *args, **kwargs)
+
+            cls.__new__ = new
+    _COUNTER = counter
+    return counter

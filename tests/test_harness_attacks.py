@@ -1,0 +1,124 @@
+"""Attacks on the judge, one file per trick (tests/attacks/), each written as an optimiser
+rewarded for passing would write it with the harness source open.  Every ``reduce_*`` file here
+passed ``autokernel bench`` at base commit 4d4b81e (or, for the tensor subclass, crashed the
+judge itself) unless its comment below says otherwise; each is now caught, with the verdict and
+the rule named.  ``RUNTIME`` runs some of them again with the static checks switched off in the
+judge, as a cleverer file that slipped past them would be: the run-time layer must still catch
+them.  Honest but unusual kernels must still pass."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from autokernel.harness import Evaluator, integrity
+from autokernel.problems.registry import KERNELS_DIR
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
+
+ATTACKS = Path(__file__).parent / "attacks"
+REDUCE_STARTER = KERNELS_DIR / "reduce.py"
+
+
+@pytest.fixture(scope="module")
+def reduce_eval():
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=30, timing=False) as ev:
+        yield ev
+
+
+def rules(ev) -> set[str]:
+    return {f.rule for f in ev.integrity}
+
+
+@pytest.mark.parametrize("name,verdict,rule,stage", [
+    # transport: nothing the kernel returns is rebuilt as an object in the judge
+    ("reduce_reduce_in_parent.py", "incorrect", "not a tensor", "smoke"),
+    ("reduce_tensor_subclass.py", "incorrect", "subclass of torch.Tensor", "smoke"),  # crashed the judge before
+    ("reduce_list_of_floats.py", "incorrect", "returned 8 output(s)", "smoke"),  # was incorrect before too
+    # every call judged: inputs fresh, outputs new allocations
+    ("reduce_memo_ptr.py", "rejected", "no-kernel", "determinism"),
+    ("reduce_ring4.py", "rejected", "cached-output", None),
+    # the watch cannot be escaped
+    ("reduce_interpreter_frame.py", "rejected", "introspection", "static"),
+    ("reduce_mode_probe.py", "rejected", "torch-op", "static"),
+    ("reduce_thread_import.py", "rejected", "introspection", "static"),
+    ("reduce_thread_joined.py", "rejected", "threads-or-streams", "static"),  # static before too; see RUNTIME
+    ("reduce_numpy.py", "rejected", "foreign-compute", "static"),
+    ("reduce_python_compute.py", "rejected", "foreign-compute", "smoke"),
+    ("reduce_getattr_string.py", "rejected", "introspection", "static"),  # the watch caught it before too
+    # judge state
+    ("reduce_frame_resnapshot.py", "rejected", "introspection", "static"),
+    ("reduce_timer_underreport.py", "rejected", "introspection", "static"),
+])
+def test_attack_is_caught(reduce_eval, name, verdict, rule, stage):
+    ev = reduce_eval.evaluate(ATTACKS / name)
+    assert ev.verdict == verdict and not ev.correct, ev.message
+    if verdict == "rejected":
+        assert rule in rules(ev), ev.message
+    else:
+        assert rule in ev.message
+    if stage is not None:
+        assert ev.failed_stage == stage, ev.message
+
+
+@pytest.fixture
+def no_static_checks(monkeypatch):
+    """The judge with its static checks off: what a file that slipped past them meets."""
+    monkeypatch.setattr(integrity, "static_findings", lambda source, filename="kernel.py": [])
+
+
+@pytest.mark.parametrize("name,rule", [
+    ("reduce_interpreter_frame.py", "torch-op"),  # the exemption goes by code object, not file name
+    ("reduce_mode_probe.py", None),  # every call is watched: it never takes its cheating branch
+    ("reduce_thread_import.py", "threads-or-streams"),
+    ("reduce_thread_joined.py", "threads-or-streams"),  # the thread ended before the call returned
+    ("reduce_numpy.py", "no-kernel"),
+    ("reduce_getattr_string.py", "torch-op"),
+])
+def test_attack_that_slipped_past_the_static_checks_is_caught_at_run_time(reduce_eval, no_static_checks, name, rule):
+    ev = reduce_eval.evaluate(ATTACKS / name)
+    if name == "reduce_mode_probe.py":  # with the watch on every call it never takes its cheating branch
+        assert ev.verdict == "pass", ev.message
+        return
+    assert ev.verdict == "rejected" and rule in rules(ev), ev.message
+
+
+def test_poison_probe_never_gets_to_cheat(tmp_path):
+    attack = tmp_path / "poison_probe.py"
+    shutil.copy(ATTACKS / "reduce_poison_probe.py", attack)
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=30, baselines=False) as ev:
+        result = ev.evaluate(attack)
+    assert result.verdict == "pass", result.message  # every call, timed ones too, ran poisoned and watched
+    assert not Path(str(attack) + ".cheated").exists()  # at base it cheated in every timed call
+
+
+def test_under_reporting_timer_does_not_win_keep_revert(tmp_path, no_static_checks):
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=30, baselines=False) as ev:
+        result = ev.evaluate(ATTACKS / "reduce_timer_underreport.py", incumbent_file=REDUCE_STARTER)
+    cmp = result.vs_incumbent
+    assert cmp is not None and cmp.candidate_us < cmp.incumbent_us  # its patched clock claims a big win...
+    assert cmp.wall_confirmed is False and not cmp.significant  # ...that the judge's own clock never saw
+    assert "wall clock" in result.message
+
+
+def test_candidate_cannot_reach_the_incumbent(tmp_path):
+    attack = tmp_path / "sabotage.py"
+    shutil.copy(ATTACKS / "reduce_sabotage_incumbent.py", attack)
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=30, baselines=False) as ev:
+        result = ev.evaluate(attack, incumbent_file=REDUCE_STARTER)
+    assert result.verdict == "pass" and result.vs_incumbent is not None, result.message
+    assert not Path(str(attack) + ".found").exists()  # at base it found and slowed the incumbent's module
+
+
+@pytest.mark.parametrize("problem,name,shapes", [
+    ("softmax", "honest_softmax_two_kernels.py", ["4x100"]),
+    ("matmul", "honest_matmul_split_k.py", ["16x24x40"]),
+    ("cross_entropy", "honest_cross_entropy_lanes.py", ["6x70"]),
+    ("rmsnorm", "honest_rmsnorm_split_columns.py", ["5x72"]),
+])
+def test_honest_but_unusual_kernels_pass(problem, name, shapes):
+    with Evaluator(problem, device="cpu", shapes=shapes, dtypes=["fp32"], timeout_s=60, timing=False) as ev:
+        result = ev.evaluate(ATTACKS / name)
+    assert result.verdict == "pass", result.message

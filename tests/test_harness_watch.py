@@ -1,0 +1,67 @@
+"""The torch-op watch cannot be escaped from inside the process it runs in: the Triton
+interpreter's exemption goes by code object (not file name) and only inside a launch the hook
+saw, and a watch that was removed or switched off during the call says so."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import triton
+
+from autokernel.harness import launches
+from autokernel.harness.worker import make_watch_class
+
+
+@pytest.fixture(scope="module")
+def watch_cls():
+    return make_watch_class(launches.LaunchRecord())
+
+
+def test_a_frame_compiled_under_the_interpreters_file_name_is_still_watched(watch_cls):
+    where = os.path.join(os.path.dirname(triton.__file__), "runtime", "interpreter.py")
+    scope = {"torch": torch}
+    exec(compile("def hidden(x):\n    return torch.softmax(x, -1)\n", where, "exec"), scope)
+    watch = watch_cls(None)
+    with watch:
+        scope["hidden"](torch.randn(4, 8))
+    assert "aten._softmax" in watch.ops
+
+
+def test_the_interpreter_is_known_by_its_code_objects():
+    codes = launches.interpreter_code_objects()
+    from triton.runtime import interpreter
+
+    assert interpreter.GridExecutor.__call__.__code__ in codes
+    fake = compile("def f():\n    pass\n", interpreter.__file__, "exec")
+    assert fake not in codes
+
+
+def test_popping_the_watch_off_the_mode_stack_is_seen(watch_cls):
+    watch = watch_cls(None)
+    with watch:
+        assert watch.still_in_charge() is None
+        popped = torch._C._pop_torch_dispatch_stack(None)
+        try:
+            message = watch.still_in_charge()
+        finally:
+            torch._C._push_on_torch_dispatch_stack(popped)
+    assert message and "removed" in message
+
+
+def test_excluding_python_dispatch_is_seen(watch_cls):
+    watch = watch_cls(None)
+    with watch:
+        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.Python)):
+            message = watch.still_in_charge()
+    assert message and "excluded" in message
+
+
+def test_the_watch_records_what_it_allocated(watch_cls):
+    watch = watch_cls(float("nan"))
+    kept = torch.zeros(8)
+    with watch:
+        fresh = torch.empty(8)
+    assert fresh.untyped_storage().data_ptr() in watch.allocated
+    assert kept.untyped_storage().data_ptr() not in watch.allocated
+    assert torch.isnan(fresh).all()  # poisoned
