@@ -121,8 +121,6 @@ def test_arena_refuses_reference_copies_torch_rewrites_and_wrong_kernels(tmp_pat
 
 
 @needs_kernelbench
-@pytest.mark.xfail(strict=True, reason="numpy compute is caught by the Triton-launch proof of issue 9 item 3 "
-                   "(another branch); remove this mark once it is merged")
 def test_arena_refuses_numpy(tmp_path):
     cheats = _solutions(tmp_path, "numpy", ["cheats/12_Gemm_Multiply_LeakyReLU.py"])
     result = _arena([str(KERNELBENCH / PROBLEMS[2]), "--solutions", str(cheats), "--out", str(tmp_path / "o"),

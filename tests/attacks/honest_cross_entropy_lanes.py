@@ -6,11 +6,10 @@ import triton
 import triton.language as tl
 
 LANES = 4
-IGNORE = -100
 
 
 @triton.jit
-def _row_loss(x_ptr, t_ptr, loss_ptr, N, stride, LANES: tl.constexpr, BLOCK: tl.constexpr):
+def _row_loss(x_ptr, t_ptr, loss_ptr, N, stride, ignore_index, LANES: tl.constexpr, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     lane_m = tl.full((LANES, BLOCK), float("-inf"), tl.float32)
     lane_s = tl.zeros((LANES, BLOCK), tl.float32)
@@ -27,7 +26,7 @@ def _row_loss(x_ptr, t_ptr, loss_ptr, N, stride, LANES: tl.constexpr, BLOCK: tl.
     m = tl.max(tl.max(lane_m, axis=1), axis=0)
     s = tl.sum(tl.sum(lane_s * tl.exp(lane_m - m), axis=1), axis=0)
     target = tl.load(t_ptr + row)
-    valid = target != -100
+    valid = target != ignore_index
     picked = tl.load(x_ptr + row * stride + tl.where(valid, target, 0)).to(tl.float32)
     loss = tl.log(s) + m - picked
     tl.store(loss_ptr + row, tl.where(valid, loss, 0.0))
@@ -45,12 +44,12 @@ def _mean(loss_ptr, out_ptr, M, BLOCK: tl.constexpr):
     tl.store(out_ptr, (tl.sum(total, axis=0) / tl.sum(count, axis=0)).to(out_ptr.dtype.element_ty))
 
 
-def kernel_fn(logits, targets):
+def kernel_fn(logits, targets, ignore_index=-100):
     logits = logits.contiguous()
     M, N = logits.shape
     out = torch.empty((), dtype=logits.dtype, device=logits.device)
     losses = torch.empty((2 * M,), dtype=torch.float32, device=logits.device)
     block = max(16, min(64, triton.next_power_of_2(triton.cdiv(N, LANES))))
-    _row_loss[(M,)](logits, targets, losses, N, logits.stride(0), LANES=LANES, BLOCK=block)
+    _row_loss[(M,)](logits, targets, losses, N, logits.stride(0), int(ignore_index), LANES=LANES, BLOCK=block)
     _mean[(1,)](losses, out, M, BLOCK=64)
     return out

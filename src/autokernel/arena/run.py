@@ -92,6 +92,8 @@ def run_arena(problem_files: Sequence[Path], out_dir: Path, settings: JudgeSetti
             result = ProblemResult(problem_file.stem, str(problem_file), str(solution) if solution else None,
                                    "judged", verdict="error", message=f"could not run here: {type(exc).__name__}: "
                                    + " ".join(str(exc).split())[:200])
+        finally:
+            free_device_memory()
         if note:
             result.extra["optimize"] = note
         store.save(out_dir, problem_file, result)
@@ -101,6 +103,23 @@ def run_arena(problem_files: Sequence[Path], out_dir: Path, settings: JudgeSetti
     summary = scoring.summary(results)
     paths = report.write(out_dir, results, summary, title)
     return ArenaRun(results, summary, paths, reused, not_run)
+
+
+def free_device_memory() -> None:
+    """Between problems: drop what the last one left (its compiled baselines, cached CUDA
+    blocks).  On the H200, level 1 at full size ran out of memory at its 7th problem, the
+    judging process holding 111-123 GiB of earlier problems' memory."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        import torch._dynamo
+
+        torch._dynamo.reset()
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 def _short(r: ProblemResult) -> str:
