@@ -107,8 +107,7 @@ def run_arena(problem_files: Sequence[Path], out_dir: Path, settings: JudgeSetti
 
 def free_device_memory() -> None:
     """Between problems: drop what the last one left (its compiled baselines, cached CUDA
-    blocks).  On the H200, level 1 at full size ran out of memory at its 7th problem, the
-    judging process holding 111-123 GiB of earlier problems' memory."""
+    blocks), so one problem's memory is not held while the next is judged."""
     import gc
 
     import torch
