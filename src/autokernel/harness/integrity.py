@@ -414,24 +414,3 @@ def fingerprint() -> dict[str, str]:
                 code = value.__code__ if type(value) is types.FunctionType else None
                 out[f"{prefix}.{key}"] = f"{id(value)}:{id(code) if code is not None else 0}"
     return out
-
-
-def snapshot() -> dict[str, int]:
-    """ids of the critical callables (functions, classes, modules) right now."""
-    snap: dict[str, int] = {}
-    for prefix, space in _critical_namespaces():
-        try:
-            items = list(vars(space).items())
-        except TypeError:
-            continue
-        for key, value in items:
-            if callable(value) or isinstance(value, type(sys)):
-                snap[f"{prefix}.{key}"] = id(value)
-    return snap
-
-
-def tampered(before: dict[str, int], limit: int = 5) -> list[str]:
-    """Names whose object changed (or vanished) since ``before``."""
-    now = snapshot()
-    changed = [name for name, ident in before.items() if now.get(name) != ident]
-    return changed[:limit] + ([f"... and {len(changed) - limit} more"] if len(changed) > limit else [])
