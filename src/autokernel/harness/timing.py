@@ -97,7 +97,7 @@ def reported_fits_wall(reported_us: Sequence[float], wall_s: float) -> bool:
 
 def calls_for(plan: "TimingPlan", estimate_us: float, gpu: bool) -> int:
     """Timed calls per shape for a per-call time estimate (the L2 flush counted on a GPU)."""
-    overhead = 150.0 if gpu else 0.0  # L2 flush, the GPU spin that covers host overhead, sync
+    overhead = 650.0 if gpu else 0.0  # L2 flush, the ~0.5 ms GPU spin that covers host overhead, sync
     n = int(plan.budget_s * 1e6 / max(estimate_us + overhead, 1.0))
     return max(plan.min_calls, min(plan.max_calls, n))
 
