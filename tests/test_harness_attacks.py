@@ -122,3 +122,12 @@ def test_honest_but_unusual_kernels_pass(problem, name, shapes):
     with Evaluator(problem, device="cpu", shapes=shapes, dtypes=["fp32"], timeout_s=60, timing=False) as ev:
         result = ev.evaluate(ATTACKS / name)
     assert result.verdict == "pass", result.message
+
+
+def test_duck_typed_launch_argument_cannot_run_torch_in_the_interpreters_frames():
+    """Found by a red-team pass after the rebuild: an object posing as a tensor, whose storage's
+    ``.cpu`` is ``functools.partial(torch.softmax, x)``, made the interpreter's own (exempt)
+    frame compute the softmax; the file's kernel only copied it."""
+    with Evaluator("softmax", device="cpu", shapes=["4x100"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
+        result = ev.evaluate(ATTACKS / "softmax_interp_duck_argument.py")
+    assert result.verdict == "rejected" and "foreign-compute" in rules(result), result.message

@@ -28,6 +28,7 @@ class CallLaunches:
     own: int = 0  # launches of Triton functions defined in the kernel file
     foreign: int = 0
     own_storages: set[int] = field(default_factory=set)
+    odd_argument: str | None = None  # a launch argument that is no tensor, number or Triton object
 
 
 class LaunchRecord:
@@ -51,6 +52,8 @@ class LaunchRecord:
         call = self.current
         if call is None:
             return
+        if call.odd_argument is None:
+            call.odd_argument = odd_argument(args, kwargs)
         fn = getattr(jit_fn, "fn", None)
         if isinstance(fn, types.FunctionType) and call.own_globals is not None and fn.__globals__ is call.own_globals:
             call.own += 1
@@ -59,6 +62,31 @@ class LaunchRecord:
                     call.own_storages.add(t.untyped_storage().data_ptr())
         else:
             call.foreign += 1
+
+
+def odd_argument(args: tuple, kwargs: dict) -> str | None:
+    """A description of the first launch argument that is not a plain tensor, a number, a
+    string, a dtype or a Triton object (a descriptor, a constexpr), else None.  The interpreter
+    copies tensor arguments itself, in frames the watch exempts: a duck-typed argument whose
+    methods run PyTorch would compute there unseen."""
+    for key, value in [(str(i), v) for i, v in enumerate(args)] + list(kwargs.items()):
+        if key == "grid" and (isinstance(value, types.FunctionType) or _plain(value)):
+            continue
+        if not _plain(value):
+            return f"argument {key} of type {type(value).__name__}"
+    return None
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    import torch
+
+    if value is None or type(value) in (bool, int, float, str) or isinstance(value, torch.dtype):
+        return True
+    if type(value) in (torch.Tensor, torch.nn.Parameter):
+        return True
+    if type(value) in (tuple, list) and depth < 4:
+        return all(_plain(v, depth + 1) for v in value)
+    return type(value).__module__.split(".")[0] == "triton"
 
 
 def _tensors(value: Any, depth: int = 0) -> list:

@@ -535,6 +535,10 @@ class _State:
         findings = []
         if mode_problem:
             findings.append({"rule": "torch-op", "message": mode_problem})
+        if record.odd_argument:
+            findings.append({"rule": "foreign-compute", "message": (
+                f"a Triton kernel was launched with {record.odd_argument}: launch arguments must be "
+                "tensors, numbers, dtypes or Triton objects")})
         extra_py = self.threading.active_count() - max(py_before, self.threads_py)
         if self.starts.threads != threads_started:
             findings.append({"rule": "threads-or-streams",
