@@ -135,6 +135,10 @@ def test_timing_and_incumbent_comparison_on_the_interpreter(tmp_path):
     assert all(t.eager_us and t.compile_us is None for t in result.timings)
     cmp = result.vs_incumbent
     assert cmp is not None and cmp.candidate_us > 0 and cmp.incumbent_us > 0 and cmp.noise_frac >= 0
+    # where the wall time went, phase by phase, adding up to (at most) the whole
+    assert set(result.phases) == {"load", "stages", "timing", "baselines"}
+    assert all(v >= 0 for v in result.phases.values()) and result.phases["timing"] > 0
+    assert sum(result.phases.values()) <= result.wall_s + 0.01
 
 
 def test_rotary_kernel_that_assumes_contiguous_x_fails_the_projection_layout_case(tmp_path):

@@ -79,3 +79,24 @@ def test_measured_ceilings_override_spec(tmp_path, monkeypatch):
     measured = hardware.ceilings("NVIDIA H200")
     assert measured.source == "measured" and measured.bandwidth_gbps == 4200.0
     assert measured.peak_tflops("bf16") == 700.0
+
+
+def test_calls_the_gpu_spin_did_not_cover_leave_the_medians():
+    from autokernel.harness.timing import without_uncovered
+    from autokernel.harness.worker import host_covered
+
+    assert without_uncovered([300.0, 60.0, 61.0], {0}) == [60.0, 61.0]
+    assert without_uncovered([300.0, 310.0], {0, 1}) == [300.0, 310.0]  # nothing else to go by
+    assert host_covered(400.0, 500.0) and not host_covered(520.0, 500.0)
+
+
+def test_each_call_sizes_the_next_spin_to_its_host_time_within_bounds():
+    from autokernel.harness.worker import GPU_COVER_US_MAX, GPU_COVER_US_MIN, next_cover_cycles
+
+    # 1M cycles spun for 500 us: 2000 cycles/us; 300 us of host time asks for 600 us
+    assert next_cover_cycles(1_000_000, 500.0, 300.0) == 1_200_000
+    # a call that compiled for 2 s asks for the most, not for 4 s; the next ordinary call shrinks it again
+    big = next_cover_cycles(1_000_000, 500.0, 2e6)
+    assert big == int(GPU_COVER_US_MAX * 2000)
+    assert next_cover_cycles(big, GPU_COVER_US_MAX, 100.0) == int(200.0 * 2000)
+    assert next_cover_cycles(1_000_000, 500.0, 1.0) == int(GPU_COVER_US_MIN * 2000)

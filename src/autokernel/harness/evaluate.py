@@ -218,6 +218,14 @@ class Evaluator:
             ev.verdict, ev.failed_stage = "rejected", "static"
             ev.message = "; ".join(f"{f.rule}: {f.message}" for f in found[:3])
             return
+        phase_from = time.perf_counter()
+
+        def phase(name: str) -> None:
+            nonlocal phase_from
+            now = time.perf_counter()
+            ev.phases[name] = round(ev.phases.get(name, 0.0) + now - phase_from, 3)
+            phase_from = now
+
         worker = self._ensure_worker()
         reply = worker.request({"op": "load", "slot": "candidate", "path": str(path), "source": source,
                                 "problem": self.spec, "build_dir": self._build_dir},
@@ -228,6 +236,7 @@ class Evaluator:
         if "error" in reply:
             ev.failed_stage, ev.message = "load", reply["error"]
             return
+        phase("load")
         seed, heldout_seed = _new_seed(), _new_seed()
         judge = stages.Judge(self.problem, self.device, worker, self.timeout_s, seed)
         plan = stages.StagePlan(self.shapes, self.dtypes, heldout_seed)
@@ -236,6 +245,7 @@ class Evaluator:
             tally = stages.StageTally(name)
             try:
                 message = run_stage(judge, plan, tally)
+                phase("stages")
             except stages.CaseFailure as exc:
                 ev.stages.append(tally.result(False, f"{exc} [{exc.label}]"))
                 ev.failed_stage, ev.message = name, f"{name}: {exc} [{exc.label}]"
@@ -252,7 +262,11 @@ class Evaluator:
             return
         self._stage = "timing"
         try:
+            self._baselines_s = 0.0
             self._time(ev, judge, incumbent)
+            phase("timing")
+            ev.phases["timing"] = round(ev.phases["timing"] - self._baselines_s, 3)
+            ev.phases["baselines"] = round(self._baselines_s, 3)
         except stages.CaseFailure as exc:
             ev.correct, ev.verdict, ev.failed_stage = False, "incorrect", "timing"
             ev.message = f"timing: {exc} [{exc.label}]"
@@ -333,6 +347,10 @@ class Evaluator:
             if len(reported) != k or not timing.reported_fits_wall(reported, elapsed):
                 raise stages.Rejection("timing-mismatch", f"the worker reported {sum(reported):.0f} us for {k} call(s) "
                                        f"that took {elapsed * 1e6:.0f} us by the judge's clock ({label})")
+            uncovered = {int(i) for i in reply.get("uncovered", []) if 0 <= int(i) < k}
+            self._calls_timed += k
+            self._calls_uncovered += len(uncovered)
+            reported = timing.without_uncovered(reported, uncovered)
             if picked:
                 outs = judge.collect(picked, meta, label)
                 for i, got in zip(picked, outs):
@@ -373,6 +391,7 @@ class Evaluator:
                 raise _IncumbentFailed(str(exc)) from None
 
         per_round = []
+        self._calls_timed = self._calls_uncovered = 0
         try:
             for c in range(n_cases):
                 est = 0.0
@@ -380,6 +399,7 @@ class Evaluator:
                     warm, _ = batch(slot, c, WARM_CALLS["gpu" if gpu else "interpreter"], 1.0)
                     est = max(est, min(warm) if gpu else warm[-1])
                 per_round.append(max(1, timing.calls_for(plan, est, gpu) // rounds))
+            self._calls_timed = self._calls_uncovered = 0  # warm-up calls compile: only the timed ones count
             for r in range(rounds):
                 order = list(runners) if r % 2 == 0 else list(reversed(runners))
                 for slot in order:
@@ -393,6 +413,9 @@ class Evaluator:
             self._time(ev, judge, None)
             ev.message += f"; incumbent not timed: {exc}"
             return
+        if self._calls_uncovered:
+            notes.append(f"{self._calls_uncovered} of {self._calls_timed} timed calls outlasted the GPU spin that hides "
+                         "the judge's host time (left out of the medians where others remained)")
         self._record_timings(ev, judge, samples, walls, runners, notes)
 
     def _record_timings(self, ev: Evaluation, judge: stages.Judge, samples: dict, walls: dict, runners: dict,
@@ -410,6 +433,7 @@ class Evaluator:
                              weight=weight, gbps=roof.gbps, tflops=roof.tflops, floor_us=roof.floor_us,
                              pct_roofline=roof.pct_roofline)
             if timer is not None:
+                baselines_from = time.perf_counter()
                 sets = [judge.make_case(shape, dtype) for _ in range(TIMING_SETS)]
                 base = baselines_mod.baseline(self.problem, self.device, self.device_name, shape, dtype,
                                               [s.args for s in sets], timer)
@@ -418,6 +442,7 @@ class Evaluator:
                 st.speedup_vs_compile = roofline.speedup(base.compile_us, latency)
                 if base.note and judge.gpu:
                     notes.append(base.note)
+                self._baselines_s += time.perf_counter() - baselines_from
             ev.timings.append(st)
             if judge.gpu and integrity.below_floor(latency, roof.floor_us):
                 raise stages.Rejection("below-floor", f"measured {latency:.2f} us at {st.dtype} "

@@ -101,6 +101,8 @@ class Evaluation:
     compile_score_us: float | None = None
     vs_incumbent: Comparison | None = None
     wall_s: float = 0.0
+    # where wall_s went: "load" (worker + import), "stages", "timing" (judged timed calls), "baselines"
+    phases: dict[str, float] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
 
     # ------------------------------------------------------------ derived

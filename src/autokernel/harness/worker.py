@@ -299,11 +299,15 @@ def release(worker: Worker) -> None:
 
 # ====================================================================== worker side
 _module_counter = itertools.count()
-# GPU spin before each timed call (see _judged_call), ~0.5 ms: it must outlast the host work between
-# the spin and the kernel (the watch, the launch hook, the kernel's Python).  With ~50 us the H200 runs
-# of 2026-12-01 timed the rotary starter at 378 us where do_bench measured 62 us: host time showed
-# as GPU time.  Raised without a GPU run to confirm it (BENCHMARKS.md says so).
+# GPU spin before each call (see _judged_call): it keeps the GPU busy while this process enters the
+# watch and the kernel's Python runs, so that host time does not show as GPU time.  With a fixed ~50 us
+# spin the H200 runs of 2026-12-01 timed the rotary starter at 378 us where do_bench measured 62 us.
+# Every call now proves it was covered (the host finished enqueueing before the spin ended, by the
+# GPU's own clock); a call that was not is reported, and each call sizes the next call's spin to
+# twice its own host time (between the bounds below; a call that compiled asks for the most once).
+# Doubling on every uncovered call instead grew the spin to 32 ms a call and made evaluations 5x slower.
 GPU_COVER_CYCLES = 1_000_000
+GPU_COVER_US_MIN, GPU_COVER_US_MAX = 150.0, 5_000.0
 HISTORY_CALLS = 16  # outputs of the last calls stay held, so that a ring of reused buffers shows
 HISTORY_BYTES = {"gpu": 4 << 30, "cpu": 256 << 20}
 
@@ -397,6 +401,8 @@ class _State:
         self.watch_cls = make_watch_class(self.launches)
         _self_test(device, self.watch_cls)
         self.starts = launches.install_start_counters()
+        self.cover_cycles = GPU_COVER_CYCLES
+        self.uncovered = 0
         self.threads_py = threading.active_count()
 
     # ------------------------------------------------------------ dispatch
@@ -481,12 +487,16 @@ class _State:
         require_launch = bool(m.get("require_launch", True))
         inputs = [t for args in sets for t in _tensors_in(args)]
         times, ops, findings, bad = [], set(), [], []
+        uncovered = []
         try:
             fn = self.kernel(slot, m["shape"], m["dtype"])
             for i, args in enumerate(sets):
+                before = self.uncovered
                 outs, t_us, call_ops, call_findings = self._judged_call(fn, args, m.get("poison"), own,
                                                                          require_launch)
                 times.append(t_us)
+                if self.uncovered != before:
+                    uncovered.append(i)
                 ops |= call_ops
                 findings += [dict(f, call=i) for f in call_findings]
                 problem = check_outputs(outs, expected, self.device) if expected is not None else None
@@ -500,23 +510,23 @@ class _State:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             return self._kernel_error(exc, paths)
-        return {"times_us": times, "ops": sorted(ops), "findings": findings, "bad": bad,
+        return {"times_us": times, "ops": sorted(ops), "findings": findings, "bad": bad, "uncovered": uncovered,
                 "kind": "gpu" if self.gpu else "interpreter"}
 
     def _judged_call(self, fn, args, poison, own_globals, require_launch):
         """One call of the kernel, the same for every call the worker makes."""
         torch = self.torch
-        watch = self.watch_cls(poison, timed_fills=self.gpu)
+        watch = self.watch_cls(poison, timed_fills=self.gpu, flush=self._flush)
         record = self.launches.begin(own_globals)
         py_before = self.threading.active_count()
         threads_started, streams_made = self.starts.threads, self.starts.streams
         if self.gpu:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            cover, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
             self._flush.zero_()
+            cover.record()
+            host_from = time.perf_counter()
             if self._gpu_sleep is not None:
-                # keep the GPU busy while this process enters the watch and the kernel's Python
-                # runs, so that the harness's own host overhead does not show as idle GPU time
-                self._gpu_sleep(GPU_COVER_CYCLES)
+                self._gpu_sleep(self.cover_cycles)
             start.record()
         t0 = time.perf_counter()
         try:
@@ -526,9 +536,14 @@ class _State:
         finally:
             self.launches.end()
         if self.gpu:
+            host_us = (time.perf_counter() - host_from) * 1e6
             end.record()
             torch.cuda.synchronize()
             t_us = start.elapsed_time(end) * 1000.0 - watch.fill_us()
+            spin_us = cover.elapsed_time(start) * 1000.0
+            if not host_covered(host_us, spin_us):
+                self.uncovered += 1
+            self.cover_cycles = next_cover_cycles(self.cover_cycles, spin_us, host_us)
         else:
             t_us = (time.perf_counter() - t0) * 1e6
         outs = raw if type(raw) is tuple else (tuple(raw) if type(raw) is list else (raw,))
@@ -620,6 +635,23 @@ class _State:
 
     def _kernel_error(self, exc: BaseException, paths: list[str]) -> dict[str, Any]:
         return {"error": describe_error(exc, paths), "cuda_fault": is_cuda_fault(exc)}
+
+
+def host_covered(host_us: float, spin_us: float) -> bool:
+    """Was the GPU still spinning when the host had enqueued the whole call?  ``host_us``: the
+    host's time from just before the spin was enqueued to just before the end event;
+    ``spin_us``: the spin's length by the GPU's clock (cover event to start event).  If the
+    host took longer, the GPU may have idled between the start event and the kernel, and that
+    idle time would count as the kernel's."""
+    return host_us < spin_us
+
+
+def next_cover_cycles(cycles: int, spin_us: float, host_us: float) -> int:
+    """The next call's spin, in GPU clock cycles: twice this call's host time, within
+    [GPU_COVER_US_MIN, GPU_COVER_US_MAX], converted at the clock rate this spin ran at."""
+    cycles_per_us = cycles / spin_us if spin_us > 0 else 2_000.0
+    want_us = min(GPU_COVER_US_MAX, max(GPU_COVER_US_MIN, 2.0 * host_us))
+    return max(1, int(want_us * cycles_per_us))
 
 
 def fingerprint_digest(fingerprint: dict[str, str]) -> str:
@@ -726,8 +758,9 @@ def make_watch_class(launch_record):
         never writes show up.  Ops the real Triton interpreter makes on the kernel's behalf
         (copying arguments in and out) are neither recorded nor poisoned."""
 
-        def __init__(self, poison: float | None, timed_fills: bool = False):
+        def __init__(self, poison: float | None, timed_fills: bool = False, flush=None):
             super().__init__()
+            self.flush = flush
             self.poison = poison
             self.ops: set[str] = set()
             self.allocated: set[int] = set()
@@ -748,6 +781,8 @@ def make_watch_class(launch_record):
                     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     start.record()
                     out.fill_(self.poison)
+                    if self.flush is not None:  # the fill left the output in L2: cold again, as the call began
+                        self.flush.zero_()
                     end.record()
                     self._fills.append((start, end))
                 else:
