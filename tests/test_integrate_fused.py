@@ -137,3 +137,38 @@ def test_verify_cuda_graphs_on_a_cpu_run_is_a_usage_error(tmp_path):
     assert res.exit_code == 2, res.output
     assert "--cuda-graphs needs a GPU run" in res.output and "Traceback" not in res.output
     assert not (wd / "verify.json").exists()
+
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab=50, d=32):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(vocab, d)
+        self.clipped = nn.Embedding(vocab, d, max_norm=1.0)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, ids):
+        return self.proj(self.embed_tokens(ids))
+
+
+def test_apply_embedding_gathers_rows_and_falls_back_for_other_ids(tmp_path):
+    torch.manual_seed(0)
+    model = TinyLM().eval()
+    emb = PlanProblem("embedding", "embedding", "fp32", [{"M": 6, "V": 50, "N": 32}], [1], 10.0, 0.1,
+                      ["embed_tokens", "clipped"])
+    patched = apply(model, make_workdir(tmp_path / "wd", [emb], model="custom"))
+    assert patched._autokernel_replaced == [("embed_tokens", "embedding")]
+    assert any(name == "clipped" and "max_norm" in why for name, why in patched._autokernel_skipped)
+    ids = torch.tensor([[0, 49, 7], [7, 7, 3]])
+    op = patched._autokernel_ops["embedding"]
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        assert torch.equal(patched.embed_tokens(ids), model.embed_tokens(ids))  # a gather: exact
+        assert rel(patched(ids), model(ids)) < 1e-6
+        assert OP_CALLS[op] - before == 2
+        assert torch.equal(patched.embed_tokens(ids.int()), model.embed_tokens(ids))  # int32 ids: nn.Embedding
+    assert OP_CALLS[op] - before == 2
+    torch._dynamo.reset()
+    compiled = torch.compile(patched, backend="aot_eager", fullgraph=True)
+    with torch.no_grad():
+        assert rel(compiled(ids), model(ids)) < 1e-6
+    assert OP_CALLS[op] - before == 3

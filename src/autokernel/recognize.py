@@ -43,6 +43,7 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "gelu": ("M", "N", "tanh"),
     "geglu": ("M", "N", "tanh"),
     "swiglu_packed": ("M", "N"),
+    "embedding": ("M", "V", "N"),
 }
 FLAG_DIMS = {"causal", "tanh"}
 
@@ -361,6 +362,12 @@ def recognize_op(node: Node, default_dtype: str) -> Instance | Unsupported | Non
         marked = node.parent.name if node.parent is not None else ""
         tanh = 1 if approximate == "tanh" or marked == "ak::gelu::tanh" else 0
         return Instance("gelu", _dtype(node, 0, default_dtype), [(make_shape("gelu", rows(x), x[-1], tanh), 1)])
+    if name == "aten::embedding":  # (weight[V,N], ids[...], padding_idx, ...)
+        w, ids = _arg(node, 0), _arg(node, 1)
+        if not w or len(w) != 2 or ids is None:
+            return None
+        return Instance("embedding", _dtype(node, 0, default_dtype),
+                        [(make_shape("embedding", math.prod(ids), w[0], w[1]), 1)])
     if name == "aten::sum":
         x, dims = _arg(node, 0), _concrete(node, 1)
         if x and isinstance(dims, (list, tuple)) and len(dims) == 1 and dims[0] in (-1, len(x) - 1):

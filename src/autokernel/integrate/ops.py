@@ -33,6 +33,7 @@ SCHEMAS: dict[str, str] = {
     "gelu": "(Tensor x, bool tanh) -> Tensor",
     "geglu": "(Tensor gate, Tensor up, bool tanh) -> Tensor",
     "swiglu_packed": "(Tensor gate_up) -> Tensor",
+    "embedding": "(Tensor ids, Tensor weight) -> Tensor",
 }
 # kinds whose op returns (normalised rows, sum): both have the first input's shape and dtype
 TWO_OUTPUTS = {"add_rmsnorm", "add_layernorm"}
@@ -53,6 +54,8 @@ def output_meta(kind: str, args: tuple) -> tuple[tuple[int, ...], torch.dtype]:
         return (), x.dtype
     if kind == "reduce":
         return tuple(x.shape[:-1]), x.dtype
+    if kind == "embedding":
+        return (x.numel(), args[1].shape[1]), args[1].dtype
     if kind == "swiglu_packed":
         return tuple(x.shape[:-1]) + (x.shape[-1] // 2,), x.dtype
     raise KeyError(kind)

@@ -23,6 +23,7 @@ BUILTIN_KINDS: dict[str, str] = {
     "gelu": "gelu",
     "geglu": "geglu",
     "swiglu_packed": "swiglu_packed",
+    "embedding": "embedding",
 }
 
 KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"

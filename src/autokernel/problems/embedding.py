@@ -1,0 +1,79 @@
+"""embedding: token embedding lookup, ``weight[ids]`` (``F.embedding(ids, weight)``).
+
+    out[m, :] = weight[ids[m], :]      ids[M] int64 in [0, V), weight[V, N], out[M, N]
+
+A gather of M rows.  Bytes: read M rows of the table and the M ids, write M rows:
+2 MN e + 8 M.  Eager is already one kernel (``index_select``), so fusing saves nothing; the
+kind exists so that the lookup (1.5-4% of a small model's forward on CPU, one launch per
+forward on a GPU) is covered and tunable (rows per program, vector width).  The embedding's
+``padding_idx`` only matters for gradients; ``max_norm`` renormalises the table in place and
+is not this kind (``apply`` leaves such modules alone).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .base import Problem, Shape, element_size, generator, randn
+
+
+def reference(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return F.embedding(ids, weight)
+
+
+def make_ids(m: int, v: int, device: str, gen: torch.Generator) -> torch.Tensor:
+    ids = torch.randint(0, v, (m,), generator=gen, device=device)
+    ids[0] = v - 1  # the last row of the table is read at least once
+    return ids
+
+
+def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
+    gen = generator(device, seed)
+    weight = randn((shape["V"], shape["N"]), dtype, device, gen)
+    return (make_ids(shape["M"], shape["V"], device, gen), weight)
+
+
+def flops(shape: Shape) -> float:
+    return 0.0
+
+
+def bytes_moved(shape: Shape, dtype: torch.dtype) -> float:
+    return float(2 * shape["M"] * shape["N"] * element_size(dtype) + 8 * shape["M"])
+
+
+def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
+    ids, weight = make_inputs(shape, dtype, device, seed + 1)
+    gen = generator(device, seed + 7919)
+    m, v = shape["M"], shape["V"]
+    large = 6e4 if dtype == torch.float16 else 1e30
+    cases = [
+        # every row the same id (a hot token) and the table's two ends
+        ("one-id", (torch.full_like(ids, int(torch.randint(0, v, (1,), generator=gen, device=device))), weight)),
+        ("ends", (torch.where(torch.arange(m, device=device) % 2 == 0, 0, v - 1), weight)),
+        # ids in descending order: a kernel that assumes sorted or unique ids is wrong
+        ("descending", (torch.sort(ids, descending=True).values, weight)),
+        # values copied exactly, whatever their size
+        ("large-values", (ids, (weight.float() * large).clamp(-large, large).to(dtype))),
+    ]
+    return cases
+
+
+def make_problem() -> Problem:
+    return Problem(
+        kind="embedding",
+        description="Token embedding lookup: gather rows ids[m] of the table weight[V,N] (F.embedding).",
+        signature="kernel_fn(ids[M] int64, weight[V,N]) -> out[M,N]  # out[m] = weight[ids[m]]",
+        dims=("M", "V", "N"),
+        reference=reference,
+        make_inputs=make_inputs,
+        flops=flops,
+        bytes=bytes_moved,
+        gpu_shapes=({"M": 4096, "V": 32000, "N": 4096}, {"M": 8192, "V": 50257, "N": 768},
+                    {"M": 16384, "V": 128256, "N": 4096}),
+        cpu_shapes=({"M": 64, "V": 1000, "N": 128}, {"M": 37, "V": 513, "N": 96}),
+        gpu_edge_shapes=({"M": 1, "V": 1, "N": 1}, {"M": 7, "V": 3, "N": 37}, {"M": 3, "V": 11, "N": 70001},
+                         {"M": 1001, "V": 50257, "N": 1023}),
+        cpu_edge_shapes=({"M": 1, "V": 1, "N": 1}, {"M": 7, "V": 3, "N": 37}, {"M": 5, "V": 11, "N": 1100}),
+        dtypes=(torch.bfloat16, torch.float16, torch.float32),
+        adversarial_inputs=adversarial_inputs,
+    )
