@@ -442,10 +442,38 @@ def pair_cross_entropy(parent: Node, default_dtype: str) -> dict[int, Instance]:
     return out
 
 
+def pair_residual_adds(parent: Node) -> dict[int, Node]:
+    """``s = a + b`` directly followed (views and metadata aside) by a norm module called on one
+    tensor of the same shape, both children of ``parent`` (one forward, as in ``x = x + h;
+    y = norm(x)`` or ``norm(x + h)``): map the add (by id) to that norm scope, whose instance
+    becomes an ``add_<norm>``.  Only element-wise adds of two tensors of the norm's shape count
+    (no broadcast, no in-place ``+=``); the trace cannot show that the norm reads the sum, so
+    ``apply`` checks that in the code before it fuses them."""
+    out: dict[int, Node] = {}
+    kids = [c for c in parent.children if c.scope is not None or c.name not in METADATA_OPS]
+    for first, second in zip(kids, kids[1:]):
+        if first.scope is not None or first.name != "aten::add" or second.scope is None:
+            continue
+        call = second.scope
+        if call.kind != "module" or call.info is None or len(call.args) != 1 or not norm_class(call.info):
+            continue
+        shape = list(call.args[0].shape)
+        if shape and _arg(first, 0) == shape and _arg(first, 1) == shape:
+            out[id(first)] = second
+    return out
+
+
+def norm_class(info: ModuleInfo) -> bool:
+    lower = info.cls_name.lower()
+    return info.is_layernorm or lower.endswith(("rmsnorm", "layernorm"))
+
+
 # ------------------------------------------------------------------ scope recognizers
 def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], default_dtype: str,
-                    fuse_mlp: bool) -> Instance | Unsupported | None:
-    """Does this scope claim the time of an op chain ``ops_below`` running inside it?"""
+                    fuse_mlp: bool, residual_add_before: bool = False) -> Instance | Unsupported | None:
+    """Does this scope claim the time of an op chain ``ops_below`` running inside it?
+    ``residual_add_before``: a norm scope that ``pair_residual_adds`` paired with the add
+    before it (it is then an ``add_<norm>``)."""
     call = node.scope
     assert call is not None
     if call.kind == "function":
@@ -468,6 +496,9 @@ def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], de
         if len(call.args) >= 2 and call.args[1].shape == x.shape:  # norm(x, residual): add + norm
             norm_kind = f"add_{norm_kind}"
             notes += (f"residual add inside {info.cls_name}",)
+        elif residual_add_before:
+            norm_kind = f"add_{norm_kind}"
+            notes += (f"residual add just before {info.cls_name}",)
         return Instance(norm_kind, x.dtype, [(make_shape(norm_kind, rows(x.shape), x.shape[-1]), 1)],
                         module=info.qualname, notes=notes)
     if (info.residual_norm is not None and len(call.args) >= 2 and call.outputs

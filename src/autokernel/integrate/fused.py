@@ -15,6 +15,7 @@ problem's reference, or the module is left alone.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
 import torch
@@ -25,6 +26,7 @@ from .linears import _DOWN_NAMES, _GATE_NAMES, _UP_NAMES, _find_linear
 from .norms import _is_rmsnorm, _rmsnorm_eps
 from .patching import (PROBE_TOLERANCE, _class_code_names, _pick, _probe_input, _reference, _rel_error,
                        _swap_class)
+from .residuals import _original_class
 from .selection import KernelOp
 
 
@@ -89,6 +91,8 @@ def _apply_add_norm(model, k, done, replaced, skipped, probed) -> None:
             continue
         n = m.weight.shape[0]
         base = type(m)
+        if not _takes_residual(_original_class(base).forward):
+            continue  # a plain norm: the add before it is fused where it is written (``residuals``)
         x = _probe_input(n, m, k.dtype)
         r = _probe_input(n, m, k.dtype).flip(0)
         if not _probe_call(probed, (base, k.kind), lambda: base.forward(m, x, r), lambda: expected(x, r), k.dtype):
@@ -97,6 +101,16 @@ def _apply_add_norm(model, k, done, replaced, skipped, probed) -> None:
         _swap_class(m, (k.kind, k.opname, n), _add_norm_members(k, n, params, base))
         done.add(id(m))
         replaced.append((name, k.kind))
+
+
+def _takes_residual(forward) -> bool:
+    try:
+        params = list(inspect.signature(forward).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return True
+    return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= 3
 
 
 def _apply_residual_outputs(model, k, done, replaced, skipped, probed) -> None:
