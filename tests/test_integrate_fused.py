@@ -172,3 +172,85 @@ def test_apply_embedding_gathers_rows_and_falls_back_for_other_ids(tmp_path):
     with torch.no_grad():
         assert rel(compiled(ids), model(ids)) < 1e-6
     assert OP_CALLS[op] - before == 3
+
+
+def _keeps_kwargs(fn):
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(self, x, **kwargs):
+        return fn(self, x, **kwargs)
+
+    return wrapper
+
+
+class PreNormBlock(nn.Module):
+    """GPT-2 / Phi-3 style: the sum is normalised and also kept as the next residual."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.ln_1, self.ln_2, self.fc = nn.LayerNorm(d), nn.LayerNorm(d, eps=1e-6), nn.Linear(d, d)
+
+    @_keeps_kwargs
+    def forward(self, x, scale=1.0):
+        h = self.fc(self.ln_1(x)) * scale
+        x = x + h
+        residual = x
+        y = self.ln_2(x)
+        return residual + self.fc(y)
+
+
+class PostNormBlock(nn.Module):
+    def __init__(self, d=32):
+        super().__init__()
+        self.norm, self.fc = nn.LayerNorm(d), nn.Linear(d, d)
+
+    def forward(self, x):
+        return self.norm(x + self.fc(x))
+
+
+class Residuals(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pre, self.post = PreNormBlock(), PostNormBlock()
+
+    def forward(self, x):
+        return self.post(self.pre(x, scale=0.5))
+
+
+def test_a_residual_add_before_a_plain_norm_is_fused_and_the_sum_kept(tmp_path):
+    torch.manual_seed(0)
+    model = Residuals().eval()
+    add_ln = PlanProblem("add_layernorm", "add_layernorm", "fp32", [{"M": 6, "N": 32}], [2], 10.0, 0.1,
+                         ["pre.ln_2", "post.norm"])
+    patched = apply(model, make_workdir(tmp_path / "wd", [add_ln], model="custom"))
+    assert sorted(patched._autokernel_replaced) == [("post.norm", "add_layernorm"), ("pre.ln_2", "add_layernorm")]
+    assert type(model.pre).forward is PreNormBlock.forward  # the original is left as it was
+    op = patched._autokernel_ops["add_layernorm"]
+    x = torch.randn(2, 3, 32)
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        assert rel(patched(x), model(x)) < 1e-6
+        assert OP_CALLS[op] - before == 2
+        assert torch.equal(patched.pre.ln_2(x), model.pre.ln_2(x))  # a call without a residual: the plain norm
+    assert OP_CALLS[op] - before == 2
+    torch._dynamo.reset()
+    compiled = torch.compile(patched, backend="aot_eager", fullgraph=True)
+    with torch.no_grad():
+        assert rel(compiled(x), model(x)) < 1e-6
+    assert OP_CALLS[op] - before == 4
+
+
+def test_an_add_whose_sum_is_replaced_before_the_norm_is_not_fused(tmp_path):
+    class Reassigned(PreNormBlock):
+        def forward(self, x, scale=1.0):
+            x = x + self.fc(x)
+            x = x * scale  # the norm reads this, not the sum
+            return self.ln_2(x)
+
+    model = nn.Sequential()
+    model.add_module("pre", Reassigned())
+    add_ln = PlanProblem("add_layernorm", "add_layernorm", "fp32", [{"M": 6, "N": 32}], [1], 10.0, 0.1, ["pre.ln_2"])
+    patched = apply(model.eval(), make_workdir(tmp_path / "wd", [add_ln], model="custom"))
+    assert patched._autokernel_replaced == []
+    assert any("could not be rewritten" in reason for _, reason in patched._autokernel_skipped)
