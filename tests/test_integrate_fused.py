@@ -241,16 +241,34 @@ def test_a_residual_add_before_a_plain_norm_is_fused_and_the_sum_kept(tmp_path):
     assert OP_CALLS[op] - before == 4
 
 
-def test_an_add_whose_sum_is_replaced_before_the_norm_is_not_fused(tmp_path):
+def test_an_add_whose_sum_is_changed_before_the_norm_falls_back_or_is_left_alone(tmp_path):
     class Reassigned(PreNormBlock):
         def forward(self, x, scale=1.0):
             x = x + self.fc(x)
-            x = x * scale  # the norm reads this, not the sum
+            if scale != 1.0:
+                x = x * scale  # the norm reads this, not the sum: the fused result is not used
+            return self.ln_2(x)
+
+    class InPlace(PreNormBlock):
+        def forward(self, x, scale=1.0):
+            x = x + self.fc(x)
+            x.mul_(scale)
             return self.ln_2(x)
 
     model = nn.Sequential()
     model.add_module("pre", Reassigned())
-    add_ln = PlanProblem("add_layernorm", "add_layernorm", "fp32", [{"M": 6, "N": 32}], [1], 10.0, 0.1, ["pre.ln_2"])
-    patched = apply(model.eval(), make_workdir(tmp_path / "wd", [add_ln], model="custom"))
-    assert patched._autokernel_replaced == []
-    assert any("could not be rewritten" in reason for _, reason in patched._autokernel_skipped)
+    model.add_module("post", InPlace())
+    add_ln = PlanProblem("add_layernorm", "add_layernorm", "fp32", [{"M": 6, "N": 32}], [1], 10.0, 0.1,
+                         ["pre.ln_2", "post.ln_2"])
+    model = model.eval()
+    patched = apply(model, make_workdir(tmp_path / "wd", [add_ln], model="custom"))
+    assert patched._autokernel_replaced == [("pre.ln_2", "add_layernorm")]
+    assert any(name == "post.ln_2" and "could not be rewritten" in reason for name, reason in patched._autokernel_skipped)
+    op = patched._autokernel_ops["add_layernorm"]
+    x = torch.randn(2, 3, 32)
+    with torch.no_grad():
+        for scale in (1.0, 0.5):
+            before = OP_CALLS[op]
+            assert rel(patched.pre(x, scale), model.pre(x, scale)) < 1e-6
+            assert OP_CALLS[op] - before == 1  # the fused call runs where the add was, either way
+        assert rel(patched(x), model(x)) < 1e-6

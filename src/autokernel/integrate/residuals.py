@@ -6,9 +6,12 @@ The parent's ``forward`` source is rewritten (its AST), for norm children that t
 and that compute the plain norm (probed), in two patterns:
 
 * ``self.norm(a + b)``                       -> ``self.norm(a, b)[0]``
-* ``x = a + b`` followed, with only plain name-to-name assignments between, by a statement
-  that calls ``self.norm(x)``                 -> ``_ak_normed_<i>, x = self.norm(a, b)`` and the
-  call replaced by ``_ak_normed_<i>`` (the norm is pure, so it may run where the add ran).
+* ``x = a + b`` followed, within a few statements, by one that calls ``self.norm(x)``
+                                              -> ``_ak_normed_<i>, x = self.norm(a, b)``, and
+  the call replaced by ``_ak_normed_<i> if x is _ak_sum_<i> else self.norm(x)``: the fused
+  result where ``x`` still holds that sum when the norm is reached (the norm is pure, so it may
+  run where the add ran); the norm as before where a branch between reassigned ``x`` (GPT-2's
+  optional cross-attention).  No in-place method call on ``x`` may sit between.
 
 The norm child gets a subclass whose ``forward(x, residual=None)`` returns ``(norm(x +
 residual), x + residual)`` through the op (what it ran before, when called without a
@@ -36,6 +39,7 @@ from .patching import _probe, _probe_input, _reference, _swap_class
 from .selection import KernelOp
 
 TEMP_PREFIX = "_ak_normed_"
+SUM_PREFIX = "_ak_sum_"
 
 
 # ------------------------------------------------------------------ which norms
@@ -112,32 +116,50 @@ def _stores(stmt: ast.stmt, var: str) -> bool:
     return any(isinstance(n, ast.Name) and n.id == var and isinstance(n.ctx, (ast.Store, ast.Del)) for n in ast.walk(stmt))
 
 
-def _is_alias(stmt: ast.stmt, var: str) -> bool:
-    return (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
-            and isinstance(stmt.value, ast.Name) and stmt.targets[0].id != var)
+def _mutates(stmt: ast.stmt, var: str) -> bool:
+    """An in-place method call on ``var`` (``var.add_(...)``), or a function defined there."""
+    for n in ast.walk(stmt):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            return True
+        if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr.endswith("_")
+                and not n.func.attr.startswith("_") and isinstance(n.func.value, ast.Name) and n.func.value.id == var):
+            return True
+    return False
+
+
+LOOKAHEAD = 8  # statements after the add searched for the norm call
 
 
 def _fuse_sum_then_norm(body: list[ast.stmt], self_name: str, norms: set[str], fused: list[str]) -> None:
     """``x = a + b`` ... ``self.norm(x)`` in one statement list (see the module docstring)."""
-    for i, stmt in enumerate(body):
+    i = 0
+    while i < len(body):
+        stmt = body[i]
+        i += 1
         if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
                 and _is_add(stmt.value)):
             continue
         var = stmt.targets[0].id
-        for later in body[i + 1:]:
+        for later in body[i:i + LOOKAHEAD]:
             calls = _calls_of(later, self_name, norms, var)
             if len(calls) == 1 and not any(_is_norm_call(n, self_name, norms) for n in ast.walk(later)
                                            if n is not calls[0]):
                 call = calls[0]
-                temp = f"{TEMP_PREFIX}{len(fused)}"
+                temp, same = f"{TEMP_PREFIX}{len(fused)}", f"{SUM_PREFIX}{len(fused)}"
                 fused.append(call.func.attr)
-                body[i] = ast.Assign(targets=[ast.Tuple(elts=[ast.Name(temp, ast.Store()), ast.Name(var, ast.Store())],
-                                                        ctx=ast.Store())],
-                                     value=ast.Call(func=call.func, args=[stmt.value.left, stmt.value.right], keywords=[]),
-                                     lineno=stmt.lineno)
-                _replace(later, call, ast.Name(temp, ast.Load()))
+                fused_call = ast.Assign(targets=[ast.Tuple(elts=[ast.Name(temp, ast.Store()), ast.Name(var, ast.Store())],
+                                                           ctx=ast.Store())],
+                                        value=ast.Call(func=call.func, args=[stmt.value.left, stmt.value.right],
+                                                       keywords=[]))
+                keep = ast.Assign(targets=[ast.Name(same, ast.Store())], value=ast.Name(var, ast.Load()))
+                body[i - 1:i] = [fused_call, keep]
+                i += 1
+                # the fused result where the sum reached the norm unchanged; the norm as before otherwise
+                _replace(later, call, ast.IfExp(test=ast.Compare(left=ast.Name(var, ast.Load()), ops=[ast.Is()],
+                                                                 comparators=[ast.Name(same, ast.Load())]),
+                                                body=ast.Name(temp, ast.Load()), orelse=call))
                 break
-            if not _is_alias(later, var) or _stores(later, var):
+            if _mutates(later, var) or any(_is_norm_call(n, self_name, norms) for n in ast.walk(later)):
                 break
 
 
