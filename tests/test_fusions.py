@@ -12,7 +12,8 @@ from torch import nn
 
 from autokernel.problems import get_problem
 from autokernel.problems.registry import KERNELS_DIR
-from autokernel.recognize import gelu_form, packed_mlp_dims, patch_conv_kernel, residual_norm_parts
+from autokernel.recognize import (embedding_scale, gelu_form, packed_mlp_dims, patch_conv_kernel, residual_norm_parts,
+                                  scaled_embedding_parts)
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
 
@@ -85,6 +86,18 @@ def test_module_predicates():
     assert residual_norm_parts(Output(nn.GELU())) is None  # something else runs in there
     assert patch_conv_kernel(nn.Conv2d(3, 8, 4, stride=4)) == (4, 4)
     assert patch_conv_kernel(nn.Conv2d(3, 8, 3, stride=1, padding=1)) is None
+
+    class Scaled(nn.Embedding):
+        def __init__(self):
+            super().__init__(10, 4)
+            self.embed_scale = nn.Buffer(torch.tensor(2.0), persistent=False)
+
+        def forward(self, ids):
+            return super().forward(ids) * self.embed_scale
+
+    assert embedding_scale(nn.Embedding(10, 4)) == 1.0 and scaled_embedding_parts(nn.Embedding(10, 4)) is None
+    assert embedding_scale(nn.Embedding(10, 4, max_norm=1.0)) is None
+    assert scaled_embedding_parts(Scaled()) == (10, 4, 2.0)
 
 
 @pytest.mark.parametrize("kind,plain,index", [("add_rmsnorm", "rmsnorm", 3), ("add_layernorm", "layernorm", 4)])

@@ -139,39 +139,59 @@ def test_verify_cuda_graphs_on_a_cpu_run_is_a_usage_error(tmp_path):
     assert not (wd / "verify.json").exists()
 
 
+class ScaledEmbedding(nn.Embedding):  # Gemma's scaled word embedding
+    def __init__(self, vocab, d, embed_scale):
+        super().__init__(vocab, d)
+        self.embed_scale = nn.Buffer(torch.tensor(embed_scale), persistent=False)
+
+    def forward(self, ids):
+        return super().forward(ids) * self.embed_scale.to(self.weight.dtype)
+
+
+class ShiftedEmbedding(nn.Embedding):  # keeps a scale but adds, not multiplies
+    scale = 2.0
+
+    def forward(self, ids):
+        return super().forward(ids) + self.scale
+
+
 class TinyLM(nn.Module):
     def __init__(self, vocab=50, d=32):
         super().__init__()
         self.embed_tokens = nn.Embedding(vocab, d)
+        self.scaled = ScaledEmbedding(vocab, d, d ** 0.5)
+        self.shifted = ShiftedEmbedding(vocab, d)
         self.clipped = nn.Embedding(vocab, d, max_norm=1.0)
         self.proj = nn.Linear(d, d)
 
     def forward(self, ids):
-        return self.proj(self.embed_tokens(ids))
+        return self.proj(self.embed_tokens(ids) + self.scaled(ids))
 
 
 def test_apply_embedding_gathers_rows_and_falls_back_for_other_ids(tmp_path):
     torch.manual_seed(0)
     model = TinyLM().eval()
     emb = PlanProblem("embedding", "embedding", "fp32", [{"M": 6, "V": 50, "N": 32}], [1], 10.0, 0.1,
-                      ["embed_tokens", "clipped"])
+                      ["embed_tokens", "scaled", "shifted", "clipped"])
     patched = apply(model, make_workdir(tmp_path / "wd", [emb], model="custom"))
-    assert patched._autokernel_replaced == [("embed_tokens", "embedding")]
+    assert patched._autokernel_replaced == [("embed_tokens", "embedding"), ("scaled", "embedding")]
     assert any(name == "clipped" and "max_norm" in why for name, why in patched._autokernel_skipped)
+    assert any(name == "shifted" and "probe mismatch" in why for name, why in patched._autokernel_skipped)
     ids = torch.tensor([[0, 49, 7], [7, 7, 3]])
     op = patched._autokernel_ops["embedding"]
     before = OP_CALLS[op]
     with torch.no_grad():
         assert torch.equal(patched.embed_tokens(ids), model.embed_tokens(ids))  # a gather: exact
+        assert torch.equal(patched.scaled(ids), model.scaled(ids))
         assert rel(patched(ids), model(ids)) < 1e-6
-        assert OP_CALLS[op] - before == 2
+        assert OP_CALLS[op] - before == 4
         assert torch.equal(patched.embed_tokens(ids.int()), model.embed_tokens(ids))  # int32 ids: nn.Embedding
-    assert OP_CALLS[op] - before == 2
+    assert OP_CALLS[op] - before == 4
     torch._dynamo.reset()
     compiled = torch.compile(patched, backend="aot_eager", fullgraph=True)
     with torch.no_grad():
         assert rel(compiled(ids), model(ids)) < 1e-6
-    assert OP_CALLS[op] - before == 3
+    assert OP_CALLS[op] - before == 6
 
 
 def _keeps_kwargs(fn):

@@ -113,6 +113,7 @@ class ModuleInfo:
     gelu_tanh: bool | None = None  # a GELU activation module: its form (True: tanh approximation)
     residual_norm: tuple[str, str, str] | None = None  # (kind, linear, norm) of norm(linear(h) + residual)
     patch_conv: tuple[int, int] | None = None  # a Conv2d with stride = kernel (ViT patches): (kh, kw)
+    scaled_embedding: tuple[int, int, float] | None = None  # (V, N, scale) of an embedding times a constant
 
 
 @dataclass
@@ -217,7 +218,32 @@ def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
                       is_layernorm=isinstance(module, nn.LayerNorm), heads=heads, kv_heads=kv,
                       eps=float(eps) if isinstance(eps, (int, float)) else None, mlp=mlp, mlp_dims=dims,
                       packed_mlp=packed_mlp_dims(module), gelu_tanh=gelu_form(module),
-                      residual_norm=residual_norm_parts(module), patch_conv=patch_conv_kernel(module))
+                      residual_norm=residual_norm_parts(module), patch_conv=patch_conv_kernel(module),
+                      scaled_embedding=scaled_embedding_parts(module))
+
+
+def embedding_scale(module: nn.Module) -> float | None:
+    """The constant an ``nn.Embedding`` multiplies its rows by: 1 for ``nn.Embedding`` itself,
+    the scale of a subclass that keeps one (Gemma's ``embed_scale`` / ``scalar_embed_scale``),
+    None for anything else (another forward, or ``max_norm``, which renormalises the table)."""
+    if not isinstance(module, nn.Embedding) or module.max_norm is not None:
+        return None
+    if type(module).forward is nn.Embedding.forward:
+        return 1.0
+    for attr in ("scalar_embed_scale", "embed_scale", "embedding_scale", "scale"):
+        value = getattr(module, attr, None)
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            return float(value.to(module.weight.dtype))
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(torch.tensor(float(value), dtype=module.weight.dtype))
+    return None
+
+
+def scaled_embedding_parts(module: nn.Module) -> tuple[int, int, float] | None:
+    scale = embedding_scale(module)
+    if scale is None or type(module).forward is nn.Embedding.forward:
+        return None  # a plain embedding is its aten::embedding op
+    return int(module.num_embeddings), int(module.embedding_dim), scale
 
 
 def patch_conv_kernel(module: nn.Module) -> tuple[int, int] | None:
@@ -516,6 +542,10 @@ def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], de
         return Instance("matmul", x.dtype, [(make_shape("matmul", B * ph * pw, O, C * kh * kw), 1)], module=info.qualname,
                         notes=(f"patch convolution {info.qualname} (stride = kernel {kh}x{kw}): a GEMM over the "
                                "patches; apply leaves the Conv2d as it is",))
+    if info.scaled_embedding is not None and call.outputs:
+        V, N, scale = info.scaled_embedding
+        return Instance("embedding", call.outputs[0].dtype, [(make_shape("embedding", math.prod(x.shape), V, N), 1)],
+                        module=info.qualname, notes=(f"{info.cls_name}: rows times {scale:g}",))
     if info.gelu_tanh is not None and x.shape:
         tanh = int(info.gelu_tanh or "aten::tanh" in subtree_ops)
         return Instance("gelu", x.dtype, [(make_shape("gelu", rows(x.shape), x.shape[-1], tanh), 1)],

@@ -33,7 +33,7 @@ SCHEMAS: dict[str, str] = {
     "gelu": "(Tensor x, bool tanh) -> Tensor",
     "geglu": "(Tensor gate, Tensor up, bool tanh) -> Tensor",
     "swiglu_packed": "(Tensor gate_up) -> Tensor",
-    "embedding": "(Tensor ids, Tensor weight) -> Tensor",
+    "embedding": "(Tensor ids, Tensor weight, float scale) -> Tensor",
 }
 # kinds whose op returns (normalised rows, sum): both have the first input's shape and dtype
 TWO_OUTPUTS = {"add_rmsnorm", "add_layernorm"}

@@ -1,6 +1,11 @@
-"""embedding: token embedding lookup, ``weight[ids]`` (``F.embedding(ids, weight)``).
+"""embedding: token embedding lookup, ``weight[ids] * scale`` (``F.embedding(ids, weight)``,
+times Gemma's ``sqrt(hidden)`` in its scaled embedding; 1 elsewhere).
 
-    out[m, :] = weight[ids[m], :]      ids[M] int64 in [0, V), weight[V, N], out[M, N]
+    out[m, :] = weight[ids[m], :] * scale      ids[M] int64 in [0, V), weight[V, N], out[M, N]
+
+``scale`` is drawn per input draw (1, or ``sqrt(N)`` as Gemma's ``embed_scale``): a kernel that
+fixes it fails.  The product is taken in fp32 and rounded once to the dtype, as eager's
+``embedding(...) * scale`` rounds it.
 
 A gather of M rows.  Bytes: read M rows of the table and the M ids, write M rows:
 2 MN e + 8 M.  Eager is already one kernel (``index_select``), so fusing saves nothing; the
@@ -14,11 +19,16 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import Problem, Shape, element_size, generator, randn
+from .base import Problem, Shape, choose, element_size, generator, randn
 
 
-def reference(ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return F.embedding(ids, weight)
+def reference(ids: torch.Tensor, weight: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    out = F.embedding(ids, weight)
+    return out if scale == 1.0 else out * scale
+
+
+def scale_choices(n: int) -> tuple[float, ...]:
+    return (1.0, float(n) ** 0.5)
 
 
 def make_ids(m: int, v: int, device: str, gen: torch.Generator) -> torch.Tensor:
@@ -30,11 +40,11 @@ def make_ids(m: int, v: int, device: str, gen: torch.Generator) -> torch.Tensor:
 def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
     gen = generator(device, seed)
     weight = randn((shape["V"], shape["N"]), dtype, device, gen)
-    return (make_ids(shape["M"], shape["V"], device, gen), weight)
+    return (make_ids(shape["M"], shape["V"], device, gen), weight, choose(scale_choices(shape["N"]), seed))
 
 
 def flops(shape: Shape) -> float:
-    return 0.0
+    return float(shape["M"] * shape["N"])  # the scale
 
 
 def bytes_moved(shape: Shape, dtype: torch.dtype) -> float:
@@ -42,10 +52,10 @@ def bytes_moved(shape: Shape, dtype: torch.dtype) -> float:
 
 
 def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
-    ids, weight = make_inputs(shape, dtype, device, seed + 1)
+    ids, weight, scale = make_inputs(shape, dtype, device, seed + 1)
     gen = generator(device, seed + 7919)
     m, v = shape["M"], shape["V"]
-    large = 6e4 if dtype == torch.float16 else 1e30
+    large = 6e4 / max(scale_choices(shape["N"])) if dtype == torch.float16 else 1e30
     cases = [
         # every row the same id (a hot token) and the table's two ends
         ("one-id", (torch.full_like(ids, int(torch.randint(0, v, (1,), generator=gen, device=device))), weight)),
@@ -55,14 +65,15 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
         # values copied exactly, whatever their size
         ("large-values", (ids, (weight.float() * large).clamp(-large, large).to(dtype))),
     ]
-    return cases
+    return [(name, args + (scale,)) for name, args in cases]
 
 
 def make_problem() -> Problem:
     return Problem(
         kind="embedding",
-        description="Token embedding lookup: gather rows ids[m] of the table weight[V,N] (F.embedding).",
-        signature="kernel_fn(ids[M] int64, weight[V,N]) -> out[M,N]  # out[m] = weight[ids[m]]",
+        description="Token embedding lookup: gather rows ids[m] of the table weight[V,N], times a scale (F.embedding).",
+        signature="kernel_fn(ids[M] int64, weight[V,N], scale: float) -> out[M,N]  # out[m] = weight[ids[m]] * scale "
+                  "(fp32 product, one rounding; scale varies: 1 or sqrt(N))",
         dims=("M", "V", "N"),
         reference=reference,
         make_inputs=make_inputs,
