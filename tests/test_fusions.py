@@ -23,7 +23,9 @@ VARIANTS = [
     ("gelu", {"variant": "persistent", "BLOCK": 1024}), ("geglu", {"variant": "persistent", "BLOCK": 1024}),
     ("swiglu_packed", {"BLOCK_N": 16, "ROWS": 4}),
     ("embedding", {"BLOCK_N": 16, "ROWS": 4}), ("embedding", {"BLOCK_N": 4096, "ROWS": 1}),
+    ("rotary_table", {"ROWS": 1}), ("rotary_table", {"ROWS": 32}),
 ]
+TABLE_SHAPES = ({"B": 2, "S": 5, "D": 6}, {"B": 1, "S": 3, "D": 160})
 
 
 def load_starter(kind: str, knobs: dict):
@@ -39,7 +41,8 @@ def load_starter(kind: str, knobs: dict):
 def test_starter_variants_match_the_reference(kind, knobs):
     problem = get_problem(kind)
     module = load_starter(kind, knobs)
-    for shape in ({"M": 5, "N": 37}, {"M": 3, "N": 1100}):
+    rowwise = ({"M": 5, "N": 37}, {"M": 3, "N": 1100})
+    for shape in TABLE_SHAPES if kind == "rotary_table" else rowwise:
         shape = dict(shape, V=11) if "V" in problem.dims else shape
         for flag in ((0, 1) if "tanh" in problem.dims else (None,)):
             s = dict(shape, tanh=flag) if flag is not None else shape

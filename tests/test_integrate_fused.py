@@ -292,3 +292,40 @@ def test_an_add_whose_sum_is_changed_before_the_norm_falls_back_or_is_left_alone
             assert rel(patched.pre(x, scale), model.pre(x, scale)) < 1e-6
             assert OP_CALLS[op] - before == 1  # the fused call runs where the add was, either way
         assert rel(patched(x), model(x)) < 1e-6
+
+
+class RotaryEmbedding(nn.Module):
+    """Hugging Face's default-RoPE module: cos/sin tables from the position ids."""
+
+    def __init__(self, head_dim=16, base=10000.0, rope_type="default"):
+        super().__init__()
+        self.rope_type, self.attention_scaling = rope_type, 1.0
+        self.inv_freq = nn.Buffer(1.0 / (base ** (torch.arange(0, head_dim, 2).float() / head_dim)), persistent=False)
+
+    def forward(self, x, position_ids):
+        freqs = (self.inv_freq[None, :, None].expand(position_ids.shape[0], -1, 1) @ position_ids[:, None, :].float())
+        emb = torch.cat((freqs.transpose(1, 2),) * 2, dim=-1)
+        return (emb.cos() * self.attention_scaling).to(x.dtype), (emb.sin() * self.attention_scaling).to(x.dtype)
+
+
+def test_apply_rotary_table_computes_both_tables_in_one_op(tmp_path):
+    model = nn.Sequential()
+    model.add_module("rotary_emb", RotaryEmbedding())
+    model.add_module("dynamic", RotaryEmbedding(rope_type="dynamic"))  # inv_freq changes with length: left alone
+    table = PlanProblem("rotary_table", "rotary_table", "fp32", [{"B": 2, "S": 7, "D": 16}], [1], 10.0, 0.1,
+                        ["rotary_emb", "dynamic"])
+    patched = apply(model, make_workdir(tmp_path / "wd", [table], model="custom"))
+    assert patched._autokernel_replaced == [("rotary_emb", "rotary_table")]
+    op = patched._autokernel_ops["rotary_table"]
+    x, pos = torch.randn(2, 7, 32), torch.arange(7)[None, :] + torch.tensor([[0], [3000]])
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        for got, want in zip(patched.rotary_emb(x, pos), model.rotary_emb(x, pos)):
+            assert got.shape == want.shape == (2, 7, 16) and (got - want).abs().max() < 1e-5
+        patched.rotary_emb(x, pos.int())  # int32 ids: the module's own forward
+    assert OP_CALLS[op] - before == 1
+    torch._dynamo.reset()
+    compiled = torch.compile(patched.rotary_emb, backend="aot_eager", fullgraph=True)
+    with torch.no_grad():
+        assert (compiled(x, pos)[1] - model.rotary_emb(x, pos)[1]).abs().max() < 1e-5
+    assert OP_CALLS[op] - before == 2

@@ -44,6 +44,7 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "geglu": ("M", "N", "tanh"),
     "swiglu_packed": ("M", "N"),
     "embedding": ("M", "V", "N"),
+    "rotary_table": ("B", "S", "D"),
 }
 FLAG_DIMS = {"causal", "tanh"}
 
@@ -114,6 +115,7 @@ class ModuleInfo:
     residual_norm: tuple[str, str, str] | None = None  # (kind, linear, norm) of norm(linear(h) + residual)
     patch_conv: tuple[int, int] | None = None  # a Conv2d with stride = kernel (ViT patches): (kh, kw)
     scaled_embedding: tuple[int, int, float] | None = None  # (V, N, scale) of an embedding times a constant
+    rotary_table: bool = False  # a *RotaryEmbedding module computing cos/sin from position ids (default RoPE)
 
 
 @dataclass
@@ -219,7 +221,17 @@ def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
                       eps=float(eps) if isinstance(eps, (int, float)) else None, mlp=mlp, mlp_dims=dims,
                       packed_mlp=packed_mlp_dims(module), gelu_tanh=gelu_form(module),
                       residual_norm=residual_norm_parts(module), patch_conv=patch_conv_kernel(module),
-                      scaled_embedding=scaled_embedding_parts(module))
+                      scaled_embedding=scaled_embedding_parts(module), rotary_table=is_rotary_table(module))
+
+
+def is_rotary_table(module: nn.Module) -> bool:
+    """A rotary-embedding module of the Hugging Face kind: a 1-D fp32 ``inv_freq`` and a
+    ``forward(x, position_ids) -> (cos, sin)`` (checked on the call); default RoPE only (the
+    dynamic variants change ``inv_freq`` with the sequence length)."""
+    inv_freq = getattr(module, "inv_freq", None)
+    return ("rotary" in type(module).__name__.lower() and isinstance(inv_freq, torch.Tensor) and inv_freq.dim() == 1
+            and inv_freq.dtype == torch.float32 and getattr(module, "rope_type", "default") == "default"
+            and not any(True for _ in module.children()))
 
 
 def embedding_scale(module: nn.Module) -> float | None:
@@ -542,6 +554,11 @@ def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], de
         return Instance("matmul", x.dtype, [(make_shape("matmul", B * ph * pw, O, C * kh * kw), 1)], module=info.qualname,
                         notes=(f"patch convolution {info.qualname} (stride = kernel {kh}x{kw}): a GEMM over the "
                                "patches; apply leaves the Conv2d as it is",))
+    if (info.rotary_table and len(call.outputs) == 2 and len(call.args) >= 2 and call.outputs[0] == call.outputs[1]
+            and len(call.outputs[0].shape) == 3):
+        B, S, D = call.outputs[0].shape
+        return Instance("rotary_table", call.outputs[0].dtype, [(make_shape("rotary_table", B, S, D), 1)],
+                        module=info.qualname, notes=(f"cos/sin tables of {info.cls_name} (default RoPE)",))
     if info.scaled_embedding is not None and call.outputs:
         V, N, scale = info.scaled_embedding
         return Instance("embedding", call.outputs[0].dtype, [(make_shape("embedding", math.prod(x.shape), V, N), 1)],

@@ -19,6 +19,7 @@ from .patching import _model_device
 from .residuals import _apply_residual_adds
 from .runfiles import IntegrateError, load_workdir_plan
 from .selection import select_kernels
+from .tables import _apply_rotary_table
 
 
 # ------------------------------------------------------------------ entry point
@@ -38,6 +39,7 @@ _MODULE_APPLIERS = {
     "geglu": _apply_geglu,
     "swiglu_packed": _apply_swiglu_packed,
     "embedding": _apply_embedding,
+    "rotary_table": _apply_rotary_table,
     "add_rmsnorm:adds": _apply_residual_adds,
     "add_layernorm:adds": _apply_residual_adds,
 }
@@ -50,7 +52,7 @@ _MODULE_APPLIERS = {
 _ORDER = ("add_rmsnorm:outputs", "add_layernorm:outputs", "rmsnorm", "layernorm", "add_rmsnorm", "add_layernorm",
           "add_rmsnorm:adds", "add_layernorm:adds",
           "gelu", "softmax", "cross_entropy", "fused_mlp", "swiglu", "geglu", "swiglu_packed", "embedding",
-          "matmul")
+          "rotary_table", "matmul")
 _SHARES_MODULES = {"add_rmsnorm", "add_layernorm", "add_rmsnorm:adds", "add_layernorm:adds"}
 
 
