@@ -34,13 +34,13 @@ CASES = [
     ("hf:gpt2", "n_embd=128,n_layer=2,n_head=4,vocab_size=1024", None, 0.91,
      {"gelu", "layernorm", "add_layernorm", "matmul", "embedding"}),
     ("hf:bert", SMALL_DECODER, None, 0.95, {"add_layernorm", "gelu", "matmul", "embedding"}),
-    ("hf:phi3", SMALL_DECODER + ",num_key_value_heads=4,pad_token_id=0", None, 0.88,
+    ("hf:phi3", SMALL_DECODER + ",num_key_value_heads=4,pad_token_id=0", None, 0.91,
      {"swiglu_packed", "rmsnorm", "add_rmsnorm", "matmul", "embedding", "rotary_table"}),
-    ("hf:gemma", SMALL_DECODER + ",num_key_value_heads=2,head_dim=32", None, 0.89,
+    ("hf:gemma", SMALL_DECODER + ",num_key_value_heads=2,head_dim=32", None, 0.92,
      {"geglu", "rmsnorm", "matmul", "embedding", "rotary_table"}),
     ("hf:vit", "hidden_size=128,num_hidden_layers=2,num_attention_heads=4,intermediate_size=512,image_size=64,patch_size=8",
      None, 0.93, {"gelu", "layernorm", "add_layernorm", "attention", "matmul"}),
-    ("hf:mixtral", None, [2, 128], 0.87, {"rmsnorm", "attention", "matmul"}),
+    ("hf:mixtral", None, [2, 128], 0.86, {"rmsnorm", "attention", "matmul", "rotary_table"}),
 ]
 
 
