@@ -4,15 +4,17 @@ what is checked.
 
 Each case asserts the floor measured on the 2-core CI machine when it is idle, a few points
 under the share seen there, since CPU-time shares move with load.  Issue 11 asks for >= 95% on
-the examples and the dense Hugging Face models and >= 90% on ViT and Mixtral; measured idle on
-2026-12-01, after the ``embedding`` kind and the residual adds written just before a norm
-(``x = a + b; norm(x)``, fused into ``add_layernorm`` / ``add_rmsnorm``): llama 100%, gpt2 95%,
-bert 96.6%, hf:gpt2 94.3%, hf:bert 98%, hf:phi3 91.5%, hf:gemma 91.4%, hf:vit 96.7%,
-hf:mixtral 90.9%.  What is left uncovered at these tiny sizes (2x32 tokens, width 128) is
-per-op overhead of small ops: the residual add at the end of each decoder layer (normalised by
-the next layer's first norm, in another forward: 1-2%), position ids and mask arithmetic
-(arange, cumsum, diff, all, ne: 2-4% on the Hugging Face decoders), the rotary cos/sin tables
-(Phi-3, Gemma) and Gemma's embedding scale; MoE routing on Mixtral."""
+the examples and the dense Hugging Face models and >= 90% on ViT and Mixtral.  Measured on
+2026-12-01 (three runs, light load), with the ``embedding`` and ``rotary_table`` kinds and the
+residual adds written just before a norm (``x = a + b; norm(x)``, fused into ``add_layernorm``
+/ ``add_rmsnorm``): llama 100%, gpt2 94.8-95.3%, bert 96.6-97.1%, hf:gpt2 93.6-94.3%, hf:bert
+97.8-98.6%, hf:phi3 94.0-95.7%, hf:gemma 94.9-96.2%, hf:vit 96.9%, hf:mixtral 90.9-91.5%.
+Under heavy load the shares move by several points (multi-threaded GEMMs slow down most).
+What is left uncovered at these tiny sizes (2x32 tokens, width 128) is the per-op cost of small
+ops: the residual add at the end of each decoder layer (normalised by the next layer's first
+norm, in another module's forward: 1-2%), Hugging Face's packed-sequence check on the position
+ids (sub, diff, ne, cumsum, eq, all: 2-4% on the decoders), the broadcast position-embedding add
+(GPT-2), a layout copy after attention (Phi-3); MoE routing on Mixtral."""
 from __future__ import annotations
 
 import importlib.util
