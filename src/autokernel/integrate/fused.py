@@ -15,7 +15,6 @@ problem's reference, or the module is left alone.
 """
 from __future__ import annotations
 
-import inspect
 from typing import Any, Callable
 
 import torch
@@ -26,7 +25,7 @@ from .linears import _DOWN_NAMES, _GATE_NAMES, _UP_NAMES, _find_linear
 from .norms import _is_rmsnorm, _rmsnorm_eps
 from .patching import (PROBE_TOLERANCE, _class_code_names, _pick, _probe_input, _reference, _rel_error,
                        _swap_class)
-from .residuals import _original_class
+from .residuals import _original_class, _takes_residual
 from .selection import KernelOp
 
 
@@ -101,16 +100,6 @@ def _apply_add_norm(model, k, done, replaced, skipped, probed) -> None:
         _swap_class(m, (k.kind, k.opname, n), _add_norm_members(k, n, params, base))
         done.add(id(m))
         replaced.append((name, k.kind))
-
-
-def _takes_residual(forward) -> bool:
-    try:
-        params = list(inspect.signature(forward).parameters.values())
-    except (TypeError, ValueError):
-        return True
-    if any(p.kind == p.VAR_POSITIONAL for p in params):
-        return True
-    return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= 3
 
 
 def _apply_residual_outputs(model, k, done, replaced, skipped, probed) -> None:

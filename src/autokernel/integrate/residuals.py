@@ -73,6 +73,17 @@ def _original_class(cls: type) -> type:
     return cls
 
 
+def _takes_residual(forward: Callable) -> bool:
+    """Does a norm's forward take a second tensor (``forward(x, residual)``)?"""
+    try:
+        params = list(inspect.signature(forward).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return True
+    return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= 3
+
+
 def _forward_is(cls: type, forward: Callable) -> bool:
     return _original_class(cls).forward is forward
 
@@ -270,14 +281,18 @@ def _apply_residual_adds(model, k, done, replaced, skipped, probed) -> None:
         prefix = f"{name}." if name else ""
         norms: dict[str, tuple[nn.Module, Callable]] = {}
         for child_name, child in parent.named_children():
-            if prefix + child_name not in k.problem.modules:
-                continue
+            if prefix + child_name not in k.problem.modules or _takes_residual(_original_class(type(child)).forward):
+                continue  # a norm(x, residual) module takes its add itself (``fused._apply_add_norm``)
             params = _plain_norm_params(child, k.kind, k.dtype, probed)
             if params is not None:
                 norms[child_name] = (child, params)
         if not norms:
             continue
         cls = type(parent)
+        if getattr(cls, "_autokernel_residual_adds", False):  # rewritten for another kind already
+            skipped.extend((prefix + c, f"{k.kind}: {cls.__name__}.forward was rewritten for another add + norm op")
+                           for c in norms)
+            continue
         forward = cls.forward
         inner = inspect.unwrap(forward)
         rewritten = rewrite_forward(inner, set(norms)) if isinstance(inner, types.FunctionType) else None
@@ -293,5 +308,6 @@ def _apply_residual_adds(model, k, done, replaced, skipped, probed) -> None:
             eps = params(child)[-1]
             _swap_class(child, (k.kind, k.opname, "residual-add", n, eps), _add_norm_members(k, n, params, type(child)))
             replaced.append((prefix + child_name, k.kind))
-        _swap_class(parent, (k.kind, k.opname, "residual-adds", tuple(sorted(norms))), {"forward": new_forward})
+        _swap_class(parent, (k.kind, k.opname, "residual-adds", tuple(sorted(norms))),
+                    {"forward": new_forward, "_autokernel_residual_adds": True})
         done.add(id(parent))

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn as nn
 
 from ..recognize import is_rotary_table
 from .fused import _probe_call
