@@ -104,4 +104,4 @@ def test_run_on_hf_gpt2_verifies(tmp_path):
     verified = json.loads((wd / "verify.json").read_text())
     assert verified["passed"] is True and verified["model"] == "hf:gpt2"
     plan = json.loads((wd / "plan.json").read_text())
-    assert {"gelu", "layernorm", "matmul"} <= {p["kind"] for p in plan["problems"]}
+    assert {"gelu", "layernorm", "add_layernorm", "embedding", "matmul"} <= {p["kind"] for p in plan["problems"]}
