@@ -272,7 +272,8 @@ def test_an_add_whose_sum_is_changed_before_the_norm_falls_back_or_is_left_alone
     class InPlace(PreNormBlock):
         def forward(self, x, scale=1.0):
             x = x + self.fc(x)
-            x.mul_(scale)
+            residual = x
+            residual += 1.0  # in place, through an alias: the norm reads sum + 1
             return self.ln_2(x)
 
     model = nn.Sequential()

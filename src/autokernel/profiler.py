@@ -44,7 +44,8 @@ from .plan import Plan, PlanProblem, UncoveredTime
 from .quiet import filtered_stderr
 from .problems.base import dtype_name
 from .recognize import (METADATA_OPS, Instance, Node, ScopeCall, TensorMeta, Unsupported, is_gemm_kernel,
-                        matmul_shape, module_info, pair_cross_entropy, pair_residual_adds, recognize_op, recognize_scope, shape_weight)
+                        matmul_shape, module_info, pair_cross_entropy, pair_residual_adds, recognize_op, recognize_scope,
+                        shape_weight)
 
 SCOPE_PREFIX = "ak::"
 FORWARD_LABEL = "ak::forward::"
@@ -293,7 +294,8 @@ def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp
                 return id(inst), by_key.setdefault(id(inst), _placed(inst, n))
             if id(n) in add_before:  # the add counts for the norm scope it is fused with
                 norm = add_before[id(n)]
-                claim = by_key.get(id(norm)) or recognize_scope(norm, [], ops_under(norm), default_dtype, fuse_mlp, True)
+                claim = by_key.get(id(norm)) or recognize_scope(norm, [], ops_under(norm), default_dtype, fuse_mlp,
+                                                                 True)
                 if isinstance(claim, Instance):
                     return id(norm), by_key.setdefault(id(norm), claim)
             found = by_key.get(id(n)) or recognize_op(n, default_dtype)

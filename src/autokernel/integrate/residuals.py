@@ -11,7 +11,9 @@ and that compute the plain norm (probed), in two patterns:
   the call replaced by ``_ak_normed_<i> if x is _ak_sum_<i> else self.norm(x)``: the fused
   result where ``x`` still holds that sum when the norm is reached (the norm is pure, so it may
   run where the add ran); the norm as before where a branch between reassigned ``x`` (GPT-2's
-  optional cross-attention).  No in-place method call on ``x`` may sit between.
+  optional cross-attention).  Nothing between may change the sum in place (``x.add_()``,
+  ``x += y``, ``x[i] = ...``, also through an alias such as ``residual = x``), and no function
+  may be defined there.
 
 The norm child gets a subclass whose ``forward(x, residual=None)`` returns ``(norm(x +
 residual), x + residual)`` through the op (what it ran before, when called without a
@@ -43,7 +45,8 @@ SUM_PREFIX = "_ak_sum_"
 
 
 # ------------------------------------------------------------------ which norms
-def _plain_norm_params(m: nn.Module, kind: str, dtype: torch.dtype, probed: dict) -> Callable[[nn.Module], tuple] | None:
+def _plain_norm_params(m: nn.Module, kind: str, dtype: torch.dtype,
+                       probed: dict) -> Callable[[nn.Module], tuple] | None:
     """The op's parameters of a norm child that computes the plain norm of ``kind``, or None."""
     if kind == "add_layernorm":
         if not isinstance(m, nn.LayerNorm) or len(m.normalized_shape) != 1 or m.weight is None or m.bias is None:
@@ -123,19 +126,30 @@ def _calls_of(stmt: ast.stmt, self_name: str, norms: set[str], var: str) -> list
             and isinstance(n.args[0], ast.Name) and n.args[0].id == var]
 
 
-def _stores(stmt: ast.stmt, var: str) -> bool:
-    return any(isinstance(n, ast.Name) and n.id == var and isinstance(n.ctx, (ast.Store, ast.Del)) for n in ast.walk(stmt))
-
-
-def _mutates(stmt: ast.stmt, var: str) -> bool:
-    """An in-place method call on ``var`` (``var.add_(...)``), or a function defined there."""
+def _unsafe(stmt: ast.stmt, names: set[str]) -> bool:
+    """Could ``stmt`` change the tensor that ``names`` (the sum and its aliases) hold, in place?
+    An in-place method call (``x.add_(...)``), an augmented assignment (``x += y`` adds in
+    place), an item or attribute store on one of them; or a function defined there."""
     for n in ast.walk(stmt):
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
             return True
         if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr.endswith("_")
-                and not n.func.attr.startswith("_") and isinstance(n.func.value, ast.Name) and n.func.value.id == var):
+                and not n.func.attr.startswith("_") and isinstance(n.func.value, ast.Name) and n.func.value.id in names):
+            return True
+        if isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name) and n.target.id in names:
+            return True
+        if (isinstance(n, (ast.Subscript, ast.Attribute)) and isinstance(n.ctx, ast.Store)
+                and isinstance(n.value, ast.Name) and n.value.id in names):
             return True
     return False
+
+
+def _aliases(stmt: ast.stmt, names: set[str]) -> set[str]:
+    """Names bound to one of ``names`` by ``stmt`` (``residual = x``)."""
+    if (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Name) and stmt.value.id in names
+            and all(isinstance(t, ast.Name) for t in stmt.targets)):
+        return {t.id for t in stmt.targets}
+    return set()
 
 
 LOOKAHEAD = 8  # statements after the add searched for the norm call
@@ -151,15 +165,18 @@ def _fuse_sum_then_norm(body: list[ast.stmt], self_name: str, norms: set[str], f
                 and _is_add(stmt.value)):
             continue
         var = stmt.targets[0].id
+        names = {var}
         for later in body[i:i + LOOKAHEAD]:
+            if _unsafe(later, names):
+                break
             calls = _calls_of(later, self_name, norms, var)
             if len(calls) == 1 and not any(_is_norm_call(n, self_name, norms) for n in ast.walk(later)
                                            if n is not calls[0]):
                 call = calls[0]
                 temp, same = f"{TEMP_PREFIX}{len(fused)}", f"{SUM_PREFIX}{len(fused)}"
                 fused.append(call.func.attr)
-                fused_call = ast.Assign(targets=[ast.Tuple(elts=[ast.Name(temp, ast.Store()), ast.Name(var, ast.Store())],
-                                                           ctx=ast.Store())],
+                pair = ast.Tuple(elts=[ast.Name(temp, ast.Store()), ast.Name(var, ast.Store())], ctx=ast.Store())
+                fused_call = ast.Assign(targets=[pair],
                                         value=ast.Call(func=call.func, args=[stmt.value.left, stmt.value.right],
                                                        keywords=[]))
                 keep = ast.Assign(targets=[ast.Name(same, ast.Store())], value=ast.Name(var, ast.Load()))
@@ -170,8 +187,9 @@ def _fuse_sum_then_norm(body: list[ast.stmt], self_name: str, norms: set[str], f
                                                                  comparators=[ast.Name(same, ast.Load())]),
                                                 body=ast.Name(temp, ast.Load()), orelse=call))
                 break
-            if _mutates(later, var) or any(_is_norm_call(n, self_name, norms) for n in ast.walk(later)):
+            if any(_is_norm_call(n, self_name, norms) for n in ast.walk(later)):
                 break
+            names |= _aliases(later, names)
 
 
 def _replace(tree: ast.AST, old: ast.AST, new: ast.AST) -> None:
@@ -249,7 +267,8 @@ def rewrap(wrapper: Any, inner: types.FunctionType) -> Any:
     if len(hits) != 1:
         return None
     cells[hits[0]] = types.CellType(new_inner)
-    new = types.FunctionType(wrapper.__code__, wrapper.__globals__, wrapper.__name__, wrapper.__defaults__, tuple(cells))
+    new = types.FunctionType(wrapper.__code__, wrapper.__globals__, wrapper.__name__, wrapper.__defaults__,
+                             tuple(cells))
     new.__kwdefaults__, new.__qualname__ = wrapper.__kwdefaults__, wrapper.__qualname__
     new.__dict__.update(wrapper.__dict__)
     new.__wrapped__ = new_inner
