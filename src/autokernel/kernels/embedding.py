@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-KNOBS = {"BLOCK_N": 1024, "ROWS": 2, "num_warps": 4, "num_stages": 1}
+KNOBS = {"BLOCK_N": 1024, "ROWS": 4, "num_warps": 4, "num_stages": 1}
 KNOB_SPACE = {"BLOCK_N": [128, 256, 512, 1024, 2048, 4096], "ROWS": [1, 2, 4, 8, 16],
               "num_warps": [1, 2, 4, 8, 16], "num_stages": [1, 2, 3]}
 
