@@ -330,3 +330,59 @@ def test_apply_rotary_table_computes_both_tables_in_one_op(tmp_path):
     with torch.no_grad():
         assert (compiled(x, pos)[1] - model.rotary_emb(x, pos)[1]).abs().max() < 1e-5
     assert OP_CALLS[op] - before == 2
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rotary_pos_emb(q, k, cos, sin):
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+class SiLUActivation(nn.Module):  # transformers' ACT2FN["silu"] is a class of its own, not nn.SiLU
+    def forward(self, x):
+        return nn.functional.silu(x)
+
+
+class HFStyleAttention(nn.Module):
+    """Hugging Face's current layout: the forward is decorated (functools.wraps) and calls a
+    module-level apply_rotary_pos_emb."""
+
+    @_keeps_kwargs
+    def forward(self, x, cos=None, sin=None):
+        q = x.view(1, 2, x.shape[1], 16)
+        q, k = apply_rotary_pos_emb(q, q * 2, cos, sin)
+        return (q + k).reshape(x.shape)
+
+
+class HFStyleMLP(nn.Module):
+    def __init__(self, d=32, h=48):
+        super().__init__()
+        self.gate_proj, self.up_proj = nn.Linear(d, h, bias=False), nn.Linear(d, h, bias=False)
+        self.down_proj = nn.Linear(h, d, bias=False)
+        self.act_fn = SiLUActivation()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+def test_decorated_methods_and_transformers_silu_class_are_switched(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential()
+    model.add_module("attn", HFStyleAttention())
+    model.add_module("mlp", HFStyleMLP())
+    model = model.eval()
+    probs = [PlanProblem("rotary", "rotary", "fp32", [{"B": 1, "H": 2, "S": 5, "D": 16}], [2], 10.0, 0.1, ["attn"]),
+             PlanProblem("swiglu", "swiglu", "fp32", [{"M": 5, "N": 48}], [1], 10.0, 0.1, ["mlp"])]
+    patched = apply(model, make_workdir(tmp_path / "wd", probs, model="custom"))
+    assert sorted(patched._autokernel_replaced) == [("attn", "rotary"), ("mlp", "swiglu")]
+    x = torch.randn(1, 5, 32)
+    angle = torch.rand(5, 16) * 6
+    cos, sin = angle.cos()[None, None], angle.sin()[None, None]
+    before = {op: OP_CALLS[op] for op in patched._autokernel_ops.values()}
+    with torch.no_grad():
+        assert rel(patched.attn(x, cos=cos, sin=sin), model.attn(x, cos=cos, sin=sin)) < 1e-5
+        assert rel(patched.mlp(x), model.mlp(x)) < 1e-5
+    assert {name: OP_CALLS[op] - before[op] for name, op in patched._autokernel_ops.items()} == {"rotary": 2, "swiglu": 1}

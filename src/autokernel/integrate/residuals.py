@@ -37,7 +37,7 @@ import torch.nn as nn
 
 from .calls import _REBOUND_MODULES
 from .norms import _is_rmsnorm, _rmsnorm_eps
-from .patching import _probe, _probe_input, _reference, _swap_class
+from .patching import _probe, _probe_input, _reference, _swap_class, rewrap
 from .selection import KernelOp
 
 TEMP_PREFIX = "_ak_normed_"
@@ -248,31 +248,6 @@ def rewrite_forward(fn: types.FunctionType, norms: set[str]) -> tuple[types.Func
     module.__dict__[fdef.name] = fn.__globals__.get(fdef.name, new)
     new.__defaults__, new.__kwdefaults__, new.__qualname__ = fn.__defaults__, fn.__kwdefaults__, fn.__qualname__
     return new, fused
-
-
-def rewrap(wrapper: Any, inner: types.FunctionType) -> Any:
-    """``wrapper`` (a chain of ``functools.wraps`` decorators around a function) rebuilt around
-    ``inner`` instead of the function it wraps; None when a wrapper does not hold the function
-    it wraps in a closure cell."""
-    wrapped = getattr(wrapper, "__wrapped__", None)
-    if wrapped is None:
-        return inner
-    if not isinstance(wrapper, types.FunctionType) or not wrapper.__closure__:
-        return None
-    new_inner = rewrap(wrapped, inner)
-    if new_inner is None:
-        return None
-    cells = list(wrapper.__closure__)
-    hits = [i for i, c in enumerate(cells) if c.cell_contents is wrapped]
-    if len(hits) != 1:
-        return None
-    cells[hits[0]] = types.CellType(new_inner)
-    new = types.FunctionType(wrapper.__code__, wrapper.__globals__, wrapper.__name__, wrapper.__defaults__,
-                             tuple(cells))
-    new.__kwdefaults__, new.__qualname__ = wrapper.__kwdefaults__, wrapper.__qualname__
-    new.__dict__.update(wrapper.__dict__)
-    new.__wrapped__ = new_inner
-    return new
 
 
 # ------------------------------------------------------------------ the applier
