@@ -9,7 +9,8 @@
    original and of the patched model: every ratio of a row comes from that one run.
      - llama example, 4x1024 tokens, bf16, dim 4096, 4 layers (LLaMA-2-7B layer shapes)
      - hf:gpt2 and hf:bert at their real sizes, 4x512 tokens, bf16
-2. fused kinds: each new kind (add_rmsnorm, add_layernorm, gelu, geglu, swiglu_packed) at its
+2. fused kinds: each new kind (add_rmsnorm, add_layernorm, gelu, geglu, swiglu_packed, embedding,
+   rotary_table) at its
    first GPU shape in bf16: the starter, eager PyTorch and torch.compile of the eager op, and
    Liger-Kernel's op where Liger has it and is importable, side by side (triton.testing.do_bench,
    median).
@@ -31,7 +32,7 @@ import time
 import traceback
 from pathlib import Path
 
-FUSED_KINDS = ["add_rmsnorm", "add_layernorm", "gelu", "geglu", "swiglu_packed"]
+FUSED_KINDS = ["add_rmsnorm", "add_layernorm", "gelu", "geglu", "swiglu_packed", "embedding", "rotary_table"]
 LLAMA_4096 = "dim=4096,n_layers=4,n_heads=32,n_kv_heads=8,hidden_dim=11008,vocab_size=32000"
 GPU_MODELS = [("llama", LLAMA_4096, "4x1024"), ("hf:gpt2", None, "4x512"), ("hf:bert", None, "4x512")]
 CPU_MODELS = [("llama", "n_layers=1", "1x8"), ("hf:gpt2", "n_embd=64,n_layer=1,n_head=2,vocab_size=512", "1x8"),

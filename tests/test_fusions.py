@@ -12,7 +12,8 @@ from torch import nn
 
 from autokernel.problems import get_problem
 from autokernel.problems.registry import KERNELS_DIR
-from autokernel.recognize import gelu_form, packed_mlp_dims, patch_conv_kernel, residual_norm_parts
+from autokernel.recognize import (embedding_scale, gelu_form, packed_mlp_dims, patch_conv_kernel, residual_norm_parts,
+                                  scaled_embedding_parts)
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
 
@@ -21,7 +22,10 @@ VARIANTS = [
     ("add_layernorm", {"variant": "looped", "BLOCK_N": 16}), ("add_layernorm", {"ROWS_PER_PROGRAM": 1}),
     ("gelu", {"variant": "persistent", "BLOCK": 1024}), ("geglu", {"variant": "persistent", "BLOCK": 1024}),
     ("swiglu_packed", {"BLOCK_N": 16, "ROWS": 4}),
+    ("embedding", {"BLOCK_N": 16, "ROWS": 4}), ("embedding", {"BLOCK_N": 4096, "ROWS": 1}),
+    ("rotary_table", {"ROWS": 1}), ("rotary_table", {"ROWS": 32}),
 ]
+TABLE_SHAPES = ({"B": 2, "S": 5, "D": 6}, {"B": 1, "S": 3, "D": 160})
 
 
 def load_starter(kind: str, knobs: dict):
@@ -37,7 +41,9 @@ def load_starter(kind: str, knobs: dict):
 def test_starter_variants_match_the_reference(kind, knobs):
     problem = get_problem(kind)
     module = load_starter(kind, knobs)
-    for shape in ({"M": 5, "N": 37}, {"M": 3, "N": 1100}):
+    rowwise = ({"M": 5, "N": 37}, {"M": 3, "N": 1100})
+    for shape in TABLE_SHAPES if kind == "rotary_table" else rowwise:
+        shape = dict(shape, V=11) if "V" in problem.dims else shape
         for flag in ((0, 1) if "tanh" in problem.dims else (None,)):
             s = dict(shape, tanh=flag) if flag is not None else shape
             args = problem.make_inputs(s, torch.float32, "cpu", 3)
@@ -83,6 +89,18 @@ def test_module_predicates():
     assert residual_norm_parts(Output(nn.GELU())) is None  # something else runs in there
     assert patch_conv_kernel(nn.Conv2d(3, 8, 4, stride=4)) == (4, 4)
     assert patch_conv_kernel(nn.Conv2d(3, 8, 3, stride=1, padding=1)) is None
+
+    class Scaled(nn.Embedding):
+        def __init__(self):
+            super().__init__(10, 4)
+            self.embed_scale = nn.Buffer(torch.tensor(2.0), persistent=False)
+
+        def forward(self, ids):
+            return super().forward(ids) * self.embed_scale
+
+    assert embedding_scale(nn.Embedding(10, 4)) == 1.0 and scaled_embedding_parts(nn.Embedding(10, 4)) is None
+    assert embedding_scale(nn.Embedding(10, 4, max_norm=1.0)) is None
+    assert scaled_embedding_parts(Scaled()) == (10, 4, 2.0)
 
 
 @pytest.mark.parametrize("kind,plain,index", [("add_rmsnorm", "rmsnorm", 3), ("add_layernorm", "layernorm", 4)])

@@ -137,3 +137,252 @@ def test_verify_cuda_graphs_on_a_cpu_run_is_a_usage_error(tmp_path):
     assert res.exit_code == 2, res.output
     assert "--cuda-graphs needs a GPU run" in res.output and "Traceback" not in res.output
     assert not (wd / "verify.json").exists()
+
+
+class ScaledEmbedding(nn.Embedding):  # Gemma's scaled word embedding
+    def __init__(self, vocab, d, embed_scale):
+        super().__init__(vocab, d)
+        self.embed_scale = nn.Buffer(torch.tensor(embed_scale), persistent=False)
+
+    def forward(self, ids):
+        return super().forward(ids) * self.embed_scale.to(self.weight.dtype)
+
+
+class ShiftedEmbedding(nn.Embedding):  # keeps a scale but adds, not multiplies
+    scale = 2.0
+
+    def forward(self, ids):
+        return super().forward(ids) + self.scale
+
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab=50, d=32):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(vocab, d)
+        self.scaled = ScaledEmbedding(vocab, d, d ** 0.5)
+        self.shifted = ShiftedEmbedding(vocab, d)
+        self.clipped = nn.Embedding(vocab, d, max_norm=1.0)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, ids):
+        return self.proj(self.embed_tokens(ids) + self.scaled(ids))
+
+
+def test_apply_embedding_gathers_rows_and_falls_back_for_other_ids(tmp_path):
+    torch.manual_seed(0)
+    model = TinyLM().eval()
+    emb = PlanProblem("embedding", "embedding", "fp32", [{"M": 6, "V": 50, "N": 32}], [1], 10.0, 0.1,
+                      ["embed_tokens", "scaled", "shifted", "clipped"])
+    patched = apply(model, make_workdir(tmp_path / "wd", [emb], model="custom"))
+    assert patched._autokernel_replaced == [("embed_tokens", "embedding"), ("scaled", "embedding")]
+    assert any(name == "clipped" and "max_norm" in why for name, why in patched._autokernel_skipped)
+    assert any(name == "shifted" and "probe mismatch" in why for name, why in patched._autokernel_skipped)
+    ids = torch.tensor([[0, 49, 7], [7, 7, 3]])
+    op = patched._autokernel_ops["embedding"]
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        assert torch.equal(patched.embed_tokens(ids), model.embed_tokens(ids))  # a gather: exact
+        assert torch.equal(patched.scaled(ids), model.scaled(ids))
+        assert rel(patched(ids), model(ids)) < 1e-6
+        assert OP_CALLS[op] - before == 4
+        assert torch.equal(patched.embed_tokens(ids.int()), model.embed_tokens(ids))  # int32 ids: nn.Embedding
+    assert OP_CALLS[op] - before == 4
+    torch._dynamo.reset()
+    compiled = torch.compile(patched, backend="aot_eager", fullgraph=True)
+    with torch.no_grad():
+        assert rel(compiled(ids), model(ids)) < 1e-6
+    assert OP_CALLS[op] - before == 6
+
+
+def _keeps_kwargs(fn):
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(self, x, **kwargs):
+        return fn(self, x, **kwargs)
+
+    return wrapper
+
+
+class PreNormBlock(nn.Module):
+    """GPT-2 / Phi-3 style: the sum is normalised and also kept as the next residual."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.ln_1, self.ln_2, self.fc = nn.LayerNorm(d), nn.LayerNorm(d, eps=1e-6), nn.Linear(d, d)
+
+    @_keeps_kwargs
+    def forward(self, x, scale=1.0):
+        h = self.fc(self.ln_1(x)) * scale
+        x = x + h
+        residual = x
+        y = self.ln_2(x)
+        return residual + self.fc(y)
+
+
+class PostNormBlock(nn.Module):
+    def __init__(self, d=32):
+        super().__init__()
+        self.norm, self.fc = nn.LayerNorm(d), nn.Linear(d, d)
+
+    def forward(self, x):
+        return self.norm(x + self.fc(x))
+
+
+class Residuals(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pre, self.post = PreNormBlock(), PostNormBlock()
+
+    def forward(self, x):
+        return self.post(self.pre(x, scale=0.5))
+
+
+def test_a_residual_add_before_a_plain_norm_is_fused_and_the_sum_kept(tmp_path):
+    torch.manual_seed(0)
+    model = Residuals().eval()
+    add_ln = PlanProblem("add_layernorm", "add_layernorm", "fp32", [{"M": 6, "N": 32}], [2], 10.0, 0.1,
+                         ["pre.ln_2", "post.norm"])
+    patched = apply(model, make_workdir(tmp_path / "wd", [add_ln], model="custom"))
+    assert sorted(patched._autokernel_replaced) == [("post.norm", "add_layernorm"), ("pre.ln_2", "add_layernorm")]
+    assert type(model.pre).forward is PreNormBlock.forward  # the original is left as it was
+    op = patched._autokernel_ops["add_layernorm"]
+    x = torch.randn(2, 3, 32)
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        assert rel(patched(x), model(x)) < 1e-6
+        assert OP_CALLS[op] - before == 2
+        assert torch.equal(patched.pre.ln_2(x), model.pre.ln_2(x))  # a call without a residual: the plain norm
+    assert OP_CALLS[op] - before == 2
+    torch._dynamo.reset()
+    compiled = torch.compile(patched, backend="aot_eager", fullgraph=True)
+    with torch.no_grad():
+        assert rel(compiled(x), model(x)) < 1e-6
+    assert OP_CALLS[op] - before == 4
+
+
+def test_an_add_whose_sum_is_changed_before_the_norm_falls_back_or_is_left_alone(tmp_path):
+    class Reassigned(PreNormBlock):
+        def forward(self, x, scale=1.0):
+            x = x + self.fc(x)
+            if scale != 1.0:
+                x = x * scale  # the norm reads this, not the sum: the fused result is not used
+            return self.ln_2(x)
+
+    class InPlace(PreNormBlock):
+        def forward(self, x, scale=1.0):
+            x = x + self.fc(x)
+            residual = x
+            residual += 1.0  # in place, through an alias: the norm reads sum + 1
+            return self.ln_2(x)
+
+    model = nn.Sequential()
+    model.add_module("pre", Reassigned())
+    model.add_module("post", InPlace())
+    add_ln = PlanProblem("add_layernorm", "add_layernorm", "fp32", [{"M": 6, "N": 32}], [1], 10.0, 0.1,
+                         ["pre.ln_2", "post.ln_2"])
+    model = model.eval()
+    patched = apply(model, make_workdir(tmp_path / "wd", [add_ln], model="custom"))
+    assert patched._autokernel_replaced == [("pre.ln_2", "add_layernorm")]
+    assert any(name == "post.ln_2" and "could not be rewritten" in reason for name, reason in patched._autokernel_skipped)
+    op = patched._autokernel_ops["add_layernorm"]
+    x = torch.randn(2, 3, 32)
+    with torch.no_grad():
+        for scale in (1.0, 0.5):
+            before = OP_CALLS[op]
+            assert rel(patched.pre(x, scale), model.pre(x, scale)) < 1e-6
+            assert OP_CALLS[op] - before == 1  # the fused call runs where the add was, either way
+        assert rel(patched(x), model(x)) < 1e-6
+
+
+class RotaryEmbedding(nn.Module):
+    """Hugging Face's default-RoPE module: cos/sin tables from the position ids."""
+
+    def __init__(self, head_dim=16, base=10000.0, rope_type="default"):
+        super().__init__()
+        self.rope_type, self.attention_scaling = rope_type, 1.0
+        self.inv_freq = nn.Buffer(1.0 / (base ** (torch.arange(0, head_dim, 2).float() / head_dim)), persistent=False)
+
+    def forward(self, x, position_ids):
+        freqs = (self.inv_freq[None, :, None].expand(position_ids.shape[0], -1, 1) @ position_ids[:, None, :].float())
+        emb = torch.cat((freqs.transpose(1, 2),) * 2, dim=-1)
+        return (emb.cos() * self.attention_scaling).to(x.dtype), (emb.sin() * self.attention_scaling).to(x.dtype)
+
+
+def test_apply_rotary_table_computes_both_tables_in_one_op(tmp_path):
+    model = nn.Sequential()
+    model.add_module("rotary_emb", RotaryEmbedding())
+    model.add_module("dynamic", RotaryEmbedding(rope_type="dynamic"))  # inv_freq changes with length: left alone
+    table = PlanProblem("rotary_table", "rotary_table", "fp32", [{"B": 2, "S": 7, "D": 16}], [1], 10.0, 0.1,
+                        ["rotary_emb", "dynamic"])
+    patched = apply(model, make_workdir(tmp_path / "wd", [table], model="custom"))
+    assert patched._autokernel_replaced == [("rotary_emb", "rotary_table")]
+    op = patched._autokernel_ops["rotary_table"]
+    x, pos = torch.randn(2, 7, 32), torch.arange(7)[None, :] + torch.tensor([[0], [3000]])
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        for got, want in zip(patched.rotary_emb(x, pos), model.rotary_emb(x, pos)):
+            assert got.shape == want.shape == (2, 7, 16) and (got - want).abs().max() < 1e-5
+        patched.rotary_emb(x, pos.int())  # int32 ids: the module's own forward
+    assert OP_CALLS[op] - before == 1
+    torch._dynamo.reset()
+    compiled = torch.compile(patched.rotary_emb, backend="aot_eager", fullgraph=True)
+    with torch.no_grad():
+        assert (compiled(x, pos)[1] - model.rotary_emb(x, pos)[1]).abs().max() < 1e-5
+    assert OP_CALLS[op] - before == 2
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rotary_pos_emb(q, k, cos, sin):
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+class SiLUActivation(nn.Module):  # transformers' ACT2FN["silu"] is a class of its own, not nn.SiLU
+    def forward(self, x):
+        return nn.functional.silu(x)
+
+
+class HFStyleAttention(nn.Module):
+    """Hugging Face's current layout: the forward is decorated (functools.wraps) and calls a
+    module-level apply_rotary_pos_emb."""
+
+    @_keeps_kwargs
+    def forward(self, x, cos=None, sin=None):
+        q = x.view(1, 2, x.shape[1], 16)
+        q, k = apply_rotary_pos_emb(q, q * 2, cos, sin)
+        return (q + k).reshape(x.shape)
+
+
+class HFStyleMLP(nn.Module):
+    def __init__(self, d=32, h=48):
+        super().__init__()
+        self.gate_proj, self.up_proj = nn.Linear(d, h, bias=False), nn.Linear(d, h, bias=False)
+        self.down_proj = nn.Linear(h, d, bias=False)
+        self.act_fn = SiLUActivation()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+def test_decorated_methods_and_transformers_silu_class_are_switched(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential()
+    model.add_module("attn", HFStyleAttention())
+    model.add_module("mlp", HFStyleMLP())
+    model = model.eval()
+    probs = [PlanProblem("rotary", "rotary", "fp32", [{"B": 1, "H": 2, "S": 5, "D": 16}], [2], 10.0, 0.1, ["attn"]),
+             PlanProblem("swiglu", "swiglu", "fp32", [{"M": 5, "N": 48}], [1], 10.0, 0.1, ["mlp"])]
+    patched = apply(model, make_workdir(tmp_path / "wd", probs, model="custom"))
+    assert sorted(patched._autokernel_replaced) == [("attn", "rotary"), ("mlp", "swiglu")]
+    x = torch.randn(1, 5, 32)
+    angle = torch.rand(5, 16) * 6
+    cos, sin = angle.cos()[None, None], angle.sin()[None, None]
+    before = {op: OP_CALLS[op] for op in patched._autokernel_ops.values()}
+    with torch.no_grad():
+        assert rel(patched.attn(x, cos=cos, sin=sin), model.attn(x, cos=cos, sin=sin)) < 1e-5
+        assert rel(patched.mlp(x), model.mlp(x)) < 1e-5
+    assert {name: OP_CALLS[op] - before[op] for name, op in patched._autokernel_ops.items()} == {"rotary": 2, "swiglu": 1}

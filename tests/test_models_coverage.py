@@ -4,11 +4,17 @@ what is checked.
 
 Each case asserts the floor measured on the 2-core CI machine when it is idle, a few points
 under the share seen there, since CPU-time shares move with load.  Issue 11 asks for >= 95% on
-the examples and the dense Hugging Face models and >= 90% on ViT and Mixtral; measured idle on
-2026-12-01: llama 97.7%, gpt2 89%, bert 89-90%, hf:gpt2 89-91%, hf:bert 94%, hf:phi3 89-90%,
-hf:gemma 90-91%, hf:vit 95%, hf:mixtral 90%.  What is left uncovered is mostly the residual adds
-that sit outside the norm modules (2-5%), the token embedding (1.5-4%) and position-id
-arithmetic (arange, cumsum, diff)."""
+the examples and the dense Hugging Face models and >= 90% on ViT and Mixtral.  Measured on
+2026-12-01 (three runs, light load), with the ``embedding`` and ``rotary_table`` kinds and the
+residual adds written just before a norm (``x = a + b; norm(x)``, fused into ``add_layernorm``
+/ ``add_rmsnorm``): llama 100%, gpt2 94.8-95.3%, bert 96.6-97.1%, hf:gpt2 93.6-94.3%, hf:bert
+97.8-98.6%, hf:phi3 94.0-95.7%, hf:gemma 94.9-96.2%, hf:vit 96.9%, hf:mixtral 90.9-91.5%.
+Under heavy load the shares move by several points (multi-threaded GEMMs slow down most).
+What is left uncovered at these tiny sizes (2x32 tokens, width 128) is the per-op cost of small
+ops: the residual add at the end of each decoder layer (normalised by the next layer's first
+norm, in another module's forward: 1-2%), Hugging Face's packed-sequence check on the position
+ids (sub, diff, ne, cumsum, eq, all: 2-4% on the decoders), the broadcast position-embedding add
+(GPT-2), a layout copy after attention (Phi-3); MoE routing on Mixtral."""
 from __future__ import annotations
 
 import importlib.util
@@ -24,16 +30,19 @@ from autokernel.profiler import profile_model
 HF = importlib.util.find_spec("transformers") is not None
 SMALL_DECODER = "hidden_size=128,num_hidden_layers=2,num_attention_heads=4,intermediate_size=512,vocab_size=1024"
 CASES = [
-    ("llama", None, None, 0.95, {"add_rmsnorm", "rmsnorm", "swiglu", "rotary", "attention", "matmul"}),
-    ("gpt2", None, None, 0.85, {"layernorm", "gelu", "attention", "matmul"}),
-    ("bert", None, None, 0.85, {"layernorm", "gelu", "attention", "matmul"}),
-    ("hf:gpt2", "n_embd=128,n_layer=2,n_head=4,vocab_size=1024", None, 0.85, {"gelu", "layernorm", "matmul"}),
-    ("hf:bert", SMALL_DECODER, None, 0.90, {"add_layernorm", "gelu", "matmul"}),
-    ("hf:phi3", SMALL_DECODER + ",num_key_value_heads=4,pad_token_id=0", None, 0.85, {"swiglu_packed", "rmsnorm", "matmul"}),
-    ("hf:gemma", SMALL_DECODER + ",num_key_value_heads=2,head_dim=32", None, 0.86, {"geglu", "rmsnorm", "matmul"}),
+    ("llama", None, None, 0.97, {"add_rmsnorm", "rmsnorm", "swiglu", "rotary", "attention", "matmul", "embedding"}),
+    ("gpt2", None, None, 0.92, {"layernorm", "add_layernorm", "gelu", "attention", "matmul", "embedding"}),
+    ("bert", None, None, 0.93, {"layernorm", "add_layernorm", "gelu", "attention", "matmul", "embedding"}),
+    ("hf:gpt2", "n_embd=128,n_layer=2,n_head=4,vocab_size=1024", None, 0.91,
+     {"gelu", "layernorm", "add_layernorm", "matmul", "embedding"}),
+    ("hf:bert", SMALL_DECODER, None, 0.95, {"add_layernorm", "gelu", "matmul", "embedding"}),
+    ("hf:phi3", SMALL_DECODER + ",num_key_value_heads=4,pad_token_id=0", None, 0.91,
+     {"swiglu_packed", "rmsnorm", "add_rmsnorm", "matmul", "embedding", "rotary_table"}),
+    ("hf:gemma", SMALL_DECODER + ",num_key_value_heads=2,head_dim=32", None, 0.92,
+     {"geglu", "rmsnorm", "matmul", "embedding", "rotary_table"}),
     ("hf:vit", "hidden_size=128,num_hidden_layers=2,num_attention_heads=4,intermediate_size=512,image_size=64,patch_size=8",
-     None, 0.90, {"gelu", "layernorm", "attention", "matmul"}),
-    ("hf:mixtral", None, [2, 128], 0.86, {"rmsnorm", "attention", "matmul"}),
+     None, 0.93, {"gelu", "layernorm", "add_layernorm", "attention", "matmul"}),
+    ("hf:mixtral", None, [2, 128], 0.86, {"rmsnorm", "attention", "matmul", "rotary_table"}),
 ]
 
 
@@ -95,4 +104,4 @@ def test_run_on_hf_gpt2_verifies(tmp_path):
     verified = json.loads((wd / "verify.json").read_text())
     assert verified["passed"] is True and verified["model"] == "hf:gpt2"
     plan = json.loads((wd / "plan.json").read_text())
-    assert {"gelu", "layernorm", "matmul"} <= {p["kind"] for p in plan["problems"]}
+    assert {"gelu", "layernorm", "add_layernorm", "embedding", "matmul"} <= {p["kind"] for p in plan["problems"]}

@@ -43,3 +43,25 @@ def test_attention_scale_is_default_explicit_or_not_the_default():
         ignoring = problem.reference(q, k, v, causal)  # a kernel that always uses 1/sqrt(D)
         ok = compare.compare_outputs(ignoring, ref, compare.output_meta(ignoring), tol).ok
         assert ok == (scale is None or scale == 16 ** -0.5)
+
+
+def test_embedding_scale_and_rotary_table_scaling_and_base_walk_through_their_choices_and_show():
+    from autokernel.problems.embedding import scale_choices as embedding_scales
+    from autokernel.problems.rotary_table import BASE_CHOICES, SCALING_CHOICES, inverse_frequencies
+
+    emb = get_problem("embedding")
+    shape = {"M": 8, "V": 20, "N": 16}
+    assert sorted({emb.make_inputs(shape, torch.float32, "cpu", s)[2] for s in range(4)}) == sorted(embedding_scales(16))
+    table = get_problem("rotary_table")
+    shape = {"B": 2, "S": 6, "D": 16}
+    drawn = [table.make_inputs(shape, torch.float32, "cpu", s) for s in range(4)]
+    assert {d[2] for d in drawn} == set(SCALING_CHOICES)
+    assert {round(float(1 / d[1][1]), 3) for d in drawn} == {round(float(1 / inverse_frequencies(16, b, "cpu")[1]), 3)
+                                                              for b in BASE_CHOICES}
+    tol = table.tolerance(torch.float32)
+    for pos, inv_freq, scaling, like in drawn:
+        ref = table.reference(pos, inv_freq.double(), scaling, like.double())
+        fixed = [table.reference(pos, inv_freq, 1.0, like),  # a kernel that ignores the scaling
+                 table.reference(pos, inverse_frequencies(16, 10000.0, "cpu"), scaling, like)]  # or fixes the base
+        oks = [compare.compare_outputs(f, ref, compare.output_meta(f), tol).ok for f in fixed]
+        assert oks == [scaling == 1.0, bool(torch.equal(inv_freq, inverse_frequencies(16, 10000.0, "cpu")))]

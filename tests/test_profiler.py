@@ -85,9 +85,12 @@ def test_llama_profile_finds_kinds_with_real_shapes(llama_plan):
     assert "layers.1.mlp.down" in mm.modules and "lm_head" in mm.modules
     assert "transposed" in mm.note
 
-    assert {p.name for p in plan.problems} == {"rmsnorm", "add_rmsnorm", "attention", "rotary", "swiglu", "matmul"}
-    assert not any(u.name == "aten::add" for u in plan.uncovered)
-    assert any(u.name == "aten::embedding" for u in plan.uncovered)
+    emb = _problem(plan, "embedding")
+    assert emb.shapes == [{"M": M, "V": c["vocab_size"], "N": c["dim"]}] and emb.modules == ["embed"]
+
+    assert {p.name for p in plan.problems} == {"rmsnorm", "add_rmsnorm", "attention", "rotary", "swiglu", "matmul",
+                                               "embedding"}
+    assert not any(u.name in ("aten::add", "aten::embedding") for u in plan.uncovered)
     _check_accounting(plan)
 
 
@@ -285,6 +288,8 @@ def test_events_to_tree_keeps_each_kernel_once():
     ("aten::layer_norm", [(3, 7, 32), [], [32], [32]], [None, [32], None, None, 1e-5], ("layernorm", {"M": 21, "N": 32})),
     ("aten::bmm", [(5, 6, 7), (5, 7, 8)], [], ("matmul", {"M": 6, "N": 8, "K": 7})),
     ("aten::matmul", [(2, 3, 7), (7, 9)], [], ("matmul", {"M": 6, "N": 9, "K": 7})),
+    ("aten::embedding", [(50, 16), (2, 7), [], [], []], [None, None, -1, False, False],
+     ("embedding", {"M": 14, "V": 50, "N": 16})),
 ])
 def test_op_recognizers(name, shapes, concrete, expected):
     found = recognize_op(_op(name, shapes, concrete=concrete), "fp32")
@@ -292,6 +297,30 @@ def test_op_recognizers(name, shapes, concrete, expected):
         assert found is None or not hasattr(found, "kind")
     else:
         assert found.kind == expected[0] and found.shapes[0][0] == expected[1]
+
+
+def test_a_residual_add_just_before_a_norm_counts_for_an_add_norm():
+    """``x = a + b; norm(x)`` in one forward: the add and the norm are one add_layernorm
+    instance.  An add with a broadcast operand, or with an op between it and the norm, is not."""
+    root = Node(name="ak::forward::0")
+    block = root.add(_scope("h.0", "Block", [(2, 8, 16)]))
+    block.add(_op("aten::add", [(2, 8, 16), (2, 8, 16)], self_us=5.0))
+    block.add(_op("aten::view", [(2, 8, 16)], self_us=1.0))  # metadata between: still adjacent
+    ln = block.add(_scope("h.0.ln_2", "LayerNorm", [(2, 8, 16)], is_layernorm=True))
+    ln.add(_op("aten::layer_norm", [(2, 8, 16)], self_us=7.0))
+    block.add(_op("aten::add", [(2, 8, 16), (8, 16)], self_us=3.0))  # broadcast: a position embedding
+    ln_f = block.add(_scope("ln_f", "LayerNorm", [(2, 8, 16)], is_layernorm=True))
+    ln_f.add(_op("aten::layer_norm", [(2, 8, 16)], self_us=2.0))
+    block.add(_op("aten::add", [(2, 8, 16), (2, 8, 16)], self_us=4.0))
+    block.add(_op("aten::mul", [(2, 8, 16), []], self_us=1.0))
+    ln_3 = block.add(_scope("ln_3", "LayerNorm", [(2, 8, 16)], is_layernorm=True))
+    ln_3.add(_op("aten::layer_norm", [(2, 8, 16)], self_us=2.0))
+    plan = build_plan([root], model="m", device="cpu", time_kind="cpu", dtype="fp32", input_shape=[2, 8], iters=1)
+    fused = _problem(plan, "add_layernorm")
+    assert fused.shapes == [{"M": 16, "N": 16}] and fused.time_us == pytest.approx(12.0)
+    assert fused.modules == ["h.0.ln_2"] and "residual add just before" in fused.note
+    assert _problem(plan, "layernorm").modules == ["ln_f", "ln_3"]
+    assert {u.name: u.time_us for u in plan.uncovered} == {"aten::add": pytest.approx(7.0), "aten::mul": pytest.approx(1.0)}
 
 
 def test_log_softmax_then_nll_is_one_cross_entropy():

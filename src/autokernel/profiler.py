@@ -44,7 +44,8 @@ from .plan import Plan, PlanProblem, UncoveredTime
 from .quiet import filtered_stderr
 from .problems.base import dtype_name
 from .recognize import (METADATA_OPS, Instance, Node, ScopeCall, TensorMeta, Unsupported, is_gemm_kernel,
-                        matmul_shape, module_info, pair_cross_entropy, recognize_op, recognize_scope, shape_weight)
+                        matmul_shape, module_info, pair_cross_entropy, pair_residual_adds, recognize_op, recognize_scope,
+                        shape_weight)
 
 SCOPE_PREFIX = "ak::"
 FORWARD_LABEL = "ak::forward::"
@@ -252,9 +253,12 @@ def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp
     times: dict[int, float] = defaultdict(float)
     subtree_ops: dict[int, set[str]] = {}
     paired: dict[int, Instance] = {}
+    add_before: dict[int, Node] = {}  # id(residual add) -> the norm scope it is fused with
     for root in roots:
         for node in walk(root):
             paired.update(pair_cross_entropy(node, default_dtype))
+            add_before.update(pair_residual_adds(node))
+    norms_after_add = {id(norm) for norm in add_before.values()}
 
     def ops_under(node: Node) -> set[str]:
         if id(node) not in subtree_ops:
@@ -277,7 +281,7 @@ def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp
             if n.scope is None:
                 continue
             claim = recognize_scope(n, [c for c in chain[i + 1:] if c.scope is None], ops_under(n),
-                                    default_dtype, fuse_mlp)
+                                    default_dtype, fuse_mlp, id(n) in norms_after_add)
             if isinstance(claim, Unsupported):
                 return claim
             if claim is not None:
@@ -288,6 +292,12 @@ def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp
             if id(n) in paired:
                 inst = paired[id(n)]
                 return id(inst), by_key.setdefault(id(inst), _placed(inst, n))
+            if id(n) in add_before:  # the add counts for the norm scope it is fused with
+                norm = add_before[id(n)]
+                claim = by_key.get(id(norm)) or recognize_scope(norm, [], ops_under(norm), default_dtype, fuse_mlp,
+                                                                 True)
+                if isinstance(claim, Instance):
+                    return id(norm), by_key.setdefault(id(norm), claim)
             found = by_key.get(id(n)) or recognize_op(n, default_dtype)
             if isinstance(found, Unsupported):
                 return found

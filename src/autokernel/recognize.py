@@ -43,6 +43,8 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "gelu": ("M", "N", "tanh"),
     "geglu": ("M", "N", "tanh"),
     "swiglu_packed": ("M", "N"),
+    "embedding": ("M", "V", "N"),
+    "rotary_table": ("B", "S", "D"),
 }
 FLAG_DIMS = {"causal", "tanh"}
 
@@ -112,6 +114,8 @@ class ModuleInfo:
     gelu_tanh: bool | None = None  # a GELU activation module: its form (True: tanh approximation)
     residual_norm: tuple[str, str, str] | None = None  # (kind, linear, norm) of norm(linear(h) + residual)
     patch_conv: tuple[int, int] | None = None  # a Conv2d with stride = kernel (ViT patches): (kh, kw)
+    scaled_embedding: tuple[int, int, float] | None = None  # (V, N, scale) of an embedding times a constant
+    rotary_table: bool = False  # a *RotaryEmbedding module computing cos/sin from position ids (default RoPE)
 
 
 @dataclass
@@ -216,7 +220,42 @@ def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
                       is_layernorm=isinstance(module, nn.LayerNorm), heads=heads, kv_heads=kv,
                       eps=float(eps) if isinstance(eps, (int, float)) else None, mlp=mlp, mlp_dims=dims,
                       packed_mlp=packed_mlp_dims(module), gelu_tanh=gelu_form(module),
-                      residual_norm=residual_norm_parts(module), patch_conv=patch_conv_kernel(module))
+                      residual_norm=residual_norm_parts(module), patch_conv=patch_conv_kernel(module),
+                      scaled_embedding=scaled_embedding_parts(module), rotary_table=is_rotary_table(module))
+
+
+def is_rotary_table(module: nn.Module) -> bool:
+    """A rotary-embedding module of the Hugging Face kind: a 1-D fp32 ``inv_freq`` and a
+    ``forward(x, position_ids) -> (cos, sin)`` (checked on the call); default RoPE only (the
+    dynamic variants change ``inv_freq`` with the sequence length)."""
+    inv_freq = getattr(module, "inv_freq", None)
+    return ("rotary" in type(module).__name__.lower() and isinstance(inv_freq, torch.Tensor) and inv_freq.dim() == 1
+            and inv_freq.dtype == torch.float32 and getattr(module, "rope_type", "default") == "default"
+            and not any(True for _ in module.children()))
+
+
+def embedding_scale(module: nn.Module) -> float | None:
+    """The constant an ``nn.Embedding`` multiplies its rows by: 1 for ``nn.Embedding`` itself,
+    the scale of a subclass that keeps one (Gemma's ``embed_scale`` / ``scalar_embed_scale``),
+    None for anything else (another forward, or ``max_norm``, which renormalises the table)."""
+    if not isinstance(module, nn.Embedding) or module.max_norm is not None:
+        return None
+    if type(module).forward is nn.Embedding.forward:
+        return 1.0
+    for attr in ("scalar_embed_scale", "embed_scale", "embedding_scale", "scale"):
+        value = getattr(module, attr, None)
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            return float(value.to(module.weight.dtype))
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(torch.tensor(float(value), dtype=module.weight.dtype))
+    return None
+
+
+def scaled_embedding_parts(module: nn.Module) -> tuple[int, int, float] | None:
+    scale = embedding_scale(module)
+    if scale is None or type(module).forward is nn.Embedding.forward:
+        return None  # a plain embedding is its aten::embedding op
+    return int(module.num_embeddings), int(module.embedding_dim), scale
 
 
 def patch_conv_kernel(module: nn.Module) -> tuple[int, int] | None:
@@ -361,6 +400,12 @@ def recognize_op(node: Node, default_dtype: str) -> Instance | Unsupported | Non
         marked = node.parent.name if node.parent is not None else ""
         tanh = 1 if approximate == "tanh" or marked == "ak::gelu::tanh" else 0
         return Instance("gelu", _dtype(node, 0, default_dtype), [(make_shape("gelu", rows(x), x[-1], tanh), 1)])
+    if name == "aten::embedding":  # (weight[V,N], ids[...], padding_idx, ...)
+        w, ids = _arg(node, 0), _arg(node, 1)
+        if not w or len(w) != 2 or ids is None:
+            return None
+        return Instance("embedding", _dtype(node, 0, default_dtype),
+                        [(make_shape("embedding", math.prod(ids), w[0], w[1]), 1)])
     if name == "aten::sum":
         x, dims = _arg(node, 0), _concrete(node, 1)
         if x and isinstance(dims, (list, tuple)) and len(dims) == 1 and dims[0] in (-1, len(x) - 1):
@@ -435,10 +480,38 @@ def pair_cross_entropy(parent: Node, default_dtype: str) -> dict[int, Instance]:
     return out
 
 
+def pair_residual_adds(parent: Node) -> dict[int, Node]:
+    """``s = a + b`` directly followed (views and metadata aside) by a norm module called on one
+    tensor of the same shape, both children of ``parent`` (one forward, as in ``x = x + h;
+    y = norm(x)`` or ``norm(x + h)``): map the add (by id) to that norm scope, whose instance
+    becomes an ``add_<norm>``.  Only element-wise adds of two tensors of the norm's shape count
+    (no broadcast, no in-place ``+=``); the trace cannot show that the norm reads the sum, so
+    ``apply`` checks that in the code before it fuses them."""
+    out: dict[int, Node] = {}
+    kids = [c for c in parent.children if c.scope is not None or c.name not in METADATA_OPS]
+    for first, second in zip(kids, kids[1:]):
+        if first.scope is not None or first.name != "aten::add" or second.scope is None:
+            continue
+        call = second.scope
+        if call.kind != "module" or call.info is None or len(call.args) != 1 or not norm_class(call.info):
+            continue
+        shape = list(call.args[0].shape)
+        if shape and _arg(first, 0) == shape and _arg(first, 1) == shape:
+            out[id(first)] = second
+    return out
+
+
+def norm_class(info: ModuleInfo) -> bool:
+    lower = info.cls_name.lower()
+    return info.is_layernorm or lower.endswith(("rmsnorm", "layernorm"))
+
+
 # ------------------------------------------------------------------ scope recognizers
 def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], default_dtype: str,
-                    fuse_mlp: bool) -> Instance | Unsupported | None:
-    """Does this scope claim the time of an op chain ``ops_below`` running inside it?"""
+                    fuse_mlp: bool, residual_add_before: bool = False) -> Instance | Unsupported | None:
+    """Does this scope claim the time of an op chain ``ops_below`` running inside it?
+    ``residual_add_before``: a norm scope that ``pair_residual_adds`` paired with the add
+    before it (it is then an ``add_<norm>``)."""
     call = node.scope
     assert call is not None
     if call.kind == "function":
@@ -461,6 +534,9 @@ def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], de
         if len(call.args) >= 2 and call.args[1].shape == x.shape:  # norm(x, residual): add + norm
             norm_kind = f"add_{norm_kind}"
             notes += (f"residual add inside {info.cls_name}",)
+        elif residual_add_before:
+            norm_kind = f"add_{norm_kind}"
+            notes += (f"residual add just before {info.cls_name}",)
         return Instance(norm_kind, x.dtype, [(make_shape(norm_kind, rows(x.shape), x.shape[-1]), 1)],
                         module=info.qualname, notes=notes)
     if (info.residual_norm is not None and len(call.args) >= 2 and call.outputs
@@ -478,6 +554,15 @@ def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], de
         return Instance("matmul", x.dtype, [(make_shape("matmul", B * ph * pw, O, C * kh * kw), 1)], module=info.qualname,
                         notes=(f"patch convolution {info.qualname} (stride = kernel {kh}x{kw}): a GEMM over the "
                                "patches; apply leaves the Conv2d as it is",))
+    if (info.rotary_table and len(call.outputs) == 2 and len(call.args) >= 2 and call.outputs[0] == call.outputs[1]
+            and len(call.outputs[0].shape) == 3):
+        B, S, D = call.outputs[0].shape
+        return Instance("rotary_table", call.outputs[0].dtype, [(make_shape("rotary_table", B, S, D), 1)],
+                        module=info.qualname, notes=(f"cos/sin tables of {info.cls_name} (default RoPE)",))
+    if info.scaled_embedding is not None and call.outputs:
+        V, N, scale = info.scaled_embedding
+        return Instance("embedding", call.outputs[0].dtype, [(make_shape("embedding", math.prod(x.shape), V, N), 1)],
+                        module=info.qualname, notes=(f"{info.cls_name}: rows times {scale:g}",))
     if info.gelu_tanh is not None and x.shape:
         tanh = int(info.gelu_tanh or "aten::tanh" in subtree_ops)
         return Instance("gelu", x.dtype, [(make_shape("gelu", rows(x.shape), x.shape[-1], tanh), 1)],

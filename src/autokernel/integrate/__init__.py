@@ -15,7 +15,12 @@ that compute that kind are switched to it:
 * ``rotary``    — modules whose methods call a ``*rotary*``/``*rope*`` function of the
   ``rotate_half`` layout;
 * ``matmul``    — ``torch.nn.Linear``, only when a kept kernel beat the starting kernel;
-* ``cross_entropy`` — ``torch.nn.CrossEntropyLoss`` with default settings.
+* ``cross_entropy`` — ``torch.nn.CrossEntropyLoss`` with default settings;
+* ``add_rmsnorm`` / ``add_layernorm`` — norms called as ``norm(x, residual)``, post-norm output
+  blocks, and residual adds written just before a plain norm call (the forward holding both is
+  rewritten: ``residuals``); ``gelu``, ``geglu``, ``swiglu_packed`` — see ``fused``;
+* ``embedding`` — ``torch.nn.Embedding`` (and scaled subclasses); ``rotary_table`` — default-RoPE
+  ``*RotaryEmbedding`` modules (``tables``).
 
 Which kernels: when the workdir has ``results.tsv``, only a kernel the harness passed (its
 best row is timed, with no failed stage); on a GPU run (``plan.time_kind == "gpu"``) not one
@@ -41,7 +46,8 @@ before the first kernel is imported); without it nothing is switched.
 
 Layout: ``runfiles`` (the run's files), ``ops`` (custom-op registration), ``selection`` (which
 kernels may be applied), ``patching`` (class swap, probes), ``norms`` / ``linears`` / ``calls``
-(the appliers per kind), ``apply`` (the entry point).
+/ ``fused`` / ``residuals`` / ``embeddings`` / ``tables`` (the appliers per kind), ``apply``
+(the entry point).
 """
 from __future__ import annotations
 

@@ -11,12 +11,15 @@ import torch.nn as nn
 
 from .calls import _apply_calls
 from .cudagraphs import CudaGraphed, cuda_graphs_refusal
+from .embeddings import _apply_embedding
 from .fused import _apply_add_norm, _apply_residual_outputs, _apply_geglu, _apply_gelu_modules, _apply_swiglu_packed
 from .linears import _apply_matmul, _apply_mlp
 from .norms import _apply_cross_entropy, _apply_layernorm, _apply_rmsnorm, _apply_softmax
 from .patching import _model_device
+from .residuals import _apply_residual_adds
 from .runfiles import IntegrateError, load_workdir_plan
 from .selection import select_kernels
+from .tables import _apply_rotary_table
 
 
 # ------------------------------------------------------------------ entry point
@@ -35,14 +38,22 @@ _MODULE_APPLIERS = {
     "gelu": _apply_gelu_modules,
     "geglu": _apply_geglu,
     "swiglu_packed": _apply_swiglu_packed,
+    "embedding": _apply_embedding,
+    "rotary_table": _apply_rotary_table,
+    "add_rmsnorm:adds": _apply_residual_adds,
+    "add_layernorm:adds": _apply_residual_adds,
 }
 # Post-norm output blocks (``<kind>:outputs``) first: they take the add and their norm child.
 # fused_mlp before swiglu (it covers more of the MLP); matmul last so that the linears of a
 # fused MLP are left alone.  add_* after the plain norms: a norm module may take both (its
-# calls without a residual go to the plain norm op), so they do not mark modules done.
+# calls without a residual go to the plain norm op), so they do not mark modules done; nor do
+# ``<kind>:adds`` (a residual add written just before a plain norm, fused by rewriting the
+# forward that holds both: ``residuals``).
 _ORDER = ("add_rmsnorm:outputs", "add_layernorm:outputs", "rmsnorm", "layernorm", "add_rmsnorm", "add_layernorm",
-          "gelu", "softmax", "cross_entropy", "fused_mlp", "swiglu", "geglu", "swiglu_packed", "matmul")
-_SHARES_MODULES = {"add_rmsnorm", "add_layernorm"}
+          "add_rmsnorm:adds", "add_layernorm:adds",
+          "gelu", "softmax", "cross_entropy", "fused_mlp", "swiglu", "geglu", "swiglu_packed", "embedding",
+          "rotary_table", "matmul")
+_SHARES_MODULES = {"add_rmsnorm", "add_layernorm", "add_rmsnorm:adds", "add_layernorm:adds"}
 
 
 def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,

@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..recognize import gelu_form
-from .patching import _SUBCLASSES, _code_names, _pick
+from .patching import _SUBCLASSES, _code_names, _pick, rewrap
 from .selection import KernelOp
 
 
@@ -201,9 +201,13 @@ def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None, gel:
         for attr, fn in vars(klass).items():
             if attr in members or not isinstance(fn, types.FunctionType):
                 continue
-            names, kinds_fn = _global_replacements(fn, sdpa, rot, gelu)
-            if names:
-                members[attr] = _rebound(fn, names)
+            inner = inspect.unwrap(fn)  # a decorated method: the calls are in the function it wraps
+            if not isinstance(inner, types.FunctionType):
+                continue
+            names, kinds_fn = _global_replacements(inner, sdpa, rot, gelu)
+            new = rewrap(fn, _rebound(inner, names)) if names else None
+            if new is not None:
+                members[attr] = new
                 kinds |= kinds_fn
     members["_autokernel_kinds"] = tuple(sorted(kinds))
     return type(f"Autokernel{base.__name__}", (base,), dict(members, __module__=base.__module__))

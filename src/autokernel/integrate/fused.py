@@ -24,7 +24,8 @@ from ..recognize import gelu_form, packed_mlp_dims, residual_norm_parts
 from .linears import _DOWN_NAMES, _GATE_NAMES, _UP_NAMES, _find_linear
 from .norms import _is_rmsnorm, _rmsnorm_eps
 from .patching import (PROBE_TOLERANCE, _class_code_names, _pick, _probe_input, _reference, _rel_error,
-                       _swap_class)
+                       _swap_class, is_silu_module)
+from .residuals import _original_class, _takes_residual
 from .selection import KernelOp
 
 
@@ -89,6 +90,8 @@ def _apply_add_norm(model, k, done, replaced, skipped, probed) -> None:
             continue
         n = m.weight.shape[0]
         base = type(m)
+        if not _takes_residual(_original_class(base).forward):
+            continue  # a plain norm: the add before it is fused where it is written (``residuals``)
         x = _probe_input(n, m, k.dtype)
         r = _probe_input(n, m, k.dtype).flip(0)
         if not _probe_call(probed, (base, k.kind), lambda: base.forward(m, x, r), lambda: expected(x, r), k.dtype):
@@ -226,7 +229,7 @@ def _apply_swiglu_packed(model, k, done, replaced, skipped, probed) -> None:
     for name, m in model.named_modules():
         if id(m) in done or _pick([k], "swiglu_packed", name) is None or packed_mlp_dims(m) is None:
             continue
-        if "silu" not in _class_code_names(type(m)) and not any(isinstance(c, nn.SiLU) for c in m.modules()):
+        if "silu" not in _class_code_names(type(m)) and not any(is_silu_module(c) for c in m.modules()):
             continue
         linears = {n: c for n, c in m.named_children() if isinstance(c, nn.Linear)}
         gu_name = next(n for n in linears if "gate_up" in n)

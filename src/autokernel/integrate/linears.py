@@ -7,7 +7,7 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
-from .patching import _check_probe, _class_code_names, _pick, _probe_input, _reference, _swap_class
+from .patching import _check_probe, _class_code_names, _pick, _probe_input, _reference, _swap_class, is_silu_module
 from .selection import KernelOp
 
 
@@ -62,7 +62,7 @@ def _mlp_parts(m: nn.Module) -> tuple[str, str, str] | None:
     g, u, d = _find_linear(m, _GATE_NAMES), _find_linear(m, _UP_NAMES), _find_linear(m, _DOWN_NAMES)
     if not (g and u and d) or len({g, u, d}) != 3:
         return None
-    silu = "silu" in _class_code_names(type(m)) or any(isinstance(c, nn.SiLU) for c in m.children())
+    silu = "silu" in _class_code_names(type(m)) or any(is_silu_module(c) for c in m.children())
     return (g, u, d) if silu else None
 
 

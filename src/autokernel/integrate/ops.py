@@ -33,14 +33,19 @@ SCHEMAS: dict[str, str] = {
     "gelu": "(Tensor x, bool tanh) -> Tensor",
     "geglu": "(Tensor gate, Tensor up, bool tanh) -> Tensor",
     "swiglu_packed": "(Tensor gate_up) -> Tensor",
+    "embedding": "(Tensor ids, Tensor weight, float scale) -> Tensor",
+    "rotary_table": "(Tensor position_ids, Tensor inv_freq, float scaling, Tensor like) -> (Tensor, Tensor)",
 }
-# kinds whose op returns (normalised rows, sum): both have the first input's shape and dtype
-TWO_OUTPUTS = {"add_rmsnorm", "add_layernorm"}
+# kinds whose op returns two tensors of one shape and dtype (``output_meta``): (normalised rows,
+# sum) with the first input's, and (cos, sin)
+TWO_OUTPUTS = {"add_rmsnorm", "add_layernorm", "rotary_table"}
 
 
 def output_meta(kind: str, args: tuple) -> tuple[tuple[int, ...], torch.dtype]:
     """Shape and dtype of the op's output (what the fake implementation promises)."""
     x = args[0]
+    if kind == "rotary_table":
+        return tuple(x.shape) + (2 * args[1].numel(),), args[3].dtype
     if kind in ("rmsnorm", "layernorm", "softmax", "swiglu", "rotary", "gelu", "geglu") or kind in TWO_OUTPUTS:
         return tuple(x.shape), x.dtype
     if kind == "attention":
@@ -53,6 +58,8 @@ def output_meta(kind: str, args: tuple) -> tuple[tuple[int, ...], torch.dtype]:
         return (), x.dtype
     if kind == "reduce":
         return tuple(x.shape[:-1]), x.dtype
+    if kind == "embedding":
+        return (x.numel(), args[1].shape[1]), args[1].dtype
     if kind == "swiglu_packed":
         return tuple(x.shape[:-1]) + (x.shape[-1] // 2,), x.dtype
     raise KeyError(kind)

@@ -116,3 +116,34 @@ def _code_names(code: types.CodeType) -> set[str]:
         if isinstance(c, types.CodeType):
             names |= _code_names(c)
     return names
+
+
+def rewrap(wrapper: Any, inner: types.FunctionType) -> Any:
+    """``wrapper`` (a chain of ``functools.wraps`` decorators around a function) rebuilt around
+    ``inner`` instead of the function it wraps; None when a wrapper does not hold the function
+    it wraps in a closure cell."""
+    wrapped = getattr(wrapper, "__wrapped__", None)
+    if wrapped is None:
+        return inner
+    if not isinstance(wrapper, types.FunctionType) or not wrapper.__closure__:
+        return None
+    new_inner = rewrap(wrapped, inner)
+    if new_inner is None:
+        return None
+    cells = list(wrapper.__closure__)
+    hits = [i for i, c in enumerate(cells) if c.cell_contents is wrapped]
+    if len(hits) != 1:
+        return None
+    cells[hits[0]] = types.CellType(new_inner)
+    new = types.FunctionType(wrapper.__code__, wrapper.__globals__, wrapper.__name__, wrapper.__defaults__,
+                             tuple(cells))
+    new.__kwdefaults__, new.__qualname__ = wrapper.__kwdefaults__, wrapper.__qualname__
+    new.__dict__.update(wrapper.__dict__)
+    new.__wrapped__ = new_inner
+    return new
+
+
+def is_silu_module(module: nn.Module) -> bool:
+    """``nn.SiLU``, or a leaf activation module named like one (transformers' ``SiLUActivation``);
+    the appliers probe what it computes."""
+    return isinstance(module, nn.SiLU) or ("silu" in type(module).__name__.lower() and not any(True for _ in module.children()))

@@ -23,6 +23,8 @@ BUILTIN_KINDS: dict[str, str] = {
     "gelu": "gelu",
     "geglu": "geglu",
     "swiglu_packed": "swiglu_packed",
+    "embedding": "embedding",
+    "rotary_table": "rotary_table",
 }
 
 KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"
