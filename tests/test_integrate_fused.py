@@ -386,3 +386,32 @@ def test_decorated_methods_and_transformers_silu_class_are_switched(tmp_path):
         assert rel(patched.attn(x, cos=cos, sin=sin), model.attn(x, cos=cos, sin=sin)) < 1e-5
         assert rel(patched.mlp(x), model.mlp(x)) < 1e-5
     assert {name: OP_CALLS[op] - before[op] for name, op in patched._autokernel_ops.items()} == {"rotary": 2, "swiglu": 1}
+
+
+def test_hugging_face_attention_reaches_our_op_through_the_attention_interface(tmp_path):
+    """HF attention modules call the function ``ALL_ATTENTION_FUNCTIONS`` names for the
+    config's implementation, not SDPA in their own code: before, the plan counted attention
+    that ``apply`` could not place (GPT-2, LLaMA, Phi-3...)."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                                      intermediate_size=128, vocab_size=128)
+    model = transformers.LlamaForCausalLM._from_config(config, attn_implementation="sdpa").eval()
+    probs = [PlanProblem("attention", "attention", "fp32", [{"B": 2, "H": 4, "Hkv": 2, "S": 6, "D": 16, "causal": 1}],
+                         [1], 10.0, 0.1, ["model.layers.0.self_attn"])]
+    patched = apply(model, make_workdir(tmp_path / "wd", probs, model="custom"))
+    assert ("model.layers.0.self_attn", "attention") in patched._autokernel_replaced
+    ids = torch.randint(0, 128, (2, 6))
+    op = patched._autokernel_ops["attention"]
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        got = patched(ids, use_cache=False).logits
+        assert OP_CALLS[op] - before == 1  # GQA (4 query heads over 2) and causal, no mask: ours
+        padded = torch.ones(2, 6, dtype=torch.long)
+        padded[0, :2] = 0
+        patched(ids, attention_mask=padded, use_cache=False)  # a padding mask: transformers' SDPA path
+        assert OP_CALLS[op] - before == 1
+    original = transformers.LlamaForCausalLM._from_config(config, attn_implementation="sdpa").eval()
+    original.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        assert rel(got, original(ids, use_cache=False).logits) < 1e-5

@@ -39,6 +39,38 @@ def _sdpa_replacement(k: KernelOp) -> Callable[..., Any]:
     return scaled_dot_product_attention
 
 
+def _hf_attention_interfaces(interfaces: Any, sdpa: Callable[..., Any]) -> Any:
+    """Hugging Face attention modules pick their attention function from transformers'
+    ``ALL_ATTENTION_FUNCTIONS`` by ``config._attn_implementation``: a copy of that mapping whose
+    ``"sdpa"`` entry reaches ``sdpa`` (our op, or PyTorch's for what it does not cover) when
+    there is no mask, no dropout, no position bias and no softcap, and transformers' own
+    ``sdpa_attention_forward`` otherwise."""
+    original = interfaces.get("sdpa")
+    if original is None:
+        return None
+
+    def autokernel_sdpa_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
+                                is_causal=None, position_bias=None, **kwargs):
+        if (attention_mask is None and not dropout and position_bias is None and kwargs.get("softcap") is None
+                and kwargs.get("sliding_window") is None and kwargs.get("s_aux") is None
+                and query.dim() == 4 and key.dim() == 4 and key.shape[2] == query.shape[2]):
+            causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+            causal = bool(query.shape[2] > 1 and causal)
+            out = sdpa(query, key, value, is_causal=causal, scale=scaling,
+                       enable_gqa=key.shape[1] != query.shape[1])
+            return out.transpose(1, 2).contiguous(), None
+        return original(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                        is_causal=is_causal, position_bias=position_bias, **kwargs)
+
+    class AttentionFunctions(dict):
+        def get_interface(self, name, default):
+            if name is None or name == "eager":
+                return default
+            return interfaces.get_interface(name, default) if name != "sdpa" else self["sdpa"]
+
+    return AttentionFunctions({**dict(interfaces), "sdpa": autokernel_sdpa_forward})
+
+
 def _gelu_replacement(k: KernelOp) -> Callable[..., Any]:
     op, dtype = k.op, k.dtype
     original = F.gelu
@@ -115,6 +147,11 @@ def _global_replacements(fn: types.FunctionType, sdpa: Callable | None, rotary: 
         elif sdpa is not None and value is F.scaled_dot_product_attention:
             out[name] = sdpa
             kinds.add("attention")
+        elif sdpa is not None and name == "ALL_ATTENTION_FUNCTIONS" and hasattr(value, "get_interface"):
+            interfaces = _hf_attention_interfaces(value, sdpa)
+            if interfaces is not None:
+                out[name] = interfaces
+                kinds.add("attention")
         elif gelu is not None and value is F.gelu:
             out[name] = gelu
             kinds.add("gelu")
