@@ -414,3 +414,10 @@ def fingerprint() -> dict[str, str]:
                 code = value.__code__ if type(value) is types.FunctionType else None
                 out[f"{prefix}.{key}"] = f"{id(value)}:{id(code) if code is not None else 0}"
     return out
+
+
+def fingerprint_digest(fingerprint: dict[str, str]) -> str:
+    import hashlib
+
+    text = "\n".join(f"{k}={v}" for k, v in sorted(fingerprint.items()))
+    return hashlib.sha256(text.encode()).hexdigest()
