@@ -14,24 +14,11 @@ def make_watch_class(launch_record):
     from .integrity import POISONED_ALLOCATIONS
 
     torch_dir = os.path.dirname(torch.__file__)
-    interpreter_codes = launches.interpreter_code_objects()
+    called_by_interpreter = launches.interpreter_frame_test(launch_record, (torch_dir, __file__))
     tensor_type = torch.Tensor
 
     def called_by_triton_interpreter() -> bool:
-        """Only the real interpreter's own code objects, and only inside a launch the hook saw
-        (a frame compiled under the interpreter's file name is not the interpreter)."""
-        if not launch_record.inside_launch():
-            return False
-        frame = sys._getframe(2)
-        while frame is not None:
-            code = frame.f_code
-            if code in interpreter_codes:
-                return True
-            if code.co_filename.startswith(torch_dir) or code.co_filename == __file__:
-                frame = frame.f_back
-                continue
-            return False
-        return False
+        return called_by_interpreter(sys._getframe(2))
 
     class KernelWatch(TorchDispatchMode):
         """Records every aten op the kernel calls and the storage of every tensor those ops
@@ -55,6 +42,8 @@ def make_watch_class(launch_record):
             if called_by_triton_interpreter():
                 return out
             name = str(func.overloadpacket)
+            if name == "aten._local_scalar_dense":
+                launch_record.note_host_read(".item(), float(t), int(t), bool(t) or iteration (aten._local_scalar_dense)")
             self.ops.add(name)
             if (self.poison is not None and name in POISONED_ALLOCATIONS and type(out) is tensor_type
                     and out.is_floating_point() and out.numel() > 0):

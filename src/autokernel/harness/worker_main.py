@@ -11,7 +11,7 @@ import traceback
 from collections import deque
 from typing import Any
 
-from . import transport
+from . import host_reads, transport
 from .gpu_cover import GPU_COVER_CYCLES, host_covered, next_cover_cycles
 from .integrity import fingerprint_digest
 from .output_checks import check_outputs, tensors_in
@@ -110,6 +110,7 @@ class _State:
         self.history: deque = deque()  # outputs of earlier calls, still held (ring detection)
         self.history_bytes = 0
         self.launches = launches.install()
+        host_reads.install(self.launches, ())
         self.watch_cls = make_watch_class(self.launches)
         _self_test(device, self.watch_cls)
         self.starts = launches.install_start_counters()
@@ -262,6 +263,9 @@ class _State:
         findings = []
         if mode_problem:
             findings.append({"rule": "torch-op", "message": mode_problem})
+        host_read = host_reads.finding(record.host_reads) if require_launch else None
+        if host_read:
+            findings.append(host_read)
         if record.odd_argument:
             findings.append({"rule": "foreign-compute", "message": (
                 f"a Triton kernel was launched with {record.odd_argument}: launch arguments must be "
