@@ -111,7 +111,7 @@ def main() -> int:
         if r.get("rules"):
             where += " " + ",".join(r["rules"])
         lines.append(f"| {r['kind']} | {r['name']} | {r['expect']} | {r['verdict']} | {where.strip()} | "
-                     f"{r.get('heldout_s', '')} | {r.get('wall_s', '')} | {'yes' if ok(r) else 'NO'} |")
+                     f"{r.get('heldout_s') or ''} | {r.get('wall_s', '')} | {'yes' if ok(r) else 'NO'} |")
     table = "\n".join(lines)
     (out / "judge_large.md").write_text(table + "\n")
     print(table)

@@ -24,7 +24,6 @@ is ``monkey-patch``.
 """
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from typing import Any
@@ -67,11 +66,12 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
         if original is None:
             return
 
-        @functools.wraps(original)
         def guarded(*args, **kwargs):
             note(what, sys._getframe(1))
             return original(*args, **kwargs)
 
+        # no functools.wraps: its ``__wrapped__`` would hand out the unguarded original
+        guarded.__name__, guarded.__qualname__, guarded.__doc__ = name, f"guarded {name}", original.__doc__
         setattr(owner, name, guarded)
 
     tensor_reads: dict[str, str] = {
