@@ -45,11 +45,15 @@ def test_rows_of_cuts_only_the_tensors_with_m_rows():
     assert cut_x.tolist() == [[0.0, 1.0], [10.0, 11.0]] and cut_w is w and eps == 1e-6
 
 
-def test_memory_paths():
+def test_memory_paths(tmp_path):
+    (tmp_path / "innocent").symlink_to("/proc/self/mem")
+    assert host_reads.memory_path(tmp_path / "innocent")
     for path in ("/proc/self/mem", "/proc/1234/mem", "/proc/self/map_files/7f-80", "/dev/shm/torch_1_2",
-                 "/proc/self/fd/5", 7, b"/proc/self/pagemap"):
+                 "/proc/self/fd/5", b"/proc/self/pagemap", "/proc/self/../self/mem", "/proc/self/task/9/mem"):
         assert host_reads.memory_path(path), path
-    for path in ("/tmp/kernel.py", "/proc/cpuinfo", "/proc/self/status", "/dev/null", "mem"):
+    # a descriptor number is how subprocess pipes open (Triton's compiler, inside a launch)
+    for path in ("/tmp/kernel.py", "/proc/cpuinfo", "/proc/meminfo", "/proc/self/status", "/proc/self/maps",
+                 "/dev/null", "mem", 7):
         assert not host_reads.memory_path(path), path
 
 

@@ -28,8 +28,13 @@ import os
 import sys
 from typing import Any
 
-# Paths whose contents are this process's memory or the shared memory inputs live in.
-MEMORY_PATH_PARTS = ("/mem", "/map_files", "/fd/", "/pagemap", "/dev/shm", "/dev/mem", "/dev/fd")
+# Paths whose contents are this process's memory or the shared memory inputs live in: /proc
+# entries by their name (a file ``mem`` or ``pagemap``, anything under ``map_files`` or ``fd``),
+# and /dev/shm, /dev/mem, /dev/fd.  File descriptor numbers do not count: Triton's compiler
+# opens its subprocess pipes by number inside the first launch of a shape.
+PROC_MEMORY_NAMES = ("mem", "pagemap")
+PROC_MEMORY_DIRS = ("map_files", "fd")
+DEV_MEMORY_PREFIXES = ("/dev/shm/", "/dev/mem", "/dev/fd/")
 MEMORY_AUDIT_EVENTS = ("mmap.__new__", "ctypes.string_at", "ctypes.wstring_at", "ctypes.cdata",
                        "ctypes.cdata/buffer", "ctypes.PyObj_FromPtr")
 
@@ -37,12 +42,23 @@ _INSTALLED = False
 
 
 def memory_path(path: Any) -> bool:
-    """Is opening ``path`` a way to read raw memory (a file descriptor number, a /proc memory
-    file, shared memory)?"""
-    if isinstance(path, int):
+    """Is opening ``path`` a way to read raw memory (a /proc memory file, shared memory)?"""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        return False
+    text = os.fsdecode(path)
+    try:
+        resolved = os.path.realpath(text)  # a symlink to /proc/self/mem is /proc/self/mem
+    except (OSError, ValueError):
+        resolved = text
+    return any(_memory_file(os.path.normpath(p)) for p in (text, resolved))
+
+
+def _memory_file(text: str) -> bool:
+    if text.startswith(DEV_MEMORY_PREFIXES) or text == "/dev/shm":
         return True
-    text = os.fsdecode(path) if isinstance(path, (str, bytes, os.PathLike)) else ""
-    return (text.startswith("/proc/") or text.startswith("/dev/")) and any(p in text for p in MEMORY_PATH_PARTS)
+    parts = text.split("/")
+    return (len(parts) > 2 and parts[1] == "proc"
+            and (parts[-1] in PROC_MEMORY_NAMES or any(d in parts[2:-1] for d in PROC_MEMORY_DIRS)))
 
 
 def install(record, skipped_files: tuple[str, ...]) -> None:
