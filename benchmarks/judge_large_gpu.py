@@ -14,7 +14,7 @@
 
 Correctness only (``timing=False``).  Writes DIR/judge_large.json and DIR/judge_large.md; prints
 the markdown table last.  Steps are skipped once ``--budget`` seconds are spent.  Expected wall
-time on an H200: 5-10 minutes (mostly interpreter-free Triton compiles of the starters).
+time on an H200: 8-15 minutes, capped by ``--budget`` (mostly Triton compiles of the 15 starters).
 With ``--cpu-smoke`` the large-shape bounds are scaled down (40 rows, 4096 elements) and the
 one-line edits wrap at those bounds, so every row of the table means the same as on a GPU.
 """

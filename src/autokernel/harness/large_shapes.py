@@ -141,4 +141,7 @@ def run(judge, plan, tally, rng: random.Random) -> list[str]:
         if not verdict.ok:
             raise CaseFailure(verdict.message, label, verdict.worst_error)
         notes.append(f"{name} {format_shape(shape)} ({len(rows)} sampled rows)")
+        del case, sub_args, outs, sub_outs, refs
+        if judge.gpu:  # gigabytes this process will not need again at this size
+            torch.cuda.empty_cache()
     return notes
