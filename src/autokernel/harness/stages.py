@@ -40,7 +40,7 @@ from typing import Any, Callable
 import torch
 
 from ..problems.base import Problem, Shape, dtype_name, format_shape
-from . import compare, integrity, large_shapes
+from . import compare, integrity
 from .records import Finding, StageResult
 
 NAN_POISON = float("nan")
@@ -255,18 +255,6 @@ class Judge:
         self.check_call(reply, label)
         return [tuple(outs) for outs in buffers]
 
-    def run_whole(self, case: Case, meta: compare.OutputMeta) -> tuple:
-        """One judged call on ``case`` with outputs of the shapes ``meta`` names, returned whole
-        and not compared: the caller compares what it needs (large_shapes.py: sampled rows)."""
-        pristine = [t.clone() for t in tensors_of(case.args)]
-        reply = self.request(self.call_message(case.shape, case.dtype, [case.args], meta))
-        self.check_inputs(case.args, pristine, case.label)
-        if "error" in reply:
-            raise CaseFailure(f"the kernel raised {reply['error']}", case.label)
-        self.check_ops(reply["ops"], case.label)
-        self.check_call(reply, case.label)
-        return self.collect([0], meta, case.label)[0]
-
     def _run(self, case: Case, calls: int, poison: float | None) -> dict[str, Any]:
         meta = self.meta(case)
         reply = self.request(self.call_message(case.shape, case.dtype, [case.args] * calls, meta, poison))
@@ -422,6 +410,8 @@ def stage_heldout(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
     shapes = [judge.problem.heldout_shape(dict(s), rng) for s in plan.shapes]
     for shape in shapes:
         _checked_twice(judge, tally, judge.make_case(shape, plan.dtypes[0]))
+    from . import large_shapes
+
     large = large_shapes.run(judge, plan, tally, rng)
     return f"seed={plan.heldout_seed}: " + ", ".join([format_shape(s) for s in shapes] + large)
 
