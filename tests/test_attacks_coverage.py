@@ -55,3 +55,42 @@ def test_honest_unusual_kernel_passes(name, problem, shapes, dtypes):
                   baselines=False)
     assert ev.verdict == "pass", ev.message
     assert [s.name for s in ev.stages] == ["smoke", "sweep", "numerics", "determinism", "edges", "heldout"]
+
+
+# One-line edits of the shipped starters (found by a red-team pass after the issue-9 rebuild,
+# each passing all six stages): NaN dropped from the sums, rows past a bound never written,
+# row offsets that wrap.  The last two are wrong only past a row or element index that the
+# interpreter cannot reach at the GPU's bounds (16384 rows, 2**31 elements): here the bounds
+# are scaled down (large_shapes.LARGE_ROWS / INDEX_ELEMENTS) and the edits wrap at them too.
+STARTER_EDITS = [
+    ("reduce_drops_nan", "reduce",
+     "            acc += tl.load(row_ptrs + cols[None, :], mask=mask, other=0.0).to(tl.float32)\n",
+     "            v = tl.load(row_ptrs + cols[None, :], mask=mask, other=0.0).to(tl.float32)\n"
+     "            acc += tl.where(v == v, v, 0.0)\n",
+     (None, None), "numerics", ["case=nonfinite", "NaN/inf"]),
+    ("softmax_rows_bounded", "softmax", "    y = torch.empty_like(x)\n",
+     "    y = torch.empty_like(x)\n    M = min(M, 40)\n", (40, None), "heldout", ["case=large-rows", "sampled rows"]),
+    ("reduce_offsets_wrap", "reduce", "        row_ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_xm\n",
+     "        row_ptrs = x_ptr + (rows[:, None] * stride_xm) % 4096\n", (None, 4096), "heldout", ["case=index-width"]),
+]
+
+
+@pytest.mark.parametrize("name,problem,line,edit,bounds,stage,words", STARTER_EDITS, ids=[e[0] for e in STARTER_EDITS])
+def test_starter_plus_one_line_is_caught(tmp_path, monkeypatch, name, problem, line, edit, bounds, stage, words):
+    from autokernel.harness import large_shapes
+    from autokernel.problems.registry import KERNELS_DIR
+
+    monkeypatch.setitem(large_shapes.LARGE_ROWS, "cpu", bounds[0])
+    monkeypatch.setitem(large_shapes.INDEX_ELEMENTS, "cpu", bounds[1])
+    text = (KERNELS_DIR / f"{problem}.py").read_text()
+    assert text.count(line) == 1
+    attack = tmp_path / f"{name}.py"
+    attack.write_text(text.replace(line, edit))
+    ev = evaluate(problem, attack, device="cpu", shapes=["9x40"], dtypes=["fp32"], timing=False, baselines=False)
+    assert ev.verdict == "incorrect" and ev.failed_stage == stage, ev.message
+    for word in words:
+        assert word in ev.message, ev.message
+    if bounds != (None, None):  # the starter itself passes the same large shapes
+        ev = evaluate(problem, KERNELS_DIR / f"{problem}.py", device="cpu", shapes=["9x40"], dtypes=["fp32"],
+                      timing=False, baselines=False)
+        assert ev.verdict == "pass" and "sampled rows" in ev.stages[-1].message, ev.message

@@ -36,9 +36,12 @@ def rules(ev) -> set[str]:
     # transport: nothing the kernel returns is rebuilt as an object in the judge
     ("reduce_reduce_in_parent.py", "incorrect", "not a tensor", "smoke"),
     ("reduce_tensor_subclass.py", "incorrect", "subclass of torch.Tensor", "smoke"),  # crashed the judge before
-    ("reduce_list_of_floats.py", "incorrect", "returned 8 output(s)", "smoke"),  # was incorrect before too
+    # incorrect before (8 outputs, not 1); its float(v) reads values into Python, rejected first now
+    ("reduce_list_of_floats.py", "rejected", "foreign-compute", "smoke"),
     # every call judged: inputs fresh, outputs new allocations
-    ("reduce_memo_ptr.py", "rejected", "no-kernel", "determinism"),
+    # no-kernel at determinism before; its fingerprint of sampled values (float(x[0])) reads
+    # values into Python, rejected at the first call now
+    ("reduce_memo_ptr.py", "rejected", "foreign-compute", "smoke"),
     ("reduce_ring4.py", "rejected", "cached-output", None),
     # the watch cannot be escaped
     ("reduce_interpreter_frame.py", "rejected", "introspection", "static"),
@@ -47,6 +50,13 @@ def rules(ev) -> set[str]:
     ("reduce_thread_joined.py", "rejected", "threads-or-streams", "static"),  # static before too; see RUNTIME
     ("reduce_numpy.py", "rejected", "foreign-compute", "static"),
     ("reduce_python_compute.py", "rejected", "foreign-compute", "smoke"),
+    # compute on the host, written into an output that the file's own kernel then stores or
+    # rewrites (found by a red-team pass after the rebuild; each passed all six stages): tensor
+    # values may not reach Python during a call
+    ("reduce_python_item.py", "rejected", "foreign-compute", "smoke"),  # .item() + fill_
+    ("reduce_host_tolist.py", "rejected", "foreign-compute", "static"),  # tolist() + fill_; see RUNTIME
+    ("reduce_host_memory_file.py", "rejected", "foreign-compute", "smoke"),  # /proc/self/mem + Triton stores
+    ("reduce_host_serialized.py", "rejected", "foreign-compute", "smoke"),  # torch.save bytes + copy_
     ("reduce_getattr_string.py", "rejected", "introspection", "static"),  # the watch caught it before too
     # judge state
     ("reduce_frame_resnapshot.py", "rejected", "introspection", "static"),
@@ -74,8 +84,12 @@ def no_static_checks(monkeypatch):
     ("reduce_mode_probe.py", None),  # every call is watched: it never takes its cheating branch
     ("reduce_thread_import.py", "threads-or-streams"),
     ("reduce_thread_joined.py", "threads-or-streams"),  # the thread ended before the call returned
-    ("reduce_numpy.py", "no-kernel"),
+    ("reduce_numpy.py", "foreign-compute"),  # no-kernel before; its values reach numpy through the host
     ("reduce_getattr_string.py", "torch-op"),
+    ("reduce_python_item.py", "foreign-compute"),
+    ("reduce_host_tolist.py", "foreign-compute"),
+    ("reduce_host_memory_file.py", "foreign-compute"),
+    ("reduce_host_serialized.py", "foreign-compute"),
 ])
 def test_attack_that_slipped_past_the_static_checks_is_caught_at_run_time(reduce_eval, no_static_checks, name, rule):
     ev = reduce_eval.evaluate(ATTACKS / name)
@@ -90,7 +104,9 @@ def test_poison_probe_never_gets_to_cheat(tmp_path):
     shutil.copy(ATTACKS / "reduce_poison_probe.py", attack)
     with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=30, baselines=False) as ev:
         result = ev.evaluate(attack)
-    assert result.verdict == "pass", result.message  # every call, timed ones too, ran poisoned and watched
+    # its probe reads a value into Python (float(t)), which no call may do; before that rule it
+    # passed honestly, every call (timed ones too) running poisoned and watched
+    assert result.verdict == "rejected" and "foreign-compute" in rules(result), result.message
     assert not Path(str(attack) + ".cheated").exists()  # at base it cheated in every timed call
 
 
@@ -122,6 +138,16 @@ def test_honest_but_unusual_kernels_pass(problem, name, shapes):
     with Evaluator(problem, device="cpu", shapes=shapes, dtypes=["fp32"], timeout_s=60, timing=False) as ev:
         result = ev.evaluate(ATTACKS / name)
     assert result.verdict == "pass", result.message
+
+
+def test_softmax_computed_with_math_exp_on_item_scalars_is_foreign_compute():
+    """Found by a red-team pass after the rebuild (it passed all six stages): the softmax in
+    Python from ``.item()`` scalars, written with ``fill_``, then read and rewritten by a Triton
+    kernel of the file's own."""
+    with Evaluator("softmax", device="cpu", shapes=["4x100"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
+        result = ev.evaluate(ATTACKS / "softmax_python_item.py")
+    assert result.verdict == "rejected" and "foreign-compute" in rules(result), result.message
+    assert "read tensor values into Python" in result.message and result.failed_stage == "smoke"
 
 
 def test_duck_typed_launch_argument_cannot_run_torch_in_the_interpreters_frames():

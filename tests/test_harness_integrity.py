@@ -145,3 +145,12 @@ def test_fingerprint_sees_a_swapped_code_object(monkeypatch):
     after = integrity.fingerprint()
     assert before["autokernel.harness.integrity.static_findings"] != after["autokernel.harness.integrity.static_findings"]
     assert id(target.__code__) != id(original)  # same function object, new code: only the code id shows it
+
+
+def test_interpreter_values_and_raw_storage_bytes_are_foreign_compute():
+    # in the interpreter a kernel body runs as Python: its loaded values are numpy arrays
+    body = ("import triton\nimport triton.language as tl\n@triton.jit\ndef k(x_ptr, o_ptr):\n"
+            "    v = tl.load(x_ptr)\n    tl.store(o_ptr, v.handle.data.sum())\n")
+    assert "foreign-compute" in rules(body)
+    raw = "def kernel_fn(x):\n    x.untyped_storage()._write_file(open('f', 'wb'), True, True, 4)\n"
+    assert "foreign-compute" in rules(raw)

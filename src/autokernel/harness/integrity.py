@@ -25,8 +25,10 @@ Every finding names one of ``RULES``:
 ``no-kernel``          a call launched no Triton kernel defined in the kernel file (the
                        worker hooks Triton's launch path before the file loads);
 ``foreign-compute``    an output no Triton kernel of the file's own was handed (computed by
-                       PyTorch with the watch bypassed, numpy, ctypes...), or the file reaches
-                       for numpy, ctypes, ``torch.ops``, ``Tensor.numpy`` and the like;
+                       PyTorch with the watch bypassed, numpy, ctypes...), a call that read
+                       tensor values into Python (``.item()``, ``tolist``, printing, pickling,
+                       its own memory file...: host_reads.py), or the file reaches for numpy,
+                       ctypes, ``torch.ops``, ``Tensor.numpy`` and the like;
 ``introspection``      the file reads the harness's frames or namespaces, builds names or code
                        at run time (``__import__``, ``import_module``, ``exec``, ``getattr``
                        with a computed name, ``sys._getframe``, ``gc``, ``inspect``,
@@ -211,7 +213,9 @@ _HOOK_METHODS = ("__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", 
                  "__getnewargs_ex__", "__torch_function__", "__torch_dispatch__", "__del__", "__class_getitem__",
                  "__init_subclass__", "__set_name__", "__instancecheck__", "__subclasscheck__")
 _FOREIGN_ATTRS = ("numpy", "from_numpy", "ops", "np", "ctypes", "tolist", "__array__", "__array_interface__",
-                  "__cuda_array_interface__", "__dlpack__", "from_dlpack", "to_dlpack")
+                  "__cuda_array_interface__", "__dlpack__", "from_dlpack", "to_dlpack",
+                  # raw bytes of a storage; the Triton interpreter's values inside a kernel body
+                  "_write_file", "_share_fd_cpu_", "_share_filename_cpu_", "handle")
 _ATTR_CALLS = ("getattr", "setattr", "delattr", "hasattr")
 
 
@@ -362,7 +366,11 @@ def _critical_namespaces() -> list[tuple[str, Any]]:
     if torch is not None:
         spaces += [("torch", torch), ("torch.Tensor", torch.Tensor), ("torch.nn.functional", torch.nn.functional),
                    ("torch.cuda", torch.cuda), ("torch.cuda.Event", torch.cuda.Event),
-                   ("torch.testing", torch.testing), ("torch.multiprocessing", torch.multiprocessing)]
+                   ("torch.testing", torch.testing), ("torch.multiprocessing", torch.multiprocessing),
+                   ("torch.UntypedStorage", torch.UntypedStorage)]
+        serialization = sys.modules.get("torch.serialization")
+        if serialization is not None:
+            spaces.append(("torch.serialization", serialization))
         dispatch = sys.modules.get("torch.utils._python_dispatch")
         if dispatch is not None:
             spaces.append(("torch.utils._python_dispatch", dispatch))
@@ -414,3 +422,10 @@ def fingerprint() -> dict[str, str]:
                 code = value.__code__ if type(value) is types.FunctionType else None
                 out[f"{prefix}.{key}"] = f"{id(value)}:{id(code) if code is not None else 0}"
     return out
+
+
+def fingerprint_digest(fingerprint: dict[str, str]) -> str:
+    import hashlib
+
+    text = "\n".join(f"{k}={v}" for k, v in sorted(fingerprint.items()))
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -8,7 +8,10 @@ judged call every launch is recorded: whether the launched function was defined 
 file being judged (its globals are that module's namespace) and the storages of the tensors it
 was given.  The worker then requires every output to be one of those storages: an output no
 Triton kernel of the file's own was handed was computed by something else (PyTorch with the
-watch bypassed, numpy, ctypes, a cache), whatever the file's text looks like.
+watch bypassed, numpy, ctypes, a cache), whatever the file's text looks like.  Being handed an
+output is no proof that a kernel computed it (it may only store values the host computed): the
+record also collects the call's reads of tensor values into Python (host_reads.py), each a
+finding.
 
 ``interpreter_code_objects()`` are the code objects of the real interpreter module, the only
 frames whose torch ops the watch exempts (a frame compiled with the interpreter's file name is
@@ -29,6 +32,7 @@ class CallLaunches:
     foreign: int = 0
     own_storages: set[int] = field(default_factory=set)
     odd_argument: str | None = None  # a launch argument that is no tensor, number or Triton object
+    host_reads: list[str] = field(default_factory=list)  # ways the call read tensor values into Python
 
 
 class LaunchRecord:
@@ -47,6 +51,11 @@ class LaunchRecord:
 
     def inside_launch(self) -> bool:
         return self.depth > 0
+
+    def note_host_read(self, what: str) -> None:
+        call = self.current
+        if call is not None and what not in call.host_reads:
+            call.host_reads.append(what)
 
     def note(self, jit_fn: Any, args: tuple, kwargs: dict) -> None:
         call = self.current
@@ -183,6 +192,29 @@ def interpreter_code_objects() -> frozenset:
     for value in list(vars(module).values()):
         visit(value, seen)
     return frozenset(codes)
+
+
+def interpreter_frame_test(record: LaunchRecord, skipped: tuple[str, ...]):
+    """A test of a frame: is it (after frames whose file name starts with one of ``skipped``:
+    torch's, the harness's own hooks) the real Triton interpreter's code, inside a launch the
+    hook saw?  Only the interpreter's own code objects count: a frame compiled under the
+    interpreter's file name is not the interpreter."""
+    codes = interpreter_code_objects()
+
+    def called_by_interpreter(frame) -> bool:
+        if not record.inside_launch():
+            return False
+        while frame is not None:
+            code = frame.f_code
+            if code in codes:
+                return True
+            if code.co_filename.startswith(skipped):
+                frame = frame.f_back
+                continue
+            return False
+        return False
+
+    return called_by_interpreter
 
 
 class StartCounter:

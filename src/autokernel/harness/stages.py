@@ -15,7 +15,8 @@ Stages, in order, stopping at the first failure:
 ``edges``        ``problem.edge_shapes_for(device)`` x every dtype, on every device;
 ``heldout``      one fresh shape near each target shape (``problem.heldout_shape``) at the first
                  dtype, from a random generator seeded per evaluation (the seed is in the
-                 message).
+                 message); then, for row-wise problems, a shape with many rows and one past
+                 2**31 elements, compared on sampled rows (large_shapes.py; on a GPU).
 
 Inputs come from ``problem.make_inputs`` with seeds drawn fresh for every evaluation (and with
 them the non-tensor arguments a problem varies: eps, scale...).  For every
@@ -409,7 +410,10 @@ def stage_heldout(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
     shapes = [judge.problem.heldout_shape(dict(s), rng) for s in plan.shapes]
     for shape in shapes:
         _checked_twice(judge, tally, judge.make_case(shape, plan.dtypes[0]))
-    return f"seed={plan.heldout_seed}: " + ", ".join(format_shape(s) for s in shapes)
+    from . import large_shapes
+
+    large = large_shapes.run(judge, plan, tally, rng)
+    return f"seed={plan.heldout_seed}: " + ", ".join([format_shape(s) for s in shapes] + large)
 
 
 STAGE_FUNCTIONS: tuple[tuple[str, StageFn], ...] = (

@@ -29,10 +29,9 @@ def decide(evaluation, *, incumbent_correct: bool, incumbent_us: float | None = 
     return "revert"
 
 
-def speedup_vs_start(baseline: ExperimentRecord | None, best: ExperimentRecord | None, evaluation,
-                     status: str) -> float | None:
+def speedup_vs_start(baseline: ExperimentRecord | None, evaluation, status: str) -> float | None:
     """This kernel against the starting kernel: the start's recorded score over this one's
-    (``loop.figures``: one definition everywhere).  ``best`` is unused, kept for callers."""
+    (``loop.figures``: one definition everywhere)."""
     if status == "baseline":
         return 1.0 if evaluation.correct and evaluation.score_us else None
     if baseline is None or not baseline.correct:
@@ -75,7 +74,7 @@ def make_record(problem, name: str, baseline: ExperimentRecord | None, best: Exp
             rate, unit = throughput(problem, evaluation)
             pct = evaluation.pct_roofline
             vs_eager = figures.vs_eager(evaluation.eager_score_us, latency, evaluation.timing_kind)
-            vs_start = speedup_vs_start(baseline, best, evaluation, status)
+            vs_start = speedup_vs_start(baseline, evaluation, status)
     return ExperimentRecord(experiment=experiment, problem=name, agent=agent_name, status=status,
                             failed_stage=failed_stage, latency_us=latency, throughput=rate,
                             throughput_unit=unit, pct_roofline=pct, speedup_vs_eager=vs_eager,

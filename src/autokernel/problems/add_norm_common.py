@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Shape, generator, standard_adversarial
+from .base import Shape, generator, standard_adversarial, with_nonfinite
 
 
 def split_sum(s: torch.Tensor, device: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -46,4 +46,5 @@ def adversarial_addends(x: torch.Tensor, residual: torch.Tensor, dtype: torch.dt
     large = 2.5e3 if dtype == torch.float16 else 5e5
     cases = [(name, t, residual) for name, t in standard_adversarial(x, gen, large=large)]
     cases.append(("cancelling", (-residual.float() + 1e-2 * x.float()).to(dtype), residual))
+    cases.append(("nan", with_nonfinite(x, gen), residual))  # the sum's row and its norm are NaN
     return cases

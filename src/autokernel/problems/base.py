@@ -265,6 +265,25 @@ def small_rows(x: torch.Tensor, scale: float, every: int = 4) -> torch.Tensor:
     return rows.to(x.dtype).reshape(x.shape)
 
 
+def with_nonfinite(x: torch.Tensor, gen: torch.Generator, values: tuple[float, ...] = (float("nan"),),
+                   rows: torch.Tensor | None = None) -> torch.Tensor:
+    """``x`` (last dim = row) with one non-finite value at a random column of every third row
+    (or of ``rows``), cycling through ``values``; the other rows stay finite.  For problems
+    whose reference carries a NaN or inf of a row into that row's result (sums, norms,
+    softmax denominators): a kernel that drops NaNs from its sums, or that poisons every row,
+    shows.  Elementwise activations are left out: clamping with min/max legitimately maps
+    NaN to a bound on some hardware."""
+    flat = x.reshape(-1, x.shape[-1]).clone()
+    m, n = flat.shape
+    if rows is None:
+        rows = torch.arange(0, m, 3, device=x.device)
+    if rows.numel() and n:
+        cols = torch.randint(0, n, (rows.numel(),), generator=gen, device=x.device)
+        fill = torch.tensor([values[i % len(values)] for i in range(rows.numel())], dtype=flat.dtype, device=x.device)
+        flat[rows, cols] = fill
+    return flat.reshape(x.shape)
+
+
 def standard_adversarial(x: torch.Tensor, gen: torch.Generator, large: float, tiny: float = 1e-3) -> list[tuple[str, torch.Tensor]]:
     """Adversarial variants of a 2-D-like tensor ``x`` (last dim = row): large and tiny
     magnitudes, rows of mixed scales, and rows with one dominant value.  ``large`` is the

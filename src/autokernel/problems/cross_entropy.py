@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import Problem, Shape, Tolerance, choose, element_size, generator, randn, standard_adversarial, rowwise_shapes
+from .base import Problem, Shape, Tolerance, choose, element_size, generator, randn, standard_adversarial, rowwise_shapes, with_nonfinite
 
 IGNORE_INDEX = -100
 IGNORE_CHOICES = (-100, -1, 0)
@@ -74,6 +74,10 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
         kept = torch.where(kept == ignore_index, (kept + 1) % shape["V"], kept)
     mostly[keep] = kept
     cases.append(("mostly-ignored", (logits, mostly, ignore_index)))
+    # a NaN logit in one row that counts (an ignored row never enters the reference's mean)
+    counted = (targets != ignore_index).nonzero().flatten()[:1]
+    if counted.numel():
+        cases.append(("nan", (with_nonfinite(logits, gen, rows=counted), targets, ignore_index)))
     return cases
 
 

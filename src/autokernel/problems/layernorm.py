@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import Problem, Shape, choose, element_size, generator, randn, rowwise_shapes, small_rows, standard_adversarial
+from .base import Problem, Shape, choose, element_size, generator, randn, rowwise_shapes, small_rows, standard_adversarial, with_nonfinite
 
 # GPT-2, OPT, LLaMA-style layer norms 1e-5; ViT, T5-style 1e-6; BERT 1e-12
 EPS_CHOICES = (1e-5, 1e-6, 1e-12)
@@ -46,6 +46,7 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     step = 0.5 if dtype == torch.bfloat16 else 0.25  # representable next to 100 in the dtype
     base = randn(x.shape, torch.float32, device, gen)
     cases.append(("offset-mean", (100.0 + torch.round(base / step) * step).to(dtype)))
+    cases.append(("nan", with_nonfinite(x, gen)))  # the row's mean carries it: the row is NaN
     return [(name, (t, weight, bias, eps)) for name, t in cases]
 
 

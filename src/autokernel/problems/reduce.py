@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from .base import Problem, Shape, Tolerance, element_size, generator, randn, rowwise_shapes
+from .base import Problem, Shape, Tolerance, element_size, generator, randn, rowwise_shapes, with_nonfinite
 
 
 def reference(x: torch.Tensor) -> torch.Tensor:
@@ -78,6 +78,9 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
         ("dominant", dom),
         ("large-cancelling", _large_cancelling(m, n, gen, device)),
     ]
+    # NaN, +inf and -inf in every third row: each carries into its row's sum
+    plain = _exact_rows(m, n, gen, device, full(0))
+    cases.append(("nonfinite", with_nonfinite(plain, gen, (float("nan"), float("inf"), float("-inf")))))
     return [(name, (x.to(dtype),)) for name, x in cases]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Problem, Shape, choose, element_size, generator, randn, rowwise_shapes, small_rows, standard_adversarial
+from .base import Problem, Shape, choose, element_size, generator, randn, rowwise_shapes, small_rows, standard_adversarial, with_nonfinite
 
 # LLaMA-2 / Mistral / Phi-3 use 1e-5, LLaMA-1/3, Qwen2 and Gemma 1e-6; T5 1e-6
 EPS_CHOICES = (1e-6, 1e-5)
@@ -47,7 +47,9 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     x, weight, eps = make_inputs(shape, dtype, device, seed + 1)
     # mean(x**2) is taken in fp32, so only the input itself must fit the dtype.
     large = 5e3 if dtype == torch.float16 else 1e6
-    return [(name, (t, weight, eps)) for name, t in standard_adversarial(x, gen, large=large)]
+    cases = standard_adversarial(x, gen, large=large)
+    cases.append(("nan", with_nonfinite(x, gen)))  # the row's mean square carries it: the row is NaN
+    return [(name, (t, weight, eps)) for name, t in cases]
 
 
 def make_problem() -> Problem:

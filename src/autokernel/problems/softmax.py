@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Problem, Shape, element_size, generator, randn, standard_adversarial, rowwise_shapes
+from .base import Problem, Shape, element_size, generator, randn, standard_adversarial, rowwise_shapes, with_nonfinite
 
 
 def reference(x: torch.Tensor) -> torch.Tensor:
@@ -35,6 +35,8 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     drop[:, 0] = False
     masked[drop] = float("-inf")
     cases.append(("masked-inf", masked))
+    # a NaN in every third row: the reference's row is all NaN (the denominator carries it)
+    cases.append(("nan", with_nonfinite(x, gen)))
     return [(name, (t,)) for name, t in cases]
 
 

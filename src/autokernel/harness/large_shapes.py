@@ -1,0 +1,166 @@
+"""Large shapes, judged cheaply on sampled rows (part of the held-out stage; parent side).
+
+The target, edge and held-out shapes stay near what the agent saw, so a kernel can be wrong
+only where no drawn shape reaches: rows past a bound it never writes (``M = min(M, 16384)``),
+offsets computed in 32 bits that wrap past 2**31 elements.  For problems whose first dimension
+is ``M`` and whose only other free dimension is the row (reduce, softmax, the norms, the gated
+activations; not matmul, whose rows cost a matmul each) and whose outputs are row-wise (each
+output's first dimension is ``M`` too, checked on a three-row draw), the judge draws two more
+shapes, each at the first dtype, at the row width of the target shape with the narrowest rows:
+
+``large-rows``   ``M`` past ``large_rows`` (and past twice the largest target ``M``), odd;
+``index-width``  more elements than ``index_elements`` (2**31 on a GPU: a 32-bit offset
+                 wraps), when the device has the memory for it.
+
+The kernel runs on the whole input, as every call does (watched, poisoned, its inputs checked),
+and its output comes back whole; the reference runs only on sampled rows (the first, the last
+eight, rows at powers of two, random ones), and only those rows are compared.  The bounds are
+per device (``LARGE_ROWS``, ``INDEX_ELEMENTS``, read when the stage runs); the interpreter is too
+slow for either, so on the CPU both are off unless a caller sets them (tests do, small).
+"""
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import torch
+
+from ..problems.base import Problem, Shape, format_shape
+from . import compare
+
+LARGE_ROWS = {"gpu": 1 << 17, "cpu": None}
+INDEX_ELEMENTS = {"gpu": 1 << 31, "cpu": None}
+RANDOM_ROWS = 32
+LAST_ROWS = 8
+MEMORY_FACTOR = 5  # device memory needed: this many times the problem's bytes at the shape
+
+
+def bounds(device: str) -> tuple[int | None, int | None]:
+    key = "gpu" if device.startswith("cuda") else "cpu"
+    return LARGE_ROWS[key], INDEX_ELEMENTS[key]
+
+
+def per_row(problem: Problem, shape: Shape) -> int:
+    return math.prod(max(v, 1) for k, v in shape.items() if k != "M" and k not in problem.fixed_dims)
+
+
+def large_shapes(problem: Problem, shapes: list[Shape], rng: random.Random, large_rows: int | None,
+                 index_elements: int | None) -> list[tuple[str, Shape]]:
+    """The large shapes to draw, named; none unless the problem's free dimensions are ``M`` and
+    one row dimension."""
+    free = [d for d in problem.dims if d not in problem.fixed_dims]
+    if not shapes or len(free) != 2 or free[0] != "M" or any("M" not in s for s in shapes):
+        return []
+    base = min(shapes, key=lambda s: per_row(problem, s))
+    width = per_row(problem, base)
+    out = []
+    if large_rows is not None:
+        m = max(large_rows, 2 * max(s["M"] for s in shapes)) + 1 + 2 * rng.randrange(32)
+        out.append(("large-rows", dict(base, M=m)))
+    if index_elements is not None:
+        m = index_elements // width + 1 + 2 * rng.randrange(32)
+        out.append(("index-width", dict(base, M=m)))
+    return out
+
+
+def sampled_rows(m: int, rng: random.Random) -> list[int]:
+    """Rows to compare: the first two, the last ``LAST_ROWS``, the rows around each power of two
+    (where a bound or an offset width would bite), and ``RANDOM_ROWS`` random ones."""
+    rows = {0, 1} | {m - 1 - i for i in range(LAST_ROWS)}
+    for k in range(4, 63):
+        if (1 << k) >= m:
+            break
+        rows |= {(1 << k) - 1, 1 << k}
+    rows |= {rng.randrange(m) for _ in range(RANDOM_ROWS)}
+    return sorted(r for r in rows if 0 <= r < m)
+
+
+def rows_of(args: Any, m: int, index: torch.Tensor) -> Any:
+    """``args`` with every tensor whose first dimension is ``m`` cut to the rows ``index``."""
+    if isinstance(args, torch.Tensor):
+        return args.index_select(0, index) if args.dim() >= 1 and args.shape[0] == m else args
+    if isinstance(args, (tuple, list)):
+        return type(args)(rows_of(a, m, index) for a in args)
+    return args
+
+
+def row_wise(judge, shape: Shape, dtype: torch.dtype) -> bool:
+    """Does every output of the reference have the inputs' rows as its first dimension (on a
+    three-row draw)?"""
+    from .stages import upcast
+
+    small = dict(shape, M=3)
+    args = tuple(judge.problem.make_inputs(small, dtype, judge.device, judge.next_seed()))
+    with torch.no_grad():
+        meta = compare.output_meta(judge.problem.reference(*upcast(args, dtype)))
+    return all(s and s[0] == 3 for s in meta.shapes)
+
+
+def fits_in_memory(problem: Problem, shape: Shape, dtype: torch.dtype, device: str) -> bool:
+    if not device.startswith("cuda"):
+        return True
+    free, _ = torch.cuda.mem_get_info(torch.device(device))
+    return MEMORY_FACTOR * problem.bytes(shape, dtype) < free
+
+
+def run_whole(judge, case, meta: compare.OutputMeta) -> tuple:
+    """One judged call on ``case`` (watched, poisoned, its inputs' bits checked) with outputs of
+    the shapes ``meta`` names, returned whole and not compared."""
+    from .stages import CaseFailure, Rejection, tensors_of
+
+    before = [t.clone() for t in tensors_of(case.args)]
+    reply = judge.request(judge.call_message(case.shape, case.dtype, [case.args], meta))
+    judge.sync()
+    for i, (now, was) in enumerate(zip(tensors_of(case.args), before)):
+        if not compare.bitwise_equal(now, was):
+            raise Rejection("modified-input", f"the kernel wrote into input tensor {i} ({case.label})")
+    del before
+    if "error" in reply:
+        raise CaseFailure(f"the kernel raised {reply['error']}", case.label)
+    judge.check_ops(reply["ops"], case.label)
+    judge.check_call(reply, case.label)
+    return judge.collect([0], meta, case.label)[0]
+
+
+def run(judge, plan, tally, rng: random.Random) -> list[str]:
+    """Judge the large shapes; one note per shape (checked or skipped, and why)."""
+    from .stages import Case, CaseFailure
+
+    from .stages import upcast
+
+    large_rows, index_elements = bounds(judge.device)
+    notes = []
+    dtype = plan.dtypes[0]
+    drawn = large_shapes(judge.problem, plan.shapes, rng, large_rows, index_elements)
+    if drawn and not row_wise(judge, drawn[0][1], dtype):
+        return ["large shapes skipped: the outputs are not row-wise"]
+    for name, shape in drawn:
+        if not fits_in_memory(judge.problem, shape, dtype, judge.device):
+            notes.append(f"{name} {format_shape(shape)} skipped: not enough device memory")
+            continue
+        case = judge.make_case(shape, dtype)
+        case = Case(case.shape, case.dtype, case.args, name)
+        m = shape["M"]
+        rows = sampled_rows(m, rng)
+        index = torch.tensor(rows, dtype=torch.long, device=judge.device)
+        sub_args = rows_of(case.args, m, index)
+        with torch.no_grad():
+            sub_meta = compare.output_meta(judge.problem.reference(*upcast(sub_args, dtype)))
+        if any(not s or s[0] != len(rows) for s in sub_meta.shapes):
+            notes.append(f"{name} skipped: the outputs are not row-wise")
+            continue
+        full_meta = compare.OutputMeta(tuple((m,) + tuple(s[1:]) for s in sub_meta.shapes), sub_meta.dtypes)
+        outs = run_whole(judge, case, full_meta)
+        sub_outs = tuple(o.index_select(0, index) for o in outs)
+        refs = judge.reference(sub_args)
+        verdict = compare.compare_outputs(sub_outs, refs, sub_meta, judge.problem.tolerance(dtype))
+        label = f"{case.label} ({len(rows)} sampled rows, the last {LAST_ROWS} included)"
+        tally.add(verdict, label)
+        if not verdict.ok:
+            raise CaseFailure(verdict.message, label, verdict.worst_error)
+        notes.append(f"{name} {format_shape(shape)} ({len(rows)} sampled rows)")
+        del case, sub_args, outs, sub_outs, refs
+        if judge.gpu:  # gigabytes this process will not need again at this size
+            torch.cuda.empty_cache()
+    return notes

@@ -1,0 +1,40 @@
+"""What the worker checks of a call's outputs before it keeps them: plain tensors of the
+declared dtype, shape and device."""
+from __future__ import annotations
+
+from typing import Any
+
+
+def tensors_in(args: Any) -> list:
+    import torch
+
+    if type(args) is torch.Tensor:
+        return [args]
+    if type(args) in (list, tuple):
+        return [t for a in args for t in tensors_in(a)]
+    return []
+
+
+def check_outputs(outs: tuple, expected: list, device: str) -> str | None:
+    """None when ``outs`` are plain tensors with the expected (shape, dtype) each, on the
+    device; else what is wrong, in one line."""
+    import torch
+
+    if len(outs) != len(expected):
+        return f"kernel returned {len(outs)} output(s); the reference returns {len(expected)}"
+    for i, (out, (shape, dtype)) in enumerate(zip(outs, expected)):
+        label = f"output {i}" if len(outs) > 1 else "output"
+        kind = type(out)
+        if kind is not torch.Tensor:
+            if isinstance(out, torch.Tensor):
+                return f"{label} is a {kind.__name__}, a subclass of torch.Tensor: return a plain tensor"
+            return f"{label} is a {kind.__name__}, not a tensor"
+        if tuple(out.shape) != tuple(shape):
+            return f"{label} has shape {list(out.shape)}; expected {list(shape)}"
+        if str(out.dtype) != str(dtype):
+            return f"{label} has dtype {str(out.dtype).replace('torch.', '')}; expected {str(dtype).replace('torch.', '')}"
+        if out.layout != torch.strided or out.is_meta:
+            return f"{label} is a {out.layout} tensor{' on the meta device' if out.is_meta else ''}; return a dense one"
+        if out.device.type != torch.device(device).type:
+            return f"{label} is on {out.device}; expected {device}"
+    return None

@@ -1,0 +1,75 @@
+"""The dispatch mode every kernel call runs under, in the worker (``make_watch_class``)."""
+from __future__ import annotations
+
+import os
+import sys
+
+
+def make_watch_class(launch_record):
+    """The dispatch mode the kernel runs under (built lazily: it needs torch)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
+
+    from . import launches
+    from .integrity import POISONED_ALLOCATIONS
+
+    torch_dir = os.path.dirname(torch.__file__)
+    called_by_interpreter = launches.interpreter_frame_test(launch_record, (torch_dir, __file__))
+    tensor_type = torch.Tensor
+
+    def called_by_triton_interpreter() -> bool:
+        return called_by_interpreter(sys._getframe(2))
+
+    class KernelWatch(TorchDispatchMode):
+        """Records every aten op the kernel calls and the storage of every tensor those ops
+        make; fills fresh floating allocations with ``poison`` so that elements the kernel
+        never writes show up.  Ops the real Triton interpreter makes on the kernel's behalf
+        (copying arguments in and out) are neither recorded nor poisoned."""
+
+        def __init__(self, poison: float | None, timed_fills: bool = False, flush=None):
+            super().__init__()
+            self.flush = flush
+            self.poison = poison
+            self.ops: set[str] = set()
+            self.allocated: set[int] = set()
+            self.timed_fills = timed_fills
+            self._fills: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if type(out) is tensor_type:
+                self.allocated.add(out.untyped_storage().data_ptr())
+            if called_by_triton_interpreter():
+                return out
+            name = str(func.overloadpacket)
+            if name == "aten._local_scalar_dense":
+                launch_record.note_host_read(".item(), float(t), int(t), bool(t) or iteration (aten._local_scalar_dense)")
+            self.ops.add(name)
+            if (self.poison is not None and name in POISONED_ALLOCATIONS and type(out) is tensor_type
+                    and out.is_floating_point() and out.numel() > 0):
+                if self.timed_fills:
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    out.fill_(self.poison)
+                    if self.flush is not None:  # the fill left the output in L2: cold again, as the call began
+                        self.flush.zero_()
+                    end.record()
+                    self._fills.append((start, end))
+                else:
+                    out.fill_(self.poison)
+            return out
+
+        def still_in_charge(self) -> str | None:
+            """After the kernel returned, still inside ``with``: this mode must be the top of
+            the dispatch-mode stack and Python dispatch must not be excluded."""
+            stack = _get_current_dispatch_mode_stack()
+            if not stack or stack[-1] is not self:
+                return "the harness's dispatch mode was removed or covered during the call"
+            if torch._C._dispatch_tls_is_dispatch_key_excluded(torch._C.DispatchKey.Python):
+                return "Python dispatch was excluded during the call (the harness's watch switched off)"
+            return None
+
+        def fill_us(self) -> float:
+            return sum(s.elapsed_time(e) for s, e in self._fills) * 1000.0
+
+    return KernelWatch

@@ -1,0 +1,235 @@
+"""Parent side of the worker process: ``Worker`` (one process, a pipe, deadlines) and the
+fresh-worker supply (``acquire``, ``prestart``, ``release``).  See worker.py for the protocol."""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import gc
+import os
+import sys
+import time
+from typing import Any
+
+from . import transport
+from .integrity import fingerprint_digest
+from .worker_errors import WorkerCrash, WorkerTimeout
+from .worker_main import main
+
+STARTUP_TIMEOUT_S = 240.0
+
+
+@contextlib.contextmanager
+def _main_module_hidden():
+    """The worker needs nothing from the caller's ``__main__``; hide it while the process
+    starts so that ``spawn`` does not re-run a script that calls ``evaluate`` without an
+    ``if __name__ == "__main__"`` guard."""
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if k in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__dict__["__spec__"] = None
+    try:
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
+
+
+class Worker:
+    """Parent-side handle of one worker process."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.proc = None
+        self.conn = None
+        self.info: dict[str, Any] = {}
+        self.baseline: dict[str, str] = {}  # fingerprint taken before any kernel was loaded
+        self.baseline_digest = ""
+        self.used = False
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.is_alive()
+
+    def start(self) -> dict[str, Any]:
+        self.launch()
+        return self.wait_ready()
+
+    def launch(self) -> None:
+        """Spawn the process without waiting for it to be ready (it imports torch meanwhile)."""
+        ctx = _context()
+        parent_conn, child_conn = ctx.Pipe()
+        self.proc = ctx.Process(target=main, args=(child_conn, self.device),
+                                daemon=True, name="autokernel-worker")
+        saved = os.environ.get("TRITON_INTERPRET")
+        try:
+            if self.device.startswith("cuda"):
+                os.environ.pop("TRITON_INTERPRET", None)
+            else:
+                os.environ["TRITON_INTERPRET"] = "1"
+            with _main_module_hidden():
+                self.proc.start()
+        finally:
+            if saved is None:
+                os.environ.pop("TRITON_INTERPRET", None)
+            else:
+                os.environ["TRITON_INTERPRET"] = saved
+        child_conn.close()
+        self.conn = parent_conn
+
+    def wait_ready(self) -> dict[str, Any]:
+        if self.info:
+            return self.info
+        try:
+            info = self._wait(time.monotonic() + STARTUP_TIMEOUT_S)
+        except (WorkerCrash, WorkerTimeout) as exc:
+            raise RuntimeError(f"worker failed to start: {exc}") from None
+        if "error" in info:
+            self.kill()
+            raise RuntimeError(f"worker failed to start: {info['error']}")
+        self.baseline = dict(info.pop("fingerprint", {}))
+        self.baseline_digest = fingerprint_digest(self.baseline)
+        self.info = info
+        return info
+
+    def request(self, message: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Send a request; the answer (plain data) with ``tampered`` computed here, from the
+        worker's current fingerprint against the baseline this process keeps."""
+        if not self.alive:
+            raise WorkerCrash(self.proc.exitcode if self.proc else None)
+        self.used = True
+        try:
+            self.conn.send(message)
+        except (BrokenPipeError, EOFError, OSError):
+            self._reap()
+            raise WorkerCrash(self.proc.exitcode) from None
+        reply = self._wait(time.monotonic() + timeout_s)
+        now = reply.pop("fingerprint", None)
+        digest = reply.pop("fingerprint_digest", None)
+        tampered = list(reply.get("tampered") or [])
+        if message.get("op") == "collect" or (digest == self.baseline_digest and now is None):
+            pass
+        elif not isinstance(now, dict):
+            tampered.append("the worker's fingerprint (changed, names missing from its answer)")
+        else:
+            changed = [name for name, value in self.baseline.items() if now.get(name) != value]
+            tampered += changed[:5] + ([f"... and {len(changed) - 5} more"] if len(changed) > 5 else [])
+        reply["tampered"] = tampered
+        return reply
+
+    def _recv(self) -> dict[str, Any]:
+        data = self.conn.recv_bytes()
+        try:
+            reply = transport.decode(data)
+        except Exception as exc:  # the worker sent something other than plain data
+            return {"error": f"the worker's answer is not plain data ({type(exc).__name__}: {exc})",
+                    "tampered": ["the worker's answer channel (sent something other than plain data)"]}
+        if type(reply) is not dict:
+            return {"error": "the worker's answer is not a dict", "tampered": ["the worker's answer channel"]}
+        return reply
+
+    def _wait(self, deadline: float) -> dict[str, Any]:
+        while True:
+            try:
+                if self.conn.poll(0.02):
+                    return self._recv()
+            except (EOFError, OSError, ConnectionResetError):
+                self._reap()
+                raise WorkerCrash(self.proc.exitcode) from None
+            if not self.proc.is_alive():
+                # the answer may have arrived just before the process ended
+                try:
+                    if self.conn.poll(0):
+                        return self._recv()
+                except (EOFError, OSError):
+                    pass
+                self._reap()
+                raise WorkerCrash(self.proc.exitcode)
+            if time.monotonic() > deadline:
+                self.kill()
+                raise WorkerTimeout()
+
+    def _reap(self) -> None:
+        if self.proc is not None:
+            self.proc.join(timeout=5)
+            if self.proc.is_alive():
+                self.kill()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(timeout=10)
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.kill()
+
+
+_fresh: dict[str, list[Worker]] = {}
+_CONTEXT = None
+FORKSERVER_PRELOAD = ["torch", "torch._dynamo", "numpy", "triton", "triton.language", "triton.runtime.interpreter",
+                      "autokernel.harness.worker", "autokernel.harness.integrity", "autokernel.harness.launches",
+                      "autokernel.harness.timing", "autokernel.problems.registry"]
+
+
+def _context():
+    """Workers are forked from a pristine forkserver that imported torch and triton once
+    (never any kernel, never CUDA): a fresh worker per evaluation then costs a fork, not a
+    torch import.  ``spawn`` where forkserver is not available."""
+    global _CONTEXT
+    if _CONTEXT is None:
+        import multiprocessing
+
+        import torch.multiprocessing as tmp
+
+        if "forkserver" in multiprocessing.get_all_start_methods():
+            _CONTEXT = tmp.get_context("forkserver")
+            _CONTEXT.set_forkserver_preload(FORKSERVER_PRELOAD)
+        else:
+            _CONTEXT = tmp.get_context("spawn")
+    return _CONTEXT
+
+
+def acquire(device: str) -> Worker:
+    """A fresh worker for ``device``: one started in the background earlier, or a new one.
+    A worker is handed out once: it judges one kernel and is then killed (``release``)."""
+    pool = _fresh.setdefault(device, [])
+    while pool:
+        worker = pool.pop(0)
+        if worker.alive and not worker.used:
+            worker.wait_ready()
+            return worker
+        worker.kill()
+    worker = Worker(device)
+    worker.start()
+    return worker
+
+
+@atexit.register
+def _close_fresh_workers() -> None:
+    gc.collect()
+    for pool in _fresh.values():
+        for worker in pool:
+            worker.kill()
+    _fresh.clear()
+
+
+def prestart(device: str) -> None:
+    """Start the next fresh worker in the background (unless one is already waiting), so that
+    the next evaluation does not wait for torch to import."""
+    pool = _fresh.setdefault(device, [])
+    if not any(w.alive for w in pool):
+        worker = Worker(device)
+        worker.launch()
+        pool.append(worker)
+
+
+def release(worker: Worker) -> None:
+    """A worker that ran a kernel is never reused: kill it."""
+    worker.kill()

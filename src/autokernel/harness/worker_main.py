@@ -1,0 +1,382 @@
+"""Worker side: the request loop (``main``) and the state that runs kernel calls (``_State``).
+See worker.py for the protocol."""
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import sys
+import time
+import traceback
+from collections import deque
+from typing import Any
+
+from . import host_reads, transport
+from .gpu_cover import GPU_COVER_CYCLES, host_covered, next_cover_cycles
+from .integrity import fingerprint_digest
+from .output_checks import check_outputs, tensors_in
+from .problem_spec import load_problem
+from .watch import make_watch_class
+from .worker_errors import describe_error, is_cuda_fault
+
+_module_counter = itertools.count()
+HISTORY_CALLS = 16  # outputs of the last calls stay held, so that a ring of reused buffers shows
+HISTORY_BYTES = {"gpu": 4 << 30, "cpu": 256 << 20}
+
+
+def main(conn, device: str) -> None:
+    os.dup2(2, 1)  # anything the kernel prints goes to stderr
+    sys.stdout = sys.stderr
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it ends us
+    if device.startswith("cuda"):
+        os.environ.pop("TRITON_INTERPRET", None)
+    else:
+        os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        state = _State(device)
+    except BaseException as exc:  # report, then stop
+        where = traceback.extract_tb(exc.__traceback__)[-1:]
+        detail = f" (at {where[0].filename}:{where[0].lineno})" if where else ""
+        conn.send_bytes(transport.encode({"error": f"{type(exc).__name__}: {exc}{detail}"}))
+        return
+    from . import integrity
+
+    baseline = integrity.fingerprint()
+    baseline_digest = fingerprint_digest(baseline)
+    conn.send_bytes(transport.encode({"ready": True, "pid": os.getpid(), "device_name": state.device_name,
+                                      "fingerprint": baseline, "fingerprint_digest": baseline_digest}))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            return
+        op = message.get("op")
+        if op == "exit":
+            return
+        try:
+            reply = state.handle(op, message)
+        except Exception as exc:  # a bug of ours, not the kernel's: report it plainly
+            reply = {"error": f"harness worker error: {type(exc).__name__}: {exc}", "internal": True,
+                     "trace": traceback.format_exc(limit=6)}
+        del message
+        try:
+            if op != "collect":  # no kernel code runs during a collect
+                now = integrity.fingerprint()
+                digest = fingerprint_digest(now)
+                reply["fingerprint_digest"] = digest
+                if digest != baseline_digest:
+                    reply["fingerprint"] = now
+            data = transport.encode(reply)
+        except Exception as exc:
+            data = transport.encode({"error": f"harness worker error: cannot encode the answer: {exc}",
+                                     "internal": True, "trace": ""})
+        conn.send_bytes(data)
+        if reply.get("cuda_fault"):
+            # the CUDA context is dead after a device fault: nothing more can run here
+            os._exit(3)
+
+
+class _State:
+    def __init__(self, device: str):
+        import threading
+
+        import torch
+        import triton  # noqa: F401  (imported before the fingerprint on purpose)
+        import triton.language  # noqa: F401
+
+        from . import integrity, launches, timing  # noqa: F401
+
+        self.torch = torch
+        self.threading = threading
+        self.device = device
+        self.gpu = device.startswith("cuda")
+        if self.gpu:
+            if torch.device(device).index is not None:
+                torch.cuda.set_device(torch.device(device))
+            torch.cuda.init()
+            self.device_name = torch.cuda.get_device_name(torch.device(device))
+            self._flush = torch.empty(timing.FLUSH_BYTES, dtype=torch.int8, device=device)
+            self._gpu_sleep = getattr(torch.cuda, "_sleep", None)
+        else:
+            self.device_name = "cpu"
+            self._flush = None
+            self._gpu_sleep = None
+        self.problems: dict[str, Any] = {}
+        self.problem = None
+        self.slots: dict[str, Any] = {}
+        self.paths: dict[str, str] = {}
+        self.callables: dict[tuple, Any] = {}
+        self.kept: list[tuple] = []  # outputs of the last ``call`` request, by call index
+        self.history: deque = deque()  # outputs of earlier calls, still held (ring detection)
+        self.history_bytes = 0
+        self.launches = launches.install()
+        host_reads.install(self.launches, ())
+        self.watch_cls = make_watch_class(self.launches)
+        _self_test(device, self.watch_cls)
+        self.starts = launches.install_start_counters()
+        self.cover_cycles = GPU_COVER_CYCLES
+        self.uncovered = 0
+        self.threads_py = threading.active_count()
+
+    # ------------------------------------------------------------ dispatch
+    def handle(self, op: str, message: dict[str, Any]) -> dict[str, Any]:
+        if op == "ping":
+            return {"ok": True}
+        if op == "load":
+            if message.get("build_dir"):  # load_inline builds here: a killed build leaves no lock for the next
+                os.environ["TORCH_EXTENSIONS_DIR"] = message["build_dir"]
+            spec = message.get("problem")
+            if spec and spec not in self.problems:
+                self.problems[spec] = load_problem(spec)
+            self.problem = self.problems.get(spec) if spec else None
+            return self.load(message["slot"], message["path"], message.get("source"))
+        if op == "call":
+            return self.call(message)
+        if op == "collect":
+            return self.collect(message)
+        return {"error": f"unknown request {op!r}", "internal": True}
+
+    def load(self, slot: str, path: str, source: str | None = None) -> dict[str, Any]:
+        """Execute ``source`` (the text the parent checked; else the file) as a fresh module."""
+        import types
+
+        name = f"autokernel_candidate_{next(_module_counter)}"
+        try:
+            if source is None:
+                with open(path) as f:
+                    source = f.read()
+            code = compile(source, path, "exec")
+            module = types.ModuleType(name)
+            module.__file__ = path
+            sys.modules[name] = module
+            exec(code, module.__dict__)
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            return {"error": describe_error(exc, [path])}
+        if (self.problem is None or self.problem.make_kernel is None) and not callable(getattr(module, "kernel_fn", None)):
+            return {"error": "kernel file defines no callable kernel_fn"}
+        self.slots[slot] = module
+        self.paths[slot] = path
+        self.callables = {k: v for k, v in self.callables.items() if k[0] != slot}
+        return {"ok": True}
+
+    def kernel(self, slot: str, shape: dict, dtype) -> Any:
+        key = (slot, tuple(shape.items()), dtype)
+        if key not in self.callables:
+            module = self.slots[slot]
+            if self.problem is not None:
+                fn = self.problem.kernel_callable(module, shape, dtype, self.device)
+            else:
+                fn = getattr(module, "kernel_fn", None)
+                if not callable(fn):
+                    raise AttributeError("kernel file defines no callable kernel_fn")
+            self.callables[key] = fn
+        return self.callables[key]
+
+    # ------------------------------------------------------------ judged calls
+    def _retire_kept(self) -> None:
+        """Move the kept outputs to the history (held, so that their memory cannot be handed
+        out again while a reused buffer could still be recognised)."""
+        budget = HISTORY_BYTES["gpu" if self.gpu else "cpu"]
+        for outs in self.kept:
+            size = sum(o.untyped_storage().nbytes() for o in outs
+                       if type(o) is self.torch.Tensor and o.layout == self.torch.strided)
+            self.history.append((outs, size))
+            self.history_bytes += size
+        self.kept = []
+        while self.history and (len(self.history) > HISTORY_CALLS or self.history_bytes > budget):
+            _, size = self.history.popleft()
+            self.history_bytes -= size
+
+    def call(self, m: dict[str, Any]) -> dict[str, Any]:
+        slot = m.get("slot", "candidate")
+        paths = [self.paths.get(slot, "")]
+        self._retire_kept()
+        sets = m["sets"]
+        expected = m.get("expected")  # [(shape, dtype name)] per output, or None
+        module = self.slots.get(slot)
+        own = module.__dict__ if module is not None else None
+        require_launch = bool(m.get("require_launch", True))
+        inputs = [t for args in sets for t in tensors_in(args)]
+        times, ops, findings, bad = [], set(), [], []
+        uncovered = []
+        try:
+            fn = self.kernel(slot, m["shape"], m["dtype"])
+            for i, args in enumerate(sets):
+                before = self.uncovered
+                outs, t_us, call_ops, call_findings = self._judged_call(fn, args, m.get("poison"), own,
+                                                                         require_launch)
+                times.append(t_us)
+                if self.uncovered != before:
+                    uncovered.append(i)
+                ops |= call_ops
+                findings += [dict(f, call=i) for f in call_findings]
+                problem = check_outputs(outs, expected, self.device) if expected is not None else None
+                bad.append(problem)
+                if problem is None:
+                    alias = self._aliasing(outs, inputs)
+                    if alias:
+                        findings.append({"rule": "cached-output", "message": alias, "call": i})
+                self.kept.append(outs)
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            return self._kernel_error(exc, paths)
+        return {"times_us": times, "ops": sorted(ops), "findings": findings, "bad": bad, "uncovered": uncovered,
+                "kind": "gpu" if self.gpu else "interpreter"}
+
+    def _judged_call(self, fn, args, poison, own_globals, require_launch):
+        """One call of the kernel, the same for every call the worker makes."""
+        torch = self.torch
+        watch = self.watch_cls(poison, timed_fills=self.gpu, flush=self._flush)
+        record = self.launches.begin(own_globals)
+        py_before = self.threading.active_count()
+        threads_started, streams_made = self.starts.threads, self.starts.streams
+        if self.gpu:
+            cover, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+            self._flush.zero_()
+            cover.record()
+            host_from = time.perf_counter()
+            if self._gpu_sleep is not None:
+                self._gpu_sleep(self.cover_cycles)
+            start.record()
+        t0 = time.perf_counter()
+        try:
+            with watch:
+                raw = fn(*args)
+                mode_problem = watch.still_in_charge()
+        finally:
+            self.launches.end()
+        if self.gpu:
+            host_us = (time.perf_counter() - host_from) * 1e6
+            end.record()
+            torch.cuda.synchronize()
+            t_us = start.elapsed_time(end) * 1000.0 - watch.fill_us()
+            spin_us = cover.elapsed_time(start) * 1000.0
+            if not host_covered(host_us, spin_us):
+                self.uncovered += 1
+            self.cover_cycles = next_cover_cycles(self.cover_cycles, spin_us, host_us)
+        else:
+            t_us = (time.perf_counter() - t0) * 1e6
+        outs = raw if type(raw) is tuple else (tuple(raw) if type(raw) is list else (raw,))
+        findings = []
+        if mode_problem:
+            findings.append({"rule": "torch-op", "message": mode_problem})
+        host_read = host_reads.finding(record.host_reads) if require_launch else None
+        if host_read:
+            findings.append(host_read)
+        if record.odd_argument:
+            findings.append({"rule": "foreign-compute", "message": (
+                f"a Triton kernel was launched with {record.odd_argument}: launch arguments must be "
+                "tensors, numbers, dtypes or Triton objects")})
+        extra_py = self.threading.active_count() - max(py_before, self.threads_py)
+        if self.starts.threads != threads_started:
+            findings.append({"rule": "threads-or-streams",
+                             "message": f"the call started {self.starts.threads - threads_started} thread(s)"})
+        elif self.starts.streams != streams_made or self.starts.streams:
+            findings.append({"rule": "threads-or-streams",
+                             "message": "the kernel created a CUDA stream (work on it escapes the timing)"})
+        elif extra_py > 0:
+            findings.append({"rule": "threads-or-streams",
+                             "message": f"{extra_py} Python thread(s) more after the call than before"})
+        # OS threads (/proc/self/task) are not a finding: torch's and BLAS's pools grow lazily on
+        # first use of a size (seen with fused_mlp's held-out shapes); native threads need native
+        # code, which the static rules keep out (ctypes, cffi)
+        tensors = [o for o in outs if type(o) is torch.Tensor and o.layout == torch.strided and not o.is_meta
+                   and o.numel() > 0]
+        for i, o in enumerate(tensors):
+            ptr = o.untyped_storage().data_ptr()
+            if ptr not in watch.allocated:
+                findings.append({"rule": "cached-output", "message": (
+                    f"output {i} was not allocated during the call (by an allocation the harness saw): "
+                    "a kept buffer, another thread's memory, or an allocation hidden from the watch")})
+            elif require_launch and ptr not in record.own_storages:
+                if not record.own:
+                    findings.append({"rule": "no-kernel", "message": (
+                        "the call launched no Triton kernel defined in the kernel file "
+                        f"({record.foreign} launch(es) of kernels from elsewhere)")})
+                else:
+                    findings.append({"rule": "foreign-compute", "message": (
+                        f"output {i} was not passed to any Triton kernel of the file's own: it was computed "
+                        "by something else (PyTorch, numpy, ctypes, ...)")})
+        return outs, float(t_us), watch.ops, findings
+
+    def _aliasing(self, outs: tuple, inputs: list) -> str | None:
+        torch = self.torch
+        spans = []
+        for o in outs:
+            if type(o) is torch.Tensor and o.layout == torch.strided and o.numel() > 0:
+                s = o.untyped_storage()
+                spans.append((s.data_ptr(), s.data_ptr() + s.nbytes()))
+        for a, (lo, hi) in enumerate(spans):
+            for b, (lo2, hi2) in enumerate(spans[:a]):
+                if lo < hi2 and lo2 < hi:
+                    return f"outputs {b} and {a} share memory"
+        def overlaps(tensors, what):
+            for t in tensors:
+                if type(t) is torch.Tensor and t.layout == torch.strided and t.numel() > 0:
+                    s = t.untyped_storage()
+                    lo2, hi2 = s.data_ptr(), s.data_ptr() + s.nbytes()
+                    for i, (lo, hi) in enumerate(spans):
+                        if lo < hi2 and lo2 < hi:
+                            return f"output {i} shares memory with {what}"
+            return None
+        found = overlaps(inputs, "an input")
+        if found:
+            return found
+        for outs_before in self.kept:
+            found = overlaps(outs_before, "the output of an earlier call")
+            if found:
+                return found
+        for outs_before, _ in self.history:
+            found = overlaps(outs_before, "the output of an earlier call")
+            if found:
+                return found
+        return None
+
+    def collect(self, m: dict[str, Any]) -> dict[str, Any]:
+        """Copy the kept outputs of the calls ``m["indices"]`` into the parent's buffers."""
+        done = []
+        for index, buffers in zip(m["indices"], m["buffers"]):
+            outs = self.kept[int(index)]
+            problem = check_outputs(outs, [(tuple(b.shape), str(b.dtype)) for b in buffers], self.device)
+            if problem is None:
+                for dst, src in zip(buffers, outs):
+                    dst.copy_(src)
+            done.append(problem)
+        if self.gpu:
+            self.torch.cuda.synchronize()
+        return {"bad": done}
+
+    def _kernel_error(self, exc: BaseException, paths: list[str]) -> dict[str, Any]:
+        return {"error": describe_error(exc, paths), "cuda_fault": is_cuda_fault(exc)}
+
+
+
+def _self_test(device: str, watch_cls) -> None:
+    """Run a trusted Triton kernel under the watch, so that everything torch and triton set
+    up lazily on first use (torch._dynamo wraps torch.manual_seed when a dispatch mode is first
+    entered, drivers, launchers, thread pools) is in place before the fingerprint and the
+    thread counts are taken."""
+    import torch
+    import torch._dynamo  # noqa: F401
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _copy(src, dst, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+
+    x = torch.arange(100, dtype=torch.float32, device=device)
+    with watch_cls(float("nan")):
+        y = torch.empty_like(x)
+        _copy[(2,)](x, y, x.numel(), BLOCK=64)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    if not torch.equal(x, y):
+        raise RuntimeError("the worker's Triton self-test computed a wrong copy")
+    big = torch.rand(1 << 22, device=device)  # start torch's own thread pool now, not in a kernel's call
+    big.add_(1.0).sum()
+    big.clone().copy_(big)

@@ -1,0 +1,66 @@
+"""Large shapes on sampled rows (harness/large_shapes.py) and the raw-memory paths a call may
+not open (harness/host_reads.py): the pure parts.  The end-to-end attacks are in
+test_attacks_coverage.py (rows past a bound, offsets that wrap) and test_harness_attacks.py."""
+from __future__ import annotations
+
+import random
+
+import torch
+
+from autokernel.harness import host_reads, large_shapes
+from autokernel.problems.registry import get_problem
+
+
+def test_large_shapes_pass_the_bounds_with_odd_rows_at_the_narrowest_target():
+    reduce = get_problem("reduce")
+    shapes = [{"M": 8192, "N": 8192}, {"M": 65536, "N": 1024}]
+    drawn = dict(large_shapes.large_shapes(reduce, shapes, random.Random(1), 1 << 17, 1 << 31))
+    rows, wide = drawn["large-rows"], drawn["index-width"]
+    assert rows["N"] == 1024 and rows["M"] > 1 << 17 and rows["M"] % 2 == 1
+    assert wide["N"] == 1024 and wide["M"] * wide["N"] > 1 << 31
+    # twice the largest target M when that is past the bound
+    assert dict(large_shapes.large_shapes(reduce, shapes, random.Random(1), 100, None))["large-rows"]["M"] > 2 * 65536
+
+
+def test_no_large_shapes_without_rows_or_bounds():
+    rotary = get_problem("rotary")  # dims B, H, S, D
+    assert large_shapes.large_shapes(rotary, [{"B": 1, "H": 2, "S": 8, "D": 16}], random.Random(0), 10, 10) == []
+    assert large_shapes.large_shapes(get_problem("softmax"), [{"M": 4, "N": 8}], random.Random(0), None, None) == []
+    assert large_shapes.bounds("cpu") == (None, None)  # the interpreter cannot afford them
+    assert large_shapes.bounds("cuda:0") == (1 << 17, 1 << 31)
+
+
+def test_sampled_rows_include_the_ends_and_the_powers_of_two():
+    rows = large_shapes.sampled_rows(70001, random.Random(3))
+    assert rows == sorted(set(rows)) and rows[0] == 0 and rows[-1] == 70000
+    assert set(range(70001 - large_shapes.LAST_ROWS, 70001)) <= set(rows)
+    assert {16383, 16384, 65535, 65536} <= set(rows)
+    assert large_shapes.sampled_rows(3, random.Random(0)) == [0, 1, 2]
+
+
+def test_rows_of_cuts_only_the_tensors_with_m_rows():
+    x, w = torch.arange(12.0).reshape(6, 2), torch.ones(2)
+    index = torch.tensor([0, 5])
+    cut_x, cut_w, eps = large_shapes.rows_of((x, w, 1e-6), 6, index)
+    assert cut_x.tolist() == [[0.0, 1.0], [10.0, 11.0]] and cut_w is w and eps == 1e-6
+
+
+def test_memory_paths(tmp_path):
+    (tmp_path / "innocent").symlink_to("/proc/self/mem")
+    assert host_reads.memory_path(tmp_path / "innocent")
+    for path in ("/proc/self/mem", "/proc/1234/mem", "/proc/self/map_files/7f-80", "/dev/shm/torch_1_2",
+                 "/proc/self/fd/5", b"/proc/self/pagemap", "/proc/self/../self/mem", "/proc/self/task/9/mem"):
+        assert host_reads.memory_path(path), path
+    # a descriptor number is how subprocess pipes open (Triton's compiler, inside a launch)
+    for path in ("/tmp/kernel.py", "/proc/cpuinfo", "/proc/meminfo", "/proc/self/status", "/proc/self/maps",
+                 "/dev/null", "mem", 7):
+        assert not host_reads.memory_path(path), path
+
+
+def test_only_problems_with_rows_and_one_row_dimension_get_large_shapes():
+    matmul = get_problem("matmul")  # a row of C costs a row of A times all of B
+    assert large_shapes.large_shapes(matmul, [{"M": 16, "N": 24, "K": 40}], random.Random(0), 10, 10) == []
+    gelu = get_problem("gelu")  # tanh is a fixed flag, not a dimension of the row
+    shape = dict(gelu.cpu_shapes[0])
+    drawn = dict(large_shapes.large_shapes(gelu, [shape], random.Random(0), 10, None))
+    assert drawn["large-rows"]["tanh"] == shape["tanh"] and drawn["large-rows"]["M"] > 10
