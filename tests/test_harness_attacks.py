@@ -157,3 +157,53 @@ def test_duck_typed_launch_argument_cannot_run_torch_in_the_interpreters_frames(
     with Evaluator("softmax", device="cpu", shapes=["4x100"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
         result = ev.evaluate(ATTACKS / "softmax_interp_duck_argument.py")
     assert result.verdict == "rejected" and "foreign-compute" in rules(result), result.message
+
+
+def test_work_deferred_to_a_later_call_of_the_request_is_caught():
+    """Found by the second red-team pass (it passed all six stages and timing): within one timed
+    request the first calls return outputs they never wrote and the last call computes them all,
+    so the median per-call time is a do-nothing launch while every output is right when the
+    parent collects it.  A digest of each output taken right after its call no longer matches."""
+    with Evaluator("rotary_table", device="cpu", timeout_s=60, baselines=False) as ev:
+        result = ev.evaluate(ATTACKS / "rotary_table_deferred_write.py")
+    assert result.verdict == "rejected" and "deferred-write" in rules(result), result.message
+    assert result.failed_stage == "timing"
+
+
+def test_output_digest_sees_any_change_of_bits_and_nothing_else():
+    import torch
+
+    from autokernel.harness.output_checks import output_digest
+
+    out = torch.randn(7, 9, dtype=torch.bfloat16)
+    strided = torch.randn(9, 7).t()  # not contiguous
+    first = output_digest((out, strided))
+    assert output_digest((out, strided)) == first
+    out[6, 8] = out[6, 8] * 2 + 1
+    assert output_digest((out, strided)) != first
+    before = output_digest((out, strided))
+    strided[0, 1] += 1.0
+    assert output_digest((out, strided)) != before
+    # two elements swapped: the plain sum is the same, the parity-weighted one is not
+    x = torch.arange(6, dtype=torch.float32)
+    d = output_digest((x,))
+    x[0], x[1] = 1.0, 0.0
+    assert output_digest((x,)) != d
+
+
+def test_a_launch_made_while_another_stream_is_current_is_counted(monkeypatch):
+    """GPU attack of the second red-team pass (not run here): the real kernel launched under a
+    ``torch.Stream`` from torch's pool, which the stream counters did not see; the judge's stream
+    got only padding.  Every launch now checks the current stream against the timed one."""
+    from autokernel.harness import launches
+
+    record = launches.LaunchRecord()
+    call = record.begin(None, timed_stream=111)
+    monkeypatch.setattr(launches, "current_stream_handle", lambda: 111)
+    record.note(object(), (), {})
+    assert call.off_stream == 0
+    monkeypatch.setattr(launches, "current_stream_handle", lambda: 222)
+    record.note(object(), (), {})
+    assert call.off_stream == 1
+    source = (ATTACKS / "softmax_gpu_pool_stream.py").read_text()
+    assert "threads-or-streams" in {f.rule for f in integrity.static_findings(source)}

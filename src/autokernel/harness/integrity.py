@@ -16,7 +16,8 @@ Every finding names one of ``RULES``:
 ``fallback``           a ``try``/``except`` whose handler calls PyTorch (the classic "if my
                        kernel fails, quietly use torch" trick);
 ``threads-or-streams`` threads, processes, asyncio or extra CUDA streams (work that escapes the
-                       timing or the checks);
+                       timing or the checks; a Triton launch made while a stream other than
+                       the judge's was current);
 ``monkey-patch``       assigning to attributes of torch, triton, autokernel or builtins, found
                        statically in the file or at run time (ids of critical functions
                        snapshotted in the worker before the candidate is imported);
@@ -35,7 +36,10 @@ Every finding names one of ``RULES``:
                        ``__globals__``, ``__subclasses__``...), or defines pickling/dispatch
                        hooks (``__reduce__``, ``__torch_dispatch__``...);
 ``timing-mismatch``    the worker's reported times do not fit the judge's own wall clock
-                       around the request that made them.
+                       around the request that made them;
+``deferred-write``     an output changed after its call returned (a digest of its bits taken
+                       right after the call differs when the parent collects it): the work of
+                       one call was done by a later one, where the timing would not charge it.
 
 This module is pure analysis (AST, op names, id snapshots); the worker and the stages call it.
 """
@@ -48,7 +52,7 @@ from typing import Any, Iterable
 
 RULES = ("modified-input", "partial-write", "cached-output", "torch-op", "fallback",
          "threads-or-streams", "monkey-patch", "below-floor", "no-kernel", "foreign-compute",
-         "introspection", "timing-mismatch")
+         "introspection", "timing-mismatch", "deferred-write")
 
 # How far below the physical floor a measured time may fall before it is rejected.  The floor
 # comes from the calibrated copy bandwidth and matmul peak when `autokernel calibrate` has run
@@ -165,6 +169,10 @@ def static_findings(source: str, filename: str = "kernel.py") -> list[StaticFind
             if root in aliases and aliases[root] == "sys" and node.attr in ("modules", "settrace", "setprofile"):
                 if _is_store_context(node, tree):
                     add("monkey-patch", node, f"changes {dotted}")
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
+            for alias in node.names:
+                if alias.name in _STREAM_NAMES or alias.name.endswith(("Stream", "StreamContext")):
+                    add("threads-or-streams", node, f"imports {node.module}.{alias.name}: extra streams escape the timing")
         if isinstance(node, ast.Name) and node.id in _DISPATCH_ESCAPES:
             add("torch-op", node, f"uses {node.id}: a kernel may not hide its ops from the harness")
         # monkey-patching: assignment to attributes of guarded modules

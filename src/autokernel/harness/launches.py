@@ -33,6 +33,8 @@ class CallLaunches:
     own_storages: set[int] = field(default_factory=set)
     odd_argument: str | None = None  # a launch argument that is no tensor, number or Triton object
     host_reads: list[str] = field(default_factory=list)  # ways the call read tensor values into Python
+    timed_stream: int | None = None  # the CUDA stream the judge times (GPU)
+    off_stream: int = 0  # launches made while another stream was current: their work escapes the timing
 
 
 class LaunchRecord:
@@ -40,8 +42,8 @@ class LaunchRecord:
         self.current: CallLaunches | None = None
         self.depth = 0
 
-    def begin(self, own_globals: dict | None) -> CallLaunches:
-        self.current = CallLaunches(own_globals)
+    def begin(self, own_globals: dict | None, timed_stream: int | None = None) -> CallLaunches:
+        self.current = CallLaunches(own_globals, timed_stream=timed_stream)
         self.depth = 0
         return self.current
 
@@ -63,6 +65,8 @@ class LaunchRecord:
             return
         if call.odd_argument is None:
             call.odd_argument = odd_argument(args, kwargs)
+        if call.timed_stream is not None and current_stream_handle() != call.timed_stream:
+            call.off_stream += 1
         fn = getattr(jit_fn, "fn", None)
         if isinstance(fn, types.FunctionType) and call.own_globals is not None and fn.__globals__ is call.own_globals:
             call.own += 1
@@ -71,6 +75,12 @@ class LaunchRecord:
                     call.own_storages.add(t.untyped_storage().data_ptr())
         else:
             call.foreign += 1
+
+
+def current_stream_handle() -> int:
+    import torch
+
+    return int(torch.cuda.current_stream().cuda_stream)
 
 
 def odd_argument(args: tuple, kwargs: dict) -> str | None:

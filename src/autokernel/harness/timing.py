@@ -95,13 +95,6 @@ def reported_fits_wall(reported_us: Sequence[float], wall_s: float) -> bool:
     return sum(reported_us) <= wall_s * 1e6 * 1.01 + 20.0
 
 
-def without_uncovered(reported_us: Sequence[float], uncovered: set[int]) -> list[float]:
-    """The per-call times of one request, less the calls the GPU spin did not cover (their host
-    time may show as GPU time); all of them when every call was uncovered."""
-    kept = [t for i, t in enumerate(reported_us) if i not in uncovered]
-    return kept if kept else list(reported_us)
-
-
 def calls_for(plan: "TimingPlan", estimate_us: float, gpu: bool) -> int:
     """Timed calls per shape for a per-call time estimate (the L2 flush counted on a GPU)."""
     overhead = 650.0 if gpu else 0.0  # L2 flush, the ~0.5 ms GPU spin that covers host overhead, sync

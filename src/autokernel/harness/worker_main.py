@@ -11,10 +11,10 @@ import traceback
 from collections import deque
 from typing import Any
 
-from . import host_reads, transport
+from . import host_reads, launches, transport
 from .gpu_cover import GPU_COVER_CYCLES, host_covered, next_cover_cycles
 from .integrity import fingerprint_digest
-from .output_checks import check_outputs, tensors_in
+from .output_checks import check_outputs, output_digest, tensors_in
 from .problem_spec import load_problem
 from .watch import make_watch_class
 from .worker_errors import describe_error, is_cuda_fault
@@ -107,6 +107,7 @@ class _State:
         self.paths: dict[str, str] = {}
         self.callables: dict[tuple, Any] = {}
         self.kept: list[tuple] = []  # outputs of the last ``call`` request, by call index
+        self.kept_digests: list = []  # their output_digest, taken right after each call
         self.history: deque = deque()  # outputs of earlier calls, still held (ring detection)
         self.history_bytes = 0
         self.launches = launches.install()
@@ -185,6 +186,7 @@ class _State:
             self.history.append((outs, size))
             self.history_bytes += size
         self.kept = []
+        self.kept_digests = []
         while self.history and (len(self.history) > HISTORY_CALLS or self.history_bytes > budget):
             _, size = self.history.popleft()
             self.history_bytes -= size
@@ -219,6 +221,7 @@ class _State:
                     if alias:
                         findings.append({"rule": "cached-output", "message": alias, "call": i})
                 self.kept.append(outs)
+                self.kept_digests.append(output_digest(outs) if problem is None else None)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
@@ -230,7 +233,7 @@ class _State:
         """One call of the kernel, the same for every call the worker makes."""
         torch = self.torch
         watch = self.watch_cls(poison, timed_fills=self.gpu, flush=self._flush)
-        record = self.launches.begin(own_globals)
+        record = self.launches.begin(own_globals, launches.current_stream_handle() if self.gpu else None)
         py_before = self.threading.active_count()
         threads_started, streams_made = self.starts.threads, self.starts.streams
         if self.gpu:
@@ -266,6 +269,9 @@ class _State:
         host_read = host_reads.finding(record.host_reads) if require_launch else None
         if host_read:
             findings.append(host_read)
+        if record.off_stream:
+            findings.append({"rule": "threads-or-streams", "message": (
+                f"{record.off_stream} Triton launch(es) ran on a CUDA stream other than the one the judge times")})
         if record.odd_argument:
             findings.append({"rule": "foreign-compute", "message": (
                 f"a Triton kernel was launched with {record.odd_argument}: launch arguments must be "
@@ -337,17 +343,21 @@ class _State:
 
     def collect(self, m: dict[str, Any]) -> dict[str, Any]:
         """Copy the kept outputs of the calls ``m["indices"]`` into the parent's buffers."""
-        done = []
+        done, findings = [], []
         for index, buffers in zip(m["indices"], m["buffers"]):
             outs = self.kept[int(index)]
             problem = check_outputs(outs, [(tuple(b.shape), str(b.dtype)) for b in buffers], self.device)
+            if problem is None and self.kept_digests[int(index)] != output_digest(outs):
+                findings.append({"rule": "deferred-write", "call": int(index), "message": (
+                    "an output changed after its call returned: written later (by another call of the "
+                    "request), so the call it belongs to did not do its work in its own time")})
             if problem is None:
                 for dst, src in zip(buffers, outs):
                     dst.copy_(src)
             done.append(problem)
         if self.gpu:
             self.torch.cuda.synchronize()
-        return {"bad": done}
+        return {"bad": done, "findings": findings}
 
     def _kernel_error(self, exc: BaseException, paths: list[str]) -> dict[str, Any]:
         return {"error": describe_error(exc, paths), "cuda_fault": is_cuda_fault(exc)}
