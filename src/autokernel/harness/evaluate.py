@@ -130,6 +130,7 @@ class Evaluator:
         self.baselines = baselines
         self.prestart = prestart
         self.device_name = current_device_name(self.device)
+        self.memory_plan: memory.MemoryPlan | None = None  # how the last evaluation fitted its budget
         self._worker: Worker | None = None
         self._incumbent: tuple[str, Worker] | None = None  # (source text, its own worker)
         self._evaluations = 0
@@ -251,8 +252,9 @@ class Evaluator:
         plan = stages.StagePlan(self.shapes, self.dtypes, heldout_seed)
         self._stage = "memory"
         try:
-            judge.plan_memory(plan)
+            self.memory_plan = judge.plan_memory(plan)
         except stages.MemoryShortfall as exc:
+            self.memory_plan = judge.memory_plan
             ev.failed_stage, ev.message = "memory", str(exc)
             return
         for name, run_stage in stages.STAGE_FUNCTIONS:

@@ -58,9 +58,10 @@ class MemoryPlan:
     sizes: SetSizes
     exact_snapshots: bool  # pristine inputs and first outputs kept as clones (else keyed fingerprints)
     together: bool  # the outputs of a multi-call case collected in one request (else one at a time)
-    need: int  # peak of the most demanding correctness case, as planned
+    need: int  # peak of the most demanding correctness case, as planned (judge and worker)
     fits: bool
     message: str = ""
+    worker: int = 0  # of ``need``, what the worker holds (its kept outputs, history, temporaries)
 
 
 def history_bytes(cap: int, calls: int, outputs: int) -> int:
@@ -80,16 +81,20 @@ def case_peak(s: SetSizes, calls: int, history: int, exact: bool, together: bool
 
     Parent: inputs, their pristine snapshot, the reference, the collected output buffers (all
     calls' when ``together``, else one plus the first output kept for the determinism check)
-    and the compare workspace.  Worker: every call's outputs kept until the next request, its
-    history, and one output's worth of the kernel's own temporaries."""
+    and the compare workspace; plus the worker's share (``worker_peak``)."""
     snapshot = s.inputs if exact else 0
     if together:
         buffers = calls * s.outputs
     else:
         buffers = s.outputs + (s.outputs if exact and calls > 1 else 0)
     parent = s.inputs + snapshot + s.reference + buffers + s.workspace
-    worker = calls * s.outputs + history + s.outputs
-    return max(parent, reference_peak(s, snapshot)) + worker
+    return max(parent, reference_peak(s, snapshot)) + worker_peak(s, calls, history)
+
+
+def worker_peak(s: SetSizes, calls: int, history: int) -> int:
+    """A worker's share: every call's outputs kept until the next request, its history, and one
+    output's worth of the kernel's own temporaries."""
+    return calls * s.outputs + history + s.outputs
 
 
 def smoke_peak(s: SetSizes, history: int, exact: bool, together: bool) -> int:
@@ -123,17 +128,22 @@ def baseline_sets(s: SetSizes, budget: int, held: int, wanted: int) -> int:
     return int(max(0, min(wanted, room // max(1, s.inputs)))) if room > 0 else 0
 
 
-def plan(s: SetSizes, budget: int, history_cap: int, history_calls: int, max_calls: int = 2) -> MemoryPlan:
+def plan(s: SetSizes, budget: int, history_cap: int, history_calls: int, max_calls: int = 2,
+         waiting_sets: int = 0) -> MemoryPlan:
     """The cheapest way of working that fits, from exact snapshots with outputs collected
     together (fastest, most detailed messages) down to fingerprints with outputs collected one
-    at a time; ``fits`` False with what is needed against what is available when none does."""
+    at a time; ``fits`` False with what is needed against what is available when none does.
+    ``waiting_sets``: input sets drawn together that wait while one is judged (a problem's
+    adversarial draws come as one list)."""
     history = history_bytes(history_cap, history_calls, s.outputs)
     need = 0
     for exact, together in ((True, True), (True, False), (False, False)):
         need = max(case_peak(s, max_calls, history, exact, together), smoke_peak(s, history, exact, together))
+        need += waiting_sets * s.inputs
         if need <= budget:
-            return MemoryPlan(budget, s, exact, together, need, True)
-    return MemoryPlan(budget, s, False, False, need, False, shortfall_message(need, budget, s))
+            return MemoryPlan(budget, s, exact, together, need, True, worker=worker_peak(s, max_calls, history))
+    return MemoryPlan(budget, s, False, False, need, False, shortfall_message(need, budget, s),
+                      worker_peak(s, max_calls, history))
 
 
 def shortfall_message(need: int, budget: int, s: SetSizes) -> str:

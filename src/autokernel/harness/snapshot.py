@@ -3,7 +3,7 @@ allows, else a keyed fingerprint.
 
 The fingerprint is a random linear form over the tensor's storage bytes read as 32-bit words,
 modulo 2**64: slice ``c`` of the words contributes ``r_c * sum_i word_i * w_i``, with one
-random weight vector ``w`` per ``Fingerprinter`` and one random odd factor ``r_c`` per slice and
+random weight vector ``w`` per ``Fingerprinter`` and slice length and one random odd factor ``r_c`` per slice and
 snapshot.  The keys live in the judge's process only; a change passes unseen only if it
 cancels in that form, which a kernel that cannot read the keys hits with probability about
 2**-32 per snapshot (a change split across slices does not cancel: each slice has its own
@@ -37,17 +37,13 @@ class Fingerprinter:
     def __init__(self, chunk: int = COMPARE_CHUNK_ELEMENTS):
         self.chunk = int(chunk)
         self._rng = random.SystemRandom()
-        self._weights: dict[str, torch.Tensor] = {}
+        self._seed = self._rng.getrandbits(62)
 
-    def _w(self, device: torch.device) -> torch.Tensor:
-        """The weight vector of ``device`` (one per device for the Fingerprinter's life: a
-        snapshot is checked with the weights it was taken with)."""
-        key = str(device)
-        if key not in self._weights:
-            gen = torch.Generator().manual_seed(self._rng.getrandbits(63))
-            self._weights[key] = torch.randint(-(1 << 62), 1 << 62, (self.chunk,), dtype=torch.int64,
-                                               generator=gen).to(device)
-        return self._weights[key]
+    def _w(self, device: torch.device, n: int) -> torch.Tensor:
+        """The weights for slices of ``n`` words: drawn again from the Fingerprinter's secret
+        seed each time (nothing held between snapshots; the same length gets the same weights)."""
+        gen = torch.Generator(device=device).manual_seed(self._seed ^ (n * 0x9E3779B1))
+        return torch.randint(-(1 << 62), 1 << 62, (n,), dtype=torch.int64, device=device, generator=gen)
 
     def of(self, t: torch.Tensor, factors: list[int] | None = None) -> tuple[int, list[int]]:
         """The fingerprint of ``t``'s storage and the per-slice factors used (pass them back to
@@ -57,7 +53,7 @@ class Fingerprinter:
         slices = max(1, -(-n // self.chunk))
         if factors is None:
             factors = [self._rng.getrandbits(62) * 2 + 1 for _ in range(slices + 1)]
-        w = self._w(t.device)
+        w = self._w(t.device, max(1, min(n, self.chunk)))
         acc = torch.zeros((), dtype=torch.int64, device=t.device)
         for c in range(slices):
             part = words[c * self.chunk:(c + 1) * self.chunk]

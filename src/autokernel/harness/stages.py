@@ -237,7 +237,10 @@ class Judge:
             worst = memory.SetSizes(*(max(a, b) for a, b in zip(
                 (worst.inputs, worst.outputs, worst.reference, worst.upcast, worst.workspace),
                 (sizes.inputs, sizes.outputs, sizes.reference, sizes.upcast, sizes.workspace))))
-        self.memory_plan = memory.plan(worst, self.budget, self.history_cap, HISTORY_CALLS)
+        make = self.problem.adversarial_inputs
+        waiting = max(0, len(make(dict(smallest(plan.shapes)), plan.dtypes[0], self.device, self.next_seed())) - 1) \
+            if make is not None else 0
+        self.memory_plan = memory.plan(worst, self.budget, self.history_cap, HISTORY_CALLS, waiting_sets=waiting)
         self.release_each_case = worst.inputs + worst.outputs >= RELEASE_BYTES
         self.release()
         if not self.memory_plan.fits:
@@ -443,6 +446,17 @@ def with_scalars_of(args: Any, fresh: Any) -> Any:
     return fresh
 
 
+def _rewritten_in_place(judge: Judge, case: Case) -> Case:
+    """``case`` with fresh values copied into its own tensors (and the scalars drawn with them);
+    the fresh draw is gone when this returns."""
+    fresh = judge.make_case(case.shape, case.dtype)
+    with torch.no_grad():
+        for dst, src in zip(tensors_of(case.args), tensors_of(fresh.args)):
+            dst.copy_(src)
+    judge.sync()
+    return Case(case.shape, case.dtype, with_scalars_of(case.args, fresh.args), case.name)
+
+
 def stage_smoke(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
     case = judge.make_case(smallest(plan.shapes), plan.dtypes[0])
     first = _checked(judge, tally, case)
@@ -451,13 +465,7 @@ def stage_smoke(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
     # Cached-output check: same tensors, new values, written in place by the parent.
     refs_before = first.refs
     del first  # its outputs: only the reference is needed from here
-    fresh = judge.make_case(case.shape, case.dtype)
-    with torch.no_grad():
-        for dst, src in zip(tensors_of(case.args), tensors_of(fresh.args)):
-            dst.copy_(src)
-    judge.sync()
-    case = Case(case.shape, case.dtype, with_scalars_of(case.args, fresh.args), case.name)
-    del fresh
+    case = _rewritten_in_place(judge, case)
     second = judge.run_case(case)
     if second.same_storage:
         raise Rejection("cached-output", f"called again after its inputs changed, the kernel returned the storage "
