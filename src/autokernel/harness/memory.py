@@ -129,20 +129,23 @@ def baseline_sets(s: SetSizes, budget: int, held: int, wanted: int) -> int:
 
 
 def plan(s: SetSizes, budget: int, history_cap: int, history_calls: int, max_calls: int = 2,
-         waiting_sets: int = 0) -> MemoryPlan:
+         waiting_sets: int = 0, heldout: SetSizes | None = None) -> MemoryPlan:
     """The cheapest way of working that fits, from exact snapshots with outputs collected
     together (fastest, most detailed messages) down to fingerprints with outputs collected one
     at a time; ``fits`` False with what is needed against what is available when none does.
-    ``waiting_sets``: input sets drawn together that wait while one is judged (a problem's
-    adversarial draws come as one list)."""
-    history = history_bytes(history_cap, history_calls, s.outputs)
+    ``s``: the largest case at the target shapes (every stage runs there); ``heldout``: the
+    largest held-out case (called twice, nothing else).  ``waiting_sets``: input sets drawn
+    together that wait while one is judged (a problem's adversarial draws come as one list)."""
+    history = history_bytes(history_cap, history_calls, max(s.outputs, heldout.outputs if heldout else 0))
     need = 0
     for exact, together in ((True, True), (True, False), (False, False)):
-        need = max(case_peak(s, max_calls, history, exact, together), smoke_peak(s, history, exact, together))
-        need += waiting_sets * s.inputs
+        need = max(case_peak(s, max_calls, history, exact, together),
+                   smoke_peak(s, history, exact, together) + waiting_sets * s.inputs,
+                   case_peak(heldout, 2, history, exact, together) if heldout else 0)
         if need <= budget:
             return MemoryPlan(budget, s, exact, together, need, True, worker=worker_peak(s, max_calls, history))
-    return MemoryPlan(budget, s, False, False, need, False, shortfall_message(need, budget, s),
+    big = heldout if heldout is not None and heldout.inputs > s.inputs else s
+    return MemoryPlan(budget, s, False, False, need, False, shortfall_message(need, budget, big),
                       worker_peak(s, max_calls, history))
 
 

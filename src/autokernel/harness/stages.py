@@ -225,7 +225,21 @@ class Judge:
         dtype) and choose how to work within the budget; ``MemoryShortfall`` when nothing fits."""
         rng = random.Random(plan.heldout_seed)
         heldout = [self.problem.heldout_shape(dict(s), rng) for s in plan.shapes]
-        keys = [(largest(plan.shapes), d) for d in plan.dtypes] + [(largest(heldout), plan.dtypes[0])]
+        target = self._worst([(largest(plan.shapes), d) for d in plan.dtypes])
+        held = self._worst([(largest(heldout), plan.dtypes[0])])
+        make = self.problem.adversarial_inputs
+        waiting = max(0, len(make(dict(smallest(plan.shapes)), plan.dtypes[0], self.device, self.next_seed())) - 1) \
+            if make is not None else 0
+        self.memory_plan = memory.plan(target, self.budget, self.history_cap, HISTORY_CALLS, waiting_sets=waiting,
+                                       heldout=held)
+        self.release_each_case = max(target.inputs + target.outputs, held.inputs + held.outputs) >= RELEASE_BYTES
+        self.release()
+        if not self.memory_plan.fits:
+            raise MemoryShortfall(self.memory_plan.message)
+        return self.memory_plan
+
+    def _worst(self, keys: list[tuple[Shape, torch.dtype]]) -> memory.SetSizes:
+        """The largest of each size over the cases ``keys`` (each measured on a real draw)."""
         worst = memory.SetSizes(0, 0, 0, 0, memory.workspace_bytes(self.chunk))
         for shape, dtype in keys:
             try:
@@ -237,15 +251,7 @@ class Judge:
             worst = memory.SetSizes(*(max(a, b) for a, b in zip(
                 (worst.inputs, worst.outputs, worst.reference, worst.upcast, worst.workspace),
                 (sizes.inputs, sizes.outputs, sizes.reference, sizes.upcast, sizes.workspace))))
-        make = self.problem.adversarial_inputs
-        waiting = max(0, len(make(dict(smallest(plan.shapes)), plan.dtypes[0], self.device, self.next_seed())) - 1) \
-            if make is not None else 0
-        self.memory_plan = memory.plan(worst, self.budget, self.history_cap, HISTORY_CALLS, waiting_sets=waiting)
-        self.release_each_case = worst.inputs + worst.outputs >= RELEASE_BYTES
-        self.release()
-        if not self.memory_plan.fits:
-            raise MemoryShortfall(self.memory_plan.message)
-        return self.memory_plan
+        return worst
 
     def history(self, outputs: int) -> int:
         return memory.history_bytes(self.history_cap, HISTORY_CALLS, outputs)
