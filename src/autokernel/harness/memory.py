@@ -98,9 +98,10 @@ def worker_peak(s: SetSizes, calls: int, history: int) -> int:
 
 
 def smoke_peak(s: SetSizes, history: int, exact: bool, together: bool) -> int:
-    """The smoke stage's second call also holds the first call's reference and a fresh draw
-    while it is copied into the old tensors."""
-    return case_peak(s, 1, history, exact, together) + s.reference + s.inputs
+    """The smoke stage: its second call also holds the first call's reference; before it, a
+    fresh draw is copied into the first call's inputs (both sets alive for a moment)."""
+    drawing = 2 * s.inputs + s.reference + worker_peak(s, 1, history)
+    return max(case_peak(s, 1, history, exact, together) + s.reference, drawing)
 
 
 def timing_fixed(s: SetSizes, history: int, incumbent: bool) -> int:
@@ -140,7 +141,8 @@ def plan(s: SetSizes, budget: int, history_cap: int, history_calls: int, max_cal
     need = 0
     for exact, together in ((True, True), (True, False), (False, False)):
         need = max(case_peak(s, max_calls, history, exact, together),
-                   smoke_peak(s, history, exact, together) + waiting_sets * s.inputs,
+                   smoke_peak(s, history, exact, together),
+                   case_peak(s, 1, history, exact, together) + waiting_sets * s.inputs,  # numerics
                    case_peak(heldout, 2, history, exact, together) if heldout else 0)
         if need <= budget:
             return MemoryPlan(budget, s, exact, together, need, True, worker=worker_peak(s, max_calls, history))
