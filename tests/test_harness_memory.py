@@ -193,3 +193,60 @@ def test_evaluation_stays_within_a_small_budget_and_judges_right(tmp_path):
         assert ev.verdict == "incorrect" and ev.failed_stage == "memory"
         assert "not enough memory to judge this problem" in ev.message and "1.0 MiB is available" in ev.message
         assert ev.stages == []
+
+
+# ------------------------------------------------------------------ numerics in one request
+class InProcessWorker:
+    """Answers ``call``/``collect`` like the worker, computing outputs with the reference at
+    the inputs' dtype (``wrong`` zeroes the outputs of those call indices)."""
+
+    def __init__(self, problem, wrong=()):
+        self.problem, self.wrong, self.ops, self.kept = problem, set(wrong), [], []
+
+    def request(self, message, timeout_s):
+        self.ops.append((message["op"], len(message.get("sets") or message.get("indices") or [])))
+        if message["op"] == "call":
+            self.kept = []
+            for i, args in enumerate(message["sets"]):
+                out = self.problem.reference(*args)
+                self.kept.append(torch.zeros_like(out) if i in self.wrong else out)
+            n = len(message["sets"])
+            return {"times_us": [1.0] * n, "ops": [], "findings": [], "bad": [None] * n, "tampered": []}
+        for index, buffers in zip(message["indices"], message["buffers"]):
+            buffers[0].copy_(self.kept[index])
+        return {"bad": [None] * len(message["indices"]), "tampered": []}
+
+
+def _numerics(problem, worker, budget):
+    from autokernel.harness import stages
+
+    judge = stages.Judge(problem, "cpu", worker, 10.0, seed=3, memory_budget=budget)
+    plan = stages.StagePlan([{"M": 8, "N": 64}], [torch.float32], heldout_seed=1)
+    judge.plan_memory(plan)
+    worker.ops.clear()
+    return stages.stage_numerics(judge, plan, stages.StageTally("numerics"))
+
+
+def test_numerics_draws_of_one_shape_go_in_one_request_when_memory_allows():
+    from autokernel.problems import get_problem
+
+    problem = get_problem("softmax")
+    n = len(problem.adversarial_inputs({"M": 8, "N": 64}, torch.float32, "cpu", 0))
+    assert n >= 2
+    worker = InProcessWorker(problem)
+    _numerics(problem, worker, 1 << 30)
+    assert worker.ops == [("call", n), ("collect", n)]
+    worker = InProcessWorker(problem)
+    _numerics(problem, worker, 200_000)  # room for one case at a time only
+    assert worker.ops == [("call", 1), ("collect", 1)] * n
+
+
+def test_a_wrong_draw_in_a_batched_request_fails_under_its_own_name():
+    from autokernel.harness import stages
+    from autokernel.problems import get_problem
+
+    problem = get_problem("softmax")
+    names = [name for name, _ in problem.adversarial_inputs({"M": 8, "N": 64}, torch.float32, "cpu", 0)]
+    with pytest.raises(stages.CaseFailure) as failure:
+        _numerics(problem, InProcessWorker(problem, wrong={1}), 1 << 30)
+    assert failure.value.label.endswith(f"case={names[1]}")

@@ -104,6 +104,13 @@ def smoke_peak(s: SetSizes, history: int, exact: bool, together: bool) -> int:
     return max(case_peak(s, 1, history, exact, together) + s.reference, drawing)
 
 
+def batch_peak(s: SetSizes, n: int, history: int, exact: bool) -> int:
+    """``n`` one-call cases of one shape in one request: each with its inputs, snapshot,
+    reference and collected outputs in the judge and its kept outputs in the worker."""
+    per_case = s.inputs + (s.inputs if exact else 0) + s.reference + 2 * s.outputs
+    return n * per_case + s.upcast + s.reference + s.workspace + history + s.outputs
+
+
 def timing_fixed(s: SetSizes, history: int, incumbent: bool) -> int:
     """What a timing request holds besides its input sets: one checked call's reference and
     collected outputs, the compare workspace, the workers' histories and temporaries."""

@@ -9,7 +9,8 @@ Stages, in order, stopping at the first failure:
 ``sweep``        every target shape x every dtype (the smoke case excepted);
 ``numerics``     ``problem.adversarial_inputs`` at every target shape x every dtype (passes with
                  a note when the problem has none): a kernel picks its code path by size, so
-                 overflow-prone values must reach every path that is timed;
+                 overflow-prone values must reach every path that is timed; the draws of one
+                 shape and dtype go in one request when memory allows (``Judge.run_cases``);
 ``determinism``  every target shape x every dtype, called twice on the same inputs: identical
                  bits (the edge and held-out shapes are called twice in their stages too);
 ``edges``        ``problem.edge_shapes_for(device)`` x every dtype, on every device;
@@ -324,6 +325,50 @@ class Judge:
             self._probe_partial_write(case, outs[verdicts.index(verdict)], pristine)
         return CaseResult(outs, verdict, same_storage, refs)
 
+    def can_batch(self, cases: list[Case]) -> bool:
+        """Several one-call cases of one shape and dtype go in one request when the memory plan
+        collects outputs together and all of them fit at once."""
+        if len(cases) < 2 or not self.together:
+            return False
+        sizes = self.sizes_of(cases[0])
+        return memory.batch_peak(sizes, len(cases), self.history(sizes.outputs), self.exact) <= self.budget
+
+    def run_cases(self, cases: list[Case]) -> list[CaseResult]:
+        """One call on each case (same shape and dtype), in one request and one collect: each
+        call judged exactly as ``run_case`` judges it (inputs, findings, outputs, compare), in
+        order; the first case that breaks a rule raises, with its own label."""
+        shape, dtype = cases[0].shape, cases[0].dtype
+        meta = self.meta(cases[0])
+        pristine = [self.snapshot(tensors_of(c.args)) for c in cases]
+        refs = [self.reference(c.args) for c in cases]
+        reply = self.request(self.call_message(shape, dtype, [c.args for c in cases], meta))
+        for case, snap in zip(cases, pristine):
+            self.check_inputs(case.args, snap, case.label)
+        names = "|".join(c.name for c in cases)
+        if "error" in reply:
+            raise CaseFailure(f"the kernel raised {reply['error']}",
+                              f"shape={format_shape(shape)} dtype={dtype_name(dtype)} case={names}")
+        self.check_ops(reply["ops"], f"shape={format_shape(shape)} dtype={dtype_name(dtype)} case={names}")
+        for finding in reply.get("findings") or []:
+            index = finding.get("call", 0)
+            label = cases[index].label if isinstance(index, int) and 0 <= index < len(cases) else cases[0].label
+            self.check_call({"findings": [dict(finding, call=0)]}, label)
+        bad = reply.get("bad") or []
+        for i, case in enumerate(cases):
+            if i < len(bad) and bad[i] is not None:
+                self.check_call({"bad": [bad[i]]}, case.label)
+        outs = self.collect(list(range(len(cases))), meta, cases[0].label)
+        tol = self.problem.tolerance(dtype)
+        results = []
+        for case, got, ref, snap in zip(cases, outs, refs, pristine):
+            verdict = compare.compare_outputs(got, ref, meta, tol, self.chunk)
+            if not verdict.ok and verdict.nonfinite:
+                self._probe_partial_write(case, got, snap)
+            results.append(CaseResult([got], verdict, False, ref))
+            if not verdict.ok:
+                break  # the stage fails at this case, as it would one request at a time
+        return results
+
     def _one_at_a_time(self, case: Case, calls: int, refs: Any, meta: compare.OutputMeta, tol: Any,
                        pristine: snapshot.Snapshot, same_storage: bool) -> CaseResult:
         first: snapshot.Snapshot | None = None
@@ -523,11 +568,16 @@ def stage_numerics(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
     n = 0
     for dtype in plan.dtypes:
         for shape in plan.shapes:
-            drawn = list(make(dict(shape), dtype, judge.device, judge.next_seed()))
-            while drawn:  # each set is dropped once judged
-                name, args = drawn.pop(0)
-                _checked(judge, tally, Case(dict(shape), dtype, tuple(args), name))
-                del args
+            cases = [Case(dict(shape), dtype, tuple(args), name)
+                     for name, args in make(dict(shape), dtype, judge.device, judge.next_seed())]
+            if hasattr(judge, "run_cases") and judge.can_batch(cases):  # one request for all of them
+                for case, result in zip(cases, judge.run_cases(cases)):
+                    tally.add(result.verdict, case.label)
+                    judge.fail_if_wrong(result, case)
+                n += len(cases)
+                continue
+            while cases:  # each set is dropped once judged
+                _checked(judge, tally, cases.pop(0))
                 n += 1
     return f"{n} adversarial case(s) at {len(plan.shapes)} shape(s) x {len(plan.dtypes)} dtype(s)"
 
