@@ -13,8 +13,9 @@ the device-wide peak in use (total less the least free memory, sampled every 20 
 the GPU).  Before the memory plan the judge's parent held ~120 GiB on an H200 and these four
 ran out of memory.  Writes DIR/judge_memory.json and DIR/judge_memory.md; prints the markdown
 table last.  Problems not started once ``--budget`` seconds are spent are listed as skipped.
-Expected wall time on an H200: 6-12 minutes (torch.compile max-autotune of four baselines
-included; about half that with the baselines cached).
+Expected wall time on an H200: 10-20 minutes cold (a torch.compile max-autotune baseline per
+problem), 4-8 minutes with the baselines cached; ``--budget`` (default 1500 s) bounds it.
+``--kb`` takes the KernelBench directory or its level1/ folder.
 """
 from __future__ import annotations
 
