@@ -181,6 +181,7 @@ def test_evaluation_stays_within_a_small_budget_and_judges_right(tmp_path):
         plan = evaluator.memory_plan
         assert plan.fits and not plan.exact_snapshots and not plan.together
         assert meter.peak <= BUDGET - plan.worker, (meter.peak, BUDGET - plan.worker)
+        assert "memory: outputs collected one at a time, fingerprints instead of clones" in ev.stages[0].message
 
         evaluator.timing = False
         ev = evaluator.evaluate(Path(__file__).parent / "kernels" / "reduce_modifies_input.py")

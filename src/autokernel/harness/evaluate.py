@@ -271,7 +271,7 @@ class Evaluator:
                 ev.stages.append(tally.result(False, str(exc)))
                 return self._reject(ev, name, exc.finding)
             if name == "smoke":
-                message += f" (input seed {seed})"
+                message += f" (input seed {seed})" + memory.describe_plan(self.memory_plan)
             ev.stages.append(tally.result(True, message))
         ev.correct, ev.verdict = True, "pass"
         ev.message = f"passed {len(ev.stages)} stages"

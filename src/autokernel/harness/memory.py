@@ -158,6 +158,14 @@ def plan(s: SetSizes, budget: int, history_cap: int, history_calls: int, max_cal
                       worker_peak(s, max_calls, history))
 
 
+def describe_plan(p: MemoryPlan | None) -> str:
+    """A note for the record when the judge worked in a memory-saving way (else empty)."""
+    if p is None or not p.fits or (p.exact_snapshots and p.together):
+        return ""
+    how = "outputs collected one at a time" + ("" if p.exact_snapshots else ", fingerprints instead of clones")
+    return f"; memory: {how} (about {fmt_bytes(p.need)} of {fmt_bytes(p.budget)})"
+
+
 def shortfall_message(need: int, budget: int, s: SetSizes) -> str:
     return (f"not enough memory to judge this problem: one case needs about {fmt_bytes(need)} (inputs "
             f"{fmt_bytes(s.inputs)}, outputs {fmt_bytes(s.outputs)}, reference {fmt_bytes(s.reference)}; the judge, "
