@@ -5,6 +5,7 @@ own solutions from tests/kernelbench_solutions/level1.
 
     PYTHONPATH=src python benchmarks/judge_memory_gpu.py --out DIR [--kb DIR] [--budget 1500]
     PYTHONPATH=src python benchmarks/judge_memory_gpu.py --out DIR --cpu-smoke    # CPU, scaled down
+    ... --memory-mib 50000      # the same under a 50000 MiB budget: the memory-saving path
 
 Per problem: the verdict (and the held-out verdict), the evaluation wall time, the parent's
 peak allocated GPU memory (``torch.cuda.max_memory_allocated``) and peak reserved memory, and
@@ -63,7 +64,7 @@ def gib(n: float | None) -> str:
     return "-" if n is None else f"{n / (1 << 30):.1f}"
 
 
-def run_one(name: str, kb_dir: Path, device: str, scale: float | None) -> dict:
+def run_one(name: str, kb_dir: Path, device: str, scale: float | None, budget: int | None) -> dict:
     import torch
 
     from autokernel.arena.judge import JudgeSettings, judge
@@ -71,7 +72,8 @@ def run_one(name: str, kb_dir: Path, device: str, scale: float | None) -> dict:
 
     problem_file = kb_dir / f"{name}.py"
     solution = SOLUTIONS / f"{name}.py"
-    settings = JudgeSettings(device=device, options=KernelBenchOptions(scale=scale), timeout_s=300.0)
+    settings = JudgeSettings(device=device, options=KernelBenchOptions(scale=scale), timeout_s=300.0,
+                             memory_budget=budget)
     gpu = device.startswith("cuda")
     row: dict = {"problem": name}
     if gpu:
@@ -124,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=1500.0, help="wall-time budget in seconds")
     ap.add_argument("--cpu-smoke", action="store_true", help=f"CPU, sizes scaled by {SMOKE_SCALE}")
     ap.add_argument("--problems", default=",".join(PROBLEMS), help="comma-separated KernelBench file stems")
+    ap.add_argument("--memory-mib", type=float, default=None,
+                    help="the judge's memory budget in MiB (default: measured); a small one exercises the "
+                         "memory-saving path (e.g. 50000 on an H200, 1.5 with --cpu-smoke)")
     args = ap.parse_args(argv)
     kb_dir = args.kb / "level1" if (args.kb / "level1").is_dir() else args.kb
     names = [n for n in args.problems.split(",") if n]
@@ -148,10 +153,13 @@ def main(argv: list[str] | None = None) -> int:
         if time.perf_counter() - started > args.budget:
             rows.append({"problem": name, "verdict": "skipped", "message": "wall-time budget spent"})
             continue
-        row = run_one(name, kb_dir, device, scale)
+        row = run_one(name, kb_dir, device, scale, int(args.memory_mib * (1 << 20)) if args.memory_mib else None)
         print(json.dumps(row), flush=True)
         rows.append(row)
-    md = table(rows, torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu smoke, scaled")
+    where = torch.cuda.get_device_name(0) if device.startswith("cuda") else "cpu smoke, scaled"
+    if args.memory_mib:
+        where += f", memory budget {args.memory_mib:g} MiB"
+    md = table(rows, where)
     (args.out / "judge_memory.json").write_text(json.dumps(rows, indent=1))
     (args.out / "judge_memory.md").write_text(md + "\n")
     print(md)
