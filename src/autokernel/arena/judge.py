@@ -28,6 +28,7 @@ class JudgeSettings:
     options: KernelBenchOptions = KernelBenchOptions()
     timeout_s: float = 120.0
     compile_timeout_s: float = 600.0
+    memory_budget: int | None = None  # bytes the judge may plan with (None: measured, harness/memory.py)
 
 
 def load(problem_file: Path, settings: JudgeSettings) -> tuple[Problem | None, ProblemResult | None]:
@@ -55,7 +56,7 @@ def judge(problem_file: Path, solution_file: Path | None, settings: JudgeSetting
     gpu = settings.device.startswith("cuda")
     at_file_sizes = dataclasses.replace(problem, heldout=lambda s, rng: dict(s))
     with Evaluator(at_file_sizes, device=settings.device, timeout_s=settings.timeout_s, timing=gpu, baselines=gpu,
-                   compile_timeout_s=settings.compile_timeout_s) as evaluator:
+                   compile_timeout_s=settings.compile_timeout_s, memory_budget=settings.memory_budget) as evaluator:
         ev = evaluator.evaluate(solution_file)
     result.verdict, result.failed_stage, result.message = ev.verdict, ev.failed_stage, ev.message
     if gpu and ev.correct:
@@ -81,7 +82,8 @@ def _heldout(problem: Problem, shape: dict, solution_file: Path, settings: Judge
         return
     result.heldout_sizes = problem.kernelbench.describe(held)
     with Evaluator(problem, device=settings.device, shapes=[held], timeout_s=settings.timeout_s, timing=False,
-                   baselines=False, compile_timeout_s=settings.compile_timeout_s) as evaluator:
+                   baselines=False, compile_timeout_s=settings.compile_timeout_s,
+                   memory_budget=settings.memory_budget) as evaluator:
         ev = evaluator.evaluate(solution_file)
     result.heldout = "pass" if ev.correct else "fail"
     result.heldout_message = f"sizes {format_shape(held)} (seed {seed}): {ev.verdict}" + (

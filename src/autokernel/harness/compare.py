@@ -31,6 +31,8 @@ import torch
 
 from ..problems.base import Tolerance, dtype_name
 
+from .memory import COMPARE_CHUNK_ELEMENTS as CHUNK_ELEMENTS  # elements per slice of a comparison
+
 
 @dataclass(frozen=True)
 class OutputMeta:
@@ -80,96 +82,7 @@ def is_exact_dtype(dtype: torch.dtype) -> bool:
     return not (dtype.is_floating_point or dtype.is_complex)
 
 
-def compare_exact(out: torch.Tensor, ref: torch.Tensor) -> Verdict:
-    out = out.detach().to(device=ref.device)
-    if out.numel() == 0:
-        return Verdict(True, 0.0)
-    differ = out.to(torch.int64) != ref.detach().to(torch.int64)
-    n = int(differ.sum())
-    if not n:
-        return Verdict(True, 0.0)
-    k = int(torch.nonzero(differ.reshape(-1))[0])
-    return Verdict(False, math.inf, f"{n} of {out.numel()} integer elements differ from the reference (exact comparison); "
-                   f"first at {_position(differ.new_ones(differ.shape), k, tuple(differ.shape))}: "
-                   f"out {int(out.reshape(-1)[k])}, ref {int(ref.reshape(-1)[k])}")
-
-
-def row_mass_error(out: torch.Tensor, ref: torch.Tensor, finite: torch.Tensor, tol: Tolerance) -> tuple[float, str]:
-    """Largest ``| sum|out_row| - sum|ref_row| |`` as a fraction of ``rtol * sum|ref_row| + atol``
-    over the rows (last dimension) of the finite elements, with a message for the worst row."""
-    if ref.dim() == 0:
-        return 0.0, ""
-    width = ref.shape[-1]
-    zero = torch.zeros((), dtype=ref.dtype, device=ref.device)
-    mass_ref = torch.where(finite, ref.abs(), zero).reshape(-1, width).sum(-1)
-    mass_out = torch.where(finite, out.abs(), zero).reshape(-1, width).sum(-1)
-    frac = (mass_out - mass_ref).abs() / (tol.rtol * mass_ref + tol.atol)
-    row = int(torch.argmax(frac))
-    worst = float(frac[row])
-    return worst, (f"row {row}: the sum of |out| is {float(mass_out[row]):.4g} where the reference's is "
-                   f"{float(mass_ref[row]):.4g} (an output of the wrong magnitude), {worst:.3g}x the bound "
-                   f"rtol * sum|ref| + atol = {float(tol.rtol * mass_ref[row] + tol.atol):.3g}")
-
-
-def compare_tensor(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> Verdict:
-    """Compare one output with its reference (already checked for shape)."""
-    ref = ref.detach()
-    if is_exact_dtype(ref.dtype):
-        return compare_exact(out, ref)
-    work = ref.dtype if ref.dtype in (torch.float64, torch.float32) else torch.float32
-    ref = ref.to(work)
-    out = out.detach().to(device=ref.device, dtype=work)
-    if out.numel() == 0:
-        return Verdict(True, 0.0)
-    ref_finite = torch.isfinite(ref)
-    out_finite = torch.isfinite(out)
-    bad_finite = int((ref_finite & ~out_finite).sum())
-    if bad_finite:
-        return Verdict(False, math.inf, f"{bad_finite} of {out.numel()} elements are NaN/inf where the reference is finite",
-                       nonfinite=bad_finite)
-    if not bool(ref_finite.all()):
-        special = ~ref_finite
-        ref_s, out_s = ref[special], out[special]
-        same = (torch.isnan(ref_s) & torch.isnan(out_s)) | (ref_s == out_s)
-        mismatched = int((~same).sum())
-        if mismatched:
-            return Verdict(False, math.inf, f"{mismatched} elements differ where the reference is NaN/inf")
-    ref_f, out_f = ref[ref_finite], out[ref_finite]
-    if ref_f.numel() == 0:
-        return Verdict(True, 0.0)
-    diff = (out_f - ref_f).abs()
-    bound = tol.atol + tol.rtol * ref_f.abs()
-    ratio = diff / bound
-    idx = int(torch.argmax(ratio))
-    elem = float(ratio.reshape(-1)[idx])
-    # The reference's norm is floored at atol * sqrt(n) (an RMS of atol): below the absolute
-    # tolerance a relative error means nothing (an output of 1e-33 where the truth is 2e-33).
-    norm_ref = max(float(torch.linalg.vector_norm(ref_f)), tol.atol * math.sqrt(ref_f.numel()))
-    norm_diff = float(torch.linalg.vector_norm(diff))
-    if norm_ref > 0:
-        rel = norm_diff / norm_ref
-        norm_frac = rel / tol.max_rel_norm if tol.max_rel_norm > 0 else (math.inf if rel > 0 else 0.0)
-    else:
-        rel = norm_diff
-        norm_frac = math.inf if norm_diff > 0 else 0.0
-    mass_frac, mass_message = row_mass_error(out, ref, ref_finite, tol)
-    worst = max(elem, norm_frac, mass_frac)
-    if worst <= 1.0:
-        return Verdict(True, worst)
-    if mass_frac > max(elem, norm_frac):
-        message = mass_message
-    elif elem >= norm_frac:
-        flat_pos = _position(ref_finite, idx, tuple(ref.shape))
-        message = (f"max error {float(diff.reshape(-1)[idx]):.3g} at {flat_pos} (out {float(out_f.reshape(-1)[idx]):.6g}, "
-                   f"ref {float(ref_f.reshape(-1)[idx]):.6g}) is {elem:.3g}x the bound atol={tol.atol:g} rtol={tol.rtol:g}")
-    else:
-        message = f"relative norm error {rel:.3g} is {norm_frac:.3g}x the bound {tol.max_rel_norm:g}"
-    return Verdict(False, worst, message)
-
-
-def _position(mask: torch.Tensor, k: int, shape: tuple[int, ...]) -> str:
-    """Index (in the full tensor) of the k-th True element of ``mask``."""
-    flat = int(torch.nonzero(mask.reshape(-1))[k]) if not bool(mask.all()) else k
+def _unravel(flat: int, shape: tuple[int, ...]) -> str:
     pos = []
     for size in reversed(shape):
         pos.append(flat % size if size else 0)
@@ -177,7 +90,138 @@ def _position(mask: torch.Tensor, k: int, shape: tuple[int, ...]) -> str:
     return "[" + ",".join(str(p) for p in reversed(pos)) + "]"
 
 
-def compare_outputs(outs: Any, refs: Any, meta: OutputMeta, tol: Tolerance) -> Verdict:
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as (rows, last dimension); a 0-d tensor is one row of one element."""
+    t = t.detach()
+    if t.dim() == 0:
+        return t.reshape(1, 1)
+    return t.reshape(-1, t.shape[-1])
+
+
+def _slices(rows: int, width: int, chunk: int):
+    step = max(1, chunk // max(width, 1))
+    for a in range(0, rows, step):
+        yield a, min(rows, a + step)
+
+
+def compare_exact(out: torch.Tensor, ref: torch.Tensor, chunk: int = CHUNK_ELEMENTS) -> Verdict:
+    if out.numel() == 0:
+        return Verdict(True, 0.0)
+    o2, r2 = _rows(out), _rows(ref)
+    width = r2.shape[1]
+    n, first = 0, None
+    for a, b in _slices(r2.shape[0], width, chunk):
+        differ = o2[a:b].to(device=ref.device, dtype=torch.int64) != r2[a:b].to(torch.int64)
+        k = int(differ.sum())
+        if k and first is None:
+            first = a * width + int(torch.nonzero(differ.reshape(-1))[0])
+        n += k
+    if not n:
+        return Verdict(True, 0.0)
+    return Verdict(False, math.inf, f"{n} of {out.numel()} integer elements differ from the reference (exact comparison); "
+                   f"first at {_unravel(first, tuple(ref.shape))}: "
+                   f"out {int(out.reshape(-1)[first])}, ref {int(ref.reshape(-1)[first])}")
+
+
+@dataclass
+class _Worst:
+    """The largest error seen so far over the slices of a comparison."""
+
+    elem: float = -1.0
+    elem_at: int = 0
+    elem_diff: float = 0.0
+    elem_out: float = 0.0
+    elem_ref: float = 0.0
+    mass: float = 0.0
+    mass_row: int = 0
+    mass_out: float = 0.0
+    mass_ref: float = 0.0
+    sq_ref: float = 0.0
+    sq_diff: float = 0.0
+    finite: int = 0
+
+
+def compare_tensor(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, chunk: int = CHUNK_ELEMENTS) -> Verdict:
+    """Compare one output with its reference (already checked for shape), a slice of whole rows
+    at a time (the temporaries stay near ``chunk`` elements whatever the output's size)."""
+    ref = ref.detach()
+    if is_exact_dtype(ref.dtype):
+        return compare_exact(out, ref, chunk)
+    work = ref.dtype if ref.dtype in (torch.float64, torch.float32) else torch.float32
+    if out.numel() == 0:
+        return Verdict(True, 0.0)
+    o2, r2 = _rows(out), _rows(ref)
+    width = r2.shape[1]
+    bad_finite = mismatched = 0
+    w = _Worst()
+    for a, b in _slices(r2.shape[0], width, chunk):
+        r = r2[a:b].to(work)
+        o = o2[a:b].to(device=ref.device, dtype=work)
+        r_fin = torch.isfinite(r)
+        bad = int((r_fin & ~torch.isfinite(o)).sum())
+        bad_finite += bad
+        if bad_finite:
+            continue  # only counting now: the verdict is decided
+        all_finite = bool(r_fin.all())
+        if not all_finite:
+            special = ~r_fin
+            r_s, o_s = r[special], o[special]
+            mismatched += int((~((torch.isnan(r_s) & torch.isnan(o_s)) | (r_s == o_s))).sum())
+        r_f, o_f = r[r_fin], o[r_fin]
+        if r_f.numel():
+            diff = (o_f - r_f).abs()
+            ratio = diff / (tol.atol + tol.rtol * r_f.abs())
+            idx = int(torch.argmax(ratio))
+            elem = float(ratio[idx])
+            if elem > w.elem or w.elem < 0:
+                local = idx if all_finite else int(torch.nonzero(r_fin.reshape(-1))[idx])
+                w.elem, w.elem_at = elem, a * width + local
+                w.elem_diff, w.elem_out, w.elem_ref = float(diff[idx]), float(o_f[idx]), float(r_f[idx])
+            w.sq_ref += float(torch.linalg.vector_norm(r_f)) ** 2
+            w.sq_diff += float(torch.linalg.vector_norm(diff)) ** 2
+            w.finite += r_f.numel()
+        if ref.dim() > 0:
+            zero = torch.zeros((), dtype=work, device=ref.device)
+            mass_ref = torch.where(r_fin, r.abs(), zero).sum(-1)
+            mass_out = torch.where(r_fin, o.abs(), zero).sum(-1)
+            frac = (mass_out - mass_ref).abs() / (tol.rtol * mass_ref + tol.atol)
+            row = int(torch.argmax(frac))
+            if float(frac[row]) > w.mass:
+                w.mass, w.mass_row = float(frac[row]), a + row
+                w.mass_out, w.mass_ref = float(mass_out[row]), float(mass_ref[row])
+    if bad_finite:
+        return Verdict(False, math.inf, f"{bad_finite} of {out.numel()} elements are NaN/inf where the reference is finite",
+                       nonfinite=bad_finite)
+    if mismatched:
+        return Verdict(False, math.inf, f"{mismatched} elements differ where the reference is NaN/inf")
+    if w.finite == 0:
+        return Verdict(True, 0.0)
+    # The reference's norm is floored at atol * sqrt(n) (an RMS of atol): below the absolute
+    # tolerance a relative error means nothing (an output of 1e-33 where the truth is 2e-33).
+    norm_ref = max(math.sqrt(w.sq_ref), tol.atol * math.sqrt(w.finite))
+    norm_diff = math.sqrt(w.sq_diff)
+    if norm_ref > 0:
+        rel = norm_diff / norm_ref
+        norm_frac = rel / tol.max_rel_norm if tol.max_rel_norm > 0 else (math.inf if rel > 0 else 0.0)
+    else:
+        rel = norm_diff
+        norm_frac = math.inf if norm_diff > 0 else 0.0
+    worst = max(w.elem, norm_frac, w.mass)
+    if worst <= 1.0:
+        return Verdict(True, worst)
+    if w.mass > max(w.elem, norm_frac):
+        message = (f"row {w.mass_row}: the sum of |out| is {w.mass_out:.4g} where the reference's is "
+                   f"{w.mass_ref:.4g} (an output of the wrong magnitude), {w.mass:.3g}x the bound "
+                   f"rtol * sum|ref| + atol = {tol.rtol * w.mass_ref + tol.atol:.3g}")
+    elif w.elem >= norm_frac:
+        message = (f"max error {w.elem_diff:.3g} at {_unravel(w.elem_at, tuple(ref.shape))} (out {w.elem_out:.6g}, "
+                   f"ref {w.elem_ref:.6g}) is {w.elem:.3g}x the bound atol={tol.atol:g} rtol={tol.rtol:g}")
+    else:
+        message = f"relative norm error {rel:.3g} is {norm_frac:.3g}x the bound {tol.max_rel_norm:g}"
+    return Verdict(False, worst, message)
+
+
+def compare_outputs(outs: Any, refs: Any, meta: OutputMeta, tol: Tolerance, chunk: int = CHUNK_ELEMENTS) -> Verdict:
     """Compare a kernel's outputs (tensor or tuple) with the high-precision references."""
     outs, refs = as_tuple(outs), as_tuple(refs)
     problem = check_meta(outs, meta)
@@ -186,7 +230,7 @@ def compare_outputs(outs: Any, refs: Any, meta: OutputMeta, tol: Tolerance) -> V
     worst = 0.0
     nonfinite = 0
     for i, (out, ref) in enumerate(zip(outs, refs)):
-        v = compare_tensor(out, ref, tol)
+        v = compare_tensor(out, ref, tol, chunk)
         nonfinite += v.nonfinite
         if not v.ok:
             prefix = f"output {i}: " if len(outs) > 1 else ""

@@ -10,7 +10,7 @@ Order of an evaluation:
    integrity finding (``rejected``);
 3. *timing* (when asked and everything passed): the target shapes (or ``shapes=``) at the first
    dtype.  Every timed call is a judged call (worker.py): fresh input sets, each used once, in
-   requests sized to a memory budget; the watch, the poison, the launch proof and the
+   requests sized to the memory budget (memory.py); the watch, the poison, the launch proof and the
    allocation/aliasing checks on every call; about ``CHECKED_PER_SHAPE`` calls per shape, drawn
    after the calls were made, get their outputs compared (``cached-output`` if wrong) and their
    inputs checked.  The parent's wall clock around each request must cover the reported times
@@ -48,7 +48,7 @@ from .. import __version__
 from ..hardware import ceilings, current_device_name, resolve_device
 from ..problems.base import Problem, Shape, dtype_name, parse_dtype
 from . import baselines as baselines_mod
-from . import integrity, roofline, stages, timing
+from . import integrity, memory, roofline, stages, timing
 from .records import Evaluation, Finding, ShapeTiming
 from .worker import Worker, WorkerCrash, WorkerTimeout, acquire, load_problem, prestart, release
 
@@ -110,7 +110,8 @@ class Evaluator:
     def __init__(self, problem_spec: Any, *, device: str = "auto", shapes: Sequence[Any] | None = None,
                  dtypes: Sequence[Any] | None = None, timeout_s: float = 60.0, timing: bool = True,
                  baselines: bool = True, weights: Sequence[float] | None = None, prestart: bool = True,
-                 compile_timeout_s: float = 600.0):
+                 compile_timeout_s: float = 600.0, memory_budget: int | None = None):
+        self.memory_budget = memory_budget  # bytes the judge may plan with; None: measured per evaluation (memory.py)
         self.compile_timeout_s = float(compile_timeout_s)  # importing the file (load_inline builds) may take this long
         self.problem = load_problem(problem_spec)
         self.spec = worker_spec(problem_spec, self.problem)
@@ -129,6 +130,7 @@ class Evaluator:
         self.baselines = baselines
         self.prestart = prestart
         self.device_name = current_device_name(self.device)
+        self.memory_plan: memory.MemoryPlan | None = None  # how the last evaluation fitted its budget
         self._worker: Worker | None = None
         self._incumbent: tuple[str, Worker] | None = None  # (source text, its own worker)
         self._evaluations = 0
@@ -187,6 +189,14 @@ class Evaluator:
             ev.correct, ev.verdict, ev.failed_stage = False, "crash", self._stage
             ev.message = f"{exc} during stage {self._stage}"
             ev.timings, ev.score_us = [], None
+        except stages.OUT_OF_MEMORY as exc:
+            # the plan's estimate was short: the verdict says so, the judge does not crash
+            ev.correct, ev.verdict, ev.failed_stage = False, "incorrect", self._stage
+            ev.message = (f"the judge ran out of memory during stage {self._stage} "
+                          f"({' '.join(str(exc).split())[:200]})")
+            ev.timings, ev.score_us = [], None
+            if self.device.startswith("cuda"):
+                torch.cuda.empty_cache()
         except RuntimeError as exc:
             if not str(exc).startswith("harness worker error"):
                 raise
@@ -238,8 +248,15 @@ class Evaluator:
             return
         phase("load")
         seed, heldout_seed = _new_seed(), _new_seed()
-        judge = stages.Judge(self.problem, self.device, worker, self.timeout_s, seed)
+        judge = stages.Judge(self.problem, self.device, worker, self.timeout_s, seed, self.memory_budget)
         plan = stages.StagePlan(self.shapes, self.dtypes, heldout_seed)
+        self._stage = "memory"
+        try:
+            self.memory_plan = judge.plan_memory(plan)
+        except stages.MemoryShortfall as exc:
+            self.memory_plan = judge.memory_plan
+            ev.failed_stage, ev.message = "memory", str(exc)
+            return
         for name, run_stage in stages.STAGE_FUNCTIONS:
             self._stage = name
             tally = stages.StageTally(name)
@@ -254,7 +271,7 @@ class Evaluator:
                 ev.stages.append(tally.result(False, str(exc)))
                 return self._reject(ev, name, exc.finding)
             if name == "smoke":
-                message += f" (input seed {seed})"
+                message += f" (input seed {seed})" + memory.describe_plan(self.memory_plan)
             ev.stages.append(tally.result(True, message))
         ev.correct, ev.verdict = True, "pass"
         ev.message = f"passed {len(ev.stages)} stages"
@@ -319,25 +336,31 @@ class Evaluator:
         the reported per-call times and the wall time this process measured around them."""
         times: list[float] = []
         wall = 0.0
-        first = judge.make_case(shape, dtype)
-        set_bytes = sum(t.numel() * t.element_size() for t in stages.tensors_of(first.args))
-        meta = judge.meta(first)
-        set_bytes += sum(math.prod(s) * torch.empty((), dtype=d).element_size() for s, d in zip(meta.shapes, meta.dtypes))
-        chunk = timing.pool_size(set_bytes, judge.gpu)
-        pending = [first]
+        pending = [judge.make_case(shape, dtype)]
+        meta = judge.meta(pending[0])
+        sizes = judge.sizes_of(pending[0])
+        history = judge.history(sizes.outputs)
+        chunk = memory.timing_sets(sizes, judge.budget, history, self._incumbent_timed, judge.gpu)
+        if chunk < 1:
+            if self._incumbent_timed:
+                raise _IncumbentFailed(f"not enough memory to time it beside the candidate "
+                                       f"({memory.fmt_bytes(judge.budget)} available)")
+            chunk = 1  # one set fits: the correctness plan measured it
+        tol = self.problem.tolerance(dtype)
         while n > 0:
             k = min(n, chunk)
             n -= k
             cases = pending + [judge.make_case(shape, dtype) for _ in range(k - len(pending))]
             pending = []
             picked = [i for i in range(k) if self._rng.random() < check_p]
-            pristine = {i: [t.clone() for t in stages.tensors_of(cases[i].args)] for i in picked}
+            pristine = {i: judge.snapshot(stages.tensors_of(cases[i].args), exact=False) for i in picked}
             label = cases[0].label + " (timed)"
             message = runner.call_message(shape, dtype, [c.args for c in cases], meta, slot=slot)
             runner.sync()
             started = time.perf_counter()
             reply = runner.request(message, self.timeout_s * max(1, math.ceil(k / 4)))
             elapsed = time.perf_counter() - started
+            del message
             if "error" in reply:
                 raise stages.CaseFailure(f"the kernel raised {reply['error']} while being timed", "timing")
             if check_p > 0:
@@ -350,18 +373,20 @@ class Evaluator:
             uncovered = {int(i) for i in reply.get("uncovered", []) if 0 <= int(i) < k}
             self._calls_timed += k
             self._calls_uncovered += len(uncovered)
-            if picked:
-                outs = judge.collect(picked, meta, label)
-                for i, got in zip(picked, outs):
-                    judge.check_inputs(cases[i].args, pristine[i], label)
-                    verdict = stages.compare.compare_outputs(got, judge.reference(cases[i].args), meta,
-                                                             self.problem.tolerance(dtype))
+            for i in picked:
+                judge.check_inputs(cases[i].args, pristine[i], label)
+            for group in ([picked] if judge.together else [[i] for i in picked]) if picked else []:
+                outs = judge.collect(group, meta, label)
+                for i, got in zip(group, outs):
+                    verdict = stages.compare.compare_outputs(got, judge.reference(cases[i].args), meta, tol, judge.chunk)
                     if not verdict.ok:
                         raise stages.Rejection("cached-output", f"timed call {i} of {k} (picked after the calls) gave "
                                                f"a wrong output: {verdict.message} ({cases[i].label})")
+                del outs
             times += reported
             wall += elapsed
             self.last_kind = reply.get("kind", self.last_kind)
+            del cases, pristine  # this request's sets go before the next request's are drawn
         return times, wall
 
     def _time(self, ev: Evaluation, judge: stages.Judge, incumbent: Path | None) -> None:
@@ -375,6 +400,7 @@ class Evaluator:
         gpu = judge.gpu
         plan = timing.GPU_PLAN if gpu else timing.CPU_PLAN
         self.last_kind = "gpu" if gpu else "interpreter"
+        self._incumbent_timed = "incumbent" in runners
         rounds = INTERLEAVED_ROUNDS["gpu" if gpu else "interpreter"] if len(runners) > 1 else 1
         n_cases = len(self.shapes)
         samples = {s: [[[] for _ in range(rounds)] for _ in range(n_cases)] for s in runners}
@@ -434,9 +460,8 @@ class Evaluator:
                              pct_roofline=roof.pct_roofline)
             if timer is not None:
                 baselines_from = time.perf_counter()
-                sets = [judge.make_case(shape, dtype) for _ in range(TIMING_SETS)]
                 base = baselines_mod.baseline(self.problem, self.device, self.device_name, shape, dtype,
-                                              [s.args for s in sets], timer)
+                                              lambda: self._baseline_sets(judge, shape, dtype, len(runners)), timer)
                 st.eager_us, st.compile_us = base.eager_us, base.compile_us
                 st.speedup_vs_eager = roofline.speedup(base.eager_us, latency)
                 st.speedup_vs_compile = roofline.speedup(base.compile_us, latency)
@@ -459,6 +484,19 @@ class Evaluator:
                 notes.append("the judge's wall clock did not see the candidate's reported gain: not counted as faster")
         if notes:
             ev.message += "; " + "; ".join(dict.fromkeys(notes))
+
+    def _baseline_sets(self, judge: stages.Judge, shape: Shape, dtype: torch.dtype, workers: int) -> list[tuple]:
+        """Input sets for the baselines (drawn only when they are timed, not when cached): up to
+        ``TIMING_SETS``, as many as fit beside what the workers still hold."""
+        first = judge.make_case(shape, dtype)
+        sizes = judge.sizes_of(first)
+        held = workers * (judge.history(sizes.outputs) + memory.timing_sets(
+            sizes, judge.budget, judge.history(sizes.outputs), workers > 1, judge.gpu) * sizes.outputs)
+        n = memory.baseline_sets(sizes, judge.budget, held, TIMING_SETS)
+        if n < 1:
+            raise baselines_mod.NoRoom(f"baselines not timed: not enough memory for an input set beside the workers' "
+                                       f"{memory.fmt_bytes(held)} ({memory.fmt_bytes(judge.budget)} available)")
+        return [first.args] + [judge.make_case(shape, dtype).args for _ in range(n - 1)]
 
     def _comparison(self, samples: dict[str, Any], n_cases: int, walls: dict[str, Any]) -> Any:
         def per_round(slot: str) -> list[float]:

@@ -9,8 +9,8 @@ CPU (Triton interpreter): the same code path with wall-clock times and a handful
 these times are labelled ``"interpreter"`` and mean nothing for GPU performance.
 
 The judge times kernels through the worker's judged calls (worker.py ``_judged_call``: one
-call per fresh input set, the same path as every correctness call); ``calls_for`` and
-``pool_size`` size those requests, ``reported_fits_wall`` and ``wall_confirms`` check the
+call per fresh input set, the same path as every correctness call); ``calls_for`` sizes those
+requests (memory.timing_sets their input sets), ``reported_fits_wall`` and ``wall_confirms`` check the
 worker's reported times against the parent's own clock.  ``Timer`` times trusted code (the
 eager and torch.compile baselines) in the parent.
 
@@ -100,13 +100,6 @@ def calls_for(plan: "TimingPlan", estimate_us: float, gpu: bool) -> int:
     overhead = 650.0 if gpu else 0.0  # L2 flush, the ~0.5 ms GPU spin that covers host overhead, sync
     n = int(plan.budget_s * 1e6 / max(estimate_us + overhead, 1.0))
     return max(plan.min_calls, min(plan.max_calls, n))
-
-
-def pool_size(set_bytes: int, gpu: bool, limit: int = 64) -> int:
-    """How many distinct input sets (each used once) one timing request may carry: fresh
-    storage and values for every call, within a memory budget."""
-    budget = (2 << 30) if gpu else (64 << 20)
-    return max(1, min(limit, budget // max(1, set_bytes)))
 
 
 # ------------------------------------------------------------------ measuring
