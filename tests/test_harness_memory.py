@@ -251,3 +251,43 @@ def test_a_wrong_draw_in_a_batched_request_fails_under_its_own_name():
     with pytest.raises(stages.CaseFailure) as failure:
         _numerics(problem, InProcessWorker(problem, wrong={1}), 1 << 30)
     assert failure.value.label.endswith(f"case={names[1]}")
+
+
+def test_no_answer_for_a_call_inputs_exists_before_the_call():
+    """On a GPU the worker maps the CUDA allocations its inputs live in: the parent computes
+    the reference for those inputs only after the call (and the output metadata on a draw of
+    its own), so no answer for them sits in its memory while the kernel runs."""
+    import dataclasses
+
+    from autokernel.harness import stages
+    from autokernel.problems import get_problem
+
+    events = []
+    base = get_problem("softmax")
+
+    def reference(*args):
+        events.append(("ref", args[0].detach().float().clone()))
+        return base.reference(*args)
+
+    worker = InProcessWorker(base)
+    sent = worker.request
+
+    def request(message, timeout_s):
+        if message["op"] == "call":
+            events.append(("call", [a[0].clone() for a in message["sets"]]))
+        return sent(message, timeout_s)
+
+    worker.request = request
+    judge = stages.Judge(dataclasses.replace(base, reference=reference), "cpu", worker, 10.0, seed=5,
+                         memory_budget=1 << 30)
+    plan = stages.StagePlan([{"M": 4, "N": 32}], [torch.float32], heldout_seed=1)
+    for _, run_stage in stages.STAGE_FUNCTIONS[:3]:  # smoke (cached-output check included), sweep, numerics
+        run_stage(judge, plan, stages.StageTally("x"))
+    calls = [i for i, (kind, _) in enumerate(events) if kind == "call"]
+    assert len(calls) >= 3
+    for i in calls:
+        answered_before = [x for kind, x in events[:i] if kind == "ref"]
+        for given in events[i][1]:
+            assert not any(x.shape == given.shape and torch.equal(x, given.float()) for x in answered_before)
+        assert any(kind == "ref" and any(torch.equal(x, g.float()) for g in events[i][1])
+                   for kind, x in events[i + 1:])  # and it is judged against them afterwards

@@ -23,9 +23,10 @@ Inputs come from ``problem.make_inputs`` with seeds drawn fresh for every evalua
 them the non-tensor arguments a problem varies: eps, scale...).  For every
 call (``Judge.run_case``) the parent, never the worker: keeps a snapshot of the inputs' bits
 (a clone, or a keyed fingerprint when memory is short: snapshot.py) and checks them afterwards
-(``modified-input``); computes the reference on upcast copies
-(float64 on CPU, float32 with TF32 off on GPU) and the eager reference's output shapes and
-dtypes; checks the ops the worker recorded (``torch-op``) and the worker's tamper report
+(``modified-input``); computes the reference on upcast copies (float64 on CPU, float32 with
+TF32 off on GPU) after the call, from the checked inputs, and the eager reference's output
+shapes and dtypes on a draw of their own (no answer for the inputs a kernel is given sits in
+the parent's device memory while it runs); checks the ops the worker recorded (``torch-op``) and the worker's tamper report
 (``monkey-patch``); compares (compare.py).  An output with NaN/inf where the reference is finite
 is probed again with a second poison value: elements that follow the poison were never written
 (``partial-write``).
@@ -263,10 +264,15 @@ class Judge:
             return self.problem.reference(*upcast(args, self.hp_dtype))
 
     def meta(self, case: Case) -> compare.OutputMeta:
+        """The eager reference's output shapes and dtypes at this shape and dtype, computed on a
+        draw of its own: no result for the inputs the kernel is about to see is ever in this
+        process's device memory while the kernel runs (on a GPU the worker maps the CUDA
+        allocations its inputs live in)."""
         key = (tuple(case.shape.items()), case.dtype)
         if key not in self._meta:
+            other = self.problem.make_inputs(dict(case.shape), case.dtype, self.device, self.next_seed())
             with torch.no_grad():
-                self._meta[key] = compare.output_meta(self.problem.reference(*upcast(case.args, case.dtype)))
+                self._meta[key] = compare.output_meta(self.problem.reference(*upcast(tuple(other), case.dtype)))
         return self._meta[key]
 
     def sync(self) -> None:
@@ -305,8 +311,6 @@ class Judge:
         spare the outputs come back together; else one at a time, each compared and then
         dropped, the first call's bits kept as a snapshot for the determinism check."""
         pristine = self.snapshot(tensors_of(case.args))
-        if refs is None:
-            refs = self.reference(case.args)
         meta = self.meta(case)
         reply = self._run(case, calls, NAN_POISON, collect=self.together)
         self.check_inputs(case.args, pristine, case.label)
@@ -314,6 +318,8 @@ class Judge:
             raise CaseFailure(f"the kernel raised {reply['error']}", case.label)
         self.check_ops(reply["ops"], case.label)
         self.check_call(reply, case.label)
+        if refs is None:  # computed after the call, from inputs just checked unchanged (see ``meta``)
+            refs = self.reference(case.args)
         tol = self.problem.tolerance(case.dtype)
         same_storage = bool(reply.get("same_storage"))
         if not self.together:
@@ -341,7 +347,6 @@ class Judge:
         shape, dtype = cases[0].shape, cases[0].dtype
         meta = self.meta(cases[0])
         pristine = [self.snapshot(tensors_of(c.args)) for c in cases]
-        refs = [self.reference(c.args) for c in cases]
         reply = self.request(self.call_message(shape, dtype, [c.args for c in cases], meta))
         for case, snap in zip(cases, pristine):
             self.check_inputs(case.args, snap, case.label)
@@ -359,9 +364,12 @@ class Judge:
             if i < len(bad) and bad[i] is not None:
                 self.check_call({"bad": [bad[i]]}, case.label)
         outs = self.collect(list(range(len(cases))), meta, cases[0].label)
+        for case, snap in zip(cases, pristine):  # written during the collect?
+            self.check_inputs(case.args, snap, case.label)
         tol = self.problem.tolerance(dtype)
         results = []
-        for case, got, ref, snap in zip(cases, outs, refs, pristine):
+        for case, got, snap in zip(cases, outs, pristine):
+            ref = self.reference(case.args)
             verdict = compare.compare_outputs(got, ref, meta, tol, self.chunk)
             if not verdict.ok and verdict.nonfinite:
                 self._probe_partial_write(case, got, snap)

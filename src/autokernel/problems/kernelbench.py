@@ -440,7 +440,12 @@ def load_kernelbench(path: str | Path, options: KernelBenchOptions | None = None
             return []
         with torch.no_grad():
             outs = [o for o in _flatten(reference(*signed)) if isinstance(o, torch.Tensor)]
-        if not all(bool(torch.isfinite(o).all()) for o in outs if o.is_floating_point()):
+            finite = all(bool(torch.isfinite(o).all()) for o in outs if o.is_floating_point())
+            held = {a.untyped_storage().data_ptr() for a in signed if isinstance(a, torch.Tensor)}
+            for o in outs:  # the answer for these inputs must not linger in freed device memory the worker may map
+                if o.untyped_storage().data_ptr() not in held:  # (never an input the reference returned as is)
+                    o.zero_()
+        if not finite:
             return []
         return [("signed", tuple(signed))]
 
