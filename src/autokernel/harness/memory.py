@@ -21,6 +21,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+# outputs of the worker's last calls stay held (so that a ring of reused buffers shows), up to these:
+# the worker keeps them, the memory plan counts them
+HISTORY_CALLS = 16
+HISTORY_BYTES = {"gpu": 4 << 30, "cpu": 256 << 20}
+
 GIB = 1 << 30
 MIB = 1 << 20
 GPU_SAFETY = 0.85

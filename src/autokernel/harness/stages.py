@@ -83,9 +83,6 @@ class MemoryShortfall(Exception):
 
 
 OUT_OF_MEMORY = (getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError),)
-# the worker's history of held outputs (worker.HISTORY_CALLS / HISTORY_BYTES), counted in the memory plan
-HISTORY_CALLS = 16
-HISTORY_BYTES = {"gpu": 4 << 30, "cpu": 256 << 20}
 RELEASE_BYTES = 256 << 20  # on a GPU, sets at least this large give their memory back after every case
 
 
@@ -176,7 +173,7 @@ class Judge:
         self.budget = int(memory_budget) if memory_budget is not None else memory.device_budget(device)
         self.chunk = memory.chunk_elements(self.budget)
         self.fingerprints = snapshot.Fingerprinter(self.chunk)
-        self.history_cap = HISTORY_BYTES["gpu" if self.gpu else "cpu"]
+        self.history_cap = memory.HISTORY_BYTES["gpu" if self.gpu else "cpu"]
         # until plan_memory measured the problem: exact snapshots, outputs collected together
         self.memory_plan: memory.MemoryPlan | None = None
         self.release_each_case = False
@@ -233,7 +230,7 @@ class Judge:
         make = self.problem.adversarial_inputs
         waiting = max(0, len(make(dict(smallest(plan.shapes)), plan.dtypes[0], self.device, self.next_seed())) - 1) \
             if make is not None else 0
-        self.memory_plan = memory.plan(target, self.budget, self.history_cap, HISTORY_CALLS, waiting_sets=waiting,
+        self.memory_plan = memory.plan(target, self.budget, self.history_cap, memory.HISTORY_CALLS, waiting_sets=waiting,
                                        heldout=held)
         self.release_each_case = max(target.inputs + target.outputs, held.inputs + held.outputs) >= RELEASE_BYTES
         self.release()
@@ -257,7 +254,7 @@ class Judge:
         return worst
 
     def history(self, outputs: int) -> int:
-        return memory.history_bytes(self.history_cap, HISTORY_CALLS, outputs)
+        return memory.history_bytes(self.history_cap, memory.HISTORY_CALLS, outputs)
 
     def reference(self, args: tuple) -> Any:
         with torch.no_grad(), (exact_fp32() if self.gpu else contextlib.nullcontext()):

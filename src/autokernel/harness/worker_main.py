@@ -14,14 +14,13 @@ from typing import Any
 from . import host_reads, launches, transport
 from .gpu_cover import GPU_COVER_CYCLES, host_covered, next_cover_cycles
 from .integrity import fingerprint_digest
+from .memory import HISTORY_BYTES, HISTORY_CALLS
 from .output_checks import check_outputs, output_digest, tensors_in
 from .problem_spec import load_problem
 from .watch import make_watch_class
 from .worker_errors import describe_error, is_cuda_fault
 
 _module_counter = itertools.count()
-HISTORY_CALLS = 16  # outputs of the last calls stay held, so that a ring of reused buffers shows
-HISTORY_BYTES = {"gpu": 4 << 30, "cpu": 256 << 20}
 
 
 def main(conn, device: str) -> None:
