@@ -24,6 +24,10 @@ A KernelBench file defines ``class Model(nn.Module)``, ``get_inputs()`` and
 * **Training mode**, as KernelBench runs it (BatchNorm uses batch statistics), under
   ``torch.no_grad()``.  A reference that draws random numbers in training mode (dropout with
   p > 0) cannot be compared and is refused (``ProblemError``).
+* **Scalars vary**: every Python float that ``get_inputs`` returns (a scale, a margin) is
+  multiplied by a factor in [0.5, 1.5) drawn per case (``vary_floats``), sign kept, so a
+  solution that bakes the file's value in fails.  Floats of ``get_init_inputs`` are not varied
+  (``ModelNew`` is built once per shape): a limit.
 * **Signed inputs**: the numerics stage adds one draw where every floating input that
   ``get_inputs`` makes non-negative (``torch.rand``) is mapped to [-1, 1), when the reference
   stays finite there, so that a copy cannot pass as ReLU.
@@ -39,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import math
 import random
 import sys
 import types
@@ -420,6 +425,7 @@ def load_kernelbench(path: str | Path, options: KernelBenchOptions | None = None
         with torch.random.fork_rng(devices=forked), torch.device(device):
             torch.manual_seed(int(seed))
             inputs = list(module.get_inputs())  # drawn on the device: full KernelBench sizes are large
+        inputs = vary_floats(inputs, _init_seed(seed) + 1)
         drawn = build_model(module.Model, list(module.get_init_inputs()), "cpu", torch.float32,
                             seed=_init_seed(seed))
         params = [_unconstant(p.detach(), _init_seed(seed) + i) for i, p in enumerate(drawn.parameters())]
@@ -501,6 +507,18 @@ def load_kernelbench(path: str | Path, options: KernelBenchOptions | None = None
     )
     problem.kernelbench = kb  # the arena reads sizes and descriptions from it
     return problem
+
+
+def vary_floats(inputs: list, seed: int) -> list:
+    """``inputs`` with every Python float (not bool, not int: ints may be sizes) multiplied by
+    its own factor in [0.5, 1.5) drawn from ``seed``: its sign kept, zero left as zero.  The
+    file's own value (``s = 3.14``) is one point, so a solution that bakes it in fails."""
+    rng = random.Random(int(seed))
+    out = []
+    for value in inputs:
+        factor = 1.0 + rng.uniform(-0.5, 0.5)
+        out.append(value * factor if type(value) is float and math.isfinite(value) else value)
+    return out
 
 
 def _unconstant(param: torch.Tensor, seed: int) -> torch.Tensor:
