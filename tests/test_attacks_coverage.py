@@ -29,6 +29,14 @@ ATTACKS = [
     ("softmax_zero_flat_rows", "softmax", ["2x50257"], ["bf16"], {"numerics"}, ["wrong magnitude", "case=tiny"]),
     # an argmax off by one at odd indices above 64, inside a float rtol
     ("argmax_pairs", str(HERE / "argmax_problem.py"), None, None, {"smoke", "heldout"}, ["integer elements differ"]),
+    # scalars read as flags of the judge's draw sets (red team a3, a4): scaling 0.75 whenever not 1,
+    # scale sqrt(N) whenever not 1; the draws now include continuous values
+    ("rotary_table_scaling_from_draw_set", "rotary_table", None, ["fp32"], ANY_STAGE, []),
+    ("embedding_scale_from_draw_set", "embedding", None, ["fp32"], ANY_STAGE, []),
+    # a range reduction exact only below ~4e5 rad (red team a8): positions up to 2**24 now
+    ("rotary_table_short_range_reduction", "rotary_table", None, ["fp32"], {"numerics"}, ["case=very-long-context"]),
+    # KernelBench: the Python float s of get_inputs baked in as 3.14 (red team a5): floats now vary per draw
+    ("kb_scalar_constant", str(HERE / "kb5_small_problem.py"), None, None, ANY_STAGE, []),
 ]
 
 

@@ -288,3 +288,39 @@ def test_malformed_files_are_problem_errors(tmp_path):
     empty = _write(tmp_path, "x = 1\n", "empty_kernel.py")
     with pytest.raises(AttributeError, match="ModelNew"):
         problem.kernel_callable(_import(empty, "kb_empty"), problem.cpu_shapes[0], torch.float32, "cpu")
+
+
+def test_get_inputs_floats_vary_per_draw_with_their_sign_and_ints_stay():
+    from autokernel.problems.kernelbench import vary_floats
+
+    problem = load_kernelbench(ROOT / "tests" / "attacks_coverage" / "kb5_small_problem.py")
+    shape = problem.cpu_shapes[0]
+    scalars = [problem.make_inputs(shape, torch.float32, "cpu", seed)[1] for seed in range(6)]
+    assert scalars == [problem.make_inputs(shape, torch.float32, "cpu", seed)[1] for seed in range(6)]
+    assert len(set(scalars)) == 6 and all(0.5 * 3.14 <= s < 1.5 * 3.14 for s in scalars)
+    varied = vary_floats([-2.0, 7, True, 0.0, float("inf")], 3)
+    assert varied[0] < 0 and varied[0] != -2.0 and varied[1:4] == [7, True, 0.0] and varied[4] == float("inf")
+
+
+@needs_kernelbench
+def test_init_floats_alternate_between_the_files_values_and_a_second_set():
+    """level2 12_Gemm_Multiply_LeakyReLU: multiplier and negative_slope come from
+    get_init_inputs; the honest solution passes, one with the multiplier baked in fails."""
+    from autokernel.problems.kernelbench import init_float_slots
+
+    path = KERNELBENCH / "level2" / "12_Gemm_Multiply_LeakyReLU.py"
+    problem = load_kernelbench(path, SMALL)
+    assert init_float_slots(problem.kernelbench.module(problem.cpu_shapes[0])) == (2, 3)
+    honest = SOLUTIONS / "level2" / "12_Gemm_Multiply_LeakyReLU.py"
+    assert _evaluate(problem, honest).correct
+    source = honest.read_text()
+    assert "float(self.multiplier)" in source
+    baked = Path(__import__("tempfile").mkdtemp()) / "baked_multiplier.py"
+    baked.write_text(source.replace("float(self.multiplier)", "2.0"))
+    ev = _evaluate(load_kernelbench(path, SMALL), baked)
+    assert ev.verdict == "incorrect", ev.message
+    # a float that changes Model's parameter shapes (MobileNet's width multiplier) is left alone
+    from autokernel.problems.kernelbench import KernelBenchFile
+
+    mobilenet = KernelBenchFile(KERNELBENCH / "level3" / "19_MobileNetV1.py")
+    assert init_float_slots(mobilenet.module(mobilenet.file_shape())) == ()

@@ -45,23 +45,59 @@ def test_attention_scale_is_default_explicit_or_not_the_default():
         assert ok == (scale is None or scale == 16 ** -0.5)
 
 
-def test_embedding_scale_and_rotary_table_scaling_and_base_walk_through_their_choices_and_show():
-    from autokernel.problems.embedding import scale_choices as embedding_scales
-    from autokernel.problems.rotary_table import BASE_CHOICES, SCALING_CHOICES, inverse_frequencies
+def test_embedding_scale_walks_through_the_model_values_and_draws_continuous_ones_that_show():
+    from autokernel.problems.embedding import scale_choices, scale_range
 
     emb = get_problem("embedding")
+    shape = {"M": 8, "V": 20, "N": 3072}
+    for dtype in (torch.float32, torch.bfloat16):
+        drawn = [emb.make_inputs(shape, dtype, "cpu", s)[2] for s in range(8)]
+        assert drawn == [emb.make_inputs(shape, dtype, "cpu", s)[2] for s in range(8)]  # same seed, same scale
+        assert set(drawn[0::2]) == set(scale_choices(3072, dtype))
+        continuous = drawn[1::2]
+        lo, hi = scale_range(3072)
+        assert all(lo <= c <= hi and c not in scale_choices(3072, dtype) for c in continuous)
+        assert len(set(continuous)) == len(continuous)
+    # the dtype-rounded sqrt(N) that apply hands from a bf16 Gemma is among the bf16 draws
+    assert 55.5 in scale_choices(3072, torch.bfloat16)
+    # a kernel that reads the scale as a flag (sqrt(N) whenever not 1) fails the continuous draws
     shape = {"M": 8, "V": 20, "N": 16}
-    assert sorted({emb.make_inputs(shape, torch.float32, "cpu", s)[2] for s in range(4)}) == sorted(embedding_scales(16))
+    tol = emb.tolerance(torch.float32)
+    for seed in range(1, 9, 2):
+        ids, weight, scale = emb.make_inputs(shape, torch.float32, "cpu", seed)
+        ref = emb.reference(ids, weight.double(), scale)
+        flag = emb.reference(ids, weight, 4.0)
+        assert not compare.compare_outputs(flag, ref, compare.output_meta(flag), tol).ok, scale
+
+
+def test_rotary_table_scaling_and_base_walk_through_model_values_and_continuous_ranges_and_show():
+    from autokernel.problems.rotary_table import (BASE_CHOICES, BASE_RANGE, SCALING_CHOICES, SCALING_RANGE,
+                                                  draw_scalars, inverse_frequencies)
+
+    drawn = [draw_scalars(s) for s in range(12)]
+    assert drawn == [draw_scalars(s) for s in range(12)]
+    assert {b for b, _ in drawn[1::2]} == set(BASE_CHOICES)
+    assert {c for _, c in drawn[0::2]} == set(SCALING_CHOICES)
+    continuous_bases = [b for b, _ in drawn[0::2]]
+    continuous_scalings = [c for _, c in drawn[1::2]]
+    assert all(BASE_RANGE[0] <= b <= BASE_RANGE[1] and b not in BASE_CHOICES for b in continuous_bases)
+    assert all(SCALING_RANGE[0] <= c <= SCALING_RANGE[1] and c not in SCALING_CHOICES for c in continuous_scalings)
+    assert len(set(continuous_scalings)) == len(continuous_scalings)
+
     table = get_problem("rotary_table")
     shape = {"B": 2, "S": 6, "D": 16}
-    drawn = [table.make_inputs(shape, torch.float32, "cpu", s) for s in range(4)]
-    assert {d[2] for d in drawn} == set(SCALING_CHOICES)
-    assert {round(float(1 / d[1][1]), 3) for d in drawn} == {round(float(1 / inverse_frequencies(16, b, "cpu")[1]), 3)
-                                                              for b in BASE_CHOICES}
     tol = table.tolerance(torch.float32)
-    for pos, inv_freq, scaling, like in drawn:
+    for seed in range(6):
+        pos, inv_freq, scaling, like = table.make_inputs(shape, torch.float32, "cpu", seed)
         ref = table.reference(pos, inv_freq.double(), scaling, like.double())
-        fixed = [table.reference(pos, inv_freq, 1.0, like),  # a kernel that ignores the scaling
-                 table.reference(pos, inverse_frequencies(16, 10000.0, "cpu"), scaling, like)]  # or fixes the base
+        fixed = [table.reference(pos, inv_freq, 1.0 if scaling == 1.0 else 0.75, like),  # scaling as a flag
+                 table.reference(pos, inverse_frequencies(16, 10000.0, "cpu"), scaling, like)]  # a fixed base
         oks = [compare.compare_outputs(f, ref, compare.output_meta(f), tol).ok for f in fixed]
-        assert oks == [scaling == 1.0, bool(torch.equal(inv_freq, inverse_frequencies(16, 10000.0, "cpu")))]
+        assert oks == [scaling in (1.0, 0.75), bool(torch.equal(inv_freq, inverse_frequencies(16, 10000.0, "cpu")))]
+
+
+def test_rotary_table_very_long_context_reaches_past_a_million_positions():
+    table = get_problem("rotary_table")
+    cases = dict(table.adversarial_inputs({"B": 2, "S": 5, "D": 8}, torch.float32, "cpu", 3))
+    pos = cases["very-long-context"][0]
+    assert int(pos.min()) >= 2 ** 20 and int(pos.max()) < 2 ** 24

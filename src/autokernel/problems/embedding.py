@@ -3,8 +3,10 @@ times Gemma's ``sqrt(hidden)`` in its scaled embedding; 1 elsewhere).
 
     out[m, :] = weight[ids[m], :] * scale      ids[M] int64 in [0, V), weight[V, N], out[M, N]
 
-``scale`` is drawn per input draw (1, or ``sqrt(N)`` as Gemma's ``embed_scale``): a kernel that
-fixes it fails.  The product is taken in fp32 and rounded once to the dtype, as eager's
+``scale`` is drawn per input draw (``draw_scale``): by turns a value models pass (1; Gemma's
+``embed_scale`` ``sqrt(N)``, exact or rounded to the dtype as ``apply`` hands it from a bf16 or
+fp16 module) and one from a continuous range, so a kernel that fixes it, or rebuilds it from the
+shape, fails.  The product is taken in fp32 and rounded once to the dtype, as eager's
 ``embedding(...) * scale`` rounds it.
 
 A gather of M rows.  Bytes: read M rows of the table and the M ids, write M rows:
@@ -15,6 +17,8 @@ forward on a GPU) is covered and tunable (rows per program, vector width).  The 
 is not this kind (``apply`` leaves such modules alone).
 """
 from __future__ import annotations
+
+import random
 
 import torch
 import torch.nn.functional as F
@@ -27,8 +31,22 @@ def reference(ids: torch.Tensor, weight: torch.Tensor, scale: float = 1.0) -> to
     return out if scale == 1.0 else out * scale
 
 
-def scale_choices(n: int) -> tuple[float, ...]:
-    return (1.0, float(n) ** 0.5)
+def scale_choices(n: int, dtype: torch.dtype = torch.float32) -> tuple[float, ...]:
+    """The scales models pass: 1, and sqrt(N) exact and rounded to the dtype (a bf16 Gemma's
+    ``embed_scale`` buffer holds 55.5 for N = 3072, not 55.43)."""
+    root = float(n) ** 0.5
+    return (1.0, root, float(torch.tensor(root, dtype=torch.float32).to(dtype)))
+
+
+def scale_range(n: int) -> tuple[float, float]:
+    return (0.05, 2.0 * max(1.0, float(n) ** 0.5))
+
+
+def draw_scale(n: int, dtype: torch.dtype, seed: int) -> float:
+    """Even seeds walk through ``scale_choices``, odd seeds draw from ``scale_range``."""
+    if seed % 2 == 0:
+        return choose(scale_choices(n, dtype), seed // 2)
+    return random.Random(int(seed) * 7919 + 29).uniform(*scale_range(n))
 
 
 def make_ids(m: int, v: int, device: str, gen: torch.Generator) -> torch.Tensor:
@@ -40,7 +58,7 @@ def make_ids(m: int, v: int, device: str, gen: torch.Generator) -> torch.Tensor:
 def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
     gen = generator(device, seed)
     weight = randn((shape["V"], shape["N"]), dtype, device, gen)
-    return (make_ids(shape["M"], shape["V"], device, gen), weight, choose(scale_choices(shape["N"]), seed))
+    return (make_ids(shape["M"], shape["V"], device, gen), weight, draw_scale(shape["N"], dtype, seed))
 
 
 def flops(shape: Shape) -> float:
@@ -55,7 +73,7 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     ids, weight, scale = make_inputs(shape, dtype, device, seed + 1)
     gen = generator(device, seed + 7919)
     m, v = shape["M"], shape["V"]
-    large = 6e4 / max(scale_choices(shape["N"])) if dtype == torch.float16 else 1e30
+    large = 6e4 / max(1.0, scale) if dtype == torch.float16 else 1e30
     cases = [
         # every row the same id (a hot token) and the table's two ends
         ("one-id", (torch.full_like(ids, int(torch.randint(0, v, (1,), generator=gen, device=device))), weight)),
@@ -73,7 +91,7 @@ def make_problem() -> Problem:
         kind="embedding",
         description="Token embedding lookup: gather rows ids[m] of the table weight[V,N], times a scale (F.embedding).",
         signature="kernel_fn(ids[M] int64, weight[V,N], scale: float) -> out[M,N]  # out[m] = weight[ids[m]] * scale "
-                  "(fp32 product, one rounding; scale varies: 1 or sqrt(N))",
+                  "(fp32 product, one rounding; scale varies: 1, sqrt(N) or any float)",
         dims=("M", "V", "N"),
         reference=reference,
         make_inputs=make_inputs,

@@ -24,6 +24,15 @@ A KernelBench file defines ``class Model(nn.Module)``, ``get_inputs()`` and
 * **Training mode**, as KernelBench runs it (BatchNorm uses batch statistics), under
   ``torch.no_grad()``.  A reference that draws random numbers in training mode (dropout with
   p > 0) cannot be compared and is refused (``ProblemError``).
+* **Scalars vary**: every Python float that ``get_inputs`` returns (a scale, a margin) is
+  multiplied by a factor in [0.5, 1.5) drawn per case (``vary_floats``), sign kept, so a
+  solution that bakes the file's value in fails.  Floats of ``get_init_inputs`` (eps, slopes,
+  scaling factors) alternate per case between the file's values and a second set
+  (``varied_init_inputs``), both ``Model`` and ``ModelNew`` built for each; the case carries
+  which one as an int before the sizes.  Limit: the second set is fixed per file (so that
+  ``ModelNew`` is built before the judged calls), so a solution that bakes in both values,
+  read from the judge's source, passes; floats that change ``Model``'s parameter shapes are
+  not varied.
 * **Signed inputs**: the numerics stage adds one draw where every floating input that
   ``get_inputs`` makes non-negative (``torch.rand``) is mapped to [-1, 1), when the reference
   stays finite there, so that a copy cannot pass as ReLU.
@@ -39,6 +48,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import math
 import random
 import sys
 import types
@@ -393,22 +403,29 @@ def load_kernelbench(path: str | Path, options: KernelBenchOptions | None = None
     probe = kb.probe(target)  # raises when the reference cannot run at its own sizes
     n_sizes = len(kb.size_names)
     n_inputs = probe.n_inputs
+    slots = init_float_slots(kb.module(target))
+    n_variant = 1 if slots else 0  # the case's init-float variant travels as one int before the sizes
     models: dict[tuple, torch.nn.Module] = {}
 
-    def split(args: tuple) -> tuple[Shape, tuple, tuple]:
+    def split(args: tuple) -> tuple[Shape, tuple, tuple, int]:
         sizes = dict(zip(kb.size_names, args[len(args) - n_sizes:])) if n_sizes else dict(PLACEHOLDER)
         rest = args[:len(args) - n_sizes]
-        return sizes, tuple(rest[:n_inputs]), tuple(rest[n_inputs:])
+        variant = int(rest[-1]) if n_variant else 0
+        rest = rest[:len(rest) - n_variant]
+        return sizes, tuple(rest[:n_inputs]), tuple(rest[n_inputs:]), variant
+
+    def init_args(module: Any, variant: int) -> list:
+        return varied_init_inputs(list(module.get_init_inputs()), slots, path.name, variant)
 
     def reference(*args):
-        sizes, inputs, params = split(args)
+        sizes, inputs, params, variant = split(args)
         device, dtype = _device_and_dtype(inputs + params)
-        key = (tuple(sizes.items()), str(device), dtype)
+        key = (tuple(sizes.items()), str(device), dtype, variant)
         if key not in models:
             if len(models) > 8:
                 models.clear()
             module = kb.module(sizes)
-            models[key] = build_model(module.Model, list(module.get_init_inputs()), device, dtype)
+            models[key] = build_model(module.Model, init_args(module, variant), device, dtype)
         model = models[key]
         names = [n for n, _ in model.named_parameters()]
         with torch.no_grad():
@@ -420,11 +437,14 @@ def load_kernelbench(path: str | Path, options: KernelBenchOptions | None = None
         with torch.random.fork_rng(devices=forked), torch.device(device):
             torch.manual_seed(int(seed))
             inputs = list(module.get_inputs())  # drawn on the device: full KernelBench sizes are large
-        drawn = build_model(module.Model, list(module.get_init_inputs()), "cpu", torch.float32,
+        inputs = vary_floats(inputs, _init_seed(seed) + 1)
+        variant = int(seed) % 2 if n_variant else 0
+        drawn = build_model(module.Model, init_args(module, variant), "cpu", torch.float32,
                             seed=_init_seed(seed))
         params = [_unconstant(p.detach(), _init_seed(seed) + i) for i, p in enumerate(drawn.parameters())]
         sizes = [int(shape[n]) for n in kb.size_names]
-        return tuple(_to(a, device, dtype) for a in inputs + params) + tuple(sizes)
+        return (tuple(_to(a, device, dtype) for a in inputs + params) + ((variant,) if n_variant else ())
+                + tuple(sizes))
 
     def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
         args = make_inputs(shape, dtype, device, seed)
@@ -454,16 +474,21 @@ def load_kernelbench(path: str | Path, options: KernelBenchOptions | None = None
         if not isinstance(new_cls, type):
             raise AttributeError("kernel file defines no class ModelNew (KernelBench problems need ModelNew)")
         module = kb.module(shape)
-        init_args = list(module.get_init_inputs())
-        reference_model = build_model(module.Model, init_args, "cpu", torch.float32)
-        new_model = build_model(new_cls, init_args, "cpu", torch.float32)
-        names = match_parameters(reference_model, new_model)
-        copy_buffers(reference_model, new_model)
-        new_model = new_model.to(device=device, dtype=dtype) if any(
-            t.is_floating_point() for t in list(new_model.parameters()) + list(new_model.buffers())) else new_model.to(device)
+        built = []
+        for variant in range(1 + n_variant):  # every variant built here, outside the judged calls
+            args = init_args(module, variant)
+            reference_model = build_model(module.Model, args, "cpu", torch.float32)
+            new_model = build_model(new_cls, args, "cpu", torch.float32)
+            names = match_parameters(reference_model, new_model)
+            copy_buffers(reference_model, new_model)
+            new_model = new_model.to(device=device, dtype=dtype) if any(
+                t.is_floating_point() for t in list(new_model.parameters()) + list(new_model.buffers())) \
+                else new_model.to(device)
+            built.append((new_model, names))
 
         def run(*args):
-            _sizes, inputs, params = split(args)
+            _sizes, inputs, params, variant = split(args)
+            new_model, names = built[variant]
             with torch.no_grad():
                 return torch.func.functional_call(new_model, dict(zip(names, params)), inputs, strict=False)
 
@@ -506,6 +531,52 @@ def load_kernelbench(path: str | Path, options: KernelBenchOptions | None = None
     )
     problem.kernelbench = kb  # the arena reads sizes and descriptions from it
     return problem
+
+
+def vary_floats(inputs: list, seed: int) -> list:
+    """``inputs`` with every Python float (not bool, not int: ints may be sizes) multiplied by
+    its own factor in [0.5, 1.5) drawn from ``seed``: its sign kept, zero left as zero.  The
+    file's own value (``s = 3.14``) is one point, so a solution that bakes it in fails."""
+    rng = random.Random(int(seed))
+    out = []
+    for value in inputs:
+        factor = 1.0 + rng.uniform(-0.5, 0.5)
+        out.append(value * factor if type(value) is float and math.isfinite(value) else value)
+    return out
+
+
+def init_float_slots(module: Any) -> tuple[int, ...]:
+    """Positions of the Python floats (finite, non-zero) in ``get_init_inputs()`` that can vary
+    without changing ``Model``'s parameters (a width multiplier such as MobileNet's ``alpha``
+    cannot: it is left alone)."""
+    args = list(module.get_init_inputs())
+    slots = tuple(i for i, v in enumerate(args) if type(v) is float and math.isfinite(v) and v != 0.0)
+    if not slots:
+        return ()
+    try:
+        with torch.device("meta"):
+            plain = [(n, tuple(p.shape)) for n, p in module.Model(*args).named_parameters()]
+            varied = [(n, tuple(p.shape)) for n, p in
+                      module.Model(*varied_init_inputs(args, slots, "", 1)).named_parameters()]
+    except Exception:  # noqa: BLE001 - a file that breaks with other values keeps its own
+        return ()
+    return slots if plain == varied else ()
+
+
+def varied_init_inputs(args: list, slots: tuple[int, ...], name: str, variant: int) -> list:
+    """Variant 0 is the file's ``get_init_inputs()``; variant 1 multiplies the floats at
+    ``slots`` by factors of 0.5-0.8 or 1.2-1.5 (sign kept), fixed per file and slot, so that
+    ``ModelNew`` can be built for both before any call (building it per draw would put its
+    construction inside timed calls)."""
+    if variant == 0:
+        return list(args)
+    out = list(args)
+    for i in slots:
+        digest = hashlib.sha256(f"{name}:{i}".encode()).digest()
+        u = int.from_bytes(digest[:4], "little") / 2 ** 32
+        factor = 1.2 + 0.3 * (2 * u % 1) if u < 0.5 else 0.8 - 0.3 * (2 * u % 1)
+        out[i] = out[i] * factor
+    return out
 
 
 def _unconstant(param: torch.Tensor, seed: int) -> torch.Tensor:

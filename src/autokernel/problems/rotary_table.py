@@ -9,7 +9,10 @@ Gemma, Mistral...), default RoPE.
 ``like`` is a tensor whose dtype the tables take (the models pass the hidden states);
 ``inv_freq`` [D/2] is fp32 in every dtype (the models keep it so); ``scaling`` (the
 "attention scaling" of scaled RoPE variants, 1 for default RoPE) and the RoPE base behind
-inv_freq are drawn per input draw, so a kernel that fixes either fails.
+inv_freq are drawn per input draw (``draw_scalars``): by turns a value models use and one from
+a continuous range, so a kernel that fixes either, or reads it as a flag of a small set, fails.
+Positions reach 2**24 in one numerics case (1M-token contexts and beyond): the cos/sin of the
+fp32 angle needs a full range reduction there.
 
 Bytes: read the ids (8 BS) and inv_freq, write both tables: 2 BSD e + 8 BS.  Eager runs
 about ten kernels (float, mul or matmul, cat, cos, sin, two muls, two casts), each writing a
@@ -18,12 +21,35 @@ against 2 BSD e and 1 launch fused (4 BSD in bf16: ~10x fewer bytes).
 """
 from __future__ import annotations
 
+import math
+import random
+
 import torch
 
 from .base import Problem, Shape, choose, element_size, generator, randn
 
-BASE_CHOICES = (10000.0, 500000.0)
-SCALING_CHOICES = (1.0, 0.75)
+# what models use: RoPE bases (LLaMA 2, LLaMA 3, CodeLlama / Qwen long-context) and attention
+# scalings (default RoPE; YaRN's 0.1 ln(factor) + 1 for factors 4 and 32)
+BASE_CHOICES = (10000.0, 500000.0, 1000000.0)
+SCALING_CHOICES = (1.0, 0.1 * math.log(4.0) + 1.0, 0.1 * math.log(32.0) + 1.0)
+# the continuous ranges drawn between them
+BASE_RANGE = (1e3, 1e7)  # log-uniform
+SCALING_RANGE = (0.5, 1.5)
+LONG_POSITIONS = (2 ** 20, 2 ** 24)  # positions stay exact in fp32 up to 2**24
+
+
+def draw_scalars(seed: int) -> tuple[float, float]:
+    """(base, scaling) for the input draw ``seed``: even seeds take the scaling, odd seeds the
+    base, from what models use (walking through ``*_CHOICES``), the other one from its
+    continuous range; so any two consecutive draws see a continuous value of each."""
+    rng = random.Random(int(seed) * 7919 + 17)
+    base = math.exp(rng.uniform(math.log(BASE_RANGE[0]), math.log(BASE_RANGE[1])))
+    scaling = rng.uniform(*SCALING_RANGE)
+    if seed % 2:
+        base = choose(BASE_CHOICES, seed // 2)
+    else:
+        scaling = choose(SCALING_CHOICES, seed // 2)
+    return base, scaling
 
 
 def reference(position_ids: torch.Tensor, inv_freq: torch.Tensor, scaling: float, like: torch.Tensor):
@@ -38,18 +64,20 @@ def inverse_frequencies(d: int, base: float, device: str) -> torch.Tensor:
     return 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float32, device=device) / d))
 
 
-def make_positions(b: int, s: int, device: str, gen: torch.Generator, max_offset: int = 2048) -> torch.Tensor:
+def make_positions(b: int, s: int, device: str, gen: torch.Generator, max_offset: int = 2048,
+                   min_offset: int = 0) -> torch.Tensor:
     """Rows of consecutive positions, each starting at its own offset (a batch of decodes)."""
-    offsets = torch.randint(0, max_offset, (b, 1), generator=gen, device=device)
+    offsets = torch.randint(min_offset, max(min_offset + 1, max_offset), (b, 1), generator=gen, device=device)
     return offsets + torch.arange(s, device=device)[None, :]
 
 
 def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
     gen = generator(device, seed)
     positions = make_positions(shape["B"], shape["S"], device, gen)
-    inv_freq = inverse_frequencies(shape["D"], choose(BASE_CHOICES, seed), device)
+    base, scaling = draw_scalars(seed)
+    inv_freq = inverse_frequencies(shape["D"], base, device)
     like = randn((1,), dtype, device, gen)
-    return (positions, inv_freq, choose(SCALING_CHOICES, seed // len(BASE_CHOICES)), like)
+    return (positions, inv_freq, scaling, like)
 
 
 def flops(shape: Shape) -> float:
@@ -68,6 +96,10 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     return [
         # long contexts: angles of 1e5 radians need the fp32 product and a full range reduction
         ("long-context", (make_positions(b, s, device, gen, max_offset=131072), inv_freq, scaling, like)),
+        # 1M-token contexts and beyond (fp32 positions are exact up to 2**24): a range reduction
+        # that is exact only for smaller angles (Cody-Waite with a short 2*pi) is wrong here
+        ("very-long-context", (make_positions(b, s, device, gen, max_offset=LONG_POSITIONS[1] - s,
+                                              min_offset=LONG_POSITIONS[0]), inv_freq, scaling, like)),
         # packed sequences: positions restart inside a row; any order, repeats
         ("shuffled", (torch.randint(0, 4096, (b, s), generator=gen, device=device), inv_freq, scaling, like)),
         ("zero-positions", (torch.zeros_like(positions), inv_freq, scaling, like)),
@@ -79,7 +111,8 @@ def make_problem() -> Problem:
         kind="rotary_table",
         description="RoPE cos/sin tables from position ids: cos/sin(cat(pos*inv_freq, pos*inv_freq)) * scaling, cast.",
         signature="kernel_fn(position_ids[B,S] int64, inv_freq[D/2] fp32, scaling: float, like: Tensor) -> "
-                  "(cos[B,S,D], sin[B,S,D])  # in like.dtype; angle pos.float()*inv_freq in fp32; scaling varies",
+                  "(cos[B,S,D], sin[B,S,D])  # in like.dtype; angle pos.float()*inv_freq in fp32; scaling varies "
+                  "(any float); positions up to 2**24",
         dims=("B", "S", "D"),
         reference=reference,
         make_inputs=make_inputs,
