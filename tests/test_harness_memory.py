@@ -170,7 +170,13 @@ BUDGET = 1_835_008  # 1.75 MiB: too little for clones of the inputs, enough with
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
-def test_evaluation_stays_within_a_small_budget_and_judges_right(tmp_path):
+def test_evaluation_stays_within_a_small_budget_and_judges_right(tmp_path, monkeypatch):
+    # the held-out shapes are drawn per evaluation and may be larger than the target: a fixed
+    # seed keeps the largest case, and so the budget's meaning, the same on every run
+    import importlib
+
+    evaluate_module = importlib.import_module("autokernel.harness.evaluate")
+    monkeypatch.setattr(evaluate_module, "_new_seed", lambda: 1)
     problem = tmp_path / "rowsum.py"
     problem.write_text(textwrap.dedent(ROWSUM))
     with Evaluator(str(problem), device="cpu", timeout_s=30, timing=True, memory_budget=BUDGET) as evaluator:
