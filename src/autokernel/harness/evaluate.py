@@ -370,9 +370,8 @@ class Evaluator:
             if len(reported) != k or not timing.reported_fits_wall(reported, elapsed):
                 raise stages.Rejection("timing-mismatch", f"the worker reported {sum(reported):.0f} us for {k} call(s) "
                                        f"that took {elapsed * 1e6:.0f} us by the judge's clock ({label})")
-            uncovered = {int(i) for i in reply.get("uncovered", []) if 0 <= int(i) < k}
             self._calls_timed += k
-            self._calls_uncovered += len(uncovered)
+            self._calls_uncovered += len(reply.get("uncovered") or [])
             for i in picked:
                 judge.check_inputs(cases[i].args, pristine[i], label)
             for group in ([picked] if judge.together else [[i] for i in picked]) if picked else []:

@@ -529,7 +529,7 @@ def stage_smoke(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
                         f"of its previous output ({case.label})")
     if not second.verdict.ok:
         stale = compare.compare_outputs(second.outs[0], refs_before, judge.meta(case), judge.problem.tolerance(case.dtype),
-                                        getattr(judge, "chunk", compare.CHUNK_ELEMENTS))
+                                        judge.chunk)
         if stale.ok:
             raise Rejection("cached-output", f"after new values were written into the same input tensors the kernel "
                             f"still returned the old result ({case.label})")
@@ -576,7 +576,7 @@ def stage_numerics(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
         for shape in plan.shapes:
             cases = [Case(dict(shape), dtype, tuple(args), name)
                      for name, args in make(dict(shape), dtype, judge.device, judge.next_seed())]
-            if hasattr(judge, "run_cases") and judge.can_batch(cases):  # one request for all of them
+            if judge.can_batch(cases):  # one request for all of them
                 for case, result in zip(cases, judge.run_cases(cases)):
                     tally.add(result.verdict, case.label)
                     judge.fail_if_wrong(result, case)

@@ -83,7 +83,7 @@ class _State:
         import triton  # noqa: F401  (imported before the fingerprint on purpose)
         import triton.language  # noqa: F401
 
-        from . import integrity, launches, timing  # noqa: F401
+        from . import integrity, timing  # noqa: F401
 
         self.torch = torch
         self.threading = threading
@@ -115,7 +115,6 @@ class _State:
         _self_test(device, self.watch_cls)
         self.starts = launches.install_start_counters()
         self.cover_cycles = GPU_COVER_CYCLES
-        self.uncovered = 0
         self.threads_py = threading.active_count()
 
     # ------------------------------------------------------------ dispatch
@@ -205,11 +204,10 @@ class _State:
         try:
             fn = self.kernel(slot, m["shape"], m["dtype"])
             for i, args in enumerate(sets):
-                before = self.uncovered
-                outs, t_us, call_ops, call_findings = self._judged_call(fn, args, m.get("poison"), own,
-                                                                         require_launch)
+                outs, t_us, covered, call_ops, call_findings = self._judged_call(fn, args, m.get("poison"), own,
+                                                                                  require_launch)
                 times.append(t_us)
-                if self.uncovered != before:
+                if not covered:
                     uncovered.append(i)
                 ops |= call_ops
                 findings += [dict(f, call=i) for f in call_findings]
@@ -229,7 +227,9 @@ class _State:
                 "kind": "gpu" if self.gpu else "interpreter"}
 
     def _judged_call(self, fn, args, poison, own_globals, require_launch):
-        """One call of the kernel, the same for every call the worker makes."""
+        """One call of the kernel, the same for every call the worker makes.  Returns its outputs,
+        its time, whether the GPU spin covered the host's work (always on the CPU), the ops it
+        called and its findings."""
         torch = self.torch
         watch = self.watch_cls(poison, timed_fills=self.gpu, flush=self._flush)
         record = self.launches.begin(own_globals, launches.current_stream_handle() if self.gpu else None)
@@ -256,11 +256,10 @@ class _State:
             torch.cuda.synchronize()
             t_us = start.elapsed_time(end) * 1000.0 - watch.fill_us()
             spin_us = cover.elapsed_time(start) * 1000.0
-            if not host_covered(host_us, spin_us):
-                self.uncovered += 1
+            covered = host_covered(host_us, spin_us)
             self.cover_cycles = next_cover_cycles(self.cover_cycles, spin_us, host_us)
         else:
-            t_us = (time.perf_counter() - t0) * 1e6
+            t_us, covered = (time.perf_counter() - t0) * 1e6, True
         outs = raw if type(raw) is tuple else (tuple(raw) if type(raw) is list else (raw,))
         findings = []
         if mode_problem:
@@ -305,7 +304,7 @@ class _State:
                     findings.append({"rule": "foreign-compute", "message": (
                         f"output {i} was not passed to any Triton kernel of the file's own: it was computed "
                         "by something else (PyTorch, numpy, ctypes, ...)")})
-        return outs, float(t_us), watch.ops, findings
+        return outs, float(t_us), covered, watch.ops, findings
 
     def _aliasing(self, outs: tuple, inputs: list) -> str | None:
         torch = self.torch
