@@ -3,6 +3,7 @@
     PYTHONPATH=src python benchmarks/timing_gpu.py --out DIR [--kinds rotary,softmax,...] [--repeats 3]
     PYTHONPATH=src python benchmarks/timing_gpu.py --out DIR --cpu-smoke     # the script itself, CPU, ~1 min
     ... --profile    # also profile the warm evaluations: DIR/profiles/<kind>-parent.txt, -workers.txt
+    ... --cpu-smoke --tiny   # the smallest edge shape: on the CPU the judge's own overhead shows
 
 For each kind's starter, at the problem's GPU target shapes (the first dtype):
 
@@ -24,6 +25,7 @@ import cProfile
 import importlib.util
 import io
 import json
+import math
 import os
 import pstats
 import statistics
@@ -77,10 +79,12 @@ def judge_runs(kind: str, device: str, repeats: int, shapes, profile_dir: Path |
                 parent.enable()
             ev = evaluator.evaluate(KERNELS_DIR / f"{kind}.py")
             runs.append({"verdict": ev.verdict, "message": ev.message, "wall_s": ev.wall_s, "phases": ev.phases,
+                         "round_trips": evaluator.last_round_trips,
                          "timings": [{"shape": t.shape, "dtype": t.dtype, "latency_us": t.latency_us,
                                       "spread_us": t.spread_us, "eager_us": t.eager_us, "compile_us": t.compile_us}
                                      for t in ev.timings]})
-            print(f"  {kind}: {ev.verdict} {ev.wall_s:.2f} s {ev.phases} {ev.message[:160]}", flush=True)
+            print(f"  {kind}: {ev.verdict} {ev.wall_s:.2f} s {evaluator.last_round_trips} round trips {ev.phases} "
+                  f"{ev.message[:160]}", flush=True)
     if profile_dir:
         parent.disable()
         os.environ.pop(PROFILE_ENV, None)
@@ -106,6 +110,8 @@ def main(argv=None) -> int:
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cpu-smoke", action="store_true")
+    ap.add_argument("--tiny", action="store_true",
+                    help="with --cpu-smoke: time the smallest edge shape (the judge's overhead, not the interpreter's)")
     ap.add_argument("--profile", action="store_true",
                     help="profile the warm evaluations (parent and workers) into DIR/profiles")
     args = ap.parse_args(argv)
@@ -119,6 +125,8 @@ def main(argv=None) -> int:
     for kind in kinds:
         problem = get_problem(kind)
         shapes = [problem.cpu_shapes[0]] if args.cpu_smoke else None
+        if args.cpu_smoke and args.tiny:
+            shapes = [min(problem.edge_shapes_for(device), key=lambda s: math.prod(s.values()))]
         print(f"{kind}: judging the starter {args.repeats}x", flush=True)
         repeats = (2 if args.profile else 1) if args.cpu_smoke else args.repeats
         runs = judge_runs(kind, device, repeats, shapes, args.out / "profiles" if args.profile else None)
@@ -137,14 +145,15 @@ def main(argv=None) -> int:
             shape = "x".join(str(v) for v in t["shape"].values())
             print(f"| {kind} | {shape} {t['dtype']} | {t['latency_us']:.1f} | {b:.1f} | {t['latency_us'] / b:.2f} | "
                   f"{t['eager_us'] or float('nan'):.1f} |")
-    print("\n| kind | first eval s | warm eval s (median) | load | stages | timing | baselines |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("\n| kind | first eval s | warm eval s (median) | round trips | load | stages | timing | baselines |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for kind, r in results.items():
         runs = r["runs"]
         warm = runs[1:] or runs
         med = statistics.median(x["wall_s"] for x in warm)
         ph = {k: statistics.median(x["phases"].get(k, 0.0) for x in warm) for k in ("load", "stages", "timing", "baselines")}
-        print(f"| {kind} | {runs[0]['wall_s']:.2f} | {med:.2f} | {ph['load']:.2f} | {ph['stages']:.2f} | "
+        trips = statistics.median(x["round_trips"] for x in warm)
+        print(f"| {kind} | {runs[0]['wall_s']:.2f} | {med:.2f} | {trips:.0f} | {ph['load']:.2f} | {ph['stages']:.2f} | "
               f"{ph['timing']:.2f} | {ph['baselines']:.2f} |")
     return 0
 

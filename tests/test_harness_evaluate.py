@@ -36,6 +36,22 @@ def test_starter_passes_every_stage(reduce_eval):
     assert "seed=" in ev.stages[-1].message
     assert set(ev.versions) == {"torch", "triton", "python", "autokernel"}
     assert Evaluation.from_json(ev.to_json()).to_dict() == ev.to_dict()
+    # one round trip per correctness case: the outputs come back with the calls (the judge used
+    # to ask for them in a second request, twice the round trips)
+    assert reduce_eval.last_round_trips == 1 + correctness_cases(reduce_eval)
+
+
+def correctness_cases(evaluator: Evaluator) -> int:
+    """Cases the stages run for an honest kernel on the CPU: smoke (twice), sweep, numerics (the
+    draws of one shape and dtype together), determinism, edges, held-out (no large shapes)."""
+    problem, shapes, dtypes = evaluator.problem, evaluator.shapes, evaluator.dtypes
+    numerics = 0
+    for shape in shapes if problem.adversarial_inputs is not None else []:
+        for dtype in dtypes:
+            draws = len(problem.adversarial_inputs(dict(shape), dtype, "cpu", 0))
+            numerics += 1 if draws >= 2 else draws
+    edges = len(problem.edge_shapes_for("cpu"))
+    return 2 + (len(shapes) * len(dtypes) - 1) + numerics + len(shapes) * len(dtypes) + edges * len(dtypes) + len(shapes)
 
 
 @pytest.mark.parametrize("kernel,rule,stage", [

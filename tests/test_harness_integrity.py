@@ -154,3 +154,22 @@ def test_interpreter_values_and_raw_storage_bytes_are_foreign_compute():
     assert "foreign-compute" in rules(body)
     raw = "def kernel_fn(x):\n    x.untyped_storage()._write_file(open('f', 'wb'), True, True, 4)\n"
     assert "foreign-compute" in rules(raw)
+
+
+def test_the_worker_digest_covers_the_baseline_names_only_and_sees_a_replacement(monkeypatch):
+    import torch
+
+    watch = integrity.FingerprintWatch()
+    assert watch.digest == integrity.fingerprint_digest(watch.baseline)  # what the parent computes
+    assert watch.digest_now() == watch.digest
+    # a name that appears later (a module imported by load, an attribute torch adds lazily)
+    # does not count: the worker need not send its whole fingerprint on every answer
+    monkeypatch.setattr(torch, "autokernel_new_name", lambda: None, raising=False)
+    assert watch.digest_now() == watch.digest
+    monkeypatch.setattr(torch, "allclose", lambda *a, **k: True)
+    assert watch.digest_now() != watch.digest
+    monkeypatch.undo()
+    assert watch.digest_now() == watch.digest
+    target = integrity.static_findings  # same function object, new code object
+    monkeypatch.setattr(target, "__code__", (lambda source, filename="k": []).__code__)
+    assert watch.digest_now() != watch.digest

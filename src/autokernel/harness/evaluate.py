@@ -134,6 +134,7 @@ class Evaluator:
         self._worker: Worker | None = None
         self._incumbent: tuple[str, Worker] | None = None  # (source text, its own worker)
         self._evaluations = 0
+        self.last_round_trips = 0  # requests the last evaluation sent to the candidate's worker
         self._timer: timing.Timer | None = None
         self._stage = "load"
         self._rng = random.SystemRandom()
@@ -207,6 +208,7 @@ class Evaluator:
         finally:
             shutil.rmtree(self._build_dir, ignore_errors=True)
             self._evaluations += 1
+            self.last_round_trips = self._worker.requests if self._worker is not None else 0
             self._drop_worker()  # one worker, one kernel: never reused
         ev.wall_s = round(time.perf_counter() - started, 3)
         return ev

@@ -364,8 +364,10 @@ def _dedupe(findings: list[StaticFinding]) -> list[StaticFinding]:
 
 
 # ------------------------------------------------------------- run time
-def _critical_namespaces() -> list[tuple[str, Any]]:
-    """(name, object) whose callable attributes a candidate must leave alone."""
+def _critical_namespaces(ordered: bool = True) -> list[tuple[str, Any]]:
+    """(name, object) whose callable attributes a candidate must leave alone (resolved afresh
+    from ``sys.modules`` each time: a replaced module shows; ``ordered``: the harness's own
+    modules sorted by name, for a stable baseline)."""
     import builtins
     import time
 
@@ -406,10 +408,9 @@ def _critical_namespaces() -> list[tuple[str, Any]]:
     connection = sys.modules.get("multiprocessing.connection")
     if connection is not None:
         spaces.append(("multiprocessing.connection.Connection", connection.Connection))
-    for name, module in sorted(sys.modules.items()):
-        if name.startswith(("autokernel.harness", "autokernel.problems")) and module is not None:
-            spaces.append((name, module))
-    return spaces
+    own = [(name, module) for name, module in list(sys.modules.items())
+           if name.startswith(("autokernel.harness", "autokernel.problems")) and module is not None]
+    return spaces + (sorted(own, key=lambda item: item[0]) if ordered else own)
 
 
 def fingerprint() -> dict[str, str]:
@@ -417,9 +418,15 @@ def fingerprint() -> dict[str, str]:
     the id of its code object (swapping ``__code__`` keeps the function's id).  The worker
     sends this with every answer; the baseline taken before any kernel was loaded lives in
     the parent (worker.Worker.baseline), out of the candidate's reach."""
+    return _fingerprint_and_places()[0]
+
+
+def _fingerprint_and_places() -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
+    """The fingerprint, and where each of its names was found: (namespace, attribute)."""
     import types
 
     out: dict[str, str] = {}
+    places: dict[str, tuple[str, str]] = {}
     for prefix, space in _critical_namespaces():
         try:
             items = list(vars(space).items())
@@ -429,11 +436,64 @@ def fingerprint() -> dict[str, str]:
             if callable(value) or isinstance(value, type(sys)):
                 code = value.__code__ if type(value) is types.FunctionType else None
                 out[f"{prefix}.{key}"] = f"{id(value)}:{id(code) if code is not None else 0}"
-    return out
+                places[f"{prefix}.{key}"] = (prefix, key)
+    return out, places
 
 
 def fingerprint_digest(fingerprint: dict[str, str]) -> str:
+    """A digest of the fingerprint's values in the dict's order (the baseline's order: the
+    worker's ``FingerprintWatch`` computes the same digest from ids, without building the dict)."""
+    ids = []
+    for value in fingerprint.values():
+        first, _, second = str(value).partition(":")
+        ids += [int(first or 0), int(second or 0)]
+    return _ids_digest(ids)
+
+
+def _ids_digest(ids: list[int]) -> str:
+    import array
     import hashlib
 
-    text = "\n".join(f"{k}={v}" for k, v in sorted(fingerprint.items()))
-    return hashlib.sha256(text.encode()).hexdigest()
+    return hashlib.blake2b(array.array("Q", ids).tobytes(), digest_size=20).hexdigest()
+
+
+class FingerprintWatch:
+    """Worker side: the baseline fingerprint, and on every answer the digest of the same
+    names now.  Only the baseline's names count (the parent compares only those): names that
+    appear later (a problem module imported by ``load``, attributes torch adds lazily) neither
+    change the digest nor make the worker send its whole fingerprint.  The namespaces are
+    resolved afresh each time (a module replaced in ``sys.modules`` shows) and every name is
+    looked up again; only the dict of strings is not built (``fingerprint`` builds it when the
+    digest differs, for the parent to name what changed)."""
+
+    _MISSING = object()
+
+    def __init__(self) -> None:
+        self.baseline, places = _fingerprint_and_places()
+        self.digest = fingerprint_digest(self.baseline)
+        # the baseline's names in its order, runs of one namespace grouped: [(namespace, [attributes])]
+        self._plan: list[tuple[str, list[str]]] = []
+        for name in self.baseline:
+            prefix, key = places[name]
+            if not self._plan or self._plan[-1][0] != prefix:
+                self._plan.append((prefix, []))
+            self._plan[-1][1].append(key)
+
+    def digest_now(self) -> str:
+        import types
+
+        function = types.FunctionType
+        spaces = dict(_critical_namespaces(ordered=False))
+        missing = self._MISSING
+        ids: list[int] = []
+        add = ids.append
+        for prefix, keys in self._plan:
+            try:
+                get = vars(spaces[prefix]).get
+            except (KeyError, TypeError):
+                get = {}.get
+            for key in keys:
+                value = get(key, missing)
+                add(id(value))
+                add(id(value.__code__) if type(value) is function else 0)
+        return _ids_digest(ids)

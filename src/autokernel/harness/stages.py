@@ -305,29 +305,22 @@ class Judge:
 
     def run_case(self, case: Case, calls: int = 1, refs: Any = None) -> CaseResult:
         """Call the kernel on ``case.args`` and judge the outputs of every call.  With memory to
-        spare the outputs come back together; else one at a time, each compared and then
-        dropped, the first call's bits kept as a snapshot for the determinism check."""
+        spare the outputs come back in the same request; else one at a time, each compared and
+        then dropped, the first call's bits kept as a snapshot for the determinism check."""
         pristine = self.snapshot(tensors_of(case.args))
         meta = self.meta(case)
-        reply = self._run(case, calls, NAN_POISON, collect=self.together)
-        self.check_inputs(case.args, pristine, case.label)
-        if "error" in reply:
-            raise CaseFailure(f"the kernel raised {reply['error']}", case.label)
-        self.check_ops(reply["ops"], case.label)
-        self.check_call(reply, case.label)
+        outs = self.judged_request([case], calls, [pristine], NAN_POISON, collect=self.together)
         if refs is None:  # computed after the call, from inputs just checked unchanged (see ``meta``)
             refs = self.reference(case.args)
         tol = self.problem.tolerance(case.dtype)
-        same_storage = bool(reply.get("same_storage"))
         if not self.together:
-            return self._one_at_a_time(case, calls, refs, meta, tol, pristine, same_storage)
-        outs = reply["outs"]
+            return self._one_at_a_time(case, calls, refs, meta, tol, pristine, False)
         verdicts = [compare.compare_outputs(o, refs, meta, tol, self.chunk) for o in outs]
         failing = [v for v in verdicts if not v.ok]
         verdict = failing[0] if failing else max(verdicts, key=lambda v: v.worst_error)
         if failing and verdict.nonfinite:
             self._probe_partial_write(case, outs[verdicts.index(verdict)], pristine)
-        return CaseResult(outs, verdict, same_storage, refs)
+        return CaseResult(outs, verdict, False, refs)
 
     def can_batch(self, cases: list[Case]) -> bool:
         """Several one-call cases of one shape and dtype go in one request when the memory plan
@@ -338,32 +331,13 @@ class Judge:
         return memory.batch_peak(sizes, len(cases), self.history(sizes.outputs), self.exact) <= self.budget
 
     def run_cases(self, cases: list[Case]) -> list[CaseResult]:
-        """One call on each case (same shape and dtype), in one request and one collect: each
-        call judged exactly as ``run_case`` judges it (inputs, findings, outputs, compare), in
-        order; the first case that breaks a rule raises, with its own label."""
-        shape, dtype = cases[0].shape, cases[0].dtype
+        """One call on each case (same shape and dtype), in one request that also brings the
+        outputs back: each call judged exactly as ``run_case`` judges it (``judged_request``),
+        then compared in order; the first case that breaks a rule raises, with its own label."""
         meta = self.meta(cases[0])
         pristine = [self.snapshot(tensors_of(c.args)) for c in cases]
-        reply = self.request(self.call_message(shape, dtype, [c.args for c in cases], meta))
-        for case, snap in zip(cases, pristine):
-            self.check_inputs(case.args, snap, case.label)
-        names = "|".join(c.name for c in cases)
-        if "error" in reply:
-            raise CaseFailure(f"the kernel raised {reply['error']}",
-                              f"shape={format_shape(shape)} dtype={dtype_name(dtype)} case={names}")
-        self.check_ops(reply["ops"], f"shape={format_shape(shape)} dtype={dtype_name(dtype)} case={names}")
-        for finding in reply.get("findings") or []:
-            index = finding.get("call", 0)
-            label = cases[index].label if isinstance(index, int) and 0 <= index < len(cases) else cases[0].label
-            self.check_call({"findings": [dict(finding, call=0)]}, label)
-        bad = reply.get("bad") or []
-        for i, case in enumerate(cases):
-            if i < len(bad) and bad[i] is not None:
-                self.check_call({"bad": [bad[i]]}, case.label)
-        outs = self.collect(list(range(len(cases))), meta, cases[0].label)
-        for case, snap in zip(cases, pristine):  # written during the collect?
-            self.check_inputs(case.args, snap, case.label)
-        tol = self.problem.tolerance(dtype)
+        outs = self.judged_request(cases, 1, pristine, NAN_POISON, collect=True)
+        tol = self.problem.tolerance(cases[0].dtype)
         results = []
         for case, got, snap in zip(cases, outs, pristine):
             ref = self.reference(case.args)
@@ -374,6 +348,63 @@ class Judge:
             if not verdict.ok:
                 break  # the stage fails at this case, as it would one request at a time
         return results
+
+    def judged_request(self, cases: list[Case], calls: int, pristine: list[snapshot.Snapshot], poison: float | None,
+                       collect: bool, meta: compare.OutputMeta | None = None) -> list[tuple]:
+        """The one judging step of every correctness request: ``calls`` calls on each case's
+        inputs (cases of one shape and dtype, in order), in one request.  With ``collect`` the
+        worker copies every call's outputs into buffers this process allocated and sent along
+        (no second round trip).  Then, for every call: its case's inputs unchanged
+        (``modified-input``), no error, no forbidden op, no per-call finding (each named with its
+        case's label), plain outputs of the declared dtype and shape, and no output written
+        after its call returned.  Returns the outputs, one tuple per call (none unless
+        ``collect``; ``meta``: the outputs' shapes and dtypes when not the reference's at this shape)."""
+        shape, dtype = cases[0].shape, cases[0].dtype
+        meta = meta if meta is not None else self.meta(cases[0])
+        n = len(cases) * calls
+        buffers = self._buffers(n, meta) if collect else None
+        sets = [c.args for c in cases for _ in range(calls)]
+        reply = self.request(self.call_message(shape, dtype, sets, meta, poison, buffers=buffers))
+        del sets
+        for case, snap in zip(cases, pristine):
+            self.check_inputs(case.args, snap, case.label)
+        together = cases[0].label if len(cases) == 1 else \
+            f"shape={format_shape(shape)} dtype={dtype_name(dtype)} case={'|'.join(c.name for c in cases)}"
+        if "error" in reply:
+            raise CaseFailure(f"the kernel raised {reply['error']}", together)
+        self.check_ops(reply["ops"], together)
+
+        def check(part: dict[str, Any]) -> None:
+            for finding in part.get("findings") or []:
+                index = finding.get("call", 0)
+                index = index if isinstance(index, int) and 0 <= index < n else 0
+                self.check_call({"findings": [dict(finding, call=index % calls)]}, cases[index // calls].label)
+            for index, bad in enumerate((part.get("bad") or [])[:n]):
+                if bad is not None:
+                    self.check_call({"bad": [bad]}, cases[index // calls].label)
+
+        check(reply)
+        if not collect:
+            return []
+        collected = reply.get("collected")
+        if not isinstance(collected, dict):
+            raise CaseFailure("the kernel's outputs could not be collected", together)
+        check(collected)
+        return [tuple(outs) for outs in buffers]
+
+    def _buffers(self, n: int, meta: compare.OutputMeta) -> list[list[torch.Tensor]]:
+        """Output buffers of this process for ``n`` calls, poisoned (an output the worker did
+        not copy shows as NaN or -7)."""
+        buffers = []
+        for _ in range(n):
+            outs = []
+            for shape, dtype in zip(meta.shapes, meta.dtypes):
+                buf = torch.empty(shape, dtype=dtype, device=self.device)
+                buf.fill_(float("nan") if buf.is_floating_point() else -7)
+                outs.append(buf)
+            buffers.append(outs)
+        self.sync()
+        return buffers
 
     def _one_at_a_time(self, case: Case, calls: int, refs: Any, meta: compare.OutputMeta, tol: Any,
                        pristine: snapshot.Snapshot, same_storage: bool) -> CaseResult:
@@ -402,11 +433,13 @@ class Judge:
         return CaseResult([got], best, same_storage, refs, differs)
 
     def call_message(self, shape: Shape, dtype: torch.dtype, sets: list, meta: compare.OutputMeta,
-                     poison: float | None = NAN_POISON, slot: str = "candidate") -> dict[str, Any]:
-        """The one request every kernel call goes through, judged or timed alike."""
+                     poison: float | None = NAN_POISON, slot: str = "candidate",
+                     buffers: list | None = None) -> dict[str, Any]:
+        """The one request every kernel call goes through, judged or timed alike (``buffers``:
+        this process's buffers for every call's outputs, filled once all the calls are made)."""
         return {"op": "call", "slot": slot, "shape": shape, "dtype": dtype, "sets": sets, "poison": poison,
                 "expected": [(list(sh), str(dt)) for sh, dt in zip(meta.shapes, meta.dtypes)],
-                "require_launch": self.problem.forbidden_ops is None}
+                "require_launch": self.problem.forbidden_ops is None, "buffers": buffers}
 
     def check_call(self, reply: dict[str, Any], label: str) -> None:
         """The worker's per-call findings (aliasing, threads, launches, the watch) and the
@@ -422,36 +455,19 @@ class Judge:
     def collect(self, indices: list[int], meta: compare.OutputMeta, label: str, slot: str = "candidate") -> list[tuple]:
         """The outputs of the named calls of the last ``call`` request, copied by the worker
         into buffers this process allocated (nothing the candidate made crosses over)."""
-        buffers = []
-        for _ in indices:
-            outs = []
-            for shape, dtype in zip(meta.shapes, meta.dtypes):
-                buf = torch.empty(shape, dtype=dtype, device=self.device)
-                buf.fill_(float("nan") if buf.is_floating_point() else -7)
-                outs.append(buf)
-            buffers.append(outs)
-        self.sync()
+        buffers = self._buffers(len(indices), meta)
         reply = self.request({"op": "collect", "slot": slot, "indices": list(indices), "buffers": buffers})
         if "error" in reply:
             raise CaseFailure(f"the kernel's outputs could not be collected: {reply['error']}", label)
         self.check_call(reply, label)
         return [tuple(outs) for outs in buffers]
 
-    def _run(self, case: Case, calls: int, poison: float | None, collect: bool = True) -> dict[str, Any]:
-        meta = self.meta(case)
-        reply = self.request(self.call_message(case.shape, case.dtype, [case.args] * calls, meta, poison))
-        if not collect or "error" in reply or any(b is not None for b in reply.get("bad") or []) or reply.get("findings"):
-            reply["outs"] = []
-            return reply
-        reply["outs"] = self.collect(list(range(calls)), meta, case.label)
-        return reply
-
     def _probe_partial_write(self, case: Case, first: tuple, pristine: snapshot.Snapshot) -> None:
-        reply = self._run(case, 1, PROBE_POISON)
-        self.check_inputs(case.args, pristine, case.label)
-        if "error" in reply or not reply["outs"]:
-            return
-        for i, (a, b) in enumerate(zip(first, reply["outs"][0])):
+        try:
+            second = self.judged_request([case], 1, [pristine], PROBE_POISON, collect=True)[0]
+        except CaseFailure:
+            return  # the comparison's failure stands
+        for i, (a, b) in enumerate(zip(first, second)):
             if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape:
                 continue
             if not a.is_floating_point() or not b.is_floating_point():

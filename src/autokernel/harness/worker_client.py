@@ -48,6 +48,7 @@ class Worker:
         self.baseline: dict[str, str] = {}  # fingerprint taken before any kernel was loaded
         self.baseline_digest = ""
         self.used = False
+        self.requests = 0  # round trips answered or attempted (benchmarks and tests count them)
 
     @property
     def alive(self) -> bool:
@@ -100,6 +101,7 @@ class Worker:
         if not self.alive:
             raise WorkerCrash(self.proc.exitcode if self.proc else None)
         self.used = True
+        self.requests += 1
         try:
             self.conn.send(message)
         except (BrokenPipeError, EOFError, OSError):

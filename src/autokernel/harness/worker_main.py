@@ -13,7 +13,6 @@ from typing import Any
 
 from . import host_reads, launches, transport
 from .gpu_cover import GPU_COVER_CYCLES, host_covered, next_cover_cycles
-from .integrity import fingerprint_digest
 from .memory import HISTORY_BYTES, HISTORY_CALLS
 from .output_checks import check_outputs, output_digest, tensors_in
 from .problem_spec import load_problem
@@ -51,10 +50,9 @@ def main(conn, device: str) -> None:
         return
     from . import integrity
 
-    baseline = integrity.fingerprint()
-    baseline_digest = fingerprint_digest(baseline)
+    watch = integrity.FingerprintWatch()
     conn.send_bytes(transport.encode({"ready": True, "pid": os.getpid(), "device_name": state.device_name,
-                                      "fingerprint": baseline, "fingerprint_digest": baseline_digest}))
+                                      "fingerprint": watch.baseline, "fingerprint_digest": watch.digest}))
     profiler = _request_profiler()
     while True:
         try:
@@ -74,11 +72,10 @@ def main(conn, device: str) -> None:
         del message
         try:
             if op != "collect":  # no kernel code runs during a collect
-                now = integrity.fingerprint()
-                digest = fingerprint_digest(now)
+                digest = watch.digest_now()
                 reply["fingerprint_digest"] = digest
-                if digest != baseline_digest:
-                    reply["fingerprint"] = now
+                if digest != watch.digest:  # the parent names what changed from the whole fingerprint
+                    reply["fingerprint"] = integrity.fingerprint()
             data = transport.encode(reply)
         except Exception as exc:
             data = transport.encode({"error": f"harness worker error: cannot encode the answer: {exc}",
@@ -240,8 +237,11 @@ class _State:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             return self._kernel_error(exc, paths)
-        return {"times_us": times, "ops": sorted(ops), "findings": findings, "bad": bad, "uncovered": uncovered,
-                "kind": "gpu" if self.gpu else "interpreter"}
+        reply = {"times_us": times, "ops": sorted(ops), "findings": findings, "bad": bad, "uncovered": uncovered,
+                 "kind": "gpu" if self.gpu else "interpreter"}
+        if m.get("buffers") is not None:  # every call's outputs wanted: copied now, as a collect would
+            reply["collected"] = self.collect({"indices": list(range(len(sets))), "buffers": m["buffers"]})
+        return reply
 
     def _judged_call(self, fn, args, poison, own_globals, require_launch):
         """One call of the kernel, the same for every call the worker makes.  Returns its outputs,
@@ -357,7 +357,8 @@ class _State:
         return None
 
     def collect(self, m: dict[str, Any]) -> dict[str, Any]:
-        """Copy the kept outputs of the calls ``m["indices"]`` into the parent's buffers."""
+        """Copy the kept outputs of the calls ``m["indices"]`` into the parent's buffers (a
+        ``collect`` request, or the end of a ``call`` request that brought buffers for every call)."""
         done, findings = [], []
         for index, buffers in zip(m["indices"], m["buffers"]):
             outs = self.kept[int(index)]
