@@ -58,7 +58,7 @@ def test_timing_sets_fit_the_budget_and_never_default_to_one_that_does_not():
     assert memory.timing_sets(BIG, 30 << 30, history, incumbent=False, gpu=True) == 0
     fixed = memory.timing_fixed(BIG, history, incumbent=False)
     k = memory.timing_sets(BIG, fixed + 3 * (BIG.inputs + BIG.outputs), history, incumbent=False, gpu=True)
-    assert k == 1  # the preferred 2 GiB pool holds less than one set: one at a time
+    assert k == 1  # the preferred 8 GiB pool holds less than one set: one at a time
     small = memory.SetSizes(1 * MIB, 1 * MIB, 2 * MIB)
     assert memory.timing_sets(small, 1 << 40, 0, incumbent=False, gpu=True) == memory.MAX_TIMING_SETS
     budget = memory.timing_fixed(small, 0, True) + 10 * (small.inputs + 2 * small.outputs)
@@ -209,6 +209,7 @@ class InProcessWorker:
 
     def __init__(self, problem, wrong=()):
         self.problem, self.wrong, self.ops, self.kept = problem, set(wrong), [], []
+        self.uncovered = False  # report every call as not covered by the GPU spin
 
     def request(self, message, timeout_s):
         self.ops.append((message["op"], len(message.get("sets") or message.get("indices") or [])))
@@ -218,7 +219,8 @@ class InProcessWorker:
                 out = self.problem.reference(*args)
                 self.kept.append(torch.zeros_like(out) if i in self.wrong else out)
             n = len(message["sets"])
-            reply = {"times_us": [1.0] * n, "ops": [], "findings": [], "bad": [None] * n, "tampered": []}
+            reply = {"times_us": [1.0] * n, "ops": [], "findings": [], "bad": [None] * n, "tampered": [],
+                     "uncovered": list(range(n)) if self.uncovered else []}
             if message.get("buffers") is not None:  # the outputs come back with the call
                 reply["collected"] = self._copy(range(n), message["buffers"])
             return reply
@@ -304,3 +306,53 @@ def test_no_answer_for_a_call_inputs_exists_before_the_call():
             assert not any(x.shape == given.shape and torch.equal(x, given.float()) for x in answered_before)
         assert any(kind == "ref" and any(torch.equal(x, g.float()) for g in events[i][1])
                    for kind, x in events[i + 1:])  # and it is judged against them afterwards
+
+
+def test_warm_up_calls_bring_their_outputs_back_and_are_not_counted_as_timed():
+    """The warm-up's calls are all checked: their outputs come back with the call (no collect
+    request); only the timed calls count towards the uncovered-spin note."""
+    from autokernel.harness import Evaluator, stages
+    from autokernel.problems import get_problem
+
+    problem = get_problem("softmax")
+    worker = InProcessWorker(problem)
+    worker.uncovered = True
+    judge = stages.Judge(problem, "cpu", worker, 10.0, seed=3, memory_budget=1 << 30)
+    evaluator = Evaluator("softmax", device="cpu", shapes=["8x64"], prestart=False)
+    evaluator._incumbent_timed, evaluator.last_kind = False, "interpreter"
+    evaluator._calls_timed = evaluator._calls_uncovered = 0
+    times, _ = evaluator._batch(judge, judge, "candidate", {"M": 8, "N": 64}, torch.float32, 2, 1.0, warm_up=True)
+    assert len(times) == 2 and worker.ops == [("call", 2)]
+    assert evaluator._calls_timed == evaluator._calls_uncovered == 0
+    worker.ops.clear()
+    evaluator._batch(judge, judge, "candidate", {"M": 8, "N": 64}, torch.float32, 3, 1.0)
+    assert worker.ops == [("call", 3), ("collect", 3)]  # timed calls: checked ones picked after the calls
+    assert evaluator._calls_timed == evaluator._calls_uncovered == 3
+
+
+def test_the_cache_is_emptied_only_when_its_idle_bytes_exceed_the_room_the_plan_left(monkeypatch):
+    """On a GPU with large sets the judge used to empty its allocator's cache before every input
+    set (a device-wide free and fresh allocations each time); now only when what the cache holds
+    unused would eat into the memory the plan counted on (stand-ins for the CUDA calls)."""
+    GIB = memory.GIB
+    from autokernel.harness import stages
+    from autokernel.problems import get_problem
+
+    calls = {"empty": 0, "ipc": 0}
+    idle = {"bytes": 0}
+    monkeypatch.setattr(torch.cuda, "ipc_collect", lambda: calls.__setitem__("ipc", calls["ipc"] + 1))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.__setitem__("empty", calls["empty"] + 1))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 10 * GIB + idle["bytes"])
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 10 * GIB)
+    judge = stages.Judge(get_problem("softmax"), "cpu", None, 10.0, seed=3, memory_budget=100 * GIB)
+    judge.gpu, judge.device, judge.release_each_case = True, "cuda:0", True
+    idle["bytes"] = 1
+    judge.release()  # before the plan: nothing may stay cached
+    assert calls == {"empty": 1, "ipc": 1}
+    judge.memory_plan = memory.MemoryPlan(100 * GIB, BIG, True, True, need=40 * GIB, fits=True)
+    idle["bytes"] = 50 * GIB
+    judge.release()  # 50 GiB idle, 60 GiB of room: kept
+    assert calls == {"empty": 1, "ipc": 2}
+    judge.timing_peak = 70 * GIB  # a timing request planned larger than the cases: 30 GiB of room
+    judge.release()
+    assert calls == {"empty": 2, "ipc": 3}

@@ -330,7 +330,7 @@ class Evaluator:
             return None
 
     def _batch(self, judge: stages.Judge, runner: stages.Judge, slot: str, shape: Shape, dtype: torch.dtype,
-               n: int, check_p: float) -> tuple[list[float], float]:
+               n: int, check_p: float, warm_up: bool = False) -> tuple[list[float], float]:
         """``n`` judged calls on ``n`` fresh input sets (split to fit the memory budget), sent to
         ``runner``'s worker; each call is checked (outputs compared, inputs checked) with
         probability ``check_p``, drawn here after the calls were made (at least one per request
@@ -348,6 +348,7 @@ class Evaluator:
                 raise _IncumbentFailed(f"not enough memory to time it beside the candidate "
                                        f"({memory.fmt_bytes(judge.budget)} available)")
             chunk = 1  # one set fits: the correctness plan measured it
+        judge.timing_peak = max(judge.timing_peak, memory.timing_peak(sizes, chunk, history, self._incumbent_timed))
         tol = self.problem.tolerance(dtype)
         while n > 0:
             k = min(n, chunk)
@@ -357,7 +358,9 @@ class Evaluator:
             picked = [i for i in range(k) if self._rng.random() < check_p]
             pristine = {i: judge.snapshot(stages.tensors_of(cases[i].args), exact=False) for i in picked}
             label = cases[0].label + " (timed)"
-            message = runner.call_message(shape, dtype, [c.args for c in cases], meta, slot=slot)
+            # warm-up calls are all checked: their outputs come back with them (no collect request)
+            buffers = judge.output_buffers(k, meta) if warm_up and check_p >= 1.0 else None
+            message = runner.call_message(shape, dtype, [c.args for c in cases], meta, slot=slot, buffers=buffers)
             runner.sync()
             started = time.perf_counter()
             reply = runner.request(message, self.timeout_s * max(1, math.ceil(k / 4)))
@@ -372,12 +375,15 @@ class Evaluator:
             if len(reported) != k or not timing.reported_fits_wall(reported, elapsed):
                 raise stages.Rejection("timing-mismatch", f"the worker reported {sum(reported):.0f} us for {k} call(s) "
                                        f"that took {elapsed * 1e6:.0f} us by the judge's clock ({label})")
-            self._calls_timed += k
-            self._calls_uncovered += len(reply.get("uncovered") or [])
+            if not warm_up:  # warm-up calls compile: only the timed ones count
+                self._calls_timed += k
+                self._calls_uncovered += len(reply.get("uncovered") or [])
             for i in picked:
                 judge.check_inputs(cases[i].args, pristine[i], label)
+            if buffers is not None:
+                judge.check_call(reply.get("collected") or {"bad": ["the outputs were not collected"]}, label)
             for group in ([picked] if judge.together else [[i] for i in picked]) if picked else []:
-                outs = judge.collect(group, meta, label)
+                outs = judge.collect(group, meta, label) if buffers is None else [tuple(buffers[i]) for i in group]
                 for i, got in zip(group, outs):
                     verdict = stages.compare.compare_outputs(got, judge.reference(cases[i].args), meta, tol, judge.chunk)
                     if not verdict.ok:
@@ -387,7 +393,7 @@ class Evaluator:
             times += reported
             wall += elapsed
             self.last_kind = reply.get("kind", self.last_kind)
-            del cases, pristine  # this request's sets go before the next request's are drawn
+            del cases, pristine, buffers  # this request's sets go before the next request's are drawn
         return times, wall
 
     def _time(self, ev: Evaluation, judge: stages.Judge, incumbent: Path | None) -> None:
@@ -407,10 +413,10 @@ class Evaluator:
         samples = {s: [[[] for _ in range(rounds)] for _ in range(n_cases)] for s in runners}
         walls = {s: [[0.0] * rounds for _ in range(n_cases)] for s in runners}
 
-        def batch(slot: str, c: int, n: int, check_p: float) -> tuple[list[float], float]:
+        def batch(slot: str, c: int, n: int, check_p: float, warm_up: bool = False) -> tuple[list[float], float]:
             try:
                 return self._batch(judge, runners[slot], slot, self.shapes[c], dtype, n,
-                                   check_p if slot == "candidate" else 0.0)
+                                   check_p if slot == "candidate" else 0.0, warm_up)
             except (stages.Rejection, stages.CaseFailure, WorkerCrash, WorkerTimeout, stages.CudaFault) as exc:
                 if slot == "candidate":
                     raise
@@ -422,10 +428,9 @@ class Evaluator:
             for c in range(n_cases):
                 est = 0.0
                 for slot in runners:  # warm-up (compiles, autotuning) and estimate: judged calls too
-                    warm, _ = batch(slot, c, WARM_CALLS["gpu" if gpu else "interpreter"], 1.0)
+                    warm, _ = batch(slot, c, WARM_CALLS["gpu" if gpu else "interpreter"], 1.0, warm_up=True)
                     est = max(est, min(warm) if gpu else warm[-1])
                 per_round.append(max(1, timing.calls_for(plan, est, gpu) // rounds))
-            self._calls_timed = self._calls_uncovered = 0  # warm-up calls compile: only the timed ones count
             for r in range(rounds):
                 order = list(runners) if r % 2 == 0 else list(reversed(runners))
                 for slot in order:

@@ -31,7 +31,10 @@ MIB = 1 << 20
 GPU_SAFETY = 0.85
 CPU_FRACTION = 0.5
 COMPARE_CHUNK_ELEMENTS = 1 << 22  # compare.py and snapshot.py work on slices of at most this many elements
-TIMING_POOL_BYTES = {"gpu": 2 * GIB, "cpu": 64 * MIB}  # preferred size of one timing request's sets
+# preferred size of one timing request's sets: each request costs a round trip, a tamper digest,
+# and often a collect of its picked calls; 2 GiB on a GPU made softmax 4096x50257 (824 MiB a set)
+# 60 requests for its 120 timed calls, 8 GiB makes it 12 (the budget bounds it on smaller devices)
+TIMING_POOL_BYTES = {"gpu": 8 * GIB, "cpu": 64 * MIB}
 MAX_TIMING_SETS = 64
 
 
@@ -123,11 +126,21 @@ def timing_fixed(s: SetSizes, history: int, incumbent: bool) -> int:
     return s.upcast + 2 * s.reference + s.outputs + s.workspace + workers
 
 
+def timing_set_bytes(s: SetSizes, incumbent: bool) -> int:
+    """One timing set: its inputs and the outputs kept for it (by each worker timed)."""
+    return s.inputs + (2 if incumbent else 1) * s.outputs
+
+
+def timing_peak(s: SetSizes, sets: int, history: int, incumbent: bool) -> int:
+    """What a timing request of ``sets`` input sets holds at once (judge and workers)."""
+    return timing_fixed(s, history, incumbent) + sets * timing_set_bytes(s, incumbent)
+
+
 def timing_sets(s: SetSizes, budget: int, history: int, incumbent: bool, gpu: bool) -> int:
     """Input sets one timing request may carry (each used once): as many as the preferred pool
     holds, no more than the budget allows once a set's inputs and the kept outputs are counted
     (the incumbent's worker keeps its own); 0 when not even one fits."""
-    per_set = s.inputs + (2 if incumbent else 1) * s.outputs
+    per_set = timing_set_bytes(s, incumbent)
     room = budget - timing_fixed(s, history, incumbent)
     fit = room // max(1, per_set) if room > 0 else 0
     preferred = TIMING_POOL_BYTES["gpu" if gpu else "cpu"] // max(1, s.inputs + s.outputs)

@@ -26,7 +26,8 @@ launch hook is installed on Triton's launch path (``launches``), a trusted Trito
 once under the watch (everything torch and triton set up lazily is in place), and the
 fingerprint of the critical callables (ids and code objects, integrity.fingerprint) goes to
 the parent with the ready message: the baseline lives in the parent.  Every answer carries the
-current fingerprint; the parent compares.  Requests:
+digest of the baseline's names as they are now (integrity.FingerprintWatch), and the whole
+current fingerprint when that differs; the parent compares.  Requests:
 
 ``load``     execute a kernel file's text as a fresh module;
 ``call``     call the kernel once on every input set given (fresh sets, each used once),
@@ -37,7 +38,10 @@ current fingerprint; the parent compares.  Requests:
              tensors of the declared dtype/shape/device, allocated during the call under the
              watch, aliasing no input and no output still held, written by a Triton kernel of
              the file's own).  The outputs are kept until the next ``call``: which calls get
-             their values compared is decided by the parent afterwards;
+             their values compared is decided by the parent afterwards.  A ``call`` that
+             brings ``buffers`` (one list per call: correctness cases, the warm-up) has every
+             call's outputs copied into them once all its calls are made, as ``collect``
+             would (``collected`` in the answer);
 ``collect``  copy the kept outputs of the calls the parent names into the parent's buffers;
 ``exit``.
 Errors raised by the kernel come back as one line plus the last frame in the kernel file.
