@@ -441,13 +441,16 @@ def _fingerprint_and_places() -> tuple[dict[str, str], dict[str, tuple[str, str]
 
 
 def fingerprint_digest(fingerprint: dict[str, str]) -> str:
-    """A digest of the fingerprint's values in the dict's order (the baseline's order: the
-    worker's ``FingerprintWatch`` computes the same digest from ids, without building the dict)."""
-    ids = []
+    """A digest of the fingerprint's values in the dict's order (the baseline's order): the id
+    of every value, then the id of every code object (Python functions only).  The worker's
+    ``FingerprintWatch`` computes the same digest from the ids themselves."""
+    ids, codes = [], []
     for value in fingerprint.values():
         first, _, second = str(value).partition(":")
-        ids += [int(first or 0), int(second or 0)]
-    return _ids_digest(ids)
+        ids.append(int(first or 0))
+        if second not in ("", "0"):
+            codes.append(int(second))
+    return _ids_digest(ids + codes)
 
 
 def _ids_digest(ids: list[int]) -> str:
@@ -466,34 +469,36 @@ class FingerprintWatch:
     looked up again; only the dict of strings is not built (``fingerprint`` builds it when the
     digest differs, for the parent to name what changed)."""
 
-    _MISSING = object()
-
     def __init__(self) -> None:
         self.baseline, places = _fingerprint_and_places()
         self.digest = fingerprint_digest(self.baseline)
-        # the baseline's names in its order, runs of one namespace grouped: [(namespace, [attributes])]
-        self._plan: list[tuple[str, list[str]]] = []
-        for name in self.baseline:
+        # the baseline's names in its order, runs of one namespace grouped:
+        # [(namespace, [attributes], [attributes that were Python functions])]
+        self._plan: list[tuple[str, list[str], list[str]]] = []
+        for name, value in self.baseline.items():
             prefix, key = places[name]
             if not self._plan or self._plan[-1][0] != prefix:
-                self._plan.append((prefix, []))
+                self._plan.append((prefix, [], []))
             self._plan[-1][1].append(key)
+            if not value.endswith(":0"):
+                self._plan[-1][2].append(key)
 
     def digest_now(self) -> str:
-        import types
+        import operator
 
-        function = types.FunctionType
+        code_of = operator.attrgetter("__code__")
         spaces = dict(_critical_namespaces(ordered=False))
-        missing = self._MISSING
         ids: list[int] = []
-        add = ids.append
-        for prefix, keys in self._plan:
+        codes: list[int] = []
+        for prefix, keys, functions in self._plan:
             try:
                 get = vars(spaces[prefix]).get
             except (KeyError, TypeError):
                 get = {}.get
-            for key in keys:
-                value = get(key, missing)
-                add(id(value))
-                add(id(value.__code__) if type(value) is function else 0)
-        return _ids_digest(ids)
+            # a name gone reads as None, never a baseline value (those are callables or modules)
+            ids.extend(map(id, map(get, keys)))
+            try:
+                codes.extend(map(id, map(code_of, map(get, functions))))
+            except AttributeError:  # a function replaced by something without code: its id differs already
+                codes.append(0)
+        return _ids_digest(ids + codes)

@@ -56,15 +56,17 @@ def main(conn, device: str) -> None:
     profiler = _request_profiler()
     while True:
         try:
-            message = conn.recv()
+            data = conn.recv_bytes()
         except (EOFError, OSError, KeyboardInterrupt):
             return
+        if profiler is not None:  # unpickling counts: it maps the inputs the parent shared (CUDA IPC)
+            profiler.enable()
+        message = _unpickle_request(data)
+        del data
         op = message.get("op")
         if op == "exit":
             return
         try:
-            if profiler is not None:
-                profiler.enable()
             reply = state.handle(op, message)
         except Exception as exc:  # a bug of ours, not the kernel's: report it plainly
             reply = {"error": f"harness worker error: {type(exc).__name__}: {exc}", "internal": True,
@@ -87,6 +89,13 @@ def main(conn, device: str) -> None:
         if reply.get("cuda_fault"):
             # the CUDA context is dead after a device fault: nothing more can run here
             os._exit(3)
+
+
+def _unpickle_request(data: bytes) -> dict[str, Any]:
+    """The parent's request, as ``Connection.recv`` would read it (the parent is trusted)."""
+    from multiprocessing.reduction import ForkingPickler
+
+    return ForkingPickler.loads(data)
 
 
 class _State:
