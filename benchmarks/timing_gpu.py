@@ -67,9 +67,9 @@ def judge_runs(kind: str, device: str, repeats: int, shapes, profile_dir: Path |
     """With ``profile_dir``: the parent (cProfile) and the workers (their requests) of the
     evaluations after the first are profiled; summaries go to ``profile_dir/<kind>-*.txt``."""
     runs = []
-    worker_dir = profile_dir / f"{kind}-workers" if profile_dir else None
-    if worker_dir:
-        os.environ[PROFILE_ENV] = str(worker_dir)
+    # one folder for every kind, named before the first worker starts: workers are forked from a
+    # forkserver that keeps the environment it started with
+    worker_dir = profile_dir / "workers" if profile_dir else None
     parent = cProfile.Profile()
     first_workers: set[Path] = set()
     with Evaluator(kind, device=device, shapes=shapes, timeout_s=120) as evaluator:
@@ -87,7 +87,6 @@ def judge_runs(kind: str, device: str, repeats: int, shapes, profile_dir: Path |
                   f"{ev.message[:160]}", flush=True)
     if profile_dir:
         parent.disable()
-        os.environ.pop(PROFILE_ENV, None)
         write_profile(parent, profile_dir / f"{kind}-parent.txt")
         warm = sorted(set(worker_dir.glob("*.prof")) - first_workers)
         if warm:
@@ -108,7 +107,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--kinds", default=",".join(KINDS))
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=None,
+                    help="evaluations per kind (default 3; with --cpu-smoke 1, or 2 with --profile)")
     ap.add_argument("--cpu-smoke", action="store_true")
     ap.add_argument("--tiny", action="store_true",
                     help="with --cpu-smoke: time the smallest edge shape (the judge's overhead, not the interpreter's)")
@@ -121,14 +121,16 @@ def main(argv=None) -> int:
         print("timing_gpu.py: no GPU here (use --cpu-smoke to check the script on CPU)", file=sys.stderr)
         return 2
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    if args.profile:
+        os.environ[PROFILE_ENV] = str(args.out / "profiles" / "workers")
     results = {}
     for kind in kinds:
         problem = get_problem(kind)
         shapes = [problem.cpu_shapes[0]] if args.cpu_smoke else None
         if args.cpu_smoke and args.tiny:
             shapes = [min(problem.edge_shapes_for(device), key=lambda s: math.prod(s.values()))]
-        print(f"{kind}: judging the starter {args.repeats}x", flush=True)
-        repeats = (2 if args.profile else 1) if args.cpu_smoke else args.repeats
+        print(f"{kind}: judging the starter", flush=True)
+        repeats = args.repeats or ((2 if args.profile else 1) if args.cpu_smoke else 3)
         runs = judge_runs(kind, device, repeats, shapes, args.out / "profiles" if args.profile else None)
         last = runs[-1]
         bench = []

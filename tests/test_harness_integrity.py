@@ -1,6 +1,8 @@
 """integrity.py: static checks of kernel files and the op allow-list."""
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from autokernel.harness import integrity
@@ -172,4 +174,14 @@ def test_the_worker_digest_covers_the_baseline_names_only_and_sees_a_replacement
     assert watch.digest_now() == watch.digest
     target = integrity.static_findings  # same function object, new code object
     monkeypatch.setattr(target, "__code__", (lambda source, filename="k": []).__code__)
+    assert watch.digest_now() != watch.digest
+    monkeypatch.undo()
+    assert watch.digest_now() == watch.digest
+    import types
+
+    fake = types.ModuleType("torch")  # a module replaced in sys.modules: its names are gone
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    assert watch.digest_now() != watch.digest
+    monkeypatch.undo()
+    monkeypatch.setitem(sys.modules, "autokernel.harness.integrity", types.ModuleType("x"))
     assert watch.digest_now() != watch.digest

@@ -364,7 +364,10 @@ def _dedupe(findings: list[StaticFinding]) -> list[StaticFinding]:
 
 
 # ------------------------------------------------------------- run time
-def _critical_namespaces(ordered: bool = True) -> list[tuple[str, Any]]:
+OWN_MODULES = ("autokernel.harness", "autokernel.problems")
+
+
+def _critical_namespaces(ordered: bool = True, own: bool = True) -> list[tuple[str, Any]]:
     """(name, object) whose callable attributes a candidate must leave alone (resolved afresh
     from ``sys.modules`` each time: a replaced module shows; ``ordered``: the harness's own
     modules sorted by name, for a stable baseline)."""
@@ -408,9 +411,11 @@ def _critical_namespaces(ordered: bool = True) -> list[tuple[str, Any]]:
     connection = sys.modules.get("multiprocessing.connection")
     if connection is not None:
         spaces.append(("multiprocessing.connection.Connection", connection.Connection))
-    own = [(name, module) for name, module in list(sys.modules.items())
-           if name.startswith(("autokernel.harness", "autokernel.problems")) and module is not None]
-    return spaces + (sorted(own, key=lambda item: item[0]) if ordered else own)
+    if not own:  # the caller looks the harness's own modules up in sys.modules by name
+        return spaces
+    mine = [(name, module) for name, module in list(sys.modules.items())
+            if name.startswith(OWN_MODULES) and module is not None]
+    return spaces + (sorted(mine, key=lambda item: item[0]) if ordered else mine)
 
 
 def fingerprint() -> dict[str, str]:
@@ -421,12 +426,12 @@ def fingerprint() -> dict[str, str]:
     return _fingerprint_and_places()[0]
 
 
-def _fingerprint_and_places() -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
-    """The fingerprint, and where each of its names was found: (namespace, attribute)."""
+def _fingerprint_and_places() -> tuple[dict[str, str], dict[str, tuple[str, str, Any]]]:
+    """The fingerprint, and where each of its names was found: (namespace, attribute, value)."""
     import types
 
     out: dict[str, str] = {}
-    places: dict[str, tuple[str, str]] = {}
+    places: dict[str, tuple[str, str, Any]] = {}
     for prefix, space in _critical_namespaces():
         try:
             items = list(vars(space).items())
@@ -436,7 +441,7 @@ def _fingerprint_and_places() -> tuple[dict[str, str], dict[str, tuple[str, str]
             if callable(value) or isinstance(value, type(sys)):
                 code = value.__code__ if type(value) is types.FunctionType else None
                 out[f"{prefix}.{key}"] = f"{id(value)}:{id(code) if code is not None else 0}"
-                places[f"{prefix}.{key}"] = (prefix, key)
+                places[f"{prefix}.{key}"] = (prefix, key, value)
     return out, places
 
 
@@ -461,44 +466,62 @@ def _ids_digest(ids: list[int]) -> str:
 
 
 class FingerprintWatch:
-    """Worker side: the baseline fingerprint, and on every answer the digest of the same
-    names now.  Only the baseline's names count (the parent compares only those): names that
-    appear later (a problem module imported by ``load``, attributes torch adds lazily) neither
-    change the digest nor make the worker send its whole fingerprint.  The namespaces are
-    resolved afresh each time (a module replaced in ``sys.modules`` shows) and every name is
-    looked up again; only the dict of strings is not built (``fingerprint`` builds it when the
-    digest differs, for the parent to name what changed)."""
+    """Worker side: the baseline fingerprint, and on every answer whether the baseline's names
+    still hold the very same objects (and the same code, for Python functions).  Only the
+    baseline's names count (the parent compares only those): names that appear later (a problem
+    module imported by ``load``, attributes torch adds lazily) change nothing, and the whole
+    fingerprint goes to the parent only when a name changed.  The namespaces are resolved
+    afresh each time (a module replaced in ``sys.modules`` shows) and every name is looked up
+    again.  The baseline objects are held, so a replaced one can never be freed and its id
+    reused by the replacement; the comparison is by identity, not ``id()`` (each ``id()`` call
+    runs the worker's audit hook: building the dict of ids took 8-11 ms an answer)."""
 
     def __init__(self) -> None:
         self.baseline, places = _fingerprint_and_places()
         self.digest = fingerprint_digest(self.baseline)
         # the baseline's names in its order, runs of one namespace grouped:
-        # [(namespace, [attributes], [attributes that were Python functions])]
-        self._plan: list[tuple[str, list[str], list[str]]] = []
-        for name, value in self.baseline.items():
-            prefix, key = places[name]
+        # [(namespace, [attributes], [their objects], [attributes that were functions], [their code])]
+        self._plan: list[tuple[str, list[str], list[Any], list[str], list[Any]]] = []
+        for name in self.baseline:
+            prefix, key, value = places[name]
             if not self._plan or self._plan[-1][0] != prefix:
-                self._plan.append((prefix, [], []))
-            self._plan[-1][1].append(key)
-            if not value.endswith(":0"):
-                self._plan[-1][2].append(key)
+                self._plan.append((prefix, [], [], [], []))
+            run = self._plan[-1]
+            run[1].append(key)
+            run[2].append(value)
+            code = getattr(value, "__code__", None) if type(value).__name__ == "function" else None
+            if code is not None:
+                run[3].append(key)
+                run[4].append(code)
 
-    def digest_now(self) -> str:
+    def unchanged(self) -> bool:
+        """Does every baseline name hold its baseline object (and code) now?"""
         import operator
 
         code_of = operator.attrgetter("__code__")
-        spaces = dict(_critical_namespaces(ordered=False))
-        ids: list[int] = []
-        codes: list[int] = []
-        for prefix, keys, functions in self._plan:
+        spaces = dict(_critical_namespaces(ordered=False, own=False))
+        modules = sys.modules
+        for prefix, keys, values, functions, codes in self._plan:
             try:
-                get = vars(spaces[prefix]).get
+                space = modules[prefix] if prefix.startswith(OWN_MODULES) else spaces[prefix]
+                get = vars(space).get
             except (KeyError, TypeError):
-                get = {}.get
-            # a name gone reads as None, never a baseline value (those are callables or modules)
-            ids.extend(map(id, map(get, keys)))
+                return False
+            if not all(map(operator.is_, map(get, keys), values)):
+                return False
             try:
-                codes.extend(map(id, map(code_of, map(get, functions))))
-            except AttributeError:  # a function replaced by something without code: its id differs already
-                codes.append(0)
-        return _ids_digest(ids + codes)
+                if not all(map(operator.is_, map(code_of, map(get, functions)), codes)):
+                    return False
+            except AttributeError:
+                return False
+        return True
+
+    def digest_now(self) -> str:
+        """The baseline's digest while nothing changed, else the digest of the names now."""
+        try:
+            if self.unchanged():
+                return self.digest
+            now = fingerprint()
+        except Exception:  # a namespace replaced by something that is not one: changed
+            return "unreadable"
+        return fingerprint_digest({name: now.get(name, "0:0") for name in self.baseline})

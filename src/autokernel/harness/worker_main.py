@@ -77,7 +77,10 @@ def main(conn, device: str) -> None:
                 digest = watch.digest_now()
                 reply["fingerprint_digest"] = digest
                 if digest != watch.digest:  # the parent names what changed from the whole fingerprint
-                    reply["fingerprint"] = integrity.fingerprint()
+                    try:
+                        reply["fingerprint"] = integrity.fingerprint()
+                    except Exception:  # namespaces that cannot be read: every name counts as changed
+                        reply["fingerprint"] = {}
             data = transport.encode(reply)
         except Exception as exc:
             data = transport.encode({"error": f"harness worker error: cannot encode the answer: {exc}",
@@ -130,7 +133,8 @@ class _State:
         self.callables: dict[tuple, Any] = {}
         self.kept: list[tuple] = []  # outputs of the last ``call`` request, by call index
         self.kept_digests: list = []  # their output_digest, taken right after each call
-        self.history: deque = deque()  # outputs of earlier calls, still held (ring detection)
+        self.kept_spans: list = []  # their storages' memory ranges, taken right after each call
+        self.history: deque = deque()  # (outputs, bytes, ranges) of earlier calls, still held (ring detection)
         self.history_bytes = 0
         self.launches = launches.install()
         host_reads.install(self.launches, ())
@@ -201,16 +205,28 @@ class _State:
         """Move the kept outputs to the history (held, so that their memory cannot be handed
         out again while a reused buffer could still be recognised)."""
         budget = HISTORY_BYTES["gpu" if self.gpu else "cpu"]
-        for outs in self.kept:
+        for outs, spans in zip(self.kept, self.kept_spans):
             size = sum(o.untyped_storage().nbytes() for o in outs
                        if type(o) is self.torch.Tensor and o.layout == self.torch.strided)
-            self.history.append((outs, size))
+            self.history.append((outs, size, spans))
             self.history_bytes += size
         self.kept = []
         self.kept_digests = []
+        self.kept_spans = []
         while self.history and (len(self.history) > HISTORY_CALLS or self.history_bytes > budget):
-            _, size = self.history.popleft()
+            _, size, _ = self.history.popleft()
             self.history_bytes -= size
+
+    def _spans(self, tensors) -> list[tuple[int, int]]:
+        """The memory ranges of the storages of ``tensors`` (taken once: the checks below compare
+        numbers, not tensors)."""
+        torch = self.torch
+        spans = []
+        for t in tensors:
+            if type(t) is torch.Tensor and t.layout == torch.strided and t.numel() > 0:
+                storage = t.untyped_storage()
+                spans.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
+        return spans
 
     def call(self, m: dict[str, Any]) -> dict[str, Any]:
         slot = m.get("slot", "candidate")
@@ -221,7 +237,7 @@ class _State:
         module = self.slots.get(slot)
         own = module.__dict__ if module is not None else None
         require_launch = bool(m.get("require_launch", True))
-        inputs = [t for args in sets for t in tensors_in(args)]
+        inputs = self._spans([t for args in sets for t in tensors_in(args)])
         times, ops, findings, bad = [], set(), [], []
         uncovered = []
         try:
@@ -236,11 +252,13 @@ class _State:
                 findings += [dict(f, call=i) for f in call_findings]
                 problem = check_outputs(outs, expected, self.device) if expected is not None else None
                 bad.append(problem)
+                spans = self._spans(outs)
                 if problem is None:
-                    alias = self._aliasing(outs, inputs)
+                    alias = self._aliasing(spans, inputs)
                     if alias:
                         findings.append({"rule": "cached-output", "message": alias, "call": i})
                 self.kept.append(outs)
+                self.kept_spans.append(spans)
                 self.kept_digests.append(output_digest(outs) if problem is None else None)
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
@@ -332,35 +350,26 @@ class _State:
                         "by something else (PyTorch, numpy, ctypes, ...)")})
         return outs, float(t_us), covered, watch.ops, findings
 
-    def _aliasing(self, outs: tuple, inputs: list) -> str | None:
-        torch = self.torch
-        spans = []
-        for o in outs:
-            if type(o) is torch.Tensor and o.layout == torch.strided and o.numel() > 0:
-                s = o.untyped_storage()
-                spans.append((s.data_ptr(), s.data_ptr() + s.nbytes()))
+    def _aliasing(self, spans: list[tuple[int, int]], inputs: list[tuple[int, int]]) -> str | None:
+        """Does an output (its storage's range in ``spans``) share memory with another output,
+        an input of the request, or the output of an earlier call still held?"""
         for a, (lo, hi) in enumerate(spans):
             for b, (lo2, hi2) in enumerate(spans[:a]):
                 if lo < hi2 and lo2 < hi:
                     return f"outputs {b} and {a} share memory"
-        def overlaps(tensors, what):
-            for t in tensors:
-                if type(t) is torch.Tensor and t.layout == torch.strided and t.numel() > 0:
-                    s = t.untyped_storage()
-                    lo2, hi2 = s.data_ptr(), s.data_ptr() + s.nbytes()
-                    for i, (lo, hi) in enumerate(spans):
-                        if lo < hi2 and lo2 < hi:
-                            return f"output {i} shares memory with {what}"
+
+        def overlaps(others: list[tuple[int, int]], what: str) -> str | None:
+            for lo2, hi2 in others:
+                for i, (lo, hi) in enumerate(spans):
+                    if lo < hi2 and lo2 < hi:
+                        return f"output {i} shares memory with {what}"
             return None
+
         found = overlaps(inputs, "an input")
         if found:
             return found
-        for outs_before in self.kept:
-            found = overlaps(outs_before, "the output of an earlier call")
-            if found:
-                return found
-        for outs_before, _ in self.history:
-            found = overlaps(outs_before, "the output of an earlier call")
+        for earlier in list(self.kept_spans) + [spans_ for _, _, spans_ in self.history]:
+            found = overlaps(earlier, "the output of an earlier call")
             if found:
                 return found
         return None
