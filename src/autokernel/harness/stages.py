@@ -85,6 +85,7 @@ class MemoryShortfall(Exception):
 
 
 OUT_OF_MEMORY = (getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError),)
+BUFFER_ALIGN = 256  # bytes: output buffers carved from one allocation start at multiples of this
 RELEASE_BYTES = 256 << 20  # on a GPU, sets at least this large give their memory back after every case
 
 
@@ -412,17 +413,30 @@ class Judge:
 
     def output_buffers(self, n: int, meta: compare.OutputMeta) -> list[list[torch.Tensor]]:
         """Output buffers of this process for ``n`` calls, poisoned (an output the worker did
-        not copy shows as NaN or -7)."""
-        buffers = []
+        not copy shows as NaN or -7).  With exact snapshots they are views of one allocation
+        (the worker maps one storage per request, not one per output: on a GPU each costs a
+        CUDA IPC open and close); keyed fingerprints cover a whole storage, so then each buffer
+        is an allocation of its own."""
+        if not self.exact:
+            return [[self._poisoned(torch.empty(shape, dtype=dtype, device=self.device))
+                     for shape, dtype in zip(meta.shapes, meta.dtypes)] for _ in range(n)]
+        sizes = [math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+                 for shape, dtype in zip(meta.shapes, meta.dtypes)]
+        steps = [-(-size // BUFFER_ALIGN) * BUFFER_ALIGN for size in sizes]
+        flat = torch.zeros(max(1, n * sum(steps)), dtype=torch.uint8, device=self.device)
+        buffers, offset = [], 0
         for _ in range(n):
             outs = []
-            for shape, dtype in zip(meta.shapes, meta.dtypes):
-                buf = torch.empty(shape, dtype=dtype, device=self.device)
-                buf.fill_(float("nan") if buf.is_floating_point() else -7)
-                outs.append(buf)
+            for size, step, shape, dtype in zip(sizes, steps, meta.shapes, meta.dtypes):
+                outs.append(self._poisoned(flat[offset:offset + size].view(dtype).view(shape)))
+                offset += step
             buffers.append(outs)
         self.sync()
         return buffers
+
+    @staticmethod
+    def _poisoned(buf: torch.Tensor) -> torch.Tensor:
+        return buf.fill_(float("nan") if buf.is_floating_point() or buf.is_complex() else -7)
 
     def _one_at_a_time(self, case: Case, calls: int, refs: Any, meta: compare.OutputMeta, tol: Any,
                        pristine: snapshot.Snapshot, same_storage: bool) -> CaseResult:
