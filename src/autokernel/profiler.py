@@ -9,7 +9,10 @@ How time is counted:
 * on a CPU, the self CPU time of each op counts (an op's children are counted for themselves),
   and the plan says ``time_kind="cpu"``.  Ops that launch no device kernel (views, metadata,
   allocation: ``recognize.METADATA_OPS``) count on neither: on a GPU they have no kernel
-  time, and counting their dispatcher overhead on a CPU would make CPU shares unlike GPU ones.
+  time, and counting their dispatcher overhead on a CPU would make CPU shares unlike GPU ones;
+* over the profiled passes, each op's time (and each kernel's) is its median
+  (``typical_pass``): one op preempted once on a busy machine does not move the shares, an op
+  slow in most passes does.  Passes that ran different ops are averaged as they are.
 
 How time is attributed: forward pre/post hooks open a ``record_function`` range per module
 call (and the model's ``apply_rotary*`` functions are wrapped the same way while profiling),
@@ -373,11 +376,62 @@ def _short(name: str, limit: int = 80) -> str:
     return name if len(name) <= limit else name[: limit - 3] + "..."
 
 
+# ------------------------------------------------------------------ one typical pass
+def typical_pass(roots: list[Node]) -> Node | None:
+    """The profiled passes merged into one: each op's self time, and each of its kernels' time,
+    is its median over the passes.  A CPU op preempted once in a busy machine (or one slow
+    kernel) then moves nothing, while an op slow in most passes (a real regression) still
+    shows.  None when the passes did not run the same ops in the same order (then the caller
+    averages them as they are)."""
+    if len(roots) < 2:
+        return None
+    signature = _pass_signature(roots[0])
+    if any(_pass_signature(r) != signature for r in roots[1:]):
+        return None
+    return _median_node(roots)
+
+
+def _pass_signature(root: Node) -> list[tuple]:
+    out: list[tuple] = []
+
+    def visit(node: Node, depth: int) -> None:
+        label = node.scope.name if node.scope is not None else node.name
+        out.append((depth, label, len(node.children), tuple(k for k, _ in node.kernels)))
+        for child in node.children:
+            visit(child, depth + 1)
+
+    for child in root.children:  # the root's own name holds the pass index
+        visit(child, 0)
+    return out
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _median_node(nodes: list[Node]) -> Node:
+    first = nodes[0]
+    merged = Node(name=first.name, shapes=first.shapes, dtypes=first.dtypes, concrete=first.concrete,
+                  self_us=_median([n.self_us for n in nodes]), scope=first.scope,
+                  kernels=[(name, _median([n.kernels[i][1] for n in nodes])) for i, (name, _) in enumerate(first.kernels)])
+    for children in zip(*(n.children for n in nodes)):
+        merged.add(_median_node(list(children)))
+    return merged
+
+
+def _steady(roots: list[Node], iters: int) -> tuple[list[Node], int]:
+    """``roots`` as one typical pass when they can be merged (``typical_pass``), else as given."""
+    merged = typical_pass(roots) if len(roots) == max(1, iters) else None
+    return ([merged], 1) if merged is not None else (roots, iters)
+
+
 # ------------------------------------------------------------------ plan
 def build_plan(roots: list[Node], *, model: str, device: str, time_kind: str, dtype: str,
                input_shape: list[int], iters: int, fuse_mlp: bool = False, device_name: str = "") -> Plan:
     """Group the attributed time by (kind, dtype) into plan problems, per forward pass."""
-    iters = max(1, iters)
+    roots, iters = _steady(roots, max(1, iters))
     att = attribute(roots, time_kind=time_kind, default_dtype=dtype, fuse_mlp=fuse_mlp)
     total = att.total_us / iters
 
@@ -511,7 +565,7 @@ def problem_times(roots: list[Node], plan: Plan, *, time_kind: str, op_problems:
                   iters: int = 1) -> ProblemTimes:
     """Attribute a profile to ``plan``'s problems: a custom op's time to its problem, a
     recognized instance to the plan problem of the same kind and dtype, the rest uncovered."""
-    iters = max(1, iters)
+    roots, steady_iters = _steady(roots, max(1, iters))
     fuse_mlp = any(p.kind == "fused_mlp" for p in plan.problems)
     att = attribute(roots, time_kind=time_kind, default_dtype=plan.dtype, fuse_mlp=fuse_mlp,
                     op_problems=op_problems)
@@ -536,10 +590,11 @@ def problem_times(roots: list[Node], plan: Plan, *, time_kind: str, op_problems:
         else:
             times[name] += us
     uncovered = sum(uncovered_ops.values())
-    return ProblemTimes(time_kind=time_kind, total_us=att.total_us / iters,
-                        problems={k: v / iters for k, v in times.items()}, op_us={k: v / iters for k, v in ops.items()},
-                        uncovered_us=uncovered / iters, iters=iters,
-                        uncovered_ops={k: v / iters for k, v in uncovered_ops.items()})
+    per = steady_iters
+    return ProblemTimes(time_kind=time_kind, total_us=att.total_us / per,
+                        problems={k: v / per for k, v in times.items()}, op_us={k: v / per for k, v in ops.items()},
+                        uncovered_us=uncovered / per, iters=max(1, iters),
+                        uncovered_ops={k: v / per for k, v in uncovered_ops.items()})
 
 
 def profile_problem_times(model: nn.Module, inputs: tuple, plan: Plan, *, device: str,
