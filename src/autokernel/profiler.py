@@ -7,7 +7,7 @@ How time is counted:
   launched it (by correlation id); the kernel is attributed to that op and its ancestors, and
   never counted again through an aten op's own time;
 * on a CPU, the self CPU time of each op counts (an op's children are counted for themselves),
-  and the plan says ``time_kind="cpu"``.  Ops that launch no device kernel (views, metadata,
+  measured on one intra-op thread (``intra_op_threads``), and the plan says ``time_kind="cpu"``.  Ops that launch no device kernel (views, metadata,
   allocation: ``recognize.METADATA_OPS``) count on neither: on a GPU they have no kernel
   time, and counting their dispatcher overhead on a CPU would make CPU shares unlike GPU ones;
 * over the profiled passes, each op's time (and each kernel's) is its median
@@ -30,6 +30,7 @@ problem of the same kind and dtype, and what maps to no plan problem is uncovere
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import platform
 import re
@@ -47,7 +48,7 @@ from .plan import Plan, PlanProblem, UncoveredTime
 from .quiet import filtered_stderr
 from .problems.base import dtype_name
 from .recognize import (METADATA_OPS, Instance, Node, ScopeCall, TensorMeta, Unsupported, is_gemm_kernel,
-                        matmul_shape, module_info, pair_cross_entropy, pair_residual_adds, recognize_op, recognize_scope,
+                        matmul_shape, module_info, pair_adds_ahead, pair_cross_entropy, pair_residual_adds, recognize_op, recognize_scope,
                         shape_weight)
 
 SCOPE_PREFIX = "ak::"
@@ -257,11 +258,21 @@ def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp
     subtree_ops: dict[int, set[str]] = {}
     paired: dict[int, Instance] = {}
     add_before: dict[int, Node] = {}  # id(residual add) -> the norm scope it is fused with
+    add_from: dict[int, str] = {}  # id(norm scope) -> the module whose forward ends with its add
     for root in roots:
         for node in walk(root):
             paired.update(pair_cross_entropy(node, default_dtype))
             add_before.update(pair_residual_adds(node))
+        for add_id, (norm, producer) in pair_adds_ahead(root).items():
+            add_before[add_id] = norm
+            add_from[id(norm)] = producer
     norms_after_add = {id(norm) for norm in add_before.values()}
+
+    def claimed(node: Node, claim: Instance) -> Instance:
+        if id(node) in add_from and not claim.add_from:
+            claim.add_from = add_from[id(node)]
+            claim.notes += (f"the residual add ending {claim.add_from} (fused ahead)",)
+        return claim
 
     def ops_under(node: Node) -> set[str]:
         if id(node) not in subtree_ops:
@@ -288,7 +299,7 @@ def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp
             if isinstance(claim, Unsupported):
                 return claim
             if claim is not None:
-                return id(n), by_key.setdefault(id(n), claim)
+                return id(n), by_key.setdefault(id(n), claimed(n, claim))
         for n in chain:
             if n.scope is not None or n.name.startswith(SCOPE_PREFIX):
                 continue
@@ -300,7 +311,7 @@ def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp
                 claim = by_key.get(id(norm)) or recognize_scope(norm, [], ops_under(norm), default_dtype, fuse_mlp,
                                                                  True)
                 if isinstance(claim, Instance):
-                    return id(norm), by_key.setdefault(id(norm), claim)
+                    return id(norm), by_key.setdefault(id(norm), claimed(norm, claim))
             found = by_key.get(id(n)) or recognize_op(n, default_dtype)
             if isinstance(found, Unsupported):
                 return found
@@ -441,6 +452,7 @@ def build_plan(roots: list[Node], *, model: str, device: str, time_kind: str, dt
         shapes: dict[tuple, list] = field(default_factory=dict)  # key -> [shape, calls, time]
         modules: list[str] = field(default_factory=list)
         notes: list[str] = field(default_factory=list)
+        add_from: dict[str, str] = field(default_factory=dict)
 
     groups: dict[tuple[str, str], Group] = {}
     for inst, us in att.instances:
@@ -454,6 +466,8 @@ def build_plan(roots: list[Node], *, model: str, device: str, time_kind: str, dt
             entry[2] += us * w / sum(weights)
         if inst.module and inst.module not in g.modules:
             g.modules.append(inst.module)
+        if inst.module and inst.add_from:
+            g.add_from[inst.module] = inst.add_from
         for note in inst.notes:
             if note not in g.notes:
                 g.notes.append(note)
@@ -471,6 +485,7 @@ def build_plan(roots: list[Node], *, model: str, device: str, time_kind: str, dt
             time_us=g.time / iters,
             fraction=_fraction(g.time / iters, total),
             modules=g.modules,
+            add_from=g.add_from,
             note="; ".join(g.notes[:6])))
 
     ranked = sorted(att.uncovered.items(), key=lambda kv: -kv[1])
@@ -513,7 +528,7 @@ def trace_model(model: nn.Module, inputs: tuple, *, on_gpu: bool, warmup: int = 
         if on_gpu:
             torch.cuda.synchronize()
 
-    with torch.no_grad():
+    with torch.no_grad(), intra_op_threads(None if on_gpu else 1):
         for _ in range(max(0, warmup)):
             model(*inputs)
         sync()
@@ -524,6 +539,21 @@ def trace_model(model: nn.Module, inputs: tuple, *, on_gpu: bool, warmup: int = 
                     model(*inputs)
             sync()
     return events_to_tree(prof.events(), tracer.calls)
+
+
+@contextlib.contextmanager
+def intra_op_threads(n: int | None) -> Iterator[None]:
+    """Run with ``n`` intra-op threads (None: as set).  A CPU profile runs on one: an op that
+    fans out to worker threads has a self time that includes waiting for workers the OS has
+    descheduled, so on a busy machine such ops took a scheduler quantum each (a 3 ms forward
+    measured 140 ms, every share wrong); on one thread an op's time is its own work."""
+    before = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def profile_model(loaded: LoadedModel, *, device: str | None = None, dtype: torch.dtype | None = None,
@@ -543,7 +573,7 @@ def profile_model(loaded: LoadedModel, *, device: str | None = None, dtype: torc
 def device_label(device: str) -> str:
     if str(device).startswith("cuda") and torch.cuda.is_available():
         return torch.cuda.get_device_name(torch.device(device))
-    return f"CPU ({platform.processor() or platform.machine()}), CPU op time"
+    return f"CPU ({platform.processor() or platform.machine()}), CPU op time on one thread"
 
 
 # ------------------------------------------------------------------ per-problem times of a patched model
