@@ -1,6 +1,6 @@
 """Whole models and the fused kinds on a GPU: patched vs eager vs torch.compile, in one run.
 
-    PYTHONPATH=src python benchmarks/models_gpu.py --out DIR [--max-minutes 8] [--cuda-graphs]
+    PYTHONPATH=src python benchmarks/models_gpu.py --out DIR [--max-minutes 8] [--cuda-graphs] [--ahead-ab]
     PYTHONPATH=src python benchmarks/models_gpu.py --out DIR --cpu-smoke     # the script itself, on CPU
 
 1. models: each model is profiled, its plan's supported kinds (matmul excepted: cuBLAS stays)
@@ -14,6 +14,12 @@
    first GPU shape in bf16: the starter, eager PyTorch and torch.compile of the eager op, and
    Liger-Kernel's op where Liger has it and is importable, side by side (triton.testing.do_bench,
    median).
+
+3. with --ahead-ab, each model whose layer-end residual adds are fused ahead into the next
+   layer's first norm (plan ``add_from``: hf:gpt2, the HF decoders) is verified a second time
+   with those adds left to PyTorch and their norms given the plain norm's starter: the row
+   "<model> (no add ahead)" is the A/B of that fusion in the patched model (no compile: under
+   torch.compile the layer end is a plain add either way).
 
 --max-minutes bounds the run: a section starts only while time is left (the fused kinds run
 first, they are quick).  Logs and ``results.json`` go to --out; a markdown table is printed
@@ -95,8 +101,29 @@ def bench_fused(kind: str, gpu: bool, compile_ok: bool, compile_mode: str) -> di
     return row
 
 
-def starters_workdir(root: Path, spec: str, config: str | None, shape: str, gpu: bool) -> Path:
-    """Profile the model and give every supported kind but matmul its starter kernel."""
+def without_ahead(plan) -> bool:
+    """The plan with its layer-end adds not fused ahead: their norms move to the plain norm
+    problem of the same dtype (made if missing).  False when nothing was fused ahead."""
+    from autokernel.plan import PlanProblem
+
+    changed = False
+    for p in list(plan.problems):
+        if not p.add_from:
+            continue
+        plain_kind = p.kind.removeprefix("add_")
+        plain = next((q for q in plan.problems if q.kind == plain_kind and q.dtype == p.dtype), None)
+        if plain is None:
+            plain = PlanProblem(plain_kind, plain_kind, p.dtype, p.shapes, [1], 0.0, 0.0)
+            plan.problems.append(plain)
+        p.modules = [m for m in p.modules if m not in p.add_from]
+        plain.modules += list(p.add_from)
+        p.add_from, changed = {}, True
+    return changed
+
+
+def starters_workdir(root: Path, spec: str, config: str | None, shape: str, gpu: bool, ahead: bool = True) -> Path:
+    """Profile the model and give every supported kind but matmul its starter kernel (``ahead``:
+    keep the layer-end adds fused ahead, as the profiler found them)."""
     import torch
 
     from autokernel.models import load_model
@@ -107,7 +134,9 @@ def starters_workdir(root: Path, spec: str, config: str | None, shape: str, gpu:
     dtype = torch.bfloat16 if gpu else torch.float32
     loaded = load_model(spec, dtype=dtype, device="cuda" if gpu else "cpu", input_shape=shape, config_overrides=config)
     plan = profile_model(loaded)
-    wd = root / spec.replace(":", "_")
+    if not ahead and not without_ahead(plan):
+        return None
+    wd = root / (spec.replace(":", "_") + ("" if ahead else "_no_ahead"))
     if wd.exists():
         shutil.rmtree(wd)
     for p in plan.problems:
@@ -123,14 +152,17 @@ def starters_workdir(root: Path, spec: str, config: str | None, shape: str, gpu:
 
 
 def bench_model(root: Path, spec: str, config: str | None, shape: str, gpu: bool, cuda_graphs: bool, compile_mode: str,
-                log) -> dict:
+                log, ahead: bool = True) -> dict | None:
     from autokernel.verify import verify
 
-    wd = starters_workdir(root, spec, config, shape, gpu)
-    v = verify(wd, seeds=(0,), compile=gpu, compile_mode=compile_mode, iters=20 if gpu else 2, log=log, breakdown=False,
-               cuda_graphs=cuda_graphs and gpu)
+    wd = starters_workdir(root, spec, config, shape, gpu, ahead)
+    if wd is None:
+        return None
+    v = verify(wd, seeds=(0,), compile=gpu and ahead, compile_mode=compile_mode, iters=20 if gpu else 2, log=log,
+               breakdown=False, cuda_graphs=cuda_graphs and gpu)
     ratio = (lambda a, b: a / b if a and b else None)
-    return {"model": spec, "config": config, "input_shape": shape, "passed": v.passed, "error": max(v.errors),
+    return {"model": spec if ahead else f"{spec} (no add ahead)", "config": config, "input_shape": shape,
+            "passed": v.passed, "error": max(v.errors),
             "replaced": sorted({k for _, k in v.replaced}), "eager_ms": v.eager_ms, "patched_ms": v.patched_ms,
             "compile_ms": v.compile_ms, "compile_patched_ms": v.compile_patched_ms,
             "patched_vs_eager": ratio(v.eager_ms, v.patched_ms), "patched_vs_compile": ratio(v.compile_ms, v.patched_ms),
@@ -176,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs",
                     help="torch.compile mode of the baselines ('default' compiles faster)")
     ap.add_argument("--models", default="", help="comma-separated subset of llama,hf:gpt2,hf:bert")
+    ap.add_argument("--ahead-ab", action="store_true",
+                    help="also verify each model with its layer-end adds not fused ahead (the fusion's A/B)")
     opts = ap.parse_args(argv)
     import torch
 
@@ -219,14 +253,21 @@ def main(argv: list[str] | None = None) -> int:
         if time.monotonic() > deadline - (60 if gpu else 0):
             results["skipped"].append(spec)
             continue
-        log(f"model {spec} {shape}")
-        try:
-            results["models"].append(bench_model(opts.out / "workdirs", spec, config, shape, gpu, opts.cuda_graphs,
-                                                 opts.compile_mode, log))
-        except Exception as exc:
-            log(traceback.format_exc())
-            results["models"].append({"model": spec, "input_shape": shape, "exception": f"{type(exc).__name__}: {exc}"[:200]})
-        save()
+        for ahead in (True, False) if opts.ahead_ab else (True,):
+            if not ahead and time.monotonic() > deadline - (60 if gpu else 0):
+                results["skipped"].append(f"{spec} (no add ahead)")
+                continue
+            log(f"model {spec} {shape}" + ("" if ahead else " (layer-end adds not fused ahead)"))
+            try:
+                row = bench_model(opts.out / "workdirs", spec, config, shape, gpu, opts.cuda_graphs,
+                                  opts.compile_mode, log, ahead)
+                if row is not None:
+                    results["models"].append(row)
+            except Exception as exc:
+                log(traceback.format_exc())
+                results["models"].append({"model": spec, "input_shape": shape,
+                                          "exception": f"{type(exc).__name__}: {exc}"[:200]})
+            save()
     table = markdown(results["fused"], results["models"], results["skipped"])
     (opts.out / "models_gpu.md").write_text(table + "\n")
     print(table)

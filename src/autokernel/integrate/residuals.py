@@ -17,11 +17,22 @@ and that compute the plain norm (probed), in two patterns:
 
 The norm child gets a subclass whose ``forward(x, residual=None)`` returns ``(norm(x +
 residual), x + residual)`` through the op (what it ran before, when called without a
-residual).  An add that runs in one forward and is normalised in the next (the last add of a
-decoder layer and the next layer's first norm) is not rewritten; the profiler does not claim
-it either.  Decorators around the forward are kept: each ``functools.wraps`` wrapper is
-rebuilt around the rewritten function.  A forward that cannot be rewritten (no source, a
-closure, no pattern) is left as it is, and the norms it holds are listed in ``skipped``.
+residual).
+
+An add that ends one forward and is normalised by the next module call, in another forward
+(the last add of a decoder layer, then the next layer's first norm or the final norm; the plan's
+``add_from`` maps that norm to the module holding the add), is fused *ahead*: that module's
+forward ends ``return a + b`` or ``x = a + b; return x``, and the add becomes
+``add_ahead(self, a, b)``, which runs the norm's op at once and leaves the normalised rows with
+the norm.  The norm gets a subclass that returns them only when it is called on that very sum,
+unchanged since (the same tensor object, the same version counter, the same weight versions),
+and normalises what it gets otherwise (a hook that replaced or changed the layer's output).
+Under ``torch.compile`` both sides do what they did before (inductor fuses the add into the norm
+itself).
+
+Decorators around the forward are kept: each ``functools.wraps`` wrapper is rebuilt around the
+rewritten function.  A forward that cannot be rewritten (no source, a closure, no pattern) is
+left as it is, and the norms it holds are listed in ``skipped``.
 """
 from __future__ import annotations
 
@@ -363,7 +374,7 @@ def _add_norm_members(k: KernelOp, n: int, params: Callable[[nn.Module], tuple],
 
 
 def _apply_residual_adds(model, k, done, replaced, skipped, probed) -> None:
-    feeds = {producer: norm for norm, producer in getattr(k.problem, "add_from", {}).items()}
+    feeds = {producer: norm for norm, producer in k.problem.add_from.items()}
     for name, parent in model.named_modules():
         if id(parent) in done:
             continue
