@@ -44,8 +44,9 @@ CASES = [
      None, 0.90, {"gelu", "layernorm", "add_layernorm", "attention", "matmul"}),
     ("hf:mixtral", None, [2, 128], 0.90, {"rmsnorm", "attention", "matmul", "rotary_table"}),
 ]
-# decoders whose layers end with a residual add that the next layer's first norm reads
-FUSED_AHEAD = {"gpt2", "hf:gpt2", "hf:phi3", "hf:mixtral"}
+# models whose layers end with a residual add that the next layer's first norm reads: the final norm
+FUSED_AHEAD = {"gpt2": "ln_f", "hf:gpt2": "model.transformer.ln_f", "hf:phi3": "model.model.norm",
+               "hf:mixtral": "model.model.norm", "hf:vit": "model.vit.layernorm"}
 
 
 def covered(plan) -> float:
@@ -67,8 +68,7 @@ def test_covered_share(spec, config, shape, target, kinds):
     assert covered(plan) + sum(u.fraction for u in plan.uncovered) == pytest.approx(1.0, abs=1e-6)
     if spec in FUSED_AHEAD:  # the last add of every layer is fused ahead into the norm after it
         add_norm = next(p for p in plan.problems if p.kind.startswith("add_"))
-        final_norm = {"gpt2": "ln_f", "hf:gpt2": "model.transformer.ln_f"}.get(spec, "model.model.norm")
-        assert len(add_norm.add_from) == 2 and final_norm in add_norm.add_from, add_norm.add_from
+        assert len(add_norm.add_from) == 2 and FUSED_AHEAD[spec] in add_norm.add_from, add_norm.add_from
 
 
 @pytest.mark.skipif(not HF, reason="transformers is not installed")
