@@ -175,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cuda-graphs", action="store_true", help="verify the patched models in CUDA-graph mode")
     ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs",
                     help="torch.compile mode of the baselines ('default' compiles faster)")
-    ap.add_argument("--models", default="", help="comma-separated subset of llama,hf:gpt2,hf:bert")
+    ap.add_argument("--models", default="", help="comma-separated subset of llama,hf:gpt2,hf:bert ('none': no model)")
+    ap.add_argument("--skip-fused", action="store_true", help="models only, not the fused kinds")
     opts = ap.parse_args(argv)
     import torch
 
@@ -200,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     def save() -> None:
         (opts.out / "results.json").write_text(json.dumps(results, indent=2, default=str))
 
-    for kind in FUSED_KINDS:
+    for kind in [] if opts.skip_fused else FUSED_KINDS:
         if time.monotonic() > deadline:
             results["skipped"].append(kind)
             continue
