@@ -98,6 +98,17 @@ def _passthrough_layout(kind: str) -> Callable[[torch.Tensor], bool] | None:
     return get_problem(kind).passthrough_layout
 
 
+def dense_strides_like(x: torch.Tensor) -> tuple[int, ...]:
+    """The strides ``torch.empty_like(x)`` gives (and ``fake`` promises torch.compile): x's own
+    when x is dense, else dense ones in x's order of dimensions."""
+    return _dense_strides(tuple(x.shape), tuple(x.stride()))
+
+
+@functools.lru_cache(maxsize=1024)
+def _dense_strides(shape: tuple[int, ...], stride: tuple[int, ...]) -> tuple[int, ...]:
+    return torch.empty_like(torch.empty_strided(shape, stride, device="meta")).stride()
+
+
 def keeps_layout(kind: str, args: tuple) -> bool:
     """Is the first argument passed to the kernel as it is, and the output given its layout?
     Only in the layout the problem declares (``Problem.passthrough_layout``, also judged by the
@@ -126,7 +137,8 @@ def register_kernel_op(kind: str, name: str, path: Path) -> tuple[str, Callable[
         OP_CALLS[opname] += 1
         shape, dtype = output_meta(kind, args)
         keep = keeps_layout(kind, args)
-        call_args = [a if i == 0 and keep else a.contiguous() if isinstance(a, torch.Tensor) else a
+        accepts = _passthrough_layout(kind)
+        call_args = [a if not isinstance(a, torch.Tensor) or keep and (i == 0 or accepts(a)) else a.contiguous()
                      for i, a in enumerate(args)]
         out = kernel_fn(*call_args)
         if kind in TWO_OUTPUTS:
@@ -135,7 +147,7 @@ def register_kernel_op(kind: str, name: str, path: Path) -> tuple[str, Callable[
             return tuple(_checked(o, shape, dtype, path).contiguous() for o in out)
         out = _checked(out, shape, dtype, path)
         want = args[0] if keep else None  # the layout `fake` promised torch.compile
-        if want is not None and out.stride() != want.stride():
+        if want is not None and out.stride() != dense_strides_like(want):
             out = torch.empty_like(want).copy_(out)
         elif want is None and not out.is_contiguous():
             out = out.contiguous()
