@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--models", default="", help="comma-separated subset of llama,hf:gpt2,hf:bert")
     ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--cuda-graphs", action="store_true",
+                    help="also profile the patched model in CUDA-graph mode (and name the ops its capture left out)")
     ap.add_argument("--cpu-smoke", action="store_true")
     args = ap.parse_args(argv)
     import torch
@@ -85,11 +87,17 @@ def main(argv: list[str] | None = None) -> int:
         original = loaded.model.eval()
         patched = apply(original, wd)
         inputs = loaded.make_inputs(0)
-        for name, model in (("original", original), ("patched", patched)):
+        models = [("original", original), ("patched", patched)]
+        if args.cuda_graphs and gpu:
+            graphed = apply(original, wd, cuda_graphs=True)
+            models.append(("patched, CUDA graph", graphed))
+        for name, model in models:
             wall, kernel, launches, table = profile_forwards(model, inputs, gpu, args.iters if gpu else 1)
             rows.append((spec, name, wall, kernel, launches))
             text += ["", f"## {name}: {wall:.3f} ms wall, {kernel:.3f} ms kernels, {launches} launches per forward",
                      "", "```", table, "```"]
+        if args.cuda_graphs and gpu:
+            text += ["", f"ops the capture left out: {graphed.capture_fallbacks or 'none'}"]
         (args.out / f"{spec.replace(':', '_')}.md").write_text("\n".join(text) + "\n")
         print("\n".join(text), flush=True)
     print("\n| model | which | wall ms / forward | kernel ms / forward | launches / forward |")

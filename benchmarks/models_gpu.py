@@ -4,8 +4,9 @@
     PYTHONPATH=src python benchmarks/models_gpu.py --out DIR --cpu-smoke     # the script itself, on CPU
 
 1. models: each model is profiled, its plan's supported kinds (matmul excepted: cuBLAS stays)
-   get the shipped starter kernels in a workdir, and one ``autokernel.verify`` run checks the
-   patched model and times eager, patched, torch.compile (max-autotune-no-cudagraphs) of the
+   get the shipped starter kernels in a workdir (on a GPU not those slower than PyTorch eager at
+   the plan's shapes, do_bench weighted by calls: a run's selection leaves them out), and one
+   ``autokernel.verify`` run checks the patched model and times eager, patched, torch.compile (max-autotune-no-cudagraphs) of the
    original and of the patched model: every ratio of a row comes from that one run.
      - llama example, 4x1024 tokens, bf16, dim 4096, 4 layers (LLaMA-2-7B layer shapes)
      - hf:gpt2 and hf:bert at their real sizes, 4x512 tokens, bf16
@@ -95,6 +96,25 @@ def bench_fused(kind: str, gpu: bool, compile_ok: bool, compile_mode: str) -> di
     return row
 
 
+def starter_and_eager_us(problem, dtype, gpu: bool) -> tuple[float, float]:
+    """The starter's and PyTorch eager's time per forward at the plan problem's shapes (do_bench
+    medians weighted by calls), as a run's results would give them to the selection."""
+    from autokernel.problems import get_problem
+    from autokernel.problems.registry import KERNELS_DIR
+
+    kind = get_problem(problem.kind)
+    spec = importlib.util.spec_from_file_location(f"starter_{problem.kind}", KERNELS_DIR / f"{problem.kind}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    eager = kind.eager or kind.reference
+    starter_us = eager_us = 0.0
+    for shape, calls in zip(problem.shapes, problem.calls):
+        args = kind.make_inputs(dict(shape), dtype, "cuda" if gpu else "cpu", 0)
+        starter_us += calls * time_ms(lambda: module.kernel_fn(*args), gpu) * 1e3
+        eager_us += calls * time_ms(lambda: eager(*args), gpu) * 1e3
+    return starter_us, eager_us
+
+
 def starters_workdir(root: Path, spec: str, config: str | None, shape: str, gpu: bool) -> Path:
     """Profile the model and give every supported kind but matmul its starter kernel."""
     import torch
@@ -112,6 +132,11 @@ def starters_workdir(root: Path, spec: str, config: str | None, shape: str, gpu:
         shutil.rmtree(wd)
     for p in plan.problems:
         if p.supported and p.kind != "matmul":
+            starter_us, eager_us = starter_and_eager_us(p, dtype, gpu)
+            if gpu and starter_us > eager_us:  # a run's selection leaves out kernels slower than eager
+                print(f"  {p.name}: starter {starter_us:.1f} µs > eager {eager_us:.1f} µs per forward: left out",
+                      flush=True)
+                continue
             (wd / "problems" / p.name).mkdir(parents=True)
             shutil.copyfile(KERNELS_DIR / f"{p.kind}.py", wd / "problems" / p.name / "kernel.py")
     wd.mkdir(parents=True, exist_ok=True)
