@@ -287,3 +287,23 @@ def test_misaligned_half_precision_linear_is_padded_and_gives_the_same_values():
         torch.testing.assert_close(out, ref, atol=0, rtol=0)
     assert model[0](x).stride()[-2] == 1032 and isinstance(model[0], nn.Linear)
     assert set(model.state_dict()) == keys
+
+
+def test_eager_calls_skip_the_dispatcher_but_tracing_profiling_and_autograd_do_not():
+    """Plain eager calls of our ops go straight to the kernel (the dispatcher's Python path cost
+    more host time than the launch); everything that must see the op still does."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from autokernel.integrate.ops import needs_dispatcher
+
+    x, w = torch.randn(2, 3), nn.Parameter(torch.randn(3))
+    assert not needs_dispatcher((x, 1e-6))
+    assert needs_dispatcher((x, w, 1e-6))  # a weight that requires grad: autograd would record it
+    with torch.inference_mode():
+        assert not needs_dispatcher((x, w, 1e-6))
+    with torch.no_grad():
+        assert not needs_dispatcher((x.requires_grad_(), w))
+    with FakeTensorMode() as mode:
+        assert needs_dispatcher((mode.from_tensor(torch.randn(2)),))
+    with torch.profiler.profile():
+        assert needs_dispatcher((torch.randn(2),))

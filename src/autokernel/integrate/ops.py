@@ -163,9 +163,33 @@ def register_kernel_op(kind: str, name: str, path: Path) -> tuple[str, Callable[
 
     op = torch.library.custom_op(f"{OP_NAMESPACE}::{opname}", impl, mutates_args=(), schema=SCHEMAS[kind])
     op.register_fake(fake)
-    _OPS[opname] = op
+
+    def call(*args):
+        # The dispatcher's Python path costs more host time than a Triton launch (measured
+        # 6-17 µs a call on the H200's host, benchmarks/op_overhead_gpu.py): plain eager calls
+        # skip it; tracing, compiling, profiling, modes and tensor subclasses go through the op.
+        return op(*args) if needs_dispatcher(args) else impl(*args)
+
+    call.custom_op = op
+    _OPS[opname] = call
     OP_PROBLEMS[opname] = name
-    return opname, op
+    return opname, call
+
+
+def needs_dispatcher(args: tuple) -> bool:
+    """Must a call of our op go through the registered custom op (not straight to the kernel)?
+    Yes under torch.compile / export, a dispatch or function mode (fake tensors, the profiler's
+    and the user's modes), the profiler (its records name our ops: the time breakdown reads
+    them), for tensor subclasses, and when autograd would record the call."""
+    if (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
+            or torch._C._is_torch_function_mode_enabled() or torch.autograd._profiler_enabled()):
+        return True
+    grad = torch.is_grad_enabled()
+    return any(isinstance(a, torch.Tensor) and (type(a) not in _PLAIN_TENSORS or grad and a.requires_grad)
+               for a in args)
+
+
+_PLAIN_TENSORS = (torch.Tensor, nn.Parameter)
 
 
 def _checked(out: Any, shape: tuple[int, ...], dtype: torch.dtype, path: Path) -> torch.Tensor:
