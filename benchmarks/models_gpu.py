@@ -4,8 +4,9 @@
     PYTHONPATH=src python benchmarks/models_gpu.py --out DIR --cpu-smoke     # the script itself, on CPU
 
 1. models: each model is profiled, its plan's supported kinds (matmul excepted: cuBLAS stays)
-   get the shipped starter kernels in a workdir, and one ``autokernel.verify`` run checks the
-   patched model and times eager, patched, torch.compile (max-autotune-no-cudagraphs) of the
+   get the shipped starter kernels in a workdir (on a GPU not those slower than PyTorch eager at
+   the plan's shapes, do_bench weighted by calls: a run's selection leaves them out), and one
+   ``autokernel.verify`` run checks the patched model and times eager, patched, torch.compile (max-autotune-no-cudagraphs) of the
    original and of the patched model: every ratio of a row comes from that one run.
      - llama example, 4x1024 tokens, bf16, dim 4096, 4 layers (LLaMA-2-7B layer shapes)
      - hf:gpt2 and hf:bert at their real sizes, 4x512 tokens, bf16
@@ -113,12 +114,31 @@ def without_ahead(plan) -> bool:
         plain_kind = p.kind.removeprefix("add_")
         plain = next((q for q in plan.problems if q.kind == plain_kind and q.dtype == p.dtype), None)
         if plain is None:
-            plain = PlanProblem(plain_kind, plain_kind, p.dtype, p.shapes, [1], 0.0, 0.0)
+            plain = PlanProblem(plain_kind, plain_kind, p.dtype, p.shapes, [1] * len(p.shapes), 0.0, 0.0)
             plan.problems.append(plain)
         p.modules = [m for m in p.modules if m not in p.add_from]
         plain.modules += list(p.add_from)
         p.add_from, changed = {}, True
     return changed
+
+
+def starter_and_eager_us(problem, dtype, gpu: bool) -> tuple[float, float]:
+    """The starter's and PyTorch eager's time per forward at the plan problem's shapes (do_bench
+    medians weighted by calls), as a run's results would give them to the selection."""
+    from autokernel.problems import get_problem
+    from autokernel.problems.registry import KERNELS_DIR
+
+    kind = get_problem(problem.kind)
+    spec = importlib.util.spec_from_file_location(f"starter_{problem.kind}", KERNELS_DIR / f"{problem.kind}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    eager = kind.eager or kind.reference
+    starter_us = eager_us = 0.0
+    for shape, calls in zip(problem.shapes, problem.calls):
+        args = kind.make_inputs(dict(shape), dtype, "cuda" if gpu else "cpu", 0)
+        starter_us += calls * time_ms(lambda: module.kernel_fn(*args), gpu) * 1e3
+        eager_us += calls * time_ms(lambda: eager(*args), gpu) * 1e3
+    return starter_us, eager_us
 
 
 def starters_workdir(root: Path, spec: str, config: str | None, shape: str, gpu: bool, ahead: bool = True) -> Path:
@@ -141,6 +161,11 @@ def starters_workdir(root: Path, spec: str, config: str | None, shape: str, gpu:
         shutil.rmtree(wd)
     for p in plan.problems:
         if p.supported and p.kind != "matmul":
+            starter_us, eager_us = starter_and_eager_us(p, dtype, gpu)
+            if gpu and starter_us > eager_us:  # a run's selection leaves out kernels slower than eager
+                print(f"  {p.name}: starter {starter_us:.1f} µs > eager {eager_us:.1f} µs per forward: left out",
+                      flush=True)
+                continue
             (wd / "problems" / p.name).mkdir(parents=True)
             shutil.copyfile(KERNELS_DIR / f"{p.kind}.py", wd / "problems" / p.name / "kernel.py")
     wd.mkdir(parents=True, exist_ok=True)
@@ -207,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cuda-graphs", action="store_true", help="verify the patched models in CUDA-graph mode")
     ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs",
                     help="torch.compile mode of the baselines ('default' compiles faster)")
-    ap.add_argument("--models", default="", help="comma-separated subset of llama,hf:gpt2,hf:bert")
+    ap.add_argument("--models", default="", help="comma-separated subset of llama,hf:gpt2,hf:bert ('none': no model)")
+    ap.add_argument("--skip-fused", action="store_true", help="models only, not the fused kinds")
     ap.add_argument("--ahead-ab", action="store_true",
                     help="also verify each model with its layer-end adds not fused ahead (the fusion's A/B)")
     opts = ap.parse_args(argv)
@@ -234,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     def save() -> None:
         (opts.out / "results.json").write_text(json.dumps(results, indent=2, default=str))
 
-    for kind in FUSED_KINDS:
+    for kind in [] if opts.skip_fused else FUSED_KINDS:
         if time.monotonic() > deadline:
             results["skipped"].append(kind)
             continue

@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python benchmarks/timing_gpu.py --out DIR [--kinds rotary,softmax,...] [--repeats 3]
     PYTHONPATH=src python benchmarks/timing_gpu.py --out DIR --cpu-smoke     # the script itself, CPU, ~1 min
+    ... --profile    # also profile the warm evaluations: DIR/profiles/<kind>-parent.txt, -workers.txt
 
 For each kind's starter, at the problem's GPU target shapes (the first dtype):
 
@@ -19,8 +20,12 @@ time.  Writes DIR/timing_gpu.json and prints a markdown table last.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import importlib.util
+import io
 import json
+import os
+import pstats
 import statistics
 import sys
 import time
@@ -29,6 +34,7 @@ from pathlib import Path
 import torch
 
 from autokernel.harness import Evaluator
+from autokernel.harness.worker_main import PROFILE_ENV
 from autokernel.problems.registry import KERNELS_DIR, get_problem
 
 KINDS = ("rotary", "softmax", "rmsnorm", "add_rmsnorm", "matmul", "cross_entropy")
@@ -55,17 +61,43 @@ def do_bench_us(kind: str, shape: dict, dtype: torch.dtype, device: str) -> floa
     return (time.perf_counter() - t0) * 1e6
 
 
-def judge_runs(kind: str, device: str, repeats: int, shapes) -> list[dict]:
+def judge_runs(kind: str, device: str, repeats: int, shapes, profile_dir: Path | None = None) -> list[dict]:
+    """With ``profile_dir``: the parent (cProfile) and the workers (their requests) of the
+    evaluations after the first are profiled; summaries go to ``profile_dir/<kind>-*.txt``."""
     runs = []
+    worker_dir = profile_dir / f"{kind}-workers" if profile_dir else None
+    if worker_dir:
+        os.environ[PROFILE_ENV] = str(worker_dir)
+    parent = cProfile.Profile()
+    first_workers: set[Path] = set()
     with Evaluator(kind, device=device, shapes=shapes, timeout_s=120) as evaluator:
-        for _ in range(repeats):
+        for i in range(repeats):
+            if profile_dir and i == 1:
+                first_workers = set(worker_dir.glob("*.prof"))
+                parent.enable()
             ev = evaluator.evaluate(KERNELS_DIR / f"{kind}.py")
             runs.append({"verdict": ev.verdict, "message": ev.message, "wall_s": ev.wall_s, "phases": ev.phases,
                          "timings": [{"shape": t.shape, "dtype": t.dtype, "latency_us": t.latency_us,
                                       "spread_us": t.spread_us, "eager_us": t.eager_us, "compile_us": t.compile_us}
                                      for t in ev.timings]})
             print(f"  {kind}: {ev.verdict} {ev.wall_s:.2f} s {ev.phases} {ev.message[:160]}", flush=True)
+    if profile_dir:
+        parent.disable()
+        os.environ.pop(PROFILE_ENV, None)
+        write_profile(parent, profile_dir / f"{kind}-parent.txt")
+        warm = sorted(set(worker_dir.glob("*.prof")) - first_workers)
+        if warm:
+            write_profile(pstats.Stats(*map(str, warm)), profile_dir / f"{kind}-workers.txt")
     return runs
+
+
+def write_profile(profile, path: Path) -> None:
+    stream = io.StringIO()
+    stats = profile if isinstance(profile, pstats.Stats) else pstats.Stats(profile, stream=stream)
+    stats.stream = stream
+    stats.sort_stats("cumulative").print_stats(45)
+    stats.sort_stats("tottime").print_stats(30)
+    path.write_text(stream.getvalue())
 
 
 def main(argv=None) -> int:
@@ -74,6 +106,8 @@ def main(argv=None) -> int:
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cpu-smoke", action="store_true")
+    ap.add_argument("--profile", action="store_true",
+                    help="profile the warm evaluations (parent and workers) into DIR/profiles")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     device = "cpu" if args.cpu_smoke else "cuda"
@@ -86,7 +120,8 @@ def main(argv=None) -> int:
         problem = get_problem(kind)
         shapes = [problem.cpu_shapes[0]] if args.cpu_smoke else None
         print(f"{kind}: judging the starter {args.repeats}x", flush=True)
-        runs = judge_runs(kind, device, 1 if args.cpu_smoke else args.repeats, shapes)
+        repeats = (2 if args.profile else 1) if args.cpu_smoke else args.repeats
+        runs = judge_runs(kind, device, repeats, shapes, args.out / "profiles" if args.profile else None)
         last = runs[-1]
         bench = []
         for t in last["timings"]:

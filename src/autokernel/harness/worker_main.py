@@ -21,6 +21,17 @@ from .watch import make_watch_class
 from .worker_errors import describe_error, is_cuda_fault
 
 _module_counter = itertools.count()
+PROFILE_ENV = "AUTOKERNEL_WORKER_PROFILE"  # a folder: benchmarks profile the worker's requests there
+
+
+def _request_profiler():
+    folder = os.environ.get(PROFILE_ENV)
+    if not folder:
+        return None
+    import cProfile
+
+    os.makedirs(folder, exist_ok=True)
+    return cProfile.Profile()
 
 
 def main(conn, device: str) -> None:
@@ -44,6 +55,7 @@ def main(conn, device: str) -> None:
     baseline_digest = fingerprint_digest(baseline)
     conn.send_bytes(transport.encode({"ready": True, "pid": os.getpid(), "device_name": state.device_name,
                                       "fingerprint": baseline, "fingerprint_digest": baseline_digest}))
+    profiler = _request_profiler()
     while True:
         try:
             message = conn.recv()
@@ -53,6 +65,8 @@ def main(conn, device: str) -> None:
         if op == "exit":
             return
         try:
+            if profiler is not None:
+                profiler.enable()
             reply = state.handle(op, message)
         except Exception as exc:  # a bug of ours, not the kernel's: report it plainly
             reply = {"error": f"harness worker error: {type(exc).__name__}: {exc}", "internal": True,
@@ -69,6 +83,9 @@ def main(conn, device: str) -> None:
         except Exception as exc:
             data = transport.encode({"error": f"harness worker error: cannot encode the answer: {exc}",
                                      "internal": True, "trace": ""})
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(os.path.join(os.environ[PROFILE_ENV], f"worker-{os.getpid()}.prof"))
         conn.send_bytes(data)
         if reply.get("cuda_fault"):
             # the CUDA context is dead after a device fault: nothing more can run here

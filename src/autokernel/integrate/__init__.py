@@ -47,8 +47,9 @@ before the first kernel is imported); without it nothing is switched.
 
 Layout: ``runfiles`` (the run's files), ``ops`` (custom-op registration), ``selection`` (which
 kernels may be applied), ``patching`` (class swap, probes), ``norms`` / ``linears`` / ``calls``
-/ ``fused`` / ``residuals`` / ``embeddings`` / ``tables`` (the appliers per kind), ``apply``
-(the entry point).
+/ ``fused`` / ``residuals`` / ``embeddings`` / ``tables`` (the appliers per kind),
+``alignment`` (on a GPU, half-precision linears with misaligned output rows padded: no kernel
+of ours, the same GEMM on aligned rows), ``apply`` (the entry point).
 """
 from __future__ import annotations
 
