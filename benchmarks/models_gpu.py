@@ -1,11 +1,12 @@
 """Whole models and the fused kinds on a GPU: patched vs eager vs torch.compile, in one run.
 
-    PYTHONPATH=src python benchmarks/models_gpu.py --out DIR [--max-minutes 8] [--cuda-graphs]
+    PYTHONPATH=src python benchmarks/models_gpu.py --out DIR [--max-minutes 8] [--cuda-graphs] [--ahead-ab]
     PYTHONPATH=src python benchmarks/models_gpu.py --out DIR --cpu-smoke     # the script itself, on CPU
 
 1. models: each model is profiled, its plan's supported kinds (matmul excepted: cuBLAS stays)
-   get the shipped starter kernels in a workdir, and one ``autokernel.verify`` run checks the
-   patched model and times eager, patched, torch.compile (max-autotune-no-cudagraphs) of the
+   get the shipped starter kernels in a workdir (on a GPU not those slower than PyTorch eager at
+   the plan's shapes, do_bench weighted by calls: a run's selection leaves them out), and one
+   ``autokernel.verify`` run checks the patched model and times eager, patched, torch.compile (max-autotune-no-cudagraphs) of the
    original and of the patched model: every ratio of a row comes from that one run.
      - llama example, 4x1024 tokens, bf16, dim 4096, 4 layers (LLaMA-2-7B layer shapes)
      - hf:gpt2 and hf:bert at their real sizes, 4x512 tokens, bf16
@@ -14,6 +15,12 @@
    first GPU shape in bf16: the starter, eager PyTorch and torch.compile of the eager op, and
    Liger-Kernel's op where Liger has it and is importable, side by side (triton.testing.do_bench,
    median).
+
+3. with --ahead-ab, each model whose layer-end residual adds are fused ahead into the next
+   layer's first norm (plan ``add_from``: hf:gpt2, the HF decoders) is verified a second time
+   with those adds left to PyTorch and their norms given the plain norm's starter: the row
+   "<model> (no add ahead)" is the A/B of that fusion in the patched model (no compile: under
+   torch.compile the layer end is a plain add either way).
 
 --max-minutes bounds the run: a section starts only while time is left (the fused kinds run
 first, they are quick).  Logs and ``results.json`` go to --out; a markdown table is printed
@@ -95,8 +102,48 @@ def bench_fused(kind: str, gpu: bool, compile_ok: bool, compile_mode: str) -> di
     return row
 
 
-def starters_workdir(root: Path, spec: str, config: str | None, shape: str, gpu: bool) -> Path:
-    """Profile the model and give every supported kind but matmul its starter kernel."""
+def without_ahead(plan) -> bool:
+    """The plan with its layer-end adds not fused ahead: their norms move to the plain norm
+    problem of the same dtype (made if missing).  False when nothing was fused ahead."""
+    from autokernel.plan import PlanProblem
+
+    changed = False
+    for p in list(plan.problems):
+        if not p.add_from:
+            continue
+        plain_kind = p.kind.removeprefix("add_")
+        plain = next((q for q in plan.problems if q.kind == plain_kind and q.dtype == p.dtype), None)
+        if plain is None:
+            plain = PlanProblem(plain_kind, plain_kind, p.dtype, p.shapes, [1] * len(p.shapes), 0.0, 0.0)
+            plan.problems.append(plain)
+        p.modules = [m for m in p.modules if m not in p.add_from]
+        plain.modules += list(p.add_from)
+        p.add_from, changed = {}, True
+    return changed
+
+
+def starter_and_eager_us(problem, dtype, gpu: bool) -> tuple[float, float]:
+    """The starter's and PyTorch eager's time per forward at the plan problem's shapes (do_bench
+    medians weighted by calls), as a run's results would give them to the selection."""
+    from autokernel.problems import get_problem
+    from autokernel.problems.registry import KERNELS_DIR
+
+    kind = get_problem(problem.kind)
+    spec = importlib.util.spec_from_file_location(f"starter_{problem.kind}", KERNELS_DIR / f"{problem.kind}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    eager = kind.eager or kind.reference
+    starter_us = eager_us = 0.0
+    for shape, calls in zip(problem.shapes, problem.calls):
+        args = kind.make_inputs(dict(shape), dtype, "cuda" if gpu else "cpu", 0)
+        starter_us += calls * time_ms(lambda: module.kernel_fn(*args), gpu) * 1e3
+        eager_us += calls * time_ms(lambda: eager(*args), gpu) * 1e3
+    return starter_us, eager_us
+
+
+def starters_workdir(root: Path, spec: str, config: str | None, shape: str, gpu: bool, ahead: bool = True) -> Path:
+    """Profile the model and give every supported kind but matmul its starter kernel (``ahead``:
+    keep the layer-end adds fused ahead, as the profiler found them)."""
     import torch
 
     from autokernel.models import load_model
@@ -107,11 +154,18 @@ def starters_workdir(root: Path, spec: str, config: str | None, shape: str, gpu:
     dtype = torch.bfloat16 if gpu else torch.float32
     loaded = load_model(spec, dtype=dtype, device="cuda" if gpu else "cpu", input_shape=shape, config_overrides=config)
     plan = profile_model(loaded)
-    wd = root / spec.replace(":", "_")
+    if not ahead and not without_ahead(plan):
+        return None
+    wd = root / (spec.replace(":", "_") + ("" if ahead else "_no_ahead"))
     if wd.exists():
         shutil.rmtree(wd)
     for p in plan.problems:
         if p.supported and p.kind != "matmul":
+            starter_us, eager_us = starter_and_eager_us(p, dtype, gpu)
+            if gpu and starter_us > eager_us:  # a run's selection leaves out kernels slower than eager
+                print(f"  {p.name}: starter {starter_us:.1f} µs > eager {eager_us:.1f} µs per forward: left out",
+                      flush=True)
+                continue
             (wd / "problems" / p.name).mkdir(parents=True)
             shutil.copyfile(KERNELS_DIR / f"{p.kind}.py", wd / "problems" / p.name / "kernel.py")
     wd.mkdir(parents=True, exist_ok=True)
@@ -123,14 +177,17 @@ def starters_workdir(root: Path, spec: str, config: str | None, shape: str, gpu:
 
 
 def bench_model(root: Path, spec: str, config: str | None, shape: str, gpu: bool, cuda_graphs: bool, compile_mode: str,
-                log) -> dict:
+                log, ahead: bool = True) -> dict | None:
     from autokernel.verify import verify
 
-    wd = starters_workdir(root, spec, config, shape, gpu)
-    v = verify(wd, seeds=(0,), compile=gpu, compile_mode=compile_mode, iters=20 if gpu else 2, log=log, breakdown=False,
-               cuda_graphs=cuda_graphs and gpu)
+    wd = starters_workdir(root, spec, config, shape, gpu, ahead)
+    if wd is None:
+        return None
+    v = verify(wd, seeds=(0,), compile=gpu and ahead, compile_mode=compile_mode, iters=20 if gpu else 2, log=log,
+               breakdown=False, cuda_graphs=cuda_graphs and gpu)
     ratio = (lambda a, b: a / b if a and b else None)
-    return {"model": spec, "config": config, "input_shape": shape, "passed": v.passed, "error": max(v.errors),
+    return {"model": spec if ahead else f"{spec} (no add ahead)", "config": config, "input_shape": shape,
+            "passed": v.passed, "error": max(v.errors),
             "replaced": sorted({k for _, k in v.replaced}), "eager_ms": v.eager_ms, "patched_ms": v.patched_ms,
             "compile_ms": v.compile_ms, "compile_patched_ms": v.compile_patched_ms,
             "patched_vs_eager": ratio(v.eager_ms, v.patched_ms), "patched_vs_compile": ratio(v.compile_ms, v.patched_ms),
@@ -175,7 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cuda-graphs", action="store_true", help="verify the patched models in CUDA-graph mode")
     ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs",
                     help="torch.compile mode of the baselines ('default' compiles faster)")
-    ap.add_argument("--models", default="", help="comma-separated subset of llama,hf:gpt2,hf:bert")
+    ap.add_argument("--models", default="", help="comma-separated subset of llama,hf:gpt2,hf:bert ('none': no model)")
+    ap.add_argument("--skip-fused", action="store_true", help="models only, not the fused kinds")
+    ap.add_argument("--ahead-ab", action="store_true",
+                    help="also verify each model with its layer-end adds not fused ahead (the fusion's A/B)")
     opts = ap.parse_args(argv)
     import torch
 
@@ -200,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     def save() -> None:
         (opts.out / "results.json").write_text(json.dumps(results, indent=2, default=str))
 
-    for kind in FUSED_KINDS:
+    for kind in [] if opts.skip_fused else FUSED_KINDS:
         if time.monotonic() > deadline:
             results["skipped"].append(kind)
             continue
@@ -219,14 +279,21 @@ def main(argv: list[str] | None = None) -> int:
         if time.monotonic() > deadline - (60 if gpu else 0):
             results["skipped"].append(spec)
             continue
-        log(f"model {spec} {shape}")
-        try:
-            results["models"].append(bench_model(opts.out / "workdirs", spec, config, shape, gpu, opts.cuda_graphs,
-                                                 opts.compile_mode, log))
-        except Exception as exc:
-            log(traceback.format_exc())
-            results["models"].append({"model": spec, "input_shape": shape, "exception": f"{type(exc).__name__}: {exc}"[:200]})
-        save()
+        for ahead in (True, False) if opts.ahead_ab else (True,):
+            if not ahead and time.monotonic() > deadline - (60 if gpu else 0):
+                results["skipped"].append(f"{spec} (no add ahead)")
+                continue
+            log(f"model {spec} {shape}" + ("" if ahead else " (layer-end adds not fused ahead)"))
+            try:
+                row = bench_model(opts.out / "workdirs", spec, config, shape, gpu, opts.cuda_graphs,
+                                  opts.compile_mode, log, ahead)
+                if row is not None:
+                    results["models"].append(row)
+            except Exception as exc:
+                log(traceback.format_exc())
+                results["models"].append({"model": spec, "input_shape": shape,
+                                          "exception": f"{type(exc).__name__}: {exc}"[:200]})
+            save()
     table = markdown(results["fused"], results["models"], results["skipped"])
     (opts.out / "models_gpu.md").write_text(table + "\n")
     print(table)

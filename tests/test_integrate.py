@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,103 @@ def test_rotary_op_reads_projection_layout_in_place_and_keeps_it(tmp_path):
     out2 = op2(q, cos, sin)
     assert out2.stride() == q.stride()
     torch.testing.assert_close(out2, out)
+
+
+def test_attention_op_reads_packed_projections_in_place_and_returns_heads_inside_tokens(tmp_path):
+    """GPT-2 splits one packed q|k|v projection and views each part as (B, H, S, D): the attention
+    op hands those views to the kernel as they are (no copies) and returns the output with heads
+    inside tokens, so the model's transpose(1, 2).contiguous() before the output projection is
+    free; the fake promises torch.compile the same strides."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from autokernel.integrate import register_kernel_op
+    from autokernel.problems import get_problem
+    from autokernel.problems.attention import packed_qkv
+
+    recording = (KERNELS_DIR / "attention.py").read_text().replace(
+        "def kernel_fn(q, k, v, causal=True, scale=None):\n",
+        "SEEN = []\n\n\ndef kernel_fn(q, k, v, causal=True, scale=None):\n    SEEN.append((q.stride(), k.stride(), v.stride()))\n")
+    path = tmp_path / "attention_recording.py"
+    path.write_text(recording)
+    _, op = register_kernel_op("attention", "attention_rec", path)
+    problem = get_problem("attention")
+    shape = {"B": 2, "H": 4, "Hkv": 2, "S": 5, "D": 16, "causal": 1}
+    q, k, v, causal, _ = problem.make_inputs(shape, torch.float32, "cpu", 0)
+    pq, pk, pv = packed_qkv(q, k, v)
+    out = op(pq, pk, pv, causal, None)
+    seen = next(m for name, m in sys.modules.items() if name.startswith("autokernel_applied.attention_rec_")).SEEN
+    assert seen[-1] == (pq.stride(), pk.stride(), pv.stride())
+    assert out.transpose(1, 2).is_contiguous()
+    torch.testing.assert_close(out, problem.reference(q, k, v, causal), atol=1e-4, rtol=1e-4)
+    assert op(q, k, v, causal, None).is_contiguous()  # a contiguous q: a contiguous output
+    with FakeTensorMode() as mode:
+        fake = op(*(mode.from_tensor(t) for t in (pq, pk, pv)), causal, None)
+        assert fake.stride() == out.stride()
+
+
+def test_attention_kernel_that_assumes_contiguous_inputs_fails_the_layout_cases():
+    """The numerics stage's layout cases catch a kernel that indexes q/k/v as if contiguous
+    (the integration passes projection views as they are)."""
+    import importlib.util
+
+    from autokernel.problems import get_problem
+
+    source = (KERNELS_DIR / "attention.py").read_text()
+    bad = source.replace("*q.stride(), *k.stride(), *v.stride(),",
+                         "H * S * D, S * D, D, 1, Hkv * S * D, S * D, D, 1, Hkv * S * D, S * D, D, 1,")
+    assert bad != source
+    problem = get_problem("attention")
+    spec = importlib.util.spec_from_loader("attention_contiguous_only", loader=None)
+    module = importlib.util.module_from_spec(spec)
+    exec(compile(bad, "attention_contiguous_only.py", "exec"), module.__dict__)
+    shape = {"B": 1, "H": 2, "Hkv": 1, "S": 6, "D": 16, "causal": 1}
+    failed = set()
+    for name, args in problem.adversarial_inputs(shape, torch.float32, "cpu", 0):
+        ref = problem.reference(*[a.contiguous() if isinstance(a, torch.Tensor) else a for a in args])
+        if not torch.allclose(module.kernel_fn(*args), ref, atol=1e-3, rtol=1e-3):
+            failed.add(name)
+    assert failed == {"projection-layout", "packed-qkv-layout"}, failed
+
+
+def test_misaligned_half_precision_linear_is_padded_and_gives_the_same_values():
+    """cuBLAS runs slow kernels when output rows are not 16-byte aligned (GPT-2's 50257-wide LM
+    head); the padded linear computes the same values on aligned rows and returns a view."""
+    from autokernel.integrate.alignment import align_linears
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 1030).to(torch.bfloat16), nn.Linear(16, 2048).to(torch.bfloat16),
+                          nn.Linear(16, 1030, bias=False).to(torch.bfloat16))
+    x = torch.randn(3, 5, 16, dtype=torch.bfloat16)
+    want = [m(x) for m in model]
+    keys = set(model.state_dict())
+    replaced: list = []
+    align_linears(model, set(), replaced, on_gpu=False)
+    assert replaced == []  # on the CPU alignment costs nothing: left alone
+    align_linears(model, set(), replaced, on_gpu=True)
+    assert replaced == [("0", "aligned-linear"), ("2", "aligned-linear")]  # 2048 is aligned already
+    for m, ref in zip(model, want):
+        out = m(x)
+        assert out.shape == ref.shape
+        torch.testing.assert_close(out, ref, atol=0, rtol=0)
+    assert model[0](x).stride()[-2] == 1032 and isinstance(model[0], nn.Linear)
+    assert set(model.state_dict()) == keys
+
+
+def test_eager_calls_skip_the_dispatcher_but_tracing_profiling_and_autograd_do_not():
+    """Plain eager calls of our ops go straight to the kernel (the dispatcher's Python path cost
+    more host time than the launch); everything that must see the op still does."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from autokernel.integrate.ops import needs_dispatcher
+
+    x, w = torch.randn(2, 3), nn.Parameter(torch.randn(3))
+    assert not needs_dispatcher((x, 1e-6))
+    assert needs_dispatcher((x, w, 1e-6))  # a weight that requires grad: autograd would record it
+    with torch.inference_mode():
+        assert not needs_dispatcher((x, w, 1e-6))
+    with torch.no_grad():
+        assert not needs_dispatcher((x.requires_grad_(), w))
+    with FakeTensorMode() as mode:
+        assert needs_dispatcher((mode.from_tensor(torch.randn(2)),))
+    with torch.profiler.profile():
+        assert needs_dispatcher((torch.randn(2),))

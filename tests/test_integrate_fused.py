@@ -295,6 +295,96 @@ def test_an_add_whose_sum_is_changed_before_the_norm_falls_back_or_is_left_alone
         assert rel(patched(x), model(x)) < 1e-6
 
 
+class GPT2LikeBlock(nn.Module):
+    """Hugging Face GPT-2's block: the last add is normalised by the next block's ln_1 (or the
+    final ln_f), in another module's forward."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.ln_1, self.ln_2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn, self.mlp = nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, hidden_states):
+        residual = hidden_states
+        hidden_states = self.ln_1(hidden_states)
+        hidden_states = self.attn(hidden_states) + residual
+        residual = hidden_states
+        hidden_states = self.ln_2(hidden_states)
+        hidden_states = residual + self.mlp(hidden_states)
+
+        return hidden_states
+
+
+class GPT2LikeStack(nn.Module):
+    def __init__(self, d=32, layers=2):
+        super().__init__()
+        self.h = nn.ModuleList(GPT2LikeBlock(d) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(d)
+
+    def forward(self, x):
+        for block in self.h:
+            x = block(x)
+        return self.ln_f(x)
+
+
+class _LayerNormCalls(torch.overrides.TorchFunctionMode):
+    calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls += func is torch.nn.functional.layer_norm
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_add_ending_a_block_is_fused_ahead_into_the_next_norm(tmp_path):
+    """Profiled: each block's last add is paired with the norm the next module call runs (the
+    plan says which module holds the add); applied: the add runs as that norm's fused op, and
+    the norm returns the rows only for that very sum, unchanged; compiled: the plain add."""
+    from autokernel.models import LoadedModel
+    from autokernel.profiler import profile_model
+
+    torch.manual_seed(0)
+    model = GPT2LikeStack().eval()
+    x = torch.randn(2, 3, 32)
+    plan = profile_model(LoadedModel(model, lambda seed: (x,), "custom", "GPT-2-like", [2, 3]), warmup=0, iters=1)
+    add_ln = next(p for p in plan.problems if p.kind == "add_layernorm")
+    assert add_ln.add_from == {"h.1.ln_1": "h.0", "ln_f": "h.1"}
+    assert set(add_ln.modules) == {"h.0.ln_2", "h.1.ln_2", "h.1.ln_1", "ln_f"} and add_ln.calls == [4]
+    assert not any(u.name == "aten::add" for u in plan.uncovered)  # every add is in a fused problem
+
+    add_ln.name, add_ln.shapes = "add_layernorm", [{"M": 6, "N": 32}]
+    patched = apply(model, make_workdir(tmp_path / "wd", [add_ln], model="custom"))
+    assert sorted(patched._autokernel_replaced) == [(n, "add_layernorm") for n in ("h.0.ln_2", "h.1.ln_1", "h.1.ln_2",
+                                                                                    "ln_f")]
+    op = patched._autokernel_ops["add_layernorm"]
+    before = OP_CALLS[op]
+    with torch.no_grad(), _LayerNormCalls() as plain:
+        assert rel(patched(x), model(x)) < 1e-6
+        assert OP_CALLS[op] - before == 4  # 2 adds + norms per block
+        assert plain.calls == 1 + 5  # patched: h.0.ln_1 only (the others return fused rows); original: 5
+        assert torch.equal(patched.ln_f(x), model.ln_f(x))  # called on another tensor: the norm itself
+
+        # a hook that changes the block's output in place, or returns another tensor: the norm of
+        # what it reads (not scale or shift: a LayerNorm would not see those)
+        for hook in (lambda m, args, out: out.mul_(out), lambda m, args, out: torch.tanh(out)):
+            handles = [m.h[0].register_forward_hook(hook) for m in (model, patched)]
+            assert rel(patched(x), model(x)) < 1e-6
+            with torch.inference_mode():  # where tensors have no version counter (verify runs so)
+                assert rel(patched(x), model(x)) < 1e-6
+            for h in handles:
+                h.remove()
+    with torch.inference_mode():
+        before = OP_CALLS[op]
+        assert rel(patched(x), model(x)) < 1e-6
+        assert OP_CALLS[op] - before == 4
+
+    torch._dynamo.reset()
+    compiled = torch.compile(patched, backend="aot_eager", fullgraph=True)
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        assert rel(compiled(x), model(x)) < 1e-6
+    assert OP_CALLS[op] - before == 2  # under torch.compile the block-end adds stay adds (inductor fuses them)
+
+
 class RotaryEmbedding(nn.Module):
     """Hugging Face's default-RoPE module: cos/sin tables from the position ids."""
 

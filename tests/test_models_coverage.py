@@ -1,20 +1,20 @@
-"""The share of a model's time that autokernel's problems cover, on CPU (CPU op time; ops that
-launch no kernel are left out, as on a GPU).  Small configs: the shares, not the sizes, are
-what is checked.
+"""The share of a model's time that autokernel's problems cover, on CPU (CPU op time on one
+intra-op thread, each op's median over the profiled passes; ops that launch no kernel are left
+out, as on a GPU).  Small configs: the shares, not the sizes, are what is checked.
 
-Each case asserts the floor measured on the 2-core CI machine when it is idle, a few points
-under the share seen there, since CPU-time shares move with load.  Issue 11 asks for >= 95% on
-the examples and the dense Hugging Face models and >= 90% on ViT and Mixtral.  Measured on
-2026-12-01 (three runs, light load), with the ``embedding`` and ``rotary_table`` kinds and the
-residual adds written just before a norm (``x = a + b; norm(x)``, fused into ``add_layernorm``
-/ ``add_rmsnorm``): llama 100%, gpt2 94.8-95.3%, bert 96.6-97.1%, hf:gpt2 93.6-94.3%, hf:bert
-97.8-98.6%, hf:phi3 94.0-95.7%, hf:gemma 94.9-96.2%, hf:vit 96.9%, hf:mixtral 90.9-91.5%.
-Under heavy load the shares move by several points (multi-threaded GEMMs slow down most).
+Each case asserts issue 11's goal: >= 95% on the examples and the dense Hugging Face models,
+>= 90% on ViT and Mixtral.  Measured on the 2-core CI machine on 2026-12-01 (ten runs each,
+idle and with two busy processes): llama 100%, gpt2 97.3-97.5%, bert 96.4-97.7%, hf:gpt2
+95.4-96.7% (95.8-96.6% with five passes, as here), hf:bert 98.6-98.7%, hf:phi3 96.2-96.4%,
+hf:gemma 97.1-97.3%, hf:vit 98.4-98.8%, hf:mixtral 93.3%.  Before the one-thread median the
+shares moved by several points with load (a multi-threaded op waited a scheduler quantum for a
+descheduled worker: hf:gpt2 measured 85.6% once, 99.9% another time).  Residual adds are in
+fused problems: the ones written just before a norm (``x = a + b; norm(x)``) and the one ending
+each decoder layer, normalised by the next layer's first norm or the final norm (fused ahead).
 What is left uncovered at these tiny sizes (2x32 tokens, width 128) is the per-op cost of small
-ops: the residual add at the end of each decoder layer (normalised by the next layer's first
-norm, in another module's forward: 1-2%), Hugging Face's packed-sequence check on the position
-ids (sub, diff, ne, cumsum, eq, all: 2-4% on the decoders), the broadcast position-embedding add
-(GPT-2), a layout copy after attention (Phi-3); MoE routing on Mixtral."""
+ops: Hugging Face's packed-sequence check on the position ids (sub, diff, ne, cumsum, eq, all:
+2-3% on the decoders), the position ids themselves (arange), the broadcast position-embedding
+add (GPT-2, BERT), a layout copy after attention (Phi-3); MoE routing on Mixtral."""
 from __future__ import annotations
 
 import importlib.util
@@ -30,20 +30,23 @@ from autokernel.profiler import profile_model
 HF = importlib.util.find_spec("transformers") is not None
 SMALL_DECODER = "hidden_size=128,num_hidden_layers=2,num_attention_heads=4,intermediate_size=512,vocab_size=1024"
 CASES = [
-    ("llama", None, None, 0.97, {"add_rmsnorm", "rmsnorm", "swiglu", "rotary", "attention", "matmul", "embedding"}),
-    ("gpt2", None, None, 0.92, {"layernorm", "add_layernorm", "gelu", "attention", "matmul", "embedding"}),
-    ("bert", None, None, 0.93, {"layernorm", "add_layernorm", "gelu", "attention", "matmul", "embedding"}),
-    ("hf:gpt2", "n_embd=128,n_layer=2,n_head=4,vocab_size=1024", None, 0.91,
+    ("llama", None, None, 0.95, {"add_rmsnorm", "rmsnorm", "swiglu", "rotary", "attention", "matmul", "embedding"}),
+    ("gpt2", None, None, 0.95, {"layernorm", "add_layernorm", "gelu", "attention", "matmul", "embedding"}),
+    ("bert", None, None, 0.95, {"layernorm", "add_layernorm", "gelu", "attention", "matmul", "embedding"}),
+    ("hf:gpt2", "n_embd=128,n_layer=2,n_head=4,vocab_size=1024", None, 0.95,
      {"gelu", "layernorm", "add_layernorm", "matmul", "embedding"}),
     ("hf:bert", SMALL_DECODER, None, 0.95, {"add_layernorm", "gelu", "matmul", "embedding"}),
-    ("hf:phi3", SMALL_DECODER + ",num_key_value_heads=4,pad_token_id=0", None, 0.91,
+    ("hf:phi3", SMALL_DECODER + ",num_key_value_heads=4,pad_token_id=0", None, 0.95,
      {"swiglu_packed", "rmsnorm", "add_rmsnorm", "matmul", "embedding", "rotary_table"}),
-    ("hf:gemma", SMALL_DECODER + ",num_key_value_heads=2,head_dim=32", None, 0.92,
+    ("hf:gemma", SMALL_DECODER + ",num_key_value_heads=2,head_dim=32", None, 0.95,
      {"geglu", "rmsnorm", "matmul", "embedding", "rotary_table"}),
     ("hf:vit", "hidden_size=128,num_hidden_layers=2,num_attention_heads=4,intermediate_size=512,image_size=64,patch_size=8",
-     None, 0.93, {"gelu", "layernorm", "add_layernorm", "attention", "matmul"}),
-    ("hf:mixtral", None, [2, 128], 0.86, {"rmsnorm", "attention", "matmul", "rotary_table"}),
+     None, 0.90, {"gelu", "layernorm", "add_layernorm", "attention", "matmul"}),
+    ("hf:mixtral", None, [2, 128], 0.90, {"rmsnorm", "attention", "matmul", "rotary_table"}),
 ]
+# models whose layers end with a residual add that the next layer's first norm reads: the final norm
+FUSED_AHEAD = {"gpt2": "ln_f", "hf:gpt2": "model.transformer.ln_f", "hf:phi3": "model.model.norm",
+               "hf:mixtral": "model.model.norm", "hf:vit": "model.vit.layernorm"}
 
 
 def covered(plan) -> float:
@@ -55,7 +58,7 @@ def test_covered_share(spec, config, shape, target, kinds):
     if spec.startswith("hf:") and not HF:
         pytest.skip("transformers is not installed")
     loaded = load_model(spec, config_overrides=config, input_shape=shape, dtype=torch.float32)
-    plan = profile_model(loaded, warmup=1, iters=3)
+    plan = profile_model(loaded, warmup=1, iters=5)
     found = {p.kind for p in plan.problems}
     assert kinds <= found, f"{spec}: kinds {sorted(kinds - found)} not found in {sorted(found)}"
     share = covered(plan)
@@ -63,6 +66,9 @@ def test_covered_share(spec, config, shape, target, kinds):
     assert share >= target, f"{spec}: covered {share:.1%} < {target:.0%}; uncovered: {top}"
     # every uncovered op is listed with its share; together with the problems they make the whole
     assert covered(plan) + sum(u.fraction for u in plan.uncovered) == pytest.approx(1.0, abs=1e-6)
+    if spec in FUSED_AHEAD:  # the last add of every layer is fused ahead into the norm after it
+        add_norm = next(p for p in plan.problems if p.kind.startswith("add_"))
+        assert len(add_norm.add_from) == 2 and FUSED_AHEAD[spec] in add_norm.add_from, add_norm.add_from
 
 
 @pytest.mark.skipif(not HF, reason="transformers is not installed")

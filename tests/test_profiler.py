@@ -253,6 +253,68 @@ def test_cpu_time_is_self_time_of_ops():
     assert plan.uncovered[0].name == "aten::relu"
 
 
+def _cpu_pass(i, add_us=10.0, mm_us=30.0):
+    root = Node(name=f"ak::forward::{i}")
+    lin = root.add(_op("aten::linear", [(4, 8), (16, 8), (16,)], self_us=2.0))
+    lin.add(_op("aten::addmm", [(16,), (4, 8), (8, 16)], self_us=mm_us))
+    root.add(_op("aten::add", [(4, 16), (4, 16)], self_us=add_us))
+    return root
+
+
+def _plan_of(trees):
+    return build_plan(trees, model="m", device="cpu", time_kind="cpu", dtype="fp32", input_shape=[4, 8],
+                      iters=len(trees))
+
+
+def test_shares_take_each_ops_median_over_the_passes():
+    """One op preempted in one pass (a busy machine) moves no share; an op slow in most passes
+    (a real regression) does; passes that ran different ops are averaged as they are."""
+    clean = _plan_of([_cpu_pass(i) for i in range(3)])
+    assert clean.covered_fraction == pytest.approx(32 / 42)
+    spiked = _plan_of([_cpu_pass(0), _cpu_pass(1, add_us=500.0), _cpu_pass(2)])
+    assert spiked.covered_fraction == pytest.approx(clean.covered_fraction)
+    assert spiked.total_time_us == pytest.approx(42.0)
+    slow = _plan_of([_cpu_pass(0, add_us=40.0), _cpu_pass(1, add_us=40.0), _cpu_pass(2)])
+    assert slow.covered_fraction == pytest.approx(32 / 72)
+    # the same spread of times on a GPU: each kernel's median
+    gpu = [_gpu_trace() for _ in range(3)]
+    gpu[1].children[0].children[0].kernels = [("vectorized_elementwise_kernel<pow>", 300.0)]
+    plan = build_plan(gpu, model="m", device="cuda", time_kind="gpu", dtype="bf16", input_shape=[2, 64], iters=3)
+    assert _problem(plan, "rmsnorm").time_us == pytest.approx(9.0)
+    # different ops in one pass: no median, the mean of the passes
+    other = _cpu_pass(2)
+    other.add(_op("aten::cumsum", [(4, 16)], self_us=12.0))
+    mixed = _plan_of([_cpu_pass(0), _cpu_pass(1, add_us=500.0), other])
+    assert mixed.total_time_us == pytest.approx((42 * 3 + 490 + 12) / 3)
+
+
+def _layer_end(between=(), norm_shape=(2, 4, 8), addend=(2, 4, 8)):
+    """A block whose forward ends with a residual add, then the next block and its first norm."""
+    root = Node(name="ak::forward::0")
+    block = root.add(_scope("h.0", "Block", [(2, 4, 8)]))
+    block.add(_op("aten::add", [(2, 4, 8), addend, []], self_us=5.0))
+    for op in between:
+        root.add(op)
+    nxt = root.add(_scope("h.1", "Block", [(2, 4, 8)]))
+    norm = nxt.add(_scope("h.1.ln_1", "LayerNorm", [norm_shape], is_layernorm=True))
+    norm.add(_op("aten::layer_norm", [norm_shape, [8], [8], [8]], concrete=[None, [8], None, None, 1e-5], self_us=20.0))
+    return root
+
+
+def test_the_add_ending_a_module_is_paired_with_the_norm_called_next():
+    plan = build_plan([_layer_end()], model="m", device="cpu", time_kind="cpu", dtype="fp32", input_shape=[2, 4], iters=1)
+    fused = _problem(plan, "add_layernorm")
+    assert fused.time_us == pytest.approx(25.0) and fused.add_from == {"h.1.ln_1": "h.0"} and not plan.uncovered
+    # an op runs between (it might read the sum), or the add broadcasts: the add stays uncovered
+    for root in (_layer_end(between=[_op("aten::cumsum", [(2, 4)], self_us=3.0)]), _layer_end(addend=(1, 4, 8))):
+        plan = build_plan([root], model="m", device="cpu", time_kind="cpu", dtype="fp32", input_shape=[2, 4], iters=1)
+        assert _problem(plan, "layernorm").add_from == {} and "aten::add" in {u.name for u in plan.uncovered}
+    # metadata between is no op
+    plan = build_plan([_layer_end(between=[_op("aten::view", [(2, 4, 8)], self_us=1.0)])], model="m", device="cpu",
+                      time_kind="cpu", dtype="fp32", input_shape=[2, 4], iters=1)
+    assert _problem(plan, "add_layernorm").add_from == {"h.1.ln_1": "h.0"}
+
+
 def test_events_to_tree_keeps_each_kernel_once():
     """FunctionEvent-like objects: the kernel list of a range may hold the range's own GPU
     copy (same name); only real kernels become time."""

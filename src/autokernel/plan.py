@@ -30,6 +30,9 @@ class PlanProblem:
     modules: list[str] = field(default_factory=list)  # qualified module names where it occurs
     supported: bool = True
     note: str = ""  # why unsupported, or anything the recognizer wants to say
+    # add_<norm> kinds: norm module -> the module whose forward ends with the residual add that
+    # the norm reads (the next block's first norm, the final norm): the add is fused ahead
+    add_from: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -7,9 +7,12 @@ How time is counted:
   launched it (by correlation id); the kernel is attributed to that op and its ancestors, and
   never counted again through an aten op's own time;
 * on a CPU, the self CPU time of each op counts (an op's children are counted for themselves),
-  and the plan says ``time_kind="cpu"``.  Ops that launch no device kernel (views, metadata,
+  measured on one intra-op thread (``intra_op_threads``), and the plan says ``time_kind="cpu"``.  Ops that launch no device kernel (views, metadata,
   allocation: ``recognize.METADATA_OPS``) count on neither: on a GPU they have no kernel
-  time, and counting their dispatcher overhead on a CPU would make CPU shares unlike GPU ones.
+  time, and counting their dispatcher overhead on a CPU would make CPU shares unlike GPU ones;
+* over the profiled passes, each op's time (and each kernel's) is its median
+  (``typical_pass``): one op preempted once on a busy machine does not move the shares, an op
+  slow in most passes does.  Passes that ran different ops are averaged as they are.
 
 How time is attributed: forward pre/post hooks open a ``record_function`` range per module
 call (and the model's ``apply_rotary*`` functions are wrapped the same way while profiling),
@@ -27,6 +30,7 @@ problem of the same kind and dtype, and what maps to no plan problem is uncovere
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import platform
 import re
@@ -44,7 +48,7 @@ from .plan import Plan, PlanProblem, UncoveredTime
 from .quiet import filtered_stderr
 from .problems.base import dtype_name
 from .recognize import (METADATA_OPS, Instance, Node, ScopeCall, TensorMeta, Unsupported, is_gemm_kernel,
-                        matmul_shape, module_info, pair_cross_entropy, pair_residual_adds, recognize_op, recognize_scope,
+                        matmul_shape, module_info, pair_adds_ahead, pair_cross_entropy, pair_residual_adds, recognize_op, recognize_scope,
                         shape_weight)
 
 SCOPE_PREFIX = "ak::"
@@ -254,11 +258,21 @@ def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp
     subtree_ops: dict[int, set[str]] = {}
     paired: dict[int, Instance] = {}
     add_before: dict[int, Node] = {}  # id(residual add) -> the norm scope it is fused with
+    add_from: dict[int, str] = {}  # id(norm scope) -> the module whose forward ends with its add
     for root in roots:
         for node in walk(root):
             paired.update(pair_cross_entropy(node, default_dtype))
             add_before.update(pair_residual_adds(node))
+        for add_id, (norm, producer) in pair_adds_ahead(root).items():
+            add_before[add_id] = norm
+            add_from[id(norm)] = producer
     norms_after_add = {id(norm) for norm in add_before.values()}
+
+    def claimed(node: Node, claim: Instance) -> Instance:
+        if id(node) in add_from and not claim.add_from:
+            claim.add_from = add_from[id(node)]
+            claim.notes += (f"the residual add ending {claim.add_from} (fused ahead)",)
+        return claim
 
     def ops_under(node: Node) -> set[str]:
         if id(node) not in subtree_ops:
@@ -285,7 +299,7 @@ def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp
             if isinstance(claim, Unsupported):
                 return claim
             if claim is not None:
-                return id(n), by_key.setdefault(id(n), claim)
+                return id(n), by_key.setdefault(id(n), claimed(n, claim))
         for n in chain:
             if n.scope is not None or n.name.startswith(SCOPE_PREFIX):
                 continue
@@ -297,7 +311,7 @@ def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp
                 claim = by_key.get(id(norm)) or recognize_scope(norm, [], ops_under(norm), default_dtype, fuse_mlp,
                                                                  True)
                 if isinstance(claim, Instance):
-                    return id(norm), by_key.setdefault(id(norm), claim)
+                    return id(norm), by_key.setdefault(id(norm), claimed(norm, claim))
             found = by_key.get(id(n)) or recognize_op(n, default_dtype)
             if isinstance(found, Unsupported):
                 return found
@@ -373,11 +387,62 @@ def _short(name: str, limit: int = 80) -> str:
     return name if len(name) <= limit else name[: limit - 3] + "..."
 
 
+# ------------------------------------------------------------------ one typical pass
+def typical_pass(roots: list[Node]) -> Node | None:
+    """The profiled passes merged into one: each op's self time, and each of its kernels' time,
+    is its median over the passes.  A CPU op preempted once in a busy machine (or one slow
+    kernel) then moves nothing, while an op slow in most passes (a real regression) still
+    shows.  None when the passes did not run the same ops in the same order (then the caller
+    averages them as they are)."""
+    if len(roots) < 2:
+        return None
+    signature = _pass_signature(roots[0])
+    if any(_pass_signature(r) != signature for r in roots[1:]):
+        return None
+    return _median_node(roots)
+
+
+def _pass_signature(root: Node) -> list[tuple]:
+    out: list[tuple] = []
+
+    def visit(node: Node, depth: int) -> None:
+        label = node.scope.name if node.scope is not None else node.name
+        out.append((depth, label, len(node.children), tuple(k for k, _ in node.kernels)))
+        for child in node.children:
+            visit(child, depth + 1)
+
+    for child in root.children:  # the root's own name holds the pass index
+        visit(child, 0)
+    return out
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _median_node(nodes: list[Node]) -> Node:
+    first = nodes[0]
+    merged = Node(name=first.name, shapes=first.shapes, dtypes=first.dtypes, concrete=first.concrete,
+                  self_us=_median([n.self_us for n in nodes]), scope=first.scope,
+                  kernels=[(name, _median([n.kernels[i][1] for n in nodes])) for i, (name, _) in enumerate(first.kernels)])
+    for children in zip(*(n.children for n in nodes)):
+        merged.add(_median_node(list(children)))
+    return merged
+
+
+def _steady(roots: list[Node], iters: int) -> tuple[list[Node], int]:
+    """``roots`` as one typical pass when they can be merged (``typical_pass``), else as given."""
+    merged = typical_pass(roots) if len(roots) == max(1, iters) else None
+    return ([merged], 1) if merged is not None else (roots, iters)
+
+
 # ------------------------------------------------------------------ plan
 def build_plan(roots: list[Node], *, model: str, device: str, time_kind: str, dtype: str,
                input_shape: list[int], iters: int, fuse_mlp: bool = False, device_name: str = "") -> Plan:
     """Group the attributed time by (kind, dtype) into plan problems, per forward pass."""
-    iters = max(1, iters)
+    roots, iters = _steady(roots, max(1, iters))
     att = attribute(roots, time_kind=time_kind, default_dtype=dtype, fuse_mlp=fuse_mlp)
     total = att.total_us / iters
 
@@ -387,6 +452,7 @@ def build_plan(roots: list[Node], *, model: str, device: str, time_kind: str, dt
         shapes: dict[tuple, list] = field(default_factory=dict)  # key -> [shape, calls, time]
         modules: list[str] = field(default_factory=list)
         notes: list[str] = field(default_factory=list)
+        add_from: dict[str, str] = field(default_factory=dict)
 
     groups: dict[tuple[str, str], Group] = {}
     for inst, us in att.instances:
@@ -400,6 +466,8 @@ def build_plan(roots: list[Node], *, model: str, device: str, time_kind: str, dt
             entry[2] += us * w / sum(weights)
         if inst.module and inst.module not in g.modules:
             g.modules.append(inst.module)
+        if inst.module and inst.add_from:
+            g.add_from[inst.module] = inst.add_from
         for note in inst.notes:
             if note not in g.notes:
                 g.notes.append(note)
@@ -417,6 +485,7 @@ def build_plan(roots: list[Node], *, model: str, device: str, time_kind: str, dt
             time_us=g.time / iters,
             fraction=_fraction(g.time / iters, total),
             modules=g.modules,
+            add_from=g.add_from,
             note="; ".join(g.notes[:6])))
 
     ranked = sorted(att.uncovered.items(), key=lambda kv: -kv[1])
@@ -459,7 +528,7 @@ def trace_model(model: nn.Module, inputs: tuple, *, on_gpu: bool, warmup: int = 
         if on_gpu:
             torch.cuda.synchronize()
 
-    with torch.no_grad():
+    with torch.no_grad(), intra_op_threads(None if on_gpu else 1):
         for _ in range(max(0, warmup)):
             model(*inputs)
         sync()
@@ -470,6 +539,21 @@ def trace_model(model: nn.Module, inputs: tuple, *, on_gpu: bool, warmup: int = 
                     model(*inputs)
             sync()
     return events_to_tree(prof.events(), tracer.calls)
+
+
+@contextlib.contextmanager
+def intra_op_threads(n: int | None) -> Iterator[None]:
+    """Run with ``n`` intra-op threads (None: as set).  A CPU profile runs on one: an op that
+    fans out to worker threads has a self time that includes waiting for workers the OS has
+    descheduled, so on a busy machine such ops took a scheduler quantum each (a 3 ms forward
+    measured 140 ms, every share wrong); on one thread an op's time is its own work."""
+    before = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def profile_model(loaded: LoadedModel, *, device: str | None = None, dtype: torch.dtype | None = None,
@@ -489,7 +573,7 @@ def profile_model(loaded: LoadedModel, *, device: str | None = None, dtype: torc
 def device_label(device: str) -> str:
     if str(device).startswith("cuda") and torch.cuda.is_available():
         return torch.cuda.get_device_name(torch.device(device))
-    return f"CPU ({platform.processor() or platform.machine()}), CPU op time"
+    return f"CPU ({platform.processor() or platform.machine()}), CPU op time on one thread"
 
 
 # ------------------------------------------------------------------ per-problem times of a patched model
@@ -511,7 +595,7 @@ def problem_times(roots: list[Node], plan: Plan, *, time_kind: str, op_problems:
                   iters: int = 1) -> ProblemTimes:
     """Attribute a profile to ``plan``'s problems: a custom op's time to its problem, a
     recognized instance to the plan problem of the same kind and dtype, the rest uncovered."""
-    iters = max(1, iters)
+    roots, steady_iters = _steady(roots, max(1, iters))
     fuse_mlp = any(p.kind == "fused_mlp" for p in plan.problems)
     att = attribute(roots, time_kind=time_kind, default_dtype=plan.dtype, fuse_mlp=fuse_mlp,
                     op_problems=op_problems)
@@ -536,10 +620,11 @@ def problem_times(roots: list[Node], plan: Plan, *, time_kind: str, op_problems:
         else:
             times[name] += us
     uncovered = sum(uncovered_ops.values())
-    return ProblemTimes(time_kind=time_kind, total_us=att.total_us / iters,
-                        problems={k: v / iters for k, v in times.items()}, op_us={k: v / iters for k, v in ops.items()},
-                        uncovered_us=uncovered / iters, iters=iters,
-                        uncovered_ops={k: v / iters for k, v in uncovered_ops.items()})
+    per = steady_iters
+    return ProblemTimes(time_kind=time_kind, total_us=att.total_us / per,
+                        problems={k: v / per for k, v in times.items()}, op_us={k: v / per for k, v in ops.items()},
+                        uncovered_us=uncovered / per, iters=max(1, iters),
+                        uncovered_ops={k: v / per for k, v in uncovered_ops.items()})
 
 
 def profile_problem_times(model: nn.Module, inputs: tuple, plan: Plan, *, device: str,

@@ -159,6 +159,7 @@ class Instance:
     shapes: list[tuple[dict[str, int], int]]
     module: str = ""
     notes: tuple[str, ...] = ()
+    add_from: str = ""  # an add_<norm> whose add ends another module's forward: that module
 
 
 @dataclass(frozen=True)
@@ -499,6 +500,50 @@ def pair_residual_adds(parent: Node) -> dict[int, Node]:
         if shape and _arg(first, 0) == shape and _arg(first, 1) == shape:
             out[id(first)] = second
     return out
+
+
+def pair_adds_ahead(root: Node) -> dict[int, tuple[Node, str]]:
+    """A residual add that ends one module's forward and whose sum the next module call to run
+    normalises (GPT-2's ``hidden_states = residual + feed_forward_hidden_states; return
+    hidden_states``, then the next block's ``ln_1`` or the final ``ln_f``): map the add (by id)
+    to (that norm scope, the qualname of the module whose forward holds the add).  In execution
+    order, only module entries and metadata ops may come between; the norm is called on one
+    tensor of the add's shape, and the addends have that shape too (no broadcast).  Adds
+    followed by a norm in their own forward are ``pair_residual_adds``'.  As there, the trace
+    cannot show that the norm reads the sum: the applier checks it on every call."""
+    events = list(_execution_order(root))
+    out: dict[int, tuple[Node, str]] = {}
+    for i, node in enumerate(events):
+        if node.scope is not None or node.name != "aten::add":
+            continue
+        shape = _arg(node, 0)
+        if not shape or _arg(node, 1) != shape:
+            continue
+        for later in events[i + 1:]:
+            call = later.scope
+            if call is None:
+                break  # an op runs first
+            if call.kind == "module" and call.info is not None and norm_class(call.info) and len(call.args) == 1:
+                producer = _enclosing_module(node.parent, lambda info: True)
+                if list(call.args[0].shape) == shape and later.parent is not node.parent and producer is not None:
+                    out[id(node)] = (later, producer.qualname)
+                break
+    return out
+
+
+def _execution_order(node: Node):
+    """Scope entries and ops (an op's own children are part of it) in the order they ran;
+    metadata ops that ran nothing else are left out."""
+    for child in node.children:
+        if child.scope is not None:
+            yield child
+            yield from _execution_order(child)
+        elif not _metadata_only(child):
+            yield child
+
+
+def _metadata_only(node: Node) -> bool:
+    return node.name in METADATA_OPS and all(_metadata_only(c) for c in node.children if c.scope is None)
 
 
 def norm_class(info: ModuleInfo) -> bool:

@@ -366,6 +366,11 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
         say("timing eager and patched models" + ("" if dev.startswith("cuda") else " (interpreter: slow)") + "...")
         _time_models(result, original, patched, loaded.make_inputs(seeds[0] if seeds else 0), dev,
                      compile, compile_mode, compile_backend, warmup, iters, say)
+    fallbacks = getattr(patched, "capture_fallbacks", None)
+    if fallbacks:
+        names = {op: name for name, op in info["ops"].items()}
+        notes.append("while the CUDA graph was captured the model left some of our ops out (it takes another path "
+                     "when a stream captures): " + ", ".join(f"{names.get(op, op)} ×{n}" for op, n in fallbacks.items()))
     applied = {n for n, c in calls_per_forward.items() if c > 0}
     result.predictions, result.predicted_vs_eager = predictions(plan, read_results(workdir), applied)
     if timing and breakdown and cuda_graphs:

@@ -17,8 +17,9 @@ that compute that kind are switched to it:
 * ``matmul``    — ``torch.nn.Linear``, only when a kept kernel beat the starting kernel;
 * ``cross_entropy`` — ``torch.nn.CrossEntropyLoss`` with default settings;
 * ``add_rmsnorm`` / ``add_layernorm`` — norms called as ``norm(x, residual)``, post-norm output
-  blocks, and residual adds written just before a plain norm call (the forward holding both is
-  rewritten: ``residuals``); ``gelu``, ``geglu``, ``swiglu_packed`` — see ``fused``;
+  blocks, residual adds written just before a plain norm call (the forward holding both is
+  rewritten: ``residuals``), and the add ending a decoder layer, fused ahead into the next
+  layer's first norm or the final norm (``residuals.add_ahead``); ``gelu``, ``geglu``, ``swiglu_packed`` — see ``fused``;
 * ``embedding`` — ``torch.nn.Embedding`` (and scaled subclasses); ``rotary_table`` — default-RoPE
   ``*RotaryEmbedding`` modules (``tables``).
 
@@ -46,8 +47,9 @@ before the first kernel is imported); without it nothing is switched.
 
 Layout: ``runfiles`` (the run's files), ``ops`` (custom-op registration), ``selection`` (which
 kernels may be applied), ``patching`` (class swap, probes), ``norms`` / ``linears`` / ``calls``
-/ ``fused`` / ``residuals`` / ``embeddings`` / ``tables`` (the appliers per kind), ``apply``
-(the entry point).
+/ ``fused`` / ``residuals`` / ``embeddings`` / ``tables`` (the appliers per kind),
+``alignment`` (on a GPU, half-precision linears with misaligned output rows padded: no kernel
+of ours, the same GEMM on aligned rows), ``apply`` (the entry point).
 """
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 
 from .calls import _apply_calls
+from .alignment import align_linears
 from .cudagraphs import CudaGraphed, cuda_graphs_refusal
 from .embeddings import _apply_embedding
 from .fused import _apply_add_norm, _apply_residual_outputs, _apply_geglu, _apply_gelu_modules, _apply_swiglu_packed
@@ -91,6 +92,7 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     for k in sel.ops:
         if k.kind in ("attention", "rotary", "gelu") and any(kind == k.kind for _, kind in replaced[calls_before:]):
             used_ops.add(k.opname)
+    align_linears(patched, done, replaced, on_gpu=device is not None and device.type == "cuda")
     for k in sel.ops:
         if k.opname not in used_ops:
             skipped.append((k.problem.name, f"{k.kind}: no place in the model where it applies"))

@@ -9,10 +9,13 @@ replays the graph and returns a copy of the static output.  Inference only (capt
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import torch
 import torch.nn as nn
+
+from .ops import OP_CALLS
 
 WARMUP_CALLS = 3  # eager calls on a side stream before capture (lazy init, autotuning, allocator)
 
@@ -24,6 +27,10 @@ class CudaGraphed(nn.Module):
         super().__init__()
         self.model = model
         self._graphs: dict[tuple, tuple[Any, list[torch.Tensor], Any]] = {}
+        # op name -> calls of our op that the eager forward made and the captured one did not
+        # (a model that takes another path while a stream captures: say, a library that builds
+        # an attention mask when it cannot read the padding mask's values)
+        self.capture_fallbacks: dict[str, int] = {}
 
     def forward(self, *args: torch.Tensor) -> Any:
         if not args or any(not isinstance(a, torch.Tensor) or not a.is_cuda for a in args):
@@ -45,12 +52,21 @@ class CudaGraphed(nn.Module):
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 for _ in range(WARMUP_CALLS):
+                    before = Counter(OP_CALLS)
                     self.model(*static)
+                    eager_calls = Counter(OP_CALLS) - before
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
+            before = Counter(OP_CALLS)
             with torch.cuda.graph(graph):
                 out = self.model(*static)
+            self.capture_fallbacks.update(missing_calls(eager_calls, Counter(OP_CALLS) - before))
         return graph, static, out
+
+
+def missing_calls(eager: Counter, captured: Counter) -> dict[str, int]:
+    """Calls of our ops an eager forward made that the captured forward did not."""
+    return {op: n - captured.get(op, 0) for op, n in sorted(eager.items()) if n > captured.get(op, 0)}
 
 
 def _copy(out: Any) -> Any:

@@ -98,6 +98,17 @@ def _passthrough_layout(kind: str) -> Callable[[torch.Tensor], bool] | None:
     return get_problem(kind).passthrough_layout
 
 
+def dense_strides_like(x: torch.Tensor) -> tuple[int, ...]:
+    """The strides ``torch.empty_like(x)`` gives (and ``fake`` promises torch.compile): x's own
+    when x is dense, else dense ones in x's order of dimensions."""
+    return _dense_strides(tuple(x.shape), tuple(x.stride()))
+
+
+@functools.lru_cache(maxsize=1024)
+def _dense_strides(shape: tuple[int, ...], stride: tuple[int, ...]) -> tuple[int, ...]:
+    return torch.empty_like(torch.empty_strided(shape, stride, device="meta")).stride()
+
+
 def keeps_layout(kind: str, args: tuple) -> bool:
     """Is the first argument passed to the kernel as it is, and the output given its layout?
     Only in the layout the problem declares (``Problem.passthrough_layout``, also judged by the
@@ -126,7 +137,8 @@ def register_kernel_op(kind: str, name: str, path: Path) -> tuple[str, Callable[
         OP_CALLS[opname] += 1
         shape, dtype = output_meta(kind, args)
         keep = keeps_layout(kind, args)
-        call_args = [a if i == 0 and keep else a.contiguous() if isinstance(a, torch.Tensor) else a
+        accepts = _passthrough_layout(kind)
+        call_args = [a if not isinstance(a, torch.Tensor) or keep and (i == 0 or accepts(a)) else a.contiguous()
                      for i, a in enumerate(args)]
         out = kernel_fn(*call_args)
         if kind in TWO_OUTPUTS:
@@ -135,7 +147,7 @@ def register_kernel_op(kind: str, name: str, path: Path) -> tuple[str, Callable[
             return tuple(_checked(o, shape, dtype, path).contiguous() for o in out)
         out = _checked(out, shape, dtype, path)
         want = args[0] if keep else None  # the layout `fake` promised torch.compile
-        if want is not None and out.stride() != want.stride():
+        if want is not None and out.stride() != dense_strides_like(want):
             out = torch.empty_like(want).copy_(out)
         elif want is None and not out.is_contiguous():
             out = out.contiguous()
@@ -151,9 +163,33 @@ def register_kernel_op(kind: str, name: str, path: Path) -> tuple[str, Callable[
 
     op = torch.library.custom_op(f"{OP_NAMESPACE}::{opname}", impl, mutates_args=(), schema=SCHEMAS[kind])
     op.register_fake(fake)
-    _OPS[opname] = op
+
+    def call(*args):
+        # The dispatcher's Python path costs more host time than a Triton launch (measured
+        # 6-17 µs a call on the H200's host, benchmarks/op_overhead_gpu.py): plain eager calls
+        # skip it; tracing, compiling, profiling, modes and tensor subclasses go through the op.
+        return op(*args) if needs_dispatcher(args) else impl(*args)
+
+    call.custom_op = op
+    _OPS[opname] = call
     OP_PROBLEMS[opname] = name
-    return opname, op
+    return opname, call
+
+
+def needs_dispatcher(args: tuple) -> bool:
+    """Must a call of our op go through the registered custom op (not straight to the kernel)?
+    Yes under torch.compile / export, a dispatch or function mode (fake tensors, the profiler's
+    and the user's modes), the profiler (its records name our ops: the time breakdown reads
+    them), for tensor subclasses, and when autograd would record the call."""
+    if (torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0
+            or torch._C._is_torch_function_mode_enabled() or torch.autograd._profiler_enabled()):
+        return True
+    grad = torch.is_grad_enabled()
+    return any(isinstance(a, torch.Tensor) and (type(a) not in _PLAIN_TENSORS or grad and a.requires_grad)
+               for a in args)
+
+
+_PLAIN_TENSORS = (torch.Tensor, nn.Parameter)
 
 
 def _checked(out: Any, shape: tuple[int, ...], dtype: torch.dtype, path: Path) -> torch.Tensor:

@@ -17,11 +17,22 @@ and that compute the plain norm (probed), in two patterns:
 
 The norm child gets a subclass whose ``forward(x, residual=None)`` returns ``(norm(x +
 residual), x + residual)`` through the op (what it ran before, when called without a
-residual).  An add that runs in one forward and is normalised in the next (the last add of a
-decoder layer and the next layer's first norm) is not rewritten; the profiler does not claim
-it either.  Decorators around the forward are kept: each ``functools.wraps`` wrapper is
-rebuilt around the rewritten function.  A forward that cannot be rewritten (no source, a
-closure, no pattern) is left as it is, and the norms it holds are listed in ``skipped``.
+residual).
+
+An add that ends one forward and is normalised by the next module call, in another forward
+(the last add of a decoder layer, then the next layer's first norm or the final norm; the plan's
+``add_from`` maps that norm to the module holding the add), is fused *ahead*: that module's
+forward ends ``return a + b`` or ``x = a + b; return x``, and the add becomes
+``add_ahead(self, a, b)``, which runs the norm's op at once and leaves the normalised rows with
+the norm.  The norm gets a subclass that returns them only when it is called on that very sum,
+unchanged since (the same tensor object, the same version counter, the same weight versions),
+and normalises what it gets otherwise (a hook that replaced or changed the layer's output).
+Under ``torch.compile`` both sides do what they did before (inductor fuses the add into the norm
+itself).
+
+Decorators around the forward are kept: each ``functools.wraps`` wrapper is rebuilt around the
+rewritten function.  A forward that cannot be rewritten (no source, a closure, no pattern) is
+left as it is, and the norms it holds are listed in ``skipped``.
 """
 from __future__ import annotations
 
@@ -42,6 +53,9 @@ from .selection import KernelOp
 
 TEMP_PREFIX = "_ak_normed_"
 SUM_PREFIX = "_ak_sum_"
+AHEAD_HELPER = "_autokernel_add_ahead"  # the name a rewritten forward calls ``add_ahead`` by
+NEXT_NORM = "_autokernel_next_norm"  # on a module whose returned add is fused ahead: that norm
+PENDING = "_autokernel_pending"  # on that norm: (sum, its version, normalised rows, weight versions)
 
 
 # ------------------------------------------------------------------ which norms
@@ -211,9 +225,28 @@ def _statement_lists(node: ast.AST):
                 yield value
 
 
-def rewrite_forward(fn: types.FunctionType, norms: set[str]) -> tuple[types.FunctionType, list[str]] | None:
-    """``fn`` (the undecorated forward) with its residual adds fused into the norm calls, and
-    the norms fused; None when nothing matched or the source cannot be rewritten."""
+def _final_add(fdef: ast.FunctionDef) -> ast.BinOp | None:
+    """The add whose sum the forward returns, when it is its last computation: ``return a + b``,
+    or ``x = a + b`` directly followed by ``return x``."""
+    body = fdef.body
+    if not body or not isinstance(body[-1], ast.Return) or body[-1].value is None:
+        return None
+    value = body[-1].value
+    if _is_add(value):
+        return value
+    if isinstance(value, ast.Name) and len(body) >= 2:
+        before = body[-2]
+        if (isinstance(before, ast.Assign) and len(before.targets) == 1 and isinstance(before.targets[0], ast.Name)
+                and before.targets[0].id == value.id and _is_add(before.value)):
+            return before.value
+    return None
+
+
+def rewrite_forward(fn: types.FunctionType, norms: set[str],
+                    ahead: bool = False) -> tuple[types.FunctionType, list[str], bool] | None:
+    """``fn`` (the undecorated forward) with its residual adds fused into the norm calls, the
+    norms fused, and whether the add it returns now goes through ``add_ahead`` (asked by
+    ``ahead``); None when nothing matched or the source cannot be rewritten."""
     if fn.__code__.co_freevars:
         return None
     try:
@@ -232,7 +265,11 @@ def rewrite_forward(fn: types.FunctionType, norms: set[str]) -> tuple[types.Func
     outer = _NormOfSum(self_name, norms)
     outer.visit(fdef)
     fused += outer.fused
-    if not fused:
+    final = _final_add(fdef) if ahead else None
+    if final is not None:
+        _replace(fdef, final, ast.Call(func=ast.Name(AHEAD_HELPER, ast.Load()),
+                                       args=[ast.Name(self_name, ast.Load()), final.left, final.right], keywords=[]))
+    if not fused and final is None:
         return None
     ast.increment_lineno(tree, fn.__code__.co_firstlineno - 1)
     ast.fix_missing_locations(tree)
@@ -243,11 +280,76 @@ def rewrite_forward(fn: types.FunctionType, norms: set[str]) -> tuple[types.Func
     module.__dict__["__name__"] = module_name
     sys.modules[module_name] = module
     _REBOUND_MODULES.append(module)
+    module.__dict__[AHEAD_HELPER] = add_ahead
     exec(code, module.__dict__)
     new = module.__dict__[fdef.name]
     module.__dict__[fdef.name] = fn.__globals__.get(fdef.name, new)
     new.__defaults__, new.__kwdefaults__, new.__qualname__ = fn.__defaults__, fn.__kwdefaults__, fn.__qualname__
-    return new, fused
+    return new, fused, final is not None
+
+
+# ------------------------------------------------------------------ the add fused ahead
+def _versions(tensors: tuple) -> tuple[int, ...]:
+    return tuple(-1 if t.is_inference() else t._version for t in tensors if isinstance(t, torch.Tensor))
+
+
+def _tracked_call(op: Callable, *args: Any) -> Any:
+    """``op(*args)`` outside inference mode (without grad), so that the sum it returns has a
+    version counter: an inference tensor has none, and could change in place unseen.  (The C
+    guard: ``torch.inference_mode(False)`` costs several microseconds per layer on the host.)"""
+    if not torch.is_inference_mode_enabled():
+        return op(*args)
+    with torch._C._InferenceMode(False), torch.no_grad():
+        return op(*args)
+
+
+def add_ahead(module: nn.Module, a: Any, b: Any) -> Any:
+    """``a + b``, the add that ends ``module``'s forward.  Where the plan says the next module
+    call normalises that sum (``module`` holds the norm under ``NEXT_NORM``), the add runs as the
+    norm's fused op now, and the normalised rows are left with the norm, which returns them
+    when it is called on this very sum, unchanged (``_ahead_norm_members``).  Under
+    ``torch.compile`` the plain add: inductor fuses it into the norm itself."""
+    norm = None if torch.compiler.is_compiling() else module.__dict__.get(NEXT_NORM)
+    fused = getattr(type(norm), "_autokernel_ahead", None) if norm is not None else None
+    if (fused is not None and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
+            and a.dtype == fused[3] and b.dtype == fused[3] and a.device == b.device and a.dim() >= 1
+            and a.shape[-1] == fused[2] and a.numel() > 0):
+        op, params, n, _ = fused
+        weights = params(norm)
+        out, s = _tracked_call(op, a.reshape(-1, n), b.reshape(-1, n), *weights)
+        s, out = s.view(a.shape), out.view(a.shape)
+        norm.__dict__[PENDING] = (s, s._version, out, _versions(weights))
+        return s
+    return a + b
+
+
+def _ahead_norm_members(k: KernelOp, n: int, params: Callable[[nn.Module], tuple], base: type) -> dict[str, Any]:
+    base_forward = base.forward
+
+    def forward(self, x, *args, **kwargs):
+        pending = None if torch.compiler.is_compiling() else self.__dict__.pop(PENDING, None)
+        if (pending is not None and not args and not kwargs and x is pending[0] and x._version == pending[1]
+                and _versions(params(self)) == pending[3]):
+            return pending[2]
+        return base_forward(self, x, *args, **kwargs)
+
+    return {"forward": forward, "_autokernel_ahead": (k.op, params, n, k.dtype)}
+
+
+def _ahead_target(model: nn.Module, norm_name: str, k: KernelOp, probed: dict,
+                  skipped: list) -> tuple[nn.Module, Callable[[nn.Module], tuple]] | None:
+    """The norm (and its op parameters) that the add ending another forward is fused into."""
+    try:
+        norm = model.get_submodule(norm_name)
+    except AttributeError:
+        skipped.append((norm_name, f"{k.kind}: no such module in the model"))
+        return None
+    params = None if _takes_residual(_original_class(type(norm)).forward) else \
+        _plain_norm_params(norm, k.kind, k.dtype, probed)
+    if params is None:
+        skipped.append((norm_name, f"{k.kind}: {type(norm).__name__} is not a plain norm of the kind"))
+        return None
+    return norm, params
 
 
 # ------------------------------------------------------------------ the applier
@@ -269,32 +371,35 @@ def _add_norm_members(k: KernelOp, n: int, params: Callable[[nn.Module], tuple],
 
 
 def _apply_residual_adds(model, k, done, replaced, skipped, probed) -> None:
+    feeds = {producer: norm for norm, producer in k.problem.add_from.items()}
     for name, parent in model.named_modules():
         if id(parent) in done:
             continue
         prefix = f"{name}." if name else ""
         norms: dict[str, tuple[nn.Module, Callable]] = {}
         for child_name, child in parent.named_children():
-            if prefix + child_name not in k.problem.modules or _takes_residual(_original_class(type(child)).forward):
+            if (prefix + child_name not in k.problem.modules or prefix + child_name in k.problem.add_from
+                    or _takes_residual(_original_class(type(child)).forward)):
                 continue  # a norm(x, residual) module takes its add itself (``fused._apply_add_norm``)
             params = _plain_norm_params(child, k.kind, k.dtype, probed)
             if params is not None:
                 norms[child_name] = (child, params)
-        if not norms:
+        target = _ahead_target(model, feeds[name], k, probed, skipped) if name in feeds else None
+        if not norms and target is None:
             continue
         cls = type(parent)
+        lost = [prefix + c for c in norms] + ([feeds[name]] if target else [])
         if getattr(cls, "_autokernel_residual_adds", False):  # rewritten for another kind already
-            skipped.extend((prefix + c, f"{k.kind}: {cls.__name__}.forward was rewritten for another add + norm op")
-                           for c in norms)
+            skipped.extend((m, f"{k.kind}: {cls.__name__}.forward was rewritten for another add + norm op") for m in lost)
             continue
         forward = cls.forward
         inner = inspect.unwrap(forward)
-        rewritten = rewrite_forward(inner, set(norms)) if isinstance(inner, types.FunctionType) else None
+        rewritten = rewrite_forward(inner, set(norms), ahead=target is not None) \
+            if isinstance(inner, types.FunctionType) else None
         new_forward = rewrap(forward, rewritten[0]) if rewritten else None
         if new_forward is None:
-            for child_name in norms:
-                skipped.append((prefix + child_name, f"{k.kind}: the add before it in {cls.__name__}.forward "
-                                "could not be rewritten"))
+            skipped.extend((m, f"{k.kind}: the add feeding it in {cls.__name__}.forward could not be rewritten")
+                           for m in lost)
             continue
         for child_name in sorted(set(rewritten[1])):
             child, params = norms[child_name]
@@ -302,6 +407,15 @@ def _apply_residual_adds(model, k, done, replaced, skipped, probed) -> None:
             eps = params(child)[-1]
             _swap_class(child, (k.kind, k.opname, "residual-add", n, eps), _add_norm_members(k, n, params, type(child)))
             replaced.append((prefix + child_name, k.kind))
-        _swap_class(parent, (k.kind, k.opname, "residual-adds", tuple(sorted(norms))),
+        if target is not None and rewritten[2]:
+            norm, params = target
+            n = norm.weight.shape[0]
+            _swap_class(norm, (k.kind, k.opname, "ahead", n, params(norm)[-1]),
+                        _ahead_norm_members(k, n, params, type(norm)))
+            parent.__dict__[NEXT_NORM] = norm
+            replaced.append((feeds[name], k.kind))
+        elif target is not None:
+            skipped.append((feeds[name], f"{k.kind}: {cls.__name__}.forward does not end by returning an add"))
+        _swap_class(parent, (k.kind, k.opname, "residual-adds", tuple(sorted(norms)), bool(rewritten[2])),
                     {"forward": new_forward, "_autokernel_residual_adds": True})
         done.add(id(parent))

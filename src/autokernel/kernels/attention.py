@@ -144,7 +144,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     B, H, S, D = q.shape
     Hkv = k.shape[1]
     assert k.shape == (B, Hkv, S, D) and v.shape == k.shape and H % Hkv == 0, "bad attention shapes"
-    o = torch.empty((B, H, S, D), device=q.device, dtype=q.dtype)
+    o = torch.empty_like(q)  # q's order of dimensions: heads inside tokens when q is a projection's view
     if o.numel() == 0:
         return o
     cfg = launch_config(S, D, q.element_size(), knobs or KNOBS)

@@ -87,7 +87,13 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     # convex combination of v rows, and with v ~ 100 the bf16 rounding of the probabilities
     # that every flash kernel does exceeds the absolute tolerance near zero.)
     exps = torch.randint(-3, 1, (1, 1, v.shape[2], 1), generator=gen, device=device).float()
+    projected = tuple(t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
     return [
+        # q, k, v as the model integration passes them (``head_strided_layout``): views of the
+        # projections, heads inside tokens; and slices of one packed q|k|v projection, whose
+        # token stride is that of the packed row
+        ("projection-layout", (*projected, causal)),
+        ("packed-qkv-layout", (*packed_qkv(q, k, v), causal)),
         # scores of ±(hundreds): a one-hot softmax, exp overflows without the running max
         ("large-logits", ((q.float() * 20).to(dtype), k, v, causal)),
         # scores near 0: uniform attention, the running sum must be exact
@@ -95,6 +101,27 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
         ("mixed-value-scales", (q, k, (v.float() * torch.pow(10.0, exps)).to(dtype), causal)),
         ("explicit-scale", (q, k, v, causal, 2.0 / d ** 0.5)),
     ]
+
+
+def head_strided_layout(x: torch.Tensor) -> bool:
+    """q/k/v as attention projections make them: view(B, S, H, D).transpose(1, 2) of a
+    projection's output (or of a slice of a packed q|k|v output): any strides but a unit one
+    for D.  Passed to attention kernels as they are, they spare three copies per call, and the
+    output, given q's dense order (heads inside tokens), needs none before the output projection."""
+    return x.dim() == 4 and not x.is_contiguous() and x.stride(-1) == 1
+
+
+def packed_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The values of q, k, v as slices of one [B, S, (H + 2 Hkv) * D] tensor (GPT-2's c_attn)."""
+    b, h, s, d = q.shape
+    hkv = k.shape[1]
+    packed = torch.empty((b, s, (h + 2 * hkv) * d), dtype=q.dtype, device=q.device)
+    views = []
+    for t, start, heads in ((q, 0, h), (k, h * d, hkv), (v, (h + hkv) * d, hkv)):
+        view = packed[:, :, start:start + heads * d].view(b, s, heads, d).transpose(1, 2)
+        view.copy_(t)
+        views.append(view)
+    return tuple(views)
 
 
 def heldout(shape: Shape, rng: random.Random) -> Shape:
@@ -136,4 +163,5 @@ def make_problem() -> Problem:
         fixed_dims=FIXED_DIMS,
         adversarial_inputs=adversarial_inputs,
         heldout=heldout,
+        passthrough_layout=head_strided_layout,
     )

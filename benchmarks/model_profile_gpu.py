@@ -1,0 +1,111 @@
+"""Where a patched model's time goes on a GPU, next to the original: per problem and per kernel.
+
+    PYTHONPATH=src python benchmarks/model_profile_gpu.py --out DIR [--models llama,hf:gpt2,hf:bert]
+    PYTHONPATH=src TRITON_INTERPRET=1 python benchmarks/model_profile_gpu.py --out DIR --cpu-smoke
+
+For each model (the shapes and starters of models_gpu.py, no torch.compile): one
+``autokernel.verify`` with its time breakdown before/after (per problem), then torch.profiler
+over a few forwards of the original and of the patched model: wall time per forward, GPU
+kernel time per forward, kernel launches per forward, and the kernels that take the most time.
+A model whose wall time is far above its kernel time is bound by the host (launches, Python).
+Writes DIR/<model>.md; prints everything.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from models_gpu import CPU_MODELS, GPU_MODELS, starters_workdir  # noqa: E402
+
+
+def profile_forwards(model, inputs, gpu: bool, iters: int) -> tuple[float, float, int, str]:
+    """(wall ms per forward, kernel ms per forward, launches per forward, top-kernel table)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    sync = torch.cuda.synchronize if gpu else (lambda: None)
+    with torch.inference_mode():
+        for _ in range(3):
+            model(*inputs)
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            model(*inputs)
+        sync()
+        wall_ms = (time.perf_counter() - t0) * 1e3 / iters
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])
+        with profile(activities=activities) as prof:
+            for _ in range(iters):
+                model(*inputs)
+            sync()
+    kernels = [e for e in prof.events() if getattr(e, "device_type", None) is not None
+               and str(e.device_type).endswith("CUDA")]
+    kernel_ms = sum(e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+                    for e in kernels) / 1e3 / iters
+    sort = "self_cuda_time_total" if gpu else "self_cpu_time_total"
+    table = prof.key_averages().table(sort_by=sort, row_limit=22, max_name_column_width=70)
+    return wall_ms, kernel_ms, len(kernels) // iters, table
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--models", default="", help="comma-separated subset of llama,hf:gpt2,hf:bert")
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--cuda-graphs", action="store_true",
+                    help="also profile the patched model in CUDA-graph mode (and name the ops its capture left out)")
+    ap.add_argument("--cpu-smoke", action="store_true")
+    args = ap.parse_args(argv)
+    import torch
+
+    gpu = not args.cpu_smoke
+    if gpu and not torch.cuda.is_available():
+        print("model_profile_gpu.py: no GPU here (use --cpu-smoke to check the script on CPU)", file=sys.stderr)
+        return 2
+    from autokernel.integrate import apply
+    from autokernel.models import load_model
+    from autokernel.report import breakdown_markdown
+    from autokernel.verify import verify
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    wanted = {m.strip() for m in args.models.split(",") if m.strip()}
+    rows = []
+    for spec, config, shape in (GPU_MODELS if gpu else CPU_MODELS):
+        if wanted and spec not in wanted:
+            continue
+        print(f"== {spec} {shape}", flush=True)
+        wd = starters_workdir(args.out / "workdirs", spec, config, shape, gpu)
+        v = verify(wd, seeds=(0,), compile=False, iters=20 if gpu else 2, log=print, breakdown=True,
+                   breakdown_iters=None if gpu else 1)
+        text = [f"# {spec} {shape}", "", *(breakdown_markdown(v.breakdown) if v.breakdown else ["(no breakdown)"])]
+        loaded = load_model(spec, dtype=torch.bfloat16 if gpu else torch.float32, device="cuda" if gpu else "cpu",
+                            input_shape=shape, config_overrides=config)
+        original = loaded.model.eval()
+        patched = apply(original, wd)
+        inputs = loaded.make_inputs(0)
+        models = [("original", original), ("patched", patched)]
+        if args.cuda_graphs and gpu:
+            graphed = apply(original, wd, cuda_graphs=True)
+            models.append(("patched, CUDA graph", graphed))
+        for name, model in models:
+            wall, kernel, launches, table = profile_forwards(model, inputs, gpu, args.iters if gpu else 1)
+            rows.append((spec, name, wall, kernel, launches))
+            text += ["", f"## {name}: {wall:.3f} ms wall, {kernel:.3f} ms kernels, {launches} launches per forward",
+                     "", "```", table, "```"]
+        if args.cuda_graphs and gpu:
+            text += ["", f"ops the capture left out: {graphed.capture_fallbacks or 'none'}"]
+        (args.out / f"{spec.replace(':', '_')}.md").write_text("\n".join(text) + "\n")
+        print("\n".join(text), flush=True)
+    print("\n| model | which | wall ms / forward | kernel ms / forward | launches / forward |")
+    print("|---|---|---:|---:|---:|")
+    for spec, name, wall, kernel, launches in rows:
+        print(f"| {spec} | {name} | {wall:.3f} | {kernel:.3f} | {launches} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
