@@ -477,6 +477,8 @@ class FingerprintWatch:
     runs the worker's audit hook: building the dict of ids took 8-11 ms an answer)."""
 
     def __init__(self) -> None:
+        import types
+
         self.baseline, places = _fingerprint_and_places()
         self.digest = fingerprint_digest(self.baseline)
         # the baseline's names in its order, runs of one namespace grouped:
@@ -489,7 +491,7 @@ class FingerprintWatch:
             run = self._plan[-1]
             run[1].append(key)
             run[2].append(value)
-            code = getattr(value, "__code__", None) if type(value).__name__ == "function" else None
+            code = value.__code__ if type(value) is types.FunctionType else None
             if code is not None:
                 run[3].append(key)
                 run[4].append(code)
