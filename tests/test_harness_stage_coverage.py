@@ -28,7 +28,7 @@ class RecordingJudge:
 
     def run_case(self, case, calls=1, refs=None):
         self.runs.append((stages.format_shape(case.shape), stages.dtype_name(case.dtype), case.name, calls))
-        return stages.CaseResult(self.outputs(case, calls), compare.Verdict(True, 0.0), False)
+        return stages.CaseResult(self.outputs(case, calls), compare.Verdict(True, 0.0))
 
     def fail_if_wrong(self, result, case):
         pass

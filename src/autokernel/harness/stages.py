@@ -106,7 +106,6 @@ class Case:
 class CaseResult:
     outs: list[tuple]  # one tuple of outputs per call (only the last call's when collected one at a time)
     verdict: compare.Verdict
-    same_storage: bool
     refs: Any = None
     differs: str | None = None  # two calls on the same inputs gave different bits (checked in run_case)
 
@@ -333,13 +332,13 @@ class Judge:
             refs = self.reference(case.args)
         tol = self.problem.tolerance(case.dtype)
         if not self.together:
-            return self._one_at_a_time(case, calls, refs, meta, tol, pristine, False)
+            return self._one_at_a_time(case, calls, refs, meta, tol, pristine)
         verdicts = [compare.compare_outputs(o, refs, meta, tol, self.chunk) for o in outs]
         failing = [v for v in verdicts if not v.ok]
         verdict = failing[0] if failing else max(verdicts, key=lambda v: v.worst_error)
         if failing and verdict.nonfinite:
             self._probe_partial_write(case, outs[verdicts.index(verdict)], pristine)
-        return CaseResult(outs, verdict, False, refs)
+        return CaseResult(outs, verdict, refs)
 
     def can_batch(self, cases: list[Case]) -> bool:
         """Several one-call cases of one shape and dtype go in one request when the memory plan
@@ -363,7 +362,7 @@ class Judge:
             verdict = compare.compare_outputs(got, ref, meta, tol, self.chunk)
             if not verdict.ok and verdict.nonfinite:
                 self._probe_partial_write(case, got, snap)
-            results.append(CaseResult([got], verdict, False, ref))
+            results.append(CaseResult([got], verdict, ref))
             if not verdict.ok:
                 break  # the stage fails at this case, as it would one request at a time
         return results
@@ -439,7 +438,7 @@ class Judge:
         return buf.fill_(float("nan") if buf.is_floating_point() or buf.is_complex() else -7)
 
     def _one_at_a_time(self, case: Case, calls: int, refs: Any, meta: compare.OutputMeta, tol: Any,
-                       pristine: snapshot.Snapshot, same_storage: bool) -> CaseResult:
+                       pristine: snapshot.Snapshot) -> CaseResult:
         first: snapshot.Snapshot | None = None
         best: compare.Verdict | None = None
         differs = None
@@ -451,7 +450,7 @@ class Judge:
             if not verdict.ok:
                 if verdict.nonfinite:
                     self._probe_partial_write(case, got, pristine)
-                return CaseResult([got], verdict, same_storage, refs)
+                return CaseResult([got], verdict, refs)
             best = verdict if best is None or verdict.worst_error > best.worst_error else best
             tensors = [o for o in got if isinstance(o, torch.Tensor)]
             if first is None and calls > 1:
@@ -462,7 +461,7 @@ class Judge:
                                if n > 0 else f"nondeterministic: two calls on the same inputs differ in output {j} "
                                "(the fingerprints of their bits differ)")
                     break
-        return CaseResult([got], best, same_storage, refs, differs)
+        return CaseResult([got], best, refs, differs)
 
     def call_message(self, shape: Shape, dtype: torch.dtype, sets: list, meta: compare.OutputMeta,
                      poison: float | None = NAN_POISON, slot: str = "candidate",
@@ -565,16 +564,11 @@ def _rewritten_in_place(judge: Judge, case: Case) -> Case:
 def stage_smoke(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
     case = judge.make_case(smallest(plan.shapes), plan.dtypes[0])
     first = _checked(judge, tally, case)
-    if first.same_storage:
-        raise Rejection("cached-output", f"the output shares storage with an earlier output ({case.label})")
     # Cached-output check: same tensors, new values, written in place by the parent.
     refs_before = first.refs
     del first  # its outputs: only the reference is needed from here
     case = _rewritten_in_place(judge, case)
     second = judge.run_case(case)
-    if second.same_storage:
-        raise Rejection("cached-output", f"called again after its inputs changed, the kernel returned the storage "
-                        f"of its previous output ({case.label})")
     if not second.verdict.ok:
         stale = compare.compare_outputs(second.outs[0], refs_before, judge.meta(case), judge.problem.tolerance(case.dtype),
                                         judge.chunk)
@@ -610,8 +604,6 @@ def _checked_twice(judge: Judge, tally: StageTally, case: Case) -> CaseResult:
                 n = compare.count_differing(a, b)
                 raise CaseFailure(f"nondeterministic: two calls on the same inputs differ in {n} element(s) of output {i}",
                                   case.label)
-    if result.same_storage:
-        raise Rejection("cached-output", f"two calls returned the same output storage ({case.label})")
     return result
 
 
