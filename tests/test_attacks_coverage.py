@@ -40,9 +40,41 @@ ATTACKS = [
 ]
 
 
+# Attacks that are a shipped file with one edit, written out at test time: name -> (the file,
+# its line, the line in the attack)
+ROOT = Path(__file__).resolve().parent.parent
+EDITED = {
+    "rotary_table_scaling_from_draw_set": (
+        ROOT / "src/autokernel/kernels/rotary_table.py", "R, half, float(scaling), ROWS=rows,",
+        "R, half, (1.0 if float(scaling) == 1.0 else 0.75), ROWS=rows,"),
+    "embedding_scale_from_draw_set": (
+        ROOT / "src/autokernel/kernels/embedding.py", "weight.stride(0), float(scale), SCALED=",
+        "weight.stride(0), float(N) ** 0.5, SCALED="),
+    # Cody-Waite with 2*pi = C1 + C2, C1 = 6.28125 (8 bits): k * C1 is exact while k < 2^16,
+    # i.e. angles under ~4e5 rad
+    "rotary_table_short_range_reduction": (
+        ROOT / "src/autokernel/kernels/rotary_table.py", "    angle = pos[:, None] * inv[None, :]\n",
+        "    angle = pos[:, None] * inv[None, :]\n    k = tl.floor(angle * 0.15915494309189535 + 0.5)\n"
+        "    angle = (angle - k * 6.28125) - k * 0.0019353071795864769\n"),
+    "kb_scalar_constant": (
+        ROOT / "tests/kernelbench_solutions/level1/5_Matrix_scalar_multiplication.py", "n, float(s), BLOCK=", "n, 3.14, BLOCK="),
+}
+
+
+def attack_file(name: str, tmp_path: Path) -> Path:
+    if name not in EDITED:
+        return HERE / f"{name}.py"
+    source, line, edit = EDITED[name]
+    text = source.read_text()
+    assert text.count(line) == 1, f"{source} no longer has the line the attack edits"
+    path = tmp_path / f"{name}.py"
+    path.write_text(text.replace(line, edit))
+    return path
+
+
 @pytest.mark.parametrize("name,problem,shapes,dtypes,stages,words", ATTACKS, ids=[a[0] for a in ATTACKS])
-def test_coverage_attack_is_caught(name, problem, shapes, dtypes, stages, words):
-    ev = evaluate(problem, HERE / f"{name}.py", device="cpu", shapes=shapes, dtypes=dtypes, timing=False,
+def test_coverage_attack_is_caught(tmp_path, name, problem, shapes, dtypes, stages, words):
+    ev = evaluate(problem, attack_file(name, tmp_path), device="cpu", shapes=shapes, dtypes=dtypes, timing=False,
                   baselines=False)
     assert ev.verdict == "incorrect", ev.message
     assert ev.failed_stage in stages, ev.message
