@@ -30,7 +30,7 @@ no torch.compile): the numbers mean nothing, the plumbing is checked.
 from __future__ import annotations
 
 import argparse
-import importlib
+import importlib.util
 import json
 import os
 import shutil
@@ -71,20 +71,27 @@ def time_ms(fn, gpu: bool) -> float:
     return (time.perf_counter() - t) * 1e3
 
 
+def load_starter(kind: str):
+    """The shipped starter kernel file of ``kind``, imported as a module of its own."""
+    from autokernel.problems.registry import KERNELS_DIR
+
+    spec = importlib.util.spec_from_file_location(f"starter_{kind}", KERNELS_DIR / f"{kind}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def bench_fused(kind: str, gpu: bool, compile_ok: bool, compile_mode: str) -> dict:
     import torch
 
     from autokernel.problems import get_problem
-    from autokernel.problems.registry import KERNELS_DIR
 
     problem = get_problem(kind)
     device = "cuda" if gpu else "cpu"
     shape = dict(problem.gpu_shapes[0] if gpu else problem.cpu_shapes[0])
     dtype = torch.bfloat16 if gpu else torch.float32
     args = problem.make_inputs(shape, dtype, device, 0)
-    spec = importlib.util.spec_from_file_location(f"starter_{kind}", KERNELS_DIR / f"{kind}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_starter(kind)
     eager = problem.eager or problem.reference
     row = {"kind": kind, "shape": shape, "dtype": str(dtype).replace("torch.", ""),
            "bytes": problem.bytes(shape, dtype)}
@@ -126,12 +133,9 @@ def starter_and_eager_us(problem, dtype, gpu: bool) -> tuple[float, float]:
     """The starter's and PyTorch eager's time per forward at the plan problem's shapes (do_bench
     medians weighted by calls), as a run's results would give them to the selection."""
     from autokernel.problems import get_problem
-    from autokernel.problems.registry import KERNELS_DIR
 
     kind = get_problem(problem.kind)
-    spec = importlib.util.spec_from_file_location(f"starter_{problem.kind}", KERNELS_DIR / f"{problem.kind}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_starter(problem.kind)
     eager = kind.eager or kind.reference
     starter_us = eager_us = 0.0
     for shape, calls in zip(problem.shapes, problem.calls):

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import importlib.util
 import io
 import pstats
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from models_gpu import load_starter  # noqa: E402
 
 KINDS = "layernorm,add_layernorm,gelu,attention,embedding,rmsnorm,rotary,swiglu"
 
@@ -60,9 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     for kind in [k.strip() for k in args.kinds.split(",") if k.strip()]:
         problem = get_problem(kind)
         inputs = problem.make_inputs(dict(problem.cpu_shapes[0]), dtype, device, 0)
-        spec = importlib.util.spec_from_file_location(f"starter_{kind}", KERNELS_DIR / f"{kind}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = load_starter(kind)
         _, op = register_kernel_op(kind, f"overhead_{kind}", KERNELS_DIR / f"{kind}.py")
         eager = problem.eager or problem.reference
         with torch.inference_mode():

@@ -38,6 +38,7 @@ import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from statistics import median
 from typing import Any, Iterator
 
 import torch
@@ -416,17 +417,11 @@ def _pass_signature(root: Node) -> list[tuple]:
     return out
 
 
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
 def _median_node(nodes: list[Node]) -> Node:
     first = nodes[0]
     merged = Node(name=first.name, shapes=first.shapes, dtypes=first.dtypes, concrete=first.concrete,
-                  self_us=_median([n.self_us for n in nodes]), scope=first.scope,
-                  kernels=[(name, _median([n.kernels[i][1] for n in nodes])) for i, (name, _) in enumerate(first.kernels)])
+                  self_us=median([n.self_us for n in nodes]), scope=first.scope,
+                  kernels=[(name, median([n.kernels[i][1] for n in nodes])) for i, (name, _) in enumerate(first.kernels)])
     for children in zip(*(n.children for n in nodes)):
         merged.add(_median_node(list(children)))
     return merged
