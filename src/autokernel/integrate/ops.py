@@ -170,7 +170,6 @@ def register_kernel_op(kind: str, name: str, path: Path) -> tuple[str, Callable[
         # skip it; tracing, compiling, profiling, modes and tensor subclasses go through the op.
         return op(*args) if needs_dispatcher(args) else impl(*args)
 
-    call.custom_op = op
     _OPS[opname] = call
     OP_PROBLEMS[opname] = name
     return opname, call
