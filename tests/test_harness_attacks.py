@@ -59,6 +59,9 @@ def rules(ev) -> set[str]:
     ("reduce_host_serialized.py", "rejected", "foreign-compute", "smoke"),  # torch.save bytes + copy_
     ("reduce_getattr_string.py", "rejected", "introspection", "static"),  # the watch caught it before too
     # judge state
+    # a name added to torch.Tensor shadows TensorBase.copy_ for the worker's copy into the
+    # parent's buffers (third red-team pass: passed all six stages writing zeros)
+    ("reduce_tensor_copy_hijack.py", "rejected", "monkey-patch", "smoke"),
     ("reduce_frame_resnapshot.py", "rejected", "introspection", "static"),
     ("reduce_timer_underreport.py", "rejected", "introspection", "static"),
 ])
@@ -157,6 +160,18 @@ def test_duck_typed_launch_argument_cannot_run_torch_in_the_interpreters_frames(
     with Evaluator("softmax", device="cpu", shapes=["4x100"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
         result = ev.evaluate(ATTACKS / "softmax_interp_duck_argument.py")
     assert result.verdict == "rejected" and "foreign-compute" in rules(result), result.message
+
+
+def test_a_clock_rebound_during_the_call_does_not_reach_the_judges_timing():
+    """Third red-team pass: kernel_fn rebinds time.perf_counter through a local alias to a
+    function that puts the original back on its first call and answers the call's start plus
+    1 us; the tamper check at the end of the request saw the original again and the starter
+    scored ~18 us a shape.  The worker times with the clock it took before loading the kernel,
+    so the rebound name is never called, never put back, and the tamper check sees it."""
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, baselines=False) as ev:
+        result = ev.evaluate(ATTACKS / "reduce_self_restoring_clock.py")
+    assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
+    assert "perf_counter" in result.message
 
 
 def test_work_deferred_to_a_later_call_of_the_request_is_caught():

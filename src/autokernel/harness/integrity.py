@@ -465,6 +465,29 @@ def _ids_digest(ids: list[int]) -> str:
     return hashlib.blake2b(array.array("Q", ids).tobytes(), digest_size=20).hexdigest()
 
 
+class TensorClassGuard:
+    """``torch.Tensor``'s own namespace as it was before any kernel ran.  Its C methods (``copy_``,
+    ``sum``, ``data_ptr``...) live on ``torch._C.TensorBase``, which cannot be changed; but a name
+    added to ``torch.Tensor`` shadows them for every tensor, and the fingerprint compares only
+    the names it started with.  ``changes`` names what was replaced, removed, or added over a
+    base class's attribute; the worker asks after every call, before its own tensor work."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self._cls = torch.Tensor
+        self._bases = torch.Tensor.__mro__[1:]
+        self._baseline = dict(vars(torch.Tensor))
+
+    def changes(self) -> list[str]:
+        now = vars(self._cls)
+        if len(now) == len(self._baseline) and all(now.get(k) is v for k, v in self._baseline.items()):
+            return []
+        changed = [k for k, v in self._baseline.items() if now.get(k) is not v]
+        added = [k for k in now if k not in self._baseline and any(k in vars(b) for b in self._bases)]
+        return sorted(changed + added)
+
+
 class FingerprintWatch:
     """Worker side: the baseline fingerprint, and on every answer whether the baseline's names
     still hold the very same objects (and the same code, for Python functions).  Only the

@@ -140,6 +140,13 @@ class _State:
         host_reads.install(self.launches, ())
         self.watch_cls = make_watch_class(self.launches)
         _self_test(device, self.watch_cls)
+        # what the judge's own work calls, taken before any kernel is loaded: a kernel that
+        # rebinds time.perf_counter, an Event method or Tensor.copy_ (and puts it back before the
+        # end of the request) does not reach these
+        self.clock = time.perf_counter
+        self.elapsed = torch._C._CudaEventBase.elapsed_time if self.gpu else None
+        self.copy_into = torch._C.TensorBase.copy_
+        self.tensor_guard = integrity.TensorClassGuard()
         self.starts = launches.install_start_counters()
         self.cover_cycles = GPU_COVER_CYCLES
         self.threads_py = threading.active_count()
@@ -283,11 +290,11 @@ class _State:
             cover, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
             self._flush.zero_()
             cover.record()
-            host_from = time.perf_counter()
+            host_from = self.clock()
             if self._gpu_sleep is not None:
                 self._gpu_sleep(self.cover_cycles)
             start.record()
-        t0 = time.perf_counter()
+        t0 = self.clock()
         try:
             with watch:
                 raw = fn(*args)
@@ -295,17 +302,22 @@ class _State:
         finally:
             self.launches.end()
         if self.gpu:
-            host_us = (time.perf_counter() - host_from) * 1e6
+            host_us = (self.clock() - host_from) * 1e6
             end.record()
             torch.cuda.synchronize()
-            t_us = start.elapsed_time(end) * 1000.0 - watch.fill_us()
-            spin_us = cover.elapsed_time(start) * 1000.0
+            t_us = self.elapsed(start, end) * 1000.0 - watch.fill_us()
+            spin_us = self.elapsed(cover, start) * 1000.0
             covered = host_covered(host_us, spin_us)
             self.cover_cycles = next_cover_cycles(self.cover_cycles, spin_us, host_us)
         else:
-            t_us, covered = (time.perf_counter() - t0) * 1e6, True
+            t_us, covered = (self.clock() - t0) * 1e6, True
         outs = raw if type(raw) is tuple else (tuple(raw) if type(raw) is list else (raw,))
         findings = []
+        shadowed = self.tensor_guard.changes()
+        if shadowed:
+            findings.append({"rule": "monkey-patch", "message": (
+                f"the kernel changed torch.Tensor ({', '.join(shadowed[:5])}): the judge's own tensor work "
+                "would run its code")})
         if mode_problem:
             findings.append({"rule": "torch-op", "message": mode_problem})
         host_read = host_reads.finding(record.host_reads) if require_launch else None
@@ -387,7 +399,7 @@ class _State:
                     "request), so the call it belongs to did not do its work in its own time")})
             if problem is None:
                 for dst, src in zip(buffers, outs):
-                    dst.copy_(src)
+                    self.copy_into(dst, src)
             done.append(problem)
         if self.gpu:
             self.torch.cuda.synchronize()
