@@ -117,9 +117,20 @@ def test_under_reporting_timer_does_not_win_keep_revert(tmp_path, no_static_chec
     with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=30, baselines=False) as ev:
         result = ev.evaluate(ATTACKS / "reduce_timer_underreport.py", incumbent_file=REDUCE_STARTER)
     cmp = result.vs_incumbent
-    assert cmp is not None and cmp.candidate_us < cmp.incumbent_us  # its patched clock claims a big win...
-    assert cmp.wall_confirmed is False and not cmp.significant  # ...that the judge's own clock never saw
-    assert "wall clock" in result.message
+    # the worker times with the clock it took before the kernel loaded: the patched one never
+    # reaches the reported times (it claimed a big win before, which only the parent's wall
+    # clock refused), so the 0.4 s sleep shows and nothing is claimed
+    assert cmp is not None and cmp.candidate_us > cmp.incumbent_us and not cmp.significant, result.message
+
+
+def test_a_reported_gain_the_parents_wall_clock_does_not_see_is_not_confirmed():
+    from autokernel.harness import timing
+
+    # per round: reported per-call scores, and the parent's wall time per call around the request
+    assert not timing.wall_confirms([10.0, 10.0, 10.0], [100.0, 100.0, 100.0], [500.0, 505.0, 498.0],
+                                    [400.0, 402.0, 401.0])
+    assert timing.wall_confirms([10.0, 10.0, 10.0], [100.0, 100.0, 100.0], [410.0, 412.0, 409.0],
+                                [500.0, 503.0, 499.0])
 
 
 def test_candidate_cannot_reach_the_incumbent(tmp_path):
