@@ -212,18 +212,24 @@ class InProcessWorker:
         self.uncovered = False  # report every call as not covered by the GPU spin
 
     def request(self, message, timeout_s):
-        self.ops.append((message["op"], len(message.get("sets") or message.get("indices") or [])))
+        self.ops.append((message["op"], len(message.get("sets") or message.get("draw") or message.get("indices") or [])))
         if message["op"] == "call":
-            self.kept = []
-            for i, args in enumerate(message["sets"]):
+            self.kept, self.kept_inputs = [], []
+            sets = message["sets"] or [self.problem.make_inputs(dict(message["shape"]), message["dtype"], "cpu", seed)
+                                       for seed in message["draw"]]
+            for i, args in enumerate(sets):
                 out = self.problem.reference(*args)
                 self.kept.append(torch.zeros_like(out) if i in self.wrong else out)
-            n = len(message["sets"])
+                self.kept_inputs.append([a for a in args if isinstance(a, torch.Tensor)])
+            n = len(sets)
             reply = {"times_us": [1.0] * n, "ops": [], "findings": [], "bad": [None] * n, "tampered": [],
                      "uncovered": list(range(n)) if self.uncovered else []}
             if message.get("buffers") is not None:  # the outputs come back with the call
                 reply["collected"] = self._copy(range(n), message["buffers"])
             return reply
+        for index, buffers in zip(message["indices"], message.get("input_buffers") or []):
+            for dst, src in zip(buffers, self.kept_inputs[index]):
+                dst.copy_(src)
         return self._copy(message["indices"], message["buffers"])
 
     def _copy(self, indices, buffers_per_call):
@@ -308,9 +314,9 @@ def test_no_answer_for_a_call_inputs_exists_before_the_call():
                    for kind, x in events[i + 1:])  # and it is judged against them afterwards
 
 
-def test_warm_up_calls_bring_their_outputs_back_and_are_not_counted_as_timed():
-    """The warm-up's calls are all checked: their outputs come back with the call (no collect
-    request); only the timed calls count towards the uncovered-spin note."""
+def test_warm_up_calls_are_all_checked_and_not_counted_as_timed():
+    """The warm-up's calls are all checked (every output and input set collected in one
+    request after the calls); only the timed calls count towards the uncovered-spin note."""
     from autokernel.harness import Evaluator, stages
     from autokernel.problems import get_problem
 
@@ -322,7 +328,7 @@ def test_warm_up_calls_bring_their_outputs_back_and_are_not_counted_as_timed():
     evaluator._incumbent_timed, evaluator.last_kind = False, "interpreter"
     evaluator._calls_timed = evaluator._calls_uncovered = 0
     times, _ = evaluator._batch(judge, judge, "candidate", {"M": 8, "N": 64}, torch.float32, 2, 1.0, warm_up=True)
-    assert len(times) == 2 and worker.ops == [("call", 2)]
+    assert len(times) == 2 and worker.ops == [("call", 2), ("collect", 2)]
     assert evaluator._calls_timed == evaluator._calls_uncovered == 0
     worker.ops.clear()
     evaluator._batch(judge, judge, "candidate", {"M": 8, "N": 64}, torch.float32, 3, 1.0)

@@ -332,15 +332,20 @@ class Evaluator:
     def _batch(self, judge: stages.Judge, runner: stages.Judge, slot: str, shape: Shape, dtype: torch.dtype,
                n: int, check_p: float, warm_up: bool = False) -> tuple[list[float], float]:
         """``n`` judged calls on ``n`` fresh input sets (split to fit the memory budget), sent to
-        ``runner``'s worker; each call is checked (outputs compared, inputs checked) with
-        probability ``check_p``, drawn here after the calls were made (at least one per request
-        when ``check_p`` is 1).  Returns
-        the reported per-call times and the wall time this process measured around them."""
+        ``runner``'s worker, which draws each set itself from a seed of ours right before its
+        call (``worker_main._draw``: no call can see a later call's inputs).  Each call is
+        checked with probability ``check_p``, drawn here after the calls were made (at least one
+        per request when ``check_p`` is 1): this process draws the same set from the same seed,
+        the worker copies that call's outputs and its inputs as they are now into our buffers,
+        the inputs must equal our draw bit for bit (``modified-input``: written into, or drawn
+        otherwise) and the outputs must match the reference on our draw.  Returns the reported
+        per-call times and the wall time this process measured around them."""
         times: list[float] = []
         wall = 0.0
-        pending = [judge.make_case(shape, dtype)]
-        meta = judge.meta(pending[0])
-        sizes = judge.sizes_of(pending[0])
+        first = judge.make_case(shape, dtype)
+        meta = judge.meta(first)
+        sizes = judge.sizes_of(first)
+        del first
         history = judge.history(sizes.outputs)
         chunk = memory.timing_sets(sizes, judge.budget, history, self._incumbent_timed, judge.gpu)
         if chunk < 1:
@@ -350,22 +355,20 @@ class Evaluator:
             chunk = 1  # one set fits: the correctness plan measured it
         judge.timing_peak = max(judge.timing_peak, memory.timing_peak(sizes, chunk, history, self._incumbent_timed))
         tol = self.problem.tolerance(dtype)
+        label = f"shape={stages.format_shape(shape)} dtype={stages.dtype_name(dtype)} case=timed"
         while n > 0:
             k = min(n, chunk)
             n -= k
-            cases = pending + [judge.make_case(shape, dtype) for _ in range(k - len(pending))]
-            pending = []
-            picked = [i for i in range(k) if self._rng.random() < check_p]
-            pristine = {i: judge.snapshot(stages.tensors_of(cases[i].args), exact=False) for i in picked}
-            label = cases[0].label + " (timed)"
-            # warm-up calls are all checked: their outputs come back with them (no collect request)
-            buffers = judge.output_buffers(k, meta) if warm_up and check_p >= 1.0 else None
-            message = runner.call_message(shape, dtype, [c.args for c in cases], meta, slot=slot, buffers=buffers)
+            seeds = [judge.next_seed() for _ in range(k)]
+            # a problem the worker cannot load by name (built in this process): our own draws, shared
+            sets = None if self.spec is not None else [
+                tuple(self.problem.make_inputs(dict(shape), dtype, self.device, seed)) for seed in seeds]
+            message = runner.call_message(shape, dtype, sets, meta, slot=slot, draw=None if sets else seeds)
+            message["keep_inputs"] = True
             runner.sync()
             started = time.perf_counter()
             reply = runner.request(message, self.timeout_s * max(1, math.ceil(k / 4)))
             elapsed = time.perf_counter() - started
-            del message
             if "error" in reply:
                 raise stages.CaseFailure(f"the kernel raised {reply['error']} while being timed", "timing")
             if check_p > 0:
@@ -378,23 +381,35 @@ class Evaluator:
             if not warm_up:  # warm-up calls compile: only the timed ones count
                 self._calls_timed += k
                 self._calls_uncovered += len(reply.get("uncovered") or [])
-            for i in picked:
-                judge.check_inputs(cases[i].args, pristine[i], label)
-            if buffers is not None:
-                judge.check_call(reply.get("collected") or {"bad": ["the outputs were not collected"]}, label)
+            picked = [i for i in range(k) if self._rng.random() < check_p]
+            if check_p >= 1.0 or (check_p > 0 and not picked and warm_up):
+                picked = list(range(k))
             for group in ([picked] if judge.together else [[i] for i in picked]) if picked else []:
-                outs = judge.collect(group, meta, label) if buffers is None else [tuple(buffers[i]) for i in group]
-                for i, got in zip(group, outs):
-                    verdict = stages.compare.compare_outputs(got, judge.reference(cases[i].args), meta, tol, judge.chunk)
-                    if not verdict.ok:
-                        raise stages.Rejection("cached-output", f"timed call {i} of {k} (picked after the calls) gave "
-                                               f"a wrong output: {verdict.message} ({cases[i].label})")
-                del outs
+                self._check_timed(judge, group, seeds, shape, dtype, meta, tol, k)
             times += reported
             wall += elapsed
             self.last_kind = reply.get("kind", self.last_kind)
-            del cases, pristine, buffers  # this request's sets go before the next request's are drawn
+            del message, sets
         return times, wall
+
+    def _check_timed(self, judge: stages.Judge, group: list[int], seeds: list[int], shape: Shape,
+                     dtype: torch.dtype, meta: Any, tol: Any, k: int) -> None:
+        """The named timed calls of the last request, checked on this process's own draws of
+        their sets: each draw is fingerprinted (or cloned, as the memory plan says), then the
+        worker copies the inputs it drew, as they are after the call, over it; they must be
+        the same bits.  The reference is computed on them afterwards."""
+        cases = [stages.Case(dict(shape), dtype, tuple(self.problem.make_inputs(dict(shape), dtype, self.device,
+                                                                             seeds[i])), "timed")
+                 for i in group]
+        pristine = [judge.snapshot(stages.tensors_of(c.args)) for c in cases]
+        label = cases[0].label
+        outs = judge.collect_with_inputs(group, meta, [c.args for c in cases], label)
+        for i, case, snap, got in zip(group, cases, pristine, outs):
+            judge.check_inputs(case.args, snap, f"{case.label}, call {i} of {k}: written into, or drawn otherwise")
+            verdict = stages.compare.compare_outputs(got, judge.reference(case.args), meta, tol, judge.chunk)
+            if not verdict.ok:
+                raise stages.Rejection("cached-output", f"timed call {i} of {k} (picked after the calls) gave "
+                                       f"a wrong output: {verdict.message} ({case.label})")
 
     def _time(self, ev: Evaluation, judge: stages.Judge, incumbent: Path | None) -> None:
         notes: list[str] = []

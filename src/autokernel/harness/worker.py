@@ -25,12 +25,21 @@ Worker side (``main``): stdout is pointed at stderr, torch and triton are import
 launch hook is installed on Triton's launch path (``launches``), a trusted Triton kernel runs
 once under the watch (everything torch and triton set up lazily is in place), and the
 fingerprint of the critical callables (ids and code objects, integrity.fingerprint) goes to
-the parent with the ready message: the baseline lives in the parent.  Every answer carries the
+the parent with the ready message: the baseline lives in the parent (every built-in problem
+module is imported first, so that the functions that draw inputs are in it).  Before and
+after every call the worker takes what could run code outside the call (``hooks``: dispatch
+and function modes, profile/trace functions, gc callbacks); a call that leaves one behind is
+tampering.  Every answer carries the
 digest of the baseline's names as they are now (integrity.FingerprintWatch), and the whole
 current fingerprint when that differs; the parent compares.  Requests:
 
 ``load``     execute a kernel file's text as a fresh module;
-``call``     call the kernel once on every input set given (fresh sets, each used once),
+``call``     call the kernel once on every input set given (fresh sets, each used once) —
+             the parent's ``sets``, or for timed calls sets the worker draws itself from the
+             parent's ``draw`` seeds with the problem's ``make_inputs`` (taken when the problem
+             was loaded, before any kernel), each right before its own call, so that no call
+             can reach a later call's inputs (``_draw``; a Triton launch during a draw is
+             tampering) —
              every call judged the same way (``_judged_call``): under the ``KernelWatch``
              dispatch mode (records aten ops, poisons fresh floating allocations), timed
              (CUDA events with an L2 flush on a GPU, the wall clock in the interpreter), its
@@ -42,7 +51,9 @@ current fingerprint when that differs; the parent compares.  Requests:
              brings ``buffers`` (one list per call: correctness cases, the warm-up) has every
              call's outputs copied into them once all its calls are made, as ``collect``
              would (``collected`` in the answer);
-``collect``  copy the kept outputs of the calls the parent names into the parent's buffers;
+``collect``  copy the kept outputs of the calls the parent names into the parent's buffers
+             (with ``input_buffers``: also the inputs drawn for them, as they are now: the
+             parent compares them bit for bit with its own draw from the same seed);
 ``exit``.
 Errors raised by the kernel come back as one line plus the last frame in the kernel file.
 The judging — references, comparisons, verdicts — happens in the parent.

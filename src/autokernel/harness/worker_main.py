@@ -14,6 +14,7 @@ from typing import Any
 from . import host_reads, launches, transport
 from .gpu_cover import GPU_COVER_CYCLES, host_covered, next_cover_cycles
 from .memory import HISTORY_BYTES, HISTORY_CALLS
+from .hooks import changed_hooks, outside_hooks
 from .output_checks import check_outputs, output_digest, tensors_in
 from .problem_spec import load_problem
 from .watch import make_watch_class
@@ -50,6 +51,7 @@ def main(conn, device: str) -> None:
         return
     from . import integrity
 
+    _import_problem_modules()  # their functions draw the timed calls' inputs: in the baseline
     watch = integrity.FingerprintWatch()
     conn.send_bytes(transport.encode({"ready": True, "pid": os.getpid(), "device_name": state.device_name,
                                       "fingerprint": watch.baseline, "fingerprint_digest": watch.digest}))
@@ -94,6 +96,19 @@ def main(conn, device: str) -> None:
             os._exit(3)
 
 
+def _import_problem_modules() -> None:
+    """Every built-in problem module (and the KernelBench adapter), imported before the
+    fingerprint's baseline is taken, so that their functions are among the callables a kernel
+    must leave alone."""
+    import importlib
+
+    from ..problems import kernelbench  # noqa: F401
+    from ..problems.registry import BUILTIN_KINDS
+
+    for module in BUILTIN_KINDS.values():
+        importlib.import_module(f"autokernel.problems.{module}")
+
+
 def _unpickle_request(data: bytes) -> dict[str, Any]:
     """The parent's request, as ``Connection.recv`` would read it (the parent is trusted)."""
     from multiprocessing.reduction import ForkingPickler
@@ -132,6 +147,10 @@ class _State:
         self.paths: dict[str, str] = {}
         self.callables: dict[tuple, Any] = {}
         self.kept: list[tuple] = []  # outputs of the last ``call`` request, by call index
+        self.kept_inputs: list = []  # the input sets it drew, by call index (``draw`` requests)
+        self.drawers: dict[str, Any] = {}  # problem spec -> its make_inputs, taken at load
+        self.draw_inputs = None
+        self.draw_findings: list = []
         self.kept_digests: list = []  # their output_digest, taken right after each call
         self.kept_spans: list = []  # their storages' memory ranges, taken right after each call
         self.history: deque = deque()  # (outputs, bytes, ranges) of earlier calls, still held (ring detection)
@@ -161,7 +180,11 @@ class _State:
             spec = message.get("problem")
             if spec and spec not in self.problems:
                 self.problems[spec] = load_problem(spec)
+                # taken before any kernel file runs here: a kernel that rebinds make_inputs (or
+                # what it calls: the fingerprint covers those) does not reach the draws
+                self.drawers[spec] = self.problems[spec].make_inputs
             self.problem = self.problems.get(spec) if spec else None
+            self.draw_inputs = self.drawers.get(spec) if spec else None
             return self.load(message["slot"], message["path"], message.get("source"))
         if op == "call":
             return self.call(message)
@@ -218,6 +241,7 @@ class _State:
             self.history.append((outs, size, spans))
             self.history_bytes += size
         self.kept = []
+        self.kept_inputs = []
         self.kept_digests = []
         self.kept_spans = []
         while self.history and (len(self.history) > HISTORY_CALLS or self.history_bytes > budget):
@@ -236,20 +260,36 @@ class _State:
         return spans
 
     def call(self, m: dict[str, Any]) -> dict[str, Any]:
+        """The kernel called once on each input set: the parent's ``sets`` (shared with this
+        process), or, for timed calls, sets this process draws itself from the parent's
+        ``draw`` seeds, each one right before its own call (``_draw``)."""
         slot = m.get("slot", "candidate")
         paths = [self.paths.get(slot, "")]
         self._retire_kept()
-        sets = m["sets"]
+        sets = m.get("sets")
+        seeds = m.get("draw")
         expected = m.get("expected")  # [(shape, dtype name)] per output, or None
         module = self.slots.get(slot)
         own = module.__dict__ if module is not None else None
         require_launch = bool(m.get("require_launch", True))
-        inputs = self._spans([t for args in sets for t in tensors_in(args)])
+        inputs = self._spans([t for args in sets for t in tensors_in(args)]) if sets is not None else []
         times, ops, findings, bad = [], set(), [], []
         uncovered = []
         try:
+            if seeds is not None and self.draw_inputs is None:
+                return {"error": "harness worker error: a draw request before any problem was loaded", "internal": True}
             fn = self.kernel(slot, m["shape"], m["dtype"])
-            for i, args in enumerate(sets):
+            for i in range(len(seeds) if seeds is not None else len(sets)):
+                if seeds is not None:
+                    self.draw_findings = []
+                    args = self._draw(m["shape"], m["dtype"], seeds[i])
+                    findings += [dict(f, call=i) for f in self.draw_findings]
+                    self.kept_inputs.append(args)
+                    inputs += self._spans(tensors_in(args))
+                else:
+                    args = sets[i]
+                    if m.get("keep_inputs"):  # timed calls on the parent's sets: their inputs may be collected
+                        self.kept_inputs.append(args)
                 outs, t_us, covered, call_ops, call_findings = self._judged_call(fn, args, m.get("poison"), own,
                                                                                   require_launch)
                 times.append(t_us)
@@ -274,8 +314,26 @@ class _State:
         reply = {"times_us": times, "ops": sorted(ops), "findings": findings, "bad": bad, "uncovered": uncovered,
                  "kind": "gpu" if self.gpu else "interpreter"}
         if m.get("buffers") is not None:  # every call's outputs wanted: copied now, as a collect would
-            reply["collected"] = self.collect({"indices": list(range(len(sets))), "buffers": m["buffers"]})
+            count = len(seeds) if seeds is not None else len(sets)
+            reply["collected"] = self.collect({"indices": list(range(count)), "buffers": m["buffers"]})
         return reply
+
+    def _draw(self, shape: dict, dtype, seed: int) -> tuple:
+        """One input set of the problem for ``seed``, drawn here and now: until its call comes,
+        no set's values exist anywhere, so no earlier call can compute a later call's output (a
+        request's sets drawn together, here or in the parent, lie in memory a kernel can reach
+        by pointer arithmetic).  The parent draws the same set from the same seed for the calls
+        it checks, and compares the inputs as they are after the call with its own draw."""
+        record = self.launches.begin(None)
+        try:
+            args = tuple(self.draw_inputs(dict(shape), dtype, self.device, int(seed)))
+        finally:
+            self.launches.end()
+        if record.own or record.foreign:
+            self.draw_findings.append({"rule": "monkey-patch", "message": (
+                f"{record.own + record.foreign} Triton launch(es) while the judge drew a call's inputs: code the "
+                "kernel left behind ran outside its call")})
+        return args
 
     def _judged_call(self, fn, args, poison, own_globals, require_launch):
         """One call of the kernel, the same for every call the worker makes.  Returns its outputs,
@@ -294,6 +352,7 @@ class _State:
             if self._gpu_sleep is not None:
                 self._gpu_sleep(self.cover_cycles)
             start.record()
+        hooks_before = outside_hooks()
         t0 = self.clock()
         try:
             with watch:
@@ -301,6 +360,7 @@ class _State:
                 mode_problem = watch.still_in_charge()
         finally:
             self.launches.end()
+        hooks_left = changed_hooks(hooks_before, outside_hooks())
         if self.gpu:
             host_us = (self.clock() - host_from) * 1e6
             end.record()
@@ -320,6 +380,10 @@ class _State:
                 "would run its code")})
         if mode_problem:
             findings.append({"rule": "torch-op", "message": mode_problem})
+        if hooks_left:
+            findings.append({"rule": "monkey-patch", "message": (
+                f"the call left {hooks_left} in place: code of the kernel's would run outside its call, in "
+                "the judge's own work")})
         host_read = host_reads.finding(record.host_reads) if require_launch else None
         if host_read:
             findings.append(host_read)
@@ -388,9 +452,12 @@ class _State:
 
     def collect(self, m: dict[str, Any]) -> dict[str, Any]:
         """Copy the kept outputs of the calls ``m["indices"]`` into the parent's buffers (a
-        ``collect`` request, or the end of a ``call`` request that brought buffers for every call)."""
+        ``collect`` request, or the end of a ``call`` request that brought buffers for every call);
+        with ``input_buffers``, also the tensors of the input sets drawn for those calls, as
+        they are now."""
         done, findings = [], []
-        for index, buffers in zip(m["indices"], m["buffers"]):
+        input_buffers = m.get("input_buffers")
+        for n, (index, buffers) in enumerate(zip(m["indices"], m["buffers"])):
             outs = self.kept[int(index)]
             problem = check_outputs(outs, [(tuple(b.shape), str(b.dtype)) for b in buffers], self.device)
             if problem is None and self.kept_digests[int(index)] != output_digest(outs):
@@ -400,6 +467,11 @@ class _State:
             if problem is None:
                 for dst, src in zip(buffers, outs):
                     self.copy_into(dst, src)
+            if input_buffers is not None and int(index) < len(self.kept_inputs):
+                drawn = tensors_in(self.kept_inputs[int(index)])
+                for dst, src in zip(input_buffers[n], drawn):
+                    if tuple(dst.shape) == tuple(src.shape) and dst.dtype == src.dtype:
+                        self.copy_into(dst, src)
             done.append(problem)
         if self.gpu:
             self.torch.cuda.synchronize()

@@ -1,0 +1,110 @@
+"""Timed calls draw their inputs in the worker, each set right before its own call, and what a
+kernel could leave behind to run outside its calls is caught (issue 9).
+
+A request's input sets made together (in the parent and shared, or in the worker) all lie in
+memory the kernel can reach while its first call runs: by pointer arithmetic on a GPU, by the
+worker's objects on any device.  A kernel could then compute a later call's output in an
+earlier call, and the per-call median would count the work once for several calls.  The
+tests below bypass the static checks (they would reject the spies' imports first) so that the
+run-time behaviour itself is what is tested."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from autokernel.harness import Evaluator, integrity, timing
+from autokernel.problems.registry import KERNELS_DIR
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
+
+STARTER = (KERNELS_DIR / "reduce.py").read_text()
+
+COUNTING_SPY = '''
+import gc as _gc
+import torch as _torch
+
+def _others_alive(x):
+    mine = x.untyped_storage().data_ptr()
+    return sum(1 for o in _gc.get_objects() if type(o) is _torch.Tensor and o.shape == x.shape
+               and o.dtype == x.dtype and o.untyped_storage().data_ptr() != mine)
+
+_inner = kernel_fn
+
+def kernel_fn(x):
+    with open({log!r}, "a") as f:
+        f.write(f"{{_others_alive(x)}}\\n")
+    return _inner(x)
+'''
+
+
+@pytest.fixture
+def no_static_checks(monkeypatch):
+    monkeypatch.setattr(integrity, "static_findings", lambda source, name="kernel.py": [])
+
+
+def evaluate(tmp_path, source: str, timed: bool = True):
+    path = tmp_path / "kernel.py"
+    path.write_text(source)
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, timing=timed,
+                   baselines=False, prestart=False) as ev:
+        return ev.evaluate(path)
+
+
+def test_no_timed_call_can_see_the_inputs_of_a_later_call(tmp_path, monkeypatch, no_static_checks):
+    monkeypatch.setattr(timing, "CPU_PLAN", timing.TimingPlan(budget_s=60.0, min_calls=4, max_calls=4))
+    log = tmp_path / "alive.log"
+    result = evaluate(tmp_path, STARTER + COUNTING_SPY.format(log=str(log)))
+    assert result.verdict == "pass", result.message
+    counts = [int(line) for line in log.read_text().split()]
+    timed = counts[-4:]  # the last request: the four timed calls, in order
+    # call i sees the i sets drawn before it (kept until the parent has picked its checks), never a later one
+    assert timed == [0, 1, 2, 3], counts
+
+
+def test_a_kernel_that_rebinds_the_problems_draw_is_caught(tmp_path, no_static_checks):
+    source = STARTER + '''
+import sys as _sys
+import torch as _torch
+_problem = _sys.modules["autokernel.problems.reduce"]
+_draw = _problem.make_inputs
+_problem.make_inputs = lambda shape, dtype, device, seed: _draw(shape, dtype, device, 1)  # the same set every call
+'''
+    result = evaluate(tmp_path, source)
+    assert result.verdict == "rejected", result.message
+    assert {f.rule for f in result.integrity} == {"monkey-patch"}
+    assert "make_inputs" in result.message
+
+
+@pytest.mark.parametrize("left_behind, named", [
+    # under the judge's watch, which stays on top of the stack (so the watch itself sees nothing amiss)
+    ("_w = _pdm._pop_mode(); _pdm._push_mode(_Spy()); _pdm._push_mode(_w)", "a dispatch mode"),
+    ("_sys.setprofile(lambda *a: None)", "a profile function"),
+    ("_gc.callbacks.append(lambda *a: None)", "a garbage collector callback"),
+])
+def test_code_left_to_run_outside_the_call_is_caught(tmp_path, no_static_checks, left_behind, named):
+    source = STARTER + f'''
+import gc as _gc
+import sys as _sys
+import torch as _torch
+import torch.utils._python_dispatch as _pdm
+from torch.utils._python_dispatch import TorchDispatchMode as _Mode
+
+class _Spy(_Mode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {{}}))
+
+_inner = kernel_fn
+_done = []
+
+def kernel_fn(x):
+    out = _inner(x)
+    if not _done:
+        _done.append(1)
+        {left_behind}
+    return out
+'''
+    result = evaluate(tmp_path, source, timed=False)
+    assert result.verdict == "rejected", result.message
+    assert "monkey-patch" in {f.rule for f in result.integrity}
+    assert named in result.message
