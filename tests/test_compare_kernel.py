@@ -136,3 +136,60 @@ def test_where_it_does_not_apply_the_torch_path_decides():
     assert not compare_kernel.applies(x, x, Tolerance(0.0, 1e-2, 1e-2))  # a zero atol: 0/0 ratios
     assert not compare_kernel.applies(torch.ones(0), torch.ones(0), TOL)
     assert compare_kernel.applies(x.bfloat16(), x, TOL)
+
+
+COMPILE_FOR_SM90 = """
+import json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from autokernel.harness import compare_kernel
+ints = ("rows", "width", "blocks_per_program", "o_row_stride", "o_col_stride", "r_row_stride", "r_col_stride")
+signature = {"out_ptr": "*bf16", "ref_ptr": "*fp32", "part_ptr": "*fp64", **{k: "i32" for k in ints},
+             "atol": "fp32", "rtol": "fp32", "BLOCK_R": "constexpr", "BLOCK_C": "constexpr"}
+source = ASTSource(compare_kernel._compare_kernel, signature, constexprs={"BLOCK_R": 4, "BLOCK_C": 1024})
+try:
+    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=compare_kernel.LAUNCH_OPTIONS)
+except Exception as exc:  # a Triton build without the CUDA backend's compiler
+    print(json.dumps({"skip": repr(exc)[:300]}))
+    sys.exit(0)
+print(json.dumps({"ptx": kernel.asm["ptx"]}))
+"""
+
+
+def test_compiled_for_a_gpu_it_divides_and_rounds_as_pytorch_does():
+    """Compiled for sm_90 (no GPU needed; in a process of its own, the interpreter off) with the
+    options the judge launches it with: IEEE division (Triton's ``/`` on float32 is an
+    approximate ``div.full``) and no fused multiply-add (Triton contracts ``rtol * |ref| + atol``
+    into one by default), so the element ratios are bit for bit PyTorch's."""
+    import json
+    import subprocess
+    import sys
+
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env["PYTHONPATH"] = os.pathsep.join([src] + [p for p in [env.get("PYTHONPATH")] if p])
+    done = subprocess.run([sys.executable, "-c", COMPILE_FOR_SM90], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if "skip" in result:
+        pytest.skip(f"cannot compile for sm_90 here: {result['skip']}")
+    ptx = result["ptx"]
+    assert re.search(r"\bdiv\.rn\.f32\b", ptx) and not re.search(r"\bdiv\.(full|approx)\.f32\b", ptx)
+    assert not re.search(r"\bfma\.rn(\.ftz)?\.f32\b", ptx)
+
+
+def test_a_kernel_that_cannot_run_leaves_the_comparison_to_pytorch(monkeypatch, capsys):
+    from autokernel.harness import compare_kernel
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no such option: enable_fp_fusion")
+
+    monkeypatch.setattr(compare_kernel, "findings", broken)
+    monkeypatch.setattr(compare_kernel, "_failed", [])
+    x = torch.ones(2, 3)
+    assert compare_kernel.findings_or_none(x, x, TOL, True) is None
+    assert "fused comparison kernel failed (RuntimeError: no such option" in capsys.readouterr().err
+    assert not compare_kernel.applies(x, x, TOL)  # not tried again
