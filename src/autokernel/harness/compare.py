@@ -20,6 +20,10 @@ Rules (DESIGN §5), for every output tensor:
 
 ``worst_error`` is the largest observed error as a fraction of its bound: <= 1 passes.  The
 difference is computed in the reference's precision (float64 on CPU, float32 on GPU).
+
+How: ``torch_findings`` (PyTorch ops, a slice of whole rows at a time) is the definition; on a
+GPU ``compare_kernel`` computes the same ``Findings`` in one Triton pass (the element ratios bit
+for bit, the norm and row-mass sums in float64).  ``verdict_of`` turns either into the verdict.
 """
 from __future__ import annotations
 
