@@ -146,8 +146,9 @@ from triton.compiler import ASTSource
 from autokernel.harness import compare_kernel
 ints = ("rows", "width", "blocks_per_program", "o_row_stride", "o_col_stride", "r_row_stride", "r_col_stride")
 signature = {"out_ptr": "*bf16", "ref_ptr": "*fp32", "part_ptr": "*fp64", **{k: "i32" for k in ints},
-             "atol": "fp32", "rtol": "fp32", "BLOCK_R": "constexpr", "BLOCK_C": "constexpr"}
-source = ASTSource(compare_kernel._compare_kernel, signature, constexprs={"BLOCK_R": 4, "BLOCK_C": 1024})
+             "atol": "fp32", "rtol": "fp32", "BLOCK_R": "constexpr", "BLOCK_C": "constexpr", "FIELDS": "constexpr"}
+source = ASTSource(compare_kernel._compare_kernel, signature,
+                   constexprs={"BLOCK_R": 4, "BLOCK_C": 1024, "FIELDS": compare_kernel.FIELDS})
 try:
     kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=compare_kernel.LAUNCH_OPTIONS)
 except Exception as exc:  # a Triton build without the CUDA backend's compiler
