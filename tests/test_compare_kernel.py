@@ -194,3 +194,32 @@ def test_a_kernel_that_cannot_run_leaves_the_comparison_to_pytorch(monkeypatch, 
     assert compare_kernel.findings_or_none(x, x, TOL, True) is None
     assert "fused comparison kernel failed (RuntimeError: no such option" in capsys.readouterr().err
     assert not compare_kernel.applies(x, x, TOL)  # not tried again
+
+
+def test_compare_outputs_takes_the_fused_pass_where_it_applies(monkeypatch):
+    """The judge's entry point, with the CPU counted as a device of the fused pass: float
+    outputs go through the kernel (verdicts as the definition's), integer outputs and a zero
+    atol do not."""
+    from autokernel.harness import compare_kernel
+
+    calls = []
+    real = compare_kernel.findings
+    monkeypatch.setattr(compare_kernel, "findings", lambda *a: calls.append(a[0].shape) or real(*a))
+    cases = {name: (out, ref, tol) for name, out, ref, tol in tricky_cases(torch.float32)}
+
+    def judged(out, ref, tol, devices):
+        monkeypatch.setattr(compare, "FUSED_DEVICE_TYPES", devices)
+        return compare.compare_outputs(out, ref, compare.output_meta(out), tol)
+
+    for name in ("elementwise", "mass", "special-mismatch", "zero-d", "one-d", "strided", "wide-bf16"):
+        out, ref, tol = cases[name]
+        got = judged(out, ref, tol, ("cpu",))
+        assert len(calls) == 1, name
+        calls.clear()
+        assert_agree(got, judged(out, ref, tol, ()), name)
+        assert not calls
+    out, ref, tol = cases["int-differ"]
+    assert judged(out, ref, tol, ("cpu",)) == judged(out, ref, tol, ())
+    out, ref, _ = cases["elementwise"]
+    judged(out, ref, Tolerance(0.0, 1e-2, 1e-2), ("cpu",))
+    assert not calls
