@@ -20,6 +20,10 @@ Rules (DESIGN §5), for every output tensor:
 
 ``worst_error`` is the largest observed error as a fraction of its bound: <= 1 passes.  The
 difference is computed in the reference's precision (float64 on CPU, float32 on GPU).
+
+How: ``torch_findings`` (PyTorch ops, a slice of whole rows at a time) is the definition; on a
+GPU ``compare_kernel`` computes the same ``Findings`` in one Triton pass (the element ratios bit
+for bit, the norm and row-mass sums in float64).  ``verdict_of`` turns either into the verdict.
 """
 from __future__ import annotations
 
@@ -32,6 +36,8 @@ import torch
 from ..problems.base import Tolerance, dtype_name
 
 from .memory import COMPARE_CHUNK_ELEMENTS as CHUNK_ELEMENTS  # elements per slice of a comparison
+
+FUSED_DEVICE_TYPES = ("cuda",)  # where compare_kernel compares (tests add "cpu" with TRITON_INTERPRET=1)
 
 
 @dataclass(frozen=True)
@@ -109,9 +115,13 @@ def compare_exact(out: torch.Tensor, ref: torch.Tensor, chunk: int = CHUNK_ELEME
         return Verdict(True, 0.0)
     o2, r2 = _rows(out), _rows(ref)
     width = r2.shape[1]
+    same = out.dtype == ref.dtype and out.device == ref.device
     n, first = 0, None
     for a, b in _slices(r2.shape[0], width, chunk):
-        differ = o2[a:b].to(device=ref.device, dtype=torch.int64) != r2[a:b].to(torch.int64)
+        if same:
+            differ = o2[a:b] != r2[a:b]
+        else:
+            differ = o2[a:b].to(device=ref.device, dtype=torch.int64) != r2[a:b].to(torch.int64)
         k = int(differ.sum())
         if k and first is None:
             first = a * width + int(torch.nonzero(differ.reshape(-1))[0])
@@ -124,102 +134,131 @@ def compare_exact(out: torch.Tensor, ref: torch.Tensor, chunk: int = CHUNK_ELEME
 
 
 @dataclass
-class _Worst:
-    """The largest error seen so far over the slices of a comparison."""
+class Findings:
+    """What the comparison of one output found, over all its elements: the numbers its verdict
+    is stated in.  Elements where the reference is not finite count as zeros in the element,
+    norm and row-mass bounds (as if left out)."""
 
-    elem: float = -1.0
-    elem_at: int = 0
+    bad_finite: int = 0  # elements NaN/inf in the output where the reference is finite
+    mismatched: int = 0  # elements where the reference is NaN/inf and the output differs from it
+    finite: int = 0  # elements where the reference is finite
+    elem: float = -1.0  # the largest |out - ref| / (atol + rtol * |ref|), first position on ties
+    elem_at: int = 0  # its flat position
     elem_diff: float = 0.0
     elem_out: float = 0.0
     elem_ref: float = 0.0
-    mass: float = 0.0
+    sq_ref: float = 0.0  # sum of ref**2 and of (out - ref)**2
+    sq_diff: float = 0.0
+    mass: float = 0.0  # the largest |sum|out_row| - sum|ref_row|| / (rtol * sum|ref_row| + atol), first row on ties
     mass_row: int = 0
     mass_out: float = 0.0
     mass_ref: float = 0.0
-    sq_ref: float = 0.0
-    sq_diff: float = 0.0
-    finite: int = 0
 
 
 def compare_tensor(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, chunk: int = CHUNK_ELEMENTS) -> Verdict:
-    """Compare one output with its reference (already checked for shape), a slice of whole rows
-    at a time (the temporaries stay near ``chunk`` elements whatever the output's size)."""
+    """Compare one output with its reference (already checked for shape).  On a GPU one fused
+    pass over the tensor (compare_kernel.py) where it applies, else a slice of whole rows at a
+    time (the temporaries stay near ``chunk`` elements whatever the output's size)."""
     ref = ref.detach()
     if is_exact_dtype(ref.dtype):
         return compare_exact(out, ref, chunk)
-    work = ref.dtype if ref.dtype in (torch.float64, torch.float32) else torch.float32
     if out.numel() == 0:
         return Verdict(True, 0.0)
-    o2, r2 = _rows(out), _rows(ref)
+    if ref.device.type in FUSED_DEVICE_TYPES:
+        from . import compare_kernel
+
+        if compare_kernel.applies(out, ref, tol):
+            found = compare_kernel.findings_or_none(_rows(out), _rows(ref), tol, ref.dim() > 0)
+            if found is not None:
+                return verdict_of(found, tol, ref)
+    return verdict_of(torch_findings(out, ref, tol, chunk), tol, ref)
+
+
+def torch_findings(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, chunk: int = CHUNK_ELEMENTS) -> Findings:
+    """``Findings`` with PyTorch ops, a slice of whole rows at a time, in the reference's
+    precision (float32 for lower ones): the definition, used on the CPU and wherever the
+    fused pass does not apply.  One host sync per slice (two where the reference has NaN/inf)."""
+    work = ref.dtype if ref.dtype in (torch.float64, torch.float32) else torch.float32
+    o2, r2 = _rows(out), _rows(ref.detach())
     width = r2.shape[1]
-    bad_finite = mismatched = 0
-    w = _Worst()
+    rows = ref.dim() > 0
+    f = Findings()
     zero = torch.zeros((), dtype=work, device=ref.device)
     for a, b in _slices(r2.shape[0], width, chunk):
         r = r2[a:b].to(work)
         o = o2[a:b].to(device=ref.device, dtype=work)
         r_fin = torch.isfinite(r)
-        special = ~r_fin
-        # every quantity of the slice as a 0-d tensor, read back in one transfer (one host sync
-        # per slice instead of one per number); elements where the reference is not finite
-        # count as zeros in the element and norm bounds, as if left out
-        diff = torch.where(r_fin, (o - r).abs(), zero)
-        ratio = (diff / (tol.atol + tol.rtol * torch.where(r_fin, r, zero).abs())).reshape(-1)
+        rz = torch.where(r_fin, r, zero)
+        diff = torch.where(r_fin, (o - r).abs_(), zero)
+        r_abs = rz.abs()
+        ratio = (diff / r_abs.mul(tol.rtol).add_(tol.atol)).reshape(-1)
         idx = torch.argmax(ratio)
-        parts = [(r_fin & ~torch.isfinite(o)).sum(), r_fin.sum(),
-                 (special & ~((torch.isnan(r) & torch.isnan(o)) | (r == o))).sum(),
-                 idx, ratio[idx], diff.reshape(-1)[idx], o.reshape(-1)[idx], r.reshape(-1)[idx],
-                 torch.linalg.vector_norm(torch.where(r_fin, r, zero)), torch.linalg.vector_norm(diff)]
-        if ref.dim() > 0:
-            mass_ref = torch.where(r_fin, r.abs(), zero).sum(-1)
+        ints = [(r_fin & ~torch.isfinite(o)).sum(), r_fin.sum(), idx]
+        floats = [ratio[idx], diff.reshape(-1)[idx], o.reshape(-1)[idx], r.reshape(-1)[idx],
+                  torch.linalg.vector_norm(rz), torch.linalg.vector_norm(diff)]
+        if rows:
+            mass_ref = r_abs.sum(-1)
             mass_out = torch.where(r_fin, o.abs(), zero).sum(-1)
-            frac = (mass_out - mass_ref).abs() / (tol.rtol * mass_ref + tol.atol)
+            frac = (mass_out - mass_ref).abs_() / mass_ref.mul(tol.rtol).add_(tol.atol)
             row = torch.argmax(frac)
-            parts += [row, frac[row], mass_out[row], mass_ref[row]]
-        values = torch.stack([p.to(torch.float64) for p in parts]).tolist()
-        bad, finite, special_bad = int(values[0]), int(values[1]), int(values[2])
-        bad_finite += bad
-        if bad_finite:
+            ints.append(row)
+            floats += [frac[row], mass_out[row], mass_ref[row]]
+        values = torch.cat([torch.stack(ints).to(torch.float64), torch.stack(floats).to(torch.float64)]).tolist()
+        counts, numbers = [int(v) for v in values[:len(ints)]], values[len(ints):]
+        bad, finite, at = counts[:3]
+        f.bad_finite += bad
+        if f.bad_finite:
             continue  # only counting now: the verdict is decided
-        mismatched += special_bad
+        if finite < (b - a) * width:
+            f.mismatched += _mismatched(o, r, r_fin)
+        elem, elem_diff, elem_out, elem_ref, norm_ref, norm_diff = numbers[:6]
         if finite:
-            elem = values[4]
-            if elem > w.elem or w.elem < 0:
-                w.elem, w.elem_at = elem, a * width + int(values[3])
-                w.elem_diff, w.elem_out, w.elem_ref = values[5], values[6], values[7]
-            w.sq_ref += values[8] ** 2
-            w.sq_diff += values[9] ** 2
-            w.finite += finite
-        if ref.dim() > 0 and values[11] > w.mass:
-            w.mass, w.mass_row = values[11], a + int(values[10])
-            w.mass_out, w.mass_ref = values[12], values[13]
-    if bad_finite:
-        return Verdict(False, math.inf, f"{bad_finite} of {out.numel()} elements are NaN/inf where the reference is finite",
-                       nonfinite=bad_finite)
-    if mismatched:
-        return Verdict(False, math.inf, f"{mismatched} elements differ where the reference is NaN/inf")
-    if w.finite == 0:
+            if elem > f.elem or f.elem < 0:
+                f.elem, f.elem_at = elem, a * width + at
+                f.elem_diff, f.elem_out, f.elem_ref = elem_diff, elem_out, elem_ref
+            f.sq_ref += norm_ref ** 2
+            f.sq_diff += norm_diff ** 2
+            f.finite += finite
+        if rows and numbers[6] > f.mass:
+            f.mass, f.mass_row = numbers[6], a + counts[3]
+            f.mass_out, f.mass_ref = numbers[7], numbers[8]
+    return f
+
+
+def _mismatched(o: torch.Tensor, r: torch.Tensor, r_fin: torch.Tensor) -> int:
+    """Elements where the reference is NaN/inf and the output is not the same NaN/inf."""
+    agree = (torch.isnan(r) & torch.isnan(o)) | (r == o)
+    return int((~r_fin & ~agree).sum())
+
+
+def verdict_of(f: Findings, tol: Tolerance, ref: torch.Tensor) -> Verdict:
+    if f.bad_finite:
+        return Verdict(False, math.inf, f"{f.bad_finite} of {ref.numel()} elements are NaN/inf where the reference is finite",
+                       nonfinite=f.bad_finite)
+    if f.mismatched:
+        return Verdict(False, math.inf, f"{f.mismatched} elements differ where the reference is NaN/inf")
+    if f.finite == 0:
         return Verdict(True, 0.0)
     # The reference's norm is floored at atol * sqrt(n) (an RMS of atol): below the absolute
     # tolerance a relative error means nothing (an output of 1e-33 where the truth is 2e-33).
-    norm_ref = max(math.sqrt(w.sq_ref), tol.atol * math.sqrt(w.finite))
-    norm_diff = math.sqrt(w.sq_diff)
+    norm_ref = max(math.sqrt(f.sq_ref), tol.atol * math.sqrt(f.finite))
+    norm_diff = math.sqrt(f.sq_diff)
     if norm_ref > 0:
         rel = norm_diff / norm_ref
         norm_frac = rel / tol.max_rel_norm if tol.max_rel_norm > 0 else (math.inf if rel > 0 else 0.0)
     else:
         rel = norm_diff
         norm_frac = math.inf if norm_diff > 0 else 0.0
-    worst = max(w.elem, norm_frac, w.mass)
+    worst = max(f.elem, norm_frac, f.mass)
     if worst <= 1.0:
         return Verdict(True, worst)
-    if w.mass > max(w.elem, norm_frac):
-        message = (f"row {w.mass_row}: the sum of |out| is {w.mass_out:.4g} where the reference's is "
-                   f"{w.mass_ref:.4g} (an output of the wrong magnitude), {w.mass:.3g}x the bound "
-                   f"rtol * sum|ref| + atol = {tol.rtol * w.mass_ref + tol.atol:.3g}")
-    elif w.elem >= norm_frac:
-        message = (f"max error {w.elem_diff:.3g} at {_unravel(w.elem_at, tuple(ref.shape))} (out {w.elem_out:.6g}, "
-                   f"ref {w.elem_ref:.6g}) is {w.elem:.3g}x the bound atol={tol.atol:g} rtol={tol.rtol:g}")
+    if f.mass > max(f.elem, norm_frac):
+        message = (f"row {f.mass_row}: the sum of |out| is {f.mass_out:.4g} where the reference's is "
+                   f"{f.mass_ref:.4g} (an output of the wrong magnitude), {f.mass:.3g}x the bound "
+                   f"rtol * sum|ref| + atol = {tol.rtol * f.mass_ref + tol.atol:.3g}")
+    elif f.elem >= norm_frac:
+        message = (f"max error {f.elem_diff:.3g} at {_unravel(f.elem_at, tuple(ref.shape))} (out {f.elem_out:.6g}, "
+                   f"ref {f.elem_ref:.6g}) is {f.elem:.3g}x the bound atol={tol.atol:g} rtol={tol.rtol:g}")
     else:
         message = f"relative norm error {rel:.3g} is {norm_frac:.3g}x the bound {tol.max_rel_norm:g}"
     return Verdict(False, worst, message)

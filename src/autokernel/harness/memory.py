@@ -204,9 +204,21 @@ def device_budget(device: str) -> int:
         import torch
 
         free, _total = torch.cuda.mem_get_info(torch.device(device))
-        idle = torch.cuda.memory_reserved(torch.device(device)) - torch.cuda.memory_allocated(torch.device(device))
-        return int((free + max(0, idle)) * GPU_SAFETY)
+        return int((free + idle_cached_bytes(device)) * GPU_SAFETY)
     return int(available_ram() * CPU_FRACTION)
+
+
+def idle_cached_bytes(device: str) -> int:
+    """Bytes this process's CUDA caching allocator holds reserved but not allocated on
+    ``device``.  Read from the allocator's nested statistics in one call:
+    ``torch.cuda.memory_reserved`` and ``memory_allocated`` each flatten the whole statistics
+    tree (about 0.55 ms a call on the H200, asked before every input set of an evaluation)."""
+    import torch
+
+    stats = torch.cuda.memory_stats_as_nested_dict(torch.device(device))
+    if not stats:  # CUDA not initialised in this process: nothing cached
+        return 0
+    return max(0, int(stats["reserved_bytes"]["all"]["current"]) - int(stats["allocated_bytes"]["all"]["current"]))
 
 
 def available_ram() -> int:

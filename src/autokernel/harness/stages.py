@@ -207,9 +207,7 @@ class Judge:
         allocations per input set (408 times per evaluation on the H200)."""
         if self.gpu and self.release_each_case:
             torch.cuda.ipc_collect()
-            dev = torch.device(self.device)
-            idle = torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev)
-            if idle > self.idle_allowance():
+            if memory.idle_cached_bytes(self.device) > self.idle_allowance():
                 torch.cuda.empty_cache()
 
     def idle_allowance(self) -> int:
