@@ -30,6 +30,7 @@ from torch import nn
 KIND_DIMS: dict[str, tuple[str, ...]] = {
     "matmul": ("M", "N", "K"),
     "attention": ("B", "H", "Hkv", "S", "D", "causal"),
+    "attention_masked": ("B", "H", "Hkv", "S", "D", "additive", "per_query"),
     "rotary": ("B", "H", "S", "D"),
     "rmsnorm": ("M", "N"),
     "layernorm": ("M", "N"),
@@ -46,7 +47,7 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "embedding": ("M", "V", "N"),
     "rotary_table": ("B", "S", "D"),
 }
-FLAG_DIMS = {"causal", "tanh"}
+FLAG_DIMS = {"causal", "tanh", "additive", "per_query"}
 
 PROFILER_DTYPES = {
     "float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16", "double": "fp64",
