@@ -126,7 +126,9 @@ def test_kernel_mask_cuts_expanded_dimensions_and_refuses_what_the_op_cannot_tak
     assert m.shape == (1, 1, 1, 6)
     full = torch.rand(2, 1, 6, 6) > 0.3
     assert kernel_mask(full, q, k).data_ptr() == full.data_ptr()  # as it is: no copy
-    assert kernel_mask(full.double(), q, k) is None            # not q's dtype
+    assert kernel_mask(full.double(), q, k) is None            # neither q's dtype nor fp32
+    assert kernel_mask(full.half(), q.bfloat16(), k.bfloat16()) is None
+    assert kernel_mask(full.float(), q.bfloat16(), k.bfloat16()) is not None
     assert kernel_mask(torch.ones(3, 1, 6, 6, dtype=torch.bool), q, k) is None  # batch 3 vs 2
     assert kernel_mask(torch.ones(2, 1, 6, 5, dtype=torch.bool), q, k) is None  # key length
 
@@ -136,7 +138,8 @@ def test_mask_form_of_profiled_masks():
     assert mask_form([2, 1, 1, 12], "bf16", "bf16", 2, 4, 12) == (1, 0)
     assert mask_form([12, 12], "bool", "fp32", 2, 4, 12) == (0, 1)
     assert mask_form([2, 4, 12, 12], "bool", "fp32", 2, 4, 12) == (0, 1)
-    assert mask_form([2, 1, 12, 12], "fp32", "bf16", 2, 4, 12) is None  # a float mask in another dtype
+    assert mask_form([2, 1, 12, 12], "fp32", "bf16", 2, 4, 12) == (1, 1)  # fp32 masks: SDPA takes them
+    assert mask_form([2, 1, 12, 12], "fp16", "bf16", 2, 4, 12) is None  # a float mask in another dtype
     assert mask_form([2, 3, 12, 12], "bool", "fp32", 2, 4, 12) is None  # heads neither 1 nor H
     assert mask_form([2, 1, 12, 10], "bool", "fp32", 2, 4, 12) is None
 

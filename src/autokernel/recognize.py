@@ -469,8 +469,8 @@ def _attention(node: Node, default_dtype: str) -> Instance | Unsupported | None:
 
 def mask_form(mask: list[int], mask_dtype: str, q_dtype: str, B: int, H: int, S: int) -> tuple[int, int] | None:
     """(additive, per_query) of an SDPA ``attn_mask`` the ``attention_masked`` problem takes:
-    2 to 4 dimensions broadcastable to [B, H, S, S] (each leading one 1 or full), bool or in
-    the query's dtype.  None for any other mask."""
+    2 to 4 dimensions broadcastable to [B, H, S, S] (each leading one 1 or full), bool, in
+    the query's dtype or fp32.  None for any other mask."""
     if not 2 <= len(mask) <= 4 or mask[-1] != S:
         return None
     full = [1] * (4 - len(mask)) + list(mask)
@@ -478,7 +478,7 @@ def mask_form(mask: list[int], mask_dtype: str, q_dtype: str, B: int, H: int, S:
         return None
     if mask_dtype == "bool":
         return 0, int(full[2] != 1)
-    if mask_dtype == q_dtype:
+    if mask_dtype in (q_dtype, "fp32"):
         return 1, int(full[2] != 1)
     return None
 

@@ -19,11 +19,11 @@ from .selection import KernelOp
 # ------------------------------------------------------------------ functions called in forward
 def kernel_mask(mask: Any, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor | None:
     """SDPA's ``attn_mask`` as the ``attention_masked`` problem takes it: 4-D ``[B|1, H|1, S|1,
-    S]``, bool or in the query's dtype, expanded (stride-0) dimensions cut back to size 1 (no
-    [B,H,S,S] copy of a [B,1,1,S] mask), contiguous.  None when the op cannot take it."""
+    S]``, bool, in the query's dtype or fp32, expanded (stride-0) dimensions cut back to size 1
+    (no [B,H,S,S] copy of a [B,1,1,S] mask), contiguous.  None when the op cannot take it."""
     if not isinstance(mask, torch.Tensor) or not 2 <= mask.dim() <= 4 or mask.requires_grad:
         return None
-    if mask.dtype != torch.bool and mask.dtype != query.dtype:
+    if mask.dtype not in (torch.bool, query.dtype, torch.float32):
         return None
     m = mask[(None,) * (4 - mask.dim())]  # leading size-1 dimensions, a view
     if m.shape[-1] != key.shape[-2] or m.device != query.device:

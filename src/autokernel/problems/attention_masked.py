@@ -14,8 +14,9 @@ Dims (B, H, Hkv, S, D, additive, per_query), the last two 0/1:
   by the batch (Bm = 1) and one per head (Hm = H): kernels read the mask through its strides,
   a size-1 dimension broadcast.
 * ``additive`` 0: a bool mask, True where the key is attended (SDPA's convention).
-  1: a float mask in q's dtype, added to the scaled scores (transformers' older "4d attention
-  mask" with ``finfo.min`` at masked keys, ALiBi-like biases, ``-inf``).
+  1: a float mask in q's dtype (or fp32, one numerics case), added to the scaled scores
+  (transformers' older "4d attention mask" with ``finfo.min`` at masked keys, ALiBi-like
+  biases, ``-inf``).
 * A query row whose every key is masked (every entry False, or ``-inf``) gives zeros, as SDPA
   gives; a row of ``finfo.min`` entries is not masked out but uniform (the scores vanish
   next to finfo.min), also as SDPA gives.
@@ -186,6 +187,8 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
         # transformers' padding value at masked keys, and whole rows of it: not masked out but
         # uniform over the keys (finfo.min swamps the scores), as SDPA computes it
         cases.append(("finfo-min-rows", (q, k, v, form(dead, torch.finfo(dtype).min))))
+        # an fp32 mask with bf16/fp16 q, k, v (SDPA takes it; models build masks in fp32)
+        cases.append(("fp32-mask", (q, k, v, mask.float())))
     return cases
 
 
