@@ -11,7 +11,7 @@
      - llama example, 4x1024 tokens, bf16, dim 4096, 4 layers (LLaMA-2-7B layer shapes)
      - hf:gpt2 and hf:bert at their real sizes, 4x512 tokens, bf16
 2. fused kinds: each new kind (add_rmsnorm, add_layernorm, gelu, geglu, swiglu_packed, embedding,
-   rotary_table) at its
+   rotary_table, attention_masked: BERT-base heads at 4x512 with the [B,1,S,S] bool mask) at its
    first GPU shape in bf16: the starter, eager PyTorch and torch.compile of the eager op, and
    Liger-Kernel's op where Liger has it and is importable, side by side (triton.testing.do_bench,
    median).
@@ -39,7 +39,8 @@ import time
 import traceback
 from pathlib import Path
 
-FUSED_KINDS = ["add_rmsnorm", "add_layernorm", "gelu", "geglu", "swiglu_packed", "embedding", "rotary_table"]
+FUSED_KINDS = ["add_rmsnorm", "add_layernorm", "gelu", "geglu", "swiglu_packed", "embedding", "rotary_table",
+               "attention_masked"]
 LLAMA_4096 = "dim=4096,n_layers=4,n_heads=32,n_kv_heads=8,hidden_dim=11008,vocab_size=32000"
 GPU_MODELS = [("llama", LLAMA_4096, "4x1024"), ("hf:gpt2", None, "4x512"), ("hf:bert", None, "4x512")]
 CPU_MODELS = [("llama", "n_layers=1", "1x8"), ("hf:gpt2", "n_embd=64,n_layer=1,n_head=2,vocab_size=512", "1x8"),
