@@ -214,3 +214,46 @@ def test_padded_needs_a_hugging_face_token_model():
     res = CliRunner().invoke(app, ["profile", "--model", "llama", "--padded", "--device", "cpu", "--out", "/nonexistent/p.json"])
     assert res.exit_code == 2 and "--padded needs a Hugging Face model" in res.output
     assert "Traceback" not in res.output
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_hugging_face_decoder_with_left_padding_reaches_the_masked_op(tmp_path):
+    """A LLaMA-style decoder (GQA) on a left-padded batch: transformers' causal + padding mask,
+    whose padded query rows see no key at all, goes through the attention interface to our op
+    with the kv heads unrepeated; the output matches transformers' own SDPA path."""
+    transformers = pytest.importorskip("transformers")
+    from autokernel.integrate import OP_CALLS, apply
+    from autokernel.plan import PlanProblem
+
+    from test_integrate import make_workdir
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                                      intermediate_size=128, vocab_size=128)
+    model = transformers.LlamaForCausalLM._from_config(config, attn_implementation="sdpa").eval()
+    shape = {"B": 2, "H": 4, "Hkv": 2, "S": 6, "D": 16, "additive": 0, "per_query": 1}
+    probs = [PlanProblem("attention_masked", "attention_masked", "fp32", [shape], [1], 10.0, 0.1,
+                         ["model.layers.0.self_attn"])]
+    patched = apply(model, make_workdir(tmp_path / "wd", probs, model="custom"))
+    assert ("model.layers.0.self_attn", "attention_masked") in patched._autokernel_replaced
+    ids = torch.randint(0, 128, (2, 6))
+    padded = torch.ones(2, 6, dtype=torch.long)
+    padded[0, :2] = 0  # left padding: the first two query rows of batch row 0 see no key
+    op = patched._autokernel_ops["attention_masked"]
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        got = patched(ids, attention_mask=padded, use_cache=False).logits
+        assert OP_CALLS[op] - before == 1
+        want = model(ids, attention_mask=padded, use_cache=False).logits
+        patched(ids, use_cache=False)  # no mask: is_causal, not this op's call
+        assert OP_CALLS[op] - before == 1
+    assert torch.isfinite(got).all() and torch.allclose(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_a_run_with_other_padding_or_capture_settings_is_another_run():
+    from autokernel.pipeline import _same_run
+
+    old = {"model": "hf:bert", "dtype": "fp32", "input_shape": [2, 8], "config": {}}  # run.json before the flags
+    assert _same_run(old, dict(old, padded=False, as_captured=False))
+    assert not _same_run(old, dict(old, padded=True, as_captured=False))
+    assert not _same_run(dict(old, padded=True), dict(old, padded=True, as_captured=True))
