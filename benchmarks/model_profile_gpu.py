@@ -78,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         if wanted and spec not in wanted:
             continue
         print(f"== {spec} {shape}", flush=True)
-        wd = starters_workdir(args.out / "workdirs", spec, config, shape, gpu)
+        # in CUDA-graph mode the plan is the captured forward's (attention with the mask transformers
+        # builds while a stream captures), so the graphed model gets the ops it runs
+        wd = starters_workdir(args.out / "workdirs", spec, config, shape, gpu, captured=args.cuda_graphs)
         v = verify(wd, seeds=(0,), compile=False, iters=20 if gpu else 2, log=print, breakdown=True,
                    breakdown_iters=None if gpu else 1)
         text = [f"# {spec} {shape}", "", *(breakdown_markdown(v.breakdown) if v.breakdown else ["(no breakdown)"])]

@@ -1,6 +1,6 @@
 """Whole models and the fused kinds on a GPU: patched vs eager vs torch.compile, in one run.
 
-    PYTHONPATH=src python benchmarks/models_gpu.py --out DIR [--max-minutes 8] [--cuda-graphs] [--ahead-ab]
+    PYTHONPATH=src python benchmarks/models_gpu.py --out DIR [--max-minutes 8] [--cuda-graphs] [--ahead-ab] [--padded]
     PYTHONPATH=src python benchmarks/models_gpu.py --out DIR --cpu-smoke     # the script itself, on CPU
 
 1. models: each model is profiled, its plan's supported kinds (matmul excepted: cuBLAS stays)
@@ -11,7 +11,7 @@
      - llama example, 4x1024 tokens, bf16, dim 4096, 4 layers (LLaMA-2-7B layer shapes)
      - hf:gpt2 and hf:bert at their real sizes, 4x512 tokens, bf16
 2. fused kinds: each new kind (add_rmsnorm, add_layernorm, gelu, geglu, swiglu_packed, embedding,
-   rotary_table) at its
+   rotary_table, attention_masked: BERT-base heads at 4x512 with the [B,1,S,S] bool mask) at its
    first GPU shape in bf16: the starter, eager PyTorch and torch.compile of the eager op, and
    Liger-Kernel's op where Liger has it and is importable, side by side (triton.testing.do_bench,
    median).
@@ -39,7 +39,8 @@ import time
 import traceback
 from pathlib import Path
 
-FUSED_KINDS = ["add_rmsnorm", "add_layernorm", "gelu", "geglu", "swiglu_packed", "embedding", "rotary_table"]
+FUSED_KINDS = ["add_rmsnorm", "add_layernorm", "gelu", "geglu", "swiglu_packed", "embedding", "rotary_table",
+               "attention_masked"]
 LLAMA_4096 = "dim=4096,n_layers=4,n_heads=32,n_kv_heads=8,hidden_dim=11008,vocab_size=32000"
 GPU_MODELS = [("llama", LLAMA_4096, "4x1024"), ("hf:gpt2", None, "4x512"), ("hf:bert", None, "4x512")]
 CPU_MODELS = [("llama", "n_layers=1", "1x8"), ("hf:gpt2", "n_embd=64,n_layer=1,n_head=2,vocab_size=512", "1x8"),
@@ -145,9 +146,12 @@ def starter_and_eager_us(problem, dtype, gpu: bool) -> tuple[float, float]:
     return starter_us, eager_us
 
 
-def starters_workdir(root: Path, spec: str, config: str | None, shape: str, gpu: bool, ahead: bool = True) -> Path:
+def starters_workdir(root: Path, spec: str, config: str | None, shape: str, gpu: bool, ahead: bool = True,
+                     captured: bool = False, padded: bool = False) -> Path:
     """Profile the model and give every supported kind but matmul its starter kernel (``ahead``:
-    keep the layer-end adds fused ahead, as the profiler found them)."""
+    keep the layer-end adds fused ahead, as the profiler found them; ``captured``: profile the
+    forward as a CUDA graph capture runs it, for a model verified in CUDA-graph mode;
+    ``padded``: a padded batch, token ids and an attention_mask)."""
     import torch
 
     from autokernel.models import load_model
@@ -156,8 +160,9 @@ def starters_workdir(root: Path, spec: str, config: str | None, shape: str, gpu:
     from autokernel.profiler import profile_model
 
     dtype = torch.bfloat16 if gpu else torch.float32
-    loaded = load_model(spec, dtype=dtype, device="cuda" if gpu else "cpu", input_shape=shape, config_overrides=config)
-    plan = profile_model(loaded)
+    loaded = load_model(spec, dtype=dtype, device="cuda" if gpu else "cpu", input_shape=shape, config_overrides=config,
+                        padded=padded)
+    plan = profile_model(loaded, captured=captured)
     if not ahead and not without_ahead(plan):
         return None
     wd = root / (spec.replace(":", "_") + ("" if ahead else "_no_ahead"))
@@ -176,21 +181,23 @@ def starters_workdir(root: Path, spec: str, config: str | None, shape: str, gpu:
     save_plan(plan, wd / "plan.json")
     (wd / "run.json").write_text(json.dumps({"model": spec, "dtype": "bf16" if gpu else "fp32",
                                              "device": "cuda" if gpu else "cpu", "input_shape": loaded.input_shape,
-                                             "config": dict(loaded.config_overrides)}))
+                                             "config": dict(loaded.config_overrides), "padded": padded,
+                                             "as_captured": captured}))
     return wd
 
 
 def bench_model(root: Path, spec: str, config: str | None, shape: str, gpu: bool, cuda_graphs: bool, compile_mode: str,
-                log, ahead: bool = True) -> dict | None:
+                log, ahead: bool = True, padded: bool = False) -> dict | None:
     from autokernel.verify import verify
 
-    wd = starters_workdir(root, spec, config, shape, gpu, ahead)
+    wd = starters_workdir(root, spec, config, shape, gpu, ahead, captured=cuda_graphs, padded=padded)
     if wd is None:
         return None
     v = verify(wd, seeds=(0,), compile=gpu and ahead, compile_mode=compile_mode, iters=20 if gpu else 2, log=log,
                breakdown=False, cuda_graphs=cuda_graphs and gpu)
     ratio = (lambda a, b: a / b if a and b else None)
-    return {"model": spec if ahead else f"{spec} (no add ahead)", "config": config, "input_shape": shape,
+    name = (spec if ahead else f"{spec} (no add ahead)") + (" (padded)" if padded else "")
+    return {"model": name, "config": config, "input_shape": shape,
             "passed": v.passed, "error": max(v.errors),
             "replaced": sorted({k for _, k in v.replaced}), "eager_ms": v.eager_ms, "patched_ms": v.patched_ms,
             "compile_ms": v.compile_ms, "compile_patched_ms": v.compile_patched_ms,
@@ -238,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="torch.compile mode of the baselines ('default' compiles faster)")
     ap.add_argument("--models", default="", help="comma-separated subset of llama,hf:gpt2,hf:bert ('none': no model)")
     ap.add_argument("--skip-fused", action="store_true", help="models only, not the fused kinds")
+    ap.add_argument("--padded", action="store_true",
+                    help="Hugging Face models on a padded batch (token ids and an attention_mask: attention with a mask)")
     ap.add_argument("--ahead-ab", action="store_true",
                     help="also verify each model with its layer-end adds not fused ahead (the fusion's A/B)")
     opts = ap.parse_args(argv)
@@ -290,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"model {spec} {shape}" + ("" if ahead else " (layer-end adds not fused ahead)"))
             try:
                 row = bench_model(opts.out / "workdirs", spec, config, shape, gpu, opts.cuda_graphs,
-                                  opts.compile_mode, log, ahead)
+                                  opts.compile_mode, log, ahead, padded=opts.padded and spec.startswith("hf:"))
                 if row is not None:
                     results["models"].append(row)
             except Exception as exc:

@@ -13,7 +13,10 @@ A SPEC is one of
 
 Inputs: a model whose first parameter belongs to an ``nn.Embedding`` takes token ids, and
 ``input_shape`` is the batch ``(B, S)`` (ids drawn below the embedding's vocabulary size);
-any other model takes one float tensor of ``input_shape``.
+any other model takes one float tensor of ``input_shape``.  ``padded`` (``hf:`` token models
+only): a padded batch, the ids and an ``attention_mask`` whose rows keep their first L tokens
+(row 0 all S, the others L drawn in S/4..S per seed), as a tokenizer pads a batch of texts of
+different lengths; the model then runs attention with a mask.
 
 Every user mistake raises :class:`ModelSpecError` with a one-line message.
 """
@@ -73,6 +76,7 @@ class LoadedModel:
     dtype: torch.dtype = torch.float32
     device: str = "cpu"
     config_overrides: dict[str, Any] = field(default_factory=dict)
+    padded: bool = False  # token ids and an attention_mask with padded rows (hf: token models)
 
 
 # ------------------------------------------------------------------ parsing helpers
@@ -160,7 +164,7 @@ def _one_line(exc: BaseException) -> str:
 def load_model(spec: str, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
                input_shape: list[int] | tuple[int, ...] | str | None = None,
                config_overrides: dict[str, Any] | str | None = None,
-               validate: bool = True) -> LoadedModel:
+               validate: bool = True, padded: bool = False) -> LoadedModel:
     """Build the model named by ``spec`` on ``device`` in ``dtype``, in eval mode, and check
     (one forward pass, when ``validate``) that it runs on inputs of ``input_shape``."""
     spec = (spec or "").strip()
@@ -183,6 +187,8 @@ def load_model(spec: str, *, dtype: torch.dtype = torch.float32, device: str = "
     model = model.to(device=device, dtype=dtype).eval()
     loaded = _attach_inputs(model, spec, what, kb_inputs, input_shape, dtype, device)
     loaded.config_overrides = overrides
+    if padded:
+        pad_inputs(loaded)
     if validate:
         check_forward(loaded)
     return loaded
@@ -358,15 +364,15 @@ class LogitsOnly(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.model(input_ids=input_ids).logits
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.model(input_ids=input_ids, attention_mask=attention_mask).logits
 
 
 class Seq2SeqLogits(LogitsOnly):
     """An encoder-decoder model: the same token ids feed the encoder and the decoder."""
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return self.model(input_ids=input_ids, decoder_input_ids=input_ids).logits
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=input_ids).logits
 
 
 class ImageLogits(nn.Module):
@@ -508,6 +514,33 @@ def _attach_inputs(model: nn.Module, spec: str, what: str, kb_inputs: Callable[[
         return (torch.randn(tuple(shape), generator=g).to(device=device, dtype=dtype),)
     desc = f"{what}, {size}, {dtype_name(dtype)}, float input {format_shape(shape)}"
     return LoadedModel(model, make_inputs, spec, desc, shape, "float", dtype, device)
+
+
+def padding_mask(shape: list[int] | tuple[int, ...], seed: int) -> torch.Tensor:
+    """An ``attention_mask`` [B, S] of a right-padded batch: row 0 keeps all S tokens, each
+    other row its first L, L drawn in S/4..S from ``seed``."""
+    b, s = shape
+    g = torch.Generator().manual_seed(int(seed) + 7919)
+    lengths = torch.randint(max(1, s // 4), s + 1, (b,), generator=g)
+    lengths[0] = s
+    return (torch.arange(s)[None, :] < lengths[:, None]).long()
+
+
+def pad_inputs(loaded: LoadedModel) -> None:
+    """Make ``loaded`` take padded batches: ``make_inputs`` returns (ids, attention_mask)."""
+    if not isinstance(loaded.model, LogitsOnly) or loaded.input_kind != "tokens":
+        raise ModelSpecError(f"--padded needs a Hugging Face model that takes token ids (hf:ARCH); {loaded.spec} "
+                             "does not take an attention_mask")
+    ids_only = loaded.make_inputs
+    device = loaded.device
+
+    def make_inputs(seed: int) -> tuple:
+        (ids,) = ids_only(seed)
+        return ids, padding_mask(loaded.input_shape, seed).to(device)
+
+    loaded.make_inputs = make_inputs
+    loaded.padded = True
+    loaded.description += ", padded rows (attention_mask)"
 
 
 def check_forward(loaded: LoadedModel) -> None:

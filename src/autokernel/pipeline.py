@@ -52,6 +52,8 @@ class RunOptions:
     parallel: int | None = None  # experiments in flight (loop.optimize.run_optimize)
     gpus: list[int] | None = None
     ray: str | None = None
+    padded: bool = False  # hf: token models: a padded batch (models.pad_inputs)
+    as_captured: bool = False  # profile the forward as a CUDA graph capture runs it (profiler.as_captured)
 
 
 @dataclass
@@ -75,7 +77,9 @@ def resolve_device(device: str) -> str:
 
 def _same_run(saved: dict[str, Any], wanted: dict[str, Any]) -> bool:
     keys = ("model", "dtype", "input_shape", "config")
-    return all(saved.get(k) == wanted.get(k) for k in keys)
+    flags = ("padded", "as_captured")  # absent from run.json files written before them: False
+    return (all(saved.get(k) == wanted.get(k) for k in keys)
+            and all(bool(saved.get(k)) == bool(wanted.get(k)) for k in flags))
 
 
 def _saved_run(run_path: Path, plan) -> dict[str, Any]:
@@ -121,10 +125,11 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
 
     log(f"[1/4] model {opts.model} on {device} ({dtype_name(dtype)})")
     loaded = load_model(opts.model, dtype=dtype, device=device, input_shape=opts.input_shape,
-                        config_overrides=opts.config or None)
+                        config_overrides=opts.config or None, padded=opts.padded)
     log(f"      {loaded.description}")
     wanted = {"model": opts.model, "dtype": dtype_name(dtype), "device": device,
-              "input_shape": list(loaded.input_shape), "config": {k: str(v) for k, v in opts.config.items()}}
+              "input_shape": list(loaded.input_shape), "config": {k: str(v) for k, v in opts.config.items()},
+              "padded": opts.padded, "as_captured": opts.as_captured}
     plan_path = workdir / "plan.json"
     run_path = workdir / "run.json"
     reused = False
@@ -143,7 +148,7 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
         log(f"[2/4] plan: reusing {plan_path} ({len(plan.supported)} problem(s))")
     else:
         log("[2/4] profiling")
-        plan = profile_model(loaded, device=device, dtype=dtype)
+        plan = profile_model(loaded, device=device, dtype=dtype, captured=opts.as_captured)
         workdir.mkdir(parents=True, exist_ok=True)
         save_plan(plan, plan_path)
         log(f"      plan written to {plan_path}")

@@ -512,9 +512,9 @@ def _cap_fractions(items: list[Any]) -> None:
 
 # ------------------------------------------------------------------ entry point
 def trace_model(model: nn.Module, inputs: tuple, *, on_gpu: bool, warmup: int = DEFAULT_WARMUP,
-                iters: int = DEFAULT_ITERS) -> list[Node]:
+                iters: int = DEFAULT_ITERS, captured: bool = False) -> list[Node]:
     """Run ``warmup`` untimed forward passes, then profile ``iters`` of them; one tree root
-    per profiled pass."""
+    per profiled pass.  ``captured``: the passes run ``as_captured``."""
     activities = [torch.profiler.ProfilerActivity.CPU]
     if on_gpu:
         activities.append(torch.profiler.ProfilerActivity.CUDA)
@@ -523,7 +523,7 @@ def trace_model(model: nn.Module, inputs: tuple, *, on_gpu: bool, warmup: int = 
         if on_gpu:
             torch.cuda.synchronize()
 
-    with torch.no_grad(), intra_op_threads(None if on_gpu else 1):
+    with torch.no_grad(), intra_op_threads(None if on_gpu else 1), as_captured(captured):
         for _ in range(max(0, warmup)):
             model(*inputs)
         sync()
@@ -534,6 +534,25 @@ def trace_model(model: nn.Module, inputs: tuple, *, on_gpu: bool, warmup: int = 
                     model(*inputs)
             sync()
     return events_to_tree(prof.events(), tracer.calls)
+
+
+@contextlib.contextmanager
+def as_captured(enabled: bool = True) -> Iterator[None]:
+    """Forward passes as a CUDA graph capture runs them (``apply(..., cuda_graphs=True)``):
+    ``torch.cuda.is_current_stream_capturing()`` answers True, so that libraries take the path
+    they take while a stream captures.  transformers cannot read the padding mask's values then
+    (a host sync), so it builds the whole attention mask and calls attention with it: profiled
+    this way, the plan has the ``attention_masked`` problems the captured model runs.  Nothing
+    is captured; the kernels run as usual."""
+    if not enabled:
+        yield
+        return
+    real = torch.cuda.is_current_stream_capturing
+    torch.cuda.is_current_stream_capturing = lambda: True
+    try:
+        yield
+    finally:
+        torch.cuda.is_current_stream_capturing = real
 
 
 @contextlib.contextmanager
@@ -552,13 +571,16 @@ def intra_op_threads(n: int | None) -> Iterator[None]:
 
 
 def profile_model(loaded: LoadedModel, *, device: str | None = None, dtype: torch.dtype | None = None,
-                  warmup: int = DEFAULT_WARMUP, iters: int = DEFAULT_ITERS, fuse_mlp: bool = False) -> Plan:
+                  warmup: int = DEFAULT_WARMUP, iters: int = DEFAULT_ITERS, fuse_mlp: bool = False,
+                  captured: bool = False) -> Plan:
     """Profile ``iters`` forward passes of the loaded model (after ``warmup`` untimed ones)
-    and return its plan."""
+    and return its plan.  ``captured``: the passes run as a CUDA graph capture runs them
+    (``as_captured``), for a model that will run in CUDA-graph mode."""
     device = device or loaded.device
     dtype = dtype or loaded.dtype
     on_gpu = str(device).startswith("cuda")
-    roots = trace_model(loaded.model, loaded.make_inputs(0), on_gpu=on_gpu, warmup=warmup, iters=iters)
+    roots = trace_model(loaded.model, loaded.make_inputs(0), on_gpu=on_gpu, warmup=warmup, iters=iters,
+                        captured=captured)
     return build_plan(roots, model=loaded.spec, device="cuda" if on_gpu else "cpu",
                       time_kind="gpu" if on_gpu else "cpu", dtype=dtype_name(dtype),
                       input_shape=loaded.input_shape, iters=max(1, iters), fuse_mlp=fuse_mlp,

@@ -30,6 +30,7 @@ from torch import nn
 KIND_DIMS: dict[str, tuple[str, ...]] = {
     "matmul": ("M", "N", "K"),
     "attention": ("B", "H", "Hkv", "S", "D", "causal"),
+    "attention_masked": ("B", "H", "Hkv", "S", "D", "additive", "per_query"),
     "rotary": ("B", "H", "S", "D"),
     "rmsnorm": ("M", "N"),
     "layernorm": ("M", "N"),
@@ -46,7 +47,7 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "embedding": ("M", "V", "N"),
     "rotary_table": ("B", "S", "D"),
 }
-FLAG_DIMS = {"causal", "tanh"}
+FLAG_DIMS = {"causal", "tanh", "additive", "per_query"}
 
 PROFILER_DTYPES = {
     "float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16", "double": "fp64",
@@ -440,11 +441,15 @@ def _attention(node: Node, default_dtype: str) -> Instance | Unsupported | None:
     if not q or not k or len(q) != 4 or len(k) != 4:
         return None
     causal_index, mask_index = ATTENTION_OPS[node.name]
-    if mask_index is not None and _arg(node, mask_index):
-        return Unsupported(f"{node.name} (explicit attn_mask)")
+    mask = _arg(node, mask_index) if mask_index is not None else None
     if q[2] != k[2]:
         return Unsupported(f"{node.name} (query and key lengths differ)")
     B, H, S, D = q
+    form = None
+    if mask:
+        form = mask_form(mask, _dtype(node, mask_index, default_dtype), _dtype(node, 0, default_dtype), B, H, S)
+        if form is None:
+            return Unsupported(f"{node.name} (attn_mask {mask} {_dtype(node, mask_index, default_dtype)})")
     hkv = k[1]
     notes: tuple[str, ...] = ()
     if hkv == H:
@@ -452,9 +457,30 @@ def _attention(node: Node, default_dtype: str) -> Instance | Unsupported | None:
         if owner is not None and owner.kv_heads < H and H % owner.kv_heads == 0:
             hkv = owner.kv_heads
             notes = (f"kv heads repeated to {H} before SDPA in {owner.cls_name} ({owner.kv_heads} kv heads)",)
+    if form is not None:
+        additive, per_query = form
+        notes += (f"attn_mask {'x'.join(map(str, mask))} ({'additive' if additive else 'bool'})",)
+        return Instance("attention_masked", _dtype(node, 0, default_dtype),
+                        [(make_shape("attention_masked", B, H, hkv, S, D, additive, per_query), 1)], notes=notes)
     causal = 1 if _concrete(node, causal_index) is True else 0
     return Instance("attention", _dtype(node, 0, default_dtype),
                     [(make_shape("attention", B, H, hkv, S, D, causal), 1)], notes=notes)
+
+
+def mask_form(mask: list[int], mask_dtype: str, q_dtype: str, B: int, H: int, S: int) -> tuple[int, int] | None:
+    """(additive, per_query) of an SDPA ``attn_mask`` the ``attention_masked`` problem takes:
+    2 to 4 dimensions broadcastable to [B, H, S, S] (each leading one 1 or full), bool, in
+    the query's dtype or fp32.  None for any other mask."""
+    if not 2 <= len(mask) <= 4 or mask[-1] != S:
+        return None
+    full = [1] * (4 - len(mask)) + list(mask)
+    if any(size not in (1, want) for size, want in zip(full[:3], (B, H, S))):
+        return None
+    if mask_dtype == "bool":
+        return 0, int(full[2] != 1)
+    if mask_dtype in (q_dtype, "fp32"):
+        return 1, int(full[2] != 1)
+    return None
 
 
 def _enclosing_module(node: Node | None, want) -> ModuleInfo | None:

@@ -239,7 +239,7 @@ def run_config(workdir: Path, plan: Plan) -> dict[str, Any]:
             saved = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
             raise VerifyError(f"{path} is not valid JSON: {exc}") from None
-        cfg.update({k: saved[k] for k in ("model", "dtype", "device", "input_shape", "config") if k in saved})
+        cfg.update({k: saved[k] for k in ("model", "dtype", "device", "input_shape", "config", "padded") if k in saved})
     return cfg
 
 
@@ -317,7 +317,7 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
     try:
         dtype = parse_dtype(cfg["dtype"])
         loaded = load_model(cfg["model"], dtype=dtype, device=dev, input_shape=cfg["input_shape"] or None,
-                            config_overrides=cfg.get("config") or None)
+                            config_overrides=cfg.get("config") or None, padded=bool(cfg.get("padded")))
     except (ModelSpecError, ValueError) as exc:
         raise VerifyError(str(exc)) from None
     say(f"model: {loaded.description}")

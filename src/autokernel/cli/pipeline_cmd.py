@@ -76,6 +76,8 @@ def run(
     parallel: Optional[int] = typer.Option(None, "--parallel", help="Experiments in flight (default: one per GPU; 1 on CPU, where N means N evaluation processes)."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="GPUs to evaluate on, e.g. 0,2,5 (default: every visible GPU)."),
     ray: Optional[str] = typer.Option(None, "--ray", help="Evaluate on a Ray cluster at ADDRESS, or 'local' (needs the dist extra)."),
+    padded: bool = typer.Option(False, "--padded", help="hf: token models: run on a padded batch (token ids and an attention_mask with rows of different lengths)."),
+    as_captured: bool = typer.Option(False, "--as-captured", help="Profile the forward as it runs while a CUDA stream captures it (for models that will run with --cuda-graphs)."),
 ) -> None:
     """The whole job: profile the model, optimize its kernels, verify and report (resumable).
     Exit 0 when the patched model passes verification (or nothing is supported), 1 when it
@@ -108,7 +110,7 @@ def run(
                       device=device, config=_config(config), seed=seed, max_experiments=max_experiments,
                       timeout_s=timeout, run_name=run_name, compile=not no_compile,
                       use_existing_repo=use_existing_repo, extend_s=extend_s,
-                      parallel=parallel, gpus=gpu_list, ray=ray,
+                      parallel=parallel, gpus=gpu_list, ray=ray, padded=padded, as_captured=as_captured,
                       agent=AgentConfig(name=agent, seed=seed, llm=llm, llm_base_url=llm_base_url,
                                         llm_max_calls=llm_max_calls, agent_cmd=agent_cmd))
     try:

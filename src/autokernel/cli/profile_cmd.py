@@ -24,6 +24,8 @@ def profile(
     fused_mlp: bool = typer.Option(False, "--fused-mlp", help="plan SwiGLU MLPs as one fused_mlp problem"),
     warmup: int = typer.Option(2, "--warmup", min=0, help="untimed forward passes first"),
     iters: int = typer.Option(3, "--iters", min=1, help="profiled forward passes"),
+    padded: bool = typer.Option(False, "--padded", help="hf: token models: a padded batch (token ids and an attention_mask with rows of different lengths)"),
+    as_captured: bool = typer.Option(False, "--as-captured", help="profile the forward as it runs while a CUDA stream captures it (for models run with --cuda-graphs: transformers then builds the whole attention mask)"),
 ) -> None:
     """Profile a model and write plan.json: the kernel problems it is made of, with real shapes."""
     from ..models import ModelSpecError, load_model, parse_config_overrides, parse_input_shape
@@ -40,11 +42,12 @@ def profile(
         fail_usage(f"--out {out} is a directory; give a file path such as {out / 'plan.json'}")
     try:
         loaded = load_model(model, dtype=torch_dtype, device=device, input_shape=parse_input_shape(input_shape),
-                            config_overrides=parse_config_overrides(config))
+                            config_overrides=parse_config_overrides(config), padded=padded)
     except ModelSpecError as exc:
         fail_usage(str(exc))
 
-    plan = profile_model(loaded, device=device, dtype=torch_dtype, warmup=warmup, iters=iters, fuse_mlp=fused_mlp)
+    plan = profile_model(loaded, device=device, dtype=torch_dtype, warmup=warmup, iters=iters, fuse_mlp=fused_mlp,
+                         captured=as_captured)
     out.parent.mkdir(parents=True, exist_ok=True)
     save_plan(plan, out)
     print_plan(plan, loaded.description)

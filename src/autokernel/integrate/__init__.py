@@ -11,7 +11,10 @@ that compute that kind are switched to it:
 * ``softmax``   — ``torch.nn.Softmax(dim=-1)``;
 * ``swiglu`` / ``fused_mlp`` — MLP modules with gate/up/down linears (``gate_proj``/``up_proj``/
   ``down_proj``, ``w1``/``w3``/``w2``, ...) and a SiLU;
-* ``attention`` — modules whose methods call ``F.scaled_dot_product_attention``;
+* ``attention`` — modules whose methods call ``F.scaled_dot_product_attention`` (or reach it
+  through transformers' ``ALL_ATTENTION_FUNCTIONS``), calls without a mask;
+* ``attention_masked`` — the same calls with a bool or additive ``attn_mask`` broadcastable to
+  [B, H, S, S] (padded batches; what transformers runs while a stream captures);
 * ``rotary``    — modules whose methods call a ``*rotary*``/``*rope*`` function of the
   ``rotate_half`` layout;
 * ``matmul``    — ``torch.nn.Linear``, only when a kept kernel beat the starting kernel;

@@ -17,21 +17,57 @@ from .selection import KernelOp
 
 
 # ------------------------------------------------------------------ functions called in forward
-def _sdpa_replacement(k: KernelOp) -> Callable[..., Any]:
-    op, dtype = k.op, k.dtype
-    head_dims = k.dims("D") or k.dims("head_dim")
+def kernel_mask(mask: Any, query: torch.Tensor, key: torch.Tensor) -> torch.Tensor | None:
+    """SDPA's ``attn_mask`` as the ``attention_masked`` problem takes it: 4-D ``[B|1, H|1, S|1,
+    S]``, bool, in the query's dtype or fp32, expanded (stride-0) dimensions cut back to size 1
+    (no [B,H,S,S] copy of a [B,1,1,S] mask), contiguous.  None when the op cannot take it."""
+    if not isinstance(mask, torch.Tensor) or not 2 <= mask.dim() <= 4 or mask.requires_grad:
+        return None
+    if mask.dtype not in (torch.bool, query.dtype, torch.float32):
+        return None
+    m = mask[(None,) * (4 - mask.dim())]  # leading size-1 dimensions, a view
+    if m.shape[-1] != key.shape[-2] or m.device != query.device:
+        return None
+    for dim, full in enumerate((query.shape[0], query.shape[1], query.shape[2])):
+        size = m.shape[dim]
+        if size != 1 and size != full:
+            return None
+        if size > 1 and m.stride(dim) == 0:
+            m = m.narrow(dim, 0, 1)
+    return m if m.is_contiguous() else m.contiguous()
+
+
+def _sdpa_ok(query, key, value, dtype, head_dims, enable_gqa) -> bool:
+    return (query.dim() == 4 and key.dim() == 4
+            and value.dim() == 4 and query.dtype == dtype and key.dtype == dtype
+            and value.dtype == dtype and (not head_dims or query.shape[-1] in head_dims)
+            and key.shape[-1] == query.shape[-1] and value.shape[-1] == query.shape[-1]
+            and key.shape[-2] == query.shape[-2] and value.shape[-2] == key.shape[-2]
+            and key.shape[1] == value.shape[1] and query.shape[0] == key.shape[0]
+            and (key.shape[1] == query.shape[1] or (enable_gqa and query.shape[1] % key.shape[1] == 0)))
+
+
+def _sdpa_replacement(k: KernelOp | None, masked: KernelOp | None = None) -> Callable[..., Any]:
+    """``F.scaled_dot_product_attention`` whose calls without a mask go to ``k``'s op
+    (``attention``) and whose calls with one go to ``masked``'s (``attention_masked``), each
+    when the call is one its kernel was judged on; the rest to PyTorch."""
     original = F.scaled_dot_product_attention
+    plain = (k.op, k.dtype, k.dims("D") or k.dims("head_dim")) if k is not None else None
+    with_mask = (masked.op, masked.dtype, masked.dims("D")) if masked is not None else None
 
     def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                      is_causal=False, scale=None, enable_gqa=False):
-        if (attn_mask is None and dropout_p == 0.0 and query.dim() == 4 and key.dim() == 4
-                and value.dim() == 4 and query.dtype == dtype and key.dtype == dtype
-                and value.dtype == dtype and (not head_dims or query.shape[-1] in head_dims)
-                and key.shape[-1] == query.shape[-1] and value.shape[-1] == query.shape[-1]
-                and key.shape[-2] == query.shape[-2] and value.shape[-2] == key.shape[-2]
-                and key.shape[1] == value.shape[1] and query.shape[0] == key.shape[0]
-                and (key.shape[1] == query.shape[1] or (enable_gqa and query.shape[1] % key.shape[1] == 0))):
-            return op(query, key, value, bool(is_causal), scale)
+        if dropout_p == 0.0:
+            if attn_mask is None and plain is not None:
+                op, dtype, head_dims = plain
+                if _sdpa_ok(query, key, value, dtype, head_dims, enable_gqa):
+                    return op(query, key, value, bool(is_causal), scale)
+            elif attn_mask is not None and with_mask is not None and not is_causal:
+                op, dtype, head_dims = with_mask
+                if _sdpa_ok(query, key, value, dtype, head_dims, enable_gqa):
+                    mask = kernel_mask(attn_mask, query, key)
+                    if mask is not None:
+                        return op(query, key, value, mask, scale)
         extra = {"enable_gqa": True} if enable_gqa else {}
         return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
                         is_causal=is_causal, scale=scale, **extra)
@@ -39,24 +75,26 @@ def _sdpa_replacement(k: KernelOp) -> Callable[..., Any]:
     return scaled_dot_product_attention
 
 
-def _hf_attention_interfaces(interfaces: Any, sdpa: Callable[..., Any]) -> Any:
+def _hf_attention_interfaces(interfaces: Any, sdpa: Callable[..., Any], masks: bool = False) -> Any:
     """Hugging Face attention modules pick their attention function from transformers'
     ``ALL_ATTENTION_FUNCTIONS`` by ``config._attn_implementation``: a copy of that mapping whose
-    ``"sdpa"`` entry reaches ``sdpa`` (our op, or PyTorch's for what it does not cover) when
-    there is no mask, no dropout, no position bias and no softcap, and transformers' own
-    ``sdpa_attention_forward`` otherwise."""
+    ``"sdpa"`` entry reaches ``sdpa`` (our ops, or PyTorch's for what they do not cover) when
+    there is no dropout, no position bias and no softcap, and no mask unless ``masks`` (an
+    ``attention_masked`` op is applied: the mask goes to it with the kv heads unrepeated), and
+    transformers' own ``sdpa_attention_forward`` otherwise."""
     original = interfaces.get("sdpa")
     if original is None:
         return None
 
     def autokernel_sdpa_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                                 is_causal=None, position_bias=None, **kwargs):
-        if (attention_mask is None and not dropout and position_bias is None and kwargs.get("softcap") is None
+        mask_ok = attention_mask is None or masks and isinstance(attention_mask, torch.Tensor)
+        if (mask_ok and not dropout and position_bias is None and kwargs.get("softcap") is None
                 and kwargs.get("sliding_window") is None and kwargs.get("s_aux") is None
                 and query.dim() == 4 and key.dim() == 4 and key.shape[2] == query.shape[2]):
             causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
-            causal = bool(query.shape[2] > 1 and causal)
-            out = sdpa(query, key, value, is_causal=causal, scale=scaling,
+            causal = bool(query.shape[2] > 1 and causal and attention_mask is None)
+            out = sdpa(query, key, value, attn_mask=attention_mask, is_causal=causal, scale=scaling,
                        enable_gqa=key.shape[1] != query.shape[1])
             return out.transpose(1, 2).contiguous(), None
         return original(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
@@ -128,30 +166,33 @@ def _rotary_form(fn: Any) -> bool | None:
 
 
 def _global_replacements(fn: types.FunctionType, sdpa: Callable | None, rotary: KernelOp | None,
-                         gelu: Callable | None = None) -> tuple[dict[str, Any], set[str]]:
-    """Names in ``fn``'s globals to rebind so that its calls reach the ops, and the kinds."""
+                         gelu: Callable | None = None,
+                         sdpa_kinds: tuple[str, ...] = ("attention",)) -> tuple[dict[str, Any], set[str]]:
+    """Names in ``fn``'s globals to rebind so that its calls reach the ops, and the kinds
+    (``sdpa_kinds``: those whose ops ``sdpa`` reaches)."""
     out: dict[str, Any] = {}
     kinds: set[str] = set()
     g = fn.__globals__
     names = _code_names(fn.__code__)
     functional = {}
     if sdpa is not None and "scaled_dot_product_attention" in names:
-        functional["scaled_dot_product_attention"] = (sdpa, "attention")
+        functional["scaled_dot_product_attention"] = (sdpa, sdpa_kinds)
     if gelu is not None and "gelu" in names:
         functional["gelu"] = (gelu, "gelu")
     for name in names:
         value = g.get(name)
         if value is F and functional:
             out[name] = _functional_proxy({attr: fn_ for attr, (fn_, _) in functional.items()})
-            kinds |= {kind for _, kind in functional.values()}
+            for _, kind in functional.values():
+                kinds |= set(kind) if isinstance(kind, tuple) else {kind}
         elif sdpa is not None and value is F.scaled_dot_product_attention:
             out[name] = sdpa
-            kinds.add("attention")
+            kinds |= set(sdpa_kinds)
         elif sdpa is not None and name == "ALL_ATTENTION_FUNCTIONS" and hasattr(value, "get_interface"):
-            interfaces = _hf_attention_interfaces(value, sdpa)
+            interfaces = _hf_attention_interfaces(value, sdpa, masks="attention_masked" in sdpa_kinds)
             if interfaces is not None:
                 out[name] = interfaces
-                kinds.add("attention")
+                kinds |= set(sdpa_kinds)
         elif gelu is not None and value is F.gelu:
             out[name] = gelu
             kinds.add("gelu")
@@ -199,23 +240,25 @@ def _rebound(fn: types.FunctionType, names: dict[str, Any]) -> types.FunctionTyp
 
 def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, skipped) -> None:
     """Attention (SDPA), rotary and F.gelu: rebind the functions a module's methods call."""
-    kinds = {"attention", "rotary", "gelu"}
+    kinds = {"attention", "attention_masked", "rotary", "gelu"}
     if not any(k.kind in kinds for k in kops):
         return
     for name, m in model.named_modules():
         if id(m) in done_calls or isinstance(m, (nn.Linear, nn.LayerNorm)):
             continue
         att = _pick(kops, "attention", name)
+        masked = _pick(kops, "attention_masked", name)
         rot = _pick(kops, "rotary", name)
         gel = _pick(kops, "gelu", name)
         if gel is not None and gelu_form(m) is not None:
             gel = None  # a GELU activation module: switched (or left alone) as a module in `fused`
-        if att is None and rot is None and gel is None:
+        if att is None and masked is None and rot is None and gel is None:
             continue
-        key = (type(m), "calls", att.opname if att else None, rot.opname if rot else None, gel.opname if gel else None)
+        key = (type(m), "calls", att.opname if att else None, masked.opname if masked else None,
+               rot.opname if rot else None, gel.opname if gel else None)
         cls = _SUBCLASSES.get(key)
         if cls is None:
-            cls = _calls_subclass(type(m), att, rot, gel)
+            cls = _calls_subclass(type(m), att, rot, gel, masked)
             _SUBCLASSES[key] = cls
         if not cls._autokernel_kinds:
             continue
@@ -225,10 +268,12 @@ def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, sk
             replaced.append((name, kind))
 
 
-def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None, gel: KernelOp | None = None) -> type:
+def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None, gel: KernelOp | None = None,
+                    masked: KernelOp | None = None) -> type:
     """A subclass of ``base`` whose methods that call SDPA / a rotary function / F.gelu call
     the ops instead (``_autokernel_kinds`` empty when there is none)."""
-    sdpa = _sdpa_replacement(att) if att is not None else None
+    sdpa = _sdpa_replacement(att, masked) if att is not None or masked is not None else None
+    sdpa_kinds = tuple(kind for kind, op in (("attention", att), ("attention_masked", masked)) if op is not None)
     gelu = _gelu_replacement(gel) if gel is not None else None
     members: dict[str, Any] = {}
     kinds: set[str] = set()
@@ -241,7 +286,7 @@ def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None, gel:
             inner = inspect.unwrap(fn)  # a decorated method: the calls are in the function it wraps
             if not isinstance(inner, types.FunctionType):
                 continue
-            names, kinds_fn = _global_replacements(inner, sdpa, rot, gelu)
+            names, kinds_fn = _global_replacements(inner, sdpa, rot, gelu, sdpa_kinds)
             new = rewrap(fn, _rebound(inner, names)) if names else None
             if new is not None:
                 members[attr] = new

@@ -13,6 +13,7 @@ BUILTIN_KINDS: dict[str, str] = {
     "layernorm": "layernorm",
     "rmsnorm": "rmsnorm",
     "attention": "attention",
+    "attention_masked": "attention_masked",
     "swiglu": "swiglu",
     "fused_mlp": "fused_mlp",
     "cross_entropy": "cross_entropy",

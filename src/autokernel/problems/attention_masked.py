@@ -1,0 +1,231 @@
+"""attention_masked: ``kernel_fn(q[B,H,S,D], k[B,Hkv,S,D], v[B,Hkv,S,D], mask, scale=None)``.
+
+Attention with an explicit mask, as ``scaled_dot_product_attention(q, k, v, attn_mask=mask)``
+computes it: what Hugging Face models call when a batch is padded, and what they call while a
+CUDA stream captures (they cannot read the padding mask's values then, so they build the full
+mask).  A separate kind from ``attention`` so that ``attention``'s ``kernel_fn`` and every
+kernel file written for it stay valid.
+
+Dims (B, H, Hkv, S, D, additive, per_query), the last two 0/1:
+
+* ``mask`` is 4-D ``[Bm, Hm, Sm, S]``, each of Bm, Hm, Sm either 1 (broadcast) or B, H, S.
+  ``per_query`` 1: Sm = S (a mask per query row, ``[B,1,S,S]`` as transformers builds it);
+  0: Sm = 1 (a key-padding mask, ``[B,1,1,S]``).  The numerics stage also passes a mask shared
+  by the batch (Bm = 1) and one per head (Hm = H): kernels read the mask through its strides,
+  a size-1 dimension broadcast.
+* ``additive`` 0: a bool mask, True where the key is attended (SDPA's convention).
+  1: a float mask in q's dtype (or fp32, one numerics case), added to the scaled scores
+  (transformers' older "4d attention mask" with ``finfo.min`` at masked keys, ALiBi-like
+  biases, ``-inf``).
+* A query row whose every key is masked (every entry False, or ``-inf``) gives zeros, as SDPA
+  gives; a row of ``finfo.min`` entries is not masked out but uniform (the scores vanish
+  next to finfo.min), also as SDPA gives.
+
+Grouped-query attention when Hkv < H, as in ``attention``; ``scale`` None means 1/sqrt(D), and
+inputs pass by turns None, 1/sqrt(D) and 1/D.  Reference: the math definition in at least fp32
+(the harness passes fp64 copies on CPU).  Held-out and edge shapes keep D, H, Hkv and the mask
+form; held-out shapes move S and B.  FLOPs: 4·B·H·S²·D; bytes add the mask once.
+"""
+from __future__ import annotations
+
+import random
+
+import torch
+import torch.nn.functional as F
+
+from .attention import packed_qkv, head_strided_layout, scale_choices
+from .attention import heldout as attention_heldout
+from .base import Problem, Shape, choose, element_size, generator, randn
+
+DIMS = ("B", "H", "Hkv", "S", "D", "additive", "per_query")
+
+
+def _shape(b: int, h: int, hkv: int, s: int, d: int, additive: int, per_query: int) -> Shape:
+    return dict(zip(DIMS, (b, h, hkv, s, d, additive, per_query)))
+
+
+GPU_SHAPES = (
+    _shape(4, 12, 12, 512, 64, 0, 1),    # BERT-base, 4x512 tokens: the mask transformers builds
+    _shape(8, 16, 16, 512, 64, 0, 0),    # BERT-large, a key-padding mask
+    _shape(4, 12, 12, 512, 64, 1, 1),    # the additive (finfo.min) form of older transformers
+    _shape(2, 32, 8, 2048, 128, 0, 1),   # LLaMA-3-8B heads, a padded causal batch
+)
+CPU_SHAPES = (
+    _shape(2, 2, 2, 24, 16, 0, 1),
+    _shape(2, 4, 2, 24, 32, 1, 0),
+    _shape(2, 2, 1, 33, 64, 1, 1),
+)
+GPU_EDGE_SHAPES = (_shape(1, 12, 12, 1, 64, 0, 1), _shape(3, 12, 12, 777, 64, 1, 1),
+                   _shape(5, 32, 8, 1023, 128, 0, 0))
+CPU_EDGE_SHAPES = (_shape(1, 1, 1, 1, 16, 0, 1), _shape(1, 3, 1, 17, 32, 1, 0), _shape(3, 2, 2, 19, 64, 0, 1))
+FIXED_DIMS = ("H", "Hkv", "D", "additive", "per_query")
+
+
+def _work(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None):
+    work = torch.promote_types(q.dtype, torch.float32)
+    q, k, v = q.to(work), k.to(work), v.to(work)
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)
+    v = v.repeat_interleave(group, dim=1)
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    return (q @ k.transpose(-2, -1)) * scale, v
+
+
+def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float | None = None):
+    out_dtype = q.dtype
+    scores, v = _work(q, k, v, scale)
+    if mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    else:
+        scores = scores + mask.to(scores.dtype)
+    dead = scores.amax(dim=-1, keepdim=True) == float("-inf")  # every key masked: zeros, as SDPA
+    probs = scores.masked_fill(dead, 0.0).softmax(dim=-1).masked_fill(dead, 0.0)
+    return (probs @ v).to(out_dtype)
+
+
+def eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float | None = None):
+    """What a Hugging Face model runs: scaled_dot_product_attention with the mask, the kv heads
+    repeated first as transformers does when there is a mask.  Timed as the eager baseline."""
+    group = q.shape[1] // k.shape[1]
+    if group > 1:
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
+def visible_keys(shape: Shape, device: str, gen: torch.Generator) -> torch.Tensor:
+    """A bool [B, 1, Sm, S] mask as padded batches make: each batch row keeps its first L_b keys
+    (L_b drawn in 1..S, one row unpadded); per_query masks also hide a fifth of the remaining
+    (query, key) pairs at random and keep each row's first key, so no row is entirely masked."""
+    b, s = shape["B"], shape["S"]
+    lengths = torch.randint(1, s + 1, (b,), generator=gen, device=device)
+    lengths[torch.randint(0, b, (1,), generator=gen, device=device)] = s
+    keys = torch.arange(s, device=device)[None, :] < lengths[:, None]
+    if not shape["per_query"]:
+        return keys[:, None, None, :]
+    kept = torch.rand((b, 1, s, s), generator=gen, device=device) > 0.2
+    mask = keys[:, None, None, :] & kept
+    mask[..., 0] = True
+    return mask
+
+
+def as_additive(visible: torch.Tensor, dtype: torch.dtype, gen: torch.Generator, fill: float,
+                bias: bool = True) -> torch.Tensor:
+    """``visible`` as an additive mask in ``dtype``: a small random bias (ALiBi-like: a kernel
+    must add the values, not only test them) where visible, ``fill`` elsewhere."""
+    values = torch.randn(visible.shape, generator=gen, device=visible.device) if bias else \
+        torch.zeros(visible.shape, device=visible.device)
+    return values.masked_fill(~visible, fill).to(dtype)
+
+
+def fill_choices(dtype: torch.dtype) -> tuple[float, ...]:
+    """What additive masks put at masked keys: transformers' ``finfo(dtype).min``, and -inf."""
+    return (torch.finfo(dtype).min, float("-inf"))
+
+
+def make_mask(shape: Shape, dtype: torch.dtype, device: str, gen: torch.Generator, seed: int,
+              visible: torch.Tensor | None = None) -> torch.Tensor:
+    visible = visible_keys(shape, device, gen) if visible is None else visible
+    if not shape["additive"]:
+        return visible.contiguous()
+    return as_additive(visible, dtype, gen, choose(fill_choices(dtype), seed // 3)).contiguous()
+
+
+def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
+    gen = generator(device, seed)
+    b, h, hkv, s, d = (shape[n] for n in ("B", "H", "Hkv", "S", "D"))
+    q = randn((b, h, s, d), dtype, device, gen)
+    k = randn((b, hkv, s, d), dtype, device, gen)
+    v = randn((b, hkv, s, d), dtype, device, gen)
+    return q, k, v, make_mask(shape, dtype, device, gen, seed), choose(scale_choices(d), seed)
+
+
+def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
+    q, k, v, mask, _ = make_inputs(shape, dtype, device, seed)
+    gen = generator(device, seed + 1)
+    b, h, s = shape["B"], shape["H"], shape["S"]
+    sm = s if shape["per_query"] else 1
+
+    def form(visible: torch.Tensor, fill: float | None = None) -> torch.Tensor:
+        if not shape["additive"]:
+            return visible.contiguous()
+        return as_additive(visible, dtype, gen, fill_choices(dtype)[1] if fill is None else fill).contiguous()
+
+    everything = torch.ones((b, 1, sm, s), dtype=torch.bool, device=device)
+    # every key of some query rows masked (per_query), or of a whole batch row (key padding)
+    dead = everything.clone()
+    if shape["per_query"]:
+        dead[:, :, ::3, :] = False
+    else:
+        dead[0] = False
+    # one key visible per row: the output is that key's value row
+    one = torch.zeros_like(everything)
+    one[..., s - 1] = True
+    if shape["per_query"] and s > 1:
+        one[..., 1::2, s - 1] = False
+        one[..., 1::2, 0] = True
+    # padding of different lengths per batch row, lengths 1 .. S
+    lengths = torch.linspace(1, s, b, device=device).round().long()
+    padded = (torch.arange(s, device=device)[None, :] < lengths[:, None])[:, None, None, :].expand(b, 1, sm, s)
+    # a mask per head (as position biases make): each head hides other keys, key 0 stays
+    per_head = visible_keys(shape, device, gen) & (torch.rand((1, h, 1, s), generator=gen, device=device) > 0.3)
+    per_head[..., 0] = True
+    cases = [
+        ("projection-layout", tuple(t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v)) + (mask,)),
+        ("packed-qkv-layout", (*packed_qkv(q, k, v), mask)),
+        ("all-visible", (q, k, v, form(everything))),
+        ("fully-masked-rows", (q, k, v, form(dead))),
+        ("one-key-visible", (q, k, v, form(one))),
+        ("padding-per-row", (q, k, v, form(padded))),
+        # a mask shared by the batch, and one per head: size-1 dimensions broadcast
+        ("batch-shared-mask", (q, k, v, mask[:1].contiguous())),
+        ("per-head-mask", (q, k, v, form(per_head))),
+        ("large-logits", ((q.float() * 20).to(dtype), k, v, mask)),
+        ("explicit-scale", (q, k, v, mask, 2.0 / shape["D"] ** 0.5)),
+    ]
+    if shape["additive"]:
+        # transformers' padding value at masked keys, and whole rows of it: not masked out but
+        # uniform over the keys (finfo.min swamps the scores), as SDPA computes it
+        cases.append(("finfo-min-rows", (q, k, v, form(dead, torch.finfo(dtype).min))))
+        # an fp32 mask with bf16/fp16 q, k, v (SDPA takes it; models build masks in fp32)
+        cases.append(("fp32-mask", (q, k, v, mask.float())))
+    return cases
+
+
+def heldout(shape: Shape, rng: random.Random) -> Shape:
+    """Keep D, H, Hkv and the mask form; move S by up to ±20% (odd) and B by ±1."""
+    return attention_heldout(shape, rng)
+
+
+def flops(shape: Shape) -> float:
+    return 4.0 * shape["B"] * shape["H"] * shape["S"] ** 2 * shape["D"]
+
+
+def nbytes(shape: Shape, dtype: torch.dtype) -> float:
+    b, h, hkv, s, d = (shape[n] for n in ("B", "H", "Hkv", "S", "D"))
+    mask_rows = b * (s if shape["per_query"] else 1)
+    mask_size = element_size(dtype) if shape["additive"] else 1
+    return float((2 * b * h * s * d + 2 * b * hkv * s * d) * element_size(dtype) + mask_rows * s * mask_size)
+
+
+def make_problem() -> Problem:
+    return Problem(
+        kind="attention_masked",
+        description="scaled dot-product attention forward with a bool or additive mask (padded batches, GQA)",
+        signature=("kernel_fn(q[B,H,S,D], k[B,Hkv,S,D], v[B,Hkv,S,D], mask[B|1,H|1,S|1,S] bool or additive, "
+                   "scale=None) -> [B,H,S,D]"),
+        dims=DIMS,
+        reference=reference,
+        eager=eager,
+        make_inputs=make_inputs,
+        flops=flops,
+        bytes=nbytes,
+        gpu_shapes=GPU_SHAPES,
+        cpu_shapes=CPU_SHAPES,
+        gpu_edge_shapes=GPU_EDGE_SHAPES,
+        cpu_edge_shapes=CPU_EDGE_SHAPES,
+        fixed_dims=FIXED_DIMS,
+        adversarial_inputs=adversarial_inputs,
+        heldout=heldout,
+        passthrough_layout=head_strided_layout,
+    )
