@@ -85,6 +85,8 @@ def test_tolerances_and_fixed_dims_are_read(tmp_path):
     (MINIMAL + "\nTOLERANCES = {'fp16': (1, 2)}\n", "bad TOLERANCES"),
     (MINIMAL + "\nFIXED_DIMS = ('Q',)\n", "FIXED_DIMS"),
     (MINIMAL.replace("def reference(x):", "reference = 3\ndef _unused(x):"), "reference must be a function"),
+    # unseeded draws: the worker's draw of a timed call and the judge's re-draw would differ
+    (MINIMAL.replace("g.manual_seed(seed)", "g.seed()"), "different values for the same seed"),
 ])
 def test_malformed_files_raise_one_line_problem_error(tmp_path, text, fragment):
     path = _write(tmp_path, text)

@@ -17,6 +17,7 @@ name                 required  meaning
                                on upcast copies of the inputs (fp64 on CPU, fp32 on GPU)
 ``make_inputs``      yes       ``make_inputs(shape, dtype, device, seed) -> tuple`` of the
                                positional arguments of ``kernel_fn``; random, never zeros, seeded
+                               (the same seed gives the same values: checked at load)
 ``KIND`` / ``NAME``  no        the problem's name (default: the file's stem)
 ``DESCRIPTION``      no        one line
 ``SIGNATURE``        no        e.g. ``"kernel_fn(x[M,N]) -> [M,N]"``
@@ -97,6 +98,26 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _check_seeded(make_inputs: Any, shape: dict, dtype: Any, path: Path) -> None:
+    """``make_inputs`` must give the same inputs for the same seed: the judge's worker draws a
+    timed call's inputs itself and the judge draws them again to check that call.  Checked on
+    the CPU at one small shape; a ``make_inputs`` that cannot run there is left to the judge."""
+    import torch
+
+    from ..harness.compare import bitwise_equal
+
+    try:
+        first, second = (tuple(make_inputs(dict(shape), dtype, "cpu", 7)) for _ in range(2))
+    except Exception:
+        return
+    for i, (a, b) in enumerate(zip(first, second)):
+        same = bitwise_equal(a, b) if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) else a == b
+        if not same:
+            raise ProblemError(f"problem file {path}: make_inputs gave different values for the same seed (argument {i}); "
+                               "draw with a torch.Generator seeded from `seed` (the judge draws a timed call's inputs "
+                               "in its worker and again to check the call, so the same seed must give the same inputs)")
+
+
 def _is_kernelbench(module: Any) -> bool:
     return isinstance(getattr(module, "Model", None), type) and callable(getattr(module, "get_inputs", None))
 
@@ -127,6 +148,7 @@ def _user_problem(module: Any, path: Path) -> Problem:
     unknown = [d for d in fixed if d not in dims]
     if unknown:
         raise ProblemError(f"problem file {path}: FIXED_DIMS names unknown dimension(s) {', '.join(unknown)}")
+    _check_seeded(module.make_inputs, cpu_shapes[0] if cpu_shapes else gpu_shapes[0], dtypes[0], path)
     return Problem(
         kind=name,
         description=str(getattr(module, "DESCRIPTION", f"user problem from {path.name}")),
