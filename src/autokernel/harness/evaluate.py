@@ -334,8 +334,8 @@ class Evaluator:
         """``n`` judged calls on ``n`` fresh input sets (split to fit the memory budget), sent to
         ``runner``'s worker, which draws each set itself from a seed of ours right before its
         call (``worker_main._draw``: no call can see a later call's inputs).  Each call is
-        checked with probability ``check_p``, drawn here after the calls were made (at least one
-        per request when ``check_p`` is 1): this process draws the same set from the same seed,
+        checked with probability ``check_p``, drawn here after the calls were made (every call
+        when ``check_p`` is 1, as in the warm-up): this process draws the same set from the same seed,
         the worker copies that call's outputs and its inputs as they are now into our buffers,
         the inputs must equal our draw bit for bit (``modified-input``: written into, or drawn
         otherwise) and the outputs must match the reference on our draw.  Returns the reported
@@ -381,9 +381,7 @@ class Evaluator:
             if not warm_up:  # warm-up calls compile: only the timed ones count
                 self._calls_timed += k
                 self._calls_uncovered += len(reply.get("uncovered") or [])
-            picked = [i for i in range(k) if self._rng.random() < check_p]
-            if check_p >= 1.0 or (check_p > 0 and not picked and warm_up):
-                picked = list(range(k))
+            picked = list(range(k)) if check_p >= 1.0 else [i for i in range(k) if self._rng.random() < check_p]
             for group in ([picked] if judge.together else [[i] for i in picked]) if picked else []:
                 self._check_timed(judge, group, seeds, shape, dtype, meta, tol, k)
             times += reported
