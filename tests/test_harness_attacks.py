@@ -62,7 +62,13 @@ def rules(ev) -> set[str]:
     # a name added to torch.Tensor shadows TensorBase.copy_ for the worker's copy into the
     # parent's buffers (third red-team pass: passed all six stages writing zeros)
     ("reduce_tensor_copy_hijack.py", "rejected", "monkey-patch", "smoke"),
+    # an aten::copy_ of its own registered through torch.library: the worker's copy into the
+    # parent's buffers ran it (fourth red-team pass: passed all six stages and timing writing zeros)
+    ("reduce_aten_copy_override.py", "rejected", "monkey-patch", "static"),
     ("reduce_frame_resnapshot.py", "rejected", "introspection", "static"),
+    # the worker's state reached through a traceback and class patterns of match (fourth
+    # red-team pass: passed, each call sleeping 20 ms and reporting 20 us)
+    ("reduce_match_frame_clock.py", "rejected", "introspection", "static"),
     ("reduce_timer_underreport.py", "rejected", "introspection", "static"),
 ])
 def test_attack_is_caught(reduce_eval, name, verdict, rule, stage):
@@ -93,6 +99,7 @@ def no_static_checks(monkeypatch):
     ("reduce_host_tolist.py", "foreign-compute"),
     ("reduce_host_memory_file.py", "foreign-compute"),
     ("reduce_host_serialized.py", "foreign-compute"),
+    ("reduce_aten_copy_override.py", "monkey-patch"),  # registrations counted at torch's dispatcher binding
 ])
 def test_attack_that_slipped_past_the_static_checks_is_caught_at_run_time(reduce_eval, no_static_checks, name, rule):
     ev = reduce_eval.evaluate(ATTACKS / name)

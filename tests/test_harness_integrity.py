@@ -130,6 +130,21 @@ def test_a_time_below_the_physical_floor_is_flagged():
     ("def kernel_fn(x):\n    return x.cpu().numpy()\n", "foreign-compute"),
     ("import torch\nn = torch._C._len_torch_dispatch_stack()\n", "torch-op"),
     ("import torch\nm = getattr(torch, '_C')\n", "torch-op"),
+    # spellings found by the fourth red-team pass: attributes read by name without an
+    # attribute expression, and frames reached without sys._getframe
+    ("match tb:\n    case object(tb_frame=f):\n        pass\n", "introspection"),
+    ("match x:\n    case object(numpy=n):\n        pass\n", "foreign-compute"),
+    ("g = getattr\nloc = g(frame, 'f_' + 'locals')\n", "introspection"),
+    ("from functools import reduce\nv = reduce(getattr, names, frame)\n", "introspection"),
+    ("import string\nv = string.Formatter().get_field('0.f_' + 'back', (f,), {})\n", "introspection"),
+    ("loc = next(iter(map(getattr, [frame], ['f_locals'])))\n", "introspection"),
+    ("try:\n    raise KeyError\nexcept KeyError as e:\n    tb = e.__traceback__\n", "introspection"),
+    ("import sys\ntb = sys.exc_info()[2]\n", "introspection"),
+    ("import logging\nf = logging.currentframe()\n", "introspection"),
+    ("import sys\nsys.addaudithook(lambda event, args: None)\n", "introspection"),
+    ("class C:\n    __torch_function__ = classmethod(lambda *a: None)\n", "introspection"),
+    ("import torch\nlib = torch.library.Library('aten', 'IMPL')\n", "monkey-patch"),
+    ("from torch.library import impl\n", "monkey-patch"),
 ])
 def test_reaching_past_the_rules_at_run_time(src, rule):
     assert rule in rules(src)

@@ -11,7 +11,7 @@ import traceback
 from collections import deque
 from typing import Any
 
-from . import host_reads, launches, transport
+from . import host_reads, launches, registrations, transport
 from .gpu_cover import GPU_COVER_CYCLES, host_covered, next_cover_cycles
 from .memory import HISTORY_BYTES, HISTORY_CALLS
 from .hooks import changed_hooks, outside_hooks
@@ -167,6 +167,8 @@ class _State:
         self.copy_into = torch._C.TensorBase.copy_
         self.tensor_guard = integrity.TensorClassGuard()
         self.starts = launches.install_start_counters()
+        self.registrations = registrations.install()
+        self.registered_before_kernel: int | None = None  # the count when the first kernel file loaded
         self.cover_cycles = GPU_COVER_CYCLES
         self.threads_py = threading.active_count()
 
@@ -185,6 +187,8 @@ class _State:
                 self.drawers[spec] = self.problems[spec].make_inputs
             self.problem = self.problems.get(spec) if spec else None
             self.draw_inputs = self.drawers.get(spec) if spec else None
+            if self.registered_before_kernel is None:  # problems (KernelBench files) may register ops of their own
+                self.registered_before_kernel = self.registrations.count
             return self.load(message["slot"], message["path"], message.get("source"))
         if op == "call":
             return self.call(message)
@@ -333,7 +337,22 @@ class _State:
             self.draw_findings.append({"rule": "monkey-patch", "message": (
                 f"{record.own + record.foreign} Triton launch(es) while the judge drew a call's inputs: code the "
                 "kernel left behind ran outside its call")})
+        registered = self._registered()
+        if registered:
+            self.draw_findings.append(registered)
         return args
+
+    def _registered(self) -> dict[str, str] | None:
+        """A finding when PyTorch operators got implementations registered since the kernel
+        file began to load (``registrations.py``)."""
+        what = self.registrations.since(self.registered_before_kernel if self.registered_before_kernel is not None
+                                        else self.registrations.count)
+        if what is None:
+            return None
+        return {"rule": "monkey-patch", "message": (
+            f"the kernel registered implementations of PyTorch operators ({what}, through torch.library or "
+            "the like): the judge's own tensor work (draws, digests, copies into the parent's buffers) would "
+            "run its code")}
 
     def _judged_call(self, fn, args, poison, own_globals, require_launch):
         """One call of the kernel, the same for every call the worker makes.  Returns its outputs,
@@ -380,6 +399,9 @@ class _State:
                 "would run its code")})
         if mode_problem:
             findings.append({"rule": "torch-op", "message": mode_problem})
+        registered = self._registered()
+        if registered:
+            findings.append(registered)
         if hooks_left:
             findings.append({"rule": "monkey-patch", "message": (
                 f"the call left {hooks_left} in place: code of the kernel's would run outside its call, in "
@@ -456,6 +478,9 @@ class _State:
         with ``input_buffers``, also the tensors of the input sets drawn for those calls, as
         they are now."""
         done, findings = [], []
+        registered = self._registered()
+        if registered:  # before any copy: the copies would run the kernel's operator
+            return {"bad": [None] * len(m["indices"]), "findings": [registered]}
         input_buffers = m.get("input_buffers")
         for n, (index, buffers) in enumerate(zip(m["indices"], m["buffers"])):
             outs = self.kept[int(index)]
