@@ -66,6 +66,10 @@ def rules(ev) -> set[str]:
     # parent's buffers ran it (fourth red-team pass: passed all six stages and timing writing zeros)
     ("reduce_aten_copy_override.py", "rejected", "monkey-patch", "static"),
     ("reduce_frame_resnapshot.py", "rejected", "introspection", "static"),
+    # a torch function mode entered at import, through type() and a keyword: the same before and
+    # after every call, it intercepted the worker's copy into the parent's buffers (fourth
+    # red-team pass: passed all six stages and timing writing zeros)
+    ("reduce_load_function_mode.py", "rejected", "introspection", "static"),
     # the worker's state reached through a traceback and class patterns of match (fourth
     # red-team pass: passed, each call sleeping 20 ms and reporting 20 us)
     ("reduce_match_frame_clock.py", "rejected", "introspection", "static"),
@@ -100,6 +104,7 @@ def no_static_checks(monkeypatch):
     ("reduce_host_memory_file.py", "foreign-compute"),
     ("reduce_host_serialized.py", "foreign-compute"),
     ("reduce_aten_copy_override.py", "monkey-patch"),  # registrations counted at torch's dispatcher binding
+    ("reduce_load_function_mode.py", "monkey-patch"),  # hooks compared with before the file loaded too
 ])
 def test_attack_that_slipped_past_the_static_checks_is_caught_at_run_time(reduce_eval, no_static_checks, name, rule):
     ev = reduce_eval.evaluate(ATTACKS / name)

@@ -143,6 +143,8 @@ def test_a_time_below_the_physical_floor_is_flagged():
     ("import logging\nf = logging.currentframe()\n", "introspection"),
     ("import sys\nsys.addaudithook(lambda event, args: None)\n", "introspection"),
     ("class C:\n    __torch_function__ = classmethod(lambda *a: None)\n", "introspection"),
+    ("import torch\nM = type('M', (torch.overrides.TorchFunctionMode,), dict(__torch_function__=f))\n", "introspection"),
+    ("from torch.overrides import TorchFunctionMode\n", "introspection"),
     ("import torch\nlib = torch.library.Library('aten', 'IMPL')\n", "monkey-patch"),
     ("from torch.library import impl\n", "monkey-patch"),
 ])

@@ -246,6 +246,7 @@ _FOREIGN_ATTRS = ("numpy", "from_numpy", "ops", "np", "ctypes", "tolist", "__arr
                   # raw bytes of a storage; the Triton interpreter's values inside a kernel body
                   "_write_file", "_share_fd_cpu_", "_share_filename_cpu_", "handle")
 _ATTR_CALLS = ("getattr", "setattr", "delattr", "hasattr")
+_MODE_CLASSES = frozenset({"TorchFunctionMode", "TorchDispatchMode", "BaseTorchFunctionMode"})
 # Names of frames' and namespaces' attributes that a kernel file has no reason to write even
 # inside a string (a string can be read as an attribute name: getattr, string.Formatter,
 # a class's __match_args__).
@@ -273,6 +274,10 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                   if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
                   and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
     for node in ast.walk(tree):
+        if isinstance(node, (ast.Attribute, ast.Name, ast.alias)) and _MODE_CLASSES.intersection(
+                {getattr(node, "attr", None), getattr(node, "id", None), getattr(node, "name", "").split(".")[-1]}):
+            add("introspection", node, f"uses {_dotted(node) or node.name}: kernel files run under the judge's "
+                "modes, never their own")
         if isinstance(node, ast.ImportFrom):
             for a in node.names:
                 if a.name in _INTROSPECTION_ATTRS or a.name in _ATTR_CALLS:
@@ -318,6 +323,8 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                 found = _attribute_finding(attr)
                 if found:
                     add(found[0], node, f"reads .{attr} through a class pattern{found[1]}")
+        elif isinstance(node, ast.keyword) and node.arg in _HOOK_METHODS:  # type(name, bases, dict(hook=f))
+            add("introspection", node, f"defines {node.arg}: kernel files return plain tensors")
         elif isinstance(node, ast.Name) and node.id in _HOOK_METHODS:  # bound in a class body: a hook too
             add("introspection", node, f"defines {node.id}: kernel files return plain tensors")
         elif isinstance(node, ast.Name) and node.id in _ATTR_CALLS and id(node) not in called:

@@ -169,6 +169,7 @@ class _State:
         self.starts = launches.install_start_counters()
         self.registrations = registrations.install()
         self.registered_before_kernel: int | None = None  # the count when the first kernel file loaded
+        self.hooks_before_kernel: dict | None = None  # outside_hooks() then: a hook the file's import left counts too
         self.cover_cycles = GPU_COVER_CYCLES
         self.threads_py = threading.active_count()
 
@@ -189,6 +190,7 @@ class _State:
             self.draw_inputs = self.drawers.get(spec) if spec else None
             if self.registered_before_kernel is None:  # problems (KernelBench files) may register ops of their own
                 self.registered_before_kernel = self.registrations.count
+                self.hooks_before_kernel = outside_hooks()
             return self.load(message["slot"], message["path"], message.get("source"))
         if op == "call":
             return self.call(message)
@@ -328,6 +330,10 @@ class _State:
         request's sets drawn together, here or in the parent, lie in memory a kernel can reach
         by pointer arithmetic).  The parent draws the same set from the same seed for the calls
         it checks, and compares the inputs as they are after the call with its own draw."""
+        hooks = self._hooks_since_load()
+        if hooks:
+            self.draw_findings.append({"rule": "monkey-patch", "message": (
+                f"{hooks} in place when the judge drew a call's inputs: the draw would run the kernel's code")})
         record = self.launches.begin(None)
         try:
             args = tuple(self.draw_inputs(dict(shape), dtype, self.device, int(seed)))
@@ -341,6 +347,13 @@ class _State:
         if registered:
             self.draw_findings.append(registered)
         return args
+
+    def _hooks_since_load(self, now: dict | None = None) -> str | None:
+        """The hooks that differ from before the kernel file loaded (one its import left in
+        place is the same before and after every call)."""
+        if self.hooks_before_kernel is None:
+            return None
+        return changed_hooks(self.hooks_before_kernel, outside_hooks() if now is None else now)
 
     def _registered(self) -> dict[str, str] | None:
         """A finding when PyTorch operators got implementations registered since the kernel
@@ -380,6 +393,7 @@ class _State:
         finally:
             self.launches.end()
         hooks_left = changed_hooks(hooks_before, outside_hooks())
+        hooks_loaded = None if hooks_left else self._hooks_since_load(hooks_before)
         if self.gpu:
             host_us = (self.clock() - host_from) * 1e6
             end.record()
@@ -402,10 +416,10 @@ class _State:
         registered = self._registered()
         if registered:
             findings.append(registered)
-        if hooks_left:
+        if hooks_left or hooks_loaded:
             findings.append({"rule": "monkey-patch", "message": (
-                f"the call left {hooks_left} in place: code of the kernel's would run outside its call, in "
-                "the judge's own work")})
+                (f"the call left {hooks_left}" if hooks_left else f"the kernel file left {hooks_loaded} since it loaded")
+                + " in place: code of the kernel's would run outside its call, in the judge's own work")})
         host_read = host_reads.finding(record.host_reads) if require_launch else None
         if host_read:
             findings.append(host_read)
@@ -479,7 +493,11 @@ class _State:
         they are now."""
         done, findings = [], []
         registered = self._registered()
-        if registered:  # before any copy: the copies would run the kernel's operator
+        hooks = self._hooks_since_load()
+        if hooks:
+            registered = {"rule": "monkey-patch", "message": (
+                f"{hooks} left in place by the kernel: the judge's copies into the parent's buffers would run it")}
+        if registered:  # before any copy: the copies would run the kernel's code
             return {"bad": [None] * len(m["indices"]), "findings": [registered]}
         input_buffers = m.get("input_buffers")
         for n, (index, buffers) in enumerate(zip(m["indices"], m["buffers"])):
