@@ -245,3 +245,43 @@ def test_a_launch_made_while_another_stream_is_current_is_counted(monkeypatch):
     assert call.off_stream == 1
     source = (ATTACKS / "softmax_gpu_pool_stream.py").read_text()
     assert "threads-or-streams" in {f.rule for f in integrity.static_findings(source)}
+
+
+KERNELBENCH = Path(os.environ.get("KERNELBENCH_DIR") or Path(__file__).resolve().parent.parent.parent / "shared"
+                   / "kernelbench")
+
+
+@pytest.mark.skipif(not (KERNELBENCH / "level2").is_dir(), reason=f"the KernelBench files are not at {KERNELBENCH}")
+@pytest.mark.parametrize("name,stage,said", [
+    # a global module-registration hook of torch.nn, set at import, ran inside the worker's build
+    # of the reference Model for each timed draw, recovered the input seed from
+    # torch.initial_seed() and computed the output there; the call only copied it
+    ("kb_gemm_draw_hook.py", "smoke", "torch.nn global module hook"),
+    # the same work, started by a class of its own put in place of random.Random, which the
+    # draw calls with its seed (neither a guarded name nor in the fingerprint before)
+    ("kb_gemm_random_class.py", "load", "random.Random"),
+])
+@pytest.mark.parametrize("static", [True, False])
+def test_no_code_of_the_kernels_runs_in_the_workers_draw(static, name, stage, said, monkeypatch):
+    """Fourth red-team pass: each passed all six stages and timing (2.5x and 1.8x the honest
+    Triton GEMM on the CPU), computing every timed call's output in the worker's draw."""
+    from autokernel.problems.kernelbench import KernelBenchOptions, load_kernelbench
+
+    if not static:
+        monkeypatch.setattr(integrity, "static_findings", lambda source, filename="kernel.py": [])
+    problem = load_kernelbench(KERNELBENCH / "level2" / "12_Gemm_Multiply_LeakyReLU.py", KernelBenchOptions(scale=0.005))
+    with Evaluator(problem, device="cpu", shapes=problem.cpu_shapes[:1], timeout_s=60, baselines=False) as ev:
+        result = ev.evaluate(ATTACKS / name)
+    assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
+    assert result.failed_stage == ("static" if static else stage), result.message
+    assert static or said in result.message, result.message
+
+
+def test_an_input_resized_after_use_as_scratch_is_not_a_skipped_check():
+    """Fourth red-team pass (passed all six stages and timing): on the inputs the worker drew, the
+    kernel wrote into its input and then resized it to nothing; the worker copied an input back
+    only when its shape matched the judge's draw, so the judge compared its draw with itself."""
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, baselines=False) as ev:
+        result = ev.evaluate(ATTACKS / "reduce_resized_input.py")
+    assert result.verdict == "rejected" and "modified-input" in rules(result), result.message
+    assert result.failed_stage == "timing", result.message

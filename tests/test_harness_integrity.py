@@ -147,6 +147,13 @@ def test_a_time_below_the_physical_floor_is_flagged():
     ("from torch.overrides import TorchFunctionMode\n", "introspection"),
     ("import torch\nlib = torch.library.Library('aten', 'IMPL')\n", "monkey-patch"),
     ("from torch.library import impl\n", "monkey-patch"),
+    # names the worker's draws look up: any module the file imports, anything it imports from one
+    ("import random\nrandom.Random = object\n", "monkey-patch"),
+    ("import hashlib\nsetattr(hashlib, 'sha256', None)\n", "monkey-patch"),
+    ("from torch.nn import Linear\nLinear.reset_parameters = print\n", "monkey-patch"),
+    ("import torch.nn as nn\ntype.__setattr__(nn.Linear, 'forward', print)\n", "introspection"),
+    ("from _autokernel_kernelbench_12_Gemm_0123456789 import Model\n", "introspection"),
+    ("from torch.nn.modules.module import register_module_forward_hook\n", "monkey-patch"),
 ])
 def test_reaching_past_the_rules_at_run_time(src, rule):
     assert rule in rules(src)

@@ -1,27 +1,49 @@
 """What would run a kernel's code outside its own call, in the worker (``outside_hooks``):
 dispatch and function modes left on torch's stacks, profile and trace functions, garbage
-collector callbacks.  The worker takes them before and after every call; a call that leaves
-one behind is tampering (``changed_hooks``): the judge's own work after the call (drawing the
-next call's inputs, digests, copies into the parent's buffers) would run the kernel's code,
-unwatched and untimed."""
+collector callbacks, ``torch.nn``'s global module hooks (a KernelBench draw builds the reference
+``Model``: a registration hook runs inside it), the hooks for warnings and uncaught or
+unraisable exceptions.  The worker takes them before the kernel file loads and before and after
+every call; a call that leaves one behind, or a file that set one at import, is tampering
+(``changed_hooks``): the judge's own work (drawing the next call's inputs, digests, copies into
+the parent's buffers) would run the kernel's code, unwatched and untimed."""
 from __future__ import annotations
 
 import gc
 import sys
 import threading
+import warnings
 from typing import Any
+
+# taken when the harness loads, before any kernel: a kernel that rebinds sys.getprofile or
+# gc.callbacks in its module does not change what is read here
+_GC_CALLBACKS = gc.callbacks
+_GETPROFILE, _GETTRACE = sys.getprofile, sys.gettrace
+_THREAD_GETPROFILE = getattr(threading, "getprofile", lambda: None)
+_THREAD_GETTRACE = getattr(threading, "gettrace", lambda: None)
+
+
+def _module_hooks() -> tuple:
+    """The keys of every global hook table of ``torch.nn.modules.module`` (``_global_*``)."""
+    module = sys.modules.get("torch.nn.modules.module")
+    if module is None:
+        return ()
+    return tuple((name, tuple(table)) for name, table in sorted(vars(module).items())
+                 if name.startswith("_global_") and isinstance(table, dict))
 
 
 def outside_hooks() -> dict[str, Any]:
     import torch
     from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
-    return {"a dispatch mode": tuple(id(m) for m in _get_current_dispatch_mode_stack()),
+    return {"a torch.nn global module hook": _module_hooks(),
+            "a warning or exception hook": (id(warnings.showwarning), id(warnings.formatwarning), id(sys.excepthook),
+                                            id(sys.unraisablehook), id(threading.excepthook)),
+            "a dispatch mode": tuple(id(m) for m in _get_current_dispatch_mode_stack()),
             "a torch function mode": torch._C._len_torch_function_stack(),
-            "a profile function": id(sys.getprofile()), "a trace function": id(sys.gettrace()),
-            "a thread profile function": id(getattr(threading, "getprofile", lambda: None)()),
-            "a thread trace function": id(getattr(threading, "gettrace", lambda: None)()),
-            "a garbage collector callback": tuple(id(c) for c in gc.callbacks)}
+            "a profile function": id(_GETPROFILE()), "a trace function": id(_GETTRACE()),
+            "a thread profile function": id(_THREAD_GETPROFILE()),
+            "a thread trace function": id(_THREAD_GETTRACE()),
+            "a garbage collector callback": tuple(id(c) for c in _GC_CALLBACKS)}
 
 
 def changed_hooks(before: dict[str, Any], after: dict[str, Any]) -> str | None:

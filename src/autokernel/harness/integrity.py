@@ -133,6 +133,14 @@ def static_findings(source: str, filename: str = "kernel.py") -> list[StaticFind
     aliases = _module_aliases(tree)
     torch_names = {name for name, mod in aliases.items() if mod.split(".")[0] == "torch"}
     guarded = {name for name, mod in aliases.items() if mod.split(".")[0] in _TORCH_ROOTS}
+    # any module the file imports: the judge's code looks names up in the same modules (the
+    # timed draws call random.Random, hashlib.sha256, math.sqrt...)
+    guarded |= {(a.asname or a.name).split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for a in node.names}
+    # and whatever it imports from a module (a class of torch.nn, a KernelBench file's Model): the
+    # judge builds and calls the same objects
+    guarded |= {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+                and node.module.split(".")[0] not in ("__future__", "typing", "dataclasses") for a in node.names}
     findings: list[StaticFinding] = []
 
     def add(rule: str, node: ast.AST, text: str) -> None:
@@ -180,6 +188,12 @@ def static_findings(source: str, filename: str = "kernel.py") -> list[StaticFind
             for name in names:
                 if name.startswith(_REGISTRY_MODULES):
                     add("monkey-patch", node, f"imports {name}: {_REGISTRY_WHY}")
+        # torch.nn's global module hooks run in every module's build and forward, the judge's too
+        for hook_name in (getattr(node, "attr", None), getattr(node, "id", None),
+                          *[a.name.split(".")[-1] for a in getattr(node, "names", ()) if isinstance(node, ast.ImportFrom)]):
+            if isinstance(hook_name, str) and hook_name.startswith("register_module_"):
+                add("monkey-patch", node, f"uses {hook_name}: a global hook of torch.nn runs in the judge's own "
+                    "work (the reference Model built for each draw)")
         if isinstance(node, ast.Attribute) and node.attr == "library" and \
                 (_dotted(node) or "").split(".")[0] in torch_names:
             add("monkey-patch", node, f"uses {_dotted(node)}: {_REGISTRY_WHY}")
@@ -237,7 +251,7 @@ _INTROSPECTION_ATTRS = ("f_locals", "f_globals", "f_back", "f_code", "f_builtins
                         "__traceback__", "exc_info", "last_traceback", "last_exc", "currentframe", "walk_stack",
                         "walk_tb", "addaudithook", "monitoring", "_current_exceptions",
                         # attributes read by a name held in a string
-                        "attrgetter", "methodcaller", "get_field", "resolve_name")
+                        "attrgetter", "methodcaller", "get_field", "resolve_name", "__setattr__", "__delattr__")
 _HOOK_METHODS = ("__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__",
                  "__getnewargs_ex__", "__torch_function__", "__torch_dispatch__", "__del__", "__class_getitem__",
                  "__init_subclass__", "__set_name__", "__instancecheck__", "__subclasscheck__", "__match_args__")
@@ -290,7 +304,7 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                 parts = name.split(".")
                 if parts[0] in _FOREIGN_MODULES or (parts[0] == "torch" and len(parts) > 1 and parts[1] in ("ops", "_C")):
                     add("foreign-compute", node, f"imports {name}: the computation must run in Triton kernels")
-                elif parts[0] == "autokernel":
+                elif parts[0] == "autokernel" or parts[0].startswith("_autokernel"):
                     add("introspection", node, f"imports {name}: a kernel file has no business with the judge")
                 elif parts[0] in _INTROSPECTION_MODULES or (parts[0] == "sys" and len(parts) > 1):
                     add("introspection", node, f"imports {name}")
@@ -471,6 +485,12 @@ def _critical_namespaces(ordered: bool = True, own: bool = True) -> list[tuple[s
     dispatch = sys.modules.get("torch.utils._python_dispatch")
     if dispatch is not None:
         spaces.append(("TorchDispatchMode", dispatch.TorchDispatchMode))
+    # the modules the problems' code looks names up in when the worker draws a call's inputs
+    for name in ("math", "random", "hashlib", "contextlib", "logging", "types", "sys", "gc", "warnings",
+                 "torch.random", "torch.nn.modules.module", "torch.func"):
+        module = sys.modules.get(name)
+        if module is not None:
+            spaces.append((name, module))
     for name in ("threading", "_thread", "pickle", "multiprocessing.reduction"):
         module = sys.modules.get(name)
         if module is not None:

@@ -418,8 +418,9 @@ class _State:
             findings.append(registered)
         if hooks_left or hooks_loaded:
             findings.append({"rule": "monkey-patch", "message": (
-                (f"the call left {hooks_left}" if hooks_left else f"the kernel file left {hooks_loaded} since it loaded")
-                + " in place: code of the kernel's would run outside its call, in the judge's own work")})
+                (f"the call left {hooks_left} in place" if hooks_left else
+                 f"the kernel file set {hooks_loaded} (not there before it loaded)")
+                + ": code of the kernel's would run outside its call, in the judge's own work")})
         host_read = host_reads.finding(record.host_reads) if require_launch else None
         if host_read:
             findings.append(host_read)
@@ -510,11 +511,18 @@ class _State:
             if problem is None:
                 for dst, src in zip(buffers, outs):
                     self.copy_into(dst, src)
-            if input_buffers is not None and int(index) < len(self.kept_inputs):
-                drawn = tensors_in(self.kept_inputs[int(index)])
-                for dst, src in zip(input_buffers[n], drawn):
-                    if tuple(dst.shape) == tuple(src.shape) and dst.dtype == src.dtype:
+            if input_buffers is not None:
+                drawn = tensors_in(self.kept_inputs[int(index)]) if int(index) < len(self.kept_inputs) else []
+                same = len(drawn) == len(input_buffers[n]) and all(
+                    tuple(dst.shape) == tuple(src.shape) and dst.dtype == src.dtype
+                    for dst, src in zip(input_buffers[n], drawn))
+                if same:
+                    for dst, src in zip(input_buffers[n], drawn):
                         self.copy_into(dst, src)
+                else:  # no copy would leave the judge's own draw to be compared with itself
+                    findings.append({"rule": "modified-input", "call": int(index), "message": (
+                        "the inputs of the call are not tensors of the shapes and dtypes the judge drew: "
+                        "drawn otherwise")})
             done.append(problem)
         if self.gpu:
             self.torch.cuda.synchronize()
