@@ -66,6 +66,13 @@ def rules(ev) -> set[str]:
     # parent's buffers ran it (fourth red-team pass: passed all six stages and timing writing zeros)
     ("reduce_aten_copy_override.py", "rejected", "monkey-patch", "static"),
     ("reduce_frame_resnapshot.py", "rejected", "introspection", "static"),
+    # an audit hook added at import got the frames of the watch's sys._getframe calls and slowed
+    # the worker's clock (fourth red-team pass: passed, 20 ms a call reported as ~50 us)
+    ("reduce_audit_hook_clock.py", "rejected", "introspection", "static"),
+    # the row sums in C++ built with load_inline, a Triton kernel rewriting the output in place
+    # (fourth red-team pass: passed all six stages and timing; not run past the static checks
+    # here: the build takes a minute)
+    ("reduce_native_inline.py", "rejected", "foreign-compute", "static"),
     # a torch function mode entered at import, through type() and a keyword: the same before and
     # after every call, it intercepted the worker's copy into the parent's buffers (fourth
     # red-team pass: passed all six stages and timing writing zeros)
@@ -105,6 +112,7 @@ def no_static_checks(monkeypatch):
     ("reduce_host_serialized.py", "foreign-compute"),
     ("reduce_aten_copy_override.py", "monkey-patch"),  # registrations counted at torch's dispatcher binding
     ("reduce_load_function_mode.py", "monkey-patch"),  # hooks compared with before the file loaded too
+    ("reduce_audit_hook_clock.py", "monkey-patch"),  # audit hooks after the judge's own are refused and reported
 ])
 def test_attack_that_slipped_past_the_static_checks_is_caught_at_run_time(reduce_eval, no_static_checks, name, rule):
     ev = reduce_eval.evaluate(ATTACKS / name)

@@ -159,6 +159,12 @@ def test_reaching_past_the_rules_at_run_time(src, rule):
     assert rule in rules(src)
 
 
+def test_native_code_only_where_the_problem_allows_other_backends():
+    src = "from torch.utils.cpp_extension import load_inline\nm = load_inline(name='k', cpp_sources='')\n"
+    assert "foreign-compute" in rules(src)
+    assert integrity.static_findings(src, native_code=True) == []  # KernelBench with --allow-torch
+
+
 def test_literal_getattr_of_a_public_name_is_fine():
     assert rules("import triton\nf = getattr(triton, 'cdiv')\n") == set()
 

@@ -14,6 +14,8 @@ import threading
 import warnings
 from typing import Any
 
+from . import host_reads
+
 # taken when the harness loads, before any kernel: a kernel that rebinds sys.getprofile or
 # gc.callbacks in its module does not change what is read here
 _GC_CALLBACKS = gc.callbacks
@@ -43,7 +45,18 @@ def outside_hooks() -> dict[str, Any]:
             "a profile function": id(_GETPROFILE()), "a trace function": id(_GETTRACE()),
             "a thread profile function": id(_THREAD_GETPROFILE()),
             "a thread trace function": id(_THREAD_GETTRACE()),
-            "a garbage collector callback": tuple(id(c) for c in _GC_CALLBACKS)}
+            "a garbage collector callback": tuple(id(c) for c in _GC_CALLBACKS),
+            "a sys.monitoring tool": _monitoring_tools(),
+            "an audit hook": len(host_reads.REFUSED_AUDIT_HOOKS)}
+
+
+def _monitoring_tools() -> tuple:
+    """The sys.monitoring tools in use and their global events (Python 3.12+; else empty)."""
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is None:
+        return ()
+    tools = [(i, monitoring.get_tool(i)) for i in range(6)]
+    return tuple((name, monitoring.get_events(i)) for i, name in tools if name is not None)
 
 
 def changed_hooks(before: dict[str, Any], after: dict[str, Any]) -> str | None:

@@ -121,14 +121,18 @@ _DISPATCH_ESCAPES = ("_disable_current_modes", "_DisableTorchDispatch", "Disable
                      "_unset_infra_mode", "_set_dispatch_mode", "_ExcludeDispatchKeyGuard",
                      "_RestorePythonTLSSnapshot", "_python_dispatch", "no_dispatch",
                      "_DisablePythonDispatcher", "_push_on_torch_dispatch_stack")
+_NATIVE_BUILDS = frozenset({"cpp_extension", "load_inline"})
 _REGISTRY_MODULES = ("torch.library",)
 _REGISTRY_WHY = ("operator registrations change what PyTorch runs for the whole worker, the judge's own "
                  "copies, digests and draws included")
 _PROCESS_CALLS = ("fork", "system", "popen", "spawnv", "spawnl", "execv", "execl", "posix_spawn")
 
 
-def static_findings(source: str, filename: str = "kernel.py") -> list[StaticFinding]:
-    """AST checks of a kernel file.  Raises SyntaxError when the file does not parse."""
+def static_findings(source: str, filename: str = "kernel.py", native_code: bool = False) -> list[StaticFinding]:
+    """AST checks of a kernel file.  Raises SyntaxError when the file does not parse.
+    ``native_code``: the problem lets files build C++/CUDA (KernelBench with ``--allow-torch``);
+    elsewhere ``torch.utils.cpp_extension`` is a finding, as native code computes outside
+    Triton and outside every run-time check (no op for the watch, no read for the audit hook)."""
     tree = ast.parse(source, filename=filename)
     aliases = _module_aliases(tree)
     torch_names = {name for name, mod in aliases.items() if mod.split(".")[0] == "torch"}
@@ -230,6 +234,20 @@ def static_findings(source: str, filename: str = "kernel.py") -> list[StaticFind
             if fname.split(".")[-1] in ("Thread", "Process", "ThreadPoolExecutor", "ProcessPoolExecutor"):
                 add("threads-or-streams", node, f"creates {fname}")
     _reach_findings(tree, aliases, add)
+    if not native_code:
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Attribute):
+                names = [node.attr]
+            elif isinstance(node, ast.Name):
+                names = [node.id]
+            if any(part in _NATIVE_BUILDS for name in names for part in name.split(".")):
+                add("foreign-compute", node, "builds native code (torch.utils.cpp_extension): the computation must "
+                    "run in Triton kernels (native code is for KernelBench files with --allow-torch)")
     return _dedupe(findings)
 
 
