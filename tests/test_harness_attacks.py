@@ -73,6 +73,9 @@ def rules(ev) -> set[str]:
     # (fourth red-team pass: passed all six stages and timing; not run past the static checks
     # here: the build takes a minute)
     ("reduce_native_inline.py", "rejected", "foreign-compute", "static"),
+    # a SIGALRM handler set through _signal finishes each output after the timed window (a GPU
+    # attack: see its comment)
+    ("reduce_signal_after_call.py", "rejected", "introspection", "static"),
     # a torch function mode entered at import, through type() and a keyword: the same before and
     # after every call, it intercepted the worker's copy into the parent's buffers (fourth
     # red-team pass: passed all six stages and timing writing zeros)
@@ -113,6 +116,7 @@ def no_static_checks(monkeypatch):
     ("reduce_aten_copy_override.py", "monkey-patch"),  # registrations counted at torch's dispatcher binding
     ("reduce_load_function_mode.py", "monkey-patch"),  # hooks compared with before the file loaded too
     ("reduce_audit_hook_clock.py", "monkey-patch"),  # audit hooks after the judge's own are refused and reported
+    ("reduce_signal_after_call.py", "monkey-patch"),  # signal handlers and timers among the outside hooks
 ])
 def test_attack_that_slipped_past_the_static_checks_is_caught_at_run_time(reduce_eval, no_static_checks, name, rule):
     ev = reduce_eval.evaluate(ATTACKS / name)

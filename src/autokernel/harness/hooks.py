@@ -8,7 +8,9 @@ every call; a call that leaves one behind, or a file that set one at import, is 
 the parent's buffers) would run the kernel's code, unwatched and untimed."""
 from __future__ import annotations
 
+import _signal
 import gc
+import signal
 import sys
 import threading
 import warnings
@@ -22,6 +24,12 @@ _GC_CALLBACKS = gc.callbacks
 _GETPROFILE, _GETTRACE = sys.getprofile, sys.gettrace
 _THREAD_GETPROFILE = getattr(threading, "getprofile", lambda: None)
 _THREAD_GETTRACE = getattr(threading, "gettrace", lambda: None)
+_GETSIGNAL, _GETITIMER = _signal.getsignal, _signal.getitimer  # the C functions: no enum conversions
+_SIGNALS = sorted(signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP})
+_TIMERS = (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
+
+
+_TABLES: list[str] = []  # the names of torch.nn.modules.module's global hook tables, found once
 
 
 def _module_hooks() -> tuple:
@@ -29,8 +37,10 @@ def _module_hooks() -> tuple:
     module = sys.modules.get("torch.nn.modules.module")
     if module is None:
         return ()
-    return tuple((name, tuple(table)) for name, table in sorted(vars(module).items())
-                 if name.startswith("_global_") and isinstance(table, dict))
+    space = vars(module)
+    if not _TABLES:
+        _TABLES.extend(sorted(n for n, t in space.items() if n.startswith("_global_") and isinstance(t, dict)))
+    return tuple((name, tuple(space.get(name) or ())) for name in _TABLES)
 
 
 def outside_hooks() -> dict[str, Any]:
@@ -47,7 +57,16 @@ def outside_hooks() -> dict[str, Any]:
             "a thread trace function": id(_THREAD_GETTRACE()),
             "a garbage collector callback": tuple(id(c) for c in _GC_CALLBACKS),
             "a sys.monitoring tool": _monitoring_tools(),
+            "a signal handler or interval timer": _signals(),
+            "an import hook": tuple(id(h) for h in sys.meta_path) + tuple(id(h) for h in sys.path_hooks),
             "an audit hook": len(host_reads.REFUSED_AUDIT_HOOKS)}
+
+
+def _signals() -> tuple:
+    """Every signal's handler and the interval timers (a timer's handler runs between any two
+    bytecodes of the judge's work, with the frame it interrupted)."""
+    handlers = tuple(id(_GETSIGNAL(s)) for s in _SIGNALS)
+    return handlers + tuple(_GETITIMER(t) for t in _TIMERS)
 
 
 def _monitoring_tools() -> tuple:

@@ -269,7 +269,9 @@ _INTROSPECTION_ATTRS = ("f_locals", "f_globals", "f_back", "f_code", "f_builtins
                         "__traceback__", "exc_info", "last_traceback", "last_exc", "currentframe", "walk_stack",
                         "walk_tb", "addaudithook", "monitoring", "_current_exceptions",
                         # attributes read by a name held in a string
-                        "attrgetter", "methodcaller", "get_field", "resolve_name", "__setattr__", "__delattr__")
+                        "attrgetter", "methodcaller", "get_field", "resolve_name", "__setattr__", "__delattr__",
+                        # import hooks run in the judge's own imports
+                        "meta_path", "path_hooks", "path_importer_cache")
 _HOOK_METHODS = ("__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__",
                  "__getnewargs_ex__", "__torch_function__", "__torch_dispatch__", "__del__", "__class_getitem__",
                  "__init_subclass__", "__set_name__", "__instancecheck__", "__subclasscheck__", "__match_args__")
@@ -322,7 +324,10 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                 parts = name.split(".")
                 if parts[0] in _FOREIGN_MODULES or (parts[0] == "torch" and len(parts) > 1 and parts[1] in ("ops", "_C")):
                     add("foreign-compute", node, f"imports {name}: the computation must run in Triton kernels")
-                elif parts[0] == "autokernel" or parts[0].startswith("_autokernel"):
+                elif parts[0].startswith("_") and parts[0] != "__future__" and parts[0] not in _THREAD_MODULES:
+                    add("introspection", node, f"imports {name}: a private module (the C side of signal, "
+                        "weakref, operator...) reaches what its public module would")
+                elif parts[0] == "autokernel":
                     add("introspection", node, f"imports {name}: a kernel file has no business with the judge")
                 elif parts[0] in _INTROSPECTION_MODULES or (parts[0] == "sys" and len(parts) > 1):
                     add("introspection", node, f"imports {name}")
@@ -504,7 +509,7 @@ def _critical_namespaces(ordered: bool = True, own: bool = True) -> list[tuple[s
     if dispatch is not None:
         spaces.append(("TorchDispatchMode", dispatch.TorchDispatchMode))
     # the modules the problems' code looks names up in when the worker draws a call's inputs
-    for name in ("math", "random", "hashlib", "contextlib", "logging", "types", "sys", "gc", "warnings",
+    for name in ("math", "random", "hashlib", "contextlib", "types", "sys", "gc", "warnings",
                  "torch.random", "torch.nn.modules.module", "torch.func"):
         module = sys.modules.get(name)
         if module is not None:
