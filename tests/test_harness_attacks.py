@@ -297,3 +297,25 @@ def test_an_input_resized_after_use_as_scratch_is_not_a_skipped_check():
         result = ev.evaluate(ATTACKS / "reduce_resized_input.py")
     assert result.verdict == "rejected" and "modified-input" in rules(result), result.message
     assert result.failed_stage == "timing", result.message
+
+
+def test_only_registrations_over_operators_the_judge_could_run_count():
+    """torch registers lazily too (torch.compile adds 82 implementations on first use, for ops it
+    defines then or for the Meta key): those must not read as the kernel's tampering."""
+    import torch
+
+    from autokernel.harness import registrations
+
+    counter = registrations.install()
+    before = counter.count
+    own = torch.library.Library("autokernel_test_ops", "DEF")
+    own.define("twice(Tensor x) -> Tensor")
+    own.impl("twice", lambda x: x * 2, "CPU")  # a new operator: nothing the judge calls
+    meta = torch.library.Library("aten", "IMPL")
+    meta.impl("cumsum", lambda *a, **k: None, "Meta")  # fake tensors only
+    assert counter.since(before) is None
+    aten = torch.library.Library("aten", "IMPL")
+    aten.impl("neg", lambda x: x, "CPU")
+    assert counter.since(before) == "impl(aten::neg, CPU)"
+    for lib in (own, meta, aten):
+        lib._destroy()
