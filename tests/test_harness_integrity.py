@@ -154,6 +154,10 @@ def test_a_time_below_the_physical_floor_is_flagged():
     ("import torch.nn as nn\ntype.__setattr__(nn.Linear, 'forward', print)\n", "introspection"),
     ("from _autokernel_kernelbench_12_Gemm_0123456789 import Model\n", "introspection"),
     ("from torch.nn.modules.module import register_module_forward_hook\n", "monkey-patch"),
+    ("import torch\nr = torch.utils.weak.WeakIdRef(t, callback)\n", "introspection"),
+    ("from torch.utils.weak import WeakIdRef\n", "introspection"),
+    ("import _signal\n_signal.signal(14, handler)\n", "introspection"),
+    ("import sys\nsys.meta_path.insert(0, finder)\n", "introspection"),
 ])
 def test_reaching_past_the_rules_at_run_time(src, rule):
     assert rule in rules(src)

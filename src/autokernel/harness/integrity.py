@@ -329,7 +329,8 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                         "weakref, operator...) reaches what its public module would")
                 elif parts[0] == "autokernel":
                     add("introspection", node, f"imports {name}: a kernel file has no business with the judge")
-                elif parts[0] in _INTROSPECTION_MODULES or (parts[0] == "sys" and len(parts) > 1):
+                elif parts[0] in _INTROSPECTION_MODULES or (parts[0] == "sys" and len(parts) > 1) \
+                        or name.startswith("torch.utils.weak"):  # weakref's callbacks, under torch's name
                     add("introspection", node, f"imports {name}")
                 elif parts[0] == "torch" and any(p.startswith("_") and not p.startswith("__") for p in parts[1:]):
                     add("torch-op", node, f"imports private torch API {name}")
@@ -348,6 +349,8 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                 add("foreign-compute", node, f"uses {dotted}: the computation must run in Triton kernels")
             elif root in torch_names and node.attr.startswith("_") and not node.attr.startswith("__"):
                 add("torch-op", node, f"uses private torch API {dotted}")
+            elif root in torch_names and node.attr == "weak":
+                add("introspection", node, f"uses {dotted}: weak references' callbacks run in the judge's work")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (
                 node.value in _HOOK_METHODS or node.value in _INTROSPECTION_ATTRS and node.value.startswith("__")):
             add("introspection", node, f"names {node.value}")
