@@ -158,6 +158,7 @@ def test_a_time_below_the_physical_floor_is_flagged():
     ("from torch.utils.weak import WeakIdRef\n", "introspection"),
     ("import _signal\n_signal.signal(14, handler)\n", "introspection"),
     ("import sys\nsys.meta_path.insert(0, finder)\n", "introspection"),
+    ("import sys\nsys._setprofileallthreads(f)\n", "introspection"),  # Python 3.12
 ])
 def test_reaching_past_the_rules_at_run_time(src, rule):
     assert rule in rules(src)

@@ -349,6 +349,8 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                 add("foreign-compute", node, f"uses {dotted}: the computation must run in Triton kernels")
             elif root in torch_names and node.attr.startswith("_") and not node.attr.startswith("__"):
                 add("torch-op", node, f"uses private torch API {dotted}")
+            elif aliases.get(root) == "sys" and node.attr.startswith("_") and not node.attr.startswith("__"):
+                add("introspection", node, f"uses {dotted}: sys's private functions set hooks and read frames")
             elif root in torch_names and node.attr == "weak":
                 add("introspection", node, f"uses {dotted}: weak references' callbacks run in the judge's work")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (
