@@ -62,7 +62,27 @@ def rules(ev) -> set[str]:
     # a name added to torch.Tensor shadows TensorBase.copy_ for the worker's copy into the
     # parent's buffers (third red-team pass: passed all six stages writing zeros)
     ("reduce_tensor_copy_hijack.py", "rejected", "monkey-patch", "smoke"),
+    # an aten::copy_ of its own registered through torch.library: the worker's copy into the
+    # parent's buffers ran it (fourth red-team pass: passed all six stages and timing writing zeros)
+    ("reduce_aten_copy_override.py", "rejected", "monkey-patch", "static"),
     ("reduce_frame_resnapshot.py", "rejected", "introspection", "static"),
+    # an audit hook added at import got the frames of the watch's sys._getframe calls and slowed
+    # the worker's clock (fourth red-team pass: passed, 20 ms a call reported as ~50 us)
+    ("reduce_audit_hook_clock.py", "rejected", "introspection", "static"),
+    # the row sums in C++ built with load_inline, a Triton kernel rewriting the output in place
+    # (fourth red-team pass: passed all six stages and timing; not run past the static checks
+    # here: the build takes a minute)
+    ("reduce_native_inline.py", "rejected", "foreign-compute", "static"),
+    # a SIGALRM handler set through _signal finishes each output after the timed window (a GPU
+    # attack: see its comment)
+    ("reduce_signal_after_call.py", "rejected", "introspection", "static"),
+    # a torch function mode entered at import, through type() and a keyword: the same before and
+    # after every call, it intercepted the worker's copy into the parent's buffers (fourth
+    # red-team pass: passed all six stages and timing writing zeros)
+    ("reduce_load_function_mode.py", "rejected", "introspection", "static"),
+    # the worker's state reached through a traceback and class patterns of match (fourth
+    # red-team pass: passed, each call sleeping 20 ms and reporting 20 us)
+    ("reduce_match_frame_clock.py", "rejected", "introspection", "static"),
     ("reduce_timer_underreport.py", "rejected", "introspection", "static"),
 ])
 def test_attack_is_caught(reduce_eval, name, verdict, rule, stage):
@@ -93,6 +113,10 @@ def no_static_checks(monkeypatch):
     ("reduce_host_tolist.py", "foreign-compute"),
     ("reduce_host_memory_file.py", "foreign-compute"),
     ("reduce_host_serialized.py", "foreign-compute"),
+    ("reduce_aten_copy_override.py", "monkey-patch"),  # registrations counted at torch's dispatcher binding
+    ("reduce_load_function_mode.py", "monkey-patch"),  # hooks compared with before the file loaded too
+    ("reduce_audit_hook_clock.py", "monkey-patch"),  # audit hooks after the judge's own are refused and reported
+    ("reduce_signal_after_call.py", "monkey-patch"),  # signal handlers and timers among the outside hooks
 ])
 def test_attack_that_slipped_past_the_static_checks_is_caught_at_run_time(reduce_eval, no_static_checks, name, rule):
     ev = reduce_eval.evaluate(ATTACKS / name)
@@ -233,3 +257,65 @@ def test_a_launch_made_while_another_stream_is_current_is_counted(monkeypatch):
     assert call.off_stream == 1
     source = (ATTACKS / "softmax_gpu_pool_stream.py").read_text()
     assert "threads-or-streams" in {f.rule for f in integrity.static_findings(source)}
+
+
+KERNELBENCH = Path(os.environ.get("KERNELBENCH_DIR") or Path(__file__).resolve().parent.parent.parent / "shared"
+                   / "kernelbench")
+
+
+@pytest.mark.skipif(not (KERNELBENCH / "level2").is_dir(), reason=f"the KernelBench files are not at {KERNELBENCH}")
+@pytest.mark.parametrize("name,stage,said", [
+    # a global module-registration hook of torch.nn, set at import, ran inside the worker's build
+    # of the reference Model for each timed draw, recovered the input seed from
+    # torch.initial_seed() and computed the output there; the call only copied it
+    ("kb_gemm_draw_hook.py", "smoke", "torch.nn global module hook"),
+    # the same work, started by a class of its own put in place of random.Random, which the
+    # draw calls with its seed (neither a guarded name nor in the fingerprint before)
+    ("kb_gemm_random_class.py", "load", "random.Random"),
+])
+@pytest.mark.parametrize("static", [True, False])
+def test_no_code_of_the_kernels_runs_in_the_workers_draw(static, name, stage, said, monkeypatch):
+    """Fourth red-team pass: each passed all six stages and timing (2.5x and 1.8x the honest
+    Triton GEMM on the CPU), computing every timed call's output in the worker's draw."""
+    from autokernel.problems.kernelbench import KernelBenchOptions, load_kernelbench
+
+    if not static:
+        monkeypatch.setattr(integrity, "static_findings", lambda source, filename="kernel.py": [])
+    problem = load_kernelbench(KERNELBENCH / "level2" / "12_Gemm_Multiply_LeakyReLU.py", KernelBenchOptions(scale=0.005))
+    with Evaluator(problem, device="cpu", shapes=problem.cpu_shapes[:1], timeout_s=60, baselines=False) as ev:
+        result = ev.evaluate(ATTACKS / name)
+    assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
+    assert result.failed_stage == ("static" if static else stage), result.message
+    assert static or said in result.message, result.message
+
+
+def test_an_input_resized_after_use_as_scratch_is_not_a_skipped_check():
+    """Fourth red-team pass (passed all six stages and timing): on the inputs the worker drew, the
+    kernel wrote into its input and then resized it to nothing; the worker copied an input back
+    only when its shape matched the judge's draw, so the judge compared its draw with itself."""
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, baselines=False) as ev:
+        result = ev.evaluate(ATTACKS / "reduce_resized_input.py")
+    assert result.verdict == "rejected" and "modified-input" in rules(result), result.message
+    assert result.failed_stage == "timing", result.message
+
+
+def test_only_registrations_over_operators_the_judge_could_run_count():
+    """torch registers lazily too (torch.compile adds 82 implementations on first use, for ops it
+    defines then or for the Meta key): those must not read as the kernel's tampering."""
+    import torch
+
+    from autokernel.harness import registrations
+
+    counter = registrations.install()
+    before = counter.count
+    own = torch.library.Library("autokernel_test_ops", "DEF")
+    own.define("twice(Tensor x) -> Tensor")
+    own.impl("twice", lambda x: x * 2, "CPU")  # a new operator: nothing the judge calls
+    meta = torch.library.Library("aten", "IMPL")
+    meta.impl("cumsum", lambda *a, **k: None, "Meta")  # fake tensors only
+    assert counter.since(before) is None
+    aten = torch.library.Library("aten", "IMPL")
+    aten.impl("neg", lambda x: x, "CPU")
+    assert counter.since(before) == "impl(aten::neg, CPU)"
+    for lib in (own, meta, aten):
+        lib._destroy()

@@ -111,7 +111,9 @@ def test_patching_torch_at_import_is_caught_and_the_next_kernel_is_judged_cleanl
 
 def test_patching_what_the_worker_does_not_watch_cannot_fool_the_parent(reduce_eval):
     ev = reduce_eval.evaluate(BAD / "reduce_wrong_patches_quietly.py")
-    assert ev.verdict == "incorrect" and ev.failed_stage == "smoke"
+    # math is in the fingerprint now (the worker's draws call math.sqrt): found at load; before
+    # that the parent, judging in its own process, found the ones incorrect
+    assert ev.verdict == "rejected" and ev.failed_stage == "load" and "math.isclose" in ev.message, ev.message
 
 
 @pytest.mark.parametrize("kernel,stage,detail", [

@@ -130,9 +130,44 @@ def test_a_time_below_the_physical_floor_is_flagged():
     ("def kernel_fn(x):\n    return x.cpu().numpy()\n", "foreign-compute"),
     ("import torch\nn = torch._C._len_torch_dispatch_stack()\n", "torch-op"),
     ("import torch\nm = getattr(torch, '_C')\n", "torch-op"),
+    # spellings found by the fourth red-team pass: attributes read by name without an
+    # attribute expression, and frames reached without sys._getframe
+    ("match tb:\n    case object(tb_frame=f):\n        pass\n", "introspection"),
+    ("match x:\n    case object(numpy=n):\n        pass\n", "foreign-compute"),
+    ("g = getattr\nloc = g(frame, 'f_' + 'locals')\n", "introspection"),
+    ("from functools import reduce\nv = reduce(getattr, names, frame)\n", "introspection"),
+    ("import string\nv = string.Formatter().get_field('0.f_' + 'back', (f,), {})\n", "introspection"),
+    ("loc = next(iter(map(getattr, [frame], ['f_locals'])))\n", "introspection"),
+    ("try:\n    raise KeyError\nexcept KeyError as e:\n    tb = e.__traceback__\n", "introspection"),
+    ("import sys\ntb = sys.exc_info()[2]\n", "introspection"),
+    ("import logging\nf = logging.currentframe()\n", "introspection"),
+    ("import sys\nsys.addaudithook(lambda event, args: None)\n", "introspection"),
+    ("class C:\n    __torch_function__ = classmethod(lambda *a: None)\n", "introspection"),
+    ("import torch\nM = type('M', (torch.overrides.TorchFunctionMode,), dict(__torch_function__=f))\n", "introspection"),
+    ("from torch.overrides import TorchFunctionMode\n", "introspection"),
+    ("import torch\nlib = torch.library.Library('aten', 'IMPL')\n", "monkey-patch"),
+    ("from torch.library import impl\n", "monkey-patch"),
+    # names the worker's draws look up: any module the file imports, anything it imports from one
+    ("import random\nrandom.Random = object\n", "monkey-patch"),
+    ("import hashlib\nsetattr(hashlib, 'sha256', None)\n", "monkey-patch"),
+    ("from torch.nn import Linear\nLinear.reset_parameters = print\n", "monkey-patch"),
+    ("import torch.nn as nn\ntype.__setattr__(nn.Linear, 'forward', print)\n", "introspection"),
+    ("from _autokernel_kernelbench_12_Gemm_0123456789 import Model\n", "introspection"),
+    ("from torch.nn.modules.module import register_module_forward_hook\n", "monkey-patch"),
+    ("import torch\nr = torch.utils.weak.WeakIdRef(t, callback)\n", "introspection"),
+    ("from torch.utils.weak import WeakIdRef\n", "introspection"),
+    ("import _signal\n_signal.signal(14, handler)\n", "introspection"),
+    ("import sys\nsys.meta_path.insert(0, finder)\n", "introspection"),
+    ("import sys\nsys._setprofileallthreads(f)\n", "introspection"),  # Python 3.12
 ])
 def test_reaching_past_the_rules_at_run_time(src, rule):
     assert rule in rules(src)
+
+
+def test_native_code_only_where_the_problem_allows_other_backends():
+    src = "from torch.utils.cpp_extension import load_inline\nm = load_inline(name='k', cpp_sources='')\n"
+    assert "foreign-compute" in rules(src)
+    assert integrity.static_findings(src, native_code=True) == []  # KernelBench with --allow-torch
 
 
 def test_literal_getattr_of_a_public_name_is_fine():

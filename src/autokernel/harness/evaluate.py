@@ -220,7 +220,9 @@ class Evaluator:
             ev.failed_stage, ev.message = "load", f"cannot read kernel file: {exc}"
             return
         try:
-            found = integrity.static_findings(source, path.name)
+            # native code only where the problem allows other backends (KernelBench --allow-torch)
+            found = integrity.static_findings(source, path.name, native_code=True) \
+                if self.problem.forbidden_ops is not None else integrity.static_findings(source, path.name)
         except SyntaxError as exc:
             ev.failed_stage = "load"
             ev.message = f"SyntaxError: {exc.msg} ({path.name}:{exc.lineno})"

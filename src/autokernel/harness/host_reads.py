@@ -17,7 +17,8 @@ interpreter reads its arguments on the kernel's behalf):
   ``torch.save``, and the storage methods that write or share raw bytes;
 - an audit hook (``sys.addaudithook``; it cannot be removed) notes opening the process's memory
   or shared-memory files (``/proc/<pid>/mem``, ``/dev/shm``...), ``mmap`` and the ctypes calls
-  that read raw memory.
+  that read raw memory; it refuses every audit hook added after it (a kernel's hook would run
+  on the judge's events, and receive the frames of the watch's ``sys._getframe`` calls).
 
 The wrapped methods are installed before the worker's fingerprint is taken, so replacing them
 is ``monkey-patch``.
@@ -39,6 +40,7 @@ MEMORY_AUDIT_EVENTS = ("mmap.__new__", "ctypes.string_at", "ctypes.wstring_at", 
                        "ctypes.cdata/buffer", "ctypes.PyObj_FromPtr")
 
 _INSTALLED = False
+REFUSED_AUDIT_HOOKS: list[str] = []  # sys.addaudithook calls after ``install`` (refused; the worker reports them)
 
 
 def memory_path(path: Any) -> bool:
@@ -107,6 +109,9 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
     guard(torch.serialization, "_save", "torch.save")
 
     def audit(event: str, args: tuple) -> None:
+        if event == "sys.addaudithook":  # a hook of the kernel's would see every frame the watch takes
+            REFUSED_AUDIT_HOOKS.append(event)
+            raise RuntimeError("no audit hooks after the judge's own")  # Python then does not add it
         if record.current is None:
             return
         if event == "open" and args and memory_path(args[0]):

@@ -46,6 +46,7 @@ This module is pure analysis (AST, op names, id snapshots); the worker and the s
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -120,15 +121,30 @@ _DISPATCH_ESCAPES = ("_disable_current_modes", "_DisableTorchDispatch", "Disable
                      "_unset_infra_mode", "_set_dispatch_mode", "_ExcludeDispatchKeyGuard",
                      "_RestorePythonTLSSnapshot", "_python_dispatch", "no_dispatch",
                      "_DisablePythonDispatcher", "_push_on_torch_dispatch_stack")
+_NATIVE_BUILDS = frozenset({"cpp_extension", "load_inline"})
+_REGISTRY_MODULES = ("torch.library",)
+_REGISTRY_WHY = ("operator registrations change what PyTorch runs for the whole worker, the judge's own "
+                 "copies, digests and draws included")
 _PROCESS_CALLS = ("fork", "system", "popen", "spawnv", "spawnl", "execv", "execl", "posix_spawn")
 
 
-def static_findings(source: str, filename: str = "kernel.py") -> list[StaticFinding]:
-    """AST checks of a kernel file.  Raises SyntaxError when the file does not parse."""
+def static_findings(source: str, filename: str = "kernel.py", native_code: bool = False) -> list[StaticFinding]:
+    """AST checks of a kernel file.  Raises SyntaxError when the file does not parse.
+    ``native_code``: the problem lets files build C++/CUDA (KernelBench with ``--allow-torch``);
+    elsewhere ``torch.utils.cpp_extension`` is a finding, as native code computes outside
+    Triton and outside every run-time check (no op for the watch, no read for the audit hook)."""
     tree = ast.parse(source, filename=filename)
     aliases = _module_aliases(tree)
     torch_names = {name for name, mod in aliases.items() if mod.split(".")[0] == "torch"}
     guarded = {name for name, mod in aliases.items() if mod.split(".")[0] in _TORCH_ROOTS}
+    # any module the file imports: the judge's code looks names up in the same modules (the
+    # timed draws call random.Random, hashlib.sha256, math.sqrt...)
+    guarded |= {(a.asname or a.name).split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for a in node.names}
+    # and whatever it imports from a module (a class of torch.nn, a KernelBench file's Model): the
+    # judge builds and calls the same objects
+    guarded |= {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+                and node.module.split(".")[0] not in ("__future__", "typing", "dataclasses") for a in node.names}
     findings: list[StaticFinding] = []
 
     def add(rule: str, node: ast.AST, text: str) -> None:
@@ -169,6 +185,22 @@ def static_findings(source: str, filename: str = "kernel.py") -> list[StaticFind
             if root in aliases and aliases[root] == "sys" and node.attr in ("modules", "settrace", "setprofile"):
                 if _is_store_context(node, tree):
                     add("monkey-patch", node, f"changes {dotted}")
+        # operator registration: replaces what PyTorch runs for the whole worker, the judge included
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [f"{node.module}.{a.name}" for a in node.names]
+            for name in names:
+                if name.startswith(_REGISTRY_MODULES):
+                    add("monkey-patch", node, f"imports {name}: {_REGISTRY_WHY}")
+        # torch.nn's global module hooks run in every module's build and forward, the judge's too
+        for hook_name in (getattr(node, "attr", None), getattr(node, "id", None),
+                          *[a.name.split(".")[-1] for a in getattr(node, "names", ()) if isinstance(node, ast.ImportFrom)]):
+            if isinstance(hook_name, str) and hook_name.startswith("register_module_"):
+                add("monkey-patch", node, f"uses {hook_name}: a global hook of torch.nn runs in the judge's own "
+                    "work (the reference Model built for each draw)")
+        if isinstance(node, ast.Attribute) and node.attr == "library" and \
+                (_dotted(node) or "").split(".")[0] in torch_names:
+            add("monkey-patch", node, f"uses {_dotted(node)}: {_REGISTRY_WHY}")
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
             for alias in node.names:
                 if alias.name in _STREAM_NAMES or alias.name.endswith(("Stream", "StreamContext")):
@@ -202,13 +234,28 @@ def static_findings(source: str, filename: str = "kernel.py") -> list[StaticFind
             if fname.split(".")[-1] in ("Thread", "Process", "ThreadPoolExecutor", "ProcessPoolExecutor"):
                 add("threads-or-streams", node, f"creates {fname}")
     _reach_findings(tree, aliases, add)
+    if not native_code:
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Attribute):
+                names = [node.attr]
+            elif isinstance(node, ast.Name):
+                names = [node.id]
+            if any(part in _NATIVE_BUILDS for name in names for part in name.split(".")):
+                add("foreign-compute", node, "builds native code (torch.utils.cpp_extension): the computation must "
+                    "run in Triton kernels (native code is for KernelBench files with --allow-torch)")
     return _dedupe(findings)
 
 
 # Modules that compute outside Triton, and modules that reach into the interpreter's state.
 _FOREIGN_MODULES = ("numpy", "ctypes", "cffi", "numba", "cupy", "jax", "scipy", "pandas", "tensorflow", "mmap")
 _INTROSPECTION_MODULES = ("importlib", "inspect", "gc", "marshal", "types", "dis", "builtins", "operator",
-                          "pickle", "copyreg", "code", "codeop", "runpy", "pkgutil", "weakref", "atexit", "signal")
+                          "pickle", "copyreg", "code", "codeop", "runpy", "pkgutil", "weakref", "atexit", "signal",
+                          "_operator", "traceback", "pdb", "bdb", "trace", "pydoc", "cProfile", "profile")
 _INTROSPECTION_NAMES = ("__import__", "exec", "eval", "compile", "vars", "globals", "locals", "__builtins__",
                         "__loader__", "__spec__", "breakpoint")
 _INTROSPECTION_ATTRS = ("f_locals", "f_globals", "f_back", "f_code", "f_builtins", "gi_frame", "cr_frame", "ag_frame",
@@ -216,22 +263,59 @@ _INTROSPECTION_ATTRS = ("f_locals", "f_globals", "f_back", "f_code", "f_builtins
                         "__mro__", "__builtins__", "__code__", "__closure__", "cell_contents", "__wrapped__",
                         "__getattribute__", "__self__", "__func__", "__class__", "__loader__", "__spec__",
                         "_getframe", "_current_frames", "settrace", "setprofile", "modules", "import_module",
-                        "__import__", "get_referrers", "get_referents", "get_objects", "_getframemodulename")
+                        "__import__", "get_referrers", "get_referents", "get_objects", "_getframemodulename",
+                        # other ways to a frame: tracebacks, logging's frame helper, audit hooks (they
+                        # get the frames of sys._getframe calls), sys.monitoring callbacks
+                        "__traceback__", "exc_info", "last_traceback", "last_exc", "currentframe", "walk_stack",
+                        "walk_tb", "addaudithook", "monitoring", "_current_exceptions",
+                        # attributes read by a name held in a string
+                        "attrgetter", "methodcaller", "get_field", "resolve_name", "__setattr__", "__delattr__",
+                        # import hooks run in the judge's own imports
+                        "meta_path", "path_hooks", "path_importer_cache")
 _HOOK_METHODS = ("__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__",
                  "__getnewargs_ex__", "__torch_function__", "__torch_dispatch__", "__del__", "__class_getitem__",
-                 "__init_subclass__", "__set_name__", "__instancecheck__", "__subclasscheck__")
+                 "__init_subclass__", "__set_name__", "__instancecheck__", "__subclasscheck__", "__match_args__")
 _FOREIGN_ATTRS = ("numpy", "from_numpy", "ops", "np", "ctypes", "tolist", "__array__", "__array_interface__",
                   "__cuda_array_interface__", "__dlpack__", "from_dlpack", "to_dlpack",
                   # raw bytes of a storage; the Triton interpreter's values inside a kernel body
                   "_write_file", "_share_fd_cpu_", "_share_filename_cpu_", "handle")
 _ATTR_CALLS = ("getattr", "setattr", "delattr", "hasattr")
+_MODE_CLASSES = frozenset({"TorchFunctionMode", "TorchDispatchMode", "BaseTorchFunctionMode"})
+# Names of frames' and namespaces' attributes that a kernel file has no reason to write even
+# inside a string (a string can be read as an attribute name: getattr, string.Formatter,
+# a class's __match_args__).
+_NAMED_IN_STRINGS = frozenset(a for a in _INTROSPECTION_ATTRS + _HOOK_METHODS
+                              if a.startswith(("f_", "tb_", "gi_", "cr_", "ag_", "__", "_get", "_current"))
+                              or a in ("cell_contents", "get_referrers", "get_referents", "get_objects"))
+
+
+def _attribute_finding(attr: str) -> tuple[str, str] | None:
+    """The rule an attribute read by this name breaks, whatever the spelling of the read (an
+    attribute expression, a class pattern of ``match``), and why; or None."""
+    if attr in _INTROSPECTION_ATTRS or attr in _HOOK_METHODS:
+        return "introspection", ""
+    if attr in _FOREIGN_ATTRS:
+        return "foreign-compute", ": the computation must run in Triton kernels"
+    return None
 
 
 def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
     """Ways to reach what a kernel has no business reaching: the harness's frames and
     namespaces, names and code built at run time, and compute outside Triton."""
     torch_names = {name for name, mod in aliases.items() if mod.split(".")[0] == "torch"}
+    called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
     for node in ast.walk(tree):
+        if isinstance(node, (ast.Attribute, ast.Name, ast.alias)) and _MODE_CLASSES.intersection(
+                {getattr(node, "attr", None), getattr(node, "id", None), getattr(node, "name", "").split(".")[-1]}):
+            add("introspection", node, f"uses {_dotted(node) or node.name}: kernel files run under the judge's "
+                "modes, never their own")
+        if isinstance(node, ast.ImportFrom):
+            for a in node.names:
+                if a.name in _INTROSPECTION_ATTRS or a.name in _ATTR_CALLS:
+                    add("introspection", node, f"imports {a.name}")
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             if isinstance(node, ast.ImportFrom):
@@ -240,9 +324,13 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                 parts = name.split(".")
                 if parts[0] in _FOREIGN_MODULES or (parts[0] == "torch" and len(parts) > 1 and parts[1] in ("ops", "_C")):
                     add("foreign-compute", node, f"imports {name}: the computation must run in Triton kernels")
+                elif parts[0].startswith("_") and parts[0] != "__future__" and parts[0] not in _THREAD_MODULES:
+                    add("introspection", node, f"imports {name}: a private module (the C side of signal, "
+                        "weakref, operator...) reaches what its public module would")
                 elif parts[0] == "autokernel":
                     add("introspection", node, f"imports {name}: a kernel file has no business with the judge")
-                elif parts[0] in _INTROSPECTION_MODULES or (parts[0] == "sys" and len(parts) > 1):
+                elif parts[0] in _INTROSPECTION_MODULES or (parts[0] == "sys" and len(parts) > 1) \
+                        or name.startswith("torch.utils.weak"):  # weakref's callbacks, under torch's name
                     add("introspection", node, f"imports {name}")
                 elif parts[0] == "torch" and any(p.startswith("_") and not p.startswith("__") for p in parts[1:]):
                     add("torch-op", node, f"imports private torch API {name}")
@@ -261,9 +349,28 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                 add("foreign-compute", node, f"uses {dotted}: the computation must run in Triton kernels")
             elif root in torch_names and node.attr.startswith("_") and not node.attr.startswith("__"):
                 add("torch-op", node, f"uses private torch API {dotted}")
+            elif aliases.get(root) == "sys" and node.attr.startswith("_") and not node.attr.startswith("__"):
+                add("introspection", node, f"uses {dotted}: sys's private functions set hooks and read frames")
+            elif root in torch_names and node.attr == "weak":
+                add("introspection", node, f"uses {dotted}: weak references' callbacks run in the judge's work")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (
                 node.value in _HOOK_METHODS or node.value in _INTROSPECTION_ATTRS and node.value.startswith("__")):
             add("introspection", node, f"names {node.value}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings and \
+                _NAMED_IN_STRINGS.intersection(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", node.value)):
+            named = sorted(_NAMED_IN_STRINGS.intersection(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", node.value)))
+            add("introspection", node, f"names {named[0]} in a string")
+        elif type(node).__name__ == "MatchClass":  # case C(attr=...) reads subject.attr
+            for attr in node.kwd_attrs:
+                found = _attribute_finding(attr)
+                if found:
+                    add(found[0], node, f"reads .{attr} through a class pattern{found[1]}")
+        elif isinstance(node, ast.keyword) and node.arg in _HOOK_METHODS:  # type(name, bases, dict(hook=f))
+            add("introspection", node, f"defines {node.arg}: kernel files return plain tensors")
+        elif isinstance(node, ast.Name) and node.id in _HOOK_METHODS:  # bound in a class body: a hook too
+            add("introspection", node, f"defines {node.id}: kernel files return plain tensors")
+        elif isinstance(node, ast.Name) and node.id in _ATTR_CALLS and id(node) not in called:
+            add("introspection", node, f"uses {node.id} as a value: attribute names are not chosen at run time")
         elif isinstance(node, ast.FunctionDef) and node.name in _HOOK_METHODS:
             add("introspection", node, f"defines {node.name}: kernel files return plain tensors")
         elif isinstance(node, ast.ClassDef):
@@ -387,6 +494,8 @@ def _critical_namespaces(ordered: bool = True, own: bool = True) -> list[tuple[s
         dispatch = sys.modules.get("torch.utils._python_dispatch")
         if dispatch is not None:
             spaces.append(("torch.utils._python_dispatch", dispatch))
+        # its registering methods are wrapped to count (registrations.py): putting one back shows
+        spaces.append(("torch._C._DispatchModule", torch._C._DispatchModule))
     triton = sys.modules.get("triton")
     if triton is not None:
         spaces.append(("triton", triton))
@@ -404,6 +513,12 @@ def _critical_namespaces(ordered: bool = True, own: bool = True) -> list[tuple[s
     dispatch = sys.modules.get("torch.utils._python_dispatch")
     if dispatch is not None:
         spaces.append(("TorchDispatchMode", dispatch.TorchDispatchMode))
+    # the modules the problems' code looks names up in when the worker draws a call's inputs
+    for name in ("math", "random", "hashlib", "contextlib", "types", "sys", "gc", "warnings",
+                 "torch.random", "torch.nn.modules.module", "torch.func"):
+        module = sys.modules.get(name)
+        if module is not None:
+            spaces.append((name, module))
     for name in ("threading", "_thread", "pickle", "multiprocessing.reduction"):
         module = sys.modules.get(name)
         if module is not None:

@@ -11,7 +11,7 @@ import traceback
 from collections import deque
 from typing import Any
 
-from . import host_reads, launches, transport
+from . import host_reads, launches, registrations, transport
 from .gpu_cover import GPU_COVER_CYCLES, host_covered, next_cover_cycles
 from .memory import HISTORY_BYTES, HISTORY_CALLS
 from .hooks import changed_hooks, outside_hooks
@@ -167,6 +167,9 @@ class _State:
         self.copy_into = torch._C.TensorBase.copy_
         self.tensor_guard = integrity.TensorClassGuard()
         self.starts = launches.install_start_counters()
+        self.registrations = registrations.install()
+        self.registered_before_kernel: int | None = None  # the count when the first kernel file loaded
+        self.hooks_before_kernel: dict | None = None  # outside_hooks() then: a hook the file's import left counts too
         self.cover_cycles = GPU_COVER_CYCLES
         self.threads_py = threading.active_count()
 
@@ -185,6 +188,9 @@ class _State:
                 self.drawers[spec] = self.problems[spec].make_inputs
             self.problem = self.problems.get(spec) if spec else None
             self.draw_inputs = self.drawers.get(spec) if spec else None
+            if self.registered_before_kernel is None:  # problems (KernelBench files) may register ops of their own
+                self.registered_before_kernel = self.registrations.count
+                self.hooks_before_kernel = outside_hooks()
             return self.load(message["slot"], message["path"], message.get("source"))
         if op == "call":
             return self.call(message)
@@ -324,6 +330,10 @@ class _State:
         request's sets drawn together, here or in the parent, lie in memory a kernel can reach
         by pointer arithmetic).  The parent draws the same set from the same seed for the calls
         it checks, and compares the inputs as they are after the call with its own draw."""
+        hooks = self._hooks_since_load()
+        if hooks:
+            self.draw_findings.append({"rule": "monkey-patch", "message": (
+                f"{hooks} in place when the judge drew a call's inputs: the draw would run the kernel's code")})
         record = self.launches.begin(None)
         try:
             args = tuple(self.draw_inputs(dict(shape), dtype, self.device, int(seed)))
@@ -333,7 +343,29 @@ class _State:
             self.draw_findings.append({"rule": "monkey-patch", "message": (
                 f"{record.own + record.foreign} Triton launch(es) while the judge drew a call's inputs: code the "
                 "kernel left behind ran outside its call")})
+        registered = self._registered()
+        if registered:
+            self.draw_findings.append(registered)
         return args
+
+    def _hooks_since_load(self, now: dict | None = None) -> str | None:
+        """The hooks that differ from before the kernel file loaded (one its import left in
+        place is the same before and after every call)."""
+        if self.hooks_before_kernel is None:
+            return None
+        return changed_hooks(self.hooks_before_kernel, outside_hooks() if now is None else now)
+
+    def _registered(self) -> dict[str, str] | None:
+        """A finding when PyTorch operators got implementations registered since the kernel
+        file began to load (``registrations.py``)."""
+        what = self.registrations.since(self.registered_before_kernel if self.registered_before_kernel is not None
+                                        else self.registrations.count)
+        if what is None:
+            return None
+        return {"rule": "monkey-patch", "message": (
+            f"the kernel registered implementations of PyTorch operators ({what}, through torch.library or "
+            "the like): the judge's own tensor work (draws, digests, copies into the parent's buffers) would "
+            "run its code")}
 
     def _judged_call(self, fn, args, poison, own_globals, require_launch):
         """One call of the kernel, the same for every call the worker makes.  Returns its outputs,
@@ -361,6 +393,7 @@ class _State:
         finally:
             self.launches.end()
         hooks_left = changed_hooks(hooks_before, outside_hooks())
+        hooks_loaded = None if hooks_left else self._hooks_since_load(hooks_before)
         if self.gpu:
             host_us = (self.clock() - host_from) * 1e6
             end.record()
@@ -380,10 +413,14 @@ class _State:
                 "would run its code")})
         if mode_problem:
             findings.append({"rule": "torch-op", "message": mode_problem})
-        if hooks_left:
+        registered = self._registered()
+        if registered:
+            findings.append(registered)
+        if hooks_left or hooks_loaded:
             findings.append({"rule": "monkey-patch", "message": (
-                f"the call left {hooks_left} in place: code of the kernel's would run outside its call, in "
-                "the judge's own work")})
+                (f"the call left {hooks_left} in place" if hooks_left else
+                 f"the kernel file set {hooks_loaded} (not there before it loaded)")
+                + ": code of the kernel's would run outside its call, in the judge's own work")})
         host_read = host_reads.finding(record.host_reads) if require_launch else None
         if host_read:
             findings.append(host_read)
@@ -456,6 +493,13 @@ class _State:
         with ``input_buffers``, also the tensors of the input sets drawn for those calls, as
         they are now."""
         done, findings = [], []
+        registered = self._registered()
+        hooks = self._hooks_since_load()
+        if hooks:
+            registered = {"rule": "monkey-patch", "message": (
+                f"{hooks} left in place by the kernel: the judge's copies into the parent's buffers would run it")}
+        if registered:  # before any copy: the copies would run the kernel's code
+            return {"bad": [None] * len(m["indices"]), "findings": [registered]}
         input_buffers = m.get("input_buffers")
         for n, (index, buffers) in enumerate(zip(m["indices"], m["buffers"])):
             outs = self.kept[int(index)]
@@ -467,11 +511,18 @@ class _State:
             if problem is None:
                 for dst, src in zip(buffers, outs):
                     self.copy_into(dst, src)
-            if input_buffers is not None and int(index) < len(self.kept_inputs):
-                drawn = tensors_in(self.kept_inputs[int(index)])
-                for dst, src in zip(input_buffers[n], drawn):
-                    if tuple(dst.shape) == tuple(src.shape) and dst.dtype == src.dtype:
+            if input_buffers is not None:
+                drawn = tensors_in(self.kept_inputs[int(index)]) if int(index) < len(self.kept_inputs) else []
+                same = len(drawn) == len(input_buffers[n]) and all(
+                    tuple(dst.shape) == tuple(src.shape) and dst.dtype == src.dtype
+                    for dst, src in zip(input_buffers[n], drawn))
+                if same:
+                    for dst, src in zip(input_buffers[n], drawn):
                         self.copy_into(dst, src)
+                else:  # no copy would leave the judge's own draw to be compared with itself
+                    findings.append({"rule": "modified-input", "call": int(index), "message": (
+                        "the inputs of the call are not tensors of the shapes and dtypes the judge drew: "
+                        "drawn otherwise")})
             done.append(problem)
         if self.gpu:
             self.torch.cuda.synchronize()
