@@ -72,19 +72,6 @@ def time_ms(fn, gpu: bool) -> float:
     return (time.perf_counter() - t) * 1e3
 
 
-def ramp_clocks(seconds: float = 0.3) -> None:
-    """Keep the GPU busy for a while: an idle H200 sits at 345 MHz, and a kernel timed right
-    after a compile (seconds of host work) ran at a fraction of its speed."""
-    import torch
-
-    a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
-    until = time.perf_counter() + seconds
-    while time.perf_counter() < until:
-        for _ in range(20):
-            a @ a
-        torch.cuda.synchronize()
-
-
 def load_starter(kind: str):
     """The shipped starter kernel file of ``kind``, imported as a module of its own."""
     from autokernel.problems.registry import KERNELS_DIR
@@ -146,6 +133,7 @@ def without_ahead(plan) -> bool:
 def starter_and_eager_us(problem, dtype, gpu: bool) -> tuple[float, float]:
     """The starter's and PyTorch eager's time per forward at the plan problem's shapes (do_bench
     medians weighted by calls), as a run's results would give them to the selection."""
+    from autokernel.agents.screen import ramp_gpu_clocks
     from autokernel.problems import get_problem
 
     kind = get_problem(problem.kind)
@@ -157,7 +145,7 @@ def starter_and_eager_us(problem, dtype, gpu: bool) -> tuple[float, float]:
         starter, baseline = (lambda: module.kernel_fn(*args)), (lambda: eager(*args))
         starter(), baseline()  # compiled first: the GPU idles meanwhile and its clocks fall
         if gpu:
-            ramp_clocks()
+            ramp_gpu_clocks("cuda", 0.3)
         # alternately, the best of two each: neither is timed on clocks the other left low
         times = [time_ms(fn, gpu) for fn in (starter, baseline, starter, baseline)]
         starter_us += calls * min(times[0::2]) * 1e3

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -197,14 +198,47 @@ def test_duck_typed_launch_argument_cannot_run_torch_in_the_interpreters_frames(
     assert result.verdict == "rejected" and "foreign-compute" in rules(result), result.message
 
 
-def test_a_clock_rebound_during_the_call_does_not_reach_the_judges_timing():
+def starter_wrapped(tmp_path: Path, wrapper: str) -> Path:
+    """The reduce starter with ``wrapper`` appended (an attack that keeps the honest kernel
+    and wraps its kernel_fn), written out as a kernel file."""
+    path = tmp_path / "kernel.py"
+    path.write_text(REDUCE_STARTER.read_text() + "\n\n" + textwrap.dedent(wrapper))
+    return path
+
+
+# the honest numbers, but kernel_fn replaces time.perf_counter (a baseline name of the tamper
+# watch) through a plain local alias (the static rule only knows import aliases) with a function
+# that restores the original on its first call and returns the entry time + 1 us: the worker's
+# CPU timer read ~1 us; the watch, checked only at the end of the request, saw the original again
+SELF_RESTORING_CLOCK = """
+    import time
+
+    _tm = time
+    _orig_pc = _tm.perf_counter
+    _real = kernel_fn
+
+
+    def kernel_fn(x):
+        entry = _orig_pc()
+
+        def _fake_pc():
+            _tm.perf_counter = _orig_pc
+            return entry + 1e-6
+
+        out = _real(x)
+        _tm.perf_counter = _fake_pc
+        return out
+"""
+
+
+def test_a_clock_rebound_during_the_call_does_not_reach_the_judges_timing(tmp_path):
     """Third red-team pass: kernel_fn rebinds time.perf_counter through a local alias to a
     function that puts the original back on its first call and answers the call's start plus
     1 us; the tamper check at the end of the request saw the original again and the starter
     scored ~18 us a shape.  The worker times with the clock it took before loading the kernel,
     so the rebound name is never called, never put back, and the tamper check sees it."""
     with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, baselines=False) as ev:
-        result = ev.evaluate(ATTACKS / "reduce_self_restoring_clock.py")
+        result = ev.evaluate(starter_wrapped(tmp_path, SELF_RESTORING_CLOCK))
     assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
     assert "perf_counter" in result.message
 
@@ -289,12 +323,28 @@ def test_no_code_of_the_kernels_runs_in_the_workers_draw(static, name, stage, sa
     assert static or said in result.message, result.message
 
 
-def test_an_input_resized_after_use_as_scratch_is_not_a_skipped_check():
+# on inputs the worker drew itself (timed calls: not in shared memory, unlike the judge's own
+# sets) the starter uses its input as scratch space and hides that by resizing it to nothing
+# (``resize_`` is an allowed op)
+RESIZED_INPUT = """
+    _honest = kernel_fn
+
+
+    def kernel_fn(x):
+        out = _honest(x)
+        if not x.is_shared():
+            x.zero_()  # scratch space
+            x.resize_(0)
+        return out
+"""
+
+
+def test_an_input_resized_after_use_as_scratch_is_not_a_skipped_check(tmp_path):
     """Fourth red-team pass (passed all six stages and timing): on the inputs the worker drew, the
     kernel wrote into its input and then resized it to nothing; the worker copied an input back
     only when its shape matched the judge's draw, so the judge compared its draw with itself."""
     with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, baselines=False) as ev:
-        result = ev.evaluate(ATTACKS / "reduce_resized_input.py")
+        result = ev.evaluate(starter_wrapped(tmp_path, RESIZED_INPUT))
     assert result.verdict == "rejected" and "modified-input" in rules(result), result.message
     assert result.failed_stage == "timing", result.message
 

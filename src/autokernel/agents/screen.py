@@ -51,6 +51,20 @@ STATUSES = ("ok", "incorrect", "error", "crash", "timeout")
 FAILED = ("error", "crash", "timeout")  # prune what dominates these
 
 
+def ramp_gpu_clocks(device: str, seconds: float) -> None:
+    """Keep ``device`` busy with matrix products for ``seconds``: an idle H200 sits at 345 MHz
+    and needs a few hundred ms of load to reach its clocks, so a kernel timed right after idle
+    host work (a compile) runs at a fraction of its speed."""
+    import torch
+
+    a = torch.randn(2048, 2048, device=device, dtype=torch.bfloat16)
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        for _ in range(20):
+            a @ a
+        torch.cuda.synchronize(device)
+
+
 @dataclass
 class ScreenJob:
     problem_spec: str
@@ -335,15 +349,8 @@ class _Bench:
 
     def ramp_clocks(self) -> None:
         """Keep the GPU busy for GPU_RAMP_MS so that timing starts at full clocks."""
-        if not self.gpu:
-            return
-        torch = self.torch
-        a = torch.randn(2048, 2048, device=self.device, dtype=torch.bfloat16)
-        until = time.perf_counter() + GPU_RAMP_MS / 1000.0
-        while time.perf_counter() < until:
-            for _ in range(20):
-                a @ a
-            torch.cuda.synchronize()
+        if self.gpu:
+            ramp_gpu_clocks(self.device, GPU_RAMP_MS / 1000.0)
 
     def exit_if_device_broken(self) -> None:
         """After an error on a GPU: when the CUDA context is gone, every later configuration

@@ -365,8 +365,8 @@ class Evaluator:
             # a problem the worker cannot load by name (built in this process): our own draws, shared
             sets = None if self.spec is not None else [
                 tuple(self.problem.make_inputs(dict(shape), dtype, self.device, seed)) for seed in seeds]
-            message = runner.call_message(shape, dtype, sets, meta, slot=slot, draw=None if sets else seeds)
-            message["keep_inputs"] = True
+            message = runner.call_message(shape, dtype, sets, meta, slot=slot, draw=None if sets else seeds,
+                                          keep_inputs=True)
             runner.sync()
             started = time.perf_counter()
             reply = runner.request(message, self.timeout_s * max(1, math.ceil(k / 4)))
@@ -403,7 +403,7 @@ class Evaluator:
                  for i in group]
         pristine = [judge.snapshot(stages.tensors_of(c.args)) for c in cases]
         label = cases[0].label
-        outs = judge.collect_with_inputs(group, meta, [c.args for c in cases], label)
+        outs = judge.collect(group, meta, label, inputs=[c.args for c in cases])
         for i, case, snap, got in zip(group, cases, pristine, outs):
             judge.check_inputs(case.args, snap, f"{case.label}, call {i} of {k}: written into, or drawn otherwise")
             verdict = stages.compare.compare_outputs(got, judge.reference(case.args), meta, tol, judge.chunk)

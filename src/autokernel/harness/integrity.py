@@ -186,12 +186,15 @@ def static_findings(source: str, filename: str = "kernel.py", native_code: bool 
                 if _is_store_context(node, tree):
                     add("monkey-patch", node, f"changes {dotted}")
         # operator registration: replaces what PyTorch runs for the whole worker, the judge included
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [f"{node.module}.{a.name}" for a in node.names]
-            for name in names:
-                if name.startswith(_REGISTRY_MODULES):
-                    add("monkey-patch", node, f"imports {name}: {_REGISTRY_WHY}")
+        for name in _imported(node):
+            if name.startswith(_REGISTRY_MODULES):
+                add("monkey-patch", node, f"imports {name}: {_REGISTRY_WHY}")
+        # native code computes outside Triton and outside every run-time check
+        used = _imported(node) or ([node.attr] if isinstance(node, ast.Attribute) else
+                                   [node.id] if isinstance(node, ast.Name) else [])
+        if not native_code and any(part in _NATIVE_BUILDS for name in used for part in name.split(".")):
+            add("foreign-compute", node, "builds native code (torch.utils.cpp_extension): the computation must "
+                "run in Triton kernels (native code is for KernelBench files with --allow-torch)")
         # torch.nn's global module hooks run in every module's build and forward, the judge's too
         for hook_name in (getattr(node, "attr", None), getattr(node, "id", None),
                           *[a.name.split(".")[-1] for a in getattr(node, "names", ()) if isinstance(node, ast.ImportFrom)]):
@@ -234,21 +237,17 @@ def static_findings(source: str, filename: str = "kernel.py", native_code: bool 
             if fname.split(".")[-1] in ("Thread", "Process", "ThreadPoolExecutor", "ProcessPoolExecutor"):
                 add("threads-or-streams", node, f"creates {fname}")
     _reach_findings(tree, aliases, add)
-    if not native_code:
-        for node in ast.walk(tree):
-            names = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                names = [f"{node.module}.{a.name}" for a in node.names]
-            elif isinstance(node, ast.Attribute):
-                names = [node.attr]
-            elif isinstance(node, ast.Name):
-                names = [node.id]
-            if any(part in _NATIVE_BUILDS for name in names for part in name.split(".")):
-                add("foreign-compute", node, "builds native code (torch.utils.cpp_extension): the computation must "
-                    "run in Triton kernels (native code is for KernelBench files with --allow-torch)")
     return _dedupe(findings)
+
+
+def _imported(node: ast.AST) -> list[str]:
+    """The dotted names an import statement brings in (``import a.b``: a.b; ``from a import
+    b``: a.b); none for any other node."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    if isinstance(node, ast.ImportFrom):
+        return [f"{node.module}.{a.name}" for a in node.names]
+    return []
 
 
 # Modules that compute outside Triton, and modules that reach into the interpreter's state.

@@ -463,14 +463,17 @@ class Judge:
 
     def call_message(self, shape: Shape, dtype: torch.dtype, sets: list | None, meta: compare.OutputMeta,
                      poison: float | None = NAN_POISON, slot: str = "candidate",
-                     buffers: list | None = None, draw: list[int] | None = None) -> dict[str, Any]:
+                     buffers: list | None = None, draw: list[int] | None = None,
+                     keep_inputs: bool = False) -> dict[str, Any]:
         """The one request every kernel call goes through, judged or timed alike: on ``sets``
         of this process's, or on sets the worker draws from the seeds ``draw``, each right
         before its call (``buffers``: this process's buffers for every call's outputs, filled
-        once all the calls are made)."""
+        once all the calls are made; ``keep_inputs``: the worker keeps ``sets`` for a collect
+        of their inputs, as it keeps the sets it draws)."""
         return {"op": "call", "slot": slot, "shape": shape, "dtype": dtype, "sets": sets, "draw": draw,
                 "poison": poison, "expected": [(list(sh), str(dt)) for sh, dt in zip(meta.shapes, meta.dtypes)],
-                "require_launch": self.problem.forbidden_ops is None, "buffers": buffers}
+                "require_launch": self.problem.forbidden_ops is None, "buffers": buffers,
+                "keep_inputs": keep_inputs}
 
     def check_call(self, reply: dict[str, Any], label: str) -> None:
         """The worker's per-call findings (aliasing, threads, launches, the watch) and the
@@ -483,25 +486,18 @@ class Judge:
             if bad is not None:
                 raise CaseFailure(f"not a plain tensor of the declared dtype and shape: {bad}", label)
 
-    def collect(self, indices: list[int], meta: compare.OutputMeta, label: str, slot: str = "candidate") -> list[tuple]:
+    def collect(self, indices: list[int], meta: compare.OutputMeta, label: str, slot: str = "candidate",
+                inputs: list[tuple] | None = None) -> list[tuple]:
         """The outputs of the named calls of the last ``call`` request, copied by the worker
-        into buffers this process allocated (nothing the candidate made crosses over)."""
+        into buffers this process allocated (nothing the candidate made crosses over).  With
+        ``inputs`` (this process's own draws of the sets of those calls, shared with the
+        worker), the worker also copies the input sets it drew for them, as they are now, over
+        them: the caller compares them with what it drew."""
         buffers = self.output_buffers(len(indices), meta)
-        reply = self.request({"op": "collect", "slot": slot, "indices": list(indices), "buffers": buffers})
-        if "error" in reply:
-            raise CaseFailure(f"the kernel's outputs could not be collected: {reply['error']}", label)
-        self.check_call(reply, label)
-        return [tuple(outs) for outs in buffers]
-
-    def collect_with_inputs(self, indices: list[int], meta: compare.OutputMeta, inputs: list[tuple],
-                            label: str) -> list[tuple]:
-        """The outputs of the named calls of the last timed ``call`` request, copied into
-        buffers of this process's; the worker also copies the input sets it drew for them, as
-        they are now, over ``inputs`` (this process's own draws of the same sets, shared with
-        the worker): the caller compares them with what it drew."""
-        buffers = self.output_buffers(len(indices), meta)
-        reply = self.request({"op": "collect", "indices": list(indices), "buffers": buffers,
-                              "input_buffers": [tensors_of(args) for args in inputs]})
+        message = {"op": "collect", "slot": slot, "indices": list(indices), "buffers": buffers}
+        if inputs is not None:
+            message["input_buffers"] = [tensors_of(args) for args in inputs]
+        reply = self.request(message)
         if "error" in reply:
             raise CaseFailure(f"the kernel's outputs could not be collected: {reply['error']}", label)
         self.check_call(reply, label)

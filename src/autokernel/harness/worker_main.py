@@ -330,10 +330,7 @@ class _State:
         request's sets drawn together, here or in the parent, lie in memory a kernel can reach
         by pointer arithmetic).  The parent draws the same set from the same seed for the calls
         it checks, and compares the inputs as they are after the call with its own draw."""
-        hooks = self._hooks_since_load()
-        if hooks:
-            self.draw_findings.append({"rule": "monkey-patch", "message": (
-                f"{hooks} in place when the judge drew a call's inputs: the draw would run the kernel's code")})
+        self.draw_findings += self._left_behind("the judge's draw of a call's inputs")
         record = self.launches.begin(None)
         try:
             args = tuple(self.draw_inputs(dict(shape), dtype, self.device, int(seed)))
@@ -343,10 +340,19 @@ class _State:
             self.draw_findings.append({"rule": "monkey-patch", "message": (
                 f"{record.own + record.foreign} Triton launch(es) while the judge drew a call's inputs: code the "
                 "kernel left behind ran outside its call")})
+        return args
+
+    def _left_behind(self, work: str) -> list[dict[str, str]]:
+        """Findings for code of the kernel's that the judge's own ``work`` would run: hooks that
+        differ from before the kernel file loaded, operator registrations made since."""
+        found = []
+        hooks = self._hooks_since_load()
+        if hooks:
+            found.append({"rule": "monkey-patch", "message": f"{hooks} left in place by the kernel: {work} would run it"})
         registered = self._registered()
         if registered:
-            self.draw_findings.append(registered)
-        return args
+            found.append(registered)
+        return found
 
     def _hooks_since_load(self, now: dict | None = None) -> str | None:
         """The hooks that differ from before the kernel file loaded (one its import left in
@@ -493,13 +499,9 @@ class _State:
         with ``input_buffers``, also the tensors of the input sets drawn for those calls, as
         they are now."""
         done, findings = [], []
-        registered = self._registered()
-        hooks = self._hooks_since_load()
-        if hooks:
-            registered = {"rule": "monkey-patch", "message": (
-                f"{hooks} left in place by the kernel: the judge's copies into the parent's buffers would run it")}
-        if registered:  # before any copy: the copies would run the kernel's code
-            return {"bad": [None] * len(m["indices"]), "findings": [registered]}
+        left = self._left_behind("the judge's copies into the parent's buffers")
+        if left:  # before any copy: the copies would run the kernel's code
+            return {"bad": [None] * len(m["indices"]), "findings": left}
         input_buffers = m.get("input_buffers")
         for n, (index, buffers) in enumerate(zip(m["indices"], m["buffers"])):
             outs = self.kept[int(index)]

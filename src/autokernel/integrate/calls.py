@@ -178,13 +178,13 @@ def _global_replacements(fn: types.FunctionType, sdpa: Callable | None, rotary: 
     if sdpa is not None and "scaled_dot_product_attention" in names:
         functional["scaled_dot_product_attention"] = (sdpa, sdpa_kinds)
     if gelu is not None and "gelu" in names:
-        functional["gelu"] = (gelu, "gelu")
+        functional["gelu"] = (gelu, ("gelu",))
     for name in names:
         value = g.get(name)
         if value is F and functional:
             out[name] = _functional_proxy({attr: fn_ for attr, (fn_, _) in functional.items()})
-            for _, kind in functional.values():
-                kinds |= set(kind) if isinstance(kind, tuple) else {kind}
+            for _, fn_kinds in functional.values():
+                kinds |= set(fn_kinds)
         elif sdpa is not None and value is F.scaled_dot_product_attention:
             out[name] = sdpa
             kinds |= set(sdpa_kinds)

@@ -43,15 +43,21 @@ CPU_EDGE_SHAPES = (_shape(1, 1, 1, 1, 16, 1), _shape(1, 3, 1, 17, 32, 1), _shape
 FIXED_DIMS = ("H", "Hkv", "D", "causal")
 
 
-def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True, scale: float | None = None):
-    out_dtype = q.dtype
+def scaled_scores(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None):
+    """The scaled scores q k^T and v, in at least fp32, the kv heads repeated for each group of
+    query heads (the references' common part)."""
     work = torch.promote_types(q.dtype, torch.float32)
     q, k, v = q.to(work), k.to(work), v.to(work)
     group = q.shape[1] // k.shape[1]
     k = k.repeat_interleave(group, dim=1)
     v = v.repeat_interleave(group, dim=1)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    scores = (q @ k.transpose(-2, -1)) * scale
+    return (q @ k.transpose(-2, -1)) * scale, v
+
+
+def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True, scale: float | None = None):
+    out_dtype = q.dtype
+    scores, v = scaled_scores(q, k, v, scale)
     if causal:
         s = q.shape[-2]
         visible = torch.ones(s, s, dtype=torch.bool, device=q.device).tril()
@@ -125,7 +131,8 @@ def packed_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch
 
 
 def heldout(shape: Shape, rng: random.Random) -> Shape:
-    """Keep D, H, Hkv and causal; move S by up to ±20% (odd) and B by ±1."""
+    """Keep every dim but S and B (D, H, Hkv, and causal or the mask form); move S by up to
+    ±20% (odd) and B by ±1."""
     out = dict(shape)
     s = shape["S"]
     if s > 1:

@@ -28,13 +28,11 @@ form; held-out shapes move S and B.  FLOPs: 4·B·H·S²·D; bytes add the mask 
 """
 from __future__ import annotations
 
-import random
 
 import torch
 import torch.nn.functional as F
 
-from .attention import packed_qkv, head_strided_layout, scale_choices
-from .attention import heldout as attention_heldout
+from .attention import head_strided_layout, heldout, packed_qkv, scale_choices, scaled_scores
 from .base import Problem, Shape, choose, element_size, generator, randn
 
 DIMS = ("B", "H", "Hkv", "S", "D", "additive", "per_query")
@@ -61,19 +59,9 @@ CPU_EDGE_SHAPES = (_shape(1, 1, 1, 1, 16, 0, 1), _shape(1, 3, 1, 17, 32, 1, 0), 
 FIXED_DIMS = ("H", "Hkv", "D", "additive", "per_query")
 
 
-def _work(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None):
-    work = torch.promote_types(q.dtype, torch.float32)
-    q, k, v = q.to(work), k.to(work), v.to(work)
-    group = q.shape[1] // k.shape[1]
-    k = k.repeat_interleave(group, dim=1)
-    v = v.repeat_interleave(group, dim=1)
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    return (q @ k.transpose(-2, -1)) * scale, v
-
-
 def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float | None = None):
     out_dtype = q.dtype
-    scores, v = _work(q, k, v, scale)
+    scores, v = scaled_scores(q, k, v, scale)
     if mask.dtype == torch.bool:
         scores = scores.masked_fill(~mask, float("-inf"))
     else:
@@ -190,11 +178,6 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
         # an fp32 mask with bf16/fp16 q, k, v (SDPA takes it; models build masks in fp32)
         cases.append(("fp32-mask", (q, k, v, mask.float())))
     return cases
-
-
-def heldout(shape: Shape, rng: random.Random) -> Shape:
-    """Keep D, H, Hkv and the mask form; move S by up to ±20% (odd) and B by ±1."""
-    return attention_heldout(shape, rng)
 
 
 def flops(shape: Shape) -> float:
