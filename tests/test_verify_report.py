@@ -207,3 +207,19 @@ def test_time_breakdown_before_after(tmp_path):
     res = CliRunner().invoke(app, ["verify", str(wd), "--seeds", "1", "--iters", "1", "--no-breakdown"])
     assert res.exit_code == 0, res.output
     assert load_verify(wd).breakdown is None and "time breakdown" not in res.output
+
+
+def test_report_lists_every_uncovered_op_with_its_share(tmp_path):
+    """Issue 11: the report names every op no problem covers, not only the largest five."""
+    from autokernel.plan import UncoveredTime, load_plan
+
+    wd = make_workdir(tmp_path / "wd")
+    plan = load_plan(wd / "plan.json")
+    plan.uncovered = [UncoveredTime(f"aten::op{i}", float(i + 1), (i + 1) / 100) for i in range(7)]
+    save_plan(plan, wd / "plan.json")
+    write_report(wd)
+    md = (wd / "report.md").read_text()
+    section = md.split("### Not covered by any problem", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| aten::")]
+    assert rows[0] == "| aten::op6 | 7.0 | 7.00% |" and rows[-1] == "| aten::op0 | 1.0 | 1.00% |"
+    assert len(rows) == 7

@@ -137,6 +137,7 @@ def render_markdown(data: ReportData) -> str:
               f"not covered: {100 * uncovered:.1f}%" + (" (top: " + ", ".join(
                   f"{u.name} {100 * u.fraction:.1f}%" for u in sorted(plan.uncovered, key=lambda u: -u.fraction)[:5])
                   + ")" if plan.uncovered else "") + "."]
+    lines += _uncovered_table(plan)
     lines += ["", "## Problems" + timing_note, "",
               "| problem | experiments | kept | start (us) | best (us) | vs start | vs eager | % roofline | best kernel |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -425,3 +426,15 @@ def rich_table(data: ReportData):
                       _fmt(r.speedup_vs_eager, ".2f", "x").replace("—", "-"),
                       _fmt(r.pct_roofline, ".0f", "%").replace("—", "-"))
     return table
+
+
+def _uncovered_table(plan: Plan) -> list[str]:
+    """Every op of the profile that no problem covers, with its share of the time: what the
+    run could not speed up, so that nothing is hidden behind the covered share."""
+    if not plan.uncovered:
+        return []
+    lines = ["", "### Not covered by any problem", "", "| op | time per forward (us) | share |", "|---|---:|---:|"]
+    for u in sorted(plan.uncovered, key=lambda u: (-u.fraction, u.name)):
+        lines.append(f"| {u.name} | {u.time_us:.1f} | {100 * u.fraction:.2f}% |")
+    return lines
+
