@@ -17,7 +17,7 @@ refuses every global, so nothing the candidate made can come alive in the judge.
 values come back by the worker copying them into the parent's buffers.
 
 One worker judges one kernel: ``acquire`` hands out a fresh worker (never one that loaded a
-kernel before) and starts the next one in the background (``prestart``) so that the loop does
+kernel before) and keeps the next ones starting in the background (``prestart``) so that the loop does
 not wait for torch to import; a used worker is killed, never pooled.  The candidate and the
 incumbent run in two different workers.
 

@@ -222,11 +222,23 @@ def _close_fresh_workers() -> None:
     _fresh.clear()
 
 
+# Fresh workers kept starting or waiting per device.  On a GPU a worker needs 2-3 s to be
+# ready (CUDA context, the Triton self-test, the fingerprint), more than a warm evaluation of a
+# small kernel takes: with one in the background, back-to-back evaluations on the H200 each
+# waited 0.7-1.0 s for it (BENCHMARKS.md, fourth session).  With two, each has had the time of
+# two evaluations.  On a CPU a fork is ready at once and two more processes would only compete
+# for the cores.
+PRESTART_DEPTH = {"gpu": 2, "cpu": 1}
+
+
 def prestart(device: str) -> None:
-    """Start the next fresh worker in the background (unless one is already waiting), so that
-    the next evaluation does not wait for torch to import."""
+    """Top up the fresh workers started in the background for ``device`` to ``PRESTART_DEPTH``,
+    so that the next evaluation does not wait for one to start."""
     pool = _fresh.setdefault(device, [])
-    if not any(w.alive for w in pool):
+    for worker in [w for w in pool if not w.alive]:
+        pool.remove(worker)
+        worker.kill()
+    while len(pool) < PRESTART_DEPTH["gpu" if device.startswith("cuda") else "cpu"]:
         worker = Worker(device)
         worker.launch()
         pool.append(worker)
