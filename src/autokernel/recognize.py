@@ -46,6 +46,7 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "swiglu_packed": ("M", "N"),
     "embedding": ("M", "V", "N"),
     "rotary_table": ("B", "S", "D"),
+    "linear_gelu": ("M", "N", "K", "tanh"),
 }
 FLAG_DIMS = {"causal", "tanh", "additive", "per_query"}
 
