@@ -173,3 +173,16 @@ def test_look_alikes_are_left_alone(module, reason, tmp_path):
     assert patched._autokernel_replaced == []
     if reason is not None:
         assert any(name == "mlp" and reason in why for name, why in patched._autokernel_skipped), patched._autokernel_skipped
+
+
+def test_torch_compile_of_the_patched_module_traces_through_the_op(tmp_path):
+    torch.manual_seed(0)
+    model, patched = _patch(Intermediate(nn.GELU()), tmp_path)
+    torch._dynamo.reset()
+    compiled = torch.compile(patched, backend="aot_eager", fullgraph=True)
+    op = patched._autokernel_ops["linear_gelu"]
+    before = OP_CALLS[op]
+    x = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        assert rel(compiled(x), model(x)) < 1e-5
+    assert OP_CALLS[op] > before
