@@ -186,3 +186,31 @@ def test_torch_compile_of_the_patched_module_traces_through_the_op(tmp_path):
     with torch.no_grad():
         assert rel(compiled(x), model(x)) < 1e-5
     assert OP_CALLS[op] > before
+
+
+class Stack(nn.Module):
+    """One real pair and three look-alikes: no bias, a ReLU, the GELU before the linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.pair = Intermediate(nn.GELU(approximate="tanh"))
+        self.no_bias = Intermediate(nn.GELU(), d=48, h=40, bias=False)
+        self.relu = Intermediate(nn.ReLU(), d=40, h=32)
+        self.gelu_first = ActOnInput(nn.GELU(), d=32, h=24)
+
+    def forward(self, x):
+        return self.gelu_first(self.relu(self.no_bias(self.pair(x))))
+
+
+def test_profiler_plans_only_a_biased_linear_directly_followed_by_a_gelu_module():
+    from autokernel.models import LoadedModel
+    from autokernel.profiler import profile_model
+
+    torch.manual_seed(0)
+    loaded = LoadedModel(Stack().eval(), lambda seed: (torch.randn(2, 5, 32),), "custom", "four MLPs", [2, 5, 32])
+    plan = profile_model(loaded, warmup=0, iters=1)
+    fused = [p for p in plan.problems if p.kind == "linear_gelu"]
+    assert len(fused) == 1 and fused[0].modules == ["pair"]
+    assert fused[0].shapes == [{"M": 10, "N": 48, "K": 32, "tanh": 1}]
+    gelu = next(p for p in plan.problems if p.kind == "gelu")  # the look-alikes' GELUs stay plain
+    assert set(gelu.modules) == {"no_bias.act", "gelu_first.act"}
