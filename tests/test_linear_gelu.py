@@ -158,8 +158,13 @@ def test_a_chain_after_the_pair_runs_as_it_is(tanh, tmp_path):
     model, patched = _patch(Intermediate(nn.GELU(approximate="tanh" if tanh else "none")), tmp_path, tanh)
     assert patched._autokernel_replaced == [("mlp", "linear_gelu")]
     x = torch.randn(2, 3, 32)
+    op = patched._autokernel_ops["linear_gelu"]
+    before = OP_CALLS[op]
     with torch.no_grad():
         assert rel(patched(x), model(x)) < 1e-5
+        assert OP_CALLS[op] == before + 1
+        patched.train()  # training (dropout) runs the module's own forward
+        assert rel(patched(x), model(x)) < 1e-5 and OP_CALLS[op] == before + 1
 
 
 @pytest.mark.parametrize("module,reason", [

@@ -9,6 +9,10 @@ look at that tree:
   one ``rmsnorm`` problem whatever aten ops it is made of; a SwiGLU MLP claims its
   elementwise part (``swiglu``) and leaves its linears to the matmul recognizer — or claims
   the whole MLP as ``fused_mlp``;
+* pair recognizers claim two neighbouring calls as one fused kind: a biased linear module
+  directly followed by a GELU module is one ``linear_gelu`` (``pair_linear_gelu``), an add
+  directly followed by a norm one ``add_<norm>``, ``log_softmax`` + ``nll_loss`` one
+  ``cross_entropy``;
 * op recognizers map one aten op (``aten::linear``, ``aten::scaled_dot_product_attention``,
   ``aten::_softmax``...) to a kind, reading shapes and scalar arguments from the trace.
 
