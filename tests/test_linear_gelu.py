@@ -219,3 +219,16 @@ def test_profiler_plans_only_a_biased_linear_directly_followed_by_a_gelu_module(
     assert fused[0].shapes == [{"M": 10, "N": 48, "K": 32, "tanh": 1}]
     gelu = next(p for p in plan.problems if p.kind == "gelu")  # the look-alikes' GELUs stay plain
     assert set(gelu.modules) == {"no_bias.act", "gelu_first.act"}
+
+
+def test_the_probe_finds_the_form_a_module_name_does_not_say(tmp_path):
+    class GELUActivation(nn.Module):  # erf by its name, the tanh form in fact
+        def forward(self, x):
+            return nn.functional.gelu(x, approximate="tanh")
+
+    torch.manual_seed(0)
+    model, patched = _patch(Intermediate(GELUActivation()), tmp_path, tanh=1)
+    assert patched._autokernel_replaced == [("mlp", "linear_gelu")]
+    x = torch.randn(2, 3, 32) * 3
+    with torch.no_grad():
+        assert rel(patched(x), model(x)) < 1e-6

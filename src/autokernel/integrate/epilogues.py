@@ -111,11 +111,13 @@ def _apply_linear_gelu(model, k, done, replaced, skipped, probed) -> None:
         K, N, transposed = biased_linear_dims(lin)
         rest = tuple(order[2:])
         key = (base, "linear_gelu", tanh, tuple(order))
-        if key not in probed:
-            probed[key] = _chain_matches(m, x, lin, tanh, rest, transposed)
-        if not probed[key]:
+        if key not in probed:  # the form the class name says first, then the other one
+            probed[key] = next((form for form in (tanh, not tanh) if _chain_matches(m, x, lin, form, rest, transposed)),
+                               None)
+        if probed[key] is None:
             skipped.append((name, f"linear_gelu: {base.__name__} computes something else (probe mismatch)"))
             continue
+        tanh = probed[key]
         if transposed:
             lin.register_buffer(WEIGHT_NK, lin.weight.detach().t().contiguous(), persistent=False)
         _swap_class(m, ("linear_gelu", k.opname, order[0], tanh, rest, K, N, transposed),
