@@ -232,3 +232,33 @@ def test_the_probe_finds_the_form_a_module_name_does_not_say(tmp_path):
     x = torch.randn(2, 3, 32) * 3
     with torch.no_grad():
         assert rel(patched(x), model(x)) < 1e-6
+
+
+def test_gpu_kernels_of_the_pair_count_for_one_linear_gelu_instance():
+    """On a GPU trace: the GEMM kernel under the Conv1D's addmm and the eight element-wise
+    kernels of GPT-2's spelled-out GELU are one linear_gelu problem; the next Conv1D (c_proj,
+    followed by no GELU) stays a matmul."""
+    from autokernel.profiler import build_plan
+    from autokernel.recognize import ModuleInfo, Node, ScopeCall, TensorMeta
+
+    def scope(qualname, cls_name, arg, out, **info):
+        call = ScopeCall("module", qualname, ModuleInfo(qualname, cls_name, **info), args=[TensorMeta(arg, "bf16")],
+                         outputs=[TensorMeta(out, "bf16")])
+        return Node(name="ak::m::0", scope=call)
+
+    root = Node(name="ak::forward::0")
+    mlp = root.add(scope("h.0.mlp", "GPT2MLP", (4, 1024, 768), (4, 1024, 768)))
+    fc = mlp.add(scope("h.0.mlp.c_fc", "Conv1D", (4, 1024, 768), (4, 1024, 3072), biased_linear=(768, 3072, True)))
+    fc.add(Node(name="aten::addmm", shapes=[[3072], [4096, 768], [768, 3072]], kernels=[("nvjet_tst_128x256", 40.0)]))
+    act = mlp.add(scope("h.0.mlp.act", "NewGELUActivation", (4, 1024, 3072), (4, 1024, 3072), gelu_tanh=True))
+    for op in ("pow", "mul", "add", "mul", "tanh", "add", "mul", "mul"):
+        act.add(Node(name=f"aten::{op}", shapes=[[4, 1024, 3072]], kernels=[(f"elementwise_kernel<{op}>", 5.0)]))
+    proj = mlp.add(scope("h.0.mlp.c_proj", "Conv1D", (4, 1024, 3072), (4, 1024, 768), biased_linear=(3072, 768, True)))
+    proj.add(Node(name="aten::addmm", shapes=[[768], [4096, 3072], [3072, 768]], kernels=[("nvjet_tst_128x128", 38.0)]))
+    plan = build_plan([root], model="m", device="cuda", time_kind="gpu", dtype="bf16", input_shape=[4, 1024], iters=1)
+    fused = next(p for p in plan.problems if p.kind == "linear_gelu")
+    assert fused.shapes == [{"M": 4096, "N": 3072, "K": 768, "tanh": 1}] and fused.modules == ["h.0.mlp"]
+    assert fused.time_us == pytest.approx(80.0)
+    matmul = next(p for p in plan.problems if p.kind == "matmul")
+    assert matmul.shapes == [{"M": 4096, "N": 768, "K": 3072}] and matmul.time_us == pytest.approx(38.0)
+    assert {p.kind for p in plan.problems} == {"linear_gelu", "matmul"}
