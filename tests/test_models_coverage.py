@@ -34,14 +34,14 @@ CASES = [
     ("gpt2", None, None, 0.95, {"layernorm", "add_layernorm", "gelu", "attention", "matmul", "embedding"}),
     ("bert", None, None, 0.95, {"layernorm", "add_layernorm", "gelu", "attention", "matmul", "embedding"}),
     ("hf:gpt2", "n_embd=128,n_layer=2,n_head=4,vocab_size=1024", None, 0.95,
-     {"gelu", "layernorm", "add_layernorm", "matmul", "embedding"}),
-    ("hf:bert", SMALL_DECODER, None, 0.95, {"add_layernorm", "gelu", "matmul", "embedding"}),
+     {"linear_gelu", "layernorm", "add_layernorm", "matmul", "embedding"}),
+    ("hf:bert", SMALL_DECODER, None, 0.95, {"add_layernorm", "linear_gelu", "matmul", "embedding"}),
     ("hf:phi3", SMALL_DECODER + ",num_key_value_heads=4,pad_token_id=0", None, 0.95,
      {"swiglu_packed", "rmsnorm", "add_rmsnorm", "matmul", "embedding", "rotary_table"}),
     ("hf:gemma", SMALL_DECODER + ",num_key_value_heads=2,head_dim=32", None, 0.95,
      {"geglu", "rmsnorm", "matmul", "embedding", "rotary_table"}),
     ("hf:vit", "hidden_size=128,num_hidden_layers=2,num_attention_heads=4,intermediate_size=512,image_size=64,patch_size=8",
-     None, 0.90, {"gelu", "layernorm", "add_layernorm", "attention", "matmul"}),
+     None, 0.90, {"linear_gelu", "layernorm", "add_layernorm", "attention", "matmul"}),
     ("hf:mixtral", None, [2, 128], 0.90, {"rmsnorm", "attention", "matmul", "rotary_table"}),
 ]
 # models whose layers end with a residual add that the next layer's first norm reads: the final norm
@@ -110,4 +110,4 @@ def test_run_on_hf_gpt2_verifies(tmp_path):
     verified = json.loads((wd / "verify.json").read_text())
     assert verified["passed"] is True and verified["model"] == "hf:gpt2"
     plan = json.loads((wd / "plan.json").read_text())
-    assert {"gelu", "layernorm", "add_layernorm", "embedding", "matmul"} <= {p["kind"] for p in plan["problems"]}
+    assert {"linear_gelu", "layernorm", "add_layernorm", "embedding", "matmul"} <= {p["kind"] for p in plan["problems"]}

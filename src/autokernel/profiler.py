@@ -49,7 +49,8 @@ from .plan import Plan, PlanProblem, UncoveredTime
 from .quiet import filtered_stderr
 from .problems.base import dtype_name
 from .recognize import (METADATA_OPS, Instance, Node, ScopeCall, TensorMeta, Unsupported, is_gemm_kernel,
-                        matmul_shape, module_info, pair_adds_ahead, pair_cross_entropy, pair_residual_adds, recognize_op, recognize_scope,
+                        matmul_shape, module_info, pair_adds_ahead, pair_cross_entropy, pair_linear_gelu, pair_residual_adds,
+                        recognize_op, recognize_scope,
                         shape_weight)
 
 SCOPE_PREFIX = "ak::"
@@ -258,11 +259,13 @@ def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp
     times: dict[int, float] = defaultdict(float)
     subtree_ops: dict[int, set[str]] = {}
     paired: dict[int, Instance] = {}
+    epilogues: dict[int, Instance] = {}  # id(linear or GELU scope) -> its linear_gelu instance
     add_before: dict[int, Node] = {}  # id(residual add) -> the norm scope it is fused with
     add_from: dict[int, str] = {}  # id(norm scope) -> the module whose forward ends with its add
     for root in roots:
         for node in walk(root):
             paired.update(pair_cross_entropy(node, default_dtype))
+            epilogues.update(pair_linear_gelu(node))
             add_before.update(pair_residual_adds(node))
         for add_id, (norm, producer) in pair_adds_ahead(root).items():
             add_before[add_id] = norm
@@ -295,6 +298,9 @@ def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp
         for i, n in enumerate(chain):
             if n.scope is None:
                 continue
+            if id(n) in epilogues:
+                inst = epilogues[id(n)]
+                return id(inst), by_key.setdefault(id(inst), inst)
             claim = recognize_scope(n, [c for c in chain[i + 1:] if c.scope is None], ops_under(n),
                                     default_dtype, fuse_mlp, id(n) in norms_after_add)
             if isinstance(claim, Unsupported):

@@ -9,6 +9,10 @@ look at that tree:
   one ``rmsnorm`` problem whatever aten ops it is made of; a SwiGLU MLP claims its
   elementwise part (``swiglu``) and leaves its linears to the matmul recognizer — or claims
   the whole MLP as ``fused_mlp``;
+* pair recognizers claim two neighbouring calls as one fused kind: a biased linear module
+  directly followed by a GELU module is one ``linear_gelu`` (``pair_linear_gelu``), an add
+  directly followed by a norm one ``add_<norm>``, ``log_softmax`` + ``nll_loss`` one
+  ``cross_entropy``;
 * op recognizers map one aten op (``aten::linear``, ``aten::scaled_dot_product_attention``,
   ``aten::_softmax``...) to a kind, reading shapes and scalar arguments from the trace.
 
@@ -46,6 +50,7 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "swiglu_packed": ("M", "N"),
     "embedding": ("M", "V", "N"),
     "rotary_table": ("B", "S", "D"),
+    "linear_gelu": ("M", "N", "K", "tanh"),
 }
 FLAG_DIMS = {"causal", "tanh", "additive", "per_query"}
 
@@ -117,6 +122,7 @@ class ModuleInfo:
     patch_conv: tuple[int, int] | None = None  # a Conv2d with stride = kernel (ViT patches): (kh, kw)
     scaled_embedding: tuple[int, int, float] | None = None  # (V, N, scale) of an embedding times a constant
     rotary_table: bool = False  # a *RotaryEmbedding module computing cos/sin from position ids (default RoPE)
+    biased_linear: tuple[int, int, bool] | None = None  # (K, N, weight stored [K, N]) of a linear with a bias
 
 
 @dataclass
@@ -223,7 +229,22 @@ def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
                       eps=float(eps) if isinstance(eps, (int, float)) else None, mlp=mlp, mlp_dims=dims,
                       packed_mlp=packed_mlp_dims(module), gelu_tanh=gelu_form(module),
                       residual_norm=residual_norm_parts(module), patch_conv=patch_conv_kernel(module),
-                      scaled_embedding=scaled_embedding_parts(module), rotary_table=is_rotary_table(module))
+                      scaled_embedding=scaled_embedding_parts(module), rotary_table=is_rotary_table(module),
+                      biased_linear=biased_linear_dims(module))
+
+
+def biased_linear_dims(module: nn.Module) -> tuple[int, int, bool] | None:
+    """(K, N, transposed) of a linear layer with a bias: ``nn.Linear`` (its own forward; weight
+    [N, K]) or GPT-2's ``Conv1D`` (``x @ weight + bias``, weight stored [K, N]: transposed).
+    None for anything else."""
+    weight, bias = getattr(module, "weight", None), getattr(module, "bias", None)
+    if not isinstance(weight, torch.Tensor) or not isinstance(bias, torch.Tensor) or weight.dim() != 2 or bias.dim() != 1:
+        return None
+    if isinstance(module, nn.Linear) and type(module).forward is nn.Linear.forward:
+        return (int(weight.shape[1]), int(weight.shape[0]), False) if bias.shape[0] == weight.shape[0] else None
+    if type(module).__name__ == "Conv1D" and getattr(module, "nf", None) == weight.shape[1] == bias.shape[0]:
+        return int(weight.shape[0]), int(weight.shape[1]), True
+    return None
 
 
 def is_rotary_table(module: nn.Module) -> bool:
@@ -526,6 +547,42 @@ def pair_residual_adds(parent: Node) -> dict[int, Node]:
         if shape and _arg(first, 0) == shape and _arg(first, 1) == shape:
             out[id(first)] = second
     return out
+
+
+def pair_linear_gelu(parent: Node) -> dict[int, Instance]:
+    """A biased linear module (``nn.Linear``, GPT-2's ``Conv1D``) whose call is directly followed
+    (metadata ops aside) by a GELU activation module's call on a tensor of the linear's output
+    shape, both children of ``parent`` (an MLP's ``act(fc(x))``: GPT-2's ``GPT2MLP``, BERT's
+    ``BertIntermediate``, ViT's ``ViTMLP``): map both scopes (by id) to one ``linear_gelu``
+    instance placed at the module that holds them.  Gated MLPs (gate/up/down, packed gate_up)
+    are left to their own kinds.  The trace cannot show that the GELU reads the linear's
+    output: ``apply`` checks that on the module before it fuses them."""
+    out: dict[int, Instance] = {}
+    owner = parent.scope.info if parent.scope is not None else None
+    if owner is None or owner.mlp is not None or owner.packed_mlp is not None:
+        return out
+    kids = [c for c in parent.children if c.scope is not None or c.name not in METADATA_OPS]
+    for first, second in zip(kids, kids[1:]):
+        lin, act = first.scope, second.scope
+        if (lin is None or act is None or lin.info is None or act.info is None or lin.info.biased_linear is None
+                or act.info.gelu_tanh is None or not lin.args or not lin.outputs or not act.args):
+            continue
+        K, N, transposed = lin.info.biased_linear
+        x, y = lin.args[0], lin.outputs[0]
+        if not x.shape or x.shape[-1] != K or y.shape != x.shape[:-1] + (N,) or act.args[0].shape != y.shape:
+            continue
+        tanh = int(act.info.gelu_tanh or _runs_op(second, "aten::tanh"))
+        layout = "Conv1D, weight stored [K, N]" if transposed else "nn.Linear"
+        inst = Instance("linear_gelu", x.dtype, [(make_shape("linear_gelu", rows(x.shape), N, K, tanh), 1)],
+                        module=owner.qualname,
+                        notes=(f"{lin.info.qualname.rsplit('.', 1)[-1]} ({layout}) + {act.info.cls_name} "
+                               f"({'tanh' if tanh else 'erf'} form) in {owner.cls_name}",))
+        out[id(first)] = out[id(second)] = inst
+    return out
+
+
+def _runs_op(node: Node, name: str) -> bool:
+    return any(c.scope is None and c.name == name or _runs_op(c, name) for c in node.children)
 
 
 def pair_adds_ahead(root: Node) -> dict[int, tuple[Node, str]]:

@@ -23,6 +23,8 @@ that compute that kind are switched to it:
   blocks, residual adds written just before a plain norm call (the forward holding both is
   rewritten: ``residuals``), and the add ending a decoder layer, fused ahead into the next
   layer's first norm or the final norm (``residuals.add_ahead``); ``gelu``, ``geglu``, ``swiglu_packed`` — see ``fused``;
+* ``linear_gelu`` — modules whose forward is ``act(linear(x))`` (a biased ``nn.Linear`` or GPT-2
+  ``Conv1D``, a GELU module) then a chain of other children (``epilogues``);
 * ``embedding`` — ``torch.nn.Embedding`` (and scaled subclasses); ``rotary_table`` — default-RoPE
   ``*RotaryEmbedding`` modules (``tables``).
 
@@ -50,7 +52,7 @@ before the first kernel is imported); without it nothing is switched.
 
 Layout: ``runfiles`` (the run's files), ``ops`` (custom-op registration), ``selection`` (which
 kernels may be applied), ``patching`` (class swap, probes), ``norms`` / ``linears`` / ``calls``
-/ ``fused`` / ``residuals`` / ``embeddings`` / ``tables`` (the appliers per kind),
+/ ``fused`` / ``residuals`` / ``embeddings`` / ``tables`` / ``epilogues`` (the appliers per kind),
 ``alignment`` (on a GPU, half-precision linears with misaligned output rows padded: no kernel
 of ours, the same GEMM on aligned rows), ``apply`` (the entry point).
 """

@@ -13,6 +13,7 @@ from .calls import _apply_calls
 from .alignment import align_linears
 from .cudagraphs import CudaGraphed, cuda_graphs_refusal
 from .embeddings import _apply_embedding
+from .epilogues import _apply_linear_gelu
 from .fused import _apply_add_norm, _apply_residual_outputs, _apply_geglu, _apply_gelu_modules, _apply_swiglu_packed
 from .linears import _apply_matmul, _apply_mlp
 from .norms import _apply_cross_entropy, _apply_layernorm, _apply_rmsnorm, _apply_softmax
@@ -43,14 +44,17 @@ _MODULE_APPLIERS = {
     "rotary_table": _apply_rotary_table,
     "add_rmsnorm:adds": _apply_residual_adds,
     "add_layernorm:adds": _apply_residual_adds,
+    "linear_gelu": _apply_linear_gelu,
 }
 # Post-norm output blocks (``<kind>:outputs``) first: they take the add and their norm child.
 # fused_mlp before swiglu (it covers more of the MLP); matmul last so that the linears of a
 # fused MLP are left alone.  add_* after the plain norms: a norm module may take both (its
 # calls without a residual go to the plain norm op), so they do not mark modules done; nor do
 # ``<kind>:adds`` (a residual add written just before a plain norm, fused by rewriting the
-# forward that holds both: ``residuals``).
-_ORDER = ("add_rmsnorm:outputs", "add_layernorm:outputs", "rmsnorm", "layernorm", "add_rmsnorm", "add_layernorm",
+# forward that holds both: ``residuals``).  linear_gelu first: its probe runs the module's
+# children as they were (no op of ours yet), and it takes the GELU module and the linear before
+# the gelu and matmul appliers see them.
+_ORDER = ("linear_gelu", "add_rmsnorm:outputs", "add_layernorm:outputs", "rmsnorm", "layernorm", "add_rmsnorm", "add_layernorm",
           "add_rmsnorm:adds", "add_layernorm:adds",
           "gelu", "softmax", "cross_entropy", "fused_mlp", "swiglu", "geglu", "swiglu_packed", "embedding",
           "rotary_table", "matmul")

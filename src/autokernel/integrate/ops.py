@@ -36,6 +36,7 @@ SCHEMAS: dict[str, str] = {
     "swiglu_packed": "(Tensor gate_up) -> Tensor",
     "embedding": "(Tensor ids, Tensor weight, float scale) -> Tensor",
     "rotary_table": "(Tensor position_ids, Tensor inv_freq, float scaling, Tensor like) -> (Tensor, Tensor)",
+    "linear_gelu": "(Tensor x, Tensor w, Tensor b, bool tanh) -> Tensor",
 }
 # kinds whose op returns two tensors of one shape and dtype (``output_meta``): (normalised rows,
 # sum) with the first input's, and (cos, sin)
@@ -55,6 +56,8 @@ def output_meta(kind: str, args: tuple) -> tuple[tuple[int, ...], torch.dtype]:
         return (x.shape[0], args[1].shape[1]), x.dtype
     if kind == "fused_mlp":
         return (x.shape[0], args[3].shape[0]), x.dtype
+    if kind == "linear_gelu":
+        return (x.shape[0], args[1].shape[0]), x.dtype
     if kind == "cross_entropy":
         return (), x.dtype
     if kind == "reduce":

@@ -26,6 +26,7 @@ BUILTIN_KINDS: dict[str, str] = {
     "swiglu_packed": "swiglu_packed",
     "embedding": "embedding",
     "rotary_table": "rotary_table",
+    "linear_gelu": "linear_gelu",
 }
 
 KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"

@@ -1,0 +1,153 @@
+"""Applier for ``linear_gelu``: a module whose forward runs a biased linear, then a GELU
+activation module on its output, then (optionally) a chain of other children, each on the
+output of the one before (GPT-2's ``GPT2MLP``: ``c_fc``, ``act``, ``c_proj``, ``dropout``;
+BERT's ``BertIntermediate``: ``dense``, ``intermediate_act_fn``; ViT's ``ViTMLP``; BERT's
+``BertPredictionHeadTransform``: ``dense``, ``transform_act_fn``, ``LayerNorm``).  The linear
+and the GELU become one call of the op; the rest of the chain runs as it is.
+
+What the forward does is read from one probe call of the module's own forward on a small random
+input, with hooks on its children: every child runs once, the linear on the module's input, each
+next child on the output of the one before (the same tensor, not a copy), and the module
+returns the last child's output.  The result must also match the problem's reference followed
+by the rest of the chain.  Otherwise the module is left alone.  In training mode (dropout) and
+for any call the kernel was not judged on (dtype, width, extra arguments) the original forward
+runs.
+
+GPT-2's ``Conv1D`` stores its weight [K, N] (``x @ W + b``): the op takes nn.Linear's [N, K], so
+the Conv1D gets a contiguous transposed copy as a non-persistent buffer (inference only: later
+changes of the weight are not seen; it costs one more copy of that weight in memory).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from ..recognize import biased_linear_dims, gelu_form
+from .patching import PROBE_TOLERANCE, _pick, _probe_input, _reference, _rel_error, _swap_class
+from .selection import KernelOp
+
+WEIGHT_NK = "_autokernel_weight_nk"
+
+
+def gelu_child(m: nn.Module) -> tuple[str, bool] | None:
+    """(name, tanh form) of ``m``'s one GELU activation child, when ``m`` also has a biased
+    linear child; which linear feeds it, and what comes after, is learnt by ``traced_chain``."""
+    if biased_linear_dims(m) is not None or gelu_form(m) is not None:
+        return None
+    children = dict(m.named_children())
+    acts = [n for n, c in children.items() if gelu_form(c) is not None]
+    if len(acts) != 1 or not any(biased_linear_dims(c) is not None for c in children.values()):
+        return None
+    return acts[0], bool(gelu_form(children[acts[0]]))
+
+
+def traced_chain(m: nn.Module, x: torch.Tensor) -> list[str] | None:
+    """The children ``m.forward(x)`` runs, in order, when it is a plain chain: each child called
+    once with one positional tensor, the first on ``x``, each next one on the output of the one
+    before, the forward returning the last output.  None for anything else."""
+    calls: list[tuple[str, tuple, dict, Any]] = []
+    handles = [c.register_forward_hook(lambda mod, args, kwargs, out, n=n: calls.append((n, args, kwargs, out)),
+                                       with_kwargs=True)
+               for n, c in m.named_children()]
+    try:
+        with torch.no_grad():
+            result = type(m).forward(m, x)
+    except Exception:  # a forward that does not take one tensor is not a chain
+        return None
+    finally:
+        for h in handles:
+            h.remove()
+    previous: Any = x
+    for _, args, kwargs, out in calls:
+        if kwargs or len(args) != 1 or args[0] is not previous or not isinstance(out, torch.Tensor):
+            return None
+        previous = out
+    names = [n for n, *_ in calls]
+    if not calls or result is not previous or len(set(names)) != len(names):
+        return None
+    return names
+
+
+def _epilogue_members(k: KernelOp, lin: str, tanh: bool, rest: tuple[str, ...], K: int, N: int, transposed: bool,
+                      base: type) -> dict[str, Any]:
+    op, dtype = k.op, k.dtype
+    base_forward = base.forward
+
+    def forward(self, x, *args, **kwargs):
+        if (not args and not kwargs and not self.training and isinstance(x, torch.Tensor) and x.dtype == dtype
+                and x.dim() >= 1 and x.shape[-1] == K and x.numel() > 0):
+            linear = getattr(self, lin)
+            w = getattr(linear, WEIGHT_NK) if transposed else linear.weight
+            y = op(x.reshape(-1, K), w, linear.bias, tanh).reshape(*x.shape[:-1], N)
+            for name in rest:
+                y = getattr(self, name)(y)
+            return y
+        return base_forward(self, x, *args, **kwargs)
+
+    return {"forward": forward}
+
+
+def _apply_linear_gelu(model, k, done, replaced, skipped, probed) -> None:
+    dtype = k.dtype
+    for name, m in model.named_modules():
+        if id(m) in done or _pick([k], "linear_gelu", name) is None:
+            continue
+        found = gelu_child(m)
+        if found is None:
+            continue
+        act_name, tanh = found
+        base = type(m)
+        if any(c.weight.dtype != dtype or c.bias.dtype != dtype for c in m.children() if biased_linear_dims(c) is not None):
+            skipped.append((name, f"linear_gelu: linear weights and biases are not {dtype}"))
+            continue
+        x, order = _trace_from_each_linear(m, act_name, dtype)
+        if order is None:
+            skipped.append((name, f"linear_gelu: {base.__name__}.forward is not {act_name}(linear(x)) "
+                                  "followed by a chain of children (probe)"))
+            continue
+        lin = getattr(m, order[0])
+        K, N, transposed = biased_linear_dims(lin)
+        rest = tuple(order[2:])
+        key = (base, "linear_gelu", tanh, tuple(order))
+        if key not in probed:  # the form the class name says first, then the other one
+            probed[key] = next((form for form in (tanh, not tanh) if _chain_matches(m, x, lin, form, rest, transposed)),
+                               None)
+        if probed[key] is None:
+            skipped.append((name, f"linear_gelu: {base.__name__} computes something else (probe mismatch)"))
+            continue
+        tanh = probed[key]
+        if transposed:
+            lin.register_buffer(WEIGHT_NK, lin.weight.detach().t().contiguous(), persistent=False)
+        _swap_class(m, ("linear_gelu", k.opname, order[0], tanh, rest, K, N, transposed),
+                    _epilogue_members(k, order[0], tanh, rest, K, N, transposed, base))
+        done.update({id(m), id(lin), id(getattr(m, act_name))})
+        replaced.append((name, "linear_gelu"))
+
+
+def _trace_from_each_linear(m: nn.Module, act_name: str, dtype: torch.dtype) -> tuple[torch.Tensor, list[str] | None]:
+    """Probe the forward with an input as wide as each biased linear child's input; the first
+    trace that starts with a biased linear and then ``act_name`` wins."""
+    x = None
+    for width in dict.fromkeys(biased_linear_dims(c)[0] for c in m.children() if biased_linear_dims(c) is not None):
+        x = _probe_input(width, m, dtype)[None]
+        order = traced_chain(m, x)
+        if (order is not None and len(order) >= 2 and order[1] == act_name
+                and biased_linear_dims(getattr(m, order[0])) is not None):
+            return x, order
+    return x, None
+
+
+def _chain_matches(m: nn.Module, x: torch.Tensor, lin: nn.Module, tanh: bool, rest: tuple[str, ...],
+                   transposed: bool) -> bool:
+    """Does the module's own forward compute the reference (on the [N, K] weight), then ``rest``?"""
+    with torch.no_grad():
+        got = type(m).forward(m, x)
+        w = lin.weight.t() if transposed else lin.weight
+        want = _reference("linear_gelu")(x, w, lin.bias, tanh)
+        for name in rest:
+            want = getattr(m, name)(want)
+    if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+        return False
+    return _rel_error(want, got) <= PROBE_TOLERANCE.get(x.dtype, 1e-4)
