@@ -226,7 +226,7 @@ def test_command_agent_through_the_loop(tmp_path, monkeypatch):
         monkeypatch.setenv(k, v)
     work = tmp_path / "ws"
     config = AgentConfig(name="command", agent_cmd=_script(tmp_path, ROGUE_IN_LOOP), agent_timeout_s=120)
-    run_optimize([Target("reduce", "reduce", start_file=start_file(tmp_path))], work, agent=config,
+    run_optimize([Target("reduce", "reduce", start_file=start_file(tmp_path), dtype="fp32")], work, agent=config,
                  budget_s=None, max_experiments=1, device="cpu", show_progress=False)
     rows = read_results(work / "results.tsv")
     assert [(r.status, r.agent) for r in rows] == [("baseline", "command"), ("keep", "command")]

@@ -196,7 +196,7 @@ def test_llm_agent_through_the_loop(tmp_path, monkeypatch):
     with FakeLLMServer(script) as server:
         config = AgentConfig(name="llm", llm="openai:fake-model", llm_base_url=server.openai_url,
                              llm_timeout_s=1.0, llm_max_calls=50)
-        summary = run_optimize([Target("reduce", "reduce", start_file=start_file(tmp_path))], work, agent=config,
+        summary = run_optimize([Target("reduce", "reduce", start_file=start_file(tmp_path), dtype="fp32")], work, agent=config,
                                budget_s=None, max_experiments=5, device="cpu", show_progress=False)
     rows = read_results(work / "results.tsv")
     assert [r.status for r in rows][:4] == ["baseline", "keep", "incorrect", "rejected"]
@@ -251,7 +251,7 @@ def test_spent_call_budget_ends_the_run_cleanly(tmp_path):
     work = tmp_path / "ws"
     with FakeLLMServer([_file_reply(FAST)]) as server:
         config = AgentConfig(name="llm", llm="openai:fake-model", llm_base_url=server.openai_url, llm_max_calls=2)
-        summary = run_optimize([Target("reduce", "reduce", start_file=start_file(tmp_path))], work, agent=config,
+        summary = run_optimize([Target("reduce", "reduce", start_file=start_file(tmp_path), dtype="fp32")], work, agent=config,
                                budget_s=None, max_experiments=10, device="cpu", show_progress=False,
                                _evaluator_factory=_PassingEvaluator)
     assert summary.stopped_reason == "agent-exhausted" and "budget spent" in summary.message
@@ -270,7 +270,7 @@ def test_refused_key_ends_the_run_as_a_user_mistake(tmp_path, monkeypatch):
     work = tmp_path / "ws"
     with FakeLLMServer([Step.status(401)]) as server:
         config = AgentConfig(name="llm", llm="openai:fake-model", llm_base_url=server.openai_url)
-        summary = run_optimize([Target("reduce", "reduce", start_file=start_file(tmp_path))], work, agent=config,
+        summary = run_optimize([Target("reduce", "reduce", start_file=start_file(tmp_path), dtype="fp32")], work, agent=config,
                                budget_s=None, max_experiments=10, device="cpu", show_progress=False,
                                _evaluator_factory=_PassingEvaluator)
     assert summary.stopped_reason == "agent-refused" and "HTTP 401" in summary.message
