@@ -47,6 +47,8 @@ class PairSite:
 def pair_site(fn: types.FunctionType) -> PairSite | None:
     """Where ``fn`` rotates q and k and hands them to attention, if its source shows that the
     rotated q and k go nowhere else (module docstring); None otherwise."""
+    if not any(_rotary_form(fn.__globals__.get(n)) is True for n in _code_names(fn.__code__)):
+        return None  # calls no rotary function of the pair form: nothing to read
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     except (OSError, TypeError, SyntaxError, IndentationError):

@@ -38,47 +38,44 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _rotated_keys(k_base, cos_ptr, sin_ptr, offs_n, offs_h, S, HALF, stride_ks, stride_kd,
-                  MASKED: tl.constexpr, UPCAST: tl.constexpr):
-    """The K tile of keys ``offs_n``, rotated, as two transposed halves [HALF_BLOCK, BLOCK_N]."""
-    k_ptrs = k_base + offs_n[None, :] * stride_ks + offs_h[:, None] * stride_kd
-    t_offs = offs_n[None, :] * (2 * HALF) + offs_h[:, None]  # cos/sin are contiguous [S, D]
-    if MASKED:
-        ok = (offs_n[None, :] < S) & (offs_h[:, None] < HALF)
-        k1 = tl.load(k_ptrs, mask=ok, other=0.0)
-        k2 = tl.load(k_ptrs + HALF * stride_kd, mask=ok, other=0.0)
-        c1 = tl.load(cos_ptr + t_offs, mask=ok, other=0.0).to(tl.float32)
-        c2 = tl.load(cos_ptr + t_offs + HALF, mask=ok, other=0.0).to(tl.float32)
-        s1 = tl.load(sin_ptr + t_offs, mask=ok, other=0.0).to(tl.float32)
-        s2 = tl.load(sin_ptr + t_offs + HALF, mask=ok, other=0.0).to(tl.float32)
-    else:
-        k1 = tl.load(k_ptrs)
-        k2 = tl.load(k_ptrs + HALF * stride_kd)
-        c1 = tl.load(cos_ptr + t_offs).to(tl.float32)
-        c2 = tl.load(cos_ptr + t_offs + HALF).to(tl.float32)
-        s1 = tl.load(sin_ptr + t_offs).to(tl.float32)
-        s2 = tl.load(sin_ptr + t_offs + HALF).to(tl.float32)
-    x1 = k1.to(tl.float32)
-    x2 = k2.to(tl.float32)
-    r1 = x1 * c1 - x2 * s1
-    r2 = x2 * c2 + x1 * s2
-    if not UPCAST:
-        r1 = r1.to(k1.dtype)
-        r2 = r2.to(k1.dtype)
-    return r1, r2
-
-
-@triton.jit
 def _attend_blocks(acc, m_i, l_i, q1, q2, k_base, v_base, cos_ptr, sin_ptr, offs_m, offs_h, offs_d, lo, hi,
                    S, D, HALF, stride_ks, stride_kd, stride_vs, stride_vd, qk_scale,
                    BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, KEY_MASK: tl.constexpr,
                    EVEN_HALF: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
-    """Fold keys/values [lo, hi) into the running (acc, m_i, l_i), rotating each K tile."""
+    """Fold keys/values [lo, hi) into the running (acc, m_i, l_i), rotating each K tile: its
+    two halves transposed, [HALF_BLOCK, BLOCK_N], with the cos/sin rows of its keys."""
+    cols = tl.arange(0, BLOCK_N)
+    k_off = offs_h[:, None] * stride_kd + cols[None, :] * stride_ks
+    t_off = offs_h[:, None] + cols[None, :] * D  # cos/sin are contiguous [S, D]
+    v_off = cols[:, None] * stride_vs + offs_d[None, :] * stride_vd
     for start_n in range(lo, hi, BLOCK_N):
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        k1, k2 = _rotated_keys(k_base, cos_ptr, sin_ptr, offs_n, offs_h, S, HALF, stride_ks, stride_kd,
-                               KEY_MASK or not EVEN_HALF, UPCAST)
-        v_ptrs = v_base + offs_n[:, None] * stride_vs + offs_d[None, :] * stride_vd
+        offs_n = start_n + cols
+        k_ptrs = k_base + start_n * stride_ks + k_off
+        cos1 = cos_ptr + start_n * D + t_off
+        sin1 = sin_ptr + start_n * D + t_off
+        if KEY_MASK or not EVEN_HALF:
+            ok = (offs_n[None, :] < S) & (offs_h[:, None] < HALF)
+            k1 = tl.load(k_ptrs, mask=ok, other=0.0)
+            k2 = tl.load(k_ptrs + HALF * stride_kd, mask=ok, other=0.0)
+            c1 = tl.load(cos1, mask=ok, other=0.0).to(tl.float32)
+            c2 = tl.load(cos1 + HALF, mask=ok, other=0.0).to(tl.float32)
+            s1 = tl.load(sin1, mask=ok, other=0.0).to(tl.float32)
+            s2 = tl.load(sin1 + HALF, mask=ok, other=0.0).to(tl.float32)
+        else:
+            k1 = tl.load(k_ptrs)
+            k2 = tl.load(k_ptrs + HALF * stride_kd)
+            c1 = tl.load(cos1).to(tl.float32)
+            c2 = tl.load(cos1 + HALF).to(tl.float32)
+            s1 = tl.load(sin1).to(tl.float32)
+            s2 = tl.load(sin1 + HALF).to(tl.float32)
+        x1 = k1.to(tl.float32)
+        x2 = k2.to(tl.float32)
+        r1 = x1 * c1 - x2 * s1
+        r2 = x2 * c2 + x1 * s2
+        if not UPCAST:
+            r1 = r1.to(k1.dtype)
+            r2 = r2.to(k1.dtype)
+        v_ptrs = v_base + start_n * stride_vs + v_off
         if KEY_MASK or not EVEN_D:
             v = tl.load(v_ptrs, mask=(offs_n[:, None] < S) & (offs_d[None, :] < D), other=0.0)
         else:
@@ -86,11 +83,11 @@ def _attend_blocks(acc, m_i, l_i, q1, q2, k_base, v_base, cos_ptr, sin_ptr, offs
         if UPCAST:
             v = v.to(tl.float32)
         if IEEE:
-            qk = tl.dot(q1, k1, input_precision="ieee")
-            qk = tl.dot(q2, k2, qk, input_precision="ieee")
+            qk = tl.dot(q1, r1, input_precision="ieee")
+            qk = tl.dot(q2, r2, qk, input_precision="ieee")
         else:
-            qk = tl.dot(q1, k1)
-            qk = tl.dot(q2, k2, qk)
+            qk = tl.dot(q1, r1)
+            qk = tl.dot(q2, r2, qk)
         qk = qk * qk_scale
         if CAUSAL_MASK:
             qk = tl.where(offs_m[:, None] >= offs_n[None, :], qk, float("-inf"))
