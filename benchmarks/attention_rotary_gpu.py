@@ -168,6 +168,12 @@ def markdown(rows: list[dict], gpu: bool) -> str:
             lines[-1] += f" {pct} | {ratio} | {'yes' if row['ok'].get(name) else 'NO' if name in row['ok'] else '–'} |"
         lines.append(f"| {label} | floors: flop {row['flop_us']:.1f}, pair {row['pair_us']:.1f}, fused "
                      f"{row['fused_us']:.1f} (fusion saves {row['saved_mb']:.1f} MB) | | | | |")
+        fused, pair = row["us"].get("fused starter"), row["us"].get("rotary + attention starters")
+        others = {n: t for n, t in row["us"].items() if n != "fused starter"}
+        if fused and pair and others:
+            best = min(others, key=others.get)
+            lines.append(f"| {label} | does it pay: fused {pair / fused:.2f}× the separate starters, "
+                         f"{others[best] / fused:.2f}× the fastest other ({best}) | | | | |")
         for note in row["notes"]:
             lines.append(f"| {label} | note: {note} | | | | |")
     return "\n".join(lines) + "\n"
