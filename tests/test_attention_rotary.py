@@ -315,3 +315,29 @@ def test_the_source_check_takes_only_rotated_q_and_k_that_go_to_attention_alone(
     }
     for why, source in refused.items():
         assert _site(source) is None, why
+
+
+def test_profile_fused_rotary_then_verify_the_llama_example(tmp_path):
+    """``autokernel profile --fused-rotary`` plans the pair; with the fused starter as the run's
+    only kernel the patched model verifies against the original."""
+    import json
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from autokernel.cli import app
+    from autokernel.plan import load_plan
+    from autokernel.verify import verify
+
+    res = CliRunner().invoke(app, ["profile", "--model", "llama", "--device", "cpu", "--input-shape", "2x12",
+                                   "--config", "n_layers=1", "--fused-rotary", "--warmup", "0", "--iters", "1",
+                                   "--out", str(tmp_path / "plan.json")])
+    assert res.exit_code == 0, res.output
+    plan = load_plan(tmp_path / "plan.json")
+    assert [p.kind for p in plan.problems if "attention" in p.kind or "rotary" in p.kind] == ["attention_rotary"]
+    (tmp_path / "problems" / "attention_rotary").mkdir(parents=True)
+    shutil.copyfile(KERNELS_DIR / "attention_rotary.py", tmp_path / "problems" / "attention_rotary" / "kernel.py")
+    (tmp_path / "run.json").write_text(json.dumps({"model": "llama", "dtype": "fp32", "device": "cpu",
+                                                   "input_shape": [2, 12], "config": {"n_layers": "1"}}))
+    result = verify(tmp_path, seeds=(0, 1), timing=False, breakdown=False, log=lambda *_: None)
+    assert result.passed and ("layers.0.attn", "attention_rotary") in [tuple(r) for r in result.replaced]

@@ -66,7 +66,7 @@ def pair_site(fn: types.FunctionType) -> PairSite | None:
            for n in ast.walk(fdef)) != 1:
         return None
     q, k = (e.id for e in fdef.body[at].targets[0].elts)
-    params = _parameters(fn, fdef)
+    params = _parameters(fn)
     guards: list[tuple[str, int, Any]] = []
     attended = False
     for stmt in fdef.body[at + 1:]:
@@ -99,7 +99,7 @@ def _uses(node: ast.AST, names: set[str]) -> int:
     return sum(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node))
 
 
-def _parameters(fn: types.FunctionType, fdef: ast.FunctionDef) -> dict[str, tuple[int, Any]]:
+def _parameters(fn: types.FunctionType) -> dict[str, tuple[int, Any]]:
     """Parameter -> (position in a call's arguments, self included; default)."""
     out: dict[str, tuple[int, Any]] = {}
     sig = inspect.signature(fn)
