@@ -341,3 +341,46 @@ def test_profile_fused_rotary_then_verify_the_llama_example(tmp_path):
                                                    "input_shape": [2, 12], "config": {"n_layers": "1"}}))
     result = verify(tmp_path, seeds=(0, 1), timing=False, breakdown=False, log=lambda *_: None)
     assert result.passed and ("layers.0.attn", "attention_rotary") in [tuple(r) for r in result.replaced]
+
+
+def _pair_tree(mask: bool = False, between: str | None = None, k_heads: int = 2):
+    """A GPU-style trace of one attention module: a marked rotary function on q [2,8,64,64] and
+    k [2,2,64,64], then SDPA (kv heads repeated to 8 by transformers' repeat_kv)."""
+    from autokernel.recognize import ModuleInfo, Node, ScopeCall, TensorMeta
+
+    def meta(*shapes):
+        return [TensorMeta(s, "bf16") for s in shapes]
+
+    root = Node(name="ak::forward::0")
+    attn = root.add(Node(name="ak::m::0", scope=ScopeCall("module", "layers.0.attn", ModuleInfo(
+        "layers.0.attn", "LlamaAttention", heads=8, kv_heads=2), args=meta((2, 64, 512)))))
+    q, k, table = (2, 8, 64, 64), (2, k_heads, 64, 64), (1, 64, 64)
+    rot = attn.add(Node(name="ak::f::1", scope=ScopeCall("function", "m.apply_rotary_pos_emb", None,
+                                                          args=meta(q, k, table, table), outputs=meta(q, k),
+                                                          code_names=("rotate_half",))))
+    rot.add(Node(name="aten::mul", shapes=[list(q), list(table)], kernels=[("elementwise<mul>", 2.0)]))
+    if between:
+        attn.add(Node(name=between, shapes=[list(q)], kernels=[(f"{between} kernel", 1.0)]))
+    args = [list(q), [2, 8, 64, 64], [2, 8, 64, 64], [2, 1, 64, 64] if mask else []] + [[]] * 4
+    sdpa = attn.add(Node(name="aten::scaled_dot_product_attention", shapes=args,
+                         concrete=[None, None, None, None, 0.0, not mask, None, False],
+                         dtypes=["c10::BFloat16"] * 3 + (["bool"] if mask else [])))
+    sdpa.add(Node(name="aten::_scaled_dot_product_flash_attention", shapes=[list(q)] * 3,
+                  kernels=[("flash_fwd_kernel", 20.0)]))
+    return root, attn, rot, sdpa
+
+
+def test_the_pair_in_a_trace_and_what_breaks_it():
+    from autokernel.profiler import build_plan
+    from autokernel.recognize import pair_rotary_attention
+
+    root, attn, rot, sdpa = _pair_tree()
+    found = pair_rotary_attention(attn, "bf16")
+    assert set(found) == {id(rot), id(sdpa)} and found[id(rot)] is found[id(sdpa)]
+    assert found[id(rot)].shapes == [({"B": 2, "H": 8, "Hkv": 2, "S": 64, "D": 64, "causal": 1}, 1)]
+    plan = build_plan([root], model="m", device="cuda", time_kind="gpu", dtype="bf16", input_shape=[2, 64], iters=1,
+                      fuse_rotary=True)
+    assert [(p.kind, p.time_us) for p in plan.problems] == [("attention_rotary", 22.0)]  # both kernels
+    assert not pair_rotary_attention(_pair_tree(mask=True)[1], "bf16")  # a mask: attention_masked's
+    assert not pair_rotary_attention(_pair_tree(between="aten::add")[1], "bf16")  # k or q changed between
+    assert not pair_rotary_attention(_pair_tree(k_heads=4)[1], "bf16")  # not the k attention reads
