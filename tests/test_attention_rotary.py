@@ -384,3 +384,11 @@ def test_the_pair_in_a_trace_and_what_breaks_it():
     assert not pair_rotary_attention(_pair_tree(mask=True)[1], "bf16")  # a mask: attention_masked's
     assert not pair_rotary_attention(_pair_tree(between="aten::add")[1], "bf16")  # k or q changed between
     assert not pair_rotary_attention(_pair_tree(k_heads=4)[1], "bf16")  # not the k attention reads
+
+
+def test_a_run_with_the_pair_fused_is_another_run():
+    from autokernel.pipeline import _same_run
+
+    old = {"model": "llama", "dtype": "fp32", "input_shape": [2, 8], "config": {}}  # run.json before the flag
+    assert _same_run(old, dict(old, fused_rotary=False))
+    assert not _same_run(old, dict(old, fused_rotary=True))
