@@ -392,3 +392,24 @@ def test_a_run_with_the_pair_fused_is_another_run():
     old = {"model": "llama", "dtype": "fp32", "input_shape": [2, 8], "config": {}}  # run.json before the flag
     assert _same_run(old, dict(old, fused_rotary=False))
     assert not _same_run(old, dict(old, fused_rotary=True))
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_hugging_face_eager_attention_gets_rotated_q_and_k(tmp_path):
+    """transformers' eager attention (not SDPA) is not ours: the pair reaches it rotated."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                      num_key_value_heads=1, intermediate_size=64, vocab_size=64)
+    model = transformers.LlamaForCausalLM._from_config(config, attn_implementation="eager").eval()
+    shape = {"B": 1, "H": 2, "Hkv": 1, "S": 5, "D": 16, "causal": 1}
+    patched = apply(model, make_workdir(tmp_path / "wd", [_fused_problem(shape, ["model.layers.0.self_attn"])],
+                                        model="custom"))
+    op = patched._autokernel_ops["attention_rotary"]
+    ids = torch.randint(0, 64, (1, 5))
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        got = patched(ids, use_cache=False).logits
+        want = model(ids, use_cache=False).logits
+    assert OP_CALLS[op] == before
+    assert torch.allclose(got, want, atol=1e-6, rtol=1e-5)
