@@ -54,6 +54,7 @@ class RunOptions:
     ray: str | None = None
     padded: bool = False  # hf: token models: a padded batch (models.pad_inputs)
     as_captured: bool = False  # profile the forward as a CUDA graph capture runs it (profiler.as_captured)
+    fused_rotary: bool = False  # plan rotary + attention as one attention_rotary problem
 
 
 @dataclass
@@ -77,7 +78,7 @@ def resolve_device(device: str) -> str:
 
 def _same_run(saved: dict[str, Any], wanted: dict[str, Any]) -> bool:
     keys = ("model", "dtype", "input_shape", "config")
-    flags = ("padded", "as_captured")  # absent from run.json files written before them: False
+    flags = ("padded", "as_captured", "fused_rotary")  # absent from run.json files written before them: False
     return (all(saved.get(k) == wanted.get(k) for k in keys)
             and all(bool(saved.get(k)) == bool(wanted.get(k)) for k in flags))
 
@@ -129,7 +130,7 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
     log(f"      {loaded.description}")
     wanted = {"model": opts.model, "dtype": dtype_name(dtype), "device": device,
               "input_shape": list(loaded.input_shape), "config": {k: str(v) for k, v in opts.config.items()},
-              "padded": opts.padded, "as_captured": opts.as_captured}
+              "padded": opts.padded, "as_captured": opts.as_captured, "fused_rotary": opts.fused_rotary}
     plan_path = workdir / "plan.json"
     run_path = workdir / "run.json"
     reused = False
@@ -148,7 +149,8 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
         log(f"[2/4] plan: reusing {plan_path} ({len(plan.supported)} problem(s))")
     else:
         log("[2/4] profiling")
-        plan = profile_model(loaded, device=device, dtype=dtype, captured=opts.as_captured)
+        plan = profile_model(loaded, device=device, dtype=dtype, captured=opts.as_captured,
+                             fuse_rotary=opts.fused_rotary)
         workdir.mkdir(parents=True, exist_ok=True)
         save_plan(plan, plan_path)
         log(f"      plan written to {plan_path}")

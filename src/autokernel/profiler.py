@@ -50,6 +50,7 @@ from .quiet import filtered_stderr
 from .problems.base import dtype_name
 from .recognize import (METADATA_OPS, Instance, Node, ScopeCall, TensorMeta, Unsupported, is_gemm_kernel,
                         matmul_shape, module_info, pair_adds_ahead, pair_cross_entropy, pair_linear_gelu, pair_residual_adds,
+                        pair_rotary_attention,
                         recognize_op, recognize_scope,
                         shape_weight)
 
@@ -250,10 +251,12 @@ def op_owner(node: Node, op_problems: dict[str, str]) -> str | None:
 
 
 def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp: bool = False,
-              op_problems: dict[str, str] | None = None) -> Attribution:
+              op_problems: dict[str, str] | None = None, fuse_rotary: bool = False) -> Attribution:
     """Attribute every piece of time to an instance of a kind, or to an uncovered label.
     ``op_problems`` (profiler op name -> plan problem, for a patched model): time under one of
-    those ops goes to ``op_times`` of its problem, before any recognizer is asked."""
+    those ops goes to ``op_times`` of its problem, before any recognizer is asked.
+    ``fuse_rotary``: a rotary function followed by attention on its q and k is one
+    ``attention_rotary`` (``pair_rotary_attention``)."""
     result = Attribution()
     by_key: dict[int, Instance] = {}  # id(claiming node) -> its instance
     times: dict[int, float] = defaultdict(float)
@@ -266,6 +269,8 @@ def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp
         for node in walk(root):
             paired.update(pair_cross_entropy(node, default_dtype))
             epilogues.update(pair_linear_gelu(node))
+            if fuse_rotary:
+                paired.update(pair_rotary_attention(node, default_dtype))
             add_before.update(pair_residual_adds(node))
         for add_id, (norm, producer) in pair_adds_ahead(root).items():
             add_before[add_id] = norm
@@ -298,8 +303,8 @@ def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp
         for i, n in enumerate(chain):
             if n.scope is None:
                 continue
-            if id(n) in epilogues:
-                inst = epilogues[id(n)]
+            if id(n) in epilogues or id(n) in paired:  # linear + GELU, or a rotary function + the attention after it
+                inst = epilogues[id(n)] if id(n) in epilogues else paired[id(n)]
                 return id(inst), by_key.setdefault(id(inst), inst)
             claim = recognize_scope(n, [c for c in chain[i + 1:] if c.scope is None], ops_under(n),
                                     default_dtype, fuse_mlp, id(n) in norms_after_add)
@@ -441,10 +446,11 @@ def _steady(roots: list[Node], iters: int) -> tuple[list[Node], int]:
 
 # ------------------------------------------------------------------ plan
 def build_plan(roots: list[Node], *, model: str, device: str, time_kind: str, dtype: str,
-               input_shape: list[int], iters: int, fuse_mlp: bool = False, device_name: str = "") -> Plan:
+               input_shape: list[int], iters: int, fuse_mlp: bool = False, device_name: str = "",
+               fuse_rotary: bool = False) -> Plan:
     """Group the attributed time by (kind, dtype) into plan problems, per forward pass."""
     roots, iters = _steady(roots, max(1, iters))
-    att = attribute(roots, time_kind=time_kind, default_dtype=dtype, fuse_mlp=fuse_mlp)
+    att = attribute(roots, time_kind=time_kind, default_dtype=dtype, fuse_mlp=fuse_mlp, fuse_rotary=fuse_rotary)
     total = att.total_us / iters
 
     @dataclass
@@ -578,7 +584,7 @@ def intra_op_threads(n: int | None) -> Iterator[None]:
 
 def profile_model(loaded: LoadedModel, *, device: str | None = None, dtype: torch.dtype | None = None,
                   warmup: int = DEFAULT_WARMUP, iters: int = DEFAULT_ITERS, fuse_mlp: bool = False,
-                  captured: bool = False) -> Plan:
+                  captured: bool = False, fuse_rotary: bool = False) -> Plan:
     """Profile ``iters`` forward passes of the loaded model (after ``warmup`` untimed ones)
     and return its plan.  ``captured``: the passes run as a CUDA graph capture runs them
     (``as_captured``), for a model that will run in CUDA-graph mode."""
@@ -590,7 +596,7 @@ def profile_model(loaded: LoadedModel, *, device: str | None = None, dtype: torc
     return build_plan(roots, model=loaded.spec, device="cuda" if on_gpu else "cpu",
                       time_kind="gpu" if on_gpu else "cpu", dtype=dtype_name(dtype),
                       input_shape=loaded.input_shape, iters=max(1, iters), fuse_mlp=fuse_mlp,
-                      device_name=device_label(device))
+                      device_name=device_label(device), fuse_rotary=fuse_rotary)
 
 
 def device_label(device: str) -> str:
@@ -620,8 +626,9 @@ def problem_times(roots: list[Node], plan: Plan, *, time_kind: str, op_problems:
     recognized instance to the plan problem of the same kind and dtype, the rest uncovered."""
     roots, steady_iters = _steady(roots, max(1, iters))
     fuse_mlp = any(p.kind == "fused_mlp" for p in plan.problems)
+    fuse_rotary = any(p.kind == "attention_rotary" for p in plan.problems)
     att = attribute(roots, time_kind=time_kind, default_dtype=plan.dtype, fuse_mlp=fuse_mlp,
-                    op_problems=op_problems)
+                    op_problems=op_problems, fuse_rotary=fuse_rotary)
     by_kind: dict[tuple[str, str], str] = {}
     for p in plan.problems:
         by_kind.setdefault((p.kind, p.dtype), p.name)

@@ -35,6 +35,7 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "matmul": ("M", "N", "K"),
     "attention": ("B", "H", "Hkv", "S", "D", "causal"),
     "attention_masked": ("B", "H", "Hkv", "S", "D", "additive", "per_query"),
+    "attention_rotary": ("B", "H", "Hkv", "S", "D", "causal"),
     "rotary": ("B", "H", "S", "D"),
     "rmsnorm": ("M", "N"),
     "layernorm": ("M", "N"),
@@ -525,6 +526,34 @@ def pair_cross_entropy(parent: Node, default_dtype: str) -> dict[int, Instance]:
             inst = Instance("cross_entropy", _dtype(first, 0, default_dtype),
                             [(make_shape("cross_entropy", rows(x), x[-1]), 1)])
             out[id(first)] = out[id(second)] = inst
+    return out
+
+
+def pair_rotary_attention(parent: Node, default_dtype: str) -> dict[int, Instance]:
+    """A rotary function applied to q and k (``apply_rotary*(q, k, cos, sin)``, rotate_half
+    layout) directly followed (metadata ops aside: the kv heads' ``repeat_kv`` views) by an
+    attention op without a mask on that q and k, both children of ``parent`` (one forward, as
+    in the llama example and Hugging Face Llama-family attention): map both nodes (by id) to
+    one ``attention_rotary`` instance."""
+    out: dict[int, Instance] = {}
+    kids = [c for c in parent.children if c.scope is not None or c.name not in METADATA_OPS]
+    for first, second in zip(kids, kids[1:]):
+        call = first.scope
+        if call is None or call.kind != "function" or second.scope is not None or second.name not in ATTENTION_OPS:
+            continue
+        rotary = _rotary(call, first, default_dtype)
+        attention = _attention(second, default_dtype)
+        if not isinstance(rotary, Instance) or not isinstance(attention, Instance) or attention.kind != "attention":
+            continue
+        q, k = call.args[0].shape if call.args else (), call.args[1].shape if len(call.args) > 1 else ()
+        shape = attention.shapes[0][0]
+        if (list(q) != _arg(second, 0) or len(k) != 4 or (k[0], k[2], k[3]) != (shape["B"], shape["S"], shape["D"])
+                or k[1] != shape["Hkv"]):
+            continue
+        inst = Instance("attention_rotary", attention.dtype,
+                        [(make_shape("attention_rotary", *shape.values()), 1)], module=rotary.module,
+                        notes=(f"rotary on q and k ({rotary.notes[0]}) then {second.name}",) + attention.notes)
+        out[id(first)] = out[id(second)] = inst
     return out
 
 

@@ -22,6 +22,7 @@ def profile(
     config: Optional[str] = typer.Option(None, "--config", help="model config overrides: key=value,key=value"),
     out: Path = typer.Option(Path("plan.json"), "--out", help="where to write the plan"),
     fused_mlp: bool = typer.Option(False, "--fused-mlp", help="plan SwiGLU MLPs as one fused_mlp problem"),
+    fused_rotary: bool = typer.Option(False, "--fused-rotary", help="plan rotary on q and k followed by attention as one attention_rotary problem"),
     warmup: int = typer.Option(2, "--warmup", min=0, help="untimed forward passes first"),
     iters: int = typer.Option(3, "--iters", min=1, help="profiled forward passes"),
     padded: bool = typer.Option(False, "--padded", help="hf: token models: a padded batch (token ids and an attention_mask with rows of different lengths)"),
@@ -47,7 +48,7 @@ def profile(
         fail_usage(str(exc))
 
     plan = profile_model(loaded, device=device, dtype=torch_dtype, warmup=warmup, iters=iters, fuse_mlp=fused_mlp,
-                         captured=as_captured)
+                         captured=as_captured, fuse_rotary=fused_rotary)
     out.parent.mkdir(parents=True, exist_ok=True)
     save_plan(plan, out)
     print_plan(plan, loaded.description)

@@ -17,6 +17,8 @@ that compute that kind are switched to it:
   [B, H, S, S] (padded batches; what transformers runs while a stream captures);
 * ``rotary``    — modules whose methods call a ``*rotary*``/``*rope*`` function of the
   ``rotate_half`` layout;
+* ``attention_rotary`` — the same rotary call on q and k followed by attention on them, in one
+  op, where the forward's source and a probe confirm it (``rotary_attention``);
 * ``matmul``    — ``torch.nn.Linear``, only when a kept kernel beat the starting kernel;
 * ``cross_entropy`` — ``torch.nn.CrossEntropyLoss`` with default settings;
 * ``add_rmsnorm`` / ``add_layernorm`` — norms called as ``norm(x, residual)``, post-norm output

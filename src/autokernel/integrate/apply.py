@@ -94,7 +94,7 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     calls_before = len(replaced)
     _apply_calls(patched, sel.ops, set(), replaced, skipped)
     for k in sel.ops:
-        if k.kind in ("attention", "attention_masked", "rotary", "gelu") and any(kind == k.kind for _, kind in replaced[calls_before:]):
+        if k.kind in ("attention", "attention_masked", "rotary", "gelu", "attention_rotary") and any(kind == k.kind for _, kind in replaced[calls_before:]):
             used_ops.add(k.opname)
     align_linears(patched, done, replaced, on_gpu=device is not None and device.type == "cuda")
     for k in sel.ops:

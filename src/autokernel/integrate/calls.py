@@ -240,7 +240,7 @@ def _rebound(fn: types.FunctionType, names: dict[str, Any]) -> types.FunctionTyp
 
 def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, skipped) -> None:
     """Attention (SDPA), rotary and F.gelu: rebind the functions a module's methods call."""
-    kinds = {"attention", "attention_masked", "rotary", "gelu"}
+    kinds = {"attention", "attention_masked", "rotary", "gelu", "attention_rotary"}
     if not any(k.kind in kinds for k in kops):
         return
     for name, m in model.named_modules():
@@ -250,15 +250,16 @@ def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, sk
         masked = _pick(kops, "attention_masked", name)
         rot = _pick(kops, "rotary", name)
         gel = _pick(kops, "gelu", name)
+        fused = _pick(kops, "attention_rotary", name)
         if gel is not None and gelu_form(m) is not None:
             gel = None  # a GELU activation module: switched (or left alone) as a module in `fused`
-        if att is None and masked is None and rot is None and gel is None:
+        if att is None and masked is None and rot is None and gel is None and fused is None:
             continue
         key = (type(m), "calls", att.opname if att else None, masked.opname if masked else None,
-               rot.opname if rot else None, gel.opname if gel else None)
+               rot.opname if rot else None, gel.opname if gel else None, fused.opname if fused else None)
         cls = _SUBCLASSES.get(key)
         if cls is None:
-            cls = _calls_subclass(type(m), att, rot, gel, masked)
+            cls = _calls_subclass(type(m), att, rot, gel, masked, fused)
             _SUBCLASSES[key] = cls
         if not cls._autokernel_kinds:
             continue
@@ -269,9 +270,13 @@ def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, sk
 
 
 def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None, gel: KernelOp | None = None,
-                    masked: KernelOp | None = None) -> type:
+                    masked: KernelOp | None = None, fused: KernelOp | None = None) -> type:
     """A subclass of ``base`` whose methods that call SDPA / a rotary function / F.gelu call
-    the ops instead (``_autokernel_kinds`` empty when there is none)."""
+    the ops instead (``_autokernel_kinds`` empty when there is none); with ``fused``, a method
+    that rotates q and k and hands them to attention runs the ``attention_rotary`` op
+    (``rotary_attention``) on the calls it can."""
+    from .rotary_attention import fused_method
+
     sdpa = _sdpa_replacement(att, masked) if att is not None or masked is not None else None
     sdpa_kinds = tuple(kind for kind, op in (("attention", att), ("attention_masked", masked)) if op is not None)
     gelu = _gelu_replacement(gel) if gel is not None else None
@@ -287,7 +292,10 @@ def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None, gel:
             if not isinstance(inner, types.FunctionType):
                 continue
             names, kinds_fn = _global_replacements(inner, sdpa, rot, gelu, sdpa_kinds)
-            new = rewrap(fn, _rebound(inner, names)) if names else None
+            both = fused_method(inner, names, fused, rot) if fused is not None else None
+            if both is not None:
+                kinds_fn = kinds_fn | {"attention_rotary"}
+            new = rewrap(fn, both if both is not None else _rebound(inner, names)) if names or both else None
             if new is not None:
                 members[attr] = new
                 kinds |= kinds_fn

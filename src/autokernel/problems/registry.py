@@ -14,6 +14,7 @@ BUILTIN_KINDS: dict[str, str] = {
     "rmsnorm": "rmsnorm",
     "attention": "attention",
     "attention_masked": "attention_masked",
+    "attention_rotary": "attention_rotary",
     "swiglu": "swiglu",
     "fused_mlp": "fused_mlp",
     "cross_entropy": "cross_entropy",
