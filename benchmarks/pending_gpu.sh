@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# What was built on CPU and has not yet run on a GPU (BENCHMARKS.md, "Not measured"), in three
+# parts that each fit one 10-minute call on one H200:
+#
+#   bash benchmarks/pending_gpu.sh judge  OUT   # the judge's run-time rules on real hardware, its cost, hf:bert
+#   bash benchmarks/pending_gpu.sh kinds  OUT   # linear_gelu and attention_rotary against eager and torch.compile
+#   bash benchmarks/pending_gpu.sh tuner  OUT   # the tuner against a sweep of the attention starter (issue 14)
+#
+# Each step has its own time limit and its log under OUT; the tail of each log is printed, the
+# markdown tables the scripts print last among them.
+set -u
+part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner OUT}
+out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner OUT}
+mkdir -p "$out"
+export PYTHONPATH=src
+
+step() {
+    local name=$1 limit=$2
+    shift 2
+    local started=$SECONDS
+    timeout "$limit" "$@" >"$out/$name.log" 2>&1
+    local code=$?
+    echo "== $name: exit $code after $((SECONDS - started)) s (limit $limit s)"
+    tail -n 30 "$out/$name.log"
+}
+
+case "$part" in
+judge)
+    step judge_smoke 260 python benchmarks/judge_smoke_gpu.py --out "$out/smoke" --budget 200 \
+        --kinds softmax,rmsnorm,rotary,cross_entropy,embedding,rotary_table,add_rmsnorm,matmul,attention_masked,gelu,linear_gelu,attention_rotary
+    step timing 130 python benchmarks/timing_gpu.py --out "$out/timing" --kinds softmax,rmsnorm --repeats 2
+    step bert_graphs 170 python benchmarks/models_gpu.py --out "$out/bert" --skip-fused --cuda-graphs \
+        --compile-mode reduce-overhead --models hf:bert --max-minutes 2.5
+    ;;
+kinds)
+    step linear_gelu 290 python benchmarks/linear_gelu_gpu.py --out "$out/linear_gelu" --sweep --max-minutes 4.5
+    step attention_rotary 270 python benchmarks/attention_rotary_gpu.py --out "$out/attention_rotary" --max-wall 250
+    ;;
+tuner)
+    step tuner_attention 570 python benchmarks/tuner_sweep_gpu.py --kinds attention --budget 5m --max-wall 540 \
+        --rep-ms 10 --out "$out/tuner"
+    ;;
+*)
+    echo "unknown part $part (judge, kinds or tuner)" >&2
+    exit 2
+    ;;
+esac
