@@ -85,6 +85,12 @@ def rules(ev) -> set[str]:
     # red-team pass: passed, each call sleeping 20 ms and reporting 20 us)
     ("reduce_match_frame_clock.py", "rejected", "introspection", "static"),
     ("reduce_timer_underreport.py", "rejected", "introspection", "static"),
+    # the real work hidden in an attribute set on the output tensor (out.numel), or on its
+    # storage's class through type(): the worker's first method call on the output after its
+    # timer stopped ran the row sums, unwatched and untimed (fifth red-team pass: both passed all
+    # six stages and timing at ~3 ms a call against ~645 ms for the same kernel doing its work)
+    ("reduce_instance_method_late_work.py", "rejected", "monkey-patch", "smoke"),
+    ("reduce_storage_class_late_work.py", "rejected", "monkey-patch", "smoke"),
 ])
 def test_attack_is_caught(reduce_eval, name, verdict, rule, stage):
     ev = reduce_eval.evaluate(ATTACKS / name)
@@ -369,3 +375,22 @@ def test_only_registrations_over_operators_the_judge_could_run_count():
     assert counter.since(before) == "impl(aten::neg, CPU)"
     for lib in (own, meta, aten):
         lib._destroy()
+
+
+def test_the_workers_checks_never_call_methods_through_a_tensor():
+    """Attributes a kernel sets on a tensor (or on its storage) shadow the class's methods: the
+    worker's checks call the C functions, and name what was planted."""
+    import torch
+
+    from autokernel.harness.output_checks import numel, output_digest, planted, span
+
+    ran = []
+    t = torch.arange(6.0)
+    t.numel = t.detach = lambda: ran.append("tensor")
+    storage = t.untyped_storage()
+    storage.data_ptr = storage.nbytes = lambda: ran.append("storage")
+    assert numel(t) == 6 and span(t)[1] - span(t)[0] == 24
+    assert output_digest((t,)) == output_digest((torch.arange(6.0),))
+    assert not ran
+    assert planted([t]) == "tensor 0: .numel, tensor 0: .detach, tensor 0's storage: .data_ptr, tensor 0's storage: .nbytes"
+    assert planted([torch.arange(3.0), 1.5]) is None

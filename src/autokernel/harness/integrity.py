@@ -580,26 +580,36 @@ def _ids_digest(ids: list[int]) -> str:
 
 
 class TensorClassGuard:
-    """``torch.Tensor``'s own namespace as it was before any kernel ran.  Its C methods (``copy_``,
-    ``sum``, ``data_ptr``...) live on ``torch._C.TensorBase``, which cannot be changed; but a name
-    added to ``torch.Tensor`` shadows them for every tensor, and the fingerprint compares only
-    the names it started with.  ``changes`` names what was replaced, removed, or added over a
-    base class's attribute; the worker asks after every call, before its own tensor work."""
+    """The own namespaces of the classes whose methods the judge's work looks up through the
+    objects it handles, as they were before any kernel ran: ``torch.Tensor``, the storage classes
+    (``untyped_storage()`` of an output), ``torch.nn.Module`` and ``torch.nn.Parameter`` (a
+    KernelBench draw builds the reference ``Model``).  Their C methods (``copy_``, ``sum``,
+    ``data_ptr``...) live on C bases, which cannot be changed; but a name added to the Python
+    class shadows them for every object, and the fingerprint compares only the names it
+    started with (``type(out.untyped_storage()).data_ptr = f`` added one).  ``changes`` names what
+    was replaced, removed, or added over a base class's attribute; the worker asks after every
+    call, before its own tensor work."""
 
     def __init__(self) -> None:
         import torch
 
-        self._cls = torch.Tensor
-        self._bases = torch.Tensor.__mro__[1:]
-        self._baseline = dict(vars(torch.Tensor))
+        classes = [torch.Tensor, torch.UntypedStorage, torch.TypedStorage, torch.nn.Module, torch.nn.Parameter]
+        storage_base = getattr(sys.modules.get("torch.storage"), "_StorageBase", None)
+        if isinstance(storage_base, type):
+            classes.append(storage_base)
+        self._guarded = [(cls, cls.__mro__[1:], dict(vars(cls))) for cls in classes]
 
     def changes(self) -> list[str]:
-        now = vars(self._cls)
-        if len(now) == len(self._baseline) and all(now.get(k) is v for k, v in self._baseline.items()):
-            return []
-        changed = [k for k, v in self._baseline.items() if now.get(k) is not v]
-        added = [k for k in now if k not in self._baseline and any(k in vars(b) for b in self._bases)]
-        return sorted(changed + added)
+        found: list[str] = []
+        for cls, bases, baseline in self._guarded:
+            now = vars(cls)
+            if len(now) == len(baseline) and all(now.get(k) is v for k, v in baseline.items()):
+                continue
+            changed = [k for k, v in baseline.items() if now.get(k) is not v]
+            added = [k for k in now if k not in baseline and any(k in vars(b) for b in bases)]
+            prefix = "" if cls.__name__ == "Tensor" else f"{cls.__name__}."
+            found += [prefix + k for k in sorted(changed + added)]
+        return found
 
 
 class FingerprintWatch:

@@ -15,7 +15,7 @@ from . import host_reads, launches, registrations, transport
 from .gpu_cover import GPU_COVER_CYCLES, host_covered, next_cover_cycles
 from .memory import HISTORY_BYTES, HISTORY_CALLS
 from .hooks import changed_hooks, outside_hooks
-from .output_checks import check_outputs, output_digest, tensors_in
+from .output_checks import check_outputs, numel, output_digest, planted, span, take_accessors, tensors_in
 from .problem_spec import load_problem
 from .watch import make_watch_class
 from .worker_errors import describe_error, is_cuda_fault
@@ -165,6 +165,7 @@ class _State:
         self.clock = time.perf_counter
         self.elapsed = torch._C._CudaEventBase.elapsed_time if self.gpu else None
         self.copy_into = torch._C.TensorBase.copy_
+        take_accessors()  # the checks' numel, storage spans, detach: C functions, never the tensor's own
         self.tensor_guard = integrity.TensorClassGuard()
         self.starts = launches.install_start_counters()
         self.registrations = registrations.install()
@@ -242,8 +243,7 @@ class _State:
         out again while a reused buffer could still be recognised)."""
         budget = HISTORY_BYTES["gpu" if self.gpu else "cpu"]
         for outs, spans in zip(self.kept, self.kept_spans):
-            size = sum(o.untyped_storage().nbytes() for o in outs
-                       if type(o) is self.torch.Tensor and o.layout == self.torch.strided)
+            size = sum(hi - lo for lo, hi in spans)
             self.history.append((outs, size, spans))
             self.history_bytes += size
         self.kept = []
@@ -260,9 +260,8 @@ class _State:
         torch = self.torch
         spans = []
         for t in tensors:
-            if type(t) is torch.Tensor and t.layout == torch.strided and t.numel() > 0:
-                storage = t.untyped_storage()
-                spans.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
+            if type(t) is torch.Tensor and t.layout == torch.strided and numel(t) > 0:
+                spans.append(span(t))
         return spans
 
     def call(self, m: dict[str, Any]) -> dict[str, Any]:
@@ -412,11 +411,16 @@ class _State:
             t_us, covered = (self.clock() - t0) * 1e6, True
         outs = raw if type(raw) is tuple else (tuple(raw) if type(raw) is list else (raw,))
         findings = []
+        planted_on = planted(list(outs) + tensors_in(args))
+        if planted_on:
+            findings.append({"rule": "monkey-patch", "message": (
+                f"the kernel set attributes on tensors of the call ({planted_on}): a method of the judge's own "
+                "checks would find them first and run its code after the timer stopped")})
         shadowed = self.tensor_guard.changes()
         if shadowed:
             findings.append({"rule": "monkey-patch", "message": (
-                f"the kernel changed torch.Tensor ({', '.join(shadowed[:5])}): the judge's own tensor work "
-                "would run its code")})
+                f"the kernel changed torch.Tensor or the classes the judge's work calls through ({', '.join(shadowed[:5])}): "
+                "the judge's own tensor work would run its code")})
         if mode_problem:
             findings.append({"rule": "torch-op", "message": mode_problem})
         registered = self._registered()
@@ -451,9 +455,9 @@ class _State:
         # first use of a size (seen with fused_mlp's held-out shapes); native threads need native
         # code, which the static rules keep out (ctypes, cffi)
         tensors = [o for o in outs if type(o) is torch.Tensor and o.layout == torch.strided and not o.is_meta
-                   and o.numel() > 0]
+                   and numel(o) > 0]
         for i, o in enumerate(tensors):
-            ptr = o.untyped_storage().data_ptr()
+            ptr = span(o)[0]
             if ptr not in watch.allocated:
                 findings.append({"rule": "cached-output", "message": (
                     f"output {i} was not allocated during the call (by an allocation the harness saw): "
