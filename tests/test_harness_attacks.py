@@ -91,6 +91,19 @@ def rules(ev) -> set[str]:
     # six stages and timing at ~3 ms a call against ~645 ms for the same kernel doing its work)
     ("reduce_instance_method_late_work.py", "rejected", "monkey-patch", "smoke"),
     ("reduce_storage_class_late_work.py", "rejected", "monkey-patch", "smoke"),
+    # the same planted attribute on a scratch tensor that an in-place op hands back to the watch:
+    # the watch's own pointer read ran x.sum(-1) inside __torch_dispatch__, where torch had taken
+    # the mode off its stack, and the attribute was gone before the call returned (fifth
+    # red-team pass: passed all six stages, no torch op recorded)
+    ("reduce_watch_storage_hook.py", "rejected", "monkey-patch", "smoke"),
+    # the row sums in C built through Triton's own launcher helper (compile_module_from_src), a
+    # Triton kernel of the file's own handed the output and writing nothing (fifth red-team pass:
+    # passed all six stages and timing at ~3 ms a call against ~645 ms for the Triton row sums)
+    ("reduce_native_triton_build.py", "rejected", "foreign-compute", "static"),
+    # a child made with pty.fork at import stops the incumbent's worker half of the time (fifth
+    # red-team pass: passed, and won keep/revert against the starter 65 ms to 200 ms, the
+    # parent's wall clock confirming; the same kernel without the child: 76 ms to 106 ms)
+    ("reduce_child_stops_incumbent.py", "rejected", "threads-or-streams", "static"),
 ])
 def test_attack_is_caught(reduce_eval, name, verdict, rule, stage):
     ev = reduce_eval.evaluate(ATTACKS / name)
@@ -124,6 +137,7 @@ def no_static_checks(monkeypatch):
     ("reduce_load_function_mode.py", "monkey-patch"),  # hooks compared with before the file loaded too
     ("reduce_audit_hook_clock.py", "monkey-patch"),  # audit hooks after the judge's own are refused and reported
     ("reduce_signal_after_call.py", "monkey-patch"),  # signal handlers and timers among the outside hooks
+    ("reduce_native_triton_build.py", "threads-or-streams"),  # its compiler is a process Triton's compiler did not start
 ])
 def test_attack_that_slipped_past_the_static_checks_is_caught_at_run_time(reduce_eval, no_static_checks, name, rule):
     ev = reduce_eval.evaluate(ATTACKS / name)
@@ -394,3 +408,17 @@ def test_the_workers_checks_never_call_methods_through_a_tensor():
     assert not ran
     assert planted([t]) == "tensor 0: .numel, tensor 0: .detach, tensor 0's storage: .data_ptr, tensor 0's storage: .nbytes"
     assert planted([torch.arange(3.0), 1.5]) is None
+
+
+def test_a_child_process_cannot_reach_the_incumbent(tmp_path, no_static_checks):
+    """Fifth red-team pass: a child forked at import (pty.fork) stopped the incumbent's worker
+    with SIGSTOP half of every 20 ms and won keep/revert with the honest row sums.  A process
+    started (or a signal sent to another process) after the judge set up is refused and
+    reported, whether the file loads or catches the refusal."""
+    attack = tmp_path / "child.py"
+    shutil.copy(ATTACKS / "reduce_child_stops_incumbent.py", attack)
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=30, baselines=False) as ev:
+        result = ev.evaluate(attack, incumbent_file=REDUCE_STARTER)
+    assert result.verdict == "rejected" and "threads-or-streams" in rules(result), result.message
+    assert result.failed_stage == "load" and "forkpty" in result.message, result.message
+    assert not Path(str(attack) + ".stopped").exists()

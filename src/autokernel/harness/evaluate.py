@@ -242,11 +242,14 @@ class Evaluator:
 
         worker = self._ensure_worker()
         reply = worker.request({"op": "load", "slot": "candidate", "path": str(path), "source": source,
-                                "problem": self.spec, "build_dir": self._build_dir},
+                                "problem": self.spec, "build_dir": self._build_dir,
+                                "native_code": self.problem.forbidden_ops is not None},
                                max(self.timeout_s, self.compile_timeout_s))
         if reply.get("tampered"):
             return self._reject(ev, "load", Finding("monkey-patch", "importing the kernel file replaced "
                                                     + ", ".join(reply["tampered"])))
+        for finding in reply.get("findings") or []:  # e.g. a process started while the file loaded
+            return self._reject(ev, "load", Finding(str(finding["rule"]), str(finding["message"])))
         if "error" in reply:
             ev.failed_stage, ev.message = "load", reply["error"]
             return
@@ -320,10 +323,10 @@ class Evaluator:
                 self._incumbent = (source, worker)
                 judge = stages.Judge(self.problem, self.device, worker, self.timeout_s, seed)
                 reply = judge.request({"op": "load", "slot": "incumbent", "path": str(incumbent), "source": source,
-                                       "problem": self.spec})
-                if "error" in reply:
+                                       "problem": self.spec, "native_code": self.problem.forbidden_ops is not None})
+                if "error" in reply or reply.get("findings"):
                     self._drop_incumbent()
-                    notes.append(f"incumbent not timed: {reply['error']}")
+                    notes.append(f"incumbent not timed: {reply.get('error') or reply['findings'][0]['message']}")
                     return None
             return stages.Judge(self.problem, self.device, self._incumbent[1], self.timeout_s, seed)
         except (WorkerCrash, WorkerTimeout, stages.Rejection, stages.CudaFault) as exc:

@@ -42,6 +42,42 @@ MEMORY_AUDIT_EVENTS = ("mmap.__new__", "ctypes.string_at", "ctypes.wstring_at", 
 _INSTALLED = False
 REFUSED_AUDIT_HOOKS: list[str] = []  # sys.addaudithook calls after ``install`` (refused; the worker reports them)
 
+# Processes started and signals sent to other processes: a child outlives the call, the request
+# and the worker itself, unwatched, and a signal reaches the incumbent's worker (a child made
+# with pty.fork at import stopped it with SIGSTOP half of every 20 ms: the incumbent ran at half
+# speed and a candidate no faster than it won keep/revert, the parent's wall clock agreeing).
+PROCESS_EVENTS = ("os.fork", "os.forkpty", "os.system", "os.exec", "os.spawn", "os.posix_spawn",
+                  "subprocess.Popen", "os.kill", "os.killpg")
+REFUSED_PROCESSES: list[str] = []  # what was refused since ``arm_processes`` (the worker reports them)
+_PROCESS_RULE: dict[str, Any] = {"armed": False, "compiler": frozenset()}
+
+
+def arm_processes() -> None:
+    """From now on (the worker calls this before a kernel file loads, unless the problem lets
+    files build native code) refuse new processes and signals to other processes, except the
+    child processes Triton's own compiler starts (ptxas, the launcher's C build on a GPU: a
+    frame of ``triton.compiler.compiler`` on the stack)."""
+    from . import launches
+
+    _PROCESS_RULE["compiler"] = launches.module_code_objects("triton.compiler.compiler")
+    _PROCESS_RULE["armed"] = True
+
+
+def _process_refused(event: str, args: tuple, frame) -> str | None:
+    """What is refused about ``event``, or None when it is allowed."""
+    if event in ("os.kill", "os.killpg"):
+        target, sig = (args + (None, None))[:2]
+        if sig == 0 or (event == "os.kill" and target == os.getpid()):
+            return None
+        return f"{event}({target}, {sig}): a signal to another process"
+    compiler = _PROCESS_RULE["compiler"]
+    while frame is not None:
+        if frame.f_code in compiler:
+            return None
+        frame = frame.f_back
+    what = args[0] if args else ""
+    return f"{event} ({what!r:.80}): a new process"
+
 
 def memory_path(path: Any) -> bool:
     """Is opening ``path`` a way to read raw memory (a /proc memory file, shared memory)?"""
@@ -112,6 +148,11 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
         if event == "sys.addaudithook":  # a hook of the kernel's would see every frame the watch takes
             REFUSED_AUDIT_HOOKS.append(event)
             raise RuntimeError("no audit hooks after the judge's own")  # Python then does not add it
+        if event in PROCESS_EVENTS and _PROCESS_RULE["armed"]:
+            refused = _process_refused(event, args, sys._getframe(1))
+            if refused:
+                REFUSED_PROCESSES.append(refused)
+                raise RuntimeError(f"refused by the judge: {refused}")
         if record.current is None:
             return
         if event == "open" and args and memory_path(args[0]):
@@ -121,6 +162,16 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
 
     sys.addaudithook(audit)
     _INSTALLED = True
+
+
+def process_finding(since: int) -> dict[str, str] | None:
+    """The ``threads-or-streams`` finding for processes refused after the first ``since``."""
+    refused = REFUSED_PROCESSES[since:]
+    if not refused:
+        return None
+    return {"rule": "threads-or-streams", "message": (
+        "the kernel started a process or signalled another one (" + "; ".join(refused[:3]) + "; refused): "
+        "a child outlives its call and the worker, and reaches the incumbent's worker")}
 
 
 def finding(host_reads: list[str]) -> dict[str, str] | None:

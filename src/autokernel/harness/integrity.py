@@ -114,18 +114,25 @@ def disallowed_ops(ops: Iterable[str], allowed: frozenset[str], forbidden: froze
 
 # ------------------------------------------------------------------ static
 _TORCH_ROOTS = ("torch", "triton", "autokernel", "builtins", "time", "threading", "os", "sys", "math")
-_THREAD_MODULES = ("threading", "_thread", "multiprocessing", "concurrent", "asyncio", "subprocess")
+_THREAD_MODULES = ("threading", "_thread", "multiprocessing", "concurrent", "asyncio", "subprocess", "pty", "pexpect")
 _STREAM_NAMES = ("Stream", "stream", "ExternalStream", "set_stream")
 _DISPATCH_ESCAPES = ("_disable_current_modes", "_DisableTorchDispatch", "DisableTorchFunction",
                      "DisableTorchFunctionSubclass", "_pop_mode", "_pop_mode_temporarily",
                      "_unset_infra_mode", "_set_dispatch_mode", "_ExcludeDispatchKeyGuard",
                      "_RestorePythonTLSSnapshot", "_python_dispatch", "no_dispatch",
                      "_DisablePythonDispatcher", "_push_on_torch_dispatch_stack")
-_NATIVE_BUILDS = frozenset({"cpp_extension", "load_inline"})
+_NATIVE_BUILDS = frozenset({"cpp_extension", "load_inline",
+                            # Triton's own helper for its launchers builds and imports any C source
+                            "compile_module_from_src", "compile_so_from_src", "compile_module_from_file",
+                            "compile_so_from_file"})
+# modules that build or load native code (Triton's build helper and its backends' drivers among them)
+_NATIVE_MODULES = ("triton.runtime.build", "triton.backends", "setuptools", "distutils", "Cython", "pyximport",
+                   "cppimport")
 _REGISTRY_MODULES = ("torch.library",)
 _REGISTRY_WHY = ("operator registrations change what PyTorch runs for the whole worker, the judge's own "
                  "copies, digests and draws included")
-_PROCESS_CALLS = ("fork", "system", "popen", "spawnv", "spawnl", "execv", "execl", "posix_spawn")
+# os functions that start processes or signal other ones (prefixes: forkpty, spawnlp, execvpe, killpg...)
+_PROCESS_CALLS = ("fork", "system", "popen", "spawn", "exec", "posix_spawn", "kill", "pidfd", "register_at_fork")
 
 
 def static_findings(source: str, filename: str = "kernel.py", native_code: bool = False) -> list[StaticFinding]:
@@ -171,7 +178,7 @@ def static_findings(source: str, filename: str = "kernel.py", native_code: bool 
                     add("torch-op", node, f"imports {hidden[0]}: a kernel may not hide its ops from the harness")
             if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "os":
                 for a in node.names:
-                    if a.name in _PROCESS_CALLS:
+                    if a.name.startswith(_PROCESS_CALLS):
                         add("threads-or-streams", node, f"imports os.{a.name}")
         if isinstance(node, ast.Attribute):
             dotted = _dotted(node) or ""
@@ -180,7 +187,7 @@ def static_findings(source: str, filename: str = "kernel.py", native_code: bool 
                 add("threads-or-streams", node, f"uses {dotted}: extra streams escape the timing")
             if node.attr in _DISPATCH_ESCAPES:
                 add("torch-op", node, f"uses {dotted}: a kernel may not hide its ops from the harness")
-            if root in aliases and aliases[root] == "os" and node.attr in _PROCESS_CALLS:
+            if root in aliases and aliases[root] == "os" and node.attr.startswith(_PROCESS_CALLS):
                 add("threads-or-streams", node, f"calls {dotted}")
             if root in aliases and aliases[root] == "sys" and node.attr in ("modules", "settrace", "setprofile"):
                 if _is_store_context(node, tree):
@@ -192,9 +199,11 @@ def static_findings(source: str, filename: str = "kernel.py", native_code: bool 
         # native code computes outside Triton and outside every run-time check
         used = _imported(node) or ([node.attr] if isinstance(node, ast.Attribute) else
                                    [node.id] if isinstance(node, ast.Name) else [])
-        if not native_code and any(part in _NATIVE_BUILDS for name in used for part in name.split(".")):
-            add("foreign-compute", node, "builds native code (torch.utils.cpp_extension): the computation must "
-                "run in Triton kernels (native code is for KernelBench files with --allow-torch)")
+        dotted_use = [_dotted(node) or ""] if isinstance(node, ast.Attribute) else []
+        if not native_code and (any(part in _NATIVE_BUILDS for name in used for part in name.split("."))
+                                or any(name.startswith(_NATIVE_MODULES) for name in _imported(node) + dotted_use)):
+            add("foreign-compute", node, "builds native code (torch.utils.cpp_extension, Triton's build helper...): "
+                "the computation must run in Triton kernels (native code is for KernelBench files with --allow-torch)")
         # torch.nn's global module hooks run in every module's build and forward, the judge's too
         for hook_name in (getattr(node, "attr", None), getattr(node, "id", None),
                           *[a.name.split(".")[-1] for a in getattr(node, "names", ()) if isinstance(node, ast.ImportFrom)]):

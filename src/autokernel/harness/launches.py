@@ -163,10 +163,18 @@ def install() -> LaunchRecord:
 def interpreter_code_objects() -> frozenset:
     """Code objects of every function and method defined in triton's interpreter module
     (nested functions included)."""
-    module = sys.modules.get("triton.runtime.interpreter")
+    return module_code_objects("triton.runtime.interpreter")
+
+
+def module_code_objects(name: str) -> frozenset:
+    """Code objects of every function and method defined in the module ``name`` (nested
+    functions included); empty when it cannot be imported."""
+    module = sys.modules.get(name)
     if module is None:
         try:
-            import triton.runtime.interpreter as module  # noqa: F811
+            import importlib
+
+            module = importlib.import_module(name)
         except ImportError:
             return frozenset()
     codes: set = set()

@@ -173,6 +173,13 @@ class _State:
         self.hooks_before_kernel: dict | None = None  # outside_hooks() then: a hook the file's import left counts too
         self.cover_cycles = GPU_COVER_CYCLES
         self.threads_py = threading.active_count()
+        self.processes_reported = 0  # host_reads.REFUSED_PROCESSES already reported
+
+    def _processes_refused(self) -> dict[str, str] | None:
+        """The finding for processes and signals refused since the last one reported."""
+        found = host_reads.process_finding(self.processes_reported)
+        self.processes_reported = len(host_reads.REFUSED_PROCESSES)
+        return found
 
     # ------------------------------------------------------------ dispatch
     def handle(self, op: str, message: dict[str, Any]) -> dict[str, Any]:
@@ -192,7 +199,13 @@ class _State:
             if self.registered_before_kernel is None:  # problems (KernelBench files) may register ops of their own
                 self.registered_before_kernel = self.registrations.count
                 self.hooks_before_kernel = outside_hooks()
-            return self.load(message["slot"], message["path"], message.get("source"))
+                if not message.get("native_code"):  # load_inline builds run compilers: KernelBench --allow-torch
+                    host_reads.arm_processes()
+            reply = self.load(message["slot"], message["path"], message.get("source"))
+            refused = self._processes_refused()
+            if refused:
+                reply["findings"] = [refused]
+            return reply
         if op == "call":
             return self.call(message)
         if op == "collect":
@@ -411,11 +424,13 @@ class _State:
             t_us, covered = (self.clock() - t0) * 1e6, True
         outs = raw if type(raw) is tuple else (tuple(raw) if type(raw) is list else (raw,))
         findings = []
-        planted_on = planted(list(outs) + tensors_in(args))
+        planted_on = planted(list(outs) + tensors_in(args)) or (
+            f"a tensor that {watch.planted[0]} returned" if watch.planted else None)
         if planted_on:
             findings.append({"rule": "monkey-patch", "message": (
-                f"the kernel set attributes on tensors of the call ({planted_on}): a method of the judge's own "
-                "checks would find them first and run its code after the timer stopped")})
+                f"the kernel set attributes on tensors of the call ({planted_on}): the judge's own work (the "
+                "watch, the checks after the call) would find them before the class's methods and run its code "
+                "unwatched and untimed")})
         shadowed = self.tensor_guard.changes()
         if shadowed:
             findings.append({"rule": "monkey-patch", "message": (
@@ -431,6 +446,9 @@ class _State:
                 (f"the call left {hooks_left} in place" if hooks_left else
                  f"the kernel file set {hooks_loaded} (not there before it loaded)")
                 + ": code of the kernel's would run outside its call, in the judge's own work")})
+        refused = self._processes_refused()
+        if refused:
+            findings.append(refused)
         host_read = host_reads.finding(record.host_reads) if require_launch else None
         if host_read:
             findings.append(host_read)
