@@ -49,6 +49,7 @@ def rules(ev) -> set[str]:
     ("reduce_mode_probe.py", "rejected", "torch-op", "static"),
     ("reduce_thread_import.py", "rejected", "introspection", "static"),
     ("reduce_thread_joined.py", "rejected", "threads-or-streams", "static"),  # static before too; see RUNTIME
+    ("reduce_thread_at_load.py", "rejected", "threads-or-streams", "static"),  # static before too; see RUNTIME
     ("reduce_numpy.py", "rejected", "foreign-compute", "static"),
     ("reduce_python_compute.py", "rejected", "foreign-compute", "smoke"),
     # compute on the host, written into an output that the file's own kernel then stores or
@@ -138,6 +139,9 @@ def no_static_checks(monkeypatch):
     ("reduce_audit_hook_clock.py", "monkey-patch"),  # audit hooks after the judge's own are refused and reported
     ("reduce_signal_after_call.py", "monkey-patch"),  # signal handlers and timers among the outside hooks
     ("reduce_native_triton_build.py", "threads-or-streams"),  # its compiler is a process Triton's compiler did not start
+    # a thread started while the file loaded, computing each call's sum unwatched (fifth red-team
+    # pass: passed all six stages; threads were counted per call only)
+    ("reduce_thread_at_load.py", "threads-or-streams"),
 ])
 def test_attack_that_slipped_past_the_static_checks_is_caught_at_run_time(reduce_eval, no_static_checks, name, rule):
     ev = reduce_eval.evaluate(ATTACKS / name)

@@ -174,6 +174,21 @@ class _State:
         self.cover_cycles = GPU_COVER_CYCLES
         self.threads_py = threading.active_count()
         self.processes_reported = 0  # host_reads.REFUSED_PROCESSES already reported
+        self.threads_before_kernel: int | None = None  # self.starts.threads when the first kernel file loaded
+        self.threads_in_calls = 0  # threads started inside calls (reported there)
+
+    def _threads_outside_calls(self) -> dict[str, str] | None:
+        """A finding for threads started since the kernel file began to load, outside its calls
+        (while it loaded, or by code it left to run later): one already alive when a call begins
+        is in neither the call's start count nor its live count."""
+        if self.threads_before_kernel is None:
+            return None
+        outside = self.starts.threads - self.threads_before_kernel - self.threads_in_calls
+        if outside <= 0:
+            return None
+        return {"rule": "threads-or-streams", "message": (
+            f"the kernel started {outside} thread(s) outside its calls (while its file loaded, or later): "
+            "the judge's watch is per thread, and such a thread runs beside every call")}
 
     def _processes_refused(self) -> dict[str, str] | None:
         """The finding for processes and signals refused since the last one reported."""
@@ -199,12 +214,13 @@ class _State:
             if self.registered_before_kernel is None:  # problems (KernelBench files) may register ops of their own
                 self.registered_before_kernel = self.registrations.count
                 self.hooks_before_kernel = outside_hooks()
+                self.threads_before_kernel = self.starts.threads
                 if not message.get("native_code"):  # load_inline builds run compilers: KernelBench --allow-torch
                     host_reads.arm_processes()
             reply = self.load(message["slot"], message["path"], message.get("source"))
-            refused = self._processes_refused()
-            if refused:
-                reply["findings"] = [refused]
+            found = [f for f in (self._processes_refused(), self._threads_outside_calls()) if f]
+            if found:
+                reply["findings"] = found
             return reply
         if op == "call":
             return self.call(message)
@@ -460,6 +476,10 @@ class _State:
                 f"a Triton kernel was launched with {record.odd_argument}: launch arguments must be "
                 "tensors, numbers, dtypes or Triton objects")})
         extra_py = self.threading.active_count() - max(py_before, self.threads_py)
+        self.threads_in_calls += self.starts.threads - threads_started
+        outside = self._threads_outside_calls()
+        if outside:
+            findings.append(outside)
         if self.starts.threads != threads_started:
             findings.append({"rule": "threads-or-streams",
                              "message": f"the call started {self.starts.threads - threads_started} thread(s)"})
