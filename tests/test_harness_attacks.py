@@ -138,7 +138,8 @@ def no_static_checks(monkeypatch):
     ("reduce_load_function_mode.py", "monkey-patch"),  # hooks compared with before the file loaded too
     ("reduce_audit_hook_clock.py", "monkey-patch"),  # audit hooks after the judge's own are refused and reported
     ("reduce_signal_after_call.py", "monkey-patch"),  # signal handlers and timers among the outside hooks
-    ("reduce_native_triton_build.py", "threads-or-streams"),  # its compiler is a process Triton's compiler did not start
+    # its build writes files and runs a compiler, neither under Triton's compiler: refused at the first write
+    ("reduce_native_triton_build.py", "monkey-patch"),
     # a thread started while the file loaded, computing each call's sum unwatched (fifth red-team
     # pass: passed all six stages; threads were counted per call only)
     ("reduce_thread_at_load.py", "threads-or-streams"),
@@ -154,7 +155,8 @@ def test_attack_that_slipped_past_the_static_checks_is_caught_at_run_time(reduce
 def test_poison_probe_never_gets_to_cheat(tmp_path):
     attack = tmp_path / "poison_probe.py"
     shutil.copy(ATTACKS / "reduce_poison_probe.py", attack)
-    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=30, baselines=False) as ev:
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=30, baselines=False,
+                   writable=[tmp_path]) as ev:  # where it would note that it cheated
         result = ev.evaluate(attack)
     # its probe reads a value into Python (float(t)), which no call may do; before that rule it
     # passed honestly, every call (timed ones too) running poisoned and watched
@@ -185,7 +187,8 @@ def test_a_reported_gain_the_parents_wall_clock_does_not_see_is_not_confirmed():
 def test_candidate_cannot_reach_the_incumbent(tmp_path):
     attack = tmp_path / "sabotage.py"
     shutil.copy(ATTACKS / "reduce_sabotage_incumbent.py", attack)
-    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=30, baselines=False) as ev:
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=30, baselines=False,
+                   writable=[tmp_path]) as ev:  # where it would note what it found
         result = ev.evaluate(attack, incumbent_file=REDUCE_STARTER)
     assert result.verdict == "pass" and result.vs_incumbent is not None, result.message
     assert not Path(str(attack) + ".found").exists()  # at base it found and slowed the incumbent's module
@@ -426,3 +429,19 @@ def test_a_child_process_cannot_reach_the_incumbent(tmp_path, no_static_checks):
     assert result.verdict == "rejected" and "threads-or-streams" in rules(result), result.message
     assert result.failed_stage == "load" and "forkpty" in result.message, result.message
     assert not Path(str(attack) + ".stopped").exists()
+
+
+def test_a_candidate_cannot_rewrite_the_incumbents_file(tmp_path):
+    """Fifth red-team pass: while loading, the candidate rewrote the kernel files next to it (the
+    incumbent of ``bench --against``, the workspace's kernel.py) to sleep 50 ms a call; the judge
+    read the incumbent's text afterwards and the honest row sums won keep/revert, leaving the
+    incumbent's file rewritten.  The kernel's code may not write files (nor start processes)."""
+    attack, incumbent = tmp_path / "candidate.py", tmp_path / "incumbent.py"
+    shutil.copy(ATTACKS / "reduce_rewrite_incumbent_file.py", attack)
+    shutil.copy(REDUCE_STARTER, incumbent)
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=30, baselines=False) as ev:
+        result = ev.evaluate(attack, incumbent_file=incumbent)
+    assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
+    assert result.failed_stage == "load" and "incumbent.py" in result.message, result.message
+    assert incumbent.read_text() == REDUCE_STARTER.read_text()
+    assert not Path(str(attack) + ".rewrote").exists()

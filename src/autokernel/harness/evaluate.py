@@ -110,7 +110,11 @@ class Evaluator:
     def __init__(self, problem_spec: Any, *, device: str = "auto", shapes: Sequence[Any] | None = None,
                  dtypes: Sequence[Any] | None = None, timeout_s: float = 60.0, timing: bool = True,
                  baselines: bool = True, weights: Sequence[float] | None = None, prestart: bool = True,
-                 compile_timeout_s: float = 600.0, memory_budget: int | None = None):
+                 compile_timeout_s: float = 600.0, memory_budget: int | None = None,
+                 writable: Sequence[Any] = ()):
+        # folders the kernel's code may write files in (a test's spy log); nowhere else: a kernel
+        # that writes files reaches the incumbent's kernel file and the caches the judge reads
+        self.writable = tuple(str(Path(d).resolve()) for d in writable)
         self.memory_budget = memory_budget  # bytes the judge may plan with; None: measured per evaluation (memory.py)
         self.compile_timeout_s = float(compile_timeout_s)  # importing the file (load_inline builds) may take this long
         self.problem = load_problem(problem_spec)
@@ -243,7 +247,7 @@ class Evaluator:
         worker = self._ensure_worker()
         reply = worker.request({"op": "load", "slot": "candidate", "path": str(path), "source": source,
                                 "problem": self.spec, "build_dir": self._build_dir,
-                                "native_code": self.problem.forbidden_ops is not None},
+                                "native_code": self.problem.forbidden_ops is not None, "writable": self.writable},
                                max(self.timeout_s, self.compile_timeout_s))
         if reply.get("tampered"):
             return self._reject(ev, "load", Finding("monkey-patch", "importing the kernel file replaced "
@@ -323,7 +327,8 @@ class Evaluator:
                 self._incumbent = (source, worker)
                 judge = stages.Judge(self.problem, self.device, worker, self.timeout_s, seed)
                 reply = judge.request({"op": "load", "slot": "incumbent", "path": str(incumbent), "source": source,
-                                       "problem": self.spec, "native_code": self.problem.forbidden_ops is not None})
+                                       "problem": self.spec, "native_code": self.problem.forbidden_ops is not None,
+                                       "writable": self.writable})
                 if "error" in reply or reply.get("findings"):
                     self._drop_incumbent()
                     notes.append(f"incumbent not timed: {reply.get('error') or reply['findings'][0]['message']}")

@@ -42,41 +42,77 @@ MEMORY_AUDIT_EVENTS = ("mmap.__new__", "ctypes.string_at", "ctypes.wstring_at", 
 _INSTALLED = False
 REFUSED_AUDIT_HOOKS: list[str] = []  # sys.addaudithook calls after ``install`` (refused; the worker reports them)
 
-# Processes started and signals sent to other processes: a child outlives the call, the request
-# and the worker itself, unwatched, and a signal reaches the incumbent's worker (a child made
-# with pty.fork at import stopped it with SIGSTOP half of every 20 ms: the incumbent ran at half
-# speed and a candidate no faster than it won keep/revert, the parent's wall clock agreeing).
+# What a kernel's code may not do to anything outside its own process, from the moment the
+# worker arms the rule (``arm_outside``) before the kernel file loads:
+# - start processes or signal other ones (``threads-or-streams``): a child outlives the call, the
+#   request and the worker itself, unwatched, and a signal reaches the incumbent's worker (a
+#   child made with pty.fork at import stopped it with SIGSTOP half of every 20 ms: the incumbent
+#   ran at half speed and a candidate no faster than it won keep/revert, the wall clock agreeing);
+# - write to the file system or change the environment (``monkey-patch``): a candidate rewrote the
+#   incumbent's kernel file next to it before the judge read it (and left it rewritten for
+#   ``apply``); on a GPU the caches the judge reads (Triton's, the baselines') are files too.
+# Triton's own compiler is exempt (ptxas, the launcher's C build and the kernel cache on a GPU: a
+# frame of ``triton.compiler.compiler`` on the stack); the rule stays off where the problem lets
+# files build native code (KernelBench --allow-torch: load_inline runs compilers and writes).
 PROCESS_EVENTS = ("os.fork", "os.forkpty", "os.system", "os.exec", "os.spawn", "os.posix_spawn",
                   "subprocess.Popen", "os.kill", "os.killpg")
-REFUSED_PROCESSES: list[str] = []  # what was refused since ``arm_processes`` (the worker reports them)
-_PROCESS_RULE: dict[str, Any] = {"armed": False, "compiler": frozenset()}
+FILE_EVENTS = ("os.rename", "os.remove", "os.rmdir", "os.mkdir", "os.symlink", "os.link", "os.truncate",
+               "os.chmod", "os.chown", "os.utime", "os.putenv", "os.unsetenv", "shutil.rmtree", "shutil.move")
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+REFUSED_OUTSIDE: list[tuple[str, str]] = []  # (rule, what) refused since ``arm_outside`` (the worker reports them)
+_OUTSIDE_RULE: dict[str, Any] = {"armed": False, "compiler": frozenset(), "writable": ()}
 
 
-def arm_processes() -> None:
-    """From now on (the worker calls this before a kernel file loads, unless the problem lets
-    files build native code) refuse new processes and signals to other processes, except the
-    child processes Triton's own compiler starts (ptxas, the launcher's C build on a GPU: a
-    frame of ``triton.compiler.compiler`` on the stack)."""
+def arm_outside(writable: tuple[str, ...] = ()) -> None:
+    """Refuse, from now on, what a kernel may not do outside its process (above); files may be
+    written under the folders ``writable`` only (the parent names them: a test's spy log)."""
     from . import launches
 
-    _PROCESS_RULE["compiler"] = launches.module_code_objects("triton.compiler.compiler")
-    _PROCESS_RULE["armed"] = True
+    _OUTSIDE_RULE["compiler"] = launches.module_code_objects("triton.compiler.compiler")
+    _OUTSIDE_RULE["writable"] = tuple(os.path.join(os.path.realpath(d), "") for d in writable)
+    _OUTSIDE_RULE["armed"] = True
 
 
-def _process_refused(event: str, args: tuple, frame) -> str | None:
-    """What is refused about ``event``, or None when it is allowed."""
+def _in_writable(event: str, args: tuple) -> bool:
+    """Are the paths the event names (two for a rename or link, else one) all inside a
+    writable folder?"""
+    named = 2 if event in ("os.rename", "os.link", "os.symlink", "shutil.move") else 1
+    paths = [a for a in tuple(args)[:named] if isinstance(a, (str, bytes, os.PathLike))]
+    writable = _OUTSIDE_RULE["writable"]
+    return bool(paths and writable) and all(
+        os.path.realpath(os.fsdecode(a)).startswith(writable) for a in paths)
+
+
+def _writes(event: str, args: tuple) -> bool:
+    """Does this ``open`` event (path, mode, flags) open for writing (a path other than /dev/null)?"""
+    path, mode, flags = (tuple(args) + (None, None, None))[:3]
+    if isinstance(path, (str, bytes)) and os.fsdecode(path) == os.devnull:
+        return False
+    if isinstance(mode, str) and any(c in mode for c in "wax+"):
+        return True
+    return isinstance(flags, int) and bool(flags & _WRITE_FLAGS)
+
+
+def _outside_refused(event: str, args: tuple, frame) -> tuple[str, str] | None:
+    """(rule, what) refused about ``event``, or None when it is allowed."""
     if event in ("os.kill", "os.killpg"):
-        target, sig = (args + (None, None))[:2]
+        target, sig = (tuple(args) + (None, None))[:2]
         if sig == 0 or (event == "os.kill" and target == os.getpid()):
             return None
-        return f"{event}({target}, {sig}): a signal to another process"
-    compiler = _PROCESS_RULE["compiler"]
+        return "threads-or-streams", f"{event}({target}, {sig}): a signal to another process"
+    if event == "open" and not _writes(event, args):
+        return None
+    if event != "os.putenv" and event != "os.unsetenv" and event not in PROCESS_EVENTS and _in_writable(event, args):
+        return None
+    compiler = _OUTSIDE_RULE["compiler"]
     while frame is not None:
         if frame.f_code in compiler:
             return None
         frame = frame.f_back
-    what = args[0] if args else ""
-    return f"{event} ({what!r:.80}): a new process"
+    what = f"{args[0]!r:.80}" if args else ""
+    if event in PROCESS_EVENTS:
+        return "threads-or-streams", f"{event} ({what}): a new process"
+    return "monkey-patch", f"{event} ({what}): a write outside the process"
 
 
 def memory_path(path: Any) -> bool:
@@ -148,11 +184,11 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
         if event == "sys.addaudithook":  # a hook of the kernel's would see every frame the watch takes
             REFUSED_AUDIT_HOOKS.append(event)
             raise RuntimeError("no audit hooks after the judge's own")  # Python then does not add it
-        if event in PROCESS_EVENTS and _PROCESS_RULE["armed"]:
-            refused = _process_refused(event, args, sys._getframe(1))
+        if _OUTSIDE_RULE["armed"] and (event in PROCESS_EVENTS or event in FILE_EVENTS or event == "open"):
+            refused = _outside_refused(event, args, sys._getframe(1))
             if refused:
-                REFUSED_PROCESSES.append(refused)
-                raise RuntimeError(f"refused by the judge: {refused}")
+                REFUSED_OUTSIDE.append(refused)
+                raise RuntimeError(f"refused by the judge: {refused[1]}")
         if record.current is None:
             return
         if event == "open" and args and memory_path(args[0]):
@@ -164,14 +200,16 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
     _INSTALLED = True
 
 
-def process_finding(since: int) -> dict[str, str] | None:
-    """The ``threads-or-streams`` finding for processes refused after the first ``since``."""
-    refused = REFUSED_PROCESSES[since:]
+def outside_finding(since: int) -> dict[str, str] | None:
+    """The finding for what was refused after the first ``since`` (the rule of the first)."""
+    refused = REFUSED_OUTSIDE[since:]
     if not refused:
         return None
-    return {"rule": "threads-or-streams", "message": (
-        "the kernel started a process or signalled another one (" + "; ".join(refused[:3]) + "; refused): "
-        "a child outlives its call and the worker, and reaches the incumbent's worker")}
+    rule = refused[0][0]
+    why = ("a child outlives its call and the worker, and reaches the incumbent's worker" if rule == "threads-or-streams"
+           else "files and the environment are the judge's (the incumbent's kernel file, the caches it reads)")
+    return {"rule": rule, "message": (
+        "the kernel reached outside its process (" + "; ".join(what for _, what in refused[:3]) + "; refused): " + why)}
 
 
 def finding(host_reads: list[str]) -> dict[str, str] | None:

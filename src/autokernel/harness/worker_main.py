@@ -173,7 +173,7 @@ class _State:
         self.hooks_before_kernel: dict | None = None  # outside_hooks() then: a hook the file's import left counts too
         self.cover_cycles = GPU_COVER_CYCLES
         self.threads_py = threading.active_count()
-        self.processes_reported = 0  # host_reads.REFUSED_PROCESSES already reported
+        self.outside_reported = 0  # host_reads.REFUSED_OUTSIDE already reported
         self.threads_before_kernel: int | None = None  # self.starts.threads when the first kernel file loaded
         self.threads_in_calls = 0  # threads started inside calls (reported there)
 
@@ -190,10 +190,11 @@ class _State:
             f"the kernel started {outside} thread(s) outside its calls (while its file loaded, or later): "
             "the judge's watch is per thread, and such a thread runs beside every call")}
 
-    def _processes_refused(self) -> dict[str, str] | None:
-        """The finding for processes and signals refused since the last one reported."""
-        found = host_reads.process_finding(self.processes_reported)
-        self.processes_reported = len(host_reads.REFUSED_PROCESSES)
+    def _outside_refused(self) -> dict[str, str] | None:
+        """The finding for what the kernel tried outside its process (processes, signals, file
+        writes: host_reads.arm_outside) since the last one reported."""
+        found = host_reads.outside_finding(self.outside_reported)
+        self.outside_reported = len(host_reads.REFUSED_OUTSIDE)
         return found
 
     # ------------------------------------------------------------ dispatch
@@ -215,10 +216,13 @@ class _State:
                 self.registered_before_kernel = self.registrations.count
                 self.hooks_before_kernel = outside_hooks()
                 self.threads_before_kernel = self.starts.threads
-                if not message.get("native_code"):  # load_inline builds run compilers: KernelBench --allow-torch
-                    host_reads.arm_processes()
+                if not message.get("native_code") and not os.environ.get(PROFILE_ENV):
+                    # load_inline builds run compilers and write (KernelBench --allow-torch); a
+                    # profiled worker writes its profile (benchmarks)
+                    host_reads.arm_outside(tuple(message.get("writable") or ())  # the evaluation's own build dir too
+                                           + ((message["build_dir"],) if message.get("build_dir") else ()))
             reply = self.load(message["slot"], message["path"], message.get("source"))
-            found = [f for f in (self._processes_refused(), self._threads_outside_calls()) if f]
+            found = [f for f in (self._outside_refused(), self._threads_outside_calls()) if f]
             if found:
                 reply["findings"] = found
             return reply
@@ -462,7 +466,7 @@ class _State:
                 (f"the call left {hooks_left} in place" if hooks_left else
                  f"the kernel file set {hooks_loaded} (not there before it loaded)")
                 + ": code of the kernel's would run outside its call, in the judge's own work")})
-        refused = self._processes_refused()
+        refused = self._outside_refused()
         if refused:
             findings.append(refused)
         host_read = host_reads.finding(record.host_reads) if require_launch else None
