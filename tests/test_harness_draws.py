@@ -108,3 +108,27 @@ def kernel_fn(x):
     assert result.verdict == "rejected", result.message
     assert "monkey-patch" in {f.rule for f in result.integrity}
     assert named in result.message
+
+
+def test_timed_calls_seeds_are_drawn_each_on_its_own(monkeypatch):
+    """The worker draws each timed call's inputs from a seed of the parent's: consecutive seeds
+    (as the correctness stages use) would make every later call's inputs known to a kernel that
+    recovered one seed from its input values, so that one call could compute the request's
+    outputs and the others copy them (the median then timing a copy)."""
+    from autokernel.harness import stages
+
+    sent = []
+    original = stages.Judge.call_message
+
+    def spy(self, *args, **kwargs):
+        if kwargs.get("draw"):
+            sent.append(list(kwargs["draw"]))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(stages.Judge, "call_message", spy)
+    monkeypatch.setattr(timing, "CPU_PLAN", timing.TimingPlan(budget_s=60.0, min_calls=6, max_calls=6))
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, baselines=False,
+                   prestart=False) as ev:
+        assert ev.evaluate(KERNELS_DIR / "reduce.py").verdict == "pass"
+    steps = {b - a for seeds in sent for a, b in zip(seeds, seeds[1:])}
+    assert sent and max(len(s) for s in sent) >= 6 and len(steps) > 1 and 1 not in steps, sent

@@ -369,7 +369,9 @@ class Evaluator:
         while n > 0:
             k = min(n, chunk)
             n -= k
-            seeds = [judge.next_seed() for _ in range(k)]
+            # each drawn on its own: consecutive seeds would tell a kernel that recovered one draw's seed
+            # every later call's inputs, and let it compute them all in one call (the median then a copy)
+            seeds = [_new_seed() for _ in range(k)]
             # a problem the worker cannot load by name (built in this process): our own draws, shared
             sets = None if self.spec is not None else [
                 tuple(self.problem.make_inputs(dict(shape), dtype, self.device, seed)) for seed in seeds]

@@ -60,13 +60,17 @@ FILE_EVENTS = ("os.rename", "os.remove", "os.rmdir", "os.mkdir", "os.symlink", "
                "os.chmod", "os.chown", "os.utime", "os.putenv", "os.unsetenv", "shutil.rmtree", "shutil.move")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 REFUSED_OUTSIDE: list[tuple[str, str]] = []  # (rule, what) refused since ``arm_outside`` (the worker reports them)
-_OUTSIDE_RULE: dict[str, Any] = {"armed": False, "compiler": frozenset(), "writable": ()}
+_OUTSIDE_RULE: dict[str, Any] = {"armed": False, "compiler": frozenset(), "writable": (), "signals_only": False}
 
 
-def arm_outside(writable: tuple[str, ...] = ()) -> None:
+def arm_outside(writable: tuple[str, ...] = (), signals_only: bool = False) -> None:
     """Refuse, from now on, what a kernel may not do outside its process (above); files may be
-    written under the folders ``writable`` only (the parent names them: a test's spy log)."""
+    written under the folders ``writable`` only (the parent names them: a test's spy log).
+    ``signals_only``: where files may build native code (their builds run compilers and write
+    files), only signals to other processes are refused."""
     from . import launches
+
+    _OUTSIDE_RULE["signals_only"] = signals_only
 
     _OUTSIDE_RULE["compiler"] = launches.module_code_objects("triton.compiler.compiler")
     _OUTSIDE_RULE["writable"] = tuple(os.path.join(os.path.realpath(d), "") for d in writable)
@@ -100,7 +104,7 @@ def _outside_refused(event: str, args: tuple, frame) -> tuple[str, str] | None:
         if sig == 0 or (event == "os.kill" and target == os.getpid()):
             return None
         return "threads-or-streams", f"{event}({target}, {sig}): a signal to another process"
-    if event == "open" and not _writes(event, args):
+    if _OUTSIDE_RULE["signals_only"] or (event == "open" and not _writes(event, args)):
         return None
     if event != "os.putenv" and event != "os.unsetenv" and event not in PROCESS_EVENTS and _in_writable(event, args):
         return None

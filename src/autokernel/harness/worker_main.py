@@ -216,11 +216,13 @@ class _State:
                 self.registered_before_kernel = self.registrations.count
                 self.hooks_before_kernel = outside_hooks()
                 self.threads_before_kernel = self.starts.threads
-                if not message.get("native_code") and not os.environ.get(PROFILE_ENV):
-                    # load_inline builds run compilers and write (KernelBench --allow-torch); a
-                    # profiled worker writes its profile (benchmarks)
-                    host_reads.arm_outside(tuple(message.get("writable") or ())  # the evaluation's own build dir too
-                                           + ((message["build_dir"],) if message.get("build_dir") else ()))
+                if not os.environ.get(PROFILE_ENV):  # a profiled worker writes its profile (benchmarks)
+                    # files may be written in the evaluation's own build dir too; where files may build
+                    # native code (KernelBench --allow-torch: load_inline runs compilers and writes), only
+                    # signals to other processes are refused
+                    host_reads.arm_outside(tuple(message.get("writable") or ())
+                                           + ((message["build_dir"],) if message.get("build_dir") else ()),
+                                           signals_only=bool(message.get("native_code")))
             reply = self.load(message["slot"], message["path"], message.get("source"))
             found = [f for f in (self._outside_refused(), self._threads_outside_calls()) if f]
             if found:
