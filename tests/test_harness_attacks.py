@@ -445,3 +445,15 @@ def test_a_candidate_cannot_rewrite_the_incumbents_file(tmp_path):
     assert result.failed_stage == "load" and "incumbent.py" in result.message, result.message
     assert incumbent.read_text() == REDUCE_STARTER.read_text()
     assert not Path(str(attack) + ".rewrote").exists()
+
+
+def test_a_kernel_unsafe_on_timed_calls_only_meets_numerics_there():
+    """Fifth red-team pass (passed all six stages and timing): a softmax that subtracts the row
+    max on correctness calls and not on timed calls, told apart by the order of the judge's
+    shapes (the target shapes again after the edges and held-out shapes); timed inputs were plain
+    random draws, where exp without the max is within tolerance.  Timed calls now draw the
+    problem's numerics cases too, each one checked."""
+    with Evaluator("softmax", device="cpu", shapes=["4x100"], dtypes=["fp32"], timeout_s=60, baselines=False) as ev:
+        result = ev.evaluate(ATTACKS / "softmax_unsafe_when_timed.py")
+    assert result.verdict == "rejected" and "cached-output" in rules(result), result.message
+    assert result.failed_stage == "timing" and "numerics variant" in result.message, result.message

@@ -121,8 +121,8 @@ def test_timed_calls_seeds_are_drawn_each_on_its_own(monkeypatch):
     original = stages.Judge.call_message
 
     def spy(self, *args, **kwargs):
-        if kwargs.get("draw"):
-            sent.append(list(kwargs["draw"]))
+        if kwargs.get("draw"):  # a seed, or [seed, variant] for a numerics case
+            sent.append([d if isinstance(d, int) else d[0] for d in kwargs["draw"]])
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(stages.Judge, "call_message", spy)

@@ -16,7 +16,7 @@ from .gpu_cover import GPU_COVER_CYCLES, host_covered, next_cover_cycles
 from .memory import HISTORY_BYTES, HISTORY_CALLS
 from .hooks import changed_hooks, outside_hooks
 from .output_checks import check_outputs, numel, output_digest, planted, span, take_accessors, tensors_in
-from .problem_spec import load_problem
+from .problem_spec import draw_set, load_problem
 from .watch import make_watch_class
 from .worker_errors import describe_error, is_cuda_fault
 
@@ -149,6 +149,8 @@ class _State:
         self.kept: list[tuple] = []  # outputs of the last ``call`` request, by call index
         self.kept_inputs: list = []  # the input sets it drew, by call index (``draw`` requests)
         self.drawers: dict[str, Any] = {}  # problem spec -> its make_inputs, taken at load
+        self.adversaries: dict[str, Any] = {}  # problem spec -> its adversarial_inputs (or None), taken at load
+        self.draw_adversarial = None
         self.draw_inputs = None
         self.draw_findings: list = []
         self.kept_digests: list = []  # their output_digest, taken right after each call
@@ -210,8 +212,10 @@ class _State:
                 # taken before any kernel file runs here: a kernel that rebinds make_inputs (or
                 # what it calls: the fingerprint covers those) does not reach the draws
                 self.drawers[spec] = self.problems[spec].make_inputs
+                self.adversaries[spec] = self.problems[spec].adversarial_inputs
             self.problem = self.problems.get(spec) if spec else None
             self.draw_inputs = self.drawers.get(spec) if spec else None
+            self.draw_adversarial = self.adversaries.get(spec) if spec else None
             if self.registered_before_kernel is None:  # problems (KernelBench files) may register ops of their own
                 self.registered_before_kernel = self.registrations.count
                 self.hooks_before_kernel = outside_hooks()
@@ -367,7 +371,7 @@ class _State:
         self.draw_findings += self._left_behind("the judge's draw of a call's inputs")
         record = self.launches.begin(None)
         try:
-            args = tuple(self.draw_inputs(dict(shape), dtype, self.device, int(seed)))
+            args = draw_set(self.draw_inputs, self.draw_adversarial, shape, dtype, self.device, seed)
         finally:
             self.launches.end()
         if record.own or record.foreign:
