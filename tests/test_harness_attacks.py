@@ -105,6 +105,7 @@ def rules(ev) -> set[str]:
     # red-team pass: passed, and won keep/revert against the starter 65 ms to 200 ms, the
     # parent's wall clock confirming; the same kernel without the child: 76 ms to 106 ms)
     ("reduce_child_stops_incumbent.py", "rejected", "threads-or-streams", "static"),
+    ("reduce_draw_rebinding.py", "rejected", "introspection", "static"),  # see the run-time test below
 ])
 def test_attack_is_caught(reduce_eval, name, verdict, rule, stage):
     ev = reduce_eval.evaluate(ATTACKS / name)
@@ -167,11 +168,13 @@ def test_poison_probe_never_gets_to_cheat(tmp_path):
 def test_under_reporting_timer_does_not_win_keep_revert(tmp_path, no_static_checks):
     with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=30, baselines=False) as ev:
         result = ev.evaluate(ATTACKS / "reduce_timer_underreport.py", incumbent_file=REDUCE_STARTER)
-    cmp = result.vs_incumbent
     # the worker times with the clock it took before the kernel loaded: the patched one never
     # reaches the reported times (it claimed a big win before, which only the parent's wall
-    # clock refused), so the 0.4 s sleep shows and nothing is claimed
-    assert cmp is not None and cmp.candidate_us > cmp.incumbent_us and not cmp.significant, result.message
+    # clock refused); and since the fifth pass the names it rebinds (time.perf_counter, the
+    # harness's own fingerprint function) are compared after every call, so it is rejected at
+    # its first call instead of losing keep/revert
+    assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
+    assert "perf_counter" in result.message and result.vs_incumbent is None, result.message
 
 
 def test_a_reported_gain_the_parents_wall_clock_does_not_see_is_not_confirmed():
@@ -457,3 +460,17 @@ def test_a_kernel_unsafe_on_timed_calls_only_meets_numerics_there():
         result = ev.evaluate(ATTACKS / "softmax_unsafe_when_timed.py")
     assert result.verdict == "rejected" and "cached-output" in rules(result), result.message
     assert result.failed_stage == "timing" and "numerics variant" in result.message, result.message
+
+
+def test_a_name_rebound_for_the_next_draw_is_caught_after_the_call(no_static_checks):
+    """Fifth red-team pass (with the static checks off: it imports builtins; passed all six
+    stages and timing at 5 ms a call against 151 ms for the same row sums, with the timed
+    numerics draws off): on timed calls the kernel rebinds torch.randn through a local alias; the
+    worker's next draw runs it, and the add_ it plants on the drawn tensor computes the row sums
+    with PyTorch, unwatched and untimed; the next call copies them.  A rebound sorted, which the
+    worker calls once a request ends, put both back before the fingerprint was read.  The names
+    are now compared after every call, before the judge's own work."""
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, baselines=False) as ev:
+        result = ev.evaluate(ATTACKS / "reduce_draw_rebinding.py")
+    assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
+    assert "torch.randn" in result.message and result.failed_stage == "timing", result.message

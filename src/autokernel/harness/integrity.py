@@ -652,6 +652,53 @@ class FingerprintWatch:
             if code is not None:
                 run[3].append(key)
                 run[4].append(code)
+        self._hold()
+
+    def _hold(self) -> None:
+        """What ``held`` compares, taken with the baseline: each namespace's live dict (a
+        module's, a class's mappingproxy) with its names and objects, the modules as
+        ``sys.modules`` holds them, and the builtins the comparison calls (a kernel that rebinds
+        ``all`` or ``map`` does not reach it)."""
+        import operator
+        import types
+
+        spaces = dict(_critical_namespaces())
+        self._held_plan = [(vars(spaces[prefix]), keys, values, functions, codes)
+                           for prefix, keys, values, functions, codes in self._plan if prefix in spaces]
+        self._held_modules = [(space.__name__, space) for space in spaces.values()
+                              if type(space) is types.ModuleType and sys.modules.get(space.__name__) is space]
+        self._modules_now = sys.modules
+        self._is, self._all, self._map = operator.is_, all, map
+        self._code_of = operator.attrgetter("__code__")
+
+    def held(self) -> bool:
+        """Cheaper than ``unchanged`` and run after every call (the worker asks before its own
+        work runs anything the kernel could have rebound): does every baseline name of every
+        namespace still hold its object (and code), and does ``sys.modules`` still hold the same
+        modules?  A kernel that rebinds a name the judge's next draw or digest looks up (torch.randn,
+        torch.sum) and has it put itself back before the request ends passed the check at the end
+        of the request."""
+        is_, all_, map_, code_of = self._is, self._all, self._map, self._code_of
+        modules = self._modules_now
+        for name, module in self._held_modules:
+            if modules.get(name) is not module:
+                return False
+        for space, keys, values, functions, codes in self._held_plan:
+            get = space.get
+            if not all_(map_(is_, map_(get, keys), values)):
+                return False
+            if functions and not all_(map_(is_, map_(code_of, map_(get, functions)), codes)):
+                return False
+        return True
+
+    def changed_names(self) -> list[str]:
+        """The baseline names whose object (or code) differs now, for a message."""
+        out = []
+        for (space, keys, values, functions, codes), (prefix, *_rest) in zip(self._held_plan, self._plan):
+            out += [f"{prefix}.{k}" for k, v in zip(keys, values) if space.get(k) is not v]
+            out += [f"{prefix}.{k}.__code__" for k, c in zip(functions, codes)
+                    if getattr(space.get(k), "__code__", None) is not c]
+        return out
 
     def unchanged(self) -> bool:
         """Does every baseline name hold its baseline object (and code) now?"""

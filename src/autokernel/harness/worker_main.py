@@ -53,6 +53,7 @@ def main(conn, device: str) -> None:
 
     _import_problem_modules()  # their functions draw the timed calls' inputs: in the baseline
     watch = integrity.FingerprintWatch()
+    state.fingerprint = watch  # held() after every call
     conn.send_bytes(transport.encode({"ready": True, "pid": os.getpid(), "device_name": state.device_name,
                                       "fingerprint": watch.baseline, "fingerprint_digest": watch.digest}))
     profiler = _request_profiler()
@@ -176,6 +177,7 @@ class _State:
         self.cover_cycles = GPU_COVER_CYCLES
         self.threads_py = threading.active_count()
         self.outside_reported = 0  # host_reads.REFUSED_OUTSIDE already reported
+        self.fingerprint = None  # the FingerprintWatch main() takes once the problem modules are imported
         self.threads_before_kernel: int | None = None  # self.starts.threads when the first kernel file loaded
         self.threads_in_calls = 0  # threads started inside calls (reported there)
 
@@ -450,6 +452,14 @@ class _State:
             t_us, covered = (self.clock() - t0) * 1e6, True
         outs = raw if type(raw) is tuple else (tuple(raw) if type(raw) is list else (raw,))
         findings = []
+        if self.fingerprint is not None and not self.fingerprint.held():  # before any of the judge's work
+            try:
+                names = ", ".join(self.fingerprint.changed_names()[:4]) or "sys.modules"
+            except Exception:
+                names = "names it cannot read"
+            findings.append({"rule": "monkey-patch", "message": (
+                f"the call left {names} rebound: the judge's own work after it (digests, the next call's "
+                "draw) would run the kernel's code, unwatched and untimed")})
         planted_on = planted(list(outs) + tensors_in(args)) or (
             f"a tensor that {watch.planted[0]} returned" if watch.planted else None)
         if planted_on:
