@@ -106,6 +106,7 @@ def rules(ev) -> set[str]:
     # parent's wall clock confirming; the same kernel without the child: 76 ms to 106 ms)
     ("reduce_child_stops_incumbent.py", "rejected", "threads-or-streams", "static"),
     ("reduce_draw_rebinding.py", "rejected", "introspection", "static"),  # see the run-time test below
+    ("reduce_import_hook_after_call.py", "rejected", "introspection", "static"),  # see RUNTIME
 ])
 def test_attack_is_caught(reduce_eval, name, verdict, rule, stage):
     ev = reduce_eval.evaluate(ATTACKS / name)
@@ -144,6 +145,10 @@ def no_static_checks(monkeypatch):
     # a thread started while the file loaded, computing each call's sum unwatched (fifth red-team
     # pass: passed all six stages; threads were counted per call only)
     ("reduce_thread_at_load.py", "threads-or-streams"),
+    # builtins.__import__ rebound by the call ran x.sum(-1) in the worker's first check after it,
+    # unwatched, then put itself back (fifth red-team pass: passed all six stages; the names are
+    # now compared first thing after the call returns, before any lookup of the judge's)
+    ("reduce_import_hook_after_call.py", "monkey-patch"),
 ])
 def test_attack_that_slipped_past_the_static_checks_is_caught_at_run_time(reduce_eval, no_static_checks, name, rule):
     ev = reduce_eval.evaluate(ATTACKS / name)

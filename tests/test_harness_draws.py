@@ -10,6 +10,7 @@ run-time behaviour itself is what is tested."""
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -53,6 +54,9 @@ def evaluate(tmp_path, source: str, timed: bool = True):
 
 def test_no_timed_call_can_see_the_inputs_of_a_later_call(tmp_path, monkeypatch, no_static_checks):
     monkeypatch.setattr(timing, "CPU_PLAN", timing.TimingPlan(budget_s=60.0, min_calls=4, max_calls=4))
+    # plain draws only: a numerics draw makes every variant of its case to keep one, and the
+    # others (of the same call's seed) may linger until the garbage collector runs
+    monkeypatch.setattr(sys.modules["autokernel.harness.evaluate"], "NUMERICS_PER_SHAPE", 0)
     log = tmp_path / "alive.log"
     result = evaluate(tmp_path, STARTER + COUNTING_SPY.format(log=str(log)))
     assert result.verdict == "pass", result.message

@@ -435,6 +435,10 @@ class _State:
         try:
             with watch:
                 raw = fn(*args)
+                # first of all: every check after this one looks names up (torch._C, __import__...),
+                # and a name the call left rebound would run its code there, unwatched
+                held = self.fingerprint is None or self.fingerprint.held()
+                rebound = None if held else self._rebound_names()  # named now, before one puts itself back
                 mode_problem = watch.still_in_charge()
         finally:
             self.launches.end()
@@ -452,14 +456,10 @@ class _State:
             t_us, covered = (self.clock() - t0) * 1e6, True
         outs = raw if type(raw) is tuple else (tuple(raw) if type(raw) is list else (raw,))
         findings = []
-        if self.fingerprint is not None and not self.fingerprint.held():  # before any of the judge's work
-            try:
-                names = ", ".join(self.fingerprint.changed_names()[:4]) or "sys.modules"
-            except Exception:
-                names = "names it cannot read"
+        if not held:
             findings.append({"rule": "monkey-patch", "message": (
-                f"the call left {names} rebound: the judge's own work after it (digests, the next call's "
-                "draw) would run the kernel's code, unwatched and untimed")})
+                f"the call left {rebound} rebound: the judge's own work after it (its checks, digests, the "
+                "next call's draw) would run the kernel's code, unwatched and untimed")})
         planted_on = planted(list(outs) + tensors_in(args)) or (
             f"a tensor that {watch.planted[0]} returned" if watch.planted else None)
         if planted_on:
@@ -530,6 +530,12 @@ class _State:
                         f"output {i} was not passed to any Triton kernel of the file's own: it was computed "
                         "by something else (PyTorch, numpy, ctypes, ...)")})
         return outs, float(t_us), covered, watch.ops, findings
+
+    def _rebound_names(self) -> str:
+        try:
+            return ", ".join(self.fingerprint.changed_names()[:4]) or "a module in sys.modules"
+        except Exception:
+            return "names it cannot read"
 
     def _aliasing(self, spans: list[tuple[int, int]], inputs: list[tuple[int, int]]) -> str | None:
         """Does an output (its storage's range in ``spans``) share memory with another output,
