@@ -224,12 +224,18 @@ def test_softmax_computed_with_math_exp_on_item_scalars_is_foreign_compute():
     assert "read tensor values into Python" in result.message and result.failed_stage == "smoke"
 
 
-def test_duck_typed_launch_argument_cannot_run_torch_in_the_interpreters_frames():
+@pytest.mark.parametrize("name", [
+    "softmax_interp_duck_argument.py",
+    # a plain tensor with untyped_storage planted on it, removed before the call returned (fifth
+    # red-team pass: passed all six stages)
+    "softmax_interp_planted_storage.py",
+])
+def test_duck_typed_launch_argument_cannot_run_torch_in_the_interpreters_frames(name):
     """Found by a red-team pass after the rebuild: an object posing as a tensor, whose storage's
     ``.cpu`` is ``functools.partial(torch.softmax, x)``, made the interpreter's own (exempt)
     frame compute the softmax; the file's kernel only copied it."""
     with Evaluator("softmax", device="cpu", shapes=["4x100"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
-        result = ev.evaluate(ATTACKS / "softmax_interp_duck_argument.py")
+        result = ev.evaluate(ATTACKS / name)
     assert result.verdict == "rejected" and "foreign-compute" in rules(result), result.message
 
 

@@ -25,7 +25,8 @@ def take_accessors() -> None:
     tensor, storage = torch._C.TensorBase, torch._C.StorageBase
     _TAKEN.update(numel=tensor.numel, storage=tensor.untyped_storage, detach=tensor.detach,
                   data_ptr=storage.data_ptr, nbytes=storage.nbytes, vars=vars, type=type,
-                  Tensor=torch.Tensor, UntypedStorage=torch.UntypedStorage)
+                  Tensor=torch.Tensor, UntypedStorage=torch.UntypedStorage,
+                  tensor_types=(torch.Tensor, torch.nn.Parameter))
 
 
 def _taken() -> dict[str, Any]:
@@ -52,7 +53,7 @@ def planted(tensors: Any) -> str | None:
     c = _taken()
     kind, names = c["type"], []
     for i, t in enumerate(tensors):
-        if kind(t) is not c["Tensor"]:
+        if kind(t) not in c["tensor_types"]:
             continue
         names += [f"tensor {i}: .{name}" for name in c["vars"](t)]
         s = c["storage"](t)
