@@ -364,6 +364,22 @@ def test_no_code_of_the_kernels_runs_in_the_workers_draw(static, name, stage, sa
     assert static or said in result.message, result.message
 
 
+@pytest.mark.skipif(not (KERNELBENCH / "level2").is_dir(), reason=f"the KernelBench files are not at {KERNELBENCH}")
+def test_a_torch_nn_class_rebound_for_the_draw_is_caught():
+    """Fifth red-team pass (passed all six stages and timing with the timed numerics draws off, as
+    most timed calls are on a GPU): kb_gemm_draw_hook.py without a hook, nn.Linear.reset_parameters
+    and nn.LeakyReLU.__init__ rebound through local aliases ran inside the worker's build of the
+    reference Model for each timed draw.  Every module class of torch.nn is guarded after each
+    call now, as torch.Tensor is."""
+    from autokernel.problems.kernelbench import KernelBenchOptions, load_kernelbench
+
+    problem = load_kernelbench(KERNELBENCH / "level2" / "12_Gemm_Multiply_LeakyReLU.py", KernelBenchOptions(scale=0.005))
+    with Evaluator(problem, device="cpu", shapes=problem.cpu_shapes[:1], timeout_s=60, baselines=False) as ev:
+        result = ev.evaluate(ATTACKS / "kb_gemm_class_patch.py")
+    assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
+    assert "LeakyReLU.__init__" in result.message and result.failed_stage == "smoke", result.message
+
+
 # on inputs the worker drew itself (timed calls: not in shared memory, unlike the judge's own
 # sets) the starter uses its input as scratch space and hides that by resizing it to nothing
 # (``resize_`` is an allowed op)

@@ -607,6 +607,11 @@ class TensorClassGuard:
         storage_base = getattr(sys.modules.get("torch.storage"), "_StorageBase", None)
         if isinstance(storage_base, type):
             classes.append(storage_base)
+        # every module class of torch.nn: a KernelBench draw builds the reference Model from them,
+        # and a method rebound on one (nn.LeakyReLU.__init__, through a local alias) ran there,
+        # recovered the input seed from the weights' and computed the next call's output
+        classes += [c for c in vars(torch.nn).values() if isinstance(c, type) and issubclass(c, torch.nn.Module)
+                    and c is not torch.nn.Module]
         self._guarded = [(cls, cls.__mro__[1:], dict(vars(cls))) for cls in classes]
 
     def changes(self) -> list[str]:
@@ -617,7 +622,7 @@ class TensorClassGuard:
                 continue
             changed = [k for k, v in baseline.items() if now.get(k) is not v]
             added = [k for k in now if k not in baseline and any(k in vars(b) for b in bases)]
-            prefix = "" if cls.__name__ == "Tensor" else f"{cls.__name__}."
+            prefix = "" if cls is self._guarded[0][0] else f"{cls.__name__}."
             found += [prefix + k for k in sorted(changed + added)]
         return found
 
