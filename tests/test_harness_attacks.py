@@ -107,6 +107,7 @@ def rules(ev) -> set[str]:
     ("reduce_child_stops_incumbent.py", "rejected", "threads-or-streams", "static"),
     ("reduce_draw_rebinding.py", "rejected", "introspection", "static"),  # see the run-time test below
     ("reduce_import_hook_after_call.py", "rejected", "introspection", "static"),  # see RUNTIME
+    ("reduce_child_fork_exec.py", "rejected", "introspection", "static"),  # see RUNTIME
 ])
 def test_attack_is_caught(reduce_eval, name, verdict, rule, stage):
     ev = reduce_eval.evaluate(ATTACKS / name)
@@ -149,6 +150,9 @@ def no_static_checks(monkeypatch):
     # unwatched, then put itself back (fifth red-team pass: passed all six stages; the names are
     # now compared first thing after the call returns, before any lookup of the judge's)
     ("reduce_import_hook_after_call.py", "monkey-patch"),
+    # a child started through _posixsubprocess.fork_exec, which raises no audit event (fifth
+    # red-team pass: passed all six stages); the worker counts its children, as their subreaper
+    ("reduce_child_fork_exec.py", "threads-or-streams"),
 ])
 def test_attack_that_slipped_past_the_static_checks_is_caught_at_run_time(reduce_eval, no_static_checks, name, rule):
     ev = reduce_eval.evaluate(ATTACKS / name)

@@ -176,10 +176,27 @@ class _State:
         self.hooks_before_kernel: dict | None = None  # outside_hooks() then: a hook the file's import left counts too
         self.cover_cycles = GPU_COVER_CYCLES
         self.threads_py = threading.active_count()
+        self.children_before = _become_subreaper_and_list_children()  # None: not countable here
         self.outside_reported = 0  # host_reads.REFUSED_OUTSIDE already reported
         self.fingerprint = None  # the FingerprintWatch main() takes once the problem modules are imported
+        self.outside_armed_signals_only = False
         self.threads_before_kernel: int | None = None  # self.starts.threads when the first kernel file loaded
         self.threads_in_calls = 0  # threads started inside calls (reported there)
+
+    def _new_children(self) -> dict[str, str] | None:
+        """A finding for child processes of the worker's that were not there before the kernel
+        file loaded: the audit hook refuses the calls that start processes, but not every way
+        to one raises an audit event (``_posixsubprocess.fork_exec`` does not); the worker is
+        their subreaper, so a grandchild whose parent exited is counted too."""
+        if self.children_before is None or self.outside_armed_signals_only:
+            return None
+        new = _children() - self.children_before
+        if not new:
+            return None
+        self.children_before |= new  # reported once
+        return {"rule": "threads-or-streams", "message": (
+            f"the kernel started {len(new)} process(es) that are still running: a child outlives its call "
+            "and the worker, and reaches the incumbent's worker")}
 
     def _threads_outside_calls(self) -> dict[str, str] | None:
         """A finding for threads started since the kernel file began to load, outside its calls
@@ -229,8 +246,9 @@ class _State:
                     host_reads.arm_outside(tuple(message.get("writable") or ())
                                            + ((message["build_dir"],) if message.get("build_dir") else ()),
                                            signals_only=bool(message.get("native_code")))
+                self.outside_armed_signals_only = bool(message.get("native_code"))  # torch.compile's workers
             reply = self.load(message["slot"], message["path"], message.get("source"))
-            found = [f for f in (self._outside_refused(), self._threads_outside_calls()) if f]
+            found = [f for f in (self._outside_refused(), self._threads_outside_calls(), self._new_children()) if f]
             if found:
                 reply["findings"] = found
             return reply
@@ -482,9 +500,9 @@ class _State:
                 (f"the call left {hooks_left} in place" if hooks_left else
                  f"the kernel file set {hooks_loaded} (not there before it loaded)")
                 + ": code of the kernel's would run outside its call, in the judge's own work")})
-        refused = self._outside_refused()
-        if refused:
-            findings.append(refused)
+        for found in (self._outside_refused(), self._new_children()):
+            if found:
+                findings.append(found)
         host_read = host_reads.finding(record.host_reads) if require_launch else None
         if host_read:
             findings.append(host_read)
@@ -601,6 +619,33 @@ class _State:
     def _kernel_error(self, exc: BaseException, paths: list[str]) -> dict[str, Any]:
         return {"error": describe_error(exc, paths), "cuda_fault": is_cuda_fault(exc)}
 
+
+
+def _children_file() -> str:
+    return f"/proc/{os.getpid()}/task/{os.getpid()}/children"
+
+
+def _children() -> set[int]:
+    try:
+        with open(_children_file()) as f:
+            return {int(pid) for pid in f.read().split()}
+    except (OSError, ValueError):
+        return set()
+
+
+def _become_subreaper_and_list_children() -> set[int] | None:
+    """Make this process the subreaper of its descendants (Linux: orphans are reparented to it,
+    so a double fork stays countable) and list its children now; None where the kernel does not
+    list children."""
+    if not os.path.exists(_children_file()):
+        return None
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+    return _children()
 
 
 def _self_test(device: str, watch_cls) -> None:
