@@ -505,3 +505,19 @@ def test_a_name_rebound_for_the_next_draw_is_caught_after_the_call(no_static_che
         result = ev.evaluate(ATTACKS / "reduce_draw_rebinding.py")
     assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
     assert "torch.randn" in result.message and result.failed_stage == "timing", result.message
+
+
+def test_the_outside_rule_uses_what_it_took_when_armed(monkeypatch):
+    """A signal to the worker itself is allowed, one to another process is not: the rule
+    compares with the pid taken when it was armed, so rebinding os.getpid (through a local
+    alias) does not pass a signal to the incumbent as one to itself."""
+    import os
+
+    from autokernel.harness import host_reads
+
+    monkeypatch.setitem(host_reads._OUTSIDE_RULE, "pid", os.getpid())
+    monkeypatch.setitem(host_reads._OUTSIDE_RULE, "signals_only", False)
+    other = os.getpid() + 1
+    monkeypatch.setattr(os, "getpid", lambda: other)
+    assert host_reads._outside_refused("os.kill", (other, 19), None)[0] == "threads-or-streams"
+    assert host_reads._outside_refused("os.kill", (other, 0), None) is None

@@ -52,8 +52,10 @@ REFUSED_AUDIT_HOOKS: list[str] = []  # sys.addaudithook calls after ``install`` 
 #   incumbent's kernel file next to it before the judge read it (and left it rewritten for
 #   ``apply``); on a GPU the caches the judge reads (Triton's, the baselines') are files too.
 # Triton's own compiler is exempt (ptxas, the launcher's C build and the kernel cache on a GPU: a
-# frame of ``triton.compiler.compiler`` on the stack); the rule stays off where the problem lets
-# files build native code (KernelBench --allow-torch: load_inline runs compilers and writes).
+# frame of ``triton.compiler.compiler`` on the stack); where the problem lets files build native
+# code (KernelBench --allow-torch: load_inline runs compilers and writes) only signals are refused.
+# What the rule calls is taken when it is armed (the pid, realpath): a kernel that rebinds
+# os.getpid through a local alias would otherwise pass a signal to the incumbent as one to itself.
 PROCESS_EVENTS = ("os.fork", "os.forkpty", "os.system", "os.exec", "os.spawn", "os.posix_spawn",
                   "subprocess.Popen", "os.kill", "os.killpg")
 FILE_EVENTS = ("os.rename", "os.remove", "os.rmdir", "os.mkdir", "os.symlink", "os.link", "os.truncate",
@@ -70,10 +72,9 @@ def arm_outside(writable: tuple[str, ...] = (), signals_only: bool = False) -> N
     files), only signals to other processes are refused."""
     from . import launches
 
-    _OUTSIDE_RULE["signals_only"] = signals_only
-
-    _OUTSIDE_RULE["compiler"] = launches.module_code_objects("triton.compiler.compiler")
-    _OUTSIDE_RULE["writable"] = tuple(os.path.join(os.path.realpath(d), "") for d in writable)
+    _OUTSIDE_RULE.update(signals_only=signals_only, pid=os.getpid(), realpath=os.path.realpath,
+                         fsdecode=os.fsdecode, compiler=launches.module_code_objects("triton.compiler.compiler"),
+                         writable=tuple(os.path.join(os.path.realpath(d), "") for d in writable))
     _OUTSIDE_RULE["armed"] = True
 
 
@@ -82,15 +83,14 @@ def _in_writable(event: str, args: tuple) -> bool:
     writable folder?"""
     named = 2 if event in ("os.rename", "os.link", "os.symlink", "shutil.move") else 1
     paths = [a for a in tuple(args)[:named] if isinstance(a, (str, bytes, os.PathLike))]
-    writable = _OUTSIDE_RULE["writable"]
-    return bool(paths and writable) and all(
-        os.path.realpath(os.fsdecode(a)).startswith(writable) for a in paths)
+    writable, realpath, fsdecode = _OUTSIDE_RULE["writable"], _OUTSIDE_RULE["realpath"], _OUTSIDE_RULE["fsdecode"]
+    return bool(paths and writable) and all(realpath(fsdecode(a)).startswith(writable) for a in paths)
 
 
 def _writes(event: str, args: tuple) -> bool:
     """Does this ``open`` event (path, mode, flags) open for writing (a path other than /dev/null)?"""
     path, mode, flags = (tuple(args) + (None, None, None))[:3]
-    if isinstance(path, (str, bytes)) and os.fsdecode(path) == os.devnull:
+    if isinstance(path, (str, bytes)) and _OUTSIDE_RULE["fsdecode"](path) == "/dev/null":
         return False
     if isinstance(mode, str) and any(c in mode for c in "wax+"):
         return True
@@ -101,7 +101,7 @@ def _outside_refused(event: str, args: tuple, frame) -> tuple[str, str] | None:
     """(rule, what) refused about ``event``, or None when it is allowed."""
     if event in ("os.kill", "os.killpg"):
         target, sig = (tuple(args) + (None, None))[:2]
-        if sig == 0 or (event == "os.kill" and target == os.getpid()):
+        if sig == 0 or (event == "os.kill" and target == _OUTSIDE_RULE["pid"]):
             return None
         return "threads-or-streams", f"{event}({target}, {sig}): a signal to another process"
     if _OUTSIDE_RULE["signals_only"] or (event == "open" and not _writes(event, args)):
