@@ -374,7 +374,7 @@ class Evaluator:
                 raise _IncumbentFailed(f"not enough memory to time it beside the candidate "
                                        f"({memory.fmt_bytes(judge.budget)} available)")
             chunk = 1  # one set fits: the correctness plan measured it
-        variants = self._numerics_variants(shape, dtype) if numerics_p > 0 else 0
+        variants = self._numerics_variants(judge, shape, dtype) if numerics_p > 0 else 0
         if variants:  # the worker draws every variant of the case to take one
             chunk = max(1, chunk - variants)
         judge.timing_peak = max(judge.timing_peak, memory.timing_peak(sizes, chunk, history, self._incumbent_timed))
@@ -422,9 +422,12 @@ class Evaluator:
     def _draw_set(self, shape: Shape, dtype: torch.dtype, seed: Any) -> tuple:
         return draw_set(self.problem.make_inputs, self.problem.adversarial_inputs, shape, dtype, self.device, seed)
 
-    def _numerics_variants(self, shape: Shape, dtype: torch.dtype) -> int:
-        """How many numerics cases the problem draws at ``shape`` (0: none); counted once."""
+    def _numerics_variants(self, judge: stages.Judge, shape: Shape, dtype: torch.dtype) -> int:
+        """How many numerics cases the problem draws at ``shape`` (0: none): as the numerics
+        stage drew them, else counted once here."""
         key = (stages.format_shape(shape), dtype)
+        if key in judge.numerics_variants:
+            return judge.numerics_variants[key]
         if key not in self._variants:
             make = self.problem.adversarial_inputs
             self._variants[key] = len(make(dict(shape), dtype, self.device, _new_seed())) if make else 0
