@@ -167,6 +167,8 @@ class _State:
         # end of the request) does not reach these
         self.clock = time.perf_counter
         self.elapsed = torch._C._CudaEventBase.elapsed_time if self.gpu else None
+        self.record_event = (getattr(torch._C._CudaEventBase, "record", None) or torch.cuda.Event.record) \
+            if self.gpu else None
         self.copy_into = torch._C.TensorBase.copy_
         take_accessors()  # the checks' numel, storage spans, detach: C functions, never the tensor's own
         self.tensor_guard = integrity.TensorClassGuard()
@@ -441,20 +443,28 @@ class _State:
         py_before = self.threading.active_count()
         threads_started, streams_made = self.starts.threads, self.starts.streams
         if self.gpu:
+            stream = torch.cuda.current_stream()  # the one the judge times
             cover, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
             self._flush.zero_()
-            cover.record()
+            self.record_event(cover, stream)
             host_from = self.clock()
             if self._gpu_sleep is not None:
                 self._gpu_sleep(self.cover_cycles)
-            start.record()
+            self.record_event(start, stream)
         hooks_before = outside_hooks()
         t0 = self.clock()
         try:
             with watch:
                 raw = fn(*args)
-                # first of all: every check after this one looks names up (torch._C, __import__...),
-                # and a name the call left rebound would run its code there, unwatched
+                # the timed window ends as the kernel returns (C functions taken before any kernel:
+                # nothing of the kernel's can run here) ...
+                if self.gpu:
+                    host_us = (self.clock() - host_from) * 1e6
+                    self.record_event(end, stream)
+                else:
+                    t_us = (self.clock() - t0) * 1e6
+                # ... and then, first of all: every check after this one looks names up (torch._C,
+                # __import__...), and a name the call left rebound would run its code there, unwatched
                 held = self.fingerprint is None or self.fingerprint.held()
                 rebound = None if held else self._rebound_names()  # named now, before one puts itself back
                 mode_problem = watch.still_in_charge()
@@ -463,15 +473,13 @@ class _State:
         hooks_left = changed_hooks(hooks_before, outside_hooks())
         hooks_loaded = None if hooks_left else self._hooks_since_load(hooks_before)
         if self.gpu:
-            host_us = (self.clock() - host_from) * 1e6
-            end.record()
             torch.cuda.synchronize()
             t_us = self.elapsed(start, end) * 1000.0 - watch.fill_us()
             spin_us = self.elapsed(cover, start) * 1000.0
             covered = host_covered(host_us, spin_us)
             self.cover_cycles = next_cover_cycles(self.cover_cycles, spin_us, host_us)
         else:
-            t_us, covered = (self.clock() - t0) * 1e6, True
+            covered = True
         outs = raw if type(raw) is tuple else (tuple(raw) if type(raw) is list else (raw,))
         findings = []
         if not held:
