@@ -22,7 +22,10 @@ ROOT = Path(__file__).resolve().parent.parent
 KINDS = "softmax,rmsnorm,rotary,cross_entropy,embedding,rotary_table,add_rmsnorm,matmul"
 # GPU attacks only: tests/attacks/rotary_table_deferred_write.py keys on the CPU shapes and CPU_PLAN and
 # runs honestly on a GPU; matmul_gpu_uncovered_pairs.py is its GPU form (also caught as deferred-write).
-ATTACKS = "softmax_gpu_pool_stream.py:softmax,matmul_gpu_uncovered_pairs.py:matmul"
+ATTACKS = ("softmax_gpu_pool_stream.py:softmax,matmul_gpu_uncovered_pairs.py:matmul,"
+           # fifth red-team pass: rejected at smoke (a planted method on the output; a planted storage on
+           # a launch argument), both run-time rules on the worker's GPU path
+           "reduce_instance_method_late_work.py:reduce,softmax_interp_planted_storage.py:softmax")
 
 
 def main(argv=None) -> int:

@@ -49,6 +49,7 @@ def rules(ev) -> set[str]:
     ("reduce_mode_probe.py", "rejected", "torch-op", "static"),
     ("reduce_thread_import.py", "rejected", "introspection", "static"),
     ("reduce_thread_joined.py", "rejected", "threads-or-streams", "static"),  # static before too; see RUNTIME
+    ("reduce_thread_at_load.py", "rejected", "threads-or-streams", "static"),  # static before too; see RUNTIME
     ("reduce_numpy.py", "rejected", "foreign-compute", "static"),
     ("reduce_python_compute.py", "rejected", "foreign-compute", "smoke"),
     # compute on the host, written into an output that the file's own kernel then stores or
@@ -85,6 +86,28 @@ def rules(ev) -> set[str]:
     # red-team pass: passed, each call sleeping 20 ms and reporting 20 us)
     ("reduce_match_frame_clock.py", "rejected", "introspection", "static"),
     ("reduce_timer_underreport.py", "rejected", "introspection", "static"),
+    # the real work hidden in an attribute set on the output tensor (out.numel), or on its
+    # storage's class through type(): the worker's first method call on the output after its
+    # timer stopped ran the row sums, unwatched and untimed (fifth red-team pass: both passed all
+    # six stages and timing at ~3 ms a call against ~645 ms for the same kernel doing its work)
+    ("reduce_instance_method_late_work.py", "rejected", "monkey-patch", "smoke"),
+    ("reduce_storage_class_late_work.py", "rejected", "monkey-patch", "smoke"),
+    # the same planted attribute on a scratch tensor that an in-place op hands back to the watch:
+    # the watch's own pointer read ran x.sum(-1) inside __torch_dispatch__, where torch had taken
+    # the mode off its stack, and the attribute was gone before the call returned (fifth
+    # red-team pass: passed all six stages, no torch op recorded)
+    ("reduce_watch_storage_hook.py", "rejected", "monkey-patch", "smoke"),
+    # the row sums in C built through Triton's own launcher helper (compile_module_from_src), a
+    # Triton kernel of the file's own handed the output and writing nothing (fifth red-team pass:
+    # passed all six stages and timing at ~3 ms a call against ~645 ms for the Triton row sums)
+    ("reduce_native_triton_build.py", "rejected", "foreign-compute", "static"),
+    # a child made with pty.fork at import stops the incumbent's worker half of the time (fifth
+    # red-team pass: passed, and won keep/revert against the starter 65 ms to 200 ms, the
+    # parent's wall clock confirming; the same kernel without the child: 76 ms to 106 ms)
+    ("reduce_child_stops_incumbent.py", "rejected", "threads-or-streams", "static"),
+    ("reduce_draw_rebinding.py", "rejected", "introspection", "static"),  # see the run-time test below
+    ("reduce_import_hook_after_call.py", "rejected", "introspection", "static"),  # see RUNTIME
+    ("reduce_child_fork_exec.py", "rejected", "introspection", "static"),  # see RUNTIME
 ])
 def test_attack_is_caught(reduce_eval, name, verdict, rule, stage):
     ev = reduce_eval.evaluate(ATTACKS / name)
@@ -118,6 +141,18 @@ def no_static_checks(monkeypatch):
     ("reduce_load_function_mode.py", "monkey-patch"),  # hooks compared with before the file loaded too
     ("reduce_audit_hook_clock.py", "monkey-patch"),  # audit hooks after the judge's own are refused and reported
     ("reduce_signal_after_call.py", "monkey-patch"),  # signal handlers and timers among the outside hooks
+    # its build writes files and runs a compiler, neither under Triton's compiler: refused at the first write
+    ("reduce_native_triton_build.py", "monkey-patch"),
+    # a thread started while the file loaded, computing each call's sum unwatched (fifth red-team
+    # pass: passed all six stages; threads were counted per call only)
+    ("reduce_thread_at_load.py", "threads-or-streams"),
+    # builtins.__import__ rebound by the call ran x.sum(-1) in the worker's first check after it,
+    # unwatched, then put itself back (fifth red-team pass: passed all six stages; the names are
+    # now compared first thing after the call returns, before any lookup of the judge's)
+    ("reduce_import_hook_after_call.py", "monkey-patch"),
+    # a child started through _posixsubprocess.fork_exec, which raises no audit event (fifth
+    # red-team pass: passed all six stages); the worker counts its children, as their subreaper
+    ("reduce_child_fork_exec.py", "threads-or-streams"),
 ])
 def test_attack_that_slipped_past_the_static_checks_is_caught_at_run_time(reduce_eval, no_static_checks, name, rule):
     ev = reduce_eval.evaluate(ATTACKS / name)
@@ -130,7 +165,8 @@ def test_attack_that_slipped_past_the_static_checks_is_caught_at_run_time(reduce
 def test_poison_probe_never_gets_to_cheat(tmp_path):
     attack = tmp_path / "poison_probe.py"
     shutil.copy(ATTACKS / "reduce_poison_probe.py", attack)
-    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=30, baselines=False) as ev:
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=30, baselines=False,
+                   writable=[tmp_path]) as ev:  # where it would note that it cheated
         result = ev.evaluate(attack)
     # its probe reads a value into Python (float(t)), which no call may do; before that rule it
     # passed honestly, every call (timed ones too) running poisoned and watched
@@ -141,11 +177,13 @@ def test_poison_probe_never_gets_to_cheat(tmp_path):
 def test_under_reporting_timer_does_not_win_keep_revert(tmp_path, no_static_checks):
     with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=30, baselines=False) as ev:
         result = ev.evaluate(ATTACKS / "reduce_timer_underreport.py", incumbent_file=REDUCE_STARTER)
-    cmp = result.vs_incumbent
     # the worker times with the clock it took before the kernel loaded: the patched one never
     # reaches the reported times (it claimed a big win before, which only the parent's wall
-    # clock refused), so the 0.4 s sleep shows and nothing is claimed
-    assert cmp is not None and cmp.candidate_us > cmp.incumbent_us and not cmp.significant, result.message
+    # clock refused); and since the fifth pass the names it rebinds (time.perf_counter, the
+    # harness's own fingerprint function) are compared after every call, so it is rejected at
+    # its first call instead of losing keep/revert
+    assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
+    assert "perf_counter" in result.message and result.vs_incumbent is None, result.message
 
 
 def test_a_reported_gain_the_parents_wall_clock_does_not_see_is_not_confirmed():
@@ -161,7 +199,8 @@ def test_a_reported_gain_the_parents_wall_clock_does_not_see_is_not_confirmed():
 def test_candidate_cannot_reach_the_incumbent(tmp_path):
     attack = tmp_path / "sabotage.py"
     shutil.copy(ATTACKS / "reduce_sabotage_incumbent.py", attack)
-    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=30, baselines=False) as ev:
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=30, baselines=False,
+                   writable=[tmp_path]) as ev:  # where it would note what it found
         result = ev.evaluate(attack, incumbent_file=REDUCE_STARTER)
     assert result.verdict == "pass" and result.vs_incumbent is not None, result.message
     assert not Path(str(attack) + ".found").exists()  # at base it found and slowed the incumbent's module
@@ -189,12 +228,18 @@ def test_softmax_computed_with_math_exp_on_item_scalars_is_foreign_compute():
     assert "read tensor values into Python" in result.message and result.failed_stage == "smoke"
 
 
-def test_duck_typed_launch_argument_cannot_run_torch_in_the_interpreters_frames():
+@pytest.mark.parametrize("name", [
+    "softmax_interp_duck_argument.py",
+    # a plain tensor with untyped_storage planted on it, removed before the call returned (fifth
+    # red-team pass: passed all six stages)
+    "softmax_interp_planted_storage.py",
+])
+def test_duck_typed_launch_argument_cannot_run_torch_in_the_interpreters_frames(name):
     """Found by a red-team pass after the rebuild: an object posing as a tensor, whose storage's
     ``.cpu`` is ``functools.partial(torch.softmax, x)``, made the interpreter's own (exempt)
     frame compute the softmax; the file's kernel only copied it."""
     with Evaluator("softmax", device="cpu", shapes=["4x100"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
-        result = ev.evaluate(ATTACKS / "softmax_interp_duck_argument.py")
+        result = ev.evaluate(ATTACKS / name)
     assert result.verdict == "rejected" and "foreign-compute" in rules(result), result.message
 
 
@@ -323,6 +368,22 @@ def test_no_code_of_the_kernels_runs_in_the_workers_draw(static, name, stage, sa
     assert static or said in result.message, result.message
 
 
+@pytest.mark.skipif(not (KERNELBENCH / "level2").is_dir(), reason=f"the KernelBench files are not at {KERNELBENCH}")
+def test_a_torch_nn_class_rebound_for_the_draw_is_caught():
+    """Fifth red-team pass (passed all six stages and timing with the timed numerics draws off, as
+    most timed calls are on a GPU): kb_gemm_draw_hook.py without a hook, nn.Linear.reset_parameters
+    and nn.LeakyReLU.__init__ rebound through local aliases ran inside the worker's build of the
+    reference Model for each timed draw.  Every module class of torch.nn is guarded after each
+    call now, as torch.Tensor is."""
+    from autokernel.problems.kernelbench import KernelBenchOptions, load_kernelbench
+
+    problem = load_kernelbench(KERNELBENCH / "level2" / "12_Gemm_Multiply_LeakyReLU.py", KernelBenchOptions(scale=0.005))
+    with Evaluator(problem, device="cpu", shapes=problem.cpu_shapes[:1], timeout_s=60, baselines=False) as ev:
+        result = ev.evaluate(ATTACKS / "kb_gemm_class_patch.py")
+    assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
+    assert "LeakyReLU.__init__" in result.message and result.failed_stage == "smoke", result.message
+
+
 # on inputs the worker drew itself (timed calls: not in shared memory, unlike the judge's own
 # sets) the starter uses its input as scratch space and hides that by resizing it to nothing
 # (``resize_`` is an allowed op)
@@ -369,3 +430,94 @@ def test_only_registrations_over_operators_the_judge_could_run_count():
     assert counter.since(before) == "impl(aten::neg, CPU)"
     for lib in (own, meta, aten):
         lib._destroy()
+
+
+def test_the_workers_checks_never_call_methods_through_a_tensor():
+    """Attributes a kernel sets on a tensor (or on its storage) shadow the class's methods: the
+    worker's checks call the C functions, and name what was planted."""
+    import torch
+
+    from autokernel.harness.output_checks import numel, output_digest, planted, span
+
+    ran = []
+    t = torch.arange(6.0)
+    t.numel = t.detach = lambda: ran.append("tensor")
+    storage = t.untyped_storage()
+    storage.data_ptr = storage.nbytes = lambda: ran.append("storage")
+    assert numel(t) == 6 and span(t)[1] - span(t)[0] == 24
+    assert output_digest((t,)) == output_digest((torch.arange(6.0),))
+    assert not ran
+    assert planted([t]) == "tensor 0: .numel, tensor 0: .detach, tensor 0's storage: .data_ptr, tensor 0's storage: .nbytes"
+    assert planted([torch.arange(3.0), 1.5]) is None
+
+
+def test_a_child_process_cannot_reach_the_incumbent(tmp_path, no_static_checks):
+    """Fifth red-team pass: a child forked at import (pty.fork) stopped the incumbent's worker
+    with SIGSTOP half of every 20 ms and won keep/revert with the honest row sums.  A process
+    started (or a signal sent to another process) after the judge set up is refused and
+    reported, whether the file loads or catches the refusal."""
+    attack = tmp_path / "child.py"
+    shutil.copy(ATTACKS / "reduce_child_stops_incumbent.py", attack)
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=30, baselines=False) as ev:
+        result = ev.evaluate(attack, incumbent_file=REDUCE_STARTER)
+    assert result.verdict == "rejected" and "threads-or-streams" in rules(result), result.message
+    assert result.failed_stage == "load" and "forkpty" in result.message, result.message
+    assert not Path(str(attack) + ".stopped").exists()
+
+
+def test_a_candidate_cannot_rewrite_the_incumbents_file(tmp_path):
+    """Fifth red-team pass: while loading, the candidate rewrote the kernel files next to it (the
+    incumbent of ``bench --against``, the workspace's kernel.py) to sleep 50 ms a call; the judge
+    read the incumbent's text afterwards and the honest row sums won keep/revert, leaving the
+    incumbent's file rewritten.  The kernel's code may not write files (nor start processes)."""
+    attack, incumbent = tmp_path / "candidate.py", tmp_path / "incumbent.py"
+    shutil.copy(ATTACKS / "reduce_rewrite_incumbent_file.py", attack)
+    shutil.copy(REDUCE_STARTER, incumbent)
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=30, baselines=False) as ev:
+        result = ev.evaluate(attack, incumbent_file=incumbent)
+    assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
+    assert result.failed_stage == "load" and "incumbent.py" in result.message, result.message
+    assert incumbent.read_text() == REDUCE_STARTER.read_text()
+    assert not Path(str(attack) + ".rewrote").exists()
+
+
+def test_a_kernel_unsafe_on_timed_calls_only_meets_numerics_there():
+    """Fifth red-team pass (passed all six stages and timing): a softmax that subtracts the row
+    max on correctness calls and not on timed calls, told apart by the order of the judge's
+    shapes (the target shapes again after the edges and held-out shapes); timed inputs were plain
+    random draws, where exp without the max is within tolerance.  Timed calls now draw the
+    problem's numerics cases too, each one checked."""
+    with Evaluator("softmax", device="cpu", shapes=["4x100"], dtypes=["fp32"], timeout_s=60, baselines=False) as ev:
+        result = ev.evaluate(ATTACKS / "softmax_unsafe_when_timed.py")
+    assert result.verdict == "rejected" and "cached-output" in rules(result), result.message
+    assert result.failed_stage == "timing" and "numerics variant" in result.message, result.message
+
+
+def test_a_name_rebound_for_the_next_draw_is_caught_after_the_call(no_static_checks):
+    """Fifth red-team pass (with the static checks off: it imports builtins; passed all six
+    stages and timing at 5 ms a call against 151 ms for the same row sums, with the timed
+    numerics draws off): on timed calls the kernel rebinds torch.randn through a local alias; the
+    worker's next draw runs it, and the add_ it plants on the drawn tensor computes the row sums
+    with PyTorch, unwatched and untimed; the next call copies them.  A rebound sorted, which the
+    worker calls once a request ends, put both back before the fingerprint was read.  The names
+    are now compared after every call, before the judge's own work."""
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, baselines=False) as ev:
+        result = ev.evaluate(ATTACKS / "reduce_draw_rebinding.py")
+    assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
+    assert "torch.randn" in result.message and result.failed_stage == "timing", result.message
+
+
+def test_the_outside_rule_uses_what_it_took_when_armed(monkeypatch):
+    """A signal to the worker itself is allowed, one to another process is not: the rule
+    compares with the pid taken when it was armed, so rebinding os.getpid (through a local
+    alias) does not pass a signal to the incumbent as one to itself."""
+    import os
+
+    from autokernel.harness import host_reads
+
+    monkeypatch.setitem(host_reads._OUTSIDE_RULE, "pid", os.getpid())
+    monkeypatch.setitem(host_reads._OUTSIDE_RULE, "signals_only", False)
+    other = os.getpid() + 1
+    monkeypatch.setattr(os, "getpid", lambda: other)
+    assert host_reads._outside_refused("os.kill", (other, 19), None)[0] == "threads-or-streams"
+    assert host_reads._outside_refused("os.kill", (other, 0), None) is None

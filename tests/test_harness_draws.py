@@ -10,6 +10,7 @@ run-time behaviour itself is what is tested."""
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -47,12 +48,15 @@ def evaluate(tmp_path, source: str, timed: bool = True):
     path = tmp_path / "kernel.py"
     path.write_text(source)
     with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, timing=timed,
-                   baselines=False, prestart=False) as ev:
+                   baselines=False, prestart=False, writable=[tmp_path]) as ev:  # the spy's log
         return ev.evaluate(path)
 
 
 def test_no_timed_call_can_see_the_inputs_of_a_later_call(tmp_path, monkeypatch, no_static_checks):
     monkeypatch.setattr(timing, "CPU_PLAN", timing.TimingPlan(budget_s=60.0, min_calls=4, max_calls=4))
+    # plain draws only: a numerics draw makes every variant of its case to keep one, and the
+    # others (of the same call's seed) may linger until the garbage collector runs
+    monkeypatch.setattr(sys.modules["autokernel.harness.evaluate"], "NUMERICS_PER_SHAPE", 0)
     log = tmp_path / "alive.log"
     result = evaluate(tmp_path, STARTER + COUNTING_SPY.format(log=str(log)))
     assert result.verdict == "pass", result.message
@@ -108,3 +112,27 @@ def kernel_fn(x):
     assert result.verdict == "rejected", result.message
     assert "monkey-patch" in {f.rule for f in result.integrity}
     assert named in result.message
+
+
+def test_timed_calls_seeds_are_drawn_each_on_its_own(monkeypatch):
+    """The worker draws each timed call's inputs from a seed of the parent's: consecutive seeds
+    (as the correctness stages use) would make every later call's inputs known to a kernel that
+    recovered one seed from its input values, so that one call could compute the request's
+    outputs and the others copy them (the median then timing a copy)."""
+    from autokernel.harness import stages
+
+    sent = []
+    original = stages.Judge.call_message
+
+    def spy(self, *args, **kwargs):
+        if kwargs.get("draw"):  # a seed, or [seed, variant] for a numerics case
+            sent.append([d if isinstance(d, int) else d[0] for d in kwargs["draw"]])
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(stages.Judge, "call_message", spy)
+    monkeypatch.setattr(timing, "CPU_PLAN", timing.TimingPlan(budget_s=60.0, min_calls=6, max_calls=6))
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, baselines=False,
+                   prestart=False) as ev:
+        assert ev.evaluate(KERNELS_DIR / "reduce.py").verdict == "pass"
+    steps = {b - a for seeds in sent for a, b in zip(seeds, seeds[1:])}
+    assert sent and max(len(s) for s in sent) >= 6 and len(steps) > 1 and 1 not in steps, sent

@@ -17,6 +17,7 @@ class RecordingJudge:
         self.problem, self.device, self.gpu = problem, device, device.startswith("cuda")
         self.runs: list[tuple[str, str, str, int]] = []
         self.seed = 0
+        self.numerics_variants: dict = {}  # as stages.Judge: what the numerics stage drew per shape
         self.outputs = outputs or (lambda case, calls: [(torch.ones(3),) for _ in range(calls)])
 
     def next_seed(self) -> int:

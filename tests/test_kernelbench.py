@@ -265,11 +265,11 @@ def test_import_gets_its_own_time_budget_and_a_fresh_build_dir(tmp_path):
                 self.linear = nn.Linear(i, o)
     """, "slow.py")
     problem = get_problem(str(ROOT / "examples" / "kernelbench_example.py"))
-    ev = _evaluate(problem, slow, timeout_s=1.0, compile_timeout_s=60.0)
+    ev = _evaluate(problem, slow, timeout_s=1.0, compile_timeout_s=60.0, writable=[tmp_path])  # its record
     assert ev.verdict != "timeout" and ev.failed_stage != "load", ev.message
     build_dir = Path(record.read_text())
     assert build_dir.name.startswith("autokernel-build-") and not build_dir.exists()
-    second = _evaluate(problem, slow, timeout_s=1.0, compile_timeout_s=60.0)
+    second = _evaluate(problem, slow, timeout_s=1.0, compile_timeout_s=60.0, writable=[tmp_path])
     assert Path(record.read_text()) != build_dir and second.failed_stage != "load", second.message
 
 

@@ -50,6 +50,7 @@ from ..problems.base import Problem, Shape, dtype_name, parse_dtype
 from . import baselines as baselines_mod
 from . import integrity, memory, roofline, stages, timing
 from .records import Evaluation, Finding, ShapeTiming
+from .problem_spec import draw_set
 from .worker import Worker, WorkerCrash, WorkerTimeout, acquire, load_problem, prestart, release
 
 TIMING_SETS = 3  # input sets for the eager / torch.compile baselines
@@ -60,6 +61,12 @@ WARM_CALLS = {"gpu": 2, "interpreter": 1}
 # median escapes with probability about exp(-CHECKED_PER_SHAPE / 2) per shape, and every call
 # runs under the watch, the poison and the launch and allocation checks regardless.
 CHECKED_PER_SHAPE = 8
+# Timed calls drawn from the problem's numerics cases (large, tiny, NaN... values), per shape on
+# average, each one checked: a kernel that tells timed calls from correctness calls (by the order
+# of the judge's shapes, by where its inputs live) cannot keep the code that handles such values
+# for the calls it takes for checks (a softmax without its max subtraction on timed calls passed).
+# They walk through every variant of the shape's cases, from a random start.
+NUMERICS_PER_SHAPE = 8
 
 
 class _IncumbentFailed(Exception):
@@ -110,7 +117,11 @@ class Evaluator:
     def __init__(self, problem_spec: Any, *, device: str = "auto", shapes: Sequence[Any] | None = None,
                  dtypes: Sequence[Any] | None = None, timeout_s: float = 60.0, timing: bool = True,
                  baselines: bool = True, weights: Sequence[float] | None = None, prestart: bool = True,
-                 compile_timeout_s: float = 600.0, memory_budget: int | None = None):
+                 compile_timeout_s: float = 600.0, memory_budget: int | None = None,
+                 writable: Sequence[Any] = ()):
+        # folders the kernel's code may write files in (a test's spy log); nowhere else: a kernel
+        # that writes files reaches the incumbent's kernel file and the caches the judge reads
+        self.writable = tuple(str(Path(d).resolve()) for d in writable)
         self.memory_budget = memory_budget  # bytes the judge may plan with; None: measured per evaluation (memory.py)
         self.compile_timeout_s = float(compile_timeout_s)  # importing the file (load_inline builds) may take this long
         self.problem = load_problem(problem_spec)
@@ -138,6 +149,8 @@ class Evaluator:
         self._timer: timing.Timer | None = None
         self._stage = "load"
         self._rng = random.SystemRandom()
+        self._variants: dict[tuple, int] = {}  # (shape, dtype) -> how many numerics cases the problem draws
+        self._variant_at: dict[tuple, int] = {}  # (shape, dtype) -> the next numerics case a timed call gets
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> "Evaluator":
@@ -242,11 +255,14 @@ class Evaluator:
 
         worker = self._ensure_worker()
         reply = worker.request({"op": "load", "slot": "candidate", "path": str(path), "source": source,
-                                "problem": self.spec, "build_dir": self._build_dir},
+                                "problem": self.spec, "build_dir": self._build_dir,
+                                "native_code": self.problem.forbidden_ops is not None, "writable": self.writable},
                                max(self.timeout_s, self.compile_timeout_s))
         if reply.get("tampered"):
             return self._reject(ev, "load", Finding("monkey-patch", "importing the kernel file replaced "
                                                     + ", ".join(reply["tampered"])))
+        for finding in reply.get("findings") or []:  # e.g. a process started while the file loaded
+            return self._reject(ev, "load", Finding(str(finding["rule"]), str(finding["message"])))
         if "error" in reply:
             ev.failed_stage, ev.message = "load", reply["error"]
             return
@@ -320,10 +336,11 @@ class Evaluator:
                 self._incumbent = (source, worker)
                 judge = stages.Judge(self.problem, self.device, worker, self.timeout_s, seed)
                 reply = judge.request({"op": "load", "slot": "incumbent", "path": str(incumbent), "source": source,
-                                       "problem": self.spec})
-                if "error" in reply:
+                                       "problem": self.spec, "native_code": self.problem.forbidden_ops is not None,
+                                       "writable": self.writable})
+                if "error" in reply or reply.get("findings"):
                     self._drop_incumbent()
-                    notes.append(f"incumbent not timed: {reply['error']}")
+                    notes.append(f"incumbent not timed: {reply.get('error') or reply['findings'][0]['message']}")
                     return None
             return stages.Judge(self.problem, self.device, self._incumbent[1], self.timeout_s, seed)
         except (WorkerCrash, WorkerTimeout, stages.Rejection, stages.CudaFault) as exc:
@@ -332,7 +349,7 @@ class Evaluator:
             return None
 
     def _batch(self, judge: stages.Judge, runner: stages.Judge, slot: str, shape: Shape, dtype: torch.dtype,
-               n: int, check_p: float, warm_up: bool = False) -> tuple[list[float], float]:
+               n: int, check_p: float, warm_up: bool = False, numerics_p: float = 0.0) -> tuple[list[float], float]:
         """``n`` judged calls on ``n`` fresh input sets (split to fit the memory budget), sent to
         ``runner``'s worker, which draws each set itself from a seed of ours right before its
         call (``worker_main._draw``: no call can see a later call's inputs).  Each call is
@@ -341,7 +358,9 @@ class Evaluator:
         the worker copies that call's outputs and its inputs as they are now into our buffers,
         the inputs must equal our draw bit for bit (``modified-input``: written into, or drawn
         otherwise) and the outputs must match the reference on our draw.  Returns the reported
-        per-call times and the wall time this process measured around them."""
+        per-call times and the wall time this process measured around them.  With probability
+        ``numerics_p`` a call's set is one of the problem's numerics cases instead (``[seed,
+        variant]``), and such a call is always checked."""
         times: list[float] = []
         wall = 0.0
         first = judge.make_case(shape, dtype)
@@ -355,16 +374,23 @@ class Evaluator:
                 raise _IncumbentFailed(f"not enough memory to time it beside the candidate "
                                        f"({memory.fmt_bytes(judge.budget)} available)")
             chunk = 1  # one set fits: the correctness plan measured it
+        variants = self._numerics_variants(judge, shape, dtype) if numerics_p > 0 else 0
+        if variants:  # the worker draws every variant of the case to take one
+            chunk = max(1, chunk - variants)
         judge.timing_peak = max(judge.timing_peak, memory.timing_peak(sizes, chunk, history, self._incumbent_timed))
         tol = self.problem.tolerance(dtype)
         label = f"shape={stages.format_shape(shape)} dtype={stages.dtype_name(dtype)} case=timed"
         while n > 0:
             k = min(n, chunk)
             n -= k
-            seeds = [judge.next_seed() for _ in range(k)]
+            # each drawn on its own: consecutive seeds would tell a kernel that recovered one draw's seed
+            # every later call's inputs, and let it compute them all in one call (the median then a copy)
+            seeds: list = [_new_seed() for _ in range(k)]
+            numerics = {i for i in range(k) if variants and self._rng.random() < numerics_p}
+            for i in sorted(numerics):
+                seeds[i] = [seeds[i], self._next_variant(shape, dtype, variants)]
             # a problem the worker cannot load by name (built in this process): our own draws, shared
-            sets = None if self.spec is not None else [
-                tuple(self.problem.make_inputs(dict(shape), dtype, self.device, seed)) for seed in seeds]
+            sets = None if self.spec is not None else [self._draw_set(shape, dtype, seed) for seed in seeds]
             message = runner.call_message(shape, dtype, sets, meta, slot=slot, draw=None if sets else seeds,
                                           keep_inputs=True)
             runner.sync()
@@ -383,7 +409,8 @@ class Evaluator:
             if not warm_up:  # warm-up calls compile: only the timed ones count
                 self._calls_timed += k
                 self._calls_uncovered += len(reply.get("uncovered") or [])
-            picked = list(range(k)) if check_p >= 1.0 else [i for i in range(k) if self._rng.random() < check_p]
+            picked = list(range(k)) if check_p >= 1.0 else \
+                [i for i in range(k) if self._rng.random() < check_p or (i in numerics and check_p > 0)]
             for group in ([picked] if judge.together else [[i] for i in picked]) if picked else []:
                 self._check_timed(judge, group, seeds, shape, dtype, meta, tol, k)
             times += reported
@@ -392,14 +419,34 @@ class Evaluator:
             del message, sets
         return times, wall
 
-    def _check_timed(self, judge: stages.Judge, group: list[int], seeds: list[int], shape: Shape,
+    def _draw_set(self, shape: Shape, dtype: torch.dtype, seed: Any) -> tuple:
+        return draw_set(self.problem.make_inputs, self.problem.adversarial_inputs, shape, dtype, self.device, seed)
+
+    def _numerics_variants(self, judge: stages.Judge, shape: Shape, dtype: torch.dtype) -> int:
+        """How many numerics cases the problem draws at ``shape`` (0: none): as the numerics
+        stage drew them, else counted once here."""
+        key = (stages.format_shape(shape), dtype)
+        if key in judge.numerics_variants:
+            return judge.numerics_variants[key]
+        if key not in self._variants:
+            make = self.problem.adversarial_inputs
+            self._variants[key] = len(make(dict(shape), dtype, self.device, _new_seed())) if make else 0
+        return self._variants[key]
+
+    def _next_variant(self, shape: Shape, dtype: torch.dtype, variants: int) -> int:
+        key = (stages.format_shape(shape), dtype)
+        at = self._variant_at.get(key, self._rng.randrange(variants))
+        self._variant_at[key] = at + 1
+        return at % variants
+
+    def _check_timed(self, judge: stages.Judge, group: list[int], seeds: list, shape: Shape,
                      dtype: torch.dtype, meta: Any, tol: Any, k: int) -> None:
         """The named timed calls of the last request, checked on this process's own draws of
         their sets: each draw is fingerprinted (or cloned, as the memory plan says), then the
         worker copies the inputs it drew, as they are after the call, over it; they must be
         the same bits.  The reference is computed on them afterwards."""
-        cases = [stages.Case(dict(shape), dtype, tuple(self.problem.make_inputs(dict(shape), dtype, self.device,
-                                                                             seeds[i])), "timed")
+        cases = [stages.Case(dict(shape), dtype, self._draw_set(shape, dtype, seeds[i]),
+                             "timed" if isinstance(seeds[i], int) else f"timed, numerics variant {seeds[i][1]}")
                  for i in group]
         pristine = [judge.snapshot(stages.tensors_of(c.args)) for c in cases]
         label = cases[0].label
@@ -428,10 +475,11 @@ class Evaluator:
         samples = {s: [[[] for _ in range(rounds)] for _ in range(n_cases)] for s in runners}
         walls = {s: [[0.0] * rounds for _ in range(n_cases)] for s in runners}
 
-        def batch(slot: str, c: int, n: int, check_p: float, warm_up: bool = False) -> tuple[list[float], float]:
-            try:
+        def batch(slot: str, c: int, n: int, check_p: float, warm_up: bool = False,
+                  numerics_p: float = 0.0) -> tuple[list[float], float]:
+            try:  # the incumbent gets the same share of numerics draws, unchecked
                 return self._batch(judge, runners[slot], slot, self.shapes[c], dtype, n,
-                                   check_p if slot == "candidate" else 0.0, warm_up)
+                                   check_p if slot == "candidate" else 0.0, warm_up, numerics_p)
             except (stages.Rejection, stages.CaseFailure, WorkerCrash, WorkerTimeout, stages.CudaFault) as exc:
                 if slot == "candidate":
                     raise
@@ -451,7 +499,11 @@ class Evaluator:
                 for slot in order:
                     for c in range(n_cases):
                         check_p = min(1.0, CHECKED_PER_SHAPE / (per_round[c] * rounds))
-                        times, wall = batch(slot, c, per_round[c], check_p)
+                        # built-in problems only: their numerics draws are seeded like make_inputs (the worker
+                        # and the judge draw the same bits); KernelBench's runs the reference Model to choose
+                        numerics_p = min(1.0, NUMERICS_PER_SHAPE / (per_round[c] * rounds)) \
+                            if self.problem.source == "builtin" else 0.0
+                        times, wall = batch(slot, c, per_round[c], check_p, numerics_p=numerics_p)
                         samples[slot][c][r] = times
                         walls[slot][c][r] = wall * 1e6 / max(1, len(times))
         except _IncumbentFailed as exc:

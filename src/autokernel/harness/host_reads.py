@@ -42,6 +42,82 @@ MEMORY_AUDIT_EVENTS = ("mmap.__new__", "ctypes.string_at", "ctypes.wstring_at", 
 _INSTALLED = False
 REFUSED_AUDIT_HOOKS: list[str] = []  # sys.addaudithook calls after ``install`` (refused; the worker reports them)
 
+# What a kernel's code may not do to anything outside its own process, from the moment the
+# worker arms the rule (``arm_outside``) before the kernel file loads:
+# - start processes or signal other ones (``threads-or-streams``): a child outlives the call, the
+#   request and the worker itself, unwatched, and a signal reaches the incumbent's worker (a
+#   child made with pty.fork at import stopped it with SIGSTOP half of every 20 ms: the incumbent
+#   ran at half speed and a candidate no faster than it won keep/revert, the wall clock agreeing);
+# - write to the file system or change the environment (``monkey-patch``): a candidate rewrote the
+#   incumbent's kernel file next to it before the judge read it (and left it rewritten for
+#   ``apply``); on a GPU the caches the judge reads (Triton's, the baselines') are files too.
+# Triton's own compiler is exempt (ptxas, the launcher's C build and the kernel cache on a GPU: a
+# frame of ``triton.compiler.compiler`` on the stack); where the problem lets files build native
+# code (KernelBench --allow-torch: load_inline runs compilers and writes) only signals are refused.
+# What the rule calls is taken when it is armed (the pid, realpath): a kernel that rebinds
+# os.getpid through a local alias would otherwise pass a signal to the incumbent as one to itself.
+PROCESS_EVENTS = ("os.fork", "os.forkpty", "os.system", "os.exec", "os.spawn", "os.posix_spawn",
+                  "subprocess.Popen", "os.kill", "os.killpg")
+FILE_EVENTS = ("os.rename", "os.remove", "os.rmdir", "os.mkdir", "os.symlink", "os.link", "os.truncate",
+               "os.chmod", "os.chown", "os.utime", "os.putenv", "os.unsetenv", "shutil.rmtree", "shutil.move")
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+REFUSED_OUTSIDE: list[tuple[str, str]] = []  # (rule, what) refused since ``arm_outside`` (the worker reports them)
+_OUTSIDE_RULE: dict[str, Any] = {"armed": False, "compiler": frozenset(), "writable": (), "signals_only": False}
+
+
+def arm_outside(writable: tuple[str, ...] = (), signals_only: bool = False) -> None:
+    """Refuse, from now on, what a kernel may not do outside its process (above); files may be
+    written under the folders ``writable`` only (the parent names them: a test's spy log).
+    ``signals_only``: where files may build native code (their builds run compilers and write
+    files), only signals to other processes are refused."""
+    from . import launches
+
+    _OUTSIDE_RULE.update(signals_only=signals_only, pid=os.getpid(), realpath=os.path.realpath,
+                         fsdecode=os.fsdecode, compiler=launches.module_code_objects("triton.compiler.compiler"),
+                         writable=tuple(os.path.join(os.path.realpath(d), "") for d in writable))
+    _OUTSIDE_RULE["armed"] = True
+
+
+def _in_writable(event: str, args: tuple) -> bool:
+    """Are the paths the event names (two for a rename or link, else one) all inside a
+    writable folder?"""
+    named = 2 if event in ("os.rename", "os.link", "os.symlink", "shutil.move") else 1
+    paths = [a for a in tuple(args)[:named] if isinstance(a, (str, bytes, os.PathLike))]
+    writable, realpath, fsdecode = _OUTSIDE_RULE["writable"], _OUTSIDE_RULE["realpath"], _OUTSIDE_RULE["fsdecode"]
+    return bool(paths and writable) and all(realpath(fsdecode(a)).startswith(writable) for a in paths)
+
+
+def _writes(event: str, args: tuple) -> bool:
+    """Does this ``open`` event (path, mode, flags) open for writing (a path other than /dev/null)?"""
+    path, mode, flags = (tuple(args) + (None, None, None))[:3]
+    if isinstance(path, (str, bytes)) and _OUTSIDE_RULE["fsdecode"](path) == "/dev/null":
+        return False
+    if isinstance(mode, str) and any(c in mode for c in "wax+"):
+        return True
+    return isinstance(flags, int) and bool(flags & _WRITE_FLAGS)
+
+
+def _outside_refused(event: str, args: tuple, frame) -> tuple[str, str] | None:
+    """(rule, what) refused about ``event``, or None when it is allowed."""
+    if event in ("os.kill", "os.killpg"):
+        target, sig = (tuple(args) + (None, None))[:2]
+        if sig == 0 or (event == "os.kill" and target == _OUTSIDE_RULE["pid"]):
+            return None
+        return "threads-or-streams", f"{event}({target}, {sig}): a signal to another process"
+    if _OUTSIDE_RULE["signals_only"] or (event == "open" and not _writes(event, args)):
+        return None
+    if event != "os.putenv" and event != "os.unsetenv" and event not in PROCESS_EVENTS and _in_writable(event, args):
+        return None
+    compiler = _OUTSIDE_RULE["compiler"]
+    while frame is not None:
+        if frame.f_code in compiler:
+            return None
+        frame = frame.f_back
+    what = f"{args[0]!r:.80}" if args else ""
+    if event in PROCESS_EVENTS:
+        return "threads-or-streams", f"{event} ({what}): a new process"
+    return "monkey-patch", f"{event} ({what}): a write outside the process"
+
 
 def memory_path(path: Any) -> bool:
     """Is opening ``path`` a way to read raw memory (a /proc memory file, shared memory)?"""
@@ -112,6 +188,11 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
         if event == "sys.addaudithook":  # a hook of the kernel's would see every frame the watch takes
             REFUSED_AUDIT_HOOKS.append(event)
             raise RuntimeError("no audit hooks after the judge's own")  # Python then does not add it
+        if _OUTSIDE_RULE["armed"] and (event in PROCESS_EVENTS or event in FILE_EVENTS or event == "open"):
+            refused = _outside_refused(event, args, sys._getframe(1))
+            if refused:
+                REFUSED_OUTSIDE.append(refused)
+                raise RuntimeError(f"refused by the judge: {refused[1]}")
         if record.current is None:
             return
         if event == "open" and args and memory_path(args[0]):
@@ -121,6 +202,18 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
 
     sys.addaudithook(audit)
     _INSTALLED = True
+
+
+def outside_finding(since: int) -> dict[str, str] | None:
+    """The finding for what was refused after the first ``since`` (the rule of the first)."""
+    refused = REFUSED_OUTSIDE[since:]
+    if not refused:
+        return None
+    rule = refused[0][0]
+    why = ("a child outlives its call and the worker, and reaches the incumbent's worker" if rule == "threads-or-streams"
+           else "files and the environment are the judge's (the incumbent's kernel file, the caches it reads)")
+    return {"rule": rule, "message": (
+        "the kernel reached outside its process (" + "; ".join(what for _, what in refused[:3]) + "; refused): " + why)}
 
 
 def finding(host_reads: list[str]) -> dict[str, str] | None:

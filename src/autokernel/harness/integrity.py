@@ -114,18 +114,26 @@ def disallowed_ops(ops: Iterable[str], allowed: frozenset[str], forbidden: froze
 
 # ------------------------------------------------------------------ static
 _TORCH_ROOTS = ("torch", "triton", "autokernel", "builtins", "time", "threading", "os", "sys", "math")
-_THREAD_MODULES = ("threading", "_thread", "multiprocessing", "concurrent", "asyncio", "subprocess")
+_THREAD_MODULES = ("threading", "_thread", "multiprocessing", "concurrent", "asyncio", "subprocess", "pty", "pexpect")
 _STREAM_NAMES = ("Stream", "stream", "ExternalStream", "set_stream")
 _DISPATCH_ESCAPES = ("_disable_current_modes", "_DisableTorchDispatch", "DisableTorchFunction",
                      "DisableTorchFunctionSubclass", "_pop_mode", "_pop_mode_temporarily",
                      "_unset_infra_mode", "_set_dispatch_mode", "_ExcludeDispatchKeyGuard",
                      "_RestorePythonTLSSnapshot", "_python_dispatch", "no_dispatch",
                      "_DisablePythonDispatcher", "_push_on_torch_dispatch_stack")
-_NATIVE_BUILDS = frozenset({"cpp_extension", "load_inline"})
+_NATIVE_BUILDS = frozenset({"cpp_extension", "load_inline",
+                            # Triton's own helper for its launchers builds and imports any C source
+                            "compile_module_from_src", "compile_so_from_src", "compile_module_from_file",
+                            "compile_so_from_file"})
+# modules that build or load native code (Triton's build helper and its backends' drivers among them)
+_NATIVE_MODULES = ("triton.runtime.build", "triton.backends", "setuptools", "distutils", "Cython", "pyximport",
+                   "cppimport")
 _REGISTRY_MODULES = ("torch.library",)
 _REGISTRY_WHY = ("operator registrations change what PyTorch runs for the whole worker, the judge's own "
                  "copies, digests and draws included")
-_PROCESS_CALLS = ("fork", "system", "popen", "spawnv", "spawnl", "execv", "execl", "posix_spawn")
+# os functions that start processes (prefixes: forkpty, spawnlp, execvpe...); signals to other
+# processes are refused at run time (host_reads.arm_outside: a kernel may signal itself)
+_PROCESS_CALLS = ("fork", "system", "popen", "spawn", "exec", "posix_spawn", "register_at_fork")
 
 
 def static_findings(source: str, filename: str = "kernel.py", native_code: bool = False) -> list[StaticFinding]:
@@ -171,7 +179,7 @@ def static_findings(source: str, filename: str = "kernel.py", native_code: bool 
                     add("torch-op", node, f"imports {hidden[0]}: a kernel may not hide its ops from the harness")
             if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "os":
                 for a in node.names:
-                    if a.name in _PROCESS_CALLS:
+                    if a.name.startswith(_PROCESS_CALLS):
                         add("threads-or-streams", node, f"imports os.{a.name}")
         if isinstance(node, ast.Attribute):
             dotted = _dotted(node) or ""
@@ -180,7 +188,7 @@ def static_findings(source: str, filename: str = "kernel.py", native_code: bool 
                 add("threads-or-streams", node, f"uses {dotted}: extra streams escape the timing")
             if node.attr in _DISPATCH_ESCAPES:
                 add("torch-op", node, f"uses {dotted}: a kernel may not hide its ops from the harness")
-            if root in aliases and aliases[root] == "os" and node.attr in _PROCESS_CALLS:
+            if root in aliases and aliases[root] == "os" and node.attr.startswith(_PROCESS_CALLS):
                 add("threads-or-streams", node, f"calls {dotted}")
             if root in aliases and aliases[root] == "sys" and node.attr in ("modules", "settrace", "setprofile"):
                 if _is_store_context(node, tree):
@@ -192,9 +200,11 @@ def static_findings(source: str, filename: str = "kernel.py", native_code: bool 
         # native code computes outside Triton and outside every run-time check
         used = _imported(node) or ([node.attr] if isinstance(node, ast.Attribute) else
                                    [node.id] if isinstance(node, ast.Name) else [])
-        if not native_code and any(part in _NATIVE_BUILDS for name in used for part in name.split(".")):
-            add("foreign-compute", node, "builds native code (torch.utils.cpp_extension): the computation must "
-                "run in Triton kernels (native code is for KernelBench files with --allow-torch)")
+        dotted_use = [_dotted(node) or ""] if isinstance(node, ast.Attribute) else []
+        if not native_code and (any(part in _NATIVE_BUILDS for name in used for part in name.split("."))
+                                or any(name.startswith(_NATIVE_MODULES) for name in _imported(node) + dotted_use)):
+            add("foreign-compute", node, "builds native code (torch.utils.cpp_extension, Triton's build helper...): "
+                "the computation must run in Triton kernels (native code is for KernelBench files with --allow-torch)")
         # torch.nn's global module hooks run in every module's build and forward, the judge's too
         for hook_name in (getattr(node, "attr", None), getattr(node, "id", None),
                           *[a.name.split(".")[-1] for a in getattr(node, "names", ()) if isinstance(node, ast.ImportFrom)]):
@@ -580,26 +590,41 @@ def _ids_digest(ids: list[int]) -> str:
 
 
 class TensorClassGuard:
-    """``torch.Tensor``'s own namespace as it was before any kernel ran.  Its C methods (``copy_``,
-    ``sum``, ``data_ptr``...) live on ``torch._C.TensorBase``, which cannot be changed; but a name
-    added to ``torch.Tensor`` shadows them for every tensor, and the fingerprint compares only
-    the names it started with.  ``changes`` names what was replaced, removed, or added over a
-    base class's attribute; the worker asks after every call, before its own tensor work."""
+    """The own namespaces of the classes whose methods the judge's work looks up through the
+    objects it handles, as they were before any kernel ran: ``torch.Tensor``, the storage classes
+    (``untyped_storage()`` of an output), ``torch.nn.Module`` and ``torch.nn.Parameter`` (a
+    KernelBench draw builds the reference ``Model``).  Their C methods (``copy_``, ``sum``,
+    ``data_ptr``...) live on C bases, which cannot be changed; but a name added to the Python
+    class shadows them for every object, and the fingerprint compares only the names it
+    started with (``type(out.untyped_storage()).data_ptr = f`` added one).  ``changes`` names what
+    was replaced, removed, or added over a base class's attribute; the worker asks after every
+    call, before its own tensor work."""
 
     def __init__(self) -> None:
         import torch
 
-        self._cls = torch.Tensor
-        self._bases = torch.Tensor.__mro__[1:]
-        self._baseline = dict(vars(torch.Tensor))
+        classes = [torch.Tensor, torch.UntypedStorage, torch.TypedStorage, torch.nn.Module, torch.nn.Parameter]
+        storage_base = getattr(sys.modules.get("torch.storage"), "_StorageBase", None)
+        if isinstance(storage_base, type):
+            classes.append(storage_base)
+        # every module class of torch.nn: a KernelBench draw builds the reference Model from them,
+        # and a method rebound on one (nn.LeakyReLU.__init__, through a local alias) ran there,
+        # recovered the input seed from the weights' and computed the next call's output
+        classes += [c for c in vars(torch.nn).values() if isinstance(c, type) and issubclass(c, torch.nn.Module)
+                    and c is not torch.nn.Module]
+        self._guarded = [(cls, cls.__mro__[1:], dict(vars(cls))) for cls in classes]
 
     def changes(self) -> list[str]:
-        now = vars(self._cls)
-        if len(now) == len(self._baseline) and all(now.get(k) is v for k, v in self._baseline.items()):
-            return []
-        changed = [k for k, v in self._baseline.items() if now.get(k) is not v]
-        added = [k for k in now if k not in self._baseline and any(k in vars(b) for b in self._bases)]
-        return sorted(changed + added)
+        found: list[str] = []
+        for cls, bases, baseline in self._guarded:
+            now = vars(cls)
+            if len(now) == len(baseline) and all(now.get(k) is v for k, v in baseline.items()):
+                continue
+            changed = [k for k, v in baseline.items() if now.get(k) is not v]
+            added = [k for k in now if k not in baseline and any(k in vars(b) for b in bases)]
+            prefix = "" if cls is self._guarded[0][0] else f"{cls.__name__}."
+            found += [prefix + k for k in sorted(changed + added)]
+        return found
 
 
 class FingerprintWatch:
@@ -632,6 +657,53 @@ class FingerprintWatch:
             if code is not None:
                 run[3].append(key)
                 run[4].append(code)
+        self._hold()
+
+    def _hold(self) -> None:
+        """What ``held`` compares, taken with the baseline: each namespace's live dict (a
+        module's, a class's mappingproxy) with its names and objects, the modules as
+        ``sys.modules`` holds them, and the builtins the comparison calls (a kernel that rebinds
+        ``all`` or ``map`` does not reach it)."""
+        import operator
+        import types
+
+        spaces = dict(_critical_namespaces())
+        self._held_plan = [(vars(spaces[prefix]), keys, values, functions, codes)
+                           for prefix, keys, values, functions, codes in self._plan if prefix in spaces]
+        self._held_modules = [(space.__name__, space) for space in spaces.values()
+                              if type(space) is types.ModuleType and sys.modules.get(space.__name__) is space]
+        self._modules_now = sys.modules
+        self._is, self._all, self._map = operator.is_, all, map
+        self._code_of = operator.attrgetter("__code__")
+
+    def held(self) -> bool:
+        """Cheaper than ``unchanged`` and run after every call (the worker asks before its own
+        work runs anything the kernel could have rebound): does every baseline name of every
+        namespace still hold its object (and code), and does ``sys.modules`` still hold the same
+        modules?  A kernel that rebinds a name the judge's next draw or digest looks up (torch.randn,
+        torch.sum) and has it put itself back before the request ends passed the check at the end
+        of the request."""
+        is_, all_, map_, code_of = self._is, self._all, self._map, self._code_of
+        modules = self._modules_now
+        for name, module in self._held_modules:
+            if modules.get(name) is not module:
+                return False
+        for space, keys, values, functions, codes in self._held_plan:
+            get = space.get
+            if not all_(map_(is_, map_(get, keys), values)):
+                return False
+            if functions and not all_(map_(is_, map_(code_of, map_(get, functions)), codes)):
+                return False
+        return True
+
+    def changed_names(self) -> list[str]:
+        """The baseline names whose object (or code) differs now, for a message."""
+        out = []
+        for (space, keys, values, functions, codes), (prefix, *_rest) in zip(self._held_plan, self._plan):
+            out += [f"{prefix}.{k}" for k, v in zip(keys, values) if space.get(k) is not v]
+            out += [f"{prefix}.{k}.__code__" for k, c in zip(functions, codes)
+                    if getattr(space.get(k), "__code__", None) is not c]
+        return out
 
     def unchanged(self) -> bool:
         """Does every baseline name hold its baseline object (and code) now?"""

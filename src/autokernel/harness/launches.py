@@ -24,6 +24,8 @@ import types
 from dataclasses import dataclass, field
 from typing import Any
 
+from .output_checks import planted, span
+
 
 @dataclass
 class CallLaunches:
@@ -72,7 +74,7 @@ class LaunchRecord:
             call.own += 1
             for value in list(args) + list(kwargs.values()):
                 for t in _tensors(value):
-                    call.own_storages.add(t.untyped_storage().data_ptr())
+                    call.own_storages.add(span(t)[0])  # the C function: never a method planted on t
         else:
             call.foreign += 1
 
@@ -92,7 +94,8 @@ def odd_argument(args: tuple, kwargs: dict) -> str | None:
         if key == "grid" and (isinstance(value, types.FunctionType) or _plain(value)):
             continue
         if not _plain(value):
-            return f"argument {key} of type {type(value).__name__}"
+            extra = " with attributes set on it" if type(value).__name__ in ("Tensor", "Parameter") else ""
+            return f"argument {key} of type {type(value).__name__}{extra}"
     return None
 
 
@@ -102,7 +105,9 @@ def _plain(value: Any, depth: int = 0) -> bool:
     if value is None or type(value) in (bool, int, float, str) or isinstance(value, torch.dtype):
         return True
     if type(value) in (torch.Tensor, torch.nn.Parameter):
-        return True
+        # a method planted on it (.untyped_storage) is what the interpreter calls, in frames
+        # the watch exempts: a storage whose .cpu was a partial of torch.softmax computed there
+        return planted((value,)) is None
     if type(value) in (tuple, list) and depth < 4:
         return all(_plain(v, depth + 1) for v in value)
     return type(value).__module__.split(".")[0] == "triton"
@@ -163,10 +168,18 @@ def install() -> LaunchRecord:
 def interpreter_code_objects() -> frozenset:
     """Code objects of every function and method defined in triton's interpreter module
     (nested functions included)."""
-    module = sys.modules.get("triton.runtime.interpreter")
+    return module_code_objects("triton.runtime.interpreter")
+
+
+def module_code_objects(name: str) -> frozenset:
+    """Code objects of every function and method defined in the module ``name`` (nested
+    functions included); empty when it cannot be imported."""
+    module = sys.modules.get(name)
     if module is None:
         try:
-            import triton.runtime.interpreter as module  # noqa: F811
+            import importlib
+
+            module = importlib.import_module(name)
         except ImportError:
             return frozenset()
     codes: set = set()

@@ -1,8 +1,67 @@
 """What the worker checks of a call's outputs before it keeps them: plain tensors of the
-declared dtype, shape and device."""
+declared dtype, shape and device, with nothing of the kernel's planted on them.
+
+A method looked up through a tensor finds an attribute set on that very tensor first (``out.numel
+= f``: an instance attribute shadows a method of the class), and ``untyped_storage()`` hands back
+the same storage object each time, on which the same holds (``.data_ptr``).  Every method the
+worker calls on a tensor it was handed back (or handed over) would then run the kernel's code in
+the judge's own work, after the timer stopped, unwatched: the real computation of an output
+that its call only allocated passed all six stages at 200x the honest time.  So the worker
+calls the C functions taken before any kernel loaded (``numel``, ``span``, ``detach``...), never
+methods through the tensor, and ``planted`` names what the kernel set (a finding)."""
 from __future__ import annotations
 
 from typing import Any
+
+_TAKEN: dict[str, Any] = {}
+
+
+def take_accessors() -> None:
+    """Bind the C functions (the worker calls this before any kernel file loads)."""
+    if _TAKEN:
+        return
+    import torch
+
+    tensor, storage = torch._C.TensorBase, torch._C.StorageBase
+    _TAKEN.update(numel=tensor.numel, storage=tensor.untyped_storage, detach=tensor.detach,
+                  data_ptr=storage.data_ptr, nbytes=storage.nbytes, vars=vars, type=type,
+                  Tensor=torch.Tensor, UntypedStorage=torch.UntypedStorage,
+                  tensor_types=(torch.Tensor, torch.nn.Parameter))
+
+
+def _taken() -> dict[str, Any]:
+    if not _TAKEN:
+        take_accessors()
+    return _TAKEN
+
+
+def numel(t: Any) -> int:
+    return _taken()["numel"](t)
+
+
+def span(t: Any) -> tuple[int, int]:
+    """The memory range of ``t``'s storage."""
+    c = _taken()
+    s = c["storage"](t)
+    ptr = c["data_ptr"](s)
+    return ptr, ptr + c["nbytes"](s)
+
+
+def planted(tensors: Any) -> str | None:
+    """What the kernel set on the plain tensors among ``tensors`` or on their storages
+    (instance attributes, a storage of another class), named; None when nothing."""
+    c = _taken()
+    kind, names = c["type"], []
+    for i, t in enumerate(tensors):
+        if kind(t) not in c["tensor_types"]:
+            continue
+        names += [f"tensor {i}: .{name}" for name in c["vars"](t)]
+        s = c["storage"](t)
+        if kind(s) is not c["UntypedStorage"]:
+            names.append(f"tensor {i}: a storage of class {kind(s).__name__}")
+        else:
+            names += [f"tensor {i}'s storage: .{name}" for name in c["vars"](s)]
+    return ", ".join(names[:5]) if names else None
 
 
 def tensors_in(args: Any) -> list:
@@ -53,11 +112,11 @@ def output_digest(outs: tuple) -> tuple:
 
     sums, places = [], []
     for o in outs:
-        if type(o) is not torch.Tensor or o.layout != torch.strided or o.is_meta or o.numel() == 0:
+        if type(o) is not torch.Tensor or o.layout != torch.strided or o.is_meta or numel(o) == 0:
             places.append(None)
             continue
         with torch.no_grad():
-            flat = o.detach().reshape(-1)
+            flat = _taken()["detach"](o).reshape(-1)
             if flat.is_complex():
                 flat = torch.view_as_real(flat).reshape(-1)
             bits = flat.view(getattr(torch, _BITS[flat.element_size()])) if flat.element_size() in _BITS else flat

@@ -19,3 +19,15 @@ def load_problem(spec: Any):
 
         return getattr(importlib.import_module(module_name), attr)()
     return get_problem(text)
+
+
+def draw_set(make_inputs: Any, adversarial_inputs: Any, shape: dict, dtype: Any, device: str, seed: Any) -> tuple:
+    """One timed call's input set, the same in the worker and in the judge: ``seed`` an int
+    draws ``make_inputs``; ``[seed, k]`` draws variant ``k`` of the problem's numerics cases
+    (``adversarial_inputs``: large, tiny, NaN... values), which timed calls get too, so that a
+    kernel cannot keep the code paths that handle them for the calls it takes for correctness
+    checks."""
+    if isinstance(seed, (list, tuple)):
+        cases = adversarial_inputs(dict(shape), dtype, device, int(seed[0]))
+        return tuple(cases[int(seed[1]) % len(cases)][1])
+    return tuple(make_inputs(dict(shape), dtype, device, int(seed)))

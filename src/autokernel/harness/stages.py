@@ -180,6 +180,7 @@ class Judge:
         self.memory_plan: memory.MemoryPlan | None = None
         self.release_each_case = False
         self.timing_peak = 0  # the largest timing request planned so far (memory.timing_peak)
+        self.numerics_variants: dict[tuple, int] = {}  # (shape text, dtype) -> numerics cases drawn there
 
     # ------------------------------------------------------------ inputs and references
     def next_seed(self) -> int:
@@ -626,6 +627,7 @@ def stage_numerics(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
         for shape in plan.shapes:
             cases = [Case(dict(shape), dtype, tuple(args), name)
                      for name, args in make(dict(shape), dtype, judge.device, judge.next_seed())]
+            judge.numerics_variants[(format_shape(shape), dtype)] = len(cases)  # timed calls draw them too
             if judge.can_batch(cases):  # one request for all of them
                 for case, result in zip(cases, judge.run_cases(cases)):
                     tally.add(result.verdict, case.label)

@@ -12,6 +12,7 @@ def make_watch_class(launch_record):
 
     from . import launches
     from .integrity import POISONED_ALLOCATIONS
+    from .output_checks import planted, span
 
     torch_dir = os.path.dirname(torch.__file__)
     called_by_interpreter = launches.interpreter_frame_test(launch_record, (torch_dir, __file__))
@@ -34,11 +35,17 @@ def make_watch_class(launch_record):
             self.allocated: set[int] = set()
             self.timed_fills = timed_fills
             self._fills: list = []
+            self.planted: list[str] = []  # ops that returned a tensor with attributes of the kernel's on it
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             if type(out) is tensor_type:
-                self.allocated.add(out.untyped_storage().data_ptr())
+                # C functions, never out's own methods: an in-place op returns its argument, and an
+                # attribute planted on it (.untyped_storage) would run here, where torch has taken
+                # this mode off its stack (a sum computed there was never recorded)
+                if planted((out,)):
+                    self.planted.append(str(func.overloadpacket))
+                self.allocated.add(span(out)[0])
             if called_by_triton_interpreter():
                 return out
             name = str(func.overloadpacket)

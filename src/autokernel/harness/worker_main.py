@@ -15,8 +15,8 @@ from . import host_reads, launches, registrations, transport
 from .gpu_cover import GPU_COVER_CYCLES, host_covered, next_cover_cycles
 from .memory import HISTORY_BYTES, HISTORY_CALLS
 from .hooks import changed_hooks, outside_hooks
-from .output_checks import check_outputs, output_digest, tensors_in
-from .problem_spec import load_problem
+from .output_checks import check_outputs, numel, output_digest, planted, span, take_accessors, tensors_in
+from .problem_spec import draw_set, load_problem
 from .watch import make_watch_class
 from .worker_errors import describe_error, is_cuda_fault
 
@@ -53,6 +53,7 @@ def main(conn, device: str) -> None:
 
     _import_problem_modules()  # their functions draw the timed calls' inputs: in the baseline
     watch = integrity.FingerprintWatch()
+    state.fingerprint = watch  # held() after every call
     conn.send_bytes(transport.encode({"ready": True, "pid": os.getpid(), "device_name": state.device_name,
                                       "fingerprint": watch.baseline, "fingerprint_digest": watch.digest}))
     profiler = _request_profiler()
@@ -149,6 +150,8 @@ class _State:
         self.kept: list[tuple] = []  # outputs of the last ``call`` request, by call index
         self.kept_inputs: list = []  # the input sets it drew, by call index (``draw`` requests)
         self.drawers: dict[str, Any] = {}  # problem spec -> its make_inputs, taken at load
+        self.adversaries: dict[str, Any] = {}  # problem spec -> its adversarial_inputs (or None), taken at load
+        self.draw_adversarial = None
         self.draw_inputs = None
         self.draw_findings: list = []
         self.kept_digests: list = []  # their output_digest, taken right after each call
@@ -164,7 +167,10 @@ class _State:
         # end of the request) does not reach these
         self.clock = time.perf_counter
         self.elapsed = torch._C._CudaEventBase.elapsed_time if self.gpu else None
+        self.record_event = (getattr(torch._C._CudaEventBase, "record", None) or torch.cuda.Event.record) \
+            if self.gpu else None
         self.copy_into = torch._C.TensorBase.copy_
+        take_accessors()  # the checks' numel, storage spans, detach: C functions, never the tensor's own
         self.tensor_guard = integrity.TensorClassGuard()
         self.starts = launches.install_start_counters()
         self.registrations = registrations.install()
@@ -172,6 +178,47 @@ class _State:
         self.hooks_before_kernel: dict | None = None  # outside_hooks() then: a hook the file's import left counts too
         self.cover_cycles = GPU_COVER_CYCLES
         self.threads_py = threading.active_count()
+        self.children_before = _become_subreaper_and_list_children()  # None: not countable here
+        self.outside_reported = 0  # host_reads.REFUSED_OUTSIDE already reported
+        self.fingerprint = None  # the FingerprintWatch main() takes once the problem modules are imported
+        self.outside_armed_signals_only = False
+        self.threads_before_kernel: int | None = None  # self.starts.threads when the first kernel file loaded
+        self.threads_in_calls = 0  # threads started inside calls (reported there)
+
+    def _new_children(self) -> dict[str, str] | None:
+        """A finding for child processes of the worker's that were not there before the kernel
+        file loaded: the audit hook refuses the calls that start processes, but not every way
+        to one raises an audit event (``_posixsubprocess.fork_exec`` does not); the worker is
+        their subreaper, so a grandchild whose parent exited is counted too."""
+        if self.children_before is None or self.outside_armed_signals_only:
+            return None
+        new = _children() - self.children_before
+        if not new:
+            return None
+        self.children_before |= new  # reported once
+        return {"rule": "threads-or-streams", "message": (
+            f"the kernel started {len(new)} process(es) that are still running: a child outlives its call "
+            "and the worker, and reaches the incumbent's worker")}
+
+    def _threads_outside_calls(self) -> dict[str, str] | None:
+        """A finding for threads started since the kernel file began to load, outside its calls
+        (while it loaded, or by code it left to run later): one already alive when a call begins
+        is in neither the call's start count nor its live count."""
+        if self.threads_before_kernel is None:
+            return None
+        outside = self.starts.threads - self.threads_before_kernel - self.threads_in_calls
+        if outside <= 0:
+            return None
+        return {"rule": "threads-or-streams", "message": (
+            f"the kernel started {outside} thread(s) outside its calls (while its file loaded, or later): "
+            "the judge's watch is per thread, and such a thread runs beside every call")}
+
+    def _outside_refused(self) -> dict[str, str] | None:
+        """The finding for what the kernel tried outside its process (processes, signals, file
+        writes: host_reads.arm_outside) since the last one reported."""
+        found = host_reads.outside_finding(self.outside_reported)
+        self.outside_reported = len(host_reads.REFUSED_OUTSIDE)
+        return found
 
     # ------------------------------------------------------------ dispatch
     def handle(self, op: str, message: dict[str, Any]) -> dict[str, Any]:
@@ -186,12 +233,27 @@ class _State:
                 # taken before any kernel file runs here: a kernel that rebinds make_inputs (or
                 # what it calls: the fingerprint covers those) does not reach the draws
                 self.drawers[spec] = self.problems[spec].make_inputs
+                self.adversaries[spec] = self.problems[spec].adversarial_inputs
             self.problem = self.problems.get(spec) if spec else None
             self.draw_inputs = self.drawers.get(spec) if spec else None
+            self.draw_adversarial = self.adversaries.get(spec) if spec else None
             if self.registered_before_kernel is None:  # problems (KernelBench files) may register ops of their own
                 self.registered_before_kernel = self.registrations.count
                 self.hooks_before_kernel = outside_hooks()
-            return self.load(message["slot"], message["path"], message.get("source"))
+                self.threads_before_kernel = self.starts.threads
+                if not os.environ.get(PROFILE_ENV):  # a profiled worker writes its profile (benchmarks)
+                    # files may be written in the evaluation's own build dir too; where files may build
+                    # native code (KernelBench --allow-torch: load_inline runs compilers and writes), only
+                    # signals to other processes are refused
+                    host_reads.arm_outside(tuple(message.get("writable") or ())
+                                           + ((message["build_dir"],) if message.get("build_dir") else ()),
+                                           signals_only=bool(message.get("native_code")))
+                self.outside_armed_signals_only = bool(message.get("native_code"))  # torch.compile's workers
+            reply = self.load(message["slot"], message["path"], message.get("source"))
+            found = [f for f in (self._outside_refused(), self._threads_outside_calls(), self._new_children()) if f]
+            if found:
+                reply["findings"] = found
+            return reply
         if op == "call":
             return self.call(message)
         if op == "collect":
@@ -242,8 +304,7 @@ class _State:
         out again while a reused buffer could still be recognised)."""
         budget = HISTORY_BYTES["gpu" if self.gpu else "cpu"]
         for outs, spans in zip(self.kept, self.kept_spans):
-            size = sum(o.untyped_storage().nbytes() for o in outs
-                       if type(o) is self.torch.Tensor and o.layout == self.torch.strided)
+            size = sum(hi - lo for lo, hi in spans)
             self.history.append((outs, size, spans))
             self.history_bytes += size
         self.kept = []
@@ -260,9 +321,8 @@ class _State:
         torch = self.torch
         spans = []
         for t in tensors:
-            if type(t) is torch.Tensor and t.layout == torch.strided and t.numel() > 0:
-                storage = t.untyped_storage()
-                spans.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
+            if type(t) is torch.Tensor and t.layout == torch.strided and numel(t) > 0:
+                spans.append(span(t))
         return spans
 
     def call(self, m: dict[str, Any]) -> dict[str, Any]:
@@ -333,7 +393,7 @@ class _State:
         self.draw_findings += self._left_behind("the judge's draw of a call's inputs")
         record = self.launches.begin(None)
         try:
-            args = tuple(self.draw_inputs(dict(shape), dtype, self.device, int(seed)))
+            args = draw_set(self.draw_inputs, self.draw_adversarial, shape, dtype, self.device, seed)
         finally:
             self.launches.end()
         if record.own or record.foreign:
@@ -383,40 +443,61 @@ class _State:
         py_before = self.threading.active_count()
         threads_started, streams_made = self.starts.threads, self.starts.streams
         if self.gpu:
+            stream = torch.cuda.current_stream()  # the one the judge times
             cover, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
             self._flush.zero_()
-            cover.record()
+            self.record_event(cover, stream)
             host_from = self.clock()
             if self._gpu_sleep is not None:
                 self._gpu_sleep(self.cover_cycles)
-            start.record()
+            self.record_event(start, stream)
         hooks_before = outside_hooks()
         t0 = self.clock()
         try:
             with watch:
                 raw = fn(*args)
+                # the timed window ends as the kernel returns (C functions taken before any kernel:
+                # nothing of the kernel's can run here) ...
+                if self.gpu:
+                    host_us = (self.clock() - host_from) * 1e6
+                    self.record_event(end, stream)
+                else:
+                    t_us = (self.clock() - t0) * 1e6
+                # ... and then, first of all: every check after this one looks names up (torch._C,
+                # __import__...), and a name the call left rebound would run its code there, unwatched
+                held = self.fingerprint is None or self.fingerprint.held()
+                rebound = None if held else self._rebound_names()  # named now, before one puts itself back
                 mode_problem = watch.still_in_charge()
         finally:
             self.launches.end()
         hooks_left = changed_hooks(hooks_before, outside_hooks())
         hooks_loaded = None if hooks_left else self._hooks_since_load(hooks_before)
         if self.gpu:
-            host_us = (self.clock() - host_from) * 1e6
-            end.record()
             torch.cuda.synchronize()
             t_us = self.elapsed(start, end) * 1000.0 - watch.fill_us()
             spin_us = self.elapsed(cover, start) * 1000.0
             covered = host_covered(host_us, spin_us)
             self.cover_cycles = next_cover_cycles(self.cover_cycles, spin_us, host_us)
         else:
-            t_us, covered = (self.clock() - t0) * 1e6, True
+            covered = True
         outs = raw if type(raw) is tuple else (tuple(raw) if type(raw) is list else (raw,))
         findings = []
+        if not held:
+            findings.append({"rule": "monkey-patch", "message": (
+                f"the call left {rebound} rebound: the judge's own work after it (its checks, digests, the "
+                "next call's draw) would run the kernel's code, unwatched and untimed")})
+        planted_on = planted(list(outs) + tensors_in(args)) or (
+            f"a tensor that {watch.planted[0]} returned" if watch.planted else None)
+        if planted_on:
+            findings.append({"rule": "monkey-patch", "message": (
+                f"the kernel set attributes on tensors of the call ({planted_on}): the judge's own work (the "
+                "watch, the checks after the call) would find them before the class's methods and run its code "
+                "unwatched and untimed")})
         shadowed = self.tensor_guard.changes()
         if shadowed:
             findings.append({"rule": "monkey-patch", "message": (
-                f"the kernel changed torch.Tensor ({', '.join(shadowed[:5])}): the judge's own tensor work "
-                "would run its code")})
+                f"the kernel changed torch.Tensor or the classes the judge's work calls through ({', '.join(shadowed[:5])}): "
+                "the judge's own tensor work would run its code")})
         if mode_problem:
             findings.append({"rule": "torch-op", "message": mode_problem})
         registered = self._registered()
@@ -427,6 +508,9 @@ class _State:
                 (f"the call left {hooks_left} in place" if hooks_left else
                  f"the kernel file set {hooks_loaded} (not there before it loaded)")
                 + ": code of the kernel's would run outside its call, in the judge's own work")})
+        for found in (self._outside_refused(), self._new_children()):
+            if found:
+                findings.append(found)
         host_read = host_reads.finding(record.host_reads) if require_launch else None
         if host_read:
             findings.append(host_read)
@@ -438,6 +522,10 @@ class _State:
                 f"a Triton kernel was launched with {record.odd_argument}: launch arguments must be "
                 "tensors, numbers, dtypes or Triton objects")})
         extra_py = self.threading.active_count() - max(py_before, self.threads_py)
+        self.threads_in_calls += self.starts.threads - threads_started
+        outside = self._threads_outside_calls()
+        if outside:
+            findings.append(outside)
         if self.starts.threads != threads_started:
             findings.append({"rule": "threads-or-streams",
                              "message": f"the call started {self.starts.threads - threads_started} thread(s)"})
@@ -451,9 +539,9 @@ class _State:
         # first use of a size (seen with fused_mlp's held-out shapes); native threads need native
         # code, which the static rules keep out (ctypes, cffi)
         tensors = [o for o in outs if type(o) is torch.Tensor and o.layout == torch.strided and not o.is_meta
-                   and o.numel() > 0]
+                   and numel(o) > 0]
         for i, o in enumerate(tensors):
-            ptr = o.untyped_storage().data_ptr()
+            ptr = span(o)[0]
             if ptr not in watch.allocated:
                 findings.append({"rule": "cached-output", "message": (
                     f"output {i} was not allocated during the call (by an allocation the harness saw): "
@@ -468,6 +556,12 @@ class _State:
                         f"output {i} was not passed to any Triton kernel of the file's own: it was computed "
                         "by something else (PyTorch, numpy, ctypes, ...)")})
         return outs, float(t_us), covered, watch.ops, findings
+
+    def _rebound_names(self) -> str:
+        try:
+            return ", ".join(self.fingerprint.changed_names()[:4]) or "a module in sys.modules"
+        except Exception:
+            return "names it cannot read"
 
     def _aliasing(self, spans: list[tuple[int, int]], inputs: list[tuple[int, int]]) -> str | None:
         """Does an output (its storage's range in ``spans``) share memory with another output,
@@ -533,6 +627,33 @@ class _State:
     def _kernel_error(self, exc: BaseException, paths: list[str]) -> dict[str, Any]:
         return {"error": describe_error(exc, paths), "cuda_fault": is_cuda_fault(exc)}
 
+
+
+def _children_file() -> str:
+    return f"/proc/{os.getpid()}/task/{os.getpid()}/children"
+
+
+def _children() -> set[int]:
+    try:
+        with open(_children_file()) as f:
+            return {int(pid) for pid in f.read().split()}
+    except (OSError, ValueError):
+        return set()
+
+
+def _become_subreaper_and_list_children() -> set[int] | None:
+    """Make this process the subreaper of its descendants (Linux: orphans are reparented to it,
+    so a double fork stays countable) and list its children now; None where the kernel does not
+    list children."""
+    if not os.path.exists(_children_file()):
+        return None
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+    return _children()
 
 
 def _self_test(device: str, watch_cls) -> None:
