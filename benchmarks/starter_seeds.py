@@ -3,8 +3,9 @@
 The judge draws fresh seeds for every evaluation, so a starter whose precision fails on one
 draw in a few hundred fails CI now and then (the GELU starters did: 1 + tanh(z) lost the left
 tail's relative precision near x = -3.5).  This finds such kernels before CI does: each kind's
-edge shapes (every dtype) and its adversarial cases at the smallest shape, drawn from many
-seeds, compared with the float64 reference by the judge's own comparison.
+edge shapes and its numerics cases at every CPU shape (every dtype: what the judge's edges and
+numerics stages run, and the numerics draws among timed calls), drawn from many seeds,
+compared with the float64 reference by the judge's own comparison.
 
     TRITON_INTERPRET=1 PYTHONPATH=src python benchmarks/starter_seeds.py --seconds 60
     TRITON_INTERPRET=1 PYTHONPATH=src python benchmarks/starter_seeds.py --kinds gelu,geglu --seeds 200
@@ -46,15 +47,14 @@ def main() -> int:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         rng = random.Random(args.seed)
-        smallest = stages.smallest(list(problem.cpu_shapes))
         started, cases, failures = time.monotonic(), 0, []
         for _ in range(args.seeds):
             for dtype in problem.dtypes:
                 drawn = [(s, problem.make_inputs(dict(s), dtype, "cpu", rng.getrandbits(31)))
                          for s in problem.edge_shapes_for("cpu")]
                 if problem.adversarial_inputs is not None:
-                    drawn += [(smallest, a) for _, a in
-                              problem.adversarial_inputs(dict(smallest), dtype, "cpu", rng.getrandbits(31))]
+                    drawn += [(s, a) for s in problem.cpu_shapes
+                              for _, a in problem.adversarial_inputs(dict(s), dtype, "cpu", rng.getrandbits(31))]
                 for shape, inputs in drawn:
                     inputs = tuple(inputs)
                     want = problem.reference(*stages.upcast(inputs, torch.float64))
