@@ -16,7 +16,6 @@ Reports us and the fraction of the attention's flop floor (730 TFLOP/s), with th
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -30,15 +29,6 @@ METHODS = ("eager", "compile default", "compile max-autotune-no-cudagraphs", "ro
 # the fused starter's defaults are the attention starter's, untuned for the rotation's registers:
 # a small sweep gives the fairer answer (the separate starters' defaults were swept on the H200)
 SWEEP = {"BLOCK_M": [64, 128], "BLOCK_N": [32, 64], "num_warps": [4, 8], "num_stages": [2, 3]}
-
-
-def load_starter(kind: str):
-    from autokernel.problems.registry import KERNELS_DIR
-
-    spec = importlib.util.spec_from_file_location(f"bench_starter_{kind}", KERNELS_DIR / f"{kind}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def floors_us(problem, shape, dtype) -> dict:
@@ -61,6 +51,8 @@ def methods(problem, gpu: bool, smoke: bool) -> dict:
     import torch
 
     from autokernel.problems.attention_rotary import eager
+
+    from autokernel.problems.registry import load_starter
 
     rotary, attention, fused = load_starter("rotary"), load_starter("attention"), load_starter("attention_rotary")
 
@@ -165,6 +157,8 @@ def sweep_knobs(row: dict, call: tuple, want, dtype, bench, started: float, max_
     import itertools
 
     import torch
+
+    from autokernel.problems.registry import load_starter
 
     fused = load_starter("attention_rotary")
     configs = [dict(zip(SWEEP, values)) for values in itertools.product(*SWEEP.values())]

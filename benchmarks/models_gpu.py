@@ -30,7 +30,6 @@ no torch.compile): the numbers mean nothing, the plumbing is checked.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
@@ -72,16 +71,6 @@ def time_ms(fn, gpu: bool) -> float:
     return (time.perf_counter() - t) * 1e3
 
 
-def load_starter(kind: str):
-    """The shipped starter kernel file of ``kind``, imported as a module of its own."""
-    from autokernel.problems.registry import KERNELS_DIR
-
-    spec = importlib.util.spec_from_file_location(f"starter_{kind}", KERNELS_DIR / f"{kind}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def bench_fused(kind: str, gpu: bool, compile_ok: bool, compile_mode: str) -> dict:
     import torch
 
@@ -92,6 +81,8 @@ def bench_fused(kind: str, gpu: bool, compile_ok: bool, compile_mode: str) -> di
     shape = dict(problem.gpu_shapes[0] if gpu else problem.cpu_shapes[0])
     dtype = torch.bfloat16 if gpu else torch.float32
     args = problem.make_inputs(shape, dtype, device, 0)
+    from autokernel.problems.registry import load_starter
+
     module = load_starter(kind)
     eager = problem.eager or problem.reference
     row = {"kind": kind, "shape": shape, "dtype": str(dtype).replace("torch.", ""),
@@ -137,6 +128,8 @@ def starter_and_eager_us(problem, dtype, gpu: bool) -> tuple[float, float]:
     from autokernel.problems import get_problem
 
     kind = get_problem(problem.kind)
+    from autokernel.problems.registry import load_starter
+
     module = load_starter(problem.kind)
     eager = kind.eager or kind.reference
     starter_us = eager_us = 0.0

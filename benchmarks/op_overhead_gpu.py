@@ -19,9 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from models_gpu import load_starter  # noqa: E402
 
 KINDS = "layernorm,add_layernorm,gelu,attention,embedding,rmsnorm,rotary,swiglu"
 
@@ -49,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from autokernel.integrate import register_kernel_op
     from autokernel.problems import get_problem
-    from autokernel.problems.registry import KERNELS_DIR
+    from autokernel.problems.registry import KERNELS_DIR, load_starter
 
     gpu = not args.cpu_smoke
     if gpu and not torch.cuda.is_available():

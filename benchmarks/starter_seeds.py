@@ -15,7 +15,6 @@ Prints one line per kind and a markdown table last; exit 1 when any case failed.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import random
 import sys
 import time
@@ -33,7 +32,7 @@ def main() -> int:
 
     from autokernel.harness import compare, stages
     from autokernel.problems import get_problem
-    from autokernel.problems.registry import KERNELS_DIR, list_kinds
+    from autokernel.problems.registry import list_kinds, load_starter
 
     kinds = [k for k in args.kinds.split(",") if k] or list_kinds()
     unknown = sorted(set(kinds) - set(list_kinds()))
@@ -43,9 +42,7 @@ def main() -> int:
     rows = []
     for kind in kinds:
         problem = get_problem(kind)
-        spec = importlib.util.spec_from_file_location(f"starter_{kind}", KERNELS_DIR / f"{kind}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = load_starter(kind)
         rng = random.Random(args.seed)
         started, cases, failures = time.monotonic(), 0, []
         for _ in range(args.seeds):

@@ -49,10 +49,8 @@ from .plan import Plan, PlanProblem, UncoveredTime
 from .quiet import filtered_stderr
 from .problems.base import dtype_name
 from .recognize import (METADATA_OPS, Instance, Node, ScopeCall, TensorMeta, Unsupported, is_gemm_kernel,
-                        matmul_shape, module_info, pair_adds_ahead, pair_cross_entropy, pair_linear_gelu, pair_residual_adds,
-                        pair_rotary_attention,
-                        recognize_op, recognize_scope,
-                        shape_weight)
+                        matmul_shape, module_info, pair_adds_ahead, pair_cross_entropy, pair_linear_gelu,
+                        pair_residual_adds, pair_rotary_attention, recognize_op, recognize_scope, shape_weight)
 
 SCOPE_PREFIX = "ak::"
 FORWARD_LABEL = "ak::forward::"
@@ -261,14 +259,13 @@ def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp
     by_key: dict[int, Instance] = {}  # id(claiming node) -> its instance
     times: dict[int, float] = defaultdict(float)
     subtree_ops: dict[int, set[str]] = {}
-    paired: dict[int, Instance] = {}
-    epilogues: dict[int, Instance] = {}  # id(linear or GELU scope) -> its linear_gelu instance
+    paired: dict[int, Instance] = {}  # id(node) -> the fused instance of a pair it belongs to
     add_before: dict[int, Node] = {}  # id(residual add) -> the norm scope it is fused with
     add_from: dict[int, str] = {}  # id(norm scope) -> the module whose forward ends with its add
     for root in roots:
         for node in walk(root):
             paired.update(pair_cross_entropy(node, default_dtype))
-            epilogues.update(pair_linear_gelu(node))
+            paired.update(pair_linear_gelu(node))
             if fuse_rotary:
                 paired.update(pair_rotary_attention(node, default_dtype))
             add_before.update(pair_residual_adds(node))
@@ -303,8 +300,8 @@ def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp
         for i, n in enumerate(chain):
             if n.scope is None:
                 continue
-            if id(n) in epilogues or id(n) in paired:  # linear + GELU, or a rotary function + the attention after it
-                inst = epilogues[id(n)] if id(n) in epilogues else paired[id(n)]
+            if id(n) in paired:  # linear + GELU, or a rotary function + the attention after it
+                inst = paired[id(n)]
                 return id(inst), by_key.setdefault(id(inst), inst)
             claim = recognize_scope(n, [c for c in chain[i + 1:] if c.scope is None], ops_under(n),
                                     default_dtype, fuse_mlp, id(n) in norms_after_add)

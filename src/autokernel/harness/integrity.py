@@ -668,7 +668,7 @@ class FingerprintWatch:
         import types
 
         spaces = dict(_critical_namespaces())
-        self._held_plan = [(vars(spaces[prefix]), keys, values, functions, codes)
+        self._held_plan = [(prefix, vars(spaces[prefix]), keys, values, functions, codes)
                            for prefix, keys, values, functions, codes in self._plan if prefix in spaces]
         self._held_modules = [(space.__name__, space) for space in spaces.values()
                               if type(space) is types.ModuleType and sys.modules.get(space.__name__) is space]
@@ -688,7 +688,7 @@ class FingerprintWatch:
         for name, module in self._held_modules:
             if modules.get(name) is not module:
                 return False
-        for space, keys, values, functions, codes in self._held_plan:
+        for _prefix, space, keys, values, functions, codes in self._held_plan:
             get = space.get
             if not all_(map_(is_, map_(get, keys), values)):
                 return False
@@ -699,7 +699,7 @@ class FingerprintWatch:
     def changed_names(self) -> list[str]:
         """The baseline names whose object (or code) differs now, for a message."""
         out = []
-        for (space, keys, values, functions, codes), (prefix, *_rest) in zip(self._held_plan, self._plan):
+        for prefix, space, keys, values, functions, codes in self._held_plan:
             out += [f"{prefix}.{k}" for k, v in zip(keys, values) if space.get(k) is not v]
             out += [f"{prefix}.{k}.__code__" for k, c in zip(functions, codes)
                     if getattr(space.get(k), "__code__", None) is not c]

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from .calls import _apply_calls
+from .calls import CALL_KINDS, _apply_calls
 from .alignment import align_linears
 from .cudagraphs import CudaGraphed, cuda_graphs_refusal
 from .embeddings import _apply_embedding
@@ -94,7 +94,7 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     calls_before = len(replaced)
     _apply_calls(patched, sel.ops, set(), replaced, skipped)
     for k in sel.ops:
-        if k.kind in ("attention", "attention_masked", "rotary", "gelu", "attention_rotary") and any(kind == k.kind for _, kind in replaced[calls_before:]):
+        if k.kind in CALL_KINDS and any(kind == k.kind for _, kind in replaced[calls_before:]):
             used_ops.add(k.opname)
     align_linears(patched, done, replaced, on_gpu=device is not None and device.type == "cuda")
     for k in sel.ops:

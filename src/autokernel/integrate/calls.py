@@ -75,6 +75,20 @@ def _sdpa_replacement(k: KernelOp | None, masked: KernelOp | None = None) -> Cal
     return scaled_dot_product_attention
 
 
+def hf_plain_attention(dropout: Any, position_bias: Any, kwargs: dict) -> bool:
+    """Is a call of transformers' attention interface plain attention (no dropout, position
+    bias, softcap, sliding window or attention sinks), which our attention ops compute?"""
+    return (not dropout and position_bias is None and kwargs.get("softcap") is None
+            and kwargs.get("sliding_window") is None and kwargs.get("s_aux") is None)
+
+
+def hf_causal(module: Any, is_causal: Any, query: torch.Tensor) -> bool:
+    """The causal flag transformers' SDPA path uses for ``query`` (the module's when not given;
+    never for a single query)."""
+    causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+    return bool(query.shape[2] > 1 and causal)
+
+
 def _hf_attention_interfaces(interfaces: Any, sdpa: Callable[..., Any], masks: bool = False) -> Any:
     """Hugging Face attention modules pick their attention function from transformers'
     ``ALL_ATTENTION_FUNCTIONS`` by ``config._attn_implementation``: a copy of that mapping whose
@@ -89,11 +103,9 @@ def _hf_attention_interfaces(interfaces: Any, sdpa: Callable[..., Any], masks: b
     def autokernel_sdpa_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                                 is_causal=None, position_bias=None, **kwargs):
         mask_ok = attention_mask is None or masks and isinstance(attention_mask, torch.Tensor)
-        if (mask_ok and not dropout and position_bias is None and kwargs.get("softcap") is None
-                and kwargs.get("sliding_window") is None and kwargs.get("s_aux") is None
+        if (mask_ok and hf_plain_attention(dropout, position_bias, kwargs)
                 and query.dim() == 4 and key.dim() == 4 and key.shape[2] == query.shape[2]):
-            causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
-            causal = bool(query.shape[2] > 1 and causal and attention_mask is None)
+            causal = hf_causal(module, is_causal, query) and attention_mask is None
             out = sdpa(query, key, value, attn_mask=attention_mask, is_causal=causal, scale=scaling,
                        enable_gqa=key.shape[1] != query.shape[1])
             return out.transpose(1, 2).contiguous(), None
@@ -238,10 +250,13 @@ def _rebound(fn: types.FunctionType, names: dict[str, Any]) -> types.FunctionTyp
     return new
 
 
+# the kinds whose ops the functions a module's methods call are rebound to
+CALL_KINDS = frozenset({"attention", "attention_masked", "rotary", "gelu", "attention_rotary"})
+
+
 def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, skipped) -> None:
     """Attention (SDPA), rotary and F.gelu: rebind the functions a module's methods call."""
-    kinds = {"attention", "attention_masked", "rotary", "gelu", "attention_rotary"}
-    if not any(k.kind in kinds for k in kops):
+    if not any(k.kind in CALL_KINDS for k in kops):
         return
     for name, m in model.named_modules():
         if id(m) in done_calls or isinstance(m, (nn.Linear, nn.LayerNorm)):

@@ -30,7 +30,8 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from .calls import _functional_proxy, _rebound, _rotary_form, _rotary_replacement
+from .calls import (_functional_proxy, _rebound, _rotary_form, _rotary_replacement, hf_causal,
+                    hf_plain_attention)
 from .patching import PROBE_TOLERANCE, _code_names, _rel_error
 from .selection import KernelOp
 
@@ -264,11 +265,9 @@ def _fused_interfaces(k: KernelOp, interfaces: Any) -> Any:
         def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                               is_causal=None, position_bias=None, **kwargs):
             pair = _fusable(query, key)
-            if (pair is not None and name == "sdpa" and attention_mask is None and not dropout
-                    and position_bias is None and kwargs.get("softcap") is None
-                    and kwargs.get("sliding_window") is None and kwargs.get("s_aux") is None):
-                causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
-                out = _run_fused(k, pair, value, bool(pair.q.shape[2] > 1 and causal), scaling)
+            if (pair is not None and name == "sdpa" and attention_mask is None
+                    and hf_plain_attention(dropout, position_bias, kwargs)):
+                out = _run_fused(k, pair, value, hf_causal(module, is_causal, pair.q), scaling)
                 if out is not None:
                     return out.transpose(1, 2).contiguous(), None
             extra = {} if is_causal is None else {"is_causal": is_causal}

@@ -47,8 +47,9 @@ import random
 
 import torch
 
-from .attention import head_strided_layout, heldout, packed_qkv, scale_choices
+from .attention import flops, head_strided_layout, heldout, packed_qkv, scale_choices
 from .attention import reference as attention_reference
+from .rotary import reference as rotate  # the rotary kind's rotation, x * cos + rotate_half(x) * sin
 from .base import Problem, Shape, choose, element_size, generator, randn
 
 DIMS = ("B", "H", "Hkv", "S", "D", "causal")
@@ -70,12 +71,6 @@ CPU_SHAPES = (  # tiny: the interpreter runs every (batch, head) program in Pyth
 GPU_EDGE_SHAPES = (_shape(1, 32, 8, 1, 128, 1), _shape(3, 32, 8, 1023, 128, 1), _shape(1, 8, 8, 777, 64, 0))
 CPU_EDGE_SHAPES = (_shape(1, 1, 1, 1, 16, 1), _shape(1, 3, 1, 17, 32, 1), _shape(1, 2, 2, 19, 16, 0))
 FIXED_DIMS = ("H", "Hkv", "D", "causal")
-
-
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """The ``rotary`` kind's rotation, ``x * cos + rotate_half(x) * sin``, in x's dtype."""
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
 def reference(q, k, v, cos, sin, causal: bool = True, scale: float | None = None):
@@ -143,11 +138,6 @@ def quarter_turns(s: int, d: int, dtype: torch.dtype, device: str, gen: torch.Ge
     cos = torch.tensor([1.0, 0.0, -1.0, 0.0], device=device)[turns]
     sin = torch.tensor([0.0, 1.0, 0.0, -1.0], device=device)[turns]
     return cos.to(dtype), sin.to(dtype)
-
-
-def flops(shape: Shape) -> float:
-    f = 4.0 * shape["B"] * shape["H"] * shape["S"] ** 2 * shape["D"]
-    return f / 2 if shape["causal"] else f
 
 
 def nbytes(shape: Shape, dtype: torch.dtype) -> float:

@@ -97,7 +97,7 @@ def _matmul_shape(shape: Shape) -> Shape:
 
 
 def flops(shape: Shape) -> float:
-    return 2.0 * shape["M"] * shape["N"] * shape["K"]
+    return matmul.flops(shape)  # the GEMM's 2MNK (the epilogue's flops are noise next to it)
 
 
 def nbytes(shape: Shape, dtype: torch.dtype) -> float:

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import importlib
+import itertools
 from pathlib import Path
+from types import ModuleType
 
 from .base import Problem
 
@@ -64,3 +66,22 @@ def starter_source(kind: str) -> str:
     if kind not in BUILTIN_KINDS:
         raise ProblemError(f"unknown problem kind {kind!r}; known kinds: {', '.join(BUILTIN_KINDS)}")
     return (KERNELS_DIR / f"{kind}.py").read_text()
+
+
+_LOADED = itertools.count()  # a fresh module name per load_starter call
+
+
+def load_starter(kind: str, knobs: dict | None = None) -> ModuleType:
+    """The shipped starter kernel file of ``kind`` imported as a fresh module of its own (each
+    call another module: benchmarks time several knob settings side by side), ``knobs`` set
+    over its ``KNOBS``."""
+    import importlib.util
+
+    starter_source(kind)  # an unknown kind: ProblemError
+    spec = importlib.util.spec_from_file_location(f"starter_{kind}_{next(_LOADED)}", KERNELS_DIR / f"{kind}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if knobs:
+        module.KNOBS.update(knobs)
+    return module
+
