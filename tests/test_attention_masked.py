@@ -18,18 +18,11 @@ from autokernel.harness import compare  # noqa: E402
 from autokernel.harness.stages import upcast  # noqa: E402
 from autokernel.integrate.calls import kernel_mask  # noqa: E402
 from autokernel.problems import get_problem  # noqa: E402
-from autokernel.problems.registry import KERNELS_DIR  # noqa: E402
+from autokernel.problems.registry import KERNELS_DIR, load_starter  # noqa: E402
 from autokernel.recognize import mask_form  # noqa: E402
 
 HF = importlib.util.find_spec("transformers") is not None
 TINY_BERT = "hidden_size=32,num_hidden_layers=1,num_attention_heads=2,intermediate_size=64,vocab_size=128"
-
-
-def starter():
-    spec = importlib.util.spec_from_file_location("attention_masked_starter", KERNELS_DIR / "attention_masked.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def judged(problem, dtype, fn, args) -> bool:
@@ -95,7 +88,7 @@ def test_starter_matches_sdpa_on_every_mask_form():
     """Compared with SDPA itself (not only the judge's reference): rows with every key masked
     give zeros, rows of finfo.min are uniform, broadcast masks are read through their strides."""
     problem = get_problem("attention_masked")
-    kernel = starter()
+    kernel = load_starter("attention_masked")
     dtype = torch.float32
     shape = {"B": 2, "H": 2, "Hkv": 1, "S": 19, "D": 16, "additive": 0, "per_query": 0}
     for additive in (0, 1):

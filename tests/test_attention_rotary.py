@@ -18,32 +18,18 @@ from torch import nn
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from autokernel.harness import compare  # noqa: E402
-from autokernel.harness.stages import upcast  # noqa: E402
 from autokernel.integrate import OP_CALLS, apply  # noqa: E402
 from autokernel.integrate.rotary_attention import pair_site  # noqa: E402
 from autokernel.plan import PlanProblem  # noqa: E402
 from autokernel.problems import get_problem  # noqa: E402
 from autokernel.problems.attention_rotary import rope_table, rotate  # noqa: E402
-from autokernel.problems.registry import KERNELS_DIR  # noqa: E402
+from autokernel.problems.registry import KERNELS_DIR, load_starter  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
+from test_attention_masked import judged  # noqa: E402
 from test_integrate import make_workdir  # noqa: E402
 
 HF = importlib.util.find_spec("transformers") is not None
-
-
-def starter():
-    spec = importlib.util.spec_from_file_location("attention_rotary_starter", KERNELS_DIR / "attention_rotary.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def judged(problem, dtype, fn, args) -> bool:
-    out = fn(*args)
-    ref = problem.reference(*upcast(args, torch.float64))
-    return compare.compare_outputs(out, ref, compare.output_meta(out), problem.tolerance(dtype)).ok
 
 
 def all_cases(problem, shape, dtype, seed=0):
@@ -87,7 +73,7 @@ def test_the_inputs_catch_shortcuts_with_the_rotation(wrong):
 
 def test_starter_matches_the_reference_causal_or_not_odd_lengths_and_several_key_blocks():
     problem = get_problem("attention_rotary")
-    kernel = starter()
+    kernel = load_starter("attention_rotary")
     small = {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}  # several blocks, a diagonal one
     fn = lambda *a: kernel.attention_rotary(*a, knobs=small)  # noqa: E731
     for shape in ({"B": 1, "H": 2, "Hkv": 1, "S": 37, "D": 32, "causal": 1},
