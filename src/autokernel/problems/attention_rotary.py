@@ -127,7 +127,11 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
         # times logits of ±20, exceeds any tolerance
         ("large-logits", ((q.float() * 20).to(dtype), k, v, *quarter_turns(s, d, dtype, device, gen), causal)),
         ("tiny-logits", ((q.float() * 1e-3).to(dtype), k, v, cos, sin, causal)),
-        ("explicit-scale", (q, k, v, cos, sin, causal, 2.0 / d ** 0.5)),
+        # twice the usual scale doubles the logits, and with them the error of the one rounding
+        # of the rotated q and k that every kernel feeding tl.dot in bf16 makes: 0.5-0.6 of the
+        # tolerance at 1024 tokens before the kernel's own error (failed the starter on a GPU).
+        # The scale argument is what this case judges; exact quarter turns keep the rotation out
+        ("explicit-scale", (q, k, v, *quarter_turns(s, d, dtype, device, gen), causal, 2.0 / d ** 0.5)),
     ]
 
 
