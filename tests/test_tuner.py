@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import sys
 import json
 from pathlib import Path
 
@@ -312,3 +313,27 @@ def test_time_left_is_the_sooner_of_the_run_deadline_and_the_problem_budget():
     assert time_left(ProblemState("p", time_budget_s=50, time_spent_s=20), None) == pytest.approx(30)
     assert time_left(ProblemState("p", time_budget_s=500), now + 100) == pytest.approx(100, abs=1)
     assert time_left(ProblemState("p"), now - 5) == 0.0
+
+
+def test_near_the_deadline_with_nothing_screened_faster_the_tuner_stops(tmp_path, monkeypatch):
+    """On the H200 a 5-minute --budget ran 6m12s: the screen found nothing faster than the
+    incumbent, the rounds ran out of time, and the tuner then proposed a configuration it never
+    timed, whose judged evaluation ran 72 s past the deadline (and lost).  Now it stops."""
+    clock = [1000.0]
+    monkeypatch.setattr(tuner.time, "monotonic", lambda: clock[0])
+
+    class SlowFakeScreen(FakeScreen):
+        def __call__(self, job):
+            clock[0] += job.time_limit_s  # each round uses its whole allowance
+            return super().__call__(job)
+
+    fake = SlowFakeScreen(per_round=4)
+    monkeypatch.setattr(tuner, "run_screen", fake)
+    optimum = SOURCE.replace('"BLOCK_N": 1024', '"BLOCK_N": 512')  # the bowl's bottom near the start
+    monkeypatch.setattr(sys.modules[__name__], "latency", lambda c: 10.0 if c["BLOCK_N"] == 512 else 20.0)
+    proposals, _ = drive(tmp_path, seed=3, steps=2, screen=True, time_left=60.0, source=optimum)
+    assert fake.jobs, "it screened while there was time"
+    assert proposals == [None], proposals
+    # with no screen evidence and no time, it still proposes unscreened (the loop stays alive)
+    proposals, _ = drive(tmp_path, seed=4, steps=1, screen=True, time_left=10.0, source=optimum, log="fresh")
+    assert proposals and proposals[0] is not None and "unscreened" in proposals[0][0]

@@ -17,7 +17,9 @@ keep or revert for each.  Which configurations a round screens, and how time is 
 the search strategy (``search.py``, readable on its own).  The screen runs by default on a GPU;
 on the CPU (interpreter timings mean nothing) it is off unless ``TunerAgent(screen=True)``, and
 the tuner then proposes the strategy's configurations unscreened, as it also does when no time
-is left for a screen or the screen cannot run.
+is left for a screen or the screen cannot run.  When the screen has run and found nothing
+faster, and the deadline leaves no time for another round and a judged evaluation, it stops
+instead (a configuration it never timed would likely lose, and run past the deadline).
 
 Memory: ``tuner_state.json`` in ``context.extra["log_dir"]`` (the loop's per-problem log
 directory, git-ignored; else the problem directory) holds the proposals (by experiment
@@ -167,6 +169,7 @@ class TunerAgent:
         self.screen = screen  # None: on for GPU devices, off on the CPU
         self._screen_broken = ""  # set when the screen cannot run; then this run proposes unscreened
         self._why_unscreened = ""
+        self._screened_out_of_time = False  # this proposal's screen rounds ended for want of time
 
     # ---------------------------------------------------------------- state
     def _state_path(self, context: Context) -> Path:
@@ -209,8 +212,20 @@ class TunerAgent:
         proposed, failed = self._outcomes(state, context.history)
         failed += [s["config"] for s in state["screened"].values() if s["status"] in SCREEN_FAILED]
         choice = self._from_queue(state, incumbent, proposed, failed, space)
+        self._screened_out_of_time = False
         if choice is None and self._screening_on(context):
             choice = self._screen_rounds(context, decl, state, incumbent, proposed, failed, t0, path)
+        if choice is None and self._screened_out_of_time:
+            # the screen saw nothing faster and the time left holds no more rounds: a judged
+            # evaluation of a configuration it never timed would likely lose and run past the
+            # deadline (on the H200, 72 s past a 5-minute --budget)
+            self._save_state(path, state)
+            left = context.extra.get("time_left_s")
+            return Proposal(source=None, description="nothing screened faster",
+                            rejected_reason=f"{EXHAUSTED} for the time left ({max(left - (time.monotonic() - t0), 0):.0f} s): "
+                                            f"none of the {len(state['screened'])} configurations screened beats the "
+                                            f"incumbent, and there is no time for another screen round and a judged "
+                                            f"evaluation")
         if choice is None:
             choice = self._unscreened(context, state, space, incumbent, proposed, failed)
         if choice is None:
@@ -303,8 +318,10 @@ class TunerAgent:
         while True:
             spent = time.monotonic() - t0
             left = None if time_left is None else time_left - spent
-            allowance = min(search.screen_allowance(left, judge_s), search.MAX_SCREEN_PER_PROPOSAL_S - spent)
+            by_time = search.screen_allowance(left, judge_s)
+            allowance = min(by_time, search.MAX_SCREEN_PER_PROPOSAL_S - spent)
             if allowance < search.MIN_SCREEN_S:
+                self._screened_out_of_time = by_time < search.MIN_SCREEN_S and bool(state["screened"])
                 return None
             startup = state.get("startup_s", STARTUP_PRIOR_S)
             per_config = max(state.get("per_config_s", PER_CONFIG_PRIOR_S), 1e-3)
