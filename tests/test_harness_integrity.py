@@ -220,3 +220,33 @@ def test_the_worker_digest_covers_the_baseline_names_only_and_sees_a_replacement
     monkeypatch.undo()
     monkeypatch.setitem(sys.modules, "autokernel.harness.integrity", types.ModuleType("x"))
     assert watch.digest_now() != watch.digest
+
+
+def test_tensor_class_guard_names_replaced_added_and_removed_methods():
+    """The guard's per-call fast path (one pass over every guarded name) must see each way a
+    class can change: a method replaced, a name added over a base's, a name removed."""
+    import torch
+
+    from autokernel.harness.integrity import TensorClassGuard
+
+    guard = TensorClassGuard()
+    assert guard.changes() == [] and guard.unchanged()
+    linear_forward = torch.nn.Linear.forward
+    try:
+        torch.nn.Linear.forward = lambda self, x: x
+        assert guard.changes() == ["Linear.forward"]
+    finally:
+        torch.nn.Linear.forward = linear_forward
+    assert guard.changes() == []
+    try:
+        torch.nn.ReLU.to = lambda self, *a, **k: self  # shadows nn.Module.to
+        assert guard.changes() == ["ReLU.to"]
+    finally:
+        del torch.nn.ReLU.to
+    extra_repr = torch.nn.Linear.extra_repr
+    try:
+        del torch.nn.Linear.extra_repr
+        assert guard.changes() == ["Linear.extra_repr"] and not guard.unchanged()
+    finally:
+        torch.nn.Linear.extra_repr = extra_repr
+    assert guard.changes() == [] and guard.unchanged()

@@ -613,8 +613,28 @@ class TensorClassGuard:
         classes += [c for c in vars(torch.nn).values() if isinstance(c, type) and issubclass(c, torch.nn.Module)
                     and c is not torch.nn.Module]
         self._guarded = [(cls, cls.__mro__[1:], dict(vars(cls))) for cls in classes]
+        # what the per-call comparison walks, in C (map/operator.is_ over lists taken now, with
+        # the builtins it calls): a generator per class cost 0.64 ms a call over 168 classes
+        import operator
+
+        self._spaces = [vars(cls) for cls, _bases, _baseline in self._guarded]
+        self._counts = [len(baseline) for _cls, _bases, baseline in self._guarded]
+        self._gets = [space.get for space, (_c, _b, baseline) in zip(self._spaces, self._guarded) for _ in baseline]
+        self._keys = [k for _c, _b, baseline in self._guarded for k in baseline]
+        self._values = [v for _c, _b, baseline in self._guarded for v in baseline.values()]
+        self._is, self._call, self._all, self._map, self._len, self._list = (
+            operator.is_, operator.call, all, map, len, list)
+
+    def unchanged(self) -> bool:
+        """Does every guarded class hold exactly its baseline names and objects?  One pass in C
+        over every name of every class."""
+        map_ = self._map
+        return (self._list(map_(self._len, self._spaces)) == self._counts
+                and self._all(map_(self._is, map_(self._call, self._gets, self._keys), self._values)))
 
     def changes(self) -> list[str]:
+        if self.unchanged():
+            return []
         found: list[str] = []
         for cls, bases, baseline in self._guarded:
             now = vars(cls)
