@@ -50,6 +50,7 @@ fixes)
             --cuda-graphs --compile-mode reduce-overhead --models "$model" --max-minutes 1.5
     done
     step linear_gelu 85 python benchmarks/linear_gelu_gpu.py --out "$out/linear_gelu" --max-minutes 1.2
+    step timing 110 python benchmarks/timing_gpu.py --out "$out/timing" --kinds softmax,rmsnorm --repeats 2
     ;;
 *)
     echo "unknown part $part (judge, kinds, tuner or fixes)" >&2
