@@ -521,3 +521,68 @@ def test_the_outside_rule_uses_what_it_took_when_armed(monkeypatch):
     monkeypatch.setattr(os, "getpid", lambda: other)
     assert host_reads._outside_refused("os.kill", (other, 19), None)[0] == "threads-or-streams"
     assert host_reads._outside_refused("os.kill", (other, 0), None) is None
+
+
+def _compile_under_the_outside_rule(tmp_path, mode: str) -> dict:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=os.pathsep.join(sys.path))
+    env.pop("TRITON_INTERPRET", None)
+    done = subprocess.run([sys.executable, str(Path(__file__).parent / "outside_rule_compile.py"), mode,
+                           str(tmp_path / "written.txt")], capture_output=True, text=True, env=env, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_triton_compiles_for_real_under_the_outside_rule(tmp_path):
+    """Triton's compiler may start ptxas and write its cache after the kernel loads: a real
+    compile (ptxas ships with Triton, no GPU needed) goes through the trusted-frames rule."""
+    found = _compile_under_the_outside_rule(tmp_path, "plain")
+    assert found["error"] is None and found["refused"] == [], found
+    assert found["cached_files"] > 0, found
+
+
+def test_code_of_the_kernels_inside_the_compiler_is_not_the_compiler(tmp_path, no_static_checks):
+    """Sixth session: Triton calls a cache manager class its caller chooses from inside
+    ``compile``; the judge exempted anything below a compiler frame, and a candidate's manager
+    rewrote the incumbent's kernel file there (passed all six stages with the static checks off,
+    the incumbent left sleeping 50 ms a call).  Only trusted code between the compiler's frame and
+    the event counts as the compiler."""
+    found = _compile_under_the_outside_rule(tmp_path, "manager")
+    assert not found["target_written"], found
+    assert found["refused"] and found["refused"][0][0] == "monkey-patch", found
+    attack, incumbent = tmp_path / "candidate.py", tmp_path / "incumbent.py"
+    shutil.copy(ATTACKS / "reduce_rewrite_via_compiler_frame.py", attack)
+    shutil.copy(REDUCE_STARTER, incumbent)
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, baselines=False) as ev:
+        result = ev.evaluate(attack, incumbent_file=incumbent)
+    assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
+    assert result.failed_stage == "load" and "incumbent.py" in result.message, result.message
+    assert incumbent.read_text() == REDUCE_STARTER.read_text()
+
+
+def test_trusted_code_is_the_installed_code_not_its_file_name():
+    """What counts as Triton's, the standard library's or importlib's own code between the
+    compiler's frame and an event: the code its file compiles to, not a code object that only
+    names the file (compiled under it, or rebuilt with code.replace)."""
+    import importlib._bootstrap_external as bootstrap_external
+    import subprocess
+
+    import triton.runtime.cache as cache
+
+    from autokernel.harness.host_reads import TrustedCode
+
+    trusted = TrustedCode()
+    assert trusted(subprocess.Popen._execute_child.__code__)
+    assert trusted(cache.FileCacheManager.put.__code__)
+    assert trusted(bootstrap_external._write_atomic.__code__)  # a .pyc written by a lazy import
+    module = compile("def put(self, data, filename, binary=True):\n    return open(filename, 'w')\n",
+                     cache.__file__, "exec")
+    forged = next(c for c in module.co_consts if type(c) is type(module))
+    assert forged.co_filename == cache.__file__ and not trusted(forged)
+    rebuilt = (lambda: None).__code__.replace(co_filename=subprocess.__file__, co_name="_execute_child")
+    assert not trusted(rebuilt)
+    assert not trusted(test_trusted_code_is_the_installed_code_not_its_file_name.__code__)

@@ -51,9 +51,13 @@ REFUSED_AUDIT_HOOKS: list[str] = []  # sys.addaudithook calls after ``install`` 
 # - write to the file system or change the environment (``monkey-patch``): a candidate rewrote the
 #   incumbent's kernel file next to it before the judge read it (and left it rewritten for
 #   ``apply``); on a GPU the caches the judge reads (Triton's, the baselines') are files too.
-# Triton's own compiler is exempt (ptxas, the launcher's C build and the kernel cache on a GPU: a
-# frame of ``triton.compiler.compiler`` on the stack); where the problem lets files build native
-# code (KernelBench --allow-torch: load_inline runs compilers and writes) only signals are refused.
+# Triton's own compiler is exempt (ptxas, the launcher's C build and the kernel cache on a GPU): a
+# frame of ``triton.compiler.compiler`` up the stack, reached only through frames of trusted code
+# (Triton's, the standard library's, torch's, the judge's own; see ``TrustedCode``).  Any
+# frame stood anywhere above: Triton calls code its caller chooses from inside ``compile`` (the
+# cache manager class of ``triton.knobs``), and a manager of a candidate's rewrote the
+# incumbent's kernel file there.  Where the problem lets files build native code (KernelBench
+# --allow-torch: load_inline runs compilers and writes) only signals are refused.
 # What the rule calls is taken when it is armed (the pid, realpath): a kernel that rebinds
 # os.getpid through a local alias would otherwise pass a signal to the incumbent as one to itself.
 PROCESS_EVENTS = ("os.fork", "os.forkpty", "os.system", "os.exec", "os.spawn", "os.posix_spawn",
@@ -74,8 +78,79 @@ def arm_outside(writable: tuple[str, ...] = (), signals_only: bool = False) -> N
 
     _OUTSIDE_RULE.update(signals_only=signals_only, pid=os.getpid(), realpath=os.path.realpath,
                          fsdecode=os.fsdecode, compiler=launches.module_code_objects("triton.compiler.compiler"),
-                         writable=tuple(os.path.join(os.path.realpath(d), "") for d in writable))
+                         writable=tuple(os.path.join(os.path.realpath(d), "") for d in writable),
+                         trusted=TrustedCode())
     _OUTSIDE_RULE["armed"] = True
+
+
+class TrustedCode:
+    """Is a code object the installed code of Triton, the standard library, torch or the judge?
+    Its file must lie under one of their folders (resolved when the rule is armed, before the
+    kernel loads; the kernel cannot write there) and the code must be one that file's source
+    compiles to: compared by structure with the file compiled afresh (code objects compare
+    their bytecode, constants and names), so a kernel's code compiled under a trusted file name
+    (``compile(src, ".../subprocess.py", "exec")``) or a rebuilt one (``code.replace``) is not.
+    Frozen standard modules compare with their frozen code.  Built on first need per file (the
+    rule's events are rare) and cached."""
+
+    def __init__(self) -> None:
+        import _imp
+        import builtins
+        import io
+        import sysconfig
+
+        import torch
+        import triton
+
+        roots = [os.path.dirname(triton.__file__), os.path.dirname(torch.__file__), os.path.dirname(__file__),
+                 sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]]
+        self._roots = tuple(os.path.join(os.path.realpath(r), "") for r in roots)
+        self._realpath, self._compile, self._open_code = os.path.realpath, builtins.compile, io.open_code
+        self._frozen = _imp.get_frozen_object
+        self._codes_by_file: dict[str, frozenset] = {}
+        self._verdicts: dict[int, tuple[Any, bool]] = {}
+
+    def __call__(self, code: Any) -> bool:
+        seen = self._verdicts.get(id(code))
+        if seen is not None and seen[0] is code:
+            return seen[1]
+        known = self._codes_of(code.co_filename)
+        verdict = code in known
+        self._verdicts[id(code)] = (code, verdict)  # the code is held: its id is never reused
+        return verdict
+
+    def _codes_of(self, filename: str) -> frozenset:
+        known = self._codes_by_file.get(filename)
+        if known is None:
+            known = self._codes_by_file[filename] = frozenset(_nested_codes(self._compiled(filename)))
+        return known
+
+    def _compiled(self, filename: str) -> Any:
+        try:
+            if filename.startswith("<frozen ") and filename.endswith(">"):
+                name = filename[len("<frozen "):-1]
+                try:
+                    return self._frozen(name)
+                except ImportError:  # importlib's own are frozen as _frozen_importlib(_external)
+                    return self._frozen("_frozen_" + name.replace("importlib._bootstrap", "importlib"))
+            path = self._realpath(filename)
+            if not path.startswith(self._roots) or not path.endswith(".py"):
+                return None
+            with self._open_code(path) as f:
+                return self._compile(f.read(), filename, "exec", dont_inherit=True)
+        except Exception:  # no source, not Python: nothing of it is trusted
+            return None
+
+
+def _nested_codes(code: Any) -> list:
+    if code is None:
+        return []
+    out, stack = [], [code]
+    while stack:
+        c = stack.pop()
+        out.append(c)
+        stack += [k for k in c.co_consts if type(k) is type(code)]
+    return out
 
 
 def _in_writable(event: str, args: tuple) -> bool:
@@ -108,10 +183,12 @@ def _outside_refused(event: str, args: tuple, frame) -> tuple[str, str] | None:
         return None
     if event != "os.putenv" and event != "os.unsetenv" and event not in PROCESS_EVENTS and _in_writable(event, args):
         return None
-    compiler = _OUTSIDE_RULE["compiler"]
+    compiler, trusted = _OUTSIDE_RULE["compiler"], _OUTSIDE_RULE["trusted"]
     while frame is not None:
         if frame.f_code in compiler:
             return None
+        if not trusted(frame.f_code):
+            break
         frame = frame.f_back
     what = f"{args[0]!r:.80}" if args else ""
     if event in PROCESS_EVENTS:
