@@ -1,7 +1,7 @@
 """Run as a script (a process of its own: the judge's audit hook cannot be removed): arm the
 judge's outside rule as a worker does, then compile a trivial Triton kernel for real (ptxas as
-a process, the kernel cache written), and, if asked, do it again with a cache manager class of
-this file's that writes a file from inside ``compile``.  Prints one JSON line."""
+a process, the kernel cache written), and, if asked, with a cache manager class of this
+file's that writes a file from inside ``compile`` or with another program set as ptxas.  Prints one JSON line."""
 import json
 import os
 import sys
@@ -32,6 +32,20 @@ def main() -> None:
 
     if mode == "manager":
         triton.knobs.cache.manager_class = Manager
+    if mode == "patched":  # no setting changed: a function of Triton's replaced by one of this file's
+        import triton.compiler.compiler as compiler_module
+
+        original = compiler_module.get_cache_manager
+
+        def get_cache_manager(key):
+            with open(target_file, "w") as f:
+                f.write("rewritten")
+            return original(key)
+
+        compiler_module.get_cache_manager = get_cache_manager
+    if mode == "ptxas":  # another program as Triton's ptxas, past the setting's environment
+        # variable (a change the rule refuses): Triton's own code would start it
+        vars(triton.knobs.nvidia).update(ptxas="/bin/true", ptxas_blackwell="/bin/true")
     error = None
     try:
         triton_compile(ASTSource(fn=triton.runtime.jit.JITFunction(_source), signature={"x_ptr": "*fp32"},

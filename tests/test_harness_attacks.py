@@ -552,6 +552,9 @@ def test_code_of_the_kernels_inside_the_compiler_is_not_the_compiler(tmp_path, n
     the incumbent left sleeping 50 ms a call).  Only trusted code between the compiler's frame and
     the event counts as the compiler."""
     found = _compile_under_the_outside_rule(tmp_path, "manager")
+    assert not found["target_written"] and found["refused"], found
+    # the same without changing a setting: a function of Triton's that compile calls, replaced
+    found = _compile_under_the_outside_rule(tmp_path, "patched")
     assert not found["target_written"], found
     assert found["refused"] and found["refused"][0][0] == "monkey-patch", found
     attack, incumbent = tmp_path / "candidate.py", tmp_path / "incumbent.py"
@@ -559,8 +562,10 @@ def test_code_of_the_kernels_inside_the_compiler_is_not_the_compiler(tmp_path, n
     shutil.copy(REDUCE_STARTER, incumbent)
     with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, baselines=False) as ev:
         result = ev.evaluate(attack, incumbent_file=incumbent)
-    assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
-    assert result.failed_stage == "load" and "incumbent.py" in result.message, result.message
+    # the manager class is a changed setting too: Triton's first process after it (ptxas's
+    # version check) is refused before the manager runs
+    assert result.verdict == "rejected" and rules(result) & {"monkey-patch", "threads-or-streams"}, result.message
+    assert result.failed_stage == "load", result.message
     assert incumbent.read_text() == REDUCE_STARTER.read_text()
 
 
@@ -586,3 +591,14 @@ def test_trusted_code_is_the_installed_code_not_its_file_name():
     rebuilt = (lambda: None).__code__.replace(co_filename=subprocess.__file__, co_name="_execute_child")
     assert not trusted(rebuilt)
     assert not trusted(test_trusted_code_is_the_installed_code_not_its_file_name.__code__)
+
+
+def test_a_program_set_as_tritons_ptxas_is_not_started(tmp_path):
+    """Triton's own code starts the program its settings name as ptxas: a kernel that set
+    another one (past the static rules, which refuse assignments to triton, and past the
+    setting's environment variable, by writing the knob's own dict) had it started under the
+    compiler's exemption.  Tool settings changed since the rule was armed end it."""
+    found = _compile_under_the_outside_rule(tmp_path, "ptxas")
+    assert found["refused"], found
+    rule, what = found["refused"][0]
+    assert rule == "threads-or-streams" and "nvidia.ptxas" in what, found

@@ -79,8 +79,30 @@ def arm_outside(writable: tuple[str, ...] = (), signals_only: bool = False) -> N
     _OUTSIDE_RULE.update(signals_only=signals_only, pid=os.getpid(), realpath=os.path.realpath,
                          fsdecode=os.fsdecode, compiler=launches.module_code_objects("triton.compiler.compiler"),
                          writable=tuple(os.path.join(os.path.realpath(d), "") for d in writable),
-                         trusted=TrustedCode())
+                         trusted=TrustedCode(), knobs=_triton_tool_knobs())
     _OUTSIDE_RULE["armed"] = True
+
+
+# The settings of Triton's that name programs and folders: a kernel that points "ptxas" at
+# another program, or the cache at another folder, has Triton's own (trusted) code run or write
+# what it chose.  Their overrides (set attributes) are taken when the rule is armed.
+TOOL_KNOB_SPACES = ("nvidia", "amd", "build", "cache")
+
+
+def _triton_tool_knobs() -> dict[str, dict]:
+    knobs = getattr(sys.modules.get("triton"), "knobs", None)
+    spaces = {name: getattr(knobs, name, None) for name in TOOL_KNOB_SPACES}
+    return {name: (space, dict(vars(space))) for name, space in spaces.items() if hasattr(space, "__dict__")}
+
+
+def _knobs_changed(armed: dict[str, tuple]) -> str:
+    """The tool settings set, changed or removed since the rule was armed ('' when none)."""
+    changed = []
+    for name, (space, before) in armed.items():
+        now = vars(space)
+        changed += [f"{name}.{key}" for key in sorted(set(now) | set(before))
+                    if key not in now or key not in before or now[key] is not before[key]]
+    return ", ".join(changed)
 
 
 class TrustedCode:
@@ -184,13 +206,19 @@ def _outside_refused(event: str, args: tuple, frame) -> tuple[str, str] | None:
     if event != "os.putenv" and event != "os.unsetenv" and event not in PROCESS_EVENTS and _in_writable(event, args):
         return None
     compiler, trusted = _OUTSIDE_RULE["compiler"], _OUTSIDE_RULE["trusted"]
+    knobs_changed = ""
     while frame is not None:
         if frame.f_code in compiler:
-            return None
+            knobs_changed = _knobs_changed(_OUTSIDE_RULE["knobs"])
+            if not knobs_changed:
+                return None
+            break
         if not trusted(frame.f_code):
             break
         frame = frame.f_back
     what = f"{args[0]!r:.80}" if args else ""
+    if knobs_changed:
+        what += f" under Triton's compiler after the kernel changed its settings ({knobs_changed})"
     if event in PROCESS_EVENTS:
         return "threads-or-streams", f"{event} ({what}): a new process"
     return "monkey-patch", f"{event} ({what}): a write outside the process"
