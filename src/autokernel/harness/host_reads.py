@@ -53,10 +53,11 @@ REFUSED_AUDIT_HOOKS: list[str] = []  # sys.addaudithook calls after ``install`` 
 #   ``apply``); on a GPU the caches the judge reads (Triton's, the baselines') are files too.
 # Triton's own compiler is exempt (ptxas, the launcher's C build and the kernel cache on a GPU): a
 # frame of ``triton.compiler.compiler`` up the stack, reached only through frames of trusted code
-# (Triton's, the standard library's, torch's, the judge's own; see ``TrustedCode``).  Any
-# frame stood anywhere above: Triton calls code its caller chooses from inside ``compile`` (the
-# cache manager class of ``triton.knobs``), and a manager of a candidate's rewrote the
-# incumbent's kernel file there.  Where the problem lets files build native code (KernelBench
+# (Triton's, the standard library's, torch's, the judge's own; see ``TrustedCode``), with
+# Triton's tool settings as they were when the rule was armed.  A compiler frame anywhere up the
+# stack used to be enough: Triton calls code its caller chooses from inside ``compile`` (the
+# cache manager class of ``triton.knobs``), and a candidate's manager rewrote the incumbent's
+# kernel file there.  Where the problem lets files build native code (KernelBench
 # --allow-torch: load_inline runs compilers and writes) only signals are refused.
 # What the rule calls is taken when it is armed (the pid, realpath): a kernel that rebinds
 # os.getpid through a local alias would otherwise pass a signal to the incumbent as one to itself.
@@ -89,7 +90,7 @@ def arm_outside(writable: tuple[str, ...] = (), signals_only: bool = False) -> N
 TOOL_KNOB_SPACES = ("nvidia", "amd", "build", "cache")
 
 
-def _triton_tool_knobs() -> dict[str, dict]:
+def _triton_tool_knobs() -> dict[str, tuple[Any, dict]]:
     knobs = getattr(sys.modules.get("triton"), "knobs", None)
     spaces = {name: getattr(knobs, name, None) for name in TOOL_KNOB_SPACES}
     return {name: (space, dict(vars(space))) for name, space in spaces.items() if hasattr(space, "__dict__")}

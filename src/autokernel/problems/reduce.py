@@ -20,7 +20,7 @@ def reference(x: torch.Tensor) -> torch.Tensor:
 
 
 def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
-    """Normal values around a mean of 1.  Zero-mean rows sum to near zero now and then, and
+    """Normal values around a mean of 1 (less for long fp16 rows: ``_mean``).  Zero-mean rows sum to near zero now and then, and
     two correct fp32 sums of the same row in different orders then differ by more than 1e-5
     of the (tiny) result: a single-row edge shape failed a correct kernel on ~1% of draws.
     Cancellation itself is judged on exact values (``adversarial_inputs``)."""
