@@ -284,6 +284,8 @@ _INTROSPECTION_ATTRS = ("f_locals", "f_globals", "f_back", "f_code", "f_builtins
 _HOOK_METHODS = ("__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__",
                  "__getnewargs_ex__", "__torch_function__", "__torch_dispatch__", "__del__", "__class_getitem__",
                  "__init_subclass__", "__set_name__", "__instancecheck__", "__subclasscheck__", "__match_args__")
+# a class body that names another module as its own poses as that module's class
+_POSING_NAMES = ("__module__", "__qualname__")
 _FOREIGN_ATTRS = ("numpy", "from_numpy", "ops", "np", "ctypes", "tolist", "__array__", "__array_interface__",
                   "__cuda_array_interface__", "__dlpack__", "from_dlpack", "to_dlpack",
                   # raw bytes of a storage; the Triton interpreter's values inside a kernel body
@@ -376,6 +378,10 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                     add(found[0], node, f"reads .{attr} through a class pattern{found[1]}")
         elif isinstance(node, ast.keyword) and node.arg in _HOOK_METHODS:  # type(name, bases, dict(hook=f))
             add("introspection", node, f"defines {node.arg}: kernel files return plain tensors")
+        elif (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) or isinstance(node, ast.keyword)) \
+                and getattr(node, "id", getattr(node, "arg", None)) in _POSING_NAMES:
+            add("introspection", node, f"sets {getattr(node, 'id', None) or node.arg}: a class of the kernel file's "
+                "posing as another module's (the judge tells Triton's launch arguments by their classes)")
         elif isinstance(node, ast.Name) and node.id in _HOOK_METHODS:  # bound in a class body: a hook too
             add("introspection", node, f"defines {node.id}: kernel files return plain tensors")
         elif isinstance(node, ast.Name) and node.id in _ATTR_CALLS and id(node) not in called:

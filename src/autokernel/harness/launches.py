@@ -110,7 +110,32 @@ def _plain(value: Any, depth: int = 0) -> bool:
         return planted((value,)) is None
     if type(value) in (tuple, list) and depth < 4:
         return all(_plain(v, depth + 1) for v in value)
-    return type(value).__module__.split(".")[0] == "triton"
+    return is_triton_class(type(value))
+
+
+def is_triton_class(cls: type) -> bool:
+    """Is ``cls`` a class of Triton's own (a descriptor, a constexpr, a Triton dtype)?  Not by
+    the ``__module__`` it claims (a class of the kernel file's that set ``__module__ =
+    "triton.language"`` passed as one, and its duck-typed storage ran torch.softmax in the
+    interpreter's exempt frames), but by being the very object its module, a module loaded
+    from Triton's own directory, holds under its name."""
+    import os
+
+    import triton
+
+    module_name, qualname = getattr(cls, "__module__", None), getattr(cls, "__qualname__", None)
+    if not (isinstance(module_name, str) and isinstance(qualname, str)) or module_name.split(".")[0] != "triton":
+        return False
+    module = sys.modules.get(module_name)
+    if module is None:
+        return False
+    triton_dir = os.path.dirname(os.path.abspath(triton.__file__)) + os.sep
+    if not os.path.abspath(getattr(module, "__file__", None) or "").startswith(triton_dir):
+        return False
+    found: Any = module
+    for part in qualname.split("."):
+        found = getattr(found, part, None)  # what the module itself holds under that name
+    return found is cls
 
 
 def _tensors(value: Any, depth: int = 0) -> list:

@@ -1,0 +1,59 @@
+"""Sixth red-team pass on the judge (CPU, Triton interpreter): each attack file in
+tests/attacks/ passed ``autokernel bench`` before its fix; each test here failed before it."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from autokernel.harness import Evaluator, integrity
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
+
+ATTACKS = Path(__file__).parent / "attacks"
+
+
+def rules(ev) -> set[str]:
+    return {f.rule for f in ev.integrity}
+
+
+@pytest.fixture
+def no_static_checks(monkeypatch):
+    """The judge with its static checks off: what a file that slipped past them meets."""
+    monkeypatch.setattr(integrity, "static_findings", lambda source, filename="kernel.py", **_: [])
+
+
+def test_a_class_claiming_a_triton_module_is_no_triton_launch_argument(no_static_checks):
+    """A duck-typed tensor whose class set ``__module__ = "triton.language.core"`` was taken for
+    a Triton object at launch; the interpreter called its storage's ``.cpu`` (torch.softmax) in
+    its own exempt frames (passed all six stages).  A Triton class is now the object its real
+    module holds under its name."""
+    with Evaluator("softmax", device="cpu", shapes=["4x100"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
+        result = ev.evaluate(ATTACKS / "softmax_interp_triton_module_duck.py")
+    assert result.verdict == "rejected" and "foreign-compute" in rules(result), result.message
+    assert result.failed_stage == "smoke", result.message
+
+
+def test_triton_classes_are_told_by_identity_not_by_the_module_they_name():
+    import triton.language as tl
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from autokernel.harness.launches import is_triton_class
+
+    class Posing:
+        __module__ = "triton.language.core"
+
+    Posing.__qualname__ = "constexpr"  # names a real Triton class: still not that class
+
+    class Sub(tl.constexpr):
+        pass
+
+    assert is_triton_class(type(tl.constexpr(3))) and is_triton_class(type(tl.float32))
+    assert is_triton_class(TensorDescriptor)
+    assert not is_triton_class(Posing) and not is_triton_class(Sub)
+
+
+def test_a_class_body_naming_another_module_is_a_static_finding():
+    source = (ATTACKS / "softmax_interp_triton_module_duck.py").read_text()
+    assert "introspection" in {f.rule for f in integrity.static_findings(source)}
