@@ -57,3 +57,15 @@ def test_triton_classes_are_told_by_identity_not_by_the_module_they_name():
 def test_a_class_body_naming_another_module_is_a_static_finding():
     source = (ATTACKS / "softmax_interp_triton_module_duck.py").read_text()
     assert "introspection" in {f.rule for f in integrity.static_findings(source)}
+
+
+def test_a_pre_run_hook_the_interpreter_calls_is_watched():
+    """``torch.sum`` added as a pre-run hook of the file's kernel: the interpreter's
+    ``GridExecutor.__call__`` called it with the launch's arguments (``torch.sum(x, -1,
+    out=out)``), a C function with no frame of the file's on the stack, and the watch exempted
+    every frame of the interpreter (passed all six stages, the kernel body empty).  Only the
+    interpreter's argument copies are exempt now."""
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=30, timing=False) as ev:
+        result = ev.evaluate(ATTACKS / "reduce_pre_run_hook_sum.py")
+    assert result.verdict == "rejected" and "torch-op" in rules(result), result.message
+    assert "aten.sum" in result.message and result.failed_stage == "smoke", result.message

@@ -242,12 +242,28 @@ def module_code_objects(name: str) -> frozenset:
     return frozenset(codes)
 
 
-def interpreter_frame_test(record: LaunchRecord, skipped: tuple[str, ...]):
-    """A test of a frame: is it (after frames whose file name starts with one of ``skipped``:
-    torch's, the harness's own hooks) the real Triton interpreter's code, inside a launch the
-    hook saw?  Only the interpreter's own code objects count: a frame compiled under the
-    interpreter's file name is not the interpreter."""
+# The interpreter's functions that copy a launch's tensor arguments to the host and back: the
+# only torch ops it makes on a kernel's behalf.
+_ARGUMENT_COPIES = frozenset({"_init_args_hst", "_to_cpu", "_restore_args_dev", "_from_cpu"})
+
+
+def interpreter_copy_code_objects() -> frozenset:
+    """Code objects of the interpreter's argument copies (``_ARGUMENT_COPIES``).  The rest of
+    the interpreter calls the kernel's own callables from its frames (``GridExecutor.__call__``
+    runs a kernel's pre-run hooks: ``torch.sum`` added as one, a C function, computed the row
+    sums with no frame of the file's on the stack), so its frames exempt no torch op.  All of
+    it where a Triton version names its copies otherwise."""
     codes = interpreter_code_objects()
+    copies = frozenset(code for code in codes if code.co_name in _ARGUMENT_COPIES)
+    return copies or codes
+
+
+def interpreter_frame_test(record: LaunchRecord, skipped: tuple[str, ...], codes: frozenset | None = None):
+    """A test of a frame: is it (after frames whose file name starts with one of ``skipped``:
+    torch's, the harness's own hooks) the real Triton interpreter's code (``codes``, all of its
+    code objects by default), inside a launch the hook saw?  Only the interpreter's own code
+    objects count: a frame compiled under the interpreter's file name is not the interpreter."""
+    codes = interpreter_code_objects() if codes is None else codes
 
     def called_by_interpreter(frame) -> bool:
         if not record.inside_launch():

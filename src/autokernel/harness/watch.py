@@ -15,7 +15,9 @@ def make_watch_class(launch_record):
     from .output_checks import planted, span
 
     torch_dir = os.path.dirname(torch.__file__)
-    called_by_interpreter = launches.interpreter_frame_test(launch_record, (torch_dir, __file__))
+    # only the interpreter's argument copies: its other frames call the kernel's own callables
+    called_by_interpreter = launches.interpreter_frame_test(launch_record, (torch_dir, __file__),
+                                                            launches.interpreter_copy_code_objects())
     tensor_type = torch.Tensor
 
     def called_by_triton_interpreter() -> bool:
