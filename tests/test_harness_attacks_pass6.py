@@ -69,3 +69,15 @@ def test_a_pre_run_hook_the_interpreter_calls_is_watched():
         result = ev.evaluate(ATTACKS / "reduce_pre_run_hook_sum.py")
     assert result.verdict == "rejected" and "torch-op" in rules(result), result.message
     assert "aten.sum" in result.message and result.failed_stage == "smoke", result.message
+
+
+def test_a_storage_class_swapped_during_the_call_cannot_compute_in_the_interpreters_copy():
+    """The storage class's ``cpu`` swapped during the call (through a local alias) for
+    ``functools.partial(torch.softmax, x, -1)`` and put back before the call returned: the
+    interpreter's argument copy, an exempt frame, computed the softmax as the output's host
+    copy and wrote it back (passed all six stages, the kernel body empty).  Only the copy's own
+    ops are exempt in those frames now."""
+    with Evaluator("softmax", device="cpu", shapes=["4x100"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
+        result = ev.evaluate(ATTACKS / "softmax_storage_class_swapped_in_call.py")
+    assert result.verdict == "rejected" and "torch-op" in rules(result), result.message
+    assert "aten._softmax" in result.message and result.failed_stage == "smoke", result.message

@@ -5,6 +5,15 @@ import os
 import sys
 
 
+# What the Triton interpreter's argument copies do (host copies of a launch's tensors, views of
+# them, the copy back): the only ops exempt in its frames.  Any other op there was not made by
+# the copy: a storage class whose ``cpu`` the kernel swapped during its call for
+# ``functools.partial(torch.softmax, x, -1)`` (put back before it returned) had the copy
+# compute the softmax.
+INTERPRETER_COPY_OPS = frozenset({"aten.new_empty", "aten.empty", "aten.empty_strided", "aten.set_", "aten.copy_",
+                                  "aten._to_copy", "aten.alias", "aten.detach"})
+
+
 def make_watch_class(launch_record):
     """The dispatch mode the kernel runs under (built lazily: it needs torch)."""
     import torch
@@ -48,9 +57,10 @@ def make_watch_class(launch_record):
                 if planted((out,)):
                     self.planted.append(str(func.overloadpacket))
                 self.allocated.add(span(out)[0])
-            if called_by_triton_interpreter():
-                return out
             name = str(func.overloadpacket)
+            if name in INTERPRETER_COPY_OPS and called_by_triton_interpreter():
+                return out
+
             if name == "aten._local_scalar_dense":
                 launch_record.note_host_read(".item(), float(t), int(t), bool(t) or iteration (aten._local_scalar_dense)")
             self.ops.add(name)
