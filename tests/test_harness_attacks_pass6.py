@@ -81,3 +81,14 @@ def test_a_storage_class_swapped_during_the_call_cannot_compute_in_the_interpret
         result = ev.evaluate(ATTACKS / "softmax_storage_class_swapped_in_call.py")
     assert result.verdict == "rejected" and "torch-op" in rules(result), result.message
     assert "aten._softmax" in result.message and result.failed_stage == "smoke", result.message
+
+
+def test_the_watchs_poison_fill_runs_no_method_the_kernel_set_on_the_class():
+    """``fill_`` set on the tensor class for the length of the call (through a local alias):
+    the watch's ``out.fill_(poison)``, inside ``__torch_dispatch__`` where the watch is off
+    torch's stack, ran it, and it wrote torch.softmax into the output unrecorded, then removed
+    itself (passed all six stages).  The watch calls C functions now: the output stays poisoned."""
+    with Evaluator("softmax", device="cpu", shapes=["4x100"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
+        result = ev.evaluate(ATTACKS / "softmax_poison_fill_swapped.py")
+    assert result.verdict == "rejected" and "partial-write" in rules(result), result.message
+    assert result.failed_stage == "smoke", result.message

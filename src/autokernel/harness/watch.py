@@ -21,7 +21,14 @@ def make_watch_class(launch_record):
 
     from . import launches
     from .integrity import POISONED_ALLOCATIONS
-    from .output_checks import planted, span
+    from .output_checks import numel, planted, span
+
+    # C functions taken before any kernel loads: the poison fill runs inside __torch_dispatch__,
+    # where torch has taken this mode off its stack, and ``out.fill_`` looked up through the
+    # class ran a ``fill_`` the kernel had set on it for the length of its call (a softmax
+    # computed there, never recorded; the name was gone before the checks after the call)
+    fill, zero, is_floating_point = torch._C.TensorBase.fill_, torch._C.TensorBase.zero_, \
+        torch._C.TensorBase.is_floating_point
 
     torch_dir = os.path.dirname(torch.__file__)
     # only the interpreter's argument copies: its other frames call the kernel's own callables
@@ -65,17 +72,17 @@ def make_watch_class(launch_record):
                 launch_record.note_host_read(".item(), float(t), int(t), bool(t) or iteration (aten._local_scalar_dense)")
             self.ops.add(name)
             if (self.poison is not None and name in POISONED_ALLOCATIONS and type(out) is tensor_type
-                    and out.is_floating_point() and out.numel() > 0):
+                    and is_floating_point(out) and numel(out) > 0):
                 if self.timed_fills:
                     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     start.record()
-                    out.fill_(self.poison)
+                    fill(out, self.poison)
                     if self.flush is not None:  # the fill left the output in L2: cold again, as the call began
-                        self.flush.zero_()
+                        zero(self.flush)
                     end.record()
                     self._fills.append((start, end))
                 else:
-                    out.fill_(self.poison)
+                    fill(out, self.poison)
             return out
 
         def still_in_charge(self) -> str | None:
