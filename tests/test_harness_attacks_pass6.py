@@ -31,7 +31,9 @@ def test_a_class_claiming_a_triton_module_is_no_triton_launch_argument(no_static
     module holds under its name."""
     with Evaluator("softmax", device="cpu", shapes=["4x100"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
         result = ev.evaluate(ATTACKS / "softmax_interp_triton_module_duck.py")
-    assert result.verdict == "rejected" and "foreign-compute" in rules(result), result.message
+    # foreign-compute for the argument; torch-op too since the interpreter's frames exempt only
+    # its copies (test_a_storage_class_swapped_during_the_call_...); whichever the judge reports first
+    assert result.verdict == "rejected" and rules(result) & {"foreign-compute", "torch-op"}, result.message
     assert result.failed_stage == "smoke", result.message
 
 

@@ -29,6 +29,13 @@ def make_watch_class(launch_record):
     # computed there, never recorded; the name was gone before the checks after the call)
     fill, zero, is_floating_point = torch._C.TensorBase.fill_, torch._C.TensorBase.zero_, \
         torch._C.TensorBase.is_floating_point
+    # the same for the GPU's timed fills: the event class's methods, taken now (as the worker takes them)
+    if torch.cuda.is_available():
+        event_cls, event_base = torch.cuda.Event, torch._C._CudaEventBase
+        new_event = event_cls.__new__
+        record_event = getattr(event_base, "record", None) or event_cls.record
+        elapsed = event_base.elapsed_time
+        current_stream = torch.cuda.current_stream
 
     torch_dir = os.path.dirname(torch.__file__)
     # only the interpreter's argument copies: its other frames call the kernel's own callables
@@ -54,6 +61,7 @@ def make_watch_class(launch_record):
             self.timed_fills = timed_fills
             self._fills: list = []
             self.planted: list[str] = []  # ops that returned a tensor with attributes of the kernel's on it
+            self.stream = None  # the stream the judge times (GPU; the worker sets it before the call)
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
@@ -74,12 +82,14 @@ def make_watch_class(launch_record):
             if (self.poison is not None and name in POISONED_ALLOCATIONS and type(out) is tensor_type
                     and is_floating_point(out) and numel(out) > 0):
                 if self.timed_fills:
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
+                    stream = self.stream if self.stream is not None else current_stream()
+                    start = new_event(event_cls, enable_timing=True)
+                    end = new_event(event_cls, enable_timing=True)
+                    record_event(start, stream)
                     fill(out, self.poison)
                     if self.flush is not None:  # the fill left the output in L2: cold again, as the call began
                         zero(self.flush)
-                    end.record()
+                    record_event(end, stream)
                     self._fills.append((start, end))
                 else:
                     fill(out, self.poison)
@@ -96,6 +106,6 @@ def make_watch_class(launch_record):
             return None
 
         def fill_us(self) -> float:
-            return sum(s.elapsed_time(e) for s, e in self._fills) * 1000.0
+            return sum(elapsed(s, e) for s, e in self._fills) * 1000.0
 
     return KernelWatch

@@ -444,6 +444,7 @@ class _State:
         threads_started, streams_made = self.starts.threads, self.starts.streams
         if self.gpu:
             stream = torch.cuda.current_stream()  # the one the judge times
+            watch.stream = stream
             cover, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
             self._flush.zero_()
             self.record_event(cover, stream)
