@@ -240,7 +240,9 @@ def test_duck_typed_launch_argument_cannot_run_torch_in_the_interpreters_frames(
     frame compute the softmax; the file's kernel only copied it."""
     with Evaluator("softmax", device="cpu", shapes=["4x100"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
         result = ev.evaluate(ATTACKS / name)
-    assert result.verdict == "rejected" and "foreign-compute" in rules(result), result.message
+    # foreign-compute for the argument, or torch-op: the interpreter's frames exempt only its
+    # copies' own ops (sixth red-team pass), whichever the judge meets first
+    assert result.verdict == "rejected" and rules(result) & {"foreign-compute", "torch-op"}, result.message
 
 
 def starter_wrapped(tmp_path: Path, wrapper: str) -> Path:

@@ -94,3 +94,31 @@ def test_the_watchs_poison_fill_runs_no_method_the_kernel_set_on_the_class():
         result = ev.evaluate(ATTACKS / "softmax_poison_fill_swapped.py")
     assert result.verdict == "rejected" and "partial-write" in rules(result), result.message
     assert result.failed_stage == "smoke", result.message
+
+
+def _static_rules(source: str) -> set[str]:
+    return {f.rule for f in integrity.static_findings(source)}
+
+
+def test_a_triton_body_that_calls_python_is_a_static_finding():
+    """The interpreter runs a ``@triton.jit`` body as Python: a body that handed each loaded
+    value's bits to a plain function of the file's (``math.fsum`` of the row) passed all six
+    stages on the CPU (Triton would not compile it).  Calls from a Triton body to Python of the
+    file's or of other modules, and writes from it into names outside it, are findings; the
+    shipped starters have none."""
+    from autokernel.problems.registry import KERNELS_DIR
+
+    assert "foreign-compute" in _static_rules((ATTACKS / "reduce_interp_body_python.py").read_text())
+    sink = ("import triton\nimport triton.language as tl\n_SINK = [0]\n\n\n@triton.jit\ndef k(x_ptr):\n"
+            "    _SINK[0] = tl.load(x_ptr)\n")
+    assert "foreign-compute" in _static_rules(sink)
+    via_module = ("import math\nimport triton\n\n\n@triton.jit\ndef k(x_ptr):\n    y = math.fsum([x_ptr])\n")
+    assert "foreign-compute" in _static_rules(via_module)
+    honest = ("import triton\nimport triton.language as tl\n_EXP = tl.exp\nBLOCK = 128\n\n\n@triton.jit\n"
+              "def _helper(x):\n    return _EXP(x) + 1\n\n\n@triton.jit\ndef k(x_ptr, y_ptr, n, B: tl.constexpr):\n"
+              "    offs = tl.arange(0, B)\n    acc = tl.zeros((B,), tl.float32)\n    acc += _helper(tl.load(x_ptr + offs))\n"
+              "    tl.store(y_ptr + offs, acc, mask=offs < n)\n")
+    assert _static_rules(honest) == set()
+    for starter in sorted(KERNELS_DIR.glob("*.py")):
+        found = [f.message for f in integrity.static_findings(starter.read_text()) if "the Triton kernel" in f.message]
+        assert not found, (starter.name, found)

@@ -247,7 +247,76 @@ def static_findings(source: str, filename: str = "kernel.py", native_code: bool 
             if fname.split(".")[-1] in ("Thread", "Process", "ThreadPoolExecutor", "ProcessPoolExecutor"):
                 add("threads-or-streams", node, f"creates {fname}")
     _reach_findings(tree, aliases, add)
+    _jit_body_findings(tree, aliases, add)
     return _dedupe(findings)
+
+
+def _is_jit_decorated(node: ast.AST) -> bool:
+    """A function decorated as Triton code (``@triton.jit``, ``@jit``, ``@triton.jit(...)``,
+    ``@triton.constexpr_function``...)."""
+    for decorator in getattr(node, "decorator_list", ()):
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        if (_dotted(target) or "").split(".")[-1] in ("jit", "constexpr_function"):
+            return True
+    return False
+
+
+def _jit_body_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
+    """A ``@triton.jit`` body that calls Python of the file's (a plain function, a class, a
+    lambda) or of a module other than Triton's.  Compiled Triton refuses such a body, but the
+    interpreter runs the body as Python: a body handed each loaded value's bits (``int()``,
+    through the interpreter's own ``__index__``) to a plain function that summed them with
+    ``math.fsum`` passed every stage on the CPU."""
+    module_level = getattr(tree, "body", [])
+    jit_names = {n.name for n in module_level if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and _is_jit_decorated(n)}
+    # a module-level name bound to a jit function by a call (``f = triton.jit(g)``) is Triton code too
+    for n in module_level:
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and \
+                (_dotted(n.value.func) or "").split(".")[-1] in ("jit", "autotune", "heuristics"):
+            jit_names |= {t.id for t in n.targets if isinstance(t, ast.Name)}
+    def triton_value(value: ast.AST) -> bool:  # tl.float32, tl.exp, triton.jit(g)...
+        root = (_dotted(value.func if isinstance(value, ast.Call) else value) or "").split(".")[0]
+        return aliases.get(root, "").split(".")[0] == "triton"
+
+    python_names = set()
+    for n in module_level:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name not in jit_names:
+            python_names.add(n.name)
+        elif isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None and \
+                not isinstance(n.value, ast.Constant) and not triton_value(n.value):
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                if isinstance(t, ast.Name) and t.id not in jit_names:
+                    python_names.add(t.id)
+    foreign_modules = {name for name, mod in aliases.items() if mod.split(".")[0] != "triton"
+                       and name not in ("builtins",)}
+    for fn in ast.walk(tree):
+        if not (isinstance(fn, ast.FunctionDef) and _is_jit_decorated(fn)):
+            continue
+        local = {a.arg for a in fn.args.args + fn.args.kwonlyargs + fn.args.posonlyargs}
+        local |= {t.id for t in ast.walk(fn) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
+        for node in ast.walk(fn):
+            if isinstance(node, (ast.Global, ast.Nonlocal)):
+                add("foreign-compute", node, f"the Triton kernel {fn.name} declares {', '.join(node.names)} "
+                    "global: a Triton body hands nothing to Python (the interpreter would)")
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            for target in targets:
+                for leaf in _flatten_targets(target):
+                    if isinstance(leaf, (ast.Attribute, ast.Subscript)):
+                        root = (_dotted(leaf) or "").split(".")[0].split("[")[0]
+                        if root and root not in local:
+                            add("foreign-compute", leaf, f"the Triton kernel {fn.name} writes into {root}, a "
+                                "name outside it: a Triton body hands nothing to Python (the interpreter would)")
+            if not isinstance(node, ast.Call):
+                continue
+            root = (_dotted(node.func) or "").split(".")[0]
+            if isinstance(node.func, ast.Name) and root in python_names:
+                add("foreign-compute", node, f"the Triton kernel {fn.name} calls {root}, Python of the file's: "
+                    "the interpreter would run it as Python, Triton would not compile it")
+            elif root in foreign_modules or (isinstance(node.func, ast.Attribute) and root in python_names):
+                add("foreign-compute", node, f"the Triton kernel {fn.name} calls {_dotted(node.func)}: a Triton "
+                    "body calls Triton, not Python modules (the interpreter would run it as Python)")
 
 
 def _imported(node: ast.AST) -> list[str]:
