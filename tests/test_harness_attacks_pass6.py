@@ -122,3 +122,19 @@ def test_a_triton_body_that_calls_python_is_a_static_finding():
     for starter in sorted(KERNELS_DIR.glob("*.py")):
         found = [f.message for f in integrity.static_findings(starter.read_text()) if "the Triton kernel" in f.message]
         assert not found, (starter.name, found)
+
+
+def test_a_tensor_descriptors_tensor_with_planted_attributes_is_no_plain_argument():
+    """The interpreter copies a TensorDescriptor's ``base`` as it copies a tensor argument (its
+    storage's ``cpu`` in the exempt copy frames): a base with attributes planted on it is as
+    odd an argument as such a tensor passed directly."""
+    import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from autokernel.harness.launches import odd_argument
+
+    clean = torch.zeros(16, 16)
+    planted = torch.zeros(16, 16)
+    planted.untyped_storage = clean.untyped_storage
+    assert odd_argument((TensorDescriptor.from_tensor(clean, [16, 16]),), {}) is None
+    assert odd_argument((TensorDescriptor.from_tensor(planted, [16, 16]),), {}) is not None

@@ -110,7 +110,10 @@ def _plain(value: Any, depth: int = 0) -> bool:
         return planted((value,)) is None
     if type(value) in (tuple, list) and depth < 4:
         return all(_plain(v, depth + 1) for v in value)
-    return is_triton_class(type(value))
+    if not is_triton_class(type(value)):
+        return False
+    base = getattr(value, "base", None)  # a TensorDescriptor's tensor: the interpreter copies it as an argument
+    return base is None or not isinstance(base, torch.Tensor) or _plain(base, depth + 1)
 
 
 def is_triton_class(cls: type) -> bool:
