@@ -138,3 +138,35 @@ def test_a_tensor_descriptors_tensor_with_planted_attributes_is_no_plain_argumen
     planted.untyped_storage = clean.untyped_storage
     assert odd_argument((TensorDescriptor.from_tensor(clean, [16, 16]),), {}) is None
     assert odd_argument((TensorDescriptor.from_tensor(planted, [16, 16]),), {}) is not None
+
+
+# the same file setting its siblings' resource limits instead (RLIMIT_CPU would kill the incumbent)
+PRLIMIT = ("os.setpriority(os.PRIO_PROCESS, pid, 19)", "resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))")
+
+
+@pytest.mark.parametrize("edit,said", [(None, "setpriority"), (PRLIMIT, "prlimit")])
+def test_a_candidate_cannot_renice_the_incumbents_worker(tmp_path, no_static_checks, edit, said):
+    """Each call, the honest row sums' file lowered the CPU priority of its worker's siblings
+    (the incumbent's worker among them) to 19 with ``os.setpriority``, which raises no audit
+    event (passed; on a loaded host the incumbent is the slower in keep/revert, the wall clock
+    agreeing).  Calls on another process's scheduling or limits are refused and reported."""
+    from autokernel.problems.registry import KERNELS_DIR
+
+    attack = tmp_path / "renice.py"
+    text = (ATTACKS / "reduce_renice_incumbent.py").read_text()
+    if edit is not None:
+        assert edit[0] in text
+        text = text.replace(edit[0], edit[1]).replace("import os\n", "import os\nimport resource\n", 1)
+    attack.write_text(text)
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=30, baselines=False,
+                   writable=[tmp_path]) as ev:  # where it notes whom it reniced
+        result = ev.evaluate(attack, incumbent_file=KERNELS_DIR / "reduce.py")
+    assert result.verdict == "rejected" and "threads-or-streams" in rules(result), result.message
+    assert said in result.message, result.message
+    assert not Path(str(attack) + ".reniced").exists()
+
+
+def test_reaching_other_processes_without_a_signal_is_a_static_finding():
+    assert "threads-or-streams" in _static_rules((ATTACKS / "reduce_renice_incumbent.py").read_text())
+    assert "threads-or-streams" in _static_rules("import resource\n")
+    assert "threads-or-streams" in _static_rules("import os\n_o = os\n_o.sched_setaffinity(1, {0})\n")

@@ -134,6 +134,10 @@ _REGISTRY_WHY = ("operator registrations change what PyTorch runs for the whole 
 # os functions that start processes (prefixes: forkpty, spawnlp, execvpe...); signals to other
 # processes are refused at run time (host_reads.arm_outside: a kernel may signal itself)
 _PROCESS_CALLS = ("fork", "system", "popen", "spawn", "exec", "posix_spawn", "register_at_fork")
+# what acts on other processes without starting one (their priority, CPU set, limits; refused at
+# run time too, host_reads.OTHER_PROCESS_CALLS), by any name: a local alias of os reaches them
+_OTHER_PROCESS_NAMES = ("setpriority", "sched_setaffinity", "sched_setparam", "sched_setscheduler", "prlimit",
+                        "pidfd_open", "pidfd_send_signal")
 
 
 def static_findings(source: str, filename: str = "kernel.py", native_code: bool = False) -> list[StaticFinding]:
@@ -181,6 +185,9 @@ def static_findings(source: str, filename: str = "kernel.py", native_code: bool 
                 for a in node.names:
                     if a.name.startswith(_PROCESS_CALLS):
                         add("threads-or-streams", node, f"imports os.{a.name}")
+        for name in _imported(node) + ([node.attr] if isinstance(node, ast.Attribute) else []):
+            if name.split(".")[-1] in _OTHER_PROCESS_NAMES or name.split(".")[0] == "resource":
+                add("threads-or-streams", node, f"uses {name}: other processes (the incumbent's worker) are the judge's")
         if isinstance(node, ast.Attribute):
             dotted = _dotted(node) or ""
             root = dotted.split(".")[0]
