@@ -114,6 +114,10 @@ def test_a_triton_body_that_calls_python_is_a_static_finding():
     assert "foreign-compute" in _static_rules(sink)
     via_module = ("import math\nimport triton\n\n\n@triton.jit\ndef k(x_ptr):\n    y = math.fsum([x_ptr])\n")
     assert "foreign-compute" in _static_rules(via_module)
+    # the same through builtins alone: the bits read with int(), decoded and summed in Python
+    bits = ("import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef k(x_ptr, B: tl.constexpr):\n"
+            "    b = int(tl.load(x_ptr).to(tl.int32, bitcast=True)) + int(B) + float('-inf')\n")
+    assert "foreign-compute" in _static_rules(bits)
     honest = ("import triton\nimport triton.language as tl\n_EXP = tl.exp\nBLOCK = 128\n\n\n@triton.jit\n"
               "def _helper(x):\n    return _EXP(x) + 1\n\n\n@triton.jit\ndef k(x_ptr, y_ptr, n, B: tl.constexpr):\n"
               "    offs = tl.arange(0, B)\n    acc = tl.zeros((B,), tl.float32)\n    acc += _helper(tl.load(x_ptr + offs))\n"

@@ -301,6 +301,8 @@ def _jit_body_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
         if not (isinstance(fn, ast.FunctionDef) and _is_jit_decorated(fn)):
             continue
         local = {a.arg for a in fn.args.args + fn.args.kwonlyargs + fn.args.posonlyargs}
+        constexprs = {a.arg for a in fn.args.args + fn.args.kwonlyargs + fn.args.posonlyargs
+                      if a.annotation is not None and (_dotted(a.annotation) or "").endswith("constexpr")}
         local |= {t.id for t in ast.walk(fn) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
         for node in ast.walk(fn):
             if isinstance(node, (ast.Global, ast.Nonlocal)):
@@ -318,7 +320,12 @@ def _jit_body_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
             if not isinstance(node, ast.Call):
                 continue
             root = (_dotted(node.func) or "").split(".")[0]
-            if isinstance(node.func, ast.Name) and root in python_names:
+            if isinstance(node.func, ast.Name) and root in ("int", "float", "bool", "complex") and root not in \
+                    python_names and not all(isinstance(a, ast.Constant) or (isinstance(a, ast.Name) and a.id in constexprs)
+                                             for a in node.args):
+                add("foreign-compute", node, f"the Triton kernel {fn.name} converts a value with {root}(): a Triton "
+                    "value read into Python (the interpreter would read it; Triton would not compile it)")
+            elif isinstance(node.func, ast.Name) and root in python_names:
                 add("foreign-compute", node, f"the Triton kernel {fn.name} calls {root}, Python of the file's: "
                     "the interpreter would run it as Python, Triton would not compile it")
             elif root in foreign_modules or (isinstance(node.func, ast.Attribute) and root in python_names):
