@@ -148,7 +148,11 @@ def test_a_tensor_descriptors_tensor_with_planted_attributes_is_no_plain_argumen
 PRLIMIT = ("os.setpriority(os.PRIO_PROCESS, pid, 19)", "resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))")
 
 
-@pytest.mark.parametrize("edit,said", [(None, "setpriority"), (PRLIMIT, "prlimit")])
+# or signalling them through a pid file descriptor (no audit event either; signal 0 here)
+PIDFD = ("os.setpriority(os.PRIO_PROCESS, pid, 19)", "signal.pidfd_send_signal(os.open(f'/proc/{pid}', os.O_RDONLY), 0)")
+
+
+@pytest.mark.parametrize("edit,said", [(None, "setpriority"), (PRLIMIT, "prlimit"), (PIDFD, "pidfd_send_signal")])
 def test_a_candidate_cannot_renice_the_incumbents_worker(tmp_path, no_static_checks, edit, said):
     """Each call, the honest row sums' file lowered the CPU priority of its worker's siblings
     (the incumbent's worker among them) to 19 with ``os.setpriority``, which raises no audit
@@ -160,7 +164,7 @@ def test_a_candidate_cannot_renice_the_incumbents_worker(tmp_path, no_static_che
     text = (ATTACKS / "reduce_renice_incumbent.py").read_text()
     if edit is not None:
         assert edit[0] in text
-        text = text.replace(edit[0], edit[1]).replace("import os\n", "import os\nimport resource\n", 1)
+        text = text.replace(edit[0], edit[1]).replace("import os\n", "import os\nimport resource\nimport signal\n", 1)
     attack.write_text(text)
     with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=30, baselines=False,
                    writable=[tmp_path]) as ev:  # where it notes whom it reniced

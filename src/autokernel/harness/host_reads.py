@@ -109,9 +109,13 @@ OTHER_PROCESS_CALLS = ("setpriority", "sched_setaffinity", "sched_setparam", "sc
 
 def _guard_other_processes() -> None:
     import posix
+    import signal
 
-    for name in OTHER_PROCESS_CALLS:
-        original = getattr(os, name, None)
+    # a signal through a pid file descriptor (``os.open("/proc/<pid>")`` is one) raises no audit
+    # event either: refused whatever its target
+    calls = [(os, name) for name in OTHER_PROCESS_CALLS] + [(signal, "pidfd_send_signal")]
+    for home, name in calls:
+        original = getattr(home, name, None)
         if original is None:
             continue
 
@@ -119,16 +123,17 @@ def _guard_other_processes() -> None:
             if _OUTSIDE_RULE["armed"]:
                 which_who = args[:2] if _name == "setpriority" else (None,) + tuple(args[:1])
                 which, who = (tuple(which_who) + (None, None))[:2]
-                own = who in (0, _OUTSIDE_RULE["pid"]) and (which is None or which == os.PRIO_PROCESS)
+                own = _name != "pidfd_send_signal" and who in (0, _OUTSIDE_RULE["pid"]) and \
+                    (which is None or which == os.PRIO_PROCESS)
                 if not own:
-                    what = f"os.{_name}{tuple(args)!r:.80}: another process's scheduling"
+                    what = f"{_name}{tuple(args)!r:.80}: another process's scheduling or signals"
                     REFUSED_OUTSIDE.append(("threads-or-streams", what))
                     raise PermissionError(f"refused by the judge: {what}")
             return _original(*args, **kwargs)
 
         guarded.__name__, guarded.__qualname__, guarded.__doc__ = name, f"guarded {name}", original.__doc__
-        for module in (os, posix):
-            if getattr(module, name, None) is original:
+        for module in (home, posix, sys.modules.get("_signal")):
+            if module is not None and getattr(module, name, None) is original:
                 setattr(module, name, guarded)
 
 
