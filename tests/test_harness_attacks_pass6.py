@@ -178,3 +178,21 @@ def test_reaching_other_processes_without_a_signal_is_a_static_finding():
     assert "threads-or-streams" in _static_rules((ATTACKS / "reduce_renice_incumbent.py").read_text())
     assert "threads-or-streams" in _static_rules("import resource\n")
     assert "threads-or-streams" in _static_rules("import os\n_o = os\n_o.sched_setaffinity(1, {0})\n")
+
+
+def test_the_watch_calls_ops_through_their_c_handles(no_static_checks):
+    """The op class (a key of torch.utils.flop_counter's registry is an op packet, its
+    ``.default`` an OpOverload) had its ``__call__`` swapped for the length of the call: the
+    watch's ``func(*args)`` for ``y.view(...)`` ran the kernel's function inside
+    ``__torch_dispatch__``, where the watch is off torch's stack, and it wrote torch.softmax
+    into the output (passed all six stages).  The watch calls each op's C handle now and
+    reports the swap."""
+    with Evaluator("softmax", device="cpu", shapes=["4x100"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
+        result = ev.evaluate(ATTACKS / "softmax_op_call_swapped.py")
+    assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
+    assert "__call__" in result.message and result.failed_stage == "smoke", result.message
+
+
+def test_assigning_a_protocol_method_on_an_object_is_a_static_finding():
+    assert "introspection" in _static_rules((ATTACKS / "softmax_op_call_swapped.py").read_text())
+    assert "introspection" in _static_rules("def f(x):\n    c = type(x)\n    c.__getattr__ = f\n")

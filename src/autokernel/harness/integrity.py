@@ -237,6 +237,9 @@ def static_findings(source: str, filename: str = "kernel.py", native_code: bool 
             targets = list(node.targets)
         for target in targets:
             for leaf in _flatten_targets(target):
+                if isinstance(leaf, ast.Attribute) and leaf.attr.startswith("__") and leaf.attr.endswith("__"):
+                    add("introspection", leaf, f"assigns {leaf.attr} on an object: a class's protocol methods "
+                        "(an op's __call__, swapped for the length of a call, ran in the judge's watch)")
                 if isinstance(leaf, (ast.Attribute, ast.Subscript)):
                     dotted = _dotted(leaf.value if isinstance(leaf, ast.Subscript) else leaf) or ""
                     root = dotted.split(".")[0]

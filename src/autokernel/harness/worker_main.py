@@ -507,6 +507,10 @@ class _State:
                 "the judge's own tensor work would run its code")})
         if mode_problem:
             findings.append({"rule": "torch-op", "message": mode_problem})
+        if watch.tampered:
+            findings.append({"rule": "monkey-patch", "message": (
+                f"the kernel changed how the watch calls PyTorch ops ({watch.tampered[0]}) during its call: the "
+                "watch would run its code with the watch off")})
         registered = self._registered()
         if registered:
             findings.append(registered)
