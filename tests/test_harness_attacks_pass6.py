@@ -196,3 +196,14 @@ def test_the_watch_calls_ops_through_their_c_handles(no_static_checks):
 def test_assigning_a_protocol_method_on_an_object_is_a_static_finding():
     assert "introspection" in _static_rules((ATTACKS / "softmax_op_call_swapped.py").read_text())
     assert "introspection" in _static_rules("def f(x):\n    c = type(x)\n    c.__getattr__ = f\n")
+
+
+def test_the_watch_names_ops_by_their_schema_not_by_what_the_packet_says(no_static_checks):
+    """``_qualified_op_name`` of aten.mm's packet (a key of torch.utils.flop_counter's registry)
+    set to "aten::view" for the length of the call: the watch named ops by ``str()`` of their
+    packet, so torch.mm was recorded as ``aten.view`` and allowed (passed all six stages).  The
+    name comes from the op's schema through the schema class's C getter now."""
+    with Evaluator("matmul", device="cpu", shapes=["16x16x16"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
+        result = ev.evaluate(ATTACKS / "matmul_op_renamed.py")
+    assert result.verdict == "rejected" and "torch-op" in rules(result), result.message
+    assert "aten.mm" in result.message and result.failed_stage == "smoke", result.message

@@ -58,6 +58,23 @@ def make_watch_class(launch_record):
             watch.tampered.append("the op class's __call__")
         return handle(*args, **kwargs)
 
+    # and how it names an op: ``str(func.overloadpacket)`` read the packet's ``_qualified_op_name``,
+    # which a kernel set to "aten::view" on aten.mm's packet (a key of the same registry) for the
+    # length of its call: torch.mm was recorded as an allowed op.  The name comes from the op's
+    # schema through the schema class's C getter, taken now (the class's own attributes can be
+    # replaced).
+    schema_class = type(vars(torch.ops.aten.view.default)["_schema"])
+    schema_name = vars(schema_class)["name"].fget
+
+    def op_name(watch, func) -> str:
+        if type(func) is not op_class:
+            return str(func.overloadpacket)
+        schema = vars(func).get("_schema")
+        if type(schema) is not schema_class:
+            watch.tampered.append("an op's schema")
+            return "aten.<unknown>"
+        return schema_name(schema).replace("::", ".")
+
     torch_dir = os.path.dirname(torch.__file__)
     # only the interpreter's argument copies: its other frames call the kernel's own callables
     called_by_interpreter = launches.interpreter_frame_test(launch_record, (torch_dir, __file__),
@@ -92,9 +109,9 @@ def make_watch_class(launch_record):
                 # attribute planted on it (.untyped_storage) would run here, where torch has taken
                 # this mode off its stack (a sum computed there was never recorded)
                 if planted((out,)):
-                    self.planted.append(str(func.overloadpacket))
+                    self.planted.append(op_name(self, func))
                 self.allocated.add(span(out)[0])
-            name = str(func.overloadpacket)
+            name = op_name(self, func)
             if name in INTERPRETER_COPY_OPS and called_by_triton_interpreter():
                 return out
 
