@@ -207,3 +207,13 @@ def test_the_watch_names_ops_by_their_schema_not_by_what_the_packet_says(no_stat
         result = ev.evaluate(ATTACKS / "matmul_op_renamed.py")
     assert result.verdict == "rejected" and "torch-op" in rules(result), result.message
     assert "aten.mm" in result.message and result.failed_stage == "smoke", result.message
+
+
+def test_an_op_given_an_allowed_ops_schema_is_not_that_op(no_static_checks):
+    """aten.mm's op given aten.view's schema for the length of the call (both reachable through
+    torch.utils.flop_counter's ``aten``): named by its schema, torch.mm passed as aten.view.  An
+    op named as an allowed one must be that op's own object, taken before the kernel loaded."""
+    with Evaluator("matmul", device="cpu", shapes=["16x16x16"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
+        result = ev.evaluate(ATTACKS / "matmul_schema_swapped.py")
+    assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
+    assert "aten.view" in result.message and result.failed_stage == "smoke", result.message

@@ -20,7 +20,7 @@ def make_watch_class(launch_record):
     from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 
     from . import launches
-    from .integrity import POISONED_ALLOCATIONS
+    from .integrity import ALLOWED_OPS, POISONED_ALLOCATIONS
     from .output_checks import numel, planted, span
 
     # C functions taken before any kernel loads: the poison fill runs inside __torch_dispatch__,
@@ -47,9 +47,15 @@ def make_watch_class(launch_record):
     op_call = vars(op_class).get("__call__")
     builtin = type(len)
 
+    # torch's own op classes (OpOverload and its subclasses), by identity: another object posing as
+    # an op is never called here
+    op_classes = frozenset(c for c in vars(sys.modules[op_class.__module__]).values()
+                           if isinstance(c, type) and issubclass(c, op_class))
+
     def run_op(watch, func, args, kwargs):
-        if type(func) is not op_class:  # no other kind of op reaches a dispatch mode today
-            return func(*args, **kwargs)
+        if type(func) not in op_classes:
+            watch.tampered.append(f"an op of class {type(func).__name__}")
+            raise RuntimeError("refused by the judge: an op that is not one of torch's")
         handle = vars(func).get("_op")
         if type(handle) is not builtin:  # the kernel's own code in its place: never run here
             watch.tampered.append("an op's C handle")
@@ -66,14 +72,28 @@ def make_watch_class(launch_record):
     schema_class = type(vars(torch.ops.aten.view.default)["_schema"])
     schema_name = vars(schema_class)["name"].fget
 
+    # the allowed ops themselves, taken now: a schema is a plain attribute of its op, and aten.mm
+    # given aten.view's schema (both reachable through the flop counter's ``aten``) would be named
+    # aten.view; an op named as an allowed one must be one of these objects
+    allowed_objects = []
+    for full in ALLOWED_OPS:
+        namespace, _, short = full.partition(".")
+        try:
+            packet = getattr(getattr(torch.ops, namespace), short)
+            allowed_objects += [getattr(packet, overload) for overload in packet.overloads()]
+        except (AttributeError, RuntimeError):
+            continue
+    allowed_ids = frozenset(id(op) for op in allowed_objects)
+
     def op_name(watch, func) -> str:
-        if type(func) is not op_class:
-            return str(func.overloadpacket)
         schema = vars(func).get("_schema")
         if type(schema) is not schema_class:
             watch.tampered.append("an op's schema")
             return "aten.<unknown>"
-        return schema_name(schema).replace("::", ".")
+        name = schema_name(schema).replace("::", ".")
+        if name in ALLOWED_OPS and id(func) not in allowed_ids:
+            watch.tampered.append(f"an op named {name} that is not {name}")
+        return name
 
     torch_dir = os.path.dirname(torch.__file__)
     # only the interpreter's argument copies: its other frames call the kernel's own callables
