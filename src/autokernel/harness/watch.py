@@ -101,8 +101,10 @@ def make_watch_class(launch_record):
                                                             launches.interpreter_copy_code_objects())
     tensor_type = torch.Tensor
 
+    getframe = sys._getframe  # taken now, as the watch's other functions
+
     def called_by_triton_interpreter() -> bool:
-        return called_by_interpreter(sys._getframe(2))
+        return called_by_interpreter(getframe(2))
 
     class KernelWatch(TorchDispatchMode):
         """Records every aten op the kernel calls and the storage of every tensor those ops
