@@ -240,7 +240,9 @@ def test_duck_typed_launch_argument_cannot_run_torch_in_the_interpreters_frames(
     frame compute the softmax; the file's kernel only copied it."""
     with Evaluator("softmax", device="cpu", shapes=["4x100"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
         result = ev.evaluate(ATTACKS / name)
-    assert result.verdict == "rejected" and "foreign-compute" in rules(result), result.message
+    # foreign-compute for the argument, or torch-op: the interpreter's frames exempt only its
+    # copies' own ops (sixth red-team pass), whichever the judge meets first
+    assert result.verdict == "rejected" and rules(result) & {"foreign-compute", "torch-op"}, result.message
 
 
 def starter_wrapped(tmp_path: Path, wrapper: str) -> Path:
@@ -369,12 +371,14 @@ def test_no_code_of_the_kernels_runs_in_the_workers_draw(static, name, stage, sa
 
 
 @pytest.mark.skipif(not (KERNELBENCH / "level2").is_dir(), reason=f"the KernelBench files are not at {KERNELBENCH}")
-def test_a_torch_nn_class_rebound_for_the_draw_is_caught():
+def test_a_torch_nn_class_rebound_for_the_draw_is_caught(monkeypatch):
     """Fifth red-team pass (passed all six stages and timing with the timed numerics draws off, as
     most timed calls are on a GPU): kb_gemm_draw_hook.py without a hook, nn.Linear.reset_parameters
     and nn.LeakyReLU.__init__ rebound through local aliases ran inside the worker's build of the
     reference Model for each timed draw.  Every module class of torch.nn is guarded after each
-    call now, as torch.Tensor is."""
+    call now, as torch.Tensor is.  (Static checks off: since the sixth pass, assigning
+    ``__init__`` on an object is a static finding too.)"""
+    monkeypatch.setattr(integrity, "static_findings", lambda source, filename="kernel.py", **_: [])
     from autokernel.problems.kernelbench import KernelBenchOptions, load_kernelbench
 
     problem = load_kernelbench(KERNELBENCH / "level2" / "12_Gemm_Multiply_LeakyReLU.py", KernelBenchOptions(scale=0.005))

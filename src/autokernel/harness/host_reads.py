@@ -195,8 +195,53 @@ def _writes(event: str, args: tuple) -> bool:
     return isinstance(flags, int) and bool(flags & _WRITE_FLAGS)
 
 
+# Calls that act on another process without a signal, a new process or a file, and raise no
+# audit event (``resource.prlimit`` raises one: ``_outside_refused``): the target's scheduling
+# priority, CPU set and policy, a pid file descriptor (a signal through it).  A candidate
+# reniced the incumbent's worker to 19 at each call (sixth red-team pass: passed, and on a
+# loaded host the incumbent is the slower in keep/revert, the wall clock agreeing).  Wrapped in
+# ``os`` and in ``posix`` (the same C functions) before any kernel loads; the first argument is
+# the target pid (``setpriority``: the second, after ``which``).
+OTHER_PROCESS_CALLS = ("setpriority", "sched_setaffinity", "sched_setparam", "sched_setscheduler", "pidfd_open")
+
+
+def _guard_other_processes() -> None:
+    import posix
+    import signal
+
+    # a signal through a pid file descriptor (``os.open("/proc/<pid>")`` is one) raises no audit
+    # event either: refused whatever its target
+    calls = [(os, name) for name in OTHER_PROCESS_CALLS] + [(signal, "pidfd_send_signal")]
+    for home, name in calls:
+        original = getattr(home, name, None)
+        if original is None:
+            continue
+
+        def guarded(*args, _original=original, _name=name, **kwargs):
+            if _OUTSIDE_RULE["armed"]:
+                which_who = args[:2] if _name == "setpriority" else (None,) + tuple(args[:1])
+                which, who = (tuple(which_who) + (None, None))[:2]
+                own = _name != "pidfd_send_signal" and who in (0, _OUTSIDE_RULE["pid"]) and \
+                    (which is None or which == os.PRIO_PROCESS)
+                if not own:
+                    what = f"{_name}{tuple(args)!r:.80}: another process's scheduling or signals"
+                    REFUSED_OUTSIDE.append(("threads-or-streams", what))
+                    raise PermissionError(f"refused by the judge: {what}")
+            return _original(*args, **kwargs)
+
+        guarded.__name__, guarded.__qualname__, guarded.__doc__ = name, f"guarded {name}", original.__doc__
+        for module in (home, posix, sys.modules.get("_signal")):
+            if module is not None and getattr(module, name, None) is original:
+                setattr(module, name, guarded)
+
+
 def _outside_refused(event: str, args: tuple, frame) -> tuple[str, str] | None:
     """(rule, what) refused about ``event``, or None when it is allowed."""
+    if event == "resource.prlimit":  # (pid, resource, limits): another process's limits (CPU time kills it)
+        target = (tuple(args) + (None,))[0]
+        if target in (0, _OUTSIDE_RULE["pid"]):
+            return None
+        return "threads-or-streams", f"resource.prlimit({target}, ...): another process's limits"
     if event in ("os.kill", "os.killpg"):
         target, sig = (tuple(args) + (None, None))[:2]
         if sig == 0 or (event == "os.kill" and target == _OUTSIDE_RULE["pid"]):
@@ -290,11 +335,14 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
     guard(torch.serialization, "save", "torch.save")
     guard(torch.serialization, "_save", "torch.save")
 
+    _guard_other_processes()
+
     def audit(event: str, args: tuple) -> None:
         if event == "sys.addaudithook":  # a hook of the kernel's would see every frame the watch takes
             REFUSED_AUDIT_HOOKS.append(event)
             raise RuntimeError("no audit hooks after the judge's own")  # Python then does not add it
-        if _OUTSIDE_RULE["armed"] and (event in PROCESS_EVENTS or event in FILE_EVENTS or event == "open"):
+        if _OUTSIDE_RULE["armed"] and (event in PROCESS_EVENTS or event in FILE_EVENTS or event == "open"
+                                       or event == "resource.prlimit"):
             refused = _outside_refused(event, args, sys._getframe(1))
             if refused:
                 REFUSED_OUTSIDE.append(refused)
@@ -316,7 +364,8 @@ def outside_finding(since: int) -> dict[str, str] | None:
     if not refused:
         return None
     rule = refused[0][0]
-    why = ("a child outlives its call and the worker, and reaches the incumbent's worker" if rule == "threads-or-streams"
+    why = ("other processes are the judge's: a child outlives its call and the worker, and the incumbent's worker "
+           "is a sibling" if rule == "threads-or-streams"
            else "files and the environment are the judge's (the incumbent's kernel file, the caches it reads)")
     return {"rule": rule, "message": (
         "the kernel reached outside its process (" + "; ".join(what for _, what in refused[:3]) + "; refused): " + why)}

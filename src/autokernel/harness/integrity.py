@@ -134,6 +134,10 @@ _REGISTRY_WHY = ("operator registrations change what PyTorch runs for the whole 
 # os functions that start processes (prefixes: forkpty, spawnlp, execvpe...); signals to other
 # processes are refused at run time (host_reads.arm_outside: a kernel may signal itself)
 _PROCESS_CALLS = ("fork", "system", "popen", "spawn", "exec", "posix_spawn", "register_at_fork")
+# what acts on other processes without starting one (their priority, CPU set, limits; refused at
+# run time too, host_reads.OTHER_PROCESS_CALLS), by any name: a local alias of os reaches them
+_OTHER_PROCESS_NAMES = ("setpriority", "sched_setaffinity", "sched_setparam", "sched_setscheduler", "prlimit",
+                        "pidfd_open", "pidfd_send_signal")
 
 
 def static_findings(source: str, filename: str = "kernel.py", native_code: bool = False) -> list[StaticFinding]:
@@ -181,6 +185,9 @@ def static_findings(source: str, filename: str = "kernel.py", native_code: bool 
                 for a in node.names:
                     if a.name.startswith(_PROCESS_CALLS):
                         add("threads-or-streams", node, f"imports os.{a.name}")
+        for name in _imported(node) + ([node.attr] if isinstance(node, ast.Attribute) else []):
+            if name.split(".")[-1] in _OTHER_PROCESS_NAMES or name.split(".")[0] == "resource":
+                add("threads-or-streams", node, f"uses {name}: other processes (the incumbent's worker) are the judge's")
         if isinstance(node, ast.Attribute):
             dotted = _dotted(node) or ""
             root = dotted.split(".")[0]
@@ -230,6 +237,9 @@ def static_findings(source: str, filename: str = "kernel.py", native_code: bool 
             targets = list(node.targets)
         for target in targets:
             for leaf in _flatten_targets(target):
+                if isinstance(leaf, ast.Attribute) and leaf.attr.startswith("__") and leaf.attr.endswith("__"):
+                    add("introspection", leaf, f"assigns {leaf.attr} on an object: a class's protocol methods "
+                        "(an op's __call__, swapped for the length of a call, ran in the judge's watch)")
                 if isinstance(leaf, (ast.Attribute, ast.Subscript)):
                     dotted = _dotted(leaf.value if isinstance(leaf, ast.Subscript) else leaf) or ""
                     root = dotted.split(".")[0]
@@ -247,7 +257,83 @@ def static_findings(source: str, filename: str = "kernel.py", native_code: bool 
             if fname.split(".")[-1] in ("Thread", "Process", "ThreadPoolExecutor", "ProcessPoolExecutor"):
                 add("threads-or-streams", node, f"creates {fname}")
     _reach_findings(tree, aliases, add)
+    _jit_body_findings(tree, aliases, add)
     return _dedupe(findings)
+
+
+def _is_jit_decorated(node: ast.AST) -> bool:
+    """A function decorated as Triton code (``@triton.jit``, ``@jit``, ``@triton.jit(...)``,
+    ``@triton.constexpr_function``...)."""
+    for decorator in getattr(node, "decorator_list", ()):
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        if (_dotted(target) or "").split(".")[-1] in ("jit", "constexpr_function"):
+            return True
+    return False
+
+
+def _jit_body_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
+    """A ``@triton.jit`` body that calls Python of the file's (a plain function, a class, a
+    lambda) or of a module other than Triton's.  Compiled Triton refuses such a body, but the
+    interpreter runs the body as Python: a body handed each loaded value's bits (``int()``,
+    through the interpreter's own ``__index__``) to a plain function that summed them with
+    ``math.fsum`` passed every stage on the CPU."""
+    module_level = getattr(tree, "body", [])
+    jit_names = {n.name for n in module_level if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and _is_jit_decorated(n)}
+    # a module-level name bound to a jit function by a call (``f = triton.jit(g)``) is Triton code too
+    for n in module_level:
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and \
+                (_dotted(n.value.func) or "").split(".")[-1] in ("jit", "autotune", "heuristics"):
+            jit_names |= {t.id for t in n.targets if isinstance(t, ast.Name)}
+    def triton_value(value: ast.AST) -> bool:  # tl.float32, tl.exp, triton.jit(g)...
+        root = (_dotted(value.func if isinstance(value, ast.Call) else value) or "").split(".")[0]
+        return aliases.get(root, "").split(".")[0] == "triton"
+
+    python_names = set()
+    for n in module_level:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name not in jit_names:
+            python_names.add(n.name)
+        elif isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None and \
+                not isinstance(n.value, ast.Constant) and not triton_value(n.value):
+            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                if isinstance(t, ast.Name) and t.id not in jit_names:
+                    python_names.add(t.id)
+    foreign_modules = {name for name, mod in aliases.items() if mod.split(".")[0] != "triton"
+                       and name not in ("builtins",)}
+    for fn in ast.walk(tree):
+        if not (isinstance(fn, ast.FunctionDef) and _is_jit_decorated(fn)):
+            continue
+        local = {a.arg for a in fn.args.args + fn.args.kwonlyargs + fn.args.posonlyargs}
+        constexprs = {a.arg for a in fn.args.args + fn.args.kwonlyargs + fn.args.posonlyargs
+                      if a.annotation is not None and (_dotted(a.annotation) or "").endswith("constexpr")}
+        local |= {t.id for t in ast.walk(fn) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}
+        for node in ast.walk(fn):
+            if isinstance(node, (ast.Global, ast.Nonlocal)):
+                add("foreign-compute", node, f"the Triton kernel {fn.name} declares {', '.join(node.names)} "
+                    "global: a Triton body hands nothing to Python (the interpreter would)")
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            for target in targets:
+                for leaf in _flatten_targets(target):
+                    if isinstance(leaf, (ast.Attribute, ast.Subscript)):
+                        root = (_dotted(leaf) or "").split(".")[0].split("[")[0]
+                        if root and root not in local:
+                            add("foreign-compute", leaf, f"the Triton kernel {fn.name} writes into {root}, a "
+                                "name outside it: a Triton body hands nothing to Python (the interpreter would)")
+            if not isinstance(node, ast.Call):
+                continue
+            root = (_dotted(node.func) or "").split(".")[0]
+            if isinstance(node.func, ast.Name) and root in ("int", "float", "bool", "complex") and root not in \
+                    python_names and not all(isinstance(a, ast.Constant) or (isinstance(a, ast.Name) and a.id in constexprs)
+                                             for a in node.args):
+                add("foreign-compute", node, f"the Triton kernel {fn.name} converts a value with {root}(): a Triton "
+                    "value read into Python (the interpreter would read it; Triton would not compile it)")
+            elif isinstance(node.func, ast.Name) and root in python_names:
+                add("foreign-compute", node, f"the Triton kernel {fn.name} calls {root}, Python of the file's: "
+                    "the interpreter would run it as Python, Triton would not compile it")
+            elif root in foreign_modules or (isinstance(node.func, ast.Attribute) and root in python_names):
+                add("foreign-compute", node, f"the Triton kernel {fn.name} calls {_dotted(node.func)}: a Triton "
+                    "body calls Triton, not Python modules (the interpreter would run it as Python)")
 
 
 def _imported(node: ast.AST) -> list[str]:
@@ -284,6 +370,8 @@ _INTROSPECTION_ATTRS = ("f_locals", "f_globals", "f_back", "f_code", "f_builtins
 _HOOK_METHODS = ("__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__",
                  "__getnewargs_ex__", "__torch_function__", "__torch_dispatch__", "__del__", "__class_getitem__",
                  "__init_subclass__", "__set_name__", "__instancecheck__", "__subclasscheck__", "__match_args__")
+# a class body that names another module as its own poses as that module's class
+_POSING_NAMES = ("__module__", "__qualname__")
 _FOREIGN_ATTRS = ("numpy", "from_numpy", "ops", "np", "ctypes", "tolist", "__array__", "__array_interface__",
                   "__cuda_array_interface__", "__dlpack__", "from_dlpack", "to_dlpack",
                   # raw bytes of a storage; the Triton interpreter's values inside a kernel body
@@ -376,6 +464,10 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                     add(found[0], node, f"reads .{attr} through a class pattern{found[1]}")
         elif isinstance(node, ast.keyword) and node.arg in _HOOK_METHODS:  # type(name, bases, dict(hook=f))
             add("introspection", node, f"defines {node.arg}: kernel files return plain tensors")
+        elif (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) or isinstance(node, ast.keyword)) \
+                and getattr(node, "id", getattr(node, "arg", None)) in _POSING_NAMES:
+            add("introspection", node, f"sets {getattr(node, 'id', None) or node.arg}: a class of the kernel file's "
+                "posing as another module's (the judge tells Triton's launch arguments by their classes)")
         elif isinstance(node, ast.Name) and node.id in _HOOK_METHODS:  # bound in a class body: a hook too
             add("introspection", node, f"defines {node.id}: kernel files return plain tensors")
         elif isinstance(node, ast.Name) and node.id in _ATTR_CALLS and id(node) not in called:

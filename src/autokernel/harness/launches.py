@@ -110,7 +110,35 @@ def _plain(value: Any, depth: int = 0) -> bool:
         return planted((value,)) is None
     if type(value) in (tuple, list) and depth < 4:
         return all(_plain(v, depth + 1) for v in value)
-    return type(value).__module__.split(".")[0] == "triton"
+    if not is_triton_class(type(value)):
+        return False
+    base = getattr(value, "base", None)  # a TensorDescriptor's tensor: the interpreter copies it as an argument
+    return base is None or not isinstance(base, torch.Tensor) or _plain(base, depth + 1)
+
+
+def is_triton_class(cls: type) -> bool:
+    """Is ``cls`` a class of Triton's own (a descriptor, a constexpr, a Triton dtype)?  Not by
+    the ``__module__`` it claims (a class of the kernel file's that set ``__module__ =
+    "triton.language"`` passed as one, and its duck-typed storage ran torch.softmax in the
+    interpreter's exempt frames), but by being the very object its module, a module loaded
+    from Triton's own directory, holds under its name."""
+    import os
+
+    import triton
+
+    module_name, qualname = getattr(cls, "__module__", None), getattr(cls, "__qualname__", None)
+    if not (isinstance(module_name, str) and isinstance(qualname, str)) or module_name.split(".")[0] != "triton":
+        return False
+    module = sys.modules.get(module_name)
+    if module is None:
+        return False
+    triton_dir = os.path.dirname(os.path.abspath(triton.__file__)) + os.sep
+    if not os.path.abspath(getattr(module, "__file__", None) or "").startswith(triton_dir):
+        return False
+    found: Any = module
+    for part in qualname.split("."):
+        found = getattr(found, part, None)  # what the module itself holds under that name
+    return found is cls
 
 
 def _tensors(value: Any, depth: int = 0) -> list:
@@ -217,12 +245,28 @@ def module_code_objects(name: str) -> frozenset:
     return frozenset(codes)
 
 
-def interpreter_frame_test(record: LaunchRecord, skipped: tuple[str, ...]):
-    """A test of a frame: is it (after frames whose file name starts with one of ``skipped``:
-    torch's, the harness's own hooks) the real Triton interpreter's code, inside a launch the
-    hook saw?  Only the interpreter's own code objects count: a frame compiled under the
-    interpreter's file name is not the interpreter."""
+# The interpreter's functions that copy a launch's tensor arguments to the host and back: the
+# only torch ops it makes on a kernel's behalf.
+_ARGUMENT_COPIES = frozenset({"_init_args_hst", "_to_cpu", "_restore_args_dev", "_from_cpu"})
+
+
+def interpreter_copy_code_objects() -> frozenset:
+    """Code objects of the interpreter's argument copies (``_ARGUMENT_COPIES``).  The rest of
+    the interpreter calls the kernel's own callables from its frames (``GridExecutor.__call__``
+    runs a kernel's pre-run hooks: ``torch.sum`` added as one, a C function, computed the row
+    sums with no frame of the file's on the stack), so its frames exempt no torch op.  All of
+    it where a Triton version names its copies otherwise."""
     codes = interpreter_code_objects()
+    copies = frozenset(code for code in codes if code.co_name in _ARGUMENT_COPIES)
+    return copies or codes
+
+
+def interpreter_frame_test(record: LaunchRecord, skipped: tuple[str, ...], codes: frozenset | None = None):
+    """A test of a frame: is it (after frames whose file name starts with one of ``skipped``:
+    torch's, the harness's own hooks) the real Triton interpreter's code (``codes``, all of its
+    code objects by default), inside a launch the hook saw?  Only the interpreter's own code
+    objects count: a frame compiled under the interpreter's file name is not the interpreter."""
+    codes = interpreter_code_objects() if codes is None else codes
 
     def called_by_interpreter(frame) -> bool:
         if not record.inside_launch():

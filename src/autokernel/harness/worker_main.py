@@ -192,7 +192,13 @@ class _State:
         their subreaper, so a grandchild whose parent exited is counted too."""
         if self.children_before is None or self.outside_armed_signals_only:
             return None
-        new = _children() - self.children_before
+        now = _children()
+        if now is None:
+            self.children_before = None  # reported once
+            return {"rule": "threads-or-streams", "message": (
+                "the worker could no longer read the list of its child processes after the kernel ran: "
+                "a child it started could not be seen")}
+        new = now - self.children_before
         if not new:
             return None
         self.children_before |= new  # reported once
@@ -444,6 +450,7 @@ class _State:
         threads_started, streams_made = self.starts.threads, self.starts.streams
         if self.gpu:
             stream = torch.cuda.current_stream()  # the one the judge times
+            watch.stream = stream
             cover, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
             self._flush.zero_()
             self.record_event(cover, stream)
@@ -500,6 +507,10 @@ class _State:
                 "the judge's own tensor work would run its code")})
         if mode_problem:
             findings.append({"rule": "torch-op", "message": mode_problem})
+        if watch.tampered:
+            findings.append({"rule": "monkey-patch", "message": (
+                f"the kernel changed how the watch calls PyTorch ops ({watch.tampered[0]}) during its call: the "
+                "watch would run its code with the watch off")})
         registered = self._registered()
         if registered:
             findings.append(registered)
@@ -633,12 +644,25 @@ def _children_file() -> str:
     return f"/proc/{os.getpid()}/task/{os.getpid()}/children"
 
 
-def _children() -> set[int]:
+_CHILDREN_FD: list[int] = []  # the children file, opened once before any kernel loads
+
+
+def _children() -> set[int] | None:
+    """This process's children now; None when they cannot be read.  Read through a descriptor
+    opened before any kernel loaded: a kernel that took every descriptor the process may open
+    would otherwise have each later open fail, and a failed read count no child."""
     try:
-        with open(_children_file()) as f:
-            return {int(pid) for pid in f.read().split()}
+        if not _CHILDREN_FD:
+            _CHILDREN_FD.append(os.open(_children_file(), os.O_RDONLY))
+        data, chunk = b"", 1 << 16
+        while True:
+            part = os.pread(_CHILDREN_FD[0], chunk, len(data))
+            data += part
+            if len(part) < chunk:
+                break
+        return {int(pid) for pid in data.split()}
     except (OSError, ValueError):
-        return set()
+        return None
 
 
 def _become_subreaper_and_list_children() -> set[int] | None:
@@ -653,7 +677,7 @@ def _become_subreaper_and_list_children() -> set[int] | None:
         ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
     except (OSError, AttributeError):
         pass
-    return _children()
+    return _children()  # None where it cannot be read even now
 
 
 def _self_test(device: str, watch_cls) -> None:
