@@ -27,10 +27,6 @@ def snapshot(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def optimize(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, "optimize", *args], env=ENV, capture_output=True, text=True, timeout=timeout)
-
-
 # --------------------------------------------------------------------------- bad input
 def _invoke(*args: str):
     return CliRunner().invoke(app, ["optimize", *args])
