@@ -25,10 +25,13 @@ def _missing(kind: str) -> str | None:
 
 
 @pytest.fixture(scope="module")
-def judged():
-    """Every starter judged once, two at a time in processes of their own (starter_judge.py): the
-    judge is the whole cost of this file, and one evaluation keeps about one core busy."""
-    kinds = [k for k in list_kinds() if _missing(k) is None]
+def judged(request):
+    """The selected starters judged once each, two at a time in processes of their own
+    (starter_judge.py): the judge is the whole cost of this file, and one evaluation keeps about
+    one core busy."""
+    selected = {item.callspec.params["kind"] for item in request.session.items
+                if getattr(item, "originalname", "") == "test_starter_passes_every_stage" and item.module is request.module}
+    kinds = [k for k in list_kinds() if k in selected and _missing(k) is None]
     with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = {kind: pool.submit(judge_starter, kind) for kind in kinds}
         yield futures
