@@ -8,12 +8,13 @@ from pathlib import Path
 from agent_stubs import KERNEL
 
 # A correct row-sum kernel for the reduce problem whose start setting loops over each row in
-# chunks of 16 (about five times slower under the interpreter); FAST does one chunk per row; BROKEN pads masked
-# lanes with 1.0 (wrong sums whenever N is not a multiple of the block).
-START = (KERNEL.replace('"BLOCK_N": 256', '"BLOCK_N": 16')
+# chunks of 64 (about twice as slow under the interpreter: far past the judge's noise, and each
+# evaluation of it costs a third of what chunks of 16 did); FAST does one chunk per row; BROKEN
+# pads masked lanes with 1.0 (wrong sums whenever N is not a multiple of the block).
+START = (KERNEL.replace('"BLOCK_N": 256', '"BLOCK_N": 64')
          .replace("    out = torch.empty((M,), dtype=x.dtype, device=x.device)\n",
                   "    out = torch.empty((M,), dtype=x.dtype, device=x.device)\n    if M == 0:\n        return out\n"))
-FAST = START.replace('"BLOCK_N": 16', '"BLOCK_N": 512')
+FAST = START.replace('"BLOCK_N": 64', '"BLOCK_N": 512')
 BROKEN = FAST.replace("other=0.0", "other=1.0")
 FAST_WARPS = FAST.replace('"num_warps": 4}', '"num_warps": 8}')
 assert START != KERNEL and FAST != START and BROKEN != FAST and FAST_WARPS != FAST

@@ -204,7 +204,7 @@ import pathlib, subprocess, sys
 prompt = pathlib.Path(sys.argv[1]).read_text()
 assert "autokernel bench kernel.py --problem reduce" in prompt and "kernel_fn(x" in prompt
 k = pathlib.Path("kernel.py")
-k.write_text(k.read_text().replace('"BLOCK_N": 16', '"BLOCK_N": 512'))
+k.write_text(k.read_text().replace('"BLOCK_N": 64', '"BLOCK_N": 512'))
 pathlib.Path("../../results.tsv").write_text("forged\\n")
 pathlib.Path("../../README.txt").write_text("the agent was here")
 run = lambda *a: subprocess.run(["git", *a], check=True, capture_output=True)

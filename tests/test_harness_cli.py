@@ -23,14 +23,16 @@ def run(*args):
     return CliRunner().invoke(app, list(args))
 
 
-def test_correct_kernel_json_exit_0():
+def test_correct_kernel_json_exit_0_and_against_times_two_files_interleaved():
     r = run("bench", STARTER, "--problem", "reduce", "--device", "cpu", "--shape", "8x64", "--shape", "3x50",
-            "--dtype", "fp32,fp16", "--json", "--no-baselines")
+            "--dtype", "fp32,fp16", "--json", "--no-baselines", "--against", STARTER)
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     assert d["verdict"] == "pass" and d["correct"] is True and d["timing_kind"] == "interpreter"
     assert [t["shape"] for t in d["timings"]] == [{"M": 8, "N": 64}, {"M": 3, "N": 50}]
     assert all(t["dtype"] == "fp32" for t in d["timings"])
+    c = d["vs_incumbent"]
+    assert c["candidate_us"] > 0 and c["incumbent_us"] > 0 and c["noise_frac"] >= 0
 
 
 def test_wrong_kernel_is_exit_1_with_a_verdict():
@@ -40,13 +42,10 @@ def test_wrong_kernel_is_exit_1_with_a_verdict():
     assert d["verdict"] == "rejected" and d["integrity"][0]["rule"] == "partial-write"
 
 
-def test_against_times_two_files_interleaved():
-    args = ("bench", STARTER, "--problem", "reduce", "--device", "cpu", "--shape", "8x64", "--no-baselines",
-            "--against", STARTER)
-    d = json.loads(run(*args, "--json").stdout)
-    c = d["vs_incumbent"]
-    assert c["candidate_us"] > 0 and c["incumbent_us"] > 0 and c["noise_frac"] >= 0
-    r = run(*args)
+def test_against_says_so_in_the_human_output():
+    # the --json record of an --against run: test_correct_kernel_json_exit_0_and_against_...
+    r = run("bench", STARTER, "--problem", "reduce", "--device", "cpu", "--shape", "8x64", "--no-baselines",
+            "--against", STARTER, "--dtype", "fp32")
     assert r.exit_code == 0 and "against the other file (interleaved)" in r.stdout
 
 

@@ -1,5 +1,5 @@
 """``autokernel run`` end to end on the shipped examples (CPU, Triton interpreter, tiny
-models, a budget of a few seconds: the loop gets through about one experiment)."""
+models, a budget of ten seconds: the loop gets through the first evaluations)."""
 from __future__ import annotations
 
 import json
@@ -19,7 +19,7 @@ ONE_LAYER = {"llama": "n_layers=1", "gpt2": "n_layer=1", "bert": "n_layers=1"}
 @pytest.mark.parametrize("model", ["llama", "gpt2", "bert"])
 def test_run_on_each_example(tmp_path, model, capfd):
     wd = tmp_path / model
-    args = ["run", "--model", model, "--workdir", str(wd), "--device", "cpu", "--budget", "20s",
+    args = ["run", "--model", model, "--workdir", str(wd), "--device", "cpu", "--budget", "10s",
             "--input-shape", "1x8", "--config", ONE_LAYER[model], "--timeout", "120"]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
