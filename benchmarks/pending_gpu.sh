@@ -5,8 +5,9 @@
 #   bash benchmarks/pending_gpu.sh judge  OUT   # the judge's run-time rules on real hardware, its cost, hf:bert
 #   bash benchmarks/pending_gpu.sh kinds  OUT   # linear_gelu and attention_rotary against eager and torch.compile
 #   bash benchmarks/pending_gpu.sh tuner  OUT   # the tuner against a sweep of the attention starter (issue 14)
-#   bash benchmarks/pending_gpu.sh fixes  OUT   # the sixth session's fixes: starters that failed on the GPU,
-#                                               # linear_gelu's default, hf:bert/hf:gpt2 selected on GPU time
+#   bash benchmarks/pending_gpu.sh fixes  OUT   # the sixth session's changes: the starters that failed on the
+#                                               # GPU and the judge's new rules (smoke), hf:bert/hf:gpt2
+#                                               # selected on GPU time, the judge's cost
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
@@ -43,13 +44,12 @@ tuner)
         --rep-ms 10 --out "$out/tuner"
     ;;
 fixes)
-    step judge_smoke 140 python benchmarks/judge_smoke_gpu.py --out "$out/smoke" --budget 110 \
-        --kinds attention_rotary,reduce,linear_gelu
+    step judge_smoke 230 python benchmarks/judge_smoke_gpu.py --out "$out/smoke" --budget 200 \
+        --kinds reduce,attention_rotary,linear_gelu,softmax,matmul,rmsnorm
     for model in hf:bert hf:gpt2; do
         step "graphs_${model#hf:}" 100 python benchmarks/models_gpu.py --out "$out/${model#hf:}" --skip-fused \
             --cuda-graphs --compile-mode reduce-overhead --models "$model" --max-minutes 1.5
     done
-    step linear_gelu 85 python benchmarks/linear_gelu_gpu.py --out "$out/linear_gelu" --max-minutes 1.2
     step timing 110 python benchmarks/timing_gpu.py --out "$out/timing" --kinds softmax,rmsnorm --repeats 2
     ;;
 *)
