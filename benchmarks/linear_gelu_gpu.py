@@ -59,15 +59,12 @@ def gpt2_new_gelu(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
-def rel_error(out, ref) -> float:
-    out, ref = out.float(), ref.float()
-    return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
-
-
 def candidates(problem, args, gpu: bool, sweep: bool, log) -> dict:
     """name -> callable, each checked against the fp32 reference (a wrong one is left out)."""
     import torch
     import torch.nn.functional as F
+
+    from autokernel.verify import rel_error
 
     x, w, b, tanh = args
     ref = problem.reference(x.float(), w.float(), b.float(), tanh)
@@ -93,7 +90,7 @@ def candidates(problem, args, gpu: bool, sweep: bool, log) -> dict:
     with torch.no_grad():
         for name, fn in fns.items():
             try:
-                err = rel_error(fn(), ref)
+                err = rel_error(fn(), ref)  # autokernel.verify's: NaN/inf or a wrong shape is inf
             except Exception as exc:  # a config that does not compile is reported, not fatal
                 log(f"  {name}: {type(exc).__name__}: {str(exc)[:200]}")
                 continue

@@ -152,10 +152,9 @@ def starter_and_eager_us(problem, dtype, gpu: bool) -> tuple[float, float]:
     (``device_time_ms`` weighted by calls), as a run's results would give them to the selection."""
     from autokernel.agents.screen import ramp_gpu_clocks
     from autokernel.problems import get_problem
-
-    kind = get_problem(problem.kind)
     from autokernel.problems.registry import load_starter
 
+    kind = get_problem(problem.kind)
     module = load_starter(problem.kind)
     eager = kind.eager or kind.reference
     starter_us = eager_us = 0.0

@@ -125,6 +125,9 @@ class TrustedCode:
         import torch
         import triton
 
+        from .launches import nested_code_objects
+
+        self._nested = nested_code_objects
         roots = [os.path.dirname(triton.__file__), os.path.dirname(torch.__file__), os.path.dirname(__file__),
                  sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]]
         self._roots = tuple(os.path.join(os.path.realpath(r), "") for r in roots)
@@ -145,7 +148,7 @@ class TrustedCode:
     def _codes_of(self, filename: str) -> frozenset:
         known = self._codes_by_file.get(filename)
         if known is None:
-            known = self._codes_by_file[filename] = frozenset(_nested_codes(self._compiled(filename)))
+            known = self._codes_by_file[filename] = frozenset(self._nested(self._compiled(filename)))
         return known
 
     def _compiled(self, filename: str) -> Any:
@@ -163,17 +166,6 @@ class TrustedCode:
                 return self._compile(f.read(), filename, "exec", dont_inherit=True)
         except Exception:  # no source, not Python: nothing of it is trusted
             return None
-
-
-def _nested_codes(code: Any) -> list:
-    if code is None:
-        return []
-    out, stack = [], [code]
-    while stack:
-        c = stack.pop()
-        out.append(c)
-        stack += [k for k in c.co_consts if type(k) is type(code)]
-    return out
 
 
 def _in_writable(event: str, args: tuple) -> bool:

@@ -199,6 +199,17 @@ def interpreter_code_objects() -> frozenset:
     return module_code_objects("triton.runtime.interpreter")
 
 
+def nested_code_objects(code: types.CodeType | None) -> list:
+    """``code`` and every code object nested in its constants (functions, lambdas, classes and
+    comprehensions defined inside it), at any depth; none for None."""
+    out, stack = [], [code] if code is not None else []
+    while stack:
+        c = stack.pop()
+        out.append(c)
+        stack += [k for k in c.co_consts if isinstance(k, types.CodeType)]
+    return out
+
+
 def module_code_objects(name: str) -> frozenset:
     """Code objects of every function and method defined in the module ``name`` (nested
     functions included); empty when it cannot be imported."""
@@ -213,12 +224,7 @@ def module_code_objects(name: str) -> frozenset:
     codes: set = set()
 
     def add_code(code: types.CodeType) -> None:
-        if code in codes:
-            return
-        codes.add(code)
-        for const in code.co_consts:
-            if isinstance(const, types.CodeType):
-                add_code(const)
+        codes.update(nested_code_objects(code))
 
     def visit(obj: Any, seen: set) -> None:
         if id(obj) in seen:

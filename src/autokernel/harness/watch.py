@@ -126,14 +126,14 @@ def make_watch_class(launch_record):
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = run_op(self, func, args, kwargs or {})
+            name = op_name(self, func)
             if type(out) is tensor_type:
                 # C functions, never out's own methods: an in-place op returns its argument, and an
                 # attribute planted on it (.untyped_storage) would run here, where torch has taken
                 # this mode off its stack (a sum computed there was never recorded)
                 if planted((out,)):
-                    self.planted.append(op_name(self, func))
+                    self.planted.append(name)
                 self.allocated.add(span(out)[0])
-            name = op_name(self, func)
             if name in INTERPRETER_COPY_OPS and called_by_triton_interpreter():
                 return out
 

@@ -20,10 +20,11 @@ def reference(x: torch.Tensor) -> torch.Tensor:
 
 
 def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
-    """Normal values around a mean of 1 (less for long fp16 rows: ``_mean``).  Zero-mean rows sum to near zero now and then, and
-    two correct fp32 sums of the same row in different orders then differ by more than 1e-5
-    of the (tiny) result: a single-row edge shape failed a correct kernel on ~1% of draws.
-    Cancellation itself is judged on exact values (``adversarial_inputs``)."""
+    """Normal values around a mean of 1 (less for long fp16 rows: ``_mean``).  Zero-mean rows
+    sum to near zero now and then, and two correct fp32 sums of the same row in different
+    orders then differ by more than 1e-5 of the (tiny) result: a single-row edge shape failed a
+    correct kernel on ~1% of draws.  Cancellation itself is judged on exact values
+    (``adversarial_inputs``)."""
     gen = generator(device, seed)
     return (randn((shape["M"], shape["N"]), dtype, device, gen, offset=_mean(shape["N"], dtype)),)
 
