@@ -123,7 +123,7 @@ def test_attack_is_caught(reduce_eval, name, verdict, rule, stage):
 @pytest.fixture
 def no_static_checks(monkeypatch):
     """The judge with its static checks off: what a file that slipped past them meets."""
-    monkeypatch.setattr(integrity, "static_findings", lambda source, filename="kernel.py": [])
+    monkeypatch.setattr(integrity, "static_findings", lambda source, filename="kernel.py", **_: [])
 
 
 @pytest.mark.parametrize("name,rule", [
@@ -361,7 +361,7 @@ def test_no_code_of_the_kernels_runs_in_the_workers_draw(static, name, stage, sa
     from autokernel.problems.kernelbench import KernelBenchOptions, load_kernelbench
 
     if not static:
-        monkeypatch.setattr(integrity, "static_findings", lambda source, filename="kernel.py": [])
+        monkeypatch.setattr(integrity, "static_findings", lambda source, filename="kernel.py", **_: [])
     problem = load_kernelbench(KERNELBENCH / "level2" / "12_Gemm_Multiply_LeakyReLU.py", KernelBenchOptions(scale=0.005))
     with Evaluator(problem, device="cpu", shapes=problem.cpu_shapes[:1], timeout_s=60, baselines=False) as ev:
         result = ev.evaluate(ATTACKS / name)

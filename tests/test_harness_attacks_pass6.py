@@ -3,25 +3,17 @@ tests/attacks/ passed ``autokernel bench`` before its fix; each test here failed
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from autokernel.harness import Evaluator, integrity
 
+sys.path.insert(0, str(Path(__file__).parent))
+from test_harness_attacks import ATTACKS, no_static_checks, rules  # noqa: E402,F401  (a fixture among them)
+
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
-
-ATTACKS = Path(__file__).parent / "attacks"
-
-
-def rules(ev) -> set[str]:
-    return {f.rule for f in ev.integrity}
-
-
-@pytest.fixture
-def no_static_checks(monkeypatch):
-    """The judge with its static checks off: what a file that slipped past them meets."""
-    monkeypatch.setattr(integrity, "static_findings", lambda source, filename="kernel.py", **_: [])
 
 
 def test_a_class_claiming_a_triton_module_is_no_triton_launch_argument(no_static_checks):
