@@ -12,6 +12,7 @@ from autokernel.harness import Evaluator, integrity
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_harness_attacks import ATTACKS, no_static_checks, rules  # noqa: E402,F401  (a fixture among them)
+from test_harness_integrity import rules as static_rules  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
 
@@ -50,7 +51,7 @@ def test_triton_classes_are_told_by_identity_not_by_the_module_they_name():
 
 def test_a_class_body_naming_another_module_is_a_static_finding():
     source = (ATTACKS / "softmax_interp_triton_module_duck.py").read_text()
-    assert "introspection" in {f.rule for f in integrity.static_findings(source)}
+    assert "introspection" in static_rules(source)
 
 
 def test_a_pre_run_hook_the_interpreter_calls_is_watched():
@@ -88,10 +89,6 @@ def test_the_watchs_poison_fill_runs_no_method_the_kernel_set_on_the_class():
     assert result.failed_stage == "smoke", result.message
 
 
-def _static_rules(source: str) -> set[str]:
-    return {f.rule for f in integrity.static_findings(source)}
-
-
 def test_a_triton_body_that_calls_python_is_a_static_finding():
     """The interpreter runs a ``@triton.jit`` body as Python: a body that handed each loaded
     value's bits to a plain function of the file's (``math.fsum`` of the row) passed all six
@@ -100,21 +97,21 @@ def test_a_triton_body_that_calls_python_is_a_static_finding():
     shipped starters have none."""
     from autokernel.problems.registry import KERNELS_DIR
 
-    assert "foreign-compute" in _static_rules((ATTACKS / "reduce_interp_body_python.py").read_text())
+    assert "foreign-compute" in static_rules((ATTACKS / "reduce_interp_body_python.py").read_text())
     sink = ("import triton\nimport triton.language as tl\n_SINK = [0]\n\n\n@triton.jit\ndef k(x_ptr):\n"
             "    _SINK[0] = tl.load(x_ptr)\n")
-    assert "foreign-compute" in _static_rules(sink)
+    assert "foreign-compute" in static_rules(sink)
     via_module = ("import math\nimport triton\n\n\n@triton.jit\ndef k(x_ptr):\n    y = math.fsum([x_ptr])\n")
-    assert "foreign-compute" in _static_rules(via_module)
+    assert "foreign-compute" in static_rules(via_module)
     # the same through builtins alone: the bits read with int(), decoded and summed in Python
     bits = ("import triton\nimport triton.language as tl\n\n\n@triton.jit\ndef k(x_ptr, B: tl.constexpr):\n"
             "    b = int(tl.load(x_ptr).to(tl.int32, bitcast=True)) + int(B) + float('-inf')\n")
-    assert "foreign-compute" in _static_rules(bits)
+    assert "foreign-compute" in static_rules(bits)
     honest = ("import triton\nimport triton.language as tl\n_EXP = tl.exp\nBLOCK = 128\n\n\n@triton.jit\n"
               "def _helper(x):\n    return _EXP(x) + 1\n\n\n@triton.jit\ndef k(x_ptr, y_ptr, n, B: tl.constexpr):\n"
               "    offs = tl.arange(0, B)\n    acc = tl.zeros((B,), tl.float32)\n    acc += _helper(tl.load(x_ptr + offs))\n"
               "    tl.store(y_ptr + offs, acc, mask=offs < n)\n")
-    assert _static_rules(honest) == set()
+    assert static_rules(honest) == set()
     for starter in sorted(KERNELS_DIR.glob("*.py")):
         found = [f.message for f in integrity.static_findings(starter.read_text()) if "the Triton kernel" in f.message]
         assert not found, (starter.name, found)
@@ -167,9 +164,9 @@ def test_a_candidate_cannot_renice_the_incumbents_worker(tmp_path, no_static_che
 
 
 def test_reaching_other_processes_without_a_signal_is_a_static_finding():
-    assert "threads-or-streams" in _static_rules((ATTACKS / "reduce_renice_incumbent.py").read_text())
-    assert "threads-or-streams" in _static_rules("import resource\n")
-    assert "threads-or-streams" in _static_rules("import os\n_o = os\n_o.sched_setaffinity(1, {0})\n")
+    assert "threads-or-streams" in static_rules((ATTACKS / "reduce_renice_incumbent.py").read_text())
+    assert "threads-or-streams" in static_rules("import resource\n")
+    assert "threads-or-streams" in static_rules("import os\n_o = os\n_o.sched_setaffinity(1, {0})\n")
 
 
 def test_the_watch_calls_ops_through_their_c_handles(no_static_checks):
@@ -186,8 +183,8 @@ def test_the_watch_calls_ops_through_their_c_handles(no_static_checks):
 
 
 def test_assigning_a_protocol_method_on_an_object_is_a_static_finding():
-    assert "introspection" in _static_rules((ATTACKS / "softmax_op_call_swapped.py").read_text())
-    assert "introspection" in _static_rules("def f(x):\n    c = type(x)\n    c.__getattr__ = f\n")
+    assert "introspection" in static_rules((ATTACKS / "softmax_op_call_swapped.py").read_text())
+    assert "introspection" in static_rules("def f(x):\n    c = type(x)\n    c.__getattr__ = f\n")
 
 
 def test_the_watch_names_ops_by_their_schema_not_by_what_the_packet_says(no_static_checks):

@@ -17,7 +17,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 from autokernel.integrate import OP_CALLS, apply  # noqa: E402
 from autokernel.plan import PlanProblem  # noqa: E402
 from autokernel.problems import get_problem  # noqa: E402
-from autokernel.problems.registry import KERNELS_DIR  # noqa: E402
+from autokernel.problems.registry import load_starter  # noqa: E402
 
 from test_integrate import make_workdir, rel  # noqa: E402
 
@@ -27,11 +27,8 @@ BERT = "hidden_size=64,num_hidden_layers=2,num_attention_heads=2,intermediate_si
 
 
 def starter(knobs: dict):
-    spec = importlib.util.spec_from_file_location(f"starter_linear_gelu_{len(knobs)}", KERNELS_DIR / "linear_gelu.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_starter("linear_gelu", knobs)
     assert set(knobs) <= set(module.KNOB_SPACE)
-    module.KNOBS.update(knobs)
     return module
 
 
