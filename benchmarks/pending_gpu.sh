@@ -8,12 +8,14 @@
 #   bash benchmarks/pending_gpu.sh fixes  OUT   # the sixth session's changes: the starters that failed on the
 #                                               # GPU and the judge's new rules (smoke), hf:bert/hf:gpt2
 #                                               # selected on GPU time, the judge's cost
+#   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
+#                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes OUT}
-out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes OUT}
+part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile OUT}
+out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile OUT}
 mkdir -p "$out"
 export PYTHONPATH=src
 
@@ -51,6 +53,13 @@ fixes)
             --cuda-graphs --compile-mode reduce-overhead --models "$model" --max-minutes 1.5
     done
     step timing 110 python benchmarks/timing_gpu.py --out "$out/timing" --kinds softmax,rmsnorm --repeats 2
+    ;;
+profile)
+    step judge_smoke 110 python benchmarks/judge_smoke_gpu.py --out "$out/smoke" --budget 90 \
+        --kinds reduce,attention_rotary,linear_gelu --attacks ''
+    step timing 130 python benchmarks/timing_gpu.py --out "$out/timing" --kinds softmax,rmsnorm --repeats 2 --profile
+    step graphs_gpt2 100 python benchmarks/models_gpu.py --out "$out/gpt2" --skip-fused \
+        --cuda-graphs --compile-mode reduce-overhead --models hf:gpt2 --max-minutes 1.5
     ;;
 *)
     echo "unknown part $part (judge, kinds, tuner or fixes)" >&2

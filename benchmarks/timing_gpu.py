@@ -98,8 +98,8 @@ def write_profile(profile, path: Path) -> None:
     stream = io.StringIO()
     stats = profile if isinstance(profile, pstats.Stats) else pstats.Stats(profile, stream=stream)
     stats.stream = stream
-    stats.sort_stats("cumulative").print_stats(45)
-    stats.sort_stats("tottime").print_stats(30)
+    stats.sort_stats("cumulative").print_stats(90)
+    stats.sort_stats("tottime").print_stats(50)
     path.write_text(stream.getvalue())
 
 

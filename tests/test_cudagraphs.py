@@ -15,3 +15,25 @@ def test_missing_calls_names_the_ops_the_captured_forward_left_out():
 
 def test_cuda_graph_mode_refuses_a_model_on_the_cpu():
     assert "CUDA device" in cuda_graphs_refusal(torch.device("cpu"))
+
+
+def test_compile_of_the_patched_model_compiles_the_model_under_the_graph_wrapper(monkeypatch):
+    # torch.compile (reduce-overhead) of the wrapper captured a replay of our graph in its own:
+    # "unspecified launch failure" on the H200 (hf:gpt2, 2026-12-04)
+    from autokernel import verify as verify_mod
+    from autokernel.integrate.cudagraphs import CudaGraphed
+
+    compiled = []
+
+    def fake_compiled(model, inputs, mode, backend):
+        compiled.append(model)
+        return model
+
+    monkeypatch.setattr(verify_mod, "_compiled", fake_compiled)
+    monkeypatch.setattr(verify_mod, "_timer_gpu", lambda fn, warmup, iters: (fn(), 1.0)[1])
+    original, inner = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+    result = verify_mod.VerifyResult(passed=True, model="m", dtype="fp32", device="cuda")
+    verify_mod._time_models(result, original, CudaGraphed(inner), (torch.randn(2, 4),), "cuda", True,
+                            "reduce-overhead", None, 1, 1, lambda *a: None)
+    assert compiled == [original, inner]
+    assert result.compile_patched_ms == 1.0

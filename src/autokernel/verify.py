@@ -33,6 +33,7 @@ import torch
 
 from .files import write_text_atomic
 from .integrate import IntegrateError, as_float, best_rows, load_workdir_plan, read_results
+from .integrate.cudagraphs import without_graphs
 from .orchestrator import amdahl
 from .plan import Plan
 from .problems.base import dtype_name
@@ -403,7 +404,7 @@ def _time_models(result: VerifyResult, original, patched, inputs: tuple, dev: st
             try:
                 c_orig = _compiled(original, inputs, compile_mode, compile_backend)
                 result.compile_ms = timer(lambda: c_orig(*inputs), warmup, iters)
-                c_patched = _compiled(patched, inputs, compile_mode, compile_backend)
+                c_patched = _compiled(without_graphs(patched), inputs, compile_mode, compile_backend)
                 result.compile_patched_ms = timer(lambda: c_patched(*inputs), warmup, iters)
                 say(f"torch.compile: original {result.compile_ms:.3f} ms, patched {result.compile_patched_ms:.3f} ms")
             except Exception as exc:  # a measurement that could not be made, reported as such

@@ -80,6 +80,15 @@ def _copy(out: Any) -> Any:
     return out
 
 
+def without_graphs(model: nn.Module) -> nn.Module:
+    """The patched model under the CUDA-graph wrapper: what ``torch.compile`` of the patched model
+    compiles.  Compiling the wrapper would trace a graph replay into compiled code, whose own
+    CUDA graphs (mode ``reduce-overhead``) then capture a replay of ours: on the H200 that died
+    with "unspecified launch failure" (hf:gpt2, 2026-12-04).  torch.compile's mode decides about
+    CUDA graphs for the compiled model."""
+    return model.model if isinstance(model, CudaGraphed) else model
+
+
 def cuda_graphs_refusal(device: torch.device) -> str | None:
     """Why the CUDA-graph mode cannot be used for a model on ``device`` (None: it can)."""
     if device.type != "cuda":
