@@ -119,6 +119,7 @@ def _unpickle_request(data: bytes) -> dict[str, Any]:
 
 class _State:
     def __init__(self, device: str):
+        import gc
         import threading
 
         import torch
@@ -184,6 +185,9 @@ class _State:
         self.outside_armed_signals_only = False
         self.threads_before_kernel: int | None = None  # self.starts.threads when the first kernel file loaded
         self.threads_in_calls = 0  # threads started inside calls (reported there)
+        # the collector, taken now: off from the first kernel file on, run only at the end of a
+        # request under a watch (``_collect_garbage``)
+        self.gc_collect, self.gc_enabled, self.gc_disable = gc.collect, gc.isenabled, gc.disable
 
     def _new_children(self) -> dict[str, str] | None:
         """A finding for child processes of the worker's that were not there before the kernel
@@ -255,16 +259,52 @@ class _State:
                                            + ((message["build_dir"],) if message.get("build_dir") else ()),
                                            signals_only=bool(message.get("native_code")))
                 self.outside_armed_signals_only = bool(message.get("native_code"))  # torch.compile's workers
+            self.gc_disable()
             reply = self.load(message["slot"], message["path"], message.get("source"))
             found = [f for f in (self._outside_refused(), self._threads_outside_calls(), self._new_children()) if f]
+            found += self._collect_garbage()
             if found:
                 reply["findings"] = found
             return reply
-        if op == "call":
-            return self.call(message)
-        if op == "collect":
-            return self.collect(message)
+        if op in ("call", "collect"):
+            reply = self.call(message) if op == "call" else self.collect(message)
+            found = self._collect_garbage()
+            if found and "error" not in reply:
+                reply["findings"] = list(reply.get("findings") or []) + found
+            return reply
         return {"error": f"unknown request {op!r}", "internal": True}
+
+    def _collect_garbage(self) -> list[dict[str, str]]:
+        """Collect the young generations now, under a watch, and return findings for code of the
+        kernel's that ran.  The collector is off from the first kernel file on: a collection that
+        starts when allocations cross a threshold runs the finalizers of the reference cycles it
+        frees (a generator's ``finally``), and a kernel that filled the youngest generation to its
+        threshold before returning had its work run by the first container the judge's checks
+        allocated: after the timer stopped, inside the call's launch record."""
+        found = []
+        if self.gc_enabled():
+            self.gc_disable()
+            found.append({"rule": "monkey-patch", "message": (
+                "the kernel switched the garbage collector back on: a collection it times runs the "
+                "finalizers of the objects it left in reference cycles inside the judge's own work")})
+        watch = self.watch_cls(None)
+        record = self.launches.begin(None)
+        try:
+            with watch:
+                self.gc_collect(1)
+        finally:
+            self.launches.end()
+        launched = record.own + record.foreign
+        if launched or watch.ops:
+            what = ", ".join(([f"{launched} Triton launch(es)"] if launched else []) + sorted(watch.ops)[:4])
+            found.append({"rule": "monkey-patch", "message": (
+                f"code of the kernel's ran when the judge collected garbage ({what}): a finalizer of an "
+                "object it left in a reference cycle, work done outside its calls")})
+        if self.fingerprint is not None and not self.fingerprint.held():
+            found.append({"rule": "monkey-patch", "message": (
+                f"a finalizer of the kernel's left {self._rebound_names()} rebound when the judge collected "
+                "garbage: the judge's own work would run its code")})
+        return found
 
     def load(self, slot: str, path: str, source: str | None = None) -> dict[str, Any]:
         """Execute ``source`` (the text the parent checked; else the file) as a fresh module."""
@@ -532,6 +572,11 @@ class _State:
             findings.append({"rule": "foreign-compute", "message": (
                 f"a Triton kernel was launched with {record.odd_argument}: launch arguments must be "
                 "tensors, numbers, dtypes or Triton objects")})
+        if self.gc_enabled():
+            self.gc_disable()
+            findings.append({"rule": "monkey-patch", "message": (
+                "the call switched the garbage collector back on: a collection it times runs the finalizers "
+                "of objects it left in reference cycles inside the judge's checks after the call, untimed")})
         extra_py = self.threading.active_count() - max(py_before, self.threads_py)
         self.threads_in_calls += self.starts.threads - threads_started
         outside = self._threads_outside_calls()
