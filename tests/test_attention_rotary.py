@@ -399,3 +399,33 @@ def test_hugging_face_eager_attention_gets_rotated_q_and_k(tmp_path):
         want = model(ids, use_cache=False).logits
     assert OP_CALLS[op] == before
     assert torch.allclose(got, want, atol=1e-6, rtol=1e-5)
+
+
+def test_a_rotary_function_made_into_a_module_is_still_recognised():
+    """transformers 5.25 (with the ``kernels`` package it installs) turns ``apply_rotary_pos_emb``
+    into an ``nn.Module`` instance whose class's ``forward`` calls the function it closes over:
+    the fused pair, the profiler's marks and Gemma's rotary coverage were all lost."""
+    from autokernel.integrate.calls import _rotary_form
+    from autokernel.recognize import module_wrapped_function
+
+    def made_into_a_module(func):
+        class Func(torch.nn.Module):
+            def forward(self, *args, **kwargs):
+                return func(*args, **kwargs)
+        return Func()
+
+    wrapped = made_into_a_module(apply_rotary_pos_emb)
+    assert module_wrapped_function(wrapped) is apply_rotary_pos_emb
+    assert module_wrapped_function(apply_rotary_pos_emb) is apply_rotary_pos_emb
+    assert module_wrapped_function(torch.nn.Linear(2, 2)).__class__ is torch.nn.Linear  # no function inside
+    assert _rotary_form(wrapped) is True
+
+
+def rotate_half(x):  # module level: the recognisers read the names a function's code refers to
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+    cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin

@@ -49,8 +49,8 @@ from .plan import Plan, PlanProblem, UncoveredTime
 from .quiet import filtered_stderr
 from .problems.base import dtype_name
 from .recognize import (METADATA_OPS, Instance, Node, ScopeCall, TensorMeta, Unsupported, is_gemm_kernel,
-                        matmul_shape, module_info, pair_adds_ahead, pair_cross_entropy, pair_linear_gelu,
-                        pair_residual_adds, pair_rotary_attention, recognize_op, recognize_scope, shape_weight)
+                        matmul_shape, module_info, module_wrapped_function, pair_adds_ahead, pair_cross_entropy,
+                        pair_linear_gelu, pair_residual_adds, pair_rotary_attention, recognize_op, recognize_scope, shape_weight)
 
 SCOPE_PREFIX = "ak::"
 FORWARD_LABEL = "ak::forward::"
@@ -124,7 +124,7 @@ class Tracer:
                 continue
             seen.add(id(namespace))
             for name, fn in list(namespace.items()):
-                if MARKED_FUNCTIONS.match(name) and inspect.isfunction(fn):
+                if MARKED_FUNCTIONS.match(name) and inspect.isfunction(module_wrapped_function(fn)):
                     namespace[name] = self._wrap(fn, f"{py_name}.{name}")
                     self._patched.append((namespace, name, fn))
 
@@ -141,7 +141,7 @@ class Tracer:
                         yield fn.__globals__
 
     def _wrap(self, fn: Any, qualified: str) -> Any:
-        code_names = tuple(getattr(getattr(fn, "__code__", None), "co_names", ()))
+        code_names = tuple(getattr(getattr(module_wrapped_function(fn), "__code__", None), "co_names", ()))
 
         def marked(*args: Any, **kwargs: Any) -> Any:
             call = ScopeCall("function", qualified, None, args=tensor_metas(list(args) + list(kwargs.values())),

@@ -24,6 +24,7 @@ tested on hand-made trees.
 from __future__ import annotations
 
 import math
+import types
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -246,6 +247,26 @@ def biased_linear_dims(module: nn.Module) -> tuple[int, int, bool] | None:
     if type(module).__name__ == "Conv1D" and getattr(module, "nf", None) == weight.shape[1] == bias.shape[0]:
         return int(weight.shape[0]), int(weight.shape[1]), True
     return None
+
+
+def module_wrapped_function(value: Any) -> Any:
+    """The plain function behind a function made into a module, else ``value``.  transformers
+    (5.25 on, which installs the ``kernels`` package) decorates ``apply_rotary_pos_emb`` with
+    ``use_kernel_forward_from_hub``: the module's global is then an ``nn.Module`` instance whose
+    class's ``forward`` calls the function it closes over (and, in a model kernelized from the
+    hub, something else, which our probe of the whole object would see)."""
+    if isinstance(value, types.FunctionType) or not isinstance(value, nn.Module):
+        return value
+    forward = vars(type(value)).get("forward")
+    functions = []
+    for cell in getattr(forward, "__closure__", None) or ():
+        try:
+            contents = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(contents, types.FunctionType):
+            functions.append(contents)
+    return functions[0] if len(functions) == 1 else value
 
 
 def is_rotary_table(module: nn.Module) -> bool:

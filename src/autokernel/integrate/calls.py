@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..recognize import gelu_form
+from ..recognize import gelu_form, module_wrapped_function
 from .patching import _SUBCLASSES, _code_names, _pick, rewrap
 from .selection import KernelOp
 
@@ -167,7 +167,8 @@ _ROTARY_NAME = re.compile(r"rotary|rope", re.IGNORECASE)
 
 def _rotary_form(fn: Any) -> bool | None:
     """True for ``f(q, k, cos, sin)``, False for ``f(x, cos, sin)``, None when ``fn`` is not a
-    ``rotate_half``-layout rotary function."""
+    ``rotate_half``-layout rotary function (or a module made of one)."""
+    fn = module_wrapped_function(fn)
     if not isinstance(fn, types.FunctionType) or not _ROTARY_NAME.search(fn.__name__):
         return None
     if not any("rotate_half" in n for n in _code_names(fn.__code__)):
