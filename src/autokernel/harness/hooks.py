@@ -44,29 +44,32 @@ def _module_hooks() -> tuple:
 
 
 def outside_hooks() -> dict[str, Any]:
+    """The hooks as objects (compared by identity in ``changed_hooks``, never by ``==``, which
+    would call a hook's own ``__eq__``; never by ``id()`` either: each ``id()`` call is an audit
+    event that runs the worker's audit hook, ~70 of them here, three times a call)."""
     import torch
     from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
     return {"a torch.nn global module hook": _module_hooks(),
-            "a warning or exception hook": (id(warnings.showwarning), id(warnings.formatwarning), id(sys.excepthook),
-                                            id(sys.unraisablehook), id(threading.excepthook)),
-            "a dispatch mode": tuple(id(m) for m in _get_current_dispatch_mode_stack()),
+            "a warning or exception hook": (warnings.showwarning, warnings.formatwarning, sys.excepthook,
+                                            sys.unraisablehook, threading.excepthook),
+            "a dispatch mode": tuple(_get_current_dispatch_mode_stack()),
             "a torch function mode": torch._C._len_torch_function_stack(),
-            "a profile function": id(_GETPROFILE()), "a trace function": id(_GETTRACE()),
-            "a thread profile function": id(_THREAD_GETPROFILE()),
-            "a thread trace function": id(_THREAD_GETTRACE()),
-            "a garbage collector callback": tuple(id(c) for c in _GC_CALLBACKS),
+            "a profile function": _GETPROFILE(), "a trace function": _GETTRACE(),
+            "a thread profile function": _THREAD_GETPROFILE(),
+            "a thread trace function": _THREAD_GETTRACE(),
+            "a garbage collector callback": tuple(_GC_CALLBACKS),
             "a sys.monitoring tool": _monitoring_tools(),
             "a signal handler or interval timer": _signals(),
-            "an import hook": tuple(id(h) for h in sys.meta_path) + tuple(id(h) for h in sys.path_hooks),
+            "an import hook": tuple(sys.meta_path) + tuple(sys.path_hooks),
             "an audit hook": len(host_reads.REFUSED_AUDIT_HOOKS)}
 
 
 def _signals() -> tuple:
     """Every signal's handler and the interval timers (a timer's handler runs between any two
     bytecodes of the judge's work, with the frame it interrupted)."""
-    handlers = tuple(id(_GETSIGNAL(s)) for s in _SIGNALS)
-    return handlers + tuple(_GETITIMER(t) for t in _TIMERS)
+    handlers = tuple(map(_GETSIGNAL, _SIGNALS))
+    return handlers + tuple(map(_GETITIMER, _TIMERS))
 
 
 def _monitoring_tools() -> tuple:
@@ -78,7 +81,20 @@ def _monitoring_tools() -> tuple:
     return tuple((name, monitoring.get_events(i)) for i, name in tools if name is not None)
 
 
+_PLAIN = (int, float, str, bool, type(None))
+
+
+def same(a: Any, b: Any) -> bool:
+    """Identity for objects, equality only for plain numbers and strings of exactly those types,
+    elementwise through tuples: no method of an object a kernel made runs here."""
+    if type(a) is tuple:
+        return type(b) is tuple and len(a) == len(b) and all(map(same, a, b))
+    if a is b:
+        return True
+    return type(a) in _PLAIN and type(b) is type(a) and a == b
+
+
 def changed_hooks(before: dict[str, Any], after: dict[str, Any]) -> str | None:
     """The hooks that differ, named, or None."""
-    changed = [name for name in before if before[name] != after.get(name)]
+    changed = [name for name in before if not same(before[name], after.get(name))]
     return " and ".join(changed) if changed else None

@@ -780,9 +780,18 @@ class FingerprintWatch:
         import operator
         import types
 
+        from . import host_reads
+
         spaces = dict(_critical_namespaces())
         self._held_plan = [(prefix, vars(spaces[prefix]), keys, values, functions, codes)
                            for prefix, keys, values, functions, codes in self._plan if prefix in spaces]
+        # the baseline's functions with their code: with the worker's audit hook in place, only the
+        # functions whose ``__code__`` was set since are compared (``_codes_held``)
+        self._baseline_code = {value: value.__code__ for _prefix, keys, values, functions, _codes in self._plan
+                               for key, value in zip(keys, values) if type(value) is types.FunctionType}
+        self._code_sets = host_reads.code_sets()
+        self._code_sets_seen = len(self._code_sets) if self._code_sets is not None else 0
+        self._code_touched: list[Any] = []  # baseline functions whose code was set since the baseline
         self._held_modules = [(space.__name__, space) for space in spaces.values()
                               if type(space) is types.ModuleType and sys.modules.get(space.__name__) is space]
         self._modules_now = sys.modules
@@ -801,13 +810,27 @@ class FingerprintWatch:
         for name, module in self._held_modules:
             if modules.get(name) is not module:
                 return False
+        by_audit = self._code_sets is not None
         for _prefix, space, keys, values, functions, codes in self._held_plan:
             get = space.get
             if not all_(map_(is_, map_(get, keys), values)):
                 return False
-            if functions and not all_(map_(is_, map_(code_of, map_(get, functions)), codes)):
+            if not by_audit and functions and not all_(map_(is_, map_(code_of, map_(get, functions)), codes)):
                 return False
-        return True
+        return not by_audit or self._codes_held()
+
+    def _codes_held(self) -> bool:
+        """Do the baseline functions whose ``__code__`` was set since the baseline (the audit hook's
+        record) hold their baseline code again?"""
+        sets = self._code_sets
+        if len(sets) < self._code_sets_seen:  # the record itself was cut: nothing it says can be trusted
+            return False
+        if len(sets) > self._code_sets_seen:
+            baseline = self._baseline_code
+            self._code_touched += [f for f in sets[self._code_sets_seen:] if f in baseline]
+            self._code_sets_seen = len(sets)
+        baseline = self._baseline_code
+        return all(f.__code__ is baseline[f] for f in self._code_touched)
 
     def changed_names(self) -> list[str]:
         """The baseline names whose object (or code) differs now, for a message."""
@@ -825,6 +848,7 @@ class FingerprintWatch:
         code_of = operator.attrgetter("__code__")
         spaces = dict(_critical_namespaces(ordered=False, own=False))
         modules = sys.modules
+        by_audit = self._code_sets is not None
         for prefix, keys, values, functions, codes in self._plan:
             try:
                 space = modules[prefix] if prefix.startswith(OWN_MODULES) else spaces[prefix]
@@ -833,12 +857,14 @@ class FingerprintWatch:
                 return False
             if not all(map(operator.is_, map(get, keys), values)):
                 return False
+            if by_audit:  # the names hold the baseline functions: their code is _codes_held's
+                continue
             try:
                 if not all(map(operator.is_, map(code_of, map(get, functions)), codes)):
                     return False
             except AttributeError:
                 return False
-        return True
+        return not by_audit or self._codes_held()
 
     def digest_now(self) -> str:
         """The baseline's digest while nothing changed, else the digest of the names now."""
