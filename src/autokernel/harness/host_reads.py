@@ -212,23 +212,31 @@ def _guard_other_processes() -> None:
         original = getattr(home, name, None)
         if original is None:
             continue
-
-        def guarded(*args, _original=original, _name=name, **kwargs):
-            if _OUTSIDE_RULE["armed"]:
-                which_who = args[:2] if _name == "setpriority" else (None,) + tuple(args[:1])
-                which, who = (tuple(which_who) + (None, None))[:2]
-                own = _name != "pidfd_send_signal" and who in (0, _OUTSIDE_RULE["pid"]) and \
-                    (which is None or which == os.PRIO_PROCESS)
-                if not own:
-                    what = f"{_name}{tuple(args)!r:.80}: another process's scheduling or signals"
-                    REFUSED_OUTSIDE.append(("threads-or-streams", what))
-                    raise PermissionError(f"refused by the judge: {what}")
-            return _original(*args, **kwargs)
-
-        guarded.__name__, guarded.__qualname__, guarded.__doc__ = name, f"guarded {name}", original.__doc__
+        guarded = _refusing_other_processes(original, name)
         for module in (home, posix, sys.modules.get("_signal")):
             if module is not None and getattr(module, name, None) is original:
                 setattr(module, name, guarded)
+
+
+def _refusing_other_processes(original, name: str):
+    """``original`` refusing other processes as targets.  The original is held in the closure,
+    never as a default argument: a function's ``__kwdefaults__`` is a public attribute, and
+    ``getattr(os, "setpriority").__kwdefaults__["_original"]`` handed out the unguarded C
+    function (it reniced the incumbent's worker)."""
+    def guarded(*args, **kwargs):
+        if _OUTSIDE_RULE["armed"]:
+            which_who = args[:2] if name == "setpriority" else (None,) + tuple(args[:1])
+            which, who = (tuple(which_who) + (None, None))[:2]
+            own = name != "pidfd_send_signal" and who in (0, _OUTSIDE_RULE["pid"]) and \
+                (which is None or which == os.PRIO_PROCESS)
+            if not own:
+                what = f"{name}{tuple(args)!r:.80}: another process's scheduling or signals"
+                REFUSED_OUTSIDE.append(("threads-or-streams", what))
+                raise PermissionError(f"refused by the judge: {what}")
+        return original(*args, **kwargs)
+
+    guarded.__name__, guarded.__qualname__, guarded.__doc__ = name, f"guarded {name}", original.__doc__
+    return guarded
 
 
 def _outside_refused(event: str, args: tuple, frame) -> tuple[str, str] | None:
@@ -334,11 +342,14 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
     _guard_other_processes()
 
     function_type = type(install)
+    # the record's own list, taken now: the hook looked the name ``CODE_SETS`` up in this module at
+    # every event, and a kernel that bound it to a fresh list had its sets land where no check looks
+    record_code_set = CODE_SETS.append
 
     def audit(event: str, args: tuple) -> None:
         if event == "object.__setattr__" and len(args) > 1 and type(args[0]) is function_type \
                 and type(args[1]) is str and args[1] == "__code__":
-            CODE_SETS.append(args[0])
+            record_code_set(args[0])
             return
         if event == "sys.addaudithook":  # a hook of the kernel's would see every frame the watch takes
             REFUSED_AUDIT_HOOKS.append(event)

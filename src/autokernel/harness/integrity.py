@@ -356,6 +356,8 @@ _INTROSPECTION_NAMES = ("__import__", "exec", "eval", "compile", "vars", "global
 _INTROSPECTION_ATTRS = ("f_locals", "f_globals", "f_back", "f_code", "f_builtins", "gi_frame", "cr_frame", "ag_frame",
                         "tb_frame", "tb_next", "__globals__", "__dict__", "__subclasses__", "__bases__", "__base__",
                         "__mro__", "__builtins__", "__code__", "__closure__", "cell_contents", "__wrapped__",
+                        # a function's default arguments: what a wrapper of the judge's was handed
+                        "__defaults__", "__kwdefaults__",
                         "__getattribute__", "__self__", "__func__", "__class__", "__loader__", "__spec__",
                         "_getframe", "_current_frames", "settrace", "setprofile", "modules", "import_module",
                         "__import__", "get_referrers", "get_referents", "get_objects", "_getframemodulename",
@@ -491,6 +493,9 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                         add("introspection", node, f"{fname}(..., {attr!r})")
                     elif attr in _FOREIGN_ATTRS:
                         add("foreign-compute", node, f"{fname}(..., {attr!r})")
+                    elif attr in _OTHER_PROCESS_NAMES:  # getattr(os, "setpriority"): the name, as a string
+                        add("threads-or-streams", node, f"{fname}(..., {attr!r}): other processes (the "
+                            "incumbent's worker) are the judge's")
                     elif attr in _DISPATCH_ESCAPES or (target in torch_names and attr.startswith("_")
                                                        and not attr.startswith("__")):
                         add("torch-op", node, f"{fname}({target}, {attr!r}): private torch API")
@@ -509,6 +514,19 @@ def _module_aliases(tree: ast.AST) -> dict[str, str]:
         elif isinstance(node, ast.ImportFrom) and node.module:
             for a in node.names:
                 aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+    # and names bound to them by plain assignment (``_torch = torch``; ``c = _torch._C``): the
+    # rules on private torch APIs, stream names and assignments into guarded modules go by these
+    # names, and a local alias of torch reached ``torch._C._get_dispatch_stack_at`` (the judge's
+    # own watch) unseen
+    assigned = [(node.targets[0].id, node.value) for node in ast.walk(tree)
+                if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, (ast.Name, ast.Attribute))]
+    for _ in range(4):  # chains of aliases, a few deep
+        for name, value in assigned:
+            dotted = _dotted(value) or ""
+            root, _, rest = dotted.partition(".")
+            if root in aliases and name not in aliases:
+                aliases[name] = aliases[root] + ("." + rest if rest else "")
     return aliases
 
 
@@ -795,8 +813,21 @@ class FingerprintWatch:
         self._held_modules = [(space.__name__, space) for space in spaces.values()
                               if type(space) is types.ModuleType and sys.modules.get(space.__name__) is space]
         self._modules_now = sys.modules
-        self._is, self._all, self._map = operator.is_, all, map
+        self._is, self._all, self._map, self._len = operator.is_, all, map, len
         self._code_of = operator.attrgetter("__code__")
+        # the builtins each module's code could be given in its own globals: a name added to a module
+        # is no baseline name, yet one named like a builtin shadows it for every function of that
+        # module (``all`` added to this module's globals answered the check of the recorded code
+        # sets).  Live key views of the module dicts, with the builtin names each lacked then.
+        import builtins
+
+        builtin_names = frozenset(vars(builtins))
+        shadowable = [(prefix, vars(space)) for prefix, space in spaces.items()
+                      if type(space) is types.ModuleType and space is not builtins]
+        self._shadow_prefixes = [prefix for prefix, _ in shadowable]
+        self._shadow_views = [names.keys() for _, names in shadowable]
+        self._shadow_absent = [builtin_names.difference(names) for _, names in shadowable]
+        self._isdisjoint = type({}.keys()).isdisjoint
 
     def held(self) -> bool:
         """Cheaper than ``unchanged`` and run after every call (the worker asks before its own
@@ -817,20 +848,26 @@ class FingerprintWatch:
                 return False
             if not by_audit and functions and not all_(map_(is_, map_(code_of, map_(get, functions)), codes)):
                 return False
+        if not self._builtins_unshadowed():
+            return False
         return not by_audit or self._codes_held()
+
+    def _builtins_unshadowed(self) -> bool:
+        """Does no critical module hold a name of a builtin it did not hold at the baseline?"""
+        return self._all(self._map(self._isdisjoint, self._shadow_views, self._shadow_absent))
 
     def _codes_held(self) -> bool:
         """Do the baseline functions whose ``__code__`` was set since the baseline (the audit hook's
         record) hold their baseline code again?"""
-        sets = self._code_sets
-        if len(sets) < self._code_sets_seen:  # the record itself was cut: nothing it says can be trusted
+        sets, count = self._code_sets, self._len(self._code_sets)  # builtins taken at the baseline
+        if count < self._code_sets_seen:  # the record itself was cut: nothing it says can be trusted
             return False
-        if len(sets) > self._code_sets_seen:
+        if count > self._code_sets_seen:
             baseline = self._baseline_code
             self._code_touched += [f for f in sets[self._code_sets_seen:] if f in baseline]
-            self._code_sets_seen = len(sets)
+            self._code_sets_seen = count
         baseline = self._baseline_code
-        return all(f.__code__ is baseline[f] for f in self._code_touched)
+        return self._all(f.__code__ is baseline[f] for f in self._code_touched)
 
     def changed_names(self) -> list[str]:
         """The baseline names whose object (or code) differs now, for a message."""
@@ -839,6 +876,8 @@ class FingerprintWatch:
             out += [f"{prefix}.{k}" for k, v in zip(keys, values) if space.get(k) is not v]
             out += [f"{prefix}.{k}.__code__" for k, c in zip(functions, codes)
                     if getattr(space.get(k), "__code__", None) is not c]
+        for prefix, names, absent in zip(self._shadow_prefixes, self._shadow_views, self._shadow_absent):
+            out += [f"{prefix}.{k} (shadowing the builtin)" for k in sorted(names & absent)]
         return out
 
     def unchanged(self) -> bool:
@@ -864,6 +903,8 @@ class FingerprintWatch:
                     return False
             except AttributeError:
                 return False
+        if not self._builtins_unshadowed():
+            return False
         return not by_audit or self._codes_held()
 
     def digest_now(self) -> str:

@@ -176,21 +176,27 @@ def install() -> LaunchRecord:
     except ImportError:  # pragma: no cover - every supported triton has it
         pass
     for cls in classes:
-        original = cls.run
-
-        def run(self, *args, _original=original, **kwargs):
-            if not kwargs.get("warmup", False):
-                record.note(self, args, kwargs)
-            record.depth += 1
-            try:
-                return _original(self, *args, **kwargs)
-            finally:
-                record.depth -= 1
-
+        run = _recording_run(record, cls.run)
         run.__qualname__ = f"{cls.__qualname__}.run"
         cls.run = run
     _RECORD = record
     return record
+
+
+def _recording_run(record: LaunchRecord, original):
+    """Triton's ``run`` noting each launch in ``record``.  The original is held in the closure,
+    never as a default argument (``__kwdefaults__`` is a public attribute: it would hand out the
+    unrecorded launch path)."""
+    def run(self, *args, **kwargs):
+        if not kwargs.get("warmup", False):
+            record.note(self, args, kwargs)
+        record.depth += 1
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            record.depth -= 1
+
+    return run
 
 
 def interpreter_code_objects() -> frozenset:
@@ -332,14 +338,19 @@ def install_start_counters() -> StartCounter:
             if original_new is None:
                 continue
             original_new = original_new.__func__ if isinstance(original_new, staticmethod) else original_new
-
-            def new(klass, *args, _original=original_new, **kwargs):
-                # Stream(stream_id=...) wraps an existing stream (torch.cuda.current_stream does
-                # that): only a new stream, or an external one, counts
-                if "stream_id" not in kwargs:
-                    counter.streams += 1
-                return _original(klass, *args, **kwargs)
-
-            cls.__new__ = new
+            cls.__new__ = _counting_new(counter, original_new)
     _COUNTER = counter
     return counter
+
+
+def _counting_new(counter: StartCounter, original):
+    """A stream class's ``__new__`` counting new streams (the original in the closure, as in
+    ``_recording_run``)."""
+    def new(klass, *args, **kwargs):
+        # Stream(stream_id=...) wraps an existing stream (torch.cuda.current_stream does that):
+        # only a new stream, or an external one, counts
+        if "stream_id" not in kwargs:
+            counter.streams += 1
+        return original(klass, *args, **kwargs)
+
+    return new

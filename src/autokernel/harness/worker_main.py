@@ -188,6 +188,14 @@ class _State:
         # the collector, taken now: off from the first kernel file on, run only at the end of a
         # request under a watch (``_collect_garbage``)
         self.gc_collect, self.gc_enabled, self.gc_disable = gc.collect, gc.isenabled, gc.disable
+        # the interpreter's own count of collections (no Python code can lower it): one the judge
+        # did not make shows even when the finalizer it ran switched the collector off again
+        self.gc_stats = gc.get_stats
+        self.gc_collections: int | None = None  # the count after the judge's last collection
+        # what the judge drops that a call could reach (its watch and launch record, inputs and
+        # outputs it no longer holds): released only in ``_collect_garbage``, under a watch, since
+        # freeing an object runs the finalizers of what the kernel left in it
+        self.dropped: list = []
 
     def _new_children(self) -> dict[str, str] | None:
         """A finding for child processes of the worker's that were not there before the kernel
@@ -260,6 +268,8 @@ class _State:
                                            signals_only=bool(message.get("native_code")))
                 self.outside_armed_signals_only = bool(message.get("native_code"))  # torch.compile's workers
             self.gc_disable()
+            if self.gc_collections is None:
+                self.gc_collections = self._gc_collections()
             reply = self.load(message["slot"], message["path"], message.get("source"))
             found = [f for f in (self._outside_refused(), self._threads_outside_calls(), self._new_children()) if f]
             found += self._collect_garbage()
@@ -268,38 +278,71 @@ class _State:
             return reply
         if op in ("call", "collect"):
             reply = self.call(message) if op == "call" else self.collect(message)
+            self.dropped.append(dict(message))  # the parent's input sets and buffers: freed under the watch
+            message.clear()
             found = self._collect_garbage()
             if found and "error" not in reply:
                 reply["findings"] = list(reply.get("findings") or []) + found
             return reply
         return {"error": f"unknown request {op!r}", "internal": True}
 
-    def _collect_garbage(self) -> list[dict[str, str]]:
-        """Collect the young generations now, under a watch, and return findings for code of the
-        kernel's that ran.  The collector is off from the first kernel file on: a collection that
-        starts when allocations cross a threshold runs the finalizers of the reference cycles it
-        frees (a generator's ``finally``), and a kernel that filled the youngest generation to its
-        threshold before returning had its work run by the first container the judge's checks
-        allocated: after the timer stopped, inside the call's launch record."""
-        found = []
-        if self.gc_enabled():
+    def _gc_collections(self) -> int:
+        return sum(stats["collections"] for stats in self.gc_stats())
+
+    def _collector_outside(self, when: str) -> dict[str, str] | None:
+        """A finding when the collector is on, or collected, since the judge's last collection
+        (``when``: where the judge looked).  A collection that starts when allocations cross a
+        threshold runs the finalizers of the objects the kernel left in reference cycles wherever
+        the judge happens to be, and one of them can switch the collector off again before the
+        judge asks whether it is on: the count of collections says it ran."""
+        enabled = self.gc_enabled()
+        if enabled:
             self.gc_disable()
+        if self.gc_collections is None:  # no kernel file loaded yet: the collector is the judge's
+            return None
+        now = self._gc_collections()
+        ran, self.gc_collections = now != self.gc_collections, now
+        if not (enabled or ran):
+            return None
+        what = "switched the garbage collector back on" if enabled else \
+            "made the garbage collector collect (switched on and off again, or called)"
+        return {"rule": "monkey-patch", "message": (
+            f"{when} {what}: a collection runs the finalizers of the objects the kernel left in reference "
+            "cycles inside the judge's own work, after the call, untimed")}
+
+    def _collect_garbage(self) -> list[dict[str, str]]:
+        """Release what the judge dropped during the request (``self.dropped``) and collect the
+        young generations, under a watch, and return findings for code of the kernel's that ran.
+        The collector is off from the first kernel file on: a collection that starts when
+        allocations cross a threshold runs the finalizers of the reference cycles it frees (a
+        generator's ``finally``), and a kernel that filled the youngest generation to its
+        threshold before returning had its work run by the first container the judge's checks
+        allocated: after the timer stopped, inside the call's launch record.  Freeing an object
+        runs the finalizers of what it holds just the same: a generator the kernel left in the
+        watch's own sets ran its work when the judge's call returned and its watch was freed."""
+        found = []
+        outside = self._collector_outside("the kernel")
+        if outside:
+            found.append(outside)
+        if self.fingerprint is not None and not self.fingerprint.held():  # the file's import, or a draw
             found.append({"rule": "monkey-patch", "message": (
-                "the kernel switched the garbage collector back on: a collection it times runs the "
-                "finalizers of the objects it left in reference cycles inside the judge's own work")})
+                f"the kernel left {self._rebound_names()} rebound: the judge's own work would run its code")})
+            return found
         watch = self.watch_cls(None)
         record = self.launches.begin(None)
         try:
             with watch:
+                self.dropped.clear()
                 self.gc_collect(1)
         finally:
             self.launches.end()
+        self.gc_collections = self._gc_collections()
         launched = record.own + record.foreign
         if launched or watch.ops:
             what = ", ".join(([f"{launched} Triton launch(es)"] if launched else []) + sorted(watch.ops)[:4])
             found.append({"rule": "monkey-patch", "message": (
                 f"code of the kernel's ran when the judge collected garbage ({what}): a finalizer of an "
-                "object it left in a reference cycle, work done outside its calls")})
+                "object it left in a reference cycle or in an object of the judge's, work done outside its calls")})
         if self.fingerprint is not None and not self.fingerprint.held():
             found.append({"rule": "monkey-patch", "message": (
                 f"a finalizer of the kernel's left {self._rebound_names()} rebound when the judge collected "
@@ -353,13 +396,15 @@ class _State:
             size = sum(hi - lo for lo, hi in spans)
             self.history.append((outs, size, spans))
             self.history_bytes += size
+        self.dropped.append(self.kept_inputs)  # freed at the end of the request, under a watch
         self.kept = []
         self.kept_inputs = []
         self.kept_digests = []
         self.kept_spans = []
         while self.history and (len(self.history) > HISTORY_CALLS or self.history_bytes > budget):
-            _, size, _ = self.history.popleft()
+            outs, size, _ = self.history.popleft()
             self.history_bytes -= size
+            self.dropped.append(outs)
 
     def _spans(self, tensors) -> list[tuple[int, int]]:
         """The memory ranges of the storages of ``tensors`` (taken once: the checks below compare
@@ -517,6 +562,7 @@ class _State:
                 mode_problem = watch.still_in_charge()
         finally:
             self.launches.end()
+            self.dropped.append((watch, record))  # the kernel could reach both: freed under a watch
         hooks_left = changed_hooks(hooks_before, outside_hooks())
         hooks_loaded = None if hooks_left else self._hooks_since_load(hooks_before)
         if self.gpu:
@@ -572,11 +618,9 @@ class _State:
             findings.append({"rule": "foreign-compute", "message": (
                 f"a Triton kernel was launched with {record.odd_argument}: launch arguments must be "
                 "tensors, numbers, dtypes or Triton objects")})
-        if self.gc_enabled():
-            self.gc_disable()
-            findings.append({"rule": "monkey-patch", "message": (
-                "the call switched the garbage collector back on: a collection it times runs the finalizers "
-                "of objects it left in reference cycles inside the judge's checks after the call, untimed")})
+        collector = self._collector_outside("the call")
+        if collector:
+            findings.append(collector)
         extra_py = self.threading.active_count() - max(py_before, self.threads_py)
         self.threads_in_calls += self.starts.threads - threads_started
         outside = self._threads_outside_calls()

@@ -1,0 +1,108 @@
+"""Seventh red-team pass on the judge (CPU, Triton interpreter), on the collector being off in
+the worker, the audit hook's record of ``__code__`` sets and the hooks compared by identity:
+each attack file in tests/attacks/ passed ``autokernel bench`` before its fix (the first three
+with the static checks on); each test here failed before it."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from autokernel.harness import Evaluator
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_harness_attacks import ATTACKS, no_static_checks, rules  # noqa: E402,F401  (a fixture among them)
+from test_harness_integrity import rules as static_rules  # noqa: E402
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
+
+
+def test_a_collector_switched_on_and_off_again_by_its_own_finalizer_is_caught():
+    """The collector reached as ``triton.testing.gc``, switched on, its youngest generation filled
+    to the threshold: the first container the judge's name check allocated after the call started
+    a collection, whose finalizer computed the row sums (untimed, 20-30x the starter's speed) and
+    switched the collector off again before the judge asked whether it was on.  Every collection
+    the judge did not make itself is counted now (the interpreter's own counters)."""
+    source = (ATTACKS / "reduce_gc_reenabled_undone.py").read_text()
+    assert static_rules(source) == set()  # it meets the run-time checks with the static ones on
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
+        result = ev.evaluate(ATTACKS / "reduce_gc_reenabled_undone.py")
+    assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
+    assert "garbage collect" in result.message and result.failed_stage == "smoke", result.message
+
+
+def test_a_finalizer_left_in_the_judges_watch_is_caught(no_static_checks):
+    """A suspended generator put in the watch's own set of pointers (the watch from torch's
+    dispatch stack, through a local alias of torch): the watch, a local of the judge's call, was
+    freed as that call returned and the generator's ``finally`` computed the row sums there,
+    outside the timer, the watch and the launch record, before the output's digest (passed all
+    six stages with the static checks on, ~40x the starter's speed).  The judge drops its
+    watches and launch records only in its watched collection at the end of the request."""
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
+        result = ev.evaluate(ATTACKS / "reduce_watch_finalizer.py")
+    assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
+    assert "collected garbage" in result.message and result.failed_stage == "smoke", result.message
+
+
+def test_private_torch_apis_through_a_local_alias_of_torch_are_static_findings():
+    """The static rules on private torch APIs went by the names the file's imports bound: ``_torch
+    = torch`` then ``_torch._C._get_dispatch_stack_at`` reached the judge's watch unseen."""
+    assert "torch-op" in static_rules((ATTACKS / "reduce_watch_finalizer.py").read_text())
+    assert "torch-op" in static_rules("import torch\nt = torch\nc = t._C\n")
+    assert "monkey-patch" in static_rules("import torch\nt = torch\nt.randn = len\n")
+    assert static_rules("import torch\nfloat32 = torch.float32\nx = torch.empty(3, dtype=float32)\n") == set()
+
+
+def test_the_unguarded_process_calls_are_not_handed_out_by_the_guards_defaults(tmp_path):
+    """The guard on ``os.setpriority`` kept the real function as a keyword default: ``getattr(os,
+    "setpriority").__kwdefaults__["_original"]`` reniced the incumbent's worker (static checks
+    passed).  The guards keep their originals in closures now, and reading a function's defaults
+    is a static finding."""
+    from autokernel.problems.registry import KERNELS_DIR
+
+    attack = tmp_path / "renice.py"
+    attack.write_text((ATTACKS / "reduce_renice_through_defaults.py").read_text())
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=30, baselines=False,
+                   writable=[tmp_path]) as ev:  # where it notes whom it reniced
+        ev.evaluate(attack, incumbent_file=KERNELS_DIR / "reduce.py")
+    assert not Path(str(attack) + ".reniced").exists()
+    assert "introspection" in static_rules(attack.read_text())
+    assert "threads-or-streams" in static_rules('import os\nf = getattr(os, "setpriority")\n')
+
+
+def test_the_guards_hold_no_original_in_their_defaults():
+    import os
+    import signal
+
+    import triton
+    from triton.runtime.interpreter import InterpretedFunction
+
+    from autokernel.harness import host_reads, launches
+
+    host_reads._guard_other_processes()
+    launches.install()
+    guarded = [getattr(os, name) for name in host_reads.OTHER_PROCESS_CALLS if hasattr(os, name)]
+    guarded += [signal.pidfd_send_signal] if hasattr(signal, "pidfd_send_signal") else []
+    wrappers = guarded + [triton.runtime.jit.JITFunction.run, InterpretedFunction.run]
+    assert wrappers and all(type(f).__name__ == "function" for f in wrappers)
+    assert all(not f.__defaults__ and not f.__kwdefaults__ for f in wrappers)
+
+
+@pytest.mark.parametrize("hide", ["record-rebound", "all-shadowed"])
+def test_a_code_swap_hidden_from_the_audit_record_is_caught(no_static_checks, tmp_path, hide):
+    """The judge's draw helper given stashing code, with the audit hook's record rebound to a
+    fresh list at import (the hook looked the list up by name, the check held the old one), or
+    with ``all`` added to the globals of the module that checks the record (a new name: nothing
+    compared it): both passed all six stages."""
+    source = (ATTACKS / "reduce_draw_code_swap_unseen.py").read_text()
+    path = tmp_path / "kernel.py"
+    path.write_text(source.replace('HIDE = "record-rebound"', f'HIDE = "{hide}"'))
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, baselines=False) as ev:
+        result = ev.evaluate(path)
+    assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
+    if hide == "record-rebound":
+        assert "randn" in result.message and result.failed_stage == "smoke", result.message
+    else:  # seen as the file loads
+        assert "integrity.all (shadowing the builtin)" in result.message, result.message
