@@ -106,3 +106,42 @@ def test_a_code_swap_hidden_from_the_audit_record_is_caught(no_static_checks, tm
         assert "randn" in result.message and result.failed_stage == "smoke", result.message
     else:  # seen as the file loads
         assert "integrity.all (shadowing the builtin)" in result.message, result.message
+
+
+def test_a_global_of_a_torch_module_the_digest_ran_through_is_no_way_in():
+    """``torch.autograd.grad_mode.torch`` bound to a stand-in during the call (a module no name
+    check compares; static checks passed): the worker's digest of the output, right after the
+    call, ran ``torch.no_grad()``, whose ``is_grad_enabled`` was the kernel's and computed the row
+    sums there (passed all six stages, ~35x the starter's speed).  The digest runs no Python of
+    torch's now: the kernel's stand-in is never called and its unwritten outputs are wrong."""
+    source = (ATTACKS / "reduce_grad_mode_global.py").read_text()
+    assert static_rules(source) == set()
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
+        result = ev.evaluate(ATTACKS / "reduce_grad_mode_global.py")
+    assert result.verdict != "pass" and result.failed_stage == "smoke", result.message
+
+
+def test_the_checks_after_a_call_run_no_python_outside_the_judge():
+    """What the worker runs between a call's return and its digest (the output checks, the
+    digest, the storages' spans) calls C functions and the judge's own code only: Python of any
+    other module looks names up in globals no check compares."""
+    import torch
+
+    from autokernel.harness.output_checks import check_outputs, output_digest, planted, span
+
+    out = torch.randn(5, 7).sum(-1)
+    ran: set[str] = set()
+
+    def profile(frame, event, arg):
+        if event == "call" and "autokernel" not in frame.f_code.co_filename:
+            ran.add(f"{frame.f_code.co_filename}:{frame.f_code.co_name}")
+
+    sys.setprofile(profile)
+    try:
+        check_outputs((out,), [((5,), "torch.float32")], "cpu")
+        output_digest((out,))
+        planted((out,))
+        span(out)
+    finally:
+        sys.setprofile(None)
+    assert not ran, sorted(ran)

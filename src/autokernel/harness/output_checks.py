@@ -115,13 +115,15 @@ def output_digest(outs: tuple) -> tuple:
         if type(o) is not torch.Tensor or o.layout != torch.strided or o.is_meta or numel(o) == 0:
             places.append(None)
             continue
-        with torch.no_grad():
-            flat = _taken()["detach"](o).reshape(-1)
-            if flat.is_complex():
-                flat = torch.view_as_real(flat).reshape(-1)
-            bits = flat.view(getattr(torch, _BITS[flat.element_size()])) if flat.element_size() in _BITS else flat
-            places.append(len(sums))
-            sums += [torch.sum(bits, dtype=torch.int64), torch.sum(bits[1::2], dtype=torch.int64)]
+        # no ``torch.no_grad()``: the detached view records no graph, and no_grad is Python of a torch
+        # module whose globals no check compares (a kernel bound ``torch.autograd.grad_mode.torch`` to
+        # a stand-in, and computed its output there, before this digest, untimed and unwatched)
+        flat = _taken()["detach"](o).reshape(-1)
+        if flat.is_complex():
+            flat = torch.view_as_real(flat).reshape(-1)
+        bits = flat.view(getattr(torch, _BITS[flat.element_size()])) if flat.element_size() in _BITS else flat
+        places.append(len(sums))
+        sums += [torch.sum(bits, dtype=torch.int64), torch.sum(bits[1::2], dtype=torch.int64)]
     if sums and len({t.device for t in sums}) == 1:  # one transfer: one host sync per call, not two per output
         values = [int(v) for v in torch.stack(sums).tolist()]
     else:
