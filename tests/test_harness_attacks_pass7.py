@@ -145,3 +145,23 @@ def test_the_checks_after_a_call_run_no_python_outside_the_judge():
     finally:
         sys.setprofile(None)
     assert not ran, sorted(ran)
+
+
+@pytest.mark.parametrize("push_back", ["own", "base"])
+def test_a_watch_popped_and_pushed_back_during_the_call_is_caught(no_static_checks, tmp_path, push_back):
+    """The watch popped off torch's dispatch stack (``_through(torch)._C._pop_torch_dispatch_stack``),
+    ``torch.sum`` into an output allocated under it, the watch pushed back with ``__enter__``: it
+    was the top of the stack again when the call returned, and saw no op (passed all six stages,
+    static checks on).  The watch counts its entries out of the kernel's reach now."""
+    path = tmp_path / "kernel.py"
+    path.write_text((ATTACKS / "reduce_watch_popped.py").read_text().replace(
+        'PUSH_BACK = "own"', f'PUSH_BACK = "{push_back}"'))
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
+        result = ev.evaluate(path)
+    assert result.verdict == "rejected" and "torch-op" in rules(result), result.message
+    assert "taken off torch's dispatch stack" in result.message and result.failed_stage == "smoke", result.message
+
+
+def test_the_dispatch_mode_stacks_are_static_findings_under_any_name():
+    assert "torch-op" in static_rules((ATTACKS / "reduce_watch_popped.py").read_text())
+    assert "torch-op" in static_rules("import torch\ndef f(m):\n    return m._get_dispatch_stack_at(0)\n")

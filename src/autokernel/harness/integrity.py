@@ -120,7 +120,13 @@ _DISPATCH_ESCAPES = ("_disable_current_modes", "_DisableTorchDispatch", "Disable
                      "DisableTorchFunctionSubclass", "_pop_mode", "_pop_mode_temporarily",
                      "_unset_infra_mode", "_set_dispatch_mode", "_ExcludeDispatchKeyGuard",
                      "_RestorePythonTLSSnapshot", "_python_dispatch", "no_dispatch",
-                     "_DisablePythonDispatcher", "_push_on_torch_dispatch_stack")
+                     "_DisablePythonDispatcher", "_push_on_torch_dispatch_stack",
+                     # the mode stacks themselves: the judge's watch is on one (popped and pushed back
+                     # around a torch.sum, it saw nothing)
+                     "_pop_torch_dispatch_stack", "_get_dispatch_stack_at", "_len_torch_dispatch_stack",
+                     "_push_mode", "_get_current_dispatch_mode", "_get_current_dispatch_mode_stack",
+                     "_pop_torch_function_stack", "_push_on_torch_function_stack", "_get_function_stack_at",
+                     "_len_torch_function_stack")
 _NATIVE_BUILDS = frozenset({"cpp_extension", "load_inline",
                             # Triton's own helper for its launchers builds and imports any C source
                             "compile_module_from_src", "compile_so_from_src", "compile_module_from_file",

@@ -106,6 +106,15 @@ def make_watch_class(launch_record):
     def called_by_triton_interpreter() -> bool:
         return called_by_interpreter(getframe(2))
 
+    # How often each watch was entered, kept here, out of the watch's own attributes.  torch's
+    # dispatch stack hands the mode to the kernel (``torch._C._get_dispatch_stack_at``,
+    # ``_pop_torch_dispatch_stack``): a kernel popped the watch, ran ``torch.sum`` unwatched and
+    # pushed the watch back with its own ``__enter__``, so that it was the top of the stack again
+    # when the call returned (passed all six stages).  Every ``__enter__`` of a mode, its class's
+    # or the base's, calls ``_lazy_init_old_dispatch_mode_flags`` on it: counted below.
+    entered: dict = {}
+    get_stack_len = torch._C._len_torch_dispatch_stack
+
     class KernelWatch(TorchDispatchMode):
         """Records every aten op the kernel calls and the storage of every tensor those ops
         make; fills fresh floating allocations with ``poison`` so that elements the kernel
@@ -123,6 +132,10 @@ def make_watch_class(launch_record):
             self.planted: list[str] = []  # ops that returned a tensor with attributes of the kernel's on it
             self.stream = None  # the stream the judge times (GPU; the worker sets it before the call)
             self.tampered: list[str] = []  # what the watch calls, found changed during the call
+
+        def _lazy_init_old_dispatch_mode_flags(self):
+            entered[self] = entered.get(self, 0) + 1
+            super()._lazy_init_old_dispatch_mode_flags()
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = run_op(self, func, args, kwargs or {})
@@ -158,10 +171,19 @@ def make_watch_class(launch_record):
 
         def still_in_charge(self) -> str | None:
             """After the kernel returned, still inside ``with``: this mode must be the top of
-            the dispatch-mode stack and Python dispatch must not be excluded."""
+            the dispatch-mode stack, entered once (by the judge), its attributes and its class
+            as the judge left them, and Python dispatch must not be excluded.  (The worker calls
+            this through the function it took when the class was made.)"""
             stack = _get_current_dispatch_mode_stack()
             if not stack or stack[-1] is not self:
                 return "the harness's dispatch mode was removed or covered during the call"
+            if entered.pop(self, 0) != 1 or get_stack_len() != stack_depth.get(self, -1):
+                return ("the harness's dispatch mode was taken off torch's dispatch stack and put back during "
+                        "the call: ops ran unwatched in between")
+            space = vars(KernelWatch)  # compared by identity: no method of a value the kernel set runs here
+            if set(vars(self)) != own_attributes.get(self) or len(space) != len(class_space) or \
+                    not all(space.get(name) is value for name, value in class_space.items()):
+                return "the kernel changed the harness's dispatch mode (its attributes or its class) during the call"
             if torch._C._dispatch_tls_is_dispatch_key_excluded(torch._C.DispatchKey.Python):
                 return "Python dispatch was excluded during the call (the harness's watch switched off)"
             return None
@@ -169,4 +191,19 @@ def make_watch_class(launch_record):
         def fill_us(self) -> float:
             return sum(elapsed(s, e) for s, e in self._fills) * 1000.0
 
+        def __enter__(self):
+            out = super().__enter__()
+            # what the judge's own entry left: the stack's depth and the attributes' names
+            stack_depth[self], own_attributes[self] = get_stack_len(), set(vars(self))
+            return out
+
+        def __exit__(self, *exc):
+            stack_depth.pop(self, None)
+            own_attributes.pop(self, None)
+            entered.pop(self, None)
+            return super().__exit__(*exc)
+
+    stack_depth: dict = {}
+    own_attributes: dict = {}
+    class_space = dict(vars(KernelWatch))
     return KernelWatch

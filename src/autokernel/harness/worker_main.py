@@ -162,6 +162,7 @@ class _State:
         self.launches = launches.install()
         host_reads.install(self.launches, ())
         self.watch_cls = make_watch_class(self.launches)
+        self.watch_in_charge = self.watch_cls.still_in_charge  # taken now: the class is within the kernel's reach
         _self_test(device, self.watch_cls)
         # what the judge's own work calls, taken before any kernel is loaded: a kernel that
         # rebinds time.perf_counter, an Event method or Tensor.copy_ (and puts it back before the
@@ -559,7 +560,7 @@ class _State:
                 # __import__...), and a name the call left rebound would run its code there, unwatched
                 held = self.fingerprint is None or self.fingerprint.held()
                 rebound = None if held else self._rebound_names()  # named now, before one puts itself back
-                mode_problem = watch.still_in_charge()
+                mode_problem = self.watch_in_charge(watch)
         finally:
             self.launches.end()
             self.dropped.append((watch, record))  # the kernel could reach both: freed under a watch
