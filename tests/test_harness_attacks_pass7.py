@@ -38,12 +38,13 @@ def test_a_finalizer_left_in_the_judges_watch_is_caught(no_static_checks):
     dispatch stack, through a local alias of torch): the watch, a local of the judge's call, was
     freed as that call returned and the generator's ``finally`` computed the row sums there,
     outside the timer, the watch and the launch record, before the output's digest (passed all
-    six stages with the static checks on, ~40x the starter's speed).  The judge drops its
-    watches and launch records only in its watched collection at the end of the request."""
+    six stages with the static checks on, ~40x the starter's speed).  The judge frees its
+    watches and launch records at the end of the request, where any Python that runs is the
+    kernel's."""
     with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
         result = ev.evaluate(ATTACKS / "reduce_watch_finalizer.py")
     assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
-    assert "collected garbage" in result.message and result.failed_stage == "smoke", result.message
+    assert "when the judge freed its watches" in result.message and result.failed_stage == "smoke", result.message
 
 
 def test_private_torch_apis_through_a_local_alias_of_torch_are_static_findings():
@@ -165,3 +166,17 @@ def test_a_watch_popped_and_pushed_back_during_the_call_is_caught(no_static_chec
 def test_the_dispatch_mode_stacks_are_static_findings_under_any_name():
     assert "torch-op" in static_rules((ATTACKS / "reduce_watch_popped.py").read_text())
     assert "torch-op" in static_rules("import torch\ndef f(m):\n    return m._get_dispatch_stack_at(0)\n")
+
+
+def test_a_finalizer_planted_on_an_earlier_output_is_caught(tmp_path):
+    """A generator planted on the previous call's output during the next call (attributes are
+    checked on a call's own tensors only), the file's own reference let go: the judge's release
+    of its oldest outputs and of the previous request's inputs ran the generator's ``finally`` at
+    the start of a request, before its first draw, unwatched (a Triton launch there went
+    unrecorded; passed).  Freeing them runs no Python now without a finding."""
+    source = (ATTACKS / "reduce_retired_output_finalizer.py").read_text()
+    assert static_rules(source) == set()
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, baselines=False) as ev:
+        result = ev.evaluate(ATTACKS / "reduce_retired_output_finalizer.py")
+    assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
+    assert "when the judge freed" in result.message, result.message

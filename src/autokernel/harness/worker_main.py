@@ -193,10 +193,12 @@ class _State:
         # did not make shows even when the finalizer it ran switched the collector off again
         self.gc_stats = gc.get_stats
         self.gc_collections: int | None = None  # the count after the judge's last collection
-        # what the judge drops that a call could reach (its watch and launch record, inputs and
-        # outputs it no longer holds): released only in ``_collect_garbage``, under a watch, since
-        # freeing an object runs the finalizers of what the kernel left in it
+        # what the judge drops that a call could reach (its watch and launch record, the parent's
+        # sets): released in ``_collect_garbage`` (``_release``), since freeing an object runs the
+        # finalizers of what the kernel left in it
         self.dropped: list = []
+        self.set_profile, self.get_profile = sys.setprofile, sys.getprofile
+        self.retire_findings: list = []
 
     def _new_children(self) -> dict[str, str] | None:
         """A finding for child processes of the worker's that were not there before the kernel
@@ -329,11 +331,11 @@ class _State:
             found.append({"rule": "monkey-patch", "message": (
                 f"the kernel left {self._rebound_names()} rebound: the judge's own work would run its code")})
             return found
+        found += self._release(self.dropped, "its watches and launch records")
         watch = self.watch_cls(None)
         record = self.launches.begin(None)
         try:
             with watch:
-                self.dropped.clear()
                 self.gc_collect(1)
         finally:
             self.launches.end()
@@ -349,6 +351,30 @@ class _State:
                 f"a finalizer of the kernel's left {self._rebound_names()} rebound when the judge collected "
                 "garbage: the judge's own work would run its code")})
         return found
+
+    def _release(self, objects: list, what: str) -> list[dict[str, str]]:
+        """Drop the judge's references to ``objects`` (the list is emptied) and return a finding
+        when any Python code ran while they were freed.  Freeing tensors, watches, launch records
+        and lists runs no Python at all; a finalizer the kernel left in one of them (a suspended
+        generator put in a set of the watch's own) is the only Python that can run here, and
+        whatever it would do, even only plant the next one, is the kernel's code outside its calls."""
+        ran: list = []
+
+        def profile(frame, event, arg):
+            if event == "call":
+                ran.append(frame.f_code.co_name)
+
+        before = self.get_profile()  # a profiled worker's (benchmarks): suspended meanwhile
+        self.set_profile(profile)
+        try:
+            objects.clear()
+        finally:
+            self.set_profile(before)
+        if not ran:
+            return []
+        return [{"rule": "monkey-patch", "message": (
+            f"code of the kernel's ran when the judge freed {what} ({', '.join(ran[:3])}): a finalizer "
+            "of an object it left in the judge's objects, work done outside its calls, after the timer stopped")}]
 
     def load(self, slot: str, path: str, source: str | None = None) -> dict[str, Any]:
         """Execute ``source`` (the text the parent checked; else the file) as a fresh module."""
@@ -397,7 +423,7 @@ class _State:
             size = sum(hi - lo for lo, hi in spans)
             self.history.append((outs, size, spans))
             self.history_bytes += size
-        self.dropped.append(self.kept_inputs)  # freed at the end of the request, under a watch
+        released = [self.kept_inputs]  # freed below where no code may run (``_release``)
         self.kept = []
         self.kept_inputs = []
         self.kept_digests = []
@@ -405,7 +431,9 @@ class _State:
         while self.history and (len(self.history) > HISTORY_CALLS or self.history_bytes > budget):
             outs, size, _ = self.history.popleft()
             self.history_bytes -= size
-            self.dropped.append(outs)
+            released.append(outs)
+        outs = None  # no reference of this frame's may outlive the release
+        self.retire_findings = self._release(released, "the inputs and outputs of earlier calls")
 
     def _spans(self, tensors) -> list[tuple[int, int]]:
         """The memory ranges of the storages of ``tensors`` (taken once: the checks below compare
@@ -431,7 +459,7 @@ class _State:
         own = module.__dict__ if module is not None else None
         require_launch = bool(m.get("require_launch", True))
         inputs = self._spans([t for args in sets for t in tensors_in(args)]) if sets is not None else []
-        times, ops, findings, bad = [], set(), [], []
+        times, ops, findings, bad = [], set(), list(self.retire_findings), []
         uncovered = []
         try:
             if seeds is not None and self.draw_inputs is None:
@@ -483,6 +511,10 @@ class _State:
         by pointer arithmetic).  The parent draws the same set from the same seed for the calls
         it checks, and compares the inputs as they are after the call with its own draw."""
         self.draw_findings += self._left_behind("the judge's draw of a call's inputs")
+        if self.fingerprint is not None and not self.fingerprint.held():  # rebound since the last check
+            self.draw_findings.append({"rule": "monkey-patch", "message": (
+                f"{self._rebound_names()} rebound when the judge drew a call's inputs: the draw would run "
+                "the kernel's code")})
         record = self.launches.begin(None)
         try:
             args = draw_set(self.draw_inputs, self.draw_adversarial, shape, dtype, self.device, seed)
