@@ -91,20 +91,22 @@ def test_the_guards_hold_no_original_in_their_defaults():
     assert all(not f.__defaults__ and not f.__kwdefaults__ for f in wrappers)
 
 
-@pytest.mark.parametrize("hide", ["record-rebound", "all-shadowed"])
+@pytest.mark.parametrize("hide", ["record-rebound", "all-shadowed", "method"])
 def test_a_code_swap_hidden_from_the_audit_record_is_caught(no_static_checks, tmp_path, hide):
     """The judge's draw helper given stashing code, with the audit hook's record rebound to a
     fresh list at import (the hook looked the list up by name, the check held the old one), or
     with ``all`` added to the globals of the module that checks the record (a new name: nothing
-    compared it): both passed all six stages."""
+    compared it); or the worker's own draw method given that code (a method is no baseline name,
+    and the check compared the baseline's functions only): each passed all six stages."""
     source = (ATTACKS / "reduce_draw_code_swap_unseen.py").read_text()
     path = tmp_path / "kernel.py"
     path.write_text(source.replace('HIDE = "record-rebound"', f'HIDE = "{hide}"'))
     with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, baselines=False) as ev:
         result = ev.evaluate(path)
     assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
-    if hide == "record-rebound":
-        assert "randn" in result.message and result.failed_stage == "smoke", result.message
+    if hide != "all-shadowed":
+        assert ("randn" if hide == "record-rebound" else "_State._draw") in result.message, result.message
+        assert result.failed_stage == "smoke", result.message
     else:  # seen as the file loads
         assert "integrity.all (shadowing the builtin)" in result.message, result.message
 

@@ -9,7 +9,10 @@ the functions the worker's audit hook recorded a ``__code__`` set for (``host_re
   binds the name to a fresh list at import, so the set lands where nobody looks;
 - ``HIDE = "all-shadowed"``: the check of the recorded functions called ``all`` and ``len``
   through its module's globals; the file adds a global ``all`` to ``autokernel.harness.integrity``
-  that says yes to anything (a new name in a module is no baseline name: nothing compared it).
+  that says yes to anything (a new name in a module is no baseline name: nothing compared it);
+- ``HIDE = "method"``: the code swapped is the worker's own ``_State._draw``, a method of a class,
+  which no name of the baseline is: the check compared the recorded functions of the baseline
+  only.
 
 (It imports autokernel, a static finding: the tests run it with static checks off.)"""
 import torch
@@ -51,14 +54,25 @@ def _stashing_randn(shape, dtype, device, gen, scale=1.0, offset=0.0):
     return x
 
 
+def _stashing_draw(self, shape, dtype, seed):  # _State._draw's code, as the method's own globals see it
+    args = draw_set(self.draw_inputs, self.draw_adversarial, shape, dtype, self.device, seed)  # noqa: F821
+    x = args[0]
+    self.torch.autokernel_stash = (x, x.float().sum(-1).to(x.dtype)) if x.dim() == 2 else None
+    return args
+
+
 if HIDE == "record-rebound":
     _host_reads.CODE_SETS = []
-else:
+elif HIDE == "all-shadowed":
     _integrity.all = lambda items: True
 
 
 def kernel_fn(x: torch.Tensor) -> torch.Tensor:
-    _base.randn.__code__ = _stashing_randn.__code__
+    if HIDE == "method":
+        from autokernel.harness.worker_main import _State
+        _State._draw.__code__ = _stashing_draw.__code__
+    else:
+        _base.randn.__code__ = _stashing_randn.__code__
     m, n = x.shape
     out = torch.empty((m,), dtype=x.dtype, device=x.device)
     stash = getattr(torch, "autokernel_stash", None)

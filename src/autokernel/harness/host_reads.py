@@ -42,9 +42,10 @@ MEMORY_AUDIT_EVENTS = ("mmap.__new__", "ctypes.string_at", "ctypes.wstring_at", 
 _INSTALLED = False
 REFUSED_AUDIT_HOOKS: list[str] = []  # sys.addaudithook calls after ``install`` (refused; the worker reports them)
 # every function whose ``__code__`` was set after ``install`` (CPython audits each such set, however it is
-# made): integrity.FingerprintWatch compares the code of these only, never reading the code of every
-# function (each read of ``__code__`` is an audit event too, and ran this hook: 1.0-1.4 ms a check)
-CODE_SETS: list[Any] = []
+# made), with the code it had before that set: integrity.FingerprintWatch compares the code of these
+# only, never reading the code of every function (each read of ``__code__`` is an audit event too, and
+# ran this hook: 1.0-1.4 ms a check)
+CODE_SETS: list[tuple[Any, Any]] = []
 
 # What a kernel's code may not do to anything outside its own process, from the moment the
 # worker arms the rule (``arm_outside``) before the kernel file loads:
@@ -349,7 +350,7 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
     def audit(event: str, args: tuple) -> None:
         if event == "object.__setattr__" and len(args) > 1 and type(args[0]) is function_type \
                 and type(args[1]) is str and args[1] == "__code__":
-            record_code_set(args[0])
+            record_code_set((args[0], args[0].__code__))  # the code it had until now (the set comes after)
             return
         if event == "sys.addaudithook":  # a hook of the kernel's would see every frame the watch takes
             REFUSED_AUDIT_HOOKS.append(event)

@@ -815,7 +815,13 @@ class FingerprintWatch:
                                for key, value in zip(keys, values) if type(value) is types.FunctionType}
         self._code_sets = host_reads.code_sets()
         self._code_sets_seen = len(self._code_sets) if self._code_sets is not None else 0
-        self._code_touched: list[Any] = []  # baseline functions whose code was set since the baseline
+        # (function, the code it must hold): baseline functions whose code was set since the baseline, and
+        # the judge's own functions that no name of the baseline holds (a method of the worker's
+        # ``_State._draw`` given stashing code was not compared), with the code they had before their first set
+        self._code_touched: list[tuple[Any, Any]] = []
+        import os
+
+        self._own_code_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
         self._held_modules = [(space.__name__, space) for space in spaces.values()
                               if type(space) is types.ModuleType and sys.modules.get(space.__name__) is space]
         self._modules_now = sys.modules
@@ -869,11 +875,15 @@ class FingerprintWatch:
         if count < self._code_sets_seen:  # the record itself was cut: nothing it says can be trusted
             return False
         if count > self._code_sets_seen:
-            baseline = self._baseline_code
-            self._code_touched += [f for f in sets[self._code_sets_seen:] if f in baseline]
+            baseline, own = self._baseline_code, self._own_code_dir
+            for f, before in sets[self._code_sets_seen:count]:
+                if f in baseline:
+                    self._code_touched.append((f, baseline[f]))
+                elif type(before).__name__ == "code" and type(before.co_filename) is str \
+                        and before.co_filename.startswith(own):
+                    self._code_touched.append((f, before))
             self._code_sets_seen = count
-        baseline = self._baseline_code
-        return self._all(f.__code__ is baseline[f] for f in self._code_touched)
+        return self._all(f.__code__ is code for f, code in self._code_touched)
 
     def changed_names(self) -> list[str]:
         """The baseline names whose object (or code) differs now, for a message."""
@@ -884,6 +894,9 @@ class FingerprintWatch:
                     if getattr(space.get(k), "__code__", None) is not c]
         for prefix, names, absent in zip(self._shadow_prefixes, self._shadow_views, self._shadow_absent):
             out += [f"{prefix}.{k} (shadowing the builtin)" for k in sorted(names & absent)]
+        baseline = self._baseline_code
+        out += [f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', '?')}.__code__"
+                for f, code in self._code_touched if f not in baseline and f.__code__ is not code]
         return out
 
     def unchanged(self) -> bool:
