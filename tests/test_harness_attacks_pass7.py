@@ -182,3 +182,37 @@ def test_a_finalizer_planted_on_an_earlier_output_is_caught(tmp_path):
         result = ev.evaluate(ATTACKS / "reduce_retired_output_finalizer.py")
     assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
     assert "when the judge freed" in result.message, result.message
+
+
+def test_a_hook_table_of_the_kernels_class_runs_nothing_in_the_hook_check():
+    """``torch.nn.modules.module._global_forward_hooks`` bound to a dict of the kernel's class (a
+    table is no callable: no name check compares it), whose ``__iter__`` computed the row sums
+    when the judge's hook check after the call read the table's keys (passed all six stages,
+    static checks on).  The check compares the tables it took before the kernel loaded, read
+    through ``dict.items``, and whether their names still hold them."""
+    source = (ATTACKS / "reduce_hook_table_iter.py").read_text()
+    assert static_rules(source) == set()
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
+        result = ev.evaluate(ATTACKS / "reduce_hook_table_iter.py")
+    assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
+    assert "torch.nn global module hook" in result.message, result.message
+
+
+def test_a_hook_replaced_under_its_key_is_a_changed_hook():
+    import torch  # noqa: F401
+
+    from autokernel.harness import hooks
+
+    module = sys.modules["torch.nn.modules.module"]
+    before = hooks.outside_hooks()
+    handle = module.register_module_forward_hook(lambda *args: None)
+    try:
+        added = hooks.outside_hooks()
+        table = module._global_forward_hooks
+        table[handle.id] = lambda *args: None  # another function under the same key
+        assert hooks.changed_hooks(before, added) == hooks.changed_hooks(before, hooks.outside_hooks()) \
+            == "a torch.nn global module hook"
+        assert hooks.changed_hooks(added, hooks.outside_hooks()) == "a torch.nn global module hook"
+    finally:
+        handle.remove()
+    assert hooks.changed_hooks(before, hooks.outside_hooks()) is None

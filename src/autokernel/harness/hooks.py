@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import warnings
+from collections import OrderedDict
 from typing import Any
 
 from . import host_reads
@@ -29,18 +30,26 @@ _SIGNALS = sorted(signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP})
 _TIMERS = (signal.ITIMER_REAL, signal.ITIMER_VIRTUAL, signal.ITIMER_PROF)
 
 
-_TABLES: list[str] = []  # the names of torch.nn.modules.module's global hook tables, found once
+# torch.nn.modules.module's global hook tables, (name, the dict itself), taken at the first check,
+# before any kernel file loads (the worker's first ``outside_hooks`` comes before the first load)
+_TABLES: list[tuple[str, dict]] = []
+_DICT_ITEMS = dict.items  # the C function: a table's (or its class's) own ``items``/``__iter__`` never runs
 
 
 def _module_hooks() -> tuple:
-    """The keys of every global hook table of ``torch.nn.modules.module`` (``_global_*``)."""
+    """For every global hook table of ``torch.nn.modules.module`` (``_global_*``): whether its name
+    still holds the table taken at the first check, and its (key, hook) pairs.  A table is a dict,
+    no callable, so no name check compares it: ``tuple(table)`` of whatever the name held ran the
+    ``__iter__`` of a dict of the kernel's class bound there, in this check right after each call
+    (the row sums computed there, untimed and unwatched: tests/attacks/reduce_hook_table_iter.py)."""
     module = sys.modules.get("torch.nn.modules.module")
     if module is None:
         return ()
     space = vars(module)
     if not _TABLES:
-        _TABLES.extend(sorted(n for n, t in space.items() if n.startswith("_global_") and isinstance(t, dict)))
-    return tuple((name, tuple(space.get(name) or ())) for name in _TABLES)
+        _TABLES.extend(sorted(((n, t) for n, t in space.items() if n.startswith("_global_") and type(t) in
+                               (dict, OrderedDict)), key=lambda item: item[0]))
+    return tuple((name, space.get(name) is table, tuple(_DICT_ITEMS(table))) for name, table in _TABLES)
 
 
 def outside_hooks() -> dict[str, Any]:
