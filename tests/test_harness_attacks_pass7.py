@@ -216,3 +216,17 @@ def test_a_hook_replaced_under_its_key_is_a_changed_hook():
     finally:
         handle.remove()
     assert hooks.changed_hooks(before, hooks.outside_hooks()) is None
+
+
+def test_a_function_of_torch_C_rebound_for_the_length_of_the_call_is_caught():
+    """``torch._C._dispatch_tls_is_dispatch_key_excluded`` rebound during the call (``torch._C``
+    through ``_through(torch)``; static checks passed): the watch's own check after the call
+    looked it up and ran the kernel's row sums there, untimed, and the function put the original
+    back (passed all six stages).  The watch calls the function it took when it was made, and
+    ``torch._C``'s names are among those compared right after every call."""
+    source = (ATTACKS / "reduce_torch_c_rebound.py").read_text()
+    assert static_rules(source) == set()
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
+        result = ev.evaluate(ATTACKS / "reduce_torch_c_rebound.py")
+    assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
+    assert "torch._C._dispatch_tls_is_dispatch_key_excluded" in result.message, result.message

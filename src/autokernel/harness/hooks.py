@@ -59,11 +59,13 @@ def outside_hooks() -> dict[str, Any]:
     import torch
     from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
+    if not _LEN_FUNCTION_STACK:
+        _LEN_FUNCTION_STACK.append(torch._C._len_torch_function_stack)
     return {"a torch.nn global module hook": _module_hooks(),
             "a warning or exception hook": (warnings.showwarning, warnings.formatwarning, sys.excepthook,
                                             sys.unraisablehook, threading.excepthook),
             "a dispatch mode": tuple(_get_current_dispatch_mode_stack()),
-            "a torch function mode": torch._C._len_torch_function_stack(),
+            "a torch function mode": _LEN_FUNCTION_STACK[0](),
             "a profile function": _GETPROFILE(), "a trace function": _GETTRACE(),
             "a thread profile function": _THREAD_GETPROFILE(),
             "a thread trace function": _THREAD_GETTRACE(),
@@ -90,6 +92,7 @@ def _monitoring_tools() -> tuple:
     return tuple((name, monitoring.get_events(i)) for i, name in tools if name is not None)
 
 
+_LEN_FUNCTION_STACK: list = []  # torch._C's, taken at the first check (before any kernel file loads)
 _PLAIN = (int, float, str, bool, type(None))
 
 

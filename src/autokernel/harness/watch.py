@@ -102,6 +102,7 @@ def make_watch_class(launch_record):
     tensor_type = torch.Tensor
 
     getframe = sys._getframe  # taken now, as the watch's other functions
+    key_excluded, python_key = torch._C._dispatch_tls_is_dispatch_key_excluded, torch._C.DispatchKey.Python
 
     def called_by_triton_interpreter() -> bool:
         return called_by_interpreter(getframe(2))
@@ -183,7 +184,7 @@ def make_watch_class(launch_record):
             if set(vars(self)) != own_attributes.get(self) or len(space) != len(class_space) or \
                     not all(space.get(name) is value for name, value in class_space.items()):
                 return "the kernel changed the harness's dispatch mode (its attributes or its class) during the call"
-            if torch._C._dispatch_tls_is_dispatch_key_excluded(torch._C.DispatchKey.Python):
+            if key_excluded(python_key):
                 return "Python dispatch was excluded during the call (the harness's watch switched off)"
             return None
 
