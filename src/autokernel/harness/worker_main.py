@@ -364,12 +364,14 @@ class _State:
             if event == "call":
                 ran.append(frame.f_code.co_name)
 
-        before = self.get_profile()  # a profiled worker's (benchmarks): suspended meanwhile
+        if self.get_profile() is not None:  # a profiled worker's (benchmarks; a kernel's is a hook finding)
+            objects.clear()
+            return []
         self.set_profile(profile)
         try:
             objects.clear()
         finally:
-            self.set_profile(before)
+            self.set_profile(None)
         if not ran:
             return []
         return [{"rule": "monkey-patch", "message": (
