@@ -364,18 +364,28 @@ class _State:
             if event == "call":
                 ran.append(frame.f_code.co_name)
 
-        if self.get_profile() is not None:  # a profiled worker's (benchmarks; a kernel's is a hook finding)
-            objects.clear()
-            return []
-        self.set_profile(profile)
+        # under a watch and a launch record too: a callback with no Python frame (a C function
+        # bound with functools.partial, as a weak reference's callback) raises no profile event
+        watch = self.watch_cls(None)
+        record = self.launches.begin(None)
+        profiled = self.get_profile() is not None  # a profiled worker's (benchmarks; a kernel's is a hook finding)
         try:
-            objects.clear()
+            with watch:
+                if not profiled:
+                    self.set_profile(profile)
+                try:
+                    objects.clear()
+                finally:
+                    if not profiled:
+                        self.set_profile(None)
         finally:
-            self.set_profile(None)
+            self.launches.end()
+        launched = record.own + record.foreign
+        ran += ([f"{launched} Triton launch(es)"] if launched else []) + sorted(watch.ops)[:3]
         if not ran:
             return []
         return [{"rule": "monkey-patch", "message": (
-            f"code of the kernel's ran when the judge freed {what} ({', '.join(ran[:3])}): a finalizer "
+            f"code of the kernel's ran when the judge freed {what} ({', '.join(ran[:4])}): a finalizer "
             "of an object it left in the judge's objects, work done outside its calls, after the timer stopped")}]
 
     def load(self, slot: str, path: str, source: str | None = None) -> dict[str, Any]:
