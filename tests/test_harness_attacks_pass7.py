@@ -1,7 +1,7 @@
 """Seventh red-team pass on the judge (CPU, Triton interpreter), on the collector being off in
 the worker, the audit hook's record of ``__code__`` sets and the hooks compared by identity:
-each attack file in tests/attacks/ passed ``autokernel bench`` before its fix (the first three
-with the static checks on); each test here failed before it."""
+each attack file in tests/attacks/ passed ``autokernel bench`` before its fix (all but
+reduce_draw_code_swap_unseen.py with the static checks on); each test here failed before it."""
 from __future__ import annotations
 
 import os
