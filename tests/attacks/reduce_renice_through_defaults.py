@@ -1,4 +1,5 @@
-"""Attack (judge state: the candidate reaches the incumbent; static checks pass): the sixth
+"""Attack (judge state: the candidate reaches the incumbent; it passed the static checks when
+found, `__kwdefaults__` and getattr(os, "setpriority") are static findings now): the sixth
 pass's renice (tests/attacks/reduce_renice_incumbent.py) past its guard.  ``os.setpriority`` on
 another process is refused at run time by a wrapper the worker installs before any kernel
 loads, and the name is a static finding; but the wrapper kept the real C function as a keyword

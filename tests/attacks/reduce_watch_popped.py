@@ -1,5 +1,6 @@
 """Row sums by ``torch.sum`` with the judge's watch taken off torch's dispatch stack for the
-length of the op and put back (static checks pass).
+length of the op and put back (it passed the static checks when found; the stack's functions
+are static findings by name now).
 
 During its call a kernel runs under the judge's dispatch mode, which torch's dispatch stack
 hands to anyone who asks.  ``torch._C`` is reached through a call, ``_through(torch)._C``, so no
