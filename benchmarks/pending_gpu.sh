@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # GPU checks of what was built on the CPU, in parts that each fit one 10-minute call on one H200.
-# judge, kinds and tuner ran in the sixth session (BENCHMARKS.md); fixes is what has not run yet:
+# judge, kinds and tuner ran in the sixth session, profile in the seventh (BENCHMARKS.md); fixes is what
+# has not run yet:
 #
 #   bash benchmarks/pending_gpu.sh judge  OUT   # the judge's run-time rules on real hardware, its cost, hf:bert
 #   bash benchmarks/pending_gpu.sh kinds  OUT   # linear_gelu and attention_rotary against eager and torch.compile
 #   bash benchmarks/pending_gpu.sh tuner  OUT   # the tuner against a sweep of the attention starter (issue 14)
-#   bash benchmarks/pending_gpu.sh fixes  OUT   # the sixth session's changes: the starters that failed on the
-#                                               # GPU and the judge's new rules (smoke), hf:bert/hf:gpt2
-#                                               # selected on GPU time, the judge's cost
+#   bash benchmarks/pending_gpu.sh fixes  OUT   # the sixth and seventh sessions' changes: the starters that
+#                                               # failed on the GPU and the judge's new rules (smoke: the
+#                                               # collector off in the worker, the audit-free checks),
+#                                               # hf:bert/hf:gpt2 selected on GPU time with compile(patched)
+#                                               # of the model under the graph wrapper, the judge's cost
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
@@ -47,7 +50,7 @@ tuner)
     ;;
 fixes)
     step judge_smoke 230 python benchmarks/judge_smoke_gpu.py --out "$out/smoke" --budget 200 \
-        --kinds reduce,attention_rotary,linear_gelu,softmax,matmul,rmsnorm
+        --kinds attention_rotary,linear_gelu,softmax,matmul,rmsnorm,reduce
     for model in hf:bert hf:gpt2; do
         step "graphs_${model#hf:}" 100 python benchmarks/models_gpu.py --out "$out/${model#hf:}" --skip-fused \
             --cuda-graphs --compile-mode reduce-overhead --models "$model" --max-minutes 1.5
