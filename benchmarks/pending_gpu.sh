@@ -11,14 +11,16 @@
 #                                               # collector off in the worker, the audit-free checks),
 #                                               # hf:bert/hf:gpt2 selected on GPU time with compile(patched)
 #                                               # of the model under the graph wrapper, the judge's cost
+#   bash benchmarks/pending_gpu.sh ahead  OUT   # first evaluations of new files with and without helper
+#                                               # workers compiling ahead (AUTOKERNEL_COMPILE_AHEAD)
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile OUT}
-out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile OUT}
+part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead OUT}
+out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead OUT}
 mkdir -p "$out"
 export PYTHONPATH=src
 
@@ -57,6 +59,10 @@ fixes)
     done
     step timing 110 python benchmarks/timing_gpu.py --out "$out/timing" --kinds softmax,rmsnorm --repeats 2
     ;;
+ahead)
+    step compile_ahead 420 python benchmarks/compile_ahead_gpu.py --out "$out/ahead" --kinds softmax,rmsnorm \
+        --files 3 --helpers 3
+    ;;
 profile)
     step judge_smoke 110 python benchmarks/judge_smoke_gpu.py --out "$out/smoke" --budget 90 \
         --kinds reduce,attention_rotary,linear_gelu --attacks ''
@@ -65,7 +71,7 @@ profile)
         --cuda-graphs --compile-mode reduce-overhead --models hf:gpt2 --max-minutes 1.5
     ;;
 *)
-    echo "unknown part $part (judge, kinds, tuner or fixes)" >&2
+    echo "unknown part $part (judge, kinds, tuner, fixes, profile or ahead)" >&2
     exit 2
     ;;
 esac
