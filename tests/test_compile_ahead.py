@@ -81,3 +81,17 @@ def test_no_helpers_by_default_on_the_cpu_nor_where_files_build_native_code(monk
         problem = load_kernelbench(KB_FILE, KernelBenchOptions(scale=0.005, allow_torch=allow_torch))
         with Evaluator(problem, device="cpu", timing=False, baselines=False, compile_ahead=2) as ev:
             assert ev.compile_ahead == helpers
+
+
+def test_only_the_helpers_that_fit_beside_the_memory_plan_start():
+    from autokernel.harness.memory import GIB, MemoryPlan, SetSizes
+
+    def plan(budget, need):
+        return MemoryPlan(budget=budget, sizes=SetSizes(inputs=GIB // 2, outputs=GIB // 2, reference=GIB),
+                          exact_snapshots=True, together=True, need=need, fits=True)
+
+    assert compile_ahead.helpers_that_fit(3, plan(100 * GIB, 10 * GIB)) == 3
+    assert compile_ahead.helpers_that_fit(3, plan(100 * GIB, 95 * GIB)) == 2  # 2 GiB each, 5 GiB left
+    assert compile_ahead.helpers_that_fit(3, plan(100 * GIB, 99 * GIB)) == 0
+    assert compile_ahead.helpers_that_fit(0, plan(100 * GIB, 0)) == 0
+    assert compile_ahead.helpers_that_fit(2, None) == 0

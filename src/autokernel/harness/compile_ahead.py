@@ -28,6 +28,18 @@ import torch
 from ..problems.base import Problem, Shape
 
 HELPER_TIMEOUT_S = 600.0  # one call at a new shape: a compile, which can be slow on a busy host
+HELPER_OVERHEAD = 1 << 30  # a helper beyond its case: CUDA context, the L2 flush buffer, the allocator's slack
+
+
+def helpers_that_fit(requested: int, plan: Any) -> int:
+    """How many of ``requested`` helpers fit beside the evaluation's memory ``plan`` (memory.py):
+    each holds one case's inputs and outputs and its own overhead, in what the plan leaves of
+    its budget.  The plan measured the budget before any helper started; one that took that
+    memory would leave the judge's own cases short."""
+    if requested <= 0 or plan is None:
+        return 0
+    each = plan.sizes.inputs + plan.sizes.outputs + HELPER_OVERHEAD
+    return int(min(requested, max(plan.budget - plan.need, 0) // each))
 
 
 def cases_ahead(problem: Problem, shapes: list[Shape], dtypes: list[torch.dtype], heldout_seed: int,

@@ -288,12 +288,6 @@ class Evaluator:
         seed, heldout_seed = _new_seed(), _new_seed()
         judge = stages.Judge(self.problem, self.device, worker, self.timeout_s, seed, self.memory_budget)
         plan = stages.StagePlan(self.shapes, self.dtypes, heldout_seed)
-        if self.compile_ahead > 0:
-            load = {"op": "load", "slot": "candidate", "path": str(path), "source": source, "problem": self.spec,
-                    "build_dir": self._build_dir, "native_code": False, "writable": self.writable}
-            cases = compile_ahead_mod.cases_ahead(self.problem, plan.shapes, plan.dtypes, heldout_seed, self.device)
-            self._ahead = compile_ahead_mod.start(lambda: Worker(self.device), load, cases, self.compile_ahead,
-                                                  _new_seed())
         self._stage = "memory"
         try:
             self.memory_plan = judge.plan_memory(plan)
@@ -301,6 +295,12 @@ class Evaluator:
             self.memory_plan = judge.memory_plan
             ev.failed_stage, ev.message = "memory", str(exc)
             return
+        helpers = compile_ahead_mod.helpers_that_fit(self.compile_ahead, self.memory_plan)
+        if helpers:
+            load = {"op": "load", "slot": "candidate", "path": str(path), "source": source, "problem": self.spec,
+                    "build_dir": self._build_dir, "native_code": False, "writable": self.writable}
+            cases = compile_ahead_mod.cases_ahead(self.problem, plan.shapes, plan.dtypes, heldout_seed, self.device)
+            self._ahead = compile_ahead_mod.start(lambda: Worker(self.device), load, cases, helpers, _new_seed())
         for name, run_stage in stages.STAGE_FUNCTIONS:
             self._stage = name
             tally = stages.StageTally(name)
