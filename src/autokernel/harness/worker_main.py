@@ -275,8 +275,8 @@ class _State:
         return {"error": f"unknown request {op!r}", "internal": True}
 
     def _collect_garbage(self) -> list[dict[str, str]]:
-        """Collect the young generations now, under a watch, and return findings for code of the
-        kernel's that ran.  The collector is off from the first kernel file on: a collection that
+        """Collect the young generations now (after every call and at the end of every request),
+        under a watch, and return findings for code of the kernel's that ran.  The collector is off from the first kernel file on: a collection that
         starts when allocations cross a threshold runs the finalizers of the reference cycles it
         frees (a generator's ``finally``), and a kernel that filled the youngest generation to its
         threshold before returning had its work run by the first container the judge's checks
@@ -291,7 +291,7 @@ class _State:
         record = self.launches.begin(None)
         try:
             with watch:
-                self.gc_collect(1)
+                freed = self.gc_collect(1)
         finally:
             self.launches.end()
         launched = record.own + record.foreign
@@ -300,7 +300,7 @@ class _State:
             found.append({"rule": "monkey-patch", "message": (
                 f"code of the kernel's ran when the judge collected garbage ({what}): a finalizer of an "
                 "object it left in a reference cycle, work done outside its calls")})
-        if self.fingerprint is not None and not self.fingerprint.held():
+        if freed and self.fingerprint is not None and not self.fingerprint.held():  # no finalizer without garbage
             found.append({"rule": "monkey-patch", "message": (
                 f"a finalizer of the kernel's left {self._rebound_names()} rebound when the judge collected "
                 "garbage: the judge's own work would run its code")})
@@ -419,6 +419,9 @@ class _State:
                 self.kept.append(outs)
                 self.kept_spans.append(spans)
                 self.kept_digests.append(output_digest(outs) if problem is None else None)
+                # after every call, not only at the request's end: with the collector off, cyclic
+                # garbage holding a call's tensors would pile up over a timing request's calls
+                findings += [dict(f, call=i) for f in self._collect_garbage()]
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
