@@ -13,14 +13,16 @@
 #                                               # of the model under the graph wrapper, the judge's cost
 #   bash benchmarks/pending_gpu.sh ahead  OUT   # first evaluations of new files with and without helper
 #                                               # workers compiling ahead (AUTOKERNEL_COMPILE_AHEAD)
+#   bash benchmarks/pending_gpu.sh compile OUT  # torch.compile of the patched LLaMA example with our ops
+#                                               # opaque (under_compile=ours) and handed to inductor (eager)
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead OUT}
-out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead OUT}
+part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile OUT}
+out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile OUT}
 mkdir -p "$out"
 export PYTHONPATH=src
 
@@ -59,6 +61,12 @@ fixes)
     done
     step timing 110 python benchmarks/timing_gpu.py --out "$out/timing" --kinds softmax,rmsnorm --repeats 2
     ;;
+compile)
+    for mode in ours eager; do  # torch.compile of the patched LLaMA example: our ops opaque, or inductor's
+        step "llama_compile_$mode" 200 python benchmarks/models_gpu.py --out "$out/llama_$mode" --skip-fused \
+            --models llama --under-compile "$mode" --max-minutes 3
+    done
+    ;;
 ahead)
     step compile_ahead 420 python benchmarks/compile_ahead_gpu.py --out "$out/ahead" --kinds softmax,rmsnorm \
         --files 3 --helpers 3
@@ -71,7 +79,7 @@ profile)
         --cuda-graphs --compile-mode reduce-overhead --models hf:gpt2 --max-minutes 1.5
     ;;
 *)
-    echo "unknown part $part (judge, kinds, tuner, fixes, profile or ahead)" >&2
+    echo "unknown part $part (judge, kinds, tuner, fixes, profile, ahead or compile)" >&2
     exit 2
     ;;
 esac
