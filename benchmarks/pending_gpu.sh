@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU checks of what was built on the CPU, in parts that each fit one 10-minute call on one H200.
-# judge, kinds and tuner ran in the sixth session, profile in the seventh (BENCHMARKS.md); fixes is what
-# has not run yet:
+# judge, kinds and tuner ran in the sixth session, profile in the seventh (BENCHMARKS.md); fixes, ahead
+# and compile have not run yet:
 #
 #   bash benchmarks/pending_gpu.sh judge  OUT   # the judge's run-time rules on real hardware, its cost, hf:bert
 #   bash benchmarks/pending_gpu.sh kinds  OUT   # linear_gelu and attention_rotary against eager and torch.compile
