@@ -822,14 +822,12 @@ class FingerprintWatch:
     def _codes_held(self) -> bool:
         """Do the baseline functions whose ``__code__`` was set since the baseline (the audit hook's
         record) hold their baseline code again?"""
-        sets = self._code_sets
+        sets, baseline = self._code_sets, self._baseline_code
         if len(sets) < self._code_sets_seen:  # the record itself was cut: nothing it says can be trusted
             return False
         if len(sets) > self._code_sets_seen:
-            baseline = self._baseline_code
             self._code_touched += [f for f in sets[self._code_sets_seen:] if f in baseline]
             self._code_sets_seen = len(sets)
-        baseline = self._baseline_code
         return all(f.__code__ is baseline[f] for f in self._code_touched)
 
     def changed_names(self) -> list[str]:

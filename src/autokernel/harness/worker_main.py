@@ -185,8 +185,8 @@ class _State:
         self.outside_armed_signals_only = False
         self.threads_before_kernel: int | None = None  # self.starts.threads when the first kernel file loaded
         self.threads_in_calls = 0  # threads started inside calls (reported there)
-        # the collector, taken now: off from the first kernel file on, run only at the end of a
-        # request under a watch (``_collect_garbage``)
+        # the collector, taken now: off from the first kernel file on, run only after each call
+        # and at the end of each request, under a watch (``_collect_garbage``)
         self.gc_collect, self.gc_enabled, self.gc_disable = gc.collect, gc.isenabled, gc.disable
 
     def _new_children(self) -> dict[str, str] | None:
@@ -276,11 +276,12 @@ class _State:
 
     def _collect_garbage(self) -> list[dict[str, str]]:
         """Collect the young generations now (after every call and at the end of every request),
-        under a watch, and return findings for code of the kernel's that ran.  The collector is off from the first kernel file on: a collection that
-        starts when allocations cross a threshold runs the finalizers of the reference cycles it
-        frees (a generator's ``finally``), and a kernel that filled the youngest generation to its
-        threshold before returning had its work run by the first container the judge's checks
-        allocated: after the timer stopped, inside the call's launch record."""
+        under a watch, and return findings for code of the kernel's that ran.  The collector is
+        off from the first kernel file on: a collection that starts when allocations cross a
+        threshold runs the finalizers of the reference cycles it frees (a generator's
+        ``finally``), and a kernel that filled the youngest generation to its threshold before
+        returning had its work run by the first container the judge's checks allocated: after
+        the timer stopped, inside the call's launch record."""
         found = []
         if self.gc_enabled():
             self.gc_disable()
