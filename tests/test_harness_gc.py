@@ -35,30 +35,17 @@ def test_a_finalizer_timed_to_run_in_the_judges_checks_is_caught(no_static_check
     assert message in result.message and result.failed_stage == "smoke", result.message
 
 
-CYCLE_KERNEL = '''
-import torch
-import triton
-import triton.language as tl
+# the reduce starter, called through a wrapper that leaves a cycle holding a temporary on each call
+CYCLE_WRAPPER = """
 
-
-@triton.jit
-def _row_sum(x_ptr, out_ptr, N, stride, BLOCK: tl.constexpr):
-    row = tl.program_id(0)
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for start in range(0, N, BLOCK):
-        cols = start + tl.arange(0, BLOCK)
-        acc += tl.load(x_ptr + row * stride + cols, mask=cols < N, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row, tl.sum(acc, axis=0).to(out_ptr.dtype.element_ty))
+_starter_kernel_fn = kernel_fn
 
 
 def kernel_fn(x):
-    x = x.contiguous()
     scratch = {"buffer": torch.empty_like(x)}  # honest, if untidy: a cycle that holds a temporary
     scratch["self"] = scratch
-    out = torch.empty((x.shape[0],), dtype=x.dtype, device=x.device)
-    _row_sum[(x.shape[0],)](x, out, x.shape[1], x.stride(0), BLOCK=64)
-    return out
-'''
+    return _starter_kernel_fn(x)
+"""
 
 
 def test_cyclic_garbage_of_each_call_is_freed_before_the_next(tmp_path):
@@ -68,8 +55,10 @@ def test_cyclic_garbage_of_each_call_is_freed_before_the_next(tmp_path):
     import subprocess
     import textwrap
 
+    from autokernel.problems.registry import KERNELS_DIR
+
     kernel = tmp_path / "kernel.py"
-    kernel.write_text(CYCLE_KERNEL)
+    kernel.write_text((KERNELS_DIR / "reduce.py").read_text() + CYCLE_WRAPPER)
     script = textwrap.dedent(f"""
         import gc, os
         os.environ["TRITON_INTERPRET"] = "1"
