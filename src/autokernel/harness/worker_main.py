@@ -66,6 +66,7 @@ def main(conn, device: str) -> None:
             profiler.enable()
         message = _unpickle_request(data)
         del data
+        nonce = message.pop("nonce", None)  # a local of this loop only: echoed, never handed to the kernel's side
         op = message.get("op")
         if op == "exit":
             return
@@ -84,10 +85,11 @@ def main(conn, device: str) -> None:
                         reply["fingerprint"] = integrity.fingerprint()
                     except Exception:  # namespaces that cannot be read: every name counts as changed
                         reply["fingerprint"] = {}
+            reply["nonce"] = nonce
             data = transport.encode(reply)
         except Exception as exc:
             data = transport.encode({"error": f"harness worker error: cannot encode the answer: {exc}",
-                                     "internal": True, "trace": ""})
+                                     "internal": True, "trace": "", "nonce": nonce})
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(os.path.join(os.environ[PROFILE_ENV], f"worker-{os.getpid()}.prof"))
