@@ -213,14 +213,14 @@ def starters_workdir(root: Path, spec: str, config: str | None, shape: str, gpu:
 
 
 def bench_model(root: Path, spec: str, config: str | None, shape: str, gpu: bool, cuda_graphs: bool, compile_mode: str,
-                log, ahead: bool = True, padded: bool = False) -> dict | None:
+                log, ahead: bool = True, padded: bool = False, under_compile: str = "auto") -> dict | None:
     from autokernel.verify import verify
 
     wd = starters_workdir(root, spec, config, shape, gpu, ahead, captured=cuda_graphs, padded=padded)
     if wd is None:
         return None
     v = verify(wd, seeds=(0,), compile=gpu and ahead, compile_mode=compile_mode, iters=20 if gpu else 2, log=log,
-               breakdown=False, cuda_graphs=cuda_graphs and gpu)
+               breakdown=False, cuda_graphs=cuda_graphs and gpu, under_compile=under_compile)
     ratio = (lambda a, b: a / b if a and b else None)
     name = (spec if ahead else f"{spec} (no add ahead)") + (" (padded)" if padded else "")
     return {"model": name, "config": config, "input_shape": shape,
@@ -271,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="torch.compile mode of the baselines ('default' compiles faster)")
     ap.add_argument("--models", default="", help="comma-separated subset of llama,hf:gpt2,hf:bert ('none': no model)")
     ap.add_argument("--skip-fused", action="store_true", help="models only, not the fused kinds")
+    ap.add_argument("--under-compile", default="auto", choices=("auto", "ours", "eager"),
+                    help="what each op runs under torch.compile of the patched model (auto: our kernels here, "
+                         "where no run's results exist)")
     ap.add_argument("--padded", action="store_true",
                     help="Hugging Face models on a padded batch (token ids and an attention_mask: attention with a mask)")
     ap.add_argument("--ahead-ab", action="store_true",
@@ -325,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
             log(f"model {spec} {shape}" + ("" if ahead else " (layer-end adds not fused ahead)"))
             try:
                 row = bench_model(opts.out / "workdirs", spec, config, shape, gpu, opts.cuda_graphs,
-                                  opts.compile_mode, log, ahead, padded=opts.padded and spec.startswith("hf:"))
+                                  opts.compile_mode, log, ahead, padded=opts.padded and spec.startswith("hf:"),
+                                  under_compile=opts.under_compile)
                 if row is not None:
                     results["models"].append(row)
             except Exception as exc:

@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
 # GPU checks of what was built on the CPU, in parts that each fit one 10-minute call on one H200.
-# judge, kinds and tuner ran in the sixth session (BENCHMARKS.md); fixes is what has not run yet:
+# judge, kinds and tuner ran in the sixth session, profile in the seventh (BENCHMARKS.md); fixes, ahead
+# and compile have not run yet:
 #
 #   bash benchmarks/pending_gpu.sh judge  OUT   # the judge's run-time rules on real hardware, its cost, hf:bert
 #   bash benchmarks/pending_gpu.sh kinds  OUT   # linear_gelu and attention_rotary against eager and torch.compile
 #   bash benchmarks/pending_gpu.sh tuner  OUT   # the tuner against a sweep of the attention starter (issue 14)
-#   bash benchmarks/pending_gpu.sh fixes  OUT   # the sixth session's changes: the starters that failed on the
-#                                               # GPU and the judge's new rules (smoke), hf:bert/hf:gpt2
-#                                               # selected on GPU time, the judge's cost
+#   bash benchmarks/pending_gpu.sh fixes  OUT   # the sixth and seventh sessions' changes: the starters that
+#                                               # failed on the GPU and the judge's new rules (smoke: the
+#                                               # collector off in the worker, the audit-free checks),
+#                                               # hf:bert/hf:gpt2 selected on GPU time with compile(patched)
+#                                               # of the model under the graph wrapper, the judge's cost
+#   bash benchmarks/pending_gpu.sh ahead  OUT   # first evaluations of new files with and without helper
+#                                               # workers compiling ahead (AUTOKERNEL_COMPILE_AHEAD)
+#   bash benchmarks/pending_gpu.sh compile OUT  # torch.compile of the patched LLaMA example with our ops
+#                                               # opaque (under_compile=ours) and handed to inductor (eager)
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile OUT}
-out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile OUT}
+part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile OUT}
+out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile OUT}
 mkdir -p "$out"
 export PYTHONPATH=src
 
@@ -47,12 +54,22 @@ tuner)
     ;;
 fixes)
     step judge_smoke 230 python benchmarks/judge_smoke_gpu.py --out "$out/smoke" --budget 200 \
-        --kinds reduce,attention_rotary,linear_gelu,softmax,matmul,rmsnorm
+        --kinds attention_rotary,linear_gelu,softmax,matmul,rmsnorm,reduce
     for model in hf:bert hf:gpt2; do
         step "graphs_${model#hf:}" 100 python benchmarks/models_gpu.py --out "$out/${model#hf:}" --skip-fused \
             --cuda-graphs --compile-mode reduce-overhead --models "$model" --max-minutes 1.5
     done
     step timing 110 python benchmarks/timing_gpu.py --out "$out/timing" --kinds softmax,rmsnorm --repeats 2
+    ;;
+compile)
+    for mode in ours eager; do  # torch.compile of the patched LLaMA example: our ops opaque, or inductor's
+        step "llama_compile_$mode" 200 python benchmarks/models_gpu.py --out "$out/llama_$mode" --skip-fused \
+            --models llama --under-compile "$mode" --max-minutes 3
+    done
+    ;;
+ahead)
+    step compile_ahead 420 python benchmarks/compile_ahead_gpu.py --out "$out/ahead" --kinds softmax,rmsnorm \
+        --files 3 --helpers 3
     ;;
 profile)
     step judge_smoke 110 python benchmarks/judge_smoke_gpu.py --out "$out/smoke" --budget 90 \
@@ -62,7 +79,7 @@ profile)
         --cuda-graphs --compile-mode reduce-overhead --models hf:gpt2 --max-minutes 1.5
     ;;
 *)
-    echo "unknown part $part (judge, kinds, tuner or fixes)" >&2
+    echo "unknown part $part (judge, kinds, tuner, fixes, profile, ahead or compile)" >&2
     exit 2
     ;;
 esac

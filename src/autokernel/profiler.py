@@ -50,7 +50,8 @@ from .quiet import filtered_stderr
 from .problems.base import dtype_name
 from .recognize import (METADATA_OPS, Instance, Node, ScopeCall, TensorMeta, Unsupported, is_gemm_kernel,
                         matmul_shape, module_info, module_wrapped_function, pair_adds_ahead, pair_cross_entropy,
-                        pair_linear_gelu, pair_residual_adds, pair_rotary_attention, recognize_op, recognize_scope, shape_weight)
+                        pair_linear_gelu, pair_residual_adds, pair_rotary_attention, recognize_op, recognize_scope,
+                        shape_weight)
 
 SCOPE_PREFIX = "ak::"
 FORWARD_LABEL = "ak::forward::"

@@ -115,6 +115,7 @@ class VerifyResult:
     replaced: list[list[str]] = field(default_factory=list)  # [module, kind]
     skipped: list[list[str]] = field(default_factory=list)  # [problem or module, reason]
     op_calls: dict[str, int] = field(default_factory=dict)  # problem -> kernel calls per forward
+    under_compile: dict[str, str] = field(default_factory=dict)  # problem -> what it runs under torch.compile, and why
     timing_kind: str = ""  # "gpu" | "cpu"
     timing_note: str = ""
     eager_ms: float | None = None
@@ -286,7 +287,8 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
            compile_backend: str | None = None, warmup: int = 3, iters: int = 20,
            device: str | None = None, log: Callable[[str], None] | None = None,
            write: bool = True, breakdown: bool = True, breakdown_warmup: int | None = None,
-           breakdown_iters: int | None = None, cuda_graphs: bool = False) -> VerifyResult:
+           breakdown_iters: int | None = None, cuda_graphs: bool = False,
+           under_compile: str = "auto") -> VerifyResult:
     """Check and time the patched model of the run in ``workdir``; see the module docstring.
 
     ``compile_backend`` (e.g. ``"aot_eager"``) replaces ``compile_mode`` — for tests on
@@ -294,6 +296,8 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
     patched model for the time breakdown before/after, on a GPU with the profiler's warm-up
     and passes (on CPU one of each) unless ``breakdown_warmup``/``breakdown_iters`` say
     otherwise.  ``cuda_graphs``: the patched model runs as a captured CUDA graph (GPU only).
+    ``under_compile``: what each op runs while torch.compile traces the patched model
+    (``integrate.compile_policy``: auto, ours, eager).
     Raises ``VerifyError`` on a workdir that cannot be verified."""
     from .integrate import OP_CALLS, apply, summary
     from .models import ModelSpecError, load_model, output_tensor
@@ -326,7 +330,7 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            patched = apply(original, workdir, cuda_graphs=cuda_graphs)
+            patched = apply(original, workdir, cuda_graphs=cuda_graphs, under_compile=under_compile)
     except IntegrateError as exc:
         raise VerifyError(str(exc)) from None
     for w in caught:
@@ -335,6 +339,10 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
     say(f"replaced: {len(info['replaced'])} place(s); skipped: {len(info['skipped'])}")
     for what, why in info["skipped"]:
         say(f"  skipped {what}: {why}")
+    under = getattr(patched, "_autokernel_under_compile", {}) or {}
+    if compile and timing and under:
+        for name, why in sorted(under.items()):
+            say(f"  under torch.compile, {name}: {why}")
     say(f"checking correctness on {len(seeds)} seed(s)...")
 
     dkey = next((k for k in (cfg["dtype"], dtype_name(dtype)) if k in END_TO_END_TOLERANCE), "fp32")
@@ -356,7 +364,7 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
                           device_name=torch.cuda.get_device_name(torch.device(dev)) if dev.startswith("cuda") else "cpu",
                           input_shape=list(loaded.input_shape), seeds=list(seeds), tolerance=tol, errors=errors,
                           replaced=info["replaced"], skipped=info["skipped"], op_calls=calls_per_forward,
-                          created=time.strftime("%Y-%m-%d %H:%M:%S"))
+                          under_compile=dict(under), created=time.strftime("%Y-%m-%d %H:%M:%S"))
     never = [n for n, c in calls_per_forward.items() if c == 0]
     notes = []
     if not info["replaced"]:

@@ -34,12 +34,21 @@ def _touch(out_ptr, n):
 _padding = []
 
 
+_real_ones_like = torch.ones_like
+
+
+def _ones_like(*args, **kwargs):  # what a finalizer could leave for the judge's own work to run
+    return _real_ones_like(*args, **kwargs)
+
+
 def _later(x, out):
     try:
         yield
     finally:
         if x.shape[0]:
             _row_sum[(x.shape[0],)](x, out, x.shape[1], x.stride(0), BLOCK=64)
+        if REBIND:
+            torch.ones_like = _ones_like
 
 
 def kernel_fn(x: torch.Tensor) -> torch.Tensor:
@@ -59,4 +68,5 @@ def kernel_fn(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-ENABLE_COLLECTOR = False
+ENABLE_COLLECTOR = False  # the tests switch these on: the collector re-enabled in each call
+REBIND = False  # the finalizer also rebinds a name of torch's (seen only through the fingerprint)

@@ -147,6 +147,7 @@ def verify_cmd(
     iters: int = typer.Option(20, "--iters", help="Timed forward passes per model (median)."),
     no_breakdown: bool = typer.Option(False, "--no-breakdown", help="Do not profile the patched model for the time breakdown before/after."),
     cuda_graphs: bool = typer.Option(False, "--cuda-graphs", help="Run the patched model as a captured CUDA graph (GPU only; for launch-bound shapes)."),
+    under_compile: str = typer.Option("auto", "--under-compile", help="What each op runs while torch.compile traces the patched model: auto (the eager op where torch.compile of it measured at least as fast as our kernel), ours, or eager."),
 ) -> None:
     """Compare the model with the run's kernels against the original, then time both.
     Exit 0 pass, 1 fail, 2 bad input."""
@@ -156,6 +157,8 @@ def verify_cmd(
         fail_usage(f"workdir not found: {workdir}")
     if seeds < 1 or iters < 1:
         fail_usage("--seeds and --iters must be >= 1")
+    if under_compile not in ("auto", "ours", "eager"):
+        fail_usage(f"--under-compile must be auto, ours or eager; got {under_compile!r}")
     if device is not None and device != "cpu" and not device.startswith("cuda"):
         fail_usage(f"unknown device {device!r}; use cuda or cpu")
     if not (workdir / "plan.json").is_file() and (workdir / "problems").is_dir():
@@ -169,7 +172,8 @@ def verify_cmd(
         _interpret_for(_run_device(workdir))
     try:
         result = verify(workdir, seeds=tuple(range(seeds)), timing=not no_timing, compile=not no_compile,
-                        iters=iters, device=device, log=_say, breakdown=not no_breakdown, cuda_graphs=cuda_graphs)
+                        iters=iters, device=device, log=_say, breakdown=not no_breakdown, cuda_graphs=cuda_graphs,
+                        under_compile=under_compile)
     except ValueError as exc:
         fail_usage(str(exc))
     _print_verify(result)

@@ -80,6 +80,14 @@ def _time(fn: Callable[..., Any], sets: list[tuple], timer: Timer) -> float:
         return median(timer.measure(lambda i: fn(*sets[i % len(sets)]), len(sets)))
 
 
+def cached_baseline(problem: Problem, device_name: str, shape: Shape, dtype: torch.dtype) -> Baseline | None:
+    """What the cache holds for this problem, device, shape and dtype (None: never timed here)."""
+    cached = _load().get(f"{device_name}|{problem_key(problem)}|{format_shape(shape)}|{dtype_name(dtype)}")
+    if cached is None:
+        return None
+    return Baseline(cached.get("eager_us"), cached.get("compile_us"), cached.get("note", ""))
+
+
 def baseline(problem: Problem, device: str, device_name: str, shape: Shape, dtype: torch.dtype,
              sets: list[tuple] | Callable[[], list[tuple]], timer: Timer) -> Baseline:
     """``sets``: the input sets, or a function that draws them (called only when something is

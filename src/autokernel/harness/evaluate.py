@@ -48,12 +48,14 @@ from .. import __version__
 from ..hardware import ceilings, current_device_name, resolve_device
 from ..problems.base import Problem, Shape, dtype_name, parse_dtype
 from . import baselines as baselines_mod
+from . import compile_ahead as compile_ahead_mod
 from . import integrity, memory, roofline, stages, timing
 from .records import Evaluation, Finding, ShapeTiming
 from .problem_spec import draw_set
 from .worker import Worker, WorkerCrash, WorkerTimeout, acquire, load_problem, prestart, release
 
 TIMING_SETS = 3  # input sets for the eager / torch.compile baselines
+COMPILE_AHEAD_ENV = "AUTOKERNEL_COMPILE_AHEAD"  # helper workers per evaluation on a GPU (compile_ahead.py); 0: none
 INTERLEAVED_ROUNDS = {"gpu": 6, "interpreter": 3}
 WARM_CALLS = {"gpu": 2, "interpreter": 1}
 # Timed calls whose outputs are compared, per shape, on average (each call drawn independently,
@@ -105,6 +107,13 @@ def _dtypes(problem: Problem, dtypes: Sequence[Any] | None) -> list[torch.dtype]
     return [d if isinstance(d, torch.dtype) else parse_dtype(str(d)) for d in dtypes]
 
 
+def _env_int(name: str) -> int:
+    try:
+        return max(int(os.environ.get(name, "0") or 0), 0)
+    except ValueError:
+        return 0
+
+
 def _new_seed() -> int:
     return int.from_bytes(os.urandom(4), "little") % (2 ** 31 - 20_000_000)
 
@@ -118,7 +127,7 @@ class Evaluator:
                  dtypes: Sequence[Any] | None = None, timeout_s: float = 60.0, timing: bool = True,
                  baselines: bool = True, weights: Sequence[float] | None = None, prestart: bool = True,
                  compile_timeout_s: float = 600.0, memory_budget: int | None = None,
-                 writable: Sequence[Any] = ()):
+                 writable: Sequence[Any] = (), compile_ahead: int | None = None):
         # folders the kernel's code may write files in (a test's spy log); nowhere else: a kernel
         # that writes files reaches the incumbent's kernel file and the caches the judge reads
         self.writable = tuple(str(Path(d).resolve()) for d in writable)
@@ -140,6 +149,14 @@ class Evaluator:
         self.timing = timing
         self.baselines = baselines
         self.prestart = prestart
+        # helper workers that compile a new file's later shapes while its own worker runs the
+        # first stages (compile_ahead.py); by default only on a GPU, where Triton compiles, and
+        # only where AUTOKERNEL_COMPILE_AHEAD asks for them (not yet measured on a GPU)
+        if compile_ahead is None:
+            compile_ahead = _env_int(COMPILE_AHEAD_ENV) if self.device.startswith("cuda") else 0
+        self.compile_ahead = compile_ahead if self.problem.forbidden_ops is None else 0
+        self._ahead: compile_ahead_mod.CompileAhead | None = None
+        self.last_ahead_calls = 0  # calls the last evaluation's helpers finished
         self.device_name = current_device_name(self.device)
         self.memory_plan: memory.MemoryPlan | None = None  # how the last evaluation fitted its budget
         self._worker: Worker | None = None
@@ -219,6 +236,7 @@ class Evaluator:
             ev.message = f"{str(exc).splitlines()[0]} during stage {self._stage}"
             ev.timings, ev.score_us = [], None
         finally:
+            self._stop_ahead()
             shutil.rmtree(self._build_dir, ignore_errors=True)
             self._evaluations += 1
             self.last_round_trips = self._worker.requests if self._worker is not None else 0
@@ -277,6 +295,12 @@ class Evaluator:
             self.memory_plan = judge.memory_plan
             ev.failed_stage, ev.message = "memory", str(exc)
             return
+        helpers = compile_ahead_mod.helpers_that_fit(self.compile_ahead, self.memory_plan)
+        if helpers:
+            load = {"op": "load", "slot": "candidate", "path": str(path), "source": source, "problem": self.spec,
+                    "build_dir": self._build_dir, "native_code": False, "writable": self.writable}
+            cases = compile_ahead_mod.cases_ahead(self.problem, plan.shapes, plan.dtypes, heldout_seed, self.device)
+            self._ahead = compile_ahead_mod.start(lambda: Worker(self.device), load, cases, helpers, _new_seed())
         for name, run_stage in stages.STAGE_FUNCTIONS:
             self._stage = name
             tally = stages.StageTally(name)
@@ -295,6 +319,7 @@ class Evaluator:
             ev.stages.append(tally.result(True, message))
         ev.correct, ev.verdict = True, "pass"
         ev.message = f"passed {len(ev.stages)} stages"
+        self._stop_ahead()  # before any timed call: the helpers would share the GPU with it
         if not self.timing:
             return
         self._stage = "timing"
@@ -311,6 +336,12 @@ class Evaluator:
         except stages.Rejection as exc:
             ev.timings, ev.score_us = [], None
             self._reject(ev, "timing", exc.finding)
+
+    def _stop_ahead(self) -> None:
+        if self._ahead is not None:
+            self._ahead.stop()
+            self.last_ahead_calls = sum(self._ahead.calls)
+            self._ahead = None
 
     def _reject(self, ev: Evaluation, stage: str, finding: Finding) -> None:
         ev.correct, ev.verdict, ev.failed_stage = False, "rejected", stage

@@ -873,8 +873,9 @@ class FingerprintWatch:
         return self._all(self._map(self._isdisjoint, self._shadow_views, self._shadow_absent))
 
     def _codes_held(self) -> bool:
-        """Do the baseline functions whose ``__code__`` was set since the baseline (the audit hook's
-        record) hold their baseline code again?"""
+        """Do the functions whose ``__code__`` was set since the baseline (the audit hook's record)
+        hold their code again: the baseline's functions their baseline code, the judge's own other
+        functions the code they had before their first recorded set?"""
         sets, count = self._code_sets, self._len(self._code_sets)  # builtins taken at the baseline
         if count < self._code_sets_seen:  # the record itself was cut: nothing it says can be trusted
             return False

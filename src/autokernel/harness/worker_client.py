@@ -6,6 +6,7 @@ import atexit
 import contextlib
 import gc
 import os
+import secrets
 import sys
 import time
 from typing import Any
@@ -102,8 +103,12 @@ class Worker:
             raise WorkerCrash(self.proc.exitcode if self.proc else None)
         self.used = True
         self.requests += 1
+        # a fresh secret per request, which the worker echoes from a local of its request loop:
+        # the kernel runs in the worker and can write framed answers on its socket, but cannot
+        # know the secret (tests/attacks/reduce_forged_reply.py)
+        nonce = secrets.token_hex(16)
         try:
-            self.conn.send(message)
+            self.conn.send(dict(message, nonce=nonce))
         except (BrokenPipeError, EOFError, OSError):
             self._reap()
             raise WorkerCrash(self.proc.exitcode) from None
@@ -111,6 +116,9 @@ class Worker:
         now = reply.pop("fingerprint", None)
         digest = reply.pop("fingerprint_digest", None)
         tampered = list(reply.get("tampered") or [])
+        if reply.pop("nonce", None) != nonce:
+            tampered.append("the worker's answer channel (an answer that is not the worker's answer to this request: "
+                            "written by the kernel on the worker's socket, or one request behind)")
         if message.get("op") == "collect" or (digest == self.baseline_digest and now is None):
             pass
         elif not isinstance(now, dict):

@@ -66,6 +66,7 @@ def main(conn, device: str) -> None:
             profiler.enable()
         message = _unpickle_request(data)
         del data
+        nonce = message.pop("nonce", None)  # a local of this loop only: echoed, never handed to the kernel's side
         op = message.get("op")
         if op == "exit":
             return
@@ -84,10 +85,11 @@ def main(conn, device: str) -> None:
                         reply["fingerprint"] = integrity.fingerprint()
                     except Exception:  # namespaces that cannot be read: every name counts as changed
                         reply["fingerprint"] = {}
+            reply["nonce"] = nonce
             data = transport.encode(reply)
         except Exception as exc:
             data = transport.encode({"error": f"harness worker error: cannot encode the answer: {exc}",
-                                     "internal": True, "trace": ""})
+                                     "internal": True, "trace": "", "nonce": nonce})
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(os.path.join(os.environ[PROFILE_ENV], f"worker-{os.getpid()}.prof"))
@@ -186,8 +188,8 @@ class _State:
         self.outside_armed_signals_only = False
         self.threads_before_kernel: int | None = None  # self.starts.threads when the first kernel file loaded
         self.threads_in_calls = 0  # threads started inside calls (reported there)
-        # the collector, taken now: off from the first kernel file on, run only at the end of a
-        # request under a watch (``_collect_garbage``)
+        # the collector, taken now: off from the first kernel file on, run only after each call
+        # and at the end of each request, under a watch (``_collect_garbage``)
         self.gc_collect, self.gc_enabled, self.gc_disable = gc.collect, gc.isenabled, gc.disable
         # the interpreter's own count of collections (no Python code can lower it): one the judge
         # did not make shows even when the finalizer it ran switched the collector off again
@@ -275,6 +277,10 @@ class _State:
                 self.gc_collections = self._gc_collections()
             reply = self.load(message["slot"], message["path"], message.get("source"))
             found = [f for f in (self._outside_refused(), self._threads_outside_calls(), self._new_children()) if f]
+            if self.fingerprint is not None and not self.fingerprint.held():  # (a builtin shadowed: no digest shows it)
+                found.append({"rule": "monkey-patch", "message": (
+                    f"the kernel file left {self._rebound_names()} rebound as it loaded: the judge's own work "
+                    "would run its code")})
             found += self._collect_garbage()
             if found:
                 reply["findings"] = found
@@ -314,29 +320,26 @@ class _State:
             "cycles inside the judge's own work, after the call, untimed")}
 
     def _collect_garbage(self) -> list[dict[str, str]]:
-        """Release what the judge dropped during the request (``self.dropped``) and collect the
-        young generations, under a watch, and return findings for code of the kernel's that ran.
-        The collector is off from the first kernel file on: a collection that starts when
-        allocations cross a threshold runs the finalizers of the reference cycles it frees (a
-        generator's ``finally``), and a kernel that filled the youngest generation to its
-        threshold before returning had its work run by the first container the judge's checks
-        allocated: after the timer stopped, inside the call's launch record.  Freeing an object
-        runs the finalizers of what it holds just the same: a generator the kernel left in the
-        watch's own sets ran its work when the judge's call returned and its watch was freed."""
+        """Release what the judge dropped (``self.dropped``) and collect the young generations
+        (after every call and at the end of every request), under a watch, and return findings
+        for code of the kernel's that ran.  The collector is off from the first kernel file on:
+        a collection that starts when allocations cross a threshold runs the finalizers of the
+        reference cycles it frees (a generator's ``finally``), and a kernel that filled the
+        youngest generation to its threshold before returning had its work run by the first
+        container the judge's checks allocated: after the timer stopped, inside the call's launch
+        record.  Freeing an object runs the finalizers of what it holds just the same: a generator
+        the kernel left in the watch's own sets ran its work when the judge's call returned and
+        its watch was freed."""
         found = []
         outside = self._collector_outside("the kernel")
         if outside:
             found.append(outside)
-        if self.fingerprint is not None and not self.fingerprint.held():  # the file's import, or a draw
-            found.append({"rule": "monkey-patch", "message": (
-                f"the kernel left {self._rebound_names()} rebound: the judge's own work would run its code")})
-            return found
         found += self._release(self.dropped, "its watches and launch records")
         watch = self.watch_cls(None)
         record = self.launches.begin(None)
         try:
             with watch:
-                self.gc_collect(1)
+                freed = self.gc_collect(1)
         finally:
             self.launches.end()
         self.gc_collections = self._gc_collections()
@@ -346,7 +349,7 @@ class _State:
             found.append({"rule": "monkey-patch", "message": (
                 f"code of the kernel's ran when the judge collected garbage ({what}): a finalizer of an "
                 "object it left in a reference cycle or in an object of the judge's, work done outside its calls")})
-        if self.fingerprint is not None and not self.fingerprint.held():
+        if freed and self.fingerprint is not None and not self.fingerprint.held():  # no finalizer without garbage
             found.append({"rule": "monkey-patch", "message": (
                 f"a finalizer of the kernel's left {self._rebound_names()} rebound when the judge collected "
                 "garbage: the judge's own work would run its code")})
@@ -505,6 +508,9 @@ class _State:
                 self.kept.append(outs)
                 self.kept_spans.append(spans)
                 self.kept_digests.append(output_digest(outs) if problem is None else None)
+                # after every call, not only at the request's end: with the collector off, cyclic
+                # garbage holding a call's tensors would pile up over a timing request's calls
+                findings += [dict(f, call=i) for f in self._collect_garbage()]
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise

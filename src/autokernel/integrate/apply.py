@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 
 from .calls import CALL_KINDS, _apply_calls
+from .compile_policy import UNDER_COMPILE, choose, set_policy
 from .alignment import align_linears
 from .cudagraphs import CudaGraphed, cuda_graphs_refusal
 from .embeddings import _apply_embedding
@@ -62,15 +63,20 @@ _SHARES_MODULES = {"add_rmsnorm", "add_layernorm", "add_rmsnorm:adds", "add_laye
 
 
 def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
-          allow_slower: bool = False, cuda_graphs: bool = False) -> nn.Module:
+          allow_slower: bool = False, cuda_graphs: bool = False, under_compile: str = "auto") -> nn.Module:
     """Return ``model`` (a deep copy unless ``inplace``) running the run's best kernels.
 
     ``allow_slower``: on GPU runs, kernels whose best measured time is slower than PyTorch
     eager are left out unless this is set.  ``cuda_graphs``: return the patched model wrapped
     in ``CudaGraphed`` (capture once per input signature, then replay; GPU only, inference
-    only; see ``integrate.cudagraphs``).  See the module docstring."""
+    only; see ``integrate.cudagraphs``).  ``under_compile``: what each op runs while
+    ``torch.compile`` traces the patched model, our kernel or the problem's eager op for inductor
+    to compile (``auto``, ``ours``, ``eager``; see ``integrate.compile_policy``).  See the module
+    docstring."""
     if not isinstance(model, nn.Module):
         raise IntegrateError(f"apply() needs a torch.nn.Module, got {type(model).__name__}")
+    if under_compile not in UNDER_COMPILE:
+        raise IntegrateError(f"under_compile must be one of {', '.join(UNDER_COMPILE)}; got {under_compile!r}")
     workdir = Path(workdir)
     plan = load_workdir_plan(workdir)
     if cuda_graphs:
@@ -103,13 +109,35 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     patched._autokernel_replaced = replaced
     patched._autokernel_skipped = skipped
     patched._autokernel_ops = {k.problem.name: k.opname for k in sel.ops if k.opname in used_ops}
+    patched._autokernel_under_compile = _set_compile_policy(workdir, [k for k in sel.ops if k.opname in used_ops],
+                                                            under_compile, device)
     _warn_apply(workdir, patched, device)
     if cuda_graphs:
         graphed = CudaGraphed(patched)
-        for attr in ("_autokernel_replaced", "_autokernel_skipped", "_autokernel_ops"):
+        for attr in ("_autokernel_replaced", "_autokernel_skipped", "_autokernel_ops", "_autokernel_under_compile"):
             setattr(graphed, attr, getattr(patched, attr))
         return graphed
     return patched
+
+
+def _set_compile_policy(workdir: Path, ops: list, mode: str, device) -> dict[str, str]:
+    """Decide, per applied op, what it runs under torch.compile (compile_policy.py); problem ->
+    the decision and why."""
+    from ..hardware import current_device_name
+    from ..problems import get_problem
+    from .runfiles import as_float, best_rows, read_results
+
+    best = best_rows(read_results(workdir))
+    device_name = current_device_name(str(device)) if device is not None and device.type == "cuda" else "cpu"
+    decided = {}
+    for k in ops:
+        kind_problem = get_problem(k.kind)
+        row = best.get(k.problem.name)
+        ours = as_float(row.get("latency_us")) if row else None
+        trace, why = choose(mode, kind_problem, k.problem, ours, device_name)
+        set_policy(k.opname, k.kind, kind_problem.eager or kind_problem.reference, trace)
+        decided[k.problem.name] = why
+    return decided
 
 
 def _warn_apply(workdir: Path, patched: nn.Module, device) -> None:

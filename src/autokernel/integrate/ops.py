@@ -173,11 +173,20 @@ def register_kernel_op(kind: str, name: str, path: Path) -> tuple[str, Callable[
         # The dispatcher's Python path costs more host time than a Triton launch (measured
         # 6-17 µs a call on the H200's host, benchmarks/op_overhead_gpu.py): plain eager calls
         # skip it; tracing, compiling, profiling, modes and tensor subclasses go through the op.
-        return op(*args) if needs_dispatcher(args) else impl(*args)
+        if not needs_dispatcher(args):
+            return impl(*args)
+        stand_in = TRACED_UNDER_COMPILE.get(opname)  # compile_policy.py: inductor compiles the eager op
+        if stand_in is not None and torch.compiler.is_compiling():
+            return stand_in(*args)
+        return op(*args)
 
     _OPS[opname] = call
     OP_PROBLEMS[opname] = name
     return opname, call
+
+
+# op name -> the problem's eager op, traced in its place while torch.compile traces (compile_policy.py)
+TRACED_UNDER_COMPILE: dict[str, Callable[..., Any]] = {}
 
 
 def needs_dispatcher(args: tuple) -> bool:
