@@ -528,11 +528,12 @@ class _State:
         request's sets drawn together, here or in the parent, lie in memory a kernel can reach
         by pointer arithmetic).  The parent draws the same set from the same seed for the calls
         it checks, and compares the inputs as they are after the call with its own draw."""
-        self.draw_findings += self._left_behind("the judge's draw of a call's inputs")
+        # the names first: the hooks check below calls a function of torch's Python, looked up by name
         if self.fingerprint is not None and not self.fingerprint.held():  # rebound since the last check
             self.draw_findings.append({"rule": "monkey-patch", "message": (
                 f"{self._rebound_names()} rebound when the judge drew a call's inputs: the draw would run "
                 "the kernel's code")})
+        self.draw_findings += self._left_behind("the judge's draw of a call's inputs")
         record = self.launches.begin(None)
         try:
             args = draw_set(self.draw_inputs, self.draw_adversarial, shape, dtype, self.device, seed)
