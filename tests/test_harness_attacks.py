@@ -33,6 +33,17 @@ def rules(ev) -> set[str]:
     return {f.rule for f in ev.integrity}
 
 
+def judge_attack(tmp_path: Path, name: str, edit: tuple[str, str] | None = None, **options):
+    """The judge's evaluation of attack file ``name`` (``edit``: a text of it replaced first) for
+    reduce at 8x64 fp32, no baselines."""
+    source = (ATTACKS / name).read_text()
+    path = tmp_path / "kernel.py"
+    path.write_text(source.replace(*edit) if edit else source)
+    settings = dict(device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, baselines=False)
+    with Evaluator("reduce", **dict(settings, **options)) as ev:
+        return ev.evaluate(path)
+
+
 @pytest.mark.parametrize("name,verdict,rule,stage", [
     # transport: nothing the kernel returns is rebuilt as an object in the judge
     ("reduce_reduce_in_parent.py", "incorrect", "not a tensor", "smoke"),

@@ -12,10 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from autokernel.harness import Evaluator
-
 sys.path.insert(0, str(Path(__file__).parent))
-from test_harness_attacks import ATTACKS, no_static_checks, rules  # noqa: E402,F401  (a fixture among them)
+from test_harness_attacks import judge_attack, no_static_checks, rules  # noqa: E402,F401  (a fixture among them)
 
 SRC = Path(__file__).resolve().parent.parent / "src"
 
@@ -73,10 +71,6 @@ def test_a_swapped_code_is_seen_through_the_audit_record_and_the_checks_read_no_
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
 @pytest.mark.parametrize("assign", ["plain", "descriptor"])
 def test_a_kernel_that_swaps_the_code_of_the_judges_draw_helper_is_caught(no_static_checks, tmp_path, assign):
-    source = (ATTACKS / "reduce_draw_code_swap.py").read_text()
-    path = tmp_path / "kernel.py"
-    path.write_text(source.replace('ASSIGN = "plain"', f'ASSIGN = "{assign}"'))
-    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, baselines=False) as ev:
-        result = ev.evaluate(path)
+    result = judge_attack(tmp_path, "reduce_draw_code_swap.py", ('ASSIGN = "plain"', f'ASSIGN = "{assign}"'))
     assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
     assert "randn" in result.message and result.failed_stage == "smoke", result.message

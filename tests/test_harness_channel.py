@@ -11,20 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from autokernel.harness import Evaluator
-
 sys.path.insert(0, str(Path(__file__).parent))
-from test_harness_attacks import ATTACKS, no_static_checks, rules  # noqa: E402,F401  (a fixture among them)
+from test_harness_attacks import judge_attack, no_static_checks, rules  # noqa: E402,F401  (a fixture among them)
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
 
 
 @pytest.mark.parametrize("digest_from_memory", [False, True])
 def test_an_answer_the_kernel_wrote_on_the_workers_socket_is_refused(no_static_checks, tmp_path, digest_from_memory):
-    source = (ATTACKS / "reduce_forged_reply.py").read_text()
-    path = tmp_path / "kernel.py"
-    path.write_text(source.replace("DIGEST_FROM_MEMORY = False", f"DIGEST_FROM_MEMORY = {digest_from_memory}"))
-    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, baselines=False) as ev:
-        result = ev.evaluate(path)
+    result = judge_attack(tmp_path, "reduce_forged_reply.py",
+                          ("DIGEST_FROM_MEMORY = False", f"DIGEST_FROM_MEMORY = {digest_from_memory}"))
     assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
     assert "answer channel" in result.message and result.failed_stage == "smoke", result.message

@@ -10,10 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from autokernel.harness import Evaluator
-
 sys.path.insert(0, str(Path(__file__).parent))
-from test_harness_attacks import ATTACKS, no_static_checks, rules  # noqa: E402,F401  (a fixture among them)
+from test_harness_attacks import judge_attack, no_static_checks, rules  # noqa: E402,F401  (a fixture among them)
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
 
@@ -24,13 +22,8 @@ pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reaso
     ("REBIND = True", "torch.ones_like"),
 ])
 def test_a_finalizer_timed_to_run_in_the_judges_checks_is_caught(no_static_checks, tmp_path, edit, message):
-    source = (ATTACKS / "reduce_gc_finalizer.py").read_text()
-    if edit:
-        source = source.replace(edit.replace("True", "False"), edit)
-    path = tmp_path / "kernel.py"
-    path.write_text(source)
-    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
-        result = ev.evaluate(path)
+    result = judge_attack(tmp_path, "reduce_gc_finalizer.py", (edit.replace("True", "False"), edit) if edit else None,
+                          timing=False)
     assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
     assert message in result.message and result.failed_stage == "smoke", result.message
 
