@@ -136,3 +136,35 @@ def test_timed_calls_seeds_are_drawn_each_on_its_own(monkeypatch):
         assert ev.evaluate(KERNELS_DIR / "reduce.py").verdict == "pass"
     steps = {b - a for seeds in sent for a, b in zip(seeds, seeds[1:])}
     assert sent and max(len(s) for s in sent) >= 6 and len(steps) > 1 and 1 not in steps, sent
+
+
+def _same_bits(a, b) -> bool:
+    import torch
+
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if a.is_floating_point():
+            return bool(((a == b) | (a.isnan() & b.isnan())).all())
+        return torch.equal(a, b)
+    return a == b
+
+
+@pytest.mark.parametrize("kind", sorted(__import__("autokernel.problems.registry", fromlist=["x"]).BUILTIN_KINDS))
+def test_a_timed_numerics_draw_is_the_very_case_the_whole_list_holds(kind):
+    """A timed call's numerics draw builds only the variant it uses (base.only_variant): for every
+    problem, every case and two dtypes, the same tensors as the numerics list built whole."""
+    import torch
+
+    from autokernel.harness.problem_spec import draw_set
+    from autokernel.problems.registry import get_problem
+
+    problem = get_problem(kind)
+    if problem.adversarial_inputs is None:
+        pytest.skip(f"{kind} has no numerics cases")
+    shape = dict(problem.cpu_shapes[0])
+    for dtype in sorted({problem.dtypes[0], torch.float32}, key=str):
+        whole = problem.adversarial_inputs(dict(shape), dtype, "cpu", 321)
+        for k, (name, args) in enumerate(whole):
+            drawn = draw_set(problem.make_inputs, problem.adversarial_inputs, shape, dtype, "cpu", [321, k])
+            assert len(drawn) == len(args) and all(map(_same_bits, drawn, args)), f"{kind} {dtype} case {k} ({name})"
