@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from autokernel.harness import Evaluator, compile_ahead
+from autokernel.harness.stages import StagePlan
 from autokernel.harness.worker import Worker
 from autokernel.problems.registry import KERNELS_DIR, get_problem
 
@@ -22,7 +23,7 @@ def test_the_cases_run_from_the_last_stage_back_each_once():
     problem = get_problem("rmsnorm")
     shapes = [dict(s) for s in problem.cpu_shapes]
     dtypes = [torch.float32, torch.bfloat16]
-    cases = compile_ahead.cases_ahead(problem, shapes, dtypes, heldout_seed=7, device="cpu")
+    cases = compile_ahead.cases_ahead(problem, StagePlan(shapes, dtypes, heldout_seed=7), device="cpu")
     rng = random.Random(7)  # as stages.stage_heldout draws them
     heldout = [problem.heldout_shape(dict(s), rng) for s in shapes]
     edges = [dict(s) for s in problem.edge_shapes_for("cpu")]

@@ -18,7 +18,6 @@ The stages run exactly as without them.  Not for problems whose files build nati
 """
 from __future__ import annotations
 
-import random
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -42,16 +41,14 @@ def helpers_that_fit(requested: int, plan: Any) -> int:
     return int(min(requested, max(plan.budget - plan.need, 0) // each))
 
 
-def cases_ahead(problem: Problem, shapes: list[Shape], dtypes: list[torch.dtype], heldout_seed: int,
-                device: str) -> list[tuple[Shape, torch.dtype]]:
-    """The (shape, dtype) pairs the stages call the kernel at, each once, from the last stage
-    back to the first: the candidate's worker compiles from the first, the helpers from the
-    other end.  The held-out shapes are drawn as ``stages.stage_heldout`` draws them."""
-    rng = random.Random(heldout_seed)
-    heldout = [problem.heldout_shape(dict(s), rng) for s in shapes]
-    order = [(dict(s), d) for d in dtypes for s in shapes]
-    order += [(dict(s), d) for d in dtypes for s in problem.edge_shapes_for(device)]
-    order += [(dict(s), dtypes[0]) for s in heldout]
+def cases_ahead(problem: Problem, plan: Any, device: str) -> list[tuple[Shape, torch.dtype]]:
+    """The (shape, dtype) pairs the stages of ``plan`` (a ``stages.StagePlan``) call the kernel
+    at, each once, from the last stage back to the first: the candidate's worker compiles from
+    the first, the helpers from the other end."""
+    heldout, _ = plan.heldout_draw(problem)
+    order = [(dict(s), d) for d in plan.dtypes for s in plan.shapes]
+    order += [(dict(s), d) for d in plan.dtypes for s in problem.edge_shapes_for(device)]
+    order += [(dict(s), plan.dtypes[0]) for s in heldout]
     seen, unique = set(), []
     for shape, dtype in order:
         key = (tuple(shape.items()), dtype)

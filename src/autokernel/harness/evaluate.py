@@ -299,7 +299,7 @@ class Evaluator:
         if helpers:
             load = {"op": "load", "slot": "candidate", "path": str(path), "source": source, "problem": self.spec,
                     "build_dir": self._build_dir, "native_code": False, "writable": self.writable}
-            cases = compile_ahead_mod.cases_ahead(self.problem, plan.shapes, plan.dtypes, heldout_seed, self.device)
+            cases = compile_ahead_mod.cases_ahead(self.problem, plan, self.device)
             self._ahead = compile_ahead_mod.start(lambda: Worker(self.device), load, cases, helpers, _new_seed())
         for name, run_stage in stages.STAGE_FUNCTIONS:
             self._stage = name

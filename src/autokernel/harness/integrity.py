@@ -864,9 +864,12 @@ class FingerprintWatch:
                 return False
             if not by_audit and functions and not all_(map_(is_, map_(code_of, map_(get, functions)), codes)):
                 return False
-        if not self._builtins_unshadowed():
-            return False
-        return not by_audit or self._codes_held()
+        return self._held_beyond_names()
+
+    def _held_beyond_names(self) -> bool:
+        """What ``held`` and ``unchanged`` check beyond the baseline's names: no builtin newly
+        shadowed, and (with the audit hook's record) the recorded code sets undone."""
+        return self._builtins_unshadowed() and (self._code_sets is None or self._codes_held())
 
     def _builtins_unshadowed(self) -> bool:
         """Does no critical module hold a name of a builtin it did not hold at the baseline?"""
@@ -927,9 +930,7 @@ class FingerprintWatch:
                     return False
             except AttributeError:
                 return False
-        if not self._builtins_unshadowed():
-            return False
-        return not by_audit or self._codes_held()
+        return self._held_beyond_names()
 
     def digest_now(self) -> str:
         """The baseline's digest while nothing changed, else the digest of the names now."""

@@ -240,8 +240,7 @@ class Judge:
     def plan_memory(self, plan: "StagePlan") -> memory.MemoryPlan:
         """Measure the largest cases the stages will run (target and held-out shapes, every
         dtype) and choose how to work within the budget; ``MemoryShortfall`` when nothing fits."""
-        rng = random.Random(plan.heldout_seed)
-        heldout = [self.problem.heldout_shape(dict(s), rng) for s in plan.shapes]
+        heldout, _ = plan.heldout_draw(self.problem)
         target = self._worst([(largest(plan.shapes), d) for d in plan.dtypes])
         held = self._worst([(largest(heldout), plan.dtypes[0])])
         make = self.problem.adversarial_inputs
@@ -534,6 +533,12 @@ class StagePlan:
     dtypes: list[torch.dtype]
     heldout_seed: int
 
+    def heldout_draw(self, problem: Problem) -> tuple[list[Shape], random.Random]:
+        """The held-out shapes of this plan (one per target shape) and the generator that drew
+        them, which ``stage_heldout`` goes on drawing from (the large shapes)."""
+        rng = random.Random(self.heldout_seed)
+        return [problem.heldout_shape(dict(s), rng) for s in self.shapes], rng
+
 
 def smallest(shapes: list[Shape]) -> Shape:
     return min(shapes, key=lambda s: math.prod(max(v, 1) for v in s.values()))
@@ -659,8 +664,7 @@ def stage_edges(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
 
 
 def stage_heldout(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
-    rng = random.Random(plan.heldout_seed)
-    shapes = [judge.problem.heldout_shape(dict(s), rng) for s in plan.shapes]
+    shapes, rng = plan.heldout_draw(judge.problem)
     for shape in shapes:
         _checked_twice(judge, tally, judge.make_case(shape, plan.dtypes[0]))
     from . import large_shapes

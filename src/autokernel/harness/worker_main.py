@@ -200,7 +200,6 @@ class _State:
         # finalizers of what the kernel left in it
         self.dropped: list = []
         self.set_profile, self.get_profile = sys.setprofile, sys.getprofile
-        self.retire_findings: list = []
 
     def _new_children(self) -> dict[str, str] | None:
         """A finding for child processes of the worker's that were not there before the kernel
@@ -277,10 +276,8 @@ class _State:
                 self.gc_collections = self._gc_collections()
             reply = self.load(message["slot"], message["path"], message.get("source"))
             found = [f for f in (self._outside_refused(), self._threads_outside_calls(), self._new_children()) if f]
-            if self.fingerprint is not None and not self.fingerprint.held():  # (a builtin shadowed: no digest shows it)
-                found.append({"rule": "monkey-patch", "message": (
-                    f"the kernel file left {self._rebound_names()} rebound as it loaded: the judge's own work "
-                    "would run its code")})
+            found += self._names_finding(  # (a builtin shadowed: no digest shows it)
+                "the kernel file left {names} rebound as it loaded: the judge's own work would run its code")
             found += self._collect_garbage()
             if found:
                 reply["findings"] = found
@@ -335,24 +332,15 @@ class _State:
         if outside:
             found.append(outside)
         found += self._release(self.dropped, "its watches and launch records")
-        watch = self.watch_cls(None)
-        record = self.launches.begin(None)
-        try:
-            with watch:
-                freed = self.gc_collect(1)
-        finally:
-            self.launches.end()
+        freed, ran = self._guarded(lambda: self.gc_collect(1), profiled=False)
         self.gc_collections = self._gc_collections()
-        launched = record.own + record.foreign
-        if launched or watch.ops:
-            what = ", ".join(([f"{launched} Triton launch(es)"] if launched else []) + sorted(watch.ops)[:4])
+        if ran:
             found.append({"rule": "monkey-patch", "message": (
-                f"code of the kernel's ran when the judge collected garbage ({what}): a finalizer of an "
-                "object it left in a reference cycle or in an object of the judge's, work done outside its calls")})
-        if freed and self.fingerprint is not None and not self.fingerprint.held():  # no finalizer without garbage
-            found.append({"rule": "monkey-patch", "message": (
-                f"a finalizer of the kernel's left {self._rebound_names()} rebound when the judge collected "
-                "garbage: the judge's own work would run its code")})
+                f"code of the kernel's ran when the judge collected garbage ({', '.join(ran[:4])}): a finalizer of "
+                "an object it left in a reference cycle or in an object of the judge's, work done outside its calls")})
+        if freed:  # no finalizer without garbage
+            found += self._names_finding("a finalizer of the kernel's left {names} rebound when the judge collected "
+                                         "garbage: the judge's own work would run its code")
         return found
 
     def _release(self, objects: list, what: str) -> list[dict[str, str]]:
@@ -361,35 +349,50 @@ class _State:
         and lists runs no Python at all; a finalizer the kernel left in one of them (a suspended
         generator put in a set of the watch's own) is the only Python that can run here, and
         whatever it would do, even only plant the next one, is the kernel's code outside its calls."""
+        _, ran = self._guarded(objects.clear, profiled=True)
+        if not ran:
+            return []
+        return [{"rule": "monkey-patch", "message": (
+            f"code of the kernel's ran when the judge freed {what} ({', '.join(ran[:4])}): a finalizer "
+            "of an object it left in the judge's objects, work done outside its calls, after the timer stopped")}]
+
+    def _guarded(self, action, profiled: bool) -> tuple[Any, list[str]]:
+        """Run ``action`` of the judge's where no code of the kernel's may run: under a watch and a
+        launch record (and, with ``profiled``, a profile function, which sees Python the watch does
+        not: a finalizer that only plants the next one).  Returns its result and what ran: the
+        functions, the Triton launches, the torch ops."""
         ran: list = []
 
         def profile(frame, event, arg):
             if event == "call":
                 ran.append(frame.f_code.co_name)
 
-        # under a watch and a launch record too: a callback with no Python frame (a C function
-        # bound with functools.partial, as a weak reference's callback) raises no profile event
+        # a callback with no Python frame (a C function bound with functools.partial, as a weak
+        # reference's callback) raises no profile event: the watch and the launch record see its work
         watch = self.watch_cls(None)
         record = self.launches.begin(None)
-        profiled = self.get_profile() is not None  # a profiled worker's (benchmarks; a kernel's is a hook finding)
+        # a profiled worker's profiler stays (benchmarks; a kernel's is a hook finding)
+        profile_now = profiled and self.get_profile() is None
         try:
             with watch:
-                if not profiled:
+                if profile_now:
                     self.set_profile(profile)
                 try:
-                    objects.clear()
+                    result = action()
                 finally:
-                    if not profiled:
+                    if profile_now:
                         self.set_profile(None)
         finally:
             self.launches.end()
         launched = record.own + record.foreign
-        ran += ([f"{launched} Triton launch(es)"] if launched else []) + sorted(watch.ops)[:3]
-        if not ran:
+        return result, ran + ([f"{launched} Triton launch(es)"] if launched else []) + sorted(watch.ops)
+
+    def _names_finding(self, message: str) -> list[dict[str, str]]:
+        """A ``monkey-patch`` finding (``message`` with the names for ``{names}``) when a name of
+        the baseline is rebound now, else none."""
+        if self.fingerprint is None or self.fingerprint.held():
             return []
-        return [{"rule": "monkey-patch", "message": (
-            f"code of the kernel's ran when the judge freed {what} ({', '.join(ran[:4])}): a finalizer "
-            "of an object it left in the judge's objects, work done outside its calls, after the timer stopped")}]
+        return [{"rule": "monkey-patch", "message": message.format(names=self._rebound_names())}]
 
     def load(self, slot: str, path: str, source: str | None = None) -> dict[str, Any]:
         """Execute ``source`` (the text the parent checked; else the file) as a fresh module."""
@@ -430,9 +433,10 @@ class _State:
         return self.callables[key]
 
     # ------------------------------------------------------------ judged calls
-    def _retire_kept(self) -> None:
+    def _retire_kept(self) -> list[dict[str, str]]:
         """Move the kept outputs to the history (held, so that their memory cannot be handed
-        out again while a reused buffer could still be recognised)."""
+        out again while a reused buffer could still be recognised); the findings of freeing the
+        earlier inputs and the outputs the history lets go (``_release``)."""
         budget = HISTORY_BYTES["gpu" if self.gpu else "cpu"]
         for outs, spans in zip(self.kept, self.kept_spans):
             size = sum(hi - lo for lo, hi in spans)
@@ -448,7 +452,7 @@ class _State:
             self.history_bytes -= size
             released.append(outs)
         outs = None  # no reference of this frame's may outlive the release
-        self.retire_findings = self._release(released, "the inputs and outputs of earlier calls")
+        return self._release(released, "the inputs and outputs of earlier calls")
 
     def _spans(self, tensors) -> list[tuple[int, int]]:
         """The memory ranges of the storages of ``tensors`` (taken once: the checks below compare
@@ -466,7 +470,7 @@ class _State:
         ``draw`` seeds, each one right before its own call (``_draw``)."""
         slot = m.get("slot", "candidate")
         paths = [self.paths.get(slot, "")]
-        self._retire_kept()
+        retired = self._retire_kept()
         sets = m.get("sets")
         seeds = m.get("draw")
         expected = m.get("expected")  # [(shape, dtype name)] per output, or None
@@ -474,7 +478,7 @@ class _State:
         own = module.__dict__ if module is not None else None
         require_launch = bool(m.get("require_launch", True))
         inputs = self._spans([t for args in sets for t in tensors_in(args)]) if sets is not None else []
-        times, ops, findings, bad = [], set(), list(self.retire_findings), []
+        times, ops, findings, bad = [], set(), retired, []
         uncovered = []
         try:
             if seeds is not None and self.draw_inputs is None:
@@ -529,10 +533,8 @@ class _State:
         by pointer arithmetic).  The parent draws the same set from the same seed for the calls
         it checks, and compares the inputs as they are after the call with its own draw."""
         # the names first: the hooks check below calls a function of torch's Python, looked up by name
-        if self.fingerprint is not None and not self.fingerprint.held():  # rebound since the last check
-            self.draw_findings.append({"rule": "monkey-patch", "message": (
-                f"{self._rebound_names()} rebound when the judge drew a call's inputs: the draw would run "
-                "the kernel's code")})
+        self.draw_findings += self._names_finding(
+            "{names} rebound when the judge drew a call's inputs: the draw would run the kernel's code")
         self.draw_findings += self._left_behind("the judge's draw of a call's inputs")
         record = self.launches.begin(None)
         try:

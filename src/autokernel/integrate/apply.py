@@ -109,7 +109,7 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     patched._autokernel_replaced = replaced
     patched._autokernel_skipped = skipped
     patched._autokernel_ops = {k.problem.name: k.opname for k in sel.ops if k.opname in used_ops}
-    patched._autokernel_under_compile = _set_compile_policy(workdir, [k for k in sel.ops if k.opname in used_ops],
+    patched._autokernel_under_compile = _set_compile_policy([k for k in sel.ops if k.opname in used_ops],
                                                             under_compile, device)
     _warn_apply(workdir, patched, device)
     if cuda_graphs:
@@ -120,21 +120,17 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     return patched
 
 
-def _set_compile_policy(workdir: Path, ops: list, mode: str, device) -> dict[str, str]:
+def _set_compile_policy(ops: list, mode: str, device) -> dict[str, str]:
     """Decide, per applied op, what it runs under torch.compile (compile_policy.py); problem ->
     the decision and why."""
     from ..hardware import current_device_name
     from ..problems import get_problem
-    from .runfiles import as_float, best_rows, read_results
 
-    best = best_rows(read_results(workdir))
     device_name = current_device_name(str(device)) if device is not None and device.type == "cuda" else "cpu"
     decided = {}
     for k in ops:
         kind_problem = get_problem(k.kind)
-        row = best.get(k.problem.name)
-        ours = as_float(row.get("latency_us")) if row else None
-        trace, why = choose(mode, kind_problem, k.problem, ours, device_name)
+        trace, why = choose(mode, kind_problem, k.problem, k.best_us, device_name)
         set_policy(k.opname, k.kind, kind_problem.eager or kind_problem.reference, trace)
         decided[k.problem.name] = why
     return decided

@@ -23,6 +23,7 @@ class KernelOp:
     op: Callable[..., Any]
     dtype: torch.dtype
     path: Path
+    best_us: float | None = None  # the score of its best row in results.tsv (None: no results)
 
     @property
     def kind(self) -> str:
@@ -76,5 +77,5 @@ def select_kernels(workdir: Path, plan: Plan, *, device: torch.device,
             sel.skipped.append((p.name, str(exc)))
             continue
         opname, op = register_kernel_op(p.kind, p.name, path)
-        sel.ops.append(KernelOp(p, opname, op, dtype, path))
+        sel.ops.append(KernelOp(p, opname, op, dtype, path, as_float(row.get("latency_us")) if row else None))
     return sel
