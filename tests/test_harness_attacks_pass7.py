@@ -13,13 +13,13 @@ import pytest
 from autokernel.harness import Evaluator
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_harness_attacks import ATTACKS, no_static_checks, rules  # noqa: E402,F401  (a fixture among them)
+from test_harness_attacks import ATTACKS, judge_attack, no_static_checks, rules  # noqa: E402,F401  (a fixture)
 from test_harness_integrity import rules as static_rules  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
 
 
-def test_a_collector_switched_on_and_off_again_by_its_own_finalizer_is_caught():
+def test_a_collector_switched_on_and_off_again_by_its_own_finalizer_is_caught(tmp_path):
     """The collector reached as ``triton.testing.gc``, switched on, its youngest generation filled
     to the threshold: the first container the judge's name check allocated after the call started
     a collection, whose finalizer computed the row sums (untimed, 20-30x the starter's speed) and
@@ -27,13 +27,12 @@ def test_a_collector_switched_on_and_off_again_by_its_own_finalizer_is_caught():
     the judge did not make itself is counted now (the interpreter's own counters)."""
     source = (ATTACKS / "reduce_gc_reenabled_undone.py").read_text()
     assert static_rules(source) == set()  # it meets the run-time checks with the static ones on
-    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
-        result = ev.evaluate(ATTACKS / "reduce_gc_reenabled_undone.py")
+    result = judge_attack(tmp_path, "reduce_gc_reenabled_undone.py", timing=False)
     assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
     assert "garbage collect" in result.message and result.failed_stage == "smoke", result.message
 
 
-def test_a_finalizer_left_in_the_judges_watch_is_caught(no_static_checks):
+def test_a_finalizer_left_in_the_judges_watch_is_caught(no_static_checks, tmp_path):
     """A suspended generator put in the watch's own set of pointers (the watch from torch's
     dispatch stack, through a local alias of torch): the watch, a local of the judge's call, was
     freed as that call returned and the generator's ``finally`` computed the row sums there,
@@ -41,8 +40,7 @@ def test_a_finalizer_left_in_the_judges_watch_is_caught(no_static_checks):
     six stages with the static checks on, ~40x the starter's speed).  The judge frees its
     watches and launch records at the end of the request, where any Python that runs is the
     kernel's."""
-    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
-        result = ev.evaluate(ATTACKS / "reduce_watch_finalizer.py")
+    result = judge_attack(tmp_path, "reduce_watch_finalizer.py", timing=False)
     assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
     assert "when the judge freed its watches" in result.message and result.failed_stage == "smoke", result.message
 
@@ -98,11 +96,7 @@ def test_a_code_swap_hidden_from_the_audit_record_is_caught(no_static_checks, tm
     with ``all`` added to the globals of the module that checks the record (a new name: nothing
     compared it); or the worker's own draw method given that code (a method is no baseline name,
     and the check compared the baseline's functions only): each passed all six stages."""
-    source = (ATTACKS / "reduce_draw_code_swap_unseen.py").read_text()
-    path = tmp_path / "kernel.py"
-    path.write_text(source.replace('HIDE = "record-rebound"', f'HIDE = "{hide}"'))
-    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, baselines=False) as ev:
-        result = ev.evaluate(path)
+    result = judge_attack(tmp_path, "reduce_draw_code_swap_unseen.py", ('HIDE = "record-rebound"', f'HIDE = "{hide}"'))
     assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
     if hide != "all-shadowed":
         assert ("randn" if hide == "record-rebound" else "_State._draw") in result.message, result.message
@@ -111,7 +105,7 @@ def test_a_code_swap_hidden_from_the_audit_record_is_caught(no_static_checks, tm
         assert "integrity.all (shadowing the builtin)" in result.message, result.message
 
 
-def test_a_global_of_a_torch_module_the_digest_ran_through_is_no_way_in():
+def test_a_global_of_a_torch_module_the_digest_ran_through_is_no_way_in(tmp_path):
     """``torch.autograd.grad_mode.torch`` bound to a stand-in during the call (a module no name
     check compares; static checks passed): the worker's digest of the output, right after the
     call, ran ``torch.no_grad()``, whose ``is_grad_enabled`` was the kernel's and computed the row
@@ -119,8 +113,7 @@ def test_a_global_of_a_torch_module_the_digest_ran_through_is_no_way_in():
     torch's now: the kernel's stand-in is never called and its unwritten outputs are wrong."""
     source = (ATTACKS / "reduce_grad_mode_global.py").read_text()
     assert static_rules(source) == set()
-    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
-        result = ev.evaluate(ATTACKS / "reduce_grad_mode_global.py")
+    result = judge_attack(tmp_path, "reduce_grad_mode_global.py", timing=False)
     assert result.verdict != "pass" and result.failed_stage == "smoke", result.message
 
 
@@ -156,11 +149,8 @@ def test_a_watch_popped_and_pushed_back_during_the_call_is_caught(no_static_chec
     ``torch.sum`` into an output allocated under it, the watch pushed back with ``__enter__``: it
     was the top of the stack again when the call returned, and saw no op (passed all six stages,
     static checks on).  The watch counts its entries out of the kernel's reach now."""
-    path = tmp_path / "kernel.py"
-    path.write_text((ATTACKS / "reduce_watch_popped.py").read_text().replace(
-        'PUSH_BACK = "own"', f'PUSH_BACK = "{push_back}"'))
-    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
-        result = ev.evaluate(path)
+    result = judge_attack(tmp_path, "reduce_watch_popped.py", ('PUSH_BACK = "own"', f'PUSH_BACK = "{push_back}"'),
+                          timing=False)
     assert result.verdict == "rejected" and "torch-op" in rules(result), result.message
     assert "taken off torch's dispatch stack" in result.message and result.failed_stage == "smoke", result.message
 
@@ -178,13 +168,12 @@ def test_a_finalizer_planted_on_an_earlier_output_is_caught(tmp_path):
     unrecorded; passed).  Freeing them runs no Python now without a finding."""
     source = (ATTACKS / "reduce_retired_output_finalizer.py").read_text()
     assert static_rules(source) == set()
-    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, baselines=False) as ev:
-        result = ev.evaluate(ATTACKS / "reduce_retired_output_finalizer.py")
+    result = judge_attack(tmp_path, "reduce_retired_output_finalizer.py")
     assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
     assert "when the judge freed" in result.message, result.message
 
 
-def test_a_hook_table_of_the_kernels_class_runs_nothing_in_the_hook_check():
+def test_a_hook_table_of_the_kernels_class_runs_nothing_in_the_hook_check(tmp_path):
     """``torch.nn.modules.module._global_forward_hooks`` bound to a dict of the kernel's class (a
     table is no callable: no name check compares it), whose ``__iter__`` computed the row sums
     when the judge's hook check after the call read the table's keys (passed all six stages,
@@ -192,8 +181,7 @@ def test_a_hook_table_of_the_kernels_class_runs_nothing_in_the_hook_check():
     through ``dict.items``, and whether their names still hold them."""
     source = (ATTACKS / "reduce_hook_table_iter.py").read_text()
     assert static_rules(source) == set()
-    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
-        result = ev.evaluate(ATTACKS / "reduce_hook_table_iter.py")
+    result = judge_attack(tmp_path, "reduce_hook_table_iter.py", timing=False)
     assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
     assert "torch.nn global module hook" in result.message, result.message
 
@@ -218,7 +206,7 @@ def test_a_hook_replaced_under_its_key_is_a_changed_hook():
     assert hooks.changed_hooks(before, hooks.outside_hooks()) is None
 
 
-def test_a_function_of_torch_C_rebound_for_the_length_of_the_call_is_caught():
+def test_a_function_of_torch_C_rebound_for_the_length_of_the_call_is_caught(tmp_path):
     """``torch._C._dispatch_tls_is_dispatch_key_excluded`` rebound during the call (``torch._C``
     through ``_through(torch)``; static checks passed): the watch's own check after the call
     looked it up and ran the kernel's row sums there, untimed, and the function put the original
@@ -226,7 +214,6 @@ def test_a_function_of_torch_C_rebound_for_the_length_of_the_call_is_caught():
     ``torch._C``'s names are among those compared right after every call."""
     source = (ATTACKS / "reduce_torch_c_rebound.py").read_text()
     assert static_rules(source) == set()
-    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, timing=False) as ev:
-        result = ev.evaluate(ATTACKS / "reduce_torch_c_rebound.py")
+    result = judge_attack(tmp_path, "reduce_torch_c_rebound.py", timing=False)
     assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
     assert "torch._C._dispatch_tls_is_dispatch_key_excluded" in result.message, result.message
