@@ -64,3 +64,16 @@ def test_only_problems_with_rows_and_one_row_dimension_get_large_shapes():
     shape = dict(gelu.cpu_shapes[0])
     drawn = dict(large_shapes.large_shapes(gelu, [shape], random.Random(0), 10, None))
     assert drawn["large-rows"]["tanh"] == shape["tanh"] and drawn["large-rows"]["M"] > 10
+
+
+def test_the_index_width_shape_puts_a_row_start_past_the_bound():
+    """``M = bound // width + 1`` (one draw in 32) gave 103 rows of 40 for a bound of 4096: 4120
+    elements, but the last row began at 4080, so a kernel whose row offsets wrap at the bound
+    computed every row right (test_attacks_coverage.py's reduce_offsets_wrap passed, once in CI).
+    At every draw some row must begin at or past the bound."""
+    reduce = get_problem("reduce")
+    for width, bound in ((40, 4096), (1024, 1 << 31), (50257, 1 << 31), (64, 4096)):
+        for seed in range(64):
+            wide = dict(large_shapes.large_shapes(reduce, [{"M": 9, "N": width}], random.Random(seed), None,
+                                                  bound))["index-width"]
+            assert (wide["M"] - 1) * width >= bound, (width, bound, wide)

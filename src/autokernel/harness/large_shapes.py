@@ -9,8 +9,8 @@ output's first dimension is ``M`` too, checked on a three-row draw), the judge d
 shapes, each at the first dtype, at the row width of the target shape with the narrowest rows:
 
 ``large-rows``   ``M`` past ``large_rows`` (and past twice the largest target ``M``), odd;
-``index-width``  more elements than ``index_elements`` (2**31 on a GPU: a 32-bit offset
-                 wraps), when the device has the memory for it.
+``index-width``  a row beginning past ``index_elements`` elements (2**31 on a GPU: a 32-bit
+                 offset wraps), when the device has the memory for it.
 
 The kernel runs on the whole input, as every call does (watched, poisoned, its inputs checked),
 and its output comes back whole; the reference runs only on sampled rows (the first, the last
@@ -59,7 +59,9 @@ def large_shapes(problem: Problem, shapes: list[Shape], rng: random.Random, larg
         m = max(large_rows, 2 * max(s["M"] for s in shapes)) + 1 + 2 * rng.randrange(32)
         out.append(("large-rows", dict(base, M=m)))
     if index_elements is not None:
-        m = index_elements // width + 1 + 2 * rng.randrange(32)
+        # a row beginning at or past the bound, not only more elements: 103 rows of 40 hold 4120
+        # elements, yet the last begins at 4080, so a kernel whose row offsets wrap at 4096 passed
+        m = -(-index_elements // width) + 1 + 2 * rng.randrange(32)
         out.append(("index-width", dict(base, M=m)))
     return out
 
