@@ -14,8 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
-KNOBS = {"variant": "single_pass", "MAX_BLOCK_N": 16384, "BLOCK_N": 4096, "ROWS_PER_PROGRAM": 1,
-         "num_warps": 0, "num_stages": 2, "PROGRAMS_PER_SM": 0}
+KNOBS = {"variant": "single_pass", "MAX_BLOCK_N": 8192, "BLOCK_N": 2048, "ROWS_PER_PROGRAM": 1,
+         "num_warps": 8, "num_stages": 3, "PROGRAMS_PER_SM": 0}
 KNOB_SPACE = {"variant": ["single_pass", "looped"], "MAX_BLOCK_N": [4096, 8192, 16384, 32768],
               "BLOCK_N": [1024, 2048, 4096, 8192], "ROWS_PER_PROGRAM": [1, 2, 4, 8, 16],
               "num_warps": [0, 2, 4, 8, 16, 32], "num_stages": [1, 2, 3], "PROGRAMS_PER_SM": [0, 1, 2, 4, 8]}
