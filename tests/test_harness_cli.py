@@ -80,3 +80,11 @@ def test_unparsable_file_real_process_prints_exactly_one_json_object():
     d = json.loads(r.stdout)  # the whole stdout is one object
     assert d["verdict"] == "incorrect" and d["failed_stage"] == "load" and "SyntaxError" in d["message"]
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("value,needle", [("three", "whole number"), ("-1", "0 or more")])
+def test_a_malformed_compile_ahead_setting_is_a_usage_error_not_silently_none(monkeypatch, value, needle):
+    monkeypatch.setenv("AUTOKERNEL_COMPILE_AHEAD", value)
+    r = run("bench", STARTER, "--problem", "reduce", "--device", "cpu", "--shape", "8x64", "--no-baselines")
+    assert r.exit_code == 2, r.output
+    assert "AUTOKERNEL_COMPILE_AHEAD" in r.stderr and needle in r.stderr and "Traceback" not in r.output

@@ -5,12 +5,25 @@ from __future__ import annotations
 import typer
 
 from . import arena_cmd, bench_cmd, optimize_cmd, pipeline_cmd, problems_cmd, profile_cmd
+from .common import fail_usage
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Make PyTorch models faster by optimizing their GPU kernels autonomously.")
 
 for _module in (problems_cmd, bench_cmd, optimize_cmd, profile_cmd, pipeline_cmd, arena_cmd):
     _module.register(app)
+
+
+@app.callback()
+def _check_environment() -> None:
+    """Settings read from the environment are checked before any command runs: a typo in one is a
+    usage error here, not a traceback (or a silent default) deep inside an overnight run."""
+    from ..harness.compile_ahead import helpers_asked
+
+    try:
+        helpers_asked()
+    except ValueError as exc:
+        fail_usage(str(exc))
 
 
 def _click_exceptions():

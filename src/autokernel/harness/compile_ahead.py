@@ -18,6 +18,7 @@ The stages run exactly as without them.  Not for problems whose files build nati
 """
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -26,8 +27,24 @@ import torch
 
 from ..problems.base import Problem, Shape
 
+ENV = "AUTOKERNEL_COMPILE_AHEAD"  # helper workers per evaluation on a GPU; unset or 0: none
 HELPER_TIMEOUT_S = 600.0  # one call at a new shape: a compile, which can be slow on a busy host
 HELPER_OVERHEAD = 1 << 30  # a helper beyond its case: CUDA context, the L2 flush buffer, the allocator's slack
+
+
+def helpers_asked() -> int:
+    """The helpers ``AUTOKERNEL_COMPILE_AHEAD`` asks for.  Anything but a whole number >= 0 is the
+    user's mistake: a ValueError (the CLI checks it before any command runs, as a usage error)."""
+    value = os.environ.get(ENV, "").strip()
+    if not value:
+        return 0
+    try:
+        count = int(value)
+    except ValueError:
+        raise ValueError(f"{ENV} must be a whole number of helper workers (0 for none), not {value!r}") from None
+    if count < 0:
+        raise ValueError(f"{ENV} must be 0 or more, not {count}")
+    return count
 
 
 def helpers_that_fit(requested: int, plan: Any) -> int:

@@ -55,7 +55,6 @@ from .problem_spec import draw_set
 from .worker import Worker, WorkerCrash, WorkerTimeout, acquire, load_problem, prestart, release
 
 TIMING_SETS = 3  # input sets for the eager / torch.compile baselines
-COMPILE_AHEAD_ENV = "AUTOKERNEL_COMPILE_AHEAD"  # helper workers per evaluation on a GPU (compile_ahead.py); 0: none
 INTERLEAVED_ROUNDS = {"gpu": 6, "interpreter": 3}
 WARM_CALLS = {"gpu": 2, "interpreter": 1}
 # Timed calls whose outputs are compared, per shape, on average (each call drawn independently,
@@ -107,13 +106,6 @@ def _dtypes(problem: Problem, dtypes: Sequence[Any] | None) -> list[torch.dtype]
     return [d if isinstance(d, torch.dtype) else parse_dtype(str(d)) for d in dtypes]
 
 
-def _env_int(name: str) -> int:
-    try:
-        return max(int(os.environ.get(name, "0") or 0), 0)
-    except ValueError:
-        return 0
-
-
 def _new_seed() -> int:
     return int.from_bytes(os.urandom(4), "little") % (2 ** 31 - 20_000_000)
 
@@ -153,7 +145,8 @@ class Evaluator:
         # first stages (compile_ahead.py); by default only on a GPU, where Triton compiles, and
         # only where AUTOKERNEL_COMPILE_AHEAD asks for them (not yet measured on a GPU)
         if compile_ahead is None:
-            compile_ahead = _env_int(COMPILE_AHEAD_ENV) if self.device.startswith("cuda") else 0
+            asked = compile_ahead_mod.helpers_asked()  # read on every device: a typo fails where it is made
+            compile_ahead = asked if self.device.startswith("cuda") else 0
         self.compile_ahead = compile_ahead if self.problem.forbidden_ops is None else 0
         self._ahead: compile_ahead_mod.CompileAhead | None = None
         self.last_ahead_calls = 0  # calls the last evaluation's helpers finished
