@@ -15,14 +15,16 @@
 #                                               # workers compiling ahead (AUTOKERNEL_COMPILE_AHEAD)
 #   bash benchmarks/pending_gpu.sh compile OUT  # torch.compile of the patched LLaMA example with our ops
 #                                               # opaque (under_compile=ours) and handed to inductor (eager)
+#   bash benchmarks/pending_gpu.sh retune OUT   # the tuner against 301 samples of rmsnorm, from its re-tuned default
+#   bash benchmarks/pending_gpu.sh rotary OUT   # the tuner against the full rotary sweep, --budget 5m
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile OUT}
-out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile OUT}
+part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary OUT}
+out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary OUT}
 mkdir -p "$out"
 export PYTHONPATH=src
 
@@ -67,6 +69,14 @@ compile)
             --models llama --under-compile "$mode" --max-minutes 3
     done
     ;;
+retune)  # issue 14 with the re-tuned rmsnorm default (the sixth session's best of 301 samples)
+    step tuner_rmsnorm 560 python benchmarks/tuner_sweep_gpu.py --kinds rmsnorm --budget 5m --max-wall 480 \
+        --rep-ms 10 --out "$out/tuner"
+    ;;
+rotary)  # issue 14: the rotary default re-tuned in the third session, the tuner at the issue's 5 minutes
+    step tuner_rotary 585 python benchmarks/tuner_sweep_gpu.py --kinds rotary --budget 5m --max-wall 540 \
+        --rep-ms 10 --out "$out/tuner"
+    ;;
 ahead)
     step compile_ahead 420 python benchmarks/compile_ahead_gpu.py --out "$out/ahead" --kinds softmax,rmsnorm \
         --files 3 --helpers 3
@@ -79,7 +89,7 @@ profile)
         --cuda-graphs --compile-mode reduce-overhead --models hf:gpt2 --max-minutes 1.5
     ;;
 *)
-    echo "unknown part $part (judge, kinds, tuner, fixes, profile, ahead or compile)" >&2
+    echo "unknown part $part (judge, kinds, tuner, fixes, profile, ahead, compile, retune or rotary)" >&2
     exit 2
     ;;
 esac
