@@ -172,3 +172,16 @@ def test_rotary_kernel_that_assumes_contiguous_x_fails_the_projection_layout_cas
         good, bad = ev.evaluate(KERNELS_DIR / "rotary.py"), ev.evaluate(path)
     assert good.verdict == "pass", good.message
     assert bad.verdict == "incorrect" and bad.failed_stage == "numerics" and "projection-layout" in bad.message
+
+
+def test_timing_stops_once_the_rounds_rule_out_a_gain_and_the_slower_file_stays_a_pass():
+    with Evaluator("reduce", device="cpu", shapes=["64x256"], dtypes=["fp32"], timeout_s=60, baselines=False) as ev:
+        slow = ev.evaluate(BAD / "reduce_slow_honest.py", incumbent_file=KERNELS_DIR / "reduce.py")
+        fast = ev.evaluate(KERNELS_DIR / "reduce.py", incumbent_file=BAD / "reduce_slow_honest.py")
+    assert slow.verdict == "pass", slow.message
+    assert not slow.vs_incumbent.significant and slow.vs_incumbent.median_ratio > 1.5
+    assert "timing stopped after 2 of 3 interleaved rounds" in slow.message
+    assert len(slow.timings) == 1 and slow.timings[0].latency_us > 0
+    # the other way round every round is timed, and the gain is kept
+    assert fast.verdict == "pass" and "timing stopped" not in fast.message
+    assert fast.vs_incumbent.significant and fast.vs_incumbent.median_ratio < 0.67

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 
 import pytest
 
@@ -97,3 +98,35 @@ def test_each_call_sizes_the_next_spin_to_its_host_time_within_bounds():
     assert big == int(GPU_COVER_US_MAX * 2000)
     assert next_cover_cycles(big, GPU_COVER_US_MAX, 100.0) == int(200.0 * 2000)
     assert next_cover_cycles(1_000_000, 500.0, 1.0) == int(GPU_COVER_US_MIN * 2000)
+
+
+@pytest.mark.parametrize("rounds", [3, 4, 5, 6, 7, 8])
+def test_a_loss_decided_early_is_never_a_gain_whatever_the_later_rounds_measure(rounds):
+    """The judge stops timing once ``loss_decided``: no completion of the rounds may then give a
+    significant gain.  Adversarial completions (every later round far faster) and random ones."""
+    rng = random.Random(rounds)
+    decided = 0
+    for _ in range(4000):
+        need = timing.rounds_that_decide_a_loss(rounds)
+        slow = [1.0 + rng.choice([0.0, rng.random() * 0.05]) for _ in range(need)]
+        fast = [rng.choice([rng.uniform(0.3, 1.0), 0.99999, rng.uniform(0.9, 0.999)])
+                for _ in range(rounds - need)]
+        ratios = slow + fast
+        rng.shuffle(ratios)
+        prefix = []
+        for r in ratios:  # the point where the judge would stop
+            prefix.append(r)
+            if timing.loss_decided(prefix, rounds):
+                break
+        assert timing.loss_decided(prefix, rounds)
+        decided += 1
+        inc = [100.0] * rounds
+        cand = [100.0 * r for r in ratios]
+        c = timing.compare_rounds(cand, inc, min(cand), 100.0)
+        assert not c.significant, (ratios, c)
+    assert decided == 4000
+    # one round fewer than the rule asks for does not decide: the rest could still be a gain
+    need = timing.rounds_that_decide_a_loss(rounds)
+    assert not timing.loss_decided([1.0] * (need - 1) + [0.5] * (rounds - need), rounds)
+    almost = [1.0] * (need - 1) + [0.9] * (rounds - need + 1)
+    assert timing.compare_rounds([100 * r for r in almost], [100.0] * rounds, 90.0, 100.0).significant

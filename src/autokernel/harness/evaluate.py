@@ -530,6 +530,14 @@ class Evaluator:
                         times, wall = batch(slot, c, per_round[c], check_p, numerics_p=numerics_p)
                         samples[slot][c][r] = times
                         walls[slot][c][r] = wall * 1e6 / max(1, len(times))
+                if self._incumbent_timed and self._loss_decided(samples, r + 1, rounds):
+                    for table in (samples, walls):  # the rounds not run are not rounds
+                        for slot in table:
+                            table[slot] = [per_case[:r + 1] for per_case in table[slot]]
+                    notes.append(f"timing stopped after {r + 1} of {rounds} interleaved rounds: the candidate was "
+                                 f"not faster in {timing.rounds_that_decide_a_loss(rounds)} of them, which rules "
+                                 "out a gain whatever the rest would measure")
+                    break
         except _IncumbentFailed as exc:
             self._drop_incumbent()
             self._time(ev, judge, None)
@@ -595,11 +603,20 @@ class Evaluator:
                                        f"{memory.fmt_bytes(held)} ({memory.fmt_bytes(judge.budget)} available)")
         return [first.args] + [judge.make_case(shape, dtype).args for _ in range(n - 1)]
 
+    def _round_scores(self, samples: dict[str, Any], slot: str, done: int) -> list[float]:
+        """The weighted score of each of the first ``done`` rounds of ``slot`` (the median per shape)."""
+        return [timing.weighted_score([timing.median(per_case[r]) for per_case in samples[slot]], self.weights)
+                for r in range(done)]
+
+    def _loss_decided(self, samples: dict[str, Any], done: int, rounds: int) -> bool:
+        """Timing a candidate further is of no use once the rounds so far rule out a gain: it
+        stays a pass (every call so far judged), but it cannot be kept."""
+        cand, inc = self._round_scores(samples, "candidate", done), self._round_scores(samples, "incumbent", done)
+        return timing.loss_decided([c / i for c, i in zip(cand, inc) if i > 0], rounds)
+
     def _comparison(self, samples: dict[str, Any], n_cases: int, walls: dict[str, Any]) -> Any:
         def per_round(slot: str) -> list[float]:
-            rounds = len(samples[slot][0])
-            return [timing.weighted_score([timing.median(samples[slot][c][r]) for c in range(n_cases)], self.weights)
-                    for r in range(rounds)]
+            return self._round_scores(samples, slot, len(samples[slot][0]))
 
         def total(slot: str) -> float:
             return timing.weighted_score([timing.median([x for r in samples[slot][c] for x in r]) for c in range(n_cases)],

@@ -72,6 +72,25 @@ def compare_rounds(candidate: Sequence[float], incumbent: Sequence[float],
                       median_ratio=ratio)
 
 
+def rounds_that_decide_a_loss(rounds: int) -> int:
+    """How many of ``rounds`` interleaved rounds in which the candidate was not faster (per-round
+    ratio candidate/incumbent >= 1) make a significant gain impossible, whatever the other rounds
+    measure.  Odd ``rounds``: a majority (the median ratio is then >= 1).  Even ``rounds`` >= 4:
+    half.  Then the median is (a + b) / 2 with a < 1 <= b the middle two ratios, the 20th
+    percentile is at most a and the 80th at least b, so the noise is at least (b - a) / 2 / median
+    >= (1 - median) / median; a gain needs median < 1 - MIN_GAIN - noise, which comes to
+    median**2 - (2 - MIN_GAIN) * median + 1 < 0: no real root for MIN_GAIN > 0."""
+    if rounds % 2 or rounds < 4:
+        return rounds // 2 + 1
+    return rounds // 2
+
+
+def loss_decided(ratios: Sequence[float], rounds: int) -> bool:
+    """Whether the per-round ratios measured so far already rule out a significant gain over
+    ``rounds`` rounds (see ``rounds_that_decide_a_loss``): the judge may stop timing there."""
+    return sum(1 for r in ratios if not r < 1.0) >= rounds_that_decide_a_loss(rounds)
+
+
 def wall_confirms(candidate_reported: Sequence[float], incumbent_reported: Sequence[float],
                   candidate_wall: Sequence[float], incumbent_wall: Sequence[float]) -> bool:
     """Does the parent's own clock back the gain the worker reported?  Per round: the
