@@ -97,9 +97,11 @@ def run_optimize_cli(kind: str, args, out: Path) -> dict:
     decl = parse_knobs(kernel.read_text()) if kernel.exists() else None
     states = list((work / "logs").rglob(STATE_FILE)) if (work / "logs").exists() else []
     screened = sum(len(json.loads(p.read_text()).get("screened", {})) for p in states)
+    judged = [r for r in rows if r.status != "baseline"]
     return {"returncode": proc.returncode, "wall_s": round(wall, 1), "best": decl.knobs if decl else None,
-            "judged": sum(1 for r in rows if r.status != "baseline"), "kept": sum(1 for r in rows if r.status == "keep"),
-            "screened": screened}
+            "judged": len(judged), "kept": sum(1 for r in rows if r.status == "keep"), "screened": screened,
+            # an experiment's wall time is its proposal (the screen, for the tuner) and its evaluation
+            "experiment_wall_s": [round(r.wall_s, 1) for r in rows], "statuses": [r.status for r in rows]}
 
 
 def sweep(kind: str, tuner_best: dict | None, args, time_limit_s: float) -> dict:
