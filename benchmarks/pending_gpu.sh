@@ -74,8 +74,8 @@ retune)  # issue 14 with the re-tuned rmsnorm default (the sixth session's best 
         --rep-ms 10 --out "$out/tuner"
     ;;
 rotary)  # issue 14: the rotary default re-tuned in the third session, the tuner at the issue's 5 minutes
-    step tuner_rotary 585 python benchmarks/tuner_sweep_gpu.py --kinds rotary --budget 5m --max-wall 540 \
-        --rep-ms 10 --out "$out/tuner"
+    step tuner_rotary 560 python benchmarks/tuner_sweep_gpu.py --kinds rotary --budget 5m --max-wall 505 \
+        --rep-ms 6 --out "$out/tuner"
     ;;
 ahead)
     step compile_ahead 420 python benchmarks/compile_ahead_gpu.py --out "$out/ahead" --kinds softmax,rmsnorm \
