@@ -197,10 +197,15 @@ def starters_workdir(root: Path, spec: str, config: str | None, shape: str, gpu:
     for p in plan.problems:
         if p.supported and p.kind != "matmul":
             starter_us, eager_us = starter_and_eager_us(p, dtype, gpu)
-            if gpu and starter_us > eager_us:  # a run's selection leaves out kernels slower than eager
-                print(f"  {p.name}: starter {starter_us:.1f} µs > eager {eager_us:.1f} µs per forward: left out",
-                      flush=True)
+            # a run's selection leaves out kernels slower than the problem's eager op and than the
+            # model's own ops at that place (integrate.selection.beats_the_model)
+            if gpu and starter_us > eager_us and not starter_us < p.time_us:
+                print(f"  {p.name}: starter {starter_us:.1f} µs > eager {eager_us:.1f} µs and the model's own "
+                      f"{p.time_us:.1f} µs per forward: left out", flush=True)
                 continue
+            if gpu and starter_us > eager_us:
+                print(f"  {p.name}: starter {starter_us:.1f} µs > eager {eager_us:.1f} µs, but the model's own ops "
+                      f"there take {p.time_us:.1f} µs per forward: applied", flush=True)
             (wd / "problems" / p.name).mkdir(parents=True)
             shutil.copyfile(KERNELS_DIR / f"{p.kind}.py", wd / "problems" / p.name / "kernel.py")
     wd.mkdir(parents=True, exist_ok=True)

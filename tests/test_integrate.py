@@ -27,7 +27,8 @@ from autokernel.problems.registry import KERNELS_DIR  # noqa: E402
 
 
 def make_workdir(root: Path, problems: list[PlanProblem], *, model: str = "llama", dtype: str = "fp32",
-                 input_shape=(1, 8), results: str | None = None, kernels: dict[str, str] | None = None) -> Path:
+                 input_shape=(1, 8), results: str | None = None, kernels: dict[str, str] | None = None,
+                 time_kind: str = "cpu") -> Path:
     (root / "problems").mkdir(parents=True, exist_ok=True)
     for p in problems:
         d = root / "problems" / p.name
@@ -38,7 +39,7 @@ def make_workdir(root: Path, problems: list[PlanProblem], *, model: str = "llama
             shutil.copyfile(KERNELS_DIR / f"{p.kind}.py", d / "kernel.py")
         (d / "problem.json").write_text(json.dumps({"spec": p.kind, "shapes": p.shapes, "dtype": p.dtype,
                                                     "fraction": p.fraction}))
-    plan = Plan(model=model, device="cpu", time_kind="cpu", dtype=dtype, input_shape=list(input_shape),
+    plan = Plan(model=model, device="cpu", time_kind=time_kind, dtype=dtype, input_shape=list(input_shape),
                 total_time_us=1000.0, problems=problems)
     save_plan(plan, root / "plan.json")
     if results is not None:
@@ -160,6 +161,31 @@ def test_linears_switched_only_when_a_kept_matmul_beat_the_start(tmp_path):
     x = torch.randn(2, 3, 32)
     with torch.no_grad():
         assert rel(faster(x), model(x)) < 1e-4
+
+
+def test_a_kernel_slower_than_the_problems_eager_op_is_applied_where_the_model_runs_slower_code(tmp_path):
+    """GPT-2 writes its GELU as eight element-wise kernels; the linear_gelu problem's eager op is
+    addmm and one GELU.  A kernel slower than the latter but faster than what the model runs at
+    that place is applied; one slower than both is not (times per forward, GPU plans only)."""
+    from autokernel.integrate import select_kernels
+
+    head = "experiment\tproblem\tagent\tstatus\tfailed_stage\tlatency_us\tspeedup_vs_eager\tspeedup_vs_start\n"
+    rows = head + "0\trmsnorm\ttuner\tbaseline\t\t300\t0.95\t1\n"  # 300 us a forward, 0.95x the eager op
+
+    def selected(model_us: float):
+        problem = PlanProblem("rmsnorm", "rmsnorm", "fp32", [{"M": 8, "N": 64}], [2], model_us, 0.3, ["norm"])
+        wd = make_workdir(tmp_path / f"wd{model_us:g}", [problem], results=rows, time_kind="gpu")
+        from autokernel.plan import load_plan
+
+        return select_kernels(wd, load_plan(wd / "plan.json"), device=torch.device("cpu"))
+
+    applied = selected(700.0)  # the model's own ops there: 700 us a forward
+    assert [k.problem.name for k in applied.ops] == ["rmsnorm"] and applied.skipped == []
+    left_out = selected(250.0)
+    assert left_out.ops == [] and "slower than PyTorch eager (0.95x)" in left_out.skipped[0][1]
+    assert "300.0 against 250.0 us" in left_out.skipped[0][1]
+    unknown = selected(0.0)  # no profile of the model's time: the eager op decides
+    assert unknown.ops == []
 
 
 def test_a_rejected_starting_kernel_is_not_applied(tmp_path, llama):
