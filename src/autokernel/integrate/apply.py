@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 from .calls import CALL_KINDS, _apply_calls
-from .compile_policy import UNDER_COMPILE, choose, set_policy
+from .compile_policy import UNDER_COMPILE, recorded_choice, set_policies
 from .alignment import align_linears
 from .cudagraphs import CudaGraphed, cuda_graphs_refusal
 from .embeddings import _apply_embedding
@@ -109,31 +109,27 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     patched._autokernel_replaced = replaced
     patched._autokernel_skipped = skipped
     patched._autokernel_ops = {k.problem.name: k.opname for k in sel.ops if k.opname in used_ops}
-    patched._autokernel_under_compile = _set_compile_policy([k for k in sel.ops if k.opname in used_ops],
-                                                            under_compile, device)
+    patched._autokernel_kernel_ops = [k for k in sel.ops if k.opname in used_ops]
+    patched._autokernel_under_compile = _set_compile_policy(patched._autokernel_kernel_ops, under_compile, device,
+                                                            workdir)
     _warn_apply(workdir, patched, device)
     if cuda_graphs:
         graphed = CudaGraphed(patched)
-        for attr in ("_autokernel_replaced", "_autokernel_skipped", "_autokernel_ops", "_autokernel_under_compile"):
+        for attr in ("_autokernel_replaced", "_autokernel_skipped", "_autokernel_ops", "_autokernel_under_compile",
+                     "_autokernel_kernel_ops"):
             setattr(graphed, attr, getattr(patched, attr))
         return graphed
     return patched
 
 
-def _set_compile_policy(ops: list, mode: str, device) -> dict[str, str]:
+def _set_compile_policy(ops: list, mode: str, device, workdir: Path) -> dict[str, str]:
     """Decide, per applied op, what it runs under torch.compile (compile_policy.py); problem ->
     the decision and why."""
     from ..hardware import current_device_name
-    from ..problems import get_problem
 
     device_name = current_device_name(str(device)) if device is not None and device.type == "cuda" else "cpu"
-    decided = {}
-    for k in ops:
-        kind_problem = get_problem(k.kind)
-        trace, why = choose(mode, kind_problem, k.problem, k.best_us, device_name)
-        set_policy(k.opname, k.kind, kind_problem.eager or kind_problem.reference, trace)
-        decided[k.problem.name] = why
-    return decided
+    measured = recorded_choice(workdir, device_name, ops) if mode == "auto" else None
+    return set_policies(ops, mode, device_name, measured)
 
 
 def _warn_apply(workdir: Path, patched: nn.Module, device) -> None:

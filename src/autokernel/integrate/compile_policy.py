@@ -8,10 +8,14 @@ torch.compile traces the model, an op can hand inductor the problem's eager op i
 function the judge's torch.compile baseline compiled), and inductor compiles and fuses it as it
 would in the original model:
 
-- ``auto`` (default): the eager op where the judge measured torch.compile of it at least as fast
-  as our kernel at the plan's shapes (the baselines cache of the machine that ran the loop,
-  weighted by calls per forward, as a result's score is); our kernel elsewhere, and wherever no
-  torch.compile time was measured here (every CPU run);
+- ``auto`` (default): where the last ``verify`` on this machine timed torch.compile of this very
+  patched model (the same kernel files) both per op and with every op handed to inductor, and the
+  latter was faster, the eager op everywhere (``verify`` makes that second measurement whenever
+  torch.compile of the patched model was slower than of the original).  Otherwise, per op: the
+  eager op where the judge measured torch.compile of it at least as fast as our kernel at the
+  plan's shapes (the baselines cache of the machine that ran the loop, weighted by calls per
+  forward, as a result's score is); our kernel elsewhere, and wherever no torch.compile time was
+  measured here (every CPU run);
 - ``ours``: our kernel everywhere (what ``apply`` did before);
 - ``eager``: the eager op everywhere: torch.compile of the patched model compiles the original's
   graph.
@@ -20,6 +24,10 @@ Eager calls of the patched model (no torch.compile) always run our kernels.
 """
 from __future__ import annotations
 
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 from ..harness.baselines import cached_baseline
@@ -27,6 +35,41 @@ from ..problems.base import parse_dtype
 from .ops import TRACED_UNDER_COMPILE, output_meta
 
 UNDER_COMPILE = ("auto", "ours", "eager")
+
+
+@dataclass
+class ModelChoice:
+    """What ``verify`` measured of torch.compile of the whole patched model: with each op as
+    ``auto`` chose per op (``per_op_ms``) and with every op handed to inductor (``eager_ms``)."""
+    policy: str  # "eager" (every op handed to inductor) | "per-op"
+    per_op_ms: float
+    eager_ms: float
+    device_name: str
+    kernels: dict[str, str]  # problem -> digest of the kernel file that was applied
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def whole_model_policy(per_op_ms: float, eager_ms: float) -> str:
+    return "eager" if eager_ms < per_op_ms else "per-op"
+
+
+def kernel_digests(ops: list) -> dict[str, str]:
+    return {k.problem.name: hashlib.sha256(Path(k.path).read_bytes()).hexdigest()[:16] for k in ops}
+
+
+def recorded_choice(workdir: Path, device_name: str, ops: list) -> ModelChoice | None:
+    """The whole-model measurement of the last ``verify`` (its ``verify.json``), if it was made on
+    this kind of device with exactly these kernel files; None otherwise."""
+    try:
+        recorded = json.loads((Path(workdir) / "verify.json").read_text()).get("compile_choice")
+        choice = ModelChoice(**recorded) if isinstance(recorded, dict) else None
+    except (OSError, ValueError, TypeError):
+        return None
+    if choice is None or choice.device_name != device_name or choice.kernels != kernel_digests(ops):
+        return None
+    return choice
 
 
 def compile_score_us(kind_problem: Any, plan_problem: Any, device_name: str) -> float | None:
@@ -43,12 +86,15 @@ def compile_score_us(kind_problem: Any, plan_problem: Any, device_name: str) -> 
 
 
 def choose(mode: str, kind_problem: Any, plan_problem: Any, ours_us: float | None,
-           device_name: str) -> tuple[bool, str]:
+           device_name: str, measured: ModelChoice | None = None) -> tuple[bool, str]:
     """(trace the eager op under torch.compile?, why), for one applied problem."""
     if mode == "ours":
         return False, "our kernel (under_compile=ours)"
     if mode == "eager":
         return True, "the eager op, traced (under_compile=eager)"
+    if measured is not None and measured.policy == "eager":
+        return True, (f"the eager op, traced: verify timed torch.compile of this patched model at "
+                      f"{measured.eager_ms:.3f} ms so, {measured.per_op_ms:.3f} ms with the ops chosen one by one")
     compiled = compile_score_us(kind_problem, plan_problem, device_name)
     if compiled is None or not ours_us:
         return False, "our kernel (no torch.compile time of the op measured on this machine)"
@@ -77,3 +123,17 @@ def set_policy(opname: str, kind: str, eager: Callable[..., Any] | None, trace: 
     else:
         TRACED_UNDER_COMPILE.pop(opname, None)
 
+
+
+def set_policies(ops: list, mode: str, device_name: str, measured: ModelChoice | None = None) -> dict[str, str]:
+    """Decide, per applied op (``selection.KernelOp``), what it runs under torch.compile; problem ->
+    the decision and why."""
+    from ..problems import get_problem
+
+    decided = {}
+    for k in ops:
+        kind_problem = get_problem(k.kind)
+        trace, why = choose(mode, kind_problem, k.problem, k.best_us, device_name, measured)
+        set_policy(k.opname, k.kind, kind_problem.eager or kind_problem.reference, trace)
+        decided[k.problem.name] = why
+    return decided
