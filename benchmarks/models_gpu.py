@@ -235,6 +235,7 @@ def bench_model(root: Path, spec: str, config: str | None, shape: str, gpu: bool
             "patched_vs_eager": ratio(v.eager_ms, v.patched_ms), "patched_vs_compile": ratio(v.compile_ms, v.patched_ms),
             "compile_patched_vs_best": ratio(min(x for x in (v.patched_ms, v.compile_ms) if x) if v.patched_ms else None,
                                              v.compile_patched_ms),
+            "compile_choice": v.compile_choice,  # verify's second compile, every op handed to inductor
             "note": v.compile_note or v.message}
 
 
