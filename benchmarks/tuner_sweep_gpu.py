@@ -27,8 +27,9 @@ The report compares the tuner's best with the sweep's best, both timed in the sa
 process: the goal is within 1% on fully swept spaces, at least as fast as the best sample on
 sampled ones.  The verdict uses the median of the per-round ratios of the re-timing (paired, as
 the judge's keep rule compares); the table shows the ratio of the medians beside it, and the
-round-to-round spread of the ratio when a goal is missed.  It prints the best configuration per kind (to update the starters' ``KNOBS``),
-writes ``results.json`` and the optimize logs under ``--out``, and prints a markdown table last.
+round-to-round spread of the ratio when a goal is missed.  It prints the best configuration per
+kind (to update the starters' ``KNOBS``), writes ``results.json`` and the optimize logs under
+``--out``, and prints a markdown table last.
 """
 from __future__ import annotations
 

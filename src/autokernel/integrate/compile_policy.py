@@ -124,7 +124,6 @@ def set_policy(opname: str, kind: str, eager: Callable[..., Any] | None, trace: 
         TRACED_UNDER_COMPILE.pop(opname, None)
 
 
-
 def set_policies(ops: list, mode: str, device_name: str, measured: ModelChoice | None = None) -> dict[str, str]:
     """Decide, per applied op (``selection.KernelOp``), what it runs under torch.compile; problem ->
     the decision and why."""
