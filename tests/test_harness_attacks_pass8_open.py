@@ -81,8 +81,9 @@ def test_a_kernel_that_drops_nans_on_regular_timed_draws_is_caught():
                                        "pool, a C++ thread no thread count of the worker's sees")
 def test_a_background_torchscript_thread_that_loads_the_cpu_between_calls_is_caught():
     """Today: pass, and in keep/revert against the starter 'significantly faster' with the wall
-    clock confirming (0.65 and 0.77 median ratio in two runs; the starter against itself 0.89-0.90,
-    not significant): the same kernel as the starter, with the incumbent slowed."""
+    clock confirming, in 3 of 4 runs (median ratios 0.65, 0.77, 0.65; the starter against itself
+    0.89-0.93, never significant): the same kernel as the starter, with the incumbent slowed.
+    The verdict is asserted, not the comparison: how much the load takes depends on idle cores."""
     result = _judge("reduce_pass8_interop_thread_load.py", incumbent=REDUCE_STARTER)
     assert result.verdict == "rejected" and "threads-or-streams" in rules(result), (result.message, result.vs_incumbent)
 
