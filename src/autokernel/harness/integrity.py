@@ -385,6 +385,10 @@ _FOREIGN_ATTRS = ("numpy", "from_numpy", "ops", "np", "ctypes", "tolist", "__arr
                   # raw bytes of a storage; the Triton interpreter's values inside a kernel body
                   "_write_file", "_share_fd_cpu_", "_share_filename_cpu_", "handle")
 _ATTR_CALLS = ("getattr", "setattr", "delattr", "hasattr")
+# torch.jit (fork, TorchScript) and torch.futures run work on torch's own threads
+_TORCH_THREAD_MODULES = ("jit", "futures")
+_TORCH_THREADS_WHY = ("TorchScript and torch's futures run work on torch's own threads, which no watch covers "
+                      "and no thread count sees")
 _MODE_CLASSES = frozenset({"TorchFunctionMode", "TorchDispatchMode", "BaseTorchFunctionMode"})
 # Names of frames' and namespaces' attributes that a kernel file has no reason to write even
 # inside a string (a string can be read as an attribute name: getattr, string.Formatter,
@@ -429,6 +433,8 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                 parts = name.split(".")
                 if parts[0] in _FOREIGN_MODULES or (parts[0] == "torch" and len(parts) > 1 and parts[1] in ("ops", "_C")):
                     add("foreign-compute", node, f"imports {name}: the computation must run in Triton kernels")
+                elif parts[0] == "torch" and len(parts) > 1 and parts[1] in _TORCH_THREAD_MODULES:
+                    add("threads-or-streams", node, f"imports {name}: {_TORCH_THREADS_WHY}")
                 elif parts[0].startswith("_") and parts[0] != "__future__" and parts[0] not in _THREAD_MODULES:
                     add("introspection", node, f"imports {name}: a private module (the C side of signal, "
                         "weakref, operator...) reaches what its public module would")
@@ -452,6 +458,8 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                 add("introspection", node, f"uses {dotted}")
             elif node.attr in _FOREIGN_ATTRS:
                 add("foreign-compute", node, f"uses {dotted}: the computation must run in Triton kernels")
+            elif root in torch_names and node.attr in _TORCH_THREAD_MODULES and isinstance(node.value, ast.Name):
+                add("threads-or-streams", node, f"uses {dotted}: {_TORCH_THREADS_WHY}")
             elif root in torch_names and node.attr.startswith("_") and not node.attr.startswith("__"):
                 add("torch-op", node, f"uses private torch API {dotted}")
             elif aliases.get(root) == "sys" and node.attr.startswith("_") and not node.attr.startswith("__"):

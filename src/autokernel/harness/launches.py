@@ -299,7 +299,8 @@ def interpreter_frame_test(record: LaunchRecord, skipped: tuple[str, ...], codes
 class StartCounter:
     """Counts Python threads started (through ``_thread``/``threading``, whatever the import
     path) and CUDA streams created in this process after ``install_start_counters``: a kernel
-    file has no business doing either, even when the thread ends before its call returns."""
+    file has no business doing either, even when the thread ends before its call returns.
+    Work handed to torch's own threads counts as a thread start too (``TORCH_THREAD_ENTRIES``)."""
 
     def __init__(self) -> None:
         self.threads = 0
@@ -307,6 +308,15 @@ class StartCounter:
 
 
 _COUNTER: StartCounter | None = None
+
+# torch._C entry points that hand work to threads of torch's own, which no thread count sees and
+# no watch covers: ``fork`` runs a function on the inter-op pool (``torch.jit.fork``), and a
+# TorchScript function can fork inside itself (``prim::fork``, where no Python wrapper is called),
+# so compiling, tracing or loading TorchScript counts as well (tests/attacks/reduce_pass8_interop_*).
+TORCH_THREAD_ENTRIES = ("fork", "_jit_script_compile", "_jit_script_class_compile", "_create_function_from_trace",
+                        "_create_function_from_trace_with_dict", "_create_method_from_trace",
+                        "_create_method_from_trace_with_dict", "import_ir_module", "import_ir_module_from_buffer",
+                        "_load_for_lite_interpreter", "_load_for_lite_interpreter_from_buffer")
 
 
 def install_start_counters() -> StartCounter:
@@ -332,6 +342,11 @@ def install_start_counters() -> StartCounter:
         if original is not None:
             setattr(module, name, wrap(original))
     torch = sys.modules.get("torch")
+    if torch is not None:
+        for name in TORCH_THREAD_ENTRIES:
+            original = getattr(torch._C, name, None)
+            if original is not None:
+                setattr(torch._C, name, wrap(original))
     if torch is not None and torch.cuda.is_available():
         for cls in (torch.cuda.Stream, torch.cuda.ExternalStream):
             original_new = cls.__dict__.get("__new__")

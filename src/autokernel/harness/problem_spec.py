@@ -36,5 +36,42 @@ def draw_set(make_inputs: Any, adversarial_inputs: Any, shape: dict, dtype: Any,
                 cases = adversarial_inputs(dict(shape), dtype, device, int(seed[0]))
         else:
             cases = adversarial_inputs(dict(shape), dtype, device, int(seed[0]))
-        return tuple(cases[index % len(cases)][1])
-    return tuple(make_inputs(dict(shape), dtype, device, int(seed)))
+        return uniform_metadata(tuple(cases[index % len(cases)][1]))
+    return uniform_metadata(tuple(make_inputs(dict(shape), dtype, device, int(seed))))
+
+
+DRAWN_VERSION = 1 << 20  # the version counter of every drawn input tensor, whatever drew it
+
+
+def uniform_metadata(args: tuple) -> tuple:
+    """``args`` with nothing in the tensors' metadata that tells one kind of draw from another.
+    A regular draw (``randn`` then ``add_``) is a base tensor at version 1; numerics cases were at
+    version 0 or 2, or views (a ``reshape``), and a kernel that read ``_version`` and ``_base``
+    dropped its NaN handling on the regular timed draws only (tests/attacks/
+    reduce_pass8_numerics_draw_told_apart.py).  Each view becomes a base tensor of the same
+    strides and values; every tensor gets the same version counter."""
+    import torch
+
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if a._base is not None:
+                base = torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device)
+                base.copy_(a)
+                a = base
+            _set_version(a)
+        out.append(a)
+    return tuple(out)
+
+
+def _set_version(tensor: Any) -> None:
+    import torch
+
+    set_counters = getattr(torch._C._autograd, "_unsafe_set_version_counter", None)
+    if set_counters is not None:
+        set_counters((tensor,), (DRAWN_VERSION,))
+        return
+    from torch.autograd.graph import increment_version  # older torch: a step at a time, to a lower mark
+
+    while tensor._version < 64:
+        increment_version(tensor)

@@ -232,8 +232,9 @@ class _State:
         if outside <= 0:
             return None
         return {"rule": "threads-or-streams", "message": (
-            f"the kernel started {outside} thread(s) outside its calls (while its file loaded, or later): "
-            "the judge's watch is per thread, and such a thread runs beside every call")}
+            f"the kernel started {outside} thread(s) outside its calls (while its file loaded, or later; "
+            "work forked onto torch's own threads and TorchScript count): the judge's watch is per thread, "
+            "and such a thread runs beside every call")}
 
     def _outside_refused(self) -> dict[str, str] | None:
         """The finding for what the kernel tried outside its process (processes, signals, file
