@@ -41,11 +41,15 @@ MEMORY_AUDIT_EVENTS = ("mmap.__new__", "ctypes.string_at", "ctypes.wstring_at", 
 
 _INSTALLED = False
 REFUSED_AUDIT_HOOKS: list[str] = []  # sys.addaudithook calls after ``install`` (refused; the worker reports them)
-# every function whose ``__code__`` was set after ``install`` (CPython audits each such set, however it is
-# made), with the code it had before that set: integrity.FingerprintWatch compares the code of these
-# only, never reading the code of every function (each read of ``__code__`` is an audit event too, and
-# ran this hook: 1.0-1.4 ms a check)
-CODE_SETS: list[tuple[Any, Any]] = []
+# The reader of the audit hook's record of every function whose ``__code__`` was set after ``install``
+# (CPython audits each such set, however it is made), with the code it had before that set:
+# integrity.FingerprintWatch compares the code of these only, never reading the code of every function
+# (each read of ``__code__`` is an audit event too, and ran this hook: 1.0-1.4 ms a check).  The record
+# itself lives in the hook's closure, reachable through no module name: as a list of this module's
+# (``CODE_SETS``) a kernel replaced its own entry with a decoy's after swapping the judge's draw helper,
+# the record kept the length the check expected and named no function of the judge's.  The reader
+# hands out copies; the watch takes it before any kernel file loads.
+_CODE_SETS_READER: list = []
 
 # What a kernel's code may not do to anything outside its own process, from the moment the
 # worker arms the rule (``arm_outside``) before the kernel file loads:
@@ -343,9 +347,14 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
     _guard_other_processes()
 
     function_type = type(install)
-    # the record's own list, taken now: the hook looked the name ``CODE_SETS`` up in this module at
-    # every event, and a kernel that bound it to a fresh list had its sets land where no check looks
-    record_code_set = CODE_SETS.append
+    # the record, in this closure only (see ``_CODE_SETS_READER``); its append taken now
+    code_sets_record: list[tuple[Any, Any]] = []
+    record_code_set = code_sets_record.append
+    length = len
+
+    def read_code_sets(start: int) -> tuple[int, tuple]:
+        """How many sets were recorded, and (copies of) those from ``start`` on."""
+        return length(code_sets_record), tuple(code_sets_record[start:])
 
     def audit(event: str, args: tuple) -> None:
         if event == "object.__setattr__" and len(args) > 1 and type(args[0]) is function_type \
@@ -369,12 +378,15 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
             note(f"{event} (raw memory)", sys._getframe(1))
 
     sys.addaudithook(audit)
+    _CODE_SETS_READER.append(read_code_sets)
     _INSTALLED = True
 
 
-def code_sets() -> list[Any] | None:
-    """``CODE_SETS`` while the audit hook records it (after ``install``), else None."""
-    return CODE_SETS if _INSTALLED else None
+def code_sets_reader() -> Any:
+    """The reader of the audit hook's record of ``__code__`` sets (``read(start) -> (count, sets
+    from start on)``) while the hook records them (after ``install``), else None.  Take it once,
+    before any kernel file loads: this module's names are within a kernel's reach."""
+    return _CODE_SETS_READER[0] if _CODE_SETS_READER else None
 
 
 def outside_finding(since: int) -> dict[str, str] | None:

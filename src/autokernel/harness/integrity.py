@@ -825,8 +825,8 @@ class FingerprintWatch:
         # functions whose ``__code__`` was set since are compared (``_codes_held``)
         self._baseline_code = {value: value.__code__ for _prefix, keys, values, functions, _codes in self._plan
                                for key, value in zip(keys, values) if type(value) is types.FunctionType}
-        self._code_sets = host_reads.code_sets()
-        self._code_sets_seen = len(self._code_sets) if self._code_sets is not None else 0
+        self._code_sets = host_reads.code_sets_reader()  # taken now, before any kernel file loads
+        self._code_sets_seen = self._code_sets(0)[0] if self._code_sets is not None else 0
         # (function, the code it must hold): baseline functions whose code was set since the baseline, and
         # the judge's own functions that no name of the baseline holds (a method of the worker's
         # ``_State._draw`` given stashing code was not compared), with the code they had before their first set
@@ -887,12 +887,12 @@ class FingerprintWatch:
         """Do the functions whose ``__code__`` was set since the baseline (the audit hook's record)
         hold their code again: the baseline's functions their baseline code, the judge's own other
         functions the code they had before their first recorded set?"""
-        sets, count = self._code_sets, self._len(self._code_sets)  # builtins taken at the baseline
-        if count < self._code_sets_seen:  # the record itself was cut: nothing it says can be trusted
+        count, sets = self._code_sets(self._code_sets_seen)  # copies: the record is the audit hook's alone
+        if count < self._code_sets_seen:  # the record never shrinks: nothing it says could be trusted
             return False
         if count > self._code_sets_seen:
             baseline, own = self._baseline_code, self._own_code_dir
-            for f, before in sets[self._code_sets_seen:count]:
+            for f, before in sets:
                 if f in baseline:
                     self._code_touched.append((f, baseline[f]))
                 elif type(before).__name__ == "code" and type(before.co_filename) is str \
