@@ -75,3 +75,22 @@ def test_a_stream_or_warning_filter_left_changed_by_a_call_is_a_changed_hook(cha
         sys.stdout, sys.stderr, warnings.filters, warnings.defaultaction = saved
         warnings.filters[:] = filters
     assert hooks.changed_hooks(before, hooks.outside_hooks()) is None
+
+
+@pytest.mark.parametrize("edit", ["ops", "flags"])
+def test_the_watchs_records_edited_in_place_are_no_way_past_it(no_static_checks, tmp_path, edit):
+    """The watch from torch's dispatch stack, its records edited in place during the call: the op
+    names it saw (``aten.sum`` discarded from its set), or the flags torch's base class saved on
+    it (an object of the file's own pushed on top: the judge's ``__exit__`` popped it into torch's
+    module globals, and the next entry of any mode asked for its truth value, where it ran
+    ``torch.sum`` on the next call's input, unwatched).  Both passed all six stages; the check
+    after the call compared the names of the watch's attributes only.  The records are kept out
+    of the watch now, and torch's saved flags are compared and put back."""
+    result = judge_attack(tmp_path, "reduce_watch_records_edited.py", ('EDIT = "ops"', f'EDIT = "{edit}"'),
+                          timing=False)
+    assert result.verdict == "rejected" and "torch-op" in rules(result), result.message
+    assert result.failed_stage == "smoke", result.message
+    if edit == "ops":
+        assert "aten.sum" in result.message, result.message
+    else:
+        assert "changed the harness's dispatch mode" in result.message, result.message

@@ -25,7 +25,7 @@ def test_a_frame_compiled_under_the_interpreters_file_name_is_still_watched(watc
     watch = watch_cls(None)
     with watch:
         scope["hidden"](torch.randn(4, 8))
-    assert "aten._softmax" in watch.ops
+    assert "aten._softmax" in watch_cls.records_of(watch).ops
 
 
 def test_the_interpreter_is_known_by_its_code_objects():
@@ -62,6 +62,34 @@ def test_the_watch_records_what_it_allocated(watch_cls):
     kept = torch.zeros(8)
     with watch:
         fresh = torch.empty(8)
-    assert fresh.untyped_storage().data_ptr() in watch.allocated
-    assert kept.untyped_storage().data_ptr() not in watch.allocated
+    seen = watch_cls.records_of(watch)
+    assert fresh.untyped_storage().data_ptr() in seen.allocated
+    assert kept.untyped_storage().data_ptr() not in seen.allocated
     assert torch.isnan(fresh).all()  # poisoned
+
+
+def test_the_watch_keeps_its_records_out_of_its_own_attributes(watch_cls):
+    """What the judge reads of a watch (ops, allocations, poison, findings) is none of the watch's
+    attributes: a kernel that held the watch edited them in place (``watch.ops.discard``)."""
+    watch = watch_cls(float("nan"))
+    with watch:
+        torch.empty(8).sum()
+        assert set(vars(watch)) <= {"old_dispatch_mode_flags", "old_non_infra_dispatch_mode_flags",
+                                    "old_without_ignore_compile_internals_dispatch_mode_flags"}
+    assert "aten.sum" in watch_cls.records_of(watch).ops
+
+
+def test_a_flag_pushed_onto_the_watchs_saved_flags_is_seen_and_never_reaches_torch(watch_cls):
+    from torch.utils import _python_dispatch
+
+    class Flag:
+        def __bool__(self):
+            raise AssertionError("the kernel's flag was asked for its truth value")
+
+    watch = watch_cls(None)
+    with watch:
+        watch.old_dispatch_mode_flags.append(Flag())
+        message = watch.still_in_charge()
+    assert message and "changed the harness's dispatch mode" in message
+    assert "the dispatch-mode flags torch saved on the watch" in watch_cls.records_of(watch).tampered
+    assert type(_python_dispatch._is_in_torch_dispatch_mode) is bool

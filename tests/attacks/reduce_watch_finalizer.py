@@ -49,5 +49,11 @@ def kernel_fn(x: torch.Tensor) -> torch.Tensor:
     watch = modes._get_dispatch_stack_at(modes._len_torch_dispatch_stack() - 1)
     later = _later(x, out)
     next(later)
-    watch.allocated.add(later)
+    # (the watch's sets are kept out of its attributes since the eighth pass: an attribute of the
+    # file's own holds the generator then, which the check after the call sees too)
+    held = getattr(watch, "allocated", None)
+    if held is not None:
+        held.add(later)
+    else:
+        vars(watch)["allocated"] = {later}
     return out

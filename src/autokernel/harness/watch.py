@@ -1,6 +1,8 @@
 """The dispatch mode every kernel call runs under, in the worker (``make_watch_class``)."""
 from __future__ import annotations
 
+import collections
+import operator
 import os
 import sys
 
@@ -52,16 +54,16 @@ def make_watch_class(launch_record):
     op_classes = frozenset(c for c in vars(sys.modules[op_class.__module__]).values()
                            if isinstance(c, type) and issubclass(c, op_class))
 
-    def run_op(watch, func, args, kwargs):
+    def run_op(records, func, args, kwargs):
         if type(func) not in op_classes:
-            watch.tampered.append(f"an op of class {type(func).__name__}")
+            records.tampered.append(f"an op of class {type(func).__name__}")
             raise RuntimeError("refused by the judge: an op that is not one of torch's")
         handle = vars(func).get("_op")
         if type(handle) is not builtin:  # the kernel's own code in its place: never run here
-            watch.tampered.append("an op's C handle")
+            records.tampered.append("an op's C handle")
             raise RuntimeError("refused by the judge: an op whose C handle was replaced")
         if vars(op_class).get("__call__") is not op_call:
-            watch.tampered.append("the op class's __call__")
+            records.tampered.append("the op class's __call__")
         return handle(*args, **kwargs)
 
     # and how it names an op: ``str(func.overloadpacket)`` read the packet's ``_qualified_op_name``,
@@ -85,14 +87,14 @@ def make_watch_class(launch_record):
             continue
     allowed_ids = frozenset(id(op) for op in allowed_objects)
 
-    def op_name(watch, func) -> str:
+    def op_name(records, func) -> str:
         schema = vars(func).get("_schema")
         if type(schema) is not schema_class:
-            watch.tampered.append("an op's schema")
+            records.tampered.append("an op's schema")
             return "aten.<unknown>"
         name = schema_name(schema).replace("::", ".")
         if name in ALLOWED_OPS and id(func) not in allowed_ids:
-            watch.tampered.append(f"an op named {name} that is not {name}")
+            records.tampered.append(f"an op named {name} that is not {name}")
         return name
 
     torch_dir = os.path.dirname(torch.__file__)
@@ -107,100 +109,171 @@ def make_watch_class(launch_record):
     def called_by_triton_interpreter() -> bool:
         return called_by_interpreter(getframe(2))
 
-    # How often each watch was entered, kept here, out of the watch's own attributes.  torch's
-    # dispatch stack hands the mode to the kernel (``torch._C._get_dispatch_stack_at``,
-    # ``_pop_torch_dispatch_stack``): a kernel popped the watch, ran ``torch.sum`` unwatched and
-    # pushed the watch back with its own ``__enter__``, so that it was the top of the stack again
-    # when the call returned (passed all six stages).  Every ``__enter__`` of a mode, its class's
-    # or the base's, calls ``_lazy_init_old_dispatch_mode_flags`` on it: counted below.
-    entered: dict = {}
+    # Everything the judge reads of a watch (the ops it saw, what it allocated, what it found
+    # tampered with, its poison, its fills, how often it was entered, the flags torch's base class
+    # saved on entry) is kept here, in ``WatchRecords`` objects out of the watch's own attributes:
+    # torch's dispatch stack hands the mode to the kernel (``torch._C._get_dispatch_stack_at``),
+    # and a kernel that edited the watch's sets in place (``watch.ops.discard("aten.sum")``)
+    # passed all six stages with ``torch.sum``; the check after the call compared the attributes'
+    # names only.  Each watch's records are found by identity in ``live`` (never by hashing the
+    # watch: a ``__hash__`` set on its class would run the kernel's code in the judge's lookups).
+    # The judge takes a watch's records once, right after making it (``records_of``).
+    live: list = []
+    LIVE_WATCHES = 15
+    deque_type = type(collections.deque())
+    is_, all_, map_, len_ = operator.is_, all, map, len
+
+    def records_of(watch):
+        for known, records in live:
+            if known is watch:
+                return records
+        return None
+
+    class WatchRecords:
+        """What the judge reads of one watch (see above)."""
+
+        __slots__ = ("poison", "timed_fills", "flush", "stream", "ops", "allocated", "planted", "tampered",
+                     "fills", "entered", "attributes", "flags", "exited")
+
+        def __init__(self, poison, timed_fills, flush):
+            self.poison, self.timed_fills, self.flush = poison, timed_fills, flush
+            self.stream = None  # the stream the judge times (GPU; the worker sets it before the call)
+            self.ops: set[str] = set()
+            self.allocated: set[int] = set()
+            self.planted: list[str] = []  # ops that returned a tensor with attributes of the kernel's on it
+            self.tampered: list[str] = []  # what the watch calls, found changed during the call
+            self.fills: list = []
+            self.entered = 0
+            self.attributes = None  # the watch's attribute names as the judge's own entry left them
+            self.flags = ()  # (name, torch's deque, its contents) as the judge's own entry left them
+            self.exited = False
+
+        def fill_us(self) -> float:
+            return sum(elapsed(s, e) for s, e in self.fills) * 1000.0
+
+        def flags_changed(self, watch) -> bool:
+            get = vars(watch).get
+            for name, flags, saved in self.flags:
+                if get(name) is not flags or len_(flags) != len_(saved) or not all_(map_(is_, flags, saved)):
+                    return True
+            return False
+
+        def restore_flags(self, watch) -> None:
+            """Put torch's saved flags back as the judge's entry left them, so that the base class's
+            ``__exit__`` never pops an object of the kernel's into torch's module globals (its truth
+            value was asked at the next entry of any mode: the kernel's code ran there, unwatched)."""
+            if type(vars(watch)) is not dict:
+                object.__setattr__(watch, "__dict__", {})
+            space = vars(watch)
+            for name, flags, saved in self.flags:
+                deque_clear(flags)
+                deque_extend(flags, saved)
+                space[name] = flags
+
+    deque_clear, deque_extend = deque_type.clear, deque_type.extend
 
     class KernelWatch(TorchDispatchMode):
         """Records every aten op the kernel calls and the storage of every tensor those ops
         make; fills fresh floating allocations with ``poison`` so that elements the kernel
         never writes show up.  Ops the real Triton interpreter makes on the kernel's behalf
-        (copying arguments in and out) are neither recorded nor poisoned."""
+        (copying arguments in and out) are neither recorded nor poisoned.  What it records is
+        kept out of its own attributes (``records_of``)."""
 
         def __init__(self, poison: float | None, timed_fills: bool = False, flush=None):
             super().__init__()
-            self.flush = flush
-            self.poison = poison
-            self.ops: set[str] = set()
-            self.allocated: set[int] = set()
-            self.timed_fills = timed_fills
-            self._fills: list = []
-            self.planted: list[str] = []  # ops that returned a tensor with attributes of the kernel's on it
-            self.stream = None  # the stream the judge times (GPU; the worker sets it before the call)
-            self.tampered: list[str] = []  # what the watch calls, found changed during the call
+            # the judge holds the records it reads: the exited watches' are dropped here, and so are all
+            # but the latest few never exited (watches a kernel made: a judge's watch pushed out is
+            # found nowhere, which ``still_in_charge`` reports)
+            live[:] = [entry for entry in live[-LIVE_WATCHES:] if not entry[1].exited]
+            live.append((self, WatchRecords(poison, timed_fills, flush)))
 
         def _lazy_init_old_dispatch_mode_flags(self):
-            entered[self] = entered.get(self, 0) + 1
+            # every ``__enter__`` of a mode, its class's or the base's, calls this on it: a watch
+            # popped off torch's stack and pushed back during the call (passed all six stages) is
+            # entered twice
+            records = records_of(self)
+            if records is not None:
+                records.entered += 1
             super()._lazy_init_old_dispatch_mode_flags()
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = run_op(self, func, args, kwargs or {})
-            name = op_name(self, func)
+            records = records_of(self)
+            if records is None:  # a watch the judge is done with, entered again by the kernel
+                raise RuntimeError("refused by the judge: a watch entered again after the judge's use")
+            out = run_op(records, func, args, kwargs or {})
+            name = op_name(records, func)
             if type(out) is tensor_type:
                 # C functions, never out's own methods: an in-place op returns its argument, and an
                 # attribute planted on it (.untyped_storage) would run here, where torch has taken
                 # this mode off its stack (a sum computed there was never recorded)
                 if planted((out,)):
-                    self.planted.append(name)
-                self.allocated.add(span(out)[0])
+                    records.planted.append(name)
+                records.allocated.add(span(out)[0])
             if name in INTERPRETER_COPY_OPS and called_by_triton_interpreter():
                 return out
 
             if name == "aten._local_scalar_dense":
                 launch_record.note_host_read(".item(), float(t), int(t), bool(t) or iteration (aten._local_scalar_dense)")
-            self.ops.add(name)
-            if (self.poison is not None and name in POISONED_ALLOCATIONS and type(out) is tensor_type
+            records.ops.add(name)
+            poison = records.poison
+            if (poison is not None and name in POISONED_ALLOCATIONS and type(out) is tensor_type
                     and is_floating_point(out) and numel(out) > 0):
-                if self.timed_fills:
-                    stream = self.stream if self.stream is not None else current_stream()
+                if records.timed_fills:
+                    stream = records.stream if records.stream is not None else current_stream()
                     start = new_event(event_cls, enable_timing=True)
                     end = new_event(event_cls, enable_timing=True)
                     record_event(start, stream)
-                    fill(out, self.poison)
-                    if self.flush is not None:  # the fill left the output in L2: cold again, as the call began
-                        zero(self.flush)
+                    fill(out, poison)
+                    if records.flush is not None:  # the fill left the output in L2: cold again, as the call began
+                        zero(records.flush)
                     record_event(end, stream)
-                    self._fills.append((start, end))
+                    records.fills.append((start, end))
                 else:
-                    fill(out, self.poison)
+                    fill(out, poison)
             return out
 
         def still_in_charge(self) -> str | None:
             """After the kernel returned, still inside ``with``: this mode must be the top of
-            the dispatch-mode stack, entered once (by the judge), its attributes and its class
-            as the judge left them, and Python dispatch must not be excluded.  (The worker calls
-            this through the function it took when the class was made.)"""
+            the dispatch-mode stack, entered once (by the judge), its attributes, the flags torch
+            saved on it and its class as the judge left them, and Python dispatch must not be
+            excluded.  (The worker calls this through the function it took when the class was made.)"""
             stack = _get_current_dispatch_mode_stack()
             if not stack or stack[-1] is not self:
                 return "the harness's dispatch mode was removed or covered during the call"
-            if entered.pop(self, 0) != 1:
+            records = records_of(self)
+            if records is None:
+                return "the harness's dispatch mode was exited during the call"
+            if records.entered != 1:
                 return ("the harness's dispatch mode was taken off torch's dispatch stack and put back during "
                         "the call: ops ran unwatched in between")
             space = vars(KernelWatch)  # compared by identity: no method of a value the kernel set runs here
-            if set(vars(self)) != own_attributes.get(self) or len(space) != len(class_space) or \
-                    not all(space.get(name) is value for name, value in class_space.items()):
+            if len(space) != len(class_space) or not all(space.get(name) is value for name, value in class_space.items()) \
+                    or type(vars(self)) is not dict or set(vars(self)) != records.attributes \
+                    or records.flags_changed(self):
                 return "the kernel changed the harness's dispatch mode (its attributes or its class) during the call"
             if key_excluded(python_key):
                 return "Python dispatch was excluded during the call (the harness's watch switched off)"
             return None
 
-        def fill_us(self) -> float:
-            return sum(elapsed(s, e) for s, e in self._fills) * 1000.0
-
         def __enter__(self):
             out = super().__enter__()
-            own_attributes[self] = set(vars(self))  # what the judge's own entry left
+            records = records_of(self)
+            if records is not None and records.attributes is None:  # what the judge's own entry left
+                space = vars(self)
+                records.attributes = set(space)
+                records.flags = tuple((name, value, tuple(value)) for name, value in space.items()
+                                      if type(value) is deque_type)
             return out
 
         def __exit__(self, *exc):
-            own_attributes.pop(self, None)
-            entered.pop(self, None)
+            records = records_of(self)
+            if records is not None:
+                records.exited = True
+                if type(vars(self)) is not dict or records.flags_changed(self):
+                    records.tampered.append("the dispatch-mode flags torch saved on the watch")
+                    records.restore_flags(self)
             return super().__exit__(*exc)
 
-    own_attributes: dict = {}
+    KernelWatch.records_of = staticmethod(records_of)
     class_space = dict(vars(KernelWatch))
     return KernelWatch

@@ -165,6 +165,7 @@ class _State:
         host_reads.install(self.launches, ())
         self.watch_cls = make_watch_class(self.launches)
         self.watch_in_charge = self.watch_cls.still_in_charge  # taken now: the class is within the kernel's reach
+        self.watch_records = self.watch_cls.records_of  # what each watch saw, kept out of the watch's attributes
         _self_test(device, self.watch_cls)
         # what the judge's own work calls, taken before any kernel is loaded: a kernel that
         # rebinds time.perf_counter, an Event method or Tensor.copy_ (and puts it back before the
@@ -371,6 +372,7 @@ class _State:
         # a callback with no Python frame (a C function bound with functools.partial, as a weak
         # reference's callback) raises no profile event: the watch and the launch record see its work
         watch = self.watch_cls(None)
+        seen = self.watch_records(watch)
         record = self.launches.begin(None)
         # a profiled worker's profiler stays (benchmarks; a kernel's is a hook finding)
         profile_now = profiled and self.get_profile() is None
@@ -386,7 +388,7 @@ class _State:
         finally:
             self.launches.end()
         launched = record.own + record.foreign
-        return result, ran + ([f"{launched} Triton launch(es)"] if launched else []) + sorted(watch.ops)
+        return result, ran + ([f"{launched} Triton launch(es)"] if launched else []) + sorted(seen.ops)
 
     def _names_finding(self, message: str) -> list[dict[str, str]]:
         """A ``monkey-patch`` finding (``message`` with the names for ``{names}``) when a name of
@@ -585,12 +587,13 @@ class _State:
         called and its findings."""
         torch = self.torch
         watch = self.watch_cls(poison, timed_fills=self.gpu, flush=self._flush)
+        seen = self.watch_records(watch)  # what the judge reads of the watch: out of the kernel's reach
         record = self.launches.begin(own_globals, launches.current_stream_handle() if self.gpu else None)
         py_before = self.threading.active_count()
         threads_started, streams_made = self.starts.threads, self.starts.streams
         if self.gpu:
             stream = torch.cuda.current_stream()  # the one the judge times
-            watch.stream = stream
+            seen.stream = stream
             cover, start, end = (torch.cuda.Event(enable_timing=True) for _ in range(3))
             self._flush.zero_()
             self.record_event(cover, stream)
@@ -622,7 +625,7 @@ class _State:
         hooks_loaded = None if hooks_left else self._hooks_since_load(hooks_before)
         if self.gpu:
             torch.cuda.synchronize()
-            t_us = self.elapsed(start, end) * 1000.0 - watch.fill_us()
+            t_us = self.elapsed(start, end) * 1000.0 - seen.fill_us()
             spin_us = self.elapsed(cover, start) * 1000.0
             covered = host_covered(host_us, spin_us)
             self.cover_cycles = next_cover_cycles(self.cover_cycles, spin_us, host_us)
@@ -635,7 +638,7 @@ class _State:
                 f"the call left {rebound} rebound: the judge's own work after it (its checks, digests, the "
                 "next call's draw) would run the kernel's code, unwatched and untimed")})
         planted_on = planted(list(outs) + tensors_in(args)) or (
-            f"a tensor that {watch.planted[0]} returned" if watch.planted else None)
+            f"a tensor that {seen.planted[0]} returned" if seen.planted else None)
         if planted_on:
             findings.append({"rule": "monkey-patch", "message": (
                 f"the kernel set attributes on tensors of the call ({planted_on}): the judge's own work (the "
@@ -648,9 +651,9 @@ class _State:
                 "the judge's own tensor work would run its code")})
         if mode_problem:
             findings.append({"rule": "torch-op", "message": mode_problem})
-        if watch.tampered:
+        if seen.tampered:
             findings.append({"rule": "monkey-patch", "message": (
-                f"the kernel changed how the watch calls PyTorch ops ({watch.tampered[0]}) during its call: the "
+                f"the kernel changed how the watch calls PyTorch ops ({seen.tampered[0]}) during its call: the "
                 "watch would run its code with the watch off")})
         registered = self._registered()
         if registered:
@@ -697,7 +700,7 @@ class _State:
                    and numel(o) > 0]
         for i, o in enumerate(tensors):
             ptr = span(o)[0]
-            if ptr not in watch.allocated:
+            if ptr not in seen.allocated:
                 findings.append({"rule": "cached-output", "message": (
                     f"output {i} was not allocated during the call (by an allocation the harness saw): "
                     "a kept buffer, another thread's memory, or an allocation hidden from the watch")})
@@ -710,7 +713,7 @@ class _State:
                     findings.append({"rule": "foreign-compute", "message": (
                         f"output {i} was not passed to any Triton kernel of the file's own: it was computed "
                         "by something else (PyTorch, numpy, ctypes, ...)")})
-        return outs, float(t_us), covered, watch.ops, findings
+        return outs, float(t_us), covered, seen.ops, findings
 
     def _rebound_names(self) -> str:
         try:
