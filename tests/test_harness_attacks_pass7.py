@@ -39,10 +39,15 @@ def test_a_finalizer_left_in_the_judges_watch_is_caught(no_static_checks, tmp_pa
     outside the timer, the watch and the launch record, before the output's digest (passed all
     six stages with the static checks on, ~40x the starter's speed).  The judge frees its
     watches and launch records at the end of the request, where any Python that runs is the
-    kernel's."""
+    kernel's.  Since the eighth pass the watch holds no set of its own (its records are out of
+    the kernel's reach) and the file's fallback, an attribute of its own on the watch holding the
+    generator, is seen by the check after the call first; the release under the profile still
+    runs the generator's ``finally`` there and reports it (``reduce_retired_output_finalizer.py``
+    is caught by that release alone)."""
     result = judge_attack(tmp_path, "reduce_watch_finalizer.py", timing=False)
-    assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
-    assert "when the judge freed its watches" in result.message and result.failed_stage == "smoke", result.message
+    assert result.verdict == "rejected" and "torch-op" in rules(result), result.message
+    assert "changed the harness's dispatch mode" in result.message and result.failed_stage == "smoke", \
+        result.message
 
 
 def test_private_torch_apis_through_a_local_alias_of_torch_are_static_findings():

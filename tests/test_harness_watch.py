@@ -10,22 +10,35 @@ import torch
 import triton
 
 from autokernel.harness import launches
+from autokernel.harness.watch import records_reader
 from autokernel.harness.worker import make_watch_class
 
 
 @pytest.fixture(scope="module")
-def watch_cls():
-    return make_watch_class(launches.LaunchRecord())
+def watch_and_reader():
+    cls = make_watch_class(launches.LaunchRecord())
+    return cls, records_reader(cls)
 
 
-def test_a_frame_compiled_under_the_interpreters_file_name_is_still_watched(watch_cls):
+@pytest.fixture
+def watch_cls(watch_and_reader):
+    return watch_and_reader[0]
+
+
+@pytest.fixture
+def records_of(watch_and_reader):
+    """What the judge reads of a watch (taken once per class, as the worker takes it)."""
+    return watch_and_reader[1]
+
+
+def test_a_frame_compiled_under_the_interpreters_file_name_is_still_watched(watch_cls, records_of):
     where = os.path.join(os.path.dirname(triton.__file__), "runtime", "interpreter.py")
     scope = {"torch": torch}
     exec(compile("def hidden(x):\n    return torch.softmax(x, -1)\n", where, "exec"), scope)
     watch = watch_cls(None)
     with watch:
         scope["hidden"](torch.randn(4, 8))
-    assert "aten._softmax" in watch_cls.records_of(watch).ops
+    assert "aten._softmax" in records_of(watch).ops
 
 
 def test_the_interpreter_is_known_by_its_code_objects():
@@ -57,18 +70,18 @@ def test_excluding_python_dispatch_is_seen(watch_cls):
     assert message and "excluded" in message
 
 
-def test_the_watch_records_what_it_allocated(watch_cls):
+def test_the_watch_records_what_it_allocated(watch_cls, records_of):
     watch = watch_cls(float("nan"))
     kept = torch.zeros(8)
     with watch:
         fresh = torch.empty(8)
-    seen = watch_cls.records_of(watch)
+    seen = records_of(watch)
     assert fresh.untyped_storage().data_ptr() in seen.allocated
     assert kept.untyped_storage().data_ptr() not in seen.allocated
     assert torch.isnan(fresh).all()  # poisoned
 
 
-def test_the_watch_keeps_its_records_out_of_its_own_attributes(watch_cls):
+def test_the_watch_keeps_its_records_out_of_its_own_attributes(watch_cls, records_of):
     """What the judge reads of a watch (ops, allocations, poison, findings) is none of the watch's
     attributes: a kernel that held the watch edited them in place (``watch.ops.discard``)."""
     watch = watch_cls(float("nan"))
@@ -76,10 +89,12 @@ def test_the_watch_keeps_its_records_out_of_its_own_attributes(watch_cls):
         torch.empty(8).sum()
         assert set(vars(watch)) <= {"old_dispatch_mode_flags", "old_non_infra_dispatch_mode_flags",
                                     "old_without_ignore_compile_internals_dispatch_mode_flags"}
-    assert "aten.sum" in watch_cls.records_of(watch).ops
+    assert "aten.sum" in records_of(watch).ops
+    assert records_reader(watch_cls) is None  # handed over once: none for a kernel holding the class
+    assert not [name for name in vars(watch_cls) if "record" in name]
 
 
-def test_a_flag_pushed_onto_the_watchs_saved_flags_is_seen_and_never_reaches_torch(watch_cls):
+def test_a_flag_pushed_onto_the_watchs_saved_flags_is_seen_and_never_reaches_torch(watch_cls, records_of):
     from torch.utils import _python_dispatch
 
     class Flag:
@@ -91,5 +106,5 @@ def test_a_flag_pushed_onto_the_watchs_saved_flags_is_seen_and_never_reaches_tor
         watch.old_dispatch_mode_flags.append(Flag())
         message = watch.still_in_charge()
     assert message and "changed the harness's dispatch mode" in message
-    assert "the dispatch-mode flags torch saved on the watch" in watch_cls.records_of(watch).tampered
+    assert "the dispatch-mode flags torch saved on the watch" in records_of(watch).tampered
     assert type(_python_dispatch._is_in_torch_dispatch_mode) is bool

@@ -16,6 +16,22 @@ INTERPRETER_COPY_OPS = frozenset({"aten.new_empty", "aten.empty", "aten.empty_st
                                   "aten._to_copy", "aten.alias", "aten.detach"})
 
 
+# (watch class, its records' reader) for each class made whose reader was not yet taken
+_READERS: list = []
+
+
+def records_reader(watch_cls):
+    """The function that gives a watch of ``watch_cls`` its records (``WatchRecords``: what the
+    judge reads of it), handed over once: the worker takes it as it makes the class, before any
+    kernel file loads, and a kernel asking later gets None (on the class, ``type(watch)`` handed
+    it to any kernel holding the watch)."""
+    for i, (cls, reader) in enumerate(_READERS):
+        if cls is watch_cls:
+            del _READERS[i]
+            return reader
+    return None
+
+
 def make_watch_class(launch_record):
     """The dispatch mode the kernel runs under (built lazily: it needs torch)."""
     import torch
@@ -117,7 +133,8 @@ def make_watch_class(launch_record):
     # passed all six stages with ``torch.sum``; the check after the call compared the attributes'
     # names only.  Each watch's records are found by identity in ``live`` (never by hashing the
     # watch: a ``__hash__`` set on its class would run the kernel's code in the judge's lookups).
-    # The judge takes a watch's records once, right after making it (``records_of``).
+    # The judge takes a watch's records once, right after making it, through ``records_of``, which
+    # it takes from ``records_reader`` as it makes the class.
     live: list = []
     LIVE_WATCHES = 15
     deque_type = type(collections.deque())
@@ -177,7 +194,7 @@ def make_watch_class(launch_record):
         make; fills fresh floating allocations with ``poison`` so that elements the kernel
         never writes show up.  Ops the real Triton interpreter makes on the kernel's behalf
         (copying arguments in and out) are neither recorded nor poisoned.  What it records is
-        kept out of its own attributes (``records_of``)."""
+        kept out of its own attributes (``records_reader``)."""
 
         def __init__(self, poison: float | None, timed_fills: bool = False, flush=None):
             super().__init__()
@@ -274,6 +291,6 @@ def make_watch_class(launch_record):
                     records.restore_flags(self)
             return super().__exit__(*exc)
 
-    KernelWatch.records_of = staticmethod(records_of)
+    _READERS.append((KernelWatch, records_of))  # handed over once (``records_reader``), never put on the class
     class_space = dict(vars(KernelWatch))
     return KernelWatch

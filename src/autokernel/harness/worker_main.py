@@ -17,7 +17,7 @@ from .memory import HISTORY_BYTES, HISTORY_CALLS
 from .hooks import changed_hooks, outside_hooks
 from .output_checks import check_outputs, numel, output_digest, planted, span, take_accessors, tensors_in
 from .problem_spec import draw_set, load_problem
-from .watch import make_watch_class
+from .watch import make_watch_class, records_reader
 from .worker_errors import describe_error, is_cuda_fault
 
 _module_counter = itertools.count()
@@ -165,7 +165,7 @@ class _State:
         host_reads.install(self.launches, ())
         self.watch_cls = make_watch_class(self.launches)
         self.watch_in_charge = self.watch_cls.still_in_charge  # taken now: the class is within the kernel's reach
-        self.watch_records = self.watch_cls.records_of  # what each watch saw, kept out of the watch's attributes
+        self.watch_records = records_reader(self.watch_cls)  # what each watch saw, out of the watch's attributes
         _self_test(device, self.watch_cls)
         # what the judge's own work calls, taken before any kernel is loaded: a kernel that
         # rebinds time.perf_counter, an Event method or Tensor.copy_ (and puts it back before the
