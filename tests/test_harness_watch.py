@@ -108,3 +108,11 @@ def test_a_flag_pushed_onto_the_watchs_saved_flags_is_seen_and_never_reaches_tor
     assert message and "changed the harness's dispatch mode" in message
     assert "the dispatch-mode flags torch saved on the watch" in records_of(watch).tampered
     assert type(_python_dispatch._is_in_torch_dispatch_mode) is bool
+
+
+def test_watches_made_by_a_kernel_cannot_push_the_judges_records_out_unseen(watch_cls, records_of):
+    watch = watch_cls(None)
+    with watch:
+        made = [watch_cls(None) for _ in range(40)]  # never entered: all kept but the latest few
+        message = watch.still_in_charge()
+    assert message and "pushed out" in message and len(made) == 40

@@ -138,10 +138,10 @@ def make_watch_class(launch_record):
     live: list = []
     LIVE_WATCHES = 15
     deque_type = type(collections.deque())
-    is_, all_, map_, len_ = operator.is_, all, map, len
+    is_, all_, map_, len_, reversed_ = operator.is_, all, map, len, reversed
 
     def records_of(watch):
-        for known, records in live:
+        for known, records in reversed_(live):  # the judge's watch is the latest it made
             if known is watch:
                 return records
         return None
@@ -188,6 +188,8 @@ def make_watch_class(launch_record):
                 space[name] = flags
 
     deque_clear, deque_extend = deque_type.clear, deque_type.extend
+    # the flags torch's base class keeps on a mode (deques it pushes to on entry, pops on exit)
+    flag_names = tuple(name for name, value in vars(TorchDispatchMode()).items() if type(value) is deque_type)
 
     class KernelWatch(TorchDispatchMode):
         """Records every aten op the kernel calls and the storage of every tensor those ops
@@ -201,7 +203,8 @@ def make_watch_class(launch_record):
             # the judge holds the records it reads: the exited watches' are dropped here, and so are all
             # but the latest few never exited (watches a kernel made: a judge's watch pushed out is
             # found nowhere, which ``still_in_charge`` reports)
-            live[:] = [entry for entry in live[-LIVE_WATCHES:] if not entry[1].exited]
+            if len_(live) >= LIVE_WATCHES:
+                live[:] = [entry for entry in live if not entry[1].exited][-LIVE_WATCHES // 2:]
             live.append((self, WatchRecords(poison, timed_fills, flush)))
 
         def _lazy_init_old_dispatch_mode_flags(self):
@@ -259,7 +262,8 @@ def make_watch_class(launch_record):
                 return "the harness's dispatch mode was removed or covered during the call"
             records = records_of(self)
             if records is None:
-                return "the harness's dispatch mode was exited during the call"
+                return ("the harness's dispatch mode was exited during the call, or its records pushed out by "
+                        "watches the kernel made")
             if records.entered != 1:
                 return ("the harness's dispatch mode was taken off torch's dispatch stack and put back during "
                         "the call: ops ran unwatched in between")
@@ -278,8 +282,7 @@ def make_watch_class(launch_record):
             if records is not None and records.attributes is None:  # what the judge's own entry left
                 space = vars(self)
                 records.attributes = set(space)
-                records.flags = tuple((name, value, tuple(value)) for name, value in space.items()
-                                      if type(value) is deque_type)
+                records.flags = tuple([(name, space[name], tuple(space[name])) for name in flag_names if name in space])
             return out
 
         def __exit__(self, *exc):
