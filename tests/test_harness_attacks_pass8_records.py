@@ -1,8 +1,8 @@
-"""Eighth pass on the judge (CPU, Triton interpreter): the judge's records within a kernel's
-reach, edited in place (the audit hook's record of ``__code__`` sets, the watch's own records),
-and the streams and warning filters the judge's work writes through.  Each attack file in
-tests/attacks/ passed the judge before its fix (with the static checks off, as a file that
-slipped past them would meet it); each test here failed before it."""
+"""Eighth pass, second part, on the judge (CPU, Triton interpreter): the judge's records within
+a kernel's reach, edited in place (the audit hook's record of ``__code__`` sets, the watch's own
+records), and the streams and warning filters the judge's work writes through.  Each attack
+file in tests/attacks/ passed the judge before its fix (with the static checks off, as a file
+that slipped past them would meet it); each test here failed before it."""
 from __future__ import annotations
 
 import os
