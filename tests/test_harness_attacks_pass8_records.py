@@ -1,6 +1,6 @@
 """Eighth pass, second part, on the judge (CPU, Triton interpreter): the judge's records within
 a kernel's reach, edited in place (the audit hook's record of ``__code__`` sets, the watch's own
-records), and the streams and warning filters the judge's work writes through.  Each attack
+records), and the streams the judge's work writes through.  Each attack
 file in tests/attacks/ passed the judge before its fix (with the static checks off, as a file
 that slipped past them would meet it); each test here failed before it."""
 from __future__ import annotations
@@ -42,11 +42,14 @@ def test_a_stream_of_the_kernels_with_every_warning_shown_is_caught(no_static_ch
     all six stages: neither was compared).  Both are compared with the hooks now."""
     result = judge_attack(tmp_path, "reduce_stderr_warnings_always.py", timing=False)
     assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
-    assert "sys.stderr or a warnings filter" in result.message and result.failed_stage == "smoke", result.message
+    assert "sys.stdout or sys.stderr" in result.message and result.failed_stage == "smoke", result.message
 
 
-@pytest.mark.parametrize("change", ["stderr", "stdout", "filter", "filters-rebound", "defaultaction"])
-def test_a_stream_or_warning_filter_left_changed_by_a_call_is_a_changed_hook(change):
+@pytest.mark.parametrize("change", ["stderr", "stdout", "filter"])
+def test_a_stream_left_changed_by_a_call_is_a_changed_hook_and_a_warning_filter_is_not(change):
+    """A filter alone writes nothing the stream check does not cover, and libraries add filters
+    as their modules import (which a first launch on a GPU can do): comparing them would risk
+    rejecting honest kernels."""
     import warnings
 
     from autokernel.harness import hooks
@@ -55,24 +58,20 @@ def test_a_stream_or_warning_filter_left_changed_by_a_call_is_a_changed_hook(cha
         def write(self, text):
             return len(text)
 
-    hooks._FILTERS.clear()  # pytest gives each test its own filters list; the worker has one for its life
     before = hooks.outside_hooks()
-    saved = (sys.stdout, sys.stderr, warnings.filters, warnings.defaultaction)
+    saved = (sys.stdout, sys.stderr)
     filters = warnings.filters[:]
     try:
         if change == "stderr":
             sys.stderr = Stream()
         elif change == "stdout":
             sys.stdout = Stream()
-        elif change == "filter":
-            warnings.simplefilter("always")
-        elif change == "filters-rebound":
-            warnings.filters = list(warnings.filters)  # the same entries, another list
         else:
-            warnings.defaultaction = "always"
-        assert hooks.changed_hooks(before, hooks.outside_hooks()) == "sys.stdout, sys.stderr or a warnings filter"
+            warnings.simplefilter("always")
+        expected = None if change == "filter" else "sys.stdout or sys.stderr"
+        assert hooks.changed_hooks(before, hooks.outside_hooks()) == expected
     finally:
-        sys.stdout, sys.stderr, warnings.filters, warnings.defaultaction = saved
+        sys.stdout, sys.stderr = saved
         warnings.filters[:] = filters
     assert hooks.changed_hooks(before, hooks.outside_hooks()) is None
 

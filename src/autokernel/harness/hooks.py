@@ -2,10 +2,12 @@
 dispatch and function modes left on torch's stacks, profile and trace functions, garbage
 collector callbacks, ``torch.nn``'s global module hooks (a KernelBench draw builds the reference
 ``Model``: a registration hook runs inside it), the hooks for warnings and uncaught or
-unraisable exceptions, and what those write through: ``sys.stdout``/``sys.stderr`` and the
-warning filters (the default hooks are the judge's, but they write to whatever ``sys.stderr``
-is: an object of the kernel's there, with ``warnings.simplefilter("always")``, ran its
-``write`` whenever the judge's work warned).  The worker takes them before the kernel file loads and before and after
+unraisable exceptions, and what those write through: ``sys.stdout``/``sys.stderr`` (the default
+hooks are the judge's, but they write to whatever ``sys.stderr`` is: an object of the kernel's
+there, with ``warnings.simplefilter("always")``, ran its ``write`` whenever the judge's work
+warned).  The warning filters themselves are not compared: libraries add filters as their
+modules import, which a kernel's first launch on a GPU can do, and a filter alone writes
+nothing the stream check does not cover.  The worker takes them before the kernel file loads and before and after
 every call; a call that leaves one behind, or a file that set one at import, is tampering
 (``changed_hooks``): the judge's own work (drawing the next call's inputs, digests, copies into
 the parent's buffers) would run the kernel's code, unwatched and untimed."""
@@ -67,7 +69,7 @@ def outside_hooks() -> dict[str, Any]:
     return {"a torch.nn global module hook": _module_hooks(),
             "a warning or exception hook": (warnings.showwarning, warnings.formatwarning, sys.excepthook,
                                             sys.unraisablehook, threading.excepthook),
-            "sys.stdout, sys.stderr or a warnings filter": _streams_and_filters(),
+            "sys.stdout or sys.stderr": (sys.stdout, sys.stderr),
             "a dispatch mode": tuple(_get_current_dispatch_mode_stack()),
             "a torch function mode": _LEN_FUNCTION_STACK[0](),
             "a profile function": _GETPROFILE(), "a trace function": _GETTRACE(),
@@ -97,20 +99,6 @@ def _monitoring_tools() -> tuple:
 
 
 _LEN_FUNCTION_STACK: list = []  # torch._C's, taken at the first check (before any kernel file loads)
-_FILTERS: list = []  # warnings.filters, the list itself, taken at the first check
-
-
-def _streams_and_filters() -> tuple:
-    """``sys.stdout`` and ``sys.stderr``, whether ``warnings.filters`` still names the list taken
-    at the first check, that list's entries (read through the C ``tuple`` of an exact list: no
-    method of the kernel's runs) and ``warnings.defaultaction``.  An added filter, or one of the
-    kernel's objects as a stream, is a change."""
-    space = vars(warnings)
-    if not _FILTERS:
-        _FILTERS.append(space.get("filters"))
-    filters = _FILTERS[0]
-    entries = tuple(filters) if type(filters) is list else ()
-    return (sys.stdout, sys.stderr, space.get("filters") is filters, entries, space.get("defaultaction"))
 _PLAIN = (int, float, str, bool, type(None))
 
 
