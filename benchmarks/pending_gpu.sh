@@ -2,8 +2,9 @@
 # GPU checks of what was built on the CPU, in parts that each fit one 10-minute call on one H200.
 # judge, kinds and tuner ran in the sixth session, profile in the seventh, fixes, retune, rotary and
 # compile in the eighth (BENCHMARKS.md). Not run yet: ahead; and after the eighth session's changes,
-# fixes again (hf:gpt2 with the selection against the model's own time) and compile (verify's
-# second compile with every op handed to inductor, under_compile=auto):
+# fixes again (the judge's later rules on every starter: torch's own threads, uniform draw
+# metadata, the watch's records in closures, the streams; hf:gpt2 with the selection against the
+# model's own time) and compile (verify's second compile with every op handed to inductor):
 #
 #   bash benchmarks/pending_gpu.sh judge  OUT   # the judge's run-time rules on real hardware, its cost, hf:bert
 #   bash benchmarks/pending_gpu.sh kinds  OUT   # linear_gelu and attention_rotary against eager and torch.compile
