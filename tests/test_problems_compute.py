@@ -311,3 +311,19 @@ def test_baseline_times_the_problems_eager_op():
     assert result.eager_us is not None and result.eager_us > 0
     assert "eager" in calls and "reference" not in calls
     assert baselines.problem_key(problem) != baselines.problem_key(replace(problem, eager=None))
+
+
+def test_fused_mlp_bf16_bound_leaves_eager_a_margin_at_its_smallest_edge_shape():
+    """At one token, D=16, H=33 (16 outputs, each a sum of 33 rounded products) eager's own bf16
+    ops came within 7% of the default relative-norm bound (1e-2) in 300 draws, and a CI draw of
+    the starter passed it by 2%: the bound was the dtype's rounding, not the kernel."""
+    problem = get_problem("fused_mlp")
+    eager = problem.eager or problem.reference
+    bound = problem.tolerance(torch.bfloat16).max_rel_norm
+    worst = 0.0
+    for seed in range(300):
+        args = problem.make_inputs({"M": 1, "D": 16, "H": 33}, torch.bfloat16, "cpu", seed)
+        x, w_gate, w_up, w_down = (a.double() for a in args)
+        truth = (torch.nn.functional.silu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T
+        worst = max(worst, ((eager(*args).double() - truth).norm() / truth.norm()).item())
+    assert worst <= 0.75 * bound, (worst, bound)

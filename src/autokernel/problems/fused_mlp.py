@@ -15,7 +15,15 @@ import math
 
 import torch
 
-from .base import Problem, Shape, element_size, generator, randn
+from .base import DEFAULT_TOLERANCES, Problem, Shape, Tolerance, element_size, generator, randn
+
+# bf16: the relative norm bound at 1.5e-2, not the default 1e-2.  At the smallest edge shapes (one
+# token, D=16, H=33: 16 outputs, each a sum of 33 rounded products) eager's own bf16 ops reached
+# 0.93e-2 in 300 draws and the starter 0.98e-2; one CI draw of the starter's measured 1.02e-2.
+# The element-wise bounds stay the defaults.
+TOLERANCES = {**DEFAULT_TOLERANCES,
+              torch.bfloat16: Tolerance(atol=DEFAULT_TOLERANCES[torch.bfloat16].atol,
+                                        rtol=DEFAULT_TOLERANCES[torch.bfloat16].rtol, max_rel_norm=1.5e-2)}
 
 
 def _shape(m: int, d: int, h: int) -> Shape:
@@ -89,4 +97,5 @@ def make_problem() -> Problem:
         gpu_edge_shapes=GPU_EDGE_SHAPES,
         cpu_edge_shapes=CPU_EDGE_SHAPES,
         adversarial_inputs=adversarial_inputs,
+        tolerances=dict(TOLERANCES),
     )
