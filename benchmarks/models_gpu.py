@@ -180,6 +180,7 @@ def starters_workdir(root: Path, spec: str, config: str | None, shape: str, gpu:
     ``padded``: a padded batch, token ids and an attention_mask)."""
     import torch
 
+    from autokernel.integrate.selection import beats_the_model
     from autokernel.models import load_model
     from autokernel.plan import save_plan
     from autokernel.problems.registry import KERNELS_DIR
@@ -198,8 +199,8 @@ def starters_workdir(root: Path, spec: str, config: str | None, shape: str, gpu:
         if p.supported and p.kind != "matmul":
             starter_us, eager_us = starter_and_eager_us(p, dtype, gpu)
             # a run's selection leaves out kernels slower than the problem's eager op and than the
-            # model's own ops at that place (integrate.selection.beats_the_model)
-            if gpu and starter_us > eager_us and not starter_us < p.time_us:
+            # model's own ops at that place
+            if gpu and starter_us > eager_us and not beats_the_model(starter_us, p):
                 print(f"  {p.name}: starter {starter_us:.1f} µs > eager {eager_us:.1f} µs and the model's own "
                       f"{p.time_us:.1f} µs per forward: left out", flush=True)
                 continue
@@ -268,6 +269,8 @@ def markdown(fused: list[dict], models: list[dict], skipped: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from autokernel.integrate.compile_policy import UNDER_COMPILE
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench_out")))
     ap.add_argument("--max-minutes", type=float, default=8.0)
@@ -277,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="torch.compile mode of the baselines ('default' compiles faster)")
     ap.add_argument("--models", default="", help="comma-separated subset of llama,hf:gpt2,hf:bert ('none': no model)")
     ap.add_argument("--skip-fused", action="store_true", help="models only, not the fused kinds")
-    ap.add_argument("--under-compile", default="auto", choices=("auto", "ours", "eager"),
+    ap.add_argument("--under-compile", default="auto", choices=UNDER_COMPILE,
                     help="what each op runs under torch.compile of the patched model (auto: our kernels here, "
                          "where no run's results exist)")
     ap.add_argument("--padded", action="store_true",

@@ -157,7 +157,9 @@ def verify_cmd(
         fail_usage(f"workdir not found: {workdir}")
     if seeds < 1 or iters < 1:
         fail_usage("--seeds and --iters must be >= 1")
-    if under_compile not in ("auto", "ours", "eager"):
+    from ..integrate.compile_policy import UNDER_COMPILE
+
+    if under_compile not in UNDER_COMPILE:
         fail_usage(f"--under-compile must be auto, ours or eager; got {under_compile!r}")
     if device is not None and device != "cpu" and not device.startswith("cuda"):
         fail_usage(f"unknown device {device!r}; use cuda or cpu")

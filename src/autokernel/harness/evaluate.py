@@ -611,8 +611,9 @@ class Evaluator:
     def _loss_decided(self, samples: dict[str, Any], done: int, rounds: int) -> bool:
         """Timing a candidate further is of no use once the rounds so far rule out a gain: it
         stays a pass (every call so far judged), but it cannot be kept."""
-        cand, inc = self._round_scores(samples, "candidate", done), self._round_scores(samples, "incumbent", done)
-        return timing.loss_decided([c / i for c, i in zip(cand, inc) if i > 0], rounds)
+        ratios = timing.round_ratios(self._round_scores(samples, "candidate", done),
+                                     self._round_scores(samples, "incumbent", done))
+        return timing.loss_decided(ratios, rounds)
 
     def _comparison(self, samples: dict[str, Any], n_cases: int, walls: dict[str, Any]) -> Any:
         def per_round(slot: str) -> list[float]:

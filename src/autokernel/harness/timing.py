@@ -62,7 +62,7 @@ def compare_rounds(candidate: Sequence[float], incumbent: Sequence[float],
                    candidate_us: float, incumbent_us: float, min_gain: float = MIN_GAIN) -> Comparison:
     """``candidate``/``incumbent``: per-round scores measured interleaved; ``*_us``: the
     scores over all samples."""
-    ratios = [c / i for c, i in zip(candidate, incumbent) if i > 0]
+    ratios = round_ratios(candidate, incumbent)
     if not ratios:
         return Comparison(candidate_us, incumbent_us, math.inf, False)
     ratio = median(ratios)
@@ -70,6 +70,11 @@ def compare_rounds(candidate: Sequence[float], incumbent: Sequence[float],
     significant = ratio < 1.0 - (min_gain + noise) and candidate_us < incumbent_us
     return Comparison(candidate_us=candidate_us, incumbent_us=incumbent_us, noise_frac=noise, significant=significant,
                       median_ratio=ratio)
+
+
+def round_ratios(candidate: Sequence[float], incumbent: Sequence[float]) -> list[float]:
+    """Candidate / incumbent, round by round (rounds without an incumbent score left out)."""
+    return [c / i for c, i in zip(candidate, incumbent) if i > 0]
 
 
 def rounds_that_decide_a_loss(rounds: int) -> int:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -48,7 +48,7 @@ class ModelChoice:
     kernels: dict[str, str]  # problem -> digest of the kernel file that was applied
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return asdict(self)
 
 
 def whole_model_policy(per_op_ms: float, eager_ms: float) -> str:
