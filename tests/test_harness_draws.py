@@ -168,3 +168,17 @@ def test_a_timed_numerics_draw_is_the_very_case_the_whole_list_holds(kind):
         for k, (name, args) in enumerate(whole):
             drawn = draw_set(problem.make_inputs, problem.adversarial_inputs, shape, dtype, "cpu", [321, k])
             assert len(drawn) == len(args) and all(map(_same_bits, drawn, args)), f"{kind} {dtype} case {k} ({name})"
+
+
+def test_uniform_metadata_makes_a_base_of_an_overlapping_view_too():
+    import torch
+
+    from autokernel.harness.problem_spec import DRAWN_VERSION, uniform_metadata
+
+    expanded = torch.arange(3.0).expand(4, 3)  # stride 0: no tensor of its strides can be written
+    strided = torch.arange(12.0).reshape(3, 4)[:, ::2]
+    (a, b, n) = uniform_metadata((expanded, strided, 7))
+    assert n == 7
+    for got, want in ((a, expanded), (b, strided)):
+        assert got._base is None and got._version == DRAWN_VERSION and torch.equal(got, want)
+    assert b.stride() == strided.stride()

@@ -56,8 +56,11 @@ def uniform_metadata(args: tuple) -> tuple:
     for a in args:
         if isinstance(a, torch.Tensor):
             if a._base is not None:
-                base = torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device)
-                base.copy_(a)
+                try:
+                    base = torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device)
+                    base.copy_(a)
+                except RuntimeError:  # an overlapping view (an expand: stride 0) cannot be written: dense
+                    base = a.clone(memory_format=torch.contiguous_format)
                 a = base
             _set_version(a)
         out.append(a)
