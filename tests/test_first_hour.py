@@ -38,7 +38,7 @@ class TimedEvaluator:
 
     seen: list["TimedEvaluator"] = []
 
-    def __init__(self, spec, *, device, shapes=None, dtypes=None, timeout_s=60.0, weights=None):
+    def __init__(self, spec, *, device, shapes=None, dtypes=None, timeout_s=60.0, weights=None, stop_at_loss=False):
         self.spec, self.timeout_s, self.timeouts_seen = spec, timeout_s, []
         TimedEvaluator.seen.append(self)
 

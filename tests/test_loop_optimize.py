@@ -34,8 +34,10 @@ class FakeEvaluator:
 
     created: list["FakeEvaluator"] = []
 
-    def __init__(self, spec, *, device, shapes=None, dtypes=None, timeout_s=60.0, weights=None, hook=None):
+    def __init__(self, spec, *, device, shapes=None, dtypes=None, timeout_s=60.0, weights=None, hook=None,
+                 stop_at_loss=False):
         self.spec, self.device, self.shapes, self.dtypes = spec, device, shapes, dtypes
+        self.stop_at_loss = stop_at_loss
         self.calls: list[tuple[str, str | None]] = []
         self.closed = False
         self.hook = hook
@@ -150,6 +152,8 @@ def test_keep_needs_significance_and_candidate_vs_incumbent(tmp_path):
     assert calls[0][1] is None  # baseline alone
     assert all(inc and inc.endswith("problems/reduce/kernel.py") for _, inc in calls[1:])
     assert kernel_commits(work, "reduce") == ["setup reduce"]
+    # the loop's judge stops at a loss: a revert skips the stages after smoke
+    assert FakeEvaluator.created[-1].stop_at_loss is True
 
 
 def test_broken_proposal_is_recorded_incorrect_and_reverted(tmp_path):
@@ -284,6 +288,9 @@ def test_decide_never_keeps_incorrect():
     assert decide(ok, incumbent_correct=True) == "keep"
     rejected = Evaluation(problem="p", kernel_file="k", correct=False, verdict="rejected")
     assert decide(rejected, incumbent_correct=True) == "rejected"
+    slower = Evaluation(problem="p", kernel_file="k", correct=False, verdict="slower", score_us=6.0,
+                        vs_incumbent=Comparison(candidate_us=6.0, incumbent_us=5.0, noise_frac=0.01, significant=False))
+    assert decide(slower, incumbent_correct=True, incumbent_us=5.0) == "revert"
 
 
 def test_command_style_agent_edits_are_undone(tmp_path):

@@ -133,7 +133,7 @@ def print_evaluation(ev) -> None:
     from rich.table import Table
 
     console = Console(width=160)
-    colour = {"pass": "green", "incorrect": "red", "rejected": "magenta", "timeout": "yellow", "crash": "red"}
+    colour = {"pass": "green", "incorrect": "red", "rejected": "magenta", "timeout": "yellow", "crash": "red", "slower": "yellow"}
     console.print(f"[bold]{ev.kernel_file}[/bold]  problem [bold]{ev.problem}[/bold]  on {ev.device_name or ev.device}")
     console.print(f"verdict: [bold {colour.get(ev.verdict, 'white')}]{ev.verdict}[/]"
                   + (f" at stage {ev.failed_stage}" if ev.failed_stage else "") + f" — {ev.message}", markup=True)

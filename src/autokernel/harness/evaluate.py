@@ -119,7 +119,10 @@ class Evaluator:
                  dtypes: Sequence[Any] | None = None, timeout_s: float = 60.0, timing: bool = True,
                  baselines: bool = True, weights: Sequence[float] | None = None, prestart: bool = True,
                  compile_timeout_s: float = 600.0, memory_budget: int | None = None,
-                 writable: Sequence[Any] = (), compile_ahead: int | None = None):
+                 writable: Sequence[Any] = (), compile_ahead: int | None = None, stop_at_loss: bool = False):
+        # with an incumbent: time the pair right after smoke, and judge no further a candidate whose
+        # rounds already rule out a gain (verdict ``slower``): the loop's reverts skip five stages
+        self.stop_at_loss = stop_at_loss
         # folders the kernel's code may write files in (a test's spy log); nowhere else: a kernel
         # that writes files reaches the incumbent's kernel file and the caches the judge reads
         self.writable = tuple(str(Path(d).resolve()) for d in writable)
@@ -288,13 +291,31 @@ class Evaluator:
             self.memory_plan = judge.memory_plan
             ev.failed_stage, ev.message = "memory", str(exc)
             return
-        helpers = compile_ahead_mod.helpers_that_fit(self.compile_ahead, self.memory_plan)
-        if helpers:
-            load = {"op": "load", "slot": "candidate", "path": str(path), "source": source, "problem": self.spec,
-                    "build_dir": self._build_dir, "native_code": False, "writable": self.writable}
-            cases = compile_ahead_mod.cases_ahead(self.problem, plan, self.device)
-            self._ahead = compile_ahead_mod.start(lambda: Worker(self.device), load, cases, helpers, _new_seed())
+        time_early = self.stop_at_loss and self.timing and incumbent is not None
+        timed = False
+
+        def start_ahead() -> None:
+            helpers = compile_ahead_mod.helpers_that_fit(self.compile_ahead, self.memory_plan)
+            if helpers:
+                load = {"op": "load", "slot": "candidate", "path": str(path), "source": source, "problem": self.spec,
+                        "build_dir": self._build_dir, "native_code": False, "writable": self.writable}
+                cases = compile_ahead_mod.cases_ahead(self.problem, plan, self.device)
+                self._ahead = compile_ahead_mod.start(lambda: Worker(self.device), load, cases, helpers, _new_seed())
+
+        if not time_early:
+            start_ahead()
         for name, run_stage in stages.STAGE_FUNCTIONS:
+            if time_early and name != "smoke" and not timed:
+                timed = True
+                if not self._run_timing(ev, judge, incumbent, phase):
+                    return
+                if ev.vs_incumbent is not None and not ev.vs_incumbent.significant:
+                    # it cannot be kept, whatever the stages would find: not judged further
+                    ev.correct, ev.verdict = False, "slower"
+                    ev.message = ("not faster than the incumbent beyond the noise; the stages after smoke were not "
+                                  "run" + ev.message)
+                    return
+                start_ahead()
             self._stage = name
             tally = stages.StageTally(name)
             try:
@@ -303,32 +324,47 @@ class Evaluator:
             except stages.CaseFailure as exc:
                 ev.stages.append(tally.result(False, f"{exc} [{exc.label}]"))
                 ev.failed_stage, ev.message = name, f"{name}: {exc} [{exc.label}]"
-                return
+                return self._drop_timings(ev)
             except stages.Rejection as exc:
                 ev.stages.append(tally.result(False, str(exc)))
+                self._drop_timings(ev)
                 return self._reject(ev, name, exc.finding)
             if name == "smoke":
                 message += f" (input seed {seed})" + memory.describe_plan(self.memory_plan)
             ev.stages.append(tally.result(True, message))
+        timing_notes = ev.message
         ev.correct, ev.verdict = True, "pass"
-        ev.message = f"passed {len(ev.stages)} stages"
+        ev.message = f"passed {len(ev.stages)} stages" + timing_notes
         self._stop_ahead()  # before any timed call: the helpers would share the GPU with it
-        if not self.timing:
-            return
+        if self.timing and not timed:
+            self._run_timing(ev, judge, incumbent, phase)
+
+    def _run_timing(self, ev: Evaluation, judge: stages.Judge, incumbent: Path | None, phase) -> bool:
+        """Time the candidate (against ``incumbent``); False when timing found it incorrect or
+        rejected it (``ev`` says so).  The timing's notes are appended to ``ev.message``."""
         self._stage = "timing"
+        message, ev.message = ev.message, ""
         try:
             self._baselines_s = 0.0
             self._time(ev, judge, incumbent)
             phase("timing")
             ev.phases["timing"] = round(ev.phases["timing"] - self._baselines_s, 3)
             ev.phases["baselines"] = round(self._baselines_s, 3)
+            ev.message = message + ev.message
+            return True
         except stages.CaseFailure as exc:
             ev.correct, ev.verdict, ev.failed_stage = False, "incorrect", "timing"
             ev.message = f"timing: {exc} [{exc.label}]"
-            ev.timings, ev.score_us = [], None
+            self._drop_timings(ev)
         except stages.Rejection as exc:
-            ev.timings, ev.score_us = [], None
+            self._drop_timings(ev)
             self._reject(ev, "timing", exc.finding)
+        return False
+
+    @staticmethod
+    def _drop_timings(ev: Evaluation) -> None:
+        """Timings belong to a candidate judged correct (or found slower): none for a failed one."""
+        ev.timings, ev.score_us, ev.eager_score_us, ev.compile_score_us, ev.vs_incumbent = [], None, None, None, None
 
     def _stop_ahead(self) -> None:
         if self._ahead is not None:

@@ -7,11 +7,15 @@
   not import / lacks ``kernel_fn``;
 * ``timeout``   — the kernel did not finish within the evaluation's timeout;
 * ``crash``     — the worker process died (segfault, CUDA fault, abort);
-* ``rejected``  — an integrity rule was broken (``integrity`` lists the findings).
+* ``rejected``  — an integrity rule was broken (``integrity`` lists the findings);
+* ``slower``    — only with an incumbent, for an Evaluator made with ``stop_at_loss`` (the
+  loop's): smoke passed and the candidate, timed against the incumbent right after it, was not
+  faster beyond the noise, so it could not be kept whatever the other stages would find; they
+  were not run, and ``correct`` is False (not established).
 
-Timings are present only when ``correct``; ``timing_kind`` says whether they were measured on
-a GPU (``"gpu"``) or are wall-clock times of the Triton interpreter (``"interpreter"``), which
-say nothing about GPU performance.
+Timings are present only when ``correct`` or ``slower``; ``timing_kind`` says whether they were
+measured on a GPU (``"gpu"``) or are wall-clock times of the Triton interpreter
+(``"interpreter"``), which say nothing about GPU performance.
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-VERDICTS = ("pass", "incorrect", "timeout", "crash", "rejected")
+VERDICTS = ("pass", "incorrect", "timeout", "crash", "rejected", "slower")
 STAGES = ("smoke", "sweep", "numerics", "determinism", "edges", "heldout")
 
 

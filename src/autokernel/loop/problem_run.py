@@ -59,7 +59,7 @@ class ProblemRun:
     def evaluator_kwargs(self, device: str, timeout_s: float) -> dict:
         t = self.target
         return dict(device=device, shapes=t.shapes, dtypes=[t.dtype] if t.dtype else None, timeout_s=timeout_s,
-                    weights=t.weights)
+                    weights=t.weights, stop_at_loss=True)
 
     def record(self, experiment: int, agent_name: str, status: str, evaluation, wall_s: float, tokens: int,
                commit: str, description: str) -> ExperimentRecord:

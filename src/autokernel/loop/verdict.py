@@ -17,6 +17,8 @@ def decide(evaluation, *, incumbent_correct: bool, incumbent_us: float | None = 
     it beat the incumbent beyond the measured noise in the paired timing *and* its own score is
     below the incumbent's recorded score ``incumbent_us`` (so the best is never slower than
     the start by the figures everyone reads: ``loop.figures``)."""
+    if evaluation.verdict == "slower":  # lost to the incumbent before the later stages ran
+        return "revert"
     if not evaluation.correct or evaluation.verdict != "pass":
         return evaluation.verdict if evaluation.verdict in FAILURE_STATUSES else "incorrect"
     if not incumbent_correct:
@@ -69,7 +71,7 @@ def make_record(problem, name: str, baseline: ExperimentRecord | None, best: Exp
     failed_stage = ""
     if evaluation is not None:
         failed_stage = evaluation.failed_stage or ""
-        if evaluation.correct and evaluation.score_us:
+        if (evaluation.correct or evaluation.verdict == "slower") and evaluation.score_us:
             latency = float(evaluation.score_us)
             rate, unit = throughput(problem, evaluation)
             pct = evaluation.pct_roofline

@@ -1,0 +1,90 @@
+"""The loop's evaluation order (``Evaluator(stop_at_loss=True)``): with an incumbent, the pair is
+timed right after smoke; a candidate not faster beyond the noise is reverted there (verdict
+``slower``, five stages saved), and one that may be kept is judged by every stage before it is.
+
+CPU (Triton interpreter), the reduce starter at one tiny shape."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from autokernel.harness import Evaluation, Evaluator
+from autokernel.loop.verdict import decide, make_record
+from autokernel.problems.registry import KERNELS_DIR, get_problem
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
+
+STARTER = KERNELS_DIR / "reduce.py"
+ALL_STAGES = ["smoke", "sweep", "numerics", "determinism", "edges", "heldout"]
+
+
+def _edited(tmp_path: Path, name: str, body: str) -> Path:
+    """The reduce starter with its kernel_fn renamed ``_kernel_once`` and ``body`` as kernel_fn."""
+    source = (KERNELS_DIR / "reduce.py").read_text()
+    assert source.count("def kernel_fn(") == 1
+    path = tmp_path / name
+    path.write_text(source.replace("def kernel_fn(", "def _kernel_once(") + "\n\ndef kernel_fn(x):\n" + body)
+    return path
+
+
+def _slower(tmp_path: Path) -> Path:
+    """Correct, and four times the work."""
+    return _edited(tmp_path, "reduce_slower.py", "    for _ in range(3):\n        _kernel_once(x)\n"
+                                                 "    return _kernel_once(x)\n")
+
+
+@pytest.fixture(scope="module")
+def loop_evaluator():
+    with Evaluator("reduce", device="cpu", shapes=["64x256"], dtypes=["fp32"], timeout_s=60, baselines=False,
+                   stop_at_loss=True) as ev:
+        yield ev
+
+
+def test_a_slower_candidate_is_reverted_after_smoke_without_the_other_stages(tmp_path, loop_evaluator):
+    ev = loop_evaluator.evaluate(_slower(tmp_path), incumbent_file=STARTER)
+    assert ev.verdict == "slower" and not ev.correct, ev.message
+    assert [s.name for s in ev.stages] == ["smoke"] and ev.stages[0].passed
+    assert "stages after smoke were not run" in ev.message and "timing stopped after" in ev.message
+    assert not ev.vs_incumbent.significant and ev.vs_incumbent.median_ratio > 1.5
+    assert len(ev.timings) == 1 and ev.score_us > 0
+    assert "stages" in ev.phases and "timing" in ev.phases
+    assert decide(ev, incumbent_correct=True, incumbent_us=1.0) == "revert"
+    row = make_record(get_problem("reduce"), "reduce", None, None, 1, "tuner", "revert", ev, ev.wall_s, 0, "abc",
+                      "four times the work")
+    assert row.latency_us == pytest.approx(ev.score_us) and row.failed_stage == ""
+    assert Evaluation.from_json(ev.to_json()).verdict == "slower"
+
+
+def test_a_faster_candidate_is_judged_by_every_stage_and_kept(tmp_path, loop_evaluator):
+    ev = loop_evaluator.evaluate(STARTER, incumbent_file=_slower(tmp_path))
+    assert ev.verdict == "pass" and ev.correct, ev.message
+    assert [s.name for s in ev.stages] == ALL_STAGES and all(s.passed for s in ev.stages)
+    assert ev.message.startswith("passed 6 stages")
+    assert ev.vs_incumbent.significant
+    assert decide(ev, incumbent_correct=True, incumbent_us=ev.score_us * 2) == "keep"
+
+
+def test_a_faster_candidate_wrong_past_smoke_is_incorrect_and_keeps_no_timings(tmp_path, loop_evaluator):
+    """Right at the timed shape, wrong at every other width: timed first (and faster), then the
+    stages find it out; its timings are dropped with the verdict."""
+    wrong_elsewhere = _edited(tmp_path, "reduce_wrong_elsewhere.py",
+                              "    if x.shape[-1] == 256:\n        return _kernel_once(x)\n"
+                              "    return _kernel_once(x[:, : max(1, x.shape[-1] - 1)])\n")
+    ev = loop_evaluator.evaluate(wrong_elsewhere, incumbent_file=_slower(tmp_path))
+    assert ev.verdict == "incorrect" and ev.failed_stage not in (None, "smoke", "timing"), ev.message
+    assert ev.timings == [] and ev.score_us is None and ev.vs_incumbent is None
+    assert decide(ev, incumbent_correct=True) == "incorrect"
+
+
+def test_without_an_incumbent_or_the_option_every_stage_runs_first(tmp_path):
+    with Evaluator("reduce", device="cpu", shapes=["64x256"], dtypes=["fp32"], timeout_s=60, baselines=False,
+                   stop_at_loss=True) as ev:
+        alone = ev.evaluate(_slower(tmp_path))
+    assert alone.verdict == "pass" and [s.name for s in alone.stages] == ALL_STAGES
+    with Evaluator("reduce", device="cpu", shapes=["64x256"], dtypes=["fp32"], timeout_s=60,
+                   baselines=False) as ev:
+        paired = ev.evaluate(_slower(tmp_path), incumbent_file=STARTER)
+    assert paired.verdict == "pass" and [s.name for s in paired.stages] == ALL_STAGES
+    assert not paired.vs_incumbent.significant
