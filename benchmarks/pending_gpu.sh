@@ -20,14 +20,16 @@
 #                                               # opaque (under_compile=ours) and handed to inductor (eager)
 #   bash benchmarks/pending_gpu.sh retune OUT   # the tuner against 301 samples of rmsnorm, from its re-tuned default
 #   bash benchmarks/pending_gpu.sh rotary OUT   # the tuner against the full rotary sweep, --budget 5m
+#   bash benchmarks/pending_gpu.sh loopcost OUT # the loop's experiments per hour against the old judge (4d4b81e),
+#                                               # side by side in one call (issue 9's cost goal)
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary OUT}
-out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary OUT}
+part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost OUT}
+out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost OUT}
 mkdir -p "$out"
 export PYTHONPATH=src
 
@@ -81,6 +83,17 @@ rotary)  # issue 14: the rotary default re-tuned in the third session, the tuner
     step tuner_rotary 560 python benchmarks/tuner_sweep_gpu.py --kinds rotary --budget 5m --max-wall 505 \
         --rep-ms 6 --out "$out/tuner"
     ;;
+loopcost)  # issue 9: the loop's experiments per hour, this tree and the old judge's (4d4b81e) in one call;
+    # the old tree travels in .old4d4b81e (mkdir .old4d4b81e && git archive 4d4b81e src benchmarks | tar -x -C .old4d4b81e,
+    # excluded from git and named in the device call's carry)
+    test -d .old4d4b81e/src || { echo "no .old4d4b81e/src: git archive 4d4b81e src benchmarks | tar -x -C .old4d4b81e" >&2; exit 2; }
+    for kind in rmsnorm softmax; do
+        step "loop_new_$kind" 200 python benchmarks/gpu_suite.py loop --budget 90s --kinds "$kind" --out "$out/new"
+        step "loop_old_$kind" 200 bash -c "cd .old4d4b81e && PYTHONPATH=src python benchmarks/gpu_suite.py loop \
+            --budget 90s --kinds $kind --out $out/old"
+    done
+    python benchmarks/loop_cost_table.py "$out/old" "$out/new"
+    ;;
 ahead)
     step compile_ahead 420 python benchmarks/compile_ahead_gpu.py --out "$out/ahead" --kinds softmax,rmsnorm \
         --files 3 --helpers 3
@@ -93,7 +106,7 @@ profile)
         --cuda-graphs --compile-mode reduce-overhead --models hf:gpt2 --max-minutes 1.5
     ;;
 *)
-    echo "unknown part $part (judge, kinds, tuner, fixes, profile, ahead, compile, retune or rotary)" >&2
+    echo "unknown part $part (judge, kinds, tuner, fixes, profile, ahead, compile, retune, rotary or loopcost)" >&2
     exit 2
     ;;
 esac
