@@ -22,8 +22,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from models_gpu import CPU_MODELS, GPU_MODELS, starters_workdir  # noqa: E402
 
 
-def profile_forwards(model, inputs, gpu: bool, iters: int) -> tuple[float, float, int, str]:
-    """(wall ms per forward, kernel ms per forward, launches per forward, top-kernel table)."""
+GEMM_MARKS = ("gemm", "cutlass", "xmma", "nvjet", "triton_tem", "matmul", "_mm_", "cublas", "wgmma")
+ATTENTION_MARKS = ("flash", "fmha", "attention", "attn", "sdpa", "cudnn")
+
+
+def kernel_class(name: str) -> str:
+    """GEMM, attention or other, from a GPU kernel's name (cuBLAS, CUTLASS, inductor's templates,
+    our own matmul and attention kernels)."""
+    low = name.lower()
+    if any(mark in low for mark in ATTENTION_MARKS):
+        return "attention"
+    if any(mark in low for mark in GEMM_MARKS):
+        return "GEMM"
+    return "other"
+
+
+def profile_forwards(model, inputs, gpu: bool, iters: int) -> tuple[float, float, int, str, dict]:
+    """(wall ms per forward, kernel ms per forward, launches per forward, top-kernel table,
+    kernel ms per forward by class)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -44,11 +60,16 @@ def profile_forwards(model, inputs, gpu: bool, iters: int) -> tuple[float, float
             sync()
     kernels = [e for e in prof.events() if getattr(e, "device_type", None) is not None
                and str(e.device_type).endswith("CUDA")]
-    kernel_ms = sum(e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
-                    for e in kernels) / 1e3 / iters
+    def us(e) -> float:
+        return e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+
+    kernel_ms = sum(us(e) for e in kernels) / 1e3 / iters
+    classes: dict[str, float] = {}
+    for e in kernels:
+        classes[kernel_class(e.name)] = classes.get(kernel_class(e.name), 0.0) + us(e) / 1e3 / iters
     sort = "self_cuda_time_total" if gpu else "self_cpu_time_total"
     table = prof.key_averages().table(sort_by=sort, row_limit=22, max_name_column_width=70)
-    return wall_ms, kernel_ms, len(kernels) // iters, table
+    return wall_ms, kernel_ms, len(kernels) // iters, table, classes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--cuda-graphs", action="store_true",
                     help="also profile the patched model in CUDA-graph mode (and name the ops its capture left out)")
+    ap.add_argument("--compiled", action="store_true",
+                    help="also profile torch.compile of the original (max-autotune-no-cudagraphs): where its time "
+                         "goes against the patched model's, GEMMs apart")
     ap.add_argument("--cpu-smoke", action="store_true")
     args = ap.parse_args(argv)
     import torch
@@ -93,19 +117,26 @@ def main(argv: list[str] | None = None) -> int:
         if args.cuda_graphs and gpu:
             graphed = apply(original, wd, cuda_graphs=True)
             models.append(("patched, CUDA graph", graphed))
+        if args.compiled:
+            mode = "max-autotune-no-cudagraphs" if gpu else None
+            models.append(("torch.compile of the original", torch.compile(original, mode=mode,
+                                                                          backend="inductor" if gpu else "aot_eager")))
         for name, model in models:
-            wall, kernel, launches, table = profile_forwards(model, inputs, gpu, args.iters if gpu else 1)
-            rows.append((spec, name, wall, kernel, launches))
+            wall, kernel, launches, table, classes = profile_forwards(model, inputs, gpu, args.iters if gpu else 1)
+            rows.append((spec, name, wall, kernel, launches, classes))
             text += ["", f"## {name}: {wall:.3f} ms wall, {kernel:.3f} ms kernels, {launches} launches per forward",
+                     "", "kernel ms per forward by class: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(classes.items())),
                      "", "```", table, "```"]
         if args.cuda_graphs and gpu:
             text += ["", f"ops the capture left out: {graphed.capture_fallbacks or 'none'}"]
         (args.out / f"{spec.replace(':', '_')}.md").write_text("\n".join(text) + "\n")
         print("\n".join(text), flush=True)
-    print("\n| model | which | wall ms / forward | kernel ms / forward | launches / forward |")
-    print("|---|---|---:|---:|---:|")
-    for spec, name, wall, kernel, launches in rows:
-        print(f"| {spec} | {name} | {wall:.3f} | {kernel:.3f} | {launches} |")
+    print("\n| model | which | wall ms / forward | kernel ms / forward | GEMM ms | attention ms | other ms "
+          "| launches / forward |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for spec, name, wall, kernel, launches, classes in rows:
+        print(f"| {spec} | {name} | {wall:.3f} | {kernel:.3f} | {classes.get('GEMM', 0.0):.3f} | "
+              f"{classes.get('attention', 0.0):.3f} | {classes.get('other', 0.0):.3f} | {launches} |")
     return 0
 
 

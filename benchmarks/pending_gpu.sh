@@ -20,6 +20,8 @@
 #                                               # opaque (under_compile=ours) and handed to inductor (eager)
 #   bash benchmarks/pending_gpu.sh retune OUT   # the tuner against 301 samples of rmsnorm, from its re-tuned default
 #   bash benchmarks/pending_gpu.sh rotary OUT   # the tuner against the full rotary sweep, --budget 5m
+#   bash benchmarks/pending_gpu.sh llama OUT    # the LLaMA example: verify's second compile (auto), and a profile
+#                                               # by kernel class against torch.compile's
 #   bash benchmarks/pending_gpu.sh loopcost OUT # the loop's experiments per hour against the old judge (4d4b81e),
 #                                               # side by side in one call (issue 9's cost goal)
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
@@ -28,8 +30,8 @@
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost OUT}
-out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost OUT}
+part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama OUT}
+out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama OUT}
 mkdir -p "$out"
 export PYTHONPATH=src
 
@@ -83,6 +85,12 @@ rotary)  # issue 14: the rotary default re-tuned in the third session, the tuner
     step tuner_rotary 560 python benchmarks/tuner_sweep_gpu.py --kinds rotary --budget 5m --max-wall 505 \
         --rep-ms 6 --out "$out/tuner"
     ;;
+llama)  # issue 11: verify's automatic second compile on the LLaMA example, and where its time goes against
+    # torch.compile's (GEMMs, attention, the rest)
+    step llama_compile_auto 170 python benchmarks/models_gpu.py --out "$out/llama_auto" --skip-fused \
+        --models llama --under-compile auto --max-minutes 2.5
+    step llama_profile 250 python benchmarks/model_profile_gpu.py --out "$out/profile" --models llama --compiled
+    ;;
 loopcost)  # issue 9: the loop's experiments per hour, this tree and the old judge's (4d4b81e) in one call;
     # the old tree travels in .old4d4b81e (mkdir .old4d4b81e && git archive 4d4b81e src benchmarks | tar -x -C .old4d4b81e,
     # excluded from git and named in the device call's carry)
@@ -106,7 +114,7 @@ profile)
         --cuda-graphs --compile-mode reduce-overhead --models hf:gpt2 --max-minutes 1.5
     ;;
 *)
-    echo "unknown part $part (judge, kinds, tuner, fixes, profile, ahead, compile, retune, rotary or loopcost)" >&2
+    echo "unknown part $part (judge, kinds, tuner, fixes, profile, ahead, compile, retune, rotary, loopcost or llama)" >&2
     exit 2
     ;;
 esac
