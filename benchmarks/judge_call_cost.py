@@ -120,6 +120,7 @@ def worker_cost(state, kind: str, args) -> dict:
               "wall_per_call_us": statistics.median(per_call), "kernel_us": own,
               "host_per_call_us": statistics.median(host), "host_per_call_spread_us": [min(host), max(host)]}
     print(f"worker {kind} {stage_label(shape, dtype_name(dtype))}: {result['host_per_call_us']:.0f} us host a call "
+          f"(least {min(host):.0f}) "
           f"(wall {result['wall_per_call_us']:.0f} us - kernel {own:.0f} us; requests "
           f"{', '.join(f'{h:.0f}' for h in host)})", flush=True)
     if profiler is not None:
