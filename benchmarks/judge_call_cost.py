@@ -6,6 +6,9 @@ evaluation's timed calls.
     PYTHONPATH=src python benchmarks/judge_call_cost.py --device cuda    # on a GPU
     ... --kinds softmax,rmsnorm --requests 6 --calls 40 --profile 40 --evaluations 2
 
+Compare two trees by running this script with each one's ``src`` on PYTHONPATH, alternately
+(a shared machine's load moves the numbers by 2x: run each several times).
+
 1. **worker**: the worker's request handler in this process (as the worker process runs it,
    audit hook included), the kind's starter loaded, ``--requests`` timed requests of ``--calls``
    drawn calls at the kind's smallest edge shape (CPU) or the first GPU shape.  Host time per
@@ -43,7 +46,6 @@ def parse_args(argv=None):
     ap.add_argument("--kinds", default="rmsnorm,softmax")
     ap.add_argument("--requests", type=int, default=6, help="timed requests per kind (the first is a warm-up)")
     ap.add_argument("--calls", type=int, default=40, help="drawn calls per request")
-    ap.add_argument("--expected", action="store_true", help="also check each call's outputs' dtype and shape")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="profile the worker's requests, print the top N cumulative entries")
     ap.add_argument("--evaluations", type=int, default=0,
@@ -77,8 +79,6 @@ def bare_call_us(problem, fn, shape: dict, dtype, device: str, seeds) -> float:
 
 def worker_cost(state, kind: str, args) -> dict:
     """Timed requests on the in-process worker ``state``; host µs per call."""
-    import torch
-
     from autokernel.harness.stages import dtype_name
     from autokernel.problems.registry import KERNELS_DIR, get_problem
 
@@ -89,11 +89,11 @@ def worker_cost(state, kind: str, args) -> dict:
     reply = state.handle("load", {"op": "load", "slot": kind, "path": str(KERNELS_DIR / f"{kind}.py"),
                                   "problem": kind})
     assert reply.get("ok"), reply
-    expected = None
-    if args.expected:
-        outs = problem.reference(*problem.make_inputs(dict(shape), dtype, args.device, 1))
-        outs = outs if isinstance(outs, tuple) else (outs,)
-        expected = [(list(o.shape), str(o.dtype)) for o in outs]
+    # the outputs' declared shapes and dtypes, as every request of the judge's brings them
+    outs = problem.reference(*problem.make_inputs(dict(shape), dtype, args.device, 1))
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    expected = [(list(o.shape), str(o.dtype)) for o in outs]
+    del outs
     seed = iter(range(10 ** 6, 2 * 10 ** 6))
     per_call, kernel_us = [], []
     for r in range(args.requests):
@@ -130,7 +130,6 @@ def worker_cost(state, kind: str, args) -> dict:
         print(stream.getvalue(), flush=True)
         profiler.clear()
         profiler.enable()
-    del torch
     return result
 
 
