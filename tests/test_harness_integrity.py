@@ -250,3 +250,65 @@ def test_tensor_class_guard_names_replaced_added_and_removed_methods():
     finally:
         torch.nn.Linear.extra_repr = extra_repr
     assert guard.changes() == [] and guard.unchanged()
+
+
+def test_names_held_answers_yes_only_when_every_name_holds_its_object():
+    """The one-pass check behind ``FingerprintWatch.held`` and the tensor-class guard: a name
+    rebound (in a namespace of many names or of one), removed, or a class attribute replaced is a
+    no; put back, a yes again."""
+    import types
+
+    from autokernel.harness.integrity import NamesHeld
+
+    many = types.ModuleType("many")
+    many.__dict__.update({f"f{i}": object() for i in range(50)})
+    one = {"only": object()}
+
+    class Space:
+        def method(self):
+            return 1
+
+    space = vars(Space)
+    runs = [(vars(many), [f"f{i}" for i in range(50)], [getattr(many, f"f{i}") for i in range(50)]),
+            (one, ["only"], [one["only"]]), (space, ["method"], [space["method"]]), ({}, [], [])]
+    check = NamesHeld(runs)
+    assert check.held()
+    kept = many.f17
+    many.f17 = object()
+    assert not check.held()
+    many.f17 = kept
+    assert check.held()
+    del many.f49
+    assert not check.held()
+    many.f49 = runs[0][2][49]
+    kept = one["only"]
+    one["only"] = None
+    assert not check.held()
+    del one["only"]
+    assert not check.held()
+    one["only"] = kept
+    Space.method = lambda self: 2
+    assert not check.held()
+    Space.method = runs[2][2][0]
+    assert check.held()
+
+
+def test_fingerprint_held_sees_a_rebound_or_removed_name_and_its_return(monkeypatch):
+    import torch
+
+    watch = integrity.FingerprintWatch()
+    assert watch.held()
+    monkeypatch.setattr(torch, "sum", lambda *a, **k: None)
+    assert not watch.held()
+    assert "torch.sum" in watch.changed_names()
+    monkeypatch.undo()
+    assert watch.held()
+    monkeypatch.delattr(torch, "randn_like")
+    assert not watch.held()
+    monkeypatch.undo()
+    assert watch.held()
+    name = next(k for prefix, _space, keys, *_ in watch._held_plan if prefix == "torch.Tensor" for k in keys)
+    monkeypatch.setattr(torch.Tensor, name, lambda self: 0)
+    assert not watch.held()
+    monkeypatch.undo()
+    assert watch.held()

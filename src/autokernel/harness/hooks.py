@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import _signal
 import gc
+import operator
 import signal
 import sys
 import threading
@@ -85,8 +86,9 @@ def outside_hooks() -> dict[str, Any]:
 def _signals() -> tuple:
     """Every signal's handler and the interval timers (a timer's handler runs between any two
     bytecodes of the judge's work, with the frame it interrupted)."""
-    handlers = tuple(map(_GETSIGNAL, _SIGNALS))
-    return handlers + tuple(map(_GETITIMER, _TIMERS))
+    # two tuples: the handlers are the same objects from one reading to the next (compared in one
+    # pass), the timers fresh tuples of numbers
+    return tuple(map(_GETSIGNAL, _SIGNALS)), tuple(map(_GETITIMER, _TIMERS))
 
 
 def _monitoring_tools() -> tuple:
@@ -100,6 +102,7 @@ def _monitoring_tools() -> tuple:
 
 _LEN_FUNCTION_STACK: list = []  # torch._C's, taken at the first check (before any kernel file loads)
 _PLAIN = (int, float, str, bool, type(None))
+_IS = operator.is_
 
 
 def same(a: Any, b: Any) -> bool:
@@ -108,7 +111,8 @@ def same(a: Any, b: Any) -> bool:
     if a is b:  # (a tuple too: identity is sameness all the way down; most readings are of the same tuples)
         return True
     if type(a) is tuple:
-        return type(b) is tuple and len(a) == len(b) and all(map(same, a, b))
+        # a fresh tuple of the same objects (each snapshot builds its own): their identities in C first
+        return type(b) is tuple and len(a) == len(b) and (all(map(_IS, a, b)) or all(map(same, a, b)))
     return type(a) in _PLAIN and type(b) is type(a) and a == b
 
 

@@ -717,6 +717,40 @@ def _ids_digest(ids: list[int]) -> str:
     return hashlib.blake2b(array.array("Q", ids).tobytes(), digest_size=20).hexdigest()
 
 
+class NamesHeld:
+    """Do these namespaces (live dicts or mappingproxies) still hold these objects under these
+    names?  One pass in C over every name of every namespace: each namespace's names fetched by
+    one ``itemgetter`` (a name that is gone raises), the objects compared by identity, chained.
+    No method of an object found there runs (identity, never ``==``); the builtins it calls are
+    taken at construction (a kernel that rebinds ``all`` or ``map`` does not reach it).  Only a
+    yes is final: on a no the caller's own per-name comparison decides (and names what changed)."""
+
+    def __init__(self, runs: Iterable[tuple[Any, list[str], list[Any]]]) -> None:
+        import itertools
+        import operator
+
+        self._spaces, getters, values = [], [], []
+        for space, keys, objects in runs:
+            if not keys:
+                continue
+            twice = len(keys) == 1  # one name: asked twice, so that every getter returns a tuple
+            self._spaces.append(space)
+            getters.append(operator.itemgetter(*(list(keys) * 2 if twice else keys)))
+            values += list(objects) * 2 if twice else list(objects)
+        self._getters, self._values = getters, tuple(values)
+        self._call = getattr(operator, "call", None) or (lambda f, arg: f(arg))
+        self._is, self._all, self._map, self._chain = operator.is_, all, map, itertools.chain.from_iterable
+        self._missing = LookupError
+
+    def held(self) -> bool:
+        map_ = self._map
+        try:
+            return self._all(map_(self._is, self._chain(map_(self._call, self._getters, self._spaces)),
+                                  self._values))
+        except self._missing:  # a name gone: the caller's comparison says what
+            return False
+
+
 class TensorClassGuard:
     """The own namespaces of the classes whose methods the judge's work looks up through the
     objects it handles, as they were before any kernel ran: ``torch.Tensor``, the storage classes
@@ -755,13 +789,16 @@ class TensorClassGuard:
         self._values = [v for _c, _b, baseline in self._guarded for v in baseline.values()]
         self._is, self._get, self._all, self._map, self._len, self._list = (
             operator.is_, types.MappingProxyType.get, all, map, len, list)
+        self._names_held = NamesHeld((space, list(baseline), list(baseline.values()))
+                                     for space, (_c, _b, baseline) in zip(self._spaces, self._guarded))
 
     def unchanged(self) -> bool:
         """Does every guarded class hold exactly its baseline names and objects?  One pass in C
         over every name of every class."""
         map_ = self._map
         return (self._list(map_(self._len, self._spaces)) == self._counts
-                and self._all(map_(self._is, map_(self._get, self._space_of_key, self._keys), self._values)))
+                and (self._names_held.held()
+                     or self._all(map_(self._is, map_(self._get, self._space_of_key, self._keys), self._values))))
 
     def changes(self) -> list[str]:
         if self.unchanged():
@@ -839,6 +876,9 @@ class FingerprintWatch:
         self._modules_now = sys.modules
         self._is, self._all, self._map, self._len = operator.is_, all, map, len
         self._code_of = operator.attrgetter("__code__")
+        # every baseline name in one pass in C (a third of the per-name ``get`` comparison's time);
+        # where it does not say yes, the per-name comparison decides, as before
+        self._names_held = NamesHeld((space, keys, values) for _prefix, space, keys, values, _f, _c in self._held_plan)
         # the builtins each module's code could be given in its own globals: a name added to a module
         # is no baseline name, yet one named like a builtin shadows it for every function of that
         # module (``all`` added to this module's globals answered the check of the recorded code
@@ -866,12 +906,14 @@ class FingerprintWatch:
             if modules.get(name) is not module:
                 return False
         by_audit = self._code_sets is not None
-        for _prefix, space, keys, values, functions, codes in self._held_plan:
-            get = space.get
-            if not all_(map_(is_, map_(get, keys), values)):
-                return False
-            if not by_audit and functions and not all_(map_(is_, map_(code_of, map_(get, functions)), codes)):
-                return False
+        names_held = self._names_held.held()
+        if not (names_held and by_audit):  # (with the audit hook, the code is ``_codes_held``'s)
+            for _prefix, space, keys, values, functions, codes in self._held_plan:
+                get = space.get
+                if not names_held and not all_(map_(is_, map_(get, keys), values)):
+                    return False
+                if not by_audit and functions and not all_(map_(is_, map_(code_of, map_(get, functions)), codes)):
+                    return False
         return self._held_beyond_names()
 
     def _held_beyond_names(self) -> bool:

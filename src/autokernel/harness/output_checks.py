@@ -23,7 +23,7 @@ def take_accessors() -> None:
     import torch
 
     tensor, storage = torch._C.TensorBase, torch._C.StorageBase
-    _TAKEN.update(numel=tensor.numel, storage=tensor.untyped_storage, detach=tensor.detach,
+    _TAKEN.update(numel=tensor.numel, storage=tensor.untyped_storage, detach=tensor.detach, copy=tensor.copy_,
                   data_ptr=storage.data_ptr, nbytes=storage.nbytes, vars=vars, type=type,
                   Tensor=torch.Tensor, UntypedStorage=torch.UntypedStorage,
                   tensor_types=(torch.Tensor, torch.nn.Parameter))
@@ -108,6 +108,14 @@ def output_digest(outs: tuple) -> tuple:
     the call returned, outside the timed window.  Compared again when the parent collects the
     outputs: an output that changed in between was written after its call returned (work
     deferred to a later call of the request)."""
+    return digest_values(*digest_sums(outs))
+
+
+def digest_sums(outs: tuple, host: Any = None) -> tuple[list, Any]:
+    """The digest's sums, enqueued (on a GPU, no host synchronisation): (where each output's
+    pair is, None for an output with no bits; the sums).  With ``host`` (a pinned int64 CPU
+    tensor of the judge's), GPU sums that fit are also copied into it without waiting: the
+    worker reads them after the call's own synchronisation (``digest_values``)."""
     import torch
 
     sums, places = [], []
@@ -125,7 +133,20 @@ def output_digest(outs: tuple) -> tuple:
         places.append(len(sums))
         sums += [torch.sum(bits, dtype=torch.int64), torch.sum(bits[1::2], dtype=torch.int64)]
     if sums and len({t.device for t in sums}) == 1:  # one transfer: one host sync per call, not two per output
-        values = [int(v) for v in torch.stack(sums).tolist()]
-    else:
+        stacked = torch.stack(sums)
+        if host is not None and stacked.is_cuda and len(sums) <= _taken()["numel"](host):
+            part = host[:len(sums)]
+            _taken()["copy"](part, stacked, True)  # non-blocking: done when the stream is
+            return places, part
+        return places, stacked
+    return places, sums
+
+
+def digest_values(places: list, sums: Any) -> tuple:
+    """The digest from ``digest_sums``'s answer (reads the sums: on a GPU, a synchronisation
+    unless they were copied to the host and the stream was synchronised since)."""
+    if type(sums) is list:
         values = [int(t) for t in sums]
+    else:
+        values = [int(v) for v in sums.tolist()]
     return tuple(None if at is None else (values[at], values[at + 1]) for at in places)

@@ -15,7 +15,8 @@ from . import host_reads, launches, registrations, transport
 from .gpu_cover import GPU_COVER_CYCLES, host_covered, next_cover_cycles
 from .memory import HISTORY_BYTES, HISTORY_CALLS
 from .hooks import changed_hooks, outside_hooks
-from .output_checks import check_outputs, numel, output_digest, planted, span, take_accessors, tensors_in
+from .output_checks import (check_outputs, digest_sums, digest_values, numel, output_digest, planted, span,
+                            take_accessors, tensors_in)
 from .problem_spec import draw_set, load_problem
 from .watch import make_watch_class, records_reader
 from .worker_errors import describe_error, is_cuda_fault
@@ -141,10 +142,14 @@ class _State:
             self.device_name = torch.cuda.get_device_name(torch.device(device))
             self._flush = torch.empty(timing.FLUSH_BYTES, dtype=torch.int8, device=device)
             self._gpu_sleep = getattr(torch.cuda, "_sleep", None)
+            # each call's output digest lands here, copied as the stream gets to it: read after the
+            # call's one synchronisation, which it shares (``call``)
+            self._digest_host = torch.empty(64, dtype=torch.int64, pin_memory=True)
         else:
             self.device_name = "cpu"
             self._flush = None
             self._gpu_sleep = None
+            self._digest_host = None
         self.problems: dict[str, Any] = {}
         self.problem = None
         self.slots: dict[str, Any] = {}
@@ -498,11 +503,8 @@ class _State:
                     args = sets[i]
                     if m.get("keep_inputs"):  # timed calls on the parent's sets: their inputs may be collected
                         self.kept_inputs.append(args)
-                outs, t_us, covered, call_ops, call_findings = self._judged_call(fn, args, m.get("poison"), own,
-                                                                                  require_launch)
-                times.append(t_us)
-                if not covered:
-                    uncovered.append(i)
+                outs, timing, call_ops, call_findings = self._judged_call(fn, args, m.get("poison"), own,
+                                                                           require_launch)
                 ops |= call_ops
                 findings += [dict(f, call=i) for f in call_findings]
                 problem = check_outputs(outs, expected, self.device) if expected is not None else None
@@ -514,7 +516,15 @@ class _State:
                         findings.append({"rule": "cached-output", "message": alias, "call": i})
                 self.kept.append(outs)
                 self.kept_spans.append(spans)
-                self.kept_digests.append(output_digest(outs) if problem is None else None)
+                digest = digest_sums(outs, self._digest_host) if problem is None else None
+                # the checks above ran while the GPU finished the spin and the kernel; the digest's
+                # sums are read after the same synchronisation
+                t_us, covered = self._call_time(timing)
+                timing = None  # its events and watch records: dropped here, as when the call's frame held them
+                self.kept_digests.append(digest_values(*digest) if digest is not None else None)
+                times.append(t_us)
+                if not covered:
+                    uncovered.append(i)
                 # after every call, not only at the request's end: with the collector off, cyclic
                 # garbage holding a call's tensors would pile up over a timing request's calls
                 findings += [dict(f, call=i) for f in self._collect_garbage()]
@@ -583,8 +593,9 @@ class _State:
 
     def _judged_call(self, fn, args, poison, own_globals, require_launch):
         """One call of the kernel, the same for every call the worker makes.  Returns its outputs,
-        its time, whether the GPU spin covered the host's work (always on the CPU), the ops it
-        called and its findings."""
+        its timing (``_call_time`` reads it: on a GPU the call's events, read once the checks
+        after the call are done, so the GPU finishes the spin and the kernel while they run), the
+        ops it called and its findings."""
         torch = self.torch
         watch = self.watch_cls(poison, timed_fills=self.gpu, flush=self._flush)
         seen = self.watch_records(watch)  # what the judge reads of the watch: out of the kernel's reach
@@ -623,14 +634,7 @@ class _State:
             self.dropped.append((watch, record))  # the kernel could reach both: freed under a watch
         hooks_left = changed_hooks(hooks_before, outside_hooks())
         hooks_loaded = None if hooks_left else self._hooks_since_load(hooks_before)
-        if self.gpu:
-            torch.cuda.synchronize()
-            t_us = self.elapsed(start, end) * 1000.0 - seen.fill_us()
-            spin_us = self.elapsed(cover, start) * 1000.0
-            covered = host_covered(host_us, spin_us)
-            self.cover_cycles = next_cover_cycles(self.cover_cycles, spin_us, host_us)
-        else:
-            covered = True
+        timing = (cover, start, end, host_us, seen) if self.gpu else t_us
         outs = raw if type(raw) is tuple else (tuple(raw) if type(raw) is list else (raw,))
         findings = []
         if not held:
@@ -713,7 +717,20 @@ class _State:
                     findings.append({"rule": "foreign-compute", "message": (
                         f"output {i} was not passed to any Triton kernel of the file's own: it was computed "
                         "by something else (PyTorch, numpy, ctypes, ...)")})
-        return outs, float(t_us), covered, seen.ops, findings
+        return outs, timing, seen.ops, findings
+
+    def _call_time(self, timing) -> tuple[float, bool]:
+        """A judged call's time and whether the GPU spin covered the host's work (always on the
+        CPU).  On a GPU this is the call's one host synchronisation: it waits for the spin, the
+        cache flush and the kernel's work, and reads the events."""
+        if not self.gpu:
+            return float(timing), True
+        cover, start, end, host_us, seen = timing
+        self.torch.cuda.synchronize()
+        t_us = self.elapsed(start, end) * 1000.0 - seen.fill_us()
+        spin_us = self.elapsed(cover, start) * 1000.0
+        self.cover_cycles = next_cover_cycles(self.cover_cycles, spin_us, host_us)
+        return float(t_us), host_covered(host_us, spin_us)
 
     def _rebound_names(self) -> str:
         try:
