@@ -1,0 +1,169 @@
+"""Every input set a kernel receives looks the same whether the judge's parent drew it and sent it
+(the correctness stages) or the worker drew it itself (timed calls), issue 9 item 2: "the
+candidate [must not be able] to tell judged calls from timed ones".
+
+Parent-sent sets arrived as the parent's shared-memory tensors on the CPU (CUDA IPC on a GPU):
+``x.is_shared()`` told a correctness call from a timed one, and a kernel could keep its
+NaN/large-value handling for the calls whose values the judge compares
+(tests/attacks/softmax_shared_tells_checked.py).  The worker now copies every parent-sent set
+into fresh memory of its own right before its call, as it draws timed sets, and writes the
+copy back into the parent's tensors after the call (the parent's ``modified-input`` check).
+
+The probe here is a kernel file that logs the metadata of its inputs on every call; the parent
+marks each request as parent-sent or worker-drawn in the same log, so the test can compare the
+two kinds call by call.  The static checks are off for it (it reads /proc and writes a log):
+the run-time behaviour is what is tested."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from autokernel.harness import Evaluator, integrity, stages, timing
+from autokernel.problems.registry import KERNELS_DIR
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_harness_attacks import ATTACKS  # noqa: E402
+from test_harness_integrity import rules as static_rules  # noqa: E402
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
+
+PROBE = '''
+
+import json as _json
+import sys as _sys
+import torch as _torch
+
+_LOG = {log!r}
+
+
+def _mapping(ptr):
+    """What backs the memory at ptr: a file (shared memory: /dev/shm, torch's shm files) or
+    private memory (the heap, anonymous mappings)."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split()
+            lo, hi = (int(v, 16) for v in parts[0].split("-"))
+            if lo <= ptr < hi:
+                return "file" if len(parts) > 5 and parts[5].startswith("/") else "private"
+    return "unmapped"
+
+
+def _in_allocator_segments(ptr):
+    return any(seg["address"] <= ptr < seg["address"] + seg["total_size"] for seg in _torch.cuda.memory_snapshot())
+
+
+def _record(t):
+    s = t.untyped_storage()
+    ptr = t.data_ptr()
+    dense = _torch.empty(t.shape).stride()
+    rec = {{"shape": list(t.shape), "type": type(t).__name__, "storage_type": type(s).__name__,
+           "is_shared": t.is_shared(), "storage_shared": s.is_shared(), "resizable": s.resizable(),
+           "storage_slack": s.nbytes() - t.numel() * t.element_size(), "offset": t.storage_offset(),
+           "dense_strides": list(t.stride()) == list(dense), "contiguous": t.is_contiguous(),
+           "version": t._version, "base": t._base is None, "view": t._is_view(),
+           "requires_grad": t.requires_grad, "leaf": t.is_leaf, "grad_fn": t.grad_fn is None,
+           "inference": t.is_inference(), "dict": sorted(vars(t)), "refs": _sys.getrefcount(t),
+           "align64": ptr % 64 == 0, "storage_ptr": s.data_ptr() == ptr, "device": str(t.device)}}
+    if t.device.type == "cuda":
+        rec["align512"] = ptr % 512 == 0
+        rec["allocator_segment"] = _in_allocator_segments(ptr)
+    else:
+        rec["mapping"] = _mapping(ptr)
+    return rec
+
+
+_probed = kernel_fn
+
+
+def kernel_fn(*args):
+    with open(_LOG, "a") as f:
+        f.write(_json.dumps({{"inputs": [_record(a) for a in args if isinstance(a, _torch.Tensor)]}}) + "\\n")
+    return _probed(*args)
+'''
+
+
+@pytest.fixture
+def no_static_checks(monkeypatch):
+    monkeypatch.setattr(integrity, "static_findings", lambda source, name="kernel.py": [])
+
+
+def marked_requests(monkeypatch, log: Path) -> None:
+    """Each call request the parent sends is marked in the log before it goes: its calls' records
+    follow it (requests are answered one at a time)."""
+    original = stages.Judge.request
+
+    def request(self, message, timeout_s=None):
+        if message.get("op") == "call":
+            with open(log, "a") as f:
+                f.write(json.dumps({"marker": "drawn" if message.get("draw") else "sent"}) + "\n")
+        return original(self, message, timeout_s)
+
+    monkeypatch.setattr(stages.Judge, "request", request)
+
+
+def records_by_kind(log: Path) -> dict[str, list[dict]]:
+    kinds: dict[str, list[dict]] = defaultdict(list)
+    kind = None
+    for line in log.read_text().splitlines():
+        entry = json.loads(line)
+        if "marker" in entry:
+            kind = entry["marker"]
+        else:
+            kinds[kind].append(entry)
+    return kinds
+
+
+def differing(sent: set, drawn: set) -> dict:
+    """The fields whose values differ between the two kinds of records: {field: (sent, drawn)}."""
+    values = {kind: defaultdict(set) for kind in ("sent", "drawn")}
+    for kind, records in (("sent", sent), ("drawn", drawn)):
+        for record in records:
+            for t in json.loads(record)["inputs"]:
+                for key, value in t.items():
+                    values[kind][key].add(json.dumps(value))
+    return {key: (sorted(values["sent"][key]), sorted(values["drawn"][key]))
+            for key in set(values["sent"]) | set(values["drawn"]) if values["sent"][key] != values["drawn"][key]}
+
+
+def test_a_parent_sent_set_and_a_drawn_one_look_the_same_to_the_kernel(tmp_path, monkeypatch, no_static_checks):
+    """Before: every parent-sent input was shared (``is_shared()``, a file mapping, a storage
+    that cannot be resized) and at version 1; every drawn one private and at
+    problem_spec.DRAWN_VERSION."""
+    monkeypatch.setattr(timing, "CPU_PLAN", timing.TimingPlan(budget_s=60.0, min_calls=3, max_calls=3))
+    log = tmp_path / "calls.log"
+    marked_requests(monkeypatch, log)
+    path = tmp_path / "kernel.py"
+    path.write_text((KERNELS_DIR / "softmax.py").read_text() + PROBE.format(log=str(log)))
+    with Evaluator("softmax", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=120, baselines=False,
+                   prestart=False, writable=[tmp_path]) as ev:
+        result = ev.evaluate(path)
+    assert result.verdict == "pass", result.message
+    kinds = records_by_kind(log)
+    assert set(kinds) == {"sent", "drawn"} and len(kinds["drawn"]) >= 4, {k: len(v) for k, v in kinds.items()}
+    by_shape: dict[str, dict[str, set]] = defaultdict(lambda: defaultdict(set))
+    for kind, records in kinds.items():
+        for record in records:
+            by_shape[json.dumps(record["inputs"][0]["shape"])][kind].add(json.dumps(record, sort_keys=True))
+    compared = [shape for shape, seen in by_shape.items() if len(seen) == 2]
+    assert compared == ['[8, 64]'], dict(by_shape)  # timed calls run at the target shape only
+    sent, drawn = by_shape['[8, 64]']["sent"], by_shape['[8, 64]']["drawn"]
+    assert sent == drawn, differing(sent, drawn)
+    assert json.loads(next(iter(drawn)))["inputs"][0]["is_shared"] is False
+
+
+def test_the_kernel_that_kept_nan_handling_for_shared_inputs_is_caught():
+    """tests/attacks/softmax_shared_tells_checked.py: exp without the max on every unshared
+    input.  Before: the correctness stages all passed (they saw only shared inputs) and the
+    verdict hung on whether a timed call drew the large-values case.  Now no input is shared:
+    it takes its shortcut on the numerics stage's large values and fails there."""
+    assert static_rules((ATTACKS / "softmax_shared_tells_checked.py").read_text()) == set()
+    with Evaluator("softmax", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=120, baselines=False,
+                   timing=False, prestart=False) as ev:
+        result = ev.evaluate(ATTACKS / "softmax_shared_tells_checked.py")
+    assert result.verdict == "incorrect" and result.failed_stage == "numerics", result.message
+    assert "large" in result.message
