@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from autokernel.harness import Evaluator, integrity, stages, timing
+from autokernel.harness import Evaluator, integrity, memory, stages, timing
 from autokernel.problems.registry import KERNELS_DIR
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -99,22 +99,25 @@ def marked_requests(monkeypatch, log: Path) -> None:
 
     def request(self, message, timeout_s=None):
         if message.get("op") == "call":
+            kind, sets = ("drawn", message["draw"]) if message.get("draw") else ("sent", message["sets"])
             with open(log, "a") as f:
-                f.write(json.dumps({"marker": "drawn" if message.get("draw") else "sent"}) + "\n")
+                f.write(json.dumps({"marker": kind, "sets": len(sets)}) + "\n")
         return original(self, message, timeout_s)
 
     monkeypatch.setattr(stages.Judge, "request", request)
 
 
 def records_by_kind(log: Path) -> dict[str, list[dict]]:
+    """The records of the calls, by the kind of request they came in (each with ``sets``: how
+    many sets that request carried)."""
     kinds: dict[str, list[dict]] = defaultdict(list)
-    kind = None
+    kind, sets = None, 0
     for line in log.read_text().splitlines():
         entry = json.loads(line)
         if "marker" in entry:
-            kind = entry["marker"]
+            kind, sets = entry["marker"], entry["sets"]
         else:
-            kinds[kind].append(entry)
+            kinds[kind].append(dict(entry, sets=sets))
     return kinds
 
 
@@ -130,30 +133,33 @@ def differing(sent: set, drawn: set) -> dict:
             for key in set(values["sent"]) | set(values["drawn"]) if values["sent"][key] != values["drawn"][key]}
 
 
-def test_a_parent_sent_set_and_a_drawn_one_look_the_same_to_the_kernel(tmp_path, monkeypatch, no_static_checks):
+@pytest.mark.parametrize("kind, shape", [("softmax", "8x64"), ("cross_entropy", "16x256"), ("rotary_table", "2x32x64")])
+def test_a_parent_sent_set_and_a_drawn_one_look_the_same_to_the_kernel(tmp_path, monkeypatch, no_static_checks,
+                                                                       kind, shape):
     """Before: every parent-sent input was shared (``is_shared()``, a file mapping, a storage
-    that cannot be resized) and at version 1; every drawn one private and at
-    problem_spec.DRAWN_VERSION."""
+    that cannot be resized) and at version 1 (or 0: cross_entropy's targets); every drawn one
+    private and at problem_spec.DRAWN_VERSION."""
     monkeypatch.setattr(timing, "CPU_PLAN", timing.TimingPlan(budget_s=60.0, min_calls=3, max_calls=3))
     log = tmp_path / "calls.log"
     marked_requests(monkeypatch, log)
     path = tmp_path / "kernel.py"
-    path.write_text((KERNELS_DIR / "softmax.py").read_text() + PROBE.format(log=str(log)))
-    with Evaluator("softmax", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=120, baselines=False,
+    path.write_text((KERNELS_DIR / f"{kind}.py").read_text() + PROBE.format(log=str(log)))
+    with Evaluator(kind, device="cpu", shapes=[shape], dtypes=["fp32"], timeout_s=120, baselines=False,
                    prestart=False, writable=[tmp_path]) as ev:
         result = ev.evaluate(path)
     assert result.verdict == "pass", result.message
     kinds = records_by_kind(log)
     assert set(kinds) == {"sent", "drawn"} and len(kinds["drawn"]) >= 4, {k: len(v) for k, v in kinds.items()}
     by_shape: dict[str, dict[str, set]] = defaultdict(lambda: defaultdict(set))
-    for kind, records in kinds.items():
+    for kind_, records in kinds.items():
         for record in records:
-            by_shape[json.dumps(record["inputs"][0]["shape"])][kind].add(json.dumps(record, sort_keys=True))
-    compared = [shape for shape, seen in by_shape.items() if len(seen) == 2]
-    assert compared == ['[8, 64]'], dict(by_shape)  # timed calls run at the target shape only
-    sent, drawn = by_shape['[8, 64]']["sent"], by_shape['[8, 64]']["drawn"]
+            shapes = json.dumps([t["shape"] for t in record["inputs"]])
+            by_shape[shapes][kind_].add(json.dumps({"inputs": record["inputs"]}, sort_keys=True))
+    compared = [shapes for shapes, seen in by_shape.items() if len(seen) == 2]
+    assert len(compared) == 1, dict(by_shape)  # timed calls run at the target shape only
+    sent, drawn = by_shape[compared[0]]["sent"], by_shape[compared[0]]["drawn"]
     assert sent == drawn, differing(sent, drawn)
-    assert json.loads(next(iter(drawn)))["inputs"][0]["is_shared"] is False
+    assert not any(t["is_shared"] for t in json.loads(next(iter(drawn)))["inputs"])
 
 
 def test_the_kernel_that_kept_nan_handling_for_shared_inputs_is_caught():
@@ -167,3 +173,58 @@ def test_the_kernel_that_kept_nan_handling_for_shared_inputs_is_caught():
         result = ev.evaluate(ATTACKS / "softmax_shared_tells_checked.py")
     assert result.verdict == "incorrect" and result.failed_stage == "numerics", result.message
     assert "large" in result.message
+
+
+LIVE_BYTES = '''
+
+import gc as _gc
+import json as _json
+import torch as _torch
+
+_LOG = {log!r}
+
+
+def _live_private_bytes():
+    """The bytes of every storage of the worker's own (not shared with the parent) that a
+    tensor alive now holds."""
+    storages = {{}}
+    for o in _gc.get_objects():
+        if type(o) is _torch.Tensor and o.device.type == "cpu" and not o.is_shared():
+            s = o.untyped_storage()
+            storages[s.data_ptr()] = max(storages.get(s.data_ptr(), 0), s.nbytes())
+    return sum(storages.values())
+
+
+_measured = kernel_fn
+
+
+def kernel_fn(*args):
+    inputs = sum(a.numel() * a.element_size() for a in args if isinstance(a, _torch.Tensor))
+    with open(_LOG, "a") as f:
+        f.write(_json.dumps({{"live": _live_private_bytes(), "inputs": inputs}}) + "\\n")
+    return _measured(*args)
+'''
+
+
+def test_the_memory_plan_counts_the_workers_copies_of_the_parents_sets(tmp_path, monkeypatch, no_static_checks):
+    """The worker's copies cost a set's size again for every call of a request.  Measured in the
+    worker at the start of every correctness call (live tensor bytes of its own, the copies and
+    the kept outputs and history among them): within ``memory.worker_peak`` for the request's
+    calls.  reduce: its inputs dwarf its outputs, so the copies are most of the worker's share
+    (without them in the plan, the worker's share was a few outputs and the history)."""
+    log = tmp_path / "calls.log"
+    marked_requests(monkeypatch, log)
+    path = tmp_path / "kernel.py"
+    path.write_text((KERNELS_DIR / "reduce.py").read_text() + LIVE_BYTES.format(log=str(log)))
+    with Evaluator("reduce", device="cpu", shapes=["64x256"], dtypes=["fp32"], timeout_s=120, baselines=False,
+                   timing=False, prestart=False, writable=[tmp_path]) as ev:
+        result = ev.evaluate(path)
+        plan = ev.memory_plan
+    assert result.verdict == "pass", result.message
+    history = plan.worker - memory.worker_peak(plan.sizes, 2, 0)
+    calls = [c for c in records_by_kind(log)["sent"] if c["inputs"] <= plan.sizes.inputs]
+    assert len(calls) > 10 and max(c["sets"] for c in calls) > 2  # the numerics cases came in one request
+    over = [(c["live"], memory.worker_peak(plan.sizes, c["sets"], history), c["sets"]) for c in calls
+            if c["live"] > memory.worker_peak(plan.sizes, c["sets"], history)]
+    assert not over, over
+    assert max(c["live"] for c in calls) > 2 * plan.sizes.inputs  # the copies are there, and counted

@@ -463,17 +463,16 @@ class Judge:
 
     def call_message(self, shape: Shape, dtype: torch.dtype, sets: list | None, meta: compare.OutputMeta,
                      poison: float | None = NAN_POISON, slot: str = "candidate",
-                     buffers: list | None = None, draw: list[int] | None = None,
-                     keep_inputs: bool = False) -> dict[str, Any]:
+                     buffers: list | None = None, draw: list[int] | None = None) -> dict[str, Any]:
         """The one request every kernel call goes through, judged or timed alike: on ``sets``
-        of this process's, or on sets the worker draws from the seeds ``draw``, each right
-        before its call (``buffers``: this process's buffers for every call's outputs, filled
-        once all the calls are made; ``keep_inputs``: the worker keeps ``sets`` for a collect
-        of their inputs, as it keeps the sets it draws)."""
+        of this process's (the worker copies each into memory of its own right before its call,
+        keeps the copy for a collect of its inputs as it keeps the sets it draws, and writes it
+        back into ours after the call), or on sets the worker draws from the seeds ``draw``,
+        each right before its call (``buffers``: this process's buffers for every call's
+        outputs, filled once all the calls are made)."""
         return {"op": "call", "slot": slot, "shape": shape, "dtype": dtype, "sets": sets, "draw": draw,
                 "poison": poison, "expected": [(list(sh), str(dt)) for sh, dt in zip(meta.shapes, meta.dtypes)],
-                "require_launch": self.problem.forbidden_ops is None, "buffers": buffers,
-                "keep_inputs": keep_inputs}
+                "require_launch": self.problem.forbidden_ops is None, "buffers": buffers}
 
     def check_call(self, reply: dict[str, Any], label: str) -> None:
         """The worker's per-call findings (aliasing, threads, launches, the watch) and the

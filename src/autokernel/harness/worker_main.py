@@ -16,7 +16,7 @@ from .gpu_cover import GPU_COVER_CYCLES, host_covered, next_cover_cycles
 from .memory import HISTORY_BYTES, HISTORY_CALLS
 from .hooks import changed_hooks, outside_hooks
 from .output_checks import check_outputs, numel, output_digest, planted, span, take_accessors, tensors_in
-from .problem_spec import draw_set, load_problem
+from .problem_spec import draw_set, load_problem, own_copy
 from .watch import make_watch_class, records_reader
 from .worker_errors import describe_error, is_cuda_fault
 
@@ -469,8 +469,11 @@ class _State:
 
     def call(self, m: dict[str, Any]) -> dict[str, Any]:
         """The kernel called once on each input set: the parent's ``sets`` (shared with this
-        process), or, for timed calls, sets this process draws itself from the parent's
-        ``draw`` seeds, each one right before its own call (``_draw``)."""
+        process), each copied into memory of this process's right before its call and written
+        back after it (``_copied``, ``_written_back``), or, for timed calls, sets this process
+        draws itself from the parent's ``draw`` seeds, each one right before its own call
+        (``_draw``).  Either way the kernel gets tensors this process just made, kept until the
+        next ``call``: nothing about them tells a parent's set from a drawn one."""
         slot = m.get("slot", "candidate")
         paths = [self.paths.get(slot, "")]
         retired = self._retire_kept()
@@ -488,18 +491,18 @@ class _State:
                 return {"error": "harness worker error: a draw request before any problem was loaded", "internal": True}
             fn = self.kernel(slot, m["shape"], m["dtype"])
             for i in range(len(seeds) if seeds is not None else len(sets)):
+                self.draw_findings = []
                 if seeds is not None:
-                    self.draw_findings = []
                     args = self._draw(m["shape"], m["dtype"], seeds[i])
-                    findings += [dict(f, call=i) for f in self.draw_findings]
-                    self.kept_inputs.append(args)
-                    inputs += self._spans(tensors_in(args))
                 else:
-                    args = sets[i]
-                    if m.get("keep_inputs"):  # timed calls on the parent's sets: their inputs may be collected
-                        self.kept_inputs.append(args)
+                    args, made = self._copied(sets[i])
+                findings += [dict(f, call=i) for f in self.draw_findings]
+                self.kept_inputs.append(args)
+                inputs += self._spans(tensors_in(args))
                 outs, t_us, covered, call_ops, call_findings = self._judged_call(fn, args, m.get("poison"), own,
                                                                                   require_launch)
+                if seeds is None:
+                    call_findings += self._written_back(args, sets[i], made)
                 times.append(t_us)
                 if not covered:
                     uncovered.append(i)
@@ -522,6 +525,8 @@ class _State:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             return self._kernel_error(exc, paths)
+        if self.gpu and sets is not None:  # the copies back into the parent's sets are done before it reads them
+            self.torch.cuda.synchronize()
         reply = {"times_us": times, "ops": sorted(ops), "findings": findings, "bad": bad, "uncovered": uncovered,
                  "kind": "gpu" if self.gpu else "interpreter"}
         if m.get("buffers") is not None:  # every call's outputs wanted: copied now, as a collect would
@@ -535,20 +540,53 @@ class _State:
         request's sets drawn together, here or in the parent, lie in memory a kernel can reach
         by pointer arithmetic).  The parent draws the same set from the same seed for the calls
         it checks, and compares the inputs as they are after the call with its own draw."""
+        return self._made(lambda: draw_set(self.draw_inputs, self.draw_adversarial, shape, dtype, self.device, seed))
+
+    def _copied(self, sent: tuple) -> tuple[tuple, list]:
+        """The parent's set ``sent`` copied into fresh memory of this process's, right before its
+        call, as a drawn set is made (``own_copy``: a new base tensor of the same strides, at the
+        drawn sets' version counter), and what the copies were made as (``_written_back``)."""
+        args = self._made(lambda: own_copy(sent, self.copy_into))
+        torch = self.torch
+        made = [(tuple(t.shape), tuple(t.stride()), t.dtype, span(t) if numel(t) > 0 else None)
+                for t in tensors_in(args) if type(t) is torch.Tensor]
+        return args, made
+
+    def _made(self, make) -> tuple:
+        """A call's input set from ``make`` (a draw, or a copy of the parent's set), made where no
+        code the kernel left behind may run: a rebound name, a hook, a registration or a Triton
+        launch then is a finding (``draw_findings``)."""
         # the names first: the hooks check below calls a function of torch's Python, looked up by name
         self.draw_findings += self._names_finding(
-            "{names} rebound when the judge drew a call's inputs: the draw would run the kernel's code")
-        self.draw_findings += self._left_behind("the judge's draw of a call's inputs")
+            "{names} rebound when the judge made a call's inputs: the draw or copy would run the kernel's code")
+        self.draw_findings += self._left_behind("the judge's draw or copy of a call's inputs")
         record = self.launches.begin(None)
         try:
-            args = draw_set(self.draw_inputs, self.draw_adversarial, shape, dtype, self.device, seed)
+            args = make()
         finally:
             self.launches.end()
         if record.own or record.foreign:
             self.draw_findings.append({"rule": "monkey-patch", "message": (
-                f"{record.own + record.foreign} Triton launch(es) while the judge drew a call's inputs: code the "
+                f"{record.own + record.foreign} Triton launch(es) while the judge made a call's inputs: code the "
                 "kernel left behind ran outside its call")})
         return args
+
+    def _written_back(self, args: tuple, sent: tuple, made: list) -> list[dict[str, str]]:
+        """Copy the inputs of a call on the parent's set, as they are after it, back over the
+        parent's tensors: the parent checks its own tensors (``modified-input``), and the next
+        call on the same set is copied from what this one left.  A copy whose shape, strides,
+        dtype or memory the kernel changed is not written back: that is a finding of its own."""
+        torch = self.torch
+        copies = [t for t in tensors_in(args) if type(t) is torch.Tensor]
+        parents = tensors_in(sent)
+        now = [(tuple(t.shape), tuple(t.stride()), t.dtype, span(t) if numel(t) > 0 else None) for t in copies]
+        if len(copies) != len(parents) or now != made:
+            return [{"rule": "modified-input", "message": (
+                "the kernel changed an input tensor's shape, strides, dtype or storage (resized it, or set it "
+                "to other memory): the judge could not compare it with the set it sent")}]
+        for dst, src in zip(parents, copies):
+            self.copy_into(dst, src)
+        return []
 
     def _left_behind(self, work: str) -> list[dict[str, str]]:
         """Findings for code of the kernel's that the judge's own ``work`` would run: hooks that
