@@ -3,16 +3,21 @@
 candidate [must not be able] to tell judged calls from timed ones".
 
 Parent-sent sets arrived as the parent's shared-memory tensors on the CPU (CUDA IPC on a GPU):
-``x.is_shared()`` told a correctness call from a timed one, and a kernel could keep its
-NaN/large-value handling for the calls whose values the judge compares
-(tests/attacks/softmax_shared_tells_checked.py).  The worker now copies every parent-sent set
-into fresh memory of its own right before its call, as it draws timed sets, and writes the
-copy back into the parent's tensors after the call (the parent's ``modified-input`` check).
+``x.is_shared()``, the file mapping behind the memory, a storage that cannot be resized and
+the version counter told a correctness call from a timed one, and so did the process around
+the call while the parent's memory was mapped in it (torch's cache of shared storages,
+resident shared memory in /proc/self/status), so a kernel could keep its NaN/large-value
+handling for the calls whose values the judge compares
+(tests/attacks/softmax_shared_tells_checked.py).  The parent now seals each set (stages.seal);
+the worker opens it right before its call, copies it into fresh memory of its own as it makes
+a drawn set, and drops it before the call; the parent's sets and buffers are opened again once
+every call is made (the inputs as the calls left them copied back for ``modified-input``).
 
-The probe here is a kernel file that logs the metadata of its inputs on every call; the parent
-marks each request as parent-sent or worker-drawn in the same log, so the test can compare the
-two kinds call by call.  The static checks are off for it (it reads /proc and writes a log):
-the run-time behaviour is what is tested."""
+The probe here is a kernel file that logs, on every call, the metadata of its inputs and what
+the process shows of the parent's memory; the parent marks each request as parent-sent or
+worker-drawn in the same log, so the test compares the two kinds call by call.  The static
+checks are off for it (it reads /proc and writes a log): the run-time behaviour is what is
+tested."""
 from __future__ import annotations
 
 import json
@@ -77,12 +82,27 @@ def _record(t):
     return rec
 
 
+def _process():
+    """What the process around the call shows: mappings of shared-memory files, resident shared
+    memory, and torch's cache of storages other processes shared with this one."""
+    from torch.multiprocessing import reductions
+
+    with open("/proc/self/maps") as f:
+        shm_files = sum(1 for line in f if " /dev/shm/" in line)
+    with open("/proc/self/status") as f:
+        rss_shmem = [line.split()[1] for line in f if line.startswith("RssShmem:")]
+    cache = dict(reductions.shared_cache)
+    return {{"shm_files": shm_files, "rss_shmem": rss_shmem != ["0"], "shared_cache": len(cache),
+            "shared_cache_live": sum(1 for ref in cache.values() if not ref.expired())}}
+
+
 _probed = kernel_fn
 
 
 def kernel_fn(*args):
+    record = {{"inputs": [_record(a) for a in args if isinstance(a, _torch.Tensor)], "process": _process()}}
     with open(_LOG, "a") as f:
-        f.write(_json.dumps({{"inputs": [_record(a) for a in args if isinstance(a, _torch.Tensor)]}}) + "\\n")
+        f.write(_json.dumps(record) + "\\n")
     return _probed(*args)
 '''
 
@@ -99,25 +119,26 @@ def marked_requests(monkeypatch, log: Path) -> None:
 
     def request(self, message, timeout_s=None):
         if message.get("op") == "call":
-            kind, sets = ("drawn", message["draw"]) if message.get("draw") else ("sent", message["sets"])
+            kind, calls = ("drawn", len(message["draw"])) if message.get("draw") else \
+                ("sent", len(message["sets"]) * message.get("calls", 1))
             with open(log, "a") as f:
-                f.write(json.dumps({"marker": kind, "sets": len(sets)}) + "\n")
+                f.write(json.dumps({"marker": kind, "calls": calls}) + "\n")
         return original(self, message, timeout_s)
 
     monkeypatch.setattr(stages.Judge, "request", request)
 
 
 def records_by_kind(log: Path) -> dict[str, list[dict]]:
-    """The records of the calls, by the kind of request they came in (each with ``sets``: how
-    many sets that request carried)."""
+    """The records of the calls, by the kind of request they came in (each with ``calls``: how
+    many calls that request made)."""
     kinds: dict[str, list[dict]] = defaultdict(list)
-    kind, sets = None, 0
+    kind, calls = None, 0
     for line in log.read_text().splitlines():
         entry = json.loads(line)
         if "marker" in entry:
-            kind, sets = entry["marker"], entry["sets"]
+            kind, calls = entry["marker"], entry["calls"]
         else:
-            kinds[kind].append(dict(entry, sets=sets))
+            kinds[kind].append(dict(entry, calls=calls))
     return kinds
 
 
@@ -126,7 +147,8 @@ def differing(sent: set, drawn: set) -> dict:
     values = {kind: defaultdict(set) for kind in ("sent", "drawn")}
     for kind, records in (("sent", sent), ("drawn", drawn)):
         for record in records:
-            for t in json.loads(record)["inputs"]:
+            record = json.loads(record)
+            for t in record["inputs"] + [record["process"]]:
                 for key, value in t.items():
                     values[kind][key].add(json.dumps(value))
     return {key: (sorted(values["sent"][key]), sorted(values["drawn"][key]))
@@ -154,7 +176,8 @@ def test_a_parent_sent_set_and_a_drawn_one_look_the_same_to_the_kernel(tmp_path,
     for kind_, records in kinds.items():
         for record in records:
             shapes = json.dumps([t["shape"] for t in record["inputs"]])
-            by_shape[shapes][kind_].add(json.dumps({"inputs": record["inputs"]}, sort_keys=True))
+            by_shape[shapes][kind_].add(json.dumps({"inputs": record["inputs"], "process": record["process"]},
+                                                   sort_keys=True))
     compared = [shapes for shapes, seen in by_shape.items() if len(seen) == 2]
     assert len(compared) == 1, dict(by_shape)  # timed calls run at the target shape only
     sent, drawn = by_shape[compared[0]]["sent"], by_shape[compared[0]]["drawn"]
@@ -162,15 +185,28 @@ def test_a_parent_sent_set_and_a_drawn_one_look_the_same_to_the_kernel(tmp_path,
     assert not any(t["is_shared"] for t in json.loads(next(iter(drawn)))["inputs"])
 
 
-def test_the_kernel_that_kept_nan_handling_for_shared_inputs_is_caught():
-    """tests/attacks/softmax_shared_tells_checked.py: exp without the max on every unshared
-    input.  Before: the correctness stages all passed (they saw only shared inputs) and the
-    verdict hung on whether a timed call drew the large-values case.  Now no input is shared:
-    it takes its shortcut on the numerics stage's large values and fails there."""
-    assert static_rules((ATTACKS / "softmax_shared_tells_checked.py").read_text()) == set()
+def _telling(tmp_path: Path, tell: str) -> Path:
+    source = (ATTACKS / "softmax_shared_tells_checked.py").read_text()
+    assert 'TELL = "is_shared"' in source
+    path = tmp_path / "kernel.py"
+    path.write_text(source.replace('TELL = "is_shared"', f"TELL = {tell!r}"))
+    return path
+
+
+@pytest.mark.parametrize("tell", ["is_shared", "shared_cache", "rss_shmem"])
+def test_the_kernel_that_kept_nan_handling_for_the_parents_sets_is_caught(tmp_path, tell):
+    """tests/attacks/softmax_shared_tells_checked.py: exp without the max unless the parent's
+    memory is there (the input is shared; torch's shared-storage cache holds a live entry; the
+    process has resident shared memory).  Before: the correctness stages all passed (each tell
+    answered "checked" on every one of them; the last once the worker had read the parent's
+    pages, as a copy made with the parent's set still mapped did) and the verdict hung on
+    whether a timed call drew the large-values case.  Now every tell answers "timed" on every call: the file takes its
+    shortcut on the numerics stage's large values and fails there.  No static finding."""
+    path = _telling(tmp_path, tell)
+    assert static_rules(path.read_text()) == set()
     with Evaluator("softmax", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=120, baselines=False,
                    timing=False, prestart=False) as ev:
-        result = ev.evaluate(ATTACKS / "softmax_shared_tells_checked.py")
+        result = ev.evaluate(path)
     assert result.verdict == "incorrect" and result.failed_stage == "numerics", result.message
     assert "large" in result.message
 
@@ -223,8 +259,45 @@ def test_the_memory_plan_counts_the_workers_copies_of_the_parents_sets(tmp_path,
     assert result.verdict == "pass", result.message
     history = plan.worker - memory.worker_peak(plan.sizes, 2, 0)
     calls = [c for c in records_by_kind(log)["sent"] if c["inputs"] <= plan.sizes.inputs]
-    assert len(calls) > 10 and max(c["sets"] for c in calls) > 2  # the numerics cases came in one request
-    over = [(c["live"], memory.worker_peak(plan.sizes, c["sets"], history), c["sets"]) for c in calls
-            if c["live"] > memory.worker_peak(plan.sizes, c["sets"], history)]
+    assert len(calls) > 10 and max(c["calls"] for c in calls) > 2  # the numerics cases came in one request
+    over = [(c["live"], memory.worker_peak(plan.sizes, c["calls"], history), c["calls"]) for c in calls
+            if c["live"] > memory.worker_peak(plan.sizes, c["calls"], history)]
     assert not over, over
     assert max(c["live"] for c in calls) > 2 * plan.sizes.inputs  # the copies are there, and counted
+
+
+def test_sets_a_request_never_opened_are_released_in_the_parent(tmp_path):
+    """Each sealed set holds, on the CPU, a descriptor in the parent's resource sharer until the
+    worker opens it (on a GPU: a CUDA IPC block in the parent's limbo).  A kernel that raises
+    ends its request before the later sets and the output buffers are opened: the worker opens
+    and drops them all the same, so nothing stays held in the parent."""
+    from multiprocessing import resource_sharer
+
+    path = tmp_path / "kernel.py"
+    path.write_text("def kernel_fn(x):\n    raise ValueError('no')\n")
+    held = resource_sharer._resource_sharer._cache
+    before = set(held)
+    with Evaluator("softmax", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=120, baselines=False,
+                   timing=False, prestart=False) as ev:
+        result = ev.evaluate(path)
+        assert result.verdict == "incorrect" and "no" in result.message, result.message
+        left = set(held) - before
+        assert not left, f"{len(left)} descriptor(s) still held for the worker"
+
+
+def test_sets_a_killed_worker_never_opened_are_released_in_the_parent(tmp_path):
+    """A kernel that outlasts its deadline on the first call of a request has its worker killed
+    before the request's output buffers (and any later set) are opened: the parent closes the
+    descriptors it held for them (else each kept its shared memory alive for good)."""
+    from multiprocessing import resource_sharer
+
+    path = tmp_path / "kernel.py"
+    path.write_text("import time\n\n\ndef kernel_fn(x):\n    time.sleep(60)\n")
+    held = resource_sharer._resource_sharer._cache
+    before = set(held)
+    with Evaluator("softmax", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=3, baselines=False,
+                   timing=False, prestart=False) as ev:
+        result = ev.evaluate(path)
+        assert result.verdict == "timeout", result.message
+        left = set(held) - before
+        assert not left, f"{len(left)} descriptor(s) still held for the worker"

@@ -241,11 +241,12 @@ class InProcessWorker:
         self.uncovered = False  # report every call as not covered by the GPU spin
 
     def request(self, message, timeout_s):
-        self.ops.append((message["op"], len(message.get("sets") or message.get("draw") or message.get("indices") or [])))
         if message["op"] == "call":
             self.kept, self.kept_inputs = [], []
-            sets = message["sets"] or [self.problem.make_inputs(dict(message["shape"]), message["dtype"], "cpu", seed)
-                                       for seed in message["draw"]]
+            sets = opened_sets(message) or [self.problem.make_inputs(dict(message["shape"]), message["dtype"], "cpu",
+                                                                     seed) for seed in message["draw"]]
+            self.ops.append(("call", len(sets)))
+            self.opened = sets
             for i, args in enumerate(sets):
                 out = self.problem.reference(*args)
                 self.kept.append(torch.zeros_like(out) if i in self.wrong else out)
@@ -253,9 +254,11 @@ class InProcessWorker:
             n = len(sets)
             reply = {"times_us": [1.0] * n, "ops": [], "findings": [], "bad": [None] * n, "tampered": [],
                      "uncovered": list(range(n)) if self.uncovered else []}
-            if message.get("buffers") is not None:  # the outputs come back with the call
-                reply["collected"] = self._copy(range(n), message["buffers"])
+            after = _unseal(message["after"]) if message.get("after") else {"buffers": None}
+            if after["buffers"] is not None:  # the outputs come back with the call
+                reply["collected"] = self._copy(range(n), after["buffers"])
             return reply
+        self.ops.append((message["op"], len(message.get("indices") or [])))
         for index, buffers in zip(message["indices"], message.get("input_buffers") or []):
             for dst, src in zip(buffers, self.kept_inputs[index]):
                 dst.copy_(src)
@@ -266,6 +269,17 @@ class InProcessWorker:
         for index, buffers in zip(indices, buffers_per_call):
             buffers[0].copy_(self.kept[index])
         return {"bad": [None] * len(indices), "tampered": []}
+
+
+def _unseal(blob):
+    from multiprocessing.reduction import ForkingPickler
+
+    return ForkingPickler.loads(blob)
+
+
+def opened_sets(message) -> list:
+    """The parent's sets of a call request, one per call (the worker opens each sealed set)."""
+    return [_unseal(blob) for blob in message.get("sets") or [] for _ in range(message.get("calls") or 1)]
 
 
 def _numerics(problem, worker, budget):
@@ -323,9 +337,10 @@ def test_no_answer_for_a_call_inputs_exists_before_the_call():
     sent = worker.request
 
     def request(message, timeout_s):
+        reply = sent(message, timeout_s)  # (no reference of the judge's runs while the worker answers)
         if message["op"] == "call":
-            events.append(("call", [a[0].clone() for a in message["sets"]]))
-        return sent(message, timeout_s)
+            events.append(("call", [a[0].clone() for a in worker.opened]))
+        return reply
 
     worker.request = request
     judge = stages.Judge(dataclasses.replace(base, reference=reference), "cpu", worker, 10.0, seed=5,
