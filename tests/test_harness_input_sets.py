@@ -27,6 +27,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+import torch
 
 from autokernel.harness import Evaluator, integrity, memory, stages, timing
 from autokernel.problems.registry import KERNELS_DIR
@@ -35,7 +36,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_harness_attacks import ATTACKS  # noqa: E402
 from test_harness_integrity import rules as static_rules  # noqa: E402
 
-pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
+INTERPRETER = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
+GPU = pytest.mark.skipif(not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1",
+                         reason="needs a GPU (without TRITON_INTERPRET)")
 
 PROBE = '''
 
@@ -155,18 +158,28 @@ def differing(sent: set, drawn: set) -> dict:
             for key in set(values["sent"]) | set(values["drawn"]) if values["sent"][key] != values["drawn"][key]}
 
 
-@pytest.mark.parametrize("kind, shape", [("softmax", "8x64"), ("cross_entropy", "16x256"), ("rotary_table", "2x32x64")])
+@pytest.mark.parametrize("kind, shape, device", [
+    pytest.param("softmax", "8x64", "cpu", marks=INTERPRETER),
+    pytest.param("cross_entropy", "16x256", "cpu", marks=INTERPRETER),
+    pytest.param("rotary_table", "2x32x64", "cpu", marks=INTERPRETER),
+    # on a GPU the parent's sets came through CUDA IPC: the probe also records whether each input
+    # lies in the worker's caching-allocator segments, and its 512-byte alignment
+    pytest.param("softmax", "64x1000", "cuda", marks=GPU),
+    pytest.param("cross_entropy", "64x1000", "cuda", marks=GPU),
+])
 def test_a_parent_sent_set_and_a_drawn_one_look_the_same_to_the_kernel(tmp_path, monkeypatch, no_static_checks,
-                                                                       kind, shape):
-    """Before: every parent-sent input was shared (``is_shared()``, a file mapping, a storage
-    that cannot be resized) and at version 1 (or 0: cross_entropy's targets); every drawn one
-    private and at problem_spec.DRAWN_VERSION."""
-    monkeypatch.setattr(timing, "CPU_PLAN", timing.TimingPlan(budget_s=60.0, min_calls=3, max_calls=3))
+                                                                       kind, shape, device):
+    """Before (CPU): every parent-sent input was shared (``is_shared()``, a file mapping, a
+    storage that cannot be resized) and at version 1 (or 0: cross_entropy's targets), and the
+    process held the parent's memory (torch's shared-storage cache, /dev/shm mappings, resident
+    shared memory); every drawn one private and at problem_spec.DRAWN_VERSION, none of that held."""
+    for plan in ("CPU_PLAN", "GPU_PLAN"):
+        monkeypatch.setattr(timing, plan, timing.TimingPlan(budget_s=60.0, min_calls=3, max_calls=3))
     log = tmp_path / "calls.log"
     marked_requests(monkeypatch, log)
     path = tmp_path / "kernel.py"
     path.write_text((KERNELS_DIR / f"{kind}.py").read_text() + PROBE.format(log=str(log)))
-    with Evaluator(kind, device="cpu", shapes=[shape], dtypes=["fp32"], timeout_s=120, baselines=False,
+    with Evaluator(kind, device=device, shapes=[shape], dtypes=["fp32"], timeout_s=120, baselines=False,
                    prestart=False, writable=[tmp_path]) as ev:
         result = ev.evaluate(path)
     assert result.verdict == "pass", result.message
@@ -182,7 +195,8 @@ def test_a_parent_sent_set_and_a_drawn_one_look_the_same_to_the_kernel(tmp_path,
     assert len(compared) == 1, dict(by_shape)  # timed calls run at the target shape only
     sent, drawn = by_shape[compared[0]]["sent"], by_shape[compared[0]]["drawn"]
     assert sent == drawn, differing(sent, drawn)
-    assert not any(t["is_shared"] for t in json.loads(next(iter(drawn)))["inputs"])
+    if device == "cpu":  # (torch calls every CUDA tensor shared)
+        assert not any(t["is_shared"] for t in json.loads(next(iter(drawn)))["inputs"])
 
 
 def _telling(tmp_path: Path, tell: str) -> Path:
@@ -193,6 +207,7 @@ def _telling(tmp_path: Path, tell: str) -> Path:
     return path
 
 
+@INTERPRETER
 @pytest.mark.parametrize("tell", ["is_shared", "shared_cache", "rss_shmem"])
 def test_the_kernel_that_kept_nan_handling_for_the_parents_sets_is_caught(tmp_path, tell):
     """tests/attacks/softmax_shared_tells_checked.py: exp without the max unless the parent's
@@ -242,6 +257,7 @@ def kernel_fn(*args):
 '''
 
 
+@INTERPRETER
 def test_the_memory_plan_counts_the_workers_copies_of_the_parents_sets(tmp_path, monkeypatch, no_static_checks):
     """The worker's copies cost a set's size again for every call of a request.  Measured in the
     worker at the start of every correctness call (live tensor bytes of its own, the copies and
@@ -266,6 +282,7 @@ def test_the_memory_plan_counts_the_workers_copies_of_the_parents_sets(tmp_path,
     assert max(c["live"] for c in calls) > 2 * plan.sizes.inputs  # the copies are there, and counted
 
 
+@INTERPRETER
 def test_sets_a_request_never_opened_are_released_in_the_parent(tmp_path):
     """Each sealed set holds, on the CPU, a descriptor in the parent's resource sharer until the
     worker opens it (on a GPU: a CUDA IPC block in the parent's limbo).  A kernel that raises
@@ -285,6 +302,7 @@ def test_sets_a_request_never_opened_are_released_in_the_parent(tmp_path):
         assert not left, f"{len(left)} descriptor(s) still held for the worker"
 
 
+@INTERPRETER
 def test_sets_a_killed_worker_never_opened_are_released_in_the_parent(tmp_path):
     """A kernel that outlasts its deadline on the first call of a request has its worker killed
     before the request's output buffers (and any later set) are opened: the parent closes the
