@@ -3,7 +3,8 @@
 # judge, kinds and tuner ran in the sixth session, profile in the seventh, fixes, retune, rotary and
 # compile in the eighth (BENCHMARKS.md). Not run yet: ahead; and after the eighth session's changes,
 # fixes again (the judge's later rules on every starter: torch's own threads, uniform draw
-# metadata, the watch's records in closures, the streams; hf:gpt2 with the selection against the
+# metadata, the watch's records in closures, the streams; the ninth's parent-sent sets sealed and
+# copied into the worker's memory, and what that costs; hf:gpt2 with the selection against the
 # model's own time) and compile (verify's second compile with every op handed to inductor):
 #
 #   bash benchmarks/pending_gpu.sh judge  OUT   # the judge's run-time rules on real hardware, its cost, hf:bert
@@ -62,6 +63,9 @@ tuner)
         --rep-ms 10 --out "$out/tuner"
     ;;
 fixes)
+    # the ninth pass: a parent-sent set and a drawn one look the same to a kernel on a GPU too (the
+    # parent's sets came through CUDA IPC: the probe records allocator segments and alignment)
+    step input_sets 200 python -m pytest -q -p no:cacheprovider tests/test_harness_input_sets.py -k cuda
     step judge_smoke 230 python benchmarks/judge_smoke_gpu.py --out "$out/smoke" --budget 200 \
         --kinds attention_rotary,linear_gelu,softmax,matmul,rmsnorm,reduce
     for model in hf:bert hf:gpt2; do

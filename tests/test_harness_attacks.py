@@ -400,8 +400,8 @@ def test_a_torch_nn_class_rebound_for_the_draw_is_caught(monkeypatch):
 
 
 # on inputs the worker drew itself (timed calls: not in shared memory, unlike the judge's own
-# sets) the starter uses its input as scratch space and hides that by resizing it to nothing
-# (``resize_`` is an allowed op)
+# sets, until pass 9) the starter uses its input as scratch space and hides that by resizing it
+# to nothing (``resize_`` is an allowed op)
 RESIZED_INPUT = """
     _honest = kernel_fn
 
@@ -418,11 +418,14 @@ RESIZED_INPUT = """
 def test_an_input_resized_after_use_as_scratch_is_not_a_skipped_check(tmp_path):
     """Fourth red-team pass (passed all six stages and timing): on the inputs the worker drew, the
     kernel wrote into its input and then resized it to nothing; the worker copied an input back
-    only when its shape matched the judge's draw, so the judge compared its draw with itself."""
+    only when its shape matched the judge's draw, so the judge compared its draw with itself.
+    It did so on unshared inputs only; since every input is the worker's own copy (pass 9:
+    tests/test_harness_input_sets.py) it does so on the first call of all, whose copy cannot be
+    written back over the judge's set."""
     with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, baselines=False) as ev:
         result = ev.evaluate(starter_wrapped(tmp_path, RESIZED_INPUT))
     assert result.verdict == "rejected" and "modified-input" in rules(result), result.message
-    assert result.failed_stage == "timing", result.message
+    assert result.failed_stage == "smoke" and "resized it" in result.message, result.message
 
 
 def test_only_registrations_over_operators_the_judge_could_run_count():
@@ -515,11 +518,13 @@ def test_a_name_rebound_for_the_next_draw_is_caught_after_the_call(no_static_che
     worker's next draw runs it, and the add_ it plants on the drawn tensor computes the row sums
     with PyTorch, unwatched and untimed; the next call copies them.  A rebound sorted, which the
     worker calls once a request ends, put both back before the fingerprint was read.  The names
-    are now compared after every call, before the judge's own work."""
+    are now compared after every call, before the judge's own work.  It told timed calls by
+    ``not x.is_shared()``; since every input is the worker's own copy (pass 9) it rebinds on the
+    first call of all, and is caught there."""
     with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=60, baselines=False) as ev:
         result = ev.evaluate(ATTACKS / "reduce_draw_rebinding.py")
     assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
-    assert "torch.randn" in result.message and result.failed_stage == "timing", result.message
+    assert "torch.randn" in result.message and result.failed_stage == "smoke", result.message
 
 
 def test_the_outside_rule_uses_what_it_took_when_armed(monkeypatch):

@@ -55,7 +55,10 @@ def correctness_cases(evaluator: Evaluator) -> int:
 
 
 @pytest.mark.parametrize("kernel,rule,stage", [
-    ("reduce_cached.py", "no-kernel", "smoke"),  # the hit launches nothing: that is what the judge sees first
+    # keyed by the input's data pointer, and every call gets a fresh copy of the judge's set (as timed
+    # calls get fresh draws): it hits where the allocator hands a later call's copy the same memory, and
+    # the hit launches nothing, which is what the judge sees first, in whichever stage that happens
+    ("reduce_cached.py", "no-kernel", None),
     ("reduce_same_storage.py", "cached-output", "smoke"),
     ("reduce_torch_op.py", "torch-op", "smoke"),
     ("reduce_fallback.py", "fallback", "static"),
@@ -68,7 +71,7 @@ def test_integrity_rule_broken_is_rejected(reduce_eval, kernel, rule, stage):
     ev = reduce_eval.evaluate(BAD / kernel)
     assert ev.verdict == "rejected" and not ev.correct
     assert rule in rules(ev), ev.message
-    assert ev.failed_stage == stage
+    assert ev.failed_stage == stage if stage else ev.failed_stage in ("smoke", "sweep", "numerics", "determinism")
     assert ev.timings == [] and ev.score_us is None
 
 

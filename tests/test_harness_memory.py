@@ -61,8 +61,36 @@ def test_timing_sets_fit_the_budget_and_never_default_to_one_that_does_not():
     assert k == 1  # the preferred 8 GiB pool holds less than one set: one at a time
     small = memory.SetSizes(1 * MIB, 1 * MIB, 2 * MIB)
     assert memory.timing_sets(small, 1 << 40, 0, incumbent=False, gpu=True) == memory.MAX_TIMING_SETS
-    budget = memory.timing_fixed(small, 0, True) + 10 * (small.inputs + 2 * small.outputs)
+    # each worker keeps the inputs and outputs of its last request while the other one runs
+    budget = memory.timing_fixed(small, 0, True) + 10 * 2 * (small.inputs + small.outputs)
     assert memory.timing_sets(small, budget, 0, incumbent=True, gpu=True) == 10
+    # sets this process draws and sends: its own set beside each worker's copy
+    assert memory.timing_sets(small, budget, 0, incumbent=True, gpu=True, sent=True) == 8
+
+
+def test_the_workers_copies_count_and_every_built_in_gpu_shape_still_fits_an_h200():
+    """The worker copies each parent-sent set before its call (worker_main ``_State._copied``):
+    a case of two calls costs its inputs twice more, a batched request once more per case.
+    Every built-in problem's GPU shapes at every dtype still fit an H200 (139 GiB; 100 GiB
+    planned here, below its GPU_SAFETY share) with exact snapshots and outputs collected
+    together, sizes overestimated from the bytes each shape moves (inputs and outputs each that
+    much, the reference and the upcast copies twice that) and nine numerics sets waiting."""
+    from autokernel.problems.registry import BUILTIN_KINDS, get_problem
+
+    history = memory.history_bytes(4 << 30, 16, BIG.outputs)
+    without = BIG.outputs * 2 + history + BIG.outputs
+    assert memory.worker_peak(BIG, 2, history) == without + 2 * BIG.inputs
+    assert memory.batch_peak(BIG, 5, history, exact=False) - memory.batch_peak(
+        memory.SetSizes(0, BIG.outputs, BIG.reference, BIG.upcast, BIG.workspace), 5, history, exact=False) \
+        == 5 * 2 * BIG.inputs  # the judge's set and the worker's copy, for each case
+    for kind in BUILTIN_KINDS:
+        problem = get_problem(kind)
+        for shape in problem.shapes_for("cuda"):
+            for dtype in problem.dtypes:
+                moved = int(problem.bytes(shape, dtype))
+                sizes = memory.SetSizes(moved, moved, 2 * moved, 2 * moved, memory.workspace_bytes(1 << 22))
+                p = memory.plan(sizes, 100 << 30, 4 << 30, 16, waiting_sets=9)
+                assert p.fits and p.exact_snapshots and p.together, (kind, shape, dtype, memory.fmt_bytes(p.need))
 
 
 def test_baseline_sets_shrink_with_the_room_left():
@@ -165,8 +193,9 @@ ROWSUM = '''
 # One input set is 512 KiB (64x2048 fp32) and its float64 copy for the reference 1 MiB: the
 # least any judge holds while the reference runs is 1.5 MiB.  Before the plan the parent held
 # 2.5 MiB here (a clone of the inputs, the fresh draw of the cached-output check, every set of
-# a timing request and the first one besides).
-BUDGET = 1_835_008  # 1.75 MiB: too little for clones of the inputs, enough with fingerprints
+# a timing request and the first one besides).  The worker holds its own copy of the set for
+# each of a case's two calls (1 MiB more; before those copies the budget here was 1.75 MiB).
+BUDGET = 2_883_584  # 2.75 MiB: too little for clones of the inputs, enough with fingerprints
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
@@ -212,11 +241,12 @@ class InProcessWorker:
         self.uncovered = False  # report every call as not covered by the GPU spin
 
     def request(self, message, timeout_s):
-        self.ops.append((message["op"], len(message.get("sets") or message.get("draw") or message.get("indices") or [])))
         if message["op"] == "call":
             self.kept, self.kept_inputs = [], []
-            sets = message["sets"] or [self.problem.make_inputs(dict(message["shape"]), message["dtype"], "cpu", seed)
-                                       for seed in message["draw"]]
+            sets = opened_sets(message) or [self.problem.make_inputs(dict(message["shape"]), message["dtype"], "cpu",
+                                                                     seed) for seed in message["draw"]]
+            self.ops.append(("call", len(sets)))
+            self.opened = sets
             for i, args in enumerate(sets):
                 out = self.problem.reference(*args)
                 self.kept.append(torch.zeros_like(out) if i in self.wrong else out)
@@ -224,9 +254,11 @@ class InProcessWorker:
             n = len(sets)
             reply = {"times_us": [1.0] * n, "ops": [], "findings": [], "bad": [None] * n, "tampered": [],
                      "uncovered": list(range(n)) if self.uncovered else []}
-            if message.get("buffers") is not None:  # the outputs come back with the call
-                reply["collected"] = self._copy(range(n), message["buffers"])
+            after = _unseal(message["after"]) if message.get("after") else {"buffers": None}
+            if after["buffers"] is not None:  # the outputs come back with the call
+                reply["collected"] = self._copy(range(n), after["buffers"])
             return reply
+        self.ops.append((message["op"], len(message.get("indices") or [])))
         for index, buffers in zip(message["indices"], message.get("input_buffers") or []):
             for dst, src in zip(buffers, self.kept_inputs[index]):
                 dst.copy_(src)
@@ -237,6 +269,17 @@ class InProcessWorker:
         for index, buffers in zip(indices, buffers_per_call):
             buffers[0].copy_(self.kept[index])
         return {"bad": [None] * len(indices), "tampered": []}
+
+
+def _unseal(blob):
+    from multiprocessing.reduction import ForkingPickler
+
+    return ForkingPickler.loads(blob)
+
+
+def opened_sets(message) -> list:
+    """The parent's sets of a call request, one per call (the worker opens each sealed set)."""
+    return [_unseal(blob) for blob in message.get("sets") or [] for _ in range(message.get("calls") or 1)]
 
 
 def _numerics(problem, worker, budget):
@@ -294,9 +337,10 @@ def test_no_answer_for_a_call_inputs_exists_before_the_call():
     sent = worker.request
 
     def request(message, timeout_s):
+        reply = sent(message, timeout_s)  # (no reference of the judge's runs while the worker answers)
         if message["op"] == "call":
-            events.append(("call", [a[0].clone() for a in message["sets"]]))
-        return sent(message, timeout_s)
+            events.append(("call", [a[0].clone() for a in worker.opened]))
+        return reply
 
     worker.request = request
     judge = stages.Judge(dataclasses.replace(base, reference=reference), "cpu", worker, 10.0, seed=5,

@@ -131,7 +131,7 @@ def _helper(ahead: CompileAhead, index: int, worker: Any, load_message: dict[str
                 return
             worker.request({"op": "call", "slot": "candidate", "shape": dict(shape), "dtype": dtype, "sets": None,
                             "draw": [seed + n], "poison": None, "expected": None, "require_launch": True,
-                            "buffers": None, "keep_inputs": False}, HELPER_TIMEOUT_S)
+                            "buffers": None}, HELPER_TIMEOUT_S)
             ahead.calls[index] += 1
     except Exception:  # noqa: BLE001 - a helper that failed (or was killed) leaves its compiles to the worker
         return

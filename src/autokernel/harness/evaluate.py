@@ -428,7 +428,8 @@ class Evaluator:
         sizes = judge.sizes_of(first)
         del first
         history = judge.history(sizes.outputs)
-        chunk = memory.timing_sets(sizes, judge.budget, history, self._incumbent_timed, judge.gpu)
+        sent = self.spec is None  # a problem the worker cannot load by name: our own draws, sent and copied
+        chunk = memory.timing_sets(sizes, judge.budget, history, self._incumbent_timed, judge.gpu, sent)
         if chunk < 1:
             if self._incumbent_timed:
                 raise _IncumbentFailed(f"not enough memory to time it beside the candidate "
@@ -437,7 +438,8 @@ class Evaluator:
         variants = self._numerics_variants(judge, shape, dtype) if numerics_p > 0 else 0
         if variants:  # the worker draws every variant of the case to take one
             chunk = max(1, chunk - variants)
-        judge.timing_peak = max(judge.timing_peak, memory.timing_peak(sizes, chunk, history, self._incumbent_timed))
+        judge.timing_peak = max(judge.timing_peak, memory.timing_peak(sizes, chunk, history, self._incumbent_timed,
+                                                                      sent))
         tol = self.problem.tolerance(dtype)
         label = f"shape={stages.format_shape(shape)} dtype={stages.dtype_name(dtype)} case=timed"
         while n > 0:
@@ -449,10 +451,8 @@ class Evaluator:
             numerics = {i for i in range(k) if variants and self._rng.random() < numerics_p}
             for i in sorted(numerics):
                 seeds[i] = [seeds[i], self._next_variant(shape, dtype, variants)]
-            # a problem the worker cannot load by name (built in this process): our own draws, shared
-            sets = None if self.spec is not None else [self._draw_set(shape, dtype, seed) for seed in seeds]
-            message = runner.call_message(shape, dtype, sets, meta, slot=slot, draw=None if sets else seeds,
-                                          keep_inputs=True)
+            sets = [self._draw_set(shape, dtype, seed) for seed in seeds] if sent else None
+            message = runner.call_message(shape, dtype, sets, meta, slot=slot, draw=None if sets else seeds)
             runner.sync()
             started = time.perf_counter()
             reply = runner.request(message, self.timeout_s * max(1, math.ceil(k / 4)))
@@ -632,7 +632,8 @@ class Evaluator:
         first = judge.make_case(shape, dtype)
         sizes = judge.sizes_of(first)
         held = workers * (judge.history(sizes.outputs) + memory.timing_sets(
-            sizes, judge.budget, judge.history(sizes.outputs), workers > 1, judge.gpu) * sizes.outputs)
+            sizes, judge.budget, judge.history(sizes.outputs), workers > 1, judge.gpu, self.spec is None)
+            * (sizes.inputs + sizes.outputs))  # each worker keeps its last request's inputs and outputs
         n = memory.baseline_sets(sizes, judge.budget, held, TIMING_SETS)
         if n < 1:
             raise baselines_mod.NoRoom(f"baselines not timed: not enough memory for an input set beside the workers' "

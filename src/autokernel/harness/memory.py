@@ -89,7 +89,8 @@ def case_peak(s: SetSizes, calls: int, history: int, exact: bool, together: bool
 
     Parent: inputs, their pristine snapshot, the reference, the collected output buffers (all
     calls' when ``together``, else one plus the first output kept for the determinism check)
-    and the compare workspace; plus the worker's share (``worker_peak``)."""
+    and the compare workspace; plus the worker's share (``worker_peak``: its copy of the set
+    for every call among it)."""
     snapshot = s.inputs if exact else 0
     if together:
         buffers = calls * s.outputs
@@ -100,9 +101,11 @@ def case_peak(s: SetSizes, calls: int, history: int, exact: bool, together: bool
 
 
 def worker_peak(s: SetSizes, calls: int, history: int) -> int:
-    """A worker's share: every call's outputs kept until the next request, its history, and one
-    output's worth of the kernel's own temporaries."""
-    return calls * s.outputs + history + s.outputs
+    """A worker's share: every call's inputs and outputs kept until the next request (the
+    worker copies the parent's set into memory of its own before each call, as it draws timed
+    sets: worker_main ``_State._copied``), its history, and one output's worth of the
+    kernel's own temporaries."""
+    return calls * (s.inputs + s.outputs) + history + s.outputs
 
 
 def smoke_peak(s: SetSizes, history: int, exact: bool, together: bool) -> int:
@@ -114,8 +117,9 @@ def smoke_peak(s: SetSizes, history: int, exact: bool, together: bool) -> int:
 
 def batch_peak(s: SetSizes, n: int, history: int, exact: bool) -> int:
     """``n`` one-call cases of one shape in one request: each with its inputs, snapshot,
-    reference and collected outputs in the judge and its kept outputs in the worker."""
-    per_case = s.inputs + (s.inputs if exact else 0) + s.reference + 2 * s.outputs
+    reference and collected outputs in the judge and its kept copy of the inputs and kept
+    outputs in the worker."""
+    per_case = 2 * s.inputs + (s.inputs if exact else 0) + s.reference + 2 * s.outputs
     return n * per_case + s.upcast + s.reference + s.workspace + history + s.outputs
 
 
@@ -126,21 +130,24 @@ def timing_fixed(s: SetSizes, history: int, incumbent: bool) -> int:
     return s.upcast + 2 * s.reference + s.outputs + s.workspace + workers
 
 
-def timing_set_bytes(s: SetSizes, incumbent: bool) -> int:
-    """One timing set: its inputs and the outputs kept for it (by each worker timed)."""
-    return s.inputs + (2 if incumbent else 1) * s.outputs
+def timing_set_bytes(s: SetSizes, incumbent: bool, sent: bool = False) -> int:
+    """One timing set: the inputs and outputs each worker timed keeps for it until its next
+    request (the incumbent's worker keeps its own while the candidate's request runs, and the
+    other way round), and with ``sent`` (sets this process draws and sends: a problem the
+    worker cannot load by name) this process's own set too, which the worker copies."""
+    return (2 if incumbent else 1) * (s.inputs + s.outputs) + (s.inputs if sent else 0)
 
 
-def timing_peak(s: SetSizes, sets: int, history: int, incumbent: bool) -> int:
+def timing_peak(s: SetSizes, sets: int, history: int, incumbent: bool, sent: bool = False) -> int:
     """What a timing request of ``sets`` input sets holds at once (judge and workers)."""
-    return timing_fixed(s, history, incumbent) + sets * timing_set_bytes(s, incumbent)
+    return timing_fixed(s, history, incumbent) + sets * timing_set_bytes(s, incumbent, sent)
 
 
-def timing_sets(s: SetSizes, budget: int, history: int, incumbent: bool, gpu: bool) -> int:
+def timing_sets(s: SetSizes, budget: int, history: int, incumbent: bool, gpu: bool, sent: bool = False) -> int:
     """Input sets one timing request may carry (each used once): as many as the preferred pool
     holds, no more than the budget allows once a set's inputs and the kept outputs are counted
-    (the incumbent's worker keeps its own); 0 when not even one fits."""
-    per_set = timing_set_bytes(s, incumbent)
+    (``timing_set_bytes``); 0 when not even one fits."""
+    per_set = timing_set_bytes(s, incumbent, sent)
     room = budget - timing_fixed(s, history, incumbent)
     fit = room // max(1, per_set) if room > 0 else 0
     preferred = TIMING_POOL_BYTES["gpu" if gpu else "cpu"] // max(1, s.inputs + s.outputs)

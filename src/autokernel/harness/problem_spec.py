@@ -40,7 +40,7 @@ def draw_set(make_inputs: Any, adversarial_inputs: Any, shape: dict, dtype: Any,
     return uniform_metadata(tuple(make_inputs(dict(shape), dtype, device, int(seed))))
 
 
-DRAWN_VERSION = 1 << 20  # the version counter of every drawn input tensor, whatever drew it
+DRAWN_VERSION = 1 << 20  # the version counter of every input tensor a kernel is handed, whatever made it
 
 
 def uniform_metadata(args: tuple) -> tuple:
@@ -48,23 +48,73 @@ def uniform_metadata(args: tuple) -> tuple:
     A regular draw (``randn`` then ``add_``) is a base tensor at version 1; numerics cases were at
     version 0 or 2, or views (a ``reshape``), and a kernel that read ``_version`` and ``_base``
     dropped its NaN handling on the regular timed draws only (tests/attacks/
-    reduce_pass8_numerics_draw_told_apart.py).  Each view becomes a base tensor of the same
-    strides and values; every tensor gets the same version counter."""
+    reduce_pass8_numerics_draw_told_apart.py).  Every tensor that is not already what
+    ``fresh_tensor`` makes (a view, a storage offset or spare bytes in its storage, shared memory)
+    becomes one; every tensor gets the same version counter."""
     import torch
 
     out = []
     for a in args:
         if isinstance(a, torch.Tensor):
-            if a._base is not None:
-                try:
-                    base = torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device)
-                    base.copy_(a)
-                except RuntimeError:  # an overlapping view (an expand: stride 0) cannot be written: dense
-                    base = a.clone(memory_format=torch.contiguous_format)
-                a = base
+            if not _fresh_already(a):
+                a = fresh_tensor(a, torch._C.TensorBase.copy_)
             _set_version(a)
+        elif type(a) in (tuple, list):
+            a = type(a)(uniform_metadata(tuple(a)))
         out.append(a)
     return tuple(out)
+
+
+def own_copy(args: tuple, copy) -> tuple:
+    """The worker's own copy of an input set its parent sent (shared memory on the CPU, CUDA IPC
+    on a GPU): every tensor copied (with ``copy``, the judge's ``copy_``) into a fresh allocation of
+    the worker's, exactly as ``uniform_metadata`` leaves a tensor the worker drew itself.  A
+    kernel told the parent's sets from the worker's draws by ``is_shared()``, by the file
+    mapping behind the memory, by a storage that cannot be resized and by the version counter
+    (tests/attacks/softmax_shared_tells_checked.py)."""
+    import torch
+
+    out = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            a = fresh_tensor(a, copy)
+            _set_version(a)
+        elif type(a) in (tuple, list):
+            a = type(a)(own_copy(tuple(a), copy))
+        out.append(a)
+    return tuple(out)
+
+
+def fresh_tensor(a: Any, copy) -> Any:
+    """A new base tensor of ``a``'s sizes, strides (dense ones where ``a``'s overlap: an expand),
+    dtype, device and ``requires_grad``, allocated here, at storage offset 0 with no spare bytes,
+    holding ``a``'s values (written with ``copy``)."""
+    import torch
+
+    with torch.no_grad():
+        try:
+            base = torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device)
+            copy(base, a)
+        except RuntimeError:  # overlapping strides (stride 0) cannot be written: dense
+            base = torch.empty(a.size(), dtype=a.dtype, device=a.device)
+            copy(base, a)
+    if a.requires_grad:
+        base.requires_grad_(True)
+    return base
+
+
+def _fresh_already(a: Any) -> bool:
+    """Is ``a`` what ``fresh_tensor`` would make of it: a base tensor at storage offset 0 whose
+    elements do not overlap, its storage exactly their span, private?"""
+    if a._base is not None or a.storage_offset() != 0 or a.is_shared():
+        return False
+    extent = 1
+    for n, st in sorted(((n, st) for n, st in zip(a.size(), a.stride()) if n > 1), key=lambda d: d[1]):
+        if st < extent:  # overlapping (an expand's stride 0)
+            return False
+        extent = st * n
+    span = 0 if a.numel() == 0 else 1 + sum((n - 1) * st for n, st in zip(a.size(), a.stride()))
+    return a.untyped_storage().nbytes() == span * a.element_size()
 
 
 def _set_version(tensor: Any) -> None:

@@ -5,7 +5,9 @@ Stages, in order, stopping at the first failure:
 ``smoke``        the smallest target shape at the first dtype; then the *cached-output* check:
                  new values are written into the very same input tensors and the kernel is
                  called again — its output must follow the new reference and must not reuse
-                 the storage of the first output;
+                 the storage of the first output (the kernel gets a fresh copy of the set on
+                 every call, as timed calls get fresh draws: a result kept by the input's data
+                 pointer comes back where the allocator hands the same memory out again);
 ``sweep``        every target shape x every dtype (the smoke case excepted);
 ``numerics``     ``problem.adversarial_inputs`` at every target shape x every dtype (passes with
                  a note when the problem has none): a kernel picks its code path by size, so
@@ -126,6 +128,41 @@ class StageTally:
         return StageResult(self.name, passed, message, worst, self.worst_case, round(time.perf_counter() - self.started, 4))
 
 
+def seal(value: Any, held: list | None = None) -> bytes:
+    """``value`` pickled as a request to the worker is (tensors shared: shared memory on the CPU,
+    CUDA IPC on a GPU), as bytes the worker unpickles when it chooses: their memory is mapped in
+    the worker only from then until it drops them.  On the CPU each storage's descriptor waits in
+    this process's resource sharer until the worker asks for it; ``held`` gets their keys
+    (``release_unopened``)."""
+    from multiprocessing.reduction import ForkingPickler
+
+    waiting = _waiting_descriptors()
+    before = set(waiting)
+    blob = bytes(ForkingPickler.dumps(value))
+    if held is not None:
+        held.extend(key for key in waiting if key not in before)
+    return blob
+
+
+def _waiting_descriptors() -> dict:
+    """The descriptors this process's multiprocessing resource sharer holds for other processes
+    (its registry: no public name; empty where there is none)."""
+    from multiprocessing import resource_sharer
+
+    return getattr(getattr(resource_sharer, "_resource_sharer", None), "_cache", {})
+
+
+def release_unopened(held: list) -> None:
+    """Close the descriptors of sealed sets a worker never opened (it was killed or died
+    mid-request): each would keep its shared memory alive in this process for good."""
+    waiting = _waiting_descriptors()
+    for key in held:
+        entry = waiting.pop(key, None)
+        if entry is not None:
+            entry[1]()  # the registration's close
+    held.clear()
+
+
 def tensors_of(args: Any) -> list[torch.Tensor]:
     if isinstance(args, torch.Tensor):
         return [args]
@@ -181,6 +218,7 @@ class Judge:
         self.release_each_case = False
         self.timing_peak = 0  # the largest timing request planned so far (memory.timing_peak)
         self.numerics_variants: dict[tuple, int] = {}  # (shape text, dtype) -> numerics cases drawn there
+        self.sealed: list = []  # descriptors of the sets sealed for the next request (``seal``)
 
     # ------------------------------------------------------------ inputs and references
     def next_seed(self) -> int:
@@ -295,7 +333,10 @@ class Judge:
     # ------------------------------------------------------------ worker requests
     def request(self, message: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
         self.sync()
-        reply = self.worker.request(message, self.timeout_s if timeout_s is None else timeout_s)
+        try:
+            reply = self.worker.request(message, self.timeout_s if timeout_s is None else timeout_s)
+        finally:  # a set the worker opened is no longer held; one it never will (it died, or an answer the
+            release_unopened(self.sealed)  # kernel forged came first) would be held for good
         if reply.get("tampered"):
             raise Rejection("monkey-patch", "the kernel replaced " + ", ".join(map(str, reply["tampered"])))
         if reply.get("cuda_fault"):
@@ -379,9 +420,8 @@ class Judge:
         meta = meta if meta is not None else self.meta(cases[0])
         n = len(cases) * calls
         buffers = self.output_buffers(n, meta) if collect else None
-        sets = [c.args for c in cases for _ in range(calls)]
-        reply = self.request(self.call_message(shape, dtype, sets, meta, poison, buffers=buffers))
-        del sets
+        reply = self.request(self.call_message(shape, dtype, [c.args for c in cases], meta, poison, buffers=buffers,
+                                               calls=calls))
         for case, snap in zip(cases, pristine):
             self.check_inputs(case.args, snap, case.label)
         together = cases[0].label if len(cases) == 1 else \
@@ -463,17 +503,27 @@ class Judge:
 
     def call_message(self, shape: Shape, dtype: torch.dtype, sets: list | None, meta: compare.OutputMeta,
                      poison: float | None = NAN_POISON, slot: str = "candidate",
-                     buffers: list | None = None, draw: list[int] | None = None,
-                     keep_inputs: bool = False) -> dict[str, Any]:
-        """The one request every kernel call goes through, judged or timed alike: on ``sets``
-        of this process's, or on sets the worker draws from the seeds ``draw``, each right
-        before its call (``buffers``: this process's buffers for every call's outputs, filled
-        once all the calls are made; ``keep_inputs``: the worker keeps ``sets`` for a collect
-        of their inputs, as it keeps the sets it draws)."""
-        return {"op": "call", "slot": slot, "shape": shape, "dtype": dtype, "sets": sets, "draw": draw,
-                "poison": poison, "expected": [(list(sh), str(dt)) for sh, dt in zip(meta.shapes, meta.dtypes)],
-                "require_launch": self.problem.forbidden_ops is None, "buffers": buffers,
-                "keep_inputs": keep_inputs}
+                     buffers: list | None = None, draw: list[int] | None = None, calls: int = 1) -> dict[str, Any]:
+        """The one request every kernel call goes through, judged or timed alike: ``calls``
+        calls on each of ``sets`` of this process's, or one call on each set the worker draws
+        from the seeds ``draw``, right before its call (``buffers``: this process's buffers for
+        every call's outputs, filled once all the calls are made).
+
+        Nothing of this process's memory is mapped in the worker while a call runs, whichever
+        kind of request it is (tests/test_harness_input_sets.py): each set and the buffers
+        travel sealed (``seal``), and the worker opens a set right before its first call, copies
+        it into memory of its own and closes it (the kernel gets the copy, as it gets a set
+        the worker drew), and opens the buffers and our sets again once every call is made, to
+        copy the outputs and the inputs as the calls left them into them."""
+        message = {"op": "call", "slot": slot, "shape": shape, "dtype": dtype, "draw": draw, "poison": poison,
+                   "expected": [(list(sh), str(dt)) for sh, dt in zip(meta.shapes, meta.dtypes)],
+                   "require_launch": self.problem.forbidden_ops is None, "sets": None, "calls": calls, "after": None}
+        if sets is not None:
+            message["sets"] = [seal(args, self.sealed) for args in sets]
+        if sets is not None or buffers is not None:
+            message["after"] = seal({"buffers": buffers, "inputs": [tensors_of(args) for args in sets or []]},
+                                    self.sealed)
+        return message
 
     def check_call(self, reply: dict[str, Any], label: str) -> None:
         """The worker's per-call findings (aliasing, threads, launches, the watch) and the

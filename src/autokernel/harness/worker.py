@@ -11,7 +11,9 @@ waits for each answer with a deadline.  No answer by the deadline: the process i
 with the exit signal.
 
 Requests go parent -> worker as pickles (the worker unpickles what the judge made: input
-tensors in shared memory / CUDA IPC, and the parent's own output buffers).  Answers go worker
+tensors in shared memory / CUDA IPC, and the parent's own output buffers; in a ``call`` these
+come sealed, pickled again as bytes the worker opens only around its copies, so that none of
+the parent's memory is mapped in the worker while a call runs).  Answers go worker
 -> parent as plain data only (transport.py): the parent decodes them with an unpickler that
 refuses every global, so nothing the candidate made can come alive in the judge.  Output
 values come back by the worker copying them into the parent's buffers.
@@ -34,21 +36,26 @@ digest of the baseline's names as they are now (integrity.FingerprintWatch), and
 current fingerprint when that differs; the parent compares.  Requests:
 
 ``load``     execute a kernel file's text as a fresh module;
-``call``     call the kernel once on every input set given (fresh sets, each used once) —
-             the parent's ``sets``, or for timed calls sets the worker draws itself from the
+``call``     call the kernel ``calls`` times on every input set given — the parent's ``sets``
+             (sealed: each opened right before its first call, copied into fresh memory of the
+             worker's and dropped, a later call on it getting a copy of what the call before
+             it left; ``after``, the parent's buffers and sets, opened once every call is made,
+             when each set as its calls left it is copied back over the parent's), or, once
+             each, for timed calls sets the worker draws itself from the
              parent's ``draw`` seeds with the problem's ``make_inputs`` (taken when the problem
              was loaded, before any kernel), each right before its own call, so that no call
-             can reach a later call's inputs (``_draw``; a Triton launch during a draw is
-             tampering) —
+             can reach a later call's inputs (``_draw``; a Triton launch during a draw or copy is
+             tampering): either way the kernel gets tensors the worker just made, and nothing
+             tells one kind from the other —
              every call judged the same way (``_judged_call``): under the ``KernelWatch``
              dispatch mode (records aten ops, poisons fresh floating allocations), timed
              (CUDA events with an L2 flush on a GPU, the wall clock in the interpreter), its
              Triton launches counted, its threads counted, and its outputs checked (plain
              tensors of the declared dtype/shape/device, allocated during the call under the
              watch, aliasing no input and no output still held, written by a Triton kernel of
-             the file's own).  The outputs are kept until the next ``call``: which calls get
-             their values compared is decided by the parent afterwards.  A ``call`` that
-             brings ``buffers`` (one list per call: correctness cases, the warm-up) has every
+             the file's own).  The outputs and inputs are kept until the next ``call``: which
+             calls get their values compared is decided by the parent afterwards.  A ``call``
+             whose ``after`` brings ``buffers`` (one list per call: correctness cases) has every
              call's outputs copied into them once all its calls are made, as ``collect``
              would (``collected`` in the answer);
 ``collect``  copy the kept outputs of the calls the parent names into the parent's buffers

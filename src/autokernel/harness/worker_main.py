@@ -17,7 +17,7 @@ from .memory import HISTORY_BYTES, HISTORY_CALLS
 from .hooks import changed_hooks, outside_hooks
 from .output_checks import (check_outputs, digest_sums, digest_values, numel, output_digest, planted, span,
                             take_accessors, tensors_in)
-from .problem_spec import draw_set, load_problem
+from .problem_spec import draw_set, load_problem, own_copy
 from .watch import make_watch_class, records_reader
 from .worker_errors import describe_error, is_cuda_fault
 
@@ -180,6 +180,9 @@ class _State:
         self.record_event = (getattr(torch._C._CudaEventBase, "record", None) or torch.cuda.Event.record) \
             if self.gpu else None
         self.copy_into = torch._C.TensorBase.copy_
+        from torch.multiprocessing import reductions
+
+        self.shared_cache = reductions.shared_cache  # torch's cache of storages other processes shared with us
         take_accessors()  # the checks' numel, storage spans, detach: C functions, never the tensor's own
         self.tensor_guard = integrity.TensorClassGuard()
         self.starts = launches.install_start_counters()
@@ -348,6 +351,7 @@ class _State:
         if freed:  # no finalizer without garbage
             found += self._names_finding("a finalizer of the kernel's left {names} rebound when the judge collected "
                                          "garbage: the judge's own work would run its code")
+        self._forget_shared()  # what the parent shared is released by now
         return found
 
     def _release(self, objects: list, what: str) -> list[dict[str, str]]:
@@ -473,38 +477,59 @@ class _State:
         return spans
 
     def call(self, m: dict[str, Any]) -> dict[str, Any]:
-        """The kernel called once on each input set: the parent's ``sets`` (shared with this
-        process), or, for timed calls, sets this process draws itself from the parent's
-        ``draw`` seeds, each one right before its own call (``_draw``)."""
+        """The kernel called ``calls`` times on each of the parent's ``sets``, or once on each
+        set this process draws itself from the parent's ``draw`` seeds (timed calls), each one
+        right before its own call (``_draw``).  The parent's sets come sealed (stages.seal):
+        each is opened right before its first call, copied into memory of this process's and
+        closed again (``_copied``; a later call on the same set gets a copy of what the call
+        before it left), and the parent's output buffers and its own sets are opened only once
+        every call is made (``_after_calls``).  So while a call runs the kernel holds tensors
+        this process just made, and none of the parent's memory is mapped here, whichever kind
+        of request it is: nothing tells a parent's set from a drawn one."""
         slot = m.get("slot", "candidate")
         paths = [self.paths.get(slot, "")]
         retired = self._retire_kept()
-        sets = m.get("sets")
+        sealed = list(m.get("sets") or [])
+        after = m.get("after")
+        calls = max(1, int(m.get("calls") or 1))
         seeds = m.get("draw")
+        count = len(seeds) if seeds is not None else len(sealed) * calls
         expected = m.get("expected")  # [(shape, dtype name)] per output, or None
         module = self.slots.get(slot)
         own = module.__dict__ if module is not None else None
         require_launch = bool(m.get("require_launch", True))
-        inputs = self._spans([t for args in sets for t in tensors_in(args)]) if sets is not None else []
+        inputs: list = []
         times, ops, findings, bad = [], set(), retired, []
         uncovered = []
+        latest: dict[int, tuple] = {}  # each parent set as the last call on it left it
+        intact = [True] * len(sealed)  # no call changed the set's shapes, strides or memory
+        completed = False
         try:
             if seeds is not None and self.draw_inputs is None:
                 return {"error": "harness worker error: a draw request before any problem was loaded", "internal": True}
             fn = self.kernel(slot, m["shape"], m["dtype"])
-            for i in range(len(seeds) if seeds is not None else len(sets)):
+            for i in range(count):
+                self.draw_findings = []
                 if seeds is not None:
-                    self.draw_findings = []
                     args = self._draw(m["shape"], m["dtype"], seeds[i])
-                    findings += [dict(f, call=i) for f in self.draw_findings]
-                    self.kept_inputs.append(args)
-                    inputs += self._spans(tensors_in(args))
                 else:
-                    args = sets[i]
-                    if m.get("keep_inputs"):  # timed calls on the parent's sets: their inputs may be collected
-                        self.kept_inputs.append(args)
+                    which = i // calls
+                    source = latest.get(which)
+                    if source is None:
+                        source, sealed[which] = sealed[which], None
+                    args, made = self._copied(source)
+                    latest[which] = args
+                    del source
+                findings += [dict(f, call=i) for f in self.draw_findings]
+                self.kept_inputs.append(args)
+                inputs += self._spans(tensors_in(args))
                 outs, timing, call_ops, call_findings = self._judged_call(fn, args, m.get("poison"), own,
                                                                            require_launch)
+                if seeds is None and self._metadata(args) != made:
+                    intact[i // calls] = False
+                    call_findings.append({"rule": "modified-input", "message": (
+                        "the kernel changed an input tensor's shape, strides, dtype or storage (resized it, or set it "
+                        "to other memory): the judge could not compare it with the set it sent")})
                 ops |= call_ops
                 findings += [dict(f, call=i) for f in call_findings]
                 problem = check_outputs(outs, expected, self.device) if expected is not None else None
@@ -528,16 +553,68 @@ class _State:
                 # after every call, not only at the request's end: with the collector off, cyclic
                 # garbage holding a call's tensors would pile up over a timing request's calls
                 findings += [dict(f, call=i) for f in self._collect_garbage()]
+            completed = True
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             return self._kernel_error(exc, paths)
+        finally:  # what was never opened keeps the parent's memory (and, on the CPU, a descriptor) held for us
+            unopened = [b for b in sealed if b is not None] + ([] if completed or after is None else [after])
+            if unopened:
+                self._drop_sealed(unopened)
         reply = {"times_us": times, "ops": sorted(ops), "findings": findings, "bad": bad, "uncovered": uncovered,
                  "kind": "gpu" if self.gpu else "interpreter"}
-        if m.get("buffers") is not None:  # every call's outputs wanted: copied now, as a collect would
-            count = len(seeds) if seeds is not None else len(sets)
-            reply["collected"] = self.collect({"indices": list(range(count)), "buffers": m["buffers"]})
+        if after is not None:
+            done = self._after_calls(after, [latest.get(k) for k in range(len(intact))], intact, count)
+            findings += done.pop("findings", [])
+            reply.update(done)
         return reply
+
+    def _after_calls(self, after: bytes, latest: list, intact: list[bool], count: int) -> dict[str, Any]:
+        """Once every call of the request is made: open the parent's sealed output buffers and
+        sets, copy every call's outputs into the buffers (``collected``, as a collect would)
+        and each set as its calls left it over the parent's set, which the parent compares with
+        its snapshot (``modified-input``)."""
+        opened = _unpickle_request(after)
+        reply: dict[str, Any] = {}
+        left = self._left_behind("the judge's copies into the parent's sets")
+        if left:  # before any copy: the copies would run the kernel's code
+            reply["findings"] = left
+        else:
+            for dst_set, src_set, whole in zip(opened["inputs"], latest, intact):
+                if whole and src_set is not None:
+                    for dst, src in zip(dst_set, tensors_in(src_set)):
+                        self.copy_into(dst, src)
+        if opened["buffers"] is not None:
+            reply["collected"] = self.collect({"indices": list(range(count)), "buffers": opened["buffers"]})
+        elif self.gpu:  # the copies into the parent's sets are done before it reads them
+            self.torch.cuda.synchronize()
+        return reply
+
+    def _drop_sealed(self, sealed: list) -> None:
+        """Open and drop sealed sets no call used (a request that ended early): the parent's
+        memory is held for us until we open it (a CUDA IPC block stays in the parent's limbo,
+        a CPU set's descriptor stays open in the parent's resource sharer)."""
+        for blob in sealed:
+            try:
+                _unpickle_request(blob)
+            except Exception:  # noqa: BLE001 - nothing more to release
+                pass
+        self._forget_shared()
+
+    def _forget_shared(self) -> None:
+        """Empty torch's cache of the storages other processes shared with this one: its entries
+        outlive the parent's sets and buffers (weak references, purged only past 128 entries),
+        and a kernel that counted the live ones told a request that brought the parent's sets
+        from one that drew its own.  Called once nothing the parent shared is held here."""
+        if self.shared_cache:
+            dict.clear(self.shared_cache)
+
+    def _metadata(self, args: tuple) -> list:
+        """What each tensor of a set is made as: shape, strides, dtype and memory range."""
+        torch = self.torch
+        return [(tuple(t.shape), tuple(t.stride()), t.dtype, span(t) if numel(t) > 0 else None)
+                for t in tensors_in(args) if type(t) is torch.Tensor]
 
     def _draw(self, shape: dict, dtype, seed: int) -> tuple:
         """One input set of the problem for ``seed``, drawn here and now: until its call comes,
@@ -545,18 +622,42 @@ class _State:
         request's sets drawn together, here or in the parent, lie in memory a kernel can reach
         by pointer arithmetic).  The parent draws the same set from the same seed for the calls
         it checks, and compares the inputs as they are after the call with its own draw."""
+        return self._made(lambda: draw_set(self.draw_inputs, self.draw_adversarial, shape, dtype, self.device, seed))
+
+    def _copied(self, source: Any) -> tuple[tuple, list]:
+        """A set for the next call, copied into fresh memory of this process's right before it,
+        as a drawn set is made (``own_copy``: a new base tensor of the same strides, at the drawn
+        sets' version counter), and what its tensors were made as.  ``source``: the parent's
+        sealed set (opened, copied and dropped here: its memory is no longer mapped when the
+        call runs), or the set as the previous call on it left it."""
+        def make():
+            sent = _unpickle_request(source) if isinstance(source, bytes) else source
+            args = own_copy(sent, self.copy_into)
+            if self.gpu and sent is not source:  # the copy has read the parent's memory before it is closed
+                self.torch.cuda.synchronize()
+            return args
+
+        args = self._made(make)
+        if isinstance(source, bytes):
+            self._forget_shared()
+        return args, self._metadata(args)
+
+    def _made(self, make) -> tuple:
+        """A call's input set from ``make`` (a draw, or a copy of the parent's set), made where no
+        code the kernel left behind may run: a rebound name, a hook, a registration or a Triton
+        launch then is a finding (``draw_findings``)."""
         # the names first: the hooks check below calls a function of torch's Python, looked up by name
         self.draw_findings += self._names_finding(
-            "{names} rebound when the judge drew a call's inputs: the draw would run the kernel's code")
-        self.draw_findings += self._left_behind("the judge's draw of a call's inputs")
+            "{names} rebound when the judge made a call's inputs: the draw or copy would run the kernel's code")
+        self.draw_findings += self._left_behind("the judge's draw or copy of a call's inputs")
         record = self.launches.begin(None)
         try:
-            args = draw_set(self.draw_inputs, self.draw_adversarial, shape, dtype, self.device, seed)
+            args = make()
         finally:
             self.launches.end()
         if record.own or record.foreign:
             self.draw_findings.append({"rule": "monkey-patch", "message": (
-                f"{record.own + record.foreign} Triton launch(es) while the judge drew a call's inputs: code the "
+                f"{record.own + record.foreign} Triton launch(es) while the judge made a call's inputs: code the "
                 "kernel left behind ran outside its call")})
         return args
 
