@@ -23,6 +23,8 @@
 #   bash benchmarks/pending_gpu.sh rotary OUT   # the tuner against the full rotary sweep, --budget 5m
 #   bash benchmarks/pending_gpu.sh llama OUT    # the LLaMA example: verify's second compile (auto), and a profile
 #                                               # by kernel class against torch.compile's
+#   bash benchmarks/pending_gpu.sh cost OUT     # the ninth session's judge: false positives, a warm evaluation's
+#                                               # cost, the loop against the old judge (rmsnorm), host time a call
 #   bash benchmarks/pending_gpu.sh loopcost OUT # the loop's experiments per hour against the old judge (4d4b81e),
 #                                               # side by side in one call (issue 9's cost goal)
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
@@ -31,8 +33,8 @@
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama OUT}
-out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama OUT}
+part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost OUT}
+out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost OUT}
 mkdir -p "$out"
 export PYTHONPATH=src
 
@@ -44,6 +46,13 @@ step() {
     local code=$?
     echo "== $name: exit $code after $((SECONDS - started)) s (limit $limit s)"
     tail -n 30 "$out/$name.log"
+}
+
+loop_pair() {  # one `optimize` of kind $1 for budget $2 with this tree, then with the old judge's (.old4d4b81e)
+    test -d .old4d4b81e/src || { echo "no .old4d4b81e/src: git archive 4d4b81e src benchmarks | tar -x -C .old4d4b81e" >&2; return 2; }
+    step "loop_new_$1" 200 python benchmarks/gpu_suite.py loop --budget "$2" --kinds "$1" --out "$out/new"
+    step "loop_old_$1" 200 bash -c "cd .old4d4b81e && PYTHONPATH=src python benchmarks/gpu_suite.py loop \
+        --budget $2 --kinds $1 --out $out/old"
 }
 
 case "$part" in
@@ -95,14 +104,23 @@ llama)  # issue 11: verify's automatic second compile on the LLaMA example, and 
         --models llama --under-compile auto --max-minutes 2.5
     step llama_profile 250 python benchmarks/model_profile_gpu.py --out "$out/profile" --models llama --compiled
     ;;
+cost)  # issue 9 after the ninth session's judge changes (one host sync a judged call, the one-pass names check,
+    # sealed input sets copied into the worker, the loop's early timing): false positives, the cost of a warm
+    # evaluation, the loop against the old judge (rmsnorm; needs .old4d4b81e, as loopcost), the worker's host
+    # time a call
+    step input_sets 100 python -m pytest -q -p no:cacheprovider tests/test_harness_input_sets.py -k cuda
+    step judge_smoke 150 python benchmarks/judge_smoke_gpu.py --out "$out/smoke" --budget 130 \
+        --kinds softmax,rmsnorm,reduce,linear_gelu,matmul
+    step timing 110 python benchmarks/timing_gpu.py --out "$out/timing" --kinds softmax,rmsnorm --repeats 2
+    loop_pair rmsnorm 75s
+    python benchmarks/loop_cost_table.py "$out/old" "$out/new"
+    step call_cost 60 python benchmarks/judge_call_cost.py --device cuda --kinds rmsnorm,softmax --requests 4 --calls 30
+    ;;
 loopcost)  # issue 9: the loop's experiments per hour, this tree and the old judge's (4d4b81e) in one call;
     # the old tree travels in .old4d4b81e (mkdir .old4d4b81e && git archive 4d4b81e src benchmarks | tar -x -C .old4d4b81e,
     # excluded from git and named in the device call's carry)
-    test -d .old4d4b81e/src || { echo "no .old4d4b81e/src: git archive 4d4b81e src benchmarks | tar -x -C .old4d4b81e" >&2; exit 2; }
     for kind in rmsnorm softmax; do
-        step "loop_new_$kind" 200 python benchmarks/gpu_suite.py loop --budget 90s --kinds "$kind" --out "$out/new"
-        step "loop_old_$kind" 200 bash -c "cd .old4d4b81e && PYTHONPATH=src python benchmarks/gpu_suite.py loop \
-            --budget 90s --kinds $kind --out $out/old"
+        loop_pair "$kind" 90s
     done
     python benchmarks/loop_cost_table.py "$out/old" "$out/new"
     ;;
@@ -118,7 +136,7 @@ profile)
         --cuda-graphs --compile-mode reduce-overhead --models hf:gpt2 --max-minutes 1.5
     ;;
 *)
-    echo "unknown part $part (judge, kinds, tuner, fixes, profile, ahead, compile, retune, rotary, loopcost or llama)" >&2
+    echo "unknown part $part (judge, kinds, tuner, fixes, profile, ahead, compile, retune, rotary, loopcost, llama or cost)" >&2
     exit 2
     ;;
 esac
