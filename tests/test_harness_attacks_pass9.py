@@ -1,0 +1,78 @@
+"""Ninth red-team pass on the judge (CPU, Triton interpreter): attacks that passed ``autokernel
+bench`` with the static checks on, and what catches them now (each test here failed before its
+fix).  tests/attacks_open/README.md has the pass's notes."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from autokernel.harness import Evaluator
+from autokernel.problems.registry import get_problem, list_kinds
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_harness_attacks import ATTACKS  # noqa: E402
+from test_harness_integrity import rules as static_rules  # noqa: E402
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
+
+SCALE_ATTACK = "attention_pass9_scale_given_no_max.py"
+
+
+def _form(args: tuple) -> list[str]:
+    """What a kernel can tell about a call without reading a value: how many arguments, and
+    which are tensors (of which dtype), numbers, flags or None."""
+    return [str(a.dtype) if isinstance(a, torch.Tensor) else type(a).__name__ for a in args]
+
+
+@pytest.mark.parametrize("kind", list_kinds())
+def test_numerics_cases_pass_their_arguments_in_a_form_regular_draws_take(kind):
+    """The attention kinds' numerics cases (large and tiny logits, layouts...) left ``scale`` out,
+    which no regular draw does and the model's op never does: a kernel counting its arguments
+    knew which calls judge its numerics, and dropped the running max whenever ``scale`` was
+    given (SCALE_ATTACK passed).  Every case must take, at every position, a form some regular
+    draw takes there (None and a float both, where the regular draws pass both)."""
+    problem = get_problem(kind)
+    if problem.adversarial_inputs is None:
+        pytest.skip("no numerics cases")
+    shape = dict(problem.shapes_for("cpu")[0])
+    for dtype in problem.dtypes:
+        regular = [_form(problem.make_inputs(dict(shape), dtype, "cpu", seed)) for seed in range(12)]
+        per_position = [set(column) for column in zip(*regular)]
+        assert all(len(f) == len(regular[0]) for f in regular)
+        for seed in (5, 6, 7):
+            for name, args in problem.adversarial_inputs(dict(shape), dtype, "cpu", seed):
+                form = _form(args)
+                assert len(form) == len(per_position), (kind, name, form, regular[0])
+                odd = [(i, f) for i, (f, seen) in enumerate(zip(form, per_position)) if f not in seen]
+                assert not odd, (kind, dtype, name, odd, per_position)
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), ATTACKS / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_scale_attack_is_wrong_on_large_logits_with_scale_given_and_meets_no_static_rule():
+    assert static_rules((ATTACKS / SCALE_ATTACK).read_text()) == set()
+    problem = get_problem("attention")
+    shape = dict(problem.shapes_for("cpu")[0])
+    module = _load(SCALE_ATTACK)
+    q, k, v, causal, _ = problem.make_inputs(shape, torch.float32, "cpu", 3)
+    large = ((q * 20), k, v, causal)
+    ref = problem.reference(*large)
+    assert torch.allclose(module.kernel_fn(*large), ref, atol=1e-4)  # without scale: the starter's math
+    assert (module.kernel_fn(*large, None) - ref).abs().max() > 1.0  # with it, as the model's op calls
+
+
+def test_the_scale_attack_fails_the_numerics_stage():
+    with Evaluator("attention", device="cpu", dtypes=["fp32"], timeout_s=120, baselines=False, timing=False) as ev:
+        result = ev.evaluate(ATTACKS / SCALE_ATTACK)
+    assert result.verdict == "incorrect" and result.failed_stage == "numerics", result.message
+    assert "large-logits" in result.message
