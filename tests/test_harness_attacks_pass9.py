@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from autokernel.harness import Evaluator
 from autokernel.problems.registry import get_problem, list_kinds
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_harness_attacks import ATTACKS  # noqa: E402
+from test_harness_attacks import ATTACKS, REDUCE_STARTER, no_static_checks, rules  # noqa: E402,F401  (a fixture)
 from test_harness_integrity import rules as static_rules  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
@@ -76,3 +78,61 @@ def test_the_scale_attack_fails_the_numerics_stage():
         result = ev.evaluate(ATTACKS / SCALE_ATTACK)
     assert result.verdict == "incorrect" and result.failed_stage == "numerics", result.message
     assert "large-logits" in result.message
+
+
+# ---------------------------------------------------------------- torch's inter-op threads, again
+THREAD_ATTACKS = ["reduce_pass9_package_thread_compute.py", "reduce_pass9_compilation_unit_compute.py"]
+SETTINGS = dict(device="cpu", shapes=["64x256"], dtypes=["fp32"], timeout_s=120, baselines=False)
+
+
+def _judge_reduce(name: str, **kwargs):
+    with Evaluator("reduce", **SETTINGS, **kwargs) as ev:
+        return ev.evaluate(ATTACKS / name, incumbent_file=kwargs and REDUCE_STARTER or None)
+
+
+@pytest.mark.parametrize("name", THREAD_ATTACKS)
+def test_torchscript_from_an_archive_or_source_text_is_a_static_finding(name):
+    """Both passed with the static checks on: ``torch.package`` and ``torch.CompilationUnit`` were
+    no finding (only ``torch.jit``/``torch.futures`` were)."""
+    assert "threads-or-streams" in static_rules((ATTACKS / name).read_text())
+    assert "threads-or-streams" in static_rules("import torch\nu = torch.CompilationUnit('def f(x: int) -> int:\\n  return x')\n")
+    assert "threads-or-streams" in static_rules("from torch import package\n")
+    assert "threads-or-streams" in static_rules("import torch\nt = torch\np = t.package\n")
+
+
+def test_the_server_computes_the_row_sums_off_the_callers_thread():
+    """What both files rely on: their outputs are right with no torch compute op on the caller's
+    thread (their Triton kernels only copy).  In a child process: the server thread never ends,
+    and the child leaves with ``os._exit``."""
+    for name in THREAD_ATTACKS:
+        script = textwrap.dedent(f"""
+            import importlib.util, os, torch
+            from torch.utils._python_dispatch import TorchDispatchMode
+            seen = []
+            class Ops(TorchDispatchMode):
+                def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                    seen.append(str(func))
+                    return func(*args, **(kwargs or {{}}))
+            spec = importlib.util.spec_from_file_location("attack", {str(ATTACKS / name)!r})
+            attack = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(attack)
+            x = torch.randn(5, 300)
+            with Ops():
+                out = attack.kernel_fn(x)
+            print("RIGHT", bool(torch.allclose(out, x.sum(-1), atol=1e-4)), "SUMS", [op for op in seen if "sum" in op], flush=True)
+            os._exit(0)
+        """)
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                              env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+        assert "RIGHT True SUMS []" in done.stdout, (name, done.stdout, done.stderr[-2000:])
+
+
+@pytest.mark.parametrize("name", THREAD_ATTACKS)
+def test_row_sums_from_a_thread_started_past_the_entry_list_are_caught(name, no_static_checks):
+    """Before: pass, and 'faster beyond the noise' than the starter (2.4-3.1x, bench --against),
+    with no Triton compute of the sums.  Now (static checks off, the run-time layer alone) loading
+    a scripted module from an archive and compiling source text count as thread starts, at load
+    (the loop's Evaluator, stop_at_loss, with the starter as the incumbent)."""
+    result = _judge_reduce(name, stop_at_loss=True)
+    assert result.verdict == "rejected" and "threads-or-streams" in rules(result), (result.message, result.vs_incumbent)
+    assert result.failed_stage == "load"

@@ -386,7 +386,9 @@ _FOREIGN_ATTRS = ("numpy", "from_numpy", "ops", "np", "ctypes", "tolist", "__arr
                   "_write_file", "_share_fd_cpu_", "_share_filename_cpu_", "handle")
 _ATTR_CALLS = ("getattr", "setattr", "delattr", "hasattr")
 # torch.jit (fork, TorchScript) and torch.futures run work on torch's own threads
-_TORCH_THREAD_MODULES = ("jit", "futures")
+_TORCH_THREAD_MODULES = ("jit", "futures", "package")  # package: loads scripted modules from an archive
+# compiles TorchScript source text, by torch's top-level name too (torch.CompilationUnit)
+_TORCH_THREAD_NAMES = frozenset({"CompilationUnit"})
 _TORCH_THREADS_WHY = ("TorchScript and torch's futures run work on torch's own threads, which no watch covers "
                       "and no thread count sees")
 _MODE_CLASSES = frozenset({"TorchFunctionMode", "TorchDispatchMode", "BaseTorchFunctionMode"})
@@ -421,6 +423,9 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                 {getattr(node, "attr", None), getattr(node, "id", None), getattr(node, "name", "").split(".")[-1]}):
             add("introspection", node, f"uses {_dotted(node) or node.name}: kernel files run under the judge's "
                 "modes, never their own")
+        if isinstance(node, (ast.Attribute, ast.Name, ast.alias)) and _TORCH_THREAD_NAMES.intersection(
+                {getattr(node, "attr", None), getattr(node, "id", None), getattr(node, "name", "").split(".")[-1]}):
+            add("threads-or-streams", node, f"uses {_dotted(node) or node.name}: {_TORCH_THREADS_WHY}")
         if isinstance(node, ast.ImportFrom):
             for a in node.names:
                 if a.name in _INTROSPECTION_ATTRS or a.name in _ATTR_CALLS:
