@@ -136,3 +136,44 @@ def test_row_sums_from_a_thread_started_past_the_entry_list_are_caught(name, no_
     result = _judge_reduce(name, stop_at_loss=True)
     assert result.verdict == "rejected" and "threads-or-streams" in rules(result), (result.message, result.vs_incumbent)
     assert result.failed_stage == "load"
+
+
+# ---------------------------------------------------------------- eval by another name; the wall clock's noise
+CLOCK_ATTACK = "reduce_pass9_typing_eval_clock.py"
+
+
+def test_eval_by_another_name_is_a_static_finding():
+    """The file passed the static rules: ``typing.get_type_hints`` evaluated a string built at run
+    time (``__import__``, ``_getframe`` and ``f_locals`` in pieces)."""
+    assert "introspection" in static_rules((ATTACKS / CLOCK_ATTACK).read_text())
+    assert "introspection" in static_rules("import typing\nh = typing.get_type_hints\n")
+    assert "introspection" in static_rules("from typing import ForwardRef\n")
+    assert "introspection" in static_rules("import timeit\n")
+    assert static_rules("import typing\n\n\ndef f(x: typing.Optional[int]) -> int:\n    return 0\n") == set()
+
+
+def test_one_round_the_candidate_made_slow_does_not_confirm_an_under_reported_gain():
+    from autokernel.harness import timing
+
+    # the attack's numbers (us per call): it reports a thousandth of its time; in one round it slept 3 s
+    reported_c, reported_i = [250.0, 260.0, 240.0], [270_000.0, 272_000.0, 268_000.0]
+    wall_c, wall_i = [380_000.0, 3_390_000.0, 385_000.0], [383_000.0, 381_000.0, 386_000.0]
+    assert not timing.wall_confirms(reported_c, reported_i, wall_c, wall_i)
+    # an honest gain with the same outlier round still shows (the noise comes from the better rounds)
+    assert timing.wall_confirms([200_000.0, 201_000.0, 199_000.0], reported_i,
+                                [310_000.0, 3_320_000.0, 305_000.0], wall_i)
+
+
+def test_a_clock_swapped_through_eval_by_another_name_is_not_kept(no_static_checks):
+    """Before: pass, all six stages, 'significantly faster' (median ratio 0.0008, wall clock
+    'confirming') through the loop's Evaluator (stop_at_loss) against the starter, with the
+    starter's own kernel: ``decide`` kept it, and its score of ~240 us (against ~270 ms) would
+    have been the run's best from then on.  The worker's clock is still reachable once the static
+    rules are evaded; what refuses the gain is the parent's wall clock, whose noise no longer
+    counts the round the candidate made slow."""
+    from autokernel.loop.verdict import decide
+
+    result = _judge_reduce(CLOCK_ATTACK, stop_at_loss=True)
+    assert result.vs_incumbent is not None and result.vs_incumbent.median_ratio < 0.01, result.message
+    assert result.vs_incumbent.wall_confirmed is False and not result.vs_incumbent.significant
+    assert result.verdict == "slower" and decide(result, incumbent_correct=True, incumbent_us=3e5) == "revert"

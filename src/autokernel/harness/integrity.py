@@ -356,7 +356,8 @@ def _imported(node: ast.AST) -> list[str]:
 _FOREIGN_MODULES = ("numpy", "ctypes", "cffi", "numba", "cupy", "jax", "scipy", "pandas", "tensorflow", "mmap")
 _INTROSPECTION_MODULES = ("importlib", "inspect", "gc", "marshal", "types", "dis", "builtins", "operator",
                           "pickle", "copyreg", "code", "codeop", "runpy", "pkgutil", "weakref", "atexit", "signal",
-                          "_operator", "traceback", "pdb", "bdb", "trace", "pydoc", "cProfile", "profile")
+                          "_operator", "traceback", "pdb", "bdb", "trace", "pydoc", "cProfile", "profile",
+                          "timeit")  # timeit compiles and runs the statements it is given as text
 _INTROSPECTION_NAMES = ("__import__", "exec", "eval", "compile", "vars", "globals", "locals", "__builtins__",
                         "__loader__", "__spec__", "breakpoint")
 _INTROSPECTION_ATTRS = ("f_locals", "f_globals", "f_back", "f_code", "f_builtins", "gi_frame", "cr_frame", "ag_frame",
@@ -374,7 +375,10 @@ _INTROSPECTION_ATTRS = ("f_locals", "f_globals", "f_back", "f_code", "f_builtins
                         # attributes read by a name held in a string
                         "attrgetter", "methodcaller", "get_field", "resolve_name", "__setattr__", "__delattr__",
                         # import hooks run in the judge's own imports
-                        "meta_path", "path_hooks", "path_importer_cache")
+                        "meta_path", "path_hooks", "path_importer_cache",
+                        # eval by another name: a string annotation is evaluated as an expression
+                        # (tests/attacks/reduce_pass9_typing_eval_clock.py)
+                        "get_type_hints", "ForwardRef", "_eval_type", "evaluate_forward_ref", "get_annotations")
 _HOOK_METHODS = ("__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__",
                  "__getnewargs_ex__", "__torch_function__", "__torch_dispatch__", "__del__", "__class_getitem__",
                  "__init_subclass__", "__set_name__", "__instancecheck__", "__subclasscheck__", "__match_args__")
