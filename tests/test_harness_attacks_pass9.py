@@ -149,6 +149,7 @@ def test_eval_by_another_name_is_a_static_finding():
     assert "introspection" in static_rules("import typing\nh = typing.get_type_hints\n")
     assert "introspection" in static_rules("from typing import ForwardRef\n")
     assert "introspection" in static_rules("import timeit\n")
+    assert "introspection" in static_rules("import functools\n\n\n@functools.singledispatch\ndef f(x):\n    return x\n")
     assert static_rules("import typing\n\n\ndef f(x: typing.Optional[int]) -> int:\n    return 0\n") == set()
 
 

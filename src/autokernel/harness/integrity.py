@@ -378,7 +378,9 @@ _INTROSPECTION_ATTRS = ("f_locals", "f_globals", "f_back", "f_code", "f_builtins
                         "meta_path", "path_hooks", "path_importer_cache",
                         # eval by another name: a string annotation is evaluated as an expression
                         # (tests/attacks/reduce_pass9_typing_eval_clock.py)
-                        "get_type_hints", "ForwardRef", "_eval_type", "evaluate_forward_ref", "get_annotations")
+                        # (and so does functools.singledispatch's register of an annotated function)
+                        "get_type_hints", "ForwardRef", "_eval_type", "evaluate_forward_ref", "get_annotations",
+                        "singledispatch", "singledispatchmethod")
 _HOOK_METHODS = ("__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__",
                  "__getnewargs_ex__", "__torch_function__", "__torch_dispatch__", "__del__", "__class_getitem__",
                  "__init_subclass__", "__set_name__", "__instancecheck__", "__subclasscheck__", "__match_args__")
