@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -178,3 +179,33 @@ def test_a_clock_swapped_through_eval_by_another_name_is_not_kept(no_static_chec
     assert result.vs_incumbent is not None and result.vs_incumbent.median_ratio < 0.01, result.message
     assert result.vs_incumbent.wall_confirmed is False and not result.vs_incumbent.significant
     assert result.verdict == "slower" and decide(result, incumbent_correct=True, incumbent_us=3e5) == "revert"
+
+
+# ---------------------------------------------------------------- the judge's switches set by name; the incumbent's file
+MOCK_ATTACK = "reduce_pass9_mock_rule_off.py"
+
+
+def test_mock_is_a_static_finding():
+    """The file passed the static rules: ``unittest.mock.patch.dict`` switched the judge's rule on
+    files off through a dotted name in a string."""
+    assert "introspection" in static_rules((ATTACKS / MOCK_ATTACK).read_text())
+    assert "introspection" in static_rules("from unittest import mock\n")
+    assert "introspection" in static_rules("import unittest.mock\n")
+
+
+def test_an_incumbent_rewritten_while_the_candidate_loads_is_timed_as_it_was_and_the_candidate_rejected(
+        tmp_path, no_static_checks):
+    """Before: the file rewrote the incumbent next to it (``kernel_fn`` sleeping 0.5 s first) with
+    the rule on files switched off for the length of its import, and was kept by the loop's
+    Evaluator: significantly faster (median ratio 0.59), wall clock confirming.  The rule's switch
+    is still a dict in a module (tests/attacks_open/README.md); what protects keep/revert now is
+    that the incumbent is timed as its file read before the candidate ran, and a candidate during
+    whose evaluation the file changed is rejected."""
+    attack, incumbent = tmp_path / MOCK_ATTACK, tmp_path / "incumbent.py"
+    shutil.copy(ATTACKS / MOCK_ATTACK, attack)
+    shutil.copy(REDUCE_STARTER, incumbent)
+    with Evaluator("reduce", **SETTINGS, stop_at_loss=True) as ev:
+        result = ev.evaluate(attack, incumbent_file=incumbent)
+    assert "_ak_slow" in incumbent.read_text()  # the rewrite itself still happens (the switch is open)
+    assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
+    assert "incumbent.py" in result.message and result.vs_incumbent is None

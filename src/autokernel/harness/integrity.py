@@ -357,7 +357,9 @@ _FOREIGN_MODULES = ("numpy", "ctypes", "cffi", "numba", "cupy", "jax", "scipy", 
 _INTROSPECTION_MODULES = ("importlib", "inspect", "gc", "marshal", "types", "dis", "builtins", "operator",
                           "pickle", "copyreg", "code", "codeop", "runpy", "pkgutil", "weakref", "atexit", "signal",
                           "_operator", "traceback", "pdb", "bdb", "trace", "pydoc", "cProfile", "profile",
-                          "timeit")  # timeit compiles and runs the statements it is given as text
+                          "timeit",  # timeit compiles and runs the statements it is given as text
+                          # mock.patch and patch.dict set the attributes and dict keys they are named in strings
+                          "unittest", "mock")
 _INTROSPECTION_NAMES = ("__import__", "exec", "eval", "compile", "vars", "globals", "locals", "__builtins__",
                         "__loader__", "__spec__", "breakpoint")
 _INTROSPECTION_ATTRS = ("f_locals", "f_globals", "f_back", "f_code", "f_builtins", "gi_frame", "cr_frame", "ag_frame",
