@@ -195,17 +195,32 @@ def test_mock_is_a_static_finding():
 
 def test_an_incumbent_rewritten_while_the_candidate_loads_is_timed_as_it_was_and_the_candidate_rejected(
         tmp_path, no_static_checks):
-    """Before: the file rewrote the incumbent next to it (``kernel_fn`` sleeping 0.5 s first) with
-    the rule on files switched off for the length of its import, and was kept by the loop's
-    Evaluator: significantly faster (median ratio 0.59), wall clock confirming.  The rule's switch
-    is still a dict in a module (tests/attacks_open/README.md); what protects keep/revert now is
-    that the incumbent is timed as its file read before the candidate ran, and a candidate during
-    whose evaluation the file changed is rejected."""
+    """Before: the file rewrote the incumbent next to it (``kernel_fn`` sleeping 0.5 s first) and
+    was kept by the loop's Evaluator: significantly faster (median ratio 0.59), wall clock
+    confirming.  Here the folder is one the Evaluator lets kernels write in (a test's spy log), so
+    the rewrite itself is allowed: what protects keep/revert is that the incumbent is timed as its
+    file read before the candidate ran, and that a candidate during whose evaluation the file
+    changed is rejected."""
+    attack, incumbent = tmp_path / MOCK_ATTACK, tmp_path / "incumbent.py"
+    shutil.copy(ATTACKS / MOCK_ATTACK, attack)
+    shutil.copy(REDUCE_STARTER, incumbent)
+    with Evaluator("reduce", **SETTINGS, stop_at_loss=True, writable=[tmp_path]) as ev:
+        result = ev.evaluate(attack, incumbent_file=incumbent)
+    assert "_ak_slow" in incumbent.read_text()  # rewritten, where writing is allowed
+    assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
+    assert "incumbent.py" in result.message and result.vs_incumbent is None
+
+
+def test_the_rule_on_files_cannot_be_switched_off_by_name(tmp_path, no_static_checks):
+    """Before: ``mock.patch.dict`` set ``host_reads._OUTSIDE_RULE["armed"]`` to False while the file
+    loaded, and its writes went through (the incumbent rewritten, then the candidate kept).  The
+    audit hook now reads the rule it was handed when armed, out of any name's reach: the write is
+    refused at load and the incumbent's file stays as it was."""
     attack, incumbent = tmp_path / MOCK_ATTACK, tmp_path / "incumbent.py"
     shutil.copy(ATTACKS / MOCK_ATTACK, attack)
     shutil.copy(REDUCE_STARTER, incumbent)
     with Evaluator("reduce", **SETTINGS, stop_at_loss=True) as ev:
         result = ev.evaluate(attack, incumbent_file=incumbent)
-    assert "_ak_slow" in incumbent.read_text()  # the rewrite itself still happens (the switch is open)
+    assert incumbent.read_text() == REDUCE_STARTER.read_text()
     assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
-    assert "incumbent.py" in result.message and result.vs_incumbent is None
+    assert result.failed_stage == "load" and "incumbent.py" in result.message, result.message
