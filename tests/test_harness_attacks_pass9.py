@@ -151,6 +151,12 @@ def test_eval_by_another_name_is_a_static_finding():
     assert "introspection" in static_rules("from typing import ForwardRef\n")
     assert "introspection" in static_rules("import timeit\n")
     assert "introspection" in static_rules("import functools\n\n\n@functools.singledispatch\ndef f(x):\n    return x\n")
+    # the same family, found in this pass too: fileConfig evaluates its handlers' args, doctest runs
+    # the examples of docstrings (docstrings are exempt from the rules on strings)
+    assert "introspection" in static_rules("import logging.config\n")
+    assert "introspection" in static_rules("import logging\nlogging.config.fileConfig(None)\n")
+    assert "introspection" in static_rules("import doctest\n")
+    assert static_rules("import logging\nlog = logging.getLogger(__name__)\n") == set()
     assert static_rules("import typing\n\n\ndef f(x: typing.Optional[int]) -> int:\n    return 0\n") == set()
 
 

@@ -219,8 +219,12 @@ def _writes(event: str, args: tuple, rule: Any = None) -> bool:
 OTHER_PROCESS_CALLS = ("setpriority", "sched_setaffinity", "sched_setparam", "sched_setscheduler", "pidfd_open")
 
 
-def _guard_other_processes(armed: list) -> None:
+def _guard_other_processes(armed: list | None = None) -> None:
+    """Wrap the calls; they refuse other processes once ``armed`` (the audit hook's list of the
+    armed rule) holds the rule."""
     import posix
+
+    armed = [] if armed is None else armed
     import signal
 
     # a signal through a pid file descriptor (``os.open("/proc/<pid>")`` is one) raises no audit

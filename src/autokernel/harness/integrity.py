@@ -359,7 +359,9 @@ _INTROSPECTION_MODULES = ("importlib", "inspect", "gc", "marshal", "types", "dis
                           "_operator", "traceback", "pdb", "bdb", "trace", "pydoc", "cProfile", "profile",
                           "timeit",  # timeit compiles and runs the statements it is given as text
                           # mock.patch and patch.dict set the attributes and dict keys they are named in strings
-                          "unittest", "mock")
+                          "unittest", "mock",
+                          # doctest runs the examples of docstrings (which no rule on strings reads)
+                          "doctest")
 _INTROSPECTION_NAMES = ("__import__", "exec", "eval", "compile", "vars", "globals", "locals", "__builtins__",
                         "__loader__", "__spec__", "breakpoint")
 _INTROSPECTION_ATTRS = ("f_locals", "f_globals", "f_back", "f_code", "f_builtins", "gi_frame", "cr_frame", "ag_frame",
@@ -451,6 +453,9 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                 elif parts[0].startswith("_") and parts[0] != "__future__" and parts[0] not in _THREAD_MODULES:
                     add("introspection", node, f"imports {name}: a private module (the C side of signal, "
                         "weakref, operator...) reaches what its public module would")
+                elif parts[:2] == ["logging", "config"]:
+                    add("introspection", node, f"imports {name}: logging.config evaluates text (fileConfig's "
+                        "handler args) and resolves dotted names given as strings")
                 elif parts[0] == "autokernel":
                     add("introspection", node, f"imports {name}: a kernel file has no business with the judge")
                 elif parts[0] in _INTROSPECTION_MODULES or (parts[0] == "sys" and len(parts) > 1) \
@@ -475,6 +480,8 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                 add("threads-or-streams", node, f"uses {dotted}: {_TORCH_THREADS_WHY}")
             elif root in torch_names and node.attr.startswith("_") and not node.attr.startswith("__"):
                 add("torch-op", node, f"uses private torch API {dotted}")
+            elif aliases.get(root) == "logging" and node.attr == "config":
+                add("introspection", node, f"uses {dotted}: logging.config evaluates text and resolves dotted names")
             elif aliases.get(root) == "sys" and node.attr.startswith("_") and not node.attr.startswith("__"):
                 add("introspection", node, f"uses {dotted}: sys's private functions set hooks and read frames")
             elif root in torch_names and node.attr == "weak":
