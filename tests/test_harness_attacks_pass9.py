@@ -157,6 +157,11 @@ def test_eval_by_another_name_is_a_static_finding():
     assert "introspection" in static_rules("import logging\nlogging.config.fileConfig(None)\n")
     assert "introspection" in static_rules("import doctest\n")
     assert static_rules("import logging\nlog = logging.getLogger(__name__)\n") == set()
+    # and unpicklers: a pickle of the file's own (base64 in a string) calls exec with any text
+    assert "introspection" in static_rules("import io\nimport torch\ntorch.load(io.BytesIO(b''), weights_only=False)\n")
+    assert "introspection" in static_rules("from torch import load\n")
+    assert "introspection" in static_rules("import yaml\n")
+    assert static_rules("import torch\nx = torch.empty(3)\n") == set()
     assert static_rules("import typing\n\n\ndef f(x: typing.Optional[int]) -> int:\n    return 0\n") == set()
 
 

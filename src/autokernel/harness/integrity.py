@@ -361,7 +361,9 @@ _INTROSPECTION_MODULES = ("importlib", "inspect", "gc", "marshal", "types", "dis
                           # mock.patch and patch.dict set the attributes and dict keys they are named in strings
                           "unittest", "mock",
                           # doctest runs the examples of docstrings (which no rule on strings reads)
-                          "doctest")
+                          "doctest",
+                          # unpicklers by other names: the bytes name the functions they call
+                          "shelve", "yaml", "ray", "cloudpickle", "dill", "joblib", "jsonpickle")
 _INTROSPECTION_NAMES = ("__import__", "exec", "eval", "compile", "vars", "globals", "locals", "__builtins__",
                         "__loader__", "__spec__", "breakpoint")
 _INTROSPECTION_ATTRS = ("f_locals", "f_globals", "f_back", "f_code", "f_builtins", "gi_frame", "cr_frame", "ag_frame",
@@ -396,6 +398,8 @@ _FOREIGN_ATTRS = ("numpy", "from_numpy", "ops", "np", "ctypes", "tolist", "__arr
                   "_write_file", "_share_fd_cpu_", "_share_filename_cpu_", "handle")
 _ATTR_CALLS = ("getattr", "setattr", "delattr", "hasattr")
 # torch.jit (fork, TorchScript) and torch.futures run work on torch's own threads
+# torch.load unpickles: a blob of the file's own (base64 in a string) calls exec with any text
+_TORCH_UNPICKLING = ("load", "serialization")
 _TORCH_THREAD_MODULES = ("jit", "futures", "package")  # package: loads scripted modules from an archive
 # compiles TorchScript source text, by torch's top-level name too (torch.CompilationUnit)
 _TORCH_THREAD_NAMES = frozenset({"CompilationUnit"})
@@ -448,6 +452,9 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                 parts = name.split(".")
                 if parts[0] in _FOREIGN_MODULES or (parts[0] == "torch" and len(parts) > 1 and parts[1] in ("ops", "_C")):
                     add("foreign-compute", node, f"imports {name}: the computation must run in Triton kernels")
+                elif parts[0] == "torch" and len(parts) > 1 and parts[1] in _TORCH_UNPICKLING:
+                    add("introspection", node, f"imports {name}: torch.load unpickles, and a pickle calls "
+                        "whatever it names (exec of text included)")
                 elif parts[0] == "torch" and len(parts) > 1 and parts[1] in _TORCH_THREAD_MODULES:
                     add("threads-or-streams", node, f"imports {name}: {_TORCH_THREADS_WHY}")
                 elif parts[0].startswith("_") and parts[0] != "__future__" and parts[0] not in _THREAD_MODULES:
@@ -476,6 +483,9 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                 add("introspection", node, f"uses {dotted}")
             elif node.attr in _FOREIGN_ATTRS:
                 add("foreign-compute", node, f"uses {dotted}: the computation must run in Triton kernels")
+            elif root in torch_names and node.attr in _TORCH_UNPICKLING and isinstance(node.value, ast.Name):
+                add("introspection", node, f"uses {dotted}: torch.load unpickles, and a pickle calls whatever it "
+                    "names (exec of text included)")
             elif root in torch_names and node.attr in _TORCH_THREAD_MODULES and isinstance(node.value, ast.Name):
                 add("threads-or-streams", node, f"uses {dotted}: {_TORCH_THREADS_WHY}")
             elif root in torch_names and node.attr.startswith("_") and not node.attr.startswith("__"):
