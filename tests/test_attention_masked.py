@@ -77,7 +77,7 @@ def test_dead_and_finfo_min_rows_are_judged():
     min_is_dead = lambda *a: problem.reference(*a[:3], torch.where(a[3] <= torch.finfo(a[3].dtype).min,  # noqa: E731
                                                                    float("-inf"), a[3]), *a[4:])
     assert not judged(problem, torch.float32, min_is_dead, finfo)
-    assert judged(problem, torch.float32, lambda *a: F.scaled_dot_product_attention(*a[:3], attn_mask=a[3]), finfo)
+    assert judged(problem, torch.float32, lambda *a: F.scaled_dot_product_attention(*a[:3], attn_mask=a[3], scale=a[4]), finfo)
 
 
 SMALL_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}

@@ -74,6 +74,13 @@ class _IncumbentFailed(Exception):
     pass
 
 
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def versions() -> dict[str, str]:
     import triton
 
@@ -157,6 +164,7 @@ class Evaluator:
         self.memory_plan: memory.MemoryPlan | None = None  # how the last evaluation fitted its budget
         self._worker: Worker | None = None
         self._incumbent: tuple[str, Worker] | None = None  # (source text, its own worker)
+        self._incumbent_text: str | None = None  # the incumbent's file as read before this evaluation's candidate ran
         self._evaluations = 0
         self.last_round_trips = 0  # requests the last evaluation sent to the candidate's worker
         self._timer: timing.Timer | None = None
@@ -204,8 +212,17 @@ class Evaluator:
                         device=self.device, device_name=self.device_name, versions=versions())
         self._stage = "load"
         self._build_dir = tempfile.mkdtemp(prefix="autokernel-build-")
+        incumbent = Path(incumbent_file).resolve() if incumbent_file else None
+        # the incumbent's text, read before the candidate runs: what is timed is the file as it was
+        # (a candidate that rewrote it while it loaded made the incumbent sleep:
+        # tests/attacks/reduce_pass9_mock_rule_off.py)
+        self._incumbent_text = _read_text(incumbent) if incumbent is not None else None
         try:
-            self._evaluate(ev, path, Path(incumbent_file).resolve() if incumbent_file else None)
+            self._evaluate(ev, path, incumbent)
+            if incumbent is not None and _read_text(incumbent) != self._incumbent_text:
+                self._drop_timings(ev)
+                self._reject(ev, self._stage, Finding("monkey-patch", f"the incumbent's file {incumbent.name} "
+                                                      "changed while the candidate was judged: files are the judge's"))
         except WorkerTimeout:
             self._drop_worker()
             ev.correct, ev.verdict, ev.failed_stage = False, "timeout", self._stage
@@ -381,10 +398,9 @@ class Evaluator:
     def _incumbent_judge(self, incumbent: Path, seed: int, notes: list[str]) -> stages.Judge | None:
         """A Judge whose requests go to the incumbent's own worker (loaded once per incumbent
         text; the candidate never runs in it)."""
-        try:
-            source = incumbent.read_text()
-        except OSError as exc:
-            notes.append(f"incumbent not timed: {exc}")
+        source = self._incumbent_text if isinstance(self._incumbent_text, str) else None
+        if source is None:
+            notes.append(f"incumbent not timed: cannot read {incumbent}")
             return None
         if self._incumbent is not None and (self._incumbent[0] != source or not self._incumbent[1].alive):
             self._drop_incumbent()

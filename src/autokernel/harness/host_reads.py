@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import sys
+from types import MappingProxyType
 from typing import Any
 
 # Paths whose contents are this process's memory or the shared memory inputs live in: /proc
@@ -86,11 +87,21 @@ def arm_outside(writable: tuple[str, ...] = (), signals_only: bool = False) -> N
     files), only signals to other processes are refused."""
     from . import launches
 
-    _OUTSIDE_RULE.update(signals_only=signals_only, pid=os.getpid(), realpath=os.path.realpath,
-                         fsdecode=os.fsdecode, compiler=launches.module_code_objects("triton.compiler.compiler"),
-                         writable=tuple(os.path.join(os.path.realpath(d), "") for d in writable),
-                         trusted=TrustedCode(), knobs=_triton_tool_knobs())
-    _OUTSIDE_RULE["armed"] = True
+    rule = dict(signals_only=signals_only, pid=os.getpid(), realpath=os.path.realpath,
+                fsdecode=os.fsdecode, compiler=launches.module_code_objects("triton.compiler.compiler"),
+                writable=tuple(os.path.join(os.path.realpath(d), "") for d in writable),
+                trusted=TrustedCode(), knobs=_triton_tool_knobs(), armed=True)
+    _OUTSIDE_RULE.update(rule)  # what this module's name shows (tests, reports); the checks never read it
+    if _ARM_RULE:
+        _ARM_RULE[0](MappingProxyType(rule))
+
+
+# The armed rule lives in the audit hook's closure, handed over once (``arm_outside``), read-only:
+# the checks never look it up by a name.  It was this module's dict ``_OUTSIDE_RULE``, and a kernel
+# set its "armed" key to False for the length of its import (``unittest.mock.patch.dict`` given
+# the dict's dotted name as a string), rewrote the incumbent's kernel file and put the key back
+# (tests/attacks/reduce_pass9_mock_rule_off.py).
+_ARM_RULE: list = []
 
 
 # The settings of Triton's that name programs and folders: a kernel that points "ptxas" at
@@ -177,19 +188,21 @@ class TrustedCode:
             return None
 
 
-def _in_writable(event: str, args: tuple) -> bool:
+def _in_writable(event: str, args: tuple, rule: Any = None) -> bool:
     """Are the paths the event names (two for a rename or link, else one) all inside a
     writable folder?"""
+    rule = _OUTSIDE_RULE if rule is None else rule
     named = 2 if event in ("os.rename", "os.link", "os.symlink", "shutil.move") else 1
     paths = [a for a in tuple(args)[:named] if isinstance(a, (str, bytes, os.PathLike))]
-    writable, realpath, fsdecode = _OUTSIDE_RULE["writable"], _OUTSIDE_RULE["realpath"], _OUTSIDE_RULE["fsdecode"]
+    writable, realpath, fsdecode = rule["writable"], rule["realpath"], rule["fsdecode"]
     return bool(paths and writable) and all(realpath(fsdecode(a)).startswith(writable) for a in paths)
 
 
-def _writes(event: str, args: tuple) -> bool:
+def _writes(event: str, args: tuple, rule: Any = None) -> bool:
     """Does this ``open`` event (path, mode, flags) open for writing (a path other than /dev/null)?"""
+    rule = _OUTSIDE_RULE if rule is None else rule
     path, mode, flags = (tuple(args) + (None, None, None))[:3]
-    if isinstance(path, (str, bytes)) and _OUTSIDE_RULE["fsdecode"](path) == "/dev/null":
+    if isinstance(path, (str, bytes)) and rule["fsdecode"](path) == "/dev/null":
         return False
     if isinstance(mode, str) and any(c in mode for c in "wax+"):
         return True
@@ -206,8 +219,12 @@ def _writes(event: str, args: tuple) -> bool:
 OTHER_PROCESS_CALLS = ("setpriority", "sched_setaffinity", "sched_setparam", "sched_setscheduler", "pidfd_open")
 
 
-def _guard_other_processes() -> None:
+def _guard_other_processes(armed: list | None = None) -> None:
+    """Wrap the calls; they refuse other processes once ``armed`` (the audit hook's list of the
+    armed rule) holds the rule."""
     import posix
+
+    armed = [] if armed is None else armed
     import signal
 
     # a signal through a pid file descriptor (``os.open("/proc/<pid>")`` is one) raises no audit
@@ -217,22 +234,22 @@ def _guard_other_processes() -> None:
         original = getattr(home, name, None)
         if original is None:
             continue
-        guarded = _refusing_other_processes(original, name)
+        guarded = _refusing_other_processes(original, name, armed)
         for module in (home, posix, sys.modules.get("_signal")):
             if module is not None and getattr(module, name, None) is original:
                 setattr(module, name, guarded)
 
 
-def _refusing_other_processes(original, name: str):
+def _refusing_other_processes(original, name: str, armed: list):
     """``original`` refusing other processes as targets.  The original is held in the closure,
     never as a default argument: a function's ``__kwdefaults__`` is a public attribute, and
     ``getattr(os, "setpriority").__kwdefaults__["_original"]`` handed out the unguarded C
     function (it reniced the incumbent's worker)."""
     def guarded(*args, **kwargs):
-        if _OUTSIDE_RULE["armed"]:
+        if armed:  # the armed rule (the audit hook's closure list)
             which_who = args[:2] if name == "setpriority" else (None,) + tuple(args[:1])
             which, who = (tuple(which_who) + (None, None))[:2]
-            own = name != "pidfd_send_signal" and who in (0, _OUTSIDE_RULE["pid"]) and \
+            own = name != "pidfd_send_signal" and who in (0, armed[0]["pid"]) and \
                 (which is None or which == os.PRIO_PROCESS)
             if not own:
                 what = f"{name}{tuple(args)!r:.80}: another process's scheduling or signals"
@@ -244,27 +261,30 @@ def _refusing_other_processes(original, name: str):
     return guarded
 
 
-def _outside_refused(event: str, args: tuple, frame) -> tuple[str, str] | None:
-    """(rule, what) refused about ``event``, or None when it is allowed."""
+def _outside_refused(event: str, args: tuple, frame, rule: Any = None) -> tuple[str, str] | None:
+    """(rule, what) refused about ``event``, or None when it is allowed (``rule``: the armed
+    rule; this module's dict when not given)."""
+    rule = _OUTSIDE_RULE if rule is None else rule
     if event == "resource.prlimit":  # (pid, resource, limits): another process's limits (CPU time kills it)
         target = (tuple(args) + (None,))[0]
-        if target in (0, _OUTSIDE_RULE["pid"]):
+        if target in (0, rule["pid"]):
             return None
         return "threads-or-streams", f"resource.prlimit({target}, ...): another process's limits"
     if event in ("os.kill", "os.killpg"):
         target, sig = (tuple(args) + (None, None))[:2]
-        if sig == 0 or (event == "os.kill" and target == _OUTSIDE_RULE["pid"]):
+        if sig == 0 or (event == "os.kill" and target == rule["pid"]):
             return None
         return "threads-or-streams", f"{event}({target}, {sig}): a signal to another process"
-    if _OUTSIDE_RULE["signals_only"] or (event == "open" and not _writes(event, args)):
+    if rule["signals_only"] or (event == "open" and not _writes(event, args, rule)):
         return None
-    if event != "os.putenv" and event != "os.unsetenv" and event not in PROCESS_EVENTS and _in_writable(event, args):
+    if event != "os.putenv" and event != "os.unsetenv" and event not in PROCESS_EVENTS and \
+            _in_writable(event, args, rule):
         return None
-    compiler, trusted = _OUTSIDE_RULE["compiler"], _OUTSIDE_RULE["trusted"]
+    compiler, trusted = rule["compiler"], rule["trusted"]
     knobs_changed = ""
     while frame is not None:
         if frame.f_code in compiler:
-            knobs_changed = _knobs_changed(_OUTSIDE_RULE["knobs"])
+            knobs_changed = _knobs_changed(rule["knobs"])
             if not knobs_changed:
                 return None
             break
@@ -344,7 +364,15 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
     guard(torch.serialization, "save", "torch.save")
     guard(torch.serialization, "_save", "torch.save")
 
-    _guard_other_processes()
+    armed_rule: list = []  # the rule, once armed (read-only); handed over once, never replaced
+
+    def arm(rule: Any) -> None:
+        if armed_rule:
+            raise RuntimeError("the outside rule is armed once")
+        armed_rule.append(rule)
+
+    outside_refused = _outside_refused  # taken now: the hook never looks a name up
+    _guard_other_processes(armed_rule)
 
     function_type = type(install)
     # the record, in this closure only (see ``_CODE_SETS_READER``); its append taken now
@@ -364,9 +392,9 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
         if event == "sys.addaudithook":  # a hook of the kernel's would see every frame the watch takes
             REFUSED_AUDIT_HOOKS.append(event)
             raise RuntimeError("no audit hooks after the judge's own")  # Python then does not add it
-        if _OUTSIDE_RULE["armed"] and (event in PROCESS_EVENTS or event in FILE_EVENTS or event == "open"
-                                       or event == "resource.prlimit"):
-            refused = _outside_refused(event, args, sys._getframe(1))
+        if armed_rule and (event in PROCESS_EVENTS or event in FILE_EVENTS or event == "open"
+                           or event == "resource.prlimit"):
+            refused = outside_refused(event, args, sys._getframe(1), armed_rule[0])
             if refused:
                 REFUSED_OUTSIDE.append(refused)
                 raise RuntimeError(f"refused by the judge: {refused[1]}")
@@ -379,6 +407,7 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
 
     sys.addaudithook(audit)
     _CODE_SETS_READER.append(read_code_sets)
+    _ARM_RULE.append(arm)
     _INSTALLED = True
 
 

@@ -356,7 +356,14 @@ def _imported(node: ast.AST) -> list[str]:
 _FOREIGN_MODULES = ("numpy", "ctypes", "cffi", "numba", "cupy", "jax", "scipy", "pandas", "tensorflow", "mmap")
 _INTROSPECTION_MODULES = ("importlib", "inspect", "gc", "marshal", "types", "dis", "builtins", "operator",
                           "pickle", "copyreg", "code", "codeop", "runpy", "pkgutil", "weakref", "atexit", "signal",
-                          "_operator", "traceback", "pdb", "bdb", "trace", "pydoc", "cProfile", "profile")
+                          "_operator", "traceback", "pdb", "bdb", "trace", "pydoc", "cProfile", "profile",
+                          "timeit",  # timeit compiles and runs the statements it is given as text
+                          # mock.patch and patch.dict set the attributes and dict keys they are named in strings
+                          "unittest", "mock",
+                          # doctest runs the examples of docstrings (which no rule on strings reads)
+                          "doctest",
+                          # unpicklers by other names: the bytes name the functions they call
+                          "shelve", "yaml", "ray", "cloudpickle", "dill", "joblib", "jsonpickle")
 _INTROSPECTION_NAMES = ("__import__", "exec", "eval", "compile", "vars", "globals", "locals", "__builtins__",
                         "__loader__", "__spec__", "breakpoint")
 _INTROSPECTION_ATTRS = ("f_locals", "f_globals", "f_back", "f_code", "f_builtins", "gi_frame", "cr_frame", "ag_frame",
@@ -374,7 +381,12 @@ _INTROSPECTION_ATTRS = ("f_locals", "f_globals", "f_back", "f_code", "f_builtins
                         # attributes read by a name held in a string
                         "attrgetter", "methodcaller", "get_field", "resolve_name", "__setattr__", "__delattr__",
                         # import hooks run in the judge's own imports
-                        "meta_path", "path_hooks", "path_importer_cache")
+                        "meta_path", "path_hooks", "path_importer_cache",
+                        # eval by another name: a string annotation is evaluated as an expression
+                        # (tests/attacks/reduce_pass9_typing_eval_clock.py)
+                        # (and so does functools.singledispatch's register of an annotated function)
+                        "get_type_hints", "ForwardRef", "_eval_type", "evaluate_forward_ref", "get_annotations",
+                        "singledispatch", "singledispatchmethod")
 _HOOK_METHODS = ("__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__",
                  "__getnewargs_ex__", "__torch_function__", "__torch_dispatch__", "__del__", "__class_getitem__",
                  "__init_subclass__", "__set_name__", "__instancecheck__", "__subclasscheck__", "__match_args__")
@@ -386,7 +398,11 @@ _FOREIGN_ATTRS = ("numpy", "from_numpy", "ops", "np", "ctypes", "tolist", "__arr
                   "_write_file", "_share_fd_cpu_", "_share_filename_cpu_", "handle")
 _ATTR_CALLS = ("getattr", "setattr", "delattr", "hasattr")
 # torch.jit (fork, TorchScript) and torch.futures run work on torch's own threads
-_TORCH_THREAD_MODULES = ("jit", "futures")
+# torch.load unpickles: a blob of the file's own (base64 in a string) calls exec with any text
+_TORCH_UNPICKLING = ("load", "serialization")
+_TORCH_THREAD_MODULES = ("jit", "futures", "package")  # package: loads scripted modules from an archive
+# compiles TorchScript source text, by torch's top-level name too (torch.CompilationUnit)
+_TORCH_THREAD_NAMES = frozenset({"CompilationUnit"})
 _TORCH_THREADS_WHY = ("TorchScript and torch's futures run work on torch's own threads, which no watch covers "
                       "and no thread count sees")
 _MODE_CLASSES = frozenset({"TorchFunctionMode", "TorchDispatchMode", "BaseTorchFunctionMode"})
@@ -421,6 +437,9 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                 {getattr(node, "attr", None), getattr(node, "id", None), getattr(node, "name", "").split(".")[-1]}):
             add("introspection", node, f"uses {_dotted(node) or node.name}: kernel files run under the judge's "
                 "modes, never their own")
+        if isinstance(node, (ast.Attribute, ast.Name, ast.alias)) and _TORCH_THREAD_NAMES.intersection(
+                {getattr(node, "attr", None), getattr(node, "id", None), getattr(node, "name", "").split(".")[-1]}):
+            add("threads-or-streams", node, f"uses {_dotted(node) or node.name}: {_TORCH_THREADS_WHY}")
         if isinstance(node, ast.ImportFrom):
             for a in node.names:
                 if a.name in _INTROSPECTION_ATTRS or a.name in _ATTR_CALLS:
@@ -433,11 +452,17 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                 parts = name.split(".")
                 if parts[0] in _FOREIGN_MODULES or (parts[0] == "torch" and len(parts) > 1 and parts[1] in ("ops", "_C")):
                     add("foreign-compute", node, f"imports {name}: the computation must run in Triton kernels")
+                elif parts[0] == "torch" and len(parts) > 1 and parts[1] in _TORCH_UNPICKLING:
+                    add("introspection", node, f"imports {name}: torch.load unpickles, and a pickle calls "
+                        "whatever it names (exec of text included)")
                 elif parts[0] == "torch" and len(parts) > 1 and parts[1] in _TORCH_THREAD_MODULES:
                     add("threads-or-streams", node, f"imports {name}: {_TORCH_THREADS_WHY}")
                 elif parts[0].startswith("_") and parts[0] != "__future__" and parts[0] not in _THREAD_MODULES:
                     add("introspection", node, f"imports {name}: a private module (the C side of signal, "
                         "weakref, operator...) reaches what its public module would")
+                elif parts[:2] == ["logging", "config"]:
+                    add("introspection", node, f"imports {name}: logging.config evaluates text (fileConfig's "
+                        "handler args) and resolves dotted names given as strings")
                 elif parts[0] == "autokernel":
                     add("introspection", node, f"imports {name}: a kernel file has no business with the judge")
                 elif parts[0] in _INTROSPECTION_MODULES or (parts[0] == "sys" and len(parts) > 1) \
@@ -458,10 +483,15 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                 add("introspection", node, f"uses {dotted}")
             elif node.attr in _FOREIGN_ATTRS:
                 add("foreign-compute", node, f"uses {dotted}: the computation must run in Triton kernels")
+            elif root in torch_names and node.attr in _TORCH_UNPICKLING and isinstance(node.value, ast.Name):
+                add("introspection", node, f"uses {dotted}: torch.load unpickles, and a pickle calls whatever it "
+                    "names (exec of text included)")
             elif root in torch_names and node.attr in _TORCH_THREAD_MODULES and isinstance(node.value, ast.Name):
                 add("threads-or-streams", node, f"uses {dotted}: {_TORCH_THREADS_WHY}")
             elif root in torch_names and node.attr.startswith("_") and not node.attr.startswith("__"):
                 add("torch-op", node, f"uses private torch API {dotted}")
+            elif aliases.get(root) == "logging" and node.attr == "config":
+                add("introspection", node, f"uses {dotted}: logging.config evaluates text and resolves dotted names")
             elif aliases.get(root) == "sys" and node.attr.startswith("_") and not node.attr.startswith("__"):
                 add("introspection", node, f"uses {dotted}: sys's private functions set hooks and read frames")
             elif root in torch_names and node.attr == "weak":

@@ -313,10 +313,19 @@ _COUNTER: StartCounter | None = None
 # no watch covers: ``fork`` runs a function on the inter-op pool (``torch.jit.fork``), and a
 # TorchScript function can fork inside itself (``prim::fork``, where no Python wrapper is called),
 # so compiling, tracing or loading TorchScript counts as well (tests/attacks/reduce_pass8_interop_*).
-TORCH_THREAD_ENTRIES = ("fork", "_jit_script_compile", "_jit_script_class_compile", "_create_function_from_trace",
+# Loading a scripted module from a torch.package archive and the other loaders count too
+# (tests/attacks/reduce_pass9_package_thread_compute.py), and so does compiling TorchScript source
+# text with ``torch.CompilationUnit`` (``TORCH_THREAD_METHODS``; reduce_pass9_compilation_unit_compute.py).
+TORCH_THREAD_ENTRIES = ("fork", "_jit_script_compile", "_jit_script_class_compile", "_jit_script_compile_overload",
+                        "_jit_script_interface_compile", "_create_function_from_trace",
                         "_create_function_from_trace_with_dict", "_create_method_from_trace",
                         "_create_method_from_trace_with_dict", "import_ir_module", "import_ir_module_from_buffer",
+                        "_import_ir_module_from_package", "_load_jit_module_from_bytes", "_load_jit_module_from_file",
+                        "_load_mobile_module_from_bytes", "_load_mobile_module_from_file",
                         "_load_for_lite_interpreter", "_load_for_lite_interpreter_from_buffer")
+# methods of torch._C's CompilationUnit (also ``torch.CompilationUnit``, a public name) that compile
+# TorchScript: ``define(source)``, ``create_function(name, graph)``, and the constructor given source
+TORCH_THREAD_METHODS = ("define", "create_function")
 
 
 def install_start_counters() -> StartCounter:
@@ -347,6 +356,12 @@ def install_start_counters() -> StartCounter:
             original = getattr(torch._C, name, None)
             if original is not None:
                 setattr(torch._C, name, wrap(original))
+        unit = getattr(torch._C, "CompilationUnit", None)
+        if unit is not None:
+            for name in TORCH_THREAD_METHODS:
+                if name in vars(unit):
+                    setattr(unit, name, wrap(vars(unit)[name]))
+            unit.__init__ = _counting_init(counter, vars(unit)["__init__"])
     if torch is not None and torch.cuda.is_available():
         for cls in (torch.cuda.Stream, torch.cuda.ExternalStream):
             original_new = cls.__dict__.get("__new__")
@@ -356,6 +371,17 @@ def install_start_counters() -> StartCounter:
             cls.__new__ = _counting_new(counter, original_new)
     _COUNTER = counter
     return counter
+
+
+def _counting_init(counter: StartCounter, original):
+    """CompilationUnit's constructor, counting the calls that compile source (torch makes empty
+    units itself, as it loads TorchScript: those compile nothing)."""
+    def init(self, *args, **kwargs):
+        if args or kwargs.get("lang"):
+            counter.threads += 1
+        return original(self, *args, **kwargs)
+
+    return init
 
 
 def _counting_new(counter: StartCounter, original):

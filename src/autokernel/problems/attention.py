@@ -76,6 +76,13 @@ def scale_choices(d: int) -> tuple[float | None, ...]:
     return (None, d ** -0.5, 1.0 / d)
 
 
+def logit_gain(d: int, scale: float | None) -> float:
+    """What to multiply q by so that the scores under ``scale`` are as large as under 1/sqrt(D):
+    the numerics cases pass the scale a regular draw passes (the model's op always passes one),
+    and their large logits must stay large whichever it is."""
+    return d ** -0.5 / (d ** -0.5 if scale is None else scale)
+
+
 def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
     gen = generator(device, seed)
     b, h, hkv, s, d = (shape[n] for n in ("B", "H", "Hkv", "S", "D"))
@@ -86,7 +93,11 @@ def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tup
 
 
 def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
-    q, k, v, causal, _ = make_inputs(shape, dtype, device, seed)
+    # every case passes ``scale`` as the regular draws do (drawn from the same choices): cases that
+    # left it out told a kernel which calls judge its numerics (an argument count), and a kernel
+    # that dropped the running max whenever ``scale`` was given passed
+    # (tests/attacks/attention_pass9_scale_given_no_max.py)
+    q, k, v, causal, scale = make_inputs(shape, dtype, device, seed)
     gen = generator(device, seed + 1)
     d = shape["D"]
     # rows of v at mixed scales 10^-3 .. 1.  (Large values test nothing here: the output is a
@@ -98,13 +109,13 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
         # q, k, v as the model integration passes them (``head_strided_layout``): views of the
         # projections, heads inside tokens; and slices of one packed q|k|v projection, whose
         # token stride is that of the packed row
-        ("projection-layout", (*projected, causal)),
-        ("packed-qkv-layout", (*packed_qkv(q, k, v), causal)),
+        ("projection-layout", (*projected, causal, scale)),
+        ("packed-qkv-layout", (*packed_qkv(q, k, v), causal, scale)),
         # scores of ±(hundreds): a one-hot softmax, exp overflows without the running max
-        ("large-logits", ((q.float() * 20).to(dtype), k, v, causal)),
+        ("large-logits", ((q.float() * (20 * logit_gain(d, scale))).to(dtype), k, v, causal, scale)),
         # scores near 0: uniform attention, the running sum must be exact
-        ("tiny-logits", ((q.float() * 1e-3).to(dtype), k, v, causal)),
-        ("mixed-value-scales", (q, k, (v.float() * torch.pow(10.0, exps)).to(dtype), causal)),
+        ("tiny-logits", ((q.float() * 1e-3).to(dtype), k, v, causal, scale)),
+        ("mixed-value-scales", (q, k, (v.float() * torch.pow(10.0, exps)).to(dtype), causal, scale)),
         ("explicit-scale", (q, k, v, causal, 2.0 / d ** 0.5)),
     ]
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .attention import head_strided_layout, heldout, packed_qkv, scale_choices, scaled_scores
+from .attention import head_strided_layout, heldout, logit_gain, packed_qkv, scale_choices, scaled_scores
 from .base import Problem, Shape, choose, element_size, generator, randn
 
 DIMS = ("B", "H", "Hkv", "S", "D", "additive", "per_query")
@@ -129,7 +129,7 @@ def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tup
 
 
 def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
-    q, k, v, mask, _ = make_inputs(shape, dtype, device, seed)
+    q, k, v, mask, scale = make_inputs(shape, dtype, device, seed)  # every case passes scale (attention.py)
     gen = generator(device, seed + 1)
     b, h, s = shape["B"], shape["H"], shape["S"]
     sm = s if shape["per_query"] else 1
@@ -159,24 +159,24 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     per_head = visible_keys(shape, device, gen) & (torch.rand((1, h, 1, s), generator=gen, device=device) > 0.3)
     per_head[..., 0] = True
     cases = [
-        ("projection-layout", tuple(t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v)) + (mask,)),
-        ("packed-qkv-layout", (*packed_qkv(q, k, v), mask)),
-        ("all-visible", (q, k, v, form(everything))),
-        ("fully-masked-rows", (q, k, v, form(dead))),
-        ("one-key-visible", (q, k, v, form(one))),
-        ("padding-per-row", (q, k, v, form(padded))),
+        ("projection-layout", tuple(t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v)) + (mask, scale)),
+        ("packed-qkv-layout", (*packed_qkv(q, k, v), mask, scale)),
+        ("all-visible", (q, k, v, form(everything), scale)),
+        ("fully-masked-rows", (q, k, v, form(dead), scale)),
+        ("one-key-visible", (q, k, v, form(one), scale)),
+        ("padding-per-row", (q, k, v, form(padded), scale)),
         # a mask shared by the batch, and one per head: size-1 dimensions broadcast
-        ("batch-shared-mask", (q, k, v, mask[:1].contiguous())),
-        ("per-head-mask", (q, k, v, form(per_head))),
-        ("large-logits", ((q.float() * 20).to(dtype), k, v, mask)),
+        ("batch-shared-mask", (q, k, v, mask[:1].contiguous(), scale)),
+        ("per-head-mask", (q, k, v, form(per_head), scale)),
+        ("large-logits", ((q.float() * (20 * logit_gain(shape["D"], scale))).to(dtype), k, v, mask, scale)),
         ("explicit-scale", (q, k, v, mask, 2.0 / shape["D"] ** 0.5)),
     ]
     if shape["additive"]:
         # transformers' padding value at masked keys, and whole rows of it: not masked out but
         # uniform over the keys (finfo.min swamps the scores), as SDPA computes it
-        cases.append(("finfo-min-rows", (q, k, v, form(dead, torch.finfo(dtype).min))))
+        cases.append(("finfo-min-rows", (q, k, v, form(dead, torch.finfo(dtype).min), scale)))
         # an fp32 mask with bf16/fp16 q, k, v (SDPA takes it; models build masks in fp32)
-        cases.append(("fp32-mask", (q, k, v, mask.float())))
+        cases.append(("fp32-mask", (q, k, v, mask.float(), scale)))
     return cases
 
 

@@ -47,7 +47,7 @@ import random
 
 import torch
 
-from .attention import flops, head_strided_layout, heldout, packed_qkv, scale_choices
+from .attention import flops, head_strided_layout, heldout, logit_gain, packed_qkv, scale_choices
 from .attention import reference as attention_reference
 from .rotary import reference as rotate  # the rotary kind's rotation, x * cos + rotate_half(x) * sin
 from .base import Problem, Shape, choose, element_size, generator, randn
@@ -108,7 +108,7 @@ def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tup
 
 
 def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
-    q, k, v, cos, sin, causal, _ = make_inputs(shape, dtype, device, seed)
+    q, k, v, cos, sin, causal, scale = make_inputs(shape, dtype, device, seed)  # every case passes scale (attention.py)
     gen = generator(device, seed + 1)
     s, d = shape["S"], shape["D"]
     # cos/sin halves drawn independently: a kernel reading one half for both fails
@@ -116,17 +116,18 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     free_cos, free_sin = torch.cos(angle[0]).to(dtype), torch.sin(angle[1]).to(dtype)
     projected = tuple(t.transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v))
     return [
-        ("independent-halves", (q, k, v, free_cos, free_sin, causal)),
+        ("independent-halves", (q, k, v, free_cos, free_sin, causal, scale)),
         # q, k, v as the model integration passes them: views of the projections (heads inside
         # tokens), and slices of one packed q|k|v projection
-        ("projection-layout", (*projected, cos, sin, causal)),
-        ("packed-qkv-layout", (*packed_qkv(q, k, v), cos, sin, causal)),
+        ("projection-layout", (*projected, cos, sin, causal, scale)),
+        ("packed-qkv-layout", (*packed_qkv(q, k, v), cos, sin, causal, scale)),
         # one-hot softmax after the rotation: the running max must hold.  Quarter-turn angles
         # (cos, sin in {0, ±1}) make the rotation exact in every dtype: with a general table the
         # rounding of the rotated q (which eager and every kernel feeding tl.dot in bf16 do),
         # times logits of ±20, exceeds any tolerance
-        ("large-logits", ((q.float() * 20).to(dtype), k, v, *quarter_turns(s, d, dtype, device, gen), causal)),
-        ("tiny-logits", ((q.float() * 1e-3).to(dtype), k, v, cos, sin, causal)),
+        ("large-logits", ((q.float() * (20 * logit_gain(d, scale))).to(dtype), k, v,
+                          *quarter_turns(s, d, dtype, device, gen), causal, scale)),
+        ("tiny-logits", ((q.float() * 1e-3).to(dtype), k, v, cos, sin, causal, scale)),
         # twice the usual scale doubles the logits, and with them the error of the one rounding
         # of the rotated q and k that every kernel feeding tl.dot in bf16 makes: 0.5-0.6 of the
         # tolerance at 1024 tokens before the kernel's own error (failed the starter on a GPU).
