@@ -186,7 +186,9 @@ def test_a_clock_swapped_through_eval_by_another_name_is_not_kept(no_static_chec
     counts the round the candidate made slow."""
     from autokernel.loop.verdict import decide
 
-    result = _judge_reduce(CLOCK_ATTACK, stop_at_loss=True)
+    # no worker started in the background while the rounds run: on this 2-core machine its import of
+    # torch moves one worker's wall time by as much as half the claim, the noise the rule allows for
+    result = _judge_reduce(CLOCK_ATTACK, stop_at_loss=True, prestart=False)
     assert result.vs_incumbent is not None and result.vs_incumbent.median_ratio < 0.01, result.message
     assert result.vs_incumbent.wall_confirmed is False and not result.vs_incumbent.significant
     assert result.verdict == "slower" and decide(result, incumbent_correct=True, incumbent_us=3e5) == "revert"
