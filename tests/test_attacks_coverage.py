@@ -19,8 +19,9 @@ ATTACKS = [
     # used to miss (they ran at the smallest shape only)
     ("softmax_skip_max_pow2", "softmax", None, ["fp32"], {"numerics"}, ["NaN/inf", "16x256", "case=large"]),
     ("cross_entropy_skip_max_pow2", "cross_entropy", None, ["fp32"], {"numerics"}, ["NaN/inf", "16x256"]),
-    # atomics in scheduling order except at the one shape that was called twice
-    ("reduce_atomics_unless_largest", "reduce", None, ["fp32"], {"determinism"}, ["nondeterministic", "9x300"]),
+    # atomics in scheduling order except at the one shape that was called twice; two orders of 10 chunk
+    # sums can round alike in all 9 rows of 9x300 (about one run in 30), and held-out's shapes then catch it
+    ("reduce_atomics_unless_largest", "reduce", None, ["fp32"], {"determinism", "heldout"}, ["nondeterministic"]),
     # eps fixed at 1e-6: the inputs now draw eps from what models use
     ("rmsnorm_fixed_eps", "rmsnorm", None, ["fp32"], ANY_STAGE, []),
     # ignore_index fixed at -100: the inputs now use -100, -1 and 0
