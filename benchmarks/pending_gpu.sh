@@ -99,10 +99,11 @@ rotary)  # issue 14: the rotary default re-tuned in the third session, the tuner
         --rep-ms 6 --out "$out/tuner"
     ;;
 llama)  # issue 11: verify's automatic second compile on the LLaMA example, and where its time goes against
-    # torch.compile's (GEMMs, attention, the rest)
-    step llama_compile_auto 170 python benchmarks/models_gpu.py --out "$out/llama_auto" --skip-fused \
-        --models llama --under-compile auto --max-minutes 2.5
-    step llama_profile 250 python benchmarks/model_profile_gpu.py --out "$out/profile" --models llama --compiled
+    # torch.compile's (GEMMs, attention, the rest; ran in 46 s in the ninth session)
+    # two max-autotune compiles of the model (the original's, then the patched one's twice): 170 s did not do
+    step llama_compile_auto 480 python benchmarks/models_gpu.py --out "$out/llama_auto" --skip-fused \
+        --models llama --under-compile auto --max-minutes 7.5
+    step llama_profile 110 python benchmarks/model_profile_gpu.py --out "$out/profile" --models llama --compiled
     ;;
 cost)  # issue 9 after the ninth session's judge changes (one host sync a judged call, the one-pass names check,
     # sealed input sets copied into the worker, the loop's early timing): false positives, the cost of a warm
