@@ -535,12 +535,11 @@ def test_the_outside_rule_uses_what_it_took_when_armed(monkeypatch):
 
     from autokernel.harness import host_reads
 
-    monkeypatch.setitem(host_reads._OUTSIDE_RULE, "pid", os.getpid())
-    monkeypatch.setitem(host_reads._OUTSIDE_RULE, "signals_only", False)
+    rule = dict(host_reads._OUTSIDE_RULE, pid=os.getpid(), signals_only=False)
     other = os.getpid() + 1
     monkeypatch.setattr(os, "getpid", lambda: other)
-    assert host_reads._outside_refused("os.kill", (other, 19), None)[0] == "threads-or-streams"
-    assert host_reads._outside_refused("os.kill", (other, 0), None) is None
+    assert host_reads._outside_refused("os.kill", (other, 19), None, rule)[0] == "threads-or-streams"
+    assert host_reads._outside_refused("os.kill", (other, 0), None, rule) is None
 
 
 def _compile_under_the_outside_rule(tmp_path, mode: str) -> dict:

@@ -85,7 +85,7 @@ def test_the_guards_hold_no_original_in_their_defaults():
 
     from autokernel.harness import host_reads, launches
 
-    host_reads._guard_other_processes()
+    host_reads._guard_other_processes([])
     launches.install()
     guarded = [getattr(os, name) for name in host_reads.OTHER_PROCESS_CALLS if hasattr(os, name)]
     guarded += [signal.pidfd_send_signal] if hasattr(signal, "pidfd_send_signal") else []

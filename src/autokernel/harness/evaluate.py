@@ -398,7 +398,7 @@ class Evaluator:
     def _incumbent_judge(self, incumbent: Path, seed: int, notes: list[str]) -> stages.Judge | None:
         """A Judge whose requests go to the incumbent's own worker (loaded once per incumbent
         text; the candidate never runs in it)."""
-        source = self._incumbent_text if isinstance(self._incumbent_text, str) else None
+        source = self._incumbent_text
         if source is None:
             notes.append(f"incumbent not timed: cannot read {incumbent}")
             return None

@@ -188,19 +188,17 @@ class TrustedCode:
             return None
 
 
-def _in_writable(event: str, args: tuple, rule: Any = None) -> bool:
+def _in_writable(event: str, args: tuple, rule: Any) -> bool:
     """Are the paths the event names (two for a rename or link, else one) all inside a
-    writable folder?"""
-    rule = _OUTSIDE_RULE if rule is None else rule
+    writable folder of the armed ``rule``?"""
     named = 2 if event in ("os.rename", "os.link", "os.symlink", "shutil.move") else 1
     paths = [a for a in tuple(args)[:named] if isinstance(a, (str, bytes, os.PathLike))]
     writable, realpath, fsdecode = rule["writable"], rule["realpath"], rule["fsdecode"]
     return bool(paths and writable) and all(realpath(fsdecode(a)).startswith(writable) for a in paths)
 
 
-def _writes(event: str, args: tuple, rule: Any = None) -> bool:
+def _writes(event: str, args: tuple, rule: Any) -> bool:
     """Does this ``open`` event (path, mode, flags) open for writing (a path other than /dev/null)?"""
-    rule = _OUTSIDE_RULE if rule is None else rule
     path, mode, flags = (tuple(args) + (None, None, None))[:3]
     if isinstance(path, (str, bytes)) and rule["fsdecode"](path) == "/dev/null":
         return False
@@ -219,12 +217,10 @@ def _writes(event: str, args: tuple, rule: Any = None) -> bool:
 OTHER_PROCESS_CALLS = ("setpriority", "sched_setaffinity", "sched_setparam", "sched_setscheduler", "pidfd_open")
 
 
-def _guard_other_processes(armed: list | None = None) -> None:
+def _guard_other_processes(armed: list) -> None:
     """Wrap the calls; they refuse other processes once ``armed`` (the audit hook's list of the
     armed rule) holds the rule."""
     import posix
-
-    armed = [] if armed is None else armed
     import signal
 
     # a signal through a pid file descriptor (``os.open("/proc/<pid>")`` is one) raises no audit
@@ -261,10 +257,9 @@ def _refusing_other_processes(original, name: str, armed: list):
     return guarded
 
 
-def _outside_refused(event: str, args: tuple, frame, rule: Any = None) -> tuple[str, str] | None:
+def _outside_refused(event: str, args: tuple, frame, rule: Any) -> tuple[str, str] | None:
     """(rule, what) refused about ``event``, or None when it is allowed (``rule``: the armed
-    rule; this module's dict when not given)."""
-    rule = _OUTSIDE_RULE if rule is None else rule
+    rule, as ``arm_outside`` made it)."""
     if event == "resource.prlimit":  # (pid, resource, limits): another process's limits (CPU time kills it)
         target = (tuple(args) + (None,))[0]
         if target in (0, rule["pid"]):

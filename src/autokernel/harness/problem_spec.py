@@ -53,16 +53,7 @@ def uniform_metadata(args: tuple) -> tuple:
     becomes one; every tensor gets the same version counter."""
     import torch
 
-    out = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            if not _fresh_already(a):
-                a = fresh_tensor(a, torch._C.TensorBase.copy_)
-            _set_version(a)
-        elif type(a) in (tuple, list):
-            a = type(a)(uniform_metadata(tuple(a)))
-        out.append(a)
-    return tuple(out)
+    return _remade(args, torch._C.TensorBase.copy_, always=False)
 
 
 def own_copy(args: tuple, copy) -> tuple:
@@ -72,15 +63,22 @@ def own_copy(args: tuple, copy) -> tuple:
     kernel told the parent's sets from the worker's draws by ``is_shared()``, by the file
     mapping behind the memory, by a storage that cannot be resized and by the version counter
     (tests/attacks/softmax_shared_tells_checked.py)."""
+    return _remade(args, copy, always=True)
+
+
+def _remade(args: tuple, copy, always: bool) -> tuple:
+    """``args`` (tensors, nested tuples and lists of them, other values) with every tensor made a
+    ``fresh_tensor`` (``always``, or where it is not one already) at the drawn sets' version."""
     import torch
 
     out = []
     for a in args:
         if isinstance(a, torch.Tensor):
-            a = fresh_tensor(a, copy)
+            if always or not _fresh_already(a):
+                a = fresh_tensor(a, copy)
             _set_version(a)
         elif type(a) in (tuple, list):
-            a = type(a)(own_copy(tuple(a), copy))
+            a = type(a)(_remade(tuple(a), copy, always))
         out.append(a)
     return tuple(out)
 
