@@ -111,10 +111,10 @@ def test_a_background_torchscript_thread_that_loads_the_cpu_between_calls_is_cau
     assert result.failed_stage == "load"  # before any call, before any timing
 
 
-def test_the_torchscript_server_computes_the_row_sums_off_the_callers_thread():
-    """What reduce_pass8_interop_thread_compute.py relies on: its outputs are right with no torch
-    compute op on the caller's thread (its Triton kernels only copy).  In a child process: the
-    server thread never ends, and the child leaves with ``os._exit``."""
+def row_sums_off_the_callers_thread(path: Path) -> str:
+    """The stdout of a child process that runs ``path``'s ``kernel_fn`` on a 5x300 input under a
+    dispatch mode recording the caller's ops: "RIGHT <outputs right> SUMS <sum ops seen>".  In a
+    child process: a server thread of the file's never ends, and the child leaves with ``os._exit``."""
     script = textwrap.dedent(f"""
         import importlib.util, os, torch
         from torch.utils._python_dispatch import TorchDispatchMode
@@ -123,7 +123,7 @@ def test_the_torchscript_server_computes_the_row_sums_off_the_callers_thread():
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 seen.append(str(func))
                 return func(*args, **(kwargs or {{}}))
-        spec = importlib.util.spec_from_file_location("attack", {str(ATTACKS / "reduce_pass8_interop_thread_compute.py")!r})
+        spec = importlib.util.spec_from_file_location("attack", {str(path)!r})
         attack = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(attack)
         x = torch.randn(5, 300)
@@ -134,7 +134,14 @@ def test_the_torchscript_server_computes_the_row_sums_off_the_callers_thread():
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
-    assert "RIGHT True SUMS []" in done.stdout, (done.stdout, done.stderr[-2000:])
+    return done.stdout + done.stderr[-2000:]
+
+
+def test_the_torchscript_server_computes_the_row_sums_off_the_callers_thread():
+    """What reduce_pass8_interop_thread_compute.py relies on: its outputs are right with no torch
+    compute op on the caller's thread (its Triton kernels only copy)."""
+    out = row_sums_off_the_callers_thread(ATTACKS / "reduce_pass8_interop_thread_compute.py")
+    assert "RIGHT True SUMS []" in out, out
 
 
 def test_row_sums_computed_by_a_background_torchscript_thread_are_caught(no_static_checks):

@@ -6,9 +6,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ from autokernel.problems.registry import get_problem, list_kinds
 sys.path.insert(0, str(Path(__file__).parent))
 from test_harness_attacks import ATTACKS, REDUCE_STARTER, no_static_checks, rules  # noqa: E402,F401  (a fixture)
 from test_harness_integrity import rules as static_rules  # noqa: E402
+from test_harness_attacks_pass8 import row_sums_off_the_callers_thread  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
 
@@ -103,29 +102,10 @@ def test_torchscript_from_an_archive_or_source_text_is_a_static_finding(name):
 
 def test_the_server_computes_the_row_sums_off_the_callers_thread():
     """What both files rely on: their outputs are right with no torch compute op on the caller's
-    thread (their Triton kernels only copy).  In a child process: the server thread never ends,
-    and the child leaves with ``os._exit``."""
+    thread (their Triton kernels only copy)."""
     for name in THREAD_ATTACKS:
-        script = textwrap.dedent(f"""
-            import importlib.util, os, torch
-            from torch.utils._python_dispatch import TorchDispatchMode
-            seen = []
-            class Ops(TorchDispatchMode):
-                def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                    seen.append(str(func))
-                    return func(*args, **(kwargs or {{}}))
-            spec = importlib.util.spec_from_file_location("attack", {str(ATTACKS / name)!r})
-            attack = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(attack)
-            x = torch.randn(5, 300)
-            with Ops():
-                out = attack.kernel_fn(x)
-            print("RIGHT", bool(torch.allclose(out, x.sum(-1), atol=1e-4)), "SUMS", [op for op in seen if "sum" in op], flush=True)
-            os._exit(0)
-        """)
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                              env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
-        assert "RIGHT True SUMS []" in done.stdout, (name, done.stdout, done.stderr[-2000:])
+        out = row_sums_off_the_callers_thread(ATTACKS / name)
+        assert "RIGHT True SUMS []" in out, (name, out)
 
 
 @pytest.mark.parametrize("name", THREAD_ATTACKS)
