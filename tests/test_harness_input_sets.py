@@ -288,11 +288,11 @@ def test_sets_a_request_never_opened_are_released_in_the_parent(tmp_path):
     worker opens it (on a GPU: a CUDA IPC block in the parent's limbo).  A kernel that raises
     ends its request before the later sets and the output buffers are opened: the worker opens
     and drops them all the same, so nothing stays held in the parent."""
-    from multiprocessing import resource_sharer
+    from autokernel.harness.stages import _waiting_descriptors
 
     path = tmp_path / "kernel.py"
     path.write_text("def kernel_fn(x):\n    raise ValueError('no')\n")
-    held = resource_sharer._resource_sharer._cache
+    held = _waiting_descriptors()  # the parent's resource sharer's registry
     before = set(held)
     with Evaluator("softmax", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=120, baselines=False,
                    timing=False, prestart=False) as ev:
@@ -307,11 +307,11 @@ def test_sets_a_killed_worker_never_opened_are_released_in_the_parent(tmp_path):
     """A kernel that outlasts its deadline on the first call of a request has its worker killed
     before the request's output buffers (and any later set) are opened: the parent closes the
     descriptors it held for them (else each kept its shared memory alive for good)."""
-    from multiprocessing import resource_sharer
+    from autokernel.harness.stages import _waiting_descriptors
 
     path = tmp_path / "kernel.py"
     path.write_text("import time\n\n\ndef kernel_fn(x):\n    time.sleep(60)\n")
-    held = resource_sharer._resource_sharer._cache
+    held = _waiting_descriptors()  # the parent's resource sharer's registry
     before = set(held)
     with Evaluator("softmax", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=3, baselines=False,
                    timing=False, prestart=False) as ev:
