@@ -80,6 +80,7 @@ def bare_call_us(problem, fn, shape: dict, dtype, device: str, seeds) -> float:
 def worker_cost(state, kind: str, args) -> dict:
     """Timed requests on the in-process worker ``state``; host µs per call."""
     from autokernel.harness.stages import dtype_name
+    from autokernel.problems.base import format_shape
     from autokernel.problems.registry import KERNELS_DIR, get_problem
 
     problem = get_problem(kind)
@@ -99,7 +100,7 @@ def worker_cost(state, kind: str, args) -> dict:
     for r in range(args.requests):
         message = {"op": "call", "slot": kind, "shape": shape, "dtype": dtype, "sets": None,
                    "draw": [next(seed) for _ in range(args.calls)], "expected": expected,
-                   "poison": float("nan"), "require_launch": problem.forbidden_ops is None, "keep_inputs": True}
+                   "poison": float("nan"), "require_launch": problem.forbidden_ops is None}
         if profiler is not None and r == 1:
             profiler.clear()  # the load and the warm-up request out
         t0 = time.perf_counter()
@@ -119,7 +120,7 @@ def worker_cost(state, kind: str, args) -> dict:
     result = {"kind": kind, "shape": shape, "dtype": dtype_name(dtype), "calls": args.calls * (args.requests - 1),
               "wall_per_call_us": statistics.median(per_call), "kernel_us": own,
               "host_per_call_us": statistics.median(host), "host_per_call_spread_us": [min(host), max(host)]}
-    print(f"worker {kind} {stage_label(shape, dtype_name(dtype))}: {result['host_per_call_us']:.0f} us host a call "
+    print(f"worker {kind} {format_shape(shape)} {dtype_name(dtype)}: {result['host_per_call_us']:.0f} us host a call "
           f"(least {min(host):.0f}) "
           f"(wall {result['wall_per_call_us']:.0f} us - kernel {own:.0f} us; requests "
           f"{', '.join(f'{h:.0f}' for h in host)})", flush=True)
@@ -131,10 +132,6 @@ def worker_cost(state, kind: str, args) -> dict:
         profiler.clear()
         profiler.enable()
     return result
-
-
-def stage_label(shape: dict, dtype: str) -> str:
-    return "x".join(str(v) for v in shape.values()) + f" {dtype}"
 
 
 def evaluation_cost(kind: str, args) -> dict:
