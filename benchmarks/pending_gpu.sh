@@ -27,14 +27,17 @@
 #                                               # cost, the loop against the old judge (rmsnorm), host time a call
 #   bash benchmarks/pending_gpu.sh loopcost OUT # the loop's experiments per hour against the old judge (4d4b81e),
 #                                               # side by side in one call (issue 9's cost goal)
+#   bash benchmarks/pending_gpu.sh replay OUT   # issue 9's cost on the same candidates: the loop (rmsnorm, softmax)
+#                                               # with this tree, its proposals replayed through this judge and
+#                                               # the old one (4d4b81e, as loopcost), the loop's rate with the same agent
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost OUT}
-out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost OUT}
+part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay OUT}
+out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay OUT}
 mkdir -p "$out"
 export PYTHONPATH=src
 
@@ -125,6 +128,20 @@ loopcost)  # issue 9: the loop's experiments per hour, this tree and the old jud
     done
     python benchmarks/loop_cost_table.py "$out/old" "$out/new"
     ;;
+replay)  # issue 9: the judge's cost on the same files; the old tree travels in .old4d4b81e (see loopcost)
+    test -d .old4d4b81e/src || { echo "no .old4d4b81e/src (see loopcost)" >&2; exit 2; }
+    for kind in rmsnorm softmax; do
+        step "loop_$kind" 125 python benchmarks/gpu_suite.py loop --budget 80s --kinds "$kind" --out "$out/new"
+        log=$(dirname "$(ls "$out"/new/loop_$kind/logs/*/*/exp_0000.py | head -n 1)")
+        step "replay_new_$kind" 85 python benchmarks/judge_replay.py --kind "$kind" --log "$log" --max 20 \
+            --out "$out/replay_new_$kind.json"
+        step "replay_old_$kind" 85 env PYTHONPATH=.old4d4b81e/src python benchmarks/judge_replay.py --kind "$kind" \
+            --log "$log" --max 20 --out "$out/replay_old_$kind.json"
+        echo "== $kind: the same proposals through both judges"
+        python benchmarks/judge_replay.py --table "$out/replay_new_$kind.json" "$out/replay_old_$kind.json" \
+            --labels new old --rows "$out/new/loop_$kind/results.tsv"
+    done
+    ;;
 ahead)
     step compile_ahead 420 python benchmarks/compile_ahead_gpu.py --out "$out/ahead" --kinds softmax,rmsnorm \
         --files 3 --helpers 3
@@ -137,7 +154,7 @@ profile)
         --cuda-graphs --compile-mode reduce-overhead --models hf:gpt2 --max-minutes 1.5
     ;;
 *)
-    echo "unknown part $part (judge, kinds, tuner, fixes, profile, ahead, compile, retune, rotary, loopcost, llama or cost)" >&2
+    echo "unknown part $part (judge, kinds, tuner, fixes, profile, ahead, compile, retune, rotary, loopcost, llama, cost or replay)" >&2
     exit 2
     ;;
 esac

@@ -49,3 +49,26 @@ def test_kernel_classes_of_a_model_profile():
     assert profile.kernel_class("cudnn_generated_fort_native_sdpa_sm90_flash_fprop") == "attention"
     assert profile.kernel_class("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0") == "other"
     assert profile.kernel_class("_add_rmsnorm_kernel") == "other"
+
+
+def test_judge_replay_counts_the_agents_share_of_each_row_with_either_judge(tmp_path, capsys):
+    """The loop's rate with the same agent: each row's agent time (its wall less its evaluation's)
+    added to each judge's evaluation of the same proposal."""
+    replay = _load("judge_replay")
+    work = tmp_path / "loop_rmsnorm"
+    _results(work, [("baseline", 30.0), ("revert", 12.0), ("revert", 2.0)])
+    logs = work / "logs" / "rmsnorm" / "rmsnorm"
+    logs.mkdir(parents=True)
+    for number, evaluation_s in ((0, 29.0), (1, 2.0), (2, 1.0)):
+        (logs / f"exp_{number:04d}.json").write_text(f'{{"wall_s": {evaluation_s}}}')
+    agent = replay.agent_seconds(work / "results.tsv")
+    assert agent == {0: 1.0, 1: 10.0, 2: 1.0}
+    new = {"rows": [{"experiment": 1, "verdict": "slower", "wall_s": 2.0, "phases": {"screen": 1.5}},
+                    {"experiment": 2, "verdict": "slower", "wall_s": 1.0, "phases": {"screen": 0.5}}]}
+    old = {"rows": [{"experiment": 1, "verdict": "pass", "wall_s": 4.0, "phases": {}},
+                    {"experiment": 2, "verdict": "pass", "wall_s": 2.0, "phases": {}}]}
+    replay.table([new, old], ["new", "old"], agent)
+    out = capsys.readouterr().out
+    # new: 2 rows in 12 + 2 s -> 514/h, median 1.5 s; old: 14 + 3 s -> 424/h, median 3.0 s
+    assert "| new | 2 | slower 2 | 1.50 / 1.50 | 514 | screen 1.00 | 0.50x |" in out
+    assert "| old | 2 | pass 2 | 3.00 / 3.00 | 424 |  | 1.00x |" in out

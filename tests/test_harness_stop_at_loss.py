@@ -1,6 +1,8 @@
 """The loop's evaluation order (``Evaluator(stop_at_loss=True)``): with an incumbent, the pair is
-timed right after smoke; a candidate not faster beyond the noise is reverted there (verdict
-``slower``, five stages saved), and one that may be kept is judged by every stage before it is.
+timed right after smoke with no timed call's outputs compared (the screen); a candidate not faster
+beyond the noise is reverted there (verdict ``slower``, five stages saved), and one that may be
+kept is judged by every stage and by the checked timing, which alone decides.  The timing of a
+pair stops early at a clear loss.
 
 CPU (Triton interpreter), the reduce starter at one tiny shape."""
 from __future__ import annotations
@@ -49,7 +51,9 @@ def test_a_slower_candidate_is_reverted_after_smoke_without_the_other_stages(tmp
     assert "stages after smoke were not run" in ev.message and "timing stopped after" in ev.message
     assert not ev.vs_incumbent.significant and ev.vs_incumbent.median_ratio > 1.5
     assert len(ev.timings) == 1 and ev.score_us > 0
-    assert "stages" in ev.phases and "timing" in ev.phases
+    # screened only: no timed call's outputs were compared, and no checked timing followed
+    assert "stages" in ev.phases and "screen" in ev.phases
+    assert "timing" not in ev.phases and "timing_checks" not in ev.phases
     assert decide(ev, incumbent_correct=True, incumbent_us=1.0) == "revert"
     row = make_record(get_problem("reduce"), "reduce", None, None, 1, "tuner", "revert", ev, ev.wall_s, 0, "abc",
                       "four times the work")
@@ -63,6 +67,9 @@ def test_a_faster_candidate_is_judged_by_every_stage_and_kept(tmp_path, loop_eva
     assert [s.name for s in ev.stages] == ALL_STAGES and all(s.passed for s in ev.stages)
     assert ev.message.startswith("passed 6 stages")
     assert ev.vs_incumbent.significant
+    # screened, then timed again with the timed calls' outputs checked: that timing decides
+    assert "screened against the incumbent first" in ev.message
+    assert ev.phases["screen"] > 0 and ev.phases["timing"] > 0 and ev.phases["timing_checks"] > 0
     assert decide(ev, incumbent_correct=True, incumbent_us=ev.score_us * 2) == "keep"
 
 
@@ -88,3 +95,37 @@ def test_without_an_incumbent_or_the_option_every_stage_runs_first(tmp_path):
         paired = ev.evaluate(_slower(tmp_path), incumbent_file=STARTER)
     assert paired.verdict == "pass" and [s.name for s in paired.stages] == ALL_STAGES
     assert not paired.vs_incumbent.significant
+
+
+def test_the_keep_rests_on_the_checked_timing_never_on_the_screen(tmp_path, loop_evaluator, monkeypatch):
+    """A screen that called a slower candidate faster (as a kernel cheating on the screen's
+    unchecked calls would make it) only sends it on: the checked timing finds it slower."""
+    real = Evaluator._comparison
+    seen = []
+
+    def screen_fooled(self, samples, n_cases, walls):
+        comparison = real(self, samples, n_cases, walls)
+        seen.append(comparison.significant)
+        if len(seen) == 1:
+            comparison.significant = True
+        return comparison
+
+    monkeypatch.setattr(Evaluator, "_comparison", screen_fooled)
+    ev = loop_evaluator.evaluate(_slower(tmp_path), incumbent_file=STARTER)
+    assert len(seen) == 2 and seen == [False, False]
+    assert ev.verdict == "pass" and [s.name for s in ev.stages] == ALL_STAGES, ev.message
+    assert not ev.vs_incumbent.significant and ev.vs_incumbent.median_ratio > 1.5
+    assert decide(ev, incumbent_correct=True, incumbent_us=ev.vs_incumbent.incumbent_us) == "revert"
+
+
+def test_a_clear_loss_stops_the_rounds_after_the_first(tmp_path, loop_evaluator, monkeypatch):
+    """With enough calls a round for the fastest to mean something (8 here; the interpreter's plan
+    makes one), a candidate whose fastest calls are slower than the incumbent's median by more
+    than the margin is not timed further: one round of three."""
+    from autokernel.harness import timing
+
+    monkeypatch.setattr(timing, "CPU_PLAN", timing.TimingPlan(budget_s=1e3, min_calls=24, max_calls=24))
+    ev = loop_evaluator.evaluate(_slower(tmp_path), incumbent_file=STARTER)
+    assert ev.verdict == "slower", ev.message
+    assert "timing stopped after 1 of 3 interleaved rounds: the candidate's fastest calls" in ev.message
+    assert not ev.vs_incumbent.significant

@@ -130,3 +130,11 @@ def test_a_loss_decided_early_is_never_a_gain_whatever_the_later_rounds_measure(
     assert not timing.loss_decided([1.0] * (need - 1) + [0.5] * (rounds - need), rounds)
     almost = [1.0] * (need - 1) + [0.9] * (rounds - need + 1)
     assert timing.compare_rounds([100 * r for r in almost], [100.0] * rounds, 90.0, 100.0).significant
+
+
+def test_a_clear_loss_is_the_fastest_calls_slower_than_the_incumbents_median_by_the_margin():
+    margin = timing.CLEAR_LOSS
+    assert timing.clear_loss(100.0 * (1 + margin) + 0.01, 100.0)
+    assert not timing.clear_loss(100.0 * (1 + margin), 100.0)  # at the margin: go on
+    assert not timing.clear_loss(99.0, 100.0) and not timing.clear_loss(101.0, 100.0)
+    assert not timing.clear_loss(1e9, 0.0)  # no incumbent time: nothing is clear

@@ -18,7 +18,10 @@ Order of an evaluation:
    GPU time under 0.95x the floor is ``below-floor``.  With ``incumbent_file`` the incumbent runs
    in its own worker, interleaved round by round with the candidate's, and ``vs_incumbent``
    says whether the candidate is faster by more than the noise with the parent's wall clock
-   confirming the gain.
+   confirming the gain.  ``stop_at_loss`` (the loop): with an incumbent, a *screen* comes right
+   after smoke, the pair timed with no timed call's outputs compared; a candidate it finds not
+   faster is ``slower`` and judged no further, any other goes on to the stages and the checked
+   timing, which alone decides (``Evaluator._screen``).
 
 Every evaluation gets a fresh worker (forked from a pristine forkserver; the next one is started
 while this evaluation runs); the worker is killed afterwards, never reused for another kernel.
@@ -308,8 +311,8 @@ class Evaluator:
             self.memory_plan = judge.memory_plan
             ev.failed_stage, ev.message = "memory", str(exc)
             return
-        time_early = self.stop_at_loss and self.timing and incumbent is not None
-        timed = False
+        screen_first = self.stop_at_loss and self.timing and incumbent is not None
+        screened = False
 
         def start_ahead() -> None:
             helpers = compile_ahead_mod.helpers_that_fit(self.compile_ahead, self.memory_plan)
@@ -319,18 +322,12 @@ class Evaluator:
                 cases = compile_ahead_mod.cases_ahead(self.problem, plan, self.device)
                 self._ahead = compile_ahead_mod.start(lambda: Worker(self.device), load, cases, helpers, _new_seed())
 
-        if not time_early:
+        if not screen_first:
             start_ahead()
         for name, run_stage in stages.STAGE_FUNCTIONS:
-            if time_early and name != "smoke" and not timed:
-                timed = True
-                if not self._run_timing(ev, judge, incumbent, phase):
-                    return
-                if ev.vs_incumbent is not None and not ev.vs_incumbent.significant:
-                    # it cannot be kept, whatever the stages would find: not judged further
-                    ev.correct, ev.verdict = False, "slower"
-                    ev.message = ("not faster than the incumbent beyond the noise; the stages after smoke were not "
-                                  "run" + ev.message)
+            if screen_first and name != "smoke" and not screened:
+                screened = True
+                if not self._screen(ev, judge, incumbent, phase):
                     return
                 start_ahead()
             self._stage = name
@@ -353,20 +350,48 @@ class Evaluator:
         ev.correct, ev.verdict = True, "pass"
         ev.message = f"passed {len(ev.stages)} stages" + timing_notes
         self._stop_ahead()  # before any timed call: the helpers would share the GPU with it
-        if self.timing and not timed:
+        if self.timing:
             self._run_timing(ev, judge, incumbent, phase)
+            if screened:
+                ev.message += "; screened against the incumbent first (its timed calls unchecked)"
 
-    def _run_timing(self, ev: Evaluation, judge: stages.Judge, incumbent: Path | None, phase) -> bool:
+    def _screen(self, ev: Evaluation, judge: stages.Judge, incumbent: Path, phase) -> bool:
+        """The loop's first look at a candidate that has passed smoke: the pair timed as the
+        timing stage times it, with every call judged in the worker but no timed call's outputs
+        compared here (those comparisons were most of a timed call's cost), and the rounds cut
+        short once they rule out a gain.  A candidate the screen finds not faster beyond the
+        noise is ``slower`` (False): it cannot be kept, whatever the stages would find.  One
+        that may be faster goes on to the stages and the checked timing, which alone decides:
+        what the screen measured is dropped, so a kernel that cheats on the screen's calls
+        gains nothing by it."""
+        if not self._run_timing(ev, judge, incumbent, phase, checked=False):
+            return False
+        if ev.vs_incumbent is None or ev.vs_incumbent.significant:
+            self._drop_timings(ev)
+            ev.message = ""
+            return True
+        ev.correct, ev.verdict = False, "slower"
+        ev.message = ("not faster than the incumbent beyond the noise; the stages after smoke were not run"
+                      + ev.message)
+        return False
+
+    def _run_timing(self, ev: Evaluation, judge: stages.Judge, incumbent: Path | None, phase,
+                    checked: bool = True) -> bool:
         """Time the candidate (against ``incumbent``); False when timing found it incorrect or
-        rejected it (``ev`` says so).  The timing's notes are appended to ``ev.message``."""
+        rejected it (``ev`` says so).  The timing's notes are appended to ``ev.message``.
+        ``checked`` False: the screen's timing (``_screen``), no timed call's outputs compared."""
         self._stage = "timing"
         message, ev.message = ev.message, ""
+        name = "timing" if checked else "screen"
         try:
-            self._baselines_s = 0.0
-            self._time(ev, judge, incumbent)
-            phase("timing")
-            ev.phases["timing"] = round(ev.phases["timing"] - self._baselines_s, 3)
-            ev.phases["baselines"] = round(self._baselines_s, 3)
+            self._baselines_s = self._checks_s = 0.0
+            self._time(ev, judge, incumbent, checked)
+            phase(name)
+            # disjoint phases: the timed calls' output checks and the baselines apart from the calls
+            ev.phases[name] = round(ev.phases[name] - self._baselines_s - self._checks_s, 3)
+            if checked:
+                ev.phases["timing_checks"] = round(self._checks_s, 3)
+                ev.phases["baselines"] = round(self._baselines_s, 3)
             ev.message = message + ev.message
             return True
         except stages.CaseFailure as exc:
@@ -425,7 +450,8 @@ class Evaluator:
             return None
 
     def _batch(self, judge: stages.Judge, runner: stages.Judge, slot: str, shape: Shape, dtype: torch.dtype,
-               n: int, check_p: float, warm_up: bool = False, numerics_p: float = 0.0) -> tuple[list[float], float]:
+               n: int, check_p: float, warm_up: bool = False, numerics_p: float = 0.0,
+               judged: bool = True) -> tuple[list[float], float]:
         """``n`` judged calls on ``n`` fresh input sets (split to fit the memory budget), sent to
         ``runner``'s worker, which draws each set itself from a seed of ours right before its
         call (``worker_main._draw``: no call can see a later call's inputs).  Each call is
@@ -475,7 +501,7 @@ class Evaluator:
             elapsed = time.perf_counter() - started
             if "error" in reply:
                 raise stages.CaseFailure(f"the kernel raised {reply['error']} while being timed", "timing")
-            if check_p > 0:
+            if judged:
                 judge.check_ops(reply["ops"], label)
                 judge.check_call(reply, label)
             reported = [float(t) for t in reply["times_us"]]
@@ -487,8 +513,10 @@ class Evaluator:
                 self._calls_uncovered += len(reply.get("uncovered") or [])
             picked = list(range(k)) if check_p >= 1.0 else \
                 [i for i in range(k) if self._rng.random() < check_p or (i in numerics and check_p > 0)]
+            checks_from = time.perf_counter()
             for group in ([picked] if judge.together else [[i] for i in picked]) if picked else []:
                 self._check_timed(judge, group, seeds, shape, dtype, meta, tol, k)
+            self._checks_s += time.perf_counter() - checks_from
             times += reported
             wall += elapsed
             self.last_kind = reply.get("kind", self.last_kind)
@@ -534,7 +562,7 @@ class Evaluator:
                 raise stages.Rejection("cached-output", f"timed call {i} of {k} (picked after the calls) gave "
                                        f"a wrong output: {verdict.message} ({case.label})")
 
-    def _time(self, ev: Evaluation, judge: stages.Judge, incumbent: Path | None) -> None:
+    def _time(self, ev: Evaluation, judge: stages.Judge, incumbent: Path | None, checked: bool = True) -> None:
         notes: list[str] = []
         runners = {"candidate": judge}
         if incumbent is not None:
@@ -554,8 +582,9 @@ class Evaluator:
         def batch(slot: str, c: int, n: int, check_p: float, warm_up: bool = False,
                   numerics_p: float = 0.0) -> tuple[list[float], float]:
             try:  # the incumbent gets the same share of numerics draws, unchecked
+                candidate = slot == "candidate"
                 return self._batch(judge, runners[slot], slot, self.shapes[c], dtype, n,
-                                   check_p if slot == "candidate" else 0.0, warm_up, numerics_p)
+                                   check_p if candidate and checked else 0.0, warm_up, numerics_p, judged=candidate)
             except (stages.Rejection, stages.CaseFailure, WorkerCrash, WorkerTimeout, stages.CudaFault) as exc:
                 if slot == "candidate":
                     raise
@@ -582,17 +611,16 @@ class Evaluator:
                         times, wall = batch(slot, c, per_round[c], check_p, numerics_p=numerics_p)
                         samples[slot][c][r] = times
                         walls[slot][c][r] = wall * 1e6 / max(1, len(times))
-                if self._incumbent_timed and self._loss_decided(samples, r + 1, rounds):
+                stop = self._why_stop(samples, r + 1, rounds) if self._incumbent_timed and r + 1 < rounds else None
+                if stop:
                     for table in (samples, walls):  # the rounds not run are not rounds
                         for slot in table:
                             table[slot] = [per_case[:r + 1] for per_case in table[slot]]
-                    notes.append(f"timing stopped after {r + 1} of {rounds} interleaved rounds: the candidate was "
-                                 f"not faster in {timing.rounds_that_decide_a_loss(rounds)} of them, which rules "
-                                 "out a gain whatever the rest would measure")
+                    notes.append(f"timing stopped after {r + 1} of {rounds} interleaved rounds: {stop}")
                     break
         except _IncumbentFailed as exc:
             self._drop_incumbent()
-            self._time(ev, judge, None)
+            self._time(ev, judge, None, checked)
             ev.message += f"; incumbent not timed: {exc}"
             return
         if self._calls_uncovered:
@@ -661,12 +689,25 @@ class Evaluator:
         return [timing.weighted_score([timing.median(per_case[r]) for per_case in samples[slot]], self.weights)
                 for r in range(done)]
 
-    def _loss_decided(self, samples: dict[str, Any], done: int, rounds: int) -> bool:
-        """Timing a candidate further is of no use once the rounds so far rule out a gain: it
-        stays a pass (every call so far judged), but it cannot be kept."""
+    def _why_stop(self, samples: dict[str, Any], done: int, rounds: int) -> str | None:
+        """Timing a candidate further is of no use once the rounds so far rule out a gain (a
+        proof: ``timing.loss_decided``) or show a clear loss (``timing.clear_loss``): it stays a
+        pass (every call so far judged), but it cannot be kept.  Why, or None to go on."""
         ratios = timing.round_ratios(self._round_scores(samples, "candidate", done),
                                      self._round_scores(samples, "incumbent", done))
-        return timing.loss_decided(ratios, rounds)
+        if timing.loss_decided(ratios, rounds):
+            return (f"the candidate was not faster in {timing.rounds_that_decide_a_loss(rounds)} of them, which rules "
+                    "out a gain whatever the rest would measure")
+        calls = {slot: [[x for r in per_case[:done] for x in r] for per_case in samples[slot]]
+                 for slot in ("candidate", "incumbent")}
+        if min(len(c) for c in calls["candidate"]) < timing.CLEAR_LOSS_MIN_CALLS:
+            return None
+        fastest = timing.weighted_score([min(c) for c in calls["candidate"]], self.weights)
+        typical = timing.weighted_score([timing.median(c) for c in calls["incumbent"]], self.weights)
+        if timing.clear_loss(fastest, typical):
+            return (f"the candidate's fastest calls ({fastest:.4g} us, weighted over the shapes) were slower than "
+                    f"the incumbent's median ({typical:.4g} us) by more than {timing.CLEAR_LOSS:.0%}")
+        return None
 
     def _comparison(self, samples: dict[str, Any], n_cases: int, walls: dict[str, Any]) -> Any:
         def per_round(slot: str) -> list[float]:

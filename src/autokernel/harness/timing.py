@@ -18,7 +18,8 @@ Keep/revert: ``time_rounds`` times several kernels alternately in rounds (the or
 every round) so that drift in clocks or temperature hits both; ``compare_rounds`` turns the
 per-round scores into a ``Comparison``: the candidate is *significantly* faster when the
 median per-round ratio candidate/incumbent is below ``1 - (MIN_GAIN + noise)``, where noise is
-half the 20–80 percentile range of the per-round ratios.
+half the 20–80 percentile range of the per-round ratios.  The judge stops timing a pair early
+once the rounds so far rule out a gain (``loss_decided``) or show a clear loss (``clear_loss``).
 """
 from __future__ import annotations
 
@@ -94,6 +95,23 @@ def loss_decided(ratios: Sequence[float], rounds: int) -> bool:
     """Whether the per-round ratios measured so far already rule out a significant gain over
     ``rounds`` rounds (see ``rounds_that_decide_a_loss``): the judge may stop timing there."""
     return sum(1 for r in ratios if not r < 1.0) >= rounds_that_decide_a_loss(rounds)
+
+
+# A clear loss (``clear_loss``): the candidate's fastest calls slower than the incumbent's median
+# calls by more than this, with at least CLEAR_LOSS_MIN_CALLS calls a shape so far.  A statistical
+# stop, unlike ``loss_decided``'s proof: the call-to-call spread (half the 20-80 range) is 1.3-2.5%
+# of the median on the H200, so the fastest of 20 calls lies some 3-5% under the median, and a
+# candidate truly faster by MIN_GAIN stops here only if all its calls of a round came out some
+# 5-7% slow against the incumbent's interleaved calls.  The cost of such a stop is a revert, never
+# a keep: a kernel gains nothing by being stopped.
+CLEAR_LOSS = 0.02
+CLEAR_LOSS_MIN_CALLS = 8  # below this the fastest call says little (the interpreter's one call a round)
+
+
+def clear_loss(candidate_fastest_us: float, incumbent_median_us: float, margin: float = CLEAR_LOSS) -> bool:
+    """Whether the candidate is clearly slower: its fastest calls (per shape, weighted like the
+    score) take more than ``1 + margin`` times the incumbent's median calls (same weights)."""
+    return incumbent_median_us > 0 and candidate_fastest_us > incumbent_median_us * (1.0 + margin)
 
 
 def wall_confirms(candidate_reported: Sequence[float], incumbent_reported: Sequence[float],
