@@ -88,11 +88,11 @@ def test_an_unknown_policy_is_a_clear_error(tmp_path, llama):
         apply(llama.model, wd, under_compile="inductor")
 
 
-def _record(wd: Path, patched, policy: str, device_name: str = "cpu") -> None:
+def _record(wd: Path, patched, policy: str, device_name: str = "cpu", uncompiled_ms: float | None = None) -> None:
     import json
 
     choice = compile_policy.ModelChoice(policy, 11.8, 11.3, device_name,
-                                        compile_policy.kernel_digests(patched._autokernel_kernel_ops))
+                                        compile_policy.kernel_digests(patched._autokernel_kernel_ops), uncompiled_ms)
     (wd / "verify.json").write_text(json.dumps({"passed": True, "compile_choice": choice.to_dict()}))
 
 
@@ -115,11 +115,62 @@ def test_auto_follows_the_last_verifys_whole_model_timing_for_the_same_kernels_h
     assert not set(apply(llama.model, wd)._autokernel_ops.values()) & set(TRACED_UNDER_COMPILE)
 
 
-@pytest.mark.parametrize("handed_ms,policy", [(5.0, "eager"), (9.0, "per-op")])
-def test_verify_times_compile_again_with_every_op_handed_over_and_keeps_the_faster(tmp_path, llama, handed_ms,
-                                                                                    policy):
+def _graphs_made(model, inputs) -> int:
+    """How many graphs torch.compile of ``model`` hands its backend (0: it traced nothing)."""
+    graphs = []
+
+    def counting_backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(model, backend=counting_backend)(*inputs)
+    return len(graphs)
+
+
+def test_uncompiled_leaves_the_patched_model_out_of_torch_compile_and_auto_follows_verify(tmp_path, llama):
+    import copy
+
+    wd = make_workdir(tmp_path / "wd", llama_problems())
+    x = llama.make_inputs(5)
+    per_op = apply(llama.model, wd)
+    assert _graphs_made(per_op, x) >= 1
+    _record(wd, per_op, "uncompiled", uncompiled_ms=10.9)
+    for left_out in (apply(llama.model, wd), apply(llama.model, wd, under_compile="uncompiled")):
+        assert left_out._autokernel_uncompiled and _graphs_made(left_out, x) == 0
+        before = dict(OP_CALLS)
+        with torch.no_grad():
+            out = torch.compile(left_out, backend="eager")(*x)
+            ref = llama.model(*x)
+        assert rel(out, ref) < 1e-4
+        assert all(OP_CALLS[op] > before.get(op, 0) for op in left_out._autokernel_ops.values())  # our kernels ran
+    assert all("leaves the patched model out" in why for why in left_out._autokernel_under_compile.values())
+    twin = copy.deepcopy(left_out)  # a copy runs its own weights, not the original's
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.zero_()
+        assert rel(left_out(*x), ref) < 1e-4 and not torch.equal(twin(*x), left_out(*x))
+    assert not getattr(apply(llama.model, wd, under_compile="ours"), "_autokernel_uncompiled", False)
+
+
+def test_the_whole_model_policy_is_the_fastest_of_what_was_timed():
+    policy = compile_policy.whole_model_policy
+    assert policy(10.0, None) == "per-op" and policy(10.0, 9.0) == "eager" and policy(10.0, 10.0) == "per-op"
+    assert policy(10.0, None, 9.5) == "uncompiled" and policy(10.0, 9.0, 9.5) == "eager"
+    assert policy(10.0, 9.0, 8.0) == "uncompiled" and policy(10.0, None, 10.0) == "per-op"
+
+
+@pytest.mark.parametrize("handed_ms,left_out_ms,policy", [(5.0, None, "eager"), (9.0, None, "per-op"),
+                                                         (5.0, 3.5, "uncompiled"), (5.0, 5.5, "eager")])
+def test_verify_times_compile_again_and_keeps_the_fastest(tmp_path, llama, handed_ms, left_out_ms, policy):
+    """compile(patched) 8 ms lost to compile(original) 7 ms: timed again with every op handed to
+    inductor (handed_ms); where that still loses to the patched model uncompiled (4 ms when
+    left_out_ms is set), timed once more with the patched model left out of the compile."""
+    from torch._dynamo.utils import counters
+
     from autokernel.integrate.cudagraphs import without_graphs
-    from autokernel.verify import VerifyResult, _compile_handed_over, _compiled
+    from autokernel.verify import VerifyResult, _compile_again, _compiled
 
     wd = make_workdir(tmp_path / "wd", llama_problems())
     patched = apply(llama.model, wd)
@@ -129,21 +180,28 @@ def test_verify_times_compile_again_with_every_op_handed_over_and_keeps_the_fast
         _compiled(without_graphs(patched), x, None, "aot_eager")(*x)  # the first compile: our ops in its graph
     assert all(OP_CALLS[op] > before.get(op, 0) for op in patched._autokernel_ops.values())
     result = VerifyResult(passed=True, model="llama", dtype="fp32", device="cpu", device_name="cpu",
-                          compile_ms=7.0, compile_patched_ms=8.0)
-    ran = {}
+                          compile_ms=7.0, compile_patched_ms=8.0, patched_ms=4.0 if left_out_ms else None)
+    timings = [handed_ms, left_out_ms]
+    ran, graphs = [], []
 
     def timer(fn):
         before = dict(OP_CALLS)
         with torch.no_grad():
             fn()
-        ran.update({op: OP_CALLS[op] - before.get(op, 0) for op in patched._autokernel_ops.values()})
-        return handed_ms
+        ran.append({op: OP_CALLS[op] - before.get(op, 0) for op in patched._autokernel_ops.values()})
+        graphs.append(counters["stats"]["unique_graphs"])
+        return timings[len(ran) - 1]
 
-    _compile_handed_over(result, patched, patched._autokernel_kernel_ops, x, None, "aot_eager", timer, lambda _m: None)
-    assert ran and not any(ran.values())  # the second compile traced the eager ops, none of ours
-    assert result.compile_choice["policy"] == policy
-    assert result.compile_choice["per_op_ms"] == 8.0 and result.compile_choice["eager_ms"] == handed_ms
-    assert result.compile_patched_ms == min(8.0, handed_ms)
+    _compile_again(result, patched, patched._autokernel_kernel_ops, x, None, "aot_eager", timer, lambda _m: None)
+    assert len(ran) == (2 if left_out_ms else 1)
+    assert ran[0] and not any(ran[0].values())  # the second compile traced the eager ops, none of ours
+    if left_out_ms:  # the third compiled nothing: the patched model ran as it is, our kernels
+        assert graphs[1] == graphs[0] and all(ran[1].values())
+    choice = result.compile_choice
+    assert choice["policy"] == policy
+    assert choice["per_op_ms"] == 8.0 and choice["eager_ms"] == handed_ms and choice["uncompiled_ms"] == left_out_ms
+    assert result.compile_patched_ms == min(t for t in (8.0, handed_ms, left_out_ms) if t is not None)
     handed = policy == "eager"
     assert all(("eager op" in why) == handed for why in result.under_compile.values())
     assert (set(patched._autokernel_ops.values()) <= set(TRACED_UNDER_COMPILE)) == handed
+    assert bool(getattr(patched, "_autokernel_uncompiled", False)) == (policy == "uncompiled")

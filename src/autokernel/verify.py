@@ -418,13 +418,15 @@ def _time_models(result: VerifyResult, original, patched, inputs: tuple, dev: st
             try:
                 c_orig = _compiled(original, inputs, compile_mode, compile_backend)
                 result.compile_ms = timer(lambda: c_orig(*inputs), warmup, iters)
+                ops = getattr(patched, "_autokernel_kernel_ops", [])
+                if second_compile and ops:  # measured afresh: the per-op choice first, whatever was recorded
+                    _per_op_choice(result, patched, ops)
                 c_patched = _compiled(without_graphs(patched), inputs, compile_mode, compile_backend)
                 result.compile_patched_ms = timer(lambda: c_patched(*inputs), warmup, iters)
                 say(f"torch.compile: original {result.compile_ms:.3f} ms, patched {result.compile_patched_ms:.3f} ms")
-                ops = getattr(patched, "_autokernel_kernel_ops", [])
-                if second_compile and ops and result.compile_patched_ms > result.compile_ms:
-                    _compile_handed_over(result, patched, ops, inputs, compile_mode, compile_backend,
-                                         lambda fn: timer(fn, warmup, iters), say)
+                if second_compile and ops:
+                    _compile_again(result, patched, ops, inputs, compile_mode, compile_backend,
+                                   lambda fn: timer(fn, warmup, iters), say)
             except Exception as exc:  # a measurement that could not be made, reported as such
                 result.compile_note = f"torch.compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
                 say(result.compile_note)
@@ -438,35 +440,94 @@ def _time_models(result: VerifyResult, original, patched, inputs: tuple, dev: st
         result.compile_patched_vs_compile = result.compile_ms / result.compile_patched_ms
 
 
-def _compile_handed_over(result: VerifyResult, patched, ops: list, inputs: tuple, compile_mode: str,
-                         compile_backend: str | None, timer: Callable, say) -> None:
-    """torch.compile of the patched model lost to torch.compile of the original: time it again
-    with every op handed to inductor (the eager op traced), keep the faster, and record both
-    for ``apply(under_compile="auto")``."""
-    import torch._dynamo
-
-    from .integrate.compile_policy import ModelChoice, kernel_digests, set_policies, whole_model_policy
+def _compile_again(result: VerifyResult, patched, ops: list, inputs: tuple, compile_mode: str,
+                   compile_backend: str | None, timer: Callable, say) -> None:
+    """torch.compile of the patched model (each op as ``auto`` chose per op) was timed.  Where it
+    lost to torch.compile of the original, time it again with every op handed to inductor; where
+    the faster of those still lost to the patched model uncompiled, time torch.compile of the
+    patched model left out of the compile.  Keep the fastest, and record what was timed for
+    ``apply(under_compile="auto")``."""
+    from .integrate.compile_policy import ModelChoice, kernel_digests, leave_uncompiled, set_policies, whole_model_policy
 
     per_op_ms = result.compile_patched_ms
+    eager_ms = uncompiled_ms = None
+    if result.compile_ms is not None and per_op_ms > result.compile_ms:
+        eager_ms = _compile_handed_over(result, patched, ops, inputs, compile_mode, compile_backend, timer, say)
+    fastest = min(ms for ms in (per_op_ms, eager_ms) if ms is not None)
+    if result.patched_ms is not None and fastest > result.patched_ms:
+        uncompiled_ms = _compile_left_out(result, patched, inputs, compile_mode, compile_backend, timer, say)
+    if eager_ms is None and uncompiled_ms is None:
+        return
+    choice = ModelChoice(whole_model_policy(per_op_ms, eager_ms, uncompiled_ms), per_op_ms, eager_ms,
+                         result.device_name, kernel_digests(ops), uncompiled_ms)
+    result.compile_choice = choice.to_dict()
+    result.under_compile = set_policies(ops, "auto", result.device_name, choice)
+    if choice.policy == "uncompiled":
+        leave_uncompiled(without_graphs(patched))
+    result.compile_patched_ms = min(ms for ms in (per_op_ms, eager_ms, uncompiled_ms) if ms is not None)
+    follows = {"eager": "hands every op over", "uncompiled": "leaves the patched model out of torch.compile",
+               "per-op": "keeps the per-op choice"}[choice.policy]
+    say(f"apply(under_compile='auto') now {follows} on this machine")
+
+
+def _per_op_choice(result: VerifyResult, patched, ops: list) -> None:
+    """The patched model as ``apply(under_compile="auto")`` leaves it with no earlier verify's
+    choice: each op as chosen per op, the model compiled with them."""
+    from .integrate.compile_policy import compile_again, set_policies
+
+    compile_again(without_graphs(patched))
+    result.under_compile = set_policies(ops, "auto", result.device_name)
+
+
+def _compile_handed_over(result: VerifyResult, patched, ops: list, inputs: tuple, compile_mode: str,
+                         compile_backend: str | None, timer: Callable, say) -> float | None:
+    """torch.compile of the patched model with every op handed to inductor (the eager op
+    traced), ms a forward; None where it could not be made (the note says why)."""
+    import torch._dynamo
+
+    from .integrate.compile_policy import set_policies
+
     set_policies(ops, "eager", result.device_name)
     torch._dynamo.reset()  # traced afresh: the first compile's graphs hold our ops
     try:
         handed = _compiled(without_graphs(patched), inputs, compile_mode, compile_backend)
         eager_ms = timer(lambda: handed(*inputs))
     except Exception as exc:  # the first measurement stands; this one could not be made
-        set_policies(ops, "auto", result.device_name)
         result.compile_note = (f"torch.compile with every op handed to inductor failed: {type(exc).__name__}: "
                                f"{str(exc).splitlines()[0][:200] if str(exc) else ''}")
         say(result.compile_note)
-        return
-    choice = ModelChoice(whole_model_policy(per_op_ms, eager_ms), per_op_ms, eager_ms, result.device_name,
-                         kernel_digests(ops))
-    result.compile_choice = choice.to_dict()
-    result.under_compile = set_policies(ops, "auto", result.device_name, choice)
-    result.compile_patched_ms = min(per_op_ms, eager_ms)
+        return None
+    finally:
+        set_policies(ops, "auto", result.device_name)
     say(f"torch.compile of the patched model with every op handed to inductor: {eager_ms:.3f} ms "
-        f"({per_op_ms:.3f} with the ops chosen one by one); apply(under_compile='auto') now "
-        + ("hands every op over on this machine" if choice.policy == "eager" else "keeps the per-op choice"))
+        f"({result.compile_patched_ms:.3f} with the ops chosen one by one)")
+    return eager_ms
+
+
+def _compile_left_out(result: VerifyResult, patched, inputs: tuple, compile_mode: str, compile_backend: str | None,
+                      timer: Callable, say) -> float | None:
+    """torch.compile of the patched model left out of the compile (it runs as it is), ms a
+    forward; None where it could not be made."""
+    import torch._dynamo
+
+    from .integrate.compile_policy import compile_again, leave_uncompiled
+
+    model = without_graphs(patched)
+    leave_uncompiled(model)
+    torch._dynamo.reset()
+    try:
+        left_out = _compiled(model, inputs, compile_mode, compile_backend)
+        uncompiled_ms = timer(lambda: left_out(*inputs))
+    except Exception as exc:
+        result.compile_note = (f"torch.compile of the patched model left uncompiled failed: {type(exc).__name__}: "
+                               f"{str(exc).splitlines()[0][:200] if str(exc) else ''}")
+        say(result.compile_note)
+        return None
+    finally:
+        compile_again(model)
+    say(f"torch.compile of the patched model left out of the compile: {uncompiled_ms:.3f} ms "
+        f"(the patched model {result.patched_ms:.3f} ms)")
+    return uncompiled_ms
 
 
 def _profile_breakdown(plan: Plan, original, patched, inputs: tuple, dev: str, applied: set[str], warmup: int | None,

@@ -147,7 +147,7 @@ def verify_cmd(
     iters: int = typer.Option(20, "--iters", help="Timed forward passes per model (median)."),
     no_breakdown: bool = typer.Option(False, "--no-breakdown", help="Do not profile the patched model for the time breakdown before/after."),
     cuda_graphs: bool = typer.Option(False, "--cuda-graphs", help="Run the patched model as a captured CUDA graph (GPU only; for launch-bound shapes)."),
-    under_compile: str = typer.Option("auto", "--under-compile", help="What each op runs while torch.compile traces the patched model: auto (the eager op where torch.compile of it measured at least as fast as our kernel), ours, or eager."),
+    under_compile: str = typer.Option("auto", "--under-compile", help="What each op runs while torch.compile traces the patched model: auto (the eager op where torch.compile of it measured at least as fast as our kernel; the whole model as the last verify here measured fastest), ours, eager, or uncompiled (torch.compile leaves the patched model out)."),
 ) -> None:
     """Compare the model with the run's kernels against the original, then time both.
     Exit 0 pass, 1 fail, 2 bad input."""

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 from .calls import CALL_KINDS, _apply_calls
-from .compile_policy import UNDER_COMPILE, recorded_choice, set_policies
+from .compile_policy import UNDER_COMPILE, leave_uncompiled, recorded_choice, set_policies
 from .alignment import align_linears
 from .cudagraphs import CudaGraphed, cuda_graphs_refusal
 from .embeddings import _apply_embedding
@@ -71,7 +71,8 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     in ``CudaGraphed`` (capture once per input signature, then replay; GPU only, inference
     only; see ``integrate.cudagraphs``).  ``under_compile``: what each op runs while
     ``torch.compile`` traces the patched model, our kernel or the problem's eager op for inductor
-    to compile (``auto``, ``ours``, ``eager``; see ``integrate.compile_policy``).  See the module
+    to compile, or the patched model left out of the compile (``auto``, ``ours``, ``eager``,
+    ``uncompiled``; see ``integrate.compile_policy``).  See the module
     docstring."""
     if not isinstance(model, nn.Module):
         raise IntegrateError(f"apply() needs a torch.nn.Module, got {type(model).__name__}")
@@ -110,8 +111,10 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     patched._autokernel_skipped = skipped
     patched._autokernel_ops = {k.problem.name: k.opname for k in sel.ops if k.opname in used_ops}
     patched._autokernel_kernel_ops = [k for k in sel.ops if k.opname in used_ops]
-    patched._autokernel_under_compile = _set_compile_policy(patched._autokernel_kernel_ops, under_compile, device,
-                                                            workdir)
+    patched._autokernel_under_compile, uncompiled = _set_compile_policy(patched._autokernel_kernel_ops, under_compile,
+                                                                        device, workdir)
+    if uncompiled:
+        leave_uncompiled(patched)
     _warn_apply(workdir, patched, device)
     if cuda_graphs:
         graphed = CudaGraphed(patched)
@@ -122,14 +125,15 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     return patched
 
 
-def _set_compile_policy(ops: list, mode: str, device, workdir: Path) -> dict[str, str]:
-    """Decide, per applied op, what it runs under torch.compile (compile_policy.py); problem ->
-    the decision and why."""
+def _set_compile_policy(ops: list, mode: str, device, workdir: Path) -> tuple[dict[str, str], bool]:
+    """Decide, per applied op, what it runs under torch.compile (compile_policy.py): problem ->
+    the decision and why; and whether torch.compile leaves the whole patched model out."""
     from ..hardware import current_device_name
 
     device_name = current_device_name(str(device)) if device is not None and device.type == "cuda" else "cpu"
     measured = recorded_choice(workdir, device_name, ops) if mode == "auto" else None
-    return set_policies(ops, mode, device_name, measured)
+    uncompiled = mode == "uncompiled" or (measured is not None and measured.policy == "uncompiled" and bool(ops))
+    return set_policies(ops, mode, device_name, measured), uncompiled
 
 
 def _warn_apply(workdir: Path, patched: nn.Module, device) -> None:

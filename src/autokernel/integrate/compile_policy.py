@@ -18,12 +18,18 @@ would in the original model:
   measured here (every CPU run);
 - ``ours``: our kernel everywhere (what ``apply`` did before);
 - ``eager``: the eager op everywhere: torch.compile of the patched model compiles the original's
-  graph.
+  graph;
+- ``uncompiled``: torch.compile leaves the patched model out (``torch.compiler.disable`` on its
+  forward): it runs our kernels as in eager calls.  ``auto`` chooses this where the last
+  ``verify`` here found torch.compile of the patched model, both ways above, slower than the
+  patched model uncompiled (the LLaMA example on the H200: inductor's GEMM choices made the
+  compiled model 7% slower than the patched one, BENCHMARKS.md tenth session), and timed it.
 
 Eager calls of the patched model (no torch.compile) always run our kernels.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import asdict, dataclass
@@ -34,25 +40,53 @@ from ..harness.baselines import cached_baseline
 from ..problems.base import parse_dtype
 from .ops import TRACED_UNDER_COMPILE, output_meta
 
-UNDER_COMPILE = ("auto", "ours", "eager")
+UNDER_COMPILE = ("auto", "ours", "eager", "uncompiled")
 
 
 @dataclass
 class ModelChoice:
     """What ``verify`` measured of torch.compile of the whole patched model: with each op as
-    ``auto`` chose per op (``per_op_ms``) and with every op handed to inductor (``eager_ms``)."""
-    policy: str  # "eager" (every op handed to inductor) | "per-op"
+    ``auto`` chose per op (``per_op_ms``), with every op handed to inductor (``eager_ms``, None
+    when not timed) and with the patched model left out of the compile (``uncompiled_ms``)."""
+    policy: str  # "eager" (every op handed to inductor) | "per-op" | "uncompiled"
     per_op_ms: float
-    eager_ms: float
+    eager_ms: float | None
     device_name: str
     kernels: dict[str, str]  # problem -> digest of the kernel file that was applied
+    uncompiled_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def whole_model_policy(per_op_ms: float, eager_ms: float) -> str:
-    return "eager" if eager_ms < per_op_ms else "per-op"
+def whole_model_policy(per_op_ms: float, eager_ms: float | None, uncompiled_ms: float | None = None) -> str:
+    """The fastest of the measured ways (ties keep the earlier: per op, every op handed over, left out)."""
+    timed = [(per_op_ms, "per-op")] + [(ms, name) for ms, name in ((eager_ms, "eager"), (uncompiled_ms, "uncompiled"))
+                                       if ms is not None]
+    return min(timed, key=lambda t: t[0])[1]
+
+
+def _ms(value: float | None) -> str:
+    return "not timed" if value is None else f"{value:.3f} ms"
+
+
+def leave_uncompiled(model: Any) -> None:
+    """torch.compile of ``model`` runs it as it is: dynamo skips its forward (and what it calls).
+    The class's forward, disabled, bound to the model by a partial: a deep copy of the model binds
+    its copy (a disabled bound method would keep calling the original)."""
+    import torch
+
+    if getattr(model, "_autokernel_uncompiled", False):
+        return
+    model.forward = functools.partial(torch.compiler.disable(type(model).forward, recursive=True), model)
+    model._autokernel_uncompiled = True
+
+
+def compile_again(model: Any) -> None:
+    """Undo ``leave_uncompiled``."""
+    if getattr(model, "_autokernel_uncompiled", False):
+        del model.forward
+        model._autokernel_uncompiled = False
 
 
 def kernel_digests(ops: list) -> dict[str, str]:
@@ -92,9 +126,15 @@ def choose(mode: str, kind_problem: Any, plan_problem: Any, ours_us: float | Non
         return False, "our kernel (under_compile=ours)"
     if mode == "eager":
         return True, "the eager op, traced (under_compile=eager)"
+    if mode == "uncompiled":
+        return False, "our kernel: torch.compile leaves the patched model out (under_compile=uncompiled)"
     if measured is not None and measured.policy == "eager":
         return True, (f"the eager op, traced: verify timed torch.compile of this patched model at "
                       f"{measured.eager_ms:.3f} ms so, {measured.per_op_ms:.3f} ms with the ops chosen one by one")
+    if measured is not None and measured.policy == "uncompiled":
+        return False, (f"our kernel: torch.compile leaves the patched model out; verify timed it so at "
+                       f"{measured.uncompiled_ms:.3f} ms, compiled {measured.per_op_ms:.3f} ms with the ops chosen one "
+                       f"by one and {_ms(measured.eager_ms)} with every op handed to inductor")
     compiled = compile_score_us(kind_problem, plan_problem, device_name)
     if compiled is None or not ours_us:
         return False, "our kernel (no torch.compile time of the op measured on this machine)"
