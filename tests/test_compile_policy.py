@@ -152,6 +152,13 @@ def test_uncompiled_leaves_the_patched_model_out_of_torch_compile_and_auto_follo
             p.zero_()
         assert rel(left_out(*x), ref) < 1e-4 and not torch.equal(twin(*x), left_out(*x))
     assert not getattr(apply(llama.model, wd, under_compile="ours"), "_autokernel_uncompiled", False)
+    # measured on the CUDA-graph wrapper: not a choice for the model without it
+    choice = compile_policy.ModelChoice("uncompiled", 11.8, 11.3, "cpu",
+                                        compile_policy.kernel_digests(per_op._autokernel_kernel_ops), 1.7, True)
+    import json
+    (wd / "verify.json").write_text(json.dumps({"passed": True, "compile_choice": choice.to_dict()}))
+    assert not getattr(apply(llama.model, wd), "_autokernel_uncompiled", False)
+    assert compile_policy.recorded_choice(wd, "cpu", per_op._autokernel_kernel_ops, cuda_graphs=True) == choice
 
 
 def test_the_whole_model_policy_is_the_fastest_of_what_was_timed():

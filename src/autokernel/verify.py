@@ -459,11 +459,11 @@ def _compile_again(result: VerifyResult, patched, ops: list, inputs: tuple, comp
     if eager_ms is None and uncompiled_ms is None:
         return
     choice = ModelChoice(whole_model_policy(per_op_ms, eager_ms, uncompiled_ms), per_op_ms, eager_ms,
-                         result.device_name, kernel_digests(ops), uncompiled_ms)
+                         result.device_name, kernel_digests(ops), uncompiled_ms, without_graphs(patched) is not patched)
     result.compile_choice = choice.to_dict()
     result.under_compile = set_policies(ops, "auto", result.device_name, choice)
     if choice.policy == "uncompiled":
-        leave_uncompiled(without_graphs(patched))
+        leave_uncompiled(patched)
     result.compile_patched_ms = min(ms for ms in (per_op_ms, eager_ms, uncompiled_ms) if ms is not None)
     follows = {"eager": "hands every op over", "uncompiled": "leaves the patched model out of torch.compile",
                "per-op": "keeps the per-op choice"}[choice.policy]
@@ -475,7 +475,7 @@ def _per_op_choice(result: VerifyResult, patched, ops: list) -> None:
     choice: each op as chosen per op, the model compiled with them."""
     from .integrate.compile_policy import compile_again, set_policies
 
-    compile_again(without_graphs(patched))
+    compile_again(patched)
     result.under_compile = set_policies(ops, "auto", result.device_name)
 
 
@@ -506,13 +506,13 @@ def _compile_handed_over(result: VerifyResult, patched, ops: list, inputs: tuple
 
 def _compile_left_out(result: VerifyResult, patched, inputs: tuple, compile_mode: str, compile_backend: str | None,
                       timer: Callable, say) -> float | None:
-    """torch.compile of the patched model left out of the compile (it runs as it is), ms a
-    forward; None where it could not be made."""
+    """torch.compile of the patched model left out of the compile (it runs as it is: in CUDA-graph
+    mode the wrapper replays its graphs), ms a forward; None where it could not be made."""
     import torch._dynamo
 
     from .integrate.compile_policy import compile_again, leave_uncompiled
 
-    model = without_graphs(patched)
+    model = patched
     leave_uncompiled(model)
     torch._dynamo.reset()
     try:

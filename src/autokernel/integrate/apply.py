@@ -112,26 +112,26 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     patched._autokernel_ops = {k.problem.name: k.opname for k in sel.ops if k.opname in used_ops}
     patched._autokernel_kernel_ops = [k for k in sel.ops if k.opname in used_ops]
     patched._autokernel_under_compile, uncompiled = _set_compile_policy(patched._autokernel_kernel_ops, under_compile,
-                                                                        device, workdir)
-    if uncompiled:
-        leave_uncompiled(patched)
+                                                                        device, workdir, cuda_graphs)
     _warn_apply(workdir, patched, device)
+    result = patched
     if cuda_graphs:
-        graphed = CudaGraphed(patched)
+        result = CudaGraphed(patched)
         for attr in ("_autokernel_replaced", "_autokernel_skipped", "_autokernel_ops", "_autokernel_under_compile",
                      "_autokernel_kernel_ops"):
-            setattr(graphed, attr, getattr(patched, attr))
-        return graphed
-    return patched
+            setattr(result, attr, getattr(patched, attr))
+    if uncompiled:  # the wrapper where there is one: torch.compile of it then replays our graphs
+        leave_uncompiled(result)
+    return result
 
 
-def _set_compile_policy(ops: list, mode: str, device, workdir: Path) -> tuple[dict[str, str], bool]:
+def _set_compile_policy(ops: list, mode: str, device, workdir: Path, cuda_graphs: bool) -> tuple[dict[str, str], bool]:
     """Decide, per applied op, what it runs under torch.compile (compile_policy.py): problem ->
     the decision and why; and whether torch.compile leaves the whole patched model out."""
     from ..hardware import current_device_name
 
     device_name = current_device_name(str(device)) if device is not None and device.type == "cuda" else "cpu"
-    measured = recorded_choice(workdir, device_name, ops) if mode == "auto" else None
+    measured = recorded_choice(workdir, device_name, ops, cuda_graphs) if mode == "auto" else None
     uncompiled = mode == "uncompiled" or (measured is not None and measured.policy == "uncompiled" and bool(ops))
     return set_policies(ops, mode, device_name, measured), uncompiled
 

@@ -54,6 +54,7 @@ class ModelChoice:
     device_name: str
     kernels: dict[str, str]  # problem -> digest of the kernel file that was applied
     uncompiled_ms: float | None = None
+    cuda_graphs: bool = False  # measured on the CUDA-graph wrapper (apply(cuda_graphs=True)): holds for it only
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -93,15 +94,17 @@ def kernel_digests(ops: list) -> dict[str, str]:
     return {k.problem.name: hashlib.sha256(Path(k.path).read_bytes()).hexdigest()[:16] for k in ops}
 
 
-def recorded_choice(workdir: Path, device_name: str, ops: list) -> ModelChoice | None:
+def recorded_choice(workdir: Path, device_name: str, ops: list, cuda_graphs: bool = False) -> ModelChoice | None:
     """The whole-model measurement of the last ``verify`` (its ``verify.json``), if it was made on
-    this kind of device with exactly these kernel files; None otherwise."""
+    this kind of device with exactly these kernel files, in the same mode (CUDA graphs or not);
+    None otherwise."""
     try:
         recorded = json.loads((Path(workdir) / "verify.json").read_text()).get("compile_choice")
         choice = ModelChoice(**recorded) if isinstance(recorded, dict) else None
     except (OSError, ValueError, TypeError):
         return None
-    if choice is None or choice.device_name != device_name or choice.kernels != kernel_digests(ops):
+    if choice is None or choice.device_name != device_name or choice.kernels != kernel_digests(ops) \
+            or choice.cuda_graphs != cuda_graphs:
         return None
     return choice
 
