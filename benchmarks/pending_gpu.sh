@@ -30,14 +30,17 @@
 #   bash benchmarks/pending_gpu.sh replay OUT   # issue 9's cost on the same candidates: the loop (rmsnorm, softmax)
 #                                               # with this tree, its proposals replayed through this judge and
 #                                               # the old one (4d4b81e, as loopcost), the loop's rate with the same agent
+#   bash benchmarks/pending_gpu.sh tenth OUT    # the tenth session's judge (red-team pass 10, the screen) on the
+#                                               # starters and GPU attacks, a warm evaluation's phases, hf:gpt2
+#                                               # in graph mode and the LLaMA example with verify's compile choices
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay OUT}
-out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay OUT}
+part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth OUT}
+out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth OUT}
 mkdir -p "$out"
 export PYTHONPATH=src
 
@@ -142,6 +145,17 @@ replay)  # issue 9: the judge's cost on the same files; the old tree travels in 
             --labels new old --rows "$out/new/loop_$kind/results.tsv"
     done
     ;;
+tenth)  # after the tenth session's changes: no false positive, the GPU attacks caught, what a warm evaluation
+    # costs phase by phase (timing_checks: the sampled timed calls' output checks), verify's compile choices
+    step input_sets 80 python -m pytest -q -p no:cacheprovider tests/test_harness_input_sets.py -k cuda
+    step judge_smoke 200 python benchmarks/judge_smoke_gpu.py --out "$out/smoke" --budget 180 \
+        --kinds softmax,rmsnorm,reduce,linear_gelu,matmul
+    step timing 75 python benchmarks/timing_gpu.py --out "$out/timing" --kinds softmax,rmsnorm --repeats 1
+    step graphs_gpt2 90 python benchmarks/models_gpu.py --out "$out/gpt2" --skip-fused \
+        --cuda-graphs --compile-mode reduce-overhead --models hf:gpt2 --max-minutes 1.4
+    step llama_auto 150 python benchmarks/models_gpu.py --out "$out/llama_auto" --skip-fused \
+        --models llama --under-compile auto --max-minutes 2.4
+    ;;
 ahead)
     step compile_ahead 420 python benchmarks/compile_ahead_gpu.py --out "$out/ahead" --kinds softmax,rmsnorm \
         --files 3 --helpers 3
@@ -154,7 +168,7 @@ profile)
         --cuda-graphs --compile-mode reduce-overhead --models hf:gpt2 --max-minutes 1.5
     ;;
 *)
-    echo "unknown part $part (judge, kinds, tuner, fixes, profile, ahead, compile, retune, rotary, loopcost, llama, cost or replay)" >&2
+    echo "unknown part $part (judge, kinds, tuner, fixes, profile, ahead, compile, retune, rotary, loopcost, llama, cost, replay or tenth)" >&2
     exit 2
     ;;
 esac

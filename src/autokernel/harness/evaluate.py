@@ -171,6 +171,7 @@ class Evaluator:
         self._evaluations = 0
         self.last_round_trips = 0  # requests the last evaluation sent to the candidate's worker
         self._timer: timing.Timer | None = None
+        self._baselines_s = self._checks_s = 0.0  # the timing's baselines and its sampled calls' checks, seconds
         self._stage = "load"
         self._rng = random.SystemRandom()
         self._variants: dict[tuple, int] = {}  # (shape, dtype) -> how many numerics cases the problem draws
