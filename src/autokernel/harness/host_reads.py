@@ -90,7 +90,8 @@ def arm_outside(writable: tuple[str, ...] = (), signals_only: bool = False) -> N
     rule = dict(signals_only=signals_only, pid=os.getpid(), realpath=os.path.realpath,
                 fsdecode=os.fsdecode, compiler=launches.module_code_objects("triton.compiler.compiler"),
                 writable=tuple(os.path.join(os.path.realpath(d), "") for d in writable),
-                trusted=TrustedCode(), knobs=_triton_tool_knobs(), armed=True)
+                trusted=TrustedCode(), installed=TrustedCode(packages=True), knobs=_triton_tool_knobs(), armed=True,
+                generators=code_generators(), judge=_judge_load_code())
     _OUTSIDE_RULE.update(rule)  # what this module's name shows (tests, reports); the checks never read it
     if _ARM_RULE:
         _ARM_RULE[0](MappingProxyType(rule))
@@ -136,7 +137,9 @@ class TrustedCode:
     Frozen standard modules compare with their frozen code.  Built on first need per file (the
     rule's events are rare) and cached."""
 
-    def __init__(self) -> None:
+    def __init__(self, packages: bool = False) -> None:
+        """``packages``: the installed packages' code counts too (site-packages: sympy, jinja2...),
+        for the code rule's walk, which tells the kernel's own code from code that is on disk."""
         import _imp
         import builtins
         import io
@@ -148,9 +151,17 @@ class TrustedCode:
         from .launches import nested_code_objects
 
         self._nested = nested_code_objects
-        roots = [os.path.dirname(triton.__file__), os.path.dirname(torch.__file__), os.path.dirname(__file__),
-                 sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]]
-        self._roots = tuple(os.path.join(os.path.realpath(r), "") for r in roots)
+        folder = lambda path: os.path.join(os.path.realpath(path), "")  # noqa: E731
+        paths = sysconfig.get_paths()
+        own = [os.path.dirname(triton.__file__), os.path.dirname(torch.__file__), os.path.dirname(__file__)]
+        self._roots = tuple(folder(r) for r in own + [paths["stdlib"], paths["platstdlib"]])
+        self._own_roots = tuple(folder(r) for r in own)
+        # the installed packages are no standard library: in a virtual environment ``platstdlib`` is
+        # the environment's lib folder, which holds site-packages (sympy, whose parse_expr is an eval,
+        # counted as trusted code)
+        self._packages = tuple(folder(paths[k]) for k in ("purelib", "platlib") if paths.get(k))
+        if packages:
+            self._roots, self._packages = self._roots + self._packages, ()
         self._realpath, self._compile, self._open_code = os.path.realpath, builtins.compile, io.open_code
         self._frozen = _imp.get_frozen_object
         self._codes_by_file: dict[str, frozenset] = {}
@@ -180,7 +191,8 @@ class TrustedCode:
                 except ImportError:  # importlib's own are frozen as _frozen_importlib(_external)
                     return self._frozen("_frozen_" + name.replace("importlib._bootstrap", "importlib"))
             path = self._realpath(filename)
-            if not path.startswith(self._roots) or not path.endswith(".py"):
+            if not path.startswith(self._roots) or not path.endswith(".py") or \
+                    (path.startswith(self._packages) and not path.startswith(self._own_roots)):
                 return None
             with self._open_code(path) as f:
                 return self._compile(f.read(), filename, "exec", dont_inherit=True)
@@ -294,6 +306,71 @@ def _outside_refused(event: str, args: tuple, frame, rule: Any) -> tuple[str, st
     return "monkey-patch", f"{event} ({what}): a write outside the process"
 
 
+# Text made into code (``compile``, and ``exec``/``eval`` of a string, raise "compile"; a code
+# object built from parts raises "code.__new__"; code from bytes "marshal.loads") once the kernel
+# file begins to load.  Python evaluates text in more places than a list of names can hold: the
+# tenth pass's file had sympy's ``parse_expr`` (an ``eval``) hand it ``exec``, and the text it
+# ran switched the watch off around ``torch.softmax`` (no Triton compute at all, 22x the starter,
+# kept).  The rule goes by who asked, whatever the name: walking up from the event through
+# trusted code (``TrustedCode``: Triton's, torch's, the standard library's, the judge's), the
+# event is allowed where it reaches one of Triton's own code generators (``code_generators``: the
+# interpreter's rewrite of a jit function, the launch binder), the import system (a module file
+# from disk, outside the writable folders), or the judge's own load of the kernel file; any other
+# frame on the way (the kernel file's, a library outside the trusted folders: sympy, jinja2...)
+# is the kernel's asking, and refused, stdlib helpers that exec text built from the kernel's
+# names (dataclasses, namedtuple) included.
+CODE_EVENTS = ("compile", "code.__new__", "marshal.loads", "marshal.load")
+# Triton's functions that compile text of their own making (what each compiles is built from a jit
+# function: its source, rewritten; its signature's names)
+# (the interpreter's rewrite parses and compiles a jit function's source; on a GPU a jit function
+# parses its source for its cache key and the code generator, and its launch binder is exec'd text)
+TRITON_CODE_GENERATORS = {"triton.runtime.interpreter": ("rewrite_ast",),
+                          "triton.runtime.jit": ("create_function_from_signature", "parse")}
+_IMPORT_SYSTEM = "<frozen importlib._bootstrap"
+
+
+def code_generators() -> frozenset:
+    """The code objects of Triton's own code generators (``TRITON_CODE_GENERATORS``)."""
+    from .launches import module_code_objects
+
+    return frozenset(code for module, names in TRITON_CODE_GENERATORS.items()
+                     for code in module_code_objects(module) if code.co_name in names)
+
+
+def _judge_load_code() -> frozenset:
+    """The judge's own compiles after the rule is armed: the worker's load of a kernel file (it
+    compiles the text the parent checked) and ``TrustedCode`` compiling a trusted file to compare
+    (inside this very hook)."""
+    from .launches import module_code_objects, nested_code_objects
+
+    return frozenset([code for code in module_code_objects(__package__ + ".worker_main") if code.co_name == "load"]
+                     + nested_code_objects(TrustedCode._compiled.__code__))
+
+
+def _code_refused(event: str, args: tuple, frame, rule: Any) -> tuple[str, str] | None:
+    """(rule, what) refused about a code event (``CODE_EVENTS``), or None when it is allowed:
+    see ``CODE_EVENTS``.  ``frame``: the frame that made the call."""
+    generators, judge, trusted, installed = rule["generators"], rule["judge"], rule["trusted"], rule["installed"]
+    while frame is not None:
+        code = frame.f_code
+        if code in generators or code in judge:
+            return None
+        if code.co_filename.startswith(_IMPORT_SYSTEM) and trusted(code):
+            # an import: the text is a module's file, or what the module's own code makes as it
+            # loads (the kernel writes no file outside the writable folders)
+            if event == "compile" and _in_writable("compile", tuple(args)[1:2], rule):
+                break
+            return None
+        if not installed(code):  # the kernel file's code, or code made from text
+            break
+        frame = frame.f_back
+    else:
+        return None  # the judge's own work, with nothing of the kernel's on the stack
+    where = tuple(args)[1] if event == "compile" and len(tuple(args)) > 1 else ""
+    return "introspection", (f"{event} ({where!r:.60}) asked by {frame.f_code.co_filename!r:.80}: text or bytes "
+                             "made into code after the kernel file began to load")
+
+
 def memory_path(path: Any) -> bool:
     """Is opening ``path`` a way to read raw memory (a /proc memory file, shared memory)?"""
     if not isinstance(path, (str, bytes, os.PathLike)):
@@ -366,7 +443,7 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
             raise RuntimeError("the outside rule is armed once")
         armed_rule.append(rule)
 
-    outside_refused = _outside_refused  # taken now: the hook never looks a name up
+    outside_refused, code_refused = _outside_refused, _code_refused  # taken now: the hook never looks a name up
     _guard_other_processes(armed_rule)
 
     function_type = type(install)
@@ -387,6 +464,12 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
         if event == "sys.addaudithook":  # a hook of the kernel's would see every frame the watch takes
             REFUSED_AUDIT_HOOKS.append(event)
             raise RuntimeError("no audit hooks after the judge's own")  # Python then does not add it
+        if armed_rule and event in CODE_EVENTS and not armed_rule[0]["signals_only"]:
+            refused = code_refused(event, args, sys._getframe(1), armed_rule[0])
+            if refused:
+                REFUSED_OUTSIDE.append(refused)
+                raise RuntimeError(f"refused by the judge: {refused[1]}")
+            return
         if armed_rule and (event in PROCESS_EVENTS or event in FILE_EVENTS or event == "open"
                            or event == "resource.prlimit"):
             refused = outside_refused(event, args, sys._getframe(1), armed_rule[0])
@@ -421,6 +504,8 @@ def outside_finding(since: int) -> dict[str, str] | None:
     rule = refused[0][0]
     why = ("other processes are the judge's: a child outlives its call and the worker, and the incumbent's worker "
            "is a sibling" if rule == "threads-or-streams"
+           else "code is not built at run time in a kernel file: text evaluated under any name runs past every "
+           "rule on the file's text" if rule == "introspection"
            else "files and the environment are the judge's (the incumbent's kernel file, the caches it reads)")
     return {"rule": rule, "message": (
         "the kernel reached outside its process (" + "; ".join(what for _, what in refused[:3]) + "; refused): " + why)}

@@ -1,0 +1,88 @@
+"""Tenth red-team pass on the judge (CPU, Triton interpreter): attacks that passed ``autokernel
+bench`` with the static checks on, and what catches them now (each test here failed before its
+fix).  tests/attacks_open/README.md has the pass's notes."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autokernel.harness import Evaluator, host_reads
+from autokernel.problems.registry import KERNELS_DIR
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_harness_attacks import ATTACKS, no_static_checks, rules  # noqa: E402,F401  (a fixture)
+from test_harness_integrity import rules as static_rules  # noqa: E402
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
+
+SOFTMAX_STARTER = KERNELS_DIR / "softmax.py"
+SETTINGS = dict(device="cpu", dtypes=["fp32"], timeout_s=120, baselines=False)
+
+
+def _judge(kind: str, name: str, incumbent: Path | None = None, **kwargs):
+    with Evaluator(kind, **SETTINGS, **kwargs) as ev:
+        return ev.evaluate(ATTACKS / name, incumbent_file=incumbent)
+
+
+def _code_rule(*ways: str) -> dict:
+    """What the judge's rules, armed as a worker arms them before a kernel file loads, do to
+    each way of making code (tests/code_rule_probe.py, in a process of its own)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, str(Path(__file__).parent / "code_rule_probe.py"), *ways],
+                          capture_output=True, text=True, env=env, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------- text made into code by another name
+SYMPY_ATTACK = "softmax_pass10_sympy_eval_no_kernel.py"
+
+
+def test_the_sympy_attack_meets_no_static_rule():
+    """What the run-time rule has to catch: sympy's ``parse_expr`` is an ``eval`` no list of
+    names held, and the text it runs is built from pieces."""
+    assert static_rules((ATTACKS / SYMPY_ATTACK).read_text()) == set()
+
+
+def test_a_file_that_evaluates_text_through_a_library_is_rejected_at_load():
+    """Before: pass, all six stages, and 6-22x 'faster beyond the noise' than the starter
+    (``bench --against``): ``torch.softmax`` under a switched-off dispatch mode, no Triton compute.
+    Now text made into code once the kernel file begins to load is refused unless Triton's code
+    generators, the import system or the judge's own load asked for it (the loop's Evaluator,
+    stop_at_loss, the starter as the incumbent)."""
+    result = _judge("softmax", SYMPY_ATTACK, SOFTMAX_STARTER, stop_at_loss=True)
+    assert result.verdict == "rejected" and result.failed_stage == "load", (result.verdict, result.message)
+    assert "introspection" in rules(result) and "parse_expr" not in result.message  # the rule names no library
+    assert "made into code" in result.message
+
+
+def test_installed_packages_are_not_trusted_code():
+    """In a virtual environment Python's ``platstdlib`` is the environment's lib folder, which holds
+    site-packages (and elsewhere site-packages lies inside the standard library's folder): every
+    installed package counted as trusted code, sympy's ``parse_expr`` included."""
+    import json as json_module
+
+    import torch
+    from sympy.parsing.sympy_parser import parse_expr
+
+    trusted = host_reads.TrustedCode()
+    assert not trusted(parse_expr.__code__)
+    assert trusted(json_module.dumps.__code__) and trusted(torch.nn.functional.softmax.__code__)
+    assert trusted(host_reads.TrustedCode.__init__.__code__)
+    assert host_reads.TrustedCode(packages=True)(parse_expr.__code__)
+
+
+def test_the_code_rule_refuses_the_kernels_text_and_lets_triton_and_imports_make_code():
+    found = _code_rule("import", "triton", "compile", "exec", "sympy", "dataclass")
+    # a module whose own code makes code as it loads, and the interpreter's rewrite of a jit function
+    assert found["import"] == {"refused": [], "rules": [], "error": None}, found["import"]
+    assert found["triton"] == {"refused": [], "rules": [], "error": None}, found["triton"]
+    # text of the kernel's, under any name: the builtins, a library's eval, the standard library's
+    # helpers that exec text built from the names they are given
+    for way in ("compile", "exec", "sympy", "dataclass"):
+        assert found[way]["rules"] == ["introspection"] and found[way]["error"], (way, found[way])
