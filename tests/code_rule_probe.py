@@ -36,6 +36,27 @@ def _way(name):
         y = torch.empty_like(x)
         _copy[(1,)](x, y, 10, BLOCK=16)
         assert torch.equal(x, y)
+    elif name in ("linecache", "wrapped"):  # the interpreter's rewrite handed lines other than the function's own
+        import functools
+        import linecache
+
+        import torch
+        import triton
+
+        def plain(n):
+            return n + 1
+
+        def _body(n):
+            pass
+
+        if name == "wrapped":  # inspect.getsourcelines unwraps: the plain function's lines
+            functools.update_wrapper(_body, plain)
+        else:
+            lines = list(linecache.getlines(__file__))
+            at = _body.__code__.co_firstlineno
+            lines[at:at + 1] = ["            x = n + 1\n"]
+            linecache.cache.update({__file__: (1, None, lines, __file__)})
+        triton.jit(_body)[(1,)](1)
     else:
         raise ValueError(name)
 
@@ -48,6 +69,8 @@ def main() -> None:
     from autokernel.harness import host_reads, launches
 
     host_reads.install(launches.LaunchRecord(), ())
+    with open(__file__) as f:  # this file is the kernel file: its text as the judge would have checked it
+        host_reads.kernel_text_pinner()(__file__, f.read())
     host_reads.arm_outside()
     found = {}
     for name in sys.argv[1:]:

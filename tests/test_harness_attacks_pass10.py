@@ -86,3 +86,29 @@ def test_the_code_rule_refuses_the_kernels_text_and_lets_triton_and_imports_make
     # helpers that exec text built from the names they are given
     for way in ("compile", "exec", "sympy", "dataclass"):
         assert found[way]["rules"] == ["introspection"] and found[way]["error"], (way, found[way])
+
+
+# ---------------------------------------------------------------- the interpreter compiles lines the judge never read
+LINECACHE_ATTACK = "softmax_pass10_linecache_jit_body.py"
+
+
+def test_the_linecache_attack_meets_no_static_rule():
+    assert static_rules((ATTACKS / LINECACHE_ATTACK).read_text()) == set()
+
+
+def test_a_jit_body_the_files_text_does_not_hold_is_refused_at_its_first_launch():
+    """Before: pass, all six stages, 7.5-12.7x 'faster beyond the noise' than the starter: the
+    interpreter's rewrite compiled the lines the file had put into ``linecache`` for itself.  Now
+    the lines Triton's rewrite compiles must be the function's own in the text the judge checked."""
+    result = _judge("softmax", LINECACHE_ATTACK, SOFTMAX_STARTER, stop_at_loss=True)
+    assert result.verdict == "rejected" and result.failed_stage == "smoke", (result.verdict, result.message)
+    assert "introspection" in rules(result) and "not its own" in result.message
+
+
+def test_the_interpreters_rewrite_compiles_only_a_functions_own_lines():
+    """The same through ``__wrapped__`` (``inspect.getsourcelines`` unwraps: the lines of another
+    function, never read as a jit body), and an honest jit function still compiles."""
+    found = _code_rule("triton", "linecache", "wrapped")
+    assert found["triton"] == {"refused": [], "rules": [], "error": None}, found["triton"]
+    for way in ("linecache", "wrapped"):
+        assert found[way]["rules"] == ["introspection"] and "not its own" in found[way]["refused"][0], found[way]

@@ -153,7 +153,11 @@ class TrustedCode:
         self._nested = nested_code_objects
         folder = lambda path: os.path.join(os.path.realpath(path), "")  # noqa: E731
         paths = sysconfig.get_paths()
-        own = [os.path.dirname(triton.__file__), os.path.dirname(torch.__file__), os.path.dirname(__file__)]
+        # the judge: the harness, and the problems whose draws and references it runs (KernelBench's
+        # size scaling parses a file's text)
+        harness = os.path.dirname(__file__)
+        own = [os.path.dirname(triton.__file__), os.path.dirname(torch.__file__), harness,
+               os.path.join(os.path.dirname(harness), "problems")]
         self._roots = tuple(folder(r) for r in own + [paths["stdlib"], paths["platstdlib"]])
         self._own_roots = tuple(folder(r) for r in own)
         # the installed packages are no standard library: in a virtual environment ``platstdlib`` is
@@ -319,13 +323,15 @@ def _outside_refused(event: str, args: tuple, frame, rule: Any) -> tuple[str, st
 # frame on the way (the kernel file's, a library outside the trusted folders: sympy, jinja2...)
 # is the kernel's asking, and refused, stdlib helpers that exec text built from the kernel's
 # names (dataclasses, namedtuple) included.
-CODE_EVENTS = ("compile", "code.__new__", "marshal.loads", "marshal.load")
+CODE_EVENTS = frozenset({"compile", "code.__new__", "marshal.loads", "marshal.load"})
 # Triton's functions that compile text of their own making (what each compiles is built from a jit
 # function: its source, rewritten; its signature's names)
 # (the interpreter's rewrite parses and compiles a jit function's source; on a GPU a jit function
-# parses its source for its cache key and the code generator, and its launch binder is exec'd text)
+# parses its source for its cache key and the code generator, its launch binder is exec'd text, and
+# the compiler makes namedtuples as it lowers a kernel)
 TRITON_CODE_GENERATORS = {"triton.runtime.interpreter": ("rewrite_ast",),
-                          "triton.runtime.jit": ("create_function_from_signature", "parse")}
+                          "triton.runtime.jit": ("create_function_from_signature", "parse"),
+                          "triton.compiler.compiler": ("compile",)}
 _IMPORT_SYSTEM = "<frozen importlib._bootstrap"
 
 
@@ -339,20 +345,24 @@ def code_generators() -> frozenset:
 
 def _judge_load_code() -> frozenset:
     """The judge's own compiles after the rule is armed: the worker's load of a kernel file (it
-    compiles the text the parent checked) and ``TrustedCode`` compiling a trusted file to compare
-    (inside this very hook)."""
+    compiles the text the parent checked), its request loop (``main``: reached through trusted
+    code only, the judge's own work, e.g. a KernelBench draw compiling the problem's file at new
+    sizes) and ``TrustedCode`` compiling a trusted file to compare (inside this very hook)."""
     from .launches import module_code_objects, nested_code_objects
 
-    return frozenset([code for code in module_code_objects(__package__ + ".worker_main") if code.co_name == "load"]
-                     + nested_code_objects(TrustedCode._compiled.__code__))
+    return frozenset([code for code in module_code_objects(__package__ + ".worker_main")
+                      if code.co_name in ("load", "main")] + nested_code_objects(TrustedCode._compiled.__code__))
 
 
-def _code_refused(event: str, args: tuple, frame, rule: Any) -> tuple[str, str] | None:
+def _code_refused(event: str, args: tuple, frame, rule: Any, kernel_texts: dict) -> tuple[str, str] | None:
     """(rule, what) refused about a code event (``CODE_EVENTS``), or None when it is allowed:
-    see ``CODE_EVENTS``.  ``frame``: the frame that made the call."""
+    see ``CODE_EVENTS``.  ``frame``: the frame that made the call; ``kernel_texts``: the text of
+    each kernel file as the judge checked it, by the file name its code was compiled under."""
     generators, judge, trusted, installed = rule["generators"], rule["judge"], rule["trusted"], rule["installed"]
     while frame is not None:
         code = frame.f_code
+        if code in generators and code.co_name == "rewrite_ast":
+            return _rewritten_elsewhere(frame, kernel_texts, installed)
         if code in generators or code in judge:
             return None
         if code.co_filename.startswith(_IMPORT_SYSTEM) and trusted(code):
@@ -369,6 +379,38 @@ def _code_refused(event: str, args: tuple, frame, rule: Any) -> tuple[str, str] 
     where = tuple(args)[1] if event == "compile" and len(tuple(args)) > 1 else ""
     return "introspection", (f"{event} ({where!r:.60}) asked by {frame.f_code.co_filename!r:.80}: text or bytes "
                              "made into code after the kernel file began to load")
+
+
+def _rewritten_elsewhere(frame, kernel_texts: dict, installed: Any) -> tuple[str, str] | None:
+    """The interpreter's rewrite of a jit function (``FunctionRewriter.rewrite_ast``, the ``frame``)
+    compiles the lines ``inspect.getsourcelines`` hands it, which come from ``linecache`` (and
+    through a function's ``__wrapped__``), not from the text the judge checked: a kernel that put
+    other lines for its own file into ``linecache.cache`` had the interpreter compile and run them
+    as a jit body (torch.softmax with the watch off; 12.7x the starter, kept).  Those lines must be
+    the function's own, at its own line numbers: in the kernel file's checked text, or in the
+    installed file of Triton's (tl.sum...) read from disk.  Refused otherwise, and where the frame
+    does not say (another Triton version)."""
+    import io
+    import types
+
+    try:
+        found = frame.f_locals
+        fn, lines = found["self"].fn, found["lines"]
+    except (KeyError, AttributeError):
+        fn, lines = None, None
+    if type(fn) is not types.FunctionType or type(lines) is not list:
+        return "introspection", "the interpreter's rewrite of a jit function, where the judge cannot see its source"
+    code = fn.__code__
+    name = code.co_filename
+    text = kernel_texts.get(name)
+    if text is None and installed(code):
+        with io.open_code(name) as f:
+            text = f.read().decode("utf-8").splitlines(keepends=True)
+    first = code.co_firstlineno - 1
+    if text is not None and text[first:first + len(lines)] == lines:
+        return None
+    return "introspection", (f"the interpreter's rewrite of {code.co_name} compiled lines that are not its own in "
+                             f"{name!r:.80} as the judge checked it (linecache, __wrapped__)")
 
 
 def memory_path(path: Any) -> bool:
@@ -446,6 +488,13 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
     outside_refused, code_refused = _outside_refused, _code_refused  # taken now: the hook never looks a name up
     _guard_other_processes(armed_rule)
 
+    # each kernel file's text as the judge checked it, by the name its code is compiled under: set
+    # by the worker's load through ``pin_kernel_text``, handed over once (``kernel_text_pinner``)
+    kernel_texts: dict[str, list[str]] = {}
+
+    def pin_kernel_text(filename: str, source: str) -> None:
+        kernel_texts[filename] = source.splitlines(keepends=True)
+
     function_type = type(install)
     # the record, in this closure only (see ``_CODE_SETS_READER``); its append taken now
     code_sets_record: list[tuple[Any, Any]] = []
@@ -465,7 +514,7 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
             REFUSED_AUDIT_HOOKS.append(event)
             raise RuntimeError("no audit hooks after the judge's own")  # Python then does not add it
         if armed_rule and event in CODE_EVENTS and not armed_rule[0]["signals_only"]:
-            refused = code_refused(event, args, sys._getframe(1), armed_rule[0])
+            refused = code_refused(event, args, sys._getframe(1), armed_rule[0], kernel_texts)
             if refused:
                 REFUSED_OUTSIDE.append(refused)
                 raise RuntimeError(f"refused by the judge: {refused[1]}")
@@ -485,8 +534,20 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
 
     sys.addaudithook(audit)
     _CODE_SETS_READER.append(read_code_sets)
+    _TEXT_PINNER.append(pin_kernel_text)
     _ARM_RULE.append(arm)
     _INSTALLED = True
+
+
+# The function that records a kernel file's checked text for the code rule (``_rewritten_elsewhere``),
+# handed over once to the worker (``kernel_text_pinner``) before any kernel file loads: a kernel
+# that could call it would pin the lines it put into linecache as its file's text.
+_TEXT_PINNER: list = []
+
+
+def kernel_text_pinner() -> Any:
+    """``pin(filename, source)``, once (None after): the worker takes it before any kernel loads."""
+    return _TEXT_PINNER.pop() if _TEXT_PINNER else None
 
 
 def code_sets_reader() -> Any:

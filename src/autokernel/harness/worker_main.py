@@ -168,6 +168,7 @@ class _State:
         self.history_bytes = 0
         self.launches = launches.install()
         host_reads.install(self.launches, ())
+        self.pin_kernel_text = host_reads.kernel_text_pinner()  # the checked text Triton's rewrite must compile
         self.watch_cls = make_watch_class(self.launches)
         self.watch_in_charge = self.watch_cls.still_in_charge  # taken now: the class is within the kernel's reach
         self.watch_records = records_reader(self.watch_cls)  # what each watch saw, out of the watch's attributes
@@ -415,6 +416,8 @@ class _State:
             if source is None:
                 with open(path) as f:
                     source = f.read()
+            if self.pin_kernel_text is not None:
+                self.pin_kernel_text(path, source)
             code = compile(source, path, "exec")
             module = types.ModuleType(name)
             module.__file__ = path
@@ -557,7 +560,11 @@ class _State:
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            return self._kernel_error(exc, paths)
+            reply = self._kernel_error(exc, paths)
+            refused = self._outside_refused()  # the refusal the kernel met, not only the error it raised
+            if refused:
+                reply["findings"] = [refused]
+            return reply
         finally:  # what was never opened keeps the parent's memory (and, on the CPU, a descriptor) held for us
             unopened = [b for b in sealed if b is not None] + ([] if completed or after is None else [after])
             if unopened:
