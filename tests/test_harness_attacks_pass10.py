@@ -112,3 +112,54 @@ def test_the_interpreters_rewrite_compiles_only_a_functions_own_lines():
     assert found["triton"] == {"refused": [], "rules": [], "error": None}, found["triton"]
     for way in ("linecache", "wrapped"):
         assert found[way]["rules"] == ["introspection"] and "not its own" in found[way]["refused"][0], found[way]
+
+
+# ---------------------------------------------------------------- the watch switched off, the guard reached by strings
+FX_ATTACK = "softmax_pass10_fx_string_escape.py"
+
+
+def test_torch_fx_is_a_static_finding():
+    """The file passed the static rules: ``torch.fx.Interpreter``'s ``fetch_attr`` and
+    ``call_method`` read attributes and call methods named in strings."""
+    assert "introspection" in static_rules((ATTACKS / FX_ATTACK).read_text())
+    assert "introspection" in static_rules("import torch.fx\n")
+    assert "introspection" in static_rules("from torch import fx\n")
+    assert "introspection" in static_rules("import torch\ng = torch.fx.Graph()\n")
+    assert static_rules("import torch\nx = torch.empty(3)\n") == set()
+
+
+def test_a_way_around_the_watch_reached_by_strings_is_caught_at_run_time(no_static_checks):
+    """Before: pass, all six stages, 4.8x 'faster beyond the noise' than the starter, no Triton
+    compute.  Now the dispatch escapes are wrapped where torch keeps them, and a use the kernel's
+    code asked for is ``torch-op`` (the static checks off: the run-time layer alone)."""
+    result = _judge("softmax", FX_ATTACK, SOFTMAX_STARTER, stop_at_loss=True)
+    assert result.verdict == "rejected" and result.failed_stage == "smoke", (result.verdict, result.message)
+    assert "torch-op" in rules(result) and "_DisableTorchDispatch" in result.message
+
+
+def test_the_escapes_hide_ops_from_a_dispatch_mode():
+    """Why each wrapped name counts: under it a mode on torch's stack sees no op."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from autokernel.harness import escapes
+
+    class Seen(TorchDispatchMode):
+        ops: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(func)
+            return func(*args, **(kwargs or {}))
+
+    c = vars(torch._C)
+    python = torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
+    guards = {"_DisableTorchDispatch": lambda: c["_DisableTorchDispatch"](),
+              "_ExcludeDispatchKeyGuard": lambda: c["_ExcludeDispatchKeyGuard"](python),
+              "_SetExcludeDispatchKeyGuard": lambda: c["_SetExcludeDispatchKeyGuard"](torch._C.DispatchKey.Python, True)}
+    x = torch.randn(4)
+    for name, guard in guards.items():
+        assert name in escapes.ESCAPES
+        with Seen() as mode:
+            with guard():
+                x.sum()
+        assert mode.ops == [], name
