@@ -163,3 +163,17 @@ def test_the_escapes_hide_ops_from_a_dispatch_mode():
             with guard():
                 x.sum()
         assert mode.ops == [], name
+
+
+# ---------------------------------------------------------------- getattr by string, into the judge's closures
+FORMATTER_ATTACK = "softmax_pass10_formatter_closure.py"
+
+
+def test_string_formatter_is_a_static_finding():
+    """The file passed the static rules: a ``string.Formatter`` subclass whose ``format_field``
+    keeps the object a field's dotted name resolved to (it took the escape's original class out of
+    the judge's wrapper's closure; with the static checks off it still passes: open)."""
+    assert "introspection" in static_rules((ATTACKS / FORMATTER_ATTACK).read_text())
+    assert "introspection" in static_rules("from string import Formatter\n")
+    assert "introspection" in static_rules("import string\n\n\nclass F(string.Formatter):\n    pass\n")
+    assert static_rules("import string\nx = string.ascii_letters\n") == set()

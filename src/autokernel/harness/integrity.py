@@ -380,6 +380,9 @@ _INTROSPECTION_ATTRS = ("f_locals", "f_globals", "f_back", "f_code", "f_builtins
                         "walk_tb", "addaudithook", "monitoring", "_current_exceptions",
                         # attributes read by a name held in a string
                         "attrgetter", "methodcaller", "get_field", "resolve_name", "__setattr__", "__delattr__",
+                        # string.Formatter resolves a field's dotted name with getattr and hands the object
+                        # to format_field, which a subclass overrides (tests/attacks/softmax_pass10_formatter_closure.py)
+                        "Formatter",
                         # import hooks run in the judge's own imports
                         "meta_path", "path_hooks", "path_importer_cache",
                         # eval by another name: a string annotation is evaluated as an expression
