@@ -57,6 +57,17 @@ def _way(name):
             lines[at:at + 1] = ["            x = n + 1\n"]
             linecache.cache.update({__file__: (1, None, lines, __file__)})
         triton.jit(_body)[(1,)](1)
+    elif name == "getframe":  # the way to the worker's state
+        sys._getframe(0)
+    elif name == "tb_frame":
+        try:
+            raise ValueError("x")
+        except ValueError as exc:
+            exc.__traceback__.tb_frame  # noqa: B018
+    elif name == "logging":  # a library taking a frame for the kernel (logging.currentframe)
+        import logging
+
+        logging.getLogger("probe").findCaller()
     else:
         raise ValueError(name)
 

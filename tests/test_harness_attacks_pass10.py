@@ -177,3 +177,14 @@ def test_string_formatter_is_a_static_finding():
     assert "introspection" in static_rules("from string import Formatter\n")
     assert "introspection" in static_rules("import string\n\n\nclass F(string.Formatter):\n    pass\n")
     assert static_rules("import string\nx = string.ascii_letters\n") == set()
+
+
+def test_frames_asked_for_by_the_kernels_code_are_refused():
+    """A frame is the way to the worker's state (its clock, its counters), for any getattr-by-string
+    engine the static rules miss; ``sys._getframe`` and ``tb_frame`` raise audit events, refused
+    when the kernel file's code asks (directly or through a library: logging), never the judge's
+    own (the watch takes frames at every op) nor Triton's launches."""
+    found = _code_rule("triton", "getframe", "tb_frame", "logging")
+    assert found["triton"] == {"refused": [], "rules": [], "error": None}, found["triton"]
+    for way in ("getframe", "tb_frame", "logging"):
+        assert found[way]["rules"] == ["introspection"] and found[way]["error"], (way, found[way])

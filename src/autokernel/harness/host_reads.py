@@ -413,6 +413,33 @@ def _rewritten_elsewhere(frame, kernel_texts: dict, installed: Any) -> tuple[str
                              f"{name!r:.80} as the judge checked it (linecache, __wrapped__)")
 
 
+# Frames asked for by the kernel's code once its file begins to load: a frame is the way to the
+# worker's state (its clock, its records, its counters: the fourth and ninth passes swapped the
+# clock through ``f_locals``), and every string-named attribute engine the static rules miss
+# (``torch.fx``, ``string.Formatter``: this pass) starts from one as easily as from a module.
+# ``sys._getframe`` and the attributes that hand a frame out raise audit events (``f_back`` and
+# ``f_locals`` do not: a frame is refused where it is first handed out).  Asked by the kernel when
+# the first frame up the stack that is a kernel file's (its text pinned by the worker's load) or
+# the judge's own is the kernel's; the judge's watch and hooks take frames all the time.
+FRAME_EVENTS = frozenset({"sys._getframe", "sys._current_frames", "sys._getframemodulename"})
+FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+_JUDGE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
+
+
+def _frame_asked_by_kernel(frame, kernel_texts: dict) -> bool:
+    """Is the first frame up from ``frame`` that decides a kernel file's?  The judge's own frames
+    decide for the judge, and so does the import system: a module's top-level code takes frames
+    for itself as it loads (``typing.TypeVar`` and ``namedtuple`` read their caller's module name)."""
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name in kernel_texts:
+            return True
+        if name.startswith(_JUDGE_DIR) or name.startswith(_IMPORT_SYSTEM):
+            return False
+        frame = frame.f_back
+    return False
+
+
 def memory_path(path: Any) -> bool:
     """Is opening ``path`` a way to read raw memory (a /proc memory file, shared memory)?"""
     if not isinstance(path, (str, bytes, os.PathLike)):
@@ -486,6 +513,7 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
         armed_rule.append(rule)
 
     outside_refused, code_refused = _outside_refused, _code_refused  # taken now: the hook never looks a name up
+    frame_asked_by_kernel, walking = _frame_asked_by_kernel, []
     _guard_other_processes(armed_rule)
 
     # each kernel file's text as the judge checked it, by the name its code is compiled under: set
@@ -513,6 +541,20 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
         if event == "sys.addaudithook":  # a hook of the kernel's would see every frame the watch takes
             REFUSED_AUDIT_HOOKS.append(event)
             raise RuntimeError("no audit hooks after the judge's own")  # Python then does not add it
+        if armed_rule and (event in FRAME_EVENTS or event == "object.__getattr__" and len(args) > 1
+                           and args[1] in FRAME_ATTRIBUTES) and not armed_rule[0]["signals_only"]:
+            if walking:  # this hook's own sys._getframe below raises the event again
+                return
+            walking.append(True)
+            try:
+                asked = frame_asked_by_kernel(sys._getframe(1), kernel_texts)
+            finally:
+                walking.clear()
+            if asked:
+                what = f"{event} ({args[1] if event == 'object.__getattr__' else ''}) asked by the kernel's code"
+                REFUSED_OUTSIDE.append(("introspection", what))
+                raise RuntimeError(f"refused by the judge: {what}")
+            return
         if armed_rule and event in CODE_EVENTS and not armed_rule[0]["signals_only"]:
             refused = code_refused(event, args, sys._getframe(1), armed_rule[0], kernel_texts)
             if refused:
