@@ -64,6 +64,10 @@ def _way(name):
             raise ValueError("x")
         except ValueError as exc:
             exc.__traceback__.tb_frame  # noqa: B018
+    elif name == "pickle":  # an unpickler calls what its bytes name (torch.load, shelve... are built on it)
+        import pickle
+
+        pickle.loads(pickle.dumps(len))
     elif name == "logging":  # a library taking a frame for the kernel (logging.currentframe)
         import logging
 
