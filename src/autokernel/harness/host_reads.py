@@ -90,7 +90,8 @@ def arm_outside(writable: tuple[str, ...] = (), signals_only: bool = False) -> N
     rule = dict(signals_only=signals_only, pid=os.getpid(), realpath=os.path.realpath,
                 fsdecode=os.fsdecode, compiler=launches.module_code_objects("triton.compiler.compiler"),
                 writable=tuple(os.path.join(os.path.realpath(d), "") for d in writable),
-                trusted=TrustedCode(), knobs=_triton_tool_knobs(), armed=True)
+                trusted=TrustedCode(), installed=TrustedCode(packages=True), knobs=_triton_tool_knobs(), armed=True,
+                generators=code_generators(), judge=_judge_load_code())
     _OUTSIDE_RULE.update(rule)  # what this module's name shows (tests, reports); the checks never read it
     if _ARM_RULE:
         _ARM_RULE[0](MappingProxyType(rule))
@@ -136,7 +137,9 @@ class TrustedCode:
     Frozen standard modules compare with their frozen code.  Built on first need per file (the
     rule's events are rare) and cached."""
 
-    def __init__(self) -> None:
+    def __init__(self, packages: bool = False) -> None:
+        """``packages``: the installed packages' code counts too (site-packages: sympy, jinja2...),
+        for the code rule's walk, which tells the kernel's own code from code that is on disk."""
         import _imp
         import builtins
         import io
@@ -148,9 +151,21 @@ class TrustedCode:
         from .launches import nested_code_objects
 
         self._nested = nested_code_objects
-        roots = [os.path.dirname(triton.__file__), os.path.dirname(torch.__file__), os.path.dirname(__file__),
-                 sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]]
-        self._roots = tuple(os.path.join(os.path.realpath(r), "") for r in roots)
+        folder = lambda path: os.path.join(os.path.realpath(path), "")  # noqa: E731
+        paths = sysconfig.get_paths()
+        # the judge: the harness, and the problems whose draws and references it runs (KernelBench's
+        # size scaling parses a file's text)
+        harness = os.path.dirname(__file__)
+        own = [os.path.dirname(triton.__file__), os.path.dirname(torch.__file__), harness,
+               os.path.join(os.path.dirname(harness), "problems")]
+        self._roots = tuple(folder(r) for r in own + [paths["stdlib"], paths["platstdlib"]])
+        self._own_roots = tuple(folder(r) for r in own)
+        # the installed packages are no standard library: in a virtual environment ``platstdlib`` is
+        # the environment's lib folder, which holds site-packages (sympy, whose parse_expr is an eval,
+        # counted as trusted code)
+        self._packages = tuple(folder(paths[k]) for k in ("purelib", "platlib") if paths.get(k))
+        if packages:
+            self._roots, self._packages = self._roots + self._packages, ()
         self._realpath, self._compile, self._open_code = os.path.realpath, builtins.compile, io.open_code
         self._frozen = _imp.get_frozen_object
         self._codes_by_file: dict[str, frozenset] = {}
@@ -180,7 +195,8 @@ class TrustedCode:
                 except ImportError:  # importlib's own are frozen as _frozen_importlib(_external)
                     return self._frozen("_frozen_" + name.replace("importlib._bootstrap", "importlib"))
             path = self._realpath(filename)
-            if not path.startswith(self._roots) or not path.endswith(".py"):
+            if not path.startswith(self._roots) or not path.endswith(".py") or \
+                    (path.startswith(self._packages) and not path.startswith(self._own_roots)):
                 return None
             with self._open_code(path) as f:
                 return self._compile(f.read(), filename, "exec", dont_inherit=True)
@@ -294,6 +310,140 @@ def _outside_refused(event: str, args: tuple, frame, rule: Any) -> tuple[str, st
     return "monkey-patch", f"{event} ({what}): a write outside the process"
 
 
+# Text made into code (``compile``, and ``exec``/``eval`` of a string, raise "compile"; a code
+# object built from parts raises "code.__new__"; code from bytes "marshal.loads") once the kernel
+# file begins to load.  Python evaluates text in more places than a list of names can hold: the
+# tenth pass's file had sympy's ``parse_expr`` (an ``eval``) hand it ``exec``, and the text it
+# ran switched the watch off around ``torch.softmax`` (no Triton compute at all, 22x the starter,
+# kept).  The rule goes by who asked, whatever the name: walking up from the event through
+# trusted code (``TrustedCode``: Triton's, torch's, the standard library's, the judge's), the
+# event is allowed where it reaches one of Triton's own code generators (``code_generators``: the
+# interpreter's rewrite of a jit function, the launch binder), the import system (a module file
+# from disk, outside the writable folders), or the judge's own load of the kernel file; any other
+# frame on the way (the kernel file's, a library outside the trusted folders: sympy, jinja2...)
+# is the kernel's asking, and refused, stdlib helpers that exec text built from the kernel's
+# names (dataclasses, namedtuple) included.
+CODE_EVENTS = frozenset({"compile", "code.__new__", "marshal.loads", "marshal.load"})
+# Triton's functions that compile text of their own making (what each compiles is built from a jit
+# function: its source, rewritten; its signature's names)
+# (the interpreter's rewrite parses and compiles a jit function's source; on a GPU a jit function
+# parses its source for its cache key and the code generator, its launch binder is exec'd text, and
+# the compiler makes namedtuples as it lowers a kernel)
+TRITON_CODE_GENERATORS = {"triton.runtime.interpreter": ("rewrite_ast",),
+                          "triton.runtime.jit": ("create_function_from_signature", "parse"),
+                          "triton.compiler.compiler": ("compile",)}
+_IMPORT_SYSTEM = "<frozen importlib._bootstrap"
+
+
+def code_generators() -> frozenset:
+    """The code objects of Triton's own code generators (``TRITON_CODE_GENERATORS``)."""
+    from .launches import module_code_objects
+
+    return frozenset(code for module, names in TRITON_CODE_GENERATORS.items()
+                     for code in module_code_objects(module) if code.co_name in names)
+
+
+def _judge_load_code() -> frozenset:
+    """The judge's own compiles after the rule is armed: the worker's load of a kernel file (it
+    compiles the text the parent checked), its request loop (``main``: reached through trusted
+    code only, the judge's own work, e.g. a KernelBench draw compiling the problem's file at new
+    sizes) and ``TrustedCode`` compiling a trusted file to compare (inside this very hook)."""
+    from .launches import module_code_objects, nested_code_objects
+
+    return frozenset([code for code in module_code_objects(__package__ + ".worker_main")
+                      if code.co_name in ("load", "main")] + nested_code_objects(TrustedCode._compiled.__code__))
+
+
+def _code_refused(event: str, args: tuple, frame, rule: Any, kernel_texts: dict) -> tuple[str, str] | None:
+    """(rule, what) refused about a code event (``CODE_EVENTS``), or None when it is allowed:
+    see ``CODE_EVENTS``.  ``frame``: the frame that made the call; ``kernel_texts``: the text of
+    each kernel file as the judge checked it, by the file name its code was compiled under."""
+    generators, judge, trusted, installed = rule["generators"], rule["judge"], rule["trusted"], rule["installed"]
+    while frame is not None:
+        code = frame.f_code
+        if code in generators and code.co_name == "rewrite_ast":
+            return _rewritten_elsewhere(frame, kernel_texts, installed)
+        if code in generators or code in judge:
+            return None
+        if code.co_filename.startswith(_IMPORT_SYSTEM) and trusted(code):
+            # an import: the text is a module's file, or what the module's own code makes as it
+            # loads (the kernel writes no file outside the writable folders)
+            if event == "compile" and _in_writable("compile", tuple(args)[1:2], rule):
+                break
+            return None
+        if not installed(code):  # the kernel file's code, or code made from text
+            break
+        frame = frame.f_back
+    else:
+        return None  # the judge's own work, with nothing of the kernel's on the stack
+    where = tuple(args)[1] if event == "compile" and len(tuple(args)) > 1 else ""
+    return "introspection", (f"{event} ({where!r:.60}) asked by {frame.f_code.co_filename!r:.80}: text or bytes "
+                             "made into code after the kernel file began to load")
+
+
+def _rewritten_elsewhere(frame, kernel_texts: dict, installed: Any) -> tuple[str, str] | None:
+    """The interpreter's rewrite of a jit function (``FunctionRewriter.rewrite_ast``, the ``frame``)
+    compiles the lines ``inspect.getsourcelines`` hands it, which come from ``linecache`` (and
+    through a function's ``__wrapped__``), not from the text the judge checked: a kernel that put
+    other lines for its own file into ``linecache.cache`` had the interpreter compile and run them
+    as a jit body (torch.softmax with the watch off; 12.7x the starter, kept).  Those lines must be
+    the function's own, at its own line numbers: in the kernel file's checked text, or in the
+    installed file of Triton's (tl.sum...) read from disk.  Refused otherwise, and where the frame
+    does not say (another Triton version)."""
+    import io
+    import types
+
+    try:
+        found = frame.f_locals
+        fn, lines = found["self"].fn, found["lines"]
+    except (KeyError, AttributeError):
+        fn, lines = None, None
+    if type(fn) is not types.FunctionType or type(lines) is not list:
+        return "introspection", "the interpreter's rewrite of a jit function, where the judge cannot see its source"
+    code = fn.__code__
+    name = code.co_filename
+    text = kernel_texts.get(name)
+    if text is None and installed(code):
+        with io.open_code(name) as f:
+            text = f.read().decode("utf-8").splitlines(keepends=True)
+    first = code.co_firstlineno - 1
+    if text is not None and text[first:first + len(lines)] == lines:
+        return None
+    return "introspection", (f"the interpreter's rewrite of {code.co_name} compiled lines that are not its own in "
+                             f"{name!r:.80} as the judge checked it (linecache, __wrapped__)")
+
+
+# Frames asked for by the kernel's code once its file begins to load: a frame is the way to the
+# worker's state (its clock, its records, its counters: the fourth and ninth passes swapped the
+# clock through ``f_locals``), and every string-named attribute engine the static rules miss
+# (``torch.fx``, ``string.Formatter``: this pass) starts from one as easily as from a module.
+# ``sys._getframe`` and the attributes that hand a frame out raise audit events (``f_back`` and
+# ``f_locals`` do not: a frame is refused where it is first handed out).  Asked by the kernel when
+# the first frame up the stack that is a kernel file's (its text pinned by the worker's load) or
+# the judge's own is the kernel's; the judge's watch and hooks take frames all the time.
+FRAME_EVENTS = frozenset({"sys._getframe", "sys._current_frames", "sys._getframemodulename"})
+FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+# Refused the same way: an unpickler looking up a global by the names its bytes hold (pickle's, and
+# every unpickler built on it: torch.load, shelve, cloudpickle...), which then calls it with any
+# arguments (the ninth pass made the unpicklers static findings by name; this is their one event)
+KERNEL_MAY_NOT_ASK = FRAME_EVENTS | {"pickle.find_class"}
+_JUDGE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
+
+
+def _frame_asked_by_kernel(frame, kernel_texts: dict) -> bool:
+    """Is the first frame up from ``frame`` that decides a kernel file's?  The judge's own frames
+    decide for the judge, and so does the import system: a module's top-level code takes frames
+    for itself as it loads (``typing.TypeVar`` and ``namedtuple`` read their caller's module name)."""
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name in kernel_texts:
+            return True
+        if name.startswith(_JUDGE_DIR) or name.startswith(_IMPORT_SYSTEM):
+            return False
+        frame = frame.f_back
+    return False
+
+
 def memory_path(path: Any) -> bool:
     """Is opening ``path`` a way to read raw memory (a /proc memory file, shared memory)?"""
     if not isinstance(path, (str, bytes, os.PathLike)):
@@ -366,8 +516,16 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
             raise RuntimeError("the outside rule is armed once")
         armed_rule.append(rule)
 
-    outside_refused = _outside_refused  # taken now: the hook never looks a name up
+    outside_refused, code_refused = _outside_refused, _code_refused  # taken now: the hook never looks a name up
+    frame_asked_by_kernel, walking = _frame_asked_by_kernel, []
     _guard_other_processes(armed_rule)
+
+    # each kernel file's text as the judge checked it, by the name its code is compiled under: set
+    # by the worker's load through ``pin_kernel_text``, handed over once (``kernel_text_pinner``)
+    kernel_texts: dict[str, list[str]] = {}
+
+    def pin_kernel_text(filename: str, source: str) -> None:
+        kernel_texts[filename] = source.splitlines(keepends=True)
 
     function_type = type(install)
     # the record, in this closure only (see ``_CODE_SETS_READER``); its append taken now
@@ -387,6 +545,27 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
         if event == "sys.addaudithook":  # a hook of the kernel's would see every frame the watch takes
             REFUSED_AUDIT_HOOKS.append(event)
             raise RuntimeError("no audit hooks after the judge's own")  # Python then does not add it
+        if armed_rule and (event in KERNEL_MAY_NOT_ASK or event == "object.__getattr__" and len(args) > 1
+                           and args[1] in FRAME_ATTRIBUTES) and not armed_rule[0]["signals_only"]:
+            if walking:  # this hook's own sys._getframe below raises the event again
+                return
+            walking.append(True)
+            try:
+                asked = frame_asked_by_kernel(sys._getframe(1), kernel_texts)
+            finally:
+                walking.clear()
+            if asked:
+                detail = args[1] if event in ("object.__getattr__", "pickle.find_class") and len(args) > 1 else ""
+                what = f"{event} ({detail}) asked by the kernel's code"
+                REFUSED_OUTSIDE.append(("introspection", what))
+                raise RuntimeError(f"refused by the judge: {what}")
+            return
+        if armed_rule and event in CODE_EVENTS and not armed_rule[0]["signals_only"]:
+            refused = code_refused(event, args, sys._getframe(1), armed_rule[0], kernel_texts)
+            if refused:
+                REFUSED_OUTSIDE.append(refused)
+                raise RuntimeError(f"refused by the judge: {refused[1]}")
+            return
         if armed_rule and (event in PROCESS_EVENTS or event in FILE_EVENTS or event == "open"
                            or event == "resource.prlimit"):
             refused = outside_refused(event, args, sys._getframe(1), armed_rule[0])
@@ -402,8 +581,20 @@ def install(record, skipped_files: tuple[str, ...]) -> None:
 
     sys.addaudithook(audit)
     _CODE_SETS_READER.append(read_code_sets)
+    _TEXT_PINNER.append(pin_kernel_text)
     _ARM_RULE.append(arm)
     _INSTALLED = True
+
+
+# The function that records a kernel file's checked text for the code rule (``_rewritten_elsewhere``),
+# handed over once to the worker (``kernel_text_pinner``) before any kernel file loads: a kernel
+# that could call it would pin the lines it put into linecache as its file's text.
+_TEXT_PINNER: list = []
+
+
+def kernel_text_pinner() -> Any:
+    """``pin(filename, source)``, once (None after): the worker takes it before any kernel loads."""
+    return _TEXT_PINNER.pop() if _TEXT_PINNER else None
 
 
 def code_sets_reader() -> Any:
@@ -421,6 +612,8 @@ def outside_finding(since: int) -> dict[str, str] | None:
     rule = refused[0][0]
     why = ("other processes are the judge's: a child outlives its call and the worker, and the incumbent's worker "
            "is a sibling" if rule == "threads-or-streams"
+           else "code is not built at run time in a kernel file: text evaluated under any name runs past every "
+           "rule on the file's text" if rule == "introspection"
            else "files and the environment are the judge's (the incumbent's kernel file, the caches it reads)")
     return {"rule": rule, "message": (
         "the kernel reached outside its process (" + "; ".join(what for _, what in refused[:3]) + "; refused): " + why)}

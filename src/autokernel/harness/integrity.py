@@ -380,6 +380,9 @@ _INTROSPECTION_ATTRS = ("f_locals", "f_globals", "f_back", "f_code", "f_builtins
                         "walk_tb", "addaudithook", "monitoring", "_current_exceptions",
                         # attributes read by a name held in a string
                         "attrgetter", "methodcaller", "get_field", "resolve_name", "__setattr__", "__delattr__",
+                        # string.Formatter resolves a field's dotted name with getattr and hands the object
+                        # to format_field, which a subclass overrides (tests/attacks/softmax_pass10_formatter_closure.py)
+                        "Formatter",
                         # import hooks run in the judge's own imports
                         "meta_path", "path_hooks", "path_importer_cache",
                         # eval by another name: a string annotation is evaluated as an expression
@@ -401,6 +404,10 @@ _ATTR_CALLS = ("getattr", "setattr", "delattr", "hasattr")
 # torch.load unpickles: a blob of the file's own (base64 in a string) calls exec with any text
 _TORCH_UNPICKLING = ("load", "serialization")
 _TORCH_THREAD_MODULES = ("jit", "futures", "package")  # package: loads scripted modules from an archive
+# torch.fx's Interpreter reads attributes and calls methods named in strings (``fetch_attr``,
+# ``call_method``): a getattr with a computed name under a public torch name
+# (tests/attacks/softmax_pass10_fx_string_escape.py reached torch._C._DisableTorchDispatch by two strings)
+_TORCH_STRING_MODULES = ("fx",)
 # compiles TorchScript source text, by torch's top-level name too (torch.CompilationUnit)
 _TORCH_THREAD_NAMES = frozenset({"CompilationUnit"})
 _TORCH_THREADS_WHY = ("TorchScript and torch's futures run work on torch's own threads, which no watch covers "
@@ -457,6 +464,9 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                         "whatever it names (exec of text included)")
                 elif parts[0] == "torch" and len(parts) > 1 and parts[1] in _TORCH_THREAD_MODULES:
                     add("threads-or-streams", node, f"imports {name}: {_TORCH_THREADS_WHY}")
+                elif parts[0] == "torch" and len(parts) > 1 and parts[1] in _TORCH_STRING_MODULES:
+                    add("introspection", node, f"imports {name}: its Interpreter reads attributes and calls methods "
+                        "named in strings")
                 elif parts[0].startswith("_") and parts[0] != "__future__" and parts[0] not in _THREAD_MODULES:
                     add("introspection", node, f"imports {name}: a private module (the C side of signal, "
                         "weakref, operator...) reaches what its public module would")
@@ -488,6 +498,9 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                     "names (exec of text included)")
             elif root in torch_names and node.attr in _TORCH_THREAD_MODULES and isinstance(node.value, ast.Name):
                 add("threads-or-streams", node, f"uses {dotted}: {_TORCH_THREADS_WHY}")
+            elif root in torch_names and node.attr in _TORCH_STRING_MODULES and isinstance(node.value, ast.Name):
+                add("introspection", node, f"uses {dotted}: its Interpreter reads attributes and calls methods named "
+                    "in strings")
             elif root in torch_names and node.attr.startswith("_") and not node.attr.startswith("__"):
                 add("torch-op", node, f"uses private torch API {dotted}")
             elif aliases.get(root) == "logging" and node.attr == "config":

@@ -427,6 +427,7 @@ class Judge:
         together = cases[0].label if len(cases) == 1 else \
             f"shape={format_shape(shape)} dtype={dtype_name(dtype)} case={'|'.join(c.name for c in cases)}"
         if "error" in reply:
+            self.check_call({"findings": reply.get("findings")}, together)  # what the judge refused first
             raise CaseFailure(f"the kernel raised {reply['error']}", together)
         self.check_ops(reply["ops"], together)
 

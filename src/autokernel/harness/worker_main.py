@@ -11,7 +11,7 @@ import traceback
 from collections import deque
 from typing import Any
 
-from . import host_reads, launches, registrations, transport
+from . import escapes, host_reads, launches, registrations, transport
 from .gpu_cover import GPU_COVER_CYCLES, host_covered, next_cover_cycles
 from .memory import HISTORY_BYTES, HISTORY_CALLS
 from .hooks import changed_hooks, outside_hooks
@@ -168,6 +168,7 @@ class _State:
         self.history_bytes = 0
         self.launches = launches.install()
         host_reads.install(self.launches, ())
+        self.pin_kernel_text = host_reads.kernel_text_pinner()  # the checked text Triton's rewrite must compile
         self.watch_cls = make_watch_class(self.launches)
         self.watch_in_charge = self.watch_cls.still_in_charge  # taken now: the class is within the kernel's reach
         self.watch_records = records_reader(self.watch_cls)  # what each watch saw, out of the watch's attributes
@@ -186,6 +187,9 @@ class _State:
         take_accessors()  # the checks' numel, storage spans, detach: C functions, never the tensor's own
         self.tensor_guard = integrity.TensorClassGuard()
         self.starts = launches.install_start_counters()
+        self.escapes = escapes.install()  # the ways around the watch, counted where the kernel's code uses them
+        self.escapes_reported = 0
+        self.add_kernel_file = escapes.kernel_file_adder()
         self.registrations = registrations.install()
         self.registered_before_kernel: int | None = None  # the count when the first kernel file loaded
         self.hooks_before_kernel: dict | None = None  # outside_hooks() then: a hook the file's import left counts too
@@ -245,6 +249,16 @@ class _State:
             "work forked onto torch's own threads and TorchScript count): the judge's watch is per thread, "
             "and such a thread runs beside every call")}
 
+    def _escaped(self) -> dict[str, str] | None:
+        """A ``torch-op`` finding when the kernel's code used a way around the watch (``escapes.py``)
+        since the last one reported."""
+        if self.escapes.count == self.escapes_reported:
+            return None
+        self.escapes_reported = self.escapes.count
+        return {"rule": "torch-op", "message": (
+            f"the kernel used {', '.join(self.escapes.names[:3])}: ops under it, or with the judge's dispatch mode "
+            "off torch's stack, are hidden from the watch")}
+
     def _outside_refused(self) -> dict[str, str] | None:
         """The finding for what the kernel tried outside its process (processes, signals, file
         writes: host_reads.arm_outside) since the last one reported."""
@@ -285,7 +299,8 @@ class _State:
             if self.gc_collections is None:
                 self.gc_collections = self._gc_collections()
             reply = self.load(message["slot"], message["path"], message.get("source"))
-            found = [f for f in (self._outside_refused(), self._threads_outside_calls(), self._new_children()) if f]
+            found = [f for f in (self._outside_refused(), self._threads_outside_calls(), self._new_children(),
+                                 self._escaped()) if f]
             found += self._names_finding(  # (a builtin shadowed: no digest shows it)
                 "the kernel file left {names} rebound as it loaded: the judge's own work would run its code")
             found += self._collect_garbage()
@@ -415,6 +430,10 @@ class _State:
             if source is None:
                 with open(path) as f:
                     source = f.read()
+            if self.pin_kernel_text is not None:
+                self.pin_kernel_text(path, source)
+            if self.add_kernel_file is not None:
+                self.add_kernel_file(path)
             code = compile(source, path, "exec")
             module = types.ModuleType(name)
             module.__file__ = path
@@ -557,7 +576,11 @@ class _State:
         except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            return self._kernel_error(exc, paths)
+            reply = self._kernel_error(exc, paths)
+            refused = self._outside_refused()  # the refusal the kernel met, not only the error it raised
+            if refused:
+                reply["findings"] = [refused]
+            return reply
         finally:  # what was never opened keeps the parent's memory (and, on the CPU, a descriptor) held for us
             unopened = [b for b in sealed if b is not None] + ([] if completed or after is None else [after])
             if unopened:
@@ -768,7 +791,7 @@ class _State:
                 (f"the call left {hooks_left} in place" if hooks_left else
                  f"the kernel file set {hooks_loaded} (not there before it loaded)")
                 + ": code of the kernel's would run outside its call, in the judge's own work")})
-        for found in (self._outside_refused(), self._new_children()):
+        for found in (self._outside_refused(), self._new_children(), self._escaped()):
             if found:
                 findings.append(found)
         host_read = host_reads.finding(record.host_reads) if require_launch else None
