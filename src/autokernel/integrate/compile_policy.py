@@ -22,7 +22,7 @@ would in the original model:
 - ``uncompiled``: torch.compile leaves the patched model out (``torch.compiler.disable`` on its
   forward): it runs our kernels as in eager calls.  ``auto`` chooses this where the last
   ``verify`` here found torch.compile of the patched model, both ways above, slower than the
-  patched model uncompiled (the LLaMA example on the H200, one of three runs: torch.compile of
+  patched model uncompiled (the LLaMA example on the H200, two of three runs: torch.compile of
   the patched model 7-9% slower than the patched model, either way; BENCHMARKS.md, tenth
   session), and timed it.
 
