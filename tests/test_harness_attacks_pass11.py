@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from autokernel.harness import Evaluator
+from autokernel.harness import Evaluator, integrity
 from autokernel.problems.registry import KERNELS_DIR
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -50,6 +50,16 @@ def test_modules_reentered_through_another_modules_globals_are_findings():
     # the honest dotted names of a kernel file stay clean
     assert static_rules("import torch\nimport triton.language as tl\nf = torch.nn.functional.softmax\n"
                         "e = tl.math.exp\ny = torch.cuda.is_available\n") == set()
+
+
+@pytest.mark.parametrize("name,reached", [("reduce_gc_reenabled_undone.py", "triton.testing.gc"),
+                                          ("reduce_grad_mode_global.py", "_grad_mode.torch"),
+                                          ("softmax_shared_tells_checked.py", "torch.multiprocessing")])
+def test_earlier_attacks_that_reentered_a_module_are_static_findings_now(name, reached):
+    """Three earlier passes' files met only the run-time rules (their tests now run them with the
+    static checks off): each reached a guarded module as another module's global."""
+    findings = integrity.static_findings((ATTACKS / name).read_text())
+    assert any(reached in f.message and "another module's globals" in f.message for f in findings), findings
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")

@@ -414,7 +414,7 @@ _TORCH_STRING_MODULES = ("fx", "ao", "export")
 # such as ``getattr_from_fqn``, ``get_attr``, an fx Interpreter's ``fetch_attr``/``call_method``,
 # an entry point's ``module:attr.attr``): the eleventh pass found one in torch.ao that no list held
 _STRING_ATTR_ENGINE = re.compile(r"(?i)(?:get|set|del|has|fetch)_?attr|fqn|entry_?points?$|call_method"
-                                 r"|resolve_?name|import_?string|Interpreter$")
+                                 r"|resolve_?name|resolve_dotted|import_?string|(?-i:Interpreter)$")
 # the builtins that read or write attributes and namespaces, as attributes of a module that holds
 # ``builtins`` (``triton.language.core.builtins.getattr``: a getattr no rule on the name saw)
 _BUILTIN_ATTRS = frozenset({"getattr", "setattr", "delattr", "hasattr", "vars", "globals", "locals"})
