@@ -47,6 +47,8 @@ def test_modules_reentered_through_another_modules_globals_are_findings():
     assert "introspection" in static_rules("import torch\nb = torch.builtins\n")
     assert "introspection" in static_rules("from triton.language.core import builtins\n")
     assert "introspection" in static_rules("import torch\nv = torch.nn.functional.torch.jit\n")
+    # inspect.getmembers walks every attribute with no name in the file at all
+    assert "introspection" in static_rules("import triton\nf = triton.runtime.jit.inspect.getmembers\n")
     # the honest dotted names of a kernel file stay clean
     assert static_rules("import torch\nimport triton.language as tl\nf = torch.nn.functional.softmax\n"
                         "e = tl.math.exp\ny = torch.cuda.is_available\n") == set()
