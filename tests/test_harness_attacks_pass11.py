@@ -19,7 +19,7 @@ from test_harness_integrity import rules as static_rules  # noqa: E402
 
 SOFTMAX_STARTER = KERNELS_DIR / "softmax.py"
 PASS11 = ["softmax_pass11_ao_getattr_from_fqn.py", "softmax_pass11_fx_reentered.py",
-          "softmax_pass11_builtins_reentered.py"]
+          "softmax_pass11_builtins_reentered.py", "softmax_pass11_triton_tools_binding.py"]
 
 
 @pytest.mark.parametrize("name", PASS11)
@@ -52,6 +52,19 @@ def test_modules_reentered_through_another_modules_globals_are_findings():
     # the honest dotted names of a kernel file stay clean
     assert static_rules("import torch\nimport triton.language as tl\nf = torch.nn.functional.softmax\n"
                         "e = tl.math.exp\ny = torch.cuda.is_available\n") == set()
+
+
+def test_triton_tooling_and_syntax_trees_are_findings_and_the_kernel_helpers_are_not():
+    """``triton.tools.triton_to_gluon_translator.slice_kernel.get_import_from_binding(obj, alias)`` is
+    ``getattr(obj, alias.name)`` under a name that says nothing, the name handed over in an
+    ``ast.alias`` the file built.  The kernel helpers under ``triton.tools`` (the starters'
+    ``TensorDescriptor``) stay allowed."""
+    assert "introspection" in static_rules("import triton\nf = triton.tools.triton_to_gluon_translator\n")
+    assert "introspection" in static_rules("import triton.tools as tt\nf = tt.compile\n")
+    assert "introspection" in static_rules("from triton.tools.disasm import get_sass\n")
+    assert "introspection" in static_rules("import ast\n")
+    assert static_rules("from triton.tools.tensor_descriptor import TensorDescriptor\n") == set()
+    assert static_rules("import triton\nd = triton.tools.tensor_descriptor.TensorDescriptor\n") == set()
 
 
 @pytest.mark.parametrize("name,reached", [("reduce_gc_reenabled_undone.py", "triton.testing.gc"),

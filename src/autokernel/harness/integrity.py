@@ -363,7 +363,14 @@ _INTROSPECTION_MODULES = ("importlib", "inspect", "gc", "marshal", "types", "dis
                           # doctest runs the examples of docstrings (which no rule on strings reads)
                           "doctest",
                           # unpicklers by other names: the bytes name the functions they call
-                          "shelve", "yaml", "ray", "cloudpickle", "dill", "joblib", "jsonpickle")
+                          "shelve", "yaml", "ray", "cloudpickle", "dill", "joblib", "jsonpickle",
+                          # syntax trees: names handed over as data (an ast.alias), for a library to resolve
+                          "ast")
+# Triton's tooling (its Gluon translator, AOT compiler, linker, disassembler) walks modules and
+# objects by the names it is given (``slice_kernel.get_import_from_binding(obj, alias)`` is a
+# getattr: tests/attacks/softmax_pass11_triton_tools_binding.py); the kernel helpers under
+# ``triton.tools`` stay allowed
+_TRITON_KERNEL_TOOLS = frozenset({"tensor_descriptor", "ragged_tma", "mxfp"})
 _INTROSPECTION_NAMES = ("__import__", "exec", "eval", "compile", "vars", "globals", "locals", "__builtins__",
                         "__loader__", "__spec__", "breakpoint")
 _INTROSPECTION_ATTRS = ("f_locals", "f_globals", "f_back", "f_code", "f_builtins", "gi_frame", "cr_frame", "ag_frame",
@@ -484,6 +491,12 @@ def _string_engine_findings(node: ast.AST, add) -> None:
             break
 
 
+def _triton_tooling(dotted: str) -> bool:
+    """Is this dotted name (its root resolved to a module) a part of Triton's tooling?"""
+    parts = dotted.split(".")
+    return parts[:2] == ["triton", "tools"] and len(parts) > 2 and parts[2] not in _TRITON_KERNEL_TOOLS
+
+
 def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
     """Ways to reach what a kernel has no business reaching: the harness's frames and
     namespaces, names and code built at run time, and compute outside Triton."""
@@ -494,6 +507,14 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                   and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
     for node in ast.walk(tree):
         _string_engine_findings(node, add)
+        tooling = [name for name in _imported(node) if _triton_tooling(name)]
+        if isinstance(node, ast.Attribute):
+            dotted = (_dotted(node) or "").split(".")
+            tooling += [".".join([aliases[dotted[0]]] + dotted[1:])] if dotted[0] in aliases and \
+                _triton_tooling(".".join([aliases[dotted[0]]] + dotted[1:])) else []
+        if tooling:
+            add("introspection", node, f"uses {tooling[0]}: Triton's tooling resolves the names it is given "
+                "(a kernel file uses Triton's language and its kernel helpers)")
         if isinstance(node, (ast.Attribute, ast.Name, ast.alias)) and _MODE_CLASSES.intersection(
                 {getattr(node, "attr", None), getattr(node, "id", None), getattr(node, "name", "").split(".")[-1]}):
             add("introspection", node, f"uses {_dotted(node) or node.name}: kernel files run under the judge's "
