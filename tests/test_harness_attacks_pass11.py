@@ -52,6 +52,7 @@ def test_modules_reentered_through_another_modules_globals_are_findings():
     # the honest dotted names of a kernel file stay clean
     assert static_rules("import torch\nimport triton.language as tl\nf = torch.nn.functional.softmax\n"
                         "e = tl.math.exp\ny = torch.cuda.is_available\n") == set()
+    assert static_rules("import triton\nj = triton.runtime.jit.JITFunction\n") == set()  # Triton's jit module
 
 
 def test_triton_tooling_and_syntax_trees_are_findings_and_the_kernel_helpers_are_not():

@@ -430,12 +430,13 @@ _BUILTIN_ATTRS = frozenset({"getattr", "setattr", "delattr", "hasattr", "vars", 
 # spelling from the file's own import, so a chain that re-enters one through a module's globals
 # passed every rule keyed on the root (tests/attacks/softmax_pass11_builtins_reentered.py,
 # softmax_pass11_fx_reentered.py).  A kernel file names the modules it uses by importing them.
+# (torch.fx and torch.jit down a chain are the rules on torch's modules: ``triton.runtime.jit`` is Triton's.)
 _REENTERED_MODULES = frozenset({
     "torch", "triton", "autokernel", "builtins", "threading", "_thread", "os", "sys", "subprocess",
     "multiprocessing", "asyncio", "concurrent", "np", "ctypes", "cffi", "importlib", "inspect", "gc",
     "marshal", "dis", "operator", "_operator", "pickle", "copyreg", "runpy", "pkgutil", "weakref", "atexit",
     "pydoc", "pdb", "bdb", "cProfile", "timeit", "unittest", "mock", "doctest", "shelve", "yaml", "cloudpickle",
-    "dill", "joblib", "functools", "string", "logging", "typing", "linecache", "tokenize", "ast", "fx", "jit",
+    "dill", "joblib", "functools", "string", "logging", "typing", "linecache", "tokenize", "ast",
     "sympy", "signal", "resource", "mmap", "xmlrpc", "pkg_resources", "setuptools", "pip"})
 # compiles TorchScript source text, by torch's top-level name too (torch.CompilationUnit)
 _TORCH_THREAD_NAMES = frozenset({"CompilationUnit"})
@@ -470,15 +471,14 @@ def _string_engine_findings(node: ast.AST, add) -> None:
         if node.attr in _BUILTIN_ATTRS:
             add("introspection", node, f"uses {_dotted(node) or node.attr}: the builtin {node.attr} reached as an "
                 "attribute (attribute names are not chosen at run time)")
-        if node.attr in _REENTERED_MODULES and not isinstance(node.value, ast.Name) or \
-                node.attr in _REENTERED_MODULES - {"fx", "jit"}:
+        if node.attr in _REENTERED_MODULES:
             add("introspection", node, f"uses {_dotted(node) or node.attr}: a module reached through another "
                 "module's globals (a kernel file imports the modules it uses)")
     elif isinstance(node, (ast.Import, ast.ImportFrom)):
         dotted = _imported(node)
         names = [part for name in dotted for part in name.split(".")] + [a.asname or "" for a in node.names]
         for name in dotted:
-            reentered = [part for part in name.split(".")[1:] if part in _REENTERED_MODULES - {"fx", "jit"}]
+            reentered = [part for part in name.split(".")[1:] if part in _REENTERED_MODULES]
             if reentered:
                 add("introspection", node, f"imports {name}: a module reached through another module's globals")
     elif isinstance(node, ast.Name):
