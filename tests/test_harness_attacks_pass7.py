@@ -19,14 +19,15 @@ from test_harness_integrity import rules as static_rules  # noqa: E402
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
 
 
-def test_a_collector_switched_on_and_off_again_by_its_own_finalizer_is_caught(tmp_path):
+def test_a_collector_switched_on_and_off_again_by_its_own_finalizer_is_caught(tmp_path, no_static_checks):
     """The collector reached as ``triton.testing.gc``, switched on, its youngest generation filled
     to the threshold: the first container the judge's name check allocated after the call started
     a collection, whose finalizer computed the row sums (untimed, 20-30x the starter's speed) and
     switched the collector off again before the judge asked whether it was on.  Every collection
     the judge did not make itself is counted now (the interpreter's own counters)."""
     source = (ATTACKS / "reduce_gc_reenabled_undone.py").read_text()
-    assert static_rules(source) == set()  # it meets the run-time checks with the static ones on
+    # it met the run-time checks with the static ones on; since the eleventh pass ``triton.testing.gc``
+    # is a static finding too (tests/test_harness_attacks_pass11.py), so they are off here
     result = judge_attack(tmp_path, "reduce_gc_reenabled_undone.py", timing=False)
     assert result.verdict == "rejected" and "monkey-patch" in rules(result), result.message
     assert "garbage collect" in result.message and result.failed_stage == "smoke", result.message
@@ -110,14 +111,14 @@ def test_a_code_swap_hidden_from_the_audit_record_is_caught(no_static_checks, tm
         assert "integrity.all (shadowing the builtin)" in result.message, result.message
 
 
-def test_a_global_of_a_torch_module_the_digest_ran_through_is_no_way_in(tmp_path):
+def test_a_global_of_a_torch_module_the_digest_ran_through_is_no_way_in(tmp_path, no_static_checks):
     """``torch.autograd.grad_mode.torch`` bound to a stand-in during the call (a module no name
     check compares; static checks passed): the worker's digest of the output, right after the
     call, ran ``torch.no_grad()``, whose ``is_grad_enabled`` was the kernel's and computed the row
     sums there (passed all six stages, ~35x the starter's speed).  The digest runs no Python of
     torch's now: the kernel's stand-in is never called and its unwritten outputs are wrong."""
     source = (ATTACKS / "reduce_grad_mode_global.py").read_text()
-    assert static_rules(source) == set()
+    # static checks off: since the eleventh pass ``_grad_mode.torch`` is a static finding (pass 11's tests)
     result = judge_attack(tmp_path, "reduce_grad_mode_global.py", timing=False)
     assert result.verdict != "pass" and result.failed_stage == "smoke", result.message
 

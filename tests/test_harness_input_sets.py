@@ -209,16 +209,17 @@ def _telling(tmp_path: Path, tell: str) -> Path:
 
 @INTERPRETER
 @pytest.mark.parametrize("tell", ["is_shared", "shared_cache", "rss_shmem"])
-def test_the_kernel_that_kept_nan_handling_for_the_parents_sets_is_caught(tmp_path, tell):
+def test_the_kernel_that_kept_nan_handling_for_the_parents_sets_is_caught(tmp_path, tell, no_static_checks):
     """tests/attacks/softmax_shared_tells_checked.py: exp without the max unless the parent's
     memory is there (the input is shared; torch's shared-storage cache holds a live entry; the
     process has resident shared memory).  Before: the correctness stages all passed (each tell
     answered "checked" on every one of them; the last once the worker had read the parent's
     pages, as a copy made with the parent's set still mapped did) and the verdict hung on
     whether a timed call drew the large-values case.  Now every tell answers "timed" on every call: the file takes its
-    shortcut on the numerics stage's large values and fails there.  No static finding."""
+    shortcut on the numerics stage's large values and fails there.  (Since the eleventh pass its import of
+    ``torch.multiprocessing.reductions`` is a static finding, tests/test_harness_attacks_pass11.py; the
+    run-time half is checked here with the static checks off.)"""
     path = _telling(tmp_path, tell)
-    assert static_rules(path.read_text()) == set()
     with Evaluator("softmax", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=120, baselines=False,
                    timing=False, prestart=False) as ev:
         result = ev.evaluate(path)

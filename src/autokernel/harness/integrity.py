@@ -363,7 +363,14 @@ _INTROSPECTION_MODULES = ("importlib", "inspect", "gc", "marshal", "types", "dis
                           # doctest runs the examples of docstrings (which no rule on strings reads)
                           "doctest",
                           # unpicklers by other names: the bytes name the functions they call
-                          "shelve", "yaml", "ray", "cloudpickle", "dill", "joblib", "jsonpickle")
+                          "shelve", "yaml", "ray", "cloudpickle", "dill", "joblib", "jsonpickle",
+                          # syntax trees: names handed over as data (an ast.alias), for a library to resolve
+                          "ast")
+# Triton's tooling (its Gluon translator, AOT compiler, linker, disassembler) walks modules and
+# objects by the names it is given (``slice_kernel.get_import_from_binding(obj, alias)`` is a
+# getattr: tests/attacks/softmax_pass11_triton_tools_binding.py); the kernel helpers under
+# ``triton.tools`` stay allowed
+_TRITON_KERNEL_TOOLS = frozenset({"tensor_descriptor", "ragged_tma", "mxfp"})
 _INTROSPECTION_NAMES = ("__import__", "exec", "eval", "compile", "vars", "globals", "locals", "__builtins__",
                         "__loader__", "__spec__", "breakpoint")
 _INTROSPECTION_ATTRS = ("f_locals", "f_globals", "f_back", "f_code", "f_builtins", "gi_frame", "cr_frame", "ag_frame",
@@ -407,7 +414,30 @@ _TORCH_THREAD_MODULES = ("jit", "futures", "package")  # package: loads scripted
 # torch.fx's Interpreter reads attributes and calls methods named in strings (``fetch_attr``,
 # ``call_method``): a getattr with a computed name under a public torch name
 # (tests/attacks/softmax_pass10_fx_string_escape.py reached torch._C._DisableTorchDispatch by two strings)
-_TORCH_STRING_MODULES = ("fx",)
+# torch.ao and torch.export are built on fx and carry their own resolvers of dotted names
+# (torch.ao.quantization.utils.getattr_from_fqn: tests/attacks/softmax_pass11_ao_getattr_from_fqn.py)
+_TORCH_STRING_MODULES = ("fx", "ao", "export")
+# getattr-by-string engines by the shape of their names, wherever they live (a module's helper
+# such as ``getattr_from_fqn``, ``get_attr``, an fx Interpreter's ``fetch_attr``/``call_method``,
+# an entry point's ``module:attr.attr``): the eleventh pass found one in torch.ao that no list held
+_STRING_ATTR_ENGINE = re.compile(r"(?i)(?:get|set|del|has|fetch)_?attr|fqn|entry_?points?$|call_method"
+                                 r"|resolve_?name|resolve_dotted|import_?string|(?-i:Interpreter)$")
+# the builtins that read or write attributes and namespaces, as attributes of a module that holds
+# ``builtins`` (``triton.language.core.builtins.getattr``: a getattr no rule on the name saw)
+_BUILTIN_ATTRS = frozenset({"getattr", "setattr", "delattr", "hasattr", "vars", "globals", "locals"})
+# Modules that the rules guard, reached again as another module's global
+# (``torch.nn.functional.torch.fx``, ``tl.core.builtins``): the rules on a module read the
+# spelling from the file's own import, so a chain that re-enters one through a module's globals
+# passed every rule keyed on the root (tests/attacks/softmax_pass11_builtins_reentered.py,
+# softmax_pass11_fx_reentered.py).  A kernel file names the modules it uses by importing them.
+# (torch.fx and torch.jit down a chain are the rules on torch's modules: ``triton.runtime.jit`` is Triton's.)
+_REENTERED_MODULES = frozenset({
+    "torch", "triton", "autokernel", "builtins", "threading", "_thread", "os", "sys", "subprocess",
+    "multiprocessing", "asyncio", "concurrent", "np", "ctypes", "cffi", "importlib", "inspect", "gc",
+    "marshal", "dis", "operator", "_operator", "pickle", "copyreg", "runpy", "pkgutil", "weakref", "atexit",
+    "pydoc", "pdb", "bdb", "cProfile", "timeit", "unittest", "mock", "doctest", "shelve", "yaml", "cloudpickle",
+    "dill", "joblib", "functools", "string", "logging", "typing", "linecache", "tokenize", "ast",
+    "sympy", "signal", "resource", "mmap", "xmlrpc", "pkg_resources", "setuptools", "pip"})
 # compiles TorchScript source text, by torch's top-level name too (torch.CompilationUnit)
 _TORCH_THREAD_NAMES = frozenset({"CompilationUnit"})
 _TORCH_THREADS_WHY = ("TorchScript and torch's futures run work on torch's own threads, which no watch covers "
@@ -431,6 +461,42 @@ def _attribute_finding(attr: str) -> tuple[str, str] | None:
     return None
 
 
+def _string_engine_findings(node: ast.AST, add) -> None:
+    """Getattr by string under names no list held: helpers named like resolvers of attribute
+    names, the attribute builtins reached as attributes, and guarded modules re-entered through
+    another module's globals."""
+    names: list[str] = []
+    if isinstance(node, ast.Attribute):
+        names = [node.attr]
+        if node.attr in _BUILTIN_ATTRS:
+            add("introspection", node, f"uses {_dotted(node) or node.attr}: the builtin {node.attr} reached as an "
+                "attribute (attribute names are not chosen at run time)")
+        if node.attr in _REENTERED_MODULES:
+            add("introspection", node, f"uses {_dotted(node) or node.attr}: a module reached through another "
+                "module's globals (a kernel file imports the modules it uses)")
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+        dotted = _imported(node)
+        names = [part for name in dotted for part in name.split(".")] + [a.asname or "" for a in node.names]
+        for name in dotted:
+            reentered = [part for part in name.split(".")[1:] if part in _REENTERED_MODULES]
+            if reentered:
+                add("introspection", node, f"imports {name}: a module reached through another module's globals")
+    elif isinstance(node, ast.Name):
+        names = [node.id] if node.id not in _ATTR_CALLS else []
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        names = []  # the file's own names: what they call is read where they call it
+    for name in names:
+        if name and _STRING_ATTR_ENGINE.search(name):
+            add("introspection", node, f"uses {name}: reads or calls attributes named in strings")
+            break
+
+
+def _triton_tooling(dotted: str) -> bool:
+    """Is this dotted name (its root resolved to a module) a part of Triton's tooling?"""
+    parts = dotted.split(".")
+    return parts[:2] == ["triton", "tools"] and len(parts) > 2 and parts[2] not in _TRITON_KERNEL_TOOLS
+
+
 def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
     """Ways to reach what a kernel has no business reaching: the harness's frames and
     namespaces, names and code built at run time, and compute outside Triton."""
@@ -440,6 +506,15 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                   if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
                   and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
     for node in ast.walk(tree):
+        _string_engine_findings(node, add)
+        tooling = [name for name in _imported(node) if _triton_tooling(name)]
+        if isinstance(node, ast.Attribute):
+            dotted = (_dotted(node) or "").split(".")
+            tooling += [".".join([aliases[dotted[0]]] + dotted[1:])] if dotted[0] in aliases and \
+                _triton_tooling(".".join([aliases[dotted[0]]] + dotted[1:])) else []
+        if tooling:
+            add("introspection", node, f"uses {tooling[0]}: Triton's tooling resolves the names it is given "
+                "(a kernel file uses Triton's language and its kernel helpers)")
         if isinstance(node, (ast.Attribute, ast.Name, ast.alias)) and _MODE_CLASSES.intersection(
                 {getattr(node, "attr", None), getattr(node, "id", None), getattr(node, "name", "").split(".")[-1]}):
             add("introspection", node, f"uses {_dotted(node) or node.name}: kernel files run under the judge's "
@@ -465,8 +540,8 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                 elif parts[0] == "torch" and len(parts) > 1 and parts[1] in _TORCH_THREAD_MODULES:
                     add("threads-or-streams", node, f"imports {name}: {_TORCH_THREADS_WHY}")
                 elif parts[0] == "torch" and len(parts) > 1 and parts[1] in _TORCH_STRING_MODULES:
-                    add("introspection", node, f"imports {name}: its Interpreter reads attributes and calls methods "
-                        "named in strings")
+                    add("introspection", node, f"imports {name}: it reads attributes and calls methods named in "
+                        "strings (fx's Interpreter, torch.ao's getattr_from_fqn)")
                 elif parts[0].startswith("_") and parts[0] != "__future__" and parts[0] not in _THREAD_MODULES:
                     add("introspection", node, f"imports {name}: a private module (the C side of signal, "
                         "weakref, operator...) reaches what its public module would")
@@ -498,9 +573,9 @@ def _reach_findings(tree: ast.AST, aliases: dict[str, str], add) -> None:
                     "names (exec of text included)")
             elif root in torch_names and node.attr in _TORCH_THREAD_MODULES and isinstance(node.value, ast.Name):
                 add("threads-or-streams", node, f"uses {dotted}: {_TORCH_THREADS_WHY}")
-            elif root in torch_names and node.attr in _TORCH_STRING_MODULES and isinstance(node.value, ast.Name):
-                add("introspection", node, f"uses {dotted}: its Interpreter reads attributes and calls methods named "
-                    "in strings")
+            elif root in torch_names and node.attr in _TORCH_STRING_MODULES:
+                add("introspection", node, f"uses {dotted}: it reads attributes and calls methods named in strings "
+                    "(fx's Interpreter, torch.ao's getattr_from_fqn)")
             elif root in torch_names and node.attr.startswith("_") and not node.attr.startswith("__"):
                 add("torch-op", node, f"uses private torch API {dotted}")
             elif aliases.get(root) == "logging" and node.attr == "config":
