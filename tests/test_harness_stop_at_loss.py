@@ -97,22 +97,31 @@ def test_without_an_incumbent_or_the_option_every_stage_runs_first(tmp_path):
     assert not paired.vs_incumbent.significant
 
 
-def test_the_keep_rests_on_the_checked_timing_never_on_the_screen(tmp_path, loop_evaluator, monkeypatch):
-    """A screen that called a slower candidate faster (as a kernel cheating on the screen's
-    unchecked calls would make it) only sends it on: the checked timing finds it slower."""
+def _screen_says(monkeypatch, significant: bool) -> list:
+    """The first comparison of an evaluation (the screen's) says ``significant`` whatever it
+    measured; every comparison is recorded as measured (a copy) in the list returned."""
+    import copy
+
     real = Evaluator._comparison
     seen = []
 
-    def screen_fooled(self, samples, n_cases, walls):
+    def patched(self, samples, n_cases, walls):
         comparison = real(self, samples, n_cases, walls)
-        seen.append(comparison.significant)
+        seen.append(copy.copy(comparison))
         if len(seen) == 1:
-            comparison.significant = True
+            comparison.significant = significant
         return comparison
 
-    monkeypatch.setattr(Evaluator, "_comparison", screen_fooled)
+    monkeypatch.setattr(Evaluator, "_comparison", patched)
+    return seen
+
+
+def test_the_keep_rests_on_the_checked_timing_never_on_the_screen(tmp_path, loop_evaluator, monkeypatch):
+    """A screen that called a slower candidate faster (as a kernel cheating on the screen's
+    unchecked calls would make it) only sends it on: the checked timing finds it slower."""
+    seen = _screen_says(monkeypatch, significant=True)
     ev = loop_evaluator.evaluate(_slower(tmp_path), incumbent_file=STARTER)
-    assert len(seen) == 2 and seen == [False, False]
+    assert [c.significant for c in seen] == [False, False]
     assert ev.verdict == "pass" and [s.name for s in ev.stages] == ALL_STAGES, ev.message
     assert not ev.vs_incumbent.significant and ev.vs_incumbent.median_ratio > 1.5
     assert decide(ev, incumbent_correct=True, incumbent_us=ev.vs_incumbent.incumbent_us) == "revert"
@@ -137,18 +146,8 @@ def test_a_gain_the_screens_noise_left_insignificant_still_reaches_the_checked_t
     rounds were too noisy for significance: the checked timing decides on samples of its own
     (two significance tests in a row kept a real gain with the square of one's power: CI once
     reverted a kernel twice as fast, tests/test_agent_llm.py)."""
-    real = Evaluator._comparison
-    seen = []
-
-    def noisy_screen(self, samples, n_cases, walls):
-        comparison = real(self, samples, n_cases, walls)
-        seen.append(comparison.median_ratio)
-        if len(seen) == 1:
-            comparison.significant = False
-        return comparison
-
-    monkeypatch.setattr(Evaluator, "_comparison", noisy_screen)
+    seen = _screen_says(monkeypatch, significant=False)
     ev = loop_evaluator.evaluate(STARTER, incumbent_file=_slower(tmp_path))
-    assert len(seen) == 2 and seen[0] < 0.99
+    assert len(seen) == 2 and seen[0].median_ratio < 0.99
     assert ev.verdict == "pass" and ev.vs_incumbent.significant, ev.message
     assert [s.name for s in ev.stages] == ALL_STAGES
