@@ -283,24 +283,31 @@ def test_the_memory_plan_counts_the_workers_copies_of_the_parents_sets(tmp_path,
     assert max(c["live"] for c in calls) > 2 * plan.sizes.inputs  # the copies are there, and counted
 
 
+def _descriptors_left_by(tmp_path, source: str, timeout_s: float):
+    """Evaluate a kernel file of ``source`` (correctness only, softmax 8x64 fp32); its verdict, and
+    the descriptors the parent's resource sharer still held for the worker while the evaluator
+    was open."""
+    from autokernel.harness.stages import _waiting_descriptors
+
+    path = tmp_path / "kernel.py"
+    path.write_text(source)
+    held = _waiting_descriptors()  # the parent's resource sharer's registry
+    before = set(held)
+    with Evaluator("softmax", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=timeout_s, baselines=False,
+                   timing=False, prestart=False) as ev:
+        result = ev.evaluate(path)
+        return result, set(held) - before
+
+
 @INTERPRETER
 def test_sets_a_request_never_opened_are_released_in_the_parent(tmp_path):
     """Each sealed set holds, on the CPU, a descriptor in the parent's resource sharer until the
     worker opens it (on a GPU: a CUDA IPC block in the parent's limbo).  A kernel that raises
     ends its request before the later sets and the output buffers are opened: the worker opens
     and drops them all the same, so nothing stays held in the parent."""
-    from autokernel.harness.stages import _waiting_descriptors
-
-    path = tmp_path / "kernel.py"
-    path.write_text("def kernel_fn(x):\n    raise ValueError('no')\n")
-    held = _waiting_descriptors()  # the parent's resource sharer's registry
-    before = set(held)
-    with Evaluator("softmax", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=120, baselines=False,
-                   timing=False, prestart=False) as ev:
-        result = ev.evaluate(path)
-        assert result.verdict == "incorrect" and "no" in result.message, result.message
-        left = set(held) - before
-        assert not left, f"{len(left)} descriptor(s) still held for the worker"
+    result, left = _descriptors_left_by(tmp_path, "def kernel_fn(x):\n    raise ValueError('no')\n", 120)
+    assert result.verdict == "incorrect" and "no" in result.message, result.message
+    assert not left, f"{len(left)} descriptor(s) still held for the worker"
 
 
 @INTERPRETER
@@ -308,15 +315,6 @@ def test_sets_a_killed_worker_never_opened_are_released_in_the_parent(tmp_path):
     """A kernel that outlasts its deadline on the first call of a request has its worker killed
     before the request's output buffers (and any later set) are opened: the parent closes the
     descriptors it held for them (else each kept its shared memory alive for good)."""
-    from autokernel.harness.stages import _waiting_descriptors
-
-    path = tmp_path / "kernel.py"
-    path.write_text("import time\n\n\ndef kernel_fn(x):\n    time.sleep(60)\n")
-    held = _waiting_descriptors()  # the parent's resource sharer's registry
-    before = set(held)
-    with Evaluator("softmax", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=3, baselines=False,
-                   timing=False, prestart=False) as ev:
-        result = ev.evaluate(path)
-        assert result.verdict == "timeout", result.message
-        left = set(held) - before
-        assert not left, f"{len(left)} descriptor(s) still held for the worker"
+    result, left = _descriptors_left_by(tmp_path, "import time\n\n\ndef kernel_fn(x):\n    time.sleep(60)\n", 3)
+    assert result.verdict == "timeout", result.message
+    assert not left, f"{len(left)} descriptor(s) still held for the worker"
