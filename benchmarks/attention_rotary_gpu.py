@@ -80,7 +80,7 @@ def main(argv=None) -> int:
         os.environ["TRITON_INTERPRET"] = "1"
     import torch
 
-    from autokernel.agents.screen import ramp_gpu_clocks
+    from autokernel.hardware import ramp_gpu_clocks
     from autokernel.problems import get_problem
 
     gpu = not args.cpu_smoke

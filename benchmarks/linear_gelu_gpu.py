@@ -112,7 +112,7 @@ def bench_shape(label: str, shape: dict, gpu: bool, sweep: bool, log) -> dict:
     args = problem.make_inputs(shape, dtype, device, 0)
     fns = candidates(problem, args, gpu, sweep, log)
     if gpu:
-        from autokernel.agents.screen import ramp_gpu_clocks
+        from autokernel.hardware import ramp_gpu_clocks
 
         ramp_gpu_clocks(device, 1.0)
     times: dict[str, float] = {}

@@ -224,3 +224,17 @@ def calibrate(device: str = "cuda") -> Calibration:
 
 def calibration_dict(cal: Calibration) -> dict:
     return asdict(cal)
+
+
+def ramp_gpu_clocks(device: str, seconds: float) -> None:
+    """Keep ``device`` busy with matrix products for ``seconds``: an idle H200 sits at 345 MHz
+    and needs a few hundred ms of load to reach its clocks, so a kernel timed right after idle
+    host work (a compile) runs at a fraction of its speed."""
+    import torch
+
+    a = torch.randn(2048, 2048, device=device, dtype=torch.bfloat16)
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        for _ in range(20):
+            a @ a
+        torch.cuda.synchronize(device)

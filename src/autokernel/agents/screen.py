@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..hardware import ramp_gpu_clocks
 from . import search
 
 RUNG0_SHARE = 0.7  # of the time limit, rung 0 may use; the halving rungs get the rest
@@ -49,20 +50,6 @@ INCUMBENT = "incumbent"
 
 STATUSES = ("ok", "incorrect", "error", "crash", "timeout")
 FAILED = ("error", "crash", "timeout")  # prune what dominates these
-
-
-def ramp_gpu_clocks(device: str, seconds: float) -> None:
-    """Keep ``device`` busy with matrix products for ``seconds``: an idle H200 sits at 345 MHz
-    and needs a few hundred ms of load to reach its clocks, so a kernel timed right after idle
-    host work (a compile) runs at a fraction of its speed."""
-    import torch
-
-    a = torch.randn(2048, 2048, device=device, dtype=torch.bfloat16)
-    until = time.perf_counter() + seconds
-    while time.perf_counter() < until:
-        for _ in range(20):
-            a @ a
-        torch.cuda.synchronize(device)
 
 
 @dataclass
