@@ -150,7 +150,7 @@ def without_ahead(plan) -> bool:
 def starter_and_eager_us(problem, dtype, gpu: bool) -> tuple[float, float]:
     """The starter's and PyTorch eager's GPU time per forward at the plan problem's shapes
     (``device_time_ms`` weighted by calls), as a run's results would give them to the selection."""
-    from autokernel.agents.screen import ramp_gpu_clocks
+    from autokernel.hardware import ramp_gpu_clocks
     from autokernel.problems import get_problem
     from autokernel.problems.registry import load_starter
 
@@ -236,6 +236,9 @@ def bench_model(root: Path, spec: str, config: str | None, shape: str, gpu: bool
             "patched_vs_eager": ratio(v.eager_ms, v.patched_ms), "patched_vs_compile": ratio(v.compile_ms, v.patched_ms),
             "compile_patched_vs_best": ratio(min(x for x in (v.patched_ms, v.compile_ms) if x) if v.patched_ms else None,
                                              v.compile_patched_ms),
+            "back_to_back_ms": v.back_to_back_ms, "gpu_only_ms": v.gpu_only_ms,
+            "patched_vs_compile_back_to_back": ratio(v.back_to_back_ms.get("compile"), v.back_to_back_ms.get("patched")),
+            "patched_vs_compile_gpu_only": ratio(v.gpu_only_ms.get("compile"), v.gpu_only_ms.get("patched")),
             "compile_choice": v.compile_choice,  # verify's second compile, every op handed to inductor
             "note": v.compile_note or v.message}
 
@@ -255,14 +258,16 @@ def markdown(fused: list[dict], models: list[dict], skipped: list[str]) -> str:
         lines.append(f"| {r['kind']} | {'x'.join(str(v) for v in r['shape'].values())} | {s:.4f} | {e:.4f} | "
                      f"{fmt(c)} | {fmt(r.get('liger_ms'))} | {e / s:.2f}x | {fmt(c / s if c else None, 'x')} |")
     lines += ["", "| model | tokens | passed | eager ms | patched ms | compile ms | compile(patched) ms | patched/eager | "
-              "patched/compile | compile(patched)/best |", "|---|---|---|---|---|---|---|---|---|---|"]
+              "patched/compile | compile(patched)/best | patched/compile back to back | patched/compile GPU work alone |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in models:
         if "exception" in r:
-            lines.append(f"| {r['model']} | {r['input_shape']} | failed: {r['exception']} | | | | | | | |")
+            lines.append(f"| {r['model']} | {r['input_shape']} | failed: {r['exception']} | | | | | | | | | |")
             continue
         lines.append(f"| {r['model']} | {r['input_shape']} | {r['passed']} | {fmt(r['eager_ms'])} | {fmt(r['patched_ms'])} | "
                      f"{fmt(r['compile_ms'])} | {fmt(r['compile_patched_ms'])} | {fmt(r['patched_vs_eager'], 'x')} | "
-                     f"{fmt(r['patched_vs_compile'], 'x')} | {fmt(r['compile_patched_vs_best'], 'x')} |")
+                     f"{fmt(r['patched_vs_compile'], 'x')} | {fmt(r['compile_patched_vs_best'], 'x')} | "
+                     f"{fmt(r.get('patched_vs_compile_back_to_back'), 'x')} | {fmt(r.get('patched_vs_compile_gpu_only'), 'x')} |")
     if skipped:
         lines += ["", "not run (time limit): " + ", ".join(skipped)]
     return "\n".join(lines)

@@ -33,14 +33,16 @@
 #   bash benchmarks/pending_gpu.sh tenth OUT    # the tenth session's judge (red-team pass 10, the screen) on the
 #                                               # starters and GPU attacks, a warm evaluation's phases, hf:gpt2
 #                                               # in graph mode and the LLaMA example with verify's compile choices
+#   bash benchmarks/pending_gpu.sh eleventh OUT # verify's fair timing on the LLaMA example, hf:gpt2 and hf:bert
+#   bash benchmarks/pending_gpu.sh idle OUT     # where a forward timed from idle loses time (LLaMA example)
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth OUT}
-out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth OUT}
+part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle OUT}
+out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle OUT}
 mkdir -p "$out"
 export PYTHONPATH=src
 
@@ -156,6 +158,14 @@ tenth)  # after the tenth session's changes: no false positive, the GPU attacks 
     step llama_auto 150 python benchmarks/models_gpu.py --out "$out/llama_auto" --skip-fused \
         --models llama --under-compile auto --max-minutes 2.4
     ;;
+eleventh)  # verify's fair timing (models built first, rotated rounds, clocks ramped; from idle, back to back,
+    # GPU work alone): the LLaMA example with the compile choices, hf:gpt2 and hf:bert against max-autotune
+    step models 570 python benchmarks/models_gpu.py --out "$out/models" --skip-fused \
+        --models llama,hf:gpt2,hf:bert --under-compile auto --max-minutes 7
+    ;;
+idle)  # where a forward timed from idle loses time (the host's start, the clocks, blocks against rounds)
+    step from_idle 420 python benchmarks/from_idle_gpu.py --out "$out/idle" --models llama --rounds 30
+    ;;
 ahead)
     step compile_ahead 420 python benchmarks/compile_ahead_gpu.py --out "$out/ahead" --kinds softmax,rmsnorm \
         --files 3 --helpers 3
@@ -168,7 +178,7 @@ profile)
         --cuda-graphs --compile-mode reduce-overhead --models hf:gpt2 --max-minutes 1.5
     ;;
 *)
-    echo "unknown part $part (judge, kinds, tuner, fixes, profile, ahead, compile, retune, rotary, loopcost, llama, cost, replay or tenth)" >&2
+    echo "unknown part $part (judge, kinds, tuner, fixes, profile, ahead, compile, retune, rotary, loopcost, llama, cost, replay, tenth, eleventh or idle)" >&2
     exit 2
     ;;
 esac

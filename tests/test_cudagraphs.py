@@ -22,6 +22,7 @@ def test_compile_of_the_patched_model_compiles_the_model_under_the_graph_wrapper
     # "unspecified launch failure" on the H200 (hf:gpt2, 2026-12-04)
     from autokernel import verify as verify_mod
     from autokernel.integrate.cudagraphs import CudaGraphed
+    from autokernel.model_timing import ForwardTimes
 
     compiled = []
 
@@ -30,7 +31,8 @@ def test_compile_of_the_patched_model_compiles_the_model_under_the_graph_wrapper
         return model
 
     monkeypatch.setattr(verify_mod, "_compiled", fake_compiled)
-    monkeypatch.setattr(verify_mod, "_timer_gpu", lambda fn, warmup, iters: (fn(), 1.0)[1])
+    monkeypatch.setattr(verify_mod, "time_forwards", lambda fns, warmup, rounds, gpu, dev: ForwardTimes(
+        idle={name: (fn(), 1.0)[1] for name, fn in fns.items()}))
     original, inner = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
     result = verify_mod.VerifyResult(passed=True, model="m", dtype="fp32", device="cuda")
     verify_mod._time_models(result, original, CudaGraphed(inner), (torch.randn(2, 4),), "cuda", True,

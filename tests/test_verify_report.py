@@ -223,3 +223,22 @@ def test_report_lists_every_uncovered_op_with_its_share(tmp_path):
     rows = [line for line in section.splitlines() if line.startswith("| aten::")]
     assert rows[0] == "| aten::op6 | 7.0 | 7.00% |" and rows[-1] == "| aten::op0 | 1.0 | 1.00% |"
     assert len(rows) == 7
+
+
+def test_report_shows_back_to_back_and_gpu_alone_next_to_the_time_from_idle(tmp_path):
+    from autokernel.report import _timing_table
+    from autokernel.verify import VerifyResult
+
+    v = VerifyResult(passed=True, model="llama", dtype="bf16", device="cuda", eager_ms=15.1, patched_ms=11.7,
+                     compile_ms=11.4, compile_patched_ms=11.5,
+                     back_to_back_ms={"eager": 14.3, "patched": 10.8, "compile": 11.2},
+                     gpu_only_ms={"eager": 13.4, "patched": 9.8, "compile": 9.9, "compile_patched": 9.7})
+    lines = _timing_table(v)
+    assert lines[0] == "| model | ms per forward from idle | back to back | GPU work alone |"
+    assert "| patched | 11.700 | 10.800 | 9.800 |" in lines
+    assert "| torch.compile of patched | 11.500 | — | 9.700 |" in lines  # not timed back to back: a dash
+    saved = VerifyResult.from_dict(json.loads(json.dumps(v.to_dict())))
+    assert saved.back_to_back_ms == v.back_to_back_ms and saved.gpu_only_ms == v.gpu_only_ms
+    cpu = VerifyResult(passed=True, model="llama", dtype="fp32", device="cpu", eager_ms=1.0, patched_ms=2.0)
+    assert _timing_table(cpu) == ["| model | ms per forward (wall clock, median) |", "|---|---:|",
+                                  "| eager | 1.000 |", "| patched | 2.000 |"]

@@ -166,12 +166,7 @@ def render_markdown(data: ReportData) -> str:
         if v.skipped:
             lines.append("\nNot applied: " + "; ".join(f"{a} ({b})" for a, b in v.skipped[:10]) + ".")
         if v.eager_ms is not None:
-            lines += ["", "| model | ms per forward (wall clock, median) |", "|---|---:|", f"| eager | {v.eager_ms:.3f} |",
-                      f"| patched | {v.patched_ms:.3f} |"]
-            if v.compile_ms is not None:
-                lines.append(f"| torch.compile (max-autotune-no-cudagraphs) | {v.compile_ms:.3f} |")
-            if v.compile_patched_ms is not None:
-                lines.append(f"| torch.compile of patched | {v.compile_patched_ms:.3f} |")
+            lines += ["", *_timing_table(v)]
             lines += ["", f"End-to-end speedup vs eager: {_fmt(v.speedup_vs_eager, '.3f', 'x')} "
                       f"(Amdahl prediction from the kernels applied: {_fmt(v.predicted_vs_eager, '.3f', 'x')})"
                       + (f"; vs torch.compile: {_fmt(v.speedup_vs_compile, '.3f', 'x')}" if v.compile_ms else "")
@@ -237,6 +232,23 @@ def _top_kept(data: ReportData) -> list[str]:
 
 def _ratio(before: float, after: float) -> str:
     return f"{before / after:.2f}x" if before > 0 and after > 0 else "—"
+
+
+def _timing_table(v) -> list[str]:
+    """verify's timings: from idle (the headline), and on a GPU back to back and as GPU work alone."""
+    rows = [("eager", "eager", v.eager_ms), ("patched", "patched", v.patched_ms),
+            ("torch.compile (max-autotune-no-cudagraphs)", "compile", v.compile_ms),
+            ("torch.compile of patched", "compile_patched", v.compile_patched_ms)]
+    more = bool(v.back_to_back_ms or v.gpu_only_ms)
+    if not more:
+        lines = ["| model | ms per forward (wall clock, median) |", "|---|---:|"]
+        return lines + [f"| {label} | {ms:.3f} |" for label, _, ms in rows if ms is not None]
+    lines = ["| model | ms per forward from idle | back to back | GPU work alone |", "|---|---:|---:|---:|"]
+    for label, key, ms in rows:
+        if ms is not None:
+            lines.append(f"| {label} | {ms:.3f} | {_fmt(v.back_to_back_ms.get(key), '.3f')} | "
+                         f"{_fmt(v.gpu_only_ms.get(key), '.3f')} |")
+    return lines
 
 
 def breakdown_markdown(b: Breakdown) -> list[str]:

@@ -5,8 +5,10 @@
    (several seeds) by the relative norm ``||patched - original|| / ||original||`` with a
    dtype-aware bound (``END_TO_END_TOLERANCE``).  Pass or fail.
 3. Time the whole forward pass: eager, patched, and on a GPU ``torch.compile`` of both
-   (mode ``max-autotune-no-cudagraphs``), CUDA events, median after warm-up.  On CPU only
-   eager and patched are timed, by wall clock, and marked as interpreter/CPU timings.
+   (mode ``max-autotune-no-cudagraphs``): all built first, then timed in interleaved rounds
+   with the GPU's clocks ramped up, each forward from idle between CUDA events, the median of
+   each (``model_timing``).  On CPU only eager and patched are timed, by wall clock, and marked
+   as interpreter/CPU timings.
 4. Put the measured speedup next to Amdahl's prediction from the plan fractions and each
    problem's best speedups in ``results.tsv``.
 5. The time breakdown before/after: the patched model is profiled like ``autokernel profile``
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -34,6 +35,7 @@ import torch
 from .files import write_text_atomic
 from .integrate import IntegrateError, as_float, best_rows, load_workdir_plan, read_results
 from .integrate.cudagraphs import without_graphs
+from .model_timing import time_forwards, time_one
 from .orchestrator import amdahl
 from .plan import Plan
 from .problems.base import dtype_name
@@ -123,6 +125,10 @@ class VerifyResult:
     compile_ms: float | None = None
     compile_patched_ms: float | None = None
     compile_note: str = ""
+    # the same models (eager, patched, compile, compile_patched) timed back to back and as GPU
+    # work alone (model_timing.ForwardTimes; GPU only): the ms fields above are from idle
+    back_to_back_ms: dict[str, float] = field(default_factory=dict)
+    gpu_only_ms: dict[str, float] = field(default_factory=dict)
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
     compile_patched_vs_compile: float | None = None
@@ -247,32 +253,6 @@ def run_config(workdir: Path, plan: Plan) -> dict[str, Any]:
             raise VerifyError(f"{path} is not valid JSON: {exc}") from None
         cfg.update({k: saved[k] for k in ("model", "dtype", "device", "input_shape", "config", "padded") if k in saved})
     return cfg
-
-
-def _timer_gpu(fn: Callable[[], Any], warmup: int, iters: int) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def _timer_cpu(fn: Callable[[], Any], warmup: int, iters: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
 
 
 def _compiled(model: torch.nn.Module, inputs: tuple, mode: str | None, backend: str | None):
@@ -403,35 +383,51 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
 def _time_models(result: VerifyResult, original, patched, inputs: tuple, dev: str, compile: bool,
                  compile_mode: str, compile_backend: str | None, warmup: int, iters: int, say,
                  second_compile: bool = False) -> None:
+    """Every model is built (torch.compile included) before any is timed; then all are timed
+    together in interleaved rounds, from idle, back to back and as GPU work alone
+    (``model_timing.time_forwards``), the GPU's clocks ramped up first."""
     gpu = dev.startswith("cuda")
-    timer = _timer_gpu if gpu else _timer_cpu
     if not gpu:  # the interpreter is slow: a few calls say enough about CPU wall time
         warmup, iters = min(warmup, 1), min(iters, 3)
     result.timing_kind = "gpu" if gpu else "cpu"
     result.timing_note = "" if gpu else CPU_TIMING_NOTE
     with torch.inference_mode():
-        result.eager_ms = timer(lambda: original(*inputs), warmup, iters)
-        result.patched_ms = timer(lambda: patched(*inputs), warmup, iters)
-        say(f"eager {result.eager_ms:.3f} ms, patched {result.patched_ms:.3f} ms"
-            + ("" if gpu else f" ({CPU_TIMING_NOTE})"))
+        models = {"eager": lambda: original(*inputs), "patched": lambda: patched(*inputs)}
+        ops = getattr(patched, "_autokernel_kernel_ops", [])
         if compile and gpu:
             try:
                 c_orig = _compiled(original, inputs, compile_mode, compile_backend)
-                result.compile_ms = timer(lambda: c_orig(*inputs), warmup, iters)
-                ops = getattr(patched, "_autokernel_kernel_ops", [])
+                models["compile"] = lambda: c_orig(*inputs)
                 if second_compile and ops:  # measured afresh: the per-op choice first, whatever was recorded
                     _per_op_choice(result, patched, ops)
                 c_patched = _compiled(without_graphs(patched), inputs, compile_mode, compile_backend)
-                result.compile_patched_ms = timer(lambda: c_patched(*inputs), warmup, iters)
-                say(f"torch.compile: original {result.compile_ms:.3f} ms, patched {result.compile_patched_ms:.3f} ms")
-                if second_compile and ops:
-                    _compile_again(result, patched, ops, inputs, compile_mode, compile_backend,
-                                   lambda fn: timer(fn, warmup, iters), say)
+                models["compile_patched"] = lambda: c_patched(*inputs)
             except Exception as exc:  # a measurement that could not be made, reported as such
                 result.compile_note = f"torch.compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
                 say(result.compile_note)
         elif compile:
             result.compile_note = "torch.compile timings are taken on GPU only"
+        ways = time_forwards(models, warmup, iters, gpu, dev)
+        times = ways.idle
+        result.back_to_back_ms, result.gpu_only_ms = ways.back_to_back, ways.gpu_only
+        result.eager_ms, result.patched_ms = times["eager"], times["patched"]
+        result.compile_ms, result.compile_patched_ms = times.get("compile"), times.get("compile_patched")
+        say(f"eager {result.eager_ms:.3f} ms, patched {result.patched_ms:.3f} ms"
+            + ("" if gpu else f" ({CPU_TIMING_NOTE})"))
+        if result.compile_ms is not None:
+            say(f"torch.compile: original {result.compile_ms:.3f} ms"
+                + ("" if result.compile_patched_ms is None else f", patched {result.compile_patched_ms:.3f} ms"))
+        if second_compile and ops and result.compile_patched_ms is not None:
+            per_op_ms = result.compile_patched_ms
+            try:
+                _compile_again(result, patched, ops, inputs, compile_mode, compile_backend,
+                               lambda fn: time_one(fn, warmup, iters, gpu, dev), say)
+            except Exception as exc:  # the first measurement stands
+                result.compile_note = f"torch.compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                say(result.compile_note)
+            if result.compile_patched_ms != per_op_ms:  # another way won, timed from idle only
+                result.back_to_back_ms.pop("compile_patched", None)
+                result.gpu_only_ms.pop("compile_patched", None)
     if result.eager_ms and result.patched_ms:
         result.speedup_vs_eager = result.eager_ms / result.patched_ms
     if result.compile_ms and result.patched_ms:

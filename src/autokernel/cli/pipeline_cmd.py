@@ -214,6 +214,9 @@ def _print_verify(v) -> None:
             line += f"; torch.compile {v.compile_ms:.3f} ms: patched is {f(v.speedup_vs_compile)}"
         if v.compile_patched_ms is not None:
             line += f"; compile(patched) {v.compile_patched_ms:.3f} ms ({f(v.compile_patched_vs_compile)} vs compile)"
+        for label, times in (("back to back", v.back_to_back_ms), ("GPU work alone", v.gpu_only_ms)):
+            if times.get("compile") and times.get("patched"):
+                line += f"; {label}: patched is {f(times['compile'] / times['patched'])} torch.compile"
         console.print(line + (f" [{v.timing_note}]" if v.timing_note else ""), markup=False)
     if v.compile_note:
         console.print(v.compile_note, markup=False)

@@ -1,0 +1,104 @@
+"""verify's whole-model timing: every model built before any is timed, clocks ramped, rounds
+interleaved (autokernel.model_timing)."""
+import torch
+
+from autokernel import model_timing, verify as verify_mod
+
+
+def test_rounds_rotate_the_order_so_no_model_always_follows_the_same_one(monkeypatch):
+    calls = []
+    fns = {name: (lambda name=name: calls.append(name)) for name in ("a", "b", "c")}
+    times = model_timing.time_interleaved(fns, warmup=1, rounds=3, gpu=False)
+    assert calls[:3] == ["a", "b", "c"]  # the warm-up
+    assert calls[3:] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert set(times) == {"a", "b", "c"} and all(t >= 0 for t in times.values())
+
+
+def test_on_a_gpu_the_clocks_are_ramped_after_the_warm_up_and_before_the_first_timed_call(monkeypatch):
+    events = []
+    monkeypatch.setattr(model_timing.torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(model_timing, "ramp_gpu_clocks", lambda device, s: events.append(("ramp", device)))
+    monkeypatch.setattr(model_timing, "one_forward_ms", lambda fn, gpu, way, cycles: (events.append(way), 2.0)[1])
+    times = model_timing.time_interleaved({"m": lambda: events.append("warm")}, warmup=2, rounds=3, gpu=True,
+                                          device="cuda:1")
+    assert events == ["warm", "warm", ("ramp", "cuda:1"), "idle", "idle", "idle"]
+    assert times == {"m": 2.0}
+
+
+def test_the_median_of_the_rounds_is_reported(monkeypatch):
+    readings = iter([5.0, 1.0, 3.0, 100.0, 2.0])
+    monkeypatch.setattr(model_timing, "one_forward_ms", lambda fn, gpu, way, cycles: next(readings))
+    assert model_timing.time_interleaved({"m": lambda: None}, warmup=0, rounds=5, gpu=False) == {"m": 3.0}
+
+
+def test_verify_builds_every_compiled_model_before_it_times_any(monkeypatch):
+    # verify timed eager and patched, then compiled the original (tens of seconds of an idle GPU,
+    # whose clocks fall) and timed it on three warm-up forwards: the compiled model paid for the
+    # compile's idle time, and the patched model was timed on other clocks than the compiled one
+    events = []
+
+    def fake_compiled(model, inputs, mode, backend):
+        events.append(("compiled", model))
+        return model
+
+    def fake_forwards(fns, warmup, rounds, gpu, dev):
+        events.append(("timed", tuple(fns)))
+        return model_timing.ForwardTimes(idle={name: float(i + 1) for i, name in enumerate(fns)},
+                                         back_to_back={name: 0.5 for name in fns})
+
+    monkeypatch.setattr(verify_mod, "_compiled", fake_compiled)
+    monkeypatch.setattr(verify_mod, "time_forwards", fake_forwards)
+    original, patched = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+    result = verify_mod.VerifyResult(passed=True, model="m", dtype="fp32", device="cuda")
+    verify_mod._time_models(result, original, patched, (torch.randn(2, 4),), "cuda", True,
+                            "max-autotune-no-cudagraphs", None, 3, 20, lambda *a: None)
+    assert events == [("compiled", original), ("compiled", patched),
+                      ("timed", ("eager", "patched", "compile", "compile_patched"))]
+    assert (result.eager_ms, result.patched_ms, result.compile_ms, result.compile_patched_ms) == (1.0, 2.0, 3.0, 4.0)
+    assert result.speedup_vs_compile == 1.5
+    assert result.back_to_back_ms == {"eager": 0.5, "patched": 0.5, "compile": 0.5, "compile_patched": 0.5}
+
+
+def test_a_failed_compile_of_the_patched_model_keeps_the_timing_of_the_others(monkeypatch):
+    def fake_compiled(model, inputs, mode, backend):
+        if model is patched:
+            raise RuntimeError("inductor could not lower it")
+        return model
+
+    monkeypatch.setattr(verify_mod, "_compiled", fake_compiled)
+    monkeypatch.setattr(verify_mod, "time_forwards", lambda fns, warmup, rounds, gpu, dev:
+                        model_timing.ForwardTimes(idle={name: 1.0 for name in fns}))
+    original, patched = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+    result = verify_mod.VerifyResult(passed=True, model="m", dtype="fp32", device="cuda")
+    verify_mod._time_models(result, original, patched, (torch.randn(2, 4),), "cuda", True,
+                            "max-autotune-no-cudagraphs", None, 3, 20, lambda *a: None)
+    assert result.compile_ms == 1.0 and result.compile_patched_ms is None
+    assert "inductor could not lower it" in result.compile_note
+
+
+def test_on_a_gpu_each_model_is_sampled_in_each_way_and_the_gpu_only_way_sleeps_past_the_hosts_issue(monkeypatch):
+    samples = []
+    monkeypatch.setattr(model_timing.torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(model_timing, "ramp_gpu_clocks", lambda device, s: None)
+    monkeypatch.setattr(model_timing, "_host_issue_ms", lambda fn, device: 2.0)
+    readings = {"idle": 3.0, "back_to_back": 2.0, "gpu_only": 1.0}
+
+    def sample(fn, gpu, way, sleep_cycles):
+        samples.append((way, fn(), sleep_cycles))
+        return readings[way]
+
+    monkeypatch.setattr(model_timing, "one_forward_ms", sample)
+    times = model_timing.time_forwards({"a": lambda: "a", "b": lambda: "b"}, warmup=0, rounds=2, gpu=True)
+    assert times == model_timing.ForwardTimes(idle={"a": 3.0, "b": 3.0}, back_to_back={"a": 2.0, "b": 2.0},
+                                              gpu_only={"a": 1.0, "b": 1.0})
+    assert [(w, m) for w, m, _ in samples] == [("idle", "a"), ("idle", "b"), ("back_to_back", "a"),
+                                                ("back_to_back", "b"), ("gpu_only", "a"), ("gpu_only", "b"),
+                                                ("idle", "b"), ("idle", "a"), ("back_to_back", "b"),
+                                                ("back_to_back", "a"), ("gpu_only", "b"), ("gpu_only", "a")]
+    sleep = {c for w, _, c in samples if w == "gpu_only"}
+    assert sleep == {int(3 * 2.0 * model_timing.SLEEP_CYCLES_PER_MS) + model_timing.SLEEP_CYCLES_PER_MS}
+
+
+def test_on_a_cpu_only_the_idle_way_is_timed():
+    times = model_timing.time_forwards({"m": lambda: None}, warmup=0, rounds=2, gpu=False)
+    assert set(times.idle) == {"m"} and times.back_to_back == {} and times.gpu_only == {}
