@@ -107,7 +107,3 @@ def time_interleaved(fns: dict[str, Callable[[], object]], warmup: int, rounds: 
     """Median ms a call of each of ``fns``, each from idle (``time_forwards``'s ``idle``)."""
     return time_forwards(fns, warmup, rounds, gpu, device, ways=("idle",)).idle
 
-
-def time_one(fn: Callable[[], object], warmup: int, iters: int, gpu: bool, device: str = "cuda") -> float:
-    """Median ms a call of ``fn`` alone from idle (warm-up, clocks ramped, ``iters`` calls)."""
-    return time_interleaved({"only": fn}, warmup, iters, gpu, device)["only"]
