@@ -138,23 +138,31 @@ def register_kernel_op(kind: str, name: str, path: Path) -> tuple[str, Callable[
     if not callable(kernel_fn):
         raise IntegrateError(f"{path} defines no callable kernel_fn")
 
+    accepts = _passthrough_layout(kind)
+    two_outputs = kind in TWO_OUTPUTS
+
+    # host time per call matters (a forward from idle waits for the host's first launches), so
+    # what does not depend on the call is looked up once, here
     def impl(*args):
         OP_CALLS[opname] += 1
         shape, dtype = output_meta(kind, args)
-        keep = keeps_layout(kind, args)
-        accepts = _passthrough_layout(kind)
-        call_args = [a if not isinstance(a, torch.Tensor) or keep and (i == 0 or accepts(a)) else a.contiguous()
-                     for i, a in enumerate(args)]
+        x = args[0]
+        keep = accepts is not None and isinstance(x, torch.Tensor) and accepts(x)
+        if keep:
+            call_args = [a if not isinstance(a, torch.Tensor) or i == 0 or accepts(a) else a.contiguous()
+                         for i, a in enumerate(args)]
+        else:
+            call_args = [a.contiguous() if isinstance(a, torch.Tensor) else a for a in args]
         out = kernel_fn(*call_args)
-        if kind in TWO_OUTPUTS:
+        if two_outputs:
             if not isinstance(out, (tuple, list)) or len(out) != 2:
                 raise RuntimeError(f"kernel {path} returned {type(out).__name__}, expected two tensors of shape {shape}")
             return tuple(_checked(o, shape, dtype, path).contiguous() for o in out)
         out = _checked(out, shape, dtype, path)
-        want = args[0] if keep else None  # the layout `fake` promised torch.compile
-        if want is not None and out.stride() != dense_strides_like(want):
-            out = torch.empty_like(want).copy_(out)
-        elif want is None and not out.is_contiguous():
+        if keep:  # the layout `fake` promised torch.compile: x's
+            if out.stride() != dense_strides_like(x):
+                out = torch.empty_like(x).copy_(out)
+        elif not out.is_contiguous():
             out = out.contiguous()
         return out
 
@@ -198,15 +206,17 @@ def needs_dispatcher(args: tuple) -> bool:
             or torch._C._is_torch_function_mode_enabled() or torch.autograd._profiler_enabled()):
         return True
     grad = torch.is_grad_enabled()
-    return any(isinstance(a, torch.Tensor) and (type(a) not in _PLAIN_TENSORS or grad and a.requires_grad)
-               for a in args)
+    for a in args:  # a loop, not any() over a generator: a third of this function's host time
+        if isinstance(a, torch.Tensor) and (type(a) not in _PLAIN_TENSORS or grad and a.requires_grad):
+            return True
+    return False
 
 
 _PLAIN_TENSORS = (torch.Tensor, nn.Parameter)
 
 
 def _checked(out: Any, shape: tuple[int, ...], dtype: torch.dtype, path: Path) -> torch.Tensor:
-    if not isinstance(out, torch.Tensor) or tuple(out.shape) != shape:
+    if not isinstance(out, torch.Tensor) or out.shape != shape:
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise RuntimeError(f"kernel {path} returned {got}, expected a tensor of shape {shape}")
     return out if out.dtype == dtype else out.to(dtype)
