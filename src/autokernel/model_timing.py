@@ -22,8 +22,6 @@ import torch
 from .hardware import ramp_gpu_clocks
 
 GPU_RAMP_S = 0.3  # of matrix products ahead of a timing: enough to bring an idle H200 to its clocks
-
-
 WAYS = ("idle", "back_to_back", "gpu_only")
 BACK_TO_BACK = 5  # forwards between the two events of a back-to-back sample
 SLEEP_CYCLES_PER_MS = 2_000_000  # GPU clock cycles a ms, at the H200's 1980 MHz (more is harmless)
@@ -106,4 +104,3 @@ def time_interleaved(fns: dict[str, Callable[[], object]], warmup: int, rounds: 
                      device: str = "cuda") -> dict[str, float]:
     """Median ms a call of each of ``fns``, each from idle (``time_forwards``'s ``idle``)."""
     return time_forwards(fns, warmup, rounds, gpu, device, ways=("idle",)).idle
-

@@ -395,11 +395,14 @@ def _time_models(result: VerifyResult, original, patched, inputs: tuple, dev: st
         models = {"eager": lambda: original(*inputs), "patched": lambda: patched(*inputs)}
         ops = getattr(patched, "_autokernel_kernel_ops", [])
         if compile and gpu:
+            how = compile_backend or compile_mode
             try:
+                say(f"torch.compile ({how}) of the original (this can take minutes)...")
                 c_orig = _compiled(original, inputs, compile_mode, compile_backend)
                 models["compile"] = lambda: c_orig(*inputs)
                 if second_compile and ops:  # measured afresh: the per-op choice first, whatever was recorded
                     _per_op_choice(result, patched, ops)
+                say(f"torch.compile ({how}) of the patched model...")
                 c_patched = _compiled(without_graphs(patched), inputs, compile_mode, compile_backend)
                 models["compile_patched"] = lambda: c_patched(*inputs)
             except Exception as exc:  # a measurement that could not be made, reported as such
@@ -407,6 +410,8 @@ def _time_models(result: VerifyResult, original, patched, inputs: tuple, dev: st
                 say(result.compile_note)
         elif compile:
             result.compile_note = "torch.compile timings are taken on GPU only"
+        say(f"timing {', '.join(models)} in {iters} rotated rounds"
+            + (" (from idle, back to back, GPU work alone)..." if gpu else "..."))
         ways = time_forwards(models, warmup, iters, gpu, dev)
         times = ways.idle
         result.back_to_back_ms, result.gpu_only_ms = ways.back_to_back, ways.gpu_only
