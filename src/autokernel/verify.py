@@ -406,7 +406,7 @@ def _time_models(result: VerifyResult, original, patched, inputs: tuple, dev: st
                 c_patched = _compiled(without_graphs(patched), inputs, compile_mode, compile_backend)
                 models["compile_patched"] = lambda: c_patched(*inputs)
             except Exception as exc:  # a measurement that could not be made, reported as such
-                result.compile_note = f"torch.compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                result.compile_note = f"torch.compile failed: {_first_line(exc)}"
                 say(result.compile_note)
         elif compile:
             result.compile_note = "torch.compile timings are taken on GPU only"
@@ -429,7 +429,7 @@ def _time_models(result: VerifyResult, original, patched, inputs: tuple, dev: st
                                lambda fn: _on_the_rounds_scale(fn, models["patched"], result.patched_ms, warmup,
                                                                iters, gpu, dev), say)
             except Exception as exc:  # the first measurement stands
-                result.compile_note = f"torch.compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+                result.compile_note = f"torch.compile failed: {_first_line(exc)}"
                 say(result.compile_note)
             if result.compile_patched_ms != per_op_ms:  # another way won, timed from idle only
                 result.back_to_back_ms.pop("compile_patched", None)
@@ -440,6 +440,12 @@ def _time_models(result: VerifyResult, original, patched, inputs: tuple, dev: st
         result.speedup_vs_compile = result.compile_ms / result.patched_ms
     if result.compile_ms and result.compile_patched_ms:
         result.compile_patched_vs_compile = result.compile_ms / result.compile_patched_ms
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception for a note: its type and the first line of its message (200 characters)."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text.splitlines()[0][:200] if text else ''}"
 
 
 def _on_the_rounds_scale(fn, patched_fn, patched_ms: float, warmup: int, rounds: int, gpu: bool, dev: str) -> float:
@@ -503,8 +509,7 @@ def _compile_handed_over(result: VerifyResult, patched, ops: list, inputs: tuple
         handed = _compiled(without_graphs(patched), inputs, compile_mode, compile_backend)
         eager_ms = timer(lambda: handed(*inputs))
     except Exception as exc:  # the first measurement stands; this one could not be made
-        result.compile_note = (f"torch.compile with every op handed to inductor failed: {type(exc).__name__}: "
-                               f"{str(exc).splitlines()[0][:200] if str(exc) else ''}")
+        result.compile_note = f"torch.compile with every op handed to inductor failed: {_first_line(exc)}"
         say(result.compile_note)
         return None
     finally:
@@ -529,8 +534,7 @@ def _compile_left_out(result: VerifyResult, patched, inputs: tuple, compile_mode
         left_out = _compiled(model, inputs, compile_mode, compile_backend)
         uncompiled_ms = timer(lambda: left_out(*inputs))
     except Exception as exc:
-        result.compile_note = (f"torch.compile of the patched model left uncompiled failed: {type(exc).__name__}: "
-                               f"{str(exc).splitlines()[0][:200] if str(exc) else ''}")
+        result.compile_note = f"torch.compile of the patched model left uncompiled failed: {_first_line(exc)}"
         say(result.compile_note)
         return None
     finally:
@@ -561,7 +565,7 @@ def _profile_breakdown(plan: Plan, original, patched, inputs: tuple, dev: str, a
         after = profile_problem_times(patched, inputs, plan, device=dev, op_problems=op_problems(patched),
                                       warmup=warmup, iters=iters)
     except Exception as exc:  # a measurement that could not be made, reported as such
-        say(f"time breakdown failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
+        say(f"time breakdown failed: {_first_line(exc)}")
         return None
     result = make_breakdown(plan, after, applied, before)
     say(f"time breakdown: {result.total_before_us:.1f} us before, {result.total_after_us:.1f} us after "
