@@ -24,7 +24,7 @@ would in the original model:
   ``verify`` here found torch.compile of the patched model, both ways above, slower than the
   patched model uncompiled (the LLaMA example on the H200, two of three runs: torch.compile of
   the patched model 7-9% slower than the patched model, either way; BENCHMARKS.md, tenth
-  session), and timed it.
+  session, timed in blocks before ``verify`` timed in rotated rounds), and timed it.
 
 Eager calls of the patched model (no torch.compile) always run our kernels.
 """
