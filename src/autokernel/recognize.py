@@ -53,6 +53,7 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "embedding": ("M", "V", "N"),
     "rotary_table": ("B", "S", "D"),
     "linear_gelu": ("M", "N", "K", "tanh"),
+    "moe_experts": ("T", "K", "E", "D", "I"),
 }
 FLAG_DIMS = {"causal", "tanh", "additive", "per_query"}
 

@@ -30,6 +30,7 @@ BUILTIN_KINDS: dict[str, str] = {
     "embedding": "embedding",
     "rotary_table": "rotary_table",
     "linear_gelu": "linear_gelu",
+    "moe_experts": "moe_experts",
 }
 
 KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"

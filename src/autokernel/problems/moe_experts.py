@@ -1,0 +1,171 @@
+"""moe_experts: the experts of a mixture-of-experts layer (Mixtral, Qwen-MoE...),
+``kernel_fn(x[T,D], top_k_index[T,K], top_k_weights[T,K], gate_up[E,2I,D], down[E,D,I]) -> [T,D]``.
+
+Each token t went to K experts (``top_k_index``, int64, K distinct experts a token) with
+routing weights ``top_k_weights`` (fp32, as the routers compute them).  Expert e is a SwiGLU MLP
+whose gate and up projections are stacked in ``gate_up[e]`` (gate rows first, nn.Linear layout)::
+
+    out[t] = sum_k w[t,k] * down[e] @ (silu(g) * u),   [g; u] = gate_up[e] @ x[t],  e = idx[t,k]
+
+Dims (T, K, E, D, I): tokens, experts a token, experts, model width, expert hidden width.
+Inputs: x ~ N(0, 1); router logits ~ N(0, 1) plus a per-expert offset (some experts are
+popular, some get no token at small T), top-K of their softmax, renormalised; gate_up ~ N(0,
+1/D), down ~ N(0, 1/I).
+
+Floors: 6 T K D I flops; the bytes are the weights of the experts that can be hit (min(E, T K)
+of them) plus x and out.  At Mixtral-8x7B's sizes a forward of 4096 tokens is compute bound
+(2.9 TFLOP against 2.8 GB of weights); one token is a weight read.
+
+``eager`` is how a PyTorch user writes it without a per-expert Python loop: sort the pairs by
+expert, one grouped GEMM each way where torch has one for the device and dtype
+(``torch.nn.functional.grouped_mm`` / ``torch._grouped_mm``: CUDA, bf16), per-expert matmuls
+otherwise.  ``reference`` is the per-expert loop of the model code (Hugging Face's "eager"
+experts), which the harness runs in high precision for the ground truth.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .base import DEFAULT_TOLERANCES, Problem, Shape, Tolerance, element_size, generator, randn
+
+# As fused_mlp: the relative-norm bound for bf16 at 1.5e-2 (eager's own bf16 rounding of g, u
+# and h at the small edge shapes); the element-wise bounds stay the defaults.
+TOLERANCES = {**DEFAULT_TOLERANCES,
+              torch.bfloat16: Tolerance(atol=DEFAULT_TOLERANCES[torch.bfloat16].atol,
+                                        rtol=DEFAULT_TOLERANCES[torch.bfloat16].rtol, max_rel_norm=1.5e-2)}
+
+
+def _shape(t: int, k: int, e: int, d: int, i: int) -> Shape:
+    return {"T": t, "K": k, "E": e, "D": d, "I": i}
+
+
+# Mixtral-8x7B and Qwen1.5-MoE-A2.7B's experts at 4096 tokens
+GPU_SHAPES = (_shape(4096, 2, 8, 4096, 14336), _shape(4096, 4, 60, 2048, 1408))
+CPU_SHAPES = (_shape(16, 2, 4, 32, 48), _shape(9, 3, 5, 24, 20))
+# one token (decode), and odd sizes with experts that get no token
+GPU_EDGE_SHAPES = (_shape(1, 2, 8, 4096, 14336), _shape(333, 2, 8, 1000, 2731))
+CPU_EDGE_SHAPES = (_shape(1, 1, 1, 16, 16), _shape(3, 2, 7, 17, 9))
+
+
+def reference(x, top_k_index, top_k_weights, gate_up, down):
+    out = torch.zeros_like(x)
+    for e in range(gate_up.shape[0]):
+        token, k = torch.where(top_k_index == e)
+        if token.numel() == 0:
+            continue
+        g, u = (x[token] @ gate_up[e].transpose(0, 1)).chunk(2, dim=-1)
+        y = (F.silu(g) * u) @ down[e].transpose(0, 1)
+        out.index_add_(0, token, (y * top_k_weights[token, k, None]).to(out.dtype))
+    return out
+
+
+def _grouped_mm():
+    return getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
+
+
+def _can_group(x: torch.Tensor) -> bool:
+    return (x.is_cuda and x.dtype == torch.bfloat16 and _grouped_mm() is not None
+            and torch.cuda.get_device_capability(x.device) >= (9, 0))
+
+
+def eager(x, top_k_index, top_k_weights, gate_up, down):
+    T, K = top_k_index.shape
+    E = gate_up.shape[0]
+    experts, order = torch.sort(top_k_index.reshape(-1))
+    rows = x[order // K]
+    if _can_group(x):
+        counts = torch.histc(experts.int(), bins=E, min=0, max=E - 1)
+        ends = torch.cumsum(counts, 0, dtype=torch.int32)
+        g, u = _grouped_mm()(rows, gate_up.transpose(1, 2), offs=ends).chunk(2, dim=-1)
+        y = _grouped_mm()(F.silu(g) * u, down.transpose(1, 2), offs=ends)
+    else:
+        ends = torch.searchsorted(experts, torch.arange(1, E + 1, device=x.device)).tolist()
+        parts, begin = [], 0
+        for e, end in enumerate(ends):
+            if end > begin:
+                g, u = (rows[begin:end] @ gate_up[e].transpose(0, 1)).chunk(2, dim=-1)
+                parts.append((F.silu(g) * u) @ down[e].transpose(0, 1))
+            begin = end
+        y = torch.cat(parts) if parts else rows.new_zeros((0, x.shape[1]))
+    weighted = y.float() * top_k_weights.reshape(-1)[order, None].float()
+    per_pair = torch.empty_like(weighted).index_copy_(0, order, weighted)
+    return per_pair.view(T, K, -1).sum(1).to(x.dtype)
+
+
+def _routing(t: int, k: int, e: int, device: str, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = torch.randn((t, e), generator=gen, device=device) + torch.randn((1, e), generator=gen, device=device) * 2
+    weights, index = torch.topk(torch.softmax(logits, dim=-1), k, dim=-1)
+    return index, weights / weights.sum(dim=-1, keepdim=True)
+
+
+def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
+    gen = generator(device, seed)
+    t, k, e, d, i = (shape[n] for n in ("T", "K", "E", "D", "I"))
+    x = randn((t, d), dtype, device, gen)
+    index, weights = _routing(t, min(k, e), e, device, gen)
+    gate_up = randn((e, 2 * i, d), dtype, device, gen, scale=1.0 / math.sqrt(max(d, 1)))
+    down = randn((e, d, i), dtype, device, gen, scale=1.0 / math.sqrt(max(i, 1)))
+    return x, index, weights, gate_up, down
+
+
+def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
+    """Every token's first choice the same expert (one long run, the others short), gates
+    driven into silu's tails (up and down scaled back so the output stays O(1): see
+    fused_mlp), small inputs, and routing weights at two scales."""
+    x, index, weights, gate_up, down = make_inputs(shape, dtype, device, seed)
+    gen = generator(device, seed + 1)
+    crowded = index.clone()
+    if index.shape[1] > 0:
+        first = crowded[:, 0].clone()
+        crowded[:, 0] = 0
+        for j in range(1, index.shape[1]):  # keep each token's experts distinct
+            crowded[:, j] = torch.where(crowded[:, j] == 0, first, crowded[:, j])
+
+    def driven(factor: float) -> tuple:
+        gu = gate_up.float().clone()
+        half = gu.shape[1] // 2
+        gu[:, half:] /= factor
+        return (x.float() * factor).to(dtype), index, weights, gu.to(dtype), (down.float() / factor).to(dtype)
+
+    scales = torch.pow(10.0, torch.randint(-1, 1, weights.shape, generator=gen, device=device).float())
+    return [
+        ("one-crowded-expert", (x, crowded, weights, gate_up, down)),
+        ("saturated-gate", driven(30.0)),
+        ("small", ((x.float() * 0.05).to(dtype), index, weights, gate_up, down)),
+        ("mixed-routing-scales", (x, index, weights * scales, gate_up, down)),
+    ]
+
+
+def flops(shape: Shape) -> float:
+    return 6.0 * shape["T"] * shape["K"] * shape["D"] * shape["I"]
+
+
+def nbytes(shape: Shape, dtype: torch.dtype) -> float:
+    t, k, e, d, i = (shape[n] for n in ("T", "K", "E", "D", "I"))
+    hit = min(e, t * k)
+    return float((3 * hit * d * i + 2 * t * d) * element_size(dtype) + t * k * 12)
+
+
+def make_problem() -> Problem:
+    return Problem(
+        kind="moe_experts",
+        description="Mixture-of-experts experts: route each token to its K SwiGLU experts, sum with the routing weights",
+        signature=("kernel_fn(x[T,D], top_k_index[T,K] int64, top_k_weights[T,K] fp32, gate_up[E,2I,D], "
+                   "down[E,D,I]) -> [T,D]"),
+        dims=("T", "K", "E", "D", "I"),
+        reference=reference,
+        make_inputs=make_inputs,
+        flops=flops,
+        bytes=nbytes,
+        gpu_shapes=GPU_SHAPES,
+        cpu_shapes=CPU_SHAPES,
+        gpu_edge_shapes=GPU_EDGE_SHAPES,
+        cpu_edge_shapes=CPU_EDGE_SHAPES,
+        fixed_dims=("K", "E"),
+        adversarial_inputs=adversarial_inputs,
+        tolerances=dict(TOLERANCES),
+        eager=eager,
+    )
