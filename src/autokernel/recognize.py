@@ -126,6 +126,7 @@ class ModuleInfo:
     scaled_embedding: tuple[int, int, float] | None = None  # (V, N, scale) of an embedding times a constant
     rotary_table: bool = False  # a *RotaryEmbedding module computing cos/sin from position ids (default RoPE)
     biased_linear: tuple[int, int, bool] | None = None  # (K, N, weight stored [K, N]) of a linear with a bias
+    moe_experts: tuple[int, int, int] | None = None  # (E, D, I) of a module holding SwiGLU experts as 3-D weights
 
 
 @dataclass
@@ -233,7 +234,7 @@ def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
                       packed_mlp=packed_mlp_dims(module), gelu_tanh=gelu_form(module),
                       residual_norm=residual_norm_parts(module), patch_conv=patch_conv_kernel(module),
                       scaled_embedding=scaled_embedding_parts(module), rotary_table=is_rotary_table(module),
-                      biased_linear=biased_linear_dims(module))
+                      biased_linear=biased_linear_dims(module), moe_experts=moe_experts_dims(module))
 
 
 def biased_linear_dims(module: nn.Module) -> tuple[int, int, bool] | None:
@@ -341,6 +342,32 @@ def gelu_form(module: nn.Module) -> bool | None:
     if isinstance(approximate, str):
         return approximate == "tanh"
     return "tanh" in name or name.startswith(("newgelu", "fastgelu")) or "pytorchgelutanh" in name
+
+
+def _is_silu(module: Any) -> bool:
+    return isinstance(module, nn.SiLU) or "silu" in type(module).__name__.lower()
+
+
+def moe_experts_dims(module: nn.Module) -> tuple[int, int, int] | None:
+    """(E, D, I) of a mixture-of-experts experts module in the layout Mixtral's and Qwen-MoE's
+    share (transformers' experts with 3-D weights): ``gate_up_proj`` [E, 2I, D] (gate rows
+    first), ``down_proj`` [E, D, I], no biases, a SiLU ``act_fn``; its forward takes
+    (hidden [T, D], top_k_index [T, K], top_k_weights [T, K]).  Transposed, interleaved, biased
+    and gate-less layouts (``is_transposed``, ``is_concatenated``... as transformers marks
+    them) are not this kind."""
+    gate_up, down = getattr(module, "gate_up_proj", None), getattr(module, "down_proj", None)
+    if not (isinstance(gate_up, torch.Tensor) and isinstance(down, torch.Tensor)) or gate_up.dim() != 3 or down.dim() != 3:
+        return None
+    layout = {"is_transposed": False, "is_concatenated": True, "has_bias": False, "has_gate": True,
+              "has_post_expert_norm": False}
+    if any(getattr(module, name, usual) != usual for name, usual in layout.items()):
+        return None
+    if getattr(module, "gate_up_proj_bias", None) is not None or not _is_silu(getattr(module, "act_fn", None)):
+        return None
+    E, two_i, D = gate_up.shape
+    if two_i % 2 or tuple(down.shape) != (E, D, two_i // 2):
+        return None
+    return int(E), int(D), int(two_i // 2)
 
 
 def packed_mlp_dims(module: nn.Module) -> tuple[int, int] | None:
@@ -726,6 +753,12 @@ def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], de
         r = call.args[1].shape
         return Instance(kind, call.args[1].dtype, [(make_shape(kind, rows(r), r[-1]), 1)], module=info.qualname,
                         notes=(f"{norm}({linear}(h) + residual) in {info.cls_name}",))
+    if info.moe_experts is not None and len(call.args) >= 3 and len(x.shape) == 2 and len(call.args[1].shape) == 2:
+        E, D, I = info.moe_experts
+        T, K = call.args[1].shape
+        return Instance("moe_experts", x.dtype, [(make_shape("moe_experts", T, K, E, D, I), 1)], module=info.qualname,
+                        notes=(f"{info.cls_name}: {E} SwiGLU experts, {K} a token (routing, gathers, expert GEMMs "
+                               "and the weighted sum)",))
     if info.patch_conv is not None and len(x.shape) == 4 and call.outputs and len(call.outputs[0].shape) == 4:
         kh, kw = info.patch_conv
         B, C = x.shape[:2]

@@ -28,7 +28,9 @@ that compute that kind are switched to it:
 * ``linear_gelu`` — modules whose forward is ``act(linear(x))`` (a biased ``nn.Linear`` or GPT-2
   ``Conv1D``, a GELU module) then a chain of other children (``epilogues``);
 * ``embedding`` — ``torch.nn.Embedding`` (and scaled subclasses); ``rotary_table`` — default-RoPE
-  ``*RotaryEmbedding`` modules (``tables``).
+  ``*RotaryEmbedding`` modules (``tables``);
+* ``moe_experts`` — mixture-of-experts experts modules with 3-D SwiGLU weights (Mixtral's,
+  Qwen-MoE's; ``experts``).
 
 Which kernels: when the workdir has ``results.tsv``, only a kernel the harness passed (its
 best row is timed, with no failed stage); on a GPU run (``plan.time_kind == "gpu"``) not one
@@ -54,7 +56,8 @@ before the first kernel is imported); without it nothing is switched.
 
 Layout: ``runfiles`` (the run's files), ``ops`` (custom-op registration), ``selection`` (which
 kernels may be applied), ``patching`` (class swap, probes), ``norms`` / ``linears`` / ``calls``
-/ ``fused`` / ``residuals`` / ``embeddings`` / ``tables`` / ``epilogues`` (the appliers per kind),
+/ ``fused`` / ``residuals`` / ``embeddings`` / ``tables`` / ``epilogues`` / ``experts`` (the appliers per
+kind),
 ``alignment`` (on a GPU, half-precision linears with misaligned output rows padded: no kernel
 of ours, the same GEMM on aligned rows), ``apply`` (the entry point).
 """

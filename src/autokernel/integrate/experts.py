@@ -1,0 +1,64 @@
+"""Applier for ``moe_experts``: mixture-of-experts experts modules with 3-D weights (Mixtral's,
+Qwen-MoE's: ``recognize.moe_experts_dims``) switched to the op.  Their ``forward(hidden,
+top_k_index, top_k_weights)`` becomes one call of our kernel; a call it was not judged on
+(another dtype or width, 3-D hidden states, keyword arguments) runs the module's own forward,
+which dispatches by transformers' ``experts_implementation`` as before.
+
+Each class is probed first: its own forward, on a few random tokens routed by a random
+router, must match the problem's reference with the module's weights.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..recognize import moe_experts_dims
+from .fused import _probe_call
+from .patching import _pick, _reference, _swap_class
+from .selection import KernelOp
+
+
+def _probe_args(m: torch.nn.Module, experts: int, width: int) -> tuple:
+    gen = torch.Generator(device="cpu").manual_seed(1234)
+    weight = m.gate_up_proj
+    x = torch.randn(5, width, generator=gen).to(device=weight.device, dtype=weight.dtype)
+    top = min(2, experts)
+    probs, index = torch.topk(torch.softmax(torch.randn(5, experts, generator=gen), dim=-1), top, dim=-1)
+    return x, index.to(weight.device), (probs / probs.sum(-1, keepdim=True)).to(weight.device)
+
+
+def _experts_members(k: KernelOp, width: int, base: type) -> dict[str, Any]:
+    op, dtype = k.op, k.dtype
+    base_forward = base.forward
+
+    def forward(self, hidden_states, top_k_index, top_k_weights, *args, **kwargs):
+        if (not args and not kwargs and hidden_states.dtype == dtype and hidden_states.dim() == 2
+                and hidden_states.shape[-1] == width and top_k_index.dtype == torch.long and top_k_index.dim() == 2
+                and top_k_weights.shape == top_k_index.shape and hidden_states.shape[0] > 0):
+            return op(hidden_states, top_k_index, top_k_weights, self.gate_up_proj, self.down_proj)
+        return base_forward(self, hidden_states, top_k_index, top_k_weights, *args, **kwargs)
+
+    return {"forward": forward}
+
+
+def _apply_moe_experts(model, k, done, replaced, skipped, probed) -> None:
+    for name, m in model.named_modules():
+        if id(m) in done or _pick([k], "moe_experts", name) is None:
+            continue
+        dims = moe_experts_dims(m)
+        if dims is None:
+            continue
+        experts, width, _ = dims
+        if m.gate_up_proj.dtype != k.dtype or m.down_proj.dtype != k.dtype:
+            skipped.append((name, f"moe_experts: expert weights are not {k.dtype}"))
+            continue
+        base = type(m)
+        args = _probe_args(m, experts, width)
+        if not _probe_call(probed, (base, "moe_experts"), lambda: base.forward(m, *args),
+                           lambda: _reference("moe_experts")(*args, m.gate_up_proj, m.down_proj), k.dtype):
+            skipped.append((name, f"moe_experts: {base.__name__} computes something else (probe mismatch)"))
+            continue
+        _swap_class(m, ("moe_experts", k.opname, width), _experts_members(k, width, base))
+        done.add(id(m))
+        replaced.append((name, "moe_experts"))

@@ -1,0 +1,215 @@
+"""moe_experts: the grouped-GEMM starter on routings the random draws rarely make, the
+recogniser of transformers' experts modules, the profile claiming the experts' whole time, and
+apply() switching Mixtral's experts to the op (CPU, Triton interpreter).  The starter's pass
+through every stage of the judge is in test_starters.py."""
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+import torch
+from torch import nn
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from autokernel.integrate import OP_CALLS, apply  # noqa: E402
+from autokernel.models import load_model  # noqa: E402
+from autokernel.plan import PlanProblem  # noqa: E402
+from autokernel.problems import get_problem  # noqa: E402
+from autokernel.problems.registry import load_starter  # noqa: E402
+from autokernel.profiler import profile_model  # noqa: E402
+from autokernel.recognize import module_info, moe_experts_dims  # noqa: E402
+
+from test_integrate import make_workdir, rel  # noqa: E402
+
+HF = importlib.util.find_spec("transformers") is not None
+needs_hf = pytest.mark.skipif(not HF, reason="transformers is not installed")
+SMALL_MIXTRAL = ("hidden_size=32,intermediate_size=48,num_hidden_layers=1,num_attention_heads=4,"
+                 "num_key_value_heads=2,vocab_size=128,num_local_experts=4")
+
+
+def routed(T=12, K=2, E=4, D=32, I=24, seed=0):
+    return get_problem("moe_experts").make_inputs({"T": T, "K": K, "E": E, "D": D, "I": I}, torch.float32, "cpu", seed)
+
+
+def upcast(args):
+    return [a.double() if a.is_floating_point() else a for a in args]
+
+
+@pytest.fixture(scope="module")
+def starter():
+    return load_starter("moe_experts")
+
+
+def test_every_pair_on_one_expert_and_experts_without_tokens(starter):
+    x, index, weights, gate_up, down = routed(E=6)
+    index = torch.stack([torch.full_like(index[:, 0], 5), torch.full_like(index[:, 0], 2)], dim=1)
+    args = (x, index, weights, gate_up, down)
+    out = starter.kernel_fn(*args)
+    assert rel(out, get_problem("moe_experts").reference(*upcast(args))) < 1e-6
+
+
+def test_a_sentinel_expert_index_adds_nothing(starter):
+    """transformers marks pairs of experts held elsewhere with index E (expert parallelism); its
+    eager experts skip them, and so must the kernel (no out-of-range read or write)."""
+    x, index, weights, gate_up, down = routed()
+    sentinel = index.clone()
+    sentinel[::3, 1] = gate_up.shape[0]
+    kept = weights.clone()
+    kept[::3, 1] = 0.0
+    out = starter.kernel_fn(x, sentinel, weights, gate_up, down)
+    assert rel(out, starter.kernel_fn(x, index, kept, gate_up, down)) < 1e-6
+
+
+def test_the_output_is_the_same_bits_every_call(starter):
+    """The pairs take their slots by atomics, in any order; each row is computed on its own and
+    the K rows of a token are summed in a fixed order, so no bit moves."""
+    args = routed(T=40, K=3, E=5)
+    first = starter.kernel_fn(*args)
+    for _ in range(3):
+        assert torch.equal(starter.kernel_fn(*args), first)
+
+
+def test_more_tiles_than_one_block_of_the_routing_launches(starter, monkeypatch):
+    monkeypatch.setattr(starter, "ROUTE_BLOCK", 16)
+    monkeypatch.setitem(starter.KNOBS, "BLOCK_M", 16)
+    args = routed(T=45, K=2, E=3)
+    assert rel(starter.kernel_fn(*args), get_problem("moe_experts").reference(*upcast(args))) < 1e-6
+
+
+# ------------------------------------------------------------------ recognising the experts
+class Experts(nn.Module):
+    """transformers' experts layout, written here: gate_up [E, 2I, D], down [E, D, I], SiLU."""
+
+    def __init__(self, E=4, D=32, I=24, act=None):
+        super().__init__()
+        self.gate_up_proj = nn.Parameter(torch.randn(E, 2 * I, D) / D ** 0.5)
+        self.down_proj = nn.Parameter(torch.randn(E, D, I) / I ** 0.5)
+        self.act_fn = act or nn.SiLU()
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        return get_problem("moe_experts").reference(hidden_states, top_k_index, top_k_weights,
+                                                    self.gate_up_proj, self.down_proj)
+
+
+def test_the_experts_layout_is_recognised_and_the_others_are_not():
+    assert moe_experts_dims(Experts()) == (4, 32, 24)
+    assert module_info("experts", Experts()).moe_experts == (4, 32, 24)
+    assert moe_experts_dims(Experts(act=nn.GELU())) is None
+    for flag, value in (("is_transposed", True), ("has_bias", True), ("is_concatenated", False), ("has_gate", False)):
+        m = Experts()
+        setattr(m, flag, value)
+        assert moe_experts_dims(m) is None, flag
+    bad = Experts()
+    bad.down_proj = nn.Parameter(torch.randn(4, 24, 32))  # [E, I, D]: transposed, unmarked
+    assert moe_experts_dims(bad) is None
+
+
+@needs_hf
+@pytest.mark.parametrize("arch,config", [("mixtral", SMALL_MIXTRAL),
+                                         ("qwen2_moe", "hidden_size=32,moe_intermediate_size=24,num_hidden_layers=1,"
+                                                       "num_attention_heads=4,num_key_value_heads=2,vocab_size=128,"
+                                                       "num_experts=6,shared_expert_intermediate_size=40")])
+def test_hugging_face_experts_are_recognised(arch, config):
+    model = load_model(f"hf:{arch}", config_overrides=config, validate=False).model
+    found = {name: moe_experts_dims(m) for name, m in model.named_modules() if moe_experts_dims(m)}
+    assert found and all(name.endswith(".experts") for name in found), found
+    E = 4 if arch == "mixtral" else 6
+    assert set(found.values()) == {(E, 32, 48 if arch == "mixtral" else 24)}
+
+
+@needs_hf
+def test_the_profile_gives_the_experts_whole_time_to_one_problem():
+    """Routing, gathers, the expert GEMMs (one grouped GEMM or a matmul per expert) and the
+    weighted sum: all of it under the experts module is moe_experts, none of it matmul."""
+    loaded = load_model("hf:mixtral", config_overrides=SMALL_MIXTRAL, input_shape=[2, 8], dtype=torch.float32)
+    plan = profile_model(loaded, warmup=1, iters=2)
+    moe = [p for p in plan.problems if p.kind == "moe_experts"]
+    assert len(moe) == 1 and moe[0].shapes == [{"T": 16, "K": 2, "E": 4, "D": 32, "I": 48}]
+    assert moe[0].modules == ["model.model.layers.0.mlp.experts"]
+    matmuls = next((p for p in plan.problems if p.kind == "matmul"), None)
+    assert matmuls is None or all(s["K"] != 48 and s["N"] != 96 for s in matmuls.shapes)  # no expert GEMM left
+    assert not any("grouped_mm" in u.name for u in plan.uncovered)
+
+
+# ------------------------------------------------------------------ apply
+def experts_problem(modules: list[str], T=10, E=4, D=32, I=48) -> PlanProblem:
+    return PlanProblem("moe_experts", "moe_experts", "fp32", [{"T": T, "K": 2, "E": E, "D": D, "I": I}], [1],
+                       100.0, 0.5, modules)
+
+
+@needs_hf
+def test_apply_switches_mixtral_experts_to_the_op_and_matches(tmp_path):
+    loaded = load_model("hf:mixtral", config_overrides=SMALL_MIXTRAL, input_shape=[2, 5], dtype=torch.float32)
+    wd = make_workdir(tmp_path / "wd", [experts_problem(["model.model.layers.0.mlp.experts"])], model="hf:mixtral")
+    patched = apply(loaded.model, wd)
+    assert patched._autokernel_replaced == [("model.model.layers.0.mlp.experts", "moe_experts")]
+    op = patched._autokernel_ops["moe_experts"]
+    before = OP_CALLS[op]
+    (ids,) = loaded.make_inputs(0)[:1]
+    with torch.no_grad():
+        assert rel(patched(ids), loaded.model(ids)) < 1e-5
+    assert OP_CALLS[op] == before + 1
+
+
+def test_apply_leaves_experts_that_compute_something_else(tmp_path):
+    class NotSwiGLU(Experts):  # gelu, behind a SiLU-looking act_fn
+        def forward(self, hidden_states, top_k_index, top_k_weights):
+            return super().forward(hidden_states, top_k_index, top_k_weights) * 2
+
+    model = nn.Sequential()
+    model.add_module("experts", NotSwiGLU())
+    patched = apply(model, make_workdir(tmp_path / "wd", [experts_problem(["experts"], D=32, I=24)], model="custom"))
+    assert patched._autokernel_replaced == []
+    assert any("probe mismatch" in reason for _, reason in patched._autokernel_skipped)
+
+
+def test_a_call_the_kernel_was_not_judged_on_runs_the_module_own_forward(tmp_path):
+    model = nn.Sequential()
+    model.add_module("experts", Experts())
+    patched = apply(model, make_workdir(tmp_path / "wd", [experts_problem(["experts"], D=32, I=24)], model="custom"))
+    op = patched._autokernel_ops["moe_experts"]
+    x, index, weights, _, _ = routed()
+    experts = patched.experts
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        want = model.experts.forward(x, index, weights)
+        assert rel(experts(x, index, weights), want) < 1e-5  # our op
+        assert rel(experts(x, index, top_k_weights=weights), want) < 1e-5  # the same call, a name given
+        assert OP_CALLS[op] == before + 2
+        assert rel(experts(x, index.int(), weights), want) < 1e-5  # int32 indices: the module's own code
+    assert OP_CALLS[op] == before + 2
+
+
+def test_torch_compile_traces_the_patched_experts_in_one_graph(tmp_path):
+    model = nn.Sequential()
+    model.add_module("experts", Experts())
+    patched = apply(model, make_workdir(tmp_path / "wd", [experts_problem(["experts"], D=32, I=24)], model="custom"))
+    torch._dynamo.reset()
+    compiled = torch.compile(patched.experts, backend="aot_eager", fullgraph=True)
+    x, index, weights, _, _ = routed(T=7)
+    op = patched._autokernel_ops["moe_experts"]
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        assert rel(compiled(x, index, weights), model.experts.forward(x, index, weights)) < 1e-5
+    assert OP_CALLS[op] > before
+
+
+@needs_hf
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1")
+def test_run_on_hf_mixtral_applies_the_experts_kernel_and_verifies(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from autokernel.cli import app
+
+    wd = tmp_path / "mixtral"
+    res = CliRunner().invoke(app, ["run", "--model", "hf:mixtral", "--workdir", str(wd), "--device", "cpu",
+                                   "--budget", "90s", "--max-experiments", "1", "--input-shape", "1x8",
+                                   "--timeout", "120", "--config", SMALL_MIXTRAL])
+    assert res.exit_code == 0, res.output
+    verified = json.loads((wd / "verify.json").read_text())
+    assert verified["passed"] is True and verified["model"] == "hf:mixtral"
+    assert ["model.model.layers.0.mlp.experts", "moe_experts"] in verified["replaced"]
