@@ -10,6 +10,8 @@
    original and of the patched model: every ratio of a row comes from that one run.
      - llama example, 4x1024 tokens, bf16, dim 4096, 4 layers (LLaMA-2-7B layer shapes)
      - hf:gpt2 and hf:bert at their real sizes, 4x512 tokens, bf16
+     - hf:mixtral at a quarter of Mixtral-8x7B's widths (D 1024, experts' I 3584, 8 experts, 2
+       a token, 4 layers), 4x1024 tokens, bf16: the experts as one moe_experts op
 2. fused kinds: each new kind (add_rmsnorm, add_layernorm, gelu, geglu, swiglu_packed, embedding,
    rotary_table, attention_masked: BERT-base heads at 4x512 with the [B,1,S,S] bool mask) at its
    first GPU shape in bf16: the starter, eager PyTorch and torch.compile of the eager op, and
@@ -41,10 +43,16 @@ from pathlib import Path
 FUSED_KINDS = ["add_rmsnorm", "add_layernorm", "gelu", "geglu", "swiglu_packed", "embedding", "rotary_table",
                "attention_masked"]
 LLAMA_4096 = "dim=4096,n_layers=4,n_heads=32,n_kv_heads=8,hidden_dim=11008,vocab_size=32000"
-GPU_MODELS = [("llama", LLAMA_4096, "4x1024"), ("hf:gpt2", None, "4x512"), ("hf:bert", None, "4x512")]
+# Mixtral-shaped at a quarter of 8x7B's widths (8 experts, 2 a token), 4 layers
+MIXTRAL_QUARTER = ("hidden_size=1024,intermediate_size=3584,num_hidden_layers=4,num_attention_heads=8,"
+                   "num_key_value_heads=2,num_local_experts=8,vocab_size=32000")
+GPU_MODELS = [("llama", LLAMA_4096, "4x1024"), ("hf:gpt2", None, "4x512"), ("hf:bert", None, "4x512"),
+              ("hf:mixtral", MIXTRAL_QUARTER, "4x1024")]
 CPU_MODELS = [("llama", "n_layers=1", "1x8"), ("hf:gpt2", "n_embd=64,n_layer=1,n_head=2,vocab_size=512", "1x8"),
               ("hf:bert", "hidden_size=64,num_hidden_layers=1,num_attention_heads=2,intermediate_size=128,vocab_size=512",
-               "1x8")]
+               "1x8"),
+              ("hf:mixtral", "hidden_size=32,intermediate_size=48,num_hidden_layers=1,num_attention_heads=4,"
+                             "num_key_value_heads=2,vocab_size=128,num_local_experts=4", "1x8")]
 
 
 def liger_op(kind: str):
@@ -283,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cuda-graphs", action="store_true", help="verify the patched models in CUDA-graph mode")
     ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs",
                     help="torch.compile mode of the baselines ('default' compiles faster)")
-    ap.add_argument("--models", default="", help="comma-separated subset of llama,hf:gpt2,hf:bert ('none': no model)")
+    ap.add_argument("--models", default="", help="comma-separated subset of llama,hf:gpt2,hf:bert,hf:mixtral ('none': no model)")
     ap.add_argument("--skip-fused", action="store_true", help="models only, not the fused kinds")
     ap.add_argument("--under-compile", default="auto", choices=UNDER_COMPILE,
                     help="what each op runs under torch.compile of the patched model (auto: our kernels here, "

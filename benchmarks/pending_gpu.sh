@@ -35,14 +35,16 @@
 #                                               # in graph mode and the LLaMA example with verify's compile choices
 #   bash benchmarks/pending_gpu.sh eleventh OUT # verify's fair timing on the LLaMA example, hf:gpt2 and hf:bert
 #   bash benchmarks/pending_gpu.sh idle OUT     # where a forward timed from idle loses time (LLaMA example)
+#   bash benchmarks/pending_gpu.sh moe OUT      # the moe_experts starter through the judge, against grouped_mm,
+#                                               # the per-expert loop and torch.compile; hf:mixtral verified
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle OUT}
-out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle OUT}
+part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe OUT}
+out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe OUT}
 mkdir -p "$out"
 export PYTHONPATH=src
 
@@ -165,6 +167,13 @@ eleventh)  # verify's fair timing (models built first, rotated rounds, clocks ra
     ;;
 idle)  # where a forward timed from idle loses time (the host's start, the clocks, blocks against rounds)
     step from_idle 420 python benchmarks/from_idle_gpu.py --out "$out/idle" --models llama --rounds 30
+    ;;
+moe)  # the twelfth session's moe_experts kind (built and judged on the CPU only)
+    step moe_judge 150 python benchmarks/judge_smoke_gpu.py --out "$out/moe_judge" --budget 120 --kinds moe_experts \
+        --attacks ""
+    step moe_kinds 240 python benchmarks/moe_gpu.py --out "$out/moe" --max-minutes 3.5
+    step mixtral 190 python benchmarks/models_gpu.py --out "$out/mixtral" --skip-fused --models hf:mixtral \
+        --compile-mode default --under-compile ours --max-minutes 3
     ;;
 ahead)
     step compile_ahead 420 python benchmarks/compile_ahead_gpu.py --out "$out/ahead" --kinds softmax,rmsnorm \
