@@ -47,6 +47,7 @@ CASES = [
     ("hf:vit", "hidden_size=128,num_hidden_layers=2,num_attention_heads=4,intermediate_size=512,image_size=64,patch_size=8",
      None, 0.90, {"linear_gelu", "layernorm", "add_layernorm", "attention", "matmul"}),
     ("hf:mixtral", None, [2, 128], 0.90, {"moe_experts", "rmsnorm", "attention", "matmul", "rotary_table"}),
+    ("hf:qwen2_moe", None, [2, 128], 0.90, {"moe_experts", "swiglu", "rmsnorm", "attention", "matmul"}),
 ]
 # models whose layers end with a residual add that the next layer's first norm reads: the final norm
 FUSED_AHEAD = {"gpt2": "ln_f", "hf:gpt2": "model.transformer.ln_f", "hf:phi3": "model.model.norm",

@@ -106,11 +106,12 @@ def test_the_experts_layout_is_recognised_and_the_others_are_not():
     assert moe_experts_dims(bad) is None
 
 
+SMALL_QWEN2_MOE = ("hidden_size=32,moe_intermediate_size=24,num_hidden_layers=1,num_attention_heads=4,"
+                   "num_key_value_heads=2,vocab_size=128,num_experts=6,shared_expert_intermediate_size=40")
+
+
 @needs_hf
-@pytest.mark.parametrize("arch,config", [("mixtral", SMALL_MIXTRAL),
-                                         ("qwen2_moe", "hidden_size=32,moe_intermediate_size=24,num_hidden_layers=1,"
-                                                       "num_attention_heads=4,num_key_value_heads=2,vocab_size=128,"
-                                                       "num_experts=6,shared_expert_intermediate_size=40")])
+@pytest.mark.parametrize("arch,config", [("mixtral", SMALL_MIXTRAL), ("qwen2_moe", SMALL_QWEN2_MOE)])
 def test_hugging_face_experts_are_recognised(arch, config):
     model = load_model(f"hf:{arch}", config_overrides=config, validate=False).model
     found = {name: moe_experts_dims(m) for name, m in model.named_modules() if moe_experts_dims(m)}
@@ -140,9 +141,11 @@ def experts_problem(modules: list[str], T=10, E=4, D=32, I=48) -> PlanProblem:
 
 
 @needs_hf
-def test_apply_switches_mixtral_experts_to_the_op_and_matches(tmp_path):
-    loaded = load_model("hf:mixtral", config_overrides=SMALL_MIXTRAL, input_shape=[2, 5], dtype=torch.float32)
-    wd = make_workdir(tmp_path / "wd", [experts_problem(["model.model.layers.0.mlp.experts"])], model="hf:mixtral")
+@pytest.mark.parametrize("arch,config,E,I", [("mixtral", SMALL_MIXTRAL, 4, 48), ("qwen2_moe", SMALL_QWEN2_MOE, 6, 24)])
+def test_apply_switches_hugging_face_experts_to_the_op_and_matches(tmp_path, arch, config, E, I):
+    loaded = load_model(f"hf:{arch}", config_overrides=config, input_shape=[2, 5], dtype=torch.float32)
+    wd = make_workdir(tmp_path / "wd", [experts_problem(["model.model.layers.0.mlp.experts"], E=E, I=I)],
+                      model=f"hf:{arch}")
     patched = apply(loaded.model, wd)
     assert patched._autokernel_replaced == [("model.model.layers.0.mlp.experts", "moe_experts")]
     op = patched._autokernel_ops["moe_experts"]
