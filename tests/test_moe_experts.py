@@ -78,6 +78,19 @@ def test_more_tiles_than_one_block_of_the_routing_launches(starter, monkeypatch)
     assert rel(starter.kernel_fn(*args), get_problem("moe_experts").reference(*upcast(args))) < 1e-6
 
 
+def test_every_knob_setting_fits_the_shared_memory(starter):
+    """The tuner may pick the largest tiles and the deepest pipeline together: the launch shrinks
+    BLOCK_K and the stages until a program's tiles fit, rather than fail to compile on the GPU."""
+    space = starter.KNOB_SPACE
+    for element in (2, 4):
+        for bm in space["BLOCK_M"]:
+            for bn in space["BLOCK_N"]:
+                for b_tiles in (1, 2):
+                    bk, stages = starter._fit(bm, bn, max(space["BLOCK_K"]), max(space["num_stages"]), b_tiles, element)
+                    assert stages >= 1 and bk >= 16
+                    assert stages * (bm * bk + b_tiles * bk * bn) * element <= starter.SMEM_BYTES, (bm, bn, b_tiles)
+
+
 # ------------------------------------------------------------------ recognising the experts
 class Experts(nn.Module):
     """transformers' experts layout, written here: gate_up [E, 2I, D], down [E, D, I], SiLU."""

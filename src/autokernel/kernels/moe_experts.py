@@ -173,9 +173,21 @@ def _combine_kernel(pairs_ptr, out_ptr, D, top_k, stride_out, BLOCK: tl.constexp
     tl.store(out_ptr + t * stride_out + cols, acc.to(out_ptr.dtype.element_ty), mask=ok)
 
 
+SMEM_BYTES = 200 * 1024  # shared memory one program may use (H200: 227 KiB a block)
+
+
 def _block(knob: int, size: int) -> int:
     """A block no wider than needed (at least 16: the smallest dot)."""
     return max(16, min(knob, triton.next_power_of_2(max(size, 1))))
+
+
+def _fit(bm: int, bn: int, bk: int, stages: int, b_tiles: int, element: int) -> tuple[int, int]:
+    """(BLOCK_K, stages) that fit SMEM_BYTES: a stage holds an A tile and ``b_tiles`` B tiles;
+    BLOCK_K is halved while even one stage does not fit."""
+    while bk > 16 and (bm * bk + b_tiles * bk * bn) * element > SMEM_BYTES:
+        bk //= 2
+    per_stage = (bm * bk + b_tiles * bk * bn) * element
+    return bk, max(1, min(stages, SMEM_BYTES // per_stage))
 
 
 def moe_experts(x, top_k_index, top_k_weights, gate_up, down, knobs: dict | None = None) -> torch.Tensor:
@@ -193,7 +205,7 @@ def moe_experts(x, top_k_index, top_k_weights, gate_up, down, knobs: dict | None
     counts = torch.zeros((E,), dtype=torch.int32, device=x.device)
     cursor = torch.zeros((E,), dtype=torch.int32, device=x.device)
     order = torch.empty((pairs,), dtype=torch.int32, device=x.device)
-    e_pow = triton.next_power_of_2(E)
+    e_pow = max(16, triton.next_power_of_2(E))
     route_block = max(16, min(ROUTE_BLOCK, 16384 // e_pow))
     route_grid = (triton.cdiv(pairs, route_block),)
     _count_kernel[route_grid](idx, counts, pairs, E, BLOCK=route_block)
@@ -202,21 +214,23 @@ def moe_experts(x, top_k_index, top_k_weights, gate_up, down, knobs: dict | None
     ieee, upcast = x.dtype == torch.float32, x.device.type == "cpu"
     h = torch.empty((pairs, I), dtype=x.dtype, device=x.device)
     bm, bn, bk = _block(kn["BLOCK_M"], pairs), _block(kn["BLOCK_N"], I), _block(kn["BLOCK_K"], D)
+    bk, stages = _fit(bm, bn, bk, kn["num_stages"], 2, x.element_size())
     grid = (triton.cdiv(pairs, bm) + E, triton.cdiv(I, bn))
     _gate_up_kernel[grid](x, gate_up, counts, order, h, E, K, D, I,
                           x.stride(0), gate_up.stride(0), gate_up.stride(1), gate_up.stride(2), h.stride(0),
                           E_POW=e_pow, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, IEEE=ieee, UPCAST=upcast,
-                          num_warps=kn["num_warps"], num_stages=kn["num_stages"])
+                          num_warps=kn["num_warps"], num_stages=stages)
 
     # zeros: a pair whose expert index is out of range (a sentinel) adds nothing
     pair_out = torch.zeros((pairs, D), dtype=torch.float32, device=x.device)
     bm, bn, bk = (_block(kn["DOWN_BLOCK_M"], pairs), _block(kn["DOWN_BLOCK_N"], D),
                   _block(kn["DOWN_BLOCK_K"], I))
+    bk, stages = _fit(bm, bn, bk, kn["DOWN_num_stages"], 1, h.element_size())
     grid = (triton.cdiv(pairs, bm) + E, triton.cdiv(D, bn))
     _down_kernel[grid](h, down, counts, order, weights, pair_out, E, D, I,
                        h.stride(0), down.stride(0), down.stride(1), down.stride(2),
                        E_POW=e_pow, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, IEEE=ieee, UPCAST=upcast,
-                       num_warps=kn["DOWN_num_warps"], num_stages=kn["DOWN_num_stages"])
+                       num_warps=kn["DOWN_num_warps"], num_stages=stages)
 
     out = torch.empty((T, D), dtype=x.dtype, device=x.device)
     block = max(16, min(kn["COMBINE_BLOCK"], triton.next_power_of_2(D)))
