@@ -16,7 +16,6 @@ evaluation times into the loop's experiments per hour with the same agent
 from __future__ import annotations
 
 import argparse
-import csv
 import inspect
 import json
 import statistics
@@ -50,15 +49,16 @@ def replay(kind: str, log: Path, device: str, most: int | None = None) -> dict:
 
 def agent_seconds(results_tsv: Path) -> dict[int, float]:
     """Per experiment: the loop row's wall time less its evaluation's (the agent's proposal)."""
+    from autokernel.loop.results import read_results
+
     out = {}
     workdir = results_tsv.parent
-    for row in csv.DictReader(open(results_tsv), delimiter="\t"):
-        number = int(row["experiment"])
-        found = list(workdir.glob(f"logs/*/*/exp_{number:04d}.json"))
-        if not found or not row.get("wall_s"):
+    for row in read_results(results_tsv):
+        found = list(workdir.glob(f"logs/*/*/exp_{row.experiment:04d}.json"))
+        if not found or not row.wall_s:
             continue
         evaluation = json.loads(found[0].read_text())
-        out[number] = max(0.0, float(row["wall_s"]) - float(evaluation.get("wall_s") or 0.0))
+        out[row.experiment] = max(0.0, row.wall_s - float(evaluation.get("wall_s") or 0.0))
     return out
 
 

@@ -17,8 +17,12 @@ from pathlib import Path
 
 
 def rows_of(out: Path, kind: str) -> list[dict]:
+    """The rows as plain dicts: the old judge's tree may write other columns than this one's."""
     tsv = out / f"loop_{kind}" / "results.tsv"
-    return list(csv.DictReader(open(tsv), delimiter="\t")) if tsv.exists() else []
+    if not tsv.exists():
+        return []
+    with tsv.open(newline="") as fh:
+        return list(csv.DictReader(fh, delimiter="\t"))
 
 
 def summary(rows: list[dict]) -> dict | None:
