@@ -71,10 +71,16 @@ def test_the_output_is_the_same_bits_every_call(starter):
         assert torch.equal(starter.kernel_fn(*args), first)
 
 
-def test_more_tiles_than_one_block_of_the_routing_launches(starter, monkeypatch):
+@pytest.mark.parametrize("group_m", [1, 2, 64])
+def test_many_tiles_an_expert_in_any_group_order(starter, monkeypatch, group_m):
+    """Several row and column tiles an expert, swept in groups of GROUP_M row tiles (a group
+    taller than what is left of an expert's run included), and more pairs than one block of
+    the routing launches."""
     monkeypatch.setattr(starter, "ROUTE_BLOCK", 16)
-    monkeypatch.setitem(starter.KNOBS, "BLOCK_M", 16)
-    args = routed(T=45, K=2, E=3)
+    for knob in ("BLOCK_M", "BLOCK_N", "DOWN_BLOCK_M", "DOWN_BLOCK_N"):
+        monkeypatch.setitem(starter.KNOBS, knob, 16)
+    monkeypatch.setitem(starter.KNOBS, "GROUP_M", group_m)
+    args = routed(T=45, K=2, E=3, D=36, I=40)
     assert rel(starter.kernel_fn(*args), get_problem("moe_experts").reference(*upcast(args))) < 1e-6
 
 

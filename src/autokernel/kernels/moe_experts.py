@@ -8,26 +8,28 @@ Five launches, no host sync (nothing waits for the routing to be known on the ho
 2. place: every pair takes a slot in its expert's run of one sorted order (an atomic cursor per
    expert).  The order inside a run varies from call to call and does not matter: each row of
    a GEMM is computed on its own, so the output is the same bits every time.
-3. gate/up: a grouped GEMM.  The tiles of all experts' runs are numbered one after another; a
-   program finds its expert from the counts, reads its BLOCK_M rows of x through the pairs'
-   token indices, accumulates g and u for BLOCK_N columns and writes h = silu(g) * u (in the
-   input dtype, in sorted order): g and u never reach memory.
+3. gate/up: a grouped GEMM.  The tiles of all experts' runs are numbered one after another
+   (within an expert, groups of GROUP_M row tiles swept column by column); a program finds its
+   expert from the counts, reads its BLOCK_M rows of x through the pairs' token indices,
+   accumulates g and u for BLOCK_N columns and writes h = silu(g) * u (in the input dtype, in
+   sorted order): g and u never reach memory.
 4. down: a grouped GEMM h @ down[e]^T, scaled by each pair's routing weight, written in fp32 at
    the pair's own row (t * K + k).
 5. combine: out[t] = the K pair rows summed in order k = 0..K-1, cast to the dtype.
 
-The grid of the GEMMs is an upper bound on the tiles (pairs / BLOCK_M + experts); programs past
-the last tile return at once.  fp32 inputs use IEEE dots; under the interpreter (CPU tensors)
+The grid of the GEMMs is an upper bound on the tiles ((pairs / BLOCK_M + experts) x column
+tiles); programs past the last tile return at once.  fp32 inputs use IEEE dots; under the interpreter (CPU tensors)
 tiles are upcast to fp32 before each dot.
 """
 import torch
 import triton
 import triton.language as tl
 
-KNOBS = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3,
+KNOBS = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3,
          "DOWN_BLOCK_M": 64, "DOWN_BLOCK_N": 128, "DOWN_BLOCK_K": 64, "DOWN_num_warps": 8, "DOWN_num_stages": 3,
          "COMBINE_BLOCK": 1024}
 KNOB_SPACE = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [32, 64, 128, 256], "BLOCK_K": [32, 64, 128],
+              "GROUP_M": [1, 4, 8, 16, 64],
               "num_warps": [4, 8], "num_stages": [2, 3, 4],
               "DOWN_BLOCK_M": [16, 32, 64, 128], "DOWN_BLOCK_N": [32, 64, 128, 256], "DOWN_BLOCK_K": [32, 64, 128],
               "DOWN_num_warps": [4, 8], "DOWN_num_stages": [2, 3, 4], "COMBINE_BLOCK": [256, 512, 1024, 2048]}
@@ -58,34 +60,43 @@ def _place_kernel(idx_ptr, counts_ptr, cursor_ptr, order_ptr, pairs, experts,
 
 
 @triton.jit
-def _expert_tile(counts_ptr, experts, E_POW: tl.constexpr, BLOCK_M: tl.constexpr):
+def _expert_tile(counts_ptr, experts, tiles_n, E_POW: tl.constexpr, BLOCK_M: tl.constexpr, GROUP_M: tl.constexpr):
     """(expert, first sorted row of its run, its run's length, first row of this tile in the
-    run) of program ``program_id(0)``; the expert is >= ``experts`` past the last tile."""
+    run, column tile) of program ``program_id(0)``; the expert is >= ``experts`` past the last
+    tile.  Within an expert the tiles go in groups of GROUP_M row tiles, each group swept column
+    by column, so a group's rows of x stay in L2 while the expert's weight tiles stream past."""
     ex = tl.arange(0, E_POW)
     counts = tl.load(counts_ptr + ex, mask=ex < experts, other=0)
-    tiles = (counts + BLOCK_M - 1) // BLOCK_M
+    tiles_m = (counts + BLOCK_M - 1) // BLOCK_M
+    tiles = tiles_m * tiles_n
     tile = tl.program_id(0)
     e = tl.sum((tl.cumsum(tiles, 0) <= tile).to(tl.int32), 0)
     before = ex < e
-    first_tile = tl.sum(tl.where(before, tiles, 0), 0)
+    t = tile - tl.sum(tl.where(before, tiles, 0), 0)
     start = tl.sum(tl.where(before, counts, 0), 0)
     count = tl.sum(tl.where(ex == e, counts, 0), 0)
-    return e, start, count, (tile - first_tile) * BLOCK_M
+    m_tiles = tl.sum(tl.where(ex == e, tiles_m, 0), 0)
+    group = GROUP_M * tiles_n
+    first_m = (t // group) * GROUP_M
+    rows_in_group = tl.maximum(tl.minimum(m_tiles - first_m, GROUP_M), 1)  # 1 past the last tile: no division by 0
+    pid_m = first_m + (t % group) % rows_in_group
+    pid_n = (t % group) // rows_in_group
+    return e, start, count, pid_m * BLOCK_M, pid_n
 
 
 @triton.jit
 def _gate_up_kernel(x_ptr, w_ptr, counts_ptr, order_ptr, h_ptr, experts, top_k, D, I,
                     stride_xt, stride_we, stride_wn, stride_wk, stride_h,
                     E_POW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    IEEE: tl.constexpr, UPCAST: tl.constexpr):
-    e, start, count, row0 = _expert_tile(counts_ptr, experts, E_POW, BLOCK_M)
+                    GROUP_M: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
+    e, start, count, row0, pid_n = _expert_tile(counts_ptr, experts, tl.cdiv(I, BLOCK_N), E_POW, BLOCK_M, GROUP_M)
     if e >= experts:
         return
     rows = row0 + tl.arange(0, BLOCK_M)
     row_ok = rows < count
     pair = tl.load(order_ptr + start + rows, mask=row_ok, other=0)
     token = (pair // top_k).to(tl.int64)
-    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rn_load = rn % I
     rk = tl.arange(0, BLOCK_K)
     x_ptrs = x_ptr + token[:, None] * stride_xt + rk[None, :]
@@ -127,14 +138,14 @@ def _gate_up_kernel(x_ptr, w_ptr, counts_ptr, order_ptr, h_ptr, experts, top_k, 
 def _down_kernel(h_ptr, w_ptr, counts_ptr, order_ptr, weights_ptr, out_ptr, experts, D, I,
                  stride_h, stride_we, stride_wn, stride_wk,
                  E_POW: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 IEEE: tl.constexpr, UPCAST: tl.constexpr):
-    e, start, count, row0 = _expert_tile(counts_ptr, experts, E_POW, BLOCK_M)
+                 GROUP_M: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr):
+    e, start, count, row0, pid_n = _expert_tile(counts_ptr, experts, tl.cdiv(D, BLOCK_N), E_POW, BLOCK_M, GROUP_M)
     if e >= experts:
         return
     rows = row0 + tl.arange(0, BLOCK_M)
     row_ok = rows < count
     pos = (start + rows).to(tl.int64)
-    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rn_load = rn % D
     rk = tl.arange(0, BLOCK_K)
     h_ptrs = h_ptr + pos[:, None] * stride_h + rk[None, :]
@@ -215,22 +226,22 @@ def moe_experts(x, top_k_index, top_k_weights, gate_up, down, knobs: dict | None
     h = torch.empty((pairs, I), dtype=x.dtype, device=x.device)
     bm, bn, bk = _block(kn["BLOCK_M"], pairs), _block(kn["BLOCK_N"], I), _block(kn["BLOCK_K"], D)
     bk, stages = _fit(bm, bn, bk, kn["num_stages"], 2, x.element_size())
-    grid = (triton.cdiv(pairs, bm) + E, triton.cdiv(I, bn))
+    grid = ((triton.cdiv(pairs, bm) + E) * triton.cdiv(I, bn),)
     _gate_up_kernel[grid](x, gate_up, counts, order, h, E, K, D, I,
                           x.stride(0), gate_up.stride(0), gate_up.stride(1), gate_up.stride(2), h.stride(0),
-                          E_POW=e_pow, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, IEEE=ieee, UPCAST=upcast,
-                          num_warps=kn["num_warps"], num_stages=stages)
+                          E_POW=e_pow, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=kn["GROUP_M"], IEEE=ieee,
+                          UPCAST=upcast, num_warps=kn["num_warps"], num_stages=stages)
 
     # zeros: a pair whose expert index is out of range (a sentinel) adds nothing
     pair_out = torch.zeros((pairs, D), dtype=torch.float32, device=x.device)
     bm, bn, bk = (_block(kn["DOWN_BLOCK_M"], pairs), _block(kn["DOWN_BLOCK_N"], D),
                   _block(kn["DOWN_BLOCK_K"], I))
     bk, stages = _fit(bm, bn, bk, kn["DOWN_num_stages"], 1, h.element_size())
-    grid = (triton.cdiv(pairs, bm) + E, triton.cdiv(D, bn))
+    grid = ((triton.cdiv(pairs, bm) + E) * triton.cdiv(D, bn),)
     _down_kernel[grid](h, down, counts, order, weights, pair_out, E, D, I,
                        h.stride(0), down.stride(0), down.stride(1), down.stride(2),
-                       E_POW=e_pow, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, IEEE=ieee, UPCAST=upcast,
-                       num_warps=kn["DOWN_num_warps"], num_stages=stages)
+                       E_POW=e_pow, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=kn["GROUP_M"], IEEE=ieee,
+                       UPCAST=upcast, num_warps=kn["DOWN_num_warps"], num_stages=stages)
 
     out = torch.empty((T, D), dtype=x.dtype, device=x.device)
     block = max(16, min(kn["COMBINE_BLOCK"], triton.next_power_of_2(D)))
