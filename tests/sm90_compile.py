@@ -2,6 +2,7 @@
 
     python tests/sm90_compile.py KIND DTYPE DIM=VALUE ...     (TRITON_INTERPRET unset)
     python tests/sm90_compile.py --all                        (every built-in starter)
+    python tests/sm90_compile.py --knobs                      (each knob value of every KNOB_SPACE)
 
 The starter's ``kernel_fn`` runs on meta tensors of the problem's input shapes: its host code
 allocates and computes grids as on a GPU (a meta tensor is not a CPU tensor, so no interpreter
@@ -62,12 +63,13 @@ def inputs_on_meta(kind: str, shape: dict, dtype: torch.dtype) -> list:
     return [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args]
 
 
-def compile_starter(kind: str, dtype: torch.dtype, shape: dict) -> list[dict]:
-    """One row per launch of the starter at ``shape``: the kernel, its shared memory, whether it fits."""
+def compile_starter(kind: str, dtype: torch.dtype, shape: dict, knobs: dict | None = None) -> list[dict]:
+    """One row per launch of the starter at ``shape`` (``knobs`` set over its KNOBS): the kernel,
+    its shared memory, whether it fits."""
     from autokernel.problems.registry import load_starter
 
     args = inputs_on_meta(kind, shape, dtype)
-    module = load_starter(kind)
+    module = load_starter(kind, knobs)
     rows = []
     for fn, fn_args, kwargs in record_launches(module, lambda: module.kernel_fn(*args)):
         sig, constexprs, options = signature(fn, fn_args, kwargs)
@@ -80,22 +82,28 @@ def compile_starter(kind: str, dtype: torch.dtype, shape: dict) -> list[dict]:
 
 
 def main(argv: list[str]) -> int:
-    """``KIND DTYPE DIM=VALUE...``, or ``--all``: every built-in starter at its first GPU shape
-    in its first dtype (a kind that fails is a row with its error)."""
+    """``KIND DTYPE DIM=VALUE...``; ``--all``: every built-in starter at its first GPU shape in its
+    first dtype; ``--knobs``: the same with each knob of its KNOB_SPACE at each value in turn (a
+    setting that fails is a row with its error)."""
     from autokernel.problems import get_problem, parse_dtype
     from autokernel.problems.registry import list_kinds
 
-    if argv[:1] == ["--all"]:
-        jobs = [(kind, get_problem(kind).dtypes[0], dict(get_problem(kind).gpu_shapes[0])) for kind in list_kinds()]
+    from autokernel.problems.registry import load_starter
+
+    if argv[:1] in (["--all"], ["--knobs"]):
+        jobs = [(kind, get_problem(kind).dtypes[0], dict(get_problem(kind).gpu_shapes[0]), None) for kind in list_kinds()]
+        if argv[0] == "--knobs":  # each knob of KNOB_SPACE at each of its values, the others at their defaults
+            jobs = [(kind, dtype, shape, {knob: value}) for kind, dtype, shape, _ in jobs
+                    for knob, values in getattr(load_starter(kind), "KNOB_SPACE", {}).items() for value in values]
     else:
-        jobs = [(argv[0], parse_dtype(argv[1]), {k: int(v) for k, v in (a.split("=") for a in argv[2:])})]
-    for kind, dtype, shape in jobs:
+        jobs = [(argv[0], parse_dtype(argv[1]), {k: int(v) for k, v in (a.split("=") for a in argv[2:])}, None)]
+    for kind, dtype, shape, knobs in jobs:
         try:
-            rows = compile_starter(kind, dtype, shape)
+            rows = compile_starter(kind, dtype, shape, knobs)
         except Exception as exc:  # noqa: BLE001 - reported as this kind's row
             rows = [{"kind": kind, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}]
         for row in rows:
-            print(json.dumps(row), flush=True)
+            print(json.dumps({**row, "knobs": knobs} if knobs else row), flush=True)
     return 0
 
 

@@ -344,8 +344,11 @@ def gelu_form(module: nn.Module) -> bool | None:
     return "tanh" in name or name.startswith(("newgelu", "fastgelu")) or "pytorchgelutanh" in name
 
 
-def _is_silu(module: Any) -> bool:
-    return isinstance(module, nn.SiLU) or "silu" in type(module).__name__.lower()
+def is_silu_module(module: Any) -> bool:
+    """``nn.SiLU``, or a leaf activation module named like one (transformers' ``SiLUActivation``);
+    the appliers probe what it computes."""
+    return isinstance(module, nn.SiLU) or (isinstance(module, nn.Module) and "silu" in type(module).__name__.lower()
+                                           and not any(True for _ in module.children()))
 
 
 def moe_experts_dims(module: nn.Module) -> tuple[int, int, int] | None:
@@ -362,7 +365,7 @@ def moe_experts_dims(module: nn.Module) -> tuple[int, int, int] | None:
               "has_post_expert_norm": False}
     if any(getattr(module, name, usual) != usual for name, usual in layout.items()):
         return None
-    if getattr(module, "gate_up_proj_bias", None) is not None or not _is_silu(getattr(module, "act_fn", None)):
+    if getattr(module, "gate_up_proj_bias", None) is not None or not is_silu_module(getattr(module, "act_fn", None)):
         return None
     E, two_i, D = gate_up.shape
     if two_i % 2 or tuple(down.shape) != (E, D, two_i // 2):

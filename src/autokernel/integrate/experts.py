@@ -1,8 +1,8 @@
 """Applier for ``moe_experts``: mixture-of-experts experts modules with 3-D weights (Mixtral's,
 Qwen-MoE's: ``recognize.moe_experts_dims``) switched to the op.  Their ``forward(hidden,
 top_k_index, top_k_weights)`` becomes one call of our kernel; a call it was not judged on
-(another dtype or width, 3-D hidden states, keyword arguments) runs the module's own forward,
-which dispatches by transformers' ``experts_implementation`` as before.
+(another dtype or width, 3-D hidden states, int32 indices, extra arguments) runs the module's
+own forward, which dispatches by transformers' ``experts_implementation`` as before.
 
 Each class is probed first: its own forward, on a few random tokens routed by a random
 router, must match the problem's reference with the module's weights.

@@ -20,11 +20,11 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
-from ..recognize import gelu_form, packed_mlp_dims, residual_norm_parts
+from ..recognize import gelu_form, is_silu_module, packed_mlp_dims, residual_norm_parts
 from .linears import _DOWN_NAMES, _GATE_NAMES, _UP_NAMES, _find_linear
 from .norms import _is_rmsnorm, _rmsnorm_eps
 from .patching import (PROBE_TOLERANCE, _class_code_names, _pick, _probe_input, _reference, _rel_error,
-                       _swap_class, is_silu_module)
+                       _swap_class)
 from .residuals import _original_class, _takes_residual
 from .selection import KernelOp
 

@@ -7,7 +7,8 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
-from .patching import _check_probe, _class_code_names, _pick, _probe_input, _reference, _swap_class, is_silu_module
+from ..recognize import is_silu_module
+from .patching import _check_probe, _class_code_names, _pick, _probe_input, _reference, _swap_class
 from .selection import KernelOp
 
 

@@ -142,8 +142,3 @@ def rewrap(wrapper: Any, inner: types.FunctionType) -> Any:
     new.__wrapped__ = new_inner
     return new
 
-
-def is_silu_module(module: nn.Module) -> bool:
-    """``nn.SiLU``, or a leaf activation module named like one (transformers' ``SiLUActivation``);
-    the appliers probe what it computes."""
-    return isinstance(module, nn.SiLU) or ("silu" in type(module).__name__.lower() and not any(True for _ in module.children()))
