@@ -9,7 +9,7 @@ whose gate and up projections are stacked in ``gate_up[e]`` (gate rows first, nn
 
 Dims (T, K, E, D, I): tokens, experts a token, experts, model width, expert hidden width.
 Inputs: x ~ N(0, 1); router logits ~ N(0, 1) plus a per-expert offset ~ N(0, 0.3²) (uneven
-loads: at Mixtral's 4096 x 2 pairs the experts get 529 to 1833, at small T some get none),
+loads: in one draw at Mixtral's 4096 x 2 pairs the experts got 529 to 1833; at small T some get none),
 top-K of their softmax, renormalised; gate_up ~ N(0, 1/D), down ~ N(0, 1/I).  A numerics case
 crowds every token's first choice onto one expert.
 
