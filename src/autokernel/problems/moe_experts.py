@@ -10,8 +10,8 @@ whose gate and up projections are stacked in ``gate_up[e]`` (gate rows first, nn
 Dims (T, K, E, D, I): tokens, experts a token, experts, model width, expert hidden width.
 Inputs: x ~ N(0, 1); router logits ~ N(0, 1) plus a per-expert offset ~ N(0, 0.3²) (uneven
 loads: at Mixtral's 4096 x 2 pairs the experts get 529 to 1833, at small T some get none),
-top-K of their softmax, renormalised; gate_up ~ N(0, 1/D), down ~ N(0, 1/I).  A numerics case
-crowds every token's first choice onto one expert.
+top-K of their softmax, renormalised; gate_up ~ N(0, 1/D), down ~ N(0, 1/I).  Two numerics
+cases crowd one expert: with every token, and with a random share of them.
 
 Floors: 6 T K D I flops; the bytes are the weights of the experts that can be hit (min(E, T K)
 of them) plus x and out.  At Mixtral-8x7B's sizes a forward of 4096 tokens is compute bound
@@ -112,18 +112,40 @@ def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tup
     return x, index, weights, gate_up, down
 
 
+def _crowded(index: torch.Tensor, experts: int, gen: torch.Generator, share: float) -> torch.Tensor:
+    """``index`` with one random expert among the choices of a random ``share`` of the tokens, at
+    a random slot of each (the expert it displaces is dropped: a token's experts stay distinct).
+
+    Random expert, random slot: the heavy load is the only sign of the case.  With the expert
+    always 0 and always the first choice, a kernel told the case apart by its first column alone
+    and went exact there, while it dropped every pair past an expert capacity of 3x the mean load
+    on all other routings (token dropping, as GShard and Switch do: wrong for any skewed router)."""
+    t, k = index.shape
+    if t == 0 or k == 0 or experts == 0:
+        return index.clone()
+    device = index.device
+    expert = int(torch.randint(0, experts, (1,), generator=gen, device=device))
+    chosen = torch.rand((t,), generator=gen, device=device) < share
+    slot = torch.randint(0, k, (t,), generator=gen, device=device)
+    chosen &= ~(index == expert).any(dim=1)  # tokens that have it keep their choices
+    crowded = index.clone()
+    tokens = torch.nonzero(chosen).reshape(-1)
+    crowded[tokens, slot[tokens]] = expert
+    return crowded
+
+
 def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
-    """Every token's first choice the same expert (one long run, the others short), gates
-    driven into silu's tails (up and down scaled back so the output stays O(1): see
-    fused_mlp), small inputs, and routing weights at two scales."""
+    """One expert crowded with every token (one long run, the others short) and with a random
+    share of a quarter to nine tenths of them (loads between the random draws' and the crowded
+    case's: a kernel that is exact only past some load fails between), gates driven into silu's
+    tails (up and down scaled back so the output stays O(1): see fused_mlp), small inputs, and
+    routing weights at two scales."""
     x, index, weights, gate_up, down = make_inputs(shape, dtype, device, seed)
     gen = generator(device, seed + 1)
-    crowded = index.clone()
-    if index.shape[1] > 0:
-        first = crowded[:, 0].clone()
-        crowded[:, 0] = 0
-        for j in range(1, index.shape[1]):  # keep each token's experts distinct
-            crowded[:, j] = torch.where(crowded[:, j] == 0, first, crowded[:, j])
+    experts = gate_up.shape[0]
+    crowded = _crowded(index, experts, gen, 1.0)
+    share = 0.25 + 0.65 * float(torch.rand((1,), generator=gen, device=device))
+    hot = _crowded(index, experts, gen, share)
 
     def driven(factor: float) -> tuple:
         gu = gate_up.float().clone()
@@ -134,6 +156,7 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     scales = torch.pow(10.0, torch.randint(-1, 1, weights.shape, generator=gen, device=device).float())
     return [
         ("one-crowded-expert", (x, crowded, weights, gate_up, down)),
+        ("hot-expert", (x, hot, weights, gate_up, down)),
         ("saturated-gate", driven(30.0)),
         ("small", ((x.float() * 0.05).to(dtype), index, weights, gate_up, down)),
         ("mixed-routing-scales", (x, index, weights * scales, gate_up, down)),

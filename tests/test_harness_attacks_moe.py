@@ -1,0 +1,55 @@
+"""Red-team pass on the moe_experts problem (CPU, Triton interpreter): kernel files that passed
+``autokernel bench -p moe_experts`` while computing something other than the reference for
+valid inputs, and what catches them now (each test here failed before its fix)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from autokernel.harness import Evaluator
+from autokernel.problems import get_problem
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_harness_attacks import ATTACKS  # noqa: E402
+
+# T*K = 512 pairs over 8 experts: the capacity attack drops pairs past 3x the mean load (192)
+BATCHED = "256x2x8x32x48"
+
+
+def loads(index: torch.Tensor, experts: int) -> torch.Tensor:
+    return torch.bincount(index.reshape(-1), minlength=experts)
+
+
+def test_token_dropping_past_an_expert_capacity_is_incorrect():
+    """The capacity attack goes exact only when every token's first choice is one expert; the
+    crowded cases of the numerics stage must load one expert past its capacity without that
+    signature."""
+    with Evaluator("moe_experts", device="cpu", shapes=[BATCHED], dtypes=["bf16"], timeout_s=120,
+                   timing=False, baselines=False) as ev:
+        result = ev.evaluate(ATTACKS / "moe_experts_capacity_drop.py")
+    assert result.verdict == "incorrect" and result.failed_stage == "numerics", result.message
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_crowded_cases_are_told_apart_by_their_load_alone(seed):
+    """The heavy expert of each crowded case is a random one, at a random slot of each token's
+    choices; one case puts it on every token, the other on a random share of them, and every
+    token's experts stay distinct."""
+    problem = get_problem("moe_experts")
+    shape = {"T": 256, "K": 2, "E": 8, "D": 8, "I": 8}
+    cases = dict(problem.adversarial_inputs(shape, torch.float32, "cpu", seed))
+    hot = []
+    for name in ("one-crowded-expert", "hot-expert"):
+        index = cases[name][1]
+        assert all(len(set(row)) == len(row) for row in index.tolist()), name
+        assert (index >= 0).all() and (index < shape["E"]).all(), name
+        load = loads(index, shape["E"])
+        hot.append(int(load.argmax()))
+        assert len(set(index[:, 0].tolist())) > 1, f"{name}: every token's first choice is one expert"
+        assert (index == hot[-1]).any(1).float().mean() > 0.25, name
+    crowded, share = cases["one-crowded-expert"][1], cases["hot-expert"][1]
+    assert int(loads(crowded, shape["E"]).max()) == shape["T"]
+    assert int(loads(share, shape["E"]).max()) < shape["T"]
