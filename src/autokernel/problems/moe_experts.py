@@ -136,15 +136,15 @@ def _crowded(index: torch.Tensor, experts: int, gen: torch.Generator, share: flo
 
 def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
     """One expert crowded with every token (one long run, the others short) and with a random
-    share of a quarter to nine tenths of them (loads between the random draws' and the crowded
-    case's: a kernel that is exact only past some load fails between), gates driven into silu's
-    tails (up and down scaled back so the output stays O(1): see fused_mlp), small inputs, and
-    routing weights at two scales."""
+    share of half to all of them (loads between the random draws' and the crowded case's: a kernel
+    that went exact only where an expert had every token still dropped pairs below that), gates
+    driven into silu's tails (up and down scaled back so the output stays O(1): see fused_mlp),
+    small inputs, and routing weights at two scales."""
     x, index, weights, gate_up, down = make_inputs(shape, dtype, device, seed)
     gen = generator(device, seed + 1)
     experts = gate_up.shape[0]
     crowded = _crowded(index, experts, gen, 1.0)
-    share = 0.25 + 0.65 * float(torch.rand((1,), generator=gen, device=device))
+    share = 0.5 + 0.5 * float(torch.rand((1,), generator=gen, device=device))
     hot = _crowded(index, experts, gen, share)
 
     def driven(factor: float) -> tuple:
