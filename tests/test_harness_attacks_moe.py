@@ -57,3 +57,24 @@ def test_the_crowded_expert_is_drawn_per_seed():
     hot = {int(loads(dict(problem.adversarial_inputs(shape, torch.float32, "cpu", seed))["one-crowded-expert"][1],
                      shape["E"]).argmax()) for seed in range(12)}
     assert len(hot) > 1, hot
+
+
+def test_a_kernel_that_takes_every_index_to_be_in_range_is_incorrect():
+    """Clamping the index to the last expert adds the pairs the reference leaves out (the
+    expert-parallel sentinel E); the judge draws such pairs in the numerics stage."""
+    with Evaluator("moe_experts", device="cpu", dtypes=["bf16"], timeout_s=120, timing=False, baselines=False) as ev:
+        result = ev.evaluate(ATTACKS / "moe_experts_index_in_range.py")
+    assert result.verdict == "incorrect" and result.failed_stage == "numerics", result.message
+    assert "expert-parallel-sentinels" in result.message, result.message
+
+
+def test_eager_leaves_the_sentinel_pairs_out():
+    problem = get_problem("moe_experts")
+    x, index, weights, gate_up, down = problem.make_inputs({"T": 12, "K": 3, "E": 5, "D": 16, "I": 24},
+                                                           torch.float32, "cpu", 3)
+    index = index.clone()
+    index[::2, 1] = 5  # held elsewhere
+    index[1, 0] = -1
+    args = (x, index, weights, gate_up, down)
+    want = problem.reference(*[a.double() if a.is_floating_point() else a for a in args])
+    assert torch.allclose(problem.eager(*args).double(), want, atol=1e-5, rtol=1e-5)

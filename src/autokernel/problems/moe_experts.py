@@ -2,7 +2,9 @@
 ``kernel_fn(x[T,D], top_k_index[T,K], top_k_weights[T,K], gate_up[E,2I,D], down[E,D,I]) -> [T,D]``.
 
 Each token t went to K experts (``top_k_index``, int64, K distinct experts a token) with
-routing weights ``top_k_weights`` (fp32, as the routers compute them).  Expert e is a SwiGLU MLP
+routing weights ``top_k_weights`` (fp32, as the routers compute them).  An index outside [0, E)
+marks a pair whose expert is held elsewhere (transformers' expert-parallel sentinel is E): it
+adds nothing, whatever its weight.  Expert e is a SwiGLU MLP
 whose gate and up projections are stacked in ``gate_up[e]`` (gate rows first, nn.Linear layout)::
 
     out[t] = sum_k w[t,k] * down[e] @ (silu(g) * u),   [g; u] = gate_up[e] @ x[t],  e = idx[t,k]
@@ -11,7 +13,8 @@ Dims (T, K, E, D, I): tokens, experts a token, experts, model width, expert hidd
 Inputs: x ~ N(0, 1); router logits ~ N(0, 1) plus a per-expert offset ~ N(0, 0.3²) (uneven
 loads: at Mixtral's 4096 x 2 pairs the experts get 529 to 1833, at small T some get none),
 top-K of their softmax, renormalised; gate_up ~ N(0, 1/D), down ~ N(0, 1/I).  Two numerics
-cases crowd one expert: with every token, and with a random share of them.
+cases crowd one expert: with every token, and with a random share of them; one marks a share of
+the pairs with the sentinel.
 
 Floors: 6 T K D I flops; the bytes are the weights of the experts that can be hit (min(E, T K)
 of them) plus x and out.  At Mixtral-8x7B's sizes a forward of 4096 tokens is compute bound
@@ -83,15 +86,15 @@ def eager(x, top_k_index, top_k_weights, gate_up, down):
         g, u = _grouped_mm()(rows, gate_up.transpose(1, 2), offs=ends).chunk(2, dim=-1)
         y = _grouped_mm()(F.silu(g) * u, down.transpose(1, 2), offs=ends)
     else:
-        ends = torch.searchsorted(experts, torch.arange(1, E + 1, device=x.device)).tolist()
-        parts, begin = [], 0
-        for e, end in enumerate(ends):
+        bounds = torch.searchsorted(experts, torch.arange(0, E + 1, device=x.device)).tolist()
+        y = rows.new_zeros((rows.shape[0], x.shape[1]))
+        for e, (begin, end) in enumerate(zip(bounds, bounds[1:])):
             if end > begin:
                 g, u = (rows[begin:end] @ gate_up[e].transpose(0, 1)).chunk(2, dim=-1)
-                parts.append((F.silu(g) * u) @ down[e].transpose(0, 1))
-            begin = end
-        y = torch.cat(parts) if parts else rows.new_zeros((0, x.shape[1]))
+                y[begin:end] = (F.silu(g) * u) @ down[e].transpose(0, 1)
     weighted = y.float() * top_k_weights.reshape(-1)[order, None].float()
+    # sentinel pairs (index outside [0, E)) add nothing: no expert's run holds them
+    weighted = torch.where(((experts >= 0) & (experts < E))[:, None], weighted, 0.0)
     per_pair = torch.empty_like(weighted).index_copy_(0, order, weighted)
     return per_pair.view(T, K, -1).sum(1).to(x.dtype)
 
@@ -139,7 +142,8 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     share of half to all of them (loads between the random draws' and the crowded case's: a kernel
     that went exact only where an expert had every token still dropped pairs below that), gates
     driven into silu's tails (up and down scaled back so the output stays O(1): see fused_mlp),
-    small inputs, and routing weights at two scales."""
+    small inputs, routing weights at two scales, and a quarter of the pairs marked with the
+    expert-parallel sentinel E."""
     x, index, weights, gate_up, down = make_inputs(shape, dtype, device, seed)
     gen = generator(device, seed + 1)
     experts = gate_up.shape[0]
@@ -154,12 +158,17 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
         return (x.float() * factor).to(dtype), index, weights, gu.to(dtype), (down.float() / factor).to(dtype)
 
     scales = torch.pow(10.0, torch.randint(-1, 1, weights.shape, generator=gen, device=device).float())
+    # a quarter of the pairs held elsewhere, their weights kept: a kernel that clamps the index
+    # into range (or reads past the experts) adds them
+    elsewhere = torch.where(torch.rand(index.shape, generator=gen, device=device) < 0.25,
+                            torch.full_like(index, experts), index)
     return [
         ("one-crowded-expert", (x, crowded, weights, gate_up, down)),
         ("hot-expert", (x, hot, weights, gate_up, down)),
         ("saturated-gate", driven(30.0)),
         ("small", ((x.float() * 0.05).to(dtype), index, weights, gate_up, down)),
         ("mixed-routing-scales", (x, index, weights * scales, gate_up, down)),
+        ("expert-parallel-sentinels", (x, elsewhere, weights, gate_up, down)),
     ]
 
 
