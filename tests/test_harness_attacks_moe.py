@@ -78,3 +78,13 @@ def test_eager_leaves_the_sentinel_pairs_out():
     args = (x, index, weights, gate_up, down)
     want = problem.reference(*[a.double() if a.is_floating_point() else a for a in args])
     assert torch.allclose(problem.eager(*args).double(), want, atol=1e-5, rtol=1e-5)
+
+
+def test_an_output_kept_by_a_fingerprint_of_some_inputs_is_a_cached_output():
+    """Kept by the tokens and routing, not the experts' weights: the smoke stage rewrites each
+    floating-point input alone and the output must follow."""
+    with Evaluator("moe_experts", device="cpu", dtypes=["bf16"], timeout_s=120, timing=False, baselines=False) as ev:
+        result = ev.evaluate(ATTACKS / "moe_experts_cache_without_weights.py")
+    assert result.verdict == "rejected" and result.failed_stage == "smoke", result.message
+    assert any(f.rule == "cached-output" for f in result.integrity), result.message
+    assert "alone" in result.message, result.message
