@@ -88,3 +88,22 @@ def test_an_output_kept_by_a_fingerprint_of_some_inputs_is_a_cached_output():
     assert result.verdict == "rejected" and result.failed_stage == "smoke", result.message
     assert any(f.rule == "cached-output" for f in result.integrity), result.message
     assert "alone" in result.message, result.message
+
+
+def test_bf16_hidden_activations_kept_in_fp16_are_incorrect():
+    """Past 65504 the fp16 copy of h is inf; the numerics stage has a bf16 case with |h| ~ 1e5."""
+    with Evaluator("moe_experts", device="cpu", dtypes=["bf16"], timeout_s=120, timing=False, baselines=False) as ev:
+        result = ev.evaluate(ATTACKS / "moe_experts_fp16_hidden.py")
+    assert result.verdict == "incorrect" and result.failed_stage == "numerics", result.message
+    assert "massive-activations" in result.message, result.message
+
+
+def test_the_massive_activations_case_passes_fp16_and_fits_bf16():
+    problem = get_problem("moe_experts")
+    shape = {"T": 16, "K": 2, "E": 4, "D": 32, "I": 48}
+    assert "massive-activations" not in dict(problem.adversarial_inputs(shape, torch.float16, "cpu", 0))
+    x, index, weights, gate_up, down = dict(problem.adversarial_inputs(shape, torch.bfloat16, "cpu", 0))["massive-activations"]
+    g, u = (x.double() @ gate_up[0].double().T).chunk(2, dim=-1)
+    assert float((torch.nn.functional.silu(g) * u).abs().max()) > 65504
+    out = problem.reference(x.double(), index, weights.double(), gate_up.double(), down.double())
+    assert 0.05 < float(out.abs().mean()) < 5  # the output stays O(1)

@@ -115,6 +115,9 @@ def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tup
     return x, index, weights, gate_up, down
 
 
+MASSIVE = 300.0  # the massive-activations case's scale of x: g and u ~ 300, h ~ 1e5
+
+
 def _crowded(index: torch.Tensor, experts: int, gen: torch.Generator, share: float) -> torch.Tensor:
     """``index`` with one random expert among the choices of a random ``share`` of the tokens, at
     a random slot of each (the expert it displaces is dropped: a token's experts stay distinct).
@@ -142,8 +145,8 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     share of half to all of them (loads between the random draws' and the crowded case's: a kernel
     that went exact only where an expert had every token still dropped pairs below that), gates
     driven into silu's tails (up and down scaled back so the output stays O(1): see fused_mlp),
-    small inputs, routing weights at two scales, and a quarter of the pairs marked with the
-    expert-parallel sentinel E."""
+    small inputs, routing weights at two scales, a quarter of the pairs marked with the
+    expert-parallel sentinel E, and (bf16, fp32) hidden activations past fp16's range."""
     x, index, weights, gate_up, down = make_inputs(shape, dtype, device, seed)
     gen = generator(device, seed + 1)
     experts = gate_up.shape[0]
@@ -162,7 +165,7 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     # into range (or reads past the experts) adds them
     elsewhere = torch.where(torch.rand(index.shape, generator=gen, device=device) < 0.25,
                             torch.full_like(index, experts), index)
-    return [
+    cases = [
         ("one-crowded-expert", (x, crowded, weights, gate_up, down)),
         ("hot-expert", (x, hot, weights, gate_up, down)),
         ("saturated-gate", driven(30.0)),
@@ -170,6 +173,12 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
         ("mixed-routing-scales", (x, index, weights * scales, gate_up, down)),
         ("expert-parallel-sentinels", (x, elsewhere, weights, gate_up, down)),
     ]
+    if dtype != torch.float16:
+        # hidden activations past fp16's range (|h| ~ 1e5), down scaled back so the output stays
+        # O(1): a bf16 kernel that keeps h in fp16 turns them into inf (fp16 inputs hold no such h)
+        cases.append(("massive-activations", ((x.float() * MASSIVE).to(dtype), index, weights, gate_up,
+                                              (down.float() / MASSIVE ** 2).to(dtype))))
+    return cases
 
 
 def flops(shape: Shape) -> float:
