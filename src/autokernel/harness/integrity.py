@@ -8,8 +8,9 @@ Every finding names one of ``RULES``:
                        (NaN, then a second value) and an element that follows the poison was
                        left as it was allocated;
 ``cached-output``      the output did not follow new values written into the same input
-                       tensors, reused the storage of an earlier output, or was wrong on the
-                       timing inputs when re-checked after timing;
+                       tensors (all of them, or one floating-point input alone), reused the
+                       storage of an earlier output, or was wrong on the timing inputs when
+                       re-checked after timing;
 ``torch-op``           the kernel called a PyTorch compute op (recorded under a dispatch mode:
                        allow-list mode for built-in problems, block-list mode when the problem
                        gives ``forbidden_ops``), or reached for the tools that hide ops from it;

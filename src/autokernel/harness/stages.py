@@ -7,7 +7,9 @@ Stages, in order, stopping at the first failure:
                  called again — its output must follow the new reference and must not reuse
                  the storage of the first output (the kernel gets a fresh copy of the set on
                  every call, as timed calls get fresh draws: a result kept by the input's data
-                 pointer comes back where the allocator hands the same memory out again);
+                 pointer comes back where the allocator hands the same memory out again); then
+                 each floating-point input rewritten alone, in turn (a result kept by a
+                 fingerprint of only some of the inputs comes back when only the others change);
 ``sweep``        every target shape x every dtype (the smoke case excepted);
 ``numerics``     ``problem.adversarial_inputs`` at every target shape x every dtype (passes with
                  a note when the problem has none): a kernel picks its code path by size, so
@@ -628,6 +630,49 @@ def _rewritten_in_place(judge: Judge, case: Case) -> Case:
     return Case(case.shape, case.dtype, with_scalars_of(case.args, fresh.args), case.name)
 
 
+def _one_rewritten_in_place(judge: Judge, case: Case, i: int) -> None:
+    """Fresh values copied into the ``i``-th tensor of ``case`` only; the other tensors and the
+    scalars keep the values they were drawn with."""
+    fresh = judge.make_case(case.shape, case.dtype)
+    with torch.no_grad():
+        tensors_of(case.args)[i].copy_(tensors_of(fresh.args)[i])
+    del fresh
+    judge.sync()
+
+
+def _raise_if_stale(judge: Judge, case: Case, result: CaseResult, refs_before: Any, what: str) -> None:
+    if result.verdict.ok:
+        return
+    stale = compare.compare_outputs(result.outs[0], refs_before, judge.meta(case), judge.problem.tolerance(case.dtype),
+                                    judge.chunk)
+    if stale.ok:
+        raise Rejection("cached-output", f"after new values were written into {what} the kernel "
+                        f"still returned the old result ({case.label})")
+
+
+def _check_each_input_alone(judge: Judge, case: Case, refs_before: Any) -> int:
+    """Each floating-point input rewritten alone, in turn: the output must not stay the old one.
+    A result kept by a fingerprint of some of the inputs (moe_experts: the tokens and their
+    routing, not the experts' weights) passed every stage, no two of the judge's draws sharing
+    those inputs.  Only a stale output is a finding here: a mix of two draws need not be a
+    valid input of every problem (integer inputs, drawn with scalars or with one another, are
+    left as they were).  Returns how many inputs were checked."""
+    tensors = tensors_of(case.args)
+    if len(tensors) < 2:
+        return 0  # the rewrite of every input was this check
+    checked = 0
+    for i, t in enumerate(tensors):
+        if not t.is_floating_point():
+            continue
+        _one_rewritten_in_place(judge, case, i)
+        result = judge.run_case(case)
+        _raise_if_stale(judge, case, result, refs_before, f"input {i} alone")
+        refs_before = result.refs
+        del result
+        checked += 1
+    return checked
+
+
 def stage_smoke(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
     case = judge.make_case(smallest(plan.shapes), plan.dtypes[0])
     first = _checked(judge, tally, case)
@@ -636,15 +681,14 @@ def stage_smoke(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
     del first  # its outputs: only the reference is needed from here
     case = _rewritten_in_place(judge, case)
     second = judge.run_case(case)
-    if not second.verdict.ok:
-        stale = compare.compare_outputs(second.outs[0], refs_before, judge.meta(case), judge.problem.tolerance(case.dtype),
-                                        judge.chunk)
-        if stale.ok:
-            raise Rejection("cached-output", f"after new values were written into the same input tensors the kernel "
-                            f"still returned the old result ({case.label})")
+    _raise_if_stale(judge, case, second, refs_before, "the same input tensors")
     tally.add(second.verdict, case.label + " (inputs rewritten in place)")
     judge.fail_if_wrong(second, case)
-    return f"{case.label}; output followed inputs rewritten in place"
+    refs_before = second.refs
+    del second
+    alone = _check_each_input_alone(judge, case, refs_before)
+    note = f", and each of {alone} floating-point inputs alone" if alone else ""
+    return f"{case.label}; output followed inputs rewritten in place{note}"
 
 
 def stage_sweep(judge: Judge, plan: StagePlan, tally: StageTally) -> str:

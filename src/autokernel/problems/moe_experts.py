@@ -2,7 +2,9 @@
 ``kernel_fn(x[T,D], top_k_index[T,K], top_k_weights[T,K], gate_up[E,2I,D], down[E,D,I]) -> [T,D]``.
 
 Each token t went to K experts (``top_k_index``, int64, K distinct experts a token) with
-routing weights ``top_k_weights`` (fp32, as the routers compute them).  Expert e is a SwiGLU MLP
+routing weights ``top_k_weights`` (fp32, as the routers compute them).  An index outside [0, E)
+marks a pair whose expert is held elsewhere (transformers' expert-parallel sentinel is E): it
+adds nothing, whatever its weight.  Expert e is a SwiGLU MLP
 whose gate and up projections are stacked in ``gate_up[e]`` (gate rows first, nn.Linear layout)::
 
     out[t] = sum_k w[t,k] * down[e] @ (silu(g) * u),   [g; u] = gate_up[e] @ x[t],  e = idx[t,k]
@@ -10,8 +12,9 @@ whose gate and up projections are stacked in ``gate_up[e]`` (gate rows first, nn
 Dims (T, K, E, D, I): tokens, experts a token, experts, model width, expert hidden width.
 Inputs: x ~ N(0, 1); router logits ~ N(0, 1) plus a per-expert offset ~ N(0, 0.3²) (uneven
 loads: in one draw at Mixtral's 4096 x 2 pairs the experts got 529 to 1833; at small T some get none),
-top-K of their softmax, renormalised; gate_up ~ N(0, 1/D), down ~ N(0, 1/I).  A numerics case
-crowds every token's first choice onto one expert.
+top-K of their softmax, renormalised; gate_up ~ N(0, 1/D), down ~ N(0, 1/I).  Two numerics
+cases crowd one expert: with every token, and with a random share of them; one marks a share of
+the pairs with the sentinel.
 
 Floors: 6 T K D I flops; the bytes are the weights of the experts that can be hit (min(E, T K)
 of them) plus x and out.  On an H200 (730 TFLOP/s bf16 as cuBLAS reaches it, 4.2 TB/s):
@@ -85,15 +88,15 @@ def eager(x, top_k_index, top_k_weights, gate_up, down):
         g, u = _grouped_mm()(rows, gate_up.transpose(1, 2), offs=ends).chunk(2, dim=-1)
         y = _grouped_mm()(F.silu(g) * u, down.transpose(1, 2), offs=ends)
     else:
-        ends = torch.searchsorted(experts, torch.arange(1, E + 1, device=x.device)).tolist()
-        parts, begin = [], 0
-        for e, end in enumerate(ends):
+        bounds = torch.searchsorted(experts, torch.arange(0, E + 1, device=x.device)).tolist()
+        y = rows.new_zeros((rows.shape[0], x.shape[1]))
+        for e, (begin, end) in enumerate(zip(bounds, bounds[1:])):
             if end > begin:
                 g, u = (rows[begin:end] @ gate_up[e].transpose(0, 1)).chunk(2, dim=-1)
-                parts.append((F.silu(g) * u) @ down[e].transpose(0, 1))
-            begin = end
-        y = torch.cat(parts) if parts else rows.new_zeros((0, x.shape[1]))
+                y[begin:end] = (F.silu(g) * u) @ down[e].transpose(0, 1)
     weighted = y.float() * top_k_weights.reshape(-1)[order, None].float()
+    # sentinel pairs (index outside [0, E)) add nothing: no expert's run holds them
+    weighted = torch.where(((experts >= 0) & (experts < E))[:, None], weighted, 0.0)
     per_pair = torch.empty_like(weighted).index_copy_(0, order, weighted)
     return per_pair.view(T, K, -1).sum(1).to(x.dtype)
 
@@ -114,18 +117,44 @@ def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tup
     return x, index, weights, gate_up, down
 
 
+MASSIVE = 300.0  # the massive-activations case's scale of x: g and u ~ 300, h ~ 1e5
+
+
+def _crowded(index: torch.Tensor, experts: int, gen: torch.Generator, share: float) -> torch.Tensor:
+    """``index`` with one random expert among the choices of a random ``share`` of the tokens, at
+    a random slot of each (the expert it displaces is dropped: a token's experts stay distinct).
+
+    Random expert, random slot: the heavy load is the only sign of the case.  With the expert
+    always 0 and always the first choice, a kernel told the case apart by its first column alone
+    and went exact there, while it dropped every pair past an expert capacity of 3x the mean load
+    on all other routings (token dropping, as GShard and Switch do: wrong for any skewed router)."""
+    t, k = index.shape
+    if t == 0 or k == 0 or experts == 0:
+        return index.clone()
+    device = index.device
+    expert = int(torch.randint(0, experts, (1,), generator=gen, device=device))
+    chosen = torch.rand((t,), generator=gen, device=device) < share
+    slot = torch.randint(0, k, (t,), generator=gen, device=device)
+    chosen &= ~(index == expert).any(dim=1)  # tokens that have it keep their choices
+    crowded = index.clone()
+    tokens = torch.nonzero(chosen).reshape(-1)
+    crowded[tokens, slot[tokens]] = expert
+    return crowded
+
+
 def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
-    """Every token's first choice the same expert (one long run, the others short), gates
-    driven into silu's tails (up and down scaled back so the output stays O(1): see
-    fused_mlp), small inputs, and routing weights at two scales."""
+    """One expert crowded with every token (one long run, the others short) and with a random
+    share of half to all of them (loads between the random draws' and the crowded case's: a kernel
+    that went exact only where an expert had every token still dropped pairs below that), gates
+    driven into silu's tails (up and down scaled back so the output stays O(1): see fused_mlp),
+    small inputs, routing weights at two scales, a quarter of the pairs marked with the
+    expert-parallel sentinel E, and (bf16, fp32) hidden activations past fp16's range."""
     x, index, weights, gate_up, down = make_inputs(shape, dtype, device, seed)
     gen = generator(device, seed + 1)
-    crowded = index.clone()
-    if index.shape[1] > 0:
-        first = crowded[:, 0].clone()
-        crowded[:, 0] = 0
-        for j in range(1, index.shape[1]):  # keep each token's experts distinct
-            crowded[:, j] = torch.where(crowded[:, j] == 0, first, crowded[:, j])
+    experts = gate_up.shape[0]
+    crowded = _crowded(index, experts, gen, 1.0)
+    share = 0.5 + 0.5 * float(torch.rand((1,), generator=gen, device=device))
+    hot = _crowded(index, experts, gen, share)
 
     def driven(factor: float) -> tuple:
         gu = gate_up.float().clone()
@@ -134,12 +163,24 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
         return (x.float() * factor).to(dtype), index, weights, gu.to(dtype), (down.float() / factor).to(dtype)
 
     scales = torch.pow(10.0, torch.randint(-1, 1, weights.shape, generator=gen, device=device).float())
-    return [
+    # a quarter of the pairs held elsewhere, their weights kept: a kernel that clamps the index
+    # into range (or reads past the experts) adds them
+    elsewhere = torch.where(torch.rand(index.shape, generator=gen, device=device) < 0.25,
+                            torch.full_like(index, experts), index)
+    cases = [
         ("one-crowded-expert", (x, crowded, weights, gate_up, down)),
+        ("hot-expert", (x, hot, weights, gate_up, down)),
         ("saturated-gate", driven(30.0)),
         ("small", ((x.float() * 0.05).to(dtype), index, weights, gate_up, down)),
         ("mixed-routing-scales", (x, index, weights * scales, gate_up, down)),
+        ("expert-parallel-sentinels", (x, elsewhere, weights, gate_up, down)),
     ]
+    if dtype != torch.float16:
+        # hidden activations past fp16's range (|h| ~ 1e5), down scaled back so the output stays
+        # O(1): a bf16 kernel that keeps h in fp16 turns them into inf (fp16 inputs hold no such h)
+        cases.append(("massive-activations", ((x.float() * MASSIVE).to(dtype), index, weights, gate_up,
+                                              (down.float() / MASSIVE ** 2).to(dtype))))
+    return cases
 
 
 def flops(shape: Shape) -> float:
