@@ -16,6 +16,7 @@ evaluation times into the loop's experiments per hour with the same agent
 from __future__ import annotations
 
 import argparse
+import csv
 import inspect
 import json
 import statistics
@@ -48,17 +49,19 @@ def replay(kind: str, log: Path, device: str, most: int | None = None) -> dict:
 
 
 def agent_seconds(results_tsv: Path) -> dict[int, float]:
-    """Per experiment: the loop row's wall time less its evaluation's (the agent's proposal)."""
-    from autokernel.loop.results import read_results
-
+    """Per experiment: the loop row's wall time less its evaluation's (the agent's proposal).
+    The rows are read as plain dicts: only the experiment number and the wall time are needed."""
     out = {}
     workdir = results_tsv.parent
-    for row in read_results(results_tsv):
-        found = list(workdir.glob(f"logs/*/*/exp_{row.experiment:04d}.json"))
-        if not found or not row.wall_s:
+    with results_tsv.open(newline="") as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    for row in rows:
+        number = int(row["experiment"])
+        found = list(workdir.glob(f"logs/*/*/exp_{number:04d}.json"))
+        if not found or not row.get("wall_s"):
             continue
         evaluation = json.loads(found[0].read_text())
-        out[row.experiment] = max(0.0, row.wall_s - float(evaluation.get("wall_s") or 0.0))
+        out[number] = max(0.0, float(row["wall_s"]) - float(evaluation.get("wall_s") or 0.0))
     return out
 
 

@@ -1,8 +1,10 @@
 """The arithmetic of the benchmark scripts whose numbers BENCHMARKS.md publishes."""
 from __future__ import annotations
 
+import gc
 import importlib.util
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,16 @@ def _load(name: str):
         sys.path.remove(str(BENCHMARKS))
 
 
+def _closing_files(fn):
+    """``fn()``, failing on a file it left open (the scripts once left results.tsv to the collector)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        value = fn()
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)], [str(w.message) for w in caught]
+    return value
+
+
 def _results(folder: Path, rows: list[tuple[str, float]]) -> None:
     folder.mkdir(parents=True)
     lines = ["experiment\tstatus\twall_s"] + [f"{i}\t{status}\t{wall}" for i, (status, wall) in enumerate(rows)]
@@ -31,7 +43,7 @@ def test_loop_cost_leaves_the_cold_first_evaluation_out(tmp_path, capsys):
     table = _load("loop_cost_table")
     _results(tmp_path / "old" / "loop_rmsnorm", [("baseline", 30.0), ("revert", 2.0), ("revert", 2.0), ("keep", 2.0)])
     _results(tmp_path / "new" / "loop_rmsnorm", [("baseline", 40.0), ("revert", 1.0), ("revert", 3.0)])
-    old = table.summary(table.rows_of(tmp_path / "old", "rmsnorm"))
+    old = table.summary(_closing_files(lambda: table.rows_of(tmp_path / "old", "rmsnorm")))
     assert old["n"] == 3 and old["median"] == 2.0 and old["per_hour"] == pytest.approx(1800.0)
     assert old["statuses"] == "revert 2, keep 1"
     sys.argv = ["loop_cost_table.py", str(tmp_path / "old"), str(tmp_path / "new")]
@@ -61,7 +73,7 @@ def test_judge_replay_counts_the_agents_share_of_each_row_with_either_judge(tmp_
     logs.mkdir(parents=True)
     for number, evaluation_s in ((0, 29.0), (1, 2.0), (2, 1.0)):
         (logs / f"exp_{number:04d}.json").write_text(f'{{"wall_s": {evaluation_s}}}')
-    agent = replay.agent_seconds(work / "results.tsv")
+    agent = _closing_files(lambda: replay.agent_seconds(work / "results.tsv"))
     assert agent == {0: 1.0, 1: 10.0, 2: 1.0}
     new = {"rows": [{"experiment": 1, "verdict": "slower", "wall_s": 2.0, "phases": {"screen": 1.5}},
                     {"experiment": 2, "verdict": "slower", "wall_s": 1.0, "phases": {"screen": 0.5}}]}
