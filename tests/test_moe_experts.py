@@ -235,3 +235,19 @@ def test_run_on_hf_mixtral_applies_the_experts_kernel_and_verifies(tmp_path):
     verified = json.loads((wd / "verify.json").read_text())
     assert verified["passed"] is True and verified["model"] == "hf:mixtral"
     assert ["model.model.layers.0.mlp.experts", "moe_experts"] in verified["replaced"]
+
+
+# ------------------------------------------------------------------ command line
+@needs_hf
+def test_profile_prints_the_small_default_moe_config_it_used(tmp_path):
+    """The model line names the MoE settings the user did not set; it is in square brackets,
+    which must reach the terminal as text, not be taken for rich markup and dropped."""
+    from typer.testing import CliRunner
+
+    from autokernel.cli import app
+
+    res = CliRunner().invoke(app, ["profile", "--model", "hf:mixtral", "--device", "cpu", "--input-shape", "1x8",
+                                   "--iters", "1", "--warmup", "0", "--config", SMALL_MIXTRAL,
+                                   "--out", str(tmp_path / "plan.json")])
+    assert res.exit_code == 0, res.output
+    assert "[mixture of experts: small default config max_position_embeddings=4096;" in " ".join(res.output.split())
