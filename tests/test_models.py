@@ -227,6 +227,27 @@ def test_hf_spec_with_transformers():
         load_model("hf:llama", config_overrides={"no_such_setting": "1"})
 
 
+def test_hf_architecture_without_sdpa_is_built_with_its_own_attention():
+    """gpt_oss refuses attn_implementation="sdpa"; the refusal marked the config as sdpa, so the
+    plain retry was refused too and hf:gpt_oss could not be built at all."""
+    pytest.importorskip("transformers")
+    loaded = load_model("hf:gpt_oss", input_shape=[1, 8], config_overrides=(
+        "hidden_size=32,intermediate_size=32,num_hidden_layers=1,num_attention_heads=4,num_key_value_heads=2,"
+        "head_dim=8,vocab_size=64,num_local_experts=4"))
+    with torch.no_grad():
+        assert loaded.model(*loaded.make_inputs(0)).shape == (1, 8, 64)
+
+
+def test_the_small_moe_vocabulary_keeps_the_padding_id_inside_it():
+    """flex_olmo pads with id 100277; the small MoE default vocabulary (4096) must not leave it
+    outside the embedding table (transformers refused to build the model)."""
+    pytest.importorskip("transformers")
+    loaded = load_model("hf:flex_olmo", input_shape=[1, 8], config_overrides="num_hidden_layers=1")
+    assert "vocab_size=4096" in loaded.description
+    with torch.no_grad():
+        assert loaded.model(*loaded.make_inputs(0)).shape == (1, 8, 4096)
+
+
 # ------------------------------------------------------------------ CLI: exit 2, one line
 def _cli(args, cwd):
     return CliRunner().invoke(app, args, catch_exceptions=False)

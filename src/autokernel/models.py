@@ -22,6 +22,7 @@ Every user mistake raises :class:`ModelSpecError` with a one-line message.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import importlib.util
@@ -416,7 +417,12 @@ def moe_small_overrides(default: Any, overrides: dict[str, Any]) -> dict[str, An
     """The small MoE config settings the user did not set (none for a dense architecture)."""
     if not any(isinstance(getattr(default, a, None), int) and getattr(default, a) > 1 for a in MOE_EXPERT_ATTRS):
         return {}
-    return {k: v for k, v in MOE_SMALL_CONFIG.items() if hasattr(default, k) and k not in overrides}
+    small = {k: v for k, v in MOE_SMALL_CONFIG.items() if hasattr(default, k) and k not in overrides}
+    pad = getattr(default, "pad_token_id", None)
+    vocab = small.get("vocab_size")
+    if vocab is not None and "pad_token_id" not in overrides and isinstance(pad, int) and pad >= vocab:
+        small["pad_token_id"] = vocab - 1  # the embedding's padding row must lie inside the smaller table
+    return small
 
 
 def _build_hf(arch: str, overrides: dict[str, Any], device: str) -> tuple[nn.Module, str, list[int] | None]:
@@ -450,7 +456,8 @@ def _build_hf(arch: str, overrides: dict[str, Any], device: str) -> tuple[nn.Mod
     try:
         with torch.device(device):
             try:
-                model = auto.from_config(config, attn_implementation="sdpa")
+                # a copy: a refused "sdpa" stays marked on the config it was asked of
+                model = auto.from_config(copy.deepcopy(config), attn_implementation="sdpa")
             except (TypeError, ValueError, ImportError):
                 model = auto.from_config(config)
     except Exception as exc:
