@@ -280,3 +280,16 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path, monkeypatch, args, messag
     assert message in lines[0]
     assert "Traceback" not in result.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize("arch,config", [("deepseek_v2", "num_experts_per_tok=2"), ("deepseek_v3", None)])
+def test_the_small_moe_config_keeps_deepseek_buildable_and_with_experts(arch, config):
+    """DeepSeek's attention has as many kv heads as query heads; the small MoE default's 4 of 8
+    broke its forward ("input 1x8 does not fit"), and V3's first 3 dense layers left the 2 small
+    layers without experts.  (V2's default config leaves num_experts_per_tok unset.)"""
+    pytest.importorskip("transformers")
+    loaded = load_model(f"hf:{arch}", input_shape=[1, 8], config_overrides=config)
+    assert "num_key_value_heads=8" in loaded.description
+    with torch.no_grad():
+        assert loaded.model(*loaded.make_inputs(0)).shape == (1, 8, 4096)
+    assert any(name.endswith("mlp.experts") for name, _ in loaded.model.named_modules())

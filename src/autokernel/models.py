@@ -418,6 +418,13 @@ def moe_small_overrides(default: Any, overrides: dict[str, Any]) -> dict[str, An
     if not any(isinstance(getattr(default, a, None), int) and getattr(default, a) > 1 for a in MOE_EXPERT_ATTRS):
         return {}
     small = {k: v for k, v in MOE_SMALL_CONFIG.items() if hasattr(default, k) and k not in overrides}
+    heads, kv_heads = getattr(default, "num_attention_heads", None), getattr(default, "num_key_value_heads", None)
+    if "num_key_value_heads" in small and heads == kv_heads:
+        # no grouped-query attention at full size (DeepSeek's latent attention needs it): none when small
+        small["num_key_value_heads"] = overrides.get("num_attention_heads", small.get("num_attention_heads"))
+    dense_first = getattr(default, "first_k_dense_replace", None)
+    if isinstance(dense_first, int) and dense_first > 1 and "first_k_dense_replace" not in overrides:
+        small["first_k_dense_replace"] = 1  # DeepSeek-V3's first 3 layers are dense: 2 layers had no experts
     pad = getattr(default, "pad_token_id", None)
     vocab = small.get("vocab_size")
     if vocab is not None and "pad_token_id" not in overrides and isinstance(pad, int) and pad >= vocab:
