@@ -204,6 +204,31 @@ def test_a_call_the_kernel_was_not_judged_on_runs_the_module_own_forward(tmp_pat
     assert OP_CALLS[op] == before + 2
 
 
+def test_half_precision_routing_weights_reach_the_kernel_in_fp32(tmp_path):
+    """Qwen2-MoE's router hands the experts bf16 weights in a bf16 model; the kernel was judged
+    on fp32 ones (the signature's), so it gets them in fp32 (exact), not a dtype it never saw."""
+    from autokernel.kernels import __file__ as kernels_init
+    from pathlib import Path
+
+    checked = (Path(kernels_init).with_name("moe_experts.py").read_text()
+               + "\n_judged = kernel_fn\n\n\ndef kernel_fn(x, index, weights, gate_up, down):\n"
+               "    if weights.dtype != torch.float32:\n"
+               "        raise TypeError(f'routing weights in {weights.dtype}')\n"
+               "    return _judged(x, index, weights, gate_up, down)\n")
+    model = nn.Sequential()
+    model.add_module("experts", Experts())
+    patched = apply(model, make_workdir(tmp_path / "wd", [experts_problem(["experts"], D=32, I=24)], model="custom",
+                                        kernels={"moe_experts": checked}))
+    assert patched._autokernel_replaced == [("experts", "moe_experts")]
+    op = patched._autokernel_ops["moe_experts"]
+    x, index, weights, _, _ = routed()
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        got = patched.experts(x, index, weights.bfloat16())
+        assert rel(got, model.experts.forward(x, index, weights.bfloat16().float())) < 1e-5
+    assert OP_CALLS[op] == before + 1
+
+
 def test_torch_compile_traces_the_patched_experts_in_one_graph(tmp_path):
     model = nn.Sequential()
     model.add_module("experts", Experts())
