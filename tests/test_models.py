@@ -293,3 +293,34 @@ def test_the_small_moe_config_keeps_deepseek_buildable_and_with_experts(arch, co
     with torch.no_grad():
         assert loaded.model(*loaded.make_inputs(0)).shape == (1, 8, 4096)
     assert any(name.endswith("mlp.experts") for name, _ in loaded.model.named_modules())
+
+
+@pytest.mark.parametrize("config,message", [
+    ("num_local_experts=4,num_experts_per_tok=8", "num_experts_per_tok=8 experts a token is more than the 4 experts"),
+    ("num_local_experts=1", "num_experts_per_tok=2 experts a token is more than the 1 experts"),
+    ("num_local_experts=0", "num_local_experts=0"),
+    ("num_experts_per_tok=0", "num_experts_per_tok=0"),
+])
+def test_an_moe_config_routing_more_experts_than_there_are_is_a_config_error(tmp_path, config, message):
+    """Not 'input 1x8 does not fit hf:mixtral: ... selected index k out of range' from the forward."""
+    pytest.importorskip("transformers")
+    result = _cli(["profile", "--model", "hf:mixtral", "--device", "cpu", "--input-shape", "1x8", "--config", config,
+                   "--out", str(tmp_path / "plan.json")], tmp_path)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("autokernel: error: hf:mixtral config") and message in lines[0]
+    assert "does not fit" not in lines[0]
+
+
+def test_a_config_with_per_layer_settings_gets_the_small_moe_default_not_a_traceback():
+    """dots3_note's config raises (not AttributeError) on reading a per-layer setting such as
+    num_attention_heads globally; `hasattr` let that through as a traceback."""
+    transformers = pytest.importorskip("transformers")
+    try:
+        transformers.AutoConfig.for_model("dots3_note_text")
+    except (ValueError, KeyError):
+        pytest.skip("this transformers has no dots3_note_text")
+    loaded = load_model("hf:dots3_note_text", input_shape=[1, 8], config_overrides="num_hidden_layers=2",
+                        validate=False)
+    assert "num_attention_heads=8, num_key_value_heads=8" in loaded.description
+    assert any(name.endswith("mlp.experts") for name, _ in loaded.model.named_modules())
