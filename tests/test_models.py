@@ -300,15 +300,17 @@ def test_the_small_moe_config_keeps_deepseek_buildable_and_with_experts(arch, co
     ("num_local_experts=1", "num_experts_per_tok=2 experts a token is more than the 1 experts"),
     ("num_local_experts=0", "num_local_experts=0"),
     ("num_experts_per_tok=0", "num_experts_per_tok=0"),
+    ("hf:deepseek_v2", "num_experts_per_tok (experts a token) is not set"),  # its default config's gap
 ])
 def test_an_moe_config_routing_more_experts_than_there_are_is_a_config_error(tmp_path, config, message):
     """Not 'input 1x8 does not fit hf:mixtral: ... selected index k out of range' from the forward."""
     pytest.importorskip("transformers")
-    result = _cli(["profile", "--model", "hf:mixtral", "--device", "cpu", "--input-shape", "1x8", "--config", config,
+    model, config = (config, "num_hidden_layers=2") if config.startswith("hf:") else ("hf:mixtral", config)
+    result = _cli(["profile", "--model", model, "--device", "cpu", "--input-shape", "1x8", "--config", config,
                    "--out", str(tmp_path / "plan.json")], tmp_path)
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("autokernel: error: hf:mixtral config") and message in lines[0]
+    assert len(lines) == 1 and lines[0].startswith(f"autokernel: error: {model} config") and message in lines[0]
     assert "does not fit" not in lines[0]
 
 

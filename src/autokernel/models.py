@@ -449,10 +449,13 @@ def moe_small_overrides(default: Any, overrides: dict[str, Any]) -> dict[str, An
 
 
 def moe_routing_error(config: Any) -> str | None:
-    """What makes an MoE config's routing impossible: no experts, or more experts a token than
-    there are (the forward's top-k fails with 'selected index k out of range')."""
+    """What makes an MoE config's routing impossible: no experts, more experts a token than there
+    are (the forward's top-k fails with 'selected index k out of range'), or experts a token
+    left unset (DeepSeek-V2's default config: 'topk(): argument k must be int, not NoneType')."""
     name = next((a for a in MOE_EXPERT_ATTRS if isinstance(_setting(config, a), int)), None)
     per_token = _setting(config, "num_experts_per_tok")
+    if name is not None and per_token is None and _setting(config, name) > 1 and _has_setting(config, "num_experts_per_tok"):
+        return "num_experts_per_tok (experts a token) is not set"
     if name is None or not isinstance(per_token, int):
         return None
     experts = _setting(config, name)
