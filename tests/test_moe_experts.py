@@ -276,3 +276,22 @@ def test_profile_prints_the_small_default_moe_config_it_used(tmp_path):
                                    "--out", str(tmp_path / "plan.json")])
     assert res.exit_code == 0, res.output
     assert "[mixture of experts: small default config max_position_embeddings=4096;" in " ".join(res.output.split())
+
+
+@needs_hf
+@pytest.mark.parametrize("arch,config,why", [
+    ("gpt_oss", "hidden_size=32,intermediate_size=32,num_hidden_layers=1,num_attention_heads=4,num_key_value_heads=2,"
+                "head_dim=8,vocab_size=64,num_local_experts=4", "transposed, interleaved gate/up, biased"),
+    ("llama4_text", "hidden_size=32,intermediate_size=48,intermediate_size_mlp=64,num_hidden_layers=1,"
+                    "num_attention_heads=4,num_key_value_heads=2,vocab_size=64,num_local_experts=4",
+     "gate_up_proj [4, 32, 96], down_proj [4, 48, 32]"),
+])
+def test_experts_in_another_layout_are_uncovered_with_the_reason_not_matmul(arch, config, why):
+    """Their GEMMs ran under the experts module with no nn.Linear for apply to switch: counted as
+    `matmul`, they made the plan claim 70-88% of the time it could never cover."""
+    loaded = load_model(f"hf:{arch}", config_overrides=config, input_shape=[1, 8], dtype=torch.float32)
+    plan = profile_model(loaded, warmup=1, iters=1)
+    assert not any(p.kind == "moe_experts" for p in plan.problems)
+    assert not any(m.endswith(".experts") for p in plan.problems for m in p.modules)
+    experts = [u for u in plan.uncovered if "(experts:" in u.name]
+    assert len(experts) == 1 and why in experts[0].name and experts[0].fraction > 0.01, plan.uncovered[:3]
