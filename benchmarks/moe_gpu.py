@@ -115,6 +115,10 @@ def fmt(x, digits: int = 3) -> str:
     return "—" if x is None else f"{x:.{digits}f}"
 
 
+def times(x) -> str:
+    return "—" if x is None else f"{x:.2f}x"
+
+
 def markdown(rows: list[dict]) -> str:
     lines = ["| shape | T,K,E,D,I | tokens/expert | starter ms | grouped ms | loop ms | compile ms | "
              "starter vs grouped | vs loop | vs compile | floor ms (bound) | % floor | starter TFLOP/s | "
@@ -130,17 +134,18 @@ def markdown(rows: list[dict]) -> str:
         pct = f"{100 * r['starter_of_floor']:.0f}%" if r.get("starter_of_floor") else "—"
         lines.append(f"| {r['name']} | {','.join(str(v) for v in r['shape'].values())} | "
                      f"{r['tokens_per_expert'][0]}-{r['tokens_per_expert'][1]} | {s:.3f} | {fmt(r['grouped_ms'])} | "
-                     f"{fmt(r['loop_ms'])} | {fmt(r.get('compile_ms'))} | {fmt(ratio['grouped'], 2)}x | "
-                     f"{fmt(ratio['loop'], 2)}x | {fmt(ratio['compile'], 2)}x | {floor} | {pct} | "
+                     f"{fmt(r['loop_ms'])} | {fmt(r.get('compile_ms'))} | {times(ratio['grouped'])} | "
+                     f"{times(ratio['loop'])} | {times(ratio['compile'])} | {floor} | {pct} | "
                      f"{fmt(r.get('starter_tflops'), 0)} | {r['starter_error']:.1e} / {r['grouped_error']:.1e} |")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench_out")))
-    ap.add_argument("--max-minutes", type=float, default=6.0)
-    ap.add_argument("--cpu-smoke", action="store_true")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench_out")),
+                    help="folder for results.json and moe_gpu.md (default $OUT or bench_out)")
+    ap.add_argument("--max-minutes", type=float, default=6.0, help="shapes not started by then are skipped")
+    ap.add_argument("--cpu-smoke", action="store_true", help="a tiny shape on CPU (Triton interpreter): checks the script")
     opts = ap.parse_args(argv)
     gpu = not opts.cpu_smoke
     if not gpu:

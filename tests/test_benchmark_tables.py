@@ -84,3 +84,12 @@ def test_judge_replay_counts_the_agents_share_of_each_row_with_either_judge(tmp_
     # new: 2 rows in 12 + 2 s -> 514/h, median 1.5 s; old: 14 + 3 s -> 424/h, median 3.0 s
     assert "| new | 2 | slower 2 | 1.50 / 1.50 | 514 | screen 1.00 | 0.50x |" in out
     assert "| old | 2 | pass 2 | 3.00 / 3.00 | 424 |  | 1.00x |" in out
+
+
+def test_moe_table_shows_a_ratio_not_measured_as_a_dash():
+    """The CPU smoke has no torch.compile time: its ratio is '—', not '—x'."""
+    moe = _load("moe_gpu")
+    row = {"name": "tiny", "shape": {"T": 12, "K": 2, "E": 4, "D": 32, "I": 48}, "tokens_per_expert": (3, 11),
+           "starter_ms": 2.0, "grouped_ms": 1.0, "loop_ms": 4.0, "starter_error": 1e-7, "grouped_error": 6e-8}
+    line = moe.markdown([row]).splitlines()[-1]
+    assert "| 0.50x | 2.00x | — |" in line and "—x" not in line

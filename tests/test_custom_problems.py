@@ -115,6 +115,18 @@ def test_cli_problems_lists_kinds():
         assert needle in result.output
 
 
+def test_cli_problems_describes_the_kinds_asked_for():
+    from autokernel.cli import app
+
+    result = CliRunner().invoke(app, ["problems", "moe_experts"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "moe_experts (bf16, fp16)" in text and "matmul" not in text
+    assert "CPU shapes: 16x2x4x32x48" in text and "fp32 with --dtype" in text
+    result = CliRunner().invoke(app, ["problems", "moe"])
+    assert result.exit_code == 2 and "unknown problem kind 'moe'" in result.output
+
+
 def test_cli_starter_prints_a_kernel_file():
     from autokernel.cli import app
 

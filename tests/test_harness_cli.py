@@ -59,6 +59,13 @@ def test_human_output_names_the_verdict():
     (["bench", str(BAD / "missing.py"), "--problem", "reduce"], "not found"),
     (["bench", STARTER, "--problem", "reduce", "--shape", "12xx3"], "malformed shape"),
     (["bench", STARTER, "--problem", "reduce", "--shape", "1x2x3"], "expected 2"),
+    # shapes whose dimensions contradict each other: a usage error, not a silently clamped routing
+    # (moe_experts drew min(K, E) experts a token) or a traceback from the reference (attention)
+    (["bench", STARTER, "--problem", "moe_experts", "--shape", "16x5x4x32x48"], "K=5 experts a token"),
+    (["bench", STARTER, "--problem", "attention", "--shape", "1x4x3x16x32x1"], "H=4 is not a multiple of Hkv=3"),
+    (["bench", STARTER, "--problem", "attention_rotary", "--shape", "1x4x3x16x32x1"], "not a multiple of Hkv"),
+    (["bench", STARTER, "--problem", "attention_masked", "--shape", "1x4x3x16x32x1x0"], "not a multiple of Hkv"),
+    (["bench", STARTER, "--problem", "attention", "--shape", "1x4x2x16x32x2"], "causal is 0 or 1"),
     (["bench", STARTER, "--problem", "reduce", "--dtype", "fp8"], "unknown dtype"),
     (["bench", STARTER, "--problem", "reduce", "--device", "cuda"], "no CUDA GPU"),
     (["bench", STARTER], "--problem"),
@@ -71,6 +78,22 @@ def test_usage_errors_exit_2_with_one_line(args, needle):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("autokernel: error:") and needle in lines[0]
     assert "Traceback" not in r.output and r.stdout == ""
+
+
+def test_every_shape_the_problems_list_shows_is_a_valid_shape_argument():
+    """`autokernel problems` prints the shapes as --shape takes them; flags (causal, tanh,
+    additive, per_query) are 0 or 1, and 0 is a setting, not a zero size."""
+    from autokernel.problems import format_shape, get_problem
+    from autokernel.problems.registry import list_kinds
+
+    for kind in list_kinds():
+        p = get_problem(kind)
+        for shape in p.gpu_shapes + p.cpu_shapes + p.gpu_edge_shapes + p.cpu_edge_shapes:
+            assert p.parse_shape(format_shape(shape)) == shape, (kind, shape)
+    attention = get_problem("attention")
+    assert attention.parse_shape("B=1,H=4,Hkv=2,S=16,D=32,causal=0")["causal"] == 0
+    with pytest.raises(ValueError, match="every size must be at least 1, got S=0"):
+        attention.parse_shape("1x4x2x0x32x1")
 
 
 def test_unparsable_file_real_process_prints_exactly_one_json_object():

@@ -227,6 +227,27 @@ def test_hf_spec_with_transformers():
         load_model("hf:llama", config_overrides={"no_such_setting": "1"})
 
 
+def test_hf_architecture_without_sdpa_is_built_with_its_own_attention():
+    """gpt_oss refuses attn_implementation="sdpa"; the refusal marked the config as sdpa, so the
+    plain retry was refused too and hf:gpt_oss could not be built at all."""
+    pytest.importorskip("transformers")
+    loaded = load_model("hf:gpt_oss", input_shape=[1, 8], config_overrides=(
+        "hidden_size=32,intermediate_size=32,num_hidden_layers=1,num_attention_heads=4,num_key_value_heads=2,"
+        "head_dim=8,vocab_size=64,num_local_experts=4"))
+    with torch.no_grad():
+        assert loaded.model(*loaded.make_inputs(0)).shape == (1, 8, 64)
+
+
+def test_the_small_moe_vocabulary_keeps_the_padding_id_inside_it():
+    """flex_olmo pads with id 100277; the small MoE default vocabulary (4096) must not leave it
+    outside the embedding table (transformers refused to build the model)."""
+    pytest.importorskip("transformers")
+    loaded = load_model("hf:flex_olmo", input_shape=[1, 8], config_overrides="num_hidden_layers=1")
+    assert "vocab_size=4096" in loaded.description
+    with torch.no_grad():
+        assert loaded.model(*loaded.make_inputs(0)).shape == (1, 8, 4096)
+
+
 # ------------------------------------------------------------------ CLI: exit 2, one line
 def _cli(args, cwd):
     return CliRunner().invoke(app, args, catch_exceptions=False)
@@ -259,3 +280,49 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path, monkeypatch, args, messag
     assert message in lines[0]
     assert "Traceback" not in result.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize("arch,config", [("deepseek_v2", "num_experts_per_tok=2"), ("deepseek_v3", None)])
+def test_the_small_moe_config_keeps_deepseek_buildable_and_with_experts(arch, config):
+    """DeepSeek's attention has as many kv heads as query heads; the small MoE default's 4 of 8
+    broke its forward ("input 1x8 does not fit"), and V3's first 3 dense layers left the 2 small
+    layers without experts.  (V2's default config leaves num_experts_per_tok unset.)"""
+    pytest.importorskip("transformers")
+    loaded = load_model(f"hf:{arch}", input_shape=[1, 8], config_overrides=config)
+    assert "num_key_value_heads=8" in loaded.description
+    with torch.no_grad():
+        assert loaded.model(*loaded.make_inputs(0)).shape == (1, 8, 4096)
+    assert any(name.endswith("mlp.experts") for name, _ in loaded.model.named_modules())
+
+
+@pytest.mark.parametrize("config,message", [
+    ("num_local_experts=4,num_experts_per_tok=8", "num_experts_per_tok=8 experts a token is more than the 4 experts"),
+    ("num_local_experts=1", "num_experts_per_tok=2 experts a token is more than the 1 experts"),
+    ("num_local_experts=0", "num_local_experts=0"),
+    ("num_experts_per_tok=0", "num_experts_per_tok=0"),
+    ("hf:deepseek_v2", "num_experts_per_tok (experts a token) is not set"),  # its default config's gap
+])
+def test_an_moe_config_routing_more_experts_than_there_are_is_a_config_error(tmp_path, config, message):
+    """Not 'input 1x8 does not fit hf:mixtral: ... selected index k out of range' from the forward."""
+    pytest.importorskip("transformers")
+    model, config = (config, "num_hidden_layers=2") if config.startswith("hf:") else ("hf:mixtral", config)
+    result = _cli(["profile", "--model", model, "--device", "cpu", "--input-shape", "1x8", "--config", config,
+                   "--out", str(tmp_path / "plan.json")], tmp_path)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"autokernel: error: {model} config") and message in lines[0]
+    assert "does not fit" not in lines[0]
+
+
+def test_a_config_with_per_layer_settings_gets_the_small_moe_default_not_a_traceback():
+    """dots3_note's config raises (not AttributeError) on reading a per-layer setting such as
+    num_attention_heads globally; `hasattr` let that through as a traceback."""
+    transformers = pytest.importorskip("transformers")
+    try:
+        transformers.AutoConfig.for_model("dots3_note_text")
+    except (ValueError, KeyError):
+        pytest.skip("this transformers has no dots3_note_text")
+    loaded = load_model("hf:dots3_note_text", input_shape=[1, 8], config_overrides="num_hidden_layers=2",
+                        validate=False)
+    assert "num_attention_heads=8, num_key_value_heads=8" in loaded.description
+    assert any(name.endswith("mlp.experts") for name, _ in loaded.model.named_modules())

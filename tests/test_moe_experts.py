@@ -204,6 +204,31 @@ def test_a_call_the_kernel_was_not_judged_on_runs_the_module_own_forward(tmp_pat
     assert OP_CALLS[op] == before + 2
 
 
+def test_half_precision_routing_weights_reach_the_kernel_in_fp32(tmp_path):
+    """Qwen2-MoE's router hands the experts bf16 weights in a bf16 model; the kernel was judged
+    on fp32 ones (the signature's), so it gets them in fp32 (exact), not a dtype it never saw."""
+    from autokernel.kernels import __file__ as kernels_init
+    from pathlib import Path
+
+    checked = (Path(kernels_init).with_name("moe_experts.py").read_text()
+               + "\n_judged = kernel_fn\n\n\ndef kernel_fn(x, index, weights, gate_up, down):\n"
+               "    if weights.dtype != torch.float32:\n"
+               "        raise TypeError(f'routing weights in {weights.dtype}')\n"
+               "    return _judged(x, index, weights, gate_up, down)\n")
+    model = nn.Sequential()
+    model.add_module("experts", Experts())
+    patched = apply(model, make_workdir(tmp_path / "wd", [experts_problem(["experts"], D=32, I=24)], model="custom",
+                                        kernels={"moe_experts": checked}))
+    assert patched._autokernel_replaced == [("experts", "moe_experts")]
+    op = patched._autokernel_ops["moe_experts"]
+    x, index, weights, _, _ = routed()
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        got = patched.experts(x, index, weights.bfloat16())
+        assert rel(got, model.experts.forward(x, index, weights.bfloat16().float())) < 1e-5
+    assert OP_CALLS[op] == before + 1
+
+
 def test_torch_compile_traces_the_patched_experts_in_one_graph(tmp_path):
     model = nn.Sequential()
     model.add_module("experts", Experts())
@@ -235,3 +260,38 @@ def test_run_on_hf_mixtral_applies_the_experts_kernel_and_verifies(tmp_path):
     verified = json.loads((wd / "verify.json").read_text())
     assert verified["passed"] is True and verified["model"] == "hf:mixtral"
     assert ["model.model.layers.0.mlp.experts", "moe_experts"] in verified["replaced"]
+
+
+# ------------------------------------------------------------------ command line
+@needs_hf
+def test_profile_prints_the_small_default_moe_config_it_used(tmp_path):
+    """The model line names the MoE settings the user did not set; it is in square brackets,
+    which must reach the terminal as text, not be taken for rich markup and dropped."""
+    from typer.testing import CliRunner
+
+    from autokernel.cli import app
+
+    res = CliRunner().invoke(app, ["profile", "--model", "hf:mixtral", "--device", "cpu", "--input-shape", "1x8",
+                                   "--iters", "1", "--warmup", "0", "--config", SMALL_MIXTRAL,
+                                   "--out", str(tmp_path / "plan.json")])
+    assert res.exit_code == 0, res.output
+    assert "[mixture of experts: small default config max_position_embeddings=4096;" in " ".join(res.output.split())
+
+
+@needs_hf
+@pytest.mark.parametrize("arch,config,why", [
+    ("gpt_oss", "hidden_size=32,intermediate_size=32,num_hidden_layers=1,num_attention_heads=4,num_key_value_heads=2,"
+                "head_dim=8,vocab_size=64,num_local_experts=4", "transposed, interleaved gate/up, biased"),
+    ("llama4_text", "hidden_size=32,intermediate_size=48,intermediate_size_mlp=64,num_hidden_layers=1,"
+                    "num_attention_heads=4,num_key_value_heads=2,vocab_size=64,num_local_experts=4",
+     "gate_up_proj [4, 32, 96], down_proj [4, 48, 32]"),
+])
+def test_experts_in_another_layout_are_uncovered_with_the_reason_not_matmul(arch, config, why):
+    """Their GEMMs ran under the experts module with no nn.Linear for apply to switch: counted as
+    `matmul`, they made the plan claim 70-88% of the time it could never cover."""
+    loaded = load_model(f"hf:{arch}", config_overrides=config, input_shape=[1, 8], dtype=torch.float32)
+    plan = profile_model(loaded, warmup=1, iters=1)
+    assert not any(p.kind == "moe_experts" for p in plan.problems)
+    assert not any(m.endswith(".experts") for p in plan.problems for m in p.modules)
+    experts = [u for u in plan.uncovered if "(experts:" in u.name]
+    assert len(experts) == 1 and why in experts[0].name and experts[0].fraction > 0.01, plan.uncovered[:3]

@@ -22,6 +22,7 @@ Every user mistake raises :class:`ModelSpecError` with a one-line message.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import importlib.util
@@ -412,11 +413,59 @@ def hf_default_input_shape(config: Any) -> list[int] | None:
     return None
 
 
+def _setting(config: Any, name: str) -> Any:
+    """A config value, None where there is none.  Configs with per-layer settings (dots3_note)
+    raise on reading one globally; that counts as no single value."""
+    try:
+        return getattr(config, name, None)
+    except Exception:
+        return None
+
+
+def _has_setting(config: Any, name: str) -> bool:
+    try:
+        return hasattr(config, name)
+    except Exception:  # a per-layer setting: it is there, with no single value
+        return True
+
+
 def moe_small_overrides(default: Any, overrides: dict[str, Any]) -> dict[str, Any]:
     """The small MoE config settings the user did not set (none for a dense architecture)."""
-    if not any(isinstance(getattr(default, a, None), int) and getattr(default, a) > 1 for a in MOE_EXPERT_ATTRS):
+    if not any(isinstance(_setting(default, a), int) and _setting(default, a) > 1 for a in MOE_EXPERT_ATTRS):
         return {}
-    return {k: v for k, v in MOE_SMALL_CONFIG.items() if hasattr(default, k) and k not in overrides}
+    small = {k: v for k, v in MOE_SMALL_CONFIG.items() if _has_setting(default, k) and k not in overrides}
+    heads, kv_heads = _setting(default, "num_attention_heads"), _setting(default, "num_key_value_heads")
+    if "num_key_value_heads" in small and heads == kv_heads:
+        # no grouped-query attention at full size (DeepSeek's latent attention needs it): none when small
+        small["num_key_value_heads"] = overrides.get("num_attention_heads", small.get("num_attention_heads"))
+    dense_first = _setting(default, "first_k_dense_replace")
+    if isinstance(dense_first, int) and dense_first > 1 and "first_k_dense_replace" not in overrides:
+        small["first_k_dense_replace"] = 1  # DeepSeek-V3's first 3 layers are dense: 2 layers had no experts
+    pad = _setting(default, "pad_token_id")
+    vocab = small.get("vocab_size")
+    if vocab is not None and "pad_token_id" not in overrides and isinstance(pad, int) and pad >= vocab:
+        small["pad_token_id"] = vocab - 1  # the embedding's padding row must lie inside the smaller table
+    return small
+
+
+def moe_routing_error(config: Any) -> str | None:
+    """What makes an MoE config's routing impossible: no experts, more experts a token than there
+    are (the forward's top-k fails with 'selected index k out of range'), or experts a token
+    left unset (DeepSeek-V2's default config: 'topk(): argument k must be int, not NoneType')."""
+    name = next((a for a in MOE_EXPERT_ATTRS if isinstance(_setting(config, a), int)), None)
+    per_token = _setting(config, "num_experts_per_tok")
+    if name is not None and per_token is None and _setting(config, name) > 1 and _has_setting(config, "num_experts_per_tok"):
+        return "num_experts_per_tok (experts a token) is not set"
+    if name is None or not isinstance(per_token, int):
+        return None
+    experts = _setting(config, name)
+    if experts < 1:
+        return f"{name}={experts}: a mixture of experts needs at least one expert"
+    if per_token < 1:
+        return f"num_experts_per_tok={per_token}: each token needs at least one expert"
+    if per_token > experts:
+        return f"num_experts_per_tok={per_token} experts a token is more than the {experts} experts ({name})"
+    return None
 
 
 def _build_hf(arch: str, overrides: dict[str, Any], device: str) -> tuple[nn.Module, str, list[int] | None]:
@@ -434,9 +483,9 @@ def _build_hf(arch: str, overrides: dict[str, Any], device: str) -> tuple[nn.Mod
                              "llama, mistral, qwen2, gpt2, bert)") from None
     values = {}
     for key, value in overrides.items():
-        if not hasattr(default, key):
+        if not _has_setting(default, key):
             raise ModelSpecError(f"{type(default).__name__} has no setting {key!r}")
-        values[key] = _convert(value, getattr(default, key), key)
+        values[key] = _convert(value, _setting(default, key), key)
     small = moe_small_overrides(default, values)
     values = {**small, **values}
     try:
@@ -444,13 +493,17 @@ def _build_hf(arch: str, overrides: dict[str, Any], device: str) -> tuple[nn.Mod
         config = transformers.AutoConfig.for_model(arch, **values)
     except Exception as exc:
         raise ModelSpecError(f"hf:{arch} config {values} failed: {_one_line(exc)}") from None
+    wrong = moe_routing_error(config)
+    if wrong:
+        raise ModelSpecError(f"hf:{arch} config: {wrong}; set them with --config")
     if hasattr(config, "use_cache"):
         config.use_cache = False  # a forward pass, not generation: no KV cache
     auto, wrapper = hf_auto_class(transformers, config)
     try:
         with torch.device(device):
             try:
-                model = auto.from_config(config, attn_implementation="sdpa")
+                # a copy: a refused "sdpa" stays marked on the config it was asked of
+                model = auto.from_config(copy.deepcopy(config), attn_implementation="sdpa")
             except (TypeError, ValueError, ImportError):
                 model = auto.from_config(config)
     except Exception as exc:

@@ -127,6 +127,7 @@ class ModuleInfo:
     rotary_table: bool = False  # a *RotaryEmbedding module computing cos/sin from position ids (default RoPE)
     biased_linear: tuple[int, int, bool] | None = None  # (K, N, weight stored [K, N]) of a linear with a bias
     moe_experts: tuple[int, int, int] | None = None  # (E, D, I) of a module holding SwiGLU experts as 3-D weights
+    experts_layout: str | None = None  # why a module holding experts as 3-D weights is not moe_experts
 
 
 @dataclass
@@ -234,7 +235,8 @@ def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
                       packed_mlp=packed_mlp_dims(module), gelu_tanh=gelu_form(module),
                       residual_norm=residual_norm_parts(module), patch_conv=patch_conv_kernel(module),
                       scaled_embedding=scaled_embedding_parts(module), rotary_table=is_rotary_table(module),
-                      biased_linear=biased_linear_dims(module), moe_experts=moe_experts_dims(module))
+                      biased_linear=biased_linear_dims(module), moe_experts=moe_experts_dims(module),
+                      experts_layout=other_experts_layout(module))
 
 
 def biased_linear_dims(module: nn.Module) -> tuple[int, int, bool] | None:
@@ -371,6 +373,29 @@ def moe_experts_dims(module: nn.Module) -> tuple[int, int, int] | None:
     if two_i % 2 or tuple(down.shape) != (E, D, two_i // 2):
         return None
     return int(E), int(D), int(two_i // 2)
+
+
+def other_experts_layout(module: nn.Module) -> str | None:
+    """What sets a module holding 3-D ``gate_up_proj`` and ``down_proj`` weights apart from the
+    moe_experts layout (GPT-OSS's transposed, interleaved, biased experts; Llama 4's [E, D, 2I]),
+    None for the moe_experts layout itself or a module without such weights.  Their GEMMs are
+    not `matmul`s apply could switch: the profile lists them uncovered with this reason."""
+    gate_up, down = getattr(module, "gate_up_proj", None), getattr(module, "down_proj", None)
+    if not (isinstance(gate_up, torch.Tensor) and isinstance(down, torch.Tensor)) or gate_up.dim() != 3 or down.dim() != 3:
+        return None
+    if moe_experts_dims(module) is not None:
+        return None
+    flags = {"is_transposed": (True, "transposed"), "is_concatenated": (False, "interleaved gate/up"),
+             "has_bias": (True, "biased"), "has_gate": (False, "no gate"),
+             "has_post_expert_norm": (True, "a norm after each expert")}
+    why = [text for name, (odd, text) in flags.items() if getattr(module, name, not odd) == odd]
+    if "biased" not in why and getattr(module, "gate_up_proj_bias", None) is not None:
+        why.append("biased")
+    if not is_silu_module(getattr(module, "act_fn", None)) and "no gate" not in why:
+        why.append("not SiLU")
+    if not why:
+        why.append(f"gate_up_proj {list(gate_up.shape)}, down_proj {list(down.shape)}")
+    return ", ".join(why)
 
 
 def packed_mlp_dims(module: nn.Module) -> tuple[int, int] | None:
@@ -756,6 +781,8 @@ def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], de
         r = call.args[1].shape
         return Instance(kind, call.args[1].dtype, [(make_shape(kind, rows(r), r[-1]), 1)], module=info.qualname,
                         notes=(f"{norm}({linear}(h) + residual) in {info.cls_name}",))
+    if info.experts_layout is not None:
+        return Unsupported(f"{info.cls_name} (experts: {info.experts_layout}; not the moe_experts layout)")
     if info.moe_experts is not None and len(call.args) >= 3 and len(x.shape) == 2 and len(call.args[1].shape) == 2:
         E, D, I = info.moe_experts
         T, K = call.args[1].shape

@@ -2,20 +2,29 @@
 from __future__ import annotations
 
 import sys
+from typing import Optional
 
+import torch
 import typer
 
 from .common import fail_usage
 
+DEFAULT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
-def problems() -> None:
-    """List the built-in problem kinds: signature, GPU target shapes, dtypes."""
+
+def problems(kinds: Optional[list[str]] = typer.Argument(None, help="only these kinds, described in full")) -> None:
+    """List the built-in problem kinds: signature, GPU target shapes, dtypes.  With KINDS: only
+    those, with what they compute and their CPU shapes."""
     import shutil
     import textwrap
 
     from ..problems import get_problem, list_kinds
     from ..problems.base import dtype_name, format_shape
 
+    known = list_kinds()
+    unknown = [k for k in kinds or [] if k not in known]
+    if unknown:
+        fail_usage(f"unknown problem kind {unknown[0]!r} (kinds: {', '.join(known)})")
     width = max(40, min(shutil.get_terminal_size((80, 24)).columns, 100))
 
     def say(text: str, indent: str, more: str) -> None:
@@ -23,8 +32,9 @@ def problems() -> None:
                                   break_long_words=False, break_on_hyphens=False):
             print(line)
 
-    say("autokernel problem kinds (or --problem PATH: a problem file or a KernelBench file)", "", "")
-    for kind in list_kinds():
+    if not kinds:
+        say("autokernel problem kinds (or --problem PATH: a problem file or a KernelBench file)", "", "")
+    for kind in kinds or known:
         print()
         try:
             problem = get_problem(kind)
@@ -32,12 +42,19 @@ def problems() -> None:
             print(f"{kind}  (unavailable: {type(exc).__name__})")
             continue
         print(f"{kind}  ({', '.join(dtype_name(d) for d in problem.dtypes)})")
+        if kinds:
+            say(problem.description, "  ", "  ")
         call, _, comment = problem.signature.partition("  # ")
         say(call, "  ", "      ")
         if comment:
             say(f"# {comment}", "  ", "    ")
         shapes = ", ".join(format_shape(s) for s in problem.gpu_shapes)
         say(f"GPU shapes {'x'.join(problem.dims)}: {shapes}", "  ", "    ")
+        if kinds:
+            say(f"CPU shapes: {', '.join(format_shape(s) for s in problem.cpu_shapes)}", "  ", "    ")
+            others = [dtype_name(d) for d in DEFAULT_DTYPES if d not in problem.dtypes]
+            judged = f"judged in {', '.join(dtype_name(d) for d in problem.dtypes)} by default"
+            say(judged + (f"; {', '.join(others)} with --dtype" if others else ""), "  ", "    ")
 
 
 def starter(kind: str = typer.Argument(..., help="problem kind, e.g. matmul")) -> None:

@@ -108,7 +108,7 @@ def print_plan(plan, description: str = "") -> None:
         table.add_row(p.name, p.kind + ("" if p.supported else " (unsupported)"), shapes, str(sum(p.calls)),
                       format_us(p.time_us), f"{100 * p.fraction:.1f}%")
     if description:
-        console.print(description)
+        console.print(description, markup=False)  # it holds the user's settings and "[mixture of experts: ...]"
     console.print(table)
     uncovered = sum(u.fraction for u in plan.uncovered)
     top = ", ".join(f"{u.name} {100 * u.fraction:.1f}%" for u in plan.uncovered[:4])

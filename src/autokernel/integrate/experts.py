@@ -2,7 +2,9 @@
 Qwen-MoE's: ``recognize.moe_experts_dims``) switched to the op.  Their ``forward(hidden,
 top_k_index, top_k_weights)`` becomes one call of our kernel; a call it was not judged on
 (another dtype or width, 3-D hidden states, int32 indices, extra arguments) runs the module's
-own forward, which dispatches by transformers' ``experts_implementation`` as before.
+own forward, which dispatches by transformers' ``experts_implementation`` as before.  Routing
+weights in half precision (Qwen2-MoE's router casts them to the model's dtype) reach the kernel
+in fp32, the dtype it was judged on.
 
 Each class is probed first: its own forward, on a few random tokens routed by a random
 router, must match the problem's reference with the module's weights.
@@ -35,8 +37,10 @@ def _experts_members(k: KernelOp, width: int, base: type) -> dict[str, Any]:
     def forward(self, hidden_states, top_k_index, top_k_weights, *args, **kwargs):
         if (not args and not kwargs and hidden_states.dtype == dtype and hidden_states.dim() == 2
                 and hidden_states.shape[-1] == width and top_k_index.dtype == torch.long and top_k_index.dim() == 2
-                and top_k_weights.shape == top_k_index.shape and hidden_states.shape[0] > 0):
-            return op(hidden_states, top_k_index, top_k_weights, self.gate_up_proj, self.down_proj)
+                and top_k_weights.shape == top_k_index.shape and top_k_weights.is_floating_point()
+                and hidden_states.shape[0] > 0):
+            # fp32 weights as the kernel was judged on (Qwen2-MoE's router casts them to the model's dtype)
+            return op(hidden_states, top_k_index, top_k_weights.float(), self.gate_up_proj, self.down_proj)
         return base_forward(self, hidden_states, top_k_index, top_k_weights, *args, **kwargs)
 
     return {"forward": forward}

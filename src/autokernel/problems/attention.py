@@ -158,6 +158,13 @@ def flops(shape: Shape) -> float:
     return f / 2 if shape["causal"] else f
 
 
+def grouped_heads_error(shape: Shape) -> str | None:
+    """A shape whose query heads the kv heads do not divide (grouped-query attention needs H % Hkv == 0)."""
+    if shape["H"] % shape["Hkv"]:
+        return f"H={shape['H']} is not a multiple of Hkv={shape['Hkv']} (each kv head serves H/Hkv query heads)"
+    return None
+
+
 def nbytes(shape: Shape, dtype: torch.dtype) -> float:
     b, h, hkv, s, d = (shape[n] for n in ("B", "H", "Hkv", "S", "D"))
     return float((2 * b * h * s * d + 2 * b * hkv * s * d) * element_size(dtype))
@@ -179,6 +186,8 @@ def make_problem() -> Problem:
         gpu_edge_shapes=GPU_EDGE_SHAPES,
         cpu_edge_shapes=CPU_EDGE_SHAPES,
         fixed_dims=FIXED_DIMS,
+        flag_dims=("causal",),
+        check_shape=grouped_heads_error,
         adversarial_inputs=adversarial_inputs,
         heldout=heldout,
         passthrough_layout=head_strided_layout,

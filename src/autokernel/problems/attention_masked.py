@@ -32,7 +32,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .attention import head_strided_layout, heldout, logit_gain, packed_qkv, scale_choices, scaled_scores
+from .attention import (grouped_heads_error, head_strided_layout, heldout, logit_gain, packed_qkv, scale_choices,
+                        scaled_scores)
 from .base import Problem, Shape, choose, element_size, generator, randn
 
 DIMS = ("B", "H", "Hkv", "S", "D", "additive", "per_query")
@@ -208,6 +209,8 @@ def make_problem() -> Problem:
         gpu_edge_shapes=GPU_EDGE_SHAPES,
         cpu_edge_shapes=CPU_EDGE_SHAPES,
         fixed_dims=FIXED_DIMS,
+        flag_dims=("additive", "per_query"),
+        check_shape=grouped_heads_error,
         adversarial_inputs=adversarial_inputs,
         heldout=heldout,
         passthrough_layout=head_strided_layout,

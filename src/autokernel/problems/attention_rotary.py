@@ -47,7 +47,7 @@ import random
 
 import torch
 
-from .attention import flops, head_strided_layout, heldout, logit_gain, packed_qkv, scale_choices
+from .attention import flops, grouped_heads_error, head_strided_layout, heldout, logit_gain, packed_qkv, scale_choices
 from .attention import reference as attention_reference
 from .rotary import reference as rotate  # the rotary kind's rotation, x * cos + rotate_half(x) * sin
 from .base import Problem, Shape, choose, element_size, generator, randn
@@ -175,6 +175,8 @@ def make_problem() -> Problem:
         gpu_edge_shapes=GPU_EDGE_SHAPES,
         cpu_edge_shapes=CPU_EDGE_SHAPES,
         fixed_dims=FIXED_DIMS,
+        flag_dims=("causal",),
+        check_shape=grouped_heads_error,
         adversarial_inputs=adversarial_inputs,
         heldout=heldout,
         passthrough_layout=head_strided_layout,

@@ -86,8 +86,9 @@ def format_shape(shape: Shape) -> str:
     return "x".join(str(v) for v in shape.values())
 
 
-def parse_shape(text: str, dims: Sequence[str]) -> Shape:
-    """Parse ``4096x4096`` (values in ``dims`` order) or ``M=4096,N=4096``."""
+def parse_shape(text: str, dims: Sequence[str], flags: Sequence[str] = ()) -> Shape:
+    """Parse ``4096x4096`` (values in ``dims`` order) or ``M=4096,N=4096``.  Sizes are at least 1;
+    the dimensions in ``flags`` (attention's ``causal``...) are 0 or 1."""
     text = text.strip()
     if "=" in text:
         shape: Shape = {}
@@ -97,24 +98,29 @@ def parse_shape(text: str, dims: Sequence[str]) -> Shape:
             name, _, value = part.partition("=")
             if name not in dims:
                 raise ValueError(f"unknown dimension {name!r} in shape {text!r}; dimensions are {', '.join(dims)}")
-            shape[name] = _parse_dim(value, text)
+            shape[name] = _check_dim(_parse_int(value, text), text, name, name in flags)
         missing = [d for d in dims if d not in shape]
         if missing:
             raise ValueError(f"shape {text!r} lacks dimension(s) {', '.join(missing)}")
         return {d: shape[d] for d in dims}
-    values = [_parse_dim(v, text) for v in re.split(r"[x×,]", text.lower())]
+    values = [_parse_int(v, text) for v in re.split(r"[x×,]", text.lower())]
     if len(values) != len(dims):
         raise ValueError(f"shape {text!r} has {len(values)} value(s); expected {len(dims)} ({'x'.join(dims)})")
-    return dict(zip(dims, values))
+    return {d: _check_dim(n, text, d, d in flags) for d, n in zip(dims, values)}
 
 
-def _parse_dim(value: str, whole: str) -> int:
+def _parse_int(value: str, whole: str) -> int:
     try:
-        n = int(value)
+        return int(value)
     except ValueError:
         raise ValueError(f"malformed shape {whole!r}: {value!r} is not an integer") from None
-    if n < 1:
-        raise ValueError(f"malformed shape {whole!r}: every dimension must be at least 1, got {n}")
+
+
+def _check_dim(n: int, whole: str, name: str, flag: bool) -> int:
+    if flag and n not in (0, 1):
+        raise ValueError(f"malformed shape {whole!r}: {name} is 0 or 1 (a flag), got {n}")
+    if not flag and n < 1:
+        raise ValueError(f"malformed shape {whole!r}: every size must be at least 1, got {name}={n}")
     return n
 
 
@@ -179,6 +185,11 @@ class Problem:
     # ``adversarial_inputs`` has it), so the model integration may pass such an input as it is
     # and give the output its layout.  None: inputs are made contiguous.
     passthrough_layout: Callable[[torch.Tensor], bool] | None = None
+    # Dimensions that are settings with values 0/1 (attention's ``causal``), not sizes.
+    flag_dims: tuple[str, ...] = ()
+    # What contradicts itself in a shape given as text (``--shape``): K experts a token out of
+    # fewer than K, query heads Hkv does not divide; None when nothing does.
+    check_shape: Callable[[Shape], str | None] | None = None
 
     # ----------------------------------------------------------------- helpers
     def shapes_for(self, device: str) -> tuple[Shape, ...]:
@@ -207,7 +218,11 @@ class Problem:
         return fn
 
     def parse_shape(self, text: str) -> Shape:
-        return parse_shape(text, self.dims)
+        shape = parse_shape(text, self.dims, self.flag_dims)
+        wrong = self.check_shape(shape) if self.check_shape is not None else None
+        if wrong:
+            raise ValueError(f"shape {text!r} is not a {self.kind} shape ({'x'.join(self.dims)}): {wrong}")
+        return shape
 
     def summary(self) -> dict[str, Any]:
         return {

@@ -183,6 +183,13 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     return cases
 
 
+def shape_error(shape: Shape) -> str | None:
+    """A token routes to K distinct experts of E: K > E has no such routing."""
+    if shape["K"] > shape["E"]:
+        return f"K={shape['K']} experts a token is more than the E={shape['E']} experts there are"
+    return None
+
+
 def flops(shape: Shape) -> float:
     return 6.0 * shape["T"] * shape["K"] * shape["D"] * shape["I"]
 
@@ -213,6 +220,7 @@ def make_problem() -> Problem:
         # --dtype fp32, and CPU runs of models use it)
         dtypes=(torch.bfloat16, torch.float16),
         fixed_dims=("K", "E"),
+        check_shape=shape_error,
         adversarial_inputs=adversarial_inputs,
         tolerances=dict(TOLERANCES),
         eager=eager,
