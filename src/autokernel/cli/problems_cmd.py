@@ -4,12 +4,9 @@ from __future__ import annotations
 import sys
 from typing import Optional
 
-import torch
 import typer
 
 from .common import fail_usage
-
-DEFAULT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 def problems(kinds: Optional[list[str]] = typer.Argument(None, help="only these kinds, described in full")) -> None:
@@ -19,7 +16,7 @@ def problems(kinds: Optional[list[str]] = typer.Argument(None, help="only these 
     import textwrap
 
     from ..problems import get_problem, list_kinds
-    from ..problems.base import dtype_name, format_shape
+    from ..problems.base import DTYPE_NAMES, dtype_name, format_shape
 
     known = list_kinds()
     unknown = [k for k in kinds or [] if k not in known]
@@ -52,7 +49,7 @@ def problems(kinds: Optional[list[str]] = typer.Argument(None, help="only these 
         say(f"GPU shapes {'x'.join(problem.dims)}: {shapes}", "  ", "    ")
         if kinds:
             say(f"CPU shapes: {', '.join(format_shape(s) for s in problem.cpu_shapes)}", "  ", "    ")
-            others = [dtype_name(d) for d in DEFAULT_DTYPES if d not in problem.dtypes]
+            others = [dtype_name(d) for d in dict.fromkeys(DTYPE_NAMES.values()) if d not in problem.dtypes]
             judged = f"judged in {', '.join(dtype_name(d) for d in problem.dtypes)} by default"
             say(judged + (f"; {', '.join(others)} with --dtype" if others else ""), "  ", "    ")
 
