@@ -14,7 +14,7 @@ each of:
     ``grouped_mm`` each way where torch has it for the GPU, SiLU * up, weighted sum)
   - loop: the per-expert loop of transformers' "eager" experts (a host sync an expert)
   - compile: torch.compile of ``grouped`` (default mode; max-autotune compiles take minutes)
-Times are the GPU time of one call (10 calls captured in a CUDA graph and replayed, do_bench
+Times are the GPU time of one call (models_gpu.device_time_ms: 10 calls captured in a CUDA graph and replayed, do_bench
 median) where the op can be captured, else do_bench of plain calls (the loop: host syncs).
 The floors: flops / peak bf16 and bytes / copy bandwidth (hardware.ceilings: measured if the
 GPU was calibrated, else the vendor's numbers); "% floor" is the starter's share of the larger.
@@ -32,39 +32,15 @@ import time
 import traceback
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from models_gpu import device_time_ms, time_ms  # noqa: E402  (the fused kinds' table times the same way)
+
 GPU_SHAPES = [("mixtral-8x7b prefill", {"T": 4096, "K": 2, "E": 8, "D": 4096, "I": 14336}),
               ("mixtral-8x7b decode", {"T": 16, "K": 2, "E": 8, "D": 4096, "I": 14336}),
               ("qwen1.5-moe prefill", {"T": 4096, "K": 4, "E": 60, "D": 2048, "I": 1408}),
               ("hf:mixtral small default", {"T": 4096, "K": 2, "E": 8, "D": 256, "I": 512})]
 CPU_SHAPES = [("tiny", {"T": 12, "K": 2, "E": 4, "D": 32, "I": 48})]
-
-
-def gpu_ms(fn, capture: bool) -> float:
-    import torch
-    import triton.testing
-
-    if capture:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        try:
-            with torch.cuda.stream(stream):
-                fn()
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for _ in range(10):
-                    fn()
-            return float(triton.testing.do_bench(graph.replay, warmup=25, rep=200, return_mode="median")) / 10
-        except Exception:  # noqa: BLE001 - not capturable: plain calls, host time included
-            torch.cuda.synchronize()
-    return float(triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median"))
-
-
-def cpu_ms(fn) -> float:
-    fn()
-    t = time.perf_counter()
-    fn()
-    return (time.perf_counter() - t) * 1e3
 
 
 def rel_error(out, ref) -> float:
@@ -99,7 +75,7 @@ def bench_shape(name: str, shape: dict, gpu: bool) -> dict:
             compiled(*args)
             ways["compile"] = (lambda: compiled(*args), True)
         for way, (fn, capture) in ways.items():
-            row[f"{way}_ms"] = gpu_ms(fn, capture) if gpu else cpu_ms(fn)
+            row[f"{way}_ms"] = (device_time_ms(fn) if capture else time_ms(fn, True)) if gpu else time_ms(fn, False)
     if gpu:
         cei = ceilings()
         if cei is not None:
