@@ -14,8 +14,9 @@ each of:
     ``grouped_mm`` each way where torch has it for the GPU, SiLU * up, weighted sum)
   - loop: the per-expert loop of transformers' "eager" experts (a host sync an expert)
   - compile: torch.compile of ``grouped`` (default mode; max-autotune compiles take minutes)
-Times are the GPU time of one call (models_gpu.device_time_ms: 10 calls captured in a CUDA graph and replayed, do_bench
-median) where the op can be captured, else do_bench of plain calls (the loop: host syncs).
+Times are the GPU time of one call (models_gpu.device_time_ms: 10 calls captured in a CUDA
+graph and replayed, do_bench median) where the op can be captured, else do_bench of plain calls
+(the loop: host syncs).
 The floors: flops / peak bf16 and bytes / copy bandwidth (hardware.ceilings: measured if the
 GPU was calibrated, else the vendor's numbers); "% floor" is the starter's share of the larger.
 Errors: the relative norm error of the starter and of ``grouped`` against the fp32 reference.
