@@ -630,16 +630,6 @@ def _rewritten_in_place(judge: Judge, case: Case) -> Case:
     return Case(case.shape, case.dtype, with_scalars_of(case.args, fresh.args), case.name)
 
 
-def _one_rewritten_in_place(judge: Judge, case: Case, i: int) -> None:
-    """Fresh values copied into the ``i``-th tensor of ``case`` only; the other tensors and the
-    scalars keep the values they were drawn with."""
-    fresh = judge.make_case(case.shape, case.dtype)
-    with torch.no_grad():
-        tensors_of(case.args)[i].copy_(tensors_of(fresh.args)[i])
-    del fresh
-    judge.sync()
-
-
 def _raise_if_stale(judge: Judge, case: Case, result: CaseResult, refs_before: Any, what: str) -> None:
     if result.verdict.ok:
         return
@@ -660,11 +650,14 @@ def _check_each_input_alone(judge: Judge, case: Case, refs_before: Any) -> int:
     tensors = tensors_of(case.args)
     if len(tensors) < 2:
         return 0  # the rewrite of every input was this check
+    fresh = tensors_of(judge.make_case(case.shape, case.dtype).args)  # one draw: its tensors go in one at a time
     checked = 0
     for i, t in enumerate(tensors):
         if not t.is_floating_point():
             continue
-        _one_rewritten_in_place(judge, case, i)
+        with torch.no_grad():
+            t.copy_(fresh[i])
+        judge.sync()
         result = judge.run_case(case)
         _raise_if_stale(judge, case, result, refs_before, f"input {i} alone")
         refs_before = result.refs
