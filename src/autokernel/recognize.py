@@ -31,6 +31,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .problems.base import FLAG_DIMS
+
 # The dimensions of each built-in problem kind, in order (mirrors problems/<kind>.py).
 KIND_DIMS: dict[str, tuple[str, ...]] = {
     "matmul": ("M", "N", "K"),
@@ -55,7 +57,6 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "linear_gelu": ("M", "N", "K", "tanh"),
     "moe_experts": ("T", "K", "E", "D", "I"),
 }
-FLAG_DIMS = {"causal", "tanh", "additive", "per_query"}
 
 PROFILER_DTYPES = {
     "float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16", "double": "fp64",

@@ -186,7 +186,6 @@ def make_problem() -> Problem:
         gpu_edge_shapes=GPU_EDGE_SHAPES,
         cpu_edge_shapes=CPU_EDGE_SHAPES,
         fixed_dims=FIXED_DIMS,
-        flag_dims=("causal",),
         check_shape=grouped_heads_error,
         adversarial_inputs=adversarial_inputs,
         heldout=heldout,

@@ -82,6 +82,11 @@ DEFAULT_TOLERANCES: dict[torch.dtype, Tolerance] = {
 }
 
 
+# Dimensions that are 0/1 settings, not sizes, wherever a kind has them (attention's ``causal``,
+# GELU's ``tanh``, attention_masked's ``additive`` and ``per_query``)
+FLAG_DIMS = frozenset({"causal", "tanh", "additive", "per_query"})
+
+
 def format_shape(shape: Shape) -> str:
     return "x".join(str(v) for v in shape.values())
 
@@ -185,8 +190,8 @@ class Problem:
     # ``adversarial_inputs`` has it), so the model integration may pass such an input as it is
     # and give the output its layout.  None: inputs are made contiguous.
     passthrough_layout: Callable[[torch.Tensor], bool] | None = None
-    # Dimensions that are settings with values 0/1 (attention's ``causal``), not sizes.
-    flag_dims: tuple[str, ...] = ()
+    # Dimensions that are settings with values 0/1, not sizes.
+    flag_dims: frozenset[str] = FLAG_DIMS
     # What contradicts itself in a shape given as text (``--shape``): K experts a token out of
     # fewer than K, query heads Hkv does not divide; None when nothing does.
     check_shape: Callable[[Shape], str | None] | None = None

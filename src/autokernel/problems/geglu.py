@@ -53,6 +53,5 @@ def make_problem() -> Problem:
         dtypes=(torch.bfloat16, torch.float16, torch.float32),
         **with_flag(rowwise_shapes(), (1, 0)),
         fixed_dims=("tanh",),
-        flag_dims=("tanh",),
         adversarial_inputs=adversarial_inputs,
     )

@@ -126,7 +126,6 @@ def make_problem() -> Problem:
         gpu_edge_shapes=GPU_EDGE_SHAPES,
         cpu_edge_shapes=CPU_EDGE_SHAPES,
         fixed_dims=("tanh",),
-        flag_dims=("tanh",),
         adversarial_inputs=adversarial_inputs,
         tolerances=dict(TOLERANCES),
     )
