@@ -230,14 +230,14 @@ def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
     if eps is None:
         eps = getattr(module, "variance_epsilon", None)
     mlp, dims = mlp_linears(module)
+    experts, other_experts = _experts_layout(module)
     return ModuleInfo(qualname=qualname, cls_name=type(module).__name__,
                       is_layernorm=isinstance(module, nn.LayerNorm), heads=heads, kv_heads=kv,
                       eps=float(eps) if isinstance(eps, (int, float)) else None, mlp=mlp, mlp_dims=dims,
                       packed_mlp=packed_mlp_dims(module), gelu_tanh=gelu_form(module),
                       residual_norm=residual_norm_parts(module), patch_conv=patch_conv_kernel(module),
                       scaled_embedding=scaled_embedding_parts(module), rotary_table=is_rotary_table(module),
-                      biased_linear=biased_linear_dims(module), moe_experts=moe_experts_dims(module),
-                      experts_layout=other_experts_layout(module))
+                      biased_linear=biased_linear_dims(module), moe_experts=experts, experts_layout=other_experts)
 
 
 def biased_linear_dims(module: nn.Module) -> tuple[int, int, bool] | None:
@@ -354,6 +354,32 @@ def is_silu_module(module: Any) -> bool:
                                            and not any(True for _ in module.children()))
 
 
+# transformers' marks of an experts layout (``use_experts_implementation``): moe_experts' value, and
+# what another value means
+_EXPERTS_MARKS = {"is_transposed": (False, "transposed"), "is_concatenated": (True, "interleaved gate/up"),
+                  "has_bias": (False, "biased"), "has_gate": (True, "no gate"),
+                  "has_post_expert_norm": (False, "a norm after each expert")}
+
+
+def _experts_layout(module: nn.Module) -> tuple[tuple[int, int, int] | None, str | None]:
+    """For a module holding 3-D ``gate_up_proj`` and ``down_proj`` weights: (its (E, D, I), None)
+    in the moe_experts layout, else (None, what sets it apart: GPT-OSS's transposed, interleaved,
+    biased experts; Llama 4's [E, D, 2I]); (None, None) for any other module.  Experts in another
+    layout are no `matmul`s apply could switch: the profile lists them uncovered with the reason."""
+    gate_up, down = getattr(module, "gate_up_proj", None), getattr(module, "down_proj", None)
+    if not (isinstance(gate_up, torch.Tensor) and isinstance(down, torch.Tensor)) or gate_up.dim() != 3 or down.dim() != 3:
+        return None, None
+    why = [text for name, (usual, text) in _EXPERTS_MARKS.items() if getattr(module, name, usual) != usual]
+    if "biased" not in why and getattr(module, "gate_up_proj_bias", None) is not None:
+        why.append("biased")
+    if "no gate" not in why and not is_silu_module(getattr(module, "act_fn", None)):
+        why.append("not SiLU")
+    E, two_i, D = gate_up.shape
+    if not why and (two_i % 2 or tuple(down.shape) != (E, D, two_i // 2)):
+        why.append(f"gate_up_proj {list(gate_up.shape)}, down_proj {list(down.shape)}")
+    return (None, ", ".join(why)) if why else ((int(E), int(D), int(two_i // 2)), None)
+
+
 def moe_experts_dims(module: nn.Module) -> tuple[int, int, int] | None:
     """(E, D, I) of a mixture-of-experts experts module in the layout Mixtral's and Qwen-MoE's
     share (transformers' experts with 3-D weights): ``gate_up_proj`` [E, 2I, D] (gate rows
@@ -361,42 +387,7 @@ def moe_experts_dims(module: nn.Module) -> tuple[int, int, int] | None:
     (hidden [T, D], top_k_index [T, K], top_k_weights [T, K]).  Transposed, interleaved, biased
     and gate-less layouts (``is_transposed``, ``is_concatenated``... as transformers marks
     them) are not this kind."""
-    gate_up, down = getattr(module, "gate_up_proj", None), getattr(module, "down_proj", None)
-    if not (isinstance(gate_up, torch.Tensor) and isinstance(down, torch.Tensor)) or gate_up.dim() != 3 or down.dim() != 3:
-        return None
-    layout = {"is_transposed": False, "is_concatenated": True, "has_bias": False, "has_gate": True,
-              "has_post_expert_norm": False}
-    if any(getattr(module, name, usual) != usual for name, usual in layout.items()):
-        return None
-    if getattr(module, "gate_up_proj_bias", None) is not None or not is_silu_module(getattr(module, "act_fn", None)):
-        return None
-    E, two_i, D = gate_up.shape
-    if two_i % 2 or tuple(down.shape) != (E, D, two_i // 2):
-        return None
-    return int(E), int(D), int(two_i // 2)
-
-
-def other_experts_layout(module: nn.Module) -> str | None:
-    """What sets a module holding 3-D ``gate_up_proj`` and ``down_proj`` weights apart from the
-    moe_experts layout (GPT-OSS's transposed, interleaved, biased experts; Llama 4's [E, D, 2I]),
-    None for the moe_experts layout itself or a module without such weights.  Their GEMMs are
-    not `matmul`s apply could switch: the profile lists them uncovered with this reason."""
-    gate_up, down = getattr(module, "gate_up_proj", None), getattr(module, "down_proj", None)
-    if not (isinstance(gate_up, torch.Tensor) and isinstance(down, torch.Tensor)) or gate_up.dim() != 3 or down.dim() != 3:
-        return None
-    if moe_experts_dims(module) is not None:
-        return None
-    flags = {"is_transposed": (True, "transposed"), "is_concatenated": (False, "interleaved gate/up"),
-             "has_bias": (True, "biased"), "has_gate": (False, "no gate"),
-             "has_post_expert_norm": (True, "a norm after each expert")}
-    why = [text for name, (odd, text) in flags.items() if getattr(module, name, not odd) == odd]
-    if "biased" not in why and getattr(module, "gate_up_proj_bias", None) is not None:
-        why.append("biased")
-    if not is_silu_module(getattr(module, "act_fn", None)) and "no gate" not in why:
-        why.append("not SiLU")
-    if not why:
-        why.append(f"gate_up_proj {list(gate_up.shape)}, down_proj {list(down.shape)}")
-    return ", ".join(why)
+    return _experts_layout(module)[0]
 
 
 def packed_mlp_dims(module: nn.Module) -> tuple[int, int] | None:
