@@ -17,17 +17,17 @@ import torch
 
 from ..recognize import moe_experts_dims
 from .fused import _probe_call
-from .patching import _pick, _reference, _swap_class
+from .patching import _pick, _probe_input, _reference, _swap_class
 from .selection import KernelOp
 
 
 def _probe_args(m: torch.nn.Module, experts: int, width: int) -> tuple:
-    gen = torch.Generator(device="cpu").manual_seed(1234)
-    weight = m.gate_up_proj
-    x = torch.randn(5, width, generator=gen).to(device=weight.device, dtype=weight.dtype)
-    top = min(2, experts)
-    probs, index = torch.topk(torch.softmax(torch.randn(5, experts, generator=gen), dim=-1), top, dim=-1)
-    return x, index.to(weight.device), (probs / probs.sum(-1, keepdim=True)).to(weight.device)
+    """The appliers' probe tokens, each routed to its top two experts by a random router."""
+    x = _probe_input(width, m, m.gate_up_proj.dtype)
+    gen = torch.Generator(device="cpu").manual_seed(4321)
+    logits = torch.randn(x.shape[0], experts, generator=gen)
+    probs, index = torch.topk(torch.softmax(logits, dim=-1), min(2, experts), dim=-1)
+    return x, index.to(x.device), (probs / probs.sum(-1, keepdim=True)).to(x.device)
 
 
 def _experts_members(k: KernelOp, width: int, base: type) -> dict[str, Any]:
