@@ -119,8 +119,10 @@ def keeps_layout(kind: str, args: tuple) -> bool:
     """Is the first argument passed to the kernel as it is, and the output given its layout?
     Only in the layout the problem declares (``Problem.passthrough_layout``, also judged by the
     harness); everything else is made contiguous, as in the harness."""
-    accepts = _passthrough_layout(kind)
-    x = args[0] if args else None
+    return _in_layout(_passthrough_layout(kind), args[0] if args else None)
+
+
+def _in_layout(accepts: Callable[[torch.Tensor], bool] | None, x: Any) -> bool:
     return accepts is not None and isinstance(x, torch.Tensor) and accepts(x)
 
 
@@ -148,7 +150,7 @@ def register_kernel_op(kind: str, name: str, path: Path) -> tuple[str, Callable[
         OP_CALLS[opname] += 1
         shape, dtype = output_meta(kind, args)
         x = args[0]
-        keep = accepts is not None and isinstance(x, torch.Tensor) and accepts(x)
+        keep = _in_layout(accepts, x)
         if keep:
             call_args = [a if not isinstance(a, torch.Tensor) or i == 0 or accepts(a) else a.contiguous()
                          for i, a in enumerate(args)]
