@@ -106,7 +106,7 @@ def test_apply_then_torch_compile_matches(tmp_path, llama):
 
 
 class LookAlikeRMSNorm(nn.Module):
-    """Gemma-style: scales by (1 + weight) — named like an RMSNorm, computes something else."""
+    """Named like an RMSNorm, but centres the rows first (a LayerNorm without bias)."""
 
     def __init__(self, n: int):
         super().__init__()
@@ -115,18 +115,44 @@ class LookAlikeRMSNorm(nn.Module):
 
     def forward(self, x):
         x32 = x.float()
+        x32 = x32 - x32.mean(-1, keepdim=True)
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight).to(x.dtype)
+
+
+class GemmaStyleRMSNorm(LookAlikeRMSNorm):
+    """Gemma's RMSNorm: scales by (1 + weight), its weights start at zero."""
+
+    def forward(self, x):
+        x32 = x.float()
         return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps) * (1 + self.weight)).to(x.dtype)
 
 
 class TwoLayer(nn.Module):
-    def __init__(self):
+    def __init__(self, norm: type = LookAlikeRMSNorm):
         super().__init__()
-        self.norm = LookAlikeRMSNorm(32)
+        self.norm = norm(32)
         self.fc1 = nn.Linear(32, 48)
         self.fc2 = nn.Linear(48, 32, bias=False)
 
     def forward(self, x):
         return self.fc2(self.fc1(self.norm(x)))
+
+
+def test_gemma_rmsnorm_gets_one_plus_its_weight(tmp_path):
+    """Gemma's ``x / rms(x) * (1 + w)``: the op gets ``1 + w``, computed at each call, so a weight
+    changed in place is used at once."""
+    model = TwoLayer(GemmaStyleRMSNorm)
+    wd = make_workdir(tmp_path / "wd", [PlanProblem("rmsnorm", "rmsnorm", "fp32", [{"M": 4, "N": 32}], [1], 1.0, 0.5)])
+    patched = apply(model, wd)
+    assert patched._autokernel_replaced == [("norm", "rmsnorm")]
+    x = torch.randn(4, 32)
+    before = dict(OP_CALLS)
+    with torch.no_grad():
+        assert rel(patched(x), model(x)) < 1e-5
+        for m in (model, patched):
+            m.norm.weight.add_(0.5)
+        assert rel(patched(x), model(x)) < 1e-5
+    assert OP_CALLS[patched._autokernel_ops["rmsnorm"]] - before.get(patched._autokernel_ops["rmsnorm"], 0) == 2
 
 
 def test_lookalike_module_and_other_dtype_are_left_alone(tmp_path):

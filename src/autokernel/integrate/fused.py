@@ -22,7 +22,7 @@ import torch.nn as nn
 
 from ..recognize import gelu_form, is_silu_module, packed_mlp_dims, residual_norm_parts
 from .linears import _DOWN_NAMES, _GATE_NAMES, _UP_NAMES, _find_linear
-from .norms import _is_rmsnorm, _rmsnorm_eps
+from .norms import _is_rmsnorm, rmsnorm_form
 from .patching import (PROBE_TOLERANCE, _class_code_names, _pick, _probe_input, _reference, _rel_error,
                        _swap_class)
 from .residuals import _original_class, _takes_residual
@@ -75,10 +75,10 @@ def _apply_add_norm(model, k, done, replaced, skipped, probed) -> None:
         if rms:
             if not _is_rmsnorm(m):
                 continue
-            eps = _rmsnorm_eps(m, k.dtype)
-            ok_params = eps is not None
-            params = (lambda self, eps=eps: (self.weight, eps))
-            expected = (lambda x, r, m=m, eps=eps: _reference("add_rmsnorm")(x, r, m.weight, eps))
+            form = rmsnorm_form(m, k.dtype, probed)
+            ok_params = form is not None
+            params = form.params if form is not None else None
+            expected = (lambda x, r, m=m, params=params: _reference("add_rmsnorm")(x, r, *params(m)))
         else:
             if not isinstance(m, nn.LayerNorm) or type(m).forward is nn.LayerNorm.forward:
                 continue  # a plain LayerNorm takes no residual
@@ -116,9 +116,9 @@ def _apply_residual_outputs(model, k, done, replaced, skipped, probed) -> None:
             ok = len(norm.normalized_shape) == 1 and norm.weight is not None and getattr(norm, "bias", None) is not None
             params = (lambda nm: (nm.weight, nm.bias, nm.eps))
         else:
-            eps = _rmsnorm_eps(norm, dtype)
-            ok = eps is not None and getattr(norm, "weight", None) is not None
-            params = (lambda nm, eps=eps: (nm.weight, eps))
+            form = rmsnorm_form(norm, dtype, probed) if getattr(norm, "weight", None) is not None else None
+            ok = form is not None
+            params = form.params if form is not None else None
         if not ok or lin.weight.dtype != dtype or norm.weight.dtype != dtype:
             skipped.append((name, f"{k.kind}: needs {dtype} weights (and eps / bias)"))
             continue

@@ -1,12 +1,13 @@
 """Appliers for norms, softmax and the loss: modules switched to the ops."""
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 import torch.nn as nn
 
-from .patching import _check_probe, _model_device, _ok_device, _pick, _probe_input, _reference, _related, _swap_class
+from .patching import _model_device, _ok_device, _pick, _probe, _probe_input, _reference, _related, _swap_class
 from .selection import KernelOp
 
 
@@ -21,17 +22,54 @@ def _rmsnorm_eps(module: nn.Module, dtype: torch.dtype) -> float | None:
     return None
 
 
-def _rmsnorm_members(k: KernelOp, n: int, eps: float, base: type) -> dict[str, Any]:
+def _rmsnorm_members(k: KernelOp, n: int, params: Callable[[nn.Module], tuple], base: type) -> dict[str, Any]:
     op, dtype = k.op, k.dtype
     base_forward = base.forward
 
     def forward(self, x, *args, **kwargs):
-        w = self.weight
-        if not args and not kwargs and x.dtype == dtype and w.dtype == dtype and x.shape[-1] == n:
-            return op(x.reshape(-1, n), w, eps).reshape(x.shape)
+        if not args and not kwargs and x.dtype == dtype and self.weight.dtype == dtype and x.shape[-1] == n:
+            return op(x.reshape(-1, n), *params(self)).reshape(x.shape)
         return base_forward(self, x, *args, **kwargs)
 
     return {"forward": forward}
+
+
+@dataclass(frozen=True)
+class RmsnormForm:
+    """What an RMSNorm module computes, as the rmsnorm op's arguments: ``x / rms(x) * w``, or
+    Gemma's ``x / rms(x) * (1 + w)`` (``offset``: its weights start at zero), which the op gets as
+    ``1 + w``, one small add a call."""
+
+    eps: float
+    offset: bool
+
+    def params(self, norm: nn.Module) -> tuple:
+        return (norm.weight + 1 if self.offset else norm.weight, self.eps)
+
+
+def rmsnorm_form(m: nn.Module, dtype: torch.dtype, probed: dict) -> RmsnormForm | None:
+    """``m``'s form, decided once per class by its own ``forward`` on a probe input; None when
+    it is not an RMSNorm the op computes (or its weight is not ``dtype``)."""
+    if not _is_rmsnorm(m) or m.weight.dtype != dtype:
+        return None
+    eps = _rmsnorm_eps(m, dtype)
+    if eps is None:
+        return None
+    base = _original_class(type(m))
+    key = (base, "rmsnorm form", eps)
+    if key not in probed:
+        ref = _reference("rmsnorm")
+        x = _probe_input(m.weight.shape[0], m, dtype)
+        probed[key] = next((RmsnormForm(eps, offset) for offset in (False, True)
+                            if _probe(m, base, x, lambda x, offset=offset: ref(x, m.weight + offset, eps))), None)
+    return probed[key]
+
+
+def _original_class(cls: type) -> type:
+    """The model's own class under autokernel's generated subclasses."""
+    while cls.__name__.startswith("Autokernel") and cls.__bases__:
+        cls = cls.__bases__[0]
+    return cls
 
 
 def _is_rmsnorm(module: nn.Module) -> bool:
@@ -48,24 +86,20 @@ def _apply_rmsnorm(model: nn.Module, k: KernelOp, done: set[int], replaced, skip
             continue
         if _pick([k], "rmsnorm", name) is None:
             continue
-        eps = _rmsnorm_eps(m, k.dtype)
-        if eps is None:
+        if _rmsnorm_eps(m, k.dtype) is None:
             skipped.append((name, "rmsnorm: no eps attribute found"))
             continue
         if m.weight.dtype != k.dtype or not _ok_device(m.weight, _model_device(model)):
             skipped.append((name, f"rmsnorm: weight dtype {m.weight.dtype} is not the kernel's {k.dtype}"))
             continue
-        n = m.weight.shape[0]
-        base = type(m)
-        ref = _reference("rmsnorm")
-        if not _check_probe(base, m, k, probed, _probe_input(n, m, k.dtype),
-                            lambda x, m=m, eps=eps, ref=ref: ref(x, m.weight, eps)):
-            skipped.append((name, f"rmsnorm: {base.__name__} computes something else (probe mismatch)"))
+        form = rmsnorm_form(m, k.dtype, probed)
+        if form is None:
+            skipped.append((name, f"rmsnorm: {type(m).__name__} computes something else (probe mismatch)"))
             continue
-        _swap_class(m, ("rmsnorm", k.opname, n, eps), _rmsnorm_members(k, n, eps, base))
+        n = m.weight.shape[0]
+        _swap_class(m, ("rmsnorm", k.opname, n, form), _rmsnorm_members(k, n, form.params, type(m)))
         done.add(id(m))
         replaced.append((name, "rmsnorm"))
-
 
 
 def _layernorm_members(k: KernelOp, n: int) -> dict[str, Any]:

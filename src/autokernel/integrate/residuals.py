@@ -47,7 +47,7 @@ import torch
 import torch.nn as nn
 
 from .calls import _REBOUND_MODULES
-from .norms import _is_rmsnorm, _rmsnorm_eps
+from .norms import _original_class, rmsnorm_form
 from .patching import _probe, _probe_input, _reference, _swap_class, rewrap
 from .selection import KernelOp
 
@@ -68,26 +68,8 @@ def _plain_norm_params(m: nn.Module, kind: str, dtype: torch.dtype,
         if m.weight.dtype != dtype or not _forward_is(type(m), nn.LayerNorm.forward):
             return None
         return lambda self: (self.weight, self.bias, self.eps)
-    if not _is_rmsnorm(m) or m.weight.dtype != dtype:
-        return None
-    eps = _rmsnorm_eps(m, dtype)
-    if eps is None:
-        return None
-    base = _original_class(type(m))
-    ref = _reference("rmsnorm")
-    key = (base, "rmsnorm", "plain", eps)
-    if key not in probed:
-        probed[key] = _probe(m, base, _probe_input(m.weight.shape[0], m, dtype), lambda x: ref(x, m.weight, eps))
-    if not probed[key]:
-        return None
-    return lambda self, eps=eps: (self.weight, eps)
-
-
-def _original_class(cls: type) -> type:
-    """The model's own class under autokernel's generated subclasses."""
-    while cls.__name__.startswith("Autokernel") and cls.__bases__:
-        cls = cls.__bases__[0]
-    return cls
+    form = rmsnorm_form(m, dtype, probed)
+    return form.params if form is not None else None
 
 
 def _takes_residual(forward: Callable) -> bool:
@@ -289,8 +271,10 @@ def rewrite_forward(fn: types.FunctionType, norms: set[str],
 
 
 # ------------------------------------------------------------------ the add fused ahead
-def _versions(tensors: tuple) -> tuple[int, ...]:
-    return tuple(-1 if t.is_inference() else t._version for t in tensors if isinstance(t, torch.Tensor))
+def _versions(norm: nn.Module) -> tuple[int, ...]:
+    """The version counters of the norm's own weights (not of what the op gets from them: Gemma's
+    ``1 + w`` is a fresh tensor every call, and would always read as unchanged)."""
+    return tuple(-1 if t.is_inference() else t._version for t in norm._parameters.values() if t is not None)
 
 
 def _tracked_call(op: Callable, *args: Any) -> Any:
@@ -318,7 +302,7 @@ def add_ahead(module: nn.Module, a: Any, b: Any) -> Any:
         weights = params(norm)
         out, s = _tracked_call(op, a.reshape(-1, n), b.reshape(-1, n), *weights)
         s, out = s.view(a.shape), out.view(a.shape)
-        norm.__dict__[PENDING] = (s, s._version, out, _versions(weights))
+        norm.__dict__[PENDING] = (s, s._version, out, _versions(norm))
         return s
     return a + b
 
@@ -329,7 +313,7 @@ def _ahead_norm_members(k: KernelOp, n: int, params: Callable[[nn.Module], tuple
     def forward(self, x, *args, **kwargs):
         pending = None if torch.compiler.is_compiling() else self.__dict__.pop(PENDING, None)
         if (pending is not None and not args and not kwargs and x is pending[0] and x._version == pending[1]
-                and _versions(params(self)) == pending[3]):
+                and _versions(self) == pending[3]):
             return pending[2]
         return base_forward(self, x, *args, **kwargs)
 
