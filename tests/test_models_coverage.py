@@ -18,7 +18,10 @@ ops: Hugging Face's packed-sequence check on the position ids (sub, diff, ne, cu
 add (GPT-2, BERT), a layout copy after attention (Phi-3); the router's top-k on Mixtral.  With
 transformers 5.25 (2026-12-04) the packed-sequence check grew (diff, cumsum, all) and hf:gpt2 at
 2x32 tokens measured 94.8-95.3%; it runs at 2x64 tokens now (96.7%: the check's share halves,
-what the problems cover does not change)."""
+what the problems cover does not change).  Since 2026-12-05 a problem that ``apply`` finds no place
+for is unsupported and counts as not covered (``integrate.placement``): the MoE routers' softmax
+(hf:mixtral 98.8%, hf:qwen2_moe 98.4%); Gemma's ``1 + w`` norms are placed (hf:gemma 96.9%; its
+97.1-97.3% before counted norms that ``apply`` left alone)."""
 from __future__ import annotations
 
 import importlib.util
@@ -67,10 +70,11 @@ def test_covered_share(spec, config, shape, target, kinds):
     found = {p.kind for p in plan.problems}
     assert kinds <= found, f"{spec}: kinds {sorted(kinds - found)} not found in {sorted(found)}"
     share = covered(plan)
-    top = ", ".join(f"{u.name} {u.fraction:.1%}" for u in plan.uncovered[:5])
+    top = ", ".join(f"{u.name} {u.fraction:.1%}" for u in plan.not_covered[:5])
     assert share >= target, f"{spec}: covered {share:.1%} < {target:.0%}; uncovered: {top}"
-    # every uncovered op is listed with its share; together with the problems they make the whole
-    assert covered(plan) + sum(u.fraction for u in plan.uncovered) == pytest.approx(1.0, abs=1e-6)
+    # every uncovered op and unsupported problem is listed with its share; with the problems
+    # they make the whole
+    assert covered(plan) + sum(u.fraction for u in plan.not_covered) == pytest.approx(1.0, abs=1e-6)
     if spec in FUSED_AHEAD:  # the last add of every layer is fused ahead into the norm after it
         add_norm = next(p for p in plan.problems if p.kind.startswith("add_"))
         assert len(add_norm.add_from) == 2 and FUSED_AHEAD[spec] in add_norm.add_from, add_norm.add_from

@@ -64,6 +64,14 @@ class Plan:
     def covered_fraction(self) -> float:
         return sum(p.fraction for p in self.supported)
 
+    @property
+    def not_covered(self) -> list[UncoveredTime]:
+        """All the time the supported problems leave, largest first: the unsupported problems
+        (a kind found where ``apply`` cannot place it, ...) and the ops no problem covers."""
+        items = [UncoveredTime(f"{p.name} ({p.kind or 'no kind'}, unsupported)", p.time_us, p.fraction)
+                 for p in self.problems if not p.supported] + list(self.uncovered)
+        return sorted(items, key=lambda u: (-u.fraction, u.name))
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["covered_fraction"] = self.covered_fraction

@@ -585,16 +585,21 @@ def profile_model(loaded: LoadedModel, *, device: str | None = None, dtype: torc
                   captured: bool = False, fuse_rotary: bool = False) -> Plan:
     """Profile ``iters`` forward passes of the loaded model (after ``warmup`` untimed ones)
     and return its plan.  ``captured``: the passes run as a CUDA graph capture runs them
-    (``as_captured``), for a model that will run in CUDA-graph mode."""
+    (``as_captured``), for a model that will run in CUDA-graph mode.  A problem that ``apply``
+    finds no place for in the model is marked unsupported, with the reason (``placement``)."""
     device = device or loaded.device
     dtype = dtype or loaded.dtype
     on_gpu = str(device).startswith("cuda")
     roots = trace_model(loaded.model, loaded.make_inputs(0), on_gpu=on_gpu, warmup=warmup, iters=iters,
                         captured=captured)
-    return build_plan(roots, model=loaded.spec, device="cuda" if on_gpu else "cpu",
+    plan = build_plan(roots, model=loaded.spec, device="cuda" if on_gpu else "cpu",
                       time_kind="gpu" if on_gpu else "cpu", dtype=dtype_name(dtype),
                       input_shape=loaded.input_shape, iters=max(1, iters), fuse_mlp=fuse_mlp,
                       device_name=device_label(device), fuse_rotary=fuse_rotary)
+    from .integrate.placement import mark_unplaceable
+
+    mark_unplaceable(plan, loaded.model)
+    return plan
 
 
 def device_label(device: str) -> str:

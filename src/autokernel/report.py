@@ -132,11 +132,10 @@ def render_markdown(data: ReportData) -> str:
         mods = ", ".join(p.modules[:3]) + (f" (+{len(p.modules) - 3})" if len(p.modules) > 3 else "")
         kind = p.kind if p.supported else f"{p.kind or '—'} (unsupported: {p.note})"
         lines.append(f"| {p.name} | {kind} | {p.dtype} | {shapes} | {100 * p.fraction:.1f}% | {mods} |")
-    uncovered = sum(u.fraction for u in plan.uncovered)
+    not_covered = plan.not_covered
     lines += ["", f"Covered by supported problems: {100 * plan.covered_fraction:.1f}% of the time; "
-              f"not covered: {100 * uncovered:.1f}%" + (" (top: " + ", ".join(
-                  f"{u.name} {100 * u.fraction:.1f}%" for u in sorted(plan.uncovered, key=lambda u: -u.fraction)[:5])
-                  + ")" if plan.uncovered else "") + "."]
+              f"not covered: {100 * sum(u.fraction for u in not_covered):.1f}%" + (" (top: " + ", ".join(
+                  f"{u.name} {100 * u.fraction:.1f}%" for u in not_covered[:5]) + ")" if not_covered else "") + "."]
     lines += _uncovered_table(plan)
     lines += ["", "## Problems" + timing_note, "",
               "| problem | experiments | kept | start (us) | best (us) | vs start | vs eager | % roofline | best kernel |",
@@ -441,12 +440,13 @@ def rich_table(data: ReportData):
 
 
 def _uncovered_table(plan: Plan) -> list[str]:
-    """Every op of the profile that no problem covers, with its share of the time: what the
-    run could not speed up, so that nothing is hidden behind the covered share."""
-    if not plan.uncovered:
+    """Every op of the profile that no supported problem covers (unsupported problems too), with
+    its share of the time: what the run could not speed up, so that nothing is hidden behind the
+    covered share."""
+    if not plan.not_covered:
         return []
     lines = ["", "### Not covered by any problem", "", "| op | time per forward (us) | share |", "|---|---:|---:|"]
-    for u in sorted(plan.uncovered, key=lambda u: (-u.fraction, u.name)):
+    for u in plan.not_covered:
         lines.append(f"| {u.name} | {u.time_us:.1f} | {100 * u.fraction:.2f}% |")
     return lines
 

@@ -110,9 +110,13 @@ def print_plan(plan, description: str = "") -> None:
     if description:
         console.print(description, markup=False)  # it holds the user's settings and "[mixture of experts: ...]"
     console.print(table)
-    uncovered = sum(u.fraction for u in plan.uncovered)
-    top = ", ".join(f"{u.name} {100 * u.fraction:.1f}%" for u in plan.uncovered[:4])
+    not_covered = plan.not_covered
+    uncovered = sum(u.fraction for u in not_covered)
+    top = ", ".join(f"{u.name} {100 * u.fraction:.1f}%" for u in not_covered[:4])
     console.print(f"covered by supported problems: {100 * plan.covered_fraction:.1f}%   "
-                  f"uncovered: {100 * uncovered:.1f}%" + (f" ({top})" if top else ""))
+                  f"uncovered: {100 * uncovered:.1f}%" + (f" ({top})" if top else ""), markup=False)
+    for p in plan.problems:
+        if not p.supported and p.note:
+            console.print(f"{p.name} is not optimized: {p.note}", markup=False)
     if not plan.supported:
         console.print("nothing in this model is a kind autokernel supports: the plan has no problems to optimize")

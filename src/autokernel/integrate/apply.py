@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from .norms import _apply_cross_entropy, _apply_layernorm, _apply_rmsnorm, _appl
 from .patching import _model_device
 from .residuals import _apply_residual_adds
 from .runfiles import IntegrateError, load_workdir_plan
-from .selection import select_kernels
+from .selection import KernelOp, select_kernels
 from .tables import _apply_rotary_table
 
 
@@ -64,6 +65,39 @@ _ORDER = ("linear_gelu", "add_rmsnorm:outputs", "add_layernorm:outputs", "rmsnor
 _SHARES_MODULES = {"add_rmsnorm", "add_layernorm", "add_rmsnorm:adds", "add_layernorm:adds"}
 
 
+NO_PLACE = "no place in the model where it applies"
+
+
+@dataclass
+class Placement:
+    """What the appliers did with a list of ops: ``replaced`` (module, kind), ``skipped``
+    (problem or module, why), the ops that took at least one place, and the modules done."""
+
+    replaced: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    used_ops: set[str] = field(default_factory=set)
+    done: set[int] = field(default_factory=set)
+
+
+def place_ops(model: nn.Module, ops: list[KernelOp]) -> Placement:
+    """Switch the places of ``model`` that each op's kind computes (in place), in ``_ORDER``."""
+    placed = Placement()
+    probed: dict = {}
+    for kind in _ORDER:
+        for k in [k for k in ops if k.kind == kind.partition(":")[0]]:
+            before = len(placed.replaced)
+            _MODULE_APPLIERS[kind](model, k, set() if kind in _SHARES_MODULES else placed.done, placed.replaced,
+                                   placed.skipped, probed)
+            if len(placed.replaced) > before:
+                placed.used_ops.add(k.opname)
+    calls_before = len(placed.replaced)
+    _apply_calls(model, ops, set(), placed.replaced, placed.skipped)
+    for k in ops:
+        if k.kind in CALL_KINDS and any(kind == k.kind for _, kind in placed.replaced[calls_before:]):
+            placed.used_ops.add(k.opname)
+    return placed
+
+
 def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
           allow_slower: bool = False, cuda_graphs: bool = False, under_compile: str = "auto") -> nn.Module:
     """Return ``model`` (a deep copy unless ``inplace``) running the run's best kernels.
@@ -89,26 +123,13 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     patched = model if inplace else copy.deepcopy(model)
     device = _model_device(patched)
     sel = select_kernels(workdir, plan, device=device, allow_slower=allow_slower)
-    replaced: list[tuple[str, str]] = []
-    skipped = list(sel.skipped)
-    done: set[int] = set()
-    probed: dict = {}
-    used_ops: set[str] = set()
-    for kind in _ORDER:
-        for k in [k for k in sel.ops if k.kind == kind.partition(":")[0]]:
-            before = len(replaced)
-            _MODULE_APPLIERS[kind](patched, k, set() if kind in _SHARES_MODULES else done, replaced, skipped, probed)
-            if len(replaced) > before:
-                used_ops.add(k.opname)
-    calls_before = len(replaced)
-    _apply_calls(patched, sel.ops, set(), replaced, skipped)
-    for k in sel.ops:
-        if k.kind in CALL_KINDS and any(kind == k.kind for _, kind in replaced[calls_before:]):
-            used_ops.add(k.opname)
-    align_linears(patched, done, replaced, on_gpu=device is not None and device.type == "cuda")
+    placed = place_ops(patched, sel.ops)
+    replaced, used_ops = placed.replaced, placed.used_ops
+    skipped = list(sel.skipped) + placed.skipped
+    align_linears(patched, placed.done, replaced, on_gpu=device is not None and device.type == "cuda")
     for k in sel.ops:
         if k.opname not in used_ops:
-            skipped.append((k.problem.name, f"{k.kind}: no place in the model where it applies"))
+            skipped.append((k.problem.name, f"{k.kind}: {NO_PLACE}"))
     patched._autokernel_replaced = replaced
     patched._autokernel_skipped = skipped
     patched._autokernel_ops = {k.problem.name: k.opname for k in sel.ops if k.opname in used_ops}

@@ -1,0 +1,77 @@
+"""Before the loop: a problem that ``apply`` can place nowhere in the model is not optimized.
+
+Mixtral's router computes a softmax (and Qwen-MoE's too) with ``F.softmax`` inside its
+forward: the profiler finds the kind, no applier can switch it, and the loop used to spend
+budget on it.  Gemma's norms scale by ``1 + w``: they used to be found and optimized, then left
+alone by ``apply``'s probe; they are placed now.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from autokernel.integrate.placement import structural_copy, unplaceable  # noqa: E402
+from autokernel.loop.targets import targets_from_plan  # noqa: E402
+from autokernel.models import load_model  # noqa: E402
+from autokernel.profiler import profile_model  # noqa: E402
+
+HF = importlib.util.find_spec("transformers") is not None
+GEMMA = "hidden_size=64,num_hidden_layers=2,num_attention_heads=2,num_key_value_heads=1,head_dim=32,intermediate_size=128,vocab_size=256"
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_the_router_softmax_is_reported_not_optimized():
+    loaded = load_model("hf:mixtral", input_shape=[1, 16], dtype=torch.float32)
+    plan = profile_model(loaded, warmup=0, iters=1)
+    softmax = next(p for p in plan.problems if p.kind == "softmax")
+    assert not softmax.supported
+    assert "no place in the model" in softmax.note and "mlp.gate" in softmax.note
+    assert softmax.name not in {t.name for t in targets_from_plan(plan)}
+    assert {"moe_experts", "rmsnorm"} <= {t.spec for t in targets_from_plan(plan)}
+    # its time is counted as not covered, by name
+    assert any(u.name.startswith(softmax.name) and u.fraction == softmax.fraction for u in plan.not_covered)
+    assert plan.covered_fraction + sum(u.fraction for u in plan.not_covered) == pytest.approx(1.0, abs=1e-6)
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_gemma_norms_are_placed_and_match(tmp_path):
+    import shutil
+
+    from autokernel.integrate import apply
+    from autokernel.plan import save_plan
+    from autokernel.problems.registry import KERNELS_DIR
+
+    loaded = load_model("hf:gemma", config_overrides=GEMMA, input_shape=[1, 8], dtype=torch.float32)
+    plan = profile_model(loaded, warmup=0, iters=1)
+    norms = [p for p in plan.problems if p.kind in ("rmsnorm", "add_rmsnorm")]
+    assert {p.kind for p in norms} == {"rmsnorm", "add_rmsnorm"}
+    assert all(p.supported for p in norms), [(p.name, p.note) for p in norms]
+    plan.problems = norms
+    for p in norms:
+        (tmp_path / "problems" / p.name).mkdir(parents=True)
+        shutil.copyfile(KERNELS_DIR / f"{p.kind}.py", tmp_path / "problems" / p.name / "kernel.py")
+    save_plan(plan, tmp_path / "plan.json")
+    patched = apply(loaded.model, tmp_path)
+    kinds = [kind for _, kind in patched._autokernel_replaced]
+    assert "rmsnorm" in kinds and "add_rmsnorm" in kinds, patched._autokernel_skipped
+    with torch.no_grad():
+        x = loaded.make_inputs(1)
+        ref, out = loaded.model(*x), patched(*x)
+    assert ((out - ref).norm() / ref.norm()).item() < 1e-5
+
+
+def test_the_check_leaves_the_model_as_it_was_and_copies_no_weights():
+    loaded = load_model("llama", input_shape=[1, 8], dtype=torch.float32, config_overrides={"n_layers": "1"})
+    model = loaded.model
+    classes = {name: type(m) for name, m in model.named_modules()}
+    plan = profile_model(loaded, warmup=0, iters=1)
+    assert plan.supported and unplaceable(model, plan) == {}
+    assert {name: type(m) for name, m in model.named_modules()} == classes
+    copy = structural_copy(model)
+    assert all(a is b for a, b in zip(model.parameters(), copy.parameters()))
+    assert copy is not model and copy.layers[0] is not model.layers[0]
