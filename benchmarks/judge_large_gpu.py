@@ -4,7 +4,8 @@
     PYTHONPATH=src python benchmarks/judge_large_gpu.py --out DIR --cpu-smoke     # CPU, tiny, ~2 min
 
 (a) attacks, each expected ``incorrect`` or ``rejected``: the reduce starter with 32-bit row
-    offsets (wrong past 2**31 elements: the held-out ``index-width`` case), the softmax starter
+    offsets (wrong past 2**31 elements: the held-out ``index-width`` case), the moe_experts
+    starter with 32-bit hidden-row offsets (the same case, its rows being tokens), the softmax starter
     that never writes rows past 16384 (``large-rows``), the reduce starter that drops NaNs from
     its sums (numerics ``nonfinite``), and the two host-computed files of tests/attacks
     (``.item()`` + ``fill_``: ``foreign-compute``).
@@ -29,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STARTERS = ("reduce", "softmax", "rmsnorm", "layernorm", "cross_entropy", "gelu", "swiglu", "swiglu_packed",
-            "geglu", "add_rmsnorm", "add_layernorm", "rotary", "matmul", "attention", "fused_mlp")
+            "geglu", "add_rmsnorm", "add_layernorm", "rotary", "matmul", "attention", "fused_mlp", "moe_experts")
 
 
 def edits(smoke: bool) -> list[tuple[str, str, str, str]]:
@@ -41,6 +42,12 @@ def edits(smoke: bool) -> list[tuple[str, str, str, str]]:
          f"        row_ptrs = x_ptr + {wrap}\n"),
         ("softmax_rows_bounded", "softmax", "    y = torch.empty_like(x)\n",
          f"    y = torch.empty_like(x)\n    M = min(M, {rows_bound})\n"),
+        # the hidden rows' offsets (a token's K rows of I) in 32 bits: moe_experts' rows are tokens
+        ("moe_experts_hidden_offsets_32bit", "moe_experts",
+         "    tl.store(h_ptr + pos[:, None] * stride_h + rn[None, :], h.to(h_ptr.dtype.element_ty),\n",
+         "    tl.store(h_ptr + " + ("(pos[:, None] * stride_h + rn[None, :]) % 4096" if smoke
+                                   else "pos.to(tl.int32)[:, None] * stride_h + rn[None, :]")
+         + ", h.to(h_ptr.dtype.element_ty),\n"),
         ("reduce_drops_nan", "reduce",
          "            acc += tl.load(row_ptrs + cols[None, :], mask=mask, other=0.0).to(tl.float32)\n",
          "            v = tl.load(row_ptrs + cols[None, :], mask=mask, other=0.0).to(tl.float32)\n"
@@ -67,7 +74,7 @@ def main() -> int:
     device = "cpu" if args.cpu_smoke or not torch.cuda.is_available() else "cuda"
     if device == "cpu":
         large_shapes.LARGE_ROWS["cpu"], large_shapes.INDEX_ELEMENTS["cpu"] = 40, 4096
-    shapes = ["9x40"] if device == "cpu" else None
+    cpu_shapes = {"reduce": ["9x40"], "softmax": ["9x40"], "moe_experts": ["9x3x5x24x20"]}
     started = time.monotonic()
     rows = []
 
@@ -77,7 +84,7 @@ def main() -> int:
             return
         t0 = time.monotonic()
         try:
-            ev = evaluate(problem, path, device=device, shapes=shapes if problem in ("reduce", "softmax") else None,
+            ev = evaluate(problem, path, device=device, shapes=cpu_shapes.get(problem) if device == "cpu" else None,
                           timing=False, baselines=False, dtypes=["fp32"] if device == "cpu" else None)
             heldout = next((s.seconds for s in ev.stages if s.name == "heldout"), None)
             row = {"verdict": ev.verdict, "stage": ev.failed_stage, "rules": sorted({f.rule for f in ev.integrity}),

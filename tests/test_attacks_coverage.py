@@ -113,7 +113,17 @@ STARTER_EDITS = [
      "    y = torch.empty_like(x)\n    M = min(M, 40)\n", (40, None), "heldout", ["case=large-rows", "sampled rows"]),
     ("reduce_offsets_wrap", "reduce", "        row_ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_xm\n",
      "        row_ptrs = x_ptr + (rows[:, None] * stride_xm) % 4096\n", (None, 4096), "heldout", ["case=index-width"]),
+    # moe_experts' rows are tokens (Problem.rows): a combine grid bounded in tokens, and the
+    # hidden rows' offsets (K rows of I a token) wrapping
+    ("moe_experts_tokens_bounded", "moe_experts", "    _combine_kernel[(T, triton.cdiv(D, block))]",
+     "    _combine_kernel[(min(T, 40), triton.cdiv(D, block))]", (40, None), "heldout",
+     ["case=large-rows", "sampled rows"]),
+    ("moe_experts_hidden_offsets_wrap", "moe_experts",
+     "    tl.store(h_ptr + pos[:, None] * stride_h + rn[None, :], h.to(h_ptr.dtype.element_ty),\n",
+     "    tl.store(h_ptr + (pos[:, None] * stride_h + rn[None, :]) % 4096, h.to(h_ptr.dtype.element_ty),\n",
+     (None, 4096), "heldout", ["case=index-width"]),
 ]
+STARTER_EDIT_SHAPES = {"reduce": ["9x40"], "softmax": ["9x40"], "moe_experts": ["9x3x5x24x20"]}
 
 
 @pytest.mark.parametrize("name,problem,line,edit,bounds,stage,words", STARTER_EDITS, ids=[e[0] for e in STARTER_EDITS])
@@ -127,11 +137,12 @@ def test_starter_plus_one_line_is_caught(tmp_path, monkeypatch, name, problem, l
     assert text.count(line) == 1
     attack = tmp_path / f"{name}.py"
     attack.write_text(text.replace(line, edit))
-    ev = evaluate(problem, attack, device="cpu", shapes=["9x40"], dtypes=["fp32"], timing=False, baselines=False)
+    shapes = STARTER_EDIT_SHAPES[problem]
+    ev = evaluate(problem, attack, device="cpu", shapes=shapes, dtypes=["fp32"], timing=False, baselines=False)
     assert ev.verdict == "incorrect" and ev.failed_stage == stage, ev.message
     for word in words:
         assert word in ev.message, ev.message
     if bounds != (None, None):  # the starter itself passes the same large shapes
-        ev = evaluate(problem, KERNELS_DIR / f"{problem}.py", device="cpu", shapes=["9x40"], dtypes=["fp32"],
+        ev = evaluate(problem, KERNELS_DIR / f"{problem}.py", device="cpu", shapes=shapes, dtypes=["fp32"],
                       timing=False, baselines=False)
         assert ev.verdict == "pass" and "sampled rows" in ev.stages[-1].message, ev.message

@@ -57,7 +57,7 @@ def test_memory_paths(tmp_path):
         assert not host_reads.memory_path(path), path
 
 
-def test_only_problems_with_rows_and_one_row_dimension_get_large_shapes():
+def test_only_problems_with_rows_get_large_shapes():
     matmul = get_problem("matmul")  # a row of C costs a row of A times all of B
     assert large_shapes.large_shapes(matmul, [{"M": 16, "N": 24, "K": 40}], random.Random(0), 10, 10) == []
     gelu = get_problem("gelu")  # tanh is a fixed flag, not a dimension of the row
@@ -77,3 +77,18 @@ def test_the_index_width_shape_puts_a_row_start_past_the_bound():
             wide = dict(large_shapes.large_shapes(reduce, [{"M": 9, "N": width}], random.Random(seed), None,
                                                   bound))["index-width"]
             assert (wide["M"] - 1) * width >= bound, (width, bound, wide)
+
+
+def test_moe_experts_rows_are_tokens_and_the_hidden_rows_pass_the_bound():
+    """moe_experts says what its rows are (``Problem.rows``): tokens, each adding K hidden rows of
+    I elements (gate/up's output, the widest buffer); its free dimensions are T, D and I, so the
+    M-row rule alone gave it no large shapes."""
+    moe = get_problem("moe_experts")
+    mixtral = {"T": 4096, "K": 2, "E": 8, "D": 4096, "I": 14336}
+    qwen = {"T": 4096, "K": 4, "E": 60, "D": 2048, "I": 1408}
+    for seed in range(16):
+        drawn = dict(large_shapes.large_shapes(moe, [mixtral, qwen], random.Random(seed), 1 << 17, 1 << 31))
+        wide, rows = drawn["index-width"], drawn["large-rows"]
+        assert dict(wide, T=0) == dict(qwen, T=0) and dict(rows, T=0) == dict(qwen, T=0)  # the narrowest rows
+        assert (wide["T"] - 1) * wide["K"] * wide["I"] >= 1 << 31
+        assert rows["T"] > 1 << 17 and rows["T"] % 2 == 1

@@ -4,13 +4,14 @@ The target, edge and held-out shapes stay near what the agent saw, so a kernel c
 only where no drawn shape reaches: rows past a bound it never writes (``M = min(M, 16384)``),
 offsets computed in 32 bits that wrap past 2**31 elements.  For problems whose first dimension
 is ``M`` and whose only other free dimension is the row (reduce, softmax, the norms, the gated
-activations; not matmul, whose rows cost a matmul each) and whose outputs are row-wise (each
-output's first dimension is ``M`` too, checked on a three-row draw), the judge draws two more
-shapes, each at the first dtype, at the row width of the target shape with the narrowest rows:
+activations; not matmul, whose rows cost a matmul each), or that say what their rows are
+(``Problem.rows``: moe_experts' tokens, each adding K hidden rows of I), and whose outputs are
+row-wise (each output's first dimension is the rows too, checked on a three-row draw), the judge
+draws two more shapes, each at the first dtype, at the target shape with the narrowest rows:
 
-``large-rows``   ``M`` past ``large_rows`` (and past twice the largest target ``M``), odd;
-``index-width``  a row beginning past ``index_elements`` elements (2**31 on a GPU: a 32-bit
-                 offset wraps), when the device has the memory for it.
+``large-rows``   rows past ``large_rows`` (and past twice the largest target's), odd;
+``index-width``  a row beginning past ``index_elements`` elements of the widest buffer (2**31 on a
+                 GPU: a 32-bit offset wraps), when the device has the memory for it.
 
 The kernel runs on the whole input, as every call does (watched, poisoned, its inputs checked),
 and its output comes back whole; the reference runs only on sampled rows (the first, the last
@@ -26,7 +27,7 @@ from typing import Any
 
 import torch
 
-from ..problems.base import Problem, Shape, format_shape
+from ..problems.base import Problem, Rows, Shape, format_shape
 from . import compare
 
 LARGE_ROWS = {"gpu": 1 << 17, "cpu": None}
@@ -45,24 +46,34 @@ def per_row(problem: Problem, shape: Shape) -> int:
     return math.prod(max(v, 1) for k, v in shape.items() if k != "M" and k not in problem.fixed_dims)
 
 
+def row_layout(problem: Problem) -> Rows | None:
+    """The problem's rows: its own (``Problem.rows``), else ``M`` when the only other free
+    dimension is the row's width, else None (no large shapes)."""
+    if problem.rows is not None:
+        return problem.rows
+    free = [d for d in problem.dims if d not in problem.fixed_dims]
+    if len(free) == 2 and free[0] == "M":
+        return Rows("M", lambda shape: per_row(problem, shape))
+    return None
+
+
 def large_shapes(problem: Problem, shapes: list[Shape], rng: random.Random, large_rows: int | None,
                  index_elements: int | None) -> list[tuple[str, Shape]]:
-    """The large shapes to draw, named; none unless the problem's free dimensions are ``M`` and
-    one row dimension."""
-    free = [d for d in problem.dims if d not in problem.fixed_dims]
-    if not shapes or len(free) != 2 or free[0] != "M" or any("M" not in s for s in shapes):
+    """The large shapes to draw, named; none unless the problem has rows (``row_layout``)."""
+    rows = row_layout(problem)
+    if rows is None or not shapes or any(rows.dim not in s for s in shapes):
         return []
-    base = min(shapes, key=lambda s: per_row(problem, s))
-    width = per_row(problem, base)
+    base = min(shapes, key=rows.width)
+    width = rows.width(base)
     out = []
     if large_rows is not None:
-        m = max(large_rows, 2 * max(s["M"] for s in shapes)) + 1 + 2 * rng.randrange(32)
-        out.append(("large-rows", dict(base, M=m)))
+        m = max(large_rows, 2 * max(s[rows.dim] for s in shapes)) + 1 + 2 * rng.randrange(32)
+        out.append(("large-rows", dict(base, **{rows.dim: m})))
     if index_elements is not None:
         # a row beginning at or past the bound, not only more elements: 103 rows of 40 hold 4120
         # elements, yet the last begins at 4080, so a kernel whose row offsets wrap at 4096 passed
         m = -(-index_elements // width) + 1 + 2 * rng.randrange(32)
-        out.append(("index-width", dict(base, M=m)))
+        out.append(("index-width", dict(base, **{rows.dim: m})))
     return out
 
 
@@ -92,7 +103,7 @@ def row_wise(judge, shape: Shape, dtype: torch.dtype) -> bool:
     three-row draw)?"""
     from .stages import upcast
 
-    small = dict(shape, M=3)
+    small = dict(shape, **{row_layout(judge.problem).dim: 3})
     args = tuple(judge.problem.make_inputs(small, dtype, judge.device, judge.next_seed()))
     with torch.no_grad():
         meta = compare.output_meta(judge.problem.reference(*upcast(args, dtype)))
@@ -135,7 +146,7 @@ def run(judge, plan, tally, rng: random.Random) -> list[str]:
             continue
         case = judge.make_case(shape, dtype)
         case = Case(case.shape, case.dtype, case.args, name)
-        m = shape["M"]
+        m = shape[row_layout(judge.problem).dim]
         rows = sampled_rows(m, rng)
         index = torch.tensor(rows, dtype=torch.long, device=judge.device)
         sub_args = rows_of(case.args, m, index)

@@ -144,6 +144,15 @@ def default_heldout(shape: Shape, rng: random.Random, fixed: Sequence[str] = ())
     return out
 
 
+@dataclass(frozen=True)
+class Rows:
+    """What a row is, for the judge's large shapes: ``dim`` counts them, and each adds
+    ``width(shape)`` elements to the widest buffer a kernel indexes."""
+
+    dim: str
+    width: Callable[[Shape], int]
+
+
 @dataclass
 class Problem:
     """One optimization problem.  See the module docstring for the conventions."""
@@ -195,6 +204,11 @@ class Problem:
     # What contradicts itself in a shape given as text (``--shape``): K experts a token out of
     # fewer than K, query heads Hkv does not divide; None when nothing does.
     check_shape: Callable[[Shape], str | None] | None = None
+    # The judge's large shapes (harness/large_shapes.py) for a problem whose rows are not the
+    # ``M`` of an ``M`` x row-width problem: which dimension counts rows, and how many elements a
+    # row adds to the widest buffer a kernel indexes.  None: ``M`` rows when the only other free
+    # dimension is the row's width, else no large shapes.
+    rows: "Rows | None" = None
 
     # ----------------------------------------------------------------- helpers
     def shapes_for(self, device: str) -> tuple[Shape, ...]:

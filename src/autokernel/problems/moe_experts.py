@@ -35,7 +35,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .base import DEFAULT_TOLERANCES, Problem, Shape, Tolerance, element_size, generator, randn
+from .base import DEFAULT_TOLERANCES, Problem, Rows, Shape, Tolerance, element_size, generator, randn
 
 # As fused_mlp: the relative-norm bound for bf16 at 1.5e-2 (eager's own bf16 rounding of g, u
 # and h at the small edge shapes); the element-wise bounds stay the defaults.
@@ -221,6 +221,8 @@ def make_problem() -> Problem:
         dtypes=(torch.bfloat16, torch.float16),
         fixed_dims=("K", "E"),
         check_shape=shape_error,
+        # a token's K pairs each keep a hidden row of I (gate/up's output): the widest buffer
+        rows=Rows("T", lambda shape: shape["K"] * shape["I"]),
         adversarial_inputs=adversarial_inputs,
         tolerances=dict(TOLERANCES),
         eager=eager,
