@@ -490,7 +490,10 @@ def test_hugging_face_attention_reaches_our_op_through_the_attention_interface(t
     probs = [PlanProblem("attention", "attention", "fp32", [{"B": 2, "H": 4, "Hkv": 2, "S": 6, "D": 16, "causal": 1}],
                          [1], 10.0, 0.1, ["model.layers.0.self_attn"])]
     patched = apply(model, make_workdir(tmp_path / "wd", probs, model="custom"))
-    assert ("model.layers.0.self_attn", "attention") in patched._autokernel_replaced
+    # one place: the attention module (not the models, whose attn-implementation setters only
+    # name the attention functions; their classes stay as they were)
+    assert patched._autokernel_replaced == [("model.layers.0.self_attn", "attention")]
+    assert type(patched) is transformers.LlamaForCausalLM and type(patched.model) is transformers.LlamaModel
     ids = torch.randint(0, 128, (2, 6))
     op = patched._autokernel_ops["attention"]
     before = OP_CALLS[op]

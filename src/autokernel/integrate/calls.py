@@ -285,6 +285,11 @@ def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, sk
             replaced.append((name, kind))
 
 
+# transformers' base classes of every model (PreTrainedModel, the generation mixin): their methods
+# name the attention functions only to check or set the attention implementation, and compute none
+_LIBRARY_BASES = ("transformers.modeling_utils", "transformers.generation.")
+
+
 def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None, gel: KernelOp | None = None,
                     masked: KernelOp | None = None, fused: KernelOp | None = None) -> type:
     """A subclass of ``base`` whose methods that call SDPA / a rotary function / F.gelu call
@@ -301,6 +306,8 @@ def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None, gel:
     for klass in base.__mro__:
         if klass in (nn.Module, object):
             break
+        if klass.__module__.startswith(_LIBRARY_BASES):
+            continue
         for attr, fn in vars(klass).items():
             if attr in members or not isinstance(fn, types.FunctionType):
                 continue
