@@ -225,6 +225,25 @@ def test_report_lists_every_uncovered_op_with_its_share(tmp_path):
     assert len(rows) == 7
 
 
+def test_report_counts_unsupported_problems_as_not_covered_and_shows_the_config_as_settings(tmp_path):
+    """A problem that ``apply`` cannot place (``integrate.placement``) is not covered: its share
+    is in the not-covered total and table, by name.  The config reads as the user wrote it."""
+    from autokernel.plan import UncoveredTime, load_plan
+
+    wd = make_workdir(tmp_path / "wd")
+    plan = load_plan(wd / "plan.json")
+    plan.problems[1].supported = False
+    plan.problems[1].note = "swiglu: no place in the model where it applies"
+    plan.uncovered = [UncoveredTime("aten::topk", 2.0, 0.02)]
+    save_plan(plan, wd / "plan.json")
+    write_report(wd)
+    md = (wd / "report.md").read_text()
+    assert "of the time; not covered: 12.0% (top: swiglu (swiglu, unsupported) 10.0%, aten::topk 2.0%)" in md
+    section = md.split("### Not covered by any problem", 1)[1].split("\n## ", 1)[0]
+    assert "| swiglu (swiglu, unsupported) | 10.0 | 10.00% |" in section and "| aten::topk | 2.0 | 2.00% |" in section
+    assert "with config n_layers=1" in md
+
+
 def test_report_shows_back_to_back_and_gpu_alone_next_to_the_time_from_idle(tmp_path):
     from autokernel.report import _timing_table
     from autokernel.verify import VerifyResult

@@ -117,7 +117,8 @@ def render_markdown(data: ReportData) -> str:
     if not data.from_plan:
         return _render_problems_only(data, timing_note)
     lines += ["## What was run", "",
-              f"- model: `{plan.model}`" + (f" with config {data.run['config']}" if data.run.get("config") else ""),
+              f"- model: `{plan.model}`" + (" with config " + ",".join(f"{k}={v}" for k, v in data.run["config"].items())
+                                              if data.run.get("config") else ""),
               f"- device: {plan.device}" + (f" ({plan.device_name})" if plan.device_name else ""),
               f"- dtype: {plan.dtype}, input shape: {'x'.join(str(d) for d in plan.input_shape)}",
               f"- op time per forward pass under the profiler: {plan.total_time_us:.1f} us ({plan.time_kind} op "
