@@ -81,6 +81,9 @@ def test_tolerances_and_fixed_dims_are_read(tmp_path):
     ("raise SystemExit(3)\n", "SystemExit"),
     (MINIMAL.replace('"N=4096"', '"N=4x"'), "bad entry in SHAPES"),
     (MINIMAL.replace('"N=4096"', '{"M": 3}'), "bad entry in SHAPES"),
+    # a size under 1 is refused in every form a shape takes, as on the command line
+    (MINIMAL.replace('{"N": 1024}', '{"N": 0}'), "every size must be at least 1"),
+    (MINIMAL.replace('{"N": 1024}', '[-4]'), "every size must be at least 1"),
     (MINIMAL + "\nDTYPES = ['int3']\n", "unknown dtype"),
     (MINIMAL + "\nTOLERANCES = {'fp16': (1, 2)}\n", "bad TOLERANCES"),
     (MINIMAL + "\nFIXED_DIMS = ('Q',)\n", "FIXED_DIMS"),
@@ -94,6 +97,17 @@ def test_malformed_files_raise_one_line_problem_error(tmp_path, text, fragment):
         get_problem(str(path))
     message = str(info.value)
     assert fragment in message and "\n" not in message
+
+
+def test_flag_dimensions_take_0_in_every_form(tmp_path):
+    """``causal`` is a 0/1 setting (problems.base.FLAG_DIMS): a string shape took only sizes >= 1,
+    where a mapping took 0."""
+    text = MINIMAL.replace('DIMS = ["N"]', 'DIMS = ["N", "causal"]').replace(
+        'SHAPES = [{"N": 1024}, "N=4096"]', 'SHAPES = [{"N": 1024, "causal": 0}, "N=4096,causal=0", "8x1", [16, 0]]')
+    problem = load_problem_file(_write(tmp_path, text, "flagged.py"))
+    assert [s["causal"] for s in problem.gpu_shapes] == [0, 0, 1, 0]
+    with pytest.raises(ProblemError, match="causal is 0 or 1"):
+        load_problem_file(_write(tmp_path, text.replace('"8x1"', '"8x2"'), "flagged2.py"))
 
 
 def test_missing_file_is_problem_error(tmp_path):

@@ -103,7 +103,7 @@ def parse_shape(text: str, dims: Sequence[str], flags: Sequence[str] = ()) -> Sh
             name, _, value = part.partition("=")
             if name not in dims:
                 raise ValueError(f"unknown dimension {name!r} in shape {text!r}; dimensions are {', '.join(dims)}")
-            shape[name] = _check_dim(_parse_int(value, text), text, name, name in flags)
+            shape[name] = check_dim(_parse_int(value, text), text, name, name in flags)
         missing = [d for d in dims if d not in shape]
         if missing:
             raise ValueError(f"shape {text!r} lacks dimension(s) {', '.join(missing)}")
@@ -111,7 +111,7 @@ def parse_shape(text: str, dims: Sequence[str], flags: Sequence[str] = ()) -> Sh
     values = [_parse_int(v, text) for v in re.split(r"[x×,]", text.lower())]
     if len(values) != len(dims):
         raise ValueError(f"shape {text!r} has {len(values)} value(s); expected {len(dims)} ({'x'.join(dims)})")
-    return {d: _check_dim(n, text, d, d in flags) for d, n in zip(dims, values)}
+    return {d: check_dim(n, text, d, d in flags) for d, n in zip(dims, values)}
 
 
 def _parse_int(value: str, whole: str) -> int:
@@ -121,7 +121,7 @@ def _parse_int(value: str, whole: str) -> int:
         raise ValueError(f"malformed shape {whole!r}: {value!r} is not an integer") from None
 
 
-def _check_dim(n: int, whole: str, name: str, flag: bool) -> int:
+def check_dim(n: int, whole: str, name: str, flag: bool) -> int:
     if flag and n not in (0, 1):
         raise ValueError(f"malformed shape {whole!r}: {name} is 0 or 1 (a flag), got {n}")
     if not flag and n < 1:

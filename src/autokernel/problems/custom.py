@@ -55,7 +55,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from .base import DEFAULT_TOLERANCES, Problem, Shape, Tolerance, parse_dtype, parse_shape
+from .base import DEFAULT_TOLERANCES, FLAG_DIMS, Problem, Shape, Tolerance, check_dim, parse_dtype, parse_shape
 from .registry import ProblemError
 
 def load_problem_file(path: str | Path) -> Problem:
@@ -181,20 +181,22 @@ def _dims(value: Any, path: Path) -> tuple[str, ...]:
 def _shapes(values: Any, dims: tuple[str, ...], path: Path, what: str) -> tuple[Shape, ...]:
     if isinstance(values, (str, Mapping)):
         values = [values]
+    flags = [d for d in dims if d in FLAG_DIMS]
     out = []
     for value in values:
         try:
             if isinstance(value, str):
-                out.append(parse_shape(value, dims))
-            elif isinstance(value, Mapping):
+                out.append(parse_shape(value, dims, flags))
+                continue
+            if isinstance(value, Mapping):
                 if set(value) != set(dims):
                     raise ValueError(f"shape {dict(value)} must name exactly the dimensions {', '.join(dims)}")
-                out.append({d: int(value[d]) for d in dims})
+                sizes = [int(value[d]) for d in dims]
             else:
-                values_ = [int(v) for v in value]
-                if len(values_) != len(dims):
-                    raise ValueError(f"shape {value!r} has {len(values_)} values; expected {len(dims)}")
-                out.append(dict(zip(dims, values_)))
+                sizes = [int(v) for v in value]
+                if len(sizes) != len(dims):
+                    raise ValueError(f"shape {value!r} has {len(sizes)} values; expected {len(dims)}")
+            out.append({d: check_dim(n, str(value), d, d in flags) for d, n in zip(dims, sizes)})
         except (ValueError, TypeError) as exc:
             raise ProblemError(f"problem file {path}: bad entry in {what}: {exc}") from None
     return tuple(out)
