@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STARTERS = ("reduce", "softmax", "rmsnorm", "layernorm", "cross_entropy", "gelu", "swiglu", "swiglu_packed",
-            "geglu", "add_rmsnorm", "add_layernorm", "rotary", "matmul", "attention", "fused_mlp", "moe_experts")
+STARTERS = ("moe_experts", "reduce", "softmax", "rmsnorm", "layernorm", "cross_entropy", "gelu", "swiglu", "swiglu_packed",
+            "geglu", "add_rmsnorm", "add_layernorm", "rotary", "matmul", "attention", "fused_mlp")
 
 
 def edits(smoke: bool) -> list[tuple[str, str, str, str]]:

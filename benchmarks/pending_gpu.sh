@@ -37,14 +37,16 @@
 #   bash benchmarks/pending_gpu.sh idle OUT     # where a forward timed from idle loses time (LLaMA example)
 #   bash benchmarks/pending_gpu.sh moe OUT      # the moe_experts starter through the judge, against grouped_mm,
 #                                               # the per-expert loop and torch.compile; hf:mixtral verified
+#   bash benchmarks/pending_gpu.sh thirteenth OUT # one GEMM for wq/wk/wv and for gate/up against the separate
+#                                               # ones and torch.compile's; the judge's large shapes (moe_experts too)
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe OUT}
-out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe OUT}
+part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth OUT}
+out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth OUT}
 mkdir -p "$out"
 export PYTHONPATH=src
 
@@ -174,6 +176,10 @@ moe)  # the twelfth session's moe_experts kind (built and judged on the CPU only
     step moe_kinds 240 python benchmarks/moe_gpu.py --out "$out/moe" --max-minutes 3.5
     step mixtral 190 python benchmarks/models_gpu.py --out "$out/mixtral" --skip-fused --models hf:mixtral \
         --compile-mode default --under-compile ours --max-minutes 3
+    ;;
+thirteenth)  # the thirteenth session: the moe large shapes through the judge, packed linears (issue 11)
+    step packed 280 python benchmarks/packed_linears_gpu.py --out "$out/packed" --compile
+    step judge_large 300 python benchmarks/judge_large_gpu.py --out "$out/large" --budget 270
     ;;
 ahead)
     step compile_ahead 420 python benchmarks/compile_ahead_gpu.py --out "$out/ahead" --kinds softmax,rmsnorm \
