@@ -21,6 +21,13 @@ from .apply import NO_PLACE, place_ops
 from .ops import SCHEMAS, register_kernel_op
 from .selection import KernelOp
 
+# for the kinds a model most often computes outside what apply switches: what it does switch
+SWITCHES = {
+    "softmax": "apply switches torch.nn.Softmax(dim=-1) modules, not F.softmax calls",
+    "cross_entropy": "apply switches torch.nn.CrossEntropyLoss modules with default settings",
+    "layernorm": "apply switches torch.nn.LayerNorm modules",
+    "reduce": "apply puts reduce kernels nowhere: the kind is a problem of its own",
+}
 # what the appliers switch never calls its kernel, so the op's kernel is never run here
 _STUB_KERNEL = "def kernel_fn(*args):\n    raise RuntimeError('placement stub: never run')\n"
 
@@ -52,8 +59,9 @@ def unplaceable(model: nn.Module, plan: Plan) -> dict[str, str]:
         placed = place_ops(structural_copy(model), ops)
     for k in ops:
         if k.opname not in placed.used_ops:
-            where = f" (found in {', '.join(k.problem.modules[:3])})" if k.problem.modules else ""
-            reasons[k.problem.name] = f"{k.kind}: {NO_PLACE}{where}"
+            where = [f"found in {', '.join(k.problem.modules[:3])}"] if k.problem.modules else []
+            where += [SWITCHES[k.kind]] if k.kind in SWITCHES else []
+            reasons[k.problem.name] = f"{k.kind}: {NO_PLACE}" + (f" ({'; '.join(where)})" if where else "")
     return reasons
 
 
