@@ -189,6 +189,36 @@ def test_linears_switched_only_when_a_kept_matmul_beat_the_start(tmp_path):
         assert rel(faster(x), model(x)) < 1e-4
 
 
+class PatchEmbed(nn.Module):
+    """ViT's patch embedding: a convolution whose stride is its kernel, flattened to rows."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Conv2d(3, 16, 4, stride=4)
+        self.fc = nn.Linear(16, 8)
+
+    def forward(self, pixels):
+        return self.fc(self.proj(pixels).flatten(2).transpose(1, 2))
+
+
+def test_a_patch_convolution_is_switched_as_the_gemm_of_its_patches(tmp_path):
+    """The profiler counts ViT's patch convolution as a matmul over the patches; apply switches it
+    too (it used to leave the Conv2d as it was, while the plan counted it covered)."""
+    mm = [PlanProblem("matmul", "matmul", "fp32", [{"M": 32, "N": 16, "K": 48}, {"M": 32, "N": 8, "K": 16}], [1, 1],
+                      1.0, 0.5, ["proj", "fc"])]
+    model = PatchEmbed()
+    patched = apply(model, make_workdir(tmp_path / "wd", mm, results=_results(1.3)))
+    assert sorted(patched._autokernel_replaced) == [("fc", "matmul"), ("proj", "matmul")]
+    op = patched._autokernel_ops["matmul"]
+    for pixels in (torch.randn(2, 3, 16, 16), torch.randn(1, 3, 8, 12)):
+        before = OP_CALLS[op]
+        with torch.no_grad():
+            assert rel(patched(pixels), model(pixels)) < 1e-5
+        assert OP_CALLS[op] - before == 2
+    with torch.no_grad():  # a size the patches do not tile: the convolution's own forward
+        odd = torch.randn(1, 3, 10, 8)
+        assert rel(patched.proj(odd), model.proj(odd)) < 1e-6
+
 def test_a_kernel_slower_than_the_problems_eager_op_is_applied_where_the_model_runs_slower_code(tmp_path):
     """GPT-2 writes its GELU as eight element-wise kernels; the linear_gelu problem's eager op is
     addmm and one GELU.  A kernel slower than the latter but faster than what the model runs at

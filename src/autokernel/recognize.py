@@ -787,7 +787,7 @@ def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], de
         _, O, ph, pw = call.outputs[0].shape
         return Instance("matmul", x.dtype, [(make_shape("matmul", B * ph * pw, O, C * kh * kw), 1)], module=info.qualname,
                         notes=(f"patch convolution {info.qualname} (stride = kernel {kh}x{kw}): a GEMM over the "
-                               "patches; apply leaves the Conv2d as it is",))
+                               "patches, as apply switches it",))
     if (info.rotary_table and len(call.outputs) == 2 and len(call.args) >= 2 and call.outputs[0] == call.outputs[1]
             and len(call.outputs[0].shape) == 3):
         B, S, D = call.outputs[0].shape

@@ -7,7 +7,7 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
-from ..recognize import is_silu_module
+from ..recognize import is_silu_module, patch_conv_kernel
 from .patching import _check_probe, _class_code_names, _pick, _probe_input, _reference, _swap_class
 from .selection import KernelOp
 
@@ -28,17 +28,45 @@ def _linear_members(k: KernelOp) -> dict[str, Any]:
     return {"forward": forward}
 
 
+def _patch_conv_members(k: KernelOp, kh: int, kw: int) -> dict[str, Any]:
+    """A patch convolution (stride = kernel, no padding) as the GEMM of its patches by the
+    weight: the output is that GEMM's rows seen as [B, out, H/kh, W/kw] (channels last in
+    memory; ViT flattens and transposes it back to rows without a copy)."""
+    op, dtype = k.op, k.dtype
+
+    def forward(self, x):
+        wt = self._autokernel_weight_t
+        if (x.dtype == dtype and x.dim() == 4 and x.shape[1] * kh * kw == wt.shape[0] and x.numel() > 0
+                and x.shape[2] % kh == 0 and x.shape[3] % kw == 0):
+            b, c, h, w = x.shape
+            ph, pw = h // kh, w // kw
+            patches = x.reshape(b, c, ph, kh, pw, kw).permute(0, 2, 4, 1, 3, 5).reshape(b * ph * pw, c * kh * kw)
+            out = op(patches, wt)
+            if self.bias is not None:
+                out = out + self.bias
+            return out.reshape(b, ph, pw, wt.shape[1]).permute(0, 3, 1, 2)
+        return nn.Conv2d.forward(self, x)
+
+    return {"forward": forward}
+
+
 def _apply_matmul(model, k, done, replaced, skipped, probed) -> None:
     for name, m in model.named_modules():
-        if id(m) in done or type(m).forward is not nn.Linear.forward or _pick([k], "matmul", name) is None:
+        linear = type(m).forward is nn.Linear.forward
+        patches = patch_conv_kernel(m) if type(m).forward is nn.Conv2d.forward else None
+        if id(m) in done or not (linear or patches) or _pick([k], "matmul", name) is None:
             continue
         if m.weight.dtype != k.dtype:
             skipped.append((name, f"matmul: weight dtype {m.weight.dtype} is not the kernel's {k.dtype}"))
             continue
         # The kernel takes b[K, N]: keep a contiguous transposed copy (inference only:
         # later changes of the weight are not seen).
-        m.register_buffer("_autokernel_weight_t", m.weight.detach().t().contiguous(), persistent=False)
-        _swap_class(m, ("matmul", k.opname), _linear_members(k))
+        m.register_buffer("_autokernel_weight_t", m.weight.detach().reshape(m.weight.shape[0], -1).t().contiguous(),
+                          persistent=False)
+        if linear:
+            _swap_class(m, ("matmul", k.opname), _linear_members(k))
+        else:
+            _swap_class(m, ("matmul", k.opname, patches), _patch_conv_members(k, *patches))
         done.add(id(m))
         replaced.append((name, "matmul"))
 
