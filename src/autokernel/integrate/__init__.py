@@ -19,7 +19,8 @@ that compute that kind are switched to it:
   ``rotate_half`` layout;
 * ``attention_rotary`` — the same rotary call on q and k followed by attention on them, in one
   op, where the forward's source and a probe confirm it (``rotary_attention``);
-* ``matmul``    — ``torch.nn.Linear``, only when a kept kernel beat the starting kernel;
+* ``matmul``    — ``torch.nn.Linear`` and patch convolutions (ViT's ``Conv2d`` with stride = kernel, as the
+  GEMM of its patches), only when a kept kernel beat the starting kernel;
 * ``cross_entropy`` — ``torch.nn.CrossEntropyLoss`` with default settings;
 * ``add_rmsnorm`` / ``add_layernorm`` — norms called as ``norm(x, residual)``, post-norm output
   blocks, residual adds written just before a plain norm call (the forward holding both is
