@@ -38,15 +38,16 @@ def test_the_router_softmax_is_reported_not_optimized():
     assert plan.covered_fraction + sum(u.fraction for u in plan.not_covered) == pytest.approx(1.0, abs=1e-6)
 
 
-@pytest.mark.skipif(not HF, reason="transformers is not installed")
-def test_gemma_norms_are_placed_and_match(tmp_path):
+def norms_placed_and_matching(tmp_path, spec: str, config: str, shape: list[int]):
+    """Profile ``spec``; its norm problems are supported; ``apply`` with the starters switches
+    them, skips none, and the output matches.  The patched model."""
     import shutil
 
     from autokernel.integrate import apply
     from autokernel.plan import save_plan
     from autokernel.problems.registry import KERNELS_DIR
 
-    loaded = load_model("hf:gemma", config_overrides=GEMMA, input_shape=[1, 8], dtype=torch.float32)
+    loaded = load_model(spec, config_overrides=config, input_shape=shape, dtype=torch.float32)
     plan = profile_model(loaded, warmup=0, iters=1)
     norms = [p for p in plan.problems if p.kind in ("rmsnorm", "add_rmsnorm")]
     assert {p.kind for p in norms} == {"rmsnorm", "add_rmsnorm"}
@@ -58,11 +59,28 @@ def test_gemma_norms_are_placed_and_match(tmp_path):
     save_plan(plan, tmp_path / "plan.json")
     patched = apply(loaded.model, tmp_path)
     kinds = [kind for _, kind in patched._autokernel_replaced]
-    assert "rmsnorm" in kinds and "add_rmsnorm" in kinds, patched._autokernel_skipped
+    assert "rmsnorm" in kinds and "add_rmsnorm" in kinds and not patched._autokernel_skipped, patched._autokernel_skipped
     with torch.no_grad():
         x = loaded.make_inputs(1)
         ref, out = loaded.model(*x), patched(*x)
     assert ((out - ref).norm() / ref.norm()).item() < 1e-5
+    return patched
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_gemma_norms_are_placed_and_match(tmp_path):
+    norms_placed_and_matching(tmp_path, "hf:gemma", GEMMA, [1, 8])
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_t5_norms_are_placed_and_match(tmp_path):
+    """T5LayerNorm is an RMS norm under a LayerNorm name, and T5's attention blocks return their
+    residual sum as the first of a tuple, which the next block's norm reads (fused ahead)."""
+    patched = norms_placed_and_matching(tmp_path, "hf:t5", "d_model=64,num_layers=2,num_heads=4,d_ff=128,d_kv=16,"
+                                        "vocab_size=256", [2, 16])
+    replaced = dict(patched._autokernel_replaced)
+    assert replaced["model.encoder.block.0.layer.1.layer_norm"] == "add_rmsnorm"  # after self-attention's tuple
+    assert replaced["model.decoder.block.0.layer.2.layer_norm"] == "add_rmsnorm"  # after cross-attention's
 
 
 def test_the_check_leaves_the_model_as_it_was_and_copies_no_weights():

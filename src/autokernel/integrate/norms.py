@@ -73,11 +73,16 @@ def _original_class(cls: type) -> type:
 
 
 def _is_rmsnorm(module: nn.Module) -> bool:
+    """A module that may be an RMSNorm (the probe in ``rmsnorm_form`` decides): ``nn.RMSNorm``,
+    or a class named ``*RMSNorm``, or ``*LayerNorm`` other than ``nn.LayerNorm`` (T5LayerNorm
+    subtracts no mean), with a 1-D weight."""
     rms = getattr(nn, "RMSNorm", None)
     if rms is not None and isinstance(module, rms):
         return module.weight is not None and len(module.normalized_shape) == 1
+    name = type(module).__name__.lower()
+    named = "rmsnorm" in name or (name.endswith("layernorm") and not isinstance(module, nn.LayerNorm))
     w = getattr(module, "weight", None)
-    return ("rmsnorm" in type(module).__name__.lower() and isinstance(w, torch.Tensor) and w.dim() == 1)
+    return named and isinstance(w, torch.Tensor) and w.dim() == 1
 
 
 def _apply_rmsnorm(model: nn.Module, k: KernelOp, done: set[int], replaced, skipped, probed) -> None:

@@ -209,19 +209,27 @@ def _statement_lists(node: ast.AST):
 
 def _final_add(fdef: ast.FunctionDef) -> ast.BinOp | None:
     """The add whose sum the forward returns, when it is its last computation: ``return a + b``,
-    or ``x = a + b`` directly followed by ``return x``."""
+    or ``x = a + b`` directly followed by ``return x``; also as the one such element of a
+    returned tuple (T5's ``return attention_output, position_bias, attn_weights``)."""
     body = fdef.body
     if not body or not isinstance(body[-1], ast.Return) or body[-1].value is None:
         return None
+    before = body[-2] if len(body) >= 2 else None
+    summed = (before.value if isinstance(before, ast.Assign) and len(before.targets) == 1
+              and isinstance(before.targets[0], ast.Name) and _is_add(before.value) else None)
+
+    def add_of(value: ast.expr) -> ast.BinOp | None:
+        if _is_add(value):
+            return value
+        if summed is not None and isinstance(value, ast.Name) and value.id == before.targets[0].id:
+            return summed
+        return None
+
     value = body[-1].value
-    if _is_add(value):
-        return value
-    if isinstance(value, ast.Name) and len(body) >= 2:
-        before = body[-2]
-        if (isinstance(before, ast.Assign) and len(before.targets) == 1 and isinstance(before.targets[0], ast.Name)
-                and before.targets[0].id == value.id and _is_add(before.value)):
-            return before.value
-    return None
+    if isinstance(value, ast.Tuple):
+        adds = [a for a in (add_of(v) for v in value.elts) if a is not None]
+        return adds[0] if len(adds) == 1 else None
+    return add_of(value)
 
 
 def rewrite_forward(fn: types.FunctionType, norms: set[str],
