@@ -167,7 +167,9 @@ _ROTARY_NAME = re.compile(r"rotary|rope", re.IGNORECASE)
 
 def _rotary_form(fn: Any) -> bool | None:
     """True for ``f(q, k, cos, sin)``, False for ``f(x, cos, sin)``, None when ``fn`` is not a
-    ``rotate_half``-layout rotary function (or a module made of one)."""
+    ``rotate_half``-layout rotary function (or a module made of one).  A function that names
+    ``rotate_half`` may rotate another layout (Cohere's rotates interleaved pairs under that
+    name): it is run once on a probe and must match the problem's reference."""
     fn = module_wrapped_function(fn)
     if not isinstance(fn, types.FunctionType) or not _ROTARY_NAME.search(fn.__name__):
         return None
@@ -175,7 +177,35 @@ def _rotary_form(fn: Any) -> bool | None:
         return None
     params = [p for p in inspect.signature(fn).parameters.values()
               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
-    return {4: True, 3: False}.get(len(params))
+    pair = {4: True, 3: False}.get(len(params))
+    if pair is None:
+        return None
+    if fn not in _ROTARY_PROBED:
+        _ROTARY_PROBED[fn] = _rotates_halves(fn, pair)
+    return pair if _ROTARY_PROBED[fn] else None
+
+
+_ROTARY_PROBED: dict[types.FunctionType, bool] = {}
+
+
+def _rotates_halves(fn: types.FunctionType, pair: bool) -> bool:
+    """Does ``fn`` compute the rotary problem's reference (``x * cos + rotate_half(x) * sin``) on
+    a probe, with cos/sin given as transformers passes them ([B, S, D])?"""
+    from ..problems import get_problem
+
+    reference = get_problem("rotary").reference
+    gen = torch.Generator().manual_seed(1234)
+    q, k = torch.randn(1, 2, 5, 8, generator=gen), torch.randn(1, 2, 5, 8, generator=gen)
+    cos, sin = torch.randn(1, 5, 8, generator=gen), torch.randn(1, 5, 8, generator=gen)
+    try:
+        with torch.no_grad():
+            got = fn(q, k, cos, sin) if pair else (fn(q, cos, sin),)
+    except Exception:  # noqa: BLE001 - a function that cannot take the probe is not switched
+        return False
+    want = [reference(t, cos[0], sin[0]) for t in ((q, k) if pair else (q,))]
+    return (isinstance(got, (tuple, list)) and len(got) == len(want)
+            and all(isinstance(g, torch.Tensor) and g.shape == w.shape and torch.allclose(g.float(), w, atol=1e-5)
+                    for g, w in zip(got, want)))
 
 
 def _global_replacements(fn: types.FunctionType, sdpa: Callable | None, rotary: KernelOp | None,
