@@ -189,6 +189,18 @@ def test_linears_switched_only_when_a_kept_matmul_beat_the_start(tmp_path):
         assert rel(faster(x), model(x)) < 1e-4
 
 
+def test_a_layernorm_without_bias_gets_zeros(tmp_path):
+    model = nn.Sequential(nn.Linear(32, 32), nn.LayerNorm(32, bias=False))
+    with torch.no_grad():
+        model[1].weight.uniform_(0.5, 1.5)
+    ln = [PlanProblem("layernorm", "layernorm", "fp32", [{"M": 4, "N": 32}], [1], 1.0, 0.5, ["1"])]
+    patched = apply(model, make_workdir(tmp_path / "wd", ln))
+    assert patched._autokernel_replaced == [("1", "layernorm")]
+    x = torch.randn(4, 32)
+    with torch.no_grad():
+        assert rel(patched(x), model(x)) < 1e-5
+    assert "_autokernel_zero_bias" not in patched.state_dict()
+
 class PatchEmbed(nn.Module):
     """ViT's patch embedding: a convolution whose stride is its kernel, flattened to rows."""
 

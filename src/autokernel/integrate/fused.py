@@ -22,7 +22,7 @@ import torch.nn as nn
 
 from ..recognize import gelu_form, is_silu_module, packed_mlp_dims, residual_norm_parts
 from .linears import _DOWN_NAMES, _GATE_NAMES, _UP_NAMES, _find_linear
-from .norms import _is_rmsnorm, rmsnorm_form
+from .norms import LayernormForm, _is_rmsnorm, layernorm_form, rmsnorm_form
 from .patching import (PROBE_TOLERANCE, _class_code_names, _pick, _probe_input, _reference, _rel_error,
                        _swap_class)
 from .residuals import _original_class, _takes_residual
@@ -82,9 +82,12 @@ def _apply_add_norm(model, k, done, replaced, skipped, probed) -> None:
         else:
             if not isinstance(m, nn.LayerNorm) or type(m).forward is nn.LayerNorm.forward:
                 continue  # a plain LayerNorm takes no residual
-            ok_params = len(m.normalized_shape) == 1 and m.weight is not None and getattr(m, "bias", None) is not None
-            params = (lambda self: (self.weight, self.bias, self.eps))
-            expected = (lambda x, r, m=m: _reference("add_layernorm")(x, r, m.weight, m.bias, m.eps))
+            ok_params = len(m.normalized_shape) == 1 and m.weight is not None
+            form = LayernormForm(float(m.eps), m.bias is not None) if ok_params else None
+            if form is not None:
+                form.prepare(m)
+            params = form.params if form is not None else None
+            expected = (lambda x, r, m=m, params=params: _reference("add_layernorm")(x, r, *params(m)))
         if not ok_params or m.weight.dtype != k.dtype:
             skipped.append((name, f"{k.kind}: needs a {k.dtype} weight (and eps / bias)"))
             continue
@@ -113,8 +116,11 @@ def _apply_residual_outputs(model, k, done, replaced, skipped, probed) -> None:
         _, lin_name, norm_name = parts
         lin, norm = getattr(m, lin_name), getattr(m, norm_name)
         if k.kind == "add_layernorm":
-            ok = len(norm.normalized_shape) == 1 and norm.weight is not None and getattr(norm, "bias", None) is not None
-            params = (lambda nm: (nm.weight, nm.bias, nm.eps))
+            form = layernorm_form(norm, dtype, probed)
+            ok = form is not None
+            if form is not None:
+                form.prepare(norm)
+            params = form.params if form is not None else None
         else:
             form = rmsnorm_form(norm, dtype, probed) if getattr(norm, "weight", None) is not None else None
             ok = form is not None

@@ -12,7 +12,7 @@ from .selection import KernelOp
 
 
 # ------------------------------------------------------------------ norms, softmax, loss
-def _rmsnorm_eps(module: nn.Module, dtype: torch.dtype) -> float | None:
+def _norm_eps(module: nn.Module, dtype: torch.dtype) -> float | None:
     for attr in ("variance_epsilon", "eps", "epsilon"):
         if hasattr(module, attr):
             eps = getattr(module, attr)
@@ -52,7 +52,7 @@ def rmsnorm_form(m: nn.Module, dtype: torch.dtype, probed: dict) -> RmsnormForm 
     it is not an RMSNorm the op computes (or its weight is not ``dtype``)."""
     if not _is_rmsnorm(m) or m.weight.dtype != dtype:
         return None
-    eps = _rmsnorm_eps(m, dtype)
+    eps = _norm_eps(m, dtype)
     if eps is None:
         return None
     base = _original_class(type(m))
@@ -91,7 +91,7 @@ def _apply_rmsnorm(model: nn.Module, k: KernelOp, done: set[int], replaced, skip
             continue
         if _pick([k], "rmsnorm", name) is None:
             continue
-        if _rmsnorm_eps(m, k.dtype) is None:
+        if _norm_eps(m, k.dtype) is None:
             skipped.append((name, "rmsnorm: no eps attribute found"))
             continue
         if m.weight.dtype != k.dtype or not _ok_device(m.weight, _model_device(model)):
@@ -107,28 +107,81 @@ def _apply_rmsnorm(model: nn.Module, k: KernelOp, done: set[int], replaced, skip
         replaced.append((name, "rmsnorm"))
 
 
-def _layernorm_members(k: KernelOp, n: int) -> dict[str, Any]:
-    op, dtype = k.op, k.dtype
+ZERO_BIAS = "_autokernel_zero_bias"  # the bias a LayerNorm without one gets the op (a buffer, set once)
 
-    def forward(self, x):
-        if x.dtype == dtype and x.shape[-1] == n:
-            return op(x.reshape(-1, n), self.weight, self.bias, self.eps).reshape(x.shape)
-        return nn.LayerNorm.forward(self, x)
+
+@dataclass(frozen=True)
+class LayernormForm:
+    """A LayerNorm module as the layernorm op's arguments: its weight, its bias, or zeros for one
+    without (``nn.LayerNorm(bias=False)``, Cohere's ``CohereLayerNorm``), and eps."""
+
+    eps: float
+    bias: bool
+
+    def prepare(self, norm: nn.Module) -> None:
+        """Give a norm without bias its zeros (once, before the op's first call)."""
+        if not self.bias and ZERO_BIAS not in norm._buffers:
+            norm.register_buffer(ZERO_BIAS, torch.zeros_like(norm.weight.detach()), persistent=False)
+
+    def params(self, norm: nn.Module) -> tuple:
+        return (norm.weight, norm.bias if self.bias else norm._buffers[ZERO_BIAS], self.eps)
+
+
+def layernorm_form(m: nn.Module, dtype: torch.dtype, probed: dict) -> LayernormForm | None:
+    """``m`` as the layernorm op computes it, or None: ``nn.LayerNorm`` over the last dim with a
+    weight (as it is), or a class named ``*LayerNorm`` with a 1-D weight whose own ``forward``
+    matches the reference on a probe (decided once per class)."""
+    w = getattr(m, "weight", None)
+    if not isinstance(w, torch.Tensor) or w.dim() != 1 or w.dtype != dtype:
+        return None
+    bias = getattr(m, "bias", None)
+    base = _original_class(type(m))
+    if isinstance(m, nn.LayerNorm) and base.forward is nn.LayerNorm.forward:
+        return LayernormForm(float(m.eps), bias is not None) if len(m.normalized_shape) == 1 else None
+    if isinstance(m, nn.LayerNorm) or not base.__name__.lower().endswith("layernorm"):
+        return None  # a LayerNorm subclass with its own forward is for the add_layernorm appliers
+    eps = _norm_eps(m, dtype)
+    if eps is None or (bias is not None and (not isinstance(bias, torch.Tensor) or bias.shape != w.shape)):
+        return None
+    key = (base, "layernorm form", eps)
+    if key not in probed:
+        ref = _reference("layernorm")
+        x = _probe_input(w.shape[0], m, dtype)
+        probed[key] = LayernormForm(eps, bias is not None) if _probe(
+            m, base, x, lambda x: ref(x, m.weight, m.bias if bias is not None else torch.zeros_like(m.weight), eps)) else None
+    return probed[key]
+
+
+def _layernorm_members(k: KernelOp, n: int, form: LayernormForm, base: type) -> dict[str, Any]:
+    op, dtype = k.op, k.dtype
+    base_forward = base.forward
+
+    def forward(self, x, *args, **kwargs):
+        if not args and not kwargs and x.dtype == dtype and x.shape[-1] == n:
+            return op(x.reshape(-1, n), *form.params(self)).reshape(x.shape)
+        return base_forward(self, x, *args, **kwargs)
 
     return {"forward": forward}
 
 
 def _apply_layernorm(model, k, done, replaced, skipped, probed) -> None:
     for name, m in model.named_modules():
-        if id(m) in done or type(m).forward is not nn.LayerNorm.forward or _pick([k], "layernorm", name) is None:
+        plain = isinstance(m, nn.LayerNorm) and type(m).forward is nn.LayerNorm.forward
+        named = type(m).__name__.lower().endswith("layernorm") and _related(name, k.problem.modules)
+        if id(m) in done or not (plain or named) or _pick([k], "layernorm", name) is None:
             continue
-        if len(m.normalized_shape) != 1 or m.weight is None or getattr(m, "bias", None) is None:
-            skipped.append((name, "layernorm: needs a 1-D normalized shape with weight and bias"))
+        form = layernorm_form(m, k.dtype, probed)
+        if form is None:
+            if plain and (len(m.normalized_shape) != 1 or m.weight is None):
+                skipped.append((name, "layernorm: needs a 1-D normalized shape with a weight"))
+            elif getattr(m, "weight", None) is not None and m.weight.dtype != k.dtype:
+                skipped.append((name, f"layernorm: weight dtype {m.weight.dtype} is not the kernel's {k.dtype}"))
+            elif not plain:
+                skipped.append((name, f"layernorm: {type(m).__name__} computes something else (probe mismatch)"))
             continue
-        if m.weight.dtype != k.dtype:
-            skipped.append((name, f"layernorm: weight dtype {m.weight.dtype} is not the kernel's {k.dtype}"))
-            continue
-        _swap_class(m, ("layernorm", k.opname, m.normalized_shape[0]), _layernorm_members(k, m.normalized_shape[0]))
+        n = m.weight.shape[0]
+        form.prepare(m)
+        _swap_class(m, ("layernorm", k.opname, n, form), _layernorm_members(k, n, form, type(m)))
         done.add(id(m))
         replaced.append((name, "layernorm"))
 

@@ -47,7 +47,7 @@ import torch
 import torch.nn as nn
 
 from .calls import _REBOUND_MODULES
-from .norms import _original_class, rmsnorm_form
+from .norms import _original_class, layernorm_form, rmsnorm_form
 from .patching import _probe, _probe_input, _reference, _swap_class, rewrap
 from .selection import KernelOp
 
@@ -63,11 +63,11 @@ def _plain_norm_params(m: nn.Module, kind: str, dtype: torch.dtype,
                        probed: dict) -> Callable[[nn.Module], tuple] | None:
     """The op's parameters of a norm child that computes the plain norm of ``kind``, or None."""
     if kind == "add_layernorm":
-        if not isinstance(m, nn.LayerNorm) or len(m.normalized_shape) != 1 or m.weight is None or m.bias is None:
+        form = layernorm_form(m, dtype, probed)
+        if form is None:
             return None
-        if m.weight.dtype != dtype or not _forward_is(type(m), nn.LayerNorm.forward):
-            return None
-        return lambda self: (self.weight, self.bias, self.eps)
+        form.prepare(m)
+        return form.params
     form = rmsnorm_form(m, dtype, probed)
     return form.params if form is not None else None
 
