@@ -38,9 +38,9 @@ def test_the_router_softmax_is_reported_not_optimized():
     assert plan.covered_fraction + sum(u.fraction for u in plan.not_covered) == pytest.approx(1.0, abs=1e-6)
 
 
-def norms_placed_and_matching(tmp_path, spec: str, config: str, shape: list[int]):
-    """Profile ``spec``; its norm problems are supported; ``apply`` with the starters switches
-    them, skips none, and the output matches.  The patched model."""
+def norms_placed_and_matching(tmp_path, spec: str, config: str, shape: list[int], kinds=("rmsnorm", "add_rmsnorm")):
+    """Profile ``spec``; its norm problems (``kinds``) are supported; ``apply`` with the starters
+    switches them, skips none, and the output matches.  The patched model."""
     import shutil
 
     from autokernel.integrate import apply
@@ -49,8 +49,8 @@ def norms_placed_and_matching(tmp_path, spec: str, config: str, shape: list[int]
 
     loaded = load_model(spec, config_overrides=config, input_shape=shape, dtype=torch.float32)
     plan = profile_model(loaded, warmup=0, iters=1)
-    norms = [p for p in plan.problems if p.kind in ("rmsnorm", "add_rmsnorm")]
-    assert {p.kind for p in norms} == {"rmsnorm", "add_rmsnorm"}
+    norms = [p for p in plan.problems if p.kind in kinds]
+    assert {p.kind for p in norms} == set(kinds)
     assert all(p.supported for p in norms), [(p.name, p.note) for p in norms]
     plan.problems = norms
     for p in norms:
@@ -58,8 +58,8 @@ def norms_placed_and_matching(tmp_path, spec: str, config: str, shape: list[int]
         shutil.copyfile(KERNELS_DIR / f"{p.kind}.py", tmp_path / "problems" / p.name / "kernel.py")
     save_plan(plan, tmp_path / "plan.json")
     patched = apply(loaded.model, tmp_path)
-    kinds = [kind for _, kind in patched._autokernel_replaced]
-    assert "rmsnorm" in kinds and "add_rmsnorm" in kinds and not patched._autokernel_skipped, patched._autokernel_skipped
+    placed = {kind for _, kind in patched._autokernel_replaced}
+    assert placed == set(kinds) and not patched._autokernel_skipped, patched._autokernel_skipped
     with torch.no_grad():
         x = loaded.make_inputs(1)
         ref, out = loaded.model(*x), patched(*x)
@@ -81,6 +81,17 @@ def test_t5_norms_are_placed_and_match(tmp_path):
     replaced = dict(patched._autokernel_replaced)
     assert replaced["model.encoder.block.0.layer.1.layer_norm"] == "add_rmsnorm"  # after self-attention's tuple
     assert replaced["model.decoder.block.0.layer.2.layer_norm"] == "add_rmsnorm"  # after cross-attention's
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+@pytest.mark.parametrize("parallel", [True, False])
+def test_gpt_neox_layer_end_adds_in_both_residual_forms_are_fused_ahead(tmp_path, parallel):
+    """GPTNeoXLayer assigns its output's add in both branches of an ``if`` (parallel and
+    sequential residuals) and returns it after: each branch's add is fused ahead."""
+    patched = norms_placed_and_matching(
+        tmp_path, "hf:gpt_neox", "hidden_size=64,num_hidden_layers=2,num_attention_heads=4,intermediate_size=128,"
+        f"vocab_size=256,use_parallel_residual={parallel}", [2, 16], kinds=("layernorm", "add_layernorm"))
+    assert dict(patched._autokernel_replaced)["model.gpt_neox.final_layer_norm"] == "add_layernorm"
 
 
 def test_the_check_leaves_the_model_as_it_was_and_copies_no_weights():

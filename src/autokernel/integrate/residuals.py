@@ -22,7 +22,8 @@ residual).
 An add that ends one forward and is normalised by the next module call, in another forward
 (the last add of a decoder layer, then the next layer's first norm or the final norm; the plan's
 ``add_from`` maps that norm to the module holding the add), is fused *ahead*: that module's
-forward ends ``return a + b`` or ``x = a + b; return x``, and the add becomes
+forward ends ``return a + b`` or ``x = a + b; return x`` (or such an ``x`` assigned in both
+branches of the ``if`` before the return, or returned first in a tuple), and the add becomes
 ``add_ahead(self, a, b)``, which runs the norm's op at once and leaves the normalised rows with
 the norm.  The norm gets a subclass that returns them only when it is called on that very sum,
 unchanged since (the same tensor object, the same version counter, the same weight versions),
@@ -207,29 +208,38 @@ def _statement_lists(node: ast.AST):
                 yield value
 
 
-def _final_add(fdef: ast.FunctionDef) -> ast.BinOp | None:
-    """The add whose sum the forward returns, when it is its last computation: ``return a + b``,
-    or ``x = a + b`` directly followed by ``return x``; also as the one such element of a
-    returned tuple (T5's ``return attention_output, position_bias, attn_weights``)."""
+def _final_adds(fdef: ast.FunctionDef) -> list[ast.BinOp]:
+    """The adds whose sum the forward returns, when they are its last computation: ``return a +
+    b``, or ``x = a + b`` directly followed by ``return x``, or such an ``x`` assigned last in
+    both branches of the ``if`` before the return (GPT-NeoX's parallel and sequential residuals);
+    also as the one such element of a returned tuple (T5's ``return attention_output,
+    position_bias, attn_weights``).  Empty when there is no such add."""
     body = fdef.body
     if not body or not isinstance(body[-1], ast.Return) or body[-1].value is None:
-        return None
-    before = body[-2] if len(body) >= 2 else None
-    summed = (before.value if isinstance(before, ast.Assign) and len(before.targets) == 1
-              and isinstance(before.targets[0], ast.Name) and _is_add(before.value) else None)
-
-    def add_of(value: ast.expr) -> ast.BinOp | None:
-        if _is_add(value):
-            return value
-        if summed is not None and isinstance(value, ast.Name) and value.id == before.targets[0].id:
-            return summed
-        return None
-
+        return []
     value = body[-1].value
-    if isinstance(value, ast.Tuple):
-        adds = [a for a in (add_of(v) for v in value.elts) if a is not None]
-        return adds[0] if len(adds) == 1 else None
-    return add_of(value)
+    before = body[-2] if len(body) >= 2 else None
+    elements = value.elts if isinstance(value, ast.Tuple) else [value]
+    found = [adds for adds in (_adds_returned(e, before) for e in elements) if adds]
+    return found[0] if len(found) == 1 else []
+
+
+def _adds_returned(value: ast.expr, before: ast.stmt | None) -> list[ast.BinOp]:
+    if _is_add(value):
+        return [value]
+    if not isinstance(value, ast.Name) or before is None:
+        return []
+    return _last_assigned_adds(before, value.id)
+
+
+def _last_assigned_adds(stmt: ast.stmt, name: str) -> list[ast.BinOp]:
+    if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+            and stmt.targets[0].id == name and _is_add(stmt.value)):
+        return [stmt.value]
+    if isinstance(stmt, ast.If) and stmt.body and stmt.orelse:
+        then, other = _last_assigned_adds(stmt.body[-1], name), _last_assigned_adds(stmt.orelse[-1], name)
+        return then + other if then and other else []
+    return []
 
 
 def rewrite_forward(fn: types.FunctionType, norms: set[str],
@@ -255,11 +265,11 @@ def rewrite_forward(fn: types.FunctionType, norms: set[str],
     outer = _NormOfSum(self_name, norms)
     outer.visit(fdef)
     fused += outer.fused
-    final = _final_add(fdef) if ahead else None
-    if final is not None:
+    finals = _final_adds(fdef) if ahead else []
+    for final in finals:
         _replace(fdef, final, ast.Call(func=ast.Name(AHEAD_HELPER, ast.Load()),
                                        args=[ast.Name(self_name, ast.Load()), final.left, final.right], keywords=[]))
-    if not fused and final is None:
+    if not fused and not finals:
         return None
     ast.increment_lineno(tree, fn.__code__.co_firstlineno - 1)
     ast.fix_missing_locations(tree)
@@ -275,7 +285,7 @@ def rewrite_forward(fn: types.FunctionType, norms: set[str],
     new = module.__dict__[fdef.name]
     module.__dict__[fdef.name] = fn.__globals__.get(fdef.name, new)
     new.__defaults__, new.__kwdefaults__, new.__qualname__ = fn.__defaults__, fn.__kwdefaults__, fn.__qualname__
-    return new, fused, final is not None
+    return new, fused, bool(finals)
 
 
 # ------------------------------------------------------------------ the add fused ahead
