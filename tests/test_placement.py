@@ -38,8 +38,8 @@ def test_the_router_softmax_is_reported_not_optimized():
     assert plan.covered_fraction + sum(u.fraction for u in plan.not_covered) == pytest.approx(1.0, abs=1e-6)
 
 
-def norms_placed_and_matching(tmp_path, spec: str, config: str, shape: list[int], kinds=("rmsnorm", "add_rmsnorm")):
-    """Profile ``spec``; its norm problems (``kinds``) are supported; ``apply`` with the starters
+def placed_and_matching(tmp_path, spec: str, config: str, shape: list[int], kinds=("rmsnorm", "add_rmsnorm")):
+    """Profile ``spec``; its problems of ``kinds`` are supported; ``apply`` with the starters
     switches them, skips none, and the output matches.  The patched model."""
     import shutil
 
@@ -69,14 +69,14 @@ def norms_placed_and_matching(tmp_path, spec: str, config: str, shape: list[int]
 
 @pytest.mark.skipif(not HF, reason="transformers is not installed")
 def test_gemma_norms_are_placed_and_match(tmp_path):
-    norms_placed_and_matching(tmp_path, "hf:gemma", GEMMA, [1, 8])
+    placed_and_matching(tmp_path, "hf:gemma", GEMMA, [1, 8])
 
 
 @pytest.mark.skipif(not HF, reason="transformers is not installed")
 def test_t5_norms_are_placed_and_match(tmp_path):
     """T5LayerNorm is an RMS norm under a LayerNorm name, and T5's attention blocks return their
     residual sum as the first of a tuple, which the next block's norm reads (fused ahead)."""
-    patched = norms_placed_and_matching(tmp_path, "hf:t5", "d_model=64,num_layers=2,num_heads=4,d_ff=128,d_kv=16,"
+    patched = placed_and_matching(tmp_path, "hf:t5", "d_model=64,num_layers=2,num_heads=4,d_ff=128,d_kv=16,"
                                         "vocab_size=256", [2, 16])
     replaced = dict(patched._autokernel_replaced)
     assert replaced["model.encoder.block.0.layer.1.layer_norm"] == "add_rmsnorm"  # after self-attention's tuple
@@ -88,7 +88,7 @@ def test_t5_norms_are_placed_and_match(tmp_path):
 def test_gpt_neox_layer_end_adds_in_both_residual_forms_are_fused_ahead(tmp_path, parallel):
     """GPTNeoXLayer assigns its output's add in both branches of an ``if`` (parallel and
     sequential residuals) and returns it after: each branch's add is fused ahead."""
-    patched = norms_placed_and_matching(
+    patched = placed_and_matching(
         tmp_path, "hf:gpt_neox", "hidden_size=64,num_hidden_layers=2,num_attention_heads=4,intermediate_size=128,"
         f"vocab_size=256,use_parallel_residual={parallel}", [2, 16], kinds=("layernorm", "add_layernorm"))
     assert dict(patched._autokernel_replaced)["model.gpt_neox.final_layer_norm"] == "add_layernorm"
@@ -137,3 +137,11 @@ def test_cohere_interleaved_rotary_is_left_alone_and_its_bias_free_norms_placed(
         x = loaded.make_inputs(1)
         ref, out = loaded.model(*x), patched(*x)
     assert ((out - ref).norm() / ref.norm()).item() < 1e-5
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_a_gelu_module_called_as_a_function_is_placed(tmp_path):
+    """RoBERTa's LM head calls ``gelu(x)``, a GELUActivation object in its module's globals."""
+    patched = placed_and_matching(tmp_path, "hf:roberta", "hidden_size=64,num_hidden_layers=1,num_attention_heads=4,"
+                                  "intermediate_size=128,vocab_size=256", [2, 16], kinds=("gelu",))
+    assert dict(patched._autokernel_replaced) == {"model.lm_head": "gelu"}

@@ -122,16 +122,40 @@ def _hf_attention_interfaces(interfaces: Any, sdpa: Callable[..., Any], masks: b
 
 
 def _gelu_replacement(k: KernelOp) -> Callable[..., Any]:
+    """``F.gelu`` through the op; ``module`` (a GELU module called as a function) runs itself
+    on the calls the op does not take."""
     op, dtype = k.op, k.dtype
     original = F.gelu
 
-    def gelu(input, approximate="none"):
+    def gelu(input, approximate="none", module=None):
         if (isinstance(input, torch.Tensor) and input.dtype == dtype and input.dim() >= 1 and input.numel() > 0
                 and approximate in ("none", "tanh")):
             return op(input.reshape(-1, input.shape[-1]), approximate == "tanh").reshape(input.shape)
-        return original(input, approximate=approximate)
+        return module(input) if module is not None else original(input, approximate=approximate)
 
     return gelu
+
+
+_GELU_MODULES_PROBED: dict[int, tuple[nn.Module, bool | None]] = {}
+
+
+def _gelu_module_form(module: nn.Module) -> bool | None:
+    """The GELU form (True: tanh) of a GELU module object, confirmed by running it on a probe
+    against the problem's reference (a name may say GELU for another function: QuickGELU)."""
+    form = gelu_form(module)
+    if form is None:
+        return None
+    if id(module) not in _GELU_MODULES_PROBED:
+        from ..problems import get_problem
+
+        x = torch.randn(4, 16, generator=torch.Generator().manual_seed(1234))
+        try:
+            with torch.no_grad():
+                ok = torch.allclose(module(x), get_problem("gelu").reference(x, form), atol=1e-5)
+        except Exception:  # noqa: BLE001 - one that cannot take the probe is left alone
+            ok = False
+        _GELU_MODULES_PROBED[id(module)] = (module, form if ok else None)
+    return _GELU_MODULES_PROBED[id(module)][1]
 
 
 def _rotary_ok(x, cos, sin, dtype) -> bool:
@@ -238,6 +262,12 @@ def _global_replacements(fn: types.FunctionType, sdpa: Callable | None, rotary: 
                 kinds |= set(sdpa_kinds)
         elif gelu is not None and value is F.gelu:
             out[name] = gelu
+            kinds.add("gelu")
+        elif gelu is not None and isinstance(value, nn.Module) and _gelu_module_form(value) is not None:
+            # a GELU module held in the globals and called as a function (RoBERTa's LM head:
+            # ``gelu = get_activation("gelu")``)
+            tanh = _gelu_module_form(value)
+            out[name] = lambda input, _module=value, _tanh=tanh: gelu(input, "tanh" if _tanh else "none", _module)
             kinds.add("gelu")
         if rotary is not None:
             form = _rotary_form(value)
