@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.nn as nn
 
 from .calls import CALL_KINDS, _apply_calls

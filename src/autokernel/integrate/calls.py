@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import inspect
 import re
-import sys
 import types
 from typing import Any, Callable
 
@@ -13,6 +12,7 @@ import torch.nn.functional as F
 
 from ..recognize import gelu_form, module_wrapped_function
 from .patching import _SUBCLASSES, _code_names, _pick, rewrap
+from .rewrite import rebound_globals
 from .selection import KernelOp
 
 
@@ -278,7 +278,6 @@ def _global_replacements(fn: types.FunctionType, sdpa: Callable | None, rotary: 
 
 
 _PROXIES: dict[tuple, types.ModuleType] = {}
-_REBOUND_MODULES: list[types.ModuleType] = []
 
 
 def _functional_proxy(replacements: dict[str, Callable]) -> types.ModuleType:
@@ -295,17 +294,8 @@ def _functional_proxy(replacements: dict[str, Callable]) -> types.ModuleType:
 
 
 def _rebound(fn: types.FunctionType, names: dict[str, Any]) -> types.FunctionType:
-    """``fn`` with some of its globals rebound.  The new globals are the ``__dict__`` of a
-    module registered in ``sys.modules`` under its own name: torch.compile finds a function's
-    globals again by ``__name__`` when it builds guards."""
-    module_name = f"autokernel_rebound_{len(_REBOUND_MODULES)}_{fn.__globals__.get('__name__', 'm')}"
-    module = types.ModuleType(module_name)
-    module.__dict__.update(fn.__globals__)
-    module.__dict__.update(names)
-    module.__dict__["__name__"] = module_name
-    sys.modules[module_name] = module
-    _REBOUND_MODULES.append(module)
-    new = types.FunctionType(fn.__code__, module.__dict__, fn.__name__, fn.__defaults__, fn.__closure__)
+    """``fn`` with some of its globals rebound (``rewrite.rebound_globals``)."""
+    new = types.FunctionType(fn.__code__, rebound_globals(fn, names), fn.__name__, fn.__defaults__, fn.__closure__)
     new.__kwdefaults__ = fn.__kwdefaults__
     new.__qualname__ = fn.__qualname__
     return new

@@ -1,7 +1,6 @@
 """Appliers for linears (matmul) and SwiGLU MLPs (swiglu, fused_mlp)."""
 from __future__ import annotations
 
-import copy
 from typing import Any, Callable
 
 import torch

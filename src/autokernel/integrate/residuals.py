@@ -39,17 +39,15 @@ from __future__ import annotations
 
 import ast
 import inspect
-import sys
-import textwrap
 import types
 from typing import Any, Callable
 
 import torch
 import torch.nn as nn
 
-from .calls import _REBOUND_MODULES
 from .norms import _original_class, layernorm_form, rmsnorm_form
-from .patching import _probe, _probe_input, _reference, _swap_class, rewrap
+from .patching import _swap_class, rewrap
+from .rewrite import compile_forward, parse_forward
 from .selection import KernelOp
 
 TEMP_PREFIX = "_ak_normed_"
@@ -247,17 +245,10 @@ def rewrite_forward(fn: types.FunctionType, norms: set[str],
     """``fn`` (the undecorated forward) with its residual adds fused into the norm calls, the
     norms fused, and whether the add it returns now goes through ``add_ahead`` (asked by
     ``ahead``); None when nothing matched or the source cannot be rewritten."""
-    if fn.__code__.co_freevars:
+    parsed = parse_forward(fn)
+    if parsed is None:
         return None
-    try:
-        source = textwrap.dedent(inspect.getsource(fn))
-        tree = ast.parse(source)
-    except (OSError, TypeError, SyntaxError):
-        return None
-    fdef = tree.body[0] if tree.body else None
-    if not isinstance(fdef, ast.FunctionDef) or fdef.name != fn.__name__ or not fdef.args.args:
-        return None
-    fdef.decorator_list = []
+    tree, fdef = parsed
     self_name = fdef.args.args[0].arg
     fused: list[str] = []
     for body in list(_statement_lists(fdef)):
@@ -271,20 +262,7 @@ def rewrite_forward(fn: types.FunctionType, norms: set[str],
                                        args=[ast.Name(self_name, ast.Load()), final.left, final.right], keywords=[]))
     if not fused and not finals:
         return None
-    ast.increment_lineno(tree, fn.__code__.co_firstlineno - 1)
-    ast.fix_missing_locations(tree)
-    code = compile(tree, inspect.getsourcefile(fn) or "<autokernel>", "exec")
-    module_name = f"autokernel_rebound_{len(_REBOUND_MODULES)}_{fn.__globals__.get('__name__', 'm')}"
-    module = types.ModuleType(module_name)  # a registered module: torch.compile finds globals by __name__
-    module.__dict__.update(fn.__globals__)
-    module.__dict__["__name__"] = module_name
-    sys.modules[module_name] = module
-    _REBOUND_MODULES.append(module)
-    module.__dict__[AHEAD_HELPER] = add_ahead
-    exec(code, module.__dict__)
-    new = module.__dict__[fdef.name]
-    module.__dict__[fdef.name] = fn.__globals__.get(fdef.name, new)
-    new.__defaults__, new.__kwdefaults__, new.__qualname__ = fn.__defaults__, fn.__kwdefaults__, fn.__qualname__
+    new = compile_forward(fn, tree, {AHEAD_HELPER: add_ahead})
     return new, fused, bool(finals)
 
 

@@ -2,13 +2,9 @@
 from __future__ import annotations
 
 import csv
-import json
 import math
 from pathlib import Path
 from typing import Any, Iterable
-
-import torch
-import torch.nn as nn
 
 from ..plan import Plan, load_plan
 

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-import torch.nn as nn
 
 from ..plan import Plan, PlanProblem
 from ..problems.base import parse_dtype

@@ -1,0 +1,69 @@
+"""Functions rebuilt for the ops: rebound globals, and forwards whose source is rewritten.
+
+A rewritten forward keeps the syntax tree it was compiled from (``REWRITTEN_TREE``), so that a
+second applier rewrites the first one's result, not the source file again (a layer whose
+``act(fc1(x))`` became the linear_gelu op and whose residual add then became an add_layernorm
+op).  Its globals are those of the function it replaces plus the helpers it calls, in a module
+registered in ``sys.modules`` under its own name: torch.compile finds a function's globals again
+by ``__name__`` when it builds guards.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import inspect
+import sys
+import textwrap
+import types
+from typing import Any
+
+REWRITTEN_TREE = "__autokernel_tree__"
+_REBOUND_MODULES: list[types.ModuleType] = []
+
+
+def rebound_globals(fn: types.FunctionType, names: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``fn``'s globals with ``names`` set, as the ``__dict__`` of a registered module."""
+    module_name = f"autokernel_rebound_{len(_REBOUND_MODULES)}_{fn.__globals__.get('__name__', 'm')}"
+    module = types.ModuleType(module_name)
+    module.__dict__.update(fn.__globals__)
+    module.__dict__.update(names)
+    module.__dict__["__name__"] = module_name
+    sys.modules[module_name] = module
+    _REBOUND_MODULES.append(module)
+    return module.__dict__
+
+
+def parse_forward(fn: types.FunctionType) -> tuple[ast.Module, ast.FunctionDef] | None:
+    """The tree of ``fn`` (the undecorated function; its kept tree when it was rewritten before),
+    line numbers as in its file; None when it has no source or is a closure."""
+    kept = getattr(fn, REWRITTEN_TREE, None)
+    if kept is not None:
+        tree = copy.deepcopy(kept)
+    else:
+        if fn.__code__.co_freevars:
+            return None
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+        except (OSError, TypeError, SyntaxError):
+            return None
+        ast.increment_lineno(tree, fn.__code__.co_firstlineno - 1)
+    fdef = tree.body[0] if tree.body else None
+    if not isinstance(fdef, ast.FunctionDef) or fdef.name != fn.__name__ or not fdef.args.args:
+        return None
+    fdef.decorator_list = []
+    return tree, fdef
+
+
+def compile_forward(fn: types.FunctionType, tree: ast.Module, helpers: dict[str, Any]) -> types.FunctionType:
+    """The function ``tree`` (from ``parse_forward(fn)``, changed) defines, with ``fn``'s globals
+    and ``helpers``."""
+    ast.fix_missing_locations(tree)
+    code = compile(tree, inspect.getsourcefile(fn) or "<autokernel>", "exec")
+    namespace = rebound_globals(fn, helpers)
+    name = tree.body[0].name
+    exec(code, namespace)
+    new = namespace[name]
+    namespace[name] = fn.__globals__.get(name, new)
+    new.__defaults__, new.__kwdefaults__, new.__qualname__ = fn.__defaults__, fn.__kwdefaults__, fn.__qualname__
+    setattr(new, REWRITTEN_TREE, tree)
+    return new
