@@ -141,6 +141,19 @@ class Residual(Intermediate):  # something else happens between the pair and the
         return self.norm(h + 1.0)
 
 
+class Consecutive(Intermediate):  # ConvNeXt's order: the linear, then the GELU, one statement each
+    def forward(self, x):
+        x = self.fc(x)
+        x = self.act(x)
+        return self.norm(x * 2.0)
+
+
+class LinearOutputTwice(Intermediate):  # the linear's output is read again after the GELU
+    def forward(self, x):
+        h = self.fc(x)
+        return self.norm(self.act(h) + h)
+
+
 def _patch(module: nn.Module, tmp_path, tanh: int = 0):
     model = nn.Sequential()
     model.add_module("mlp", module.eval())
@@ -167,14 +180,33 @@ def test_a_chain_after_the_pair_runs_as_it_is(tanh, tmp_path):
 @pytest.mark.parametrize("module,reason", [
     (lambda: Intermediate(QuickGELU()), "probe mismatch"),
     (lambda: ActOnInput(nn.GELU()), "chain of children"),
-    (lambda: Residual(nn.GELU()), "chain of children"),
+    (lambda: LinearOutputTwice(nn.GELU()), "chain of children"),
     (lambda: Intermediate(nn.GELU(), bias=False), None),
-], ids=["quick-gelu", "gelu-on-input", "add-in-between", "no-bias"])
+], ids=["quick-gelu", "gelu-on-input", "linear-output-read-twice", "no-bias"])
 def test_look_alikes_are_left_alone(module, reason, tmp_path):
     model, patched = _patch(module(), tmp_path)
     assert patched._autokernel_replaced == []
     if reason is not None:
         assert any(name == "mlp" and reason in why for name, why in patched._autokernel_skipped), patched._autokernel_skipped
+
+
+@pytest.mark.parametrize("module", [Residual, Consecutive])
+def test_the_pair_inside_a_longer_forward_becomes_one_op_call(module, tmp_path):
+    """BART's and Whisper's layers call ``self.activation_fn(self.fc1(h))`` amid attention and
+    residual adds; ConvNeXt's layer writes the pair as two statements.  The forward is rewritten
+    so the pair calls the op, and the rest runs as written."""
+    torch.manual_seed(0)
+    model, patched = _patch(module(nn.GELU()), tmp_path)
+    assert patched._autokernel_replaced == [("mlp", "linear_gelu")]
+    x = torch.randn(2, 3, 32)
+    op = patched._autokernel_ops["linear_gelu"]
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        assert rel(patched(x), model(x)) < 1e-5
+    assert OP_CALLS[op] == before + 1
+    with torch.no_grad():  # a call the op does not take (no rows): the children run as they are
+        assert patched(torch.empty(0, 32)).shape == (0, 48)
+    assert OP_CALLS[op] == before + 1
 
 
 def test_torch_compile_of_the_patched_module_traces_through_the_op(tmp_path):

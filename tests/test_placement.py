@@ -145,3 +145,25 @@ def test_a_gelu_module_called_as_a_function_is_placed(tmp_path):
     patched = placed_and_matching(tmp_path, "hf:roberta", "hidden_size=64,num_hidden_layers=1,num_attention_heads=4,"
                                   "intermediate_size=128,vocab_size=256", [2, 16], kinds=("gelu",))
     assert dict(patched._autokernel_replaced) == {"model.lm_head": "gelu"}
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_bart_layers_get_linear_gelu_and_their_residual_adds_fused_in_one_forward(tmp_path):
+    """BART's layer computes ``activation_fn(fc1(h))`` amid attention and residual adds: its forward
+    is rewritten for linear_gelu, then that rewrite is rewritten again for the add before its
+    final norm (the second applier reads the first one's tree, not the source file)."""
+    from autokernel.integrate import OP_CALLS
+
+    patched = placed_and_matching(
+        tmp_path, "hf:bart", "d_model=64,encoder_layers=2,decoder_layers=2,encoder_attention_heads=4,"
+        "decoder_attention_heads=4,encoder_ffn_dim=128,decoder_ffn_dim=128,vocab_size=256", [2, 16],
+        kinds=("linear_gelu", "add_layernorm"))
+    replaced = set(patched._autokernel_replaced)
+    for layer in ("encoder.layers.0", "decoder.layers.1"):
+        assert (f"model.model.{layer}", "linear_gelu") in replaced
+        assert (f"model.model.{layer}.final_layer_norm", "add_layernorm") in replaced
+    op = patched._autokernel_ops["linear_gelu"]
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        patched(torch.randint(0, 256, (2, 16)))
+    assert OP_CALLS[op] - before == 4  # one a layer

@@ -5,6 +5,13 @@ BERT's ``BertIntermediate``: ``dense``, ``intermediate_act_fn``; ViT's ``ViTMLP`
 ``BertPredictionHeadTransform``: ``dense``, ``transform_act_fn``, ``LayerNorm``).  The linear
 and the GELU become one call of the op; the rest of the chain runs as it is.
 
+A module whose forward does more (BART's and Whisper's layers: attention, residual adds and
+``self.activation_fn(self.fc1(h))``; ConvNeXt's ``x = self.pwconv1(x); x = self.act(x)``) has
+its forward's source rewritten instead (``rewrite``): each such pair of its children, the GELU
+confirmed by a probe, calls ``linear_gelu_call``, which runs the op for the calls it was judged
+on and the two children otherwise.  The linear's output must feed only the GELU: the pair is
+matched only nested, or as two consecutive statements that reassign one name.
+
 What the forward does is read from one probe call of the module's own forward on a small random
 input, with hooks on its children: every child runs once, the linear on the module's input, each
 next child on the output of the one before (the same tensor, not a copy), and the module
@@ -19,13 +26,17 @@ changes of the weight are not seen; it costs one more copy of that weight in mem
 """
 from __future__ import annotations
 
+import ast
+import inspect
+import types
 from typing import Any
 
 import torch
 import torch.nn as nn
 
 from ..recognize import biased_linear_dims, gelu_form
-from .patching import PROBE_TOLERANCE, _pick, _probe_input, _reference, _rel_error, _swap_class
+from .patching import PROBE_TOLERANCE, _pick, _probe_input, _reference, _rel_error, _swap_class, rewrap
+from .rewrite import compile_forward, parse_forward, statement_lists
 from .selection import KernelOp
 
 WEIGHT_NK = "_autokernel_weight_nk"
@@ -104,8 +115,11 @@ def _apply_linear_gelu(model, k, done, replaced, skipped, probed) -> None:
             continue
         x, order = _trace_from_each_linear(m, act_name, dtype)
         if order is None:
-            skipped.append((name, f"linear_gelu: {base.__name__}.forward is not {act_name}(linear(x)) "
-                                  "followed by a chain of children (probe)"))
+            if not _rewrite_calls(m, k, done, probed):
+                skipped.append((name, f"linear_gelu: {base.__name__}.forward is neither {act_name}(linear(x)) "
+                                      f"followed by a chain of children (probe) nor calls self.{act_name}(self.<linear>(...))"))
+                continue
+            replaced.append((name, "linear_gelu"))
             continue
         lin = getattr(m, order[0])
         K, N, transposed = biased_linear_dims(lin)
@@ -151,3 +165,124 @@ def _chain_matches(m: nn.Module, x: torch.Tensor, lin: nn.Module, tanh: bool, re
     if not isinstance(got, torch.Tensor) or got.shape != want.shape:
         return False
     return _rel_error(want, got) <= PROBE_TOLERANCE.get(x.dtype, 1e-4)
+
+
+# ------------------------------------------------------------------ act(linear(x)) inside a longer forward
+CALL_HELPER = "_autokernel_linear_gelu"  # the name a rewritten forward calls ``linear_gelu_call`` by
+PAIRS = "_autokernel_linear_gelu_pairs"  # on the class: (linear, act) -> what the op needs
+
+
+def linear_gelu_call(module: nn.Module, lin_name: str, act_name: str, x: Any) -> Any:
+    """``module.<act>(module.<lin>(x))``, through the op for the calls it was judged on."""
+    lin = getattr(module, lin_name)
+    fused = getattr(type(module), PAIRS, {}).get((lin_name, act_name))
+    if (fused is not None and isinstance(x, torch.Tensor) and x.dtype == fused[1] and x.dim() >= 1
+            and x.shape[-1] == fused[3] and x.numel() > 0):
+        op, _, tanh, K, N, transposed = fused
+        w = getattr(lin, WEIGHT_NK) if transposed else lin.weight
+        return op(x.reshape(-1, K), w, lin.bias, tanh).reshape(*x.shape[:-1], N)
+    return getattr(module, act_name)(lin(x))
+
+
+def _self_call(node: ast.AST, self_name: str) -> tuple[str, ast.expr] | None:
+    """(child, argument) of ``self.<child>(argument)``, one positional argument, no keywords."""
+    if (isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords
+            and not isinstance(node.args[0], ast.Starred) and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name) and node.func.value.id == self_name):
+        return node.func.attr, node.args[0]
+    return None
+
+
+def _helper_call(self_name: str, lin: str, act: str, arg: ast.expr) -> ast.Call:
+    return ast.Call(func=ast.Name(CALL_HELPER, ast.Load()),
+                    args=[ast.Name(self_name, ast.Load()), ast.Constant(lin), ast.Constant(act), arg], keywords=[])
+
+
+class _ActOfLinear(ast.NodeTransformer):
+    """``self.<act>(self.<lin>(e))`` -> the helper's call (BART's and Whisper's layers)."""
+
+    def __init__(self, self_name: str, pairs: set[tuple[str, str]]):
+        self.self_name, self.pairs, self.found = self_name, pairs, set()
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        outer = _self_call(node, self.self_name)
+        inner = _self_call(outer[1], self.self_name) if outer else None
+        if inner is not None and (inner[0], outer[0]) in self.pairs:
+            self.found.add((inner[0], outer[0]))
+            return _helper_call(self.self_name, inner[0], outer[0], inner[1])
+        return node
+
+
+def _fuse_consecutive(body: list[ast.stmt], self_name: str, pairs: set[tuple[str, str]], found: set) -> None:
+    """``v = self.<lin>(e)`` directly followed by ``v = self.<act>(v)`` -> ``v = helper(...)``
+    (ConvNeXt's layer)."""
+    i = 0
+    while i + 1 < len(body):
+        first, second = body[i], body[i + 1]
+        lin = _self_call(first.value, self_name) if _assigns_one_name(first) else None
+        act = _self_call(second.value, self_name) if _assigns_one_name(second) else None
+        if (lin and act and (lin[0], act[0]) in pairs and first.targets[0].id == second.targets[0].id
+                and isinstance(act[1], ast.Name) and act[1].id == first.targets[0].id):
+            first.value = _helper_call(self_name, lin[0], act[0], lin[1])
+            del body[i + 1]
+            found.add((lin[0], act[0]))
+        i += 1
+
+
+def _assigns_one_name(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+
+
+def _rewrite_calls(m: nn.Module, k: KernelOp, done: set[int], probed: dict) -> bool:
+    """Rewrite ``m``'s forward so that each ``act(linear(x))`` of its children (a biased linear, a
+    GELU module that the probe confirms) calls the op; False when none is found."""
+    children = dict(m.named_children())
+    pairs = {}
+    for lin_name, lin in children.items():
+        dims = biased_linear_dims(lin)
+        if dims is None or id(lin) in done or lin.weight.dtype != k.dtype or lin.bias.dtype != k.dtype:
+            continue
+        for act_name, act in children.items():
+            if gelu_form(act) is None or id(act) in done:
+                continue
+            key = (type(lin), type(act), gelu_form(act), dims[2], "linear_gelu call")
+            if key not in probed:
+                x = _probe_input(dims[0], m, k.dtype)
+                probed[key] = next((form for form in (gelu_form(act), not gelu_form(act))
+                                    if _pair_matches(lin, act, x, form, dims[2])), None)
+            if probed[key] is not None:
+                pairs[(lin_name, act_name)] = (k.op, k.dtype, probed[key], *dims)
+    if not pairs:
+        return False
+    cls = type(m)
+    inner = inspect.unwrap(cls.forward)
+    parsed = parse_forward(inner) if isinstance(inner, types.FunctionType) else None
+    if parsed is None:
+        return False
+    tree, fdef = parsed
+    self_name, found = fdef.args.args[0].arg, set()
+    for body in list(statement_lists(fdef)):
+        _fuse_consecutive(body, self_name, set(pairs), found)
+    visitor = _ActOfLinear(self_name, set(pairs))
+    visitor.visit(fdef)
+    found |= visitor.found
+    new_forward = rewrap(cls.forward, compile_forward(inner, tree, {CALL_HELPER: linear_gelu_call})) if found else None
+    if new_forward is None:
+        return False
+    used = {pair: pairs[pair] for pair in sorted(found)}
+    for lin_name, act_name in used:
+        lin = children[lin_name]
+        if used[(lin_name, act_name)][-1] and WEIGHT_NK not in lin._buffers:  # GPT-2's Conv1D: [K, N] stored
+            lin.register_buffer(WEIGHT_NK, lin.weight.detach().t().contiguous(), persistent=False)
+        done.update({id(lin), id(children[act_name])})
+    _swap_class(m, ("linear_gelu calls", k.opname, tuple(sorted(used.items(), key=lambda kv: kv[0]))),
+                {"forward": new_forward, PAIRS: used})
+    return True
+
+
+def _pair_matches(lin: nn.Module, act: nn.Module, x: torch.Tensor, tanh: bool, transposed: bool) -> bool:
+    with torch.no_grad():
+        got = act(lin(x))
+        want = _reference("linear_gelu")(x, lin.weight.t() if transposed else lin.weight, lin.bias, tanh)
+    return got.shape == want.shape and _rel_error(want, got) <= PROBE_TOLERANCE.get(x.dtype, 1e-4)

@@ -167,7 +167,8 @@ def _layernorm_members(k: KernelOp, n: int, form: LayernormForm, base: type) -> 
 def _apply_layernorm(model, k, done, replaced, skipped, probed) -> None:
     for name, m in model.named_modules():
         plain = isinstance(m, nn.LayerNorm) and type(m).forward is nn.LayerNorm.forward
-        named = type(m).__name__.lower().endswith("layernorm") and _related(name, k.problem.modules)
+        named = (not isinstance(m, nn.LayerNorm) and type(m).__name__.lower().endswith("layernorm")
+                 and _related(name, k.problem.modules))
         if id(m) in done or not (plain or named) or _pick([k], "layernorm", name) is None:
             continue
         form = layernorm_form(m, k.dtype, probed)

@@ -47,7 +47,7 @@ import torch.nn as nn
 
 from .norms import _original_class, layernorm_form, rmsnorm_form
 from .patching import _swap_class, rewrap
-from .rewrite import compile_forward, parse_forward
+from .rewrite import compile_forward, parse_forward, statement_lists
 from .selection import KernelOp
 
 TEMP_PREFIX = "_ak_normed_"
@@ -198,14 +198,6 @@ def _replace(tree: ast.AST, old: ast.AST, new: ast.AST) -> None:
                         value[i] = new
 
 
-def _statement_lists(node: ast.AST):
-    for child in ast.walk(node):
-        for field in ("body", "orelse", "finalbody"):
-            value = getattr(child, field, None)
-            if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
-                yield value
-
-
 def _final_adds(fdef: ast.FunctionDef) -> list[ast.BinOp]:
     """The adds whose sum the forward returns, when they are its last computation: ``return a +
     b``, or ``x = a + b`` directly followed by ``return x``, or such an ``x`` assigned last in
@@ -251,7 +243,7 @@ def rewrite_forward(fn: types.FunctionType, norms: set[str],
     tree, fdef = parsed
     self_name = fdef.args.args[0].arg
     fused: list[str] = []
-    for body in list(_statement_lists(fdef)):
+    for body in list(statement_lists(fdef)):
         _fuse_sum_then_norm(body, self_name, norms, fused)
     outer = _NormOfSum(self_name, norms)
     outer.visit(fdef)

@@ -67,3 +67,12 @@ def compile_forward(fn: types.FunctionType, tree: ast.Module, helpers: dict[str,
     new.__defaults__, new.__kwdefaults__, new.__qualname__ = fn.__defaults__, fn.__kwdefaults__, fn.__qualname__
     setattr(new, REWRITTEN_TREE, tree)
     return new
+
+
+def statement_lists(node: ast.AST):
+    """Every list of statements under ``node`` (bodies, else branches, finally blocks)."""
+    for child in ast.walk(node):
+        for field in ("body", "orelse", "finalbody"):
+            value = getattr(child, field, None)
+            if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
+                yield value
