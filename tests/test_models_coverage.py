@@ -51,6 +51,14 @@ CASES = [
      None, 0.90, {"linear_gelu", "layernorm", "add_layernorm", "attention", "matmul"}),
     ("hf:mixtral", None, [2, 128], 0.90, {"moe_experts", "rmsnorm", "attention", "matmul", "rotary_table"}),
     ("hf:qwen2_moe", None, [2, 128], 0.90, {"moe_experts", "swiglu", "rmsnorm", "attention", "matmul"}),
+    # beyond the list (2026-12-05, with the placement check): an encoder-decoder with RMS
+    # norms under a LayerNorm name, one whose layers call act(fc1(h)) amid attention, a ConvNet
+    ("hf:t5", "d_model=64,num_layers=2,num_heads=4,d_ff=128,d_kv=16,vocab_size=256", [2, 32], 0.75,
+     {"add_rmsnorm", "rmsnorm", "attention_masked", "matmul", "embedding"}),
+    ("hf:bart", "d_model=64,encoder_layers=2,decoder_layers=2,encoder_attention_heads=4,decoder_attention_heads=4,"
+     "encoder_ffn_dim=128,decoder_ffn_dim=128,vocab_size=256", [2, 32], 0.90,
+     {"linear_gelu", "add_layernorm", "layernorm", "attention", "matmul"}),
+    ("hf:convnext", None, None, 0.90, {"linear_gelu", "layernorm", "matmul"}),
 ]
 # models whose layers end with a residual add that the next layer's first norm reads: the final norm
 FUSED_AHEAD = {"gpt2": "ln_f", "hf:gpt2": "model.transformer.ln_f", "hf:phi3": "model.model.norm",
