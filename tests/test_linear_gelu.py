@@ -209,9 +209,10 @@ def test_the_pair_inside_a_longer_forward_becomes_one_op_call(module, tmp_path):
     assert OP_CALLS[op] == before + 1
 
 
-def test_torch_compile_of_the_patched_module_traces_through_the_op(tmp_path):
+@pytest.mark.parametrize("module", [Intermediate, Consecutive], ids=["chain", "rewritten-forward"])
+def test_torch_compile_of_the_patched_module_traces_through_the_op(module, tmp_path):
     torch.manual_seed(0)
-    model, patched = _patch(Intermediate(nn.GELU()), tmp_path)
+    model, patched = _patch(module(nn.GELU()), tmp_path)
     torch._dynamo.reset()
     compiled = torch.compile(patched, backend="aot_eager", fullgraph=True)
     op = patched._autokernel_ops["linear_gelu"]
