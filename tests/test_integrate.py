@@ -201,6 +201,27 @@ def test_a_layernorm_without_bias_gets_zeros(tmp_path):
         assert rel(patched(x), model(x)) < 1e-5
     assert "_autokernel_zero_bias" not in patched.state_dict()
 
+class MatmulLinear(nn.Linear):
+    """Falcon's FalconLinear: ``x @ W.T + b`` in a forward of its own."""
+
+    def forward(self, x):
+        return x @ self.weight.T + self.bias
+
+
+class ShiftedLinear(nn.Linear):
+    def forward(self, x):
+        return super().forward(x) + 1.0
+
+
+def test_a_linear_subclass_is_switched_when_its_forward_computes_a_linear(tmp_path):
+    model = nn.Sequential(MatmulLinear(32, 48), ShiftedLinear(48, 32))
+    mm = [PlanProblem("matmul", "matmul", "fp32", [{"M": 4, "N": 48, "K": 32}], [1], 1.0, 0.5, ["0", "1"])]
+    patched = apply(model, make_workdir(tmp_path / "wd", mm, results=_results(1.3)))
+    assert patched._autokernel_replaced == [("0", "matmul")]
+    x = torch.randn(4, 32)
+    with torch.no_grad():
+        assert rel(patched(x), model(x)) < 1e-5
+
 class PatchEmbed(nn.Module):
     """ViT's patch embedding: a convolution whose stride is its kernel, flattened to rows."""
 

@@ -7,13 +7,14 @@ import torch
 import torch.nn as nn
 
 from ..recognize import is_silu_module, patch_conv_kernel
-from .patching import _check_probe, _class_code_names, _pick, _probe_input, _reference, _swap_class
+from .patching import _check_probe, _class_code_names, _pick, _probe, _probe_input, _reference, _swap_class
 from .selection import KernelOp
 
 
 # ------------------------------------------------------------------ linears
-def _linear_members(k: KernelOp) -> dict[str, Any]:
+def _linear_members(k: KernelOp, base: type) -> dict[str, Any]:
     op, dtype = k.op, k.dtype
+    base_forward = base.forward
 
     def forward(self, x):
         wt = self._autokernel_weight_t
@@ -22,7 +23,7 @@ def _linear_members(k: KernelOp) -> dict[str, Any]:
             if self.bias is not None:
                 out = out + self.bias
             return out.reshape(*x.shape[:-1], wt.shape[1])
-        return nn.Linear.forward(self, x)
+        return base_forward(self, x)
 
     return {"forward": forward}
 
@@ -49,9 +50,23 @@ def _patch_conv_members(k: KernelOp, kh: int, kw: int) -> dict[str, Any]:
     return {"forward": forward}
 
 
+def _computes_linear(m: nn.Module, probed: dict) -> bool:
+    """``nn.Linear``, or a subclass whose own forward computes it too (Falcon's ``FalconLinear``:
+    ``x @ W.T + b``), by one probe per class."""
+    if not isinstance(m, nn.Linear):
+        return False
+    if type(m).forward is nn.Linear.forward:
+        return True
+    key = (type(m), "linear")
+    if key not in probed:
+        probed[key] = _probe(m, type(m), _probe_input(m.in_features, m, m.weight.dtype),
+                             lambda x: nn.functional.linear(x, m.weight, m.bias))
+    return probed[key]
+
+
 def _apply_matmul(model, k, done, replaced, skipped, probed) -> None:
     for name, m in model.named_modules():
-        linear = type(m).forward is nn.Linear.forward
+        linear = id(m) not in done and _pick([k], "matmul", name) is not None and _computes_linear(m, probed)
         patches = patch_conv_kernel(m) if type(m).forward is nn.Conv2d.forward else None
         if id(m) in done or not (linear or patches) or _pick([k], "matmul", name) is None:
             continue
@@ -63,7 +78,7 @@ def _apply_matmul(model, k, done, replaced, skipped, probed) -> None:
         m.register_buffer("_autokernel_weight_t", m.weight.detach().reshape(m.weight.shape[0], -1).t().contiguous(),
                           persistent=False)
         if linear:
-            _swap_class(m, ("matmul", k.opname), _linear_members(k))
+            _swap_class(m, ("matmul", k.opname), _linear_members(k, type(m)))
         else:
             _swap_class(m, ("matmul", k.opname, patches), _patch_conv_members(k, *patches))
         done.add(id(m))
