@@ -35,6 +35,12 @@ def test_the_router_softmax_is_reported_not_optimized():
     assert {"moe_experts", "rmsnorm"} <= {t.spec for t in targets_from_plan(plan)}
     # its time is counted as not covered, by name
     assert any(u.name.startswith(softmax.name) and u.fraction == softmax.fraction for u in plan.not_covered)
+    # the router's linear is F.linear inside its forward: the matmul problem keeps the experts'
+    # and attention's linears, and the router's time is not covered, by module
+    matmul = next(p for p in plan.problems if p.kind == "matmul")
+    assert matmul.supported and "not placeable at model.model.layers.0.mlp.gate" in matmul.note
+    router = next(u for u in plan.not_covered if u.name.startswith("matmul (matmul) at model.model.layers.0.mlp.gate"))
+    assert router.time_us > 0 and "model.model.layers.0.mlp.gate" not in matmul.module_time_us
     assert plan.covered_fraction + sum(u.fraction for u in plan.not_covered) == pytest.approx(1.0, abs=1e-6)
 
 

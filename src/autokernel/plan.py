@@ -33,6 +33,9 @@ class PlanProblem:
     # add_<norm> kinds: norm module -> the module whose forward ends with the residual add that
     # the norm reads (the next block's first norm, the final norm): the add is fused ahead
     add_from: dict[str, str] = field(default_factory=dict)
+    # the time of each module in ``modules`` per forward pass (what ``placement`` moves out of
+    # the problem where ``apply`` cannot switch that module)
+    module_time_us: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

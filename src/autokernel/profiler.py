@@ -456,6 +456,7 @@ def build_plan(roots: list[Node], *, model: str, device: str, time_kind: str, dt
         time: float = 0.0
         shapes: dict[tuple, list] = field(default_factory=dict)  # key -> [shape, calls, time]
         modules: list[str] = field(default_factory=list)
+        module_time: dict[str, float] = field(default_factory=dict)
         notes: list[str] = field(default_factory=list)
         add_from: dict[str, str] = field(default_factory=dict)
 
@@ -471,6 +472,8 @@ def build_plan(roots: list[Node], *, model: str, device: str, time_kind: str, dt
             entry[2] += us * w / sum(weights)
         if inst.module and inst.module not in g.modules:
             g.modules.append(inst.module)
+        if inst.module:
+            g.module_time[inst.module] = g.module_time.get(inst.module, 0.0) + us
         if inst.module and inst.add_from:
             g.add_from[inst.module] = inst.add_from
         for note in inst.notes:
@@ -490,6 +493,7 @@ def build_plan(roots: list[Node], *, model: str, device: str, time_kind: str, dt
             time_us=g.time / iters,
             fraction=_fraction(g.time / iters, total),
             modules=g.modules,
+            module_time_us={m: t / iters for m, t in g.module_time.items()},
             add_from=g.add_from,
             note="; ".join(g.notes[:6])))
 

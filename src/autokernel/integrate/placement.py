@@ -5,20 +5,24 @@ knows how to (modules, calls it can rebind).  A softmax written as ``F.softmax``
 router's forward is found but has no place, and an overnight run would spend budget on a kernel
 that never runs in the model.  So the appliers are run once on the model as it is, with a stub
 op for every problem (no kernel is imported or run), and a problem that takes no place is
-reported, not optimized.
+reported, not optimized.  Where a problem takes some of its places but not others (BART's
+positional embeddings, a router's functional linear), the time of the others counts as not
+covered, by module.
 """
 from __future__ import annotations
 
 import copy
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch.nn as nn
 
-from ..plan import Plan
+from ..plan import Plan, UncoveredTime
 from ..problems.base import parse_dtype
 from .apply import NO_PLACE, place_ops
 from .ops import SCHEMAS, register_kernel_op
+from .patching import _related
 from .selection import KernelOp
 
 # for the kinds a model most often computes outside what apply switches: what it does switch
@@ -39,16 +43,25 @@ def structural_copy(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model, memo)
 
 
-def unplaceable(model: nn.Module, plan: Plan) -> dict[str, str]:
-    """Problem name -> why ``apply`` finds no place for it, for the plan's supported problems.
-    ``model`` is left as it was."""
-    reasons: dict[str, str] = {}
+@dataclass
+class PlacementCheck:
+    """What ``apply`` could place: ``unplaceable`` problem -> why it takes no place at all;
+    ``unplaced`` problem -> {module: why} for the modules of a problem placed elsewhere."""
+
+    unplaceable: dict[str, str] = field(default_factory=dict)
+    unplaced: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+def check_placement(model: nn.Module, plan: Plan) -> PlacementCheck:
+    """Run the appliers on a structural copy of ``model`` with a stub op for each supported
+    problem; ``model`` is left as it was."""
+    check = PlacementCheck()
     candidates = [p for p in plan.supported if p.kind in SCHEMAS]
     for p in plan.supported:
         if p.kind not in SCHEMAS:
-            reasons[p.name] = f"{p.kind}: autokernel has no way to put this kind into a model"
+            check.unplaceable[p.name] = f"{p.kind}: autokernel has no way to put this kind into a model"
     if not candidates:
-        return reasons
+        return check
     with tempfile.TemporaryDirectory(prefix="autokernel-placement-") as tmp:
         ops = []
         for p in candidates:
@@ -57,19 +70,49 @@ def unplaceable(model: nn.Module, plan: Plan) -> dict[str, str]:
             opname, op = register_kernel_op(p.kind, f"placement_{p.name}", path)
             ops.append(KernelOp(p, opname, op, parse_dtype(p.dtype), path))
         placed = place_ops(structural_copy(model), ops)
+    switched = [name for name, _ in placed.replaced]
     for k in ops:
         if k.opname not in placed.used_ops:
             where = [f"found in {', '.join(k.problem.modules[:3])}"] if k.problem.modules else []
             where += [SWITCHES[k.kind]] if k.kind in SWITCHES else []
-            reasons[k.problem.name] = f"{k.kind}: {NO_PLACE}" + (f" ({'; '.join(where)})" if where else "")
-    return reasons
+            check.unplaceable[k.problem.name] = f"{k.kind}: {NO_PLACE}" + (f" ({'; '.join(where)})" if where else "")
+            continue
+        missing = {m: _why(m, k.kind, placed.skipped) for m in k.problem.modules
+                   if not any(_related(name, [m]) for name in switched)}
+        if missing:
+            check.unplaced[k.problem.name] = missing
+    return check
+
+
+def _why(module: str, kind: str, skipped: list[tuple[str, str]]) -> str:
+    return next((why for name, why in skipped if name == module and why.startswith(kind)), f"{kind}: {NO_PLACE}")
+
+
+def unplaceable(model: nn.Module, plan: Plan) -> dict[str, str]:
+    """Problem name -> why ``apply`` finds no place for it, for the plan's supported problems."""
+    return check_placement(model, plan).unplaceable
 
 
 def mark_unplaceable(plan: Plan, model: nn.Module) -> None:
     """Mark the plan's problems that ``apply`` finds no place for as unsupported, with the
-    reason: the loop leaves them out and their time counts as not covered."""
-    reasons = unplaceable(model, plan)
+    reason: the loop leaves them out and their time counts as not covered.  A problem placed at
+    some of its modules only keeps the time of those (``module_time_us``); the others' time
+    counts as not covered, named, and its note says where and why."""
+    check = check_placement(model, plan)
     for p in plan.problems:
-        if p.name in reasons:
+        if p.name in check.unplaceable:
             p.supported = False
-            p.note = "; ".join(filter(None, [reasons[p.name], p.note]))
+            p.note = "; ".join(filter(None, [check.unplaceable[p.name], p.note]))
+        elif p.name in check.unplaced and p.module_time_us:
+            missing = check.unplaced[p.name]
+            moved = sum(p.module_time_us.pop(m, 0.0) for m in missing)
+            first = next(iter(missing))
+            label = f"{p.name} ({p.kind}) at {first}" + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
+            fraction = moved / plan.total_time_us if plan.total_time_us > 0 else 0.0
+            if moved > 0:
+                p.time_us = max(0.0, p.time_us - moved)
+                p.fraction = max(0.0, p.fraction - fraction)
+                plan.uncovered.append(UncoveredTime(label + ", not placeable", moved, fraction))
+            p.note = "; ".join(filter(None, [p.note, f"not placeable at {', '.join(list(missing)[:3])}"
+                                                     f"{' (+%d)' % (len(missing) - 3) if len(missing) > 3 else ''}: "
+                                                     f"{missing[first]}"]))
