@@ -15,7 +15,7 @@ import torch
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from autokernel.integrate.placement import structural_copy, unplaceable  # noqa: E402
+from autokernel.integrate.placement import check_placement, structural_copy  # noqa: E402
 from autokernel.loop.targets import targets_from_plan  # noqa: E402
 from autokernel.models import load_model  # noqa: E402
 from autokernel.profiler import profile_model  # noqa: E402
@@ -105,7 +105,8 @@ def test_the_check_leaves_the_model_as_it_was_and_copies_no_weights():
     model = loaded.model
     classes = {name: type(m) for name, m in model.named_modules()}
     plan = profile_model(loaded, warmup=0, iters=1)
-    assert plan.supported and unplaceable(model, plan) == {}
+    check = check_placement(model, plan)
+    assert plan.supported and check.unplaceable == {} and check.unplaced == {}
     assert {name: type(m) for name, m in model.named_modules()} == classes
     copy = structural_copy(model)
     assert all(a is b for a, b in zip(model.parameters(), copy.parameters()))

@@ -600,9 +600,9 @@ def profile_model(loaded: LoadedModel, *, device: str | None = None, dtype: torc
                       time_kind="gpu" if on_gpu else "cpu", dtype=dtype_name(dtype),
                       input_shape=loaded.input_shape, iters=max(1, iters), fuse_mlp=fuse_mlp,
                       device_name=device_label(device), fuse_rotary=fuse_rotary)
-    from .integrate.placement import mark_unplaceable
+    from .integrate.placement import mark_placement
 
-    mark_unplaceable(plan, loaded.model)
+    mark_placement(plan, loaded.model)
     return plan
 
 

@@ -88,12 +88,7 @@ def _why(module: str, kind: str, skipped: list[tuple[str, str]]) -> str:
     return next((why for name, why in skipped if name == module and why.startswith(kind)), f"{kind}: {NO_PLACE}")
 
 
-def unplaceable(model: nn.Module, plan: Plan) -> dict[str, str]:
-    """Problem name -> why ``apply`` finds no place for it, for the plan's supported problems."""
-    return check_placement(model, plan).unplaceable
-
-
-def mark_unplaceable(plan: Plan, model: nn.Module) -> None:
+def mark_placement(plan: Plan, model: nn.Module) -> None:
     """Mark the plan's problems that ``apply`` finds no place for as unsupported, with the
     reason: the loop leaves them out and their time counts as not covered.  A problem placed at
     some of its modules only keeps the time of those (``module_time_us``); the others' time
@@ -105,14 +100,14 @@ def mark_unplaceable(plan: Plan, model: nn.Module) -> None:
             p.note = "; ".join(filter(None, [check.unplaceable[p.name], p.note]))
         elif p.name in check.unplaced and p.module_time_us:
             missing = check.unplaced[p.name]
-            moved = sum(p.module_time_us.pop(m, 0.0) for m in missing)
-            first = next(iter(missing))
-            label = f"{p.name} ({p.kind}) at {first}" + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
-            fraction = moved / plan.total_time_us if plan.total_time_us > 0 else 0.0
+            names = list(missing)
+            moved = sum(p.module_time_us.pop(m, 0.0) for m in names)
             if moved > 0:
+                fraction = moved / plan.total_time_us if plan.total_time_us > 0 else 0.0
                 p.time_us = max(0.0, p.time_us - moved)
                 p.fraction = max(0.0, p.fraction - fraction)
-                plan.uncovered.append(UncoveredTime(label + ", not placeable", moved, fraction))
-            p.note = "; ".join(filter(None, [p.note, f"not placeable at {', '.join(list(missing)[:3])}"
-                                                     f"{' (+%d)' % (len(missing) - 3) if len(missing) > 3 else ''}: "
-                                                     f"{missing[first]}"]))
+                more = f" and {len(names) - 1} more" if len(names) > 1 else ""
+                plan.uncovered.append(UncoveredTime(f"{p.name} ({p.kind}) at {names[0]}{more}, not placeable",
+                                                    moved, fraction))
+            where = ", ".join(names[:3]) + (f" (+{len(names) - 3})" if len(names) > 3 else "")
+            p.note = "; ".join(filter(None, [p.note, f"not placeable at {where}: {missing[names[0]]}"]))
