@@ -23,7 +23,7 @@ An add that ends one forward and is normalised by the next module call, in anoth
 (the last add of a decoder layer, then the next layer's first norm or the final norm; the plan's
 ``add_from`` maps that norm to the module holding the add), is fused *ahead*: that module's
 forward ends ``return a + b`` or ``x = a + b; return x`` (or such an ``x`` assigned in both
-branches of the ``if`` before the return, or returned first in a tuple), and the add becomes
+branches of the ``if`` before the return, or as the one such element of a returned tuple), and the add becomes
 ``add_ahead(self, a, b)``, which runs the norm's op at once and leaves the normalised rows with
 the norm.  The norm gets a subclass that returns them only when it is called on that very sum,
 unchanged since (the same tensor object, the same version counter, the same weight versions),
