@@ -43,15 +43,22 @@ def test_starter_passes_every_stage(reduce_eval):
 
 def correctness_cases(evaluator: Evaluator) -> int:
     """Cases the stages run for an honest kernel on the CPU: smoke (twice), sweep, numerics (the
-    draws of one shape and dtype together), determinism, edges, held-out (no large shapes)."""
+    draws of one shape and dtype together), determinism, edges and held-out shapes (no large
+    shapes), each of those with its adversarial draws (together) too."""
     problem, shapes, dtypes = evaluator.problem, evaluator.shapes, evaluator.dtypes
-    numerics = 0
-    for shape in shapes if problem.adversarial_inputs is not None else []:
-        for dtype in dtypes:
-            draws = len(problem.adversarial_inputs(dict(shape), dtype, "cpu", 0))
-            numerics += 1 if draws >= 2 else draws
-    edges = len(problem.edge_shapes_for("cpu"))
-    return 2 + (len(shapes) * len(dtypes) - 1) + numerics + len(shapes) * len(dtypes) + edges * len(dtypes) + len(shapes)
+
+    def adversarial(shapes, dtypes) -> int:
+        n = 0
+        for shape in shapes if problem.adversarial_inputs is not None else []:
+            for dtype in dtypes:
+                draws = len(problem.adversarial_inputs(dict(shape), dtype, "cpu", 0))
+                n += 1 if draws >= 2 else draws
+        return n
+
+    edges = problem.edge_shapes_for("cpu")
+    # held-out shapes move sizes only, so their adversarial draws number as at the target shapes
+    return (2 + (len(shapes) * len(dtypes) - 1) + adversarial(shapes, dtypes) + len(shapes) * len(dtypes)
+            + len(edges) * len(dtypes) + adversarial(edges, dtypes) + len(shapes) + adversarial(shapes, dtypes[:1]))
 
 
 @pytest.mark.parametrize("kernel,rule,stage", [

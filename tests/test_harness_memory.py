@@ -52,6 +52,14 @@ def test_waiting_adversarial_sets_are_counted():
     assert memory.plan(BIG, 1 << 50, 4 << 30, 16, waiting_sets=9).need == numerics + 9 * BIG.inputs
 
 
+def test_waiting_adversarial_sets_at_a_larger_heldout_shape_are_counted():
+    """The held-out shapes get the adversarial draws too, up to 20% larger in each dimension."""
+    held = memory.SetSizes(inputs=9 << 30, outputs=9 << 30, reference=9 << 30, workspace=BIG.workspace)
+    history = memory.history_bytes(4 << 30, 16, held.outputs)
+    numerics = memory.case_peak(held, 1, history, exact=True, together=True)
+    assert memory.plan(BIG, 1 << 50, 4 << 30, 16, waiting_sets=9, heldout=held).need == numerics + 9 * held.inputs
+
+
 def test_timing_sets_fit_the_budget_and_never_default_to_one_that_does_not():
     history = memory.history_bytes(4 << 30, 16, BIG.outputs)
     assert history == 4 << 30  # the cap, not 16 outputs

@@ -69,6 +69,7 @@ def test_determinism_calls_every_shape_and_dtype_twice():
 @pytest.mark.parametrize("device", ["cpu", "cuda:0"])
 def test_edges_run_every_dtype_twice_on_every_device(device):
     problem = get_problem("layernorm")
+    problem.adversarial_inputs = None
     judge = RecordingJudge(problem, device)
     plan = plan_for(problem, device)
     stages.stage_edges(judge, plan, stages.StageTally("edges"))
@@ -77,11 +78,33 @@ def test_edges_run_every_dtype_twice_on_every_device(device):
                                         for s in edges for d in plan.dtypes)
 
 
-def test_heldout_shapes_are_called_twice():
+@pytest.mark.parametrize("device", ["cpu", "cuda:0"])
+def test_edges_draw_the_adversarial_cases_at_every_edge_shape_and_dtype(device):
+    """A path only the edge shapes take (a wide row's loop, an odd vocabulary's tail) must meet
+    the overflow-prone values too (tests/attacks/softmax_wide_rows_no_max.py passed)."""
+    problem = get_problem("layernorm")
+    problem.adversarial_inputs = fake_adversarial
+    judge = RecordingJudge(problem, device)
+    plan = plan_for(problem, device)
+    stages.stage_edges(judge, plan, stages.StageTally("edges"))
+    edges = problem.edge_shapes_for(device)
+    assert sorted(judge.runs) == sorted([(stages.format_shape(s), stages.dtype_name(d), name, 1)
+                                         for s in edges for d in plan.dtypes for name in ("large", "tiny")]
+                                        + [(stages.format_shape(s), stages.dtype_name(d), "", 2)
+                                           for s in edges for d in plan.dtypes])
+    assert judge.numerics_variants == {}  # the timed calls draw at the target shapes only
+
+
+def test_heldout_shapes_are_called_twice_and_get_the_adversarial_cases():
     problem = get_problem("softmax")
+    problem.adversarial_inputs = fake_adversarial
     judge = RecordingJudge(problem, "cpu")
     stages.stage_heldout(judge, plan_for(problem), stages.StageTally("heldout"))
-    assert len(judge.runs) == len(problem.cpu_shapes) and all(calls == 2 for *_, calls in judge.runs)
+    regular = [run for run in judge.runs if run[2] == ""]
+    assert len(regular) == len(problem.cpu_shapes) and all(calls == 2 for *_, calls in regular)
+    drawn = sorted(run for run in judge.runs if run[2])
+    assert drawn == sorted((shape, dtype, name, 1) for shape, dtype, _, _ in regular for name in ("large", "tiny"))
+    assert {dtype for _, dtype, _, _ in judge.runs} == {stages.dtype_name(problem.dtypes[0])}
 
 
 def test_two_calls_that_differ_fail_as_nondeterministic():

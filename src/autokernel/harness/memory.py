@@ -167,15 +167,17 @@ def plan(s: SetSizes, budget: int, history_cap: int, history_calls: int, max_cal
     together (fastest, most detailed messages) down to fingerprints with outputs collected one
     at a time; ``fits`` False with what is needed against what is available when none does.
     ``s``: the largest case at the target shapes (every stage runs there); ``heldout``: the
-    largest held-out case (called twice, nothing else).  ``waiting_sets``: input sets drawn
-    together that wait while one is judged (a problem's adversarial draws come as one list)."""
+    largest held-out case (called twice, and its adversarial draws).  ``waiting_sets``: input
+    sets drawn together that wait while one is judged (a problem's adversarial draws come as one
+    list)."""
     history = history_bytes(history_cap, history_calls, max(s.outputs, heldout.outputs if heldout else 0))
     need = 0
     for exact, together in ((True, True), (True, False), (False, False)):
         need = max(case_peak(s, max_calls, history, exact, together),
                    smoke_peak(s, history, exact, together),
                    case_peak(s, 1, history, exact, together) + waiting_sets * s.inputs,  # numerics
-                   case_peak(heldout, 2, history, exact, together) if heldout else 0)
+                   case_peak(heldout, 2, history, exact, together) if heldout else 0,
+                   case_peak(heldout, 1, history, exact, together) + waiting_sets * heldout.inputs if heldout else 0)
         if need <= budget:
             return MemoryPlan(budget, s, exact, together, need, True, worker=worker_peak(s, max_calls, history))
     big = heldout if heldout is not None and heldout.inputs > s.inputs else s

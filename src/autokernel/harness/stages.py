@@ -17,10 +17,11 @@ Stages, in order, stopping at the first failure:
                  shape and dtype go in one request when memory allows (``Judge.run_cases``);
 ``determinism``  every target shape x every dtype, called twice on the same inputs: identical
                  bits (the edge and held-out shapes are called twice in their stages too);
-``edges``        ``problem.edge_shapes_for(device)`` x every dtype, on every device;
+``edges``        ``problem.edge_shapes_for(device)`` x every dtype, on every device, with the
+                 adversarial draws at each of them too;
 ``heldout``      one fresh shape near each target shape (``problem.heldout_shape``) at the first
                  dtype, from a random generator seeded per evaluation (the seed is in the
-                 message); then, for row-wise problems, a shape with many rows and one past
+                 message), with the adversarial draws there too; then, for row-wise problems, a shape with many rows and one past
                  2**31 elements, compared on sampled rows (large_shapes.py; on a GPU).
 
 Inputs come from ``problem.make_inputs`` with seeds drawn fresh for every evaluation (and with
@@ -711,25 +712,31 @@ def _checked_twice(judge: Judge, tally: StageTally, case: Case) -> CaseResult:
     return result
 
 
+def _adversarial_at(judge: Judge, tally: StageTally, shape: Shape, dtype: torch.dtype) -> int:
+    """The problem's adversarial draws at ``shape`` and ``dtype``, each judged once (in one request
+    when memory allows, else one set at a time, each dropped once judged); returns how many."""
+    cases = [Case(dict(shape), dtype, tuple(args), name)
+             for name, args in judge.problem.adversarial_inputs(dict(shape), dtype, judge.device, judge.next_seed())]
+    n = len(cases)
+    if judge.can_batch(cases):  # one request for all of them
+        for case, result in zip(cases, judge.run_cases(cases)):
+            tally.add(result.verdict, case.label)
+            judge.fail_if_wrong(result, case)
+        return n
+    while cases:
+        _checked(judge, tally, cases.pop(0))
+    return n
+
+
 def stage_numerics(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
-    make = judge.problem.adversarial_inputs
-    if make is None:
+    if judge.problem.adversarial_inputs is None:
         return "skipped: the problem defines no adversarial inputs"
     n = 0
     for dtype in plan.dtypes:
         for shape in plan.shapes:
-            cases = [Case(dict(shape), dtype, tuple(args), name)
-                     for name, args in make(dict(shape), dtype, judge.device, judge.next_seed())]
-            judge.numerics_variants[(format_shape(shape), dtype)] = len(cases)  # timed calls draw them too
-            if judge.can_batch(cases):  # one request for all of them
-                for case, result in zip(cases, judge.run_cases(cases)):
-                    tally.add(result.verdict, case.label)
-                    judge.fail_if_wrong(result, case)
-                n += len(cases)
-                continue
-            while cases:  # each set is dropped once judged
-                _checked(judge, tally, cases.pop(0))
-                n += 1
+            drawn = _adversarial_at(judge, tally, shape, dtype)
+            judge.numerics_variants[(format_shape(shape), dtype)] = drawn  # timed calls draw them too
+            n += drawn
     return f"{n} adversarial case(s) at {len(plan.shapes)} shape(s) x {len(plan.dtypes)} dtype(s)"
 
 
@@ -744,17 +751,30 @@ def stage_edges(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
     shapes = list(judge.problem.edge_shapes_for(judge.device))
     if not shapes:
         return "skipped: the problem defines no edge shapes"
+    adversarial = 0
     for dtype in plan.dtypes:
         for shape in shapes:
             _checked_twice(judge, tally, judge.make_case(shape, dtype))
-    return (f"{len(shapes)} edge shape(s) x {len(plan.dtypes)} dtype(s), 2 identical calls each: "
+            adversarial += _adversarial_unless_none(judge, tally, shape, dtype)
+    note = f", and {adversarial} adversarial case(s)" if adversarial else ""
+    return (f"{len(shapes)} edge shape(s) x {len(plan.dtypes)} dtype(s), 2 identical calls each{note}: "
             + ", ".join(format_shape(s) for s in shapes))
+
+
+def _adversarial_unless_none(judge: Judge, tally: StageTally, shape: Shape, dtype: torch.dtype) -> int:
+    """The adversarial draws at an edge or held-out shape too: a kernel picks its code path by
+    size, and a path only those shapes take (a wide row's streaming loop, an odd vocabulary's
+    tail) dropped its max subtraction and passed on the regular draws there."""
+    if judge.problem.adversarial_inputs is None:
+        return 0
+    return _adversarial_at(judge, tally, shape, dtype)
 
 
 def stage_heldout(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
     shapes, rng = plan.heldout_draw(judge.problem)
     for shape in shapes:
         _checked_twice(judge, tally, judge.make_case(shape, plan.dtypes[0]))
+        _adversarial_unless_none(judge, tally, shape, plan.dtypes[0])
     from . import large_shapes
 
     large = large_shapes.run(judge, plan, tally, rng)
