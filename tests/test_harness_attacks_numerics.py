@@ -4,8 +4,12 @@ reference for valid inputs, and what catches them now (each evaluation test here
 its fix)."""
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
+
+import pytest
+import torch
 
 from autokernel.harness import Evaluator
 from autokernel.problems import get_problem
@@ -43,3 +47,46 @@ def test_an_odd_vocabulary_path_without_the_max_fails_at_the_heldout_shapes_too(
         result = ev.evaluate(ATTACKS / "cross_entropy_odd_vocab_no_max.py")
     assert result.verdict == "incorrect" and result.failed_stage == "heldout", result.message
     assert "case=" in result.message, result.message
+
+
+# ------------------------------------------------------ a pivot kept from the first key block
+@pytest.mark.parametrize("kind", ["attention", "attention_masked", "attention_rotary"])
+def test_a_softmax_pivot_frozen_after_the_first_key_block_is_incorrect(kind):
+    result = judged(kind, f"{kind}_frozen_max.py")
+    assert result.verdict == "incorrect" and result.failed_stage == "numerics", result.message
+    assert "rising-scores" in result.message, result.message
+
+
+@pytest.mark.parametrize("kind,shape", [
+    ("attention", {"B": 2, "H": 4, "Hkv": 2, "S": 40, "D": 32, "causal": 1}),
+    ("attention_masked", {"B": 2, "H": 2, "Hkv": 2, "S": 24, "D": 16, "additive": 0, "per_query": 1}),
+    ("attention_rotary", {"B": 1, "H": 2, "Hkv": 1, "S": 33, "D": 64, "causal": 0}),
+])
+@pytest.mark.parametrize("seed", range(3))
+def test_rising_scores_put_the_best_key_late_and_far_above_the_first_block(kind, shape, seed):
+    """The scores the kernel forms (after the rotation for attention_rotary): for many query rows
+    the best visible key is more than 100 above the best of the first 16 keys (exp overflows
+    fp32 past ~88), whichever scale the draw passes."""
+    from autokernel.problems.attention import scaled_scores
+    from autokernel.problems.rotary import reference as rotate
+
+    problem = get_problem(kind)
+    args = dict(problem.adversarial_inputs(shape, torch.bfloat16, "cpu", seed))["rising-scores"]
+    q, k, v = (t.double() for t in args[:3])
+    scale = args[-1]
+    if kind == "attention_rotary":
+        cos, sin = args[3].double(), args[4].double()
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+    scores, _ = scaled_scores(q, k, v, scale)
+    s = shape["S"]
+    visible = torch.ones(s, s, dtype=torch.bool)
+    if kind == "attention_masked":
+        visible = args[3].expand(shape["B"], shape["H"], s, s)
+    elif shape["causal"]:
+        visible = visible.tril()
+    scores = scores.masked_fill(~visible, -math.inf)
+    gap = scores.amax(-1) - scores[..., :16].amax(-1)
+    assert (gap[torch.isfinite(gap)] > 100).float().mean() > 0.25
+    out = problem.reference(*[a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+                              for a in args])
+    assert torch.isfinite(out).all()

@@ -83,6 +83,25 @@ def logit_gain(d: int, scale: float | None) -> float:
     return d ** -0.5 / (d ** -0.5 if scale is None else scale)
 
 
+RISE = 250.0  # how far the scores of the rising-scores case climb above (and start below) 0
+
+
+def rising_scores(q: torch.Tensor, k: torch.Tensor, scale: float | None,
+                  gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """q and k with one head dimension (drawn) set so that every query's scores rise along the
+    keys, from about -RISE at the first key to +RISE at the last, whatever ``scale``: the best
+    visible key comes late and far above the first ones (a recency bias).  A kernel that keeps
+    the first key block's row max as its pivot, instead of a running max, overflows exp there;
+    the large-logits case (about 20 N(0, 1) along the whole row) seldom puts the first block's
+    best far enough below the row's (tests/attacks/attention_frozen_max.py passed)."""
+    d, s = q.shape[-1], q.shape[-2]
+    dim = int(torch.randint(0, d, (1,), generator=gen, device=q.device))
+    q, k = q.clone(), k.clone()
+    q[..., dim] = RISE * d ** 0.5 * logit_gain(d, scale)
+    k[..., dim] = torch.linspace(-1.0, 1.0, s, device=k.device)
+    return q, k
+
+
 def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
     gen = generator(device, seed)
     b, h, hkv, s, d = (shape[n] for n in ("B", "H", "Hkv", "S", "D"))
@@ -117,6 +136,7 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
         ("tiny-logits", ((q.float() * 1e-3).to(dtype), k, v, causal, scale)),
         ("mixed-value-scales", (q, k, (v.float() * torch.pow(10.0, exps)).to(dtype), causal, scale)),
         ("explicit-scale", (q, k, v, causal, 2.0 / d ** 0.5)),
+        ("rising-scores", (*rising_scores(q, k, scale, gen), v, causal, scale)),
     ]
 
 

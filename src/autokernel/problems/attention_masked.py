@@ -32,8 +32,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .attention import (grouped_heads_error, head_strided_layout, heldout, logit_gain, packed_qkv, scale_choices,
-                        scaled_scores)
+from .attention import (grouped_heads_error, head_strided_layout, heldout, logit_gain, packed_qkv, rising_scores,
+                        scale_choices, scaled_scores)
 from .base import Problem, Shape, choose, element_size, generator, randn
 
 DIMS = ("B", "H", "Hkv", "S", "D", "additive", "per_query")
@@ -172,6 +172,8 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
         ("large-logits", ((q.float() * (20 * logit_gain(shape["D"], scale))).to(dtype), k, v, mask, scale)),
         ("explicit-scale", (q, k, v, mask, 2.0 / shape["D"] ** 0.5)),
     ]
+    # the drawn mask over scores that rise along the keys: the best visible key comes late
+    cases.append(("rising-scores", (*rising_scores(q, k, scale, gen), v, mask, scale)))
     if shape["additive"]:
         # transformers' padding value at masked keys, and whole rows of it: not masked out but
         # uniform over the keys (finfo.min swamps the scores), as SDPA computes it

@@ -47,7 +47,8 @@ import random
 
 import torch
 
-from .attention import flops, grouped_heads_error, head_strided_layout, heldout, logit_gain, packed_qkv, scale_choices
+from .attention import (flops, grouped_heads_error, head_strided_layout, heldout, logit_gain, packed_qkv, rising_scores,
+                        scale_choices)
 from .attention import reference as attention_reference
 from .rotary import reference as rotate  # the rotary kind's rotation, x * cos + rotate_half(x) * sin
 from .base import Problem, Shape, choose, element_size, generator, randn
@@ -133,7 +134,18 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
         # tolerance at 1024 tokens before the kernel's own error (failed the starter on a GPU).
         # The scale argument is what this case judges; exact quarter turns keep the rotation out
         ("explicit-scale", (q, k, v, *quarter_turns(s, d, dtype, device, gen), causal, 2.0 / d ** 0.5)),
+        ("rising-scores", rising_after_rotation(q, k, v, causal, scale, gen)),
     ]
+
+
+def rising_after_rotation(q, k, v, causal, scale, gen) -> tuple:
+    """The attention kind's rising-scores case for the rotated q and k: the scores rise along the
+    keys after the rotation, so q and k are the ramped ones turned back by a quarter-turn table
+    (exact in every dtype, as the rotation the kernel makes)."""
+    s, d = q.shape[-2], q.shape[-1]
+    cos, sin = quarter_turns(s, d, q.dtype, q.device.type, gen)
+    q_rot, k_rot = rising_scores(q, k, scale, gen)
+    return (rotate(q_rot, cos, -sin), rotate(k_rot, cos, -sin), v, cos, sin, causal, scale)
 
 
 def quarter_turns(s: int, d: int, dtype: torch.dtype, device: str, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
