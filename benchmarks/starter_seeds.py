@@ -3,8 +3,8 @@
 The judge draws fresh seeds for every evaluation, so a starter whose precision fails on one
 draw in a few hundred fails CI now and then (the GELU starters did: 1 + tanh(z) lost the left
 tail's relative precision near x = -3.5).  This finds such kernels before CI does: each kind's
-edge shapes and its numerics cases at every CPU shape (every dtype: what the judge's edges and
-numerics stages run, and the numerics draws among timed calls), drawn from many seeds,
+edge shapes and its numerics cases at every CPU and edge shape (every dtype: what the judge's
+edges and numerics stages run, and the numerics draws among timed calls), drawn from many seeds,
 compared with the float64 reference by the judge's own comparison.
 
     TRITON_INTERPRET=1 PYTHONPATH=src python benchmarks/starter_seeds.py --seconds 60
@@ -50,7 +50,7 @@ def main() -> int:
                 drawn = [(s, problem.make_inputs(dict(s), dtype, "cpu", rng.getrandbits(31)))
                          for s in problem.edge_shapes_for("cpu")]
                 if problem.adversarial_inputs is not None:
-                    drawn += [(s, a) for s in problem.cpu_shapes
+                    drawn += [(s, a) for s in (*problem.cpu_shapes, *problem.edge_shapes_for("cpu"))
                               for _, a in problem.adversarial_inputs(dict(s), dtype, "cpu", rng.getrandbits(31))]
                 for shape, inputs in drawn:
                     inputs = tuple(inputs)

@@ -20,9 +20,9 @@ def cases(problem, dtype):
     for shape in problem.cpu_shapes:
         seed += 1
         yield f"shape={shape}", problem.make_inputs(dict(shape), dtype, "cpu", seed)
-    # the numerics stage runs at every target shape; consecutive seeds walk through the
-    # non-tensor choices (eps, scale)
-    for shape in problem.cpu_shapes:
+    # the numerics cases run at every target and edge shape (and held-out shape: the targets'
+    # sizes moved); consecutive seeds walk through the non-tensor choices (eps, scale)
+    for shape in (*problem.cpu_shapes, *problem.cpu_edge_shapes):
         if problem.adversarial_inputs is None:
             break
         for name, args in problem.adversarial_inputs(dict(shape), dtype, "cpu", seed + 1):

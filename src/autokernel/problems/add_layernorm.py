@@ -37,6 +37,8 @@ def flops(shape: Shape) -> float:
 def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
     x, residual, weight, bias, eps = make_inputs(shape, dtype, device, seed + 1)
     cases = adversarial_addends(x, residual, dtype, generator(device, seed + 7919))
+    if shape["N"] == 1:  # the output is the bias whatever the sum (layernorm.ONE_COLUMN_CASES)
+        cases = [c for c in cases if c[0] in layernorm.ONE_COLUMN_CASES]
     return [(name, (a, r, weight, bias, eps)) for name, a, r in cases]
 
 

@@ -34,6 +34,11 @@ def flops(shape: Shape) -> float:
 def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
     x, residual, weight, eps = make_inputs(shape, dtype, device, seed + 1)
     cases = adversarial_addends(x, residual, dtype, generator(device, seed + 7919))
+    if shape["N"] == 1:
+        # one value per row: each cancelling row's result is one element, and the relative norm
+        # bound turns into a 1% bound per element that HF's two bf16 roundings reach (the starter:
+        # 1.00x on one draw in 400 at 7x1)
+        cases = [c for c in cases if c[0] != "cancelling"]
     return [(name, (a, r, weight, eps)) for name, a, r in cases]
 
 

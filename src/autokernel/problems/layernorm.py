@@ -47,7 +47,15 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     base = randn(x.shape, torch.float32, device, gen)
     cases.append(("offset-mean", (100.0 + torch.round(base / step) * step).to(dtype)))
     cases.append(("nan", with_nonfinite(x, gen)))  # the row's mean carries it: the row is NaN
+    if shape["N"] == 1:
+        cases = [c for c in cases if c[0] in ONE_COLUMN_CASES]
     return [(name, (t, weight, bias, eps)) for name, t in cases]
+
+
+# Rows of one value (the N = 1 edge shape): the output is the bias whatever x, so the cases test
+# nothing there, and eager's E[x^2] - E[x]^2 turns their values into garbage (bf16: a relative
+# error of 279 where the bias is exact; fp16: 45x the bound on the NaN case's other rows).
+ONE_COLUMN_CASES: tuple[str, ...] = ()
 
 
 def make_problem() -> Problem:

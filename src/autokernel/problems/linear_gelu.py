@@ -88,8 +88,15 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     # eager fp32 erf-GELU computes 1 + erf(x / sqrt 2) and, below -3, fails the fp32 relative
     # norm bound itself (5e-5 at -4); the kernel's own tail precision is a unit test
     quiet_w = (w.float() / 4).to(dtype)
-    cases.append(("negative-tail", (x, quiet_w, torch.full_like(b, -2.5), tanh)))
+    if shape["M"] * shape["N"] >= TAIL_MIN_OUTPUTS:
+        cases.append(("negative-tail", (x, quiet_w, torch.full_like(b, -2.5), tanh)))
     return cases
+
+
+# Eager rounds the pre-activation to bf16 before GELU: near -2.5 that moves each output by a few
+# percent, which the relative norm bound averages out over many outputs but not over the 15 of
+# the 5x3x1 edge shape (eager failed it at 1.02x the bound on 2 of 6 draws)
+TAIL_MIN_OUTPUTS = 256
 
 
 def _matmul_shape(shape: Shape) -> Shape:
