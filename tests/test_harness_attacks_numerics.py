@@ -90,3 +90,13 @@ def test_rising_scores_put_the_best_key_late_and_far_above_the_first_block(kind,
     out = problem.reference(*[a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
                               for a in args])
     assert torch.isfinite(out).all()
+
+
+# --------------------------------------------------------- a dtype only the held-out shapes meet
+def test_fp32_rounded_to_bf16_on_a_longer_ragged_k_is_incorrect():
+    """Only the held-out shapes near K = 64 take the path; they run at every dtype now."""
+    with Evaluator("matmul", device="cpu", timeout_s=120, timing=False, baselines=False) as ev:
+        result = ev.evaluate(ATTACKS / "matmul_fp32_ragged_k_as_bf16.py")
+    assert result.verdict == "incorrect" and result.failed_stage == "heldout", result.message
+    assert "dtype=fp32" in result.message, result.message
+

@@ -43,8 +43,8 @@ def test_starter_passes_every_stage(reduce_eval):
 
 def correctness_cases(evaluator: Evaluator) -> int:
     """Cases the stages run for an honest kernel on the CPU: smoke (twice), sweep, numerics (the
-    draws of one shape and dtype together), determinism, edges and held-out shapes (no large
-    shapes), each of those with its adversarial draws (together) too."""
+    draws of one shape and dtype together), determinism, edges and held-out shapes (every dtype,
+    no large shapes), each of those with its adversarial draws (together) too."""
     problem, shapes, dtypes = evaluator.problem, evaluator.shapes, evaluator.dtypes
 
     def adversarial(shapes, dtypes) -> int:
@@ -58,7 +58,8 @@ def correctness_cases(evaluator: Evaluator) -> int:
     edges = problem.edge_shapes_for("cpu")
     # held-out shapes move sizes only, so their adversarial draws number as at the target shapes
     return (2 + (len(shapes) * len(dtypes) - 1) + adversarial(shapes, dtypes) + len(shapes) * len(dtypes)
-            + len(edges) * len(dtypes) + adversarial(edges, dtypes) + len(shapes) + adversarial(shapes, dtypes[:1]))
+            + len(edges) * len(dtypes) + adversarial(edges, dtypes) + len(shapes) * len(dtypes)
+            + adversarial(shapes, dtypes))
 
 
 @pytest.mark.parametrize("kernel,rule,stage", [

@@ -95,16 +95,18 @@ def test_edges_draw_the_adversarial_cases_at_every_edge_shape_and_dtype(device):
     assert judge.numerics_variants == {}  # the timed calls draw at the target shapes only
 
 
-def test_heldout_shapes_are_called_twice_and_get_the_adversarial_cases():
+def test_heldout_shapes_run_every_dtype_twice_and_get_the_adversarial_cases():
+    """Every dtype: a matmul exact at the target shapes in fp32 that fed a longer ragged K to the
+    dot in bf16 passed when the held-out shapes ran at the first dtype alone."""
     problem = get_problem("softmax")
     problem.adversarial_inputs = fake_adversarial
     judge = RecordingJudge(problem, "cpu")
     stages.stage_heldout(judge, plan_for(problem), stages.StageTally("heldout"))
     regular = [run for run in judge.runs if run[2] == ""]
-    assert len(regular) == len(problem.cpu_shapes) and all(calls == 2 for *_, calls in regular)
+    assert len(regular) == len(problem.cpu_shapes) * len(problem.dtypes) and all(calls == 2 for *_, calls in regular)
+    assert {dtype for _, dtype, _, _ in regular} == {stages.dtype_name(d) for d in problem.dtypes}
     drawn = sorted(run for run in judge.runs if run[2])
     assert drawn == sorted((shape, dtype, name, 1) for shape, dtype, _, _ in regular for name in ("large", "tiny"))
-    assert {dtype for _, dtype, _, _ in judge.runs} == {stages.dtype_name(problem.dtypes[0])}
 
 
 def test_two_calls_that_differ_fail_as_nondeterministic():

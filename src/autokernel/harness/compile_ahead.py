@@ -65,7 +65,7 @@ def cases_ahead(problem: Problem, plan: Any, device: str) -> list[tuple[Shape, t
     heldout, _ = plan.heldout_draw(problem)
     order = [(dict(s), d) for d in plan.dtypes for s in plan.shapes]
     order += [(dict(s), d) for d in plan.dtypes for s in problem.edge_shapes_for(device)]
-    order += [(dict(s), plan.dtypes[0]) for s in heldout]
+    order += [(dict(s), d) for d in plan.dtypes for s in heldout]
     seen, unique = set(), []
     for shape, dtype in order:
         key = (tuple(shape.items()), dtype)

@@ -19,7 +19,7 @@ Stages, in order, stopping at the first failure:
                  bits (the edge and held-out shapes are called twice in their stages too);
 ``edges``        ``problem.edge_shapes_for(device)`` x every dtype, on every device, with the
                  adversarial draws at each of them too;
-``heldout``      one fresh shape near each target shape (``problem.heldout_shape``) at the first
+``heldout``      one fresh shape near each target shape (``problem.heldout_shape``) x every
                  dtype, from a random generator seeded per evaluation (the seed is in the
                  message), with the adversarial draws there too; then, for row-wise problems, a shape with many rows and one past
                  2**31 elements, compared on sampled rows (large_shapes.py; on a GPU).
@@ -283,7 +283,7 @@ class Judge:
         dtype) and choose how to work within the budget; ``MemoryShortfall`` when nothing fits."""
         heldout, _ = plan.heldout_draw(self.problem)
         target = self._worst([(largest(plan.shapes), d) for d in plan.dtypes])
-        held = self._worst([(largest(heldout), plan.dtypes[0])])
+        held = self._worst([(largest(heldout), d) for d in plan.dtypes])
         make = self.problem.adversarial_inputs
         waiting = max(0, len(make(dict(smallest(plan.shapes)), plan.dtypes[0], self.device, self.next_seed())) - 1) \
             if make is not None else 0
@@ -772,9 +772,12 @@ def _adversarial_unless_none(judge: Judge, tally: StageTally, shape: Shape, dtyp
 
 def stage_heldout(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
     shapes, rng = plan.heldout_draw(judge.problem)
-    for shape in shapes:
-        _checked_twice(judge, tally, judge.make_case(shape, plan.dtypes[0]))
-        _adversarial_unless_none(judge, tally, shape, plan.dtypes[0])
+    # every dtype: a kernel exact at the target shapes in fp32 that fed a longer ragged K to the
+    # dot in bf16 passed when the held-out shapes ran at the first dtype alone
+    for dtype in plan.dtypes:
+        for shape in shapes:
+            _checked_twice(judge, tally, judge.make_case(shape, dtype))
+            _adversarial_unless_none(judge, tally, shape, dtype)
     from . import large_shapes
 
     large = large_shapes.run(judge, plan, tally, rng)
