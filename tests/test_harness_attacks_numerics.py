@@ -100,3 +100,23 @@ def test_fp32_rounded_to_bf16_on_a_longer_ragged_k_is_incorrect():
     assert result.verdict == "incorrect" and result.failed_stage == "heldout", result.message
     assert "dtype=fp32" in result.message, result.message
 
+
+# ------------------------------------------------------------------ -inf logits in cross_entropy
+def test_lane_maxima_starting_at_minus_inf_are_incorrect():
+    """A lane whose logits are all -inf forms exp(-inf - -inf) = NaN; the numerics stage masks
+    about half the vocabulary now."""
+    result = judged("cross_entropy", "cross_entropy_lane_max_from_minus_inf.py")
+    assert result.verdict == "incorrect" and result.failed_stage == "numerics", result.message
+    assert "masked-inf" in result.message, result.message
+
+
+def test_the_masked_vocabulary_keeps_every_counted_loss_finite():
+    problem = get_problem("cross_entropy")
+    for seed in range(4):
+        logits, targets, ignore_index = dict(problem.adversarial_inputs({"M": 16, "V": 40}, torch.float32, "cpu",
+                                                                         seed))["masked-inf"]
+        masked = torch.isinf(logits)
+        assert 0.3 < masked.float().mean() < 0.6 and not masked[:, 0].any()
+        counted = (targets != ignore_index).nonzero().flatten()
+        assert not masked[counted, targets[counted]].any()
+        assert torch.isfinite(problem.reference(logits.double(), targets, ignore_index))

@@ -78,7 +78,21 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     counted = (targets != ignore_index).nonzero().flatten()[:1]
     if counted.numel():
         cases.append(("nan", (with_nonfinite(logits, gen, rows=counted), targets, ignore_index)))
+    cases.append(("masked-inf", (masked_vocabulary(logits, targets, ignore_index, gen), targets, ignore_index)))
     return cases
+
+
+def masked_vocabulary(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int,
+                      gen: torch.Generator) -> torch.Tensor:
+    """``logits`` with about half of them -inf (a vocabulary masked for constrained decoding, or
+    padded past the real one), never a counted row's target nor any row's first logit: every loss
+    stays finite.  A kernel whose running maxima start at -inf forms exp(-inf - -inf) = NaN on
+    them (tests/attacks/cross_entropy_lane_max_from_minus_inf.py passed without this case)."""
+    drop = torch.rand(logits.shape, generator=gen, device=logits.device) < 0.5
+    drop[:, 0] = False
+    counted = (targets != ignore_index).nonzero().flatten()
+    drop[counted, targets[counted]] = False
+    return logits.masked_fill(drop, float("-inf"))
 
 
 def make_problem() -> Problem:
