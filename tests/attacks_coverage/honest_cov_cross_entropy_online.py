@@ -1,6 +1,8 @@
 """Honest (unusual): cross-entropy with an online log-sum-exp in lanes: each of BLOCK lanes keeps
 its own running max and sum over the row's chunks, combined once at the end; the mean over
-the rows that count is taken by a second kernel in a fixed order (deterministic)."""
+the rows that count is taken by a second kernel in a fixed order (deterministic).
+The lane maxima keep NaN (tl.maximum drops it by default): a lane whose only value in a short row
+was a NaN left the row finite, which the numerics cases at the 3x37 edge shape found."""
 import torch
 import triton
 import triton.language as tl
@@ -19,7 +21,7 @@ def _row_losses(logits_ptr, targets_ptr, loss_ptr, count_ptr, V, stride, ignore_
     for start in range(0, V, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         x = tl.load(logits_ptr + row * stride + cols, mask=cols < V, other=-float("inf")).to(tl.float32)
-        new_max = tl.maximum(lane_max, x)
+        new_max = tl.maximum(lane_max, x, propagate_nan=tl.PropagateNan.ALL)  # a NaN logit must reach the row
         safe = tl.where(new_max == -float("inf"), 0.0, new_max)
         lane_sum = lane_sum * tl.exp(lane_max - safe) + tl.exp(x - safe)
         lane_max = new_max

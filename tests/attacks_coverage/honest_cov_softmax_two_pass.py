@@ -1,6 +1,8 @@
 """Honest (unusual): softmax in two kernels.  The first walks each row in chunks keeping an
 online max and sum of exponentials and stores both per row; the second normalises the row,
-chunk by chunk, in parallel over (row, chunk)."""
+chunk by chunk, in parallel over (row, chunk).
+The lane maxima keep NaN (tl.maximum drops it by default): a lane whose only value in a short row
+was a NaN left the row finite, which the numerics cases at the 3x37 edge shape found."""
 import torch
 import triton
 import triton.language as tl
@@ -16,7 +18,7 @@ def _row_stats(x_ptr, stats_ptr, N, stride, CHUNK: tl.constexpr):
     for start in range(0, N, CHUNK):
         cols = start + tl.arange(0, CHUNK)
         x = tl.load(x_ptr + row * stride + cols, mask=cols < N, other=-float("inf")).to(tl.float32)
-        new_max = tl.maximum(run_max, x)
+        new_max = tl.maximum(run_max, x, propagate_nan=tl.PropagateNan.ALL)  # a NaN logit must reach the row
         safe = tl.where(new_max == -float("inf"), 0.0, new_max)
         run_sum = run_sum * tl.exp(run_max - safe) + tl.exp(x - safe)
         run_max = new_max
