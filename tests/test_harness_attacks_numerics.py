@@ -1,0 +1,57 @@
+"""Red-team pass on the numerics of the norm, activation and MLP kinds (CPU, Triton interpreter):
+kernel files that passed ``autokernel bench`` while computing something other than the reference
+for valid inputs, and what catches them now (each test here failed before its fix)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from autokernel.harness import Evaluator
+from autokernel.problems import get_problem
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_harness_attacks import ATTACKS  # noqa: E402
+
+
+def judged(kind: str, attack: str, dtypes: list[str] | None = None):
+    with Evaluator(kind, device="cpu", dtypes=dtypes, timeout_s=120, timing=False, baselines=False) as ev:
+        return ev.evaluate(ATTACKS / attack)
+
+
+@pytest.mark.parametrize("kind,attack,dtype", [
+    ("layernorm", "layernorm_one_pass_variance_half.py", "bf16"),
+    ("layernorm", "layernorm_one_pass_variance_half.py", "fp16"),
+    ("add_layernorm", "add_layernorm_one_pass_variance.py", "bf16"),
+    ("add_layernorm", "add_layernorm_one_pass_variance.py", "fp32"),
+])
+def test_a_one_pass_variance_is_incorrect(kind, attack, dtype):
+    """E[x^2] - E[x]^2 cancels where the mean is large against the spread: bf16 and fp16 rows
+    of a constant with a few elements one off it (fp32's rounding of E[x^2] is larger than the
+    variance), and for add_layernorm the plain layernorm's offset mean too."""
+    result = judged(kind, attack, [dtype])
+    assert result.verdict == "incorrect" and result.failed_stage == "numerics", result.message
+    assert "case=constant-rows" in result.message or "case=offset-mean" in result.message, result.message
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "add_layernorm"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_constant_rows_cancel_a_one_pass_variance_and_not_the_mean(kind, dtype):
+    """The rows (for add_layernorm, the exact sum of the two addends): a one-pass variance in fp32
+    is off by more than 10% in most rows, while the two-pass one is within 1e-5."""
+    problem = get_problem(kind)
+    shape = {"M": 32, "N": 300}
+    args = dict(problem.adversarial_inputs(shape, dtype, "cpu", 5))["constant-rows"]
+    s = args[0] + args[1] if kind == "add_layernorm" else args[0]
+    if kind == "add_layernorm":
+        assert torch.equal((args[0].double() + args[1].double()).to(dtype), s)  # the split is exact
+    x = s.float()
+    exact = x.double().var(dim=1, unbiased=False)
+    mean = x.sum(1) / x.shape[1]
+    one_pass = ((x * x).sum(1) / x.shape[1] - mean * mean).double()
+    two_pass = ((x - mean[:, None]) ** 2).sum(1).double() / x.shape[1]
+    assert (exact > 0).all()
+    assert float(((one_pass - exact).abs() / exact > 0.1).float().mean()) > 0.5
+    assert float(((two_pass - exact).abs() / exact).max()) < 1e-5
