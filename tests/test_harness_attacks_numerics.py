@@ -55,3 +55,34 @@ def test_constant_rows_cancel_a_one_pass_variance_and_not_the_mean(kind, dtype):
     assert (exact > 0).all()
     assert float(((one_pass - exact).abs() / exact > 0.1).float().mean()) > 0.5
     assert float(((two_pass - exact).abs() / exact).max()) < 1e-5
+
+
+@pytest.mark.parametrize("attack,dtype,case", [
+    ("fused_mlp_fp16_hidden.py", "bf16", "massive-activations"),
+    ("fused_mlp_fp16_accumulate.py", "fp16", "fp16-running-sum"),
+])
+def test_fused_mlp_in_fp16_where_the_values_leave_its_range_is_incorrect(attack, dtype, case):
+    """bf16's h kept in fp16, and fp16 products summed in fp16: the numerics stage has a bf16
+    case with |h| ~ 1e5 and an fp16 case whose gate projection's running sum passes 65504."""
+    result = judged("fused_mlp", attack, [dtype])
+    assert result.verdict == "incorrect" and result.failed_stage == "numerics", result.message
+    assert f"case={case}" in result.message, result.message
+
+
+def test_the_fused_mlp_cases_leave_fp16_range_only_where_fp32_sums_do_not():
+    problem = get_problem("fused_mlp")
+    shape = {"M": 16, "D": 32, "H": 64}
+    bf16 = dict(problem.adversarial_inputs(shape, torch.bfloat16, "cpu", 0))
+    fp16 = dict(problem.adversarial_inputs(shape, torch.float16, "cpu", 0))
+    assert "massive-activations" not in fp16 and "fp16-running-sum" not in bf16
+    x, w_gate, w_up, w_down = (t.double() for t in bf16["massive-activations"])
+    h = torch.nn.functional.silu(x @ w_gate.T) * (x @ w_up.T)
+    assert float(h.abs().max()) > 65504
+    x, w_gate, w_up, w_down = (t.double() for t in fp16["fp16-running-sum"])
+    half = shape["D"] // 2
+    assert float((x[:, :half] @ w_gate[:, :half].T).abs().min()) > 65504  # every running sum passes it
+    g, u = x @ w_gate.T, x @ w_up.T
+    assert float(g.abs().max()) < 8192 and float((torch.nn.functional.silu(g) * u).abs().max()) < 32768
+    for args in (bf16["massive-activations"], fp16["fp16-running-sum"]):
+        out = problem.reference(*(t.double() for t in args))
+        assert 0.02 < float(out.pow(2).mean().sqrt()) < 2  # the output stays O(1)
