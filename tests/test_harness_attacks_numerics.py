@@ -86,3 +86,46 @@ def test_the_fused_mlp_cases_leave_fp16_range_only_where_fp32_sums_do_not():
     for args in (bf16["massive-activations"], fp16["fp16-running-sum"]):
         out = problem.reference(*(t.double() for t in args))
         assert 0.02 < float(out.pow(2).mean().sqrt()) < 2  # the output stays O(1)
+
+
+@pytest.mark.parametrize("kind,attack", [("linear_gelu", "linear_gelu_tf32.py"), ("fused_mlp", "fused_mlp_tf32.py")])
+def test_tf32_dots_on_fp32_inputs_are_incorrect_on_the_cpu_too(kind, attack):
+    """The interpreter multiplied fp32 operands in fp32 whatever the dot's input precision; the
+    judge's worker rounds a TF32 dot's fp32 operands to TF32, as the GPU's tensor cores do."""
+    result = judged(kind, attack, ["fp32"])
+    assert result.verdict == "incorrect" and result.failed_stage in ("smoke", "sweep"), result.message
+
+
+def test_tf32_rounding_keeps_half_precision_values_and_specials():
+    from autokernel.harness.interpreter_dot import round_to_tf32
+
+    halves = torch.randn(4096).to(torch.float16).float()
+    bf16 = (torch.randn(4096) * 1e30).to(torch.bfloat16).float()
+    for values in (halves, bf16):
+        assert torch.equal(torch.from_numpy(round_to_tf32(values.numpy())), values)
+    special = torch.tensor([float("inf"), float("-inf"), 0.0, -0.0])
+    assert torch.equal(torch.from_numpy(round_to_tf32(special.numpy())), special)
+    assert torch.from_numpy(round_to_tf32(torch.tensor([float("nan")]).numpy())).isnan().all()
+    x = torch.randn(4096)
+    rounded = torch.from_numpy(round_to_tf32(x.numpy()))
+    assert 0 < float(((rounded - x).abs() / x.abs()).max()) <= 2.0 ** -11  # half a unit of 10 mantissa bits
+    assert torch.equal(torch.from_numpy(round_to_tf32(torch.tensor([1.0 + 2.0 ** -11]).numpy())),
+                       torch.tensor([1.0]))  # a tie goes to the even neighbour
+
+
+def test_putting_the_exact_dot_back_is_a_monkey_patch(tmp_path, monkeypatch):
+    """The rounding wraps the interpreter's ``create_dot``; a file (past the static checks) that
+    rebinds it to an exact product at import is caught by the worker's fingerprint."""
+    from autokernel.harness import integrity
+
+    monkeypatch.setattr(integrity, "static_findings", lambda source, filename="kernel.py", **_: [])
+    undo = ("\nfrom triton.runtime import interpreter as _interp\n\n\n"
+            "def _exact_dot(self, a, b, d, input_precision, max_num_imprecise_acc):\n"
+            "    import numpy\n"
+            "    return _interp.TensorHandle(numpy.matmul(a.data, b.data) + d.data, d.dtype.scalar)\n\n\n"
+            "_interp.InterpreterBuilder.create_dot = _exact_dot\n")
+    attack = tmp_path / "kernel.py"
+    attack.write_text((ATTACKS / "linear_gelu_tf32.py").read_text() + undo)
+    with Evaluator("linear_gelu", device="cpu", dtypes=["fp32"], timeout_s=120, timing=False, baselines=False) as ev:
+        result = ev.evaluate(attack)
+    assert result.verdict == "rejected" and "monkey-patch" in {f.rule for f in result.integrity}, result.message
