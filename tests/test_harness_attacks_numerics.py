@@ -129,3 +129,20 @@ def test_putting_the_exact_dot_back_is_a_monkey_patch(tmp_path, monkeypatch):
     with Evaluator("linear_gelu", device="cpu", dtypes=["fp32"], timeout_s=120, timing=False, baselines=False) as ev:
         result = ev.evaluate(attack)
     assert result.verdict == "rejected" and "monkey-patch" in {f.rule for f in result.integrity}, result.message
+
+
+def test_a_short_ragged_end_left_unwritten_is_a_partial_write():
+    """Whole blocks, then a ragged end of fewer than 64 elements skipped: the CPU edges now end
+    1x16407 with 23 elements past whole blocks of any power-of-two size up to 16384."""
+    result = judged("gelu", "gelu_short_tail_unwritten.py", ["bf16"])
+    assert result.verdict == "rejected" and result.failed_stage == "edges", result.message
+    assert "partial-write" in {f.rule for f in result.integrity} and "1x16407" in result.message, result.message
+
+
+@pytest.mark.parametrize("kind", ["rmsnorm", "layernorm", "add_rmsnorm", "add_layernorm", "gelu", "geglu", "swiglu",
+                                  "swiglu_packed", "softmax", "reduce", "cross_entropy"])
+def test_every_row_wise_kind_has_a_cpu_edge_with_whole_blocks_and_a_short_end(kind):
+    problem = get_problem(kind)
+    sizes = [shape["M"] * shape[problem.dims[1]] for shape in problem.cpu_edge_shapes]
+    assert any(n > 16384 and 0 < n % 16384 < 64 for n in sizes), sizes
+    assert any(shape[problem.dims[1]] > 8192 for shape in problem.cpu_edge_shapes)  # past the single-pass tile

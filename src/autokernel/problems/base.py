@@ -245,13 +245,17 @@ class Problem:
 def rowwise_shapes(col: str = "N") -> dict[str, tuple[Shape, ...]]:
     """CPU and edge shapes shared by the row-wise kinds (rows of ``col`` elements): tiny CPU
     shapes with a non-power-of-two row, and edges with size-1 rows and columns, odd counts, a
-    row wider than any block and a ragged GPU grid."""
+    row wider than any block and a ragged GPU grid.  The CPU's 1x16407 is 16384 + 23 elements:
+    whole blocks of every power-of-two size up to 16384 and then a ragged end of 23 (a kernel
+    over the flat tensor that left a short ragged end after whole blocks unwritten passed every
+    CPU stage; the GPU's 1001x1023 ends the same way), in a row wider than the row-wise
+    starters' single-pass tile (their looped path)."""
     def s(m: int, n: int) -> Shape:
         return {"M": m, col: n}
 
     return {"cpu_shapes": (s(16, 256), s(9, 300)),
             "gpu_edge_shapes": (s(1, 1), s(7, 1), s(3, 37), s(1, 70001), s(1001, 1023)),
-            "cpu_edge_shapes": (s(1, 1), s(7, 1), s(3, 37), s(1, 1100))}
+            "cpu_edge_shapes": (s(1, 1), s(7, 1), s(3, 37), s(1, 1100), s(1, 16407))}
 
 
 # ------------------------------------------------------------- input helpers
