@@ -194,3 +194,9 @@ def test_the_interpreter_runs_every_program_once_in_a_fresh_order():
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).parent.parent / "src"))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_eps_read_as_a_flag_of_the_model_values_is_incorrect():
+    """Snapped to 1e-5 or 1e-6: every other draw's eps is log-uniform in [1e-7, 1e-4] now."""
+    result = judged("rmsnorm", "rmsnorm_eps_snapped.py")
+    assert result.verdict == "incorrect", result.message

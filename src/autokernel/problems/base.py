@@ -283,6 +283,16 @@ def choose(choices: Sequence[Any], seed: int) -> Any:
     return choices[int(seed) % len(choices)]
 
 
+def choose_or_draw(choices: Sequence[float], low: float, high: float, seed: int) -> float:
+    """A positive scalar for the input draw ``seed``: even seeds walk through ``choices`` (the
+    values models use), odd seeds draw log-uniformly from [low, high], so a kernel cannot read
+    the argument as a flag of a small set (an rmsnorm that snapped eps to 1e-5 or 1e-6 passed)."""
+    if int(seed) % 2 == 0:
+        return choose(choices, int(seed) // 2)
+    rng = random.Random(int(seed) * 7919 + 31)
+    return math.exp(rng.uniform(math.log(low), math.log(high)))
+
+
 def small_rows(x: torch.Tensor, scale: float, every: int = 4) -> torch.Tensor:
     """``x`` with rows 1, 1 + every, ... scaled by ``scale``: rows whose mean square is near a
     model's eps, so that the eps a kernel uses shows in its output."""

@@ -1,17 +1,19 @@
 """layernorm: ``F.layer_norm(x, (N,), weight, bias, eps)`` over the last dim, x.dtype output.
 
-``eps`` is drawn per input draw from what LayerNorm models use (``EPS_CHOICES``), and one row in
-four is scaled so that its variance (~4e-6) is near eps: a kernel that fixes eps fails.
+``eps`` is drawn per input draw: every other draw from what LayerNorm models use (``EPS_CHOICES``),
+the others log-uniformly from ``EPS_RANGE``; one row in four is scaled so that its variance
+(~4e-6) is near eps: a kernel that fixes eps, or reads it as a choice of a few values, fails.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from .base import Problem, Shape, choose, element_size, generator, randn, rowwise_shapes, small_rows, standard_adversarial, with_nonfinite
+from .base import Problem, Shape, choose_or_draw, element_size, generator, randn, rowwise_shapes, small_rows, standard_adversarial, with_nonfinite
 
 # GPT-2, OPT, LLaMA-style layer norms 1e-5; ViT, T5-style 1e-6; BERT 1e-12
 EPS_CHOICES = (1e-5, 1e-6, 1e-12)
+EPS_RANGE = (1e-12, 1e-4)  # DeBERTa's 1e-7 among them
 SMALL_ROW_SCALE = 2e-3
 
 
@@ -25,7 +27,7 @@ def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tup
     x = small_rows(randn((shape["M"], shape["N"]), dtype, device, gen, offset=0.5), SMALL_ROW_SCALE)
     weight = randn((shape["N"],), dtype, device, gen, scale=0.1, offset=1.0)
     bias = randn((shape["N"],), dtype, device, gen, scale=0.1)
-    return (x, weight, bias, choose(EPS_CHOICES, seed))
+    return (x, weight, bias, choose_or_draw(EPS_CHOICES, *EPS_RANGE, seed))
 
 
 def flops(shape: Shape) -> float:
@@ -77,7 +79,7 @@ def make_problem() -> Problem:
     return Problem(
         kind="layernorm",
         description="LayerNorm over the last dim with weight and bias (F.layer_norm).",
-        signature="kernel_fn(x[M,N], weight[N], bias[N], eps) -> out[M,N]  # eps varies (1e-5, 1e-6, 1e-12)",
+        signature="kernel_fn(x[M,N], weight[N], bias[N], eps) -> out[M,N]  # eps varies (1e-5, 1e-6, 1e-12, or in [1e-12, 1e-4])",
         dims=("M", "N"),
         reference=reference,
         make_inputs=make_inputs,
