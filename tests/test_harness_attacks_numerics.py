@@ -1,11 +1,15 @@
-"""Red-team pass on the numerics of the row-wise and attention kinds (CPU, Triton interpreter):
-kernel files that passed ``autokernel bench`` while computing something other than the
-reference for valid inputs, and what catches them now (each evaluation test here failed before
-its fix)."""
+"""Red-team passes on the numerics of the built-in kinds (CPU, Triton interpreter): kernel files
+that passed ``autokernel bench`` while computing something other than the reference for valid
+inputs, and what catches them now (each evaluation test here failed before its fix).  First the
+row-wise and attention kinds' paths that only edge and held-out shapes take, then the norm,
+activation and MLP kinds."""
 from __future__ import annotations
 
 import math
+import os
+import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -18,8 +22,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_harness_attacks import ATTACKS  # noqa: E402
 
 
-def judged(kind: str, attack: str):
-    with Evaluator(kind, device="cpu", dtypes=["bf16"], timeout_s=120, timing=False, baselines=False) as ev:
+def judged(kind: str, attack: str, dtypes: list[str] | None = None):
+    """The attack judged without timing at ``dtypes`` (the problem's own when not given)."""
+    with Evaluator(kind, device="cpu", dtypes=dtypes, timeout_s=120, timing=False, baselines=False) as ev:
         return ev.evaluate(ATTACKS / attack)
 
 
@@ -27,14 +32,14 @@ def judged(kind: str, attack: str):
 def test_a_wide_row_path_without_the_max_is_incorrect():
     """Rows past 512 stream exp(x) without the max: only the 1x1100 edge shape takes that path,
     and the edges stage draws the adversarial cases there now."""
-    result = judged("softmax", "softmax_wide_rows_no_max.py")
+    result = judged("softmax", "softmax_wide_rows_no_max.py", ["bf16"])
     assert result.verdict == "incorrect" and result.failed_stage == "edges", result.message
     assert "1x1100" in result.message and "case=" in result.message, result.message
 
 
 def test_an_odd_vocabulary_path_without_the_max_is_incorrect():
     """Odd vocabularies (the 3x37 edge, every held-out shape) drop the max; the targets are even."""
-    result = judged("cross_entropy", "cross_entropy_odd_vocab_no_max.py")
+    result = judged("cross_entropy", "cross_entropy_odd_vocab_no_max.py", ["bf16"])
     assert result.verdict == "incorrect" and result.failed_stage == "edges", result.message
     assert "3x37" in result.message and "case=" in result.message, result.message
 
@@ -52,7 +57,7 @@ def test_an_odd_vocabulary_path_without_the_max_fails_at_the_heldout_shapes_too(
 # ------------------------------------------------------ a pivot kept from the first key block
 @pytest.mark.parametrize("kind", ["attention", "attention_masked", "attention_rotary"])
 def test_a_softmax_pivot_frozen_after_the_first_key_block_is_incorrect(kind):
-    result = judged(kind, f"{kind}_frozen_max.py")
+    result = judged(kind, f"{kind}_frozen_max.py", ["bf16"])
     assert result.verdict == "incorrect" and result.failed_stage == "numerics", result.message
     assert "rising-scores" in result.message, result.message
 
@@ -105,7 +110,7 @@ def test_fp32_rounded_to_bf16_on_a_longer_ragged_k_is_incorrect():
 def test_lane_maxima_starting_at_minus_inf_are_incorrect():
     """A lane whose logits are all -inf forms exp(-inf - -inf) = NaN; the numerics stage masks
     about half the vocabulary now."""
-    result = judged("cross_entropy", "cross_entropy_lane_max_from_minus_inf.py")
+    result = judged("cross_entropy", "cross_entropy_lane_max_from_minus_inf.py", ["bf16"])
     assert result.verdict == "incorrect" and result.failed_stage == "numerics", result.message
     assert "masked-inf" in result.message, result.message
 
@@ -120,3 +125,181 @@ def test_the_masked_vocabulary_keeps_every_counted_loss_finite():
         counted = (targets != ignore_index).nonzero().flatten()
         assert not masked[counted, targets[counted]].any()
         assert torch.isfinite(problem.reference(logits.double(), targets, ignore_index))
+
+
+@pytest.mark.parametrize("kind,attack,dtype", [
+    ("layernorm", "layernorm_one_pass_variance_half.py", "bf16"),
+    ("layernorm", "layernorm_one_pass_variance_half.py", "fp16"),
+    ("add_layernorm", "add_layernorm_one_pass_variance.py", "bf16"),
+    ("add_layernorm", "add_layernorm_one_pass_variance.py", "fp32"),
+])
+def test_a_one_pass_variance_is_incorrect(kind, attack, dtype):
+    """E[x^2] - E[x]^2 cancels where the mean is large against the spread: bf16 and fp16 rows
+    of a constant with a few elements one off it (fp32's rounding of E[x^2] is larger than the
+    variance), and for add_layernorm the plain layernorm's offset mean too."""
+    result = judged(kind, attack, [dtype])
+    assert result.verdict == "incorrect" and result.failed_stage == "numerics", result.message
+    assert "case=constant-rows" in result.message or "case=offset-mean" in result.message, result.message
+
+
+@pytest.mark.parametrize("kind", ["layernorm", "add_layernorm"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_constant_rows_cancel_a_one_pass_variance_and_not_the_mean(kind, dtype):
+    """The rows (for add_layernorm, the exact sum of the two addends): a one-pass variance in fp32
+    is off by more than 10% in most rows, while the two-pass one is within 1e-5."""
+    problem = get_problem(kind)
+    shape = {"M": 32, "N": 300}
+    args = dict(problem.adversarial_inputs(shape, dtype, "cpu", 5))["constant-rows"]
+    s = args[0] + args[1] if kind == "add_layernorm" else args[0]
+    if kind == "add_layernorm":
+        assert torch.equal((args[0].double() + args[1].double()).to(dtype), s)  # the split is exact
+    x = s.float()
+    exact = x.double().var(dim=1, unbiased=False)
+    mean = x.sum(1) / x.shape[1]
+    one_pass = ((x * x).sum(1) / x.shape[1] - mean * mean).double()
+    two_pass = ((x - mean[:, None]) ** 2).sum(1).double() / x.shape[1]
+    assert (exact > 0).all()
+    assert float(((one_pass - exact).abs() / exact > 0.1).float().mean()) > 0.5
+    assert float(((two_pass - exact).abs() / exact).max()) < 1e-5
+
+
+@pytest.mark.parametrize("attack,dtype,case", [
+    ("fused_mlp_fp16_hidden.py", "bf16", "massive-activations"),
+    ("fused_mlp_fp16_accumulate.py", "fp16", "fp16-running-sum"),
+])
+def test_fused_mlp_in_fp16_where_the_values_leave_its_range_is_incorrect(attack, dtype, case):
+    """bf16's h kept in fp16, and fp16 products summed in fp16: the numerics stage has a bf16
+    case with |h| ~ 1e5 and an fp16 case whose gate projection's running sum passes 65504."""
+    result = judged("fused_mlp", attack, [dtype])
+    assert result.verdict == "incorrect" and result.failed_stage == "numerics", result.message
+    assert f"case={case}" in result.message, result.message
+
+
+def test_the_fused_mlp_cases_leave_fp16_range_only_where_fp32_sums_do_not():
+    problem = get_problem("fused_mlp")
+    shape = {"M": 16, "D": 32, "H": 64}
+    bf16 = dict(problem.adversarial_inputs(shape, torch.bfloat16, "cpu", 0))
+    fp16 = dict(problem.adversarial_inputs(shape, torch.float16, "cpu", 0))
+    assert "massive-activations" not in fp16 and "fp16-running-sum" not in bf16
+    x, w_gate, w_up, w_down = (t.double() for t in bf16["massive-activations"])
+    h = torch.nn.functional.silu(x @ w_gate.T) * (x @ w_up.T)
+    assert float(h.abs().max()) > 65504
+    x, w_gate, w_up, w_down = (t.double() for t in fp16["fp16-running-sum"])
+    half = shape["D"] // 2
+    assert float((x[:, :half] @ w_gate[:, :half].T).abs().min()) > 65504  # every running sum passes it
+    g, u = x @ w_gate.T, x @ w_up.T
+    assert float(g.abs().max()) < 8192 and float((torch.nn.functional.silu(g) * u).abs().max()) < 32768
+    for args in (bf16["massive-activations"], fp16["fp16-running-sum"]):
+        out = problem.reference(*(t.double() for t in args))
+        assert 0.02 < float(out.pow(2).mean().sqrt()) < 2  # the output stays O(1)
+
+
+@pytest.mark.parametrize("kind,attack", [("linear_gelu", "linear_gelu_tf32.py"), ("fused_mlp", "fused_mlp_tf32.py")])
+def test_tf32_dots_on_fp32_inputs_are_incorrect_on_the_cpu_too(kind, attack):
+    """The interpreter multiplied fp32 operands in fp32 whatever the dot's input precision; the
+    judge's worker rounds a TF32 dot's fp32 operands to TF32, as the GPU's tensor cores do."""
+    result = judged(kind, attack, ["fp32"])
+    assert result.verdict == "incorrect" and result.failed_stage in ("smoke", "sweep"), result.message
+
+
+def test_tf32_rounding_keeps_half_precision_values_and_specials():
+    from autokernel.harness.interpreter_as_gpu import round_to_tf32
+
+    halves = torch.randn(4096).to(torch.float16).float()
+    bf16 = (torch.randn(4096) * 1e30).to(torch.bfloat16).float()
+    for values in (halves, bf16):
+        assert torch.equal(torch.from_numpy(round_to_tf32(values.numpy())), values)
+    special = torch.tensor([float("inf"), float("-inf"), 0.0, -0.0])
+    assert torch.equal(torch.from_numpy(round_to_tf32(special.numpy())), special)
+    assert torch.from_numpy(round_to_tf32(torch.tensor([float("nan")]).numpy())).isnan().all()
+    x = torch.randn(4096)
+    rounded = torch.from_numpy(round_to_tf32(x.numpy()))
+    assert 0 < float(((rounded - x).abs() / x.abs()).max()) <= 2.0 ** -11  # half a unit of 10 mantissa bits
+    assert torch.equal(torch.from_numpy(round_to_tf32(torch.tensor([1.0 + 2.0 ** -11]).numpy())),
+                       torch.tensor([1.0]))  # a tie goes to the even neighbour
+
+
+def test_putting_the_exact_dot_back_is_a_monkey_patch(tmp_path, monkeypatch):
+    """The rounding wraps the interpreter's ``create_dot``; a file (past the static checks) that
+    rebinds it to an exact product at import is caught by the worker's fingerprint."""
+    from autokernel.harness import integrity
+
+    monkeypatch.setattr(integrity, "static_findings", lambda source, filename="kernel.py", **_: [])
+    undo = ("\nfrom triton.runtime import interpreter as _interp\n\n\n"
+            "def _exact_dot(self, a, b, d, input_precision, max_num_imprecise_acc):\n"
+            "    import numpy\n"
+            "    return _interp.TensorHandle(numpy.matmul(a.data, b.data) + d.data, d.dtype.scalar)\n\n\n"
+            "_interp.InterpreterBuilder.create_dot = _exact_dot\n")
+    attack = tmp_path / "kernel.py"
+    attack.write_text((ATTACKS / "linear_gelu_tf32.py").read_text() + undo)
+    with Evaluator("linear_gelu", device="cpu", dtypes=["fp32"], timeout_s=120, timing=False, baselines=False) as ev:
+        result = ev.evaluate(attack)
+    assert result.verdict == "rejected" and "monkey-patch" in {f.rule for f in result.integrity}, result.message
+
+
+def test_a_short_ragged_end_left_unwritten_is_a_partial_write():
+    """Whole blocks, then a ragged end of fewer than 64 elements skipped: the CPU edges now end
+    1x16407 with 23 elements past whole blocks of any power-of-two size up to 16384."""
+    result = judged("gelu", "gelu_short_tail_unwritten.py", ["bf16"])
+    assert result.verdict == "rejected" and result.failed_stage == "edges", result.message
+    assert "partial-write" in {f.rule for f in result.integrity} and "1x16407" in result.message, result.message
+
+
+@pytest.mark.parametrize("kind", ["rmsnorm", "layernorm", "add_rmsnorm", "add_layernorm", "gelu", "geglu", "swiglu",
+                                  "swiglu_packed", "softmax", "reduce", "cross_entropy"])
+def test_every_row_wise_kind_has_a_cpu_edge_with_whole_blocks_and_a_short_end(kind):
+    problem = get_problem(kind)
+    sizes = [shape["M"] * shape[problem.dims[1]] for shape in problem.cpu_edge_shapes]
+    assert any(n > 16384 and 0 < n % 16384 < 64 for n in sizes), sizes
+    assert any(shape[problem.dims[1]] > 8192 for shape in problem.cpu_edge_shapes)  # past the single-pass tile
+
+
+def test_float_atomics_from_several_programs_are_nondeterministic_on_the_cpu_too():
+    """A row's partial sums of squares met through tl.atomic_add: the interpreter ran the programs
+    in index order, so they always added up alike; the judge's worker runs them in a random order
+    per launch, as a GPU may."""
+    result = judged("rmsnorm", "rmsnorm_atomic_partial_sums.py", ["fp32"])
+    # two orders of 16-19 partial sums can round alike in every row of a shape: the edge and
+    # held-out shapes are called twice too
+    assert result.verdict == "incorrect" and result.failed_stage in ("determinism", "edges", "heldout"), result.message
+    assert "nondeterministic" in result.message, result.message
+
+
+def test_the_interpreter_runs_every_program_once_in_a_fresh_order():
+    """Each program of a launch runs once and sees its own index; the order they ran in (written
+    through an atomic counter) is a permutation, a new one per launch.  In a process of its own:
+    the wrappers stay for the life of the process."""
+    script = textwrap.dedent('''
+        import torch
+        import triton
+        import triton.language as tl
+        from autokernel.harness import interpreter_as_gpu
+
+        interpreter_as_gpu.install()
+
+
+        @triton.jit
+        def _order(counter_ptr, seen_ptr):
+            pid = (tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(2) + tl.program_id(2)
+            tl.store(seen_ptr + tl.atomic_add(counter_ptr, 1), pid)
+
+
+        orders = []
+        for _ in range(2):
+            counter = torch.zeros((1,), dtype=torch.int32)
+            seen = torch.full((60,), -1, dtype=torch.int32)
+            _order[(3, 4, 5)](counter, seen)
+            assert sorted(seen.tolist()) == list(range(60)), seen
+            orders.append(seen.tolist())
+        assert orders[0] != orders[1] and orders[0] != list(range(60)), orders
+        print("ok")
+    ''')
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).parent.parent / "src"))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_eps_read_as_a_flag_of_the_model_values_is_incorrect():
+    """Snapped to 1e-5 or 1e-6: every other draw's eps is log-uniform in [1e-7, 1e-4] now."""
+    result = judged("rmsnorm", "rmsnorm_eps_snapped.py")
+    assert result.verdict == "incorrect", result.message

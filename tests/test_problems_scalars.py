@@ -2,6 +2,8 @@
 the same seed; and they matter: a kernel that fixes them fails the comparison."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -10,18 +12,21 @@ from autokernel.harness.stages import upcast
 from autokernel.problems import get_problem
 from autokernel.problems.attention import scale_choices
 from autokernel.problems.layernorm import EPS_CHOICES as LN_EPS
+from autokernel.problems.layernorm import EPS_RANGE as LN_EPS_RANGE
 from autokernel.problems.rmsnorm import EPS_CHOICES as RMS_EPS
+from autokernel.problems.rmsnorm import EPS_RANGE as RMS_EPS_RANGE
 
 
 @pytest.mark.parametrize("kind,index,choices", [("rmsnorm", 2, RMS_EPS), ("layernorm", 3, LN_EPS)])
 def test_eps_walks_through_the_model_values_and_each_one_shows(kind, index, choices):
     problem = get_problem(kind)
     shape = {"M": 8, "N": 64}
-    drawn = [problem.make_inputs(shape, torch.float32, "cpu", seed)[index] for seed in range(10, 10 + len(choices))]
+    seeds = range(10, 10 + 2 * len(choices), 2)  # even seeds: the model values
+    drawn = [problem.make_inputs(shape, torch.float32, "cpu", seed)[index] for seed in seeds]
     assert sorted(drawn) == sorted(choices)
-    assert problem.make_inputs(shape, torch.float32, "cpu", 11)[index] == drawn[1]
+    assert problem.make_inputs(shape, torch.float32, "cpu", 12)[index] == drawn[1]
     tol = problem.tolerance(torch.float32)
-    for seed in range(10, 10 + len(choices)):
+    for seed in seeds:
         args = problem.make_inputs(shape, torch.float32, "cpu", seed)
         ref = problem.reference(*upcast(args, torch.float64))
         for other in choices:
@@ -29,6 +34,28 @@ def test_eps_walks_through_the_model_values_and_each_one_shows(kind, index, choi
                 continue
             fixed = problem.reference(*args[:index], other)
             assert not compare.compare_outputs(fixed, ref, compare.output_meta(fixed), tol).ok, (args[index], other)
+
+
+@pytest.mark.parametrize("kind,index,choices,bounds", [("rmsnorm", 2, RMS_EPS, RMS_EPS_RANGE),
+                                                        ("layernorm", 3, LN_EPS, LN_EPS_RANGE)])
+def test_eps_is_drawn_from_a_range_too_and_a_value_snapped_to_the_model_ones_shows(kind, index, choices, bounds):
+    """Odd seeds draw eps log-uniformly from a range: a kernel that snapped eps to the nearest of
+    the model values (reading it as a flag) passed every stage while the draws were those values."""
+    problem = get_problem(kind)
+    shape = {"M": 8, "N": 64}
+    drawn = [problem.make_inputs(shape, torch.float32, "cpu", seed)[index] for seed in range(1, 41, 2)]
+    assert all(bounds[0] <= eps <= bounds[1] and eps not in choices for eps in drawn)
+    assert len(set(drawn)) == len(drawn)
+    assert drawn == [problem.make_inputs(shape, torch.float32, "cpu", seed)[index] for seed in range(1, 41, 2)]
+    tol = problem.tolerance(torch.bfloat16)
+    caught = 0
+    for seed in range(1, 41, 2):
+        args = problem.make_inputs(shape, torch.bfloat16, "cpu", seed)
+        ref = problem.reference(*upcast(args, torch.float64))
+        snapped = min(choices, key=lambda c: abs(math.log(c) - math.log(args[index])))
+        out = problem.reference(*args[:index], snapped)
+        caught += not compare.compare_outputs(out, ref, compare.output_meta(out), tol).ok
+    assert caught >= 10  # of 20 draws: some fall near a model value, where snapping costs nothing
 
 
 def test_attention_scale_is_default_explicit_or_not_the_default():

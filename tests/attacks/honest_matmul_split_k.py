@@ -1,5 +1,7 @@
 """Honest but unusual: deterministic split-K matmul (partial products per K slice into a
-workspace, then a second kernel sums the slices in a fixed order)."""
+workspace, then a second kernel sums the slices in a fixed order).  Its dots are true fp32
+(``input_precision="ieee"``): at Triton's default, TF32, it fails fp32's bound on a GPU, and on
+the CPU since the judge's interpreter rounds TF32 dots as a GPU does."""
 import torch
 import triton
 import triton.language as tl
@@ -20,7 +22,7 @@ def _partial(a_ptr, b_ptr, w_ptr, M, N, K, k_per_split, sam, sak, sbk, sbn,
         k_ok = (rk < K) & (rk < k_start + k_per_split)
         a = tl.load(a_ptr + rm[:, None] * sam + rk[None, :] * sak, mask=(rm[:, None] < M) & k_ok[None, :], other=0.0)
         b = tl.load(b_ptr + rk[:, None] * sbk + rn[None, :] * sbn, mask=k_ok[:, None] & (rn[None, :] < N), other=0.0)
-        acc += tl.dot(a.to(tl.float32), b.to(tl.float32))
+        acc += tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
     mask = (rm[:, None] < M) & (rn[None, :] < N)
     tl.store(w_ptr + ps * M * N + rm[:, None] * N + rn[None, :], acc, mask=mask)
 

@@ -11,7 +11,7 @@ import traceback
 from collections import deque
 from typing import Any
 
-from . import escapes, host_reads, launches, registrations, transport
+from . import escapes, host_reads, interpreter_as_gpu, launches, registrations, transport
 from .gpu_cover import GPU_COVER_CYCLES, host_covered, next_cover_cycles
 from .memory import HISTORY_BYTES, HISTORY_CALLS
 from .hooks import changed_hooks, outside_hooks
@@ -167,6 +167,8 @@ class _State:
         self.history: deque = deque()  # (outputs, bytes, ranges) of earlier calls, still held (ring detection)
         self.history_bytes = 0
         self.launches = launches.install()
+        if not self.gpu:
+            interpreter_as_gpu.install()  # TF32 dots rounded, programs run in any order, as on a GPU
         host_reads.install(self.launches, ())
         self.pin_kernel_text = host_reads.kernel_text_pinner()  # the checked text Triton's rewrite must compile
         self.watch_cls = make_watch_class(self.launches)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from . import layernorm
-from .add_norm_common import add_in_dtype, adversarial_addends, bytes_moved, split_sum
+from .add_norm_common import add_in_dtype, adversarial_addends, bytes_moved, exact_split, split_sum
 from .base import Problem, Shape, generator, rowwise_shapes
 
 
@@ -36,7 +36,12 @@ def flops(shape: Shape) -> float:
 
 def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
     x, residual, weight, bias, eps = make_inputs(shape, dtype, device, seed + 1)
-    cases = adversarial_addends(x, residual, dtype, generator(device, seed + 7919))
+    gen = generator(device, seed + 7919)
+    cases = adversarial_addends(x, residual, dtype, gen)
+    # the plain layernorm's rows with a large mean, as an exact sum: without them a one-pass
+    # variance (E[s^2] - E[s]^2) passed in every dtype
+    for name, s, step in layernorm.large_mean_rows(shape, dtype, device, gen):
+        cases.append((name, *exact_split(s, step, gen)))
     if shape["N"] == 1:  # the output is the bias whatever the sum (layernorm.ONE_COLUMN_CASES)
         cases = [c for c in cases if c[0] in layernorm.ONE_COLUMN_CASES]
     return [(name, (a, r, weight, bias, eps)) for name, a, r in cases]

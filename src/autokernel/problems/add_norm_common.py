@@ -29,6 +29,16 @@ def split_sum(s: torch.Tensor, device: str, seed: int) -> tuple[torch.Tensor, to
     return x, (s.float() - x.float()).to(s.dtype)
 
 
+def exact_split(s: torch.Tensor, step: float, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two addends of ``s`` (non-negative, every value a multiple of ``step``) that sum to it
+    exactly in its dtype: x a random share of each element rounded to the step, residual the
+    rest, both between 0 and ``s``.  A row built to stress the norm (``layernorm.large_mean_rows``)
+    reaches it unchanged, not rounded again by the split."""
+    share = torch.rand(s.shape, generator=gen, device=s.device, dtype=torch.float32)
+    x = torch.round(s.float() * share / step) * step
+    return x.to(s.dtype), (s.float() - x).to(s.dtype)
+
+
 def add_in_dtype(x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
     """The sum as the model computes it: in the inputs' dtype."""
     return x + residual

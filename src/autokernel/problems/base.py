@@ -259,13 +259,17 @@ class Problem:
 def rowwise_shapes(col: str = "N") -> dict[str, tuple[Shape, ...]]:
     """CPU and edge shapes shared by the row-wise kinds (rows of ``col`` elements): tiny CPU
     shapes with a non-power-of-two row, and edges with size-1 rows and columns, odd counts, a
-    row wider than any block and a ragged GPU grid."""
+    row wider than any block and a ragged GPU grid.  The CPU's 1x16407 is 16384 + 23 elements:
+    whole blocks of every power-of-two size up to 16384 and then a ragged end of 23 (a kernel
+    over the flat tensor that left a short ragged end after whole blocks unwritten passed every
+    CPU stage; the GPU's 1001x1023 ends the same way), in a row wider than the row-wise
+    starters' single-pass tile (their looped path)."""
     def s(m: int, n: int) -> Shape:
         return {"M": m, col: n}
 
     return {"cpu_shapes": (s(16, 256), s(9, 300)),
             "gpu_edge_shapes": (s(1, 1), s(7, 1), s(3, 37), s(1, 70001), s(1001, 1023)),
-            "cpu_edge_shapes": (s(1, 1), s(7, 1), s(3, 37), s(1, 1100))}
+            "cpu_edge_shapes": (s(1, 1), s(7, 1), s(3, 37), s(1, 1100), s(1, 16407))}
 
 
 # ------------------------------------------------------------- input helpers
@@ -291,6 +295,16 @@ def choose(choices: Sequence[Any], seed: int) -> Any:
     through every choice, so any few cases of one evaluation see them all and a kernel that
     fixes the value fails, while the same seed always gives the same inputs."""
     return choices[int(seed) % len(choices)]
+
+
+def choose_or_draw(choices: Sequence[float], low: float, high: float, seed: int) -> float:
+    """A positive scalar for the input draw ``seed``: even seeds walk through ``choices`` (the
+    values models use), odd seeds draw log-uniformly from [low, high], so a kernel cannot read
+    the argument as a flag of a small set (an rmsnorm that snapped eps to 1e-5 or 1e-6 passed)."""
+    if int(seed) % 2 == 0:
+        return choose(choices, int(seed) // 2)
+    rng = random.Random(int(seed) * 7919 + 31)
+    return math.exp(rng.uniform(math.log(low), math.log(high)))
 
 
 def small_rows(x: torch.Tensor, scale: float, every: int = 4) -> torch.Tensor:

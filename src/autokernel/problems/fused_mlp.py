@@ -54,8 +54,9 @@ def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tup
 
 
 def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
-    """Gates driven far into silu's tails, small inputs, rows at two scales.  w_up and w_down
-    are scaled down by the same factor as x so the output stays O(1): the element-wise
+    """Gates driven far into silu's tails, small inputs, rows at two scales, hidden activations
+    past fp16's range (bf16, fp32) and a gate projection whose fp16 running sum overflows (fp16).  w_up
+    and w_down are scaled down by the same factor as x so the output stays O(1): the element-wise
     tolerance is absolute near zero, and a large output with cancellation would measure the
     dtype's rounding rather than the kernel."""
     x, w_gate, w_up, w_down = make_inputs(shape, dtype, device, seed)
@@ -66,12 +67,55 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
                 (w_down.float() / factor).to(dtype))
 
     exps = torch.randint(-1, 1, (x.shape[0], 1), generator=gen, device=device).float()
-    return [
+    cases = [
         ("saturated-gate", driven(30.0)),      # |g| ~ 30: silu(g) is 0 or g
         ("overflowing-exp", driven(120.0)),    # exp(|g|) overflows fp32: a naive sigmoid gives inf/inf
         ("small", ((x.float() * 0.05).to(dtype), w_gate, w_up, w_down)),
         ("mixed-row-scales", ((x.float() * torch.pow(10.0, exps)).to(dtype), w_gate, w_up, w_down)),
     ]
+    if dtype != torch.float16:
+        # h = silu(g) * u past fp16's range (g, u ~ 300: |h| ~ 1e5), w_down scaled back so the
+        # output is ~0.4 (bf16's rounding of h then stays within the bounds near zero): a bf16
+        # kernel that kept h in fp16 (more mantissa, closer on every other case) turned them
+        # into inf.  fp16 inputs hold no such h.
+        cases.append(("massive-activations", ((x.float() * MASSIVE).to(dtype), w_gate, w_up,
+                                              (w_down.float() / (2 * MASSIVE ** 2)).to(dtype))))
+    else:
+        running = running_sum_overflow(shape, dtype, device, gen)
+        if running is not None:
+            cases.append(("fp16-running-sum", running))
+    return cases
+
+
+MASSIVE = 300.0  # the massive-activations case's scale of x: g and u ~ 300, h ~ 1e5
+
+
+def running_sum_overflow(shape: Shape, dtype: torch.dtype, device: str, gen: torch.Generator) -> tuple | None:
+    """Inputs whose gate projection's running sum passes fp16's 65504 halfway through D while
+    g itself stays near a thousand (matmul's ``fp16-overflow`` arrangement: integers, exact in
+    every dtype, +s*s over the first half of D and -s*s over the second); w_up is the same
+    arrangement / 1024 (u ~ 1) and w_down brings the output to ~0.1 (fp16's rounding of g and h,
+    ~5e-4, then stays within the bounds near zero).  A kernel that accumulates in fp16 (twice the
+    tensor-core rate on some GPUs) gets inf; fp32 accumulation is exact here.  None where D < 8."""
+    m, d, h = shape["M"], shape["D"], shape["H"]
+    if d < 8:
+        return None
+    s = min(128, math.ceil(math.sqrt(1.5 * 2 * 65504 / d)))
+    signs = torch.ones(d, device=device)
+    signs[d // 2:] = -1
+
+    def noise(rows: int) -> torch.Tensor:
+        return torch.randint(-2, 3, (rows, d), generator=gen, device=device).float()
+
+    x = signs[None, :] * s + noise(m)
+    w_gate = s + noise(h)
+    w_up = (s + noise(h)) / 1024
+    # g and u have a spread of about sqrt(4 D (s^2 + 1)) (and 1/1024 of it): h's rms is about
+    # their product / sqrt(2)
+    spread = 4.0 * d * (s * s + 1)
+    h_rms = spread / 1024 / math.sqrt(2.0)
+    w_down = randn((d, h), torch.float32, device, gen, scale=0.1 / h_rms / math.sqrt(max(h, 1)))
+    return x.to(dtype), w_gate.to(dtype), w_up.to(dtype), w_down.to(dtype)
 
 
 def flops(shape: Shape) -> float:

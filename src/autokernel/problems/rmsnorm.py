@@ -6,17 +6,19 @@ The normalisation runs in fp32 (or in the input's precision when that is higher,
 float64 ground truth stays float64), the result is cast to x.dtype, then multiplied by the
 weight (same dtype as x).
 
-``eps`` is drawn per input draw from what RMSNorm models use (``EPS_CHOICES``), and one row in
-four is scaled so that its mean square (4e-6) is near eps: a kernel that fixes eps fails.
+``eps`` is drawn per input draw: every other draw from what RMSNorm models use (``EPS_CHOICES``),
+the others log-uniformly from ``EPS_RANGE``; one row in four is scaled so that its mean square
+(4e-6) is near eps: a kernel that fixes eps, or reads it as a choice of a few values, fails.
 """
 from __future__ import annotations
 
 import torch
 
-from .base import Problem, Shape, choose, element_size, generator, randn, rowwise_shapes, small_rows, standard_adversarial, with_nonfinite
+from .base import Problem, Shape, choose_or_draw, element_size, generator, randn, rowwise_shapes, small_rows, standard_adversarial, with_nonfinite
 
 # LLaMA-2 / Mistral / Phi-3 use 1e-5, LLaMA-1/3, Qwen2 and Gemma 1e-6; T5 1e-6
 EPS_CHOICES = (1e-6, 1e-5)
+EPS_RANGE = (1e-7, 1e-4)
 SMALL_ROW_SCALE = 2e-3
 
 
@@ -30,7 +32,7 @@ def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tup
     gen = generator(device, seed)
     x = small_rows(randn((shape["M"], shape["N"]), dtype, device, gen), SMALL_ROW_SCALE)
     weight = randn((shape["N"],), dtype, device, gen, scale=0.1, offset=1.0)
-    return (x, weight, choose(EPS_CHOICES, seed))
+    return (x, weight, choose_or_draw(EPS_CHOICES, *EPS_RANGE, seed))
 
 
 def flops(shape: Shape) -> float:
@@ -56,7 +58,7 @@ def make_problem() -> Problem:
     return Problem(
         kind="rmsnorm",
         description="RMSNorm over the last dim, Hugging Face LLaMA semantics (fp32 inside, cast, then * weight).",
-        signature="kernel_fn(x[M,N], weight[N], eps) -> out[M,N]  # weight * (x.float() * rsqrt(mean(x.float()**2) + eps)).to(x.dtype); eps varies (1e-6, 1e-5)",
+        signature="kernel_fn(x[M,N], weight[N], eps) -> out[M,N]  # weight * (x.float() * rsqrt(mean(x.float()**2) + eps)).to(x.dtype); eps varies (1e-6, 1e-5, or in [1e-7, 1e-4])",
         dims=("M", "N"),
         reference=reference,
         make_inputs=make_inputs,
