@@ -28,9 +28,14 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0, help="seeds the seeds")
     args = ap.parse_args()
 
+    import os
+
     import torch
 
-    from autokernel.harness import compare, stages
+    from autokernel.harness import compare, interpreter_as_gpu, stages
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        interpreter_as_gpu.install()  # what the judge's worker runs kernels on: a GPU's casts and dots
     from autokernel.problems import get_problem
     from autokernel.problems.registry import list_kinds, load_starter
 
