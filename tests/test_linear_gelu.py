@@ -166,15 +166,22 @@ def _patch(module: nn.Module, tmp_path, tanh: int = 0):
 def test_a_chain_after_the_pair_runs_as_it_is(tanh, tmp_path):
     torch.manual_seed(0)
     model, patched = _patch(Intermediate(nn.GELU(approximate="tanh" if tanh else "none")), tmp_path, tanh)
+    x, op, before = _one_op_call_matches(model, patched)
+    with torch.no_grad():
+        patched.train()  # training (dropout) runs the module's own forward
+        assert rel(patched(x), model(x)) < 1e-5 and OP_CALLS[op] == before + 1
+
+
+def _one_op_call_matches(model, patched):
+    """The pair is switched, one forward calls the op once and matches: (input, op, calls before)."""
     assert patched._autokernel_replaced == [("mlp", "linear_gelu")]
     x = torch.randn(2, 3, 32)
     op = patched._autokernel_ops["linear_gelu"]
     before = OP_CALLS[op]
     with torch.no_grad():
         assert rel(patched(x), model(x)) < 1e-5
-        assert OP_CALLS[op] == before + 1
-        patched.train()  # training (dropout) runs the module's own forward
-        assert rel(patched(x), model(x)) < 1e-5 and OP_CALLS[op] == before + 1
+    assert OP_CALLS[op] == before + 1
+    return x, op, before
 
 
 @pytest.mark.parametrize("module,reason", [
@@ -197,13 +204,7 @@ def test_the_pair_inside_a_longer_forward_becomes_one_op_call(module, tmp_path):
     so the pair calls the op, and the rest runs as written."""
     torch.manual_seed(0)
     model, patched = _patch(module(nn.GELU()), tmp_path)
-    assert patched._autokernel_replaced == [("mlp", "linear_gelu")]
-    x = torch.randn(2, 3, 32)
-    op = patched._autokernel_ops["linear_gelu"]
-    before = OP_CALLS[op]
-    with torch.no_grad():
-        assert rel(patched(x), model(x)) < 1e-5
-    assert OP_CALLS[op] == before + 1
+    _, op, before = _one_op_call_matches(model, patched)
     with torch.no_grad():  # a call the op does not take (no rows): the children run as they are
         assert patched(torch.empty(0, 32)).shape == (0, 48)
     assert OP_CALLS[op] == before + 1
