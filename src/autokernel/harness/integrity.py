@@ -766,7 +766,7 @@ def _critical_namespaces(ordered: bool = True, own: bool = True) -> list[tuple[s
             spaces += [("triton.runtime.interpreter", interpreter),
                        ("triton.runtime.interpreter.InterpretedFunction", interpreter.InterpretedFunction),
                        ("triton.runtime.interpreter.GridExecutor", interpreter.GridExecutor),
-                       # its dots and program order are a GPU's (interpreter_as_gpu.py)
+                       # its dots, bf16 casts and program order are a GPU's (interpreter_as_gpu.py)
                        ("triton.runtime.interpreter.InterpreterBuilder", interpreter.InterpreterBuilder)]
     dispatch = sys.modules.get("torch.utils._python_dispatch")
     if dispatch is not None:

@@ -714,7 +714,12 @@ def _checked_twice(judge: Judge, tally: StageTally, case: Case) -> CaseResult:
 
 def _adversarial_at(judge: Judge, tally: StageTally, shape: Shape, dtype: torch.dtype) -> int:
     """The problem's adversarial draws at ``shape`` and ``dtype``, each judged once (in one request
-    when memory allows, else one set at a time, each dropped once judged); returns how many."""
+    when memory allows, else one set at a time, each dropped once judged); returns how many (0 for
+    a problem without them).  Edge and held-out shapes get them too: a kernel picks its code path
+    by size, and a path only those shapes take (a wide row's streaming loop, an odd vocabulary's
+    tail) dropped its max subtraction and passed on the regular draws there."""
+    if judge.problem.adversarial_inputs is None:
+        return 0
     cases = [Case(dict(shape), dtype, tuple(args), name)
              for name, args in judge.problem.adversarial_inputs(dict(shape), dtype, judge.device, judge.next_seed())]
     n = len(cases)
@@ -755,19 +760,10 @@ def stage_edges(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
     for dtype in plan.dtypes:
         for shape in shapes:
             _checked_twice(judge, tally, judge.make_case(shape, dtype))
-            adversarial += _adversarial_unless_none(judge, tally, shape, dtype)
+            adversarial += _adversarial_at(judge, tally, shape, dtype)
     note = f", and {adversarial} adversarial case(s)" if adversarial else ""
     return (f"{len(shapes)} edge shape(s) x {len(plan.dtypes)} dtype(s), 2 identical calls each{note}: "
             + ", ".join(format_shape(s) for s in shapes))
-
-
-def _adversarial_unless_none(judge: Judge, tally: StageTally, shape: Shape, dtype: torch.dtype) -> int:
-    """The adversarial draws at an edge or held-out shape too: a kernel picks its code path by
-    size, and a path only those shapes take (a wide row's streaming loop, an odd vocabulary's
-    tail) dropped its max subtraction and passed on the regular draws there."""
-    if judge.problem.adversarial_inputs is None:
-        return 0
-    return _adversarial_at(judge, tally, shape, dtype)
 
 
 def stage_heldout(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
@@ -777,7 +773,7 @@ def stage_heldout(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
     for dtype in plan.dtypes:
         for shape in shapes:
             _checked_twice(judge, tally, judge.make_case(shape, dtype))
-            _adversarial_unless_none(judge, tally, shape, dtype)
+            _adversarial_at(judge, tally, shape, dtype)
     from . import large_shapes
 
     large = large_shapes.run(judge, plan, tally, rng)

@@ -168,7 +168,7 @@ class _State:
         self.history_bytes = 0
         self.launches = launches.install()
         if not self.gpu:
-            interpreter_as_gpu.install()  # TF32 dots rounded, programs run in any order, as on a GPU
+            interpreter_as_gpu.install()  # TF32 dots and bf16 casts rounded, programs in any order, as on a GPU
         host_reads.install(self.launches, ())
         self.pin_kernel_text = host_reads.kernel_text_pinner()  # the checked text Triton's rewrite must compile
         self.watch_cls = make_watch_class(self.launches)
