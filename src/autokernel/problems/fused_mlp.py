@@ -17,6 +17,7 @@ import math
 import torch
 
 from .base import DEFAULT_TOLERANCES, Problem, Shape, Tolerance, element_size, generator, randn
+from .matmul import integer_noise, overflow_halves
 
 # bf16: the relative norm bound at 1.5e-2, not the default 1e-2.  At the smallest edge shapes (one
 # token, D=16, H=33: 16 outputs, each a sum of 33 rounded products) eager's own bf16 ops reached
@@ -100,16 +101,10 @@ def running_sum_overflow(shape: Shape, dtype: torch.dtype, device: str, gen: tor
     m, d, h = shape["M"], shape["D"], shape["H"]
     if d < 8:
         return None
-    s = min(128, math.ceil(math.sqrt(1.5 * 2 * 65504 / d)))
-    signs = torch.ones(d, device=device)
-    signs[d // 2:] = -1
-
-    def noise(rows: int) -> torch.Tensor:
-        return torch.randint(-2, 3, (rows, d), generator=gen, device=device).float()
-
-    x = signs[None, :] * s + noise(m)
-    w_gate = s + noise(h)
-    w_up = (s + noise(h)) / 1024
+    s, signs = overflow_halves(d, device)
+    x = signs[None, :] * s + integer_noise((m, d), gen, device)
+    w_gate = s + integer_noise((h, d), gen, device)
+    w_up = (s + integer_noise((h, d), gen, device)) / 1024
     # g and u have a spread of about sqrt(4 D (s^2 + 1)) (and 1/1024 of it): h's rms is about
     # their product / sqrt(2)
     spread = 4.0 * d * (s * s + 1)

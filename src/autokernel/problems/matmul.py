@@ -64,17 +64,26 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     cases.append(("positive-sum", (a_pos.to(dtype), b_pos.to(dtype))))
 
     if k >= 8:
-        # |a|, |b| ~ s (integers): the first half of K adds +s*s, the second half -s*s.  An fp16
-        # running sum overflows after k/2 terms; the exact result is small and fits every dtype.
-        s = min(128, math.ceil(math.sqrt(1.5 * 2 * 65504 / k)))
-        signs = torch.ones(k, device=device)
-        signs[k // 2:] = -1
-        noise_a = torch.randint(-2, 3, (m, k), generator=gen, device=device).float()
-        noise_b = torch.randint(-2, 3, (k, n), generator=gen, device=device).float()
-        a_ovf = signs[None, :] * s + noise_a
-        b_ovf = s + noise_b
+        s, signs = overflow_halves(k, device)
+        a_ovf = signs[None, :] * s + integer_noise((m, k), gen, device)
+        b_ovf = s + integer_noise((k, n), gen, device)
         cases.append(("fp16-overflow", (a_ovf.to(dtype), b_ovf.to(dtype))))
     return cases
+
+
+def overflow_halves(k: int, device: str) -> tuple[int, torch.Tensor]:
+    """(s, signs) for a dot of length ``k`` whose fp16 running sum overflows: with |a|, |b| ~ s
+    (integers, exact in every dtype) and a's signs +1 over the first half of K and -1 over the
+    second, the running sum passes 65504 after k/2 terms while the exact result stays small."""
+    s = min(128, math.ceil(math.sqrt(1.5 * 2 * 65504 / k)))
+    signs = torch.ones(k, device=device)
+    signs[k // 2:] = -1
+    return s, signs
+
+
+def integer_noise(shape: tuple[int, ...], gen: torch.Generator, device: str) -> torch.Tensor:
+    """Integers in [-2, 2]: the spread of ``overflow_halves``' operands, exact in every dtype."""
+    return torch.randint(-2, 3, shape, generator=gen, device=device).float()
 
 
 def flops(shape: Shape) -> float:
