@@ -23,6 +23,12 @@ def loads(index: torch.Tensor, experts: int) -> torch.Tensor:
     return torch.bincount(index.reshape(-1), minlength=experts)
 
 
+
+def judged(attack: str):
+    """A moe_experts attack file judged in bf16, without timing."""
+    with Evaluator("moe_experts", device="cpu", dtypes=["bf16"], timeout_s=120, timing=False, baselines=False) as ev:
+        return ev.evaluate(ATTACKS / attack)
+
 def test_token_dropping_past_an_expert_capacity_is_incorrect():
     """The capacity attack goes exact only when every token's first choice is one expert; the
     crowded cases of the numerics stage must load one expert past its capacity without that
@@ -62,8 +68,7 @@ def test_the_crowded_expert_is_drawn_per_seed():
 def test_a_kernel_that_takes_every_index_to_be_in_range_is_incorrect():
     """Clamping the index to the last expert adds the pairs the reference leaves out (the
     expert-parallel sentinel E); the judge draws such pairs in the numerics stage."""
-    with Evaluator("moe_experts", device="cpu", dtypes=["bf16"], timeout_s=120, timing=False, baselines=False) as ev:
-        result = ev.evaluate(ATTACKS / "moe_experts_index_in_range.py")
+    result = judged("moe_experts_index_in_range.py")
     assert result.verdict == "incorrect" and result.failed_stage == "numerics", result.message
     assert "expert-parallel-sentinels" in result.message, result.message
 
@@ -83,8 +88,7 @@ def test_eager_leaves_the_sentinel_pairs_out():
 def test_an_output_kept_by_a_fingerprint_of_some_inputs_is_a_cached_output():
     """Kept by the tokens and routing, not the experts' weights: the smoke stage rewrites each
     floating-point input alone and the output must follow."""
-    with Evaluator("moe_experts", device="cpu", dtypes=["bf16"], timeout_s=120, timing=False, baselines=False) as ev:
-        result = ev.evaluate(ATTACKS / "moe_experts_cache_without_weights.py")
+    result = judged("moe_experts_cache_without_weights.py")
     assert result.verdict == "rejected" and result.failed_stage == "smoke", result.message
     assert any(f.rule == "cached-output" for f in result.integrity), result.message
     assert "alone" in result.message, result.message
@@ -92,8 +96,7 @@ def test_an_output_kept_by_a_fingerprint_of_some_inputs_is_a_cached_output():
 
 def test_bf16_hidden_activations_kept_in_fp16_are_incorrect():
     """Past 65504 the fp16 copy of h is inf; the numerics stage has a bf16 case with |h| ~ 1e5."""
-    with Evaluator("moe_experts", device="cpu", dtypes=["bf16"], timeout_s=120, timing=False, baselines=False) as ev:
-        result = ev.evaluate(ATTACKS / "moe_experts_fp16_hidden.py")
+    result = judged("moe_experts_fp16_hidden.py")
     assert result.verdict == "incorrect" and result.failed_stage == "numerics", result.message
     assert "massive-activations" in result.message, result.message
 
