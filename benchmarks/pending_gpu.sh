@@ -39,14 +39,16 @@
 #                                               # the per-expert loop and torch.compile; hf:mixtral verified
 #   bash benchmarks/pending_gpu.sh thirteenth OUT # one GEMM for wq/wk/wv and for gate/up against the separate
 #                                               # ones and torch.compile's; the judge's large shapes (moe_experts too)
+#   bash benchmarks/pending_gpu.sh fourteenth OUT # the judge's heavier numerics on the starters (false positives?),
+#                                               # moe_experts among them; packed linears (as thirteenth)
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth OUT}
-out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth OUT}
+part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth OUT}
+out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth OUT}
 mkdir -p "$out"
 export PYTHONPATH=src
 
@@ -180,6 +182,12 @@ moe)  # the twelfth session's moe_experts kind (built and judged on the CPU only
 thirteenth)  # the thirteenth session: the moe large shapes through the judge, packed linears (issue 11)
     step packed 280 python benchmarks/packed_linears_gpu.py --out "$out/packed" --compile
     step judge_large 300 python benchmarks/judge_large_gpu.py --out "$out/large" --budget 270
+    ;;
+fourteenth)  # the thirteenth session's judge (numerics at the edge and held-out shapes, held-out at every
+    # dtype, the new cases) on the starters it changes most, moe_experts among them; packed linears (issue 11)
+    step judge_smoke 300 python benchmarks/judge_smoke_gpu.py --out "$out/smoke" --budget 270 --attacks "" \
+        --kinds layernorm,add_layernorm,fused_mlp,attention,cross_entropy,matmul,moe_experts,linear_gelu,rmsnorm,add_rmsnorm,softmax,attention_masked,attention_rotary
+    step packed 270 python benchmarks/packed_linears_gpu.py --out "$out/packed" --compile
     ;;
 ahead)
     step compile_ahead 420 python benchmarks/compile_ahead_gpu.py --out "$out/ahead" --kinds softmax,rmsnorm \
