@@ -60,7 +60,10 @@ def main(argv=None) -> int:
         rows.append({"kind": kind, "file": path.name, "want": want, "verdict": ev.verdict, "ok": ok,
                      "stage": ev.failed_stage, "rules": [f.rule for f in ev.integrity], "wall_s": ev.wall_s,
                      "score_us": ev.score_us, "message": ev.message[:300]})
+        rows[-1]["stage_s"] = {s.name: round(s.seconds, 2) for s in ev.stages}
+        rows[-1]["phases"] = dict(ev.phases)
         print(f"{kind} {path.name}: {ev.verdict} {ev.failed_stage or ''} {ev.wall_s:.1f} s {ev.message[:200]}", flush=True)
+        print(f"  stages s: {rows[-1]['stage_s']}; phases s: {rows[-1]['phases']}", flush=True)
         (args.out / "judge_smoke.json").write_text(json.dumps(rows, indent=1))
     print("\n| problem | file | expected | verdict | stage | rules | as expected | wall s | score µs |")
     print("|---|---|---|---|---|---|---|---:|---:|")
