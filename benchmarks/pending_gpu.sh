@@ -41,8 +41,8 @@
 #                                               # ones and torch.compile's; the judge's large shapes (moe_experts too)
 #   bash benchmarks/pending_gpu.sh fourteenth OUT # the judge's heavier numerics on the starters (false positives?),
 #                                               # moe_experts among them; packed linears (as thirteenth)
-#   bash benchmarks/pending_gpu.sh fourteenth_b OUT # the moe starter judged stage by stage; hf:bert, hf:gpt2
-#                                               # against torch.compile's default mode
+#   bash benchmarks/pending_gpu.sh fourteenth_b OUT # the moe and attention starters judged stage by
+#                                               # stage; hf:bert against torch.compile's default mode
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
@@ -191,14 +191,14 @@ fourteenth)  # the thirteenth session's judge (numerics at the edge and held-out
         --kinds layernorm,add_layernorm,fused_mlp,attention,cross_entropy,matmul,moe_experts,linear_gelu,rmsnorm,add_rmsnorm,softmax,attention_masked,attention_rotary
     step packed 270 python benchmarks/packed_linears_gpu.py --out "$out/packed" --compile
     ;;
-fourteenth_b)  # the moe starter on a GPU (stage by stage), hf:bert and hf:gpt2 against torch.compile's
-    # default mode (max-autotune of hf:gpt2 did not finish compiling in 5 minutes)
-    step moe_judge 200 python benchmarks/judge_smoke_gpu.py --out "$out/moe_judge" --budget 150 --kinds moe_experts \
+fourteenth_b)  # the moe starter on a GPU and the attention starter's cost under the heavier judge, stage by
+    # stage (attention's evaluation outlasted 3 minutes in fourteenth); hf:bert against torch.compile's default mode
+    step moe_judge 170 python benchmarks/judge_smoke_gpu.py --out "$out/moe_judge" --budget 150 --kinds moe_experts \
         --attacks ""
-    for model in hf:bert hf:gpt2; do
-        step "${model#hf:}" 165 python benchmarks/models_gpu.py --out "$out/${model#hf:}" --skip-fused \
-            --models "$model" --compile-mode default --under-compile auto --max-minutes 2.6
-    done
+    step attention_judge 210 python benchmarks/judge_smoke_gpu.py --out "$out/attention_judge" --budget 150 \
+        --kinds attention --attacks ""
+    step bert 150 python benchmarks/models_gpu.py --out "$out/bert" --skip-fused --models hf:bert \
+        --compile-mode default --under-compile auto --max-minutes 2.4
     ;;
 ahead)
     step compile_ahead 420 python benchmarks/compile_ahead_gpu.py --out "$out/ahead" --kinds softmax,rmsnorm \
