@@ -36,7 +36,18 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=180.0)
     ap.add_argument("--cpu-smoke", action="store_true")
     args = ap.parse_args(argv)
-    from autokernel.harness import Evaluator
+    from autokernel.harness import Evaluator, stages
+
+    def printed(name, run_stage):  # each stage's time as it ends: a run cut off by its step's limit still tells
+        def run(judge, plan, tally):
+            began = time.monotonic()
+            try:
+                return run_stage(judge, plan, tally)
+            finally:
+                print(f"  {name}: {time.monotonic() - began:.1f} s", flush=True)
+        return run
+
+    stages.STAGE_FUNCTIONS = tuple((name, printed(name, fn)) for name, fn in stages.STAGE_FUNCTIONS)
     from autokernel.problems.registry import KERNELS_DIR, get_problem
 
     device = "cpu" if args.cpu_smoke else "cuda"
