@@ -339,3 +339,10 @@ def test_eps_read_as_a_flag_of_the_model_values_is_incorrect():
     """Snapped to 1e-5 or 1e-6: every other draw's eps is log-uniform in [1e-7, 1e-4] now."""
     result = judged("rmsnorm", "rmsnorm_eps_snapped.py")
     assert result.verdict == "incorrect", result.message
+
+
+def test_bf16_operands_converted_to_fp16_are_incorrect():
+    """fp16 holds the judge's old bf16 draws exactly; a case beyond 65504 turns them to inf."""
+    result = judged("linear_gelu", "linear_gelu_bf16_as_fp16.py", ["bf16"])
+    assert result.verdict == "incorrect" and result.failed_stage == "numerics", result.message
+    assert "beyond-fp16-range" in result.message, result.message

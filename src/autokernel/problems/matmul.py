@@ -68,7 +68,22 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
         a_ovf = signs[None, :] * s + integer_noise((m, k), gen, device)
         b_ovf = s + integer_noise((k, n), gen, device)
         cases.append(("fp16-overflow", (a_ovf.to(dtype), b_ovf.to(dtype))))
+    if dtype == torch.bfloat16:
+        cases.append(("beyond-fp16-range", (outlier_feature(a, gen), b)))
     return cases
+
+
+def outlier_feature(a: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """``a`` with one column (a feature) at +-2^17, past fp16's 65504, as bf16 models' massive
+    activations are.  A kernel that fed bf16 operands to its dot as fp16 (exact for every other
+    draw) got inf there.  One column, not all of ``a`` scaled: the outputs grow by 2^17 * |b| and no
+    two huge terms cancel, so the accumulation's error stays inside bf16's element-wise bound.  (fp32
+    needs no such case: fp16's 10 mantissa bits already fail its bounds on every draw.)"""
+    out = a.to(torch.float32, copy=True)
+    col = int(torch.randint(0, a.shape[-1], (1,), generator=gen, device=a.device))
+    signs = torch.randint(0, 2, (a.shape[0],), generator=gen, device=a.device).float() * 2 - 1
+    out[:, col] = signs * 2.0 ** 17
+    return out.to(a.dtype)
 
 
 def overflow_halves(k: int, device: str) -> tuple[int, torch.Tensor]:
