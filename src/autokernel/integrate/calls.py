@@ -11,6 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..recognize import gelu_form, module_wrapped_function
+from .ops import rows, traced_as_original
 from .patching import _SUBCLASSES, _code_names, _pick, rewrap
 from .rewrite import rebound_globals
 from .selection import KernelOp
@@ -130,7 +131,7 @@ def _gelu_replacement(k: KernelOp) -> Callable[..., Any]:
     def gelu(input, approximate="none", module=None):
         if (isinstance(input, torch.Tensor) and input.dtype == dtype and input.dim() >= 1 and input.numel() > 0
                 and approximate in ("none", "tanh")):
-            return op(input.reshape(-1, input.shape[-1]), approximate == "tanh").reshape(input.shape)
+            return op(rows(op, input, input.shape[-1]), approximate == "tanh").reshape(input.shape)
         return module(input) if module is not None else original(input, approximate=approximate)
 
     return gelu
@@ -173,14 +174,15 @@ def _rotary_replacement(k: KernelOp, original: Callable[..., Any], pair: bool) -
 
     if pair:
         def rotary_pair(q, k_, cos, sin, *args, **kwargs):
-            if not args and not kwargs and _rotary_ok(q, cos, sin, dtype) and _rotary_ok(k_, cos, sin, dtype):
+            if (not args and not kwargs and not traced_as_original(op) and _rotary_ok(q, cos, sin, dtype)
+                    and _rotary_ok(k_, cos, sin, dtype)):
                 c, s = as_2d(cos), as_2d(sin)
                 return op(q, c, s), op(k_, c, s)
             return original(q, k_, cos, sin, *args, **kwargs)
         return rotary_pair
 
     def rotary_one(x, cos, sin, *args, **kwargs):
-        if not args and not kwargs and _rotary_ok(x, cos, sin, dtype):
+        if not args and not kwargs and not traced_as_original(op) and _rotary_ok(x, cos, sin, dtype):
             return op(x, as_2d(cos), as_2d(sin))
         return original(x, cos, sin, *args, **kwargs)
     return rotary_one

@@ -22,6 +22,7 @@ import torch.nn as nn
 
 from ..recognize import gelu_form, is_silu_module, packed_mlp_dims, residual_norm_parts
 from .linears import _DOWN_NAMES, _GATE_NAMES, _UP_NAMES, _find_linear
+from .ops import rows
 from .norms import LayernormForm, _is_rmsnorm, _original_class, layernorm_form, rmsnorm_form
 from .patching import (PROBE_TOLERANCE, _class_code_names, _pick, _probe_input, _reference, _rel_error,
                        _swap_class)
@@ -60,7 +61,7 @@ def _add_norm_members(k: KernelOp, n: int, params: Callable[[nn.Module], tuple],
     def forward(self, x, residual=None, *args, **kwargs):
         if (residual is not None and not args and not kwargs and x.dtype == dtype and residual.dtype == dtype
                 and x.shape == residual.shape and x.shape[-1] == n and x.numel() > 0):
-            out, s = op(x.reshape(-1, n), residual.reshape(-1, n), *params(self))
+            out, s = op(rows(op, x, n), rows(op, residual, n), *params(self))
             return out.reshape(x.shape), s.reshape(x.shape)
         return base_forward(self, x, residual, *args, **kwargs)
 
@@ -145,7 +146,7 @@ def _apply_residual_outputs(model, k, done, replaced, skipped, probed) -> None:
                     and residual.numel() > 0):
                 x = getattr(self, lin_name)(hidden)
                 if x.shape == residual.shape:
-                    out, _ = op(x.reshape(-1, n), residual.reshape(-1, n), *params(getattr(self, norm_name)))
+                    out, _ = op(rows(op, x, n), rows(op, residual, n), *params(getattr(self, norm_name)))
                     return out.reshape(residual.shape)
             return base_forward(self, hidden, residual, *args, **kwargs)
 
@@ -173,7 +174,7 @@ def _apply_gelu_modules(model, k, done, replaced, skipped, probed) -> None:
 
         def forward(self, x, *args, tanh=tanh, base_forward=base_forward, **kwargs):
             if not args and not kwargs and x.dtype == dtype and x.dim() >= 1 and x.numel() > 0:
-                return op(x.reshape(-1, x.shape[-1]), tanh).reshape(x.shape)
+                return op(rows(op, x, x.shape[-1]), tanh).reshape(x.shape)
             return base_forward(self, x, *args, **kwargs)
 
         _swap_class(m, ("gelu", k.opname, tanh), {"forward": forward})
@@ -220,7 +221,7 @@ def _apply_geglu(model, k, done, replaced, skipped, probed) -> None:
 
         def forward(self, x, *args, base_forward=base_forward, tanh=tanh, parts=(g, u, d), d_in=d_in, **kwargs):
             if not args and not kwargs and x.dtype == dtype and x.shape[-1] == d_in and x.numel() > 0:
-                x2 = x.reshape(-1, d_in)
+                x2 = rows(op, x, d_in)
                 out = getattr(self, parts[2])(op(getattr(self, parts[0])(x2), getattr(self, parts[1])(x2), tanh))
                 return out.reshape(*x.shape[:-1], out.shape[-1])
             return base_forward(self, x, *args, **kwargs)

@@ -7,6 +7,7 @@ import torch
 import torch.nn as nn
 
 from ..recognize import is_silu_module, patch_conv_kernel
+from .ops import rows
 from .patching import _check_probe, _class_code_names, _pick, _probe, _probe_input, _reference, _swap_class
 from .selection import KernelOp
 
@@ -116,7 +117,7 @@ def _mlp_members(k: KernelOp, parts: tuple[str, str, str], d_in: int, fused: boo
 
     def forward(self, x, *args, **kwargs):
         if not args and not kwargs and x.dtype == dtype and x.shape[-1] == d_in and x.numel() > 0:
-            x2 = x.reshape(-1, d_in)
+            x2 = x.reshape(-1, d_in) if fused else rows(op, x, d_in)
             if fused:
                 out = op(x2, getattr(self, g).weight, getattr(self, u).weight, getattr(self, d).weight)
             else:

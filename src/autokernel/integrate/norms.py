@@ -7,6 +7,7 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
+from .ops import rows
 from .patching import _model_device, _ok_device, _pick, _probe, _probe_input, _reference, _related, _swap_class
 from .selection import KernelOp
 
@@ -28,7 +29,7 @@ def _rmsnorm_members(k: KernelOp, n: int, params: Callable[[nn.Module], tuple], 
 
     def forward(self, x, *args, **kwargs):
         if not args and not kwargs and x.dtype == dtype and self.weight.dtype == dtype and x.shape[-1] == n:
-            return op(x.reshape(-1, n), *params(self)).reshape(x.shape)
+            return op(rows(op, x, n), *params(self)).reshape(x.shape)
         return base_forward(self, x, *args, **kwargs)
 
     return {"forward": forward}
@@ -158,7 +159,7 @@ def _layernorm_members(k: KernelOp, n: int, form: LayernormForm, base: type) -> 
 
     def forward(self, x, *args, **kwargs):
         if not args and not kwargs and x.dtype == dtype and x.shape[-1] == n:
-            return op(x.reshape(-1, n), *form.params(self)).reshape(x.shape)
+            return op(rows(op, x, n), *form.params(self)).reshape(x.shape)
         return base_forward(self, x, *args, **kwargs)
 
     return {"forward": forward}
@@ -192,7 +193,7 @@ def _apply_softmax(model, k, done, replaced, skipped, probed) -> None:
 
     def forward(self, x):
         if x.dtype == dtype and x.dim() >= 1 and x.numel() > 0:
-            return op(x.reshape(-1, x.shape[-1])).reshape(x.shape)
+            return op(rows(op, x, x.shape[-1])).reshape(x.shape)
         return nn.Softmax.forward(self, x)
 
     for name, m in model.named_modules():

@@ -46,6 +46,7 @@ import torch
 import torch.nn as nn
 
 from .norms import _original_class, layernorm_form, rmsnorm_form
+from .ops import rows
 from .patching import _swap_class, rewrap
 from .rewrite import compile_forward, parse_forward, statement_lists
 from .selection import KernelOp
@@ -334,7 +335,7 @@ def _add_norm_members(k: KernelOp, n: int, params: Callable[[nn.Module], tuple],
             return base_forward(self, x)
         if (x.dtype == dtype and residual.dtype == dtype and x.shape == residual.shape and x.shape[-1] == n
                 and x.numel() > 0):
-            out, s = op(x.reshape(-1, n), residual.reshape(-1, n), *params(self))
+            out, s = op(rows(op, x, n), rows(op, residual, n), *params(self))
             return out.reshape(x.shape), s.reshape(x.shape)
         s = x + residual
         return base_forward(self, s), s
