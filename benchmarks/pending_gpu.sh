@@ -43,14 +43,16 @@
 #                                               # moe_experts among them; packed linears (as thirteenth)
 #   bash benchmarks/pending_gpu.sh fourteenth_b OUT # the moe and attention starters judged stage by
 #                                               # stage; hf:bert against torch.compile's default mode
+#   bash benchmarks/pending_gpu.sh fourteenth_c OUT # the LLaMA example compiled with every op handed to inductor
+#                                               # (the original's graph now); the moe starter judged
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b OUT}
-out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b OUT}
+part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c OUT}
+out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c OUT}
 mkdir -p "$out"
 export PYTHONPATH=src
 
@@ -200,6 +202,13 @@ fourteenth_b)  # the moe starter on a GPU and the attention starter's cost under
     test "${WITH_BERT:-1}" = 1 || exit 0
     step bert 150 python benchmarks/models_gpu.py --out "$out/bert" --skip-fused --models hf:bert \
         --compile-mode default --under-compile auto --max-minutes 2.4
+    ;;
+fourteenth_c)  # torch.compile of the patched LLaMA example with every op handed to inductor, now that the
+    # handed-over places compute as the model's own code (no addmm for the residual adds); the moe starter
+    step llama_eager 280 python benchmarks/models_gpu.py --out "$out/llama" --skip-fused --models llama \
+        --under-compile eager --max-minutes 4.5
+    step moe_judge 100 python benchmarks/judge_smoke_gpu.py --out "$out/moe_judge" --budget 90 --kinds moe_experts \
+        --attacks ""
     ;;
 ahead)
     step compile_ahead 420 python benchmarks/compile_ahead_gpu.py --out "$out/ahead" --kinds softmax,rmsnorm \
