@@ -205,8 +205,9 @@ fourteenth_b)  # the moe starter on a GPU and the attention starter's cost under
     ;;
 fourteenth_c)  # torch.compile of the patched LLaMA example with every op handed to inductor, now that the
     # handed-over places compute as the model's own code (no addmm for the residual adds); the moe starter
-    step llama_eager 250 python benchmarks/models_gpu.py --out "$out/llama" --skip-fused --models llama \
-        --under-compile eager --max-minutes 4
+    # LLAMA_MODE=default: torch.compile's default mode, for a short call (max-autotune compiles take a minute each)
+    step llama_eager "${LLAMA_LIMIT:-250}" python benchmarks/models_gpu.py --out "$out/llama" --skip-fused --models llama \
+        --under-compile eager --compile-mode "${LLAMA_MODE:-max-autotune-no-cudagraphs}" --max-minutes 4
     test "${WITH_MOE:-1}" = 1 || exit 0
     step moe_judge 100 python benchmarks/judge_smoke_gpu.py --out "$out/moe_judge" --budget 90 --kinds moe_experts \
         --attacks ""
