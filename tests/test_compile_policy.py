@@ -233,8 +233,8 @@ def _inductor_calls(model, inputs) -> tuple[list[str], int]:
 def test_with_every_op_handed_to_inductor_the_patched_llama_compiles_to_the_originals_kernels(tmp_path, llama):
     """Handed over, the switched places compute what the model's own code did, in its shapes.  The
     ops took rows of a 2-D reshape: inductor then made the residual adds of the GEMMs' outputs
-    cuBLAS addmm and split them from their norms (2 addmm and one more kernel here), and
-    torch.compile of the patched LLaMA example ran 3% slower than of the original on the H200."""
+    cuBLAS addmm and split them from their norms (2 addmm and one more kernel here); torch.compile
+    of the patched LLaMA example ran 3% slower than of the original on the H200."""
     wd = make_workdir(tmp_path / "wd", llama_problems())
     patched = apply(llama.model, wd, under_compile="eager")
     x = llama.make_inputs(3)
