@@ -312,8 +312,10 @@ def main(argv: list[str] | None = None) -> int:
     opts.out.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + opts.max_minutes * 60
     log_file = (opts.out / "models_gpu.log").open("a")
+    started = time.monotonic()
 
-    def log(msg: str) -> None:
+    def log(msg: str) -> None:  # seconds since the start: where a cut-off call spent its minutes
+        msg = f"[{time.monotonic() - started:6.1f} s] {msg}"
         print(msg, flush=True)
         log_file.write(msg + "\n")
         log_file.flush()
