@@ -44,15 +44,16 @@
 #   bash benchmarks/pending_gpu.sh fourteenth_b OUT # the moe and attention starters judged stage by
 #                                               # stage; hf:bert against torch.compile's default mode
 #   bash benchmarks/pending_gpu.sh fourteenth_c OUT # the LLaMA example compiled with every op handed to inductor
-#                                               # (the original's graph now); the moe starter judged
+#                                               # (the original's graph now)
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-part=${1:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c OUT}
-out=${2:?usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c OUT}
+usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c OUT"
+part=${1:?$usage}
+out=${2:?$usage}
 mkdir -p "$out"
 export PYTHONPATH=src
 
@@ -199,18 +200,13 @@ fourteenth_b)  # the moe starter on a GPU and the attention starter's cost under
         --attacks ""
     step attention_judge 220 python benchmarks/judge_smoke_gpu.py --out "$out/attention_judge" --budget 150 \
         --kinds attention --attacks ""
-    test "${WITH_BERT:-1}" = 1 || exit 0
     step bert 150 python benchmarks/models_gpu.py --out "$out/bert" --skip-fused --models hf:bert \
         --compile-mode default --under-compile auto --max-minutes 2.4
     ;;
 fourteenth_c)  # torch.compile of the patched LLaMA example with every op handed to inductor, now that the
-    # handed-over places compute as the model's own code (no addmm for the residual adds); the moe starter
-    # LLAMA_MODE=default: torch.compile's default mode, for a short call (max-autotune compiles take a minute each)
-    step llama_eager "${LLAMA_LIMIT:-250}" python benchmarks/models_gpu.py --out "$out/llama" --skip-fused --models llama \
-        --under-compile eager --compile-mode "${LLAMA_MODE:-max-autotune-no-cudagraphs}" --max-minutes 4
-    test "${WITH_MOE:-1}" = 1 || exit 0
-    step moe_judge 100 python benchmarks/judge_smoke_gpu.py --out "$out/moe_judge" --budget 90 --kinds moe_experts \
-        --attacks ""
+    # handed-over places compute as the model's own code (no addmm for the residual adds)
+    step llama_eager 250 python benchmarks/models_gpu.py --out "$out/llama" --skip-fused --models llama \
+        --under-compile eager --max-minutes 4
     ;;
 ahead)
     step compile_ahead 420 python benchmarks/compile_ahead_gpu.py --out "$out/ahead" --kinds softmax,rmsnorm \
@@ -224,7 +220,7 @@ profile)
         --cuda-graphs --compile-mode reduce-overhead --models hf:gpt2 --max-minutes 1.5
     ;;
 *)
-    echo "unknown part $part (judge, kinds, tuner, fixes, profile, ahead, compile, retune, rotary, loopcost, llama, cost, replay, tenth, eleventh or idle)" >&2
+    echo "unknown part $part; $usage" >&2
     exit 2
     ;;
 esac

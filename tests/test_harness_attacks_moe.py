@@ -23,11 +23,11 @@ def loads(index: torch.Tensor, experts: int) -> torch.Tensor:
     return torch.bincount(index.reshape(-1), minlength=experts)
 
 
-
 def judged(attack: str):
     """A moe_experts attack file judged in bf16, without timing."""
     with Evaluator("moe_experts", device="cpu", dtypes=["bf16"], timeout_s=120, timing=False, baselines=False) as ev:
         return ev.evaluate(ATTACKS / attack)
+
 
 def test_token_dropping_past_an_expert_capacity_is_incorrect():
     """The capacity attack goes exact only when every token's first choice is one expert; the
