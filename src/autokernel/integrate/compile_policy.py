@@ -18,11 +18,8 @@ would in the original model:
   measured here (every CPU run);
 - ``ours``: our kernel everywhere (what ``apply`` did before);
 - ``eager``: the eager op everywhere: torch.compile of the patched model compiles the original's
-  graph.  A place with an op handed over computes in the model's own shapes (``ops.rows``; a
-  swapped rotary function calls the model's own, ``ops.traced_as_original``): the 2-D rows our
-  kernels take had let inductor turn the LLaMA example's residual adds into cuBLAS addmm, apart
-  from their norms (torch.compile of it ran 3% slower than of the original on the H200; not yet
-  timed with this fix);
+  graph: a place with an op handed over computes in the model's own shapes, and a swapped rotary
+  function calls the model's own (``ops.traced_as_original``, ``ops.rows``: why);
 - ``uncompiled``: torch.compile leaves the patched model out (``torch.compiler.disable`` on its
   forward): it runs our kernels as in eager calls.  ``auto`` chooses this where the last
   ``verify`` here found torch.compile of the patched model, both ways above, slower than the

@@ -186,9 +186,8 @@ def register_kernel_op(kind: str, name: str, path: Path) -> tuple[str, Callable[
         # skip it; tracing, compiling, profiling, modes and tensor subclasses go through the op.
         if not needs_dispatcher(args):
             return impl(*args)
-        stand_in = TRACED_UNDER_COMPILE.get(opname)  # compile_policy.py: inductor compiles the eager op
-        if stand_in is not None and torch.compiler.is_compiling():
-            return stand_in(*args)
+        if traced_as_original(call):  # compile_policy.py: inductor compiles the eager op
+            return TRACED_UNDER_COMPILE[opname](*args)
         return op(*args)
 
     call.opname = opname
