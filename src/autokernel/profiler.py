@@ -58,7 +58,8 @@ FORWARD_LABEL = "ak::forward::"
 MODULE_LABEL = "ak::m::"
 FUNCTION_LABEL = "ak::f::"
 GELU_LABEL = "ak::gelu::"  # + "tanh" | "none": the form of an F.gelu call (the trace does not record strings)
-MARKED_FUNCTIONS = re.compile(r"^apply_rotary", re.IGNORECASE)
+# rotary functions, and transformers' eager attention (Gemma-2 soft-caps its scores there)
+MARKED_FUNCTIONS = re.compile(r"^(apply_rotary|eager_attention_forward$)", re.IGNORECASE)
 TOP_UNCOVERED = 12
 DEFAULT_WARMUP = 2  # untimed forward passes before profiling
 DEFAULT_ITERS = 3  # profiled forward passes
@@ -115,7 +116,7 @@ class Tracer:
         rf.__exit__(None, None, None)
 
     def _patch_functions(self) -> None:
-        """Wrap ``apply_rotary*`` functions in the Python modules that define the model, and
+        """Wrap ``apply_rotary*`` and ``eager_attention_forward`` functions in the Python modules that define the model, and
         in the globals of its classes' methods (``autokernel.apply`` gives a patched method
         its own copy of the globals)."""
         seen: set[int] = set()

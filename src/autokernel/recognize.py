@@ -39,6 +39,7 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "attention": ("B", "H", "Hkv", "S", "D", "causal"),
     "attention_masked": ("B", "H", "Hkv", "S", "D", "additive", "per_query"),
     "attention_rotary": ("B", "H", "Hkv", "S", "D", "causal"),
+    "attention_softcap": ("B", "H", "Hkv", "S", "D", "additive", "per_query"),
     "rotary": ("B", "H", "S", "D"),
     "rmsnorm": ("M", "N"),
     "layernorm": ("M", "N"),
@@ -741,6 +742,8 @@ def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], de
     call = node.scope
     assert call is not None
     if call.kind == "function":
+        if call.name.endswith("eager_attention_forward"):
+            return _eager_attention(call, node, subtree_ops, default_dtype)
         return _rotary(call, node, default_dtype)
     info = call.info
     if info is None or not call.args:
@@ -861,6 +864,31 @@ def _rotary(call: ScopeCall, node: Node, default_dtype: str) -> Instance | Unsup
     module = _enclosing_module(node.parent, lambda info: True)
     return Instance("rotary", tensors[0].dtype or default_dtype, shapes,
                     module=module.qualname if module else "", notes=(f"{where} ({layout})",))
+
+
+def _eager_attention(call: ScopeCall, node: Node, subtree_ops: set[str],
+                     default_dtype: str) -> Instance | Unsupported | None:
+    """transformers' eager attention ``(module, q, k, v, attention_mask, ...)`` that soft-caps its
+    scores (a tanh ran inside: Gemma-2's ``softcap``) is one ``attention_softcap``; without a
+    cap its ops are left to the op recognizers (matmuls, softmax)."""
+    if "aten::tanh" not in subtree_ops:
+        return None
+    q, k, v = (call.args[i].shape if len(call.args) > i else () for i in range(3))
+    if len(q) != 4 or len(k) != 4 or v != k or q[2] != k[2] or q[3] != k[3] or q[1] % k[1]:
+        return Unsupported(f"{call.name} (soft-capped, q {q}, k {k}, v {v})")
+    B, H, S, D = q
+    mask = call.args[3] if len(call.args) > 3 else None
+    form = mask_form(list(mask.shape), mask.dtype or default_dtype, call.args[0].dtype or default_dtype,
+                     B, H, S) if mask is not None else None
+    if form is None:
+        return Unsupported(f"{call.name} (soft-capped, without a mask attention_softcap takes)")
+    module = _enclosing_module(node.parent, lambda info: True)
+    return Instance("attention_softcap", call.args[0].dtype or default_dtype,
+                    [(make_shape("attention_softcap", B, H, k[1], S, D, *form), 1)],
+                    module=module.qualname if module else "",
+                    notes=(f"soft-capped scores in {call.name.rsplit('.', 1)[-1]} of "
+                           f"{module.cls_name if module else 'the model'}, attention_mask {'x'.join(map(str, mask.shape))} "
+                           f"({'additive' if form[0] else 'bool'})",))
 
 
 def is_gemm_kernel(name: str) -> bool:

@@ -1,4 +1,5 @@
-"""Attention and rotary: rebind the functions (SDPA, ``apply_rotary*``) a module's methods call."""
+"""Attention and rotary: rebind the functions (SDPA, transformers' eager attention,
+``apply_rotary*``) a module's methods call."""
 from __future__ import annotations
 
 import inspect
@@ -122,6 +123,33 @@ def _hf_attention_interfaces(interfaces: Any, sdpa: Callable[..., Any], masks: b
     return AttentionFunctions({**dict(interfaces), "sdpa": autokernel_sdpa_forward})
 
 
+def _softcap_replacement(k: KernelOp, original: Callable[..., Any]) -> Callable[..., Any]:
+    """transformers' eager attention (``eager_attention_forward``) whose soft-capped calls with a
+    mask the op takes go to ``k``'s op (``attention_softcap``); the rest to ``original``.  The
+    mask carries the causal and sliding-window pattern, so ``sliding_window`` needs nothing."""
+    op, dtype, head_dims = k.op, k.dtype, k.dims("D")
+
+    def eager_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
+                                softcap=None, **kwargs):
+        if (softcap is not None and not dropout and not traced_as_original(op)
+                and _sdpa_ok(query, key, value, dtype, head_dims, True)):
+            mask = kernel_mask(attention_mask, query, key)
+            if mask is not None:
+                out = op(query, key, value, mask, scaling, float(softcap))
+                return out.transpose(1, 2).contiguous(), None
+        return original(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                        softcap=softcap, **kwargs)
+
+    return eager_attention_forward
+
+
+def _softcap_form(fn: Any) -> bool:
+    """Is ``fn`` an eager attention function of transformers' form that can soft-cap its scores?"""
+    fn = module_wrapped_function(fn)
+    return (isinstance(fn, types.FunctionType) and fn.__name__ == "eager_attention_forward"
+            and "softcap" in inspect.signature(fn).parameters)
+
+
 def _gelu_replacement(k: KernelOp) -> Callable[..., Any]:
     """``F.gelu`` through the op; ``module`` (a GELU module called as a function) runs itself
     on the calls the op does not take."""
@@ -235,8 +263,8 @@ def _rotates_halves(fn: types.FunctionType, pair: bool) -> bool:
 
 
 def _global_replacements(fn: types.FunctionType, sdpa: Callable | None, rotary: KernelOp | None,
-                         gelu: Callable | None = None,
-                         sdpa_kinds: tuple[str, ...] = ("attention",)) -> tuple[dict[str, Any], set[str]]:
+                         gelu: Callable | None = None, sdpa_kinds: tuple[str, ...] = ("attention",),
+                         softcap: KernelOp | None = None) -> tuple[dict[str, Any], set[str]]:
     """Names in ``fn``'s globals to rebind so that its calls reach the ops, and the kinds
     (``sdpa_kinds``: those whose ops ``sdpa`` reaches)."""
     out: dict[str, Any] = {}
@@ -271,6 +299,9 @@ def _global_replacements(fn: types.FunctionType, sdpa: Callable | None, rotary: 
             tanh = _gelu_module_form(value)
             out[name] = lambda input, _module=value, _tanh=tanh: gelu(input, "tanh" if _tanh else "none", _module)
             kinds.add("gelu")
+        elif softcap is not None and _softcap_form(value):
+            out[name] = _softcap_replacement(softcap, value)
+            kinds.add("attention_softcap")
         if rotary is not None:
             form = _rotary_form(value)
             if form is not None:
@@ -304,7 +335,7 @@ def _rebound(fn: types.FunctionType, names: dict[str, Any]) -> types.FunctionTyp
 
 
 # the kinds whose ops the functions a module's methods call are rebound to
-CALL_KINDS = frozenset({"attention", "attention_masked", "rotary", "gelu", "attention_rotary"})
+CALL_KINDS = frozenset({"attention", "attention_masked", "rotary", "gelu", "attention_rotary", "attention_softcap"})
 
 
 def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, skipped) -> None:
@@ -319,15 +350,16 @@ def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, sk
         rot = _pick(kops, "rotary", name)
         gel = _pick(kops, "gelu", name)
         fused = _pick(kops, "attention_rotary", name)
+        capped = _pick(kops, "attention_softcap", name)
         if gel is not None and gelu_form(m) is not None:
             gel = None  # a GELU activation module: switched (or left alone) as a module in `fused`
-        if att is None and masked is None and rot is None and gel is None and fused is None:
+        chosen = (att, masked, rot, gel, fused, capped)
+        if all(k is None for k in chosen):
             continue
-        key = (type(m), "calls", att.opname if att else None, masked.opname if masked else None,
-               rot.opname if rot else None, gel.opname if gel else None, fused.opname if fused else None)
+        key = (type(m), "calls") + tuple(k.opname if k else None for k in chosen)
         cls = _SUBCLASSES.get(key)
         if cls is None:
-            cls = _calls_subclass(type(m), att, rot, gel, masked, fused)
+            cls = _calls_subclass(type(m), att, rot, gel, masked, fused, capped)
             _SUBCLASSES[key] = cls
         if not cls._autokernel_kinds:
             continue
@@ -343,9 +375,11 @@ _LIBRARY_BASES = ("transformers.modeling_utils", "transformers.generation.")
 
 
 def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None, gel: KernelOp | None = None,
-                    masked: KernelOp | None = None, fused: KernelOp | None = None) -> type:
+                    masked: KernelOp | None = None, fused: KernelOp | None = None,
+                    capped: KernelOp | None = None) -> type:
     """A subclass of ``base`` whose methods that call SDPA / a rotary function / F.gelu call
-    the ops instead (``_autokernel_kinds`` empty when there is none); with ``fused``, a method
+    the ops instead (``_autokernel_kinds`` empty when there is none; ``capped``: transformers' eager
+    attention with soft-capped scores, ``attention_softcap``); with ``fused``, a method
     that rotates q and k and hands them to attention runs the ``attention_rotary`` op
     (``rotary_attention``) on the calls it can."""
     from .rotary_attention import fused_method
@@ -366,7 +400,7 @@ def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None, gel:
             inner = inspect.unwrap(fn)  # a decorated method: the calls are in the function it wraps
             if not isinstance(inner, types.FunctionType):
                 continue
-            names, kinds_fn = _global_replacements(inner, sdpa, rot, gelu, sdpa_kinds)
+            names, kinds_fn = _global_replacements(inner, sdpa, rot, gelu, sdpa_kinds, capped)
             both = fused_method(inner, names, fused, rot) if fused is not None else None
             if both is not None:
                 kinds_fn = kinds_fn | {"attention_rotary"}

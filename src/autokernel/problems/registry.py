@@ -17,6 +17,7 @@ BUILTIN_KINDS: dict[str, str] = {
     "attention": "attention",
     "attention_masked": "attention_masked",
     "attention_rotary": "attention_rotary",
+    "attention_softcap": "attention_softcap",
     "swiglu": "swiglu",
     "fused_mlp": "fused_mlp",
     "cross_entropy": "cross_entropy",
