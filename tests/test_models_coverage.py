@@ -63,10 +63,10 @@ CASES = [
      "encoder_ffn_dim=128,decoder_ffn_dim=128,vocab_size=256", [2, 32], 0.90,
      {"linear_gelu", "add_layernorm", "layernorm", "attention", "matmul"}),
     ("hf:convnext", None, None, 0.90, {"linear_gelu", "layernorm", "matmul"}),
-    # Gemma-2: soft-capped eager attention (attention_softcap); the final logits' cap (div, tanh,
-    # mul over the vocabulary, 13% at this width) is not covered
-    ("hf:gemma2", SMALL_DECODER + ",num_key_value_heads=2,head_dim=32", [2, 128], 0.80,
-     {"attention_softcap", "geglu", "add_rmsnorm", "rmsnorm", "matmul", "embedding"}),
+    # Gemma-2's soft caps: eager attention (attention_softcap) and the final logits (softcap);
+    # 69.1% before them (at 2x32 tokens), 96.9% after
+    ("hf:gemma2", SMALL_DECODER + ",num_key_value_heads=2,head_dim=32", [2, 128], 0.95,
+     {"attention_softcap", "softcap", "geglu", "add_rmsnorm", "rmsnorm", "matmul", "embedding"}),
 ]
 # models whose layers end with a residual add that the next layer's first norm reads: the final norm
 FUSED_AHEAD = {"gpt2": "ln_f", "hf:gpt2": "model.transformer.ln_f", "hf:phi3": "model.model.norm",

@@ -57,6 +57,7 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "rotary_table": ("B", "S", "D"),
     "linear_gelu": ("M", "N", "K", "tanh"),
     "moe_experts": ("T", "K", "E", "D", "I"),
+    "softcap": ("M", "N"),
 }
 
 PROFILER_DTYPES = {
@@ -726,6 +727,24 @@ def _execution_order(node: Node):
 
 def _metadata_only(node: Node) -> bool:
     return node.name in METADATA_OPS and all(_metadata_only(c) for c in node.children if c.scope is None)
+
+
+def pair_softcap(parent: Node, default_dtype: str) -> dict[int, Instance]:
+    """``x / c``, ``tanh``, ``* c`` in a row among a node's children (views aside), each on a
+    tensor of the first one's shape, ``c`` a scalar both times: one ``softcap`` (Gemma-2's final
+    logits).  Map the three nodes (by id) to it."""
+    out: dict[int, Instance] = {}
+    kids = [c for c in parent.children if c.scope is None and c.name not in VIEW_OPS]
+    for div, tanh, mul in zip(kids, kids[1:], kids[2:]):
+        if (div.name, tanh.name, mul.name) != ("aten::div", "aten::tanh", "aten::mul"):
+            continue
+        x = _arg(div, 0)
+        if not x or _arg(div, 1) or _arg(tanh, 0) != x or _arg(mul, 0) != x or _arg(mul, 1):
+            continue
+        inst = Instance("softcap", _dtype(div, 0, default_dtype), [(make_shape("softcap", rows(x), x[-1]), 1)],
+                        notes=("x / c, tanh, * c: a soft cap",))
+        out[id(div)] = out[id(tanh)] = out[id(mul)] = inst
+    return out
 
 
 def norm_class(info: ModuleInfo) -> bool:

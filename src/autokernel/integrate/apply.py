@@ -23,6 +23,7 @@ from .patching import _model_device
 from .residuals import _apply_residual_adds
 from .runfiles import IntegrateError, load_workdir_plan
 from .selection import KernelOp, select_kernels
+from .softcaps import _apply_softcap
 from .tables import _apply_rotary_table
 
 
@@ -48,6 +49,7 @@ _MODULE_APPLIERS = {
     "add_layernorm:adds": _apply_residual_adds,
     "linear_gelu": _apply_linear_gelu,
     "moe_experts": _apply_moe_experts,
+    "softcap": _apply_softcap,
 }
 # Post-norm output blocks (``<kind>:outputs``) first: they take the add and their norm child.
 # fused_mlp before swiglu (it covers more of the MLP); matmul last so that the linears of a
@@ -60,7 +62,7 @@ _MODULE_APPLIERS = {
 _ORDER = ("linear_gelu", "add_rmsnorm:outputs", "add_layernorm:outputs", "rmsnorm", "layernorm", "add_rmsnorm", "add_layernorm",
           "add_rmsnorm:adds", "add_layernorm:adds",
           "gelu", "softmax", "cross_entropy", "fused_mlp", "swiglu", "geglu", "swiglu_packed", "embedding",
-          "rotary_table", "moe_experts", "matmul")
+          "rotary_table", "moe_experts", "softcap", "matmul")
 _SHARES_MODULES = {"add_rmsnorm", "add_layernorm", "add_rmsnorm:adds", "add_layernorm:adds"}
 
 

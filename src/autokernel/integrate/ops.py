@@ -40,6 +40,7 @@ SCHEMAS: dict[str, str] = {
     "rotary_table": "(Tensor position_ids, Tensor inv_freq, float scaling, Tensor like) -> (Tensor, Tensor)",
     "linear_gelu": "(Tensor x, Tensor w, Tensor b, bool tanh) -> Tensor",
     "moe_experts": "(Tensor x, Tensor top_k_index, Tensor top_k_weights, Tensor gate_up, Tensor down) -> Tensor",
+    "softcap": "(Tensor x, float cap) -> Tensor",
 }
 # kinds whose op returns two tensors of one shape and dtype (``output_meta``): (normalised rows,
 # sum) with the first input's, and (cos, sin)
@@ -51,7 +52,7 @@ def output_meta(kind: str, args: tuple) -> tuple[tuple[int, ...], torch.dtype]:
     x = args[0]
     if kind == "rotary_table":
         return tuple(x.shape) + (2 * args[1].numel(),), args[3].dtype
-    if kind in ("rmsnorm", "layernorm", "softmax", "swiglu", "rotary", "gelu", "geglu", "moe_experts") or kind in TWO_OUTPUTS:
+    if kind in ("rmsnorm", "layernorm", "softmax", "swiglu", "rotary", "gelu", "geglu", "moe_experts", "softcap") or kind in TWO_OUTPUTS:
         return tuple(x.shape), x.dtype
     if kind in ("attention", "attention_masked", "attention_rotary", "attention_softcap"):
         return tuple(x.shape[:-1]) + (args[2].shape[-1],), x.dtype

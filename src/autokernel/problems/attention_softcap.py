@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from . import attention_masked as masked
-from .attention import grouped_heads_error, head_strided_layout, heldout, logit_gain, scale_choices, scaled_scores
+from .attention import grouped_heads_error, head_strided_layout, heldout, logit_gain, scaled_scores
 from .base import Problem, choose, choose_or_draw, generator
 
 DIMS = masked.DIMS

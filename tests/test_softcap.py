@@ -1,0 +1,166 @@
+"""softcap: ``cap * tanh(x / cap)`` (Gemma-2's final logits).  The problem's inputs catch a
+kernel that leaves the cap out, keeps one value or loses the small outputs' precision; the
+starter passes; the forward rewrite takes the spellings transformers and others use and leaves
+look-alikes alone; and a Gemma-2 model, both of its soft caps switched (the final logits'
+``softcap`` and the attention's ``attention_softcap``), verifies."""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import inspect
+import json
+import os
+import shutil
+import textwrap
+
+import pytest
+import torch
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from autokernel.harness import compare  # noqa: E402
+from autokernel.harness.stages import upcast  # noqa: E402
+from autokernel.integrate.softcaps import HELPER, rewritten_forward  # noqa: E402
+from autokernel.problems import get_problem  # noqa: E402
+from autokernel.problems.registry import KERNELS_DIR, load_starter  # noqa: E402
+
+HF = importlib.util.find_spec("transformers") is not None
+TINY_GEMMA2 = ("hidden_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,head_dim=16,"
+               "intermediate_size=128,vocab_size=128")
+
+
+def judged(problem, dtype, fn, args) -> bool:
+    out = fn(*args)
+    ref = problem.reference(*upcast(args, torch.float64))
+    return compare.compare_outputs(out, ref, compare.output_meta(out), problem.tolerance(dtype)).ok
+
+
+def cases(problem, shape, dtype):
+    return [("random", problem.make_inputs(dict(shape), dtype, "cpu", s)) for s in range(4)] + \
+        problem.adversarial_inputs(dict(shape), dtype, "cpu", 5)
+
+
+def _cancelling(x, cap):
+    """tanh as 1 - 2 / (exp(2t) + 1) in fp32: right to 1e-7 absolute, wrong relatively near 0."""
+    t = x.float() / cap
+    return (cap * (1 - 2 / (torch.exp(2 * t) + 1))).to(x.dtype)
+
+
+WRONG = {
+    "leaves the cap out": lambda x, cap: x.clone(),
+    "keeps Gemma-2's cap of 30": lambda x, cap: (torch.tanh(x.float() / 30.0) * 30.0).to(x.dtype),
+    "cancels near zero": _cancelling,
+}
+
+
+@pytest.mark.parametrize("wrong", list(WRONG))
+def test_the_inputs_catch_a_wrong_cap(wrong):
+    problem = get_problem("softcap")
+    shape = problem.cpu_shapes[0]
+    failed = [name for name, args in cases(problem, shape, torch.float32)
+              if not judged(problem, torch.float32, WRONG[wrong], args)]
+    assert failed, f"a kernel that {wrong} passes every case"
+
+
+def test_starter_and_eager_pass_every_case():
+    problem = get_problem("softcap")
+    kernel = load_starter("softcap")
+    for shape in problem.cpu_shapes + problem.cpu_edge_shapes[-2:]:
+        for dtype in problem.dtypes:
+            for name, args in cases(problem, shape, dtype):
+                assert judged(problem, dtype, kernel.kernel_fn, args), (shape, dtype, name)
+                assert judged(problem, dtype, problem.eager, args), (shape, dtype, name)
+
+
+def _rewritten_source(fn) -> str | None:
+    new = rewritten_forward(fn, lambda x, cap: x)
+    if new is None:
+        return None
+    return ast.unparse(new.__autokernel_tree__)
+
+
+class Spellings:
+    def three_statements(self, x):
+        x = x / self.cap
+        x = torch.tanh(x)
+        x = x * self.cap
+        return x
+
+    def method_tanh_cap_first(self, logits):
+        logits = logits / 30.0
+        logits = logits.tanh()
+        logits = 30.0 * logits
+        return logits
+
+    def one_expression(self, h):
+        return self.cfg.cap * torch.tanh(self.proj(h) / self.cfg.cap)
+
+    def caps_differ(self, x):
+        x = x / self.cap
+        x = torch.tanh(x)
+        x = x * self.other
+        return x
+
+    def not_consecutive(self, x):
+        x = x / self.cap
+        y = x + 1
+        x = torch.tanh(x)
+        x = x * self.cap
+        return x, y
+
+    def cap_is_a_call(self, x):
+        return self.cap() * torch.tanh(x / self.cap())
+
+
+def test_the_rewrite_takes_the_spellings_and_leaves_look_alikes():
+    for name in ("three_statements", "method_tanh_cap_first", "one_expression"):
+        source = _rewritten_source(getattr(Spellings, name))
+        assert source is not None and source.count(HELPER) == 1 and "tanh(" not in source, (name, source)
+    assert f"{HELPER}(self.proj(h), self.cfg.cap)" in _rewritten_source(Spellings.one_expression)
+    for name in ("caps_differ", "not_consecutive", "cap_is_a_call"):
+        assert _rewritten_source(getattr(Spellings, name)) is None, name
+    assert "x / self.cap" in textwrap.dedent(inspect.getsource(Spellings.three_statements))  # the class is untouched
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_gemma2_both_soft_caps_are_found_placed_and_verify(tmp_path):
+    """hf:gemma2 runs transformers' eager attention (SDPA has no cap) with a [B,1,S,S] additive
+    mask, and caps its final logits in ``Gemma2ForCausalLM.forward``: the plan has one
+    attention_softcap problem for both layers and one softcap problem; the starters are applied
+    there, each op runs where it should, and the model verifies."""
+    from autokernel.integrate import OP_CALLS, apply
+    from autokernel.models import load_model
+    from autokernel.plan import save_plan
+    from autokernel.profiler import profile_model
+    from autokernel.verify import verify
+
+    loaded = load_model("hf:gemma2", config_overrides=TINY_GEMMA2, input_shape=[2, 12])
+    plan = profile_model(loaded, warmup=0, iters=1)
+    by_kind = {p.kind: p for p in plan.problems if p.kind in ("attention_softcap", "softcap")}
+    assert set(by_kind) == {"attention_softcap", "softcap"}, [(p.kind, p.note) for p in plan.problems]
+    assert all(p.supported for p in by_kind.values()), [(p.kind, p.note) for p in by_kind.values()]
+    capped, final = by_kind["attention_softcap"], by_kind["softcap"]
+    assert capped.shapes == [{"B": 2, "H": 4, "Hkv": 2, "S": 12, "D": 16, "additive": 1, "per_query": 1}]
+    assert sorted(capped.modules) == ["model.model.layers.0.self_attn", "model.model.layers.1.self_attn"]
+    assert final.shapes == [{"M": 24, "N": 128}] and final.modules == ["model"]
+    assert not any(p.kind == "softmax" for p in plan.problems)  # the attention's softmax is its problem's
+    assert not any(u.name in ("aten::tanh", "aten::div") for u in plan.not_covered), plan.not_covered
+    for p in by_kind.values():
+        (tmp_path / "problems" / p.name).mkdir(parents=True)
+        shutil.copyfile(KERNELS_DIR / f"{p.kind}.py", tmp_path / "problems" / p.name / "kernel.py")
+    save_plan(plan, tmp_path / "plan.json")
+    (tmp_path / "run.json").write_text(json.dumps({"model": "hf:gemma2", "dtype": "fp32", "device": "cpu",
+                                                   "input_shape": [2, 12], "config": TINY_GEMMA2}))
+    result = verify(tmp_path, seeds=(0, 1), timing=False, breakdown=False, log=lambda *_: None)
+    assert result.passed, result
+    assert {("model.model.layers.0.self_attn", "attention_softcap"), ("model.model.layers.1.self_attn", "attention_softcap"),
+            ("model", "softcap")} <= {tuple(r) for r in result.replaced}
+    patched = apply(loaded.model, tmp_path)
+    ops = {kind: patched._autokernel_ops[p.name] for kind, p in by_kind.items()}
+    before = {kind: OP_CALLS[op] for kind, op in ops.items()}
+    ids = loaded.make_inputs(3)
+    with torch.no_grad():
+        got = patched(*ids)
+        want = loaded.model(*ids)
+    assert {kind: OP_CALLS[op] - before[kind] for kind, op in ops.items()} == {"attention_softcap": 2, "softcap": 1}
+    assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
