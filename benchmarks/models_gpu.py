@@ -12,11 +12,15 @@
      - hf:gpt2 and hf:bert at their real sizes, 4x512 tokens, bf16
      - hf:mixtral at a quarter of Mixtral-8x7B's widths (D 1024, experts' I 3584, 8 experts, 2
        a token, 4 layers), 4x1024 tokens, bf16: the experts as one moe_experts op
+     - hf:gemma2 at Gemma-2-2B's widths, 4 layers, 4x1024 tokens, bf16: both soft caps
+       (attention_softcap in eager attention, softcap on the final logits)
 2. fused kinds: each new kind (add_rmsnorm, add_layernorm, gelu, geglu, swiglu_packed, embedding,
-   rotary_table, attention_masked: BERT-base heads at 4x512 with the [B,1,S,S] bool mask) at its
-   first GPU shape in bf16: the starter, eager PyTorch and torch.compile of the eager op, and
-   Liger-Kernel's op where Liger has it and is importable, side by side (triton.testing.do_bench,
-   median).
+   rotary_table, attention_masked: BERT-base heads at 4x512 with the [B,1,S,S] bool mask,
+   attention_softcap: Gemma-2-9B heads at 2x2048 with transformers' additive mask, softcap:
+   Gemma-2's logits at 4x1024 tokens) at its first GPU shape in bf16: the starter, eager PyTorch
+   and torch.compile of the eager op, and Liger-Kernel's op where Liger has it and is importable
+   (for attention_softcap, compiled FlexAttention with the cap and the mask as its score
+   modification), side by side (triton.testing.do_bench, median).  --kinds picks some.
 
 3. with --ahead-ab, each model whose layer-end residual adds are fused ahead into the next
    layer's first norm (plan ``add_from``: hf:gpt2, the HF decoders) is verified a second time
@@ -41,18 +45,22 @@ import traceback
 from pathlib import Path
 
 FUSED_KINDS = ["add_rmsnorm", "add_layernorm", "gelu", "geglu", "swiglu_packed", "embedding", "rotary_table",
-               "attention_masked"]
+               "attention_masked", "attention_softcap", "softcap"]
 LLAMA_4096 = "dim=4096,n_layers=4,n_heads=32,n_kv_heads=8,hidden_dim=11008,vocab_size=32000"
 # Mixtral-shaped at a quarter of 8x7B's widths (8 experts, 2 a token), 4 layers
 MIXTRAL_QUARTER = ("hidden_size=1024,intermediate_size=3584,num_hidden_layers=4,num_attention_heads=8,"
                    "num_key_value_heads=2,num_local_experts=8,vocab_size=32000")
 GPU_MODELS = [("llama", LLAMA_4096, "4x1024"), ("hf:gpt2", None, "4x512"), ("hf:bert", None, "4x512"),
-              ("hf:mixtral", MIXTRAL_QUARTER, "4x1024")]
+              ("hf:mixtral", MIXTRAL_QUARTER, "4x1024"),
+              # Gemma-2-2B's widths (default config: hidden 2304, 8 heads of 256, vocabulary 256,000), 4 layers
+              ("hf:gemma2", "num_hidden_layers=4", "4x1024")]
 CPU_MODELS = [("llama", "n_layers=1", "1x8"), ("hf:gpt2", "n_embd=64,n_layer=1,n_head=2,vocab_size=512", "1x8"),
               ("hf:bert", "hidden_size=64,num_hidden_layers=1,num_attention_heads=2,intermediate_size=128,vocab_size=512",
                "1x8"),
               ("hf:mixtral", "hidden_size=32,intermediate_size=48,num_hidden_layers=1,num_attention_heads=4,"
-                             "num_key_value_heads=2,vocab_size=128,num_local_experts=4", "1x8")]
+                             "num_key_value_heads=2,vocab_size=128,num_local_experts=4", "1x8"),
+              ("hf:gemma2", "hidden_size=64,num_hidden_layers=1,num_attention_heads=4,num_key_value_heads=2,head_dim=16,"
+                            "intermediate_size=128,vocab_size=128", "1x8")]
 
 
 def liger_op(kind: str):
@@ -105,6 +113,33 @@ def device_time_ms(fn, calls: int = 10) -> float:
     return float(triton.testing.do_bench(graph.replay, warmup=25, rep=100, return_mode="median")) / calls
 
 
+def flex_softcap(q, k, v, mask, scale, softcap):
+    """FlexAttention (compiled) with the cap and the mask as a score modification: what a torch
+    user writes for Gemma-2's attention today; None where this torch has no FlexAttention."""
+    import torch
+
+    try:
+        from torch.nn.attention.flex_attention import flex_attention
+    except ImportError:
+        return None
+    compiled = torch.compile(flex_attention)
+    masked = mask.dtype == torch.bool
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        capped = torch.tanh(score / softcap) * softcap
+        m = mask[b if mask.shape[0] > 1 else 0, h if mask.shape[1] > 1 else 0, q_idx if mask.shape[2] > 1 else 0, kv_idx]
+        return torch.where(m, capped, -float("inf")) if masked else capped + m
+
+    def run():
+        return compiled(q, k, v, score_mod=score_mod, scale=scale, enable_gqa=k.shape[1] != q.shape[1])
+
+    try:
+        run()
+    except Exception:  # noqa: BLE001 - a FlexAttention this torch cannot compile: no column
+        return None
+    return run
+
+
 def bench_fused(kind: str, gpu: bool, compile_ok: bool, compile_mode: str) -> dict:
     import torch
 
@@ -130,6 +165,10 @@ def bench_fused(kind: str, gpu: bool, compile_ok: bool, compile_mode: str) -> di
         liger = liger_op(kind)
         if liger is not None and gpu and liger(*args) is not None:
             row["liger_ms"] = time_ms(lambda: liger(*args), gpu)
+        if kind == "attention_softcap" and gpu and compile_ok:
+            flex = flex_softcap(*args)
+            if flex is not None:
+                row["flex_ms"] = time_ms(flex, gpu)
     if gpu:
         row["starter_gbs"] = row["bytes"] / (row["starter_ms"] * 1e-3) / 1e9
     return row
@@ -256,7 +295,8 @@ def fmt(x, unit: str = "") -> str:
 
 
 def markdown(fused: list[dict], models: list[dict], skipped: list[str]) -> str:
-    lines = ["| fused kind | shape | starter ms | eager ms | compile ms | Liger ms | starter vs eager | starter vs compile |",
+    lines = ["| fused kind | shape | starter ms | eager ms | compile ms | Liger / FlexAttention ms | starter vs eager | "
+             "starter vs compile |",
              "|---|---|---|---|---|---|---|---|"]
     for r in fused:
         if "error" in r:
@@ -264,7 +304,8 @@ def markdown(fused: list[dict], models: list[dict], skipped: list[str]) -> str:
             continue
         s, e, c = r["starter_ms"], r["eager_ms"], r.get("compile_ms")
         lines.append(f"| {r['kind']} | {'x'.join(str(v) for v in r['shape'].values())} | {s:.4f} | {e:.4f} | "
-                     f"{fmt(c)} | {fmt(r.get('liger_ms'))} | {e / s:.2f}x | {fmt(c / s if c else None, 'x')} |")
+                     f"{fmt(c)} | {fmt(r.get('liger_ms', r.get('flex_ms')))} | {e / s:.2f}x | "
+                     f"{fmt(c / s if c else None, 'x')} |")
     lines += ["", "| model | tokens | passed | eager ms | patched ms | compile ms | compile(patched) ms | patched/eager | "
               "patched/compile | compile(patched)/best | patched/compile back to back | patched/compile GPU work alone |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -293,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="torch.compile mode of the baselines ('default' compiles faster)")
     ap.add_argument("--models", default="", help="comma-separated subset of llama,hf:gpt2,hf:bert,hf:mixtral ('none': no model)")
     ap.add_argument("--skip-fused", action="store_true", help="models only, not the fused kinds")
+    ap.add_argument("--kinds", default="", help=f"comma-separated subset of the fused kinds ({','.join(FUSED_KINDS)})")
     ap.add_argument("--under-compile", default="auto", choices=UNDER_COMPILE,
                     help="what each op runs under torch.compile of the patched model (auto: our kernels here, "
                          "where no run's results exist)")
@@ -326,7 +368,12 @@ def main(argv: list[str] | None = None) -> int:
     def save() -> None:
         (opts.out / "results.json").write_text(json.dumps(results, indent=2, default=str))
 
-    for kind in [] if opts.skip_fused else FUSED_KINDS:
+    kinds = [k for k in opts.kinds.split(",") if k] or FUSED_KINDS
+    unknown = sorted(set(kinds) - set(FUSED_KINDS))
+    if unknown:
+        print(f"unknown fused kinds {unknown}: choose from {','.join(FUSED_KINDS)}", file=sys.stderr)
+        return 2
+    for kind in [] if opts.skip_fused else kinds:
         if time.monotonic() > deadline:
             results["skipped"].append(kind)
             continue

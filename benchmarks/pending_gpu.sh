@@ -45,13 +45,16 @@
 #                                               # stage; hf:bert against torch.compile's default mode
 #   bash benchmarks/pending_gpu.sh fourteenth_c OUT # the LLaMA example compiled with every op handed to inductor
 #                                               # (the original's graph now)
+#   bash benchmarks/pending_gpu.sh fifteenth OUT # Gemma-2's soft caps: the attention_softcap and softcap starters
+#                                               # judged, against eager, torch.compile and FlexAttention;
+#                                               # hf:gemma2 (2B widths, 4 layers) verified and timed
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c OUT"
+usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth OUT"
 part=${1:?$usage}
 out=${2:?$usage}
 mkdir -p "$out"
@@ -193,6 +196,12 @@ fourteenth)  # the thirteenth session's judge (numerics at the edge and held-out
     step judge_smoke 300 python benchmarks/judge_smoke_gpu.py --out "$out/smoke" --budget 270 --attacks "" \
         --kinds layernorm,add_layernorm,fused_mlp,attention,cross_entropy,matmul,moe_experts,linear_gelu,rmsnorm,add_rmsnorm,softmax,attention_masked,attention_rotary
     step packed 270 python benchmarks/packed_linears_gpu.py --out "$out/packed" --compile
+    ;;
+fifteenth)  # the fifteenth session's kinds have not run on a GPU: false positives, their speed, the model
+    step softcap_judge 180 python benchmarks/judge_smoke_gpu.py --out "$out/softcap_judge" --budget 160 \
+        --kinds attention_softcap,softcap --attacks ""
+    step gemma2 380 python benchmarks/models_gpu.py --out "$out/gemma2" --kinds attention_softcap,softcap \
+        --models hf:gemma2 --max-minutes 6
     ;;
 fourteenth_b)  # the moe starter on a GPU and the attention starter's cost under the heavier judge, stage by
     # stage (attention's evaluation outlasted 3 minutes in fourteenth); hf:bert against torch.compile's default mode
