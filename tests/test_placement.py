@@ -174,3 +174,74 @@ def test_bart_layers_get_linear_gelu_and_their_residual_adds_fused_in_one_forwar
     with torch.no_grad():
         patched(torch.randint(0, 256, (2, 16)))
     assert OP_CALLS[op] - before == 4  # one a layer
+
+
+class _ScoresThenProject(torch.nn.Module):
+    """A linear child, and a batched matmul in the module's own forward (eager attention's
+    q @ k^T, as GPT-OSS's attention with sinks runs it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(32, 32)
+
+    def forward(self, x):
+        scores = torch.matmul(x, x.transpose(-2, -1))  # [B, S, S]
+        return self.proj(torch.matmul(scores, x))
+
+
+class _Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.block = _ScoresThenProject()
+
+    def forward(self, x):
+        return self.block(x)
+
+
+def test_a_gemm_in_a_modules_own_forward_is_not_placed_by_switching_its_linear_children(tmp_path):
+    """The matmul applier switches nn.Linear modules: the block's own matmuls stay PyTorch's.
+    Their time counted as covered because the block's linear child was switched (hf:gpt_oss's
+    eager attention, 2.2% of it at 2x128 tokens); it counts as not covered now, by module."""
+    from autokernel.models import LoadedModel
+
+    model = _Model().eval()
+    loaded = LoadedModel(model=model, make_inputs=lambda seed: (torch.randn(2, 48, 32, generator=torch.Generator().manual_seed(seed)),),
+                         spec="test", description="test", input_shape=[2, 48, 32], input_kind="float")
+    plan = profile_model(loaded, warmup=0, iters=1)  # placement checked (``mark_placement``)
+    matmul = next(p for p in plan.problems if p.kind == "matmul")
+    assert matmul.supported and set(matmul.module_time_us) == {"block.proj"}, matmul.module_time_us
+    block = next(u for u in plan.not_covered if u.name.startswith(f"{matmul.name} (matmul) at block,"))
+    assert block.time_us > 0 and "not placeable at block" in matmul.note
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_gpt2_conv1d_gemms_are_placed_and_match():
+    """GPT-2's attention and MLP projections are ``Conv1D`` (``x @ W + b``, W stored [K, N]), not
+    nn.Linear: the matmul applier passed them by, while the placement check counted their GEMMs
+    as placed because the attention module around them was switched for other kinds (30.6% of
+    hf:gpt2's time at 2x64 tokens once the check asked for the module itself).  They take the op
+    now (the matmul starter here), W as it is stored."""
+    from autokernel.integrate.apply import place_ops
+    from autokernel.integrate.ops import OP_CALLS, register_kernel_op
+    from autokernel.integrate.selection import KernelOp
+    from autokernel.problems.base import parse_dtype
+    from autokernel.problems.registry import KERNELS_DIR
+
+    loaded = load_model("hf:gpt2", config_overrides="n_embd=64,n_layer=1,n_head=2,vocab_size=128", input_shape=[1, 8],
+                        dtype=torch.float32)
+    plan = profile_model(loaded, warmup=0, iters=1)
+    matmul = next(p for p in plan.problems if p.kind == "matmul")
+    assert {"model.transformer.h.0.attn.c_attn", "model.transformer.h.0.mlp.c_proj"} <= set(matmul.module_time_us)
+    opname, op = register_kernel_op("matmul", "conv1d_test", KERNELS_DIR / "matmul.py")
+    patched = structural_copy(loaded.model)
+    placed = place_ops(patched, [KernelOp(matmul, opname, op, parse_dtype(matmul.dtype), KERNELS_DIR / "matmul.py")])
+    assert {("model.transformer.h.0.attn.c_attn", "matmul"), ("model.transformer.h.0.attn.c_proj", "matmul"),
+            ("model.transformer.h.0.mlp.c_proj", "matmul")} <= set(placed.replaced)  # c_fc: linear_gelu's
+    c_attn = patched.model.transformer.h[0].attn.c_attn
+    assert c_attn._autokernel_weight_t.data_ptr() == c_attn.weight.data_ptr()  # no copy of a [K, N] weight
+    before = OP_CALLS[opname]
+    with torch.no_grad():
+        x = loaded.make_inputs(1)
+        ref, out = loaded.model(*x), patched(*x)
+    assert OP_CALLS[opname] - before >= 4
+    assert ((out - ref).norm() / ref.norm()).item() < 1e-5

@@ -6,7 +6,7 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
-from ..recognize import is_silu_module, patch_conv_kernel
+from ..recognize import biased_linear_dims, is_silu_module, patch_conv_kernel
 from .ops import rows
 from .patching import _check_probe, _class_code_names, _pick, _probe, _probe_input, _reference, _swap_class
 from .selection import KernelOp
@@ -65,20 +65,35 @@ def _computes_linear(m: nn.Module, probed: dict) -> bool:
     return probed[key]
 
 
+def _computes_conv1d(m: nn.Module, probed: dict) -> bool:
+    """GPT-2's ``Conv1D`` (``x @ W + b``, W stored [K, N]), by one probe per class."""
+    dims = biased_linear_dims(m)
+    if dims is None or not dims[2]:
+        return False
+    key = (type(m), "conv1d")
+    if key not in probed:
+        probed[key] = _probe(m, type(m), _probe_input(dims[0], m, m.weight.dtype), lambda x: x @ m.weight + m.bias)
+    return probed[key]
+
+
 def _apply_matmul(model, k, done, replaced, skipped, probed) -> None:
     for name, m in model.named_modules():
-        linear = id(m) not in done and _pick([k], "matmul", name) is not None and _computes_linear(m, probed)
+        if id(m) in done or _pick([k], "matmul", name) is None:
+            continue
+        linear = _computes_linear(m, probed)
+        conv1d = not linear and _computes_conv1d(m, probed)
         patches = patch_conv_kernel(m) if type(m).forward is nn.Conv2d.forward else None
-        if id(m) in done or not (linear or patches) or _pick([k], "matmul", name) is None:
+        if not (linear or conv1d or patches):
             continue
         if m.weight.dtype != k.dtype:
             skipped.append((name, f"matmul: weight dtype {m.weight.dtype} is not the kernel's {k.dtype}"))
             continue
-        # The kernel takes b[K, N]: keep a contiguous transposed copy (inference only:
-        # later changes of the weight are not seen).
-        m.register_buffer("_autokernel_weight_t", m.weight.detach().reshape(m.weight.shape[0], -1).t().contiguous(),
-                          persistent=False)
-        if linear:
+        # The kernel takes b[K, N]: keep a contiguous transposed copy of nn.Linear's [N, K] weight
+        # (inference only: later changes of the weight are not seen); Conv1D's is [K, N] already.
+        weight = m.weight.detach()
+        m.register_buffer("_autokernel_weight_t", weight.contiguous() if conv1d else
+                          weight.reshape(weight.shape[0], -1).t().contiguous(), persistent=False)
+        if linear or conv1d:
             _swap_class(m, ("matmul", k.opname), _linear_members(k, type(m)))
         else:
             _swap_class(m, ("matmul", k.opname, patches), _patch_conv_members(k, *patches))

@@ -78,10 +78,21 @@ def check_placement(model: nn.Module, plan: Plan) -> PlacementCheck:
             check.unplaceable[k.problem.name] = f"{k.kind}: {NO_PLACE}" + (f" ({'; '.join(where)})" if where else "")
             continue
         missing = {m: _why(m, k.kind, placed.skipped) for m in k.problem.modules
-                   if not any(_related(name, [m]) for name in switched)}
+                   if not _placed_at(m, k.kind, switched, placed.replaced)}
         if missing:
             check.unplaced[k.problem.name] = missing
     return check
+
+
+def _placed_at(module: str, kind: str, switched: list[str], replaced: list[tuple[str, str]]) -> bool:
+    """Did the appliers switch the place where ``module``'s share of the problem runs?  A matmul's
+    module is the innermost one around the GEMM: a linear layer, or a module whose own forward
+    calls matmul (eager attention's q @ k^T).  Only switching it or a module around it for matmul
+    places that GEMM; switching its linear children does not.  For the other kinds, a switch of
+    the module, of one inside it or of one around it counts (their appliers switch at either)."""
+    if kind == "matmul":
+        return any(name == module or module.startswith(name + ".") for name, done in replaced if done == kind)
+    return any(_related(name, [module]) for name in switched)
 
 
 def _why(module: str, kind: str, skipped: list[tuple[str, str]]) -> str:
