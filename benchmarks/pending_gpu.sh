@@ -45,9 +45,10 @@
 #                                               # stage; hf:bert against torch.compile's default mode
 #   bash benchmarks/pending_gpu.sh fourteenth_c OUT # the LLaMA example compiled with every op handed to inductor
 #                                               # (the original's graph now)
-#   bash benchmarks/pending_gpu.sh fifteenth OUT # Gemma-2's soft caps: the attention_softcap and softcap starters
-#                                               # judged, against eager, torch.compile and FlexAttention;
-#                                               # hf:gemma2 (2B widths, 4 layers) verified and timed
+#   bash benchmarks/pending_gpu.sh fifteenth OUT # Gemma-2's soft caps and GPT-OSS's experts: the attention_softcap,
+#                                               # softcap and moe_experts_gptoss starters judged, against eager,
+#                                               # torch.compile and FlexAttention; hf:gemma2 (2B widths, 4 layers)
+#                                               # verified and timed
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
@@ -198,10 +199,10 @@ fourteenth)  # the thirteenth session's judge (numerics at the edge and held-out
     step packed 270 python benchmarks/packed_linears_gpu.py --out "$out/packed" --compile
     ;;
 fifteenth)  # the fifteenth session's kinds have not run on a GPU: false positives, their speed, the model
-    step softcap_judge 180 python benchmarks/judge_smoke_gpu.py --out "$out/softcap_judge" --budget 160 \
-        --kinds attention_softcap,softcap --attacks ""
-    step gemma2 380 python benchmarks/models_gpu.py --out "$out/gemma2" --kinds attention_softcap,softcap \
-        --models hf:gemma2 --max-minutes 6
+    step new_kinds_judge 200 python benchmarks/judge_smoke_gpu.py --out "$out/new_kinds_judge" --budget 180 \
+        --kinds attention_softcap,softcap,moe_experts_gptoss --attacks ""
+    step gemma2 360 python benchmarks/models_gpu.py --out "$out/gemma2" --kinds attention_softcap,softcap,moe_experts_gptoss \
+        --models hf:gemma2 --max-minutes 5.5
     ;;
 fourteenth_b)  # the moe starter on a GPU and the attention starter's cost under the heavier judge, stage by
     # stage (attention's evaluation outlasted 3 minutes in fourteenth); hf:bert against torch.compile's default mode

@@ -58,6 +58,7 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "linear_gelu": ("M", "N", "K", "tanh"),
     "moe_experts": ("T", "K", "E", "D", "I"),
     "softcap": ("M", "N"),
+    "moe_experts_gptoss": ("T", "K", "E", "D", "I"),
 }
 
 PROFILER_DTYPES = {
@@ -131,6 +132,7 @@ class ModuleInfo:
     biased_linear: tuple[int, int, bool] | None = None  # (K, N, weight stored [K, N]) of a linear with a bias
     moe_experts: tuple[int, int, int] | None = None  # (E, D, I) of a module holding SwiGLU experts as 3-D weights
     experts_layout: str | None = None  # why a module holding experts as 3-D weights is not moe_experts
+    gptoss_experts: tuple[int, int, int] | None = None  # (E, D, I) of GPT-OSS's clamped, biased GLU experts
 
 
 @dataclass
@@ -233,13 +235,17 @@ def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
         eps = getattr(module, "variance_epsilon", None)
     mlp, dims = mlp_linears(module)
     experts, other_experts = _experts_layout(module)
+    gptoss = gptoss_experts_dims(module)
+    if gptoss is not None:
+        other_experts = None
     return ModuleInfo(qualname=qualname, cls_name=type(module).__name__,
                       is_layernorm=isinstance(module, nn.LayerNorm), heads=heads, kv_heads=kv,
                       eps=float(eps) if isinstance(eps, (int, float)) else None, mlp=mlp, mlp_dims=dims,
                       packed_mlp=packed_mlp_dims(module), gelu_tanh=gelu_form(module),
                       residual_norm=residual_norm_parts(module), patch_conv=patch_conv_kernel(module),
                       scaled_embedding=scaled_embedding_parts(module), rotary_table=is_rotary_table(module),
-                      biased_linear=biased_linear_dims(module), moe_experts=experts, experts_layout=other_experts)
+                      biased_linear=biased_linear_dims(module), moe_experts=experts, experts_layout=other_experts,
+                      gptoss_experts=gptoss)
 
 
 def biased_linear_dims(module: nn.Module) -> tuple[int, int, bool] | None:
@@ -390,6 +396,26 @@ def moe_experts_dims(module: nn.Module) -> tuple[int, int, int] | None:
     and gate-less layouts (``is_transposed``, ``is_concatenated``... as transformers marks
     them) are not this kind."""
     return _experts_layout(module)[0]
+
+
+def gptoss_experts_dims(module: nn.Module) -> tuple[int, int, int] | None:
+    """(E, D, I) of experts in GPT-OSS's layout (``moe_experts_gptoss``): ``gate_up_proj`` [E, D, 2I]
+    (x @ W, gate and up interleaved) with ``gate_up_proj_bias`` [E, 2I], ``down_proj`` [E, I, D] with
+    ``down_proj_bias`` [E, D], and the GLU's ``alpha`` and ``limit`` as numbers.  What the forward
+    computes is probed when ``apply`` switches it."""
+    names = ("gate_up_proj", "gate_up_proj_bias", "down_proj", "down_proj_bias")
+    gate_up, gate_up_bias, down, down_bias = (getattr(module, n, None) for n in names)
+    if not all(isinstance(t, torch.Tensor) for t in (gate_up, gate_up_bias, down, down_bias)):
+        return None
+    if not all(isinstance(getattr(module, n, None), (int, float)) for n in ("alpha", "limit")):
+        return None
+    if gate_up.dim() != 3 or gate_up.shape[2] % 2:
+        return None
+    E, D, two_i = gate_up.shape
+    I = two_i // 2
+    if (tuple(gate_up_bias.shape), tuple(down.shape), tuple(down_bias.shape)) != ((E, two_i), (E, I, D), (E, D)):
+        return None
+    return int(E), int(D), int(I)
 
 
 def packed_mlp_dims(module: nn.Module) -> tuple[int, int] | None:
@@ -795,6 +821,13 @@ def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], de
         r = call.args[1].shape
         return Instance(kind, call.args[1].dtype, [(make_shape(kind, rows(r), r[-1]), 1)], module=info.qualname,
                         notes=(f"{norm}({linear}(h) + residual) in {info.cls_name}",))
+    if info.gptoss_experts is not None and len(call.args) >= 3 and len(x.shape) == 2 and len(call.args[1].shape) == 2:
+        E, D, I = info.gptoss_experts
+        T, K = call.args[1].shape
+        return Instance("moe_experts_gptoss", x.dtype, [(make_shape("moe_experts_gptoss", T, K, E, D, I), 1)],
+                        module=info.qualname,
+                        notes=(f"{info.cls_name}: {E} clamped, biased GLU experts, {K} a token (routing, gathers, "
+                               "expert GEMMs and the weighted sum)",))
     if info.experts_layout is not None:
         return Unsupported(f"{info.cls_name} (experts: {info.experts_layout}; not the moe_experts layout)")
     if info.moe_experts is not None and len(call.args) >= 3 and len(x.shape) == 2 and len(call.args[1].shape) == 2:

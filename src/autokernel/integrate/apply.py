@@ -15,7 +15,7 @@ from .alignment import align_linears
 from .cudagraphs import CudaGraphed, cuda_graphs_refusal
 from .embeddings import _apply_embedding
 from .epilogues import _apply_linear_gelu
-from .experts import _apply_moe_experts
+from .experts import _apply_moe_experts, _apply_moe_experts_gptoss
 from .fused import _apply_add_norm, _apply_residual_outputs, _apply_geglu, _apply_gelu_modules, _apply_swiglu_packed
 from .linears import _apply_matmul, _apply_mlp
 from .norms import _apply_cross_entropy, _apply_layernorm, _apply_rmsnorm, _apply_softmax
@@ -50,6 +50,7 @@ _MODULE_APPLIERS = {
     "linear_gelu": _apply_linear_gelu,
     "moe_experts": _apply_moe_experts,
     "softcap": _apply_softcap,
+    "moe_experts_gptoss": _apply_moe_experts_gptoss,
 }
 # Post-norm output blocks (``<kind>:outputs``) first: they take the add and their norm child.
 # fused_mlp before swiglu (it covers more of the MLP); matmul last so that the linears of a
@@ -62,7 +63,7 @@ _MODULE_APPLIERS = {
 _ORDER = ("linear_gelu", "add_rmsnorm:outputs", "add_layernorm:outputs", "rmsnorm", "layernorm", "add_rmsnorm", "add_layernorm",
           "add_rmsnorm:adds", "add_layernorm:adds",
           "gelu", "softmax", "cross_entropy", "fused_mlp", "swiglu", "geglu", "swiglu_packed", "embedding",
-          "rotary_table", "moe_experts", "softcap", "matmul")
+          "rotary_table", "moe_experts", "moe_experts_gptoss", "softcap", "matmul")
 _SHARES_MODULES = {"add_rmsnorm", "add_layernorm", "add_rmsnorm:adds", "add_layernorm:adds"}
 
 

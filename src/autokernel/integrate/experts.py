@@ -1,5 +1,6 @@
-"""Applier for ``moe_experts``: mixture-of-experts experts modules with 3-D weights (Mixtral's,
-Qwen-MoE's: ``recognize.moe_experts_dims``) switched to the op.  Their ``forward(hidden,
+"""Appliers for ``moe_experts`` and ``moe_experts_gptoss``: mixture-of-experts experts modules with
+3-D weights (Mixtral's, Qwen-MoE's: ``recognize.moe_experts_dims``; GPT-OSS's:
+``recognize.gptoss_experts_dims``) switched to the op.  Their ``forward(hidden,
 top_k_index, top_k_weights)`` becomes one call of our kernel; a call it was not judged on
 (another dtype or width, 3-D hidden states, int32 indices, extra arguments) runs the module's
 own forward, which dispatches by transformers' ``experts_implementation`` as before.  Routing
@@ -15,7 +16,7 @@ from typing import Any
 
 import torch
 
-from ..recognize import moe_experts_dims
+from ..recognize import gptoss_experts_dims, moe_experts_dims
 from .fused import _probe_call
 from .patching import _pick, _probe_input, _reference, _swap_class
 from .selection import KernelOp
@@ -66,3 +67,48 @@ def _apply_moe_experts(model, k, done, replaced, skipped, probed) -> None:
         _swap_class(m, ("moe_experts", k.opname, width), _experts_members(k, width, base))
         done.add(id(m))
         replaced.append((name, "moe_experts"))
+
+
+def _gptoss_members(k: KernelOp, width: int, base: type) -> dict[str, Any]:
+    op, dtype = k.op, k.dtype
+    base_forward = base.forward
+
+    def forward(self, hidden_states, router_indices=None, routing_weights=None, *args, **kwargs):
+        if (not args and not kwargs and isinstance(router_indices, torch.Tensor)
+                and isinstance(routing_weights, torch.Tensor) and hidden_states.dtype == dtype
+                and hidden_states.dim() == 2 and hidden_states.shape[-1] == width
+                and router_indices.dtype == torch.long and router_indices.dim() == 2
+                and routing_weights.shape == router_indices.shape and routing_weights.is_floating_point()
+                and hidden_states.shape[0] > 0):
+            # fp32 routing weights, as the kernel was judged on (the router gives them in the model's dtype)
+            return op(hidden_states, router_indices, routing_weights.float(), self.gate_up_proj, self.gate_up_proj_bias,
+                      self.down_proj, self.down_proj_bias, float(self.alpha), float(self.limit))
+        return base_forward(self, hidden_states, router_indices, routing_weights, *args, **kwargs)
+
+    return {"forward": forward}
+
+
+def _apply_moe_experts_gptoss(model, k, done, replaced, skipped, probed) -> None:
+    """GPT-OSS's experts (``recognize.gptoss_experts_dims``) switched to the op, each class probed
+    first against the problem's reference with the module's weights, alpha and limit."""
+    for name, m in model.named_modules():
+        if id(m) in done or _pick([k], "moe_experts_gptoss", name) is None:
+            continue
+        dims = gptoss_experts_dims(m)
+        if dims is None:
+            continue
+        experts, width, _ = dims
+        weights = (m.gate_up_proj, m.gate_up_proj_bias, m.down_proj, m.down_proj_bias)
+        if any(w.dtype != k.dtype for w in weights):
+            skipped.append((name, f"moe_experts_gptoss: expert weights and biases are not {k.dtype}"))
+            continue
+        base = type(m)
+        args = _probe_args(m, experts, width)
+        if not _probe_call(probed, (base, "moe_experts_gptoss"), lambda: base.forward(m, *args),
+                           lambda: _reference("moe_experts_gptoss")(*args, *weights, float(m.alpha), float(m.limit)),
+                           k.dtype):
+            skipped.append((name, f"moe_experts_gptoss: {base.__name__} computes something else (probe mismatch)"))
+            continue
+        _swap_class(m, ("moe_experts_gptoss", k.opname, width), _gptoss_members(k, width, base))
+        done.add(id(m))
+        replaced.append((name, "moe_experts_gptoss"))

@@ -41,6 +41,8 @@ SCHEMAS: dict[str, str] = {
     "linear_gelu": "(Tensor x, Tensor w, Tensor b, bool tanh) -> Tensor",
     "moe_experts": "(Tensor x, Tensor top_k_index, Tensor top_k_weights, Tensor gate_up, Tensor down) -> Tensor",
     "softcap": "(Tensor x, float cap) -> Tensor",
+    "moe_experts_gptoss": ("(Tensor x, Tensor top_k_index, Tensor top_k_weights, Tensor gate_up, Tensor gate_up_bias, "
+                           "Tensor down, Tensor down_bias, float alpha, float limit) -> Tensor"),
 }
 # kinds whose op returns two tensors of one shape and dtype (``output_meta``): (normalised rows,
 # sum) with the first input's, and (cos, sin)
@@ -52,7 +54,8 @@ def output_meta(kind: str, args: tuple) -> tuple[tuple[int, ...], torch.dtype]:
     x = args[0]
     if kind == "rotary_table":
         return tuple(x.shape) + (2 * args[1].numel(),), args[3].dtype
-    if kind in ("rmsnorm", "layernorm", "softmax", "swiglu", "rotary", "gelu", "geglu", "moe_experts", "softcap") or kind in TWO_OUTPUTS:
+    if kind in ("rmsnorm", "layernorm", "softmax", "swiglu", "rotary", "gelu", "geglu", "moe_experts", "moe_experts_gptoss",
+                                                                                 "softcap") or kind in TWO_OUTPUTS:
         return tuple(x.shape), x.dtype
     if kind in ("attention", "attention_masked", "attention_rotary", "attention_softcap"):
         return tuple(x.shape[:-1]) + (args[2].shape[-1],), x.dtype

@@ -32,6 +32,7 @@ BUILTIN_KINDS: dict[str, str] = {
     "rotary_table": "rotary_table",
     "linear_gelu": "linear_gelu",
     "moe_experts": "moe_experts",
+    "moe_experts_gptoss": "moe_experts_gptoss",
     "softcap": "softcap",
 }
 
