@@ -59,17 +59,20 @@ def test_eps_is_drawn_from_a_range_too_and_a_value_snapped_to_the_model_ones_sho
 
 
 def test_attention_scale_is_default_explicit_or_not_the_default():
+    """Even draws walk through None, 1/sqrt(D) and 1/D; odd draws take a scale near 1/sqrt(D) that
+    is not it ([0.8, 1.25]/sqrt(D): a kernel that snapped such a scale to 1/sqrt(D) passed)."""
     problem = get_problem("attention")
     shape = {"B": 1, "H": 2, "Hkv": 1, "S": 8, "D": 16, "causal": 1}
-    drawn = [problem.make_inputs(shape, torch.float32, "cpu", seed)[4] for seed in range(3)]
-    assert sorted(drawn, key=str) == sorted(scale_choices(16), key=str) and None in drawn and 1 / 16 in drawn
+    drawn = [problem.make_inputs(shape, torch.float32, "cpu", seed)[4] for seed in range(6)]
+    assert sorted(drawn[0::2], key=str) == sorted(scale_choices(16), key=str) and None in drawn and 1 / 16 in drawn
+    assert all(0.8 / 4 <= s <= 1.25 / 4 and s != 0.25 for s in drawn[1::2]) and len(set(drawn[1::2])) == 3
     tol = problem.tolerance(torch.float32)
-    for seed in range(3):
+    for seed in range(6):
         q, k, v, causal, scale = problem.make_inputs(shape, torch.float32, "cpu", seed)
         ref = problem.reference(q.double(), k.double(), v.double(), causal, scale)
         ignoring = problem.reference(q, k, v, causal)  # a kernel that always uses 1/sqrt(D)
         ok = compare.compare_outputs(ignoring, ref, compare.output_meta(ignoring), tol).ok
-        assert ok == (scale is None or scale == 16 ** -0.5)
+        assert ok == (scale is None or scale == 16 ** -0.5), scale
 
 
 def test_embedding_scale_walks_through_the_model_values_and_draws_continuous_ones_that_show():

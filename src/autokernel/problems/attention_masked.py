@@ -32,8 +32,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .attention import (grouped_heads_error, head_strided_layout, heldout, logit_gain, packed_qkv, rising_scores,
-                        scale_choices, scaled_scores)
+from .attention import (draw_scale, grouped_heads_error, head_strided_layout, heldout, logit_gain, packed_qkv,
+                        rising_scores, scaled_scores)
 from .base import Problem, Shape, choose, element_size, generator, randn
 
 DIMS = ("B", "H", "Hkv", "S", "D", "additive", "per_query")
@@ -96,6 +96,11 @@ def visible_keys(shape: Shape, device: str, gen: torch.Generator) -> torch.Tenso
     lengths[torch.randint(0, b, (1,), generator=gen, device=device)] = s
     keys = torch.arange(s, device=device)[None, :] < lengths[:, None]
     if not shape["per_query"]:
+        # holes inside the kept keys (key 0 stays): a kernel that read a key mask as the interval
+        # between its first and last visible key, never loading it, passed while every drawn key
+        # mask was a prefix
+        keys &= torch.rand((b, s), generator=gen, device=device) > 0.2
+        keys[:, 0] = True
         return keys[:, None, None, :]
     kept = torch.rand((b, 1, s, s), generator=gen, device=device) > 0.2
     mask = keys[:, None, None, :] & kept
@@ -104,12 +109,23 @@ def visible_keys(shape: Shape, device: str, gen: torch.Generator) -> torch.Tenso
 
 
 def as_additive(visible: torch.Tensor, dtype: torch.dtype, gen: torch.Generator, fill: float,
-                bias: bool = True) -> torch.Tensor:
-    """``visible`` as an additive mask in ``dtype``: a small random bias (ALiBi-like: a kernel
-    must add the values, not only test them) where visible, ``fill`` elsewhere."""
-    values = torch.randn(visible.shape, generator=gen, device=visible.device) if bias else \
+                bias: bool = True, bias_scale: float = 1.0) -> torch.Tensor:
+    """``visible`` as an additive mask in ``dtype``: a random bias of ``bias_scale`` (ALiBi-like: a
+    kernel must add the values, not only test them) where visible, ``fill`` elsewhere."""
+    values = torch.randn(visible.shape, generator=gen, device=visible.device) * bias_scale if bias else \
         torch.zeros(visible.shape, device=visible.device)
     return values.masked_fill(~visible, fill).to(dtype)
+
+
+# fp32 masks: biases of this scale drawn in fp32 (bf16 and fp16 round them by ~0.03 and ~0.004),
+# finfo(fp32).min at masked keys (-inf in bf16 and fp16: rows of it uniform, not dead).  Built
+# in q's dtype and widened, every fp32 mask was exact in q's dtype, and a kernel that cast it
+# there passed.
+FP32_MASK_BIAS = 8.0
+
+
+def fp32_additive(visible: torch.Tensor, gen: torch.Generator, fill: float) -> torch.Tensor:
+    return as_additive(visible, torch.float32, gen, fill, bias_scale=FP32_MASK_BIAS).contiguous()
 
 
 def fill_choices(dtype: torch.dtype) -> tuple[float, ...]:
@@ -124,8 +140,9 @@ def make_mask(shape: Shape, dtype: torch.dtype, device: str, gen: torch.Generato
         return visible.contiguous()
     # every fourth draw in fp32, as models build masks too: the numerics stage's fp32-mask case
     # alone passing one told a kernel which call it was (a form no regular draw took)
-    mask_dtype = torch.float32 if seed % 4 == 3 else dtype
-    return as_additive(visible, dtype, gen, choose(fill_choices(dtype), seed // 3)).to(mask_dtype).contiguous()
+    if seed % 4 == 3:
+        return fp32_additive(visible, gen, choose(fill_choices(torch.float32), seed // 3))
+    return as_additive(visible, dtype, gen, choose(fill_choices(dtype), seed // 3)).contiguous()
 
 
 def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
@@ -134,7 +151,7 @@ def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tup
     q = randn((b, h, s, d), dtype, device, gen)
     k = randn((b, hkv, s, d), dtype, device, gen)
     v = randn((b, hkv, s, d), dtype, device, gen)
-    return q, k, v, make_mask(shape, dtype, device, gen, seed), choose(scale_choices(d), seed)
+    return q, k, v, make_mask(shape, dtype, device, gen, seed), draw_scale(d, seed)
 
 
 def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
@@ -186,8 +203,11 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
         # transformers' padding value at masked keys, and whole rows of it: not masked out but
         # uniform over the keys (finfo.min swamps the scores), as SDPA computes it
         cases.append(("finfo-min-rows", (q, k, v, form(dead, torch.finfo(dtype).min), scale)))
-        # an fp32 mask with bf16/fp16 q, k, v (SDPA takes it; models build masks in fp32)
-        cases.append(("fp32-mask", (q, k, v, mask.float(), scale)))
+        # an fp32 mask with bf16/fp16 q, k, v (SDPA takes it; models build masks in fp32), and rows
+        # of fp32's finfo.min (-inf once cast to bf16 or fp16: a dead row, not a uniform one)
+        cases.append(("fp32-mask", (q, k, v, fp32_additive(visible_keys(shape, device, gen), gen, torch.finfo().min),
+                                    scale)))
+        cases.append(("fp32-finfo-min-rows", (q, k, v, fp32_additive(dead, gen, torch.finfo().min), scale)))
     return cases
 
 

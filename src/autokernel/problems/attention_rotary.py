@@ -47,11 +47,11 @@ import random
 
 import torch
 
-from .attention import (flops, grouped_heads_error, head_strided_layout, heldout, logit_gain, packed_qkv, rising_scores,
-                        scale_choices)
+from .attention import (draw_scale, flops, grouped_heads_error, head_strided_layout, heldout, logit_gain, packed_qkv,
+                        rising_scores)
 from .attention import reference as attention_reference
 from .rotary import reference as rotate  # the rotary kind's rotation, x * cos + rotate_half(x) * sin
-from .base import Problem, Shape, choose, element_size, generator, randn
+from .base import Problem, Shape, element_size, generator, randn
 
 DIMS = ("B", "H", "Hkv", "S", "D", "causal")
 
@@ -105,7 +105,7 @@ def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tup
     theta = 10.0 ** table.uniform(3.5, 6.5)
     offset = table.randrange(4096)
     cos, sin = rope_table(torch.arange(offset, offset + s, device=device), d, theta, dtype)
-    return q, k, v, cos, sin, bool(shape["causal"]), choose(scale_choices(d), seed)
+    return q, k, v, cos, sin, bool(shape["causal"]), draw_scale(d, seed)
 
 
 def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:

@@ -15,8 +15,9 @@ per_query) and every mask case of the numerics stage.  A kind of its own so that
 
 ``scale`` None means 1/sqrt(D) (Gemma-2 passes ``query_pre_attn_scalar ** -0.5``); inputs pass,
 by turns, None, 1/sqrt(D) and 1/D.  ``softcap`` walks through 50 and 30 (Gemma-2's attention and
-final-logit caps) on even draws and is drawn log-uniformly from [5, 100] on odd ones, so a
-kernel cannot keep one value.  Reference: the math definition in at least fp32 (the harness
+final-logit caps) on even draws and is drawn log-uniformly from [5, 1000] on odd ones, so a
+kernel cannot keep one value (and a cap's size shows a tanh that is precise only in absolute
+terms).  Reference: the math definition in at least fp32 (the harness
 passes fp64 copies on CPU).  Held-out and edge shapes keep D, H, Hkv and the mask form; held-out
 shapes move S and B.  FLOPs: 4·B·H·S²·D (the cap's tanh is one transcendental per score, as
 the softmax's exp); bytes: q, k, v, o and the mask once.
@@ -48,7 +49,7 @@ CPU_EDGE_SHAPES = (_shape(1, 1, 1, 1, 16, 1, 1), _shape(1, 3, 1, 17, 32, 0, 0), 
 FIXED_DIMS = masked.FIXED_DIMS
 
 SOFTCAPS = (50.0, 30.0)
-SOFTCAP_RANGE = (5.0, 100.0)
+SOFTCAP_RANGE = (5.0, 1000.0)
 
 
 def capped(scores: torch.Tensor, softcap: float) -> torch.Tensor:
@@ -97,8 +98,17 @@ def adversarial_inputs(shape, dtype: torch.dtype, device: str, seed: int) -> lis
         # every score at ±100 caps, exactly (one head dimension): tanh saturates to ±1 (a tanh
         # written as a ratio of exponentials overflows to inf / inf there)
         ("saturated-logits", (*saturated_scores(q, k, scale, softcap, gen), v, mask, scale, softcap)),
-        # a small cap, far from the models' values: read from the argument, not fixed
+        # a small cap, far from the models' values: read from the argument, not fixed; and a cap far
+        # above every score (the output is attention_masked's): a tanh that keeps only absolute
+        # precision (1 - 2 / (e^2t + 1)) errs by ~1e-7 caps on every score
         ("small-softcap", (q, k, v, mask, scale, choose((2.0, 3.0), seed))),
+        ("large-softcap", (q, k, v, mask, scale, 3e4)),
+        # each row's scores at its own level between -0.97 and -0.3 softcaps, a few units apart, the
+        # cap at least 60: a kernel that pivots its exponents on a fixed value instead of a running
+        # max loses (flushes, underflows: exp(-2 cap) is under fp32's range past cap 44) the rows
+        # whose level crosses its threshold (tests/attacks/attention_softcap_static_pivot.py)
+        ("rows-far-below-the-cap", (*low_rows(q, k, scale, max(softcap, 60.0), gen), v, mask, scale,
+                                    max(softcap, 60.0))),
     ]
 
 
@@ -113,6 +123,23 @@ def saturated_scores(q: torch.Tensor, k: torch.Tensor, scale: float | None, soft
     q2, k2 = torch.zeros_like(q), torch.zeros_like(k)
     q2[..., dim] = amp
     k2[..., dim] = (signs * amp).to(k.dtype)
+    return q2, k2
+
+
+def low_rows(q: torch.Tensor, k: torch.Tensor, scale: float | None, softcap: float,
+             gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """q and k nonzero in two head dimensions only: the scaled score of query row r and key j is
+    softcap atanh(L_r / softcap) + 3 n_j, L_r ~ U(-0.97, -0.3) softcaps, n_j ~ N(0, 1): capped,
+    each row sits at its own level below the cap, its keys spread by a few units."""
+    b, h, s, d = q.shape
+    scale = d ** -0.5 if scale is None else scale
+    level = (torch.rand((b, h, s), generator=gen, device=q.device) * 0.67 - 0.97) * softcap
+    spread = torch.randn(k.shape[:-1], generator=gen, device=k.device)
+    q2, k2 = torch.zeros_like(q), torch.zeros_like(k)
+    q2[..., 0] = (softcap * torch.atanh(level / softcap) / scale).to(q.dtype)
+    q2[..., 1 % d] += 1.0
+    k2[..., 0] = 1.0
+    k2[..., 1 % d] += (3.0 * spread / scale).to(k.dtype)
     return q2, k2
 
 

@@ -7,12 +7,15 @@ logits three times, 6 MN e; fused 2 MN e (3x fewer, one launch instead of three)
 Gemma-2's vocabulary (256,000) and 4x1024 tokens in bf16 that is 12.6 GB against 4.2 GB:
 3.0 ms against 1.0 ms at 4.2 TB/s.
 
+Inputs may hold ±inf (logits that overflowed in fp16): the output there is ±cap.
+
 ``cap`` walks through 30 and 50 (Gemma-2's final and attention caps) on even draws and is drawn
 log-uniformly from [1, 100] on odd ones.  Regular inputs are logits of a few caps: N(0, 1)
 times the cap, so the saturated tails and the near-linear middle both show.  Numerics cases:
 ``standard_adversarial``'s (values of ±10^4 caps, where tanh is ±1 and a ratio of exponentials
-gives inf / inf; values a thousand times under the cap, where the output is x itself to the
-last bit a relative-precision tanh keeps; rows of mixed scales; one dominant value a row).
+gives inf / inf; values 10^4 times under the cap, where the output is x itself to the
+last bit a relative-precision tanh keeps; rows of mixed scales; one dominant value a row) and
+±inf and zeros among regular values.
 FLOPs: ~4 MN (a division, a multiplication, the tanh's exponential and division).
 """
 from __future__ import annotations
@@ -49,9 +52,18 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     x, cap = make_inputs(shape, dtype, device, seed + 1)
     # large: 10^4 caps, where tanh is ±1 (clamped into fp16's range); tiny: values 10^4 times under
     # the cap, where a tanh that cancels (1 - 2 / (e^2t + 1)) loses fp32's relative precision
-    cases = standard_adversarial(x, generator(device, seed + 7919), large=1e4, tiny=1e-4)
+    gen = generator(device, seed + 7919)
+    cases = standard_adversarial(x, gen, large=1e4, tiny=1e-4)
     if dtype == torch.float16:
         cases = [(name, t.float().clamp(-6e4, 6e4).to(dtype)) for name, t in cases]
+    # ±inf (fp16 logits that overflowed) give ±cap, and exact zeros 0: a kernel whose sign or
+    # tanh turns inf into NaN passed while no case held one
+    special = x.clone()
+    where = torch.rand(x.shape, generator=gen, device=device)
+    special[where < 0.1] = float("inf")
+    special[(where >= 0.1) & (where < 0.2)] = float("-inf")
+    special[(where >= 0.2) & (where < 0.3)] = 0.0
+    cases.append(("infinite-and-zero", special))
     return [(name, (t, cap)) for name, t in cases]
 
 
