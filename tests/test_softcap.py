@@ -164,3 +164,37 @@ def test_gemma2_both_soft_caps_are_found_placed_and_verify(tmp_path):
         want = loaded.model(*ids)
     assert {kind: OP_CALLS[op] - before[kind] for kind, op in ops.items()} == {"attention_softcap": 2, "softcap": 1}
     assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+@pytest.mark.parametrize("cap", ["10000", "-50", "0"])
+def test_gemma2_with_an_unusual_attention_cap_matches_or_is_left_alone(tmp_path, cap):
+    """A cap of 10^4 matched to 4e-4 only with the starter's first tanh (precise to 1e-7 absolute)
+    while the judge drew caps up to 100; a negative cap caps as its magnitude does and failed the
+    kernel's assertion (a traceback from verify); a zero cap (scores 0 * tanh(s / 0)) is left to the
+    model's own function."""
+    from autokernel.integrate import OP_CALLS, apply
+    from autokernel.models import load_model
+    from autokernel.plan import save_plan
+    from autokernel.profiler import profile_model
+
+    config = TINY_GEMMA2 + f",attn_logit_softcapping={cap}"
+    loaded = load_model("hf:gemma2", config_overrides=config, input_shape=[1, 8])
+    plan = profile_model(loaded, warmup=0, iters=1)
+    capped = [p for p in plan.problems if p.kind == "attention_softcap"]
+    assert len(capped) == 1
+    plan.problems = capped
+    (tmp_path / "problems" / capped[0].name).mkdir(parents=True)
+    shutil.copyfile(KERNELS_DIR / "attention_softcap.py", tmp_path / "problems" / capped[0].name / "kernel.py")
+    save_plan(plan, tmp_path / "plan.json")
+    patched = apply(loaded.model, tmp_path)
+    op = patched._autokernel_ops[capped[0].name]
+    before = OP_CALLS[op]
+    ids = loaded.make_inputs(2)
+    with torch.no_grad():
+        got, want = patched(*ids), loaded.model(*ids)
+    assert OP_CALLS[op] - before == (0 if cap == "0" else 2)
+    if cap == "0":
+        assert torch.allclose(got, want, equal_nan=True)
+    else:
+        assert ((got - want).norm() / want.norm()).item() < 2e-5

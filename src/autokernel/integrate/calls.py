@@ -126,16 +126,18 @@ def _hf_attention_interfaces(interfaces: Any, sdpa: Callable[..., Any], masks: b
 def _softcap_replacement(k: KernelOp, original: Callable[..., Any]) -> Callable[..., Any]:
     """transformers' eager attention (``eager_attention_forward``) whose soft-capped calls with a
     mask the op takes go to ``k``'s op (``attention_softcap``); the rest to ``original``.  The
-    mask carries the causal and sliding-window pattern, so ``sliding_window`` needs nothing."""
+    mask carries the causal and sliding-window pattern, so ``sliding_window`` needs nothing.  A
+    negative cap caps as its magnitude does (c tanh(s / c) is even in c); a zero one (a NaN
+    model) stays with ``original``."""
     op, dtype, head_dims = k.op, k.dtype, k.dims("D")
 
     def eager_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                                 softcap=None, **kwargs):
-        if (softcap is not None and not dropout and not traced_as_original(op)
+        if (isinstance(softcap, (int, float)) and softcap and not dropout and not traced_as_original(op)
                 and _sdpa_ok(query, key, value, dtype, head_dims, True)):
             mask = kernel_mask(attention_mask, query, key)
             if mask is not None:
-                out = op(query, key, value, mask, scaling, float(softcap))
+                out = op(query, key, value, mask, scaling, abs(float(softcap)))
                 return out.transpose(1, 2).contiguous(), None
         return original(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                         softcap=softcap, **kwargs)
