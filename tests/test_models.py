@@ -2,6 +2,7 @@
 as a one-line ModelSpecError (and exit 2 through the CLI, with nothing written)."""
 from __future__ import annotations
 
+import importlib.util
 import sys
 import textwrap
 
@@ -207,6 +208,16 @@ def test_bad_specs_and_shapes(tmp_path):
             load_model(**kwargs)
         assert message in str(info.value), (kwargs, str(info.value))
         assert "\n" not in str(info.value)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")
+def test_null_switches_off_an_optional_float_setting():
+    """Gemma-2's soft caps are floats (50, 30) that None switches off: ``null`` said "expected a number"."""
+    small = "hidden_size=32,num_hidden_layers=1,num_attention_heads=2,num_key_value_heads=1,head_dim=16,intermediate_size=64"
+    loaded = load_model("hf:gemma2", config_overrides=small + ",vocab_size=64,attn_logit_softcapping=null,"
+                        "final_logit_softcapping=None", input_shape=[1, 4])
+    config = loaded.model.model.config
+    assert config.attn_logit_softcapping is None and config.final_logit_softcapping is None
 
 
 def test_hf_spec_without_transformers(monkeypatch):

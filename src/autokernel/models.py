@@ -113,9 +113,12 @@ def parse_config_overrides(text: str | None) -> dict[str, str]:
 
 
 def _convert(value: Any, like: Any, key: str) -> Any:
-    """Convert a command-line string to the type of ``like`` (the field's default)."""
+    """Convert a command-line string to the type of ``like`` (the field's default); ``none`` or
+    ``null`` is None whatever the field (Gemma-2's soft caps are floats that None switches off)."""
     if not isinstance(value, str):
         return value
+    if value.lower() in ("none", "null"):
+        return None
     try:
         if isinstance(like, bool):
             low = value.lower()
@@ -144,8 +147,6 @@ def _guess(value: str) -> Any:
             pass
     if value.lower() in ("true", "false"):
         return value.lower() == "true"
-    if value.lower() == "none":
-        return None
     return value
 
 
