@@ -220,6 +220,16 @@ def test_null_switches_off_an_optional_float_setting():
     assert config.attn_logit_softcapping is None and config.final_logit_softcapping is None
 
 
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")
+def test_a_rejected_config_says_why_on_one_line():
+    """transformers' config validation puts its reason on the line after "Class validation error
+    for validator ...:", which alone was the message."""
+    with pytest.raises(ModelSpecError) as info:
+        load_model("hf:gemma2", config_overrides="hidden_size=64,num_hidden_layers=1,num_attention_heads=3,"
+                   "num_key_value_heads=2,head_dim=16,intermediate_size=64,vocab_size=64", input_shape=[1, 4])
+    assert "not a multiple of the number of attention heads (3)" in str(info.value) and "\n" not in str(info.value)
+
+
 def test_hf_spec_without_transformers(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` raises ImportError
     with pytest.raises(ModelSpecError) as info:

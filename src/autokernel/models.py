@@ -155,8 +155,10 @@ def format_shape(shape: list[int] | tuple[int, ...]) -> str:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    msg = text[0] if text else ""
+    """The exception's message on one line: its lines joined (a first line that ends with ':'
+    says nothing alone: transformers' config validation puts the reason on the next), cut at 300
+    characters."""
+    msg = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip())
     if len(msg) > 300:
         msg = msg[:297] + "..."
     return f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__

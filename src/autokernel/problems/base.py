@@ -240,7 +240,7 @@ class Problem:
         shape = parse_shape(text, self.dims, self.flag_dims)
         wrong = self.check_shape(shape) if self.check_shape is not None else None
         if wrong:
-            raise ValueError(f"shape {text!r} is not a {self.kind} shape ({'x'.join(self.dims)}): {wrong}")
+            raise ValueError(f"shape {text!r} does not fit {self.kind} ({'x'.join(self.dims)}): {wrong}")
         return shape
 
     def summary(self) -> dict[str, Any]:
