@@ -261,3 +261,27 @@ def test_report_shows_back_to_back_and_gpu_alone_next_to_the_time_from_idle(tmp_
     cpu = VerifyResult(passed=True, model="llama", dtype="fp32", device="cpu", eager_ms=1.0, patched_ms=2.0)
     assert _timing_table(cpu) == ["| model | ms per forward (wall clock, median) |", "|---|---:|",
                                   "| eager | 1.000 |", "| patched | 2.000 |"]
+
+
+def test_cpu_timing_runs_on_one_intra_op_thread(monkeypatch):
+    """As the profile does: on 2 busy cores a forward that fanned out to worker threads took 300
+    ms one round and 2 ms the next, and a patched model identical to the original timed 6.5x
+    faster than it."""
+    import torch
+
+    from autokernel import verify as verify_module
+    from autokernel.model_timing import ForwardTimes
+
+    seen = []
+
+    def fake_time_forwards(models, warmup, iters, gpu, dev):
+        seen.append(torch.get_num_threads())
+        return ForwardTimes(idle={name: 1.0 for name in models})
+
+    monkeypatch.setattr(verify_module, "time_forwards", fake_time_forwards)
+    before = torch.get_num_threads()
+    model = torch.nn.Linear(4, 4)
+    result = verify_module.VerifyResult(passed=True, model="m", dtype="fp32", device="cpu")
+    verify_module._time_models(result, model, model, (torch.randn(2, 4),), "cpu", False, "default", None, 1, 1,
+                               lambda *_: None)
+    assert seen == [1] and torch.get_num_threads() == before and result.speedup_vs_eager == 1.0
