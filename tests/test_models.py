@@ -230,6 +230,21 @@ def test_a_rejected_config_says_why_on_one_line():
     assert "not a multiple of the number of attention heads (3)" in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")
+def test_a_hugging_face_model_in_bf16_keeps_what_it_keeps_in_fp32():
+    """Built in the dtype, as from_pretrained(dtype=...) builds it: RoPE's inv_freq stays fp32.  A
+    .to(bf16) after building made it bf16, and the rotary tables of every bf16 run (a GPU run's
+    default) were no rotary_table problem."""
+    from autokernel.profiler import profile_model
+
+    loaded = load_model("hf:llama", config_overrides="hidden_size=64,num_hidden_layers=1,num_attention_heads=2,"
+                        "intermediate_size=64,vocab_size=64", input_shape=[1, 8], dtype=torch.bfloat16)
+    inner = loaded.model.model.model
+    assert inner.rotary_emb.inv_freq.dtype == torch.float32 and inner.layers[0].mlp.gate_proj.weight.dtype == torch.bfloat16
+    plan = profile_model(loaded, warmup=0, iters=1)
+    assert any(p.kind == "rotary_table" and p.dtype == "bf16" and p.supported for p in plan.problems)
+
+
 def test_hf_spec_without_transformers(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` raises ImportError
     with pytest.raises(ModelSpecError) as info:

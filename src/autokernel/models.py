@@ -180,15 +180,15 @@ def load_model(spec: str, *, dtype: torch.dtype = torch.float32, device: str = "
         else dict(config_overrides or {})
 
     if spec.startswith("hf:"):
-        model, what, default_shape = _build_hf(spec[3:].strip(), overrides, device)
+        model, what, default_shape = _build_hf(spec[3:].strip(), overrides, device, dtype)
         kb_inputs = None
         input_shape = input_shape or default_shape
+        model = model.to(device=device).eval()  # built in dtype (``_from_config``)
     else:
         path, class_name = _resolve_file_spec(spec)
         module = import_model_file(path)
         model, what, kb_inputs = _build_from_module(module, path, class_name, overrides, device)
-
-    model = model.to(device=device, dtype=dtype).eval()
+        model = model.to(device=device, dtype=dtype).eval()
     loaded = _attach_inputs(model, spec, what, kb_inputs, input_shape, dtype, device)
     loaded.config_overrides = overrides
     if padded:
@@ -471,7 +471,19 @@ def moe_routing_error(config: Any) -> str | None:
     return None
 
 
-def _build_hf(arch: str, overrides: dict[str, Any], device: str) -> tuple[nn.Module, str, list[int] | None]:
+def _from_config(auto: Any, config: Any, dtype: torch.dtype, **kwargs: Any) -> nn.Module:
+    """The model built in ``dtype``, as ``from_pretrained(..., dtype=...)`` builds it: what a model
+    keeps in fp32 stays fp32 (its RoPE ``inv_freq``; ``_keep_in_fp32_modules``), where a
+    ``.to(dtype)`` afterwards converted it (and the bf16 ``inv_freq`` was no ``rotary_table``).
+    transformers before 4.56 names the argument ``torch_dtype``."""
+    try:
+        return auto.from_config(config, dtype=dtype, **kwargs)
+    except TypeError:
+        return auto.from_config(config, torch_dtype=dtype, **kwargs)
+
+
+def _build_hf(arch: str, overrides: dict[str, Any], device: str,
+              dtype: torch.dtype = torch.float32) -> tuple[nn.Module, str, list[int] | None]:
     try:
         import transformers
     except ImportError:
@@ -506,9 +518,9 @@ def _build_hf(arch: str, overrides: dict[str, Any], device: str) -> tuple[nn.Mod
         with torch.device(device):
             try:
                 # a copy: a refused "sdpa" stays marked on the config it was asked of
-                model = auto.from_config(copy.deepcopy(config), attn_implementation="sdpa")
+                model = _from_config(auto, copy.deepcopy(config), dtype, attn_implementation="sdpa")
             except (TypeError, ValueError, ImportError):
-                model = auto.from_config(config)
+                model = _from_config(auto, config, dtype)
     except Exception as exc:
         raise ModelSpecError(f"building hf:{arch} failed: {_one_line(exc)}") from None
     shown = ", ".join(f"{k}={v}" for k, v in overrides.items())
