@@ -918,29 +918,40 @@ def _rotary(call: ScopeCall, node: Node, default_dtype: str) -> Instance | Unsup
                     module=module.qualname if module else "", notes=(f"{where} ({layout})",))
 
 
+# what transformers' plain eager attention runs (repeat_kv, q @ k^T * scaling, + mask, softmax
+# in fp32 and back, dropout, @ v, the transpose back), views and copies aside
+PLAIN_EAGER_ATTENTION_OPS = METADATA_OPS | {
+    "aten::matmul", "aten::bmm", "aten::mul", "aten::add", "aten::softmax", "aten::_softmax", "aten::_to_copy",
+    "aten::copy_", "aten::clone", "aten::_unsafe_view"}
+
+
 def _eager_attention(call: ScopeCall, node: Node, subtree_ops: set[str],
                      default_dtype: str) -> Instance | Unsupported | None:
-    """transformers' eager attention ``(module, q, k, v, attention_mask, ...)`` that soft-caps its
-    scores (a tanh ran inside: Gemma-2's ``softcap``) is one ``attention_softcap``; without a
-    cap its ops are left to the op recognizers (matmuls, softmax)."""
-    if "aten::tanh" not in subtree_ops:
+    """transformers' eager attention ``(module, q, k, v, attention_mask, ...)`` with a mask: one
+    ``attention_softcap`` where it soft-caps its scores (a tanh ran inside: Gemma-2's ``softcap``),
+    one ``attention_masked`` where it ran nothing but the plain computation
+    (``PLAIN_EAGER_ATTENTION_OPS``: a model configured for eager attention, Gemma-2 with its cap
+    switched off); anything else (GPT-OSS's sinks) is left to the op recognizers, as is a call
+    without a mask.  ``apply`` probes the function before it switches the plain form."""
+    capped = "aten::tanh" in subtree_ops
+    if not capped and not subtree_ops <= PLAIN_EAGER_ATTENTION_OPS:
         return None
     q, k, v = (call.args[i].shape if len(call.args) > i else () for i in range(3))
     if len(q) != 4 or len(k) != 4 or v != k or q[2] != k[2] or q[3] != k[3] or q[1] % k[1]:
-        return Unsupported(f"{call.name} (soft-capped, q {q}, k {k}, v {v})")
+        return Unsupported(f"{call.name} (soft-capped, q {q}, k {k}, v {v})") if capped else None
     B, H, S, D = q
     mask = call.args[3] if len(call.args) > 3 else None
     form = mask_form(list(mask.shape), mask.dtype or default_dtype, call.args[0].dtype or default_dtype,
                      B, H, S) if mask is not None else None
     if form is None:
-        return Unsupported(f"{call.name} (soft-capped, without a mask attention_softcap takes)")
+        return Unsupported(f"{call.name} (soft-capped, without a mask attention_softcap takes)") if capped else None
+    kind = "attention_softcap" if capped else "attention_masked"
     module = _enclosing_module(node.parent, lambda info: True)
-    return Instance("attention_softcap", call.args[0].dtype or default_dtype,
-                    [(make_shape("attention_softcap", B, H, k[1], S, D, *form), 1)],
+    what = "soft-capped scores" if capped else "plain attention"
+    return Instance(kind, call.args[0].dtype or default_dtype, [(make_shape(kind, B, H, k[1], S, D, *form), 1)],
                     module=module.qualname if module else "",
-                    notes=(f"soft-capped scores in {call.name.rsplit('.', 1)[-1]} of "
-                           f"{module.cls_name if module else 'the model'}, attention_mask {'x'.join(map(str, mask.shape))} "
-                           f"({'additive' if form[0] else 'bool'})",))
+                    notes=(f"{what} in {call.name.rsplit('.', 1)[-1]} of {module.cls_name if module else 'the model'}, "
+                           f"attention_mask {'x'.join(map(str, mask.shape))} ({'additive' if form[0] else 'bool'})",))
 
 
 def is_gemm_kernel(name: str) -> bool:

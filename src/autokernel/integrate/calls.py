@@ -123,21 +123,25 @@ def _hf_attention_interfaces(interfaces: Any, sdpa: Callable[..., Any], masks: b
     return AttentionFunctions({**dict(interfaces), "sdpa": autokernel_sdpa_forward})
 
 
-def _softcap_replacement(k: KernelOp, original: Callable[..., Any]) -> Callable[..., Any]:
-    """transformers' eager attention (``eager_attention_forward``) whose soft-capped calls with a
-    mask the op takes go to ``k``'s op (``attention_softcap``); the rest to ``original``.  The
-    mask carries the causal and sliding-window pattern, so ``sliding_window`` needs nothing.  A
-    negative cap caps as its magnitude does (c tanh(s / c) is even in c); a zero one (a NaN
-    model) stays with ``original``."""
-    op, dtype, head_dims = k.op, k.dtype, k.dims("D")
-
+def _eager_replacement(capped: KernelOp | None, masked: KernelOp | None,
+                       original: Callable[..., Any]) -> Callable[..., Any]:
+    """transformers' eager attention (``eager_attention_forward``) whose calls with a mask the ops
+    take go to them: soft-capped ones to ``capped``'s op (``attention_softcap``), plain ones to
+    ``masked``'s (``attention_masked``; given only where the function passed ``plain_eager_attention``'s
+    probe); the rest to ``original``.  The mask carries the causal and sliding-window pattern, so
+    ``sliding_window`` needs nothing.  A negative cap caps as its magnitude does (c tanh(s / c) is
+    even in c); a zero one stays with ``original``."""
     def eager_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                                 softcap=None, **kwargs):
-        if (isinstance(softcap, (int, float)) and softcap and not dropout and not traced_as_original(op)
-                and _sdpa_ok(query, key, value, dtype, head_dims, True)):
+        k = capped if softcap is not None else masked
+        if (k is not None and not dropout and not traced_as_original(k.op)
+                and (softcap is None or isinstance(softcap, (int, float)) and softcap)
+                and not set(kwargs) & _NOT_PLAIN_KWARGS
+                and _sdpa_ok(query, key, value, k.dtype, k.dims("D"), True)):
             mask = kernel_mask(attention_mask, query, key)
             if mask is not None:
-                out = op(query, key, value, mask, scaling, abs(float(softcap)))
+                extra = () if softcap is None else (abs(float(softcap)),)
+                out = k.op(query, key, value, mask, scaling, *extra)
                 return out.transpose(1, 2).contiguous(), None
         return original(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                         softcap=softcap, **kwargs)
@@ -145,11 +149,70 @@ def _softcap_replacement(k: KernelOp, original: Callable[..., Any]) -> Callable[
     return eager_attention_forward
 
 
-def _softcap_form(fn: Any) -> bool:
-    """Is ``fn`` an eager attention function of transformers' form that can soft-cap its scores?"""
+# keyword arguments of an attention interface call that change what it computes (attention sinks,
+# T5's position bias): such calls stay with the model's own function
+_NOT_PLAIN_KWARGS = frozenset({"s_aux", "sinks", "position_bias"})
+
+
+def _eager_form(fn: Any) -> bool:
+    """Is ``fn`` transformers' eager attention function (by name; ``plain_eager_attention`` probes it)?"""
     fn = module_wrapped_function(fn)
-    return (isinstance(fn, types.FunctionType) and fn.__name__ == "eager_attention_forward"
-            and "softcap" in inspect.signature(fn).parameters)
+    return isinstance(fn, types.FunctionType) and fn.__name__ == "eager_attention_forward"
+
+
+_EAGER_PROBED: dict[tuple, bool] = {}
+
+
+def plain_eager_attention(m: nn.Module) -> bool:
+    """Does the eager attention function ``m``'s methods call compute ``attention_masked``'s
+    reference with ``m`` (its kv groups, head_dim) on a probe?  GPT-OSS's adds its attention sinks
+    (``m.sinks``): not plain, left alone."""
+    fns = {id(f): f for f in _eager_functions(type(m))}
+    if len(fns) != 1:
+        return False
+    fn = next(iter(fns.values()))
+    key = (type(m), fn)
+    if key not in _EAGER_PROBED:
+        _EAGER_PROBED[key] = _probe_eager(m, fn)
+    return _EAGER_PROBED[key]
+
+
+def _eager_functions(cls: type) -> list[Any]:
+    found = []
+    for klass in cls.__mro__:
+        if klass in (nn.Module, object):
+            break
+        for fn in vars(klass).values():
+            inner = inspect.unwrap(fn) if isinstance(fn, types.FunctionType) else None
+            if isinstance(inner, types.FunctionType):
+                value = inner.__globals__.get("eager_attention_forward")
+                if value is not None and _eager_form(value) and "eager_attention_forward" in _code_names(inner.__code__):
+                    found.append(module_wrapped_function(value))
+    return found
+
+
+def _probe_eager(m: nn.Module, fn: Any) -> bool:
+    from ..problems import get_problem
+
+    param = next(iter(m.parameters()), None)
+    dtype = param.dtype if param is not None else torch.float32
+    device = param.device if param is not None else torch.device("cpu")
+    groups, head_dim = int(getattr(m, "num_key_value_groups", 1) or 1), int(getattr(m, "head_dim", 16) or 16)
+    gen = torch.Generator().manual_seed(1234)
+    q = torch.randn(1, 2 * groups, 5, head_dim, generator=gen)
+    k, v = torch.randn(1, 2, 5, head_dim, generator=gen), torch.randn(1, 2, 5, head_dim, generator=gen)
+    mask = torch.randn(1, 1, 5, 5, generator=gen).masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), -1e9)
+    want = get_problem("attention_masked").reference(q, k, v, mask, 0.3).transpose(1, 2)
+    args = [t.to(device=device, dtype=dtype) for t in (q, k, v, mask)]
+    try:
+        with torch.no_grad():
+            got = fn(m, *args, dropout=0.0, scaling=0.3)
+    except Exception:  # noqa: BLE001 - a function that cannot take the probe is not switched
+        return False
+    out = got[0] if isinstance(got, (tuple, list)) else got
+    tol = 1e-4 if dtype == torch.float32 else 3e-2
+    return (isinstance(out, torch.Tensor) and out.shape == want.shape
+            and torch.allclose(out.float().cpu(), want, atol=tol, rtol=tol))
 
 
 def _gelu_replacement(k: KernelOp) -> Callable[..., Any]:
@@ -266,7 +329,8 @@ def _rotates_halves(fn: types.FunctionType, pair: bool) -> bool:
 
 def _global_replacements(fn: types.FunctionType, sdpa: Callable | None, rotary: KernelOp | None,
                          gelu: Callable | None = None, sdpa_kinds: tuple[str, ...] = ("attention",),
-                         softcap: KernelOp | None = None) -> tuple[dict[str, Any], set[str]]:
+                         softcap: KernelOp | None = None,
+                         eager_masked: KernelOp | None = None) -> tuple[dict[str, Any], set[str]]:
     """Names in ``fn``'s globals to rebind so that its calls reach the ops, and the kinds
     (``sdpa_kinds``: those whose ops ``sdpa`` reaches)."""
     out: dict[str, Any] = {}
@@ -301,9 +365,9 @@ def _global_replacements(fn: types.FunctionType, sdpa: Callable | None, rotary: 
             tanh = _gelu_module_form(value)
             out[name] = lambda input, _module=value, _tanh=tanh: gelu(input, "tanh" if _tanh else "none", _module)
             kinds.add("gelu")
-        elif softcap is not None and _softcap_form(value):
-            out[name] = _softcap_replacement(softcap, value)
-            kinds.add("attention_softcap")
+        elif (softcap is not None or eager_masked is not None) and _eager_form(value):
+            out[name] = _eager_replacement(softcap, eager_masked, value)
+            kinds |= {kind for kind, k in (("attention_softcap", softcap), ("attention_masked", eager_masked)) if k}
         if rotary is not None:
             form = _rotary_form(value)
             if form is not None:
@@ -358,10 +422,11 @@ def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, sk
         chosen = (att, masked, rot, gel, fused, capped)
         if all(k is None for k in chosen):
             continue
-        key = (type(m), "calls") + tuple(k.opname if k else None for k in chosen)
+        eager_masked = masked is not None and plain_eager_attention(m)
+        key = (type(m), "calls", eager_masked) + tuple(k.opname if k else None for k in chosen)
         cls = _SUBCLASSES.get(key)
         if cls is None:
-            cls = _calls_subclass(type(m), att, rot, gel, masked, fused, capped)
+            cls = _calls_subclass(type(m), att, rot, gel, masked, fused, capped, eager_masked)
             _SUBCLASSES[key] = cls
         if not cls._autokernel_kinds:
             continue
@@ -378,10 +443,11 @@ _LIBRARY_BASES = ("transformers.modeling_utils", "transformers.generation.")
 
 def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None, gel: KernelOp | None = None,
                     masked: KernelOp | None = None, fused: KernelOp | None = None,
-                    capped: KernelOp | None = None) -> type:
+                    capped: KernelOp | None = None, eager_masked: bool = False) -> type:
     """A subclass of ``base`` whose methods that call SDPA / a rotary function / F.gelu call
     the ops instead (``_autokernel_kinds`` empty when there is none; ``capped``: transformers' eager
-    attention with soft-capped scores, ``attention_softcap``); with ``fused``, a method
+    attention with soft-capped scores, ``attention_softcap``; ``eager_masked``: its plain calls
+    with a mask to ``masked``'s op, the function probed); with ``fused``, a method
     that rotates q and k and hands them to attention runs the ``attention_rotary`` op
     (``rotary_attention``) on the calls it can."""
     from .rotary_attention import fused_method
@@ -402,7 +468,8 @@ def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None, gel:
             inner = inspect.unwrap(fn)  # a decorated method: the calls are in the function it wraps
             if not isinstance(inner, types.FunctionType):
                 continue
-            names, kinds_fn = _global_replacements(inner, sdpa, rot, gelu, sdpa_kinds, capped)
+            names, kinds_fn = _global_replacements(inner, sdpa, rot, gelu, sdpa_kinds, capped,
+                                                   masked if eager_masked else None)
             both = fused_method(inner, names, fused, rot) if fused is not None else None
             if both is not None:
                 kinds_fn = kinds_fn | {"attention_rotary"}
