@@ -134,7 +134,13 @@ def test_verify_fails_on_a_wrong_kernel(tmp_path):
     res = CliRunner().invoke(app, ["verify", str(wd), "--seeds", "1", "--no-timing"])
     assert res.exit_code == 1, res.output
     assert "FAILED" in res.output
-    assert load_verify(wd).passed is False
+    result = load_verify(wd)
+    assert result.passed is False
+    # which kernel the failure is owed to: each one alone in the model (a new user's failed run
+    # named eight replaced kinds and none of them)
+    assert set(result.errors_alone) == {"rmsnorm", "swiglu"}
+    assert result.errors_alone["rmsnorm"] > result.tolerance >= result.errors_alone["swiglu"]
+    assert "alone over the bound: rmsnorm" in result.message and "rmsnorm alone" in res.output
 
 
 def test_verify_bad_input_exits_2(tmp_path):

@@ -138,6 +138,9 @@ class VerifyResult:
     compile_choice: dict[str, Any] | None = None
     predictions: list[KernelPrediction] = field(default_factory=list)
     predicted_vs_eager: float | None = None
+    # a model that failed: each applied problem's kernel alone, its relative error on the worst
+    # seed (which kernel the failure is owed to)
+    errors_alone: dict[str, float] = field(default_factory=dict)
     breakdown: Breakdown | None = None
     message: str = ""
     created: str = ""
@@ -344,15 +347,22 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
             errors.append(rel_error(out, ref))
             say(f"seed {seed}: relative error {errors[-1]:.2e} (bound {tol:.0e})")
     passed = all(e <= tol for e in errors)
+    alone = {} if passed or len(info["ops"]) < 2 else _errors_alone(
+        original, workdir, sorted(info["ops"]), loaded.make_inputs(seeds[errors.index(max(errors))]), say, tol)
     result = VerifyResult(passed=passed, model=cfg["model"], dtype=dkey, device=dev,
                           device_name=torch.cuda.get_device_name(torch.device(dev)) if dev.startswith("cuda") else "cpu",
                           input_shape=list(loaded.input_shape), seeds=list(seeds), tolerance=tol, errors=errors,
                           replaced=info["replaced"], skipped=info["skipped"], op_calls=calls_per_forward,
+                          errors_alone=alone,
                           under_compile=dict(under), created=time.strftime("%Y-%m-%d %H:%M:%S"))
     never = [n for n, c in calls_per_forward.items() if c == 0]
     notes = []
     if not info["replaced"]:
         notes.append("no kernel was put into the model: the patched model is the original")
+    if alone:
+        over = [name for name, e in alone.items() if not e <= tol]
+        notes.append(("alone over the bound: " + ", ".join(f"{n} ({alone[n]:.1e})" for n in over)) if over else
+                     "no kernel alone is over the bound: their errors add up")
     if never:
         notes.append(f"installed but not called on these inputs: {', '.join(never)}")
     if timing:
@@ -378,6 +388,24 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
     if write:
         write_text_atomic(workdir / "verify.json", json.dumps(result.to_dict(), indent=2) + "\n")
     return result
+
+
+def _errors_alone(original, workdir: Path, names: list[str], inputs: tuple, say, tol: float) -> dict[str, float]:
+    """Each problem's kernel alone in the model: its relative error on ``inputs``."""
+    from .integrate import apply
+    from .models import output_tensor
+
+    say("the patched model failed: each kernel alone...")
+    out: dict[str, float] = {}
+    with torch.inference_mode():
+        ref = output_tensor(original(*inputs))
+        for name in names:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                one = apply(original, workdir, only={name})
+            out[name] = rel_error(output_tensor(one(*inputs)), ref)
+            say(f"  {name} alone: relative error {out[name]:.2e}" + (" (over the bound)" if not out[name] <= tol else ""))
+    return out
 
 
 def _time_models(result: VerifyResult, original, patched, inputs: tuple, dev: str, compile: bool,

@@ -101,7 +101,8 @@ def place_ops(model: nn.Module, ops: list[KernelOp]) -> Placement:
 
 
 def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
-          allow_slower: bool = False, cuda_graphs: bool = False, under_compile: str = "auto") -> nn.Module:
+          allow_slower: bool = False, cuda_graphs: bool = False, under_compile: str = "auto",
+          only: set[str] | None = None) -> nn.Module:
     """Return ``model`` (a deep copy unless ``inplace``) running the run's best kernels.
 
     ``allow_slower``: on GPU runs, kernels whose best measured time is slower than PyTorch
@@ -110,7 +111,8 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     only; see ``integrate.cudagraphs``).  ``under_compile``: what each op runs while
     ``torch.compile`` traces the patched model, our kernel or the problem's eager op for inductor
     to compile, or the patched model left out of the compile (``auto``, ``ours``, ``eager``,
-    ``uncompiled``; see ``integrate.compile_policy``).  See the module
+    ``uncompiled``; see ``integrate.compile_policy``).  ``only``: the kernels of these plan problems
+    alone (``verify`` finds which kernel a failing model owes its error to).  See the module
     docstring."""
     if not isinstance(model, nn.Module):
         raise IntegrateError(f"apply() needs a torch.nn.Module, got {type(model).__name__}")
@@ -125,6 +127,8 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     patched = model if inplace else copy.deepcopy(model)
     device = _model_device(patched)
     sel = select_kernels(workdir, plan, device=device, allow_slower=allow_slower)
+    if only is not None:
+        sel.ops = [k for k in sel.ops if k.problem.name in only]
     placed = place_ops(patched, sel.ops)
     replaced, used_ops = placed.replaced, placed.used_ops
     skipped = list(sel.skipped) + placed.skipped
