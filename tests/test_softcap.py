@@ -95,6 +95,9 @@ class Spellings:
     def one_expression(self, h):
         return self.cfg.cap * torch.tanh(self.proj(h) / self.cfg.cap)
 
+    def method_chain(self, x):
+        return self.l(x).div(self.cap).tanh().mul(self.cap)
+
     def caps_differ(self, x):
         x = x / self.cap
         x = torch.tanh(x)
@@ -113,7 +116,7 @@ class Spellings:
 
 
 def test_the_rewrite_takes_the_spellings_and_leaves_look_alikes():
-    for name in ("three_statements", "method_tanh_cap_first", "one_expression"):
+    for name in ("three_statements", "method_tanh_cap_first", "one_expression", "method_chain"):
         source = _rewritten_source(getattr(Spellings, name))
         assert source is not None and source.count(HELPER) == 1 and "tanh(" not in source, (name, source)
     assert f"{HELPER}(self.proj(h), self.cfg.cap)" in _rewritten_source(Spellings.one_expression)

@@ -31,8 +31,8 @@ SWITCHES = {
     "cross_entropy": "apply switches torch.nn.CrossEntropyLoss modules with default settings",
     "layernorm": "apply switches torch.nn.LayerNorm modules",
     "reduce": "apply puts reduce kernels nowhere: the kind is a problem of its own",
-    "softcap": "apply rewrites x = x / C; x = torch.tanh(x); x = x * C (or C * torch.tanh(e / C)) in a "
-               "forward, the same C both times",
+    "softcap": "apply rewrites x = x / C; x = torch.tanh(x); x = x * C (or C * torch.tanh(e / C), "
+               "e.div(C).tanh().mul(C)) in a forward, the same C both times",
 }
 # what the appliers switch never calls its kernel, so the op's kernel is never run here
 _STUB_KERNEL = "def kernel_fn(*args):\n    raise RuntimeError('placement stub: never run')\n"

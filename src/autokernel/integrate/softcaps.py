@@ -6,8 +6,8 @@ attribute chain or constant both times:
 
 * three consecutive statements ``x = x / C``, ``x = torch.tanh(x)`` (or ``x.tanh()``),
   ``x = x * C`` (or ``C * x``)            -> ``x = _autokernel_softcap(x, C)``
-* the expression ``C * torch.tanh(e / C)`` (or ``torch.tanh(e / C) * C``)
-                                          -> ``_autokernel_softcap(e, C)``
+* the expression ``C * torch.tanh(e / C)`` (or ``torch.tanh(e / C) * C``, or
+  ``e.div(C).tanh().mul(C)``)             -> ``_autokernel_softcap(e, C)``
 
 The helper runs the op on the calls its kernel was judged on (the dtype, a positive number for
 ``C``), and ``torch.tanh(x / C) * C`` otherwise, which is what the statements computed.  While
@@ -78,9 +78,28 @@ def _times(node: ast.expr) -> tuple[ast.expr, ast.expr] | None:
     return None
 
 
+def _method(node: ast.expr, name: str, args: int) -> tuple[ast.expr, list[ast.expr]] | None:
+    """(receiver, arguments) of ``receiver.name(*arguments)`` with ``args`` positional arguments."""
+    if (isinstance(node, ast.Call) and not node.keywords and len(node.args) == args
+            and isinstance(node.func, ast.Attribute) and node.func.attr == name):
+        return node.func.value, node.args
+    return None
+
+
 class _CapExpressions(ast.NodeTransformer):
     def __init__(self) -> None:
         self.found = 0
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        """``e.div(C).tanh().mul(C)``"""
+        self.generic_visit(node)
+        mul = _method(node, "mul", 1)
+        tanh = _method(mul[0], "tanh", 0) if mul else None
+        div = _method(tanh[0], "div", 1) if tanh else None
+        if div is not None and _same(div[1][0], mul[1][0]):
+            self.found += 1
+            return ast.copy_location(_helper_call(div[0], div[1][0]), node)
+        return node
 
     def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
         self.generic_visit(node)
