@@ -18,21 +18,15 @@ import torch
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from autokernel.harness import compare  # noqa: E402
-from autokernel.harness.stages import upcast  # noqa: E402
 from autokernel.integrate.softcaps import HELPER, rewritten_forward  # noqa: E402
 from autokernel.problems import get_problem  # noqa: E402
 from autokernel.problems.registry import KERNELS_DIR, load_starter  # noqa: E402
 
+from test_attention_masked import judged  # noqa: E402
+
 HF = importlib.util.find_spec("transformers") is not None
 TINY_GEMMA2 = ("hidden_size=64,num_hidden_layers=2,num_attention_heads=4,num_key_value_heads=2,head_dim=16,"
                "intermediate_size=128,vocab_size=128")
-
-
-def judged(problem, dtype, fn, args) -> bool:
-    out = fn(*args)
-    ref = problem.reference(*upcast(args, torch.float64))
-    return compare.compare_outputs(out, ref, compare.output_meta(out), problem.tolerance(dtype)).ok
 
 
 def cases(problem, shape, dtype):
@@ -169,6 +163,25 @@ def test_gemma2_both_soft_caps_are_found_placed_and_verify(tmp_path):
     assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
 
 
+def _patched_with_starter(tmp_path, loaded, plan, problem, inputs_seed: int):
+    """``loaded``'s model patched with ``problem``'s starter alone (the plan cut to it), run once
+    on the draw ``inputs_seed``: (calls of the op in that forward, patched output, original output)."""
+    from autokernel.integrate import OP_CALLS, apply
+    from autokernel.plan import save_plan
+
+    plan.problems = [problem]
+    (tmp_path / "problems" / problem.name).mkdir(parents=True)
+    shutil.copyfile(KERNELS_DIR / f"{problem.kind}.py", tmp_path / "problems" / problem.name / "kernel.py")
+    save_plan(plan, tmp_path / "plan.json")
+    patched = apply(loaded.model, tmp_path)
+    op = patched._autokernel_ops[problem.name]
+    before = OP_CALLS[op]
+    ids = loaded.make_inputs(inputs_seed)
+    with torch.no_grad():
+        got, want = patched(*ids), loaded.model(*ids)
+    return OP_CALLS[op] - before, got, want
+
+
 @pytest.mark.skipif(not HF, reason="transformers is not installed")
 @pytest.mark.parametrize("cap", ["10000", "-50", "0"])
 def test_gemma2_with_an_unusual_attention_cap_matches_or_is_left_alone(tmp_path, cap):
@@ -176,9 +189,7 @@ def test_gemma2_with_an_unusual_attention_cap_matches_or_is_left_alone(tmp_path,
     while the judge drew caps up to 100; a negative cap caps as its magnitude does and failed the
     kernel's assertion (a traceback from verify); a zero cap (scores 0 * tanh(s / 0)) is left to the
     model's own function."""
-    from autokernel.integrate import OP_CALLS, apply
     from autokernel.models import load_model
-    from autokernel.plan import save_plan
     from autokernel.profiler import profile_model
 
     config = TINY_GEMMA2 + f",attn_logit_softcapping={cap}"
@@ -186,17 +197,8 @@ def test_gemma2_with_an_unusual_attention_cap_matches_or_is_left_alone(tmp_path,
     plan = profile_model(loaded, warmup=0, iters=1)
     capped = [p for p in plan.problems if p.kind == "attention_softcap"]
     assert len(capped) == 1
-    plan.problems = capped
-    (tmp_path / "problems" / capped[0].name).mkdir(parents=True)
-    shutil.copyfile(KERNELS_DIR / "attention_softcap.py", tmp_path / "problems" / capped[0].name / "kernel.py")
-    save_plan(plan, tmp_path / "plan.json")
-    patched = apply(loaded.model, tmp_path)
-    op = patched._autokernel_ops[capped[0].name]
-    before = OP_CALLS[op]
-    ids = loaded.make_inputs(2)
-    with torch.no_grad():
-        got, want = patched(*ids), loaded.model(*ids)
-    assert OP_CALLS[op] - before == (0 if cap == "0" else 2)
+    calls, got, want = _patched_with_starter(tmp_path, loaded, plan, capped[0], 2)
+    assert calls == (0 if cap == "0" else 2)
     if cap == "0":
         assert torch.allclose(got, want, equal_nan=True)
     else:
@@ -210,10 +212,8 @@ def test_plain_eager_attention_is_attention_masked_and_sinks_are_left_alone(tmp_
     softmax (a new user's Gemma-2 lost 12 points of coverage); it is attention_masked now, placed
     after a probe of the function.  GPT-OSS's eager attention adds its sinks: not plain, not
     switched (its probe fails too)."""
-    from autokernel.integrate import OP_CALLS, apply
     from autokernel.integrate.calls import plain_eager_attention
     from autokernel.models import load_model
-    from autokernel.plan import save_plan
     from autokernel.profiler import profile_model
 
     loaded = load_model("hf:gemma2", config_overrides=TINY_GEMMA2 + ",attn_logit_softcapping=null", input_shape=[2, 12])
@@ -221,17 +221,8 @@ def test_plain_eager_attention_is_attention_masked_and_sinks_are_left_alone(tmp_
     masked = [p for p in plan.problems if p.kind == "attention_masked"]
     assert len(masked) == 1 and masked[0].supported and not any(p.kind == "softmax" for p in plan.problems)
     assert masked[0].shapes == [{"B": 2, "H": 4, "Hkv": 2, "S": 12, "D": 16, "additive": 1, "per_query": 1}]
-    plan.problems = masked
-    (tmp_path / "problems" / masked[0].name).mkdir(parents=True)
-    shutil.copyfile(KERNELS_DIR / "attention_masked.py", tmp_path / "problems" / masked[0].name / "kernel.py")
-    save_plan(plan, tmp_path / "plan.json")
-    patched = apply(loaded.model, tmp_path)
-    op = patched._autokernel_ops[masked[0].name]
-    before = OP_CALLS[op]
-    ids = loaded.make_inputs(1)
-    with torch.no_grad():
-        got, want = patched(*ids), loaded.model(*ids)
-    assert OP_CALLS[op] - before == 2 and ((got - want).norm() / want.norm()).item() < 1e-5
+    calls, got, want = _patched_with_starter(tmp_path, loaded, plan, masked[0], 1)
+    assert calls == 2 and ((got - want).norm() / want.norm()).item() < 1e-5
 
     oss = load_model("hf:gpt_oss", config_overrides="hidden_size=32,intermediate_size=24,num_hidden_layers=1,"
                      "num_attention_heads=4,num_key_value_heads=2,head_dim=8,num_local_experts=4,"

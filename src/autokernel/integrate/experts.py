@@ -31,15 +31,21 @@ def _probe_args(m: torch.nn.Module, experts: int, width: int) -> tuple:
     return x, index.to(x.device), (probs / probs.sum(-1, keepdim=True)).to(x.device)
 
 
+def _judged_routing(hidden: Any, index: Any, weights: Any, dtype: torch.dtype, width: int) -> bool:
+    """A call of the kind the experts kernels are judged on: [T, D] hidden states of the dtype and
+    width, int64 [T, K] indices, floating [T, K] routing weights, at least one token."""
+    return (isinstance(hidden, torch.Tensor) and isinstance(index, torch.Tensor) and isinstance(weights, torch.Tensor)
+            and hidden.dtype == dtype and hidden.dim() == 2 and hidden.shape[-1] == width and hidden.shape[0] > 0
+            and index.dtype == torch.long and index.dim() == 2 and weights.shape == index.shape
+            and weights.is_floating_point())
+
+
 def _experts_members(k: KernelOp, width: int, base: type) -> dict[str, Any]:
     op, dtype = k.op, k.dtype
     base_forward = base.forward
 
     def forward(self, hidden_states, top_k_index, top_k_weights, *args, **kwargs):
-        if (not args and not kwargs and hidden_states.dtype == dtype and hidden_states.dim() == 2
-                and hidden_states.shape[-1] == width and top_k_index.dtype == torch.long and top_k_index.dim() == 2
-                and top_k_weights.shape == top_k_index.shape and top_k_weights.is_floating_point()
-                and hidden_states.shape[0] > 0):
+        if not args and not kwargs and _judged_routing(hidden_states, top_k_index, top_k_weights, dtype, width):
             # fp32 weights as the kernel was judged on (Qwen2-MoE's router casts them to the model's dtype)
             return op(hidden_states, top_k_index, top_k_weights.float(), self.gate_up_proj, self.down_proj)
         return base_forward(self, hidden_states, top_k_index, top_k_weights, *args, **kwargs)
@@ -74,12 +80,7 @@ def _gptoss_members(k: KernelOp, width: int, base: type) -> dict[str, Any]:
     base_forward = base.forward
 
     def forward(self, hidden_states, router_indices=None, routing_weights=None, *args, **kwargs):
-        if (not args and not kwargs and isinstance(router_indices, torch.Tensor)
-                and isinstance(routing_weights, torch.Tensor) and hidden_states.dtype == dtype
-                and hidden_states.dim() == 2 and hidden_states.shape[-1] == width
-                and router_indices.dtype == torch.long and router_indices.dim() == 2
-                and routing_weights.shape == router_indices.shape and routing_weights.is_floating_point()
-                and hidden_states.shape[0] > 0):
+        if not args and not kwargs and _judged_routing(hidden_states, router_indices, routing_weights, dtype, width):
             # fp32 routing weights, as the kernel was judged on (the router gives them in the model's dtype)
             return op(hidden_states, router_indices, routing_weights.float(), self.gate_up_proj, self.gate_up_proj_bias,
                       self.down_proj, self.down_proj_bias, float(self.alpha), float(self.limit))
