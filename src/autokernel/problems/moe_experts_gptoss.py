@@ -44,8 +44,9 @@ def _shape(t: int, k: int, e: int, d: int, i: int) -> Shape:
     return {"T": t, "K": k, "E": e, "D": d, "I": i}
 
 
-# GPT-OSS-20B's and -120B's experts at 4096 tokens
-GPU_SHAPES = (_shape(4096, 4, 32, 2880, 2880), _shape(4096, 4, 128, 2880, 2880))
+# GPT-OSS-20B's experts at 4096 and 1024 tokens (-120B's 128 experts are 6.4 GB of weights: the
+# judge's sets of them, 118 GiB, outgrow its memory plan on an H200)
+GPU_SHAPES = (_shape(4096, 4, 32, 2880, 2880), _shape(1024, 4, 32, 2880, 2880))
 CPU_SHAPES = (_shape(16, 2, 4, 32, 24), _shape(9, 3, 5, 24, 20))
 GPU_EDGE_SHAPES = (_shape(1, 4, 32, 2880, 2880), _shape(333, 4, 32, 1000, 2731))
 CPU_EDGE_SHAPES = (_shape(1, 1, 1, 16, 16), _shape(3, 2, 7, 17, 9))
