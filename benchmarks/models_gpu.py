@@ -17,7 +17,7 @@
 2. fused kinds: each new kind (add_rmsnorm, add_layernorm, gelu, geglu, swiglu_packed, embedding,
    rotary_table, attention_masked: BERT-base heads at 4x512 with the [B,1,S,S] bool mask,
    attention_softcap: Gemma-2-9B heads at 2x2048 with transformers' additive mask, softcap:
-   Gemma-2's logits at 4x1024 tokens, moe_experts_gptoss: GPT-OSS-20B's experts at 4096 tokens,
+   Gemma-2's logits at 2048 tokens, moe_experts_gptoss: GPT-OSS-20B's experts at 4096 tokens,
    against transformers' per-expert loop) at its first GPU shape in bf16: the starter, eager PyTorch
    and torch.compile of the eager op, and Liger-Kernel's op where Liger has it and is importable
    (for attention_softcap, compiled FlexAttention with the cap and the mask as its score
