@@ -280,8 +280,7 @@ def test_profile_prints_the_small_default_moe_config_it_used(tmp_path):
 
 @needs_hf
 @pytest.mark.parametrize("arch,config,why", [
-    ("gpt_oss", "hidden_size=32,intermediate_size=32,num_hidden_layers=1,num_attention_heads=4,num_key_value_heads=2,"
-                "head_dim=8,vocab_size=64,num_local_experts=4", "transposed, interleaved gate/up, biased"),
+    # (GPT-OSS's transposed, interleaved, biased experts were here: they are moe_experts_gptoss now)
     ("llama4_text", "hidden_size=32,intermediate_size=48,intermediate_size_mlp=64,num_hidden_layers=1,"
                     "num_attention_heads=4,num_key_value_heads=2,vocab_size=64,num_local_experts=4",
      "gate_up_proj [4, 32, 96], down_proj [4, 48, 32]"),
