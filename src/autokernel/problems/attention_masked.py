@@ -14,7 +14,7 @@ Dims (B, H, Hkv, S, D, additive, per_query), the last two 0/1:
   by the batch (Bm = 1) and one per head (Hm = H): kernels read the mask through its strides,
   a size-1 dimension broadcast.
 * ``additive`` 0: a bool mask, True where the key is attended (SDPA's convention).
-  1: a float mask in q's dtype (or fp32, one numerics case), added to the scaled scores
+  1: a float mask in q's dtype or fp32 (every fourth draw, built in fp32), added to the scaled scores
   (transformers' older "4d attention mask" with ``finfo.min`` at masked keys, ALiBi-like
   biases, ``-inf``).
 * A query row whose every key is masked (every entry False, or ``-inf``) gives zeros, as SDPA
@@ -89,8 +89,9 @@ def eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
 
 def visible_keys(shape: Shape, device: str, gen: torch.Generator) -> torch.Tensor:
     """A bool [B, 1, Sm, S] mask as padded batches make: each batch row keeps its first L_b keys
-    (L_b drawn in 1..S, one row unpadded); per_query masks also hide a fifth of the remaining
-    (query, key) pairs at random and keep each row's first key, so no row is entirely masked."""
+    (L_b drawn in 1..S, one row unpadded); then a fifth of the remaining keys (key padding) or
+    (query, key) pairs (per_query) is hidden at random, each row's first key kept, so no row is
+    entirely masked."""
     b, s = shape["B"], shape["S"]
     lengths = torch.randint(1, s + 1, (b,), generator=gen, device=device)
     lengths[torch.randint(0, b, (1,), generator=gen, device=device)] = s
