@@ -116,7 +116,8 @@ class Tracer:
         rf.__exit__(None, None, None)
 
     def _patch_functions(self) -> None:
-        """Wrap ``apply_rotary*`` and ``eager_attention_forward`` functions in the Python modules that define the model, and
+        """Wrap ``apply_rotary*`` and ``eager_attention_forward`` functions in the Python modules
+        that define the model, and
         in the globals of its classes' methods (``autokernel.apply`` gives a patched method
         its own copy of the globals)."""
         seen: set[int] = set()
