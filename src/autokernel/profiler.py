@@ -117,9 +117,8 @@ class Tracer:
 
     def _patch_functions(self) -> None:
         """Wrap ``apply_rotary*`` and ``eager_attention_forward`` functions in the Python modules
-        that define the model, and
-        in the globals of its classes' methods (``autokernel.apply`` gives a patched method
-        its own copy of the globals)."""
+        that define the model, and in the globals of its classes' methods (``autokernel.apply``
+        gives a patched method its own copy of the globals)."""
         seen: set[int] = set()
         for namespace in self._namespaces():
             py_name = str(namespace.get("__name__", ""))
