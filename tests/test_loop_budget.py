@@ -11,10 +11,17 @@ def test_parse(text, seconds):
     assert parse_budget(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "abc", "30x", "m30", "30m1h", "0s", "0", "-5m", "1h 3", "h", "1h1h"])
+@pytest.mark.parametrize("text", ["", "abc", "30x", "m30", "30m1h", "0s", "0", "-5m", "1h 3", "h", "1h1h", "3", "59.5"])
 def test_rejects(text):
     with pytest.raises(BudgetError):
         parse_budget(text)
+
+
+def test_a_bare_number_under_a_minute_asks_for_a_unit():
+    """``--budget 3`` ran for 3 seconds: no experiment, exit 0, not a word."""
+    with pytest.raises(BudgetError, match="give a unit: 3h, 3m or 3s"):
+        parse_budget("3")
+    assert parse_budget("3s") == 3 and parse_budget("60") == 60
 
 
 def test_format_duration():

@@ -15,8 +15,9 @@ def parse_budget(text: str) -> float:
     """Seconds in a budget string.
 
     Accepted: one or more ``<number><unit>`` parts with units d, h, m, s in decreasing order
-    (``1h30m``, ``2.5h``, ``45s``), or a bare number of seconds (``600``).  The result must be
-    positive.
+    (``1h30m``, ``2.5h``, ``45s``), or a bare number of seconds (``600``), at least a minute: a
+    bare ``3`` is more likely 3 hours or minutes than the 3 seconds it reads as (a run given it
+    spent its budget before one experiment, without a word).  The result must be positive.
     """
     raw = text
     text = text.strip().lower().replace(" ", "")
@@ -24,6 +25,8 @@ def parse_budget(text: str) -> float:
         raise BudgetError("empty budget; write it like 90s, 30m, 8h or 1h30m")
     if re.fullmatch(r"\d+(?:\.\d+)?", text):
         seconds = float(text)
+        if 0 < seconds < 60:
+            raise BudgetError(f"budget {raw!r} would be {text} seconds; give a unit: {text}h, {text}m or {text}s")
     else:
         pos, seconds, last_rank = 0, 0.0, -1
         order = list(_UNIT_SECONDS)
