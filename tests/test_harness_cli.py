@@ -111,3 +111,14 @@ def test_a_malformed_compile_ahead_setting_is_a_usage_error_not_silently_none(mo
     r = run("bench", STARTER, "--problem", "reduce", "--device", "cpu", "--shape", "8x64", "--no-baselines")
     assert r.exit_code == 2, r.output
     assert "AUTOKERNEL_COMPILE_AHEAD" in r.stderr and needle in r.stderr and "Traceback" not in r.output
+
+
+def test_interpreter_timings_give_no_speed_ratio():
+    """Interpreter times over PyTorch's CPU times printed "0.00x eager", a ratio that means nothing
+    (the run's report already said so)."""
+    r = run("bench", STARTER, "--problem", "reduce", "--device", "cpu", "--shape", "8x64", "--dtype", "fp32")
+    assert r.exit_code == 0, r.output
+    score = next(line for line in r.output.splitlines() if line.startswith("score "))
+    assert "eager" not in score and "torch.compile" not in score
+    row = next(line for line in r.output.splitlines() if line.lstrip("│ ").startswith("8x64"))
+    assert [c.strip() for c in row.strip(" │").split("│")][-2:] == ["-", "-"], row  # x eager, x compile

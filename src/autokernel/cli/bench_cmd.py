@@ -159,15 +159,16 @@ def print_evaluation(ev) -> None:
                        "compile us", "x eager", "x compile"):
             table.add_column(column, justify="right")
         for t in ev.timings:
+            # ratios of interpreter times to PyTorch's CPU times mean nothing ("0.00x eager"): GPU only
             cells = [(t.latency_us, ".2f"), (t.spread_us, ".2f"), (t.gbps, ".0f"), (t.tflops, ".1f"),
                      (t.pct_roofline, ".1f"), (t.eager_us, ".2f"), (t.compile_us, ".2f"),
-                     (t.speedup_vs_eager, ".2f"), (t.speedup_vs_compile, ".2f")]
+                     (t.speedup_vs_eager if gpu else None, ".2f"), (t.speedup_vs_compile if gpu else None, ".2f")]
             table.add_row(format_shape(t.shape), t.dtype, *(fmt_or_dash(v, spec) for v, spec in cells))
         console.print(table)
         line = f"score {ev.score_us:.2f} us"
-        if ev.speedup_vs_eager:
+        if gpu and ev.speedup_vs_eager:
             line += f", {ev.speedup_vs_eager:.2f}x eager"
-        if ev.speedup_vs_compile:
+        if gpu and ev.speedup_vs_compile:
             line += f", {ev.speedup_vs_compile:.2f}x torch.compile"
         if ev.pct_roofline:
             line += f", {ev.pct_roofline:.1f}% of roofline"
