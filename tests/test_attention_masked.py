@@ -244,9 +244,9 @@ def test_hugging_face_decoder_with_left_padding_reaches_the_masked_op(tmp_path):
 
 
 def test_a_run_with_other_padding_or_capture_settings_is_another_run():
-    from autokernel.pipeline import _same_run
+    from autokernel.pipeline import _run_differences
 
     old = {"model": "hf:bert", "dtype": "fp32", "input_shape": [2, 8], "config": {}}  # run.json before the flags
-    assert _same_run(old, dict(old, padded=False, as_captured=False))
-    assert not _same_run(old, dict(old, padded=True, as_captured=False))
-    assert not _same_run(dict(old, padded=True), dict(old, padded=True, as_captured=True))
+    assert not _run_differences(old, dict(old, padded=False, as_captured=False))
+    assert _run_differences(old, dict(old, padded=True, as_captured=False))
+    assert _run_differences(dict(old, padded=True), dict(old, padded=True, as_captured=True))

@@ -373,11 +373,11 @@ def test_the_pair_in_a_trace_and_what_breaks_it():
 
 
 def test_a_run_with_the_pair_fused_is_another_run():
-    from autokernel.pipeline import _same_run
+    from autokernel.pipeline import _run_differences
 
     old = {"model": "llama", "dtype": "fp32", "input_shape": [2, 8], "config": {}}  # run.json before the flag
-    assert _same_run(old, dict(old, fused_rotary=False))
-    assert not _same_run(old, dict(old, fused_rotary=True))
+    assert not _run_differences(old, dict(old, fused_rotary=False))
+    assert _run_differences(old, dict(old, fused_rotary=True))
 
 
 @pytest.mark.skipif(not HF, reason="transformers is not installed")

@@ -61,6 +61,7 @@ def test_run_on_each_example(tmp_path, model, capfd):
         res = CliRunner().invoke(app, ["run", "--model", "gpt2", "--workdir", str(wd), "--device", "cpu",
                                        "--input-shape", "1x8", "--config", ONE_LAYER["gpt2"]])
         assert res.exit_code == 2 and "other settings" in res.output
+        assert "model 'llama' -> 'gpt2'" in " ".join(res.output.split())  # which, not only that they differ
         assert json.loads((wd / "plan.json").read_text())["model"] == "llama"
 
 

@@ -76,11 +76,13 @@ def resolve_device(device: str) -> str:
         raise PipelineError(str(exc)) from None
 
 
-def _same_run(saved: dict[str, Any], wanted: dict[str, Any]) -> bool:
+def _run_differences(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    """The settings in which ``wanted`` differs from the saved run's, as ``name saved -> wanted``."""
     keys = ("model", "dtype", "input_shape", "config")
     flags = ("padded", "as_captured", "fused_rotary")  # absent from run.json files written before them: False
-    return (all(saved.get(k) == wanted.get(k) for k in keys)
-            and all(bool(saved.get(k)) == bool(wanted.get(k)) for k in flags))
+    return ([f"{k} {saved.get(k)!r} -> {wanted.get(k)!r}" for k in keys if saved.get(k) != wanted.get(k)]
+            + [f"{k} {bool(saved.get(k))} -> {bool(wanted.get(k))}" for k in flags
+               if bool(saved.get(k)) != bool(wanted.get(k))])
 
 
 def _saved_run(run_path: Path, plan) -> dict[str, Any]:
@@ -137,9 +139,10 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
     if plan_path.is_file():
         plan = load_plan(plan_path)
         saved = _saved_run(run_path, plan)
-        if not _same_run(saved, wanted):
-            raise PipelineError(f"{workdir} already holds a run of {saved.get('model')!r} with other settings; "
-                                "use another --workdir (or the same arguments to resume)")
+        differences = _run_differences(saved, wanted)
+        if differences:
+            raise PipelineError(f"{workdir} already holds a run of {saved.get('model')!r} with other settings "
+                                f"({'; '.join(differences)}); use another --workdir (or the same arguments to resume)")
         reused = True
         if saved.get("finished") and opts.extend_s is None:
             return _finished(workdir, plan_path, log)
