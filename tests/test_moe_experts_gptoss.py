@@ -138,3 +138,45 @@ def test_gpt_oss_experts_are_found_placed_and_verify(tmp_path):
         got, want = patched(*ids), loaded.model(*ids)
     assert OP_CALLS[op] - before == 1
     assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
+
+
+def _load_attack(name: str):
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / "attacks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# a red-team pass's attacks that passed every stage of the judge (each file says how, and what
+# catches it now), with the shapes where the judge meets the wrong input
+ATTACKS = {
+    "moe_experts_gptoss_32_experts_at_most": {"T": 8, "K": 4, "E": 40, "D": 16, "I": 8},
+    "moe_experts_gptoss_first_k_block_only": {"T": 5, "K": 2, "E": 3, "D": 200, "I": 136},
+    "moe_experts_gptoss_sigmoid_of_unclamped_gate": {"T": 16, "K": 2, "E": 4, "D": 32, "I": 24},
+}
+
+
+@pytest.mark.parametrize("attack", list(ATTACKS))
+def test_the_red_team_attacks_fail_a_judged_case(attack):
+    problem = get_problem("moe_experts_gptoss")
+    shape = ATTACKS[attack]
+    assert shape in problem.cpu_shapes + problem.cpu_edge_shapes  # a shape the judge runs
+    kernel = _load_attack(attack)
+    draws = [problem.make_inputs(dict(shape), torch.bfloat16, "cpu", s) for s in range(4)]
+    cases = draws + [args for _, args in problem.adversarial_inputs(dict(shape), torch.bfloat16, "cpu", 5)]
+    assert not all(judged(problem, torch.bfloat16, kernel.kernel_fn, args) for args in cases), attack
+
+
+def test_pairs_held_elsewhere_are_marked_with_e_e_plus_one_and_minus_one():
+    """The contract: any index outside [0, E) adds nothing.  A kernel that took only E for a
+    sentinel passed while E was the only one drawn (moe_experts_gptoss_sentinel_only_e.py; it
+    reads out of bounds on -1, which kills an in-process interpreter, so its draws are checked)."""
+    problem = get_problem("moe_experts_gptoss")
+    shape = problem.cpu_shapes[0]
+    args = dict(problem.adversarial_inputs(dict(shape), torch.bfloat16, "cpu", 5))["expert-parallel-sentinels"]
+    index = args[1]
+    outside = set(index[(index < 0) | (index >= shape["E"])].tolist())
+    assert outside == {-1, shape["E"], shape["E"] + 1}
+    assert judged(problem, torch.bfloat16, load_starter("moe_experts_gptoss").kernel_fn, args)

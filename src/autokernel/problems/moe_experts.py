@@ -53,7 +53,9 @@ GPU_SHAPES = (_shape(4096, 2, 8, 4096, 14336), _shape(4096, 4, 60, 2048, 1408))
 CPU_SHAPES = (_shape(16, 2, 4, 32, 48), _shape(9, 3, 5, 24, 20))
 # one token (decode), and odd sizes with experts that get no token
 GPU_EDGE_SHAPES = (_shape(1, 2, 8, 4096, 14336), _shape(333, 2, 8, 1000, 2731))
-CPU_EDGE_SHAPES = (_shape(1, 1, 1, 16, 16), _shape(3, 2, 7, 17, 9))
+# the last one wider than a block of D and of I: a kernel's second k-iteration and column tile
+# (the other CPU shapes fit in one)
+CPU_EDGE_SHAPES = (_shape(1, 1, 1, 16, 16), _shape(3, 2, 7, 17, 9), _shape(5, 2, 3, 200, 136))
 
 
 def reference(x, top_k_index, top_k_weights, gate_up, down):
@@ -163,10 +165,7 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
         return (x.float() * factor).to(dtype), index, weights, gu.to(dtype), (down.float() / factor).to(dtype)
 
     scales = torch.pow(10.0, torch.randint(-1, 1, weights.shape, generator=gen, device=device).float())
-    # a quarter of the pairs held elsewhere, their weights kept: a kernel that clamps the index
-    # into range (or reads past the experts) adds them
-    elsewhere = torch.where(torch.rand(index.shape, generator=gen, device=device) < 0.25,
-                            torch.full_like(index, experts), index)
+    elsewhere = held_elsewhere(index, experts, gen)
     cases = [
         ("one-crowded-expert", (x, crowded, weights, gate_up, down)),
         ("hot-expert", (x, hot, weights, gate_up, down)),
@@ -181,6 +180,17 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
         cases.append(("massive-activations", ((x.float() * MASSIVE).to(dtype), index, weights, gate_up,
                                               (down.float() / MASSIVE ** 2).to(dtype))))
     return cases
+
+
+def held_elsewhere(index: torch.Tensor, experts: int, gen: torch.Generator) -> torch.Tensor:
+    """``index`` with a quarter of the pairs held elsewhere, their weights kept, each marked by an
+    index outside [0, E): transformers' sentinel E, E + 1, or -1 (expert-parallel dispatchers'
+    "none").  A kernel that clamps the index into range (or reads past the experts) adds them; one
+    that took only E for a sentinel passed while E was the only one drawn (-1 then added expert
+    E - 1)."""
+    marks = torch.tensor([experts, experts + 1, -1], device=index.device)
+    drawn = marks[torch.randint(0, 3, index.shape, generator=gen, device=index.device)]
+    return torch.where(torch.rand(index.shape, generator=gen, device=index.device) < 0.25, drawn, index)
 
 
 def shape_error(shape: Shape) -> str | None:

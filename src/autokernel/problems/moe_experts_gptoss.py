@@ -18,9 +18,10 @@ Inputs: x ~ N(0, 1), the routing of ``moe_experts`` (uneven loads), gate_up ~ N(
 ~ N(0, 0.5²), down ~ N(0, 1/I); alpha walks through 1.702 on even draws and is drawn from
 [1, 3] on odd ones, limit through 7.0 and [3, 10], so neither can be kept.  Numerics cases
 (besides ``moe_experts``' crowded experts, sentinels, small inputs and routing scales): gate and
-up driven past the limit (the clamps decide the output; down scaled back), gate driven far
-negative (sigmoid's tail: exp must not overflow), and biases alone (x = 0: a kernel that drops a
-bias or adds it after the weighting is wrong everywhere).
+up driven past the limit (the clamps decide the output; down scaled back), g and u spread over
+the clamps' neighbourhood at alpha 1 and limit 3 (the draws' low corner, where the sigmoid of a
+clamped g is not 1), every g near -300 (sigmoid's tail: exp must not overflow), and biases
+alone (x = 0: a kernel that drops a bias or adds it after the weighting is wrong everywhere).
 
 ``reference`` is transformers' per-expert loop (the harness runs it in high precision); it is
 also the eager baseline, as transformers runs it by default.  Floors: 6 T K D I flops; bytes the
@@ -34,7 +35,7 @@ import math
 import torch
 
 from .base import Problem, Rows, Shape, choose_or_draw, element_size, generator, randn
-from .moe_experts import TOLERANCES, _crowded, _routing, shape_error
+from .moe_experts import TOLERANCES, _crowded, _routing, held_elsewhere, shape_error
 
 ALPHAS, ALPHA_RANGE = (1.702,), (1.0, 3.0)
 LIMITS, LIMIT_RANGE = (7.0,), (3.0, 10.0)
@@ -50,8 +51,12 @@ GPU_SHAPES = (_shape(4096, 4, 32, 2880, 2880), _shape(1024, 4, 32, 2880, 2880))
 CPU_SHAPES = (_shape(16, 2, 4, 32, 24), _shape(9, 3, 5, 24, 20))
 # one token (decode) at GPT-OSS's width, and odd sizes (I narrower than the targets': the edge
 # shapes' answers are checked on the CPU too, tests/test_tolerances.py)
-GPU_EDGE_SHAPES = (_shape(1, 4, 32, 2880, 1000), _shape(333, 4, 32, 1000, 2731))
-CPU_EDGE_SHAPES = (_shape(1, 1, 1, 16, 16), _shape(3, 2, 7, 17, 9))
+# and 64 tokens (batched decode) over 128 experts (GPT-OSS-120B's count; a kernel that scheduled
+# 32 at most passed while every shape had 32)
+GPU_EDGE_SHAPES = (_shape(1, 4, 32, 2880, 1000), _shape(64, 4, 128, 1024, 256), _shape(333, 4, 32, 1000, 2731))
+# 40 experts (past 32), and D and I wider than a block (a second k-iteration and column tile)
+CPU_EDGE_SHAPES = (_shape(1, 1, 1, 16, 16), _shape(3, 2, 7, 17, 9), _shape(8, 4, 40, 16, 8),
+                   _shape(5, 2, 3, 200, 136))
 
 
 def glu(gu: torch.Tensor, alpha: float, limit: float) -> torch.Tensor:
@@ -100,8 +105,7 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
                 (down.float() / back).to(dtype), down_bias) + rest
 
     scales = torch.pow(10.0, torch.randint(-1, 1, weights.shape, generator=gen, device=device).float())
-    elsewhere = torch.where(torch.rand(index.shape, generator=gen, device=device) < 0.25,
-                            torch.full_like(index, experts), index)
+    elsewhere = held_elsewhere(index, experts, gen)
     share = 0.5 + 0.5 * float(torch.rand((1,), generator=gen, device=device))
     return [
         ("one-crowded-expert", (x, _crowded(index, experts, gen, 1.0), weights) + (gate_up, gate_up_bias, down, down_bias) + rest),
@@ -109,15 +113,33 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
         # |g| and |u| ~ 20 limits: both clamps decide the output (h up to limit (limit + 1): down
         # scaled back by as much, so the output stays O(1) and h's rounding to the dtype within bounds)
         ("past-the-limit", scaled(20.0 * limit, 20.0 * limit, limit * (limit + 1))),
-        # g ~ ±100s: sigmoid(alpha g) underflows where g < 0 (exp(-alpha g) must not turn into inf * 0),
-        # g is clamped where g > 0
-        ("gate-far-negative", scaled(-300.0, 1.0, limit)),
+        # every g near -300 (the gate biases): sigmoid(alpha g) underflows, h is 0 and the output
+        # down's biases alone (exp(-alpha g) overflows: it must not turn into inf * 0 or inf / inf)
+        ("gate-far-negative", (x, index, weights, gate_up, far_negative_gate(gate_up_bias), down, down_bias) + rest),
+        # g and u spread over the clamps' neighbourhood (±0.5 to 3 limits) at the low corner of the
+        # draws, alpha 1 and limit 3, where sigmoid(alpha limit) is 0.95, not 1: a kernel that took
+        # the sigmoid of the unclamped g, or clamped g below too, passed while the draws seldom
+        # fell there
+        ("near-the-limit", near_the_limit(x, index, weights, gate_up, gate_up_bias, down, down_bias, dtype)),
         # x = 0: the output is the biases' alone, through the activation, weighted
         ("biases-alone", (torch.zeros_like(x), index, weights, gate_up, gate_up_bias, down, down_bias) + rest),
         ("small", ((x.float() * 0.05).to(dtype), index, weights, gate_up, gate_up_bias, down, down_bias) + rest),
         ("mixed-routing-scales", (x, index, weights * scales, gate_up, gate_up_bias, down, down_bias) + rest),
         ("expert-parallel-sentinels", (x, elsewhere, weights, gate_up, gate_up_bias, down, down_bias) + rest),
     ]
+
+
+def far_negative_gate(gate_up_bias: torch.Tensor) -> torch.Tensor:
+    biased = gate_up_bias.float().clone()
+    biased[:, 0::2] = -300.0
+    return biased.to(gate_up_bias.dtype)
+
+
+def near_the_limit(x, index, weights, gate_up, gate_up_bias, down, down_bias, dtype) -> tuple:
+    alpha, limit = ALPHA_RANGE[0], LIMIT_RANGE[0]
+    factor = torch.tensor([1.7 * limit, limit], device=x.device).repeat(gate_up.shape[-1] // 2)
+    return (x, index, weights, (gate_up.float() * factor).to(dtype), (gate_up_bias.float() * factor).to(dtype),
+            (down.float() / (limit * (limit + 1))).to(dtype), down_bias, alpha, limit)
 
 
 def flops(shape: Shape) -> float:
