@@ -22,7 +22,8 @@ Dims (B, H, Hkv, S, D, additive, per_query), the last two 0/1:
   next to finfo.min), also as SDPA gives.
 
 Grouped-query attention when Hkv < H, as in ``attention``; ``scale`` None means 1/sqrt(D), and
-inputs pass by turns None, 1/sqrt(D) and 1/D.  Reference: the math definition in at least fp32
+even inputs pass by turns None, 1/sqrt(D) and 1/D, odd ones a scale from [0.8, 1.25]/sqrt(D)
+(``attention.draw_scale``).  Reference: the math definition in at least fp32
 (the harness passes fp64 copies on CPU).  Held-out and edge shapes keep D, H, Hkv and the mask
 form; held-out shapes move S and B.  FLOPs: 4·B·H·S²·D; bytes add the mask once.
 """

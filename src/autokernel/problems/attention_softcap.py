@@ -13,8 +13,9 @@ mask forms are ``attention_masked``'s and so are the dims (B, H, Hkv, S, D, addi
 per_query) and every mask case of the numerics stage.  A kind of its own so that
 ``attention_masked``'s ``kernel_fn`` and its kernel files stay valid.
 
-``scale`` None means 1/sqrt(D) (Gemma-2 passes ``query_pre_attn_scalar ** -0.5``); inputs pass,
-by turns, None, 1/sqrt(D) and 1/D.  ``softcap`` walks through 50 and 30 (Gemma-2's attention and
+``scale`` None means 1/sqrt(D) (Gemma-2 passes ``query_pre_attn_scalar ** -0.5``); even input
+draws pass, by turns, None, 1/sqrt(D) and 1/D, odd ones a scale from [0.8, 1.25]/sqrt(D)
+(``attention.draw_scale``).  ``softcap`` walks through 50 and 30 (Gemma-2's attention and
 final-logit caps) on even draws and is drawn log-uniformly from [5, 1000] on odd ones, so a
 kernel cannot keep one value (and a cap's size shows a tanh that is precise only in absolute
 terms).  Reference: the math definition in at least fp32 (the harness
