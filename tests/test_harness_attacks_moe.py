@@ -67,10 +67,12 @@ def test_the_crowded_expert_is_drawn_per_seed():
 
 def test_a_kernel_that_takes_every_index_to_be_in_range_is_incorrect():
     """Clamping the index to the last expert adds the pairs the reference leaves out (the
-    expert-parallel sentinel E); the judge draws such pairs in the numerics stage."""
+    expert-parallel sentinels E and E + 1); the judge draws such pairs in the numerics stage.
+    Since -1 is drawn too (fifteenth session), the attack's read at -1 can fall before the
+    tensor and kill the worker (a crash at numerics): rejected either way."""
     result = judged("moe_experts_index_in_range.py")
-    assert result.verdict == "incorrect" and result.failed_stage == "numerics", result.message
-    assert "expert-parallel-sentinels" in result.message, result.message
+    assert result.verdict in ("incorrect", "crash") and result.failed_stage == "numerics", result.message
+    assert "expert-parallel-sentinels" in result.message or "killed by signal" in result.message, result.message
 
 
 def test_eager_leaves_the_sentinel_pairs_out():
