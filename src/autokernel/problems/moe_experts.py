@@ -152,11 +152,8 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     small inputs, routing weights at two scales, a quarter of the pairs marked with the
     expert-parallel sentinel E, and (bf16, fp32) hidden activations past fp16's range."""
     x, index, weights, gate_up, down = make_inputs(shape, dtype, device, seed)
-    gen = generator(device, seed + 1)
-    experts = gate_up.shape[0]
-    crowded = _crowded(index, experts, gen, 1.0)
-    share = 0.5 + 0.5 * float(torch.rand((1,), generator=gen, device=device))
-    hot = _crowded(index, experts, gen, share)
+    routed = {name: (x, i, w, gate_up, down)
+              for name, i, w in routing_cases(index, weights, gate_up.shape[0], generator(device, seed + 1))}
 
     def driven(factor: float) -> tuple:
         gu = gate_up.float().clone()
@@ -164,15 +161,13 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
         gu[:, half:] /= factor
         return (x.float() * factor).to(dtype), index, weights, gu.to(dtype), (down.float() / factor).to(dtype)
 
-    scales = torch.pow(10.0, torch.randint(-1, 1, weights.shape, generator=gen, device=device).float())
-    elsewhere = held_elsewhere(index, experts, gen)
     cases = [
-        ("one-crowded-expert", (x, crowded, weights, gate_up, down)),
-        ("hot-expert", (x, hot, weights, gate_up, down)),
+        ("one-crowded-expert", routed["one-crowded-expert"]),
+        ("hot-expert", routed["hot-expert"]),
         ("saturated-gate", driven(30.0)),
         ("small", ((x.float() * 0.05).to(dtype), index, weights, gate_up, down)),
-        ("mixed-routing-scales", (x, index, weights * scales, gate_up, down)),
-        ("expert-parallel-sentinels", (x, elsewhere, weights, gate_up, down)),
+        ("mixed-routing-scales", routed["mixed-routing-scales"]),
+        ("expert-parallel-sentinels", routed["expert-parallel-sentinels"]),
     ]
     if dtype != torch.float16:
         # hidden activations past fp16's range (|h| ~ 1e5), down scaled back so the output stays
@@ -182,15 +177,33 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     return cases
 
 
+def routing_cases(index: torch.Tensor, weights: torch.Tensor, experts: int,
+                  gen: torch.Generator) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """(name, top_k_index, top_k_weights) of the routing cases every experts kind runs: one expert
+    crowded with every token, and with a random share of half to all of them, routing weights at
+    two scales, a quarter of the pairs held elsewhere (``held_elsewhere``)."""
+    device = index.device
+    crowded = _crowded(index, experts, gen, 1.0)
+    share = 0.5 + 0.5 * float(torch.rand((1,), generator=gen, device=device))
+    hot = _crowded(index, experts, gen, share)
+    scales = torch.pow(10.0, torch.randint(-1, 1, weights.shape, generator=gen, device=device).float())
+    return [("one-crowded-expert", crowded, weights), ("hot-expert", hot, weights),
+            ("mixed-routing-scales", index, weights * scales),
+            ("expert-parallel-sentinels", held_elsewhere(index, experts, gen), weights)]
+
+
 def held_elsewhere(index: torch.Tensor, experts: int, gen: torch.Generator) -> torch.Tensor:
     """``index`` with a quarter of the pairs held elsewhere, their weights kept, each marked by an
     index outside [0, E): transformers' sentinel E, E + 1, or -1 (expert-parallel dispatchers'
-    "none").  A kernel that clamps the index into range (or reads past the experts) adds them; one
-    that took only E for a sentinel passed while E was the only one drawn (-1 then added expert
-    E - 1)."""
+    "none"), by turns from a drawn start, so that every call with three or more such pairs holds
+    each mark.  A kernel that clamps the index into range (or reads past the experts) adds them;
+    one that took only E for a sentinel passed while E was the only one drawn (-1 then added
+    expert E - 1)."""
     marks = torch.tensor([experts, experts + 1, -1], device=index.device)
-    drawn = marks[torch.randint(0, 3, index.shape, generator=gen, device=index.device)]
-    return torch.where(torch.rand(index.shape, generator=gen, device=index.device) < 0.25, drawn, index)
+    held = torch.rand(index.shape, generator=gen, device=index.device) < 0.25
+    start = int(torch.randint(0, 3, (1,), generator=gen, device=index.device))
+    turns = (torch.cumsum(held.reshape(-1).long(), 0).reshape(index.shape) + start) % 3
+    return torch.where(held, marks[turns], index)
 
 
 def shape_error(shape: Shape) -> str | None:
