@@ -17,6 +17,7 @@ from autokernel.problems.attention import scaled_scores  # noqa: E402
 from autokernel.problems.registry import load_starter  # noqa: E402
 
 from test_attention_masked import cases, judged  # noqa: E402
+from test_harness_attacks_pass8 import _load as load_attack  # noqa: E402
 
 
 def _math(q, k, v, mask, scale, softcap, *, cap=True, cap_after_mask=False):
@@ -107,17 +108,6 @@ def test_without_the_cap_it_is_attention_masked():
                           attention_masked.reference(q, k, v, mask, scale), atol=1e-9)
 
 
-def _load(name: str):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).parent / "attacks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 # red-team attacks on the new kinds that passed every stage of the judge (each file's docstring
 # says how, and what catches it now), with the shapes where the judge meets the wrong input
 ATTACKS = {
@@ -135,7 +125,7 @@ def test_the_red_team_attacks_fail_a_judged_case(attack):
     fails for each attack, while the starter passes them all (test_starters, and above)."""
     kind, shapes, dtypes = ATTACKS[attack]
     problem = get_problem(kind)
-    kernel = _load(attack)
+    kernel = load_attack(f"{attack}.py")
     for shape in getattr(problem, shapes):
         for dtype in dtypes:
             draws = [problem.make_inputs(dict(shape), dtype, "cpu", s) for s in range(8)]

@@ -14,20 +14,15 @@ import torch
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from autokernel.harness import compare  # noqa: E402
-from autokernel.harness.stages import upcast  # noqa: E402
 from autokernel.problems import get_problem, moe_experts_gptoss  # noqa: E402
 from autokernel.problems.registry import KERNELS_DIR, load_starter  # noqa: E402
+
+from test_attention_masked import judged  # noqa: E402
+from test_harness_attacks_pass8 import _load as load_attack  # noqa: E402
 
 HF = importlib.util.find_spec("transformers") is not None
 TINY_GPT_OSS = ("hidden_size=32,intermediate_size=24,num_hidden_layers=1,num_attention_heads=4,num_key_value_heads=2,"
                 "head_dim=8,num_local_experts=4,num_experts_per_tok=2,vocab_size=128")
-
-
-def judged(problem, dtype, fn, args) -> bool:
-    out = fn(*args)
-    ref = problem.reference(*upcast(args, torch.float64))
-    return compare.compare_outputs(out, ref, compare.output_meta(out), problem.tolerance(dtype)).ok
 
 
 def _expert_loop(glu):
@@ -140,15 +135,6 @@ def test_gpt_oss_experts_are_found_placed_and_verify(tmp_path):
     assert torch.allclose(got, want, atol=1e-4, rtol=1e-4)
 
 
-def _load_attack(name: str):
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / "attacks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 # a red-team pass's attacks that passed every stage of the judge (each file says how, and what
 # catches it now), with the shapes where the judge meets the wrong input
 ATTACKS = {
@@ -163,7 +149,7 @@ def test_the_red_team_attacks_fail_a_judged_case(attack):
     problem = get_problem("moe_experts_gptoss")
     shape = ATTACKS[attack]
     assert shape in problem.cpu_shapes + problem.cpu_edge_shapes  # a shape the judge runs
-    kernel = _load_attack(attack)
+    kernel = load_attack(f"{attack}.py")
     draws = [problem.make_inputs(dict(shape), torch.bfloat16, "cpu", s) for s in range(4)]
     cases = draws + [args for _, args in problem.adversarial_inputs(dict(shape), torch.bfloat16, "cpu", 5)]
     assert not all(judged(problem, torch.bfloat16, kernel.kernel_fn, args) for args in cases), attack

@@ -15,7 +15,7 @@ from .alignment import align_linears
 from .cudagraphs import CudaGraphed, cuda_graphs_refusal
 from .embeddings import _apply_embedding
 from .epilogues import _apply_linear_gelu
-from .experts import _apply_moe_experts, _apply_moe_experts_gptoss
+from .experts import _apply_experts
 from .fused import _apply_add_norm, _apply_residual_outputs, _apply_geglu, _apply_gelu_modules, _apply_swiglu_packed
 from .linears import _apply_matmul, _apply_mlp
 from .norms import _apply_cross_entropy, _apply_layernorm, _apply_rmsnorm, _apply_softmax
@@ -48,9 +48,9 @@ _MODULE_APPLIERS = {
     "add_rmsnorm:adds": _apply_residual_adds,
     "add_layernorm:adds": _apply_residual_adds,
     "linear_gelu": _apply_linear_gelu,
-    "moe_experts": _apply_moe_experts,
+    "moe_experts": _apply_experts,
     "softcap": _apply_softcap,
-    "moe_experts_gptoss": _apply_moe_experts_gptoss,
+    "moe_experts_gptoss": _apply_experts,
 }
 # Post-norm output blocks (``<kind>:outputs``) first: they take the add and their norm child.
 # fused_mlp before swiglu (it covers more of the MLP); matmul last so that the linears of a

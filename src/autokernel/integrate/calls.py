@@ -171,10 +171,7 @@ def plain_eager_attention(m: nn.Module) -> bool:
     if len(fns) != 1:
         return False
     fn = next(iter(fns.values()))
-    key = (type(m), fn)
-    if key not in _EAGER_PROBED:
-        _EAGER_PROBED[key] = _probe_eager(m, fn)
-    return _EAGER_PROBED[key]
+    return _probe_eager(m, fn)
 
 
 def _eager_functions(cls: type) -> list[Any]:
@@ -193,6 +190,7 @@ def _eager_functions(cls: type) -> list[Any]:
 
 def _probe_eager(m: nn.Module, fn: Any) -> bool:
     from ..problems import get_problem
+    from .fused import _probe_call
 
     param = next(iter(m.parameters()), None)
     dtype = param.dtype if param is not None else torch.float32
@@ -202,17 +200,9 @@ def _probe_eager(m: nn.Module, fn: Any) -> bool:
     q = torch.randn(1, 2 * groups, 5, head_dim, generator=gen)
     k, v = torch.randn(1, 2, 5, head_dim, generator=gen), torch.randn(1, 2, 5, head_dim, generator=gen)
     mask = torch.randn(1, 1, 5, 5, generator=gen).masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), -1e9)
-    want = get_problem("attention_masked").reference(q, k, v, mask, 0.3).transpose(1, 2)
     args = [t.to(device=device, dtype=dtype) for t in (q, k, v, mask)]
-    try:
-        with torch.no_grad():
-            got = fn(m, *args, dropout=0.0, scaling=0.3)
-    except Exception:  # noqa: BLE001 - a function that cannot take the probe is not switched
-        return False
-    out = got[0] if isinstance(got, (tuple, list)) else got
-    tol = 1e-4 if dtype == torch.float32 else 3e-2
-    return (isinstance(out, torch.Tensor) and out.shape == want.shape
-            and torch.allclose(out.float().cpu(), want, atol=tol, rtol=tol))
+    return _probe_call(_EAGER_PROBED, (type(m), fn), lambda: fn(m, *args, dropout=0.0, scaling=0.3)[0],
+                       lambda: get_problem("attention_masked").reference(*args, 0.3).transpose(1, 2), dtype)
 
 
 def _gelu_replacement(k: KernelOp) -> Callable[..., Any]:

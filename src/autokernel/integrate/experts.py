@@ -1,4 +1,4 @@
-"""Appliers for ``moe_experts`` and ``moe_experts_gptoss``: mixture-of-experts experts modules with
+"""Applier for ``moe_experts`` and ``moe_experts_gptoss``: mixture-of-experts experts modules with
 3-D weights (Mixtral's, Qwen-MoE's: ``recognize.moe_experts_dims``; GPT-OSS's:
 ``recognize.gptoss_experts_dims``) switched to the op.  Their ``forward(hidden,
 top_k_index, top_k_weights)`` becomes one call of our kernel; a call it was not judged on
@@ -12,9 +12,11 @@ router, must match the problem's reference with the module's weights.
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
+import torch.nn as nn
 
 from ..recognize import gptoss_experts_dims, moe_experts_dims
 from .fused import _probe_call
@@ -40,76 +42,72 @@ def _judged_routing(hidden: Any, index: Any, weights: Any, dtype: torch.dtype, w
             and weights.is_floating_point())
 
 
-def _experts_members(k: KernelOp, width: int, base: type) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ExpertsLayout:
+    """What an experts kind needs of a module: its (E, D, I) (None: not this layout) and the op's
+    arguments after the routing, from the module."""
+
+    kind: str
+    dims: Callable[[nn.Module], tuple[int, int, int] | None]
+    params: Callable[[nn.Module], tuple]
+    routing: tuple[str, str]  # the forward's names of the indices and the weights
+
+
+LAYOUTS = {
+    "moe_experts": ExpertsLayout("moe_experts", moe_experts_dims, lambda m: (m.gate_up_proj, m.down_proj),
+                                 ("top_k_index", "top_k_weights")),
+    "moe_experts_gptoss": ExpertsLayout(
+        "moe_experts_gptoss", gptoss_experts_dims,
+        lambda m: (m.gate_up_proj, m.gate_up_proj_bias, m.down_proj, m.down_proj_bias, float(m.alpha), float(m.limit)),
+        ("router_indices", "routing_weights")),
+}
+
+
+def _routing(args: tuple, kwargs: dict, names: tuple[str, str]) -> tuple | None:
+    """(indices, weights) of a call that passes exactly those two, by position or by name."""
+    rest = names[len(args):] if len(args) <= 2 else None
+    if rest is None or set(kwargs) != set(rest):
+        return None
+    return tuple(args) + tuple(kwargs[n] for n in rest)
+
+
+def _experts_members(k: KernelOp, width: int, base: type, layout: ExpertsLayout) -> dict[str, Any]:
     op, dtype = k.op, k.dtype
     base_forward = base.forward
 
-    def forward(self, hidden_states, top_k_index, top_k_weights, *args, **kwargs):
-        if not args and not kwargs and _judged_routing(hidden_states, top_k_index, top_k_weights, dtype, width):
-            # fp32 weights as the kernel was judged on (Qwen2-MoE's router casts them to the model's dtype)
-            return op(hidden_states, top_k_index, top_k_weights.float(), self.gate_up_proj, self.down_proj)
-        return base_forward(self, hidden_states, top_k_index, top_k_weights, *args, **kwargs)
+    def forward(self, hidden_states, *args, **kwargs):
+        routing = _routing(args, kwargs, layout.routing)
+        if routing is not None and _judged_routing(hidden_states, *routing, dtype, width):
+            # fp32 routing weights, as the kernel was judged on (Qwen2-MoE's and GPT-OSS's routers
+            # give them in the model's dtype)
+            return op(hidden_states, routing[0], routing[1].float(), *layout.params(self))
+        return base_forward(self, hidden_states, *args, **kwargs)
 
     return {"forward": forward}
 
 
-def _apply_moe_experts(model, k, done, replaced, skipped, probed) -> None:
+def _apply_experts(model, k, done, replaced, skipped, probed) -> None:
+    """Experts modules in ``k``'s layout (``LAYOUTS``) switched to the op, each class probed first:
+    its own forward on routed random tokens against the problem's reference with the module's
+    weights."""
+    layout = LAYOUTS[k.kind]
     for name, m in model.named_modules():
-        if id(m) in done or _pick([k], "moe_experts", name) is None:
+        if id(m) in done or _pick([k], k.kind, name) is None:
             continue
-        dims = moe_experts_dims(m)
+        dims = layout.dims(m)
         if dims is None:
             continue
         experts, width, _ = dims
-        if m.gate_up_proj.dtype != k.dtype or m.down_proj.dtype != k.dtype:
-            skipped.append((name, f"moe_experts: expert weights are not {k.dtype}"))
+        params = layout.params(m)
+        if any(isinstance(p, torch.Tensor) and p.dtype != k.dtype for p in params):
+            skipped.append((name, f"{k.kind}: expert weights are not {k.dtype}"))
             continue
         base = type(m)
         args = _probe_args(m, experts, width)
-        if not _probe_call(probed, (base, "moe_experts"), lambda: base.forward(m, *args),
-                           lambda: _reference("moe_experts")(*args, m.gate_up_proj, m.down_proj), k.dtype):
-            skipped.append((name, f"moe_experts: {base.__name__} computes something else (probe mismatch)"))
+        if not _probe_call(probed, (base, k.kind), lambda: base.forward(m, *args),
+                           lambda: _reference(k.kind)(*args, *params), k.dtype):
+            skipped.append((name, f"{k.kind}: {base.__name__} computes something else (probe mismatch)"))
             continue
-        _swap_class(m, ("moe_experts", k.opname, width), _experts_members(k, width, base))
+        _swap_class(m, (k.kind, k.opname, width), _experts_members(k, width, base, layout))
         done.add(id(m))
-        replaced.append((name, "moe_experts"))
-
-
-def _gptoss_members(k: KernelOp, width: int, base: type) -> dict[str, Any]:
-    op, dtype = k.op, k.dtype
-    base_forward = base.forward
-
-    def forward(self, hidden_states, router_indices=None, routing_weights=None, *args, **kwargs):
-        if not args and not kwargs and _judged_routing(hidden_states, router_indices, routing_weights, dtype, width):
-            # fp32 routing weights, as the kernel was judged on (the router gives them in the model's dtype)
-            return op(hidden_states, router_indices, routing_weights.float(), self.gate_up_proj, self.gate_up_proj_bias,
-                      self.down_proj, self.down_proj_bias, float(self.alpha), float(self.limit))
-        return base_forward(self, hidden_states, router_indices, routing_weights, *args, **kwargs)
-
-    return {"forward": forward}
-
-
-def _apply_moe_experts_gptoss(model, k, done, replaced, skipped, probed) -> None:
-    """GPT-OSS's experts (``recognize.gptoss_experts_dims``) switched to the op, each class probed
-    first against the problem's reference with the module's weights, alpha and limit."""
-    for name, m in model.named_modules():
-        if id(m) in done or _pick([k], "moe_experts_gptoss", name) is None:
-            continue
-        dims = gptoss_experts_dims(m)
-        if dims is None:
-            continue
-        experts, width, _ = dims
-        weights = (m.gate_up_proj, m.gate_up_proj_bias, m.down_proj, m.down_proj_bias)
-        if any(w.dtype != k.dtype for w in weights):
-            skipped.append((name, f"moe_experts_gptoss: expert weights and biases are not {k.dtype}"))
-            continue
-        base = type(m)
-        args = _probe_args(m, experts, width)
-        if not _probe_call(probed, (base, "moe_experts_gptoss"), lambda: base.forward(m, *args),
-                           lambda: _reference("moe_experts_gptoss")(*args, *weights, float(m.alpha), float(m.limit)),
-                           k.dtype):
-            skipped.append((name, f"moe_experts_gptoss: {base.__name__} computes something else (probe mismatch)"))
-            continue
-        _swap_class(m, ("moe_experts_gptoss", k.opname, width), _gptoss_members(k, width, base))
-        done.add(id(m))
-        replaced.append((name, "moe_experts_gptoss"))
+        replaced.append((name, k.kind))

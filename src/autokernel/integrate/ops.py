@@ -47,6 +47,9 @@ SCHEMAS: dict[str, str] = {
 # kinds whose op returns two tensors of one shape and dtype (``output_meta``): (normalised rows,
 # sum) with the first input's, and (cos, sin)
 TWO_OUTPUTS = {"add_rmsnorm", "add_layernorm", "rotary_table"}
+# kinds whose op returns one tensor of the first input's shape and dtype
+SAME_AS_FIRST = {"rmsnorm", "layernorm", "softmax", "swiglu", "rotary", "gelu", "geglu", "moe_experts",
+                 "moe_experts_gptoss", "softcap"}
 
 
 def output_meta(kind: str, args: tuple) -> tuple[tuple[int, ...], torch.dtype]:
@@ -54,8 +57,7 @@ def output_meta(kind: str, args: tuple) -> tuple[tuple[int, ...], torch.dtype]:
     x = args[0]
     if kind == "rotary_table":
         return tuple(x.shape) + (2 * args[1].numel(),), args[3].dtype
-    if kind in ("rmsnorm", "layernorm", "softmax", "swiglu", "rotary", "gelu", "geglu", "moe_experts", "moe_experts_gptoss",
-                                                                                 "softcap") or kind in TWO_OUTPUTS:
+    if kind in SAME_AS_FIRST or kind in TWO_OUTPUTS:
         return tuple(x.shape), x.dtype
     if kind in ("attention", "attention_masked", "attention_rotary", "attention_softcap"):
         return tuple(x.shape[:-1]) + (args[2].shape[-1],), x.dtype

@@ -13,13 +13,12 @@ FLOPs: 4·B·H·S²·D (two matrix products), halved when causal.
 """
 from __future__ import annotations
 
-import math
 import random
 
 import torch
 import torch.nn.functional as F
 
-from .base import Problem, Shape, choose, element_size, generator, randn
+from .base import Problem, Shape, choose_or_draw, element_size, generator, randn
 
 DIMS = ("B", "H", "Hkv", "S", "D", "causal")
 
@@ -83,10 +82,7 @@ def draw_scale(d: int, seed: int) -> float | None:
     draw log-uniformly from [0.8/sqrt(D), 1.25/sqrt(D)].  Models pass scales near 1/sqrt(D) that
     are not it (Gemma-2-27B: 144^-0.5 at D = 128, 6% under): a kernel that snapped a scale within
     10% of 1/sqrt(D) to it passed while the draws held only the three choices."""
-    if int(seed) % 2 == 0:
-        return choose(scale_choices(d), int(seed) // 2)
-    rng = random.Random(int(seed) * 7919 + 17)
-    return math.exp(rng.uniform(math.log(0.8 * d ** -0.5), math.log(1.25 * d ** -0.5)))
+    return choose_or_draw(scale_choices(d), 0.8 * d ** -0.5, 1.25 * d ** -0.5, seed)
 
 
 def logit_gain(d: int, scale: float | None) -> float:

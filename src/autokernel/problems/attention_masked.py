@@ -207,9 +207,9 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
         cases.append(("finfo-min-rows", (q, k, v, form(dead, torch.finfo(dtype).min), scale)))
         # an fp32 mask with bf16/fp16 q, k, v (SDPA takes it; models build masks in fp32), and rows
         # of fp32's finfo.min (-inf once cast to bf16 or fp16: a dead row, not a uniform one)
-        cases.append(("fp32-mask", (q, k, v, fp32_additive(visible_keys(shape, device, gen), gen, torch.finfo().min),
+        cases.append(("fp32-mask", (q, k, v, fp32_additive(visible_keys(shape, device, gen), gen, torch.finfo(torch.float32).min),
                                     scale)))
-        cases.append(("fp32-finfo-min-rows", (q, k, v, fp32_additive(dead, gen, torch.finfo().min), scale)))
+        cases.append(("fp32-finfo-min-rows", (q, k, v, fp32_additive(dead, gen, torch.finfo(torch.float32).min), scale)))
     return cases
 
 

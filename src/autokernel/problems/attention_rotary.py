@@ -8,8 +8,8 @@ models: ``x * cos + rotate_half(x) * sin``, ``rotate_half(x) = cat(-x[..., D/2:]
 x[..., :D/2])``, cos/sin ``[S, D]`` in q's dtype, broadcast over batch and heads), applied to q
 and k; ``attention`` is the ``attention`` kind's (causal or not, GQA: query head h reads kv
 head h // (H // Hkv); ``scale`` None means 1/sqrt(D); even inputs pass by turns None, 1/sqrt(D)
-and 1/D, odd ones a scale from [0.8, 1.25]/sqrt(D), ``attention.draw_scale``).  A kind of its own so that ``attention`` and ``rotary`` and their workspaces stay
-as they are.  Dims (B, H, Hkv, S, D, causal).
+and 1/D, odd ones a scale from [0.8, 1.25]/sqrt(D), ``attention.draw_scale``).  A kind of its
+own so that ``attention`` and ``rotary`` and their workspaces stay as they are.  Dims (B, H, Hkv, S, D, causal).
 
 Inputs: cos/sin are a real RoPE table, ``cat(f, f)`` with ``f = pos * theta^(-2i/D)``, but
 with theta drawn per input (10^3.5 .. 10^6.5) and the positions starting at a drawn offset, so

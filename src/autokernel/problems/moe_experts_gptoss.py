@@ -35,7 +35,7 @@ import math
 import torch
 
 from .base import Problem, Rows, Shape, choose_or_draw, element_size, generator, randn
-from .moe_experts import TOLERANCES, _crowded, _routing, held_elsewhere, shape_error
+from .moe_experts import TOLERANCES, _routing, routing_cases, shape_error
 
 ALPHAS, ALPHA_RANGE = (1.702,), (1.0, 3.0)
 LIMITS, LIMIT_RANGE = (7.0,), (3.0, 10.0)
@@ -93,53 +93,46 @@ def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tup
 
 
 def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
-    x, index, weights, gate_up, gate_up_bias, down, down_bias, alpha, limit = make_inputs(shape, dtype, device, seed)
-    gen = generator(device, seed + 1)
-    experts = gate_up.shape[0]
-    rest = (alpha, limit)
-
-    def scaled(gate: float, up: float, back: float) -> tuple:
-        """gate and up columns times ``gate`` and ``up`` (their biases too), down divided by ``back``."""
-        factor = torch.tensor([gate, up], device=device).repeat(gate_up.shape[-1] // 2)
-        return (x, index, weights, (gate_up.float() * factor).to(dtype), (gate_up_bias.float() * factor).to(dtype),
-                (down.float() / back).to(dtype), down_bias) + rest
-
-    scales = torch.pow(10.0, torch.randint(-1, 1, weights.shape, generator=gen, device=device).float())
-    elsewhere = held_elsewhere(index, experts, gen)
-    share = 0.5 + 0.5 * float(torch.rand((1,), generator=gen, device=device))
-    return [
-        ("one-crowded-expert", (x, _crowded(index, experts, gen, 1.0), weights) + (gate_up, gate_up_bias, down, down_bias) + rest),
-        ("hot-expert", (x, _crowded(index, experts, gen, share), weights) + (gate_up, gate_up_bias, down, down_bias) + rest),
+    args = make_inputs(shape, dtype, device, seed)
+    x, index, weights, gate_up, gate_up_bias, down, down_bias, alpha, limit = args
+    experts = (gate_up, gate_up_bias, down, down_bias, alpha, limit)
+    routed = [(name, (x, i, w) + experts)
+              for name, i, w in routing_cases(index, weights, gate_up.shape[0], generator(device, seed + 1))]
+    return routed + [
         # |g| and |u| ~ 20 limits: both clamps decide the output (h up to limit (limit + 1): down
         # scaled back by as much, so the output stays O(1) and h's rounding to the dtype within bounds)
-        ("past-the-limit", scaled(20.0 * limit, 20.0 * limit, limit * (limit + 1))),
+        ("past-the-limit", scaled(args, 20.0 * limit, 20.0 * limit, limit * (limit + 1))),
         # every g near -300 (the gate biases): sigmoid(alpha g) underflows, h is 0 and the output
         # down's biases alone (exp(-alpha g) overflows: it must not turn into inf * 0 or inf / inf)
-        ("gate-far-negative", (x, index, weights, gate_up, far_negative_gate(gate_up_bias), down, down_bias) + rest),
+        ("gate-far-negative", (x, index, weights, gate_up, far_negative_gate(gate_up_bias), down, down_bias, alpha,
+                               limit)),
         # g and u spread over the clamps' neighbourhood (±0.5 to 3 limits) at the low corner of the
         # draws, alpha 1 and limit 3, where sigmoid(alpha limit) is 0.95, not 1: a kernel that took
         # the sigmoid of the unclamped g, or clamped g below too, passed while the draws seldom
         # fell there
-        ("near-the-limit", near_the_limit(x, index, weights, gate_up, gate_up_bias, down, down_bias, dtype)),
+        ("near-the-limit", scaled(args, 1.7 * LIMIT_RANGE[0], LIMIT_RANGE[0], LIMIT_RANGE[0] * (LIMIT_RANGE[0] + 1),
+                                  ALPHA_RANGE[0], LIMIT_RANGE[0])),
         # x = 0: the output is the biases' alone, through the activation, weighted
-        ("biases-alone", (torch.zeros_like(x), index, weights, gate_up, gate_up_bias, down, down_bias) + rest),
-        ("small", ((x.float() * 0.05).to(dtype), index, weights, gate_up, gate_up_bias, down, down_bias) + rest),
-        ("mixed-routing-scales", (x, index, weights * scales, gate_up, gate_up_bias, down, down_bias) + rest),
-        ("expert-parallel-sentinels", (x, elsewhere, weights, gate_up, gate_up_bias, down, down_bias) + rest),
+        ("biases-alone", (torch.zeros_like(x), index, weights) + experts),
+        ("small", ((x.float() * 0.05).to(dtype), index, weights) + experts),
     ]
+
+
+def scaled(args: tuple, gate: float, up: float, back: float, alpha: float | None = None,
+           limit: float | None = None) -> tuple:
+    """``args`` with the gate and up columns times ``gate`` and ``up`` (their biases too), down
+    divided by ``back``, and alpha and limit replaced where given."""
+    x, index, weights, gate_up, gate_up_bias, down, down_bias, drawn_alpha, drawn_limit = args
+    factor = torch.tensor([gate, up], device=x.device).repeat(gate_up.shape[-1] // 2)
+    return (x, index, weights, (gate_up.float() * factor).to(gate_up.dtype),
+            (gate_up_bias.float() * factor).to(gate_up_bias.dtype), (down.float() / back).to(down.dtype), down_bias,
+            drawn_alpha if alpha is None else alpha, drawn_limit if limit is None else limit)
 
 
 def far_negative_gate(gate_up_bias: torch.Tensor) -> torch.Tensor:
     biased = gate_up_bias.float().clone()
     biased[:, 0::2] = -300.0
     return biased.to(gate_up_bias.dtype)
-
-
-def near_the_limit(x, index, weights, gate_up, gate_up_bias, down, down_bias, dtype) -> tuple:
-    alpha, limit = ALPHA_RANGE[0], LIMIT_RANGE[0]
-    factor = torch.tensor([1.7 * limit, limit], device=x.device).repeat(gate_up.shape[-1] // 2)
-    return (x, index, weights, (gate_up.float() * factor).to(dtype), (gate_up_bias.float() * factor).to(dtype),
-            (down.float() / (limit * (limit + 1))).to(dtype), down_bias, alpha, limit)
 
 
 def flops(shape: Shape) -> float:
