@@ -49,13 +49,17 @@
 #                                               # softcap and moe_experts_gptoss starters judged, against eager,
 #                                               # torch.compile and FlexAttention; hf:gemma2 (2B widths, 4 layers)
 #                                               # verified and timed
+#   bash benchmarks/pending_gpu.sh sixteenth_a OUT # fifteenth's kinds through the judge; hf:gpt2 and hf:bert
+#                                               # against torch.compile's default mode
+#   bash benchmarks/pending_gpu.sh sixteenth_b OUT # fifteenth's kinds side by side and hf:gemma2; the LLaMA
+#                                               # example with every op handed to inductor (fourteenth_c)
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth OUT"
+usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b OUT"
 part=${1:?$usage}
 out=${2:?$usage}
 mkdir -p "$out"
@@ -203,6 +207,21 @@ fifteenth)  # the fifteenth session's kinds have not run on a GPU: false positiv
         --kinds attention_softcap,softcap,moe_experts_gptoss --attacks ""
     step gemma2 360 python benchmarks/models_gpu.py --out "$out/gemma2" --kinds attention_softcap,softcap,moe_experts_gptoss \
         --models hf:gemma2 --max-minutes 5.5
+    ;;
+sixteenth_a)  # the fifteenth session's kinds through the judge on real hardware (false positives, cold cost);
+    # hf:gpt2 and hf:bert at real sizes against torch.compile's default mode (max-autotune of hf:gpt2 did
+    # not finish compiling within a call in the fourteenth session)
+    step new_kinds_judge 200 python benchmarks/judge_smoke_gpu.py --out "$out/new_kinds_judge" --budget 180 \
+        --kinds attention_softcap,softcap,moe_experts_gptoss --attacks ""
+    step gpt2_bert 345 python benchmarks/models_gpu.py --out "$out/gpt2_bert" --skip-fused --models hf:gpt2,hf:bert \
+        --compile-mode default --under-compile auto --max-minutes 5.2
+    ;;
+sixteenth_b)  # Gemma-2's caps and GPT-OSS's experts against eager, torch.compile and FlexAttention, hf:gemma2
+    # verified; the LLaMA example compiled with every op handed to inductor (fourteenth_c)
+    step gemma2 270 python benchmarks/models_gpu.py --out "$out/gemma2" \
+        --kinds attention_softcap,softcap,moe_experts_gptoss --models hf:gemma2 --max-minutes 4.2
+    step llama_eager 290 python benchmarks/models_gpu.py --out "$out/llama" --skip-fused --models llama \
+        --under-compile eager --max-minutes 4.5
     ;;
 fourteenth_b)  # the moe starter on a GPU and the attention starter's cost under the heavier judge, stage by
     # stage (attention's evaluation outlasted 3 minutes in fourteenth); hf:bert against torch.compile's default mode

@@ -394,7 +394,8 @@ class RotaryEmbedding(nn.Module):
         self.inv_freq = nn.Buffer(1.0 / (base ** (torch.arange(0, head_dim, 2).float() / head_dim)), persistent=False)
 
     def forward(self, x, position_ids):
-        freqs = (self.inv_freq[None, :, None].expand(position_ids.shape[0], -1, 1) @ position_ids[:, None, :].float())
+        freqs = (self.inv_freq[None, :, None].float().expand(position_ids.shape[0], -1, 1)
+                 @ position_ids[:, None, :].float())
         emb = torch.cat((freqs.transpose(1, 2),) * 2, dim=-1)
         return (emb.cos() * self.attention_scaling).to(x.dtype), (emb.sin() * self.attention_scaling).to(x.dtype)
 
@@ -421,6 +422,36 @@ def test_apply_rotary_table_computes_both_tables_in_one_op(tmp_path):
         assert (compiled(x, pos)[1] - model.rotary_emb(x, pos)[1]).abs().max() < 1e-5
     assert OP_CALLS[op] - before == 2
 
+
+
+def test_apply_rotary_table_takes_a_module_cast_to_bf16(tmp_path):
+    """model.to(torch.bfloat16) casts RoPE's inv_freq too; the module still computes its angles in
+    fp32 from the rounded frequencies, and so does the op when handed them as fp32.  An fp32 run of
+    the same file applied first in the same process registers the same op: the bf16 model's
+    switched class is still its own (the switched classes were cached by op alone, and the bf16
+    module got the fp32 one, whose forward never called the op on bf16 tensors)."""
+    def model_in(dtype):
+        model = nn.Sequential()
+        model.add_module("rotary_emb", RotaryEmbedding())
+        return model.to(dtype)
+
+    def table(dtype):
+        return PlanProblem("rotary_table", "rotary_table", dtype, [{"B": 2, "S": 7, "D": 16}], [1], 10.0, 0.1,
+                           ["rotary_emb"])
+
+    fp32 = apply(model_in(torch.float32), make_workdir(tmp_path / "fp32", [table("fp32")], model="custom"))
+    model = model_in(torch.bfloat16)
+    assert model.rotary_emb.inv_freq.dtype == torch.bfloat16
+    patched = apply(model, make_workdir(tmp_path / "bf16", [table("bf16")], model="custom"))
+    assert patched._autokernel_ops["rotary_table"] == fp32._autokernel_ops["rotary_table"]
+    assert patched._autokernel_replaced == [("rotary_emb", "rotary_table")]
+    op = patched._autokernel_ops["rotary_table"]
+    x, pos = torch.randn(2, 7, 32).bfloat16(), torch.arange(7)[None, :] + torch.tensor([[0], [3000]])
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        for got, want in zip(patched.rotary_emb(x, pos), model.rotary_emb(x, pos)):
+            assert got.dtype == want.dtype == torch.bfloat16 and (got.float() - want.float()).abs().max() < 1e-2
+    assert OP_CALLS[op] - before == 1
 
 def rotate_half(x):
     half = x.shape[-1] // 2

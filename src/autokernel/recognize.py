@@ -283,12 +283,13 @@ def module_wrapped_function(value: Any) -> Any:
 
 
 def is_rotary_table(module: nn.Module) -> bool:
-    """A rotary-embedding module of the Hugging Face kind: a 1-D fp32 ``inv_freq`` and a
-    ``forward(x, position_ids) -> (cos, sin)`` (checked on the call); default RoPE only (the
-    dynamic variants change ``inv_freq`` with the sequence length)."""
+    """A rotary-embedding module of the Hugging Face kind: a 1-D floating ``inv_freq`` (fp32 as
+    built; a ``model.to(dtype)`` casts it, and the module still takes the angles in fp32 from
+    the rounded frequencies) and a ``forward(x, position_ids) -> (cos, sin)`` (checked on the
+    call); default RoPE only (the dynamic variants change ``inv_freq`` with the sequence length)."""
     inv_freq = getattr(module, "inv_freq", None)
     return ("rotary" in type(module).__name__.lower() and isinstance(inv_freq, torch.Tensor) and inv_freq.dim() == 1
-            and inv_freq.dtype == torch.float32 and getattr(module, "rope_type", "default") == "default"
+            and inv_freq.is_floating_point() and getattr(module, "rope_type", "default") == "default"
             and not any(True for _ in module.children()))
 
 

@@ -413,7 +413,7 @@ def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, sk
         if all(k is None for k in chosen):
             continue
         eager_masked = masked is not None and plain_eager_attention(m)
-        key = (type(m), "calls", eager_masked) + tuple(k.opname if k else None for k in chosen)
+        key = (type(m), "calls", eager_masked) + tuple(k.identity if k else None for k in chosen)
         cls = _SUBCLASSES.get(key)
         if cls is None:
             cls = _calls_subclass(type(m), att, rot, gel, masked, fused, capped, eager_masked)

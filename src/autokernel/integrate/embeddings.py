@@ -51,7 +51,7 @@ def _apply_embedding(model, k, done, replaced, skipped, probed) -> None:
                                lambda: _reference("embedding")(ids, m.weight, scale), k.dtype):
                 skipped.append((name, f"embedding: {base.__name__} computes something else (probe mismatch)"))
                 continue
-        _swap_class(m, ("embedding", k.opname, m.embedding_dim, scale),
+        _swap_class(m, ("embedding", k.identity, m.embedding_dim, scale),
                     _embedding_members(k, m.embedding_dim, scale, base))
         done.add(id(m))
         replaced.append((name, "embedding"))

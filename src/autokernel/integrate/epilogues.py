@@ -134,7 +134,7 @@ def _apply_linear_gelu(model, k, done, replaced, skipped, probed) -> None:
         tanh = probed[key]
         if transposed:
             lin.register_buffer(WEIGHT_NK, lin.weight.detach().t().contiguous(), persistent=False)
-        _swap_class(m, ("linear_gelu", k.opname, order[0], tanh, rest, K, N, transposed),
+        _swap_class(m, ("linear_gelu", k.identity, order[0], tanh, rest, K, N, transposed),
                     _epilogue_members(k, order[0], tanh, rest, K, N, transposed, base))
         done.update({id(m), id(lin), id(getattr(m, act_name))})
         replaced.append((name, "linear_gelu"))
@@ -276,7 +276,7 @@ def _rewrite_calls(m: nn.Module, k: KernelOp, done: set[int], probed: dict) -> b
         if used[(lin_name, act_name)][-1] and WEIGHT_NK not in lin._buffers:  # GPT-2's Conv1D: [K, N] stored
             lin.register_buffer(WEIGHT_NK, lin.weight.detach().t().contiguous(), persistent=False)
         done.update({id(lin), id(children[act_name])})
-    _swap_class(m, ("linear_gelu calls", k.opname, tuple(sorted(used.items(), key=lambda kv: kv[0]))),
+    _swap_class(m, ("linear_gelu calls", k.identity, tuple(sorted(used.items(), key=lambda kv: kv[0]))),
                 {"forward": new_forward, PAIRS: used})
     return True
 

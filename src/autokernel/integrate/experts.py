@@ -108,6 +108,6 @@ def _apply_experts(model, k, done, replaced, skipped, probed) -> None:
                            lambda: _reference(k.kind)(*args, *params), k.dtype):
             skipped.append((name, f"{k.kind}: {base.__name__} computes something else (probe mismatch)"))
             continue
-        _swap_class(m, (k.kind, k.opname, width), _experts_members(k, width, base, layout))
+        _swap_class(m, (k.kind, k.identity, width), _experts_members(k, width, base, layout))
         done.add(id(m))
         replaced.append((name, k.kind))

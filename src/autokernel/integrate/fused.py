@@ -101,7 +101,7 @@ def _apply_add_norm(model, k, done, replaced, skipped, probed) -> None:
         if not _probe_call(probed, (base, k.kind), lambda: base.forward(m, x, r), lambda: expected(x, r), k.dtype):
             skipped.append((name, f"{k.kind}: {base.__name__}.forward(x, residual) computes something else (probe mismatch)"))
             continue
-        _swap_class(m, (k.kind, k.opname, n), _add_norm_members(k, n, params, base))
+        _swap_class(m, (k.kind, k.identity, n), _add_norm_members(k, n, params, base))
         done.add(id(m))
         replaced.append((name, k.kind))
 
@@ -150,7 +150,7 @@ def _apply_residual_outputs(model, k, done, replaced, skipped, probed) -> None:
                     return out.reshape(residual.shape)
             return base_forward(self, hidden, residual, *args, **kwargs)
 
-        _swap_class(m, (k.kind, k.opname, "residual-output", lin_name, norm_name), {"forward": forward})
+        _swap_class(m, (k.kind, k.identity, "residual-output", lin_name, norm_name), {"forward": forward})
         done.add(id(m))
         replaced.append((name, k.kind))
 
@@ -177,7 +177,7 @@ def _apply_gelu_modules(model, k, done, replaced, skipped, probed) -> None:
                 return op(rows(op, x, x.shape[-1]), tanh).reshape(x.shape)
             return base_forward(self, x, *args, **kwargs)
 
-        _swap_class(m, ("gelu", k.opname, tanh), {"forward": forward})
+        _swap_class(m, ("gelu", k.identity, tanh), {"forward": forward})
         done.add(id(m))
         replaced.append((name, "gelu"))
 
@@ -226,7 +226,7 @@ def _apply_geglu(model, k, done, replaced, skipped, probed) -> None:
                 return out.reshape(*x.shape[:-1], out.shape[-1])
             return base_forward(self, x, *args, **kwargs)
 
-        _swap_class(m, ("geglu", k.opname, (g, u, d), tanh), {"forward": forward})
+        _swap_class(m, ("geglu", k.identity, (g, u, d), tanh), {"forward": forward})
         done.add(id(m))
         replaced.append((name, "geglu"))
 
@@ -260,6 +260,6 @@ def _apply_swiglu_packed(model, k, done, replaced, skipped, probed) -> None:
                 return out.reshape(*x.shape[:-1], out.shape[-1])
             return base_forward(self, x, *args, **kwargs)
 
-        _swap_class(m, ("swiglu_packed", k.opname, gu_name, down_name), {"forward": forward})
+        _swap_class(m, ("swiglu_packed", k.identity, gu_name, down_name), {"forward": forward})
         done.add(id(m))
         replaced.append((name, "swiglu_packed"))

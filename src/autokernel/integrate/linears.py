@@ -94,9 +94,9 @@ def _apply_matmul(model, k, done, replaced, skipped, probed) -> None:
         m.register_buffer("_autokernel_weight_t", weight.contiguous() if conv1d else
                           weight.reshape(weight.shape[0], -1).t().contiguous(), persistent=False)
         if linear or conv1d:
-            _swap_class(m, ("matmul", k.opname), _linear_members(k, type(m)))
+            _swap_class(m, ("matmul", k.identity), _linear_members(k, type(m)))
         else:
-            _swap_class(m, ("matmul", k.opname, patches), _patch_conv_members(k, *patches))
+            _swap_class(m, ("matmul", k.identity, patches), _patch_conv_members(k, *patches))
         done.add(id(m))
         replaced.append((name, "matmul"))
 
@@ -169,6 +169,6 @@ def _apply_mlp(model, k, done, replaced, skipped, probed) -> None:
         if not _check_probe(base, m, k, probed, _probe_input(d_in, m, k.dtype), _mlp_expected(m, parts)):
             skipped.append((name, f"{k.kind}: {base.__name__} computes something else (probe mismatch)"))
             continue
-        _swap_class(m, (k.kind, k.opname, parts, d_in), _mlp_members(k, parts, d_in, fused, base))
+        _swap_class(m, (k.kind, k.identity, parts, d_in), _mlp_members(k, parts, d_in, fused, base))
         done.add(id(m))
         replaced.append((name, k.kind))

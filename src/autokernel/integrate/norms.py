@@ -103,7 +103,7 @@ def _apply_rmsnorm(model: nn.Module, k: KernelOp, done: set[int], replaced, skip
             skipped.append((name, f"rmsnorm: {type(m).__name__} computes something else (probe mismatch)"))
             continue
         n = m.weight.shape[0]
-        _swap_class(m, ("rmsnorm", k.opname, n, form), _rmsnorm_members(k, n, form.params, type(m)))
+        _swap_class(m, ("rmsnorm", k.identity, n, form), _rmsnorm_members(k, n, form.params, type(m)))
         done.add(id(m))
         replaced.append((name, "rmsnorm"))
 
@@ -183,7 +183,7 @@ def _apply_layernorm(model, k, done, replaced, skipped, probed) -> None:
             continue
         n = m.weight.shape[0]
         form.prepare(m)
-        _swap_class(m, ("layernorm", k.opname, n, form), _layernorm_members(k, n, form, type(m)))
+        _swap_class(m, ("layernorm", k.identity, n, form), _layernorm_members(k, n, form, type(m)))
         done.add(id(m))
         replaced.append((name, "layernorm"))
 
@@ -202,7 +202,7 @@ def _apply_softmax(model, k, done, replaced, skipped, probed) -> None:
         if m.dim not in (-1,):
             skipped.append((name, f"softmax: dim={m.dim}; the kernel reduces the last dim (dim=-1)"))
             continue
-        _swap_class(m, ("softmax", k.opname), {"forward": forward})
+        _swap_class(m, ("softmax", k.identity), {"forward": forward})
         done.add(id(m))
         replaced.append((name, "softmax"))
 
@@ -224,6 +224,6 @@ def _apply_cross_entropy(model, k, done, replaced, skipped, probed) -> None:
                 or getattr(m, "label_smoothing", 0.0) != 0.0):
             skipped.append((name, "cross_entropy: only mean reduction, ignore_index=-100, no weight or smoothing"))
             continue
-        _swap_class(m, ("cross_entropy", k.opname), {"forward": forward})
+        _swap_class(m, ("cross_entropy", k.identity), {"forward": forward})
         done.add(id(m))
         replaced.append((name, "cross_entropy"))

@@ -378,17 +378,17 @@ def _apply_residual_adds(model, k, done, replaced, skipped, probed) -> None:
             child, params = norms[child_name]
             n = child.weight.shape[0]
             eps = params(child)[-1]
-            _swap_class(child, (k.kind, k.opname, "residual-add", n, eps), _add_norm_members(k, n, params, type(child)))
+            _swap_class(child, (k.kind, k.identity, "residual-add", n, eps), _add_norm_members(k, n, params, type(child)))
             replaced.append((prefix + child_name, k.kind))
         if target is not None and rewritten[2]:
             norm, params = target
             n = norm.weight.shape[0]
-            _swap_class(norm, (k.kind, k.opname, "ahead", n, params(norm)[-1]),
+            _swap_class(norm, (k.kind, k.identity, "ahead", n, params(norm)[-1]),
                         _ahead_norm_members(k, n, params, type(norm)))
             parent.__dict__[NEXT_NORM] = norm
             replaced.append((feeds[name], k.kind))
         elif target is not None:
             skipped.append((feeds[name], f"{k.kind}: {cls.__name__}.forward does not end by returning an add"))
-        _swap_class(parent, (k.kind, k.opname, "residual-adds", tuple(sorted(norms)), bool(rewritten[2])),
+        _swap_class(parent, (k.kind, k.identity, "residual-adds", tuple(sorted(norms)), bool(rewritten[2])),
                     {"forward": new_forward, "_autokernel_residual_adds": True})
         done.add(id(parent))

@@ -28,6 +28,12 @@ class KernelOp:
     def kind(self) -> str:
         return self.problem.kind
 
+    @property
+    def identity(self) -> tuple[str, torch.dtype]:
+        """What a switched class's members depend on: the same file registers one op for every
+        dtype, and the members test the dtype they were made for."""
+        return self.opname, self.dtype
+
     def dims(self, dim: str) -> set[int]:
         return {s[dim] for s in self.problem.shapes if dim in s}
 

@@ -169,5 +169,5 @@ def _apply_softcap(model, k, done, replaced, skipped, probed) -> None:
             probed[key] = rewritten_forward(type(m).forward, helper)
         if probed[key] is None:
             continue
-        _swap_class(m, ("softcap", k.opname), {"forward": probed[key]})
+        _swap_class(m, ("softcap", k.identity), {"forward": probed[key]})
         replaced.append((name, "softcap"))

@@ -1,5 +1,5 @@
 """Applier for ``rotary_table``: Hugging Face ``*RotaryEmbedding`` modules (default RoPE, a 1-D
-fp32 ``inv_freq``) switched to the op, which computes both cos/sin tables from the position
+``inv_freq``, handed to the op as fp32) switched to the op, which computes both cos/sin tables from the position
 ids in one kernel.  A call with 2-D int64 position ids and hidden states of the kernel's dtype
 runs the op; anything else runs the module's own forward.  Each class is probed first: its
 forward must match the problem's reference (with the module's ``attention_scaling``)."""
@@ -23,8 +23,8 @@ def _table_members(k: KernelOp, scaling: float, base: type) -> dict[str, Any]:
         inv = self.inv_freq
         if (not args and not kwargs and isinstance(position_ids, torch.Tensor) and position_ids.dtype == torch.long
                 and position_ids.dim() == 2 and position_ids.numel() > 0 and x.dtype == dtype
-                and position_ids.device == inv.device and inv.dtype == torch.float32 and inv.dim() == 1):
-            return op(position_ids, inv, scaling, x)
+                and position_ids.device == inv.device and inv.is_floating_point() and inv.dim() == 1):
+            return op(position_ids, inv.float(), scaling, x)
         return base_forward(self, x, position_ids, *args, **kwargs)
 
     return {"forward": forward}
@@ -47,6 +47,6 @@ def _apply_rotary_table(model, k, done, replaced, skipped, probed) -> None:
                            lambda: _reference("rotary_table")(pos, m.inv_freq, scaling, x), k.dtype):
             skipped.append((name, f"rotary_table: {base.__name__} computes something else (probe mismatch)"))
             continue
-        _swap_class(m, ("rotary_table", k.opname, scaling), _table_members(k, scaling, base))
+        _swap_class(m, ("rotary_table", k.identity, scaling), _table_members(k, scaling, base))
         done.add(id(m))
         replaced.append((name, "rotary_table"))
