@@ -208,13 +208,13 @@ fifteenth)  # the fifteenth session's kinds have not run on a GPU: false positiv
     step gemma2 360 python benchmarks/models_gpu.py --out "$out/gemma2" --kinds attention_softcap,softcap,moe_experts_gptoss \
         --models hf:gemma2 --max-minutes 5.5
     ;;
-sixteenth_a)  # the fifteenth session's kinds through the judge on real hardware (false positives, cold cost);
+sixteenth_a)  # the fifteenth and sixteenth sessions' kinds through the judge on real hardware (false positives, cold cost);
     # hf:gpt2 and hf:bert at real sizes against torch.compile's default mode (max-autotune of hf:gpt2 did
     # not finish compiling within a call in the fourteenth session)
-    step new_kinds_judge 200 python benchmarks/judge_smoke_gpu.py --out "$out/new_kinds_judge" --budget 180 \
-        --kinds attention_softcap,softcap,moe_experts_gptoss --attacks ""
-    step gpt2_bert 345 python benchmarks/models_gpu.py --out "$out/gpt2_bert" --skip-fused --models hf:gpt2,hf:bert \
-        --compile-mode default --under-compile auto --max-minutes 5.2
+    step new_kinds_judge 235 python benchmarks/judge_smoke_gpu.py --out "$out/new_kinds_judge" --budget 200 \
+        --kinds softcap,moe_experts_gptoss,attention_sinks,attention_softcap --attacks ""
+    step gpt2_bert 320 python benchmarks/models_gpu.py --out "$out/gpt2_bert" --skip-fused --models hf:gpt2,hf:bert \
+        --compile-mode default --under-compile auto --max-minutes 4.8
     ;;
 sixteenth_b)  # Gemma-2's caps and GPT-OSS's experts against eager, torch.compile and FlexAttention, hf:gemma2
     # verified; the LLaMA example compiled with every op handed to inductor (fourteenth_c)

@@ -40,6 +40,7 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "attention_masked": ("B", "H", "Hkv", "S", "D", "additive", "per_query"),
     "attention_rotary": ("B", "H", "Hkv", "S", "D", "causal"),
     "attention_softcap": ("B", "H", "Hkv", "S", "D", "additive", "per_query"),
+    "attention_sinks": ("B", "H", "Hkv", "S", "D", "additive", "per_query"),
     "rotary": ("B", "H", "S", "D"),
     "rmsnorm": ("M", "N"),
     "layernorm": ("M", "N"),
@@ -926,29 +927,39 @@ PLAIN_EAGER_ATTENTION_OPS = METADATA_OPS | {
     "aten::copy_", "aten::clone", "aten::_unsafe_view"}
 
 
+# what GPT-OSS's eager attention adds to the plain form: the sinks joined to the scores (cat) and
+# the row max taken out before the softmax
+SINK_ATTENTION_OPS = PLAIN_EAGER_ATTENTION_OPS | {"aten::cat", "aten::max", "aten::sub"}
+
+
 def _eager_attention(call: ScopeCall, node: Node, subtree_ops: set[str],
                      default_dtype: str) -> Instance | Unsupported | None:
     """transformers' eager attention ``(module, q, k, v, attention_mask, ...)`` with a mask: one
     ``attention_softcap`` where it soft-caps its scores (a tanh ran inside: Gemma-2's ``softcap``),
-    one ``attention_masked`` where it ran nothing but the plain computation
-    (``PLAIN_EAGER_ATTENTION_OPS``: a model configured for eager attention, Gemma-2 with its cap
-    switched off); anything else (GPT-OSS's sinks) is left to the op recognizers, as is a call
-    without a mask.  ``apply`` probes the function before it switches the plain form."""
+    one ``attention_sinks`` where it joins a tensor of one value per head to the scores
+    (GPT-OSS's sinks, passed as ``s_aux``), one ``attention_masked`` where it ran nothing but the
+    plain computation (``PLAIN_EAGER_ATTENTION_OPS``: a model configured for eager attention,
+    Gemma-2 with its cap switched off); anything else is left to the op recognizers, as is a call
+    without a mask.  ``apply`` probes the function before it switches the plain and sink forms."""
     capped = "aten::tanh" in subtree_ops
-    if not capped and not subtree_ops <= PLAIN_EAGER_ATTENTION_OPS:
-        return None
     q, k, v = (call.args[i].shape if len(call.args) > i else () for i in range(3))
+    sinks = (not capped and "aten::cat" in subtree_ops and subtree_ops <= SINK_ATTENTION_OPS and len(q) == 4
+             and len(call.args) > 4 and call.args[4].shape == (q[1],))
+    if not capped and not sinks and not subtree_ops <= PLAIN_EAGER_ATTENTION_OPS:
+        return None
+    kind = "attention_softcap" if capped else "attention_sinks" if sinks else "attention_masked"
+    what = {"attention_softcap": "soft-capped scores", "attention_sinks": "a sink per head",
+            "attention_masked": "plain attention"}[kind]
     if len(q) != 4 or len(k) != 4 or v != k or q[2] != k[2] or q[3] != k[3] or q[1] % k[1]:
-        return Unsupported(f"{call.name} (soft-capped, q {q}, k {k}, v {v})") if capped else None
+        return Unsupported(f"{call.name} ({what}, q {q}, k {k}, v {v})") if kind != "attention_masked" else None
     B, H, S, D = q
     mask = call.args[3] if len(call.args) > 3 else None
     form = mask_form(list(mask.shape), mask.dtype or default_dtype, call.args[0].dtype or default_dtype,
                      B, H, S) if mask is not None else None
     if form is None:
-        return Unsupported(f"{call.name} (soft-capped, without a mask attention_softcap takes)") if capped else None
-    kind = "attention_softcap" if capped else "attention_masked"
+        return (Unsupported(f"{call.name} ({what}, without a mask {kind} takes)") if kind != "attention_masked"
+                else None)
     module = _enclosing_module(node.parent, lambda info: True)
-    what = "soft-capped scores" if capped else "plain attention"
     return Instance(kind, call.args[0].dtype or default_dtype, [(make_shape(kind, B, H, k[1], S, D, *form), 1)],
                     module=module.qualname if module else "",
                     notes=(f"{what} in {call.name.rsplit('.', 1)[-1]} of {module.cls_name if module else 'the model'}, "

@@ -26,7 +26,8 @@ MAX_FAILURE_CHARS = 2500
 MEMORY_BOUND_KINDS = {"softmax", "layernorm", "rmsnorm", "swiglu", "cross_entropy", "rotary", "reduce",
                       "add_rmsnorm", "add_layernorm", "gelu", "geglu", "swiglu_packed",
                       "embedding", "rotary_table"}
-COMPUTE_BOUND_KINDS = {"matmul", "attention", "attention_masked", "attention_rotary", "attention_softcap", "fused_mlp", "linear_gelu"}
+COMPUTE_BOUND_KINDS = {"matmul", "attention", "attention_masked", "attention_rotary", "attention_softcap", "attention_sinks",
+                       "fused_mlp", "linear_gelu"}
 FAILED = {"incorrect", "timeout", "crash", "rejected"}
 _HEADING = re.compile(r"^(#{2,3}) \[([A-Za-z0-9_-]+)\]", re.MULTILINE)
 

@@ -123,24 +123,33 @@ def _hf_attention_interfaces(interfaces: Any, sdpa: Callable[..., Any], masks: b
     return AttentionFunctions({**dict(interfaces), "sdpa": autokernel_sdpa_forward})
 
 
-def _eager_replacement(capped: KernelOp | None, masked: KernelOp | None,
-                       original: Callable[..., Any]) -> Callable[..., Any]:
+def _eager_replacement(capped: KernelOp | None, masked: KernelOp | None, original: Callable[..., Any],
+                       sinks: KernelOp | None = None) -> Callable[..., Any]:
     """transformers' eager attention (``eager_attention_forward``) whose calls with a mask the ops
     take go to them: soft-capped ones to ``capped``'s op (``attention_softcap``), plain ones to
     ``masked``'s (``attention_masked``; given only where the function passed ``plain_eager_attention``'s
-    probe); the rest to ``original``.  The mask carries the causal and sliding-window pattern, so
+    probe), those of a module with sinks (``s_aux``: the module's ``sinks``) to ``sinks``'s
+    (``attention_sinks``; given only where the function passed ``sink_eager_attention``'s probe);
+    the rest to ``original``.  The mask carries the causal and sliding-window pattern, so
     ``sliding_window`` needs nothing.  A negative cap caps as its magnitude does (c tanh(s / c) is
     even in c); a zero one stays with ``original``."""
     def eager_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                                 softcap=None, **kwargs):
-        k = capped if softcap is not None else masked
-        if (k is not None and not dropout and not traced_as_original(k.op)
-                and (softcap is None or isinstance(softcap, (int, float)) and softcap)
-                and not set(kwargs) & _NOT_PLAIN_KWARGS
+        module_sinks = getattr(module, "sinks", None) if sinks is not None else None
+        if module_sinks is not None:
+            k, extra = sinks, (module_sinks,)
+            plain = (softcap is None and kwargs.get("s_aux", module_sinks) is module_sinks
+                     and isinstance(module_sinks, torch.Tensor) and module_sinks.dtype == sinks.dtype
+                     and module_sinks.shape == (query.shape[1],) and module_sinks.device == query.device
+                     and not set(kwargs) & (_NOT_PLAIN_KWARGS - {"s_aux"}))
+        else:
+            k = capped if softcap is not None else masked
+            extra = () if softcap is None else (abs(float(softcap)),) if isinstance(softcap, (int, float)) else ()
+            plain = (softcap is None or isinstance(softcap, (int, float)) and softcap) and not set(kwargs) & _NOT_PLAIN_KWARGS
+        if (k is not None and plain and not dropout and not traced_as_original(k.op)
                 and _sdpa_ok(query, key, value, k.dtype, k.dims("D"), True)):
             mask = kernel_mask(attention_mask, query, key)
             if mask is not None:
-                extra = () if softcap is None else (abs(float(softcap)),)
                 out = k.op(query, key, value, mask, scaling, *extra)
                 return out.transpose(1, 2).contiguous(), None
         return original(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
@@ -166,12 +175,23 @@ _EAGER_PROBED: dict[tuple, bool] = {}
 def plain_eager_attention(m: nn.Module) -> bool:
     """Does the eager attention function ``m``'s methods call compute ``attention_masked``'s
     reference with ``m`` (its kv groups, head_dim) on a probe?  GPT-OSS's adds its attention sinks
-    (``m.sinks``): not plain, left alone."""
+    (``m.sinks``): not plain (``sink_eager_attention``)."""
+    fn = _one_eager_function(m)
+    return fn is not None and _probe_eager(m, fn)
+
+
+def sink_eager_attention(m: nn.Module) -> bool:
+    """Does the eager attention function ``m``'s methods call compute ``attention_sinks``'s
+    reference with ``m``'s ``sinks`` (one per head) on a probe?"""
+    fn = _one_eager_function(m)
+    sinks = getattr(m, "sinks", None)
+    return (fn is not None and isinstance(sinks, torch.Tensor) and sinks.dim() == 1 and sinks.is_floating_point()
+            and _probe_eager(m, fn, sinks))
+
+
+def _one_eager_function(m: nn.Module) -> Any:
     fns = {id(f): f for f in _eager_functions(type(m))}
-    if len(fns) != 1:
-        return False
-    fn = next(iter(fns.values()))
-    return _probe_eager(m, fn)
+    return next(iter(fns.values())) if len(fns) == 1 else None
 
 
 def _eager_functions(cls: type) -> list[Any]:
@@ -188,7 +208,7 @@ def _eager_functions(cls: type) -> list[Any]:
     return found
 
 
-def _probe_eager(m: nn.Module, fn: Any) -> bool:
+def _probe_eager(m: nn.Module, fn: Any, sinks: torch.Tensor | None = None) -> bool:
     from ..problems import get_problem
     from .fused import _probe_call
 
@@ -197,12 +217,20 @@ def _probe_eager(m: nn.Module, fn: Any) -> bool:
     device = param.device if param is not None else torch.device("cpu")
     groups, head_dim = int(getattr(m, "num_key_value_groups", 1) or 1), int(getattr(m, "head_dim", 16) or 16)
     gen = torch.Generator().manual_seed(1234)
-    q = torch.randn(1, 2 * groups, 5, head_dim, generator=gen)
-    k, v = torch.randn(1, 2, 5, head_dim, generator=gen), torch.randn(1, 2, 5, head_dim, generator=gen)
+    heads = 2 * groups if sinks is None else sinks.shape[0]
+    if heads % groups:
+        return False
+    q = torch.randn(1, heads, 5, head_dim, generator=gen)
+    k, v = (torch.randn(1, heads // groups, 5, head_dim, generator=gen) for _ in range(2))
     mask = torch.randn(1, 1, 5, 5, generator=gen).masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), -1e9)
     args = [t.to(device=device, dtype=dtype) for t in (q, k, v, mask)]
-    return _probe_call(_EAGER_PROBED, (type(m), fn), lambda: fn(m, *args, dropout=0.0, scaling=0.3)[0],
-                       lambda: get_problem("attention_masked").reference(*args, 0.3).transpose(1, 2), dtype)
+    if sinks is None:
+        return _probe_call(_EAGER_PROBED, (type(m), fn), lambda: fn(m, *args, dropout=0.0, scaling=0.3)[0],
+                           lambda: get_problem("attention_masked").reference(*args, 0.3).transpose(1, 2), dtype)
+    # the module's own sinks (the function reads them from it), as it passes them; one probe a class
+    return _probe_call(_EAGER_PROBED, (type(m), fn, "sinks"),
+                       lambda: fn(m, *args, dropout=0.0, scaling=0.3, s_aux=sinks)[0],
+                       lambda: get_problem("attention_sinks").reference(*args, 0.3, sinks).transpose(1, 2), dtype)
 
 
 def _gelu_replacement(k: KernelOp) -> Callable[..., Any]:
@@ -319,8 +347,8 @@ def _rotates_halves(fn: types.FunctionType, pair: bool) -> bool:
 
 def _global_replacements(fn: types.FunctionType, sdpa: Callable | None, rotary: KernelOp | None,
                          gelu: Callable | None = None, sdpa_kinds: tuple[str, ...] = ("attention",),
-                         softcap: KernelOp | None = None,
-                         eager_masked: KernelOp | None = None) -> tuple[dict[str, Any], set[str]]:
+                         softcap: KernelOp | None = None, eager_masked: KernelOp | None = None,
+                         eager_sinks: KernelOp | None = None) -> tuple[dict[str, Any], set[str]]:
     """Names in ``fn``'s globals to rebind so that its calls reach the ops, and the kinds
     (``sdpa_kinds``: those whose ops ``sdpa`` reaches)."""
     out: dict[str, Any] = {}
@@ -355,9 +383,10 @@ def _global_replacements(fn: types.FunctionType, sdpa: Callable | None, rotary: 
             tanh = _gelu_module_form(value)
             out[name] = lambda input, _module=value, _tanh=tanh: gelu(input, "tanh" if _tanh else "none", _module)
             kinds.add("gelu")
-        elif (softcap is not None or eager_masked is not None) and _eager_form(value):
-            out[name] = _eager_replacement(softcap, eager_masked, value)
-            kinds |= {kind for kind, k in (("attention_softcap", softcap), ("attention_masked", eager_masked)) if k}
+        elif (softcap is not None or eager_masked is not None or eager_sinks is not None) and _eager_form(value):
+            out[name] = _eager_replacement(softcap, eager_masked, value, eager_sinks)
+            kinds |= {kind for kind, k in (("attention_softcap", softcap), ("attention_masked", eager_masked),
+                                           ("attention_sinks", eager_sinks)) if k}
         if rotary is not None:
             form = _rotary_form(value)
             if form is not None:
@@ -391,7 +420,8 @@ def _rebound(fn: types.FunctionType, names: dict[str, Any]) -> types.FunctionTyp
 
 
 # the kinds whose ops the functions a module's methods call are rebound to
-CALL_KINDS = frozenset({"attention", "attention_masked", "rotary", "gelu", "attention_rotary", "attention_softcap"})
+CALL_KINDS = frozenset({"attention", "attention_masked", "rotary", "gelu", "attention_rotary", "attention_softcap",
+                        "attention_sinks"})
 
 
 def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, skipped) -> None:
@@ -407,16 +437,19 @@ def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, sk
         gel = _pick(kops, "gelu", name)
         fused = _pick(kops, "attention_rotary", name)
         capped = _pick(kops, "attention_softcap", name)
+        sinks = _pick(kops, "attention_sinks", name)
         if gel is not None and gelu_form(m) is not None:
             gel = None  # a GELU activation module: switched (or left alone) as a module in `fused`
-        chosen = (att, masked, rot, gel, fused, capped)
+        chosen = (att, masked, rot, gel, fused, capped, sinks)
         if all(k is None for k in chosen):
             continue
         eager_masked = masked is not None and plain_eager_attention(m)
-        key = (type(m), "calls", eager_masked) + tuple(k.identity if k else None for k in chosen)
+        eager_sinks = sinks is not None and sink_eager_attention(m)
+        key = (type(m), "calls", eager_masked, eager_sinks) + tuple(k.identity if k else None for k in chosen)
         cls = _SUBCLASSES.get(key)
         if cls is None:
-            cls = _calls_subclass(type(m), att, rot, gel, masked, fused, capped, eager_masked)
+            cls = _calls_subclass(type(m), att, rot, gel, masked, fused, capped, eager_masked,
+                                  sinks if eager_sinks else None)
             _SUBCLASSES[key] = cls
         if not cls._autokernel_kinds:
             continue
@@ -433,11 +466,13 @@ _LIBRARY_BASES = ("transformers.modeling_utils", "transformers.generation.")
 
 def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None, gel: KernelOp | None = None,
                     masked: KernelOp | None = None, fused: KernelOp | None = None,
-                    capped: KernelOp | None = None, eager_masked: bool = False) -> type:
+                    capped: KernelOp | None = None, eager_masked: bool = False,
+                    eager_sinks: KernelOp | None = None) -> type:
     """A subclass of ``base`` whose methods that call SDPA / a rotary function / F.gelu call
     the ops instead (``_autokernel_kinds`` empty when there is none; ``capped``: transformers' eager
     attention with soft-capped scores, ``attention_softcap``; ``eager_masked``: its plain calls
-    with a mask to ``masked``'s op, the function probed); with ``fused``, a method
+    with a mask to ``masked``'s op, the function probed; ``eager_sinks``: its calls with the
+    module's sinks to that op, ``attention_sinks``, the function probed); with ``fused``, a method
     that rotates q and k and hands them to attention runs the ``attention_rotary`` op
     (``rotary_attention``) on the calls it can."""
     from .rotary_attention import fused_method
@@ -459,7 +494,7 @@ def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None, gel:
             if not isinstance(inner, types.FunctionType):
                 continue
             names, kinds_fn = _global_replacements(inner, sdpa, rot, gelu, sdpa_kinds, capped,
-                                                   masked if eager_masked else None)
+                                                   masked if eager_masked else None, eager_sinks)
             both = fused_method(inner, names, fused, rot) if fused is not None else None
             if both is not None:
                 kinds_fn = kinds_fn | {"attention_rotary"}

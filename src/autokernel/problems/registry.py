@@ -18,6 +18,7 @@ BUILTIN_KINDS: dict[str, str] = {
     "attention_masked": "attention_masked",
     "attention_rotary": "attention_rotary",
     "attention_softcap": "attention_softcap",
+    "attention_sinks": "attention_sinks",
     "swiglu": "swiglu",
     "fused_mlp": "fused_mlp",
     "cross_entropy": "cross_entropy",
