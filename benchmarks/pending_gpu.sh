@@ -51,8 +51,8 @@
 #                                               # verified and timed
 #   bash benchmarks/pending_gpu.sh sixteenth_a OUT # fifteenth's kinds through the judge; hf:gpt2 and hf:bert
 #                                               # against torch.compile's default mode
-#   bash benchmarks/pending_gpu.sh sixteenth_b OUT # fifteenth's kinds side by side and hf:gemma2; the LLaMA
-#                                               # example with every op handed to inductor (fourteenth_c)
+#   bash benchmarks/pending_gpu.sh sixteenth_b OUT # the new kinds side by side; hf:gpt2 and hf:bert in graph
+#                                               # mode; the LLaMA example with every op handed to inductor
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
@@ -216,12 +216,15 @@ sixteenth_a)  # the fifteenth and sixteenth sessions' kinds through the judge on
     step gpt2_bert 320 python benchmarks/models_gpu.py --out "$out/gpt2_bert" --skip-fused --models hf:gpt2,hf:bert \
         --compile-mode default --under-compile auto --max-minutes 4.8
     ;;
-sixteenth_b)  # Gemma-2's caps and GPT-OSS's experts against eager, torch.compile and FlexAttention, hf:gemma2
-    # verified; the LLaMA example compiled with every op handed to inductor (fourteenth_c)
-    step gemma2 270 python benchmarks/models_gpu.py --out "$out/gemma2" \
-        --kinds attention_softcap,softcap,moe_experts_gptoss --models hf:gemma2 --max-minutes 4.2
-    step llama_eager 290 python benchmarks/models_gpu.py --out "$out/llama" --skip-fused --models llama \
-        --under-compile eager --max-minutes 4.5
+sixteenth_b)  # the new kinds side by side (eager, torch.compile, FlexAttention for the cap); hf:gpt2 and
+    # hf:bert in CUDA-graph mode against torch.compile's reduce-overhead (they are launch-bound: sixteenth_a);
+    # the LLaMA example compiled with every op handed to inductor (fourteenth_c)
+    step fused_new 170 python benchmarks/models_gpu.py --out "$out/fused_new" --models none \
+        --kinds attention_softcap,softcap,moe_experts_gptoss,attention_sinks --max-minutes 2.5
+    step graphs 170 python benchmarks/models_gpu.py --out "$out/graphs" --skip-fused --cuda-graphs \
+        --compile-mode reduce-overhead --models hf:gpt2,hf:bert --max-minutes 2.5
+    step llama_eager 230 python benchmarks/models_gpu.py --out "$out/llama" --skip-fused --models llama \
+        --under-compile eager --max-minutes 3.6
     ;;
 fourteenth_b)  # the moe starter on a GPU and the attention starter's cost under the heavier judge, stage by
     # stage (attention's evaluation outlasted 3 minutes in fourteenth); hf:bert against torch.compile's default mode
