@@ -81,6 +81,7 @@ def test_on_a_gpu_each_model_is_sampled_in_each_way_and_the_gpu_only_way_sleeps_
     monkeypatch.setattr(model_timing.torch.cuda, "synchronize", lambda *a: None)
     monkeypatch.setattr(model_timing, "ramp_gpu_clocks", lambda device, s: None)
     monkeypatch.setattr(model_timing, "_host_issue_ms", lambda fn, device: 2.0)
+    monkeypatch.setattr(model_timing, "_waits_for_gpu", lambda fn, device, cycles: False)
     readings = {"idle": 3.0, "back_to_back": 2.0, "gpu_only": 1.0}
 
     def sample(fn, gpu, way, sleep_cycles):
@@ -116,3 +117,33 @@ def test_a_compile_made_after_the_main_rounds_is_timed_with_the_patched_model_an
     monkeypatch.setattr(verify_mod, "time_interleaved", fake_interleaved)
     ms = verify_mod._on_the_rounds_scale(lambda: None, lambda: None, 4.0, 3, 20, True, "cuda")
     assert seen == [["patched", "variant"]] and ms == 8.0
+
+
+def test_a_forward_that_waits_for_the_gpu_gets_no_gpu_work_alone(monkeypatch):
+    """A forward with a host sync (Hugging Face GPT-2's mask check) issued behind the GPU sleep
+    waits it out, and the sample that should be its GPU work alone is its idle time: hf:gpt2
+    read 9.9 ms "alone" against 1.6 ms for torch.compile's.  Such a model is left out of the way
+    and named."""
+    monkeypatch.setattr(model_timing.torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(model_timing, "ramp_gpu_clocks", lambda device, s: None)
+    monkeypatch.setattr(model_timing, "_host_issue_ms", lambda fn, device: 2.0)
+    slept = []
+    monkeypatch.setattr(model_timing.torch.cuda, "_sleep", lambda cycles: slept.append(cycles), raising=False)
+    clock = [0.0]
+    monkeypatch.setattr(model_timing.time, "perf_counter", lambda: clock[0])
+
+    def syncing():  # the host waits out the sleep it was queued behind
+        clock[0] += slept[-1] / model_timing.SLEEP_CYCLES_PER_MS / 1e3
+        return "syncing"
+
+    def plain():
+        clock[0] += 2.0 / 1e3
+        return "plain"
+
+    samples = []
+    monkeypatch.setattr(model_timing, "one_forward_ms",
+                        lambda fn, gpu, way, cycles: (samples.append((way, fn())), 1.0)[1])
+    times = model_timing.time_forwards({"syncing": syncing, "plain": plain}, warmup=0, rounds=2, gpu=True)
+    assert times.waits_for_gpu == ["syncing"]
+    assert set(times.gpu_only) == {"plain"} and set(times.idle) == set(times.back_to_back) == {"syncing", "plain"}
+    assert ("gpu_only", "syncing") not in samples and ("gpu_only", "plain") in samples

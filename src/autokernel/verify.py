@@ -449,6 +449,11 @@ def _time_models(result: VerifyResult, original, patched, inputs: tuple, dev: st
             ways = time_forwards(models, warmup, iters, gpu, dev)
         times = ways.idle
         result.back_to_back_ms, result.gpu_only_ms = ways.back_to_back, ways.gpu_only
+        if ways.waits_for_gpu:
+            note = (f"GPU work alone not measured for {', '.join(ways.waits_for_gpu)}: the forward waits for the GPU "
+                    "on the way (a host sync)")
+            result.timing_note = f"{result.timing_note}; {note}" if result.timing_note else note
+            say(note)
         result.eager_ms, result.patched_ms = times["eager"], times["patched"]
         result.compile_ms, result.compile_patched_ms = times.get("compile"), times.get("compile_patched")
         say(f"eager {result.eager_ms:.3f} ms, patched {result.patched_ms:.3f} ms"
