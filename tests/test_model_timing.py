@@ -147,3 +147,16 @@ def test_a_forward_that_waits_for_the_gpu_gets_no_gpu_work_alone(monkeypatch):
     assert times.waits_for_gpu == ["syncing"]
     assert set(times.gpu_only) == {"plain"} and set(times.idle) == set(times.back_to_back) == {"syncing", "plain"}
     assert ("gpu_only", "syncing") not in samples and ("gpu_only", "plain") in samples
+
+
+def test_a_launch_bound_patched_model_gets_the_graph_mode_advice():
+    """hf:bert at 4x512 on the H200: 10.2 ms patched from idle (7.4 eager) for 1.5 ms of GPU
+    work; the switched ops' host time was the loss, and nothing said what takes it away."""
+    result = verify_mod.VerifyResult(passed=True, model="hf:bert", dtype="bf16", device="cuda")
+    result.patched_ms, result.gpu_only_ms = 10.209, {"patched": 1.463, "eager": 1.910}
+    note = verify_mod.launch_bound_note(result)
+    assert "launch-bound" in note and "10.21 ms" in note and "--cuda-graphs" in note
+    result.patched_ms = 1.9  # GPU-bound: no advice
+    assert verify_mod.launch_bound_note(result) == ""
+    result.patched_ms, result.gpu_only_ms = 10.209, {}  # not measured (a host sync): no advice either
+    assert verify_mod.launch_bound_note(result) == ""
