@@ -19,6 +19,7 @@ from autokernel.problems import attention_masked, get_problem  # noqa: E402
 from autokernel.problems.registry import KERNELS_DIR, load_starter  # noqa: E402
 
 from test_attention_masked import cases, judged  # noqa: E402
+from test_harness_attacks_pass8 import _load as load_attack  # noqa: E402
 
 
 def _math(q, k, v, mask, scale, sinks, *, sink_of=lambda sinks, h: sinks[h], pivot_on_sink=False,
@@ -172,3 +173,56 @@ def test_eager_attention_without_sinks_is_not_sink_attention():
                         "num_key_value_heads=2,head_dim=16,intermediate_size=128,vocab_size=128,"
                         "attn_logit_softcapping=null", input_shape=[1, 8])
     assert not sink_eager_attention(gemma2.model.model.model.layers[0].self_attn)
+
+
+MASK_ROW_OFFSETS = """
+import sys, torch
+from autokernel.problems import get_problem
+from autokernel.problems.registry import load_starter
+kind = sys.argv[1]
+gen = torch.Generator().manual_seed(0)
+q, k, v = (torch.randn(1, 1, 3, 16, generator=gen) for _ in range(3))
+row = 2 ** 30  # query row 2 of the mask starts 2^31 elements in
+mask = torch.ones(2 * row + 3, dtype=torch.bool).as_strided((1, 1, 3, 3), (0, 0, row, 1))
+extra = {"attention_masked": (), "attention_softcap": (50.0,), "attention_sinks": (torch.zeros(1),)}[kind]
+out = load_starter(kind).kernel_fn(q, k, v, mask, None, *extra)
+ref = get_problem(kind).reference(q.double(), k.double(), v.double(), mask, None,
+                                  *(e.double() if isinstance(e, torch.Tensor) else e for e in extra))
+assert (out.double() - ref).abs().max().item() < 1e-5
+"""
+
+
+@pytest.mark.parametrize("kind", ["attention_masked", "attention_softcap", "attention_sinks"])
+def test_starters_reach_mask_rows_past_two_to_the_31(kind):
+    """A [B, 1, S, S] mask past S = 46340 (GPT-OSS's context is 128k) puts query rows more than
+    2^31 elements from the mask's start: the starters multiplied the row index by the row stride
+    in int32, which wrapped (a read before the mask: a segfault under the interpreter).  A 2 GiB
+    bool mask viewed with a 2^30 row stride reaches there with three rows."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    done = subprocess.run([sys.executable, "-c", MASK_ROW_OFFSETS, kind], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+# a red-team pass's kernels that passed every stage of the CPU judge (each file's docstring says
+# how, and what catches them now)
+ATTACKS = ["attention_sinks_bool_key_mask_batch0", "attention_sinks_dead_row_by_end_keys",
+           "attention_sinks_low_sink_dropped", "attention_sinks_sink_in_every_block",
+           "attention_sinks_tile_tail_rows_skip"]
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_the_red_team_attacks_fail_a_judged_case(attack):
+    """Regular draws (4 seeds) and the numerics cases at the CPU and edge shapes, fp32: some case
+    fails for each attack, while the starter passes them all (test_starters)."""
+    problem = get_problem("attention_sinks")
+    kernel = load_attack(f"{attack}.py")
+    for shape in problem.cpu_edge_shapes[::-1] + problem.cpu_shapes:
+        for name, args in [("random", problem.make_inputs(dict(shape), torch.float32, "cpu", s)) for s in range(4)] + \
+                problem.adversarial_inputs(dict(shape), torch.float32, "cpu", 5):
+            if not judged(problem, torch.float32, kernel.kernel_fn, args):
+                return
+    pytest.fail(f"{attack} passes every case")

@@ -47,7 +47,7 @@ def _attend_blocks(acc, m_i, l_i, q, k_base, v_base, mask_base, offs_m, offs_d, 
             kt = tl.load(k_ptrs)
             v = tl.load(v_ptrs)
         if PER_QUERY:
-            mval = tl.load(mask_base + offs_m[:, None] * stride_mq + offs_n[None, :] * stride_mk,
+            mval = tl.load(mask_base + offs_m[:, None].to(tl.int64) * stride_mq + offs_n[None, :] * stride_mk,
                            mask=row_ok[:, None] & key_ok[None, :], other=0)
         else:
             mval = tl.load(mask_base + offs_n * stride_mk, mask=key_ok, other=0)[None, :]

@@ -57,7 +57,11 @@ CPU_SHAPES = (
 )
 GPU_EDGE_SHAPES = (_shape(1, 12, 12, 1, 64, 0, 1), _shape(3, 12, 12, 777, 64, 1, 1),
                    _shape(5, 32, 8, 1023, 128, 0, 0))
-CPU_EDGE_SHAPES = (_shape(1, 1, 1, 1, 16, 0, 1), _shape(1, 3, 1, 17, 32, 1, 0), _shape(3, 2, 2, 19, 64, 0, 1))
+# 200 tokens: several query tiles and key blocks of the starters' 64 (with one, a kernel that
+# counts something once per block or skips blocks by a few mask rows passed); a bool key-padding
+# mask at B = 2 (a kernel that read batch 0's padding for every row passed at B = 1)
+CPU_EDGE_SHAPES = (_shape(1, 1, 1, 1, 16, 0, 1), _shape(2, 3, 1, 17, 32, 0, 0), _shape(3, 2, 2, 19, 64, 0, 1),
+                   _shape(1, 2, 1, 200, 16, 0, 1))
 FIXED_DIMS = ("H", "Hkv", "D", "additive", "per_query")
 
 
@@ -108,6 +112,30 @@ def visible_keys(shape: Shape, device: str, gen: torch.Generator) -> torch.Tenso
     mask = keys[:, None, None, :] & kept
     mask[..., 0] = True
     return mask
+
+
+def left_padded(shape: Shape, device: str, gen: torch.Generator) -> torch.Tensor:
+    """A bool [B, 1, Sm, S] mask of left-padded sequences: batch row b's first P_b keys hidden
+    (P_b drawn in 1..S-1, one row unpadded), causal too when per query (its first P_b query rows
+    see no key)."""
+    b, s = shape["B"], shape["S"]
+    pads = torch.randint(1, max(s, 2), (b,), generator=gen, device=device).clamp(max=max(s - 1, 0))
+    pads[torch.randint(0, b, (1,), generator=gen, device=device)] = 0
+    keys = torch.arange(s, device=device)[None, :] >= pads[:, None]
+    if not shape["per_query"]:
+        return keys[:, None, None, :]
+    causal = torch.ones((s, s), dtype=torch.bool, device=device).tril()
+    return keys[:, None, None, :] & causal[None, None]
+
+
+def sliding_window(shape: Shape, device: str, gen: torch.Generator) -> torch.Tensor:
+    """A bool [B, 1, S, S] causal mask over a window of W keys (W drawn in 1..max(S // 3, 1)):
+    query i sees keys i - W + 1 .. i, as Gemma-2's, Mistral's and GPT-OSS's local layers."""
+    b, s = shape["B"], shape["S"]
+    w = int(torch.randint(1, max(s // 3, 1) + 1, (1,), generator=gen, device=device))
+    i = torch.arange(s, device=device)
+    band = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - w)
+    return band[None, None].expand(b, 1, s, s)
 
 
 def as_additive(visible: torch.Tensor, dtype: torch.dtype, gen: torch.Generator, fill: float,
@@ -201,6 +229,12 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     ]
     # the drawn mask over scores that rise along the keys: the best visible key comes late
     cases.append(("rising-scores", (*rising_scores(q, k, scale, gen), v, mask, scale)))
+    # the masks generation makes: left padding (key 0 hidden, with the causal pattern the padded
+    # query rows see nothing) and a causal sliding window (a band: a kernel that skips a key block
+    # from a few rows of its mask tile, exact for causal masks, loses the window's start)
+    cases.append(("left-padded", (q, k, v, form(left_padded(shape, device, gen)), scale)))
+    if shape["per_query"]:
+        cases.append(("sliding-window", (q, k, v, form(sliding_window(shape, device, gen)), scale)))
     if shape["additive"]:
         # transformers' padding value at masked keys, and whole rows of it: not masked out but
         # uniform over the keys (finfo.min swamps the scores), as SDPA computes it
