@@ -362,3 +362,23 @@ def test_a_config_with_per_layer_settings_gets_the_small_moe_default_not_a_trace
                         validate=False)
     assert "num_attention_heads=8, num_key_value_heads=8" in loaded.description
     assert any(name.endswith("mlp.experts") for name, _ in loaded.model.named_modules())
+
+
+def test_profile_keeps_every_config_given_and_verify_rebuilds_with_it(tmp_path):
+    """`profile --config n_layers=1 --config hidden_dim=96` kept only the last (the option took
+    one value), and the plan did not record the config at all: `optimize --plan` then `verify`
+    rebuilt the default model (a new user's hf:qwen3 at its real size was killed for memory; the
+    LLaMA example verified the wrong model and passed)."""
+    from autokernel.plan import load_plan
+    from autokernel.verify import run_config
+
+    out = tmp_path / "plan.json"
+    result = _cli(["profile", "--model", "llama", "--device", "cpu", "--input-shape", "1x8", "--config", "n_layers=1",
+                   "--config", "hidden_dim=96", "--iters", "1", "--warmup", "0", "--out", str(out)], tmp_path)
+    assert result.exit_code == 0, result.output
+    plan = load_plan(out)
+    assert plan.config == {"n_layers": "1", "hidden_dim": "96"}
+    assert run_config(tmp_path / "no-run-json", plan)["config"] == {"n_layers": "1", "hidden_dim": "96"}
+    rebuilt = load_model(plan.model, config_overrides=run_config(tmp_path, plan)["config"], input_shape=[1, 8]).model
+    down = [m for name, m in rebuilt.named_modules() if name.endswith(".down")]
+    assert len(rebuilt.layers) == 1 and len(down) == 1 and down[0].in_features == 96

@@ -92,7 +92,8 @@ def _saved_run(run_path: Path, plan) -> dict[str, Any]:
             return json.loads(run_path.read_text())
         except json.JSONDecodeError as exc:
             raise PipelineError(f"{run_path} is not valid JSON: {exc}") from None
-    return {"model": plan.model, "dtype": plan.dtype, "input_shape": list(plan.input_shape), "config": {}}
+    return {"model": plan.model, "dtype": plan.dtype, "input_shape": list(plan.input_shape), "config": dict(plan.config),
+            "padded": plan.padded}
 
 
 def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> RunResult:
@@ -154,6 +155,7 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
         log("[2/4] profiling")
         plan = profile_model(loaded, device=device, dtype=dtype, captured=opts.as_captured,
                              fuse_rotary=opts.fused_rotary)
+        plan.config, plan.padded = {k: str(v) for k, v in opts.config.items()}, bool(opts.padded)
         workdir.mkdir(parents=True, exist_ok=True)
         save_plan(plan, plan_path)
         log(f"      plan written to {plan_path}")

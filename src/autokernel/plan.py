@@ -58,6 +58,10 @@ class Plan:
     device_name: str = ""
     created: str = ""
     version: int = PLAN_VERSION
+    # how the model was built beyond its spec (``--config`` overrides, a padded batch): what
+    # ``verify`` of a workdir made from this plan alone (``optimize --plan``) rebuilds it with
+    config: dict[str, str] = field(default_factory=dict)
+    padded: bool = False
 
     @property
     def supported(self) -> list[PlanProblem]:

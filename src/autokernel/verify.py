@@ -247,7 +247,8 @@ def device_error(dev: str, asked: str | None, run_device: str | None) -> str:
 def run_config(workdir: Path, plan: Plan) -> dict[str, Any]:
     """How the model was built: ``run.json`` written by ``autokernel run``, else the plan."""
     cfg: dict[str, Any] = {"model": plan.model, "dtype": plan.dtype, "device": plan.device,
-                           "input_shape": list(plan.input_shape), "config": {}}
+                           "input_shape": list(plan.input_shape), "config": dict(plan.config),
+                           "padded": plan.padded}
     path = Path(workdir) / "run.json"
     if path.is_file():
         try:

@@ -55,3 +55,16 @@ def check_scale_flags(parallel: int | None, gpus: str | None, ray: str | None) -
         return parse_gpus(gpus)
     except ValueError as exc:
         fail_usage(str(exc))
+
+
+def config_overrides(items: list[str] | None) -> dict[str, str]:
+    """Every ``--config key=value[,key=value]`` given (the option repeats), merged in order."""
+    from ..models import ModelSpecError, parse_config_overrides
+
+    out: dict[str, str] = {}
+    for item in items or []:
+        try:
+            out.update(parse_config_overrides(item))
+        except ModelSpecError as exc:
+            fail_usage(str(exc))
+    return out

@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from .common import EXIT_OK, EXIT_VERDICT, check_scale_flags, fail_usage, fmt_or_dash
+from .common import EXIT_OK, EXIT_VERDICT, check_scale_flags, config_overrides, fail_usage, fmt_or_dash
 
 EXIT_INTERRUPTED = 130
 
@@ -32,18 +32,6 @@ def _cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def _config(items: Optional[List[str]]) -> dict[str, str]:
-    from ..models import ModelSpecError, parse_config_overrides
-
-    out: dict[str, str] = {}
-    for item in items or []:
-        try:
-            out.update(parse_config_overrides(item))
-        except ModelSpecError as exc:
-            fail_usage(str(exc))
-    return out
 
 
 def default_workdir(model: str) -> Path:
@@ -108,7 +96,7 @@ def run(
         fail_usage(str(exc))
     _interpret_for(device)
     opts = RunOptions(workdir=workdir, model=model, budget_s=budget_s, input_shape=shape, dtype=dtype,
-                      device=device, config=_config(config), seed=seed, max_experiments=max_experiments,
+                      device=device, config=config_overrides(config), seed=seed, max_experiments=max_experiments,
                       timeout_s=timeout, run_name=run_name, compile=not no_compile,
                       use_existing_repo=use_existing_repo, extend_s=extend_s,
                       parallel=parallel, gpus=gpu_list, ray=ray, padded=padded, as_captured=as_captured,

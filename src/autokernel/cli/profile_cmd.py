@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
-from .common import fail_usage
+from .common import config_overrides, fail_usage
 
 
 def register(app: typer.Typer) -> None:
@@ -19,7 +19,7 @@ def profile(
     input_shape: Optional[str] = typer.Option(None, "--input-shape", help="token batch BxS (e.g. 1x1024), or a float input's shape"),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16, fp16 or fp32 (default bf16 on GPU, fp32 on CPU, as `run`)"),
     device: str = typer.Option("auto", "--device", help="auto, cuda or cpu"),
-    config: Optional[str] = typer.Option(None, "--config", help="model config overrides: key=value,key=value"),
+    config: Optional[List[str]] = typer.Option(None, "--config", help="model config overrides: key=value[,key=value] (repeatable)"),
     out: Path = typer.Option(Path("plan.json"), "--out", help="where to write the plan"),
     fused_mlp: bool = typer.Option(False, "--fused-mlp", help="plan SwiGLU MLPs as one fused_mlp problem"),
     fused_rotary: bool = typer.Option(False, "--fused-rotary", help="plan rotary on q and k followed by attention as one attention_rotary problem"),
@@ -29,7 +29,7 @@ def profile(
     as_captured: bool = typer.Option(False, "--as-captured", help="profile the forward as it runs while a CUDA stream captures it (for models run with --cuda-graphs: transformers then builds the whole attention mask)"),
 ) -> None:
     """Profile a model and write plan.json: the kernel problems it is made of, with real shapes."""
-    from ..models import ModelSpecError, load_model, parse_config_overrides, parse_input_shape
+    from ..models import ModelSpecError, load_model, parse_input_shape
     from ..plan import save_plan
     from ..problems.base import parse_dtype
     from ..profiler import profile_model
@@ -41,14 +41,16 @@ def profile(
         fail_usage(str(exc))
     if out.exists() and out.is_dir():
         fail_usage(f"--out {out} is a directory; give a file path such as {out / 'plan.json'}")
+    overrides = config_overrides(config)
     try:
         loaded = load_model(model, dtype=torch_dtype, device=device, input_shape=parse_input_shape(input_shape),
-                            config_overrides=parse_config_overrides(config), padded=padded)
+                            config_overrides=overrides or None, padded=padded)
     except ModelSpecError as exc:
         fail_usage(str(exc))
 
     plan = profile_model(loaded, device=device, dtype=torch_dtype, warmup=warmup, iters=iters, fuse_mlp=fused_mlp,
                          captured=as_captured, fuse_rotary=fused_rotary)
+    plan.config, plan.padded = overrides, padded
     out.parent.mkdir(parents=True, exist_ok=True)
     save_plan(plan, out)
     print_plan(plan, loaded.description)
