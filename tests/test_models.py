@@ -382,3 +382,22 @@ def test_profile_keeps_every_config_given_and_verify_rebuilds_with_it(tmp_path):
     rebuilt = load_model(plan.model, config_overrides=run_config(tmp_path, plan)["config"], input_shape=[1, 8]).model
     down = [m for name, m in rebuilt.named_modules() if name.endswith(".down")]
     assert len(rebuilt.layers) == 1 and len(down) == 1 and down[0].in_features == 96
+
+
+def test_a_model_too_large_for_the_memory_free_is_refused_with_the_way_out(tmp_path, monkeypatch):
+    """A forgotten --config on a dense model (hf:qwen3's default is 8B parameters) grew to 23 GB
+    and was killed for memory with no word.  The weights are counted on the meta device first."""
+    pytest.importorskip("transformers")
+    import autokernel.models as models_mod
+
+    monkeypatch.setattr(models_mod, "free_memory_bytes", lambda device: 4 * 2**30)
+    with pytest.raises(ModelSpecError) as info:
+        load_model("hf:qwen3", input_shape=[1, 8])
+    message = str(info.value)
+    assert "B parameters" in message and "4.0 GiB free on cpu" in message and "--config" in message
+    result = _cli(["profile", "--model", "hf:qwen3", "--device", "cpu", "--input-shape", "1x8",
+                   "--out", str(tmp_path / "plan.json")], tmp_path)
+    assert result.exit_code == 2 and "--config" in result.output and "Traceback" not in result.output
+    small = load_model("hf:qwen3", config_overrides="hidden_size=64,num_hidden_layers=1,num_attention_heads=4,"
+                       "num_key_value_heads=2,head_dim=16,intermediate_size=128,vocab_size=128", input_shape=[1, 8])
+    assert small.model is not None

@@ -514,6 +514,7 @@ def _build_hf(arch: str, overrides: dict[str, Any], device: str,
     if hasattr(config, "use_cache"):
         config.use_cache = False  # a forward pass, not generation: no KV cache
     auto, wrapper = hf_auto_class(transformers, config)
+    _check_size(arch, auto, config, dtype, device)
     try:
         with torch.device(device):
             try:
@@ -529,6 +530,50 @@ def _build_hf(arch: str, overrides: dict[str, Any], device: str,
         what += (" [mixture of experts: small default config " + ", ".join(f"{k}={v}" for k, v in small.items())
                  + "; set them with --config]")
     return wrapper(model), what, hf_default_input_shape(config)
+
+
+# the share of the memory free on the device that a model's weights may take (activations, the
+# compiled and patched copies verify builds, and the profile need the rest)
+WEIGHTS_SHARE = 0.5
+
+
+def free_memory_bytes(device: str) -> int | None:
+    """Memory free for a new model on ``device``: the GPU's free memory, the host's available
+    memory (``MemAvailable``) on a CPU; None where it cannot be read."""
+    if str(device).startswith("cuda"):
+        try:
+            return int(torch.cuda.mem_get_info(torch.device(device))[0])
+        except Exception:  # noqa: BLE001 - no answer: no check
+            return None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _check_size(arch: str, auto: Any, config: Any, dtype: torch.dtype, device: str) -> None:
+    """Refuse a model whose weights alone would take more than ``WEIGHTS_SHARE`` of the free
+    memory: built anyway, a forgotten ``--config`` on a dense model (hf:qwen3 at 8B parameters)
+    was killed for memory with no word.  The weights are counted on the meta device."""
+    free = free_memory_bytes(device)
+    if free is None:
+        return
+    try:
+        with torch.device("meta"):
+            meta = _from_config(auto, copy.deepcopy(config), dtype)
+    except Exception:  # noqa: BLE001 - a model that cannot be built on meta is built and seen
+        return
+    n = sum(p.numel() for p in meta.parameters())
+    size = sum(t.numel() * t.element_size() for t in list(meta.parameters()) + list(meta.buffers()))
+    if size > WEIGHTS_SHARE * free:
+        raise ModelSpecError(
+            f"hf:{arch} at this config has {n / 1e9:.2f}B parameters ({size / 2**30:.1f} GiB in {dtype_name(dtype)}), "
+            f"more than half of the {free / 2**30:.1f} GiB free on {device}: give a smaller config with --config, "
+            "e.g. hidden_size=512,intermediate_size=1408,num_hidden_layers=4")
 
 
 # ------------------------------------------------------------------ inputs
