@@ -122,3 +122,18 @@ def test_interpreter_timings_give_no_speed_ratio():
     assert "eager" not in score and "torch.compile" not in score
     row = next(line for line in r.output.splitlines() if line.lstrip("│ ").startswith("8x64"))
     assert [c.strip() for c in row.strip(" │").split("│")][-2:] == ["-", "-"], row  # x eager, x compile
+
+
+def test_a_worker_whose_parent_is_gone_ends_without_a_traceback():
+    """Ctrl-C in `autokernel run` sometimes left a worker's BrokenPipeError traceback under the
+    'interrupted; run the same command again' line: the worker wrote to a parent that had gone."""
+    import subprocess
+    import sys
+
+    script = ("import multiprocessing as mp\n"
+              "from autokernel.harness.worker_main import main\n"
+              "parent, child = mp.Pipe()\n"
+              "parent.close()\n"
+              "main(child, 'cpu')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]

@@ -36,6 +36,15 @@ def _request_profiler():
 
 
 def main(conn, device: str) -> None:
+    try:
+        _serve(conn, device)
+    except (ConnectionError, EOFError):
+        # the parent is gone (Ctrl-C, or it ended): no one to answer, and nothing to say (its
+        # traceback printed under the user's "interrupted; run the same command again")
+        return
+
+
+def _serve(conn, device: str) -> None:
     os.dup2(2, 1)  # anything the kernel prints goes to stderr
     sys.stdout = sys.stderr
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it ends us
@@ -65,7 +74,10 @@ def main(conn, device: str) -> None:
             return
         if profiler is not None:  # unpickling counts: it maps the inputs the parent shared (CUDA IPC)
             profiler.enable()
-        message = _unpickle_request(data)
+        try:
+            message = _unpickle_request(data)
+        except OSError:  # tensors shared through the parent's resource sharer, which is gone
+            return
         del data
         nonce = message.pop("nonce", None)  # a local of this loop only: echoed, never handed to the kernel's side
         op = message.get("op")
