@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,52 @@ def test_run_defaults_its_workdir_to_runs_and_the_model_name():
     assert default_workdir("llama") == Path("runs") / "llama"
     assert default_workdir("hf:llama") == Path("runs") / "hf-llama"
     assert default_workdir("examples/my model.py:Net") == Path("runs") / "my-model"
+
+
+def test_a_resumed_run_gets_what_is_left_of_its_budget_and_extend_needs_a_finished_run(tmp_path, monkeypatch):
+    """A 3m run interrupted three times ran 5m40s: each resume started the budget over.  Now
+    run.json records the time spent and a resume gets the rest; --extend on a workdir with no
+    run did a full default run (10m) instead of refusing; --extend on an unfinished one too."""
+    import autokernel.loop.optimize as optimize_mod
+    from autokernel.pipeline import PipelineError, RunOptions, run_pipeline
+
+    budgets = []
+
+    class Stopped:
+        stopped_reason = "interrupted"
+
+    def fake_optimize(targets, workdir, *, budget_s, **kwargs):
+        budgets.append(budget_s)
+        time.sleep(0.3)
+        return Stopped()
+
+    monkeypatch.setattr(optimize_mod, "run_optimize", fake_optimize)
+    wd = tmp_path / "wd"
+
+    def opts(**kw):
+        return RunOptions(workdir=wd, model="llama", device="cpu", input_shape=[1, 8], config={"n_layers": "1"},
+                          budget_s=100.0, **kw)
+
+    with pytest.raises(PipelineError, match="--extend adds time to a finished run"):
+        run_pipeline(opts(extend_s=30.0), log=lambda m: None)
+    assert not wd.exists()
+    assert run_pipeline(opts(), log=lambda m: None).interrupted
+    spent = json.loads((wd / "run.json").read_text())["spent_s"]
+    assert 0.3 <= spent < 100 and budgets[0] <= 100.0
+    lines = []
+    run_pipeline(opts(), log=lines.append)
+    assert budgets[1] <= 100.0 - spent and any("spent before" in line for line in lines)
+    assert json.loads((wd / "run.json").read_text())["spent_s"] > spent
+    with pytest.raises(PipelineError, match="has not finished"):
+        run_pipeline(opts(extend_s=30.0), log=lambda m: None)
+
+
+def test_a_misconfigured_agent_is_refused_before_anything_is_written(tmp_path):
+    """`run --agent llm` without --llm profiled and wrote plan.json and run.json before its error."""
+    wd = tmp_path / "wd"
+    res = CliRunner().invoke(app, ["run", "--model", "llama", "--workdir", str(wd), "--device", "cpu",
+                                   "--input-shape", "1x8", "--config", "n_layers=1", "--agent", "llm"])
+    assert res.exit_code == 2 and "--llm" in res.output, res.output
+    assert not (wd / "plan.json").exists() and not (wd / "run.json").exists()
+    res = CliRunner().invoke(app, ["run", "--model", "llama", "--workdir", str(wd), "--device", "cpu", "--extend", "abc"])
+    assert res.exit_code == 2 and "--extend" in res.output, res.output

@@ -10,7 +10,9 @@ reports again.
 
 Budget: one wall-clock budget for the run, default 8h on a GPU and 10m on CPU (where kernels
 run under the Triton interpreter and only correctness means anything).  Profiling counts
-against it; verification and the report come after it and are not cut short.
+against it; verification and the report come after it and are not cut short.  A resumed run
+gets what its earlier sessions left of it (``run.json`` records the time spent); ``--extend``
+adds to the budget of a finished run.
 """
 from __future__ import annotations
 
@@ -110,6 +112,10 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
     from .verify import verify
 
     t0 = time.monotonic()
+    if opts.agent is not None:
+        from .agents.base import make_agent
+
+        make_agent(opts.agent)  # a misconfigured agent is refused before anything is written
     device = resolve_device(opts.device)
     from .loop.executor import plan_lanes
 
@@ -137,6 +143,10 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
     plan_path = workdir / "plan.json"
     run_path = workdir / "run.json"
     reused = False
+    spent_before = 0.0
+    if opts.extend_s is not None and not plan_path.is_file():
+        raise PipelineError(f"--extend adds time to a finished run, and {workdir} holds none: "
+                            "give --budget for a new run")
     if plan_path.is_file():
         plan = load_plan(plan_path)
         saved = _saved_run(run_path, plan)
@@ -147,9 +157,15 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
         reused = True
         if saved.get("finished") and opts.extend_s is None:
             return _finished(workdir, plan_path, log)
+        spent_before = float(saved.get("spent_s", 0.0))
         if opts.extend_s is not None:
-            budget_s = opts.extend_s
-            log(f"extending the finished run in {workdir} by {_duration(budget_s)}")
+            if not saved.get("finished"):
+                raise PipelineError(f"the run in {workdir} has not finished: run the same command (without --extend) "
+                                    "to resume it")
+            budget_s = spent_before + opts.extend_s
+            log(f"extending the finished run in {workdir} by {_duration(opts.extend_s)}")
+        elif spent_before:
+            log(f"resuming the run in {workdir}: {_duration(spent_before)} of its {_duration(budget_s)} spent before")
         log(f"[2/4] plan: reusing {plan_path} ({len(plan.supported)} problem(s))")
     else:
         log("[2/4] profiling")
@@ -164,7 +180,7 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
             + ("" if p.supported else f"  unsupported: {p.note}"))
     agent = opts.agent or AgentConfig(seed=opts.seed)
     record = dict(wanted, budget=_duration(budget_s), agent=agent.name, seed=opts.seed,
-                  max_experiments=opts.max_experiments)
+                  max_experiments=opts.max_experiments, spent_s=spent_before)
     run_path.write_text(json.dumps(record, indent=2) + "\n")
     result = RunResult(plan_path=plan_path, reused_plan=reused)
     targets = targets_from_plan(plan)
@@ -175,9 +191,9 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
             f"the plan is in {plan_path}")
         return result
 
-    remaining = budget_s - (time.monotonic() - t0)
+    remaining = budget_s - spent_before - (time.monotonic() - t0)
     if remaining <= 0:
-        log("[3/4] optimize: no budget left after profiling; skipped")
+        log("[3/4] optimize: no budget left; skipped")
     else:
         log(f"[3/4] optimize: {len(targets)} problem(s), budget {_duration(remaining)}")
         result.optimize = run_optimize(targets, workdir, agent=agent, budget_s=remaining,
@@ -185,6 +201,8 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
                                        run_name=opts.run_name, timeout_s=opts.timeout_s, show_progress=True,
                                        plan_path=plan_path, use_existing_repo=opts.use_existing_repo,
                                        parallel=opts.parallel, gpus=opts.gpus, ray=opts.ray)
+        record["spent_s"] = spent_before + (time.monotonic() - t0)
+        run_path.write_text(json.dumps(record, indent=2) + "\n")
         if result.optimize.stopped_reason == "interrupted":
             result.interrupted = True
             return result

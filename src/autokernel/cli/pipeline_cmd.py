@@ -90,7 +90,13 @@ def run(
     gpu_list = check_scale_flags(parallel, gpus, ray)
     try:
         budget_s = parse_budget(budget) if budget is not None else None
+    except ValueError as exc:
+        fail_usage(f"--budget: {exc}")
+    try:
         extend_s = parse_budget(extend) if extend is not None else None
+    except ValueError as exc:
+        fail_usage(f"--extend: {exc}")
+    try:
         shape = parse_input_shape(input_shape)
     except ValueError as exc:
         fail_usage(str(exc))
