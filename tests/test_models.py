@@ -401,3 +401,17 @@ def test_a_model_too_large_for_the_memory_free_is_refused_with_the_way_out(tmp_p
     small = load_model("hf:qwen3", config_overrides="hidden_size=64,num_hidden_layers=1,num_attention_heads=4,"
                        "num_key_value_heads=2,head_dim=16,intermediate_size=128,vocab_size=128", input_shape=[1, 8])
     assert small.model is not None
+
+
+def test_a_config_with_a_zero_size_or_sizes_that_disagree_is_named_not_a_traceback():
+    """--config hidden_size=0 ended in a traceback from the profiler (cannot reshape a tensor of
+    0 elements); a config whose sizes disagree was blamed on the input alone."""
+    pytest.importorskip("transformers")
+    base = "num_hidden_layers=1,num_attention_heads=4,num_key_value_heads=2,intermediate_size=128,vocab_size=128"
+    with pytest.raises(ModelSpecError, match="empty weight .* every size must be positive"):
+        load_model("hf:qwen3", config_overrides="hidden_size=0," + base, input_shape=[1, 8])
+    with pytest.raises(ModelSpecError) as info:
+        # the default 8 kv heads against 4 heads: the forward fails
+        load_model("hf:qwen3", config_overrides="hidden_size=64,num_hidden_layers=1,num_attention_heads=4,"
+                   "intermediate_size=128,vocab_size=128", input_shape=[1, 8])
+    assert "with its --config (hidden_size=64" in str(info.value) and "\n" not in str(info.value)

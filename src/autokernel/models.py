@@ -189,6 +189,10 @@ def load_model(spec: str, *, dtype: torch.dtype = torch.float32, device: str = "
         module = import_model_file(path)
         model, what, kb_inputs = _build_from_module(module, path, class_name, overrides, device)
         model = model.to(device=device, dtype=dtype).eval()
+    empty = next(((name, tuple(p.shape)) for name, p in model.named_parameters() if p.numel() == 0), None)
+    if empty is not None:
+        raise ModelSpecError(f"{spec}{' with this --config' if overrides else ''} has an empty weight "
+                             f"({empty[0]} {'x'.join(map(str, empty[1]))}): every size must be positive")
     loaded = _attach_inputs(model, spec, what, kb_inputs, input_shape, dtype, device)
     loaded.config_overrides = overrides
     if padded:
@@ -665,8 +669,10 @@ def check_forward(loaded: LoadedModel) -> None:
         raise ModelSpecError(f"{loaded.spec} at input {format_shape(loaded.input_shape)} does not fit in GPU memory; "
                              "use a smaller --input-shape or --config") from None
     except Exception as exc:
-        raise ModelSpecError(f"input {format_shape(loaded.input_shape)} does not fit {loaded.spec}: "
-                             f"a forward pass failed with {_one_line(exc)}") from None
+        given = ", ".join(f"{k}={v}" for k, v in (loaded.config_overrides or {}).items())
+        raise ModelSpecError(f"input {format_shape(loaded.input_shape)} does not fit {loaded.spec}"
+                             + (f" with its --config ({given}; one of them may not suit the others)" if given else "")
+                             + f": a forward pass failed with {_one_line(exc)}") from None
 
 
 def output_tensor(output: Any) -> torch.Tensor:
