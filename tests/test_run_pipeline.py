@@ -165,3 +165,14 @@ def test_a_misconfigured_agent_is_refused_before_anything_is_written(tmp_path):
     assert not (wd / "plan.json").exists() and not (wd / "run.json").exists()
     res = CliRunner().invoke(app, ["run", "--model", "llama", "--workdir", str(wd), "--device", "cpu", "--extend", "abc"])
     assert res.exit_code == 2 and "--extend" in res.output, res.output
+
+
+def test_a_workdir_clash_names_only_the_config_keys_that_differ():
+    """The clash message printed both whole config dicts (490 characters for one changed key)."""
+    from autokernel.pipeline import _run_differences
+
+    saved = {"model": "hf:qwen3", "dtype": "fp32", "input_shape": [2, 32],
+             "config": {"hidden_size": "64", "intermediate_size": "128", "vocab_size": "512"}}
+    wanted = dict(saved, config={"hidden_size": "64", "intermediate_size": "96", "vocab_size": "512", "head_dim": "16"})
+    assert _run_differences(saved, wanted) == ["config head_dim '(default)' -> '16'",
+                                               "config intermediate_size '128' -> '96'"]

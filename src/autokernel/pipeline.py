@@ -80,9 +80,12 @@ def resolve_device(device: str) -> str:
 
 def _run_differences(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     """The settings in which ``wanted`` differs from the saved run's, as ``name saved -> wanted``."""
-    keys = ("model", "dtype", "input_shape", "config")
+    keys = ("model", "dtype", "input_shape")
     flags = ("padded", "as_captured", "fused_rotary")  # absent from run.json files written before them: False
-    return ([f"{k} {saved.get(k)!r} -> {wanted.get(k)!r}" for k in keys if saved.get(k) != wanted.get(k)]
+    before, after = saved.get("config") or {}, wanted.get("config") or {}
+    config = [f"config {k} {before.get(k, '(default)')!r} -> {after.get(k, '(default)')!r}"
+              for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k)]
+    return ([f"{k} {saved.get(k)!r} -> {wanted.get(k)!r}" for k in keys if saved.get(k) != wanted.get(k)] + config
             + [f"{k} {bool(saved.get(k))} -> {bool(wanted.get(k))}" for k in flags
                if bool(saved.get(k)) != bool(wanted.get(k))])
 
