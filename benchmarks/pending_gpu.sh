@@ -53,13 +53,14 @@
 #                                               # against torch.compile's default mode
 #   bash benchmarks/pending_gpu.sh sixteenth_b OUT # the new kinds side by side; hf:gpt2 and hf:bert in graph
 #                                               # mode; the LLaMA example with every op handed to inductor
+#   bash benchmarks/pending_gpu.sh sixteenth_c OUT # sixteenth_b without the LLaMA example
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b OUT"
+usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c OUT"
 part=${1:?$usage}
 out=${2:?$usage}
 mkdir -p "$out"
@@ -226,6 +227,12 @@ sixteenth_b)  # the new kinds side by side (eager, torch.compile, FlexAttention 
         --compile-mode reduce-overhead --models hf:gpt2,hf:bert --max-minutes 1.9
     step llama_eager 150 python benchmarks/models_gpu.py --out "$out/llama" --skip-fused --models llama \
         --compile-mode default --under-compile eager --max-minutes 2.3
+    ;;
+sixteenth_c)  # sixteenth_b without the LLaMA example (what the session's device time left room for)
+    step graphs 130 python benchmarks/models_gpu.py --out "$out/graphs" --skip-fused --cuda-graphs \
+        --compile-mode reduce-overhead --models hf:gpt2,hf:bert --max-minutes 1.9
+    step fused_new 110 python benchmarks/models_gpu.py --out "$out/fused_new" --models none \
+        --kinds attention_softcap,softcap,moe_experts_gptoss,attention_sinks --max-minutes 1.6
     ;;
 fourteenth_b)  # the moe starter on a GPU and the attention starter's cost under the heavier judge, stage by
     # stage (attention's evaluation outlasted 3 minutes in fourteenth); hf:bert against torch.compile's default mode
