@@ -415,3 +415,11 @@ def test_a_config_with_a_zero_size_or_sizes_that_disagree_is_named_not_a_traceba
         load_model("hf:qwen3", config_overrides="hidden_size=64,num_hidden_layers=1,num_attention_heads=4,"
                    "intermediate_size=128,vocab_size=128", input_shape=[1, 8])
     assert "with its --config (hidden_size=64" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_an_image_model_given_a_token_shape_says_which_shape_it_takes():
+    """hf:vit --input-shape 2x32 failed with 'not enough values to unpack (expected 4, got 2)'."""
+    pytest.importorskip("transformers")
+    with pytest.raises(ModelSpecError, match=r"takes a float input of 4 dimensions \(e\.g\. 2x3x32x32"):
+        load_model("hf:vit", config_overrides="hidden_size=64,num_hidden_layers=1,num_attention_heads=4,"
+                   "intermediate_size=128,image_size=32,patch_size=8", input_shape=[2, 32])

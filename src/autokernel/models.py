@@ -182,6 +182,10 @@ def load_model(spec: str, *, dtype: torch.dtype = torch.float32, device: str = "
     if spec.startswith("hf:"):
         model, what, default_shape = _build_hf(spec[3:].strip(), overrides, device, dtype)
         kb_inputs = None
+        if input_shape and default_shape and len(input_shape) != len(default_shape):
+            raise ModelSpecError(f"{spec} takes a float input of {len(default_shape)} dimensions "
+                                 f"(e.g. {format_shape(default_shape)}, its default); --input-shape "
+                                 f"{format_shape(input_shape)} has {len(input_shape)}")
         input_shape = input_shape or default_shape
         model = model.to(device=device).eval()  # built in dtype (``_from_config``)
     else:
