@@ -136,10 +136,6 @@ def adversarial_inputs(shape, dtype: torch.dtype, device: str, seed: int) -> lis
     ]
 
 
-def flops(shape) -> float:
-    return 4.0 * shape["B"] * shape["H"] * shape["S"] ** 2 * shape["D"]
-
-
 def make_problem() -> Problem:
     return Problem(
         kind="attention_sinks",
@@ -150,7 +146,7 @@ def make_problem() -> Problem:
         reference=reference,
         eager=eager,
         make_inputs=make_inputs,
-        flops=flops,
+        flops=masked.flops,
         bytes=masked.nbytes,
         gpu_shapes=GPU_SHAPES,
         cpu_shapes=CPU_SHAPES,
