@@ -70,13 +70,17 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
     return attend(scores, mask, v).to(q.dtype)
 
 
+def with_mask(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The scores with a bool mask (-inf where False) or an additive one (in the scores' dtype)."""
+    if mask.dtype == torch.bool:
+        return scores.masked_fill(~mask, float("-inf"))
+    return scores + mask.to(scores.dtype)
+
+
 def attend(scores: torch.Tensor, mask: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """softmax(scores with the mask) v, in the scores' dtype; a row whose every key is masked
     gives zeros, as SDPA gives."""
-    if mask.dtype == torch.bool:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    else:
-        scores = scores + mask.to(scores.dtype)
+    scores = with_mask(scores, mask)
     dead = scores.amax(dim=-1, keepdim=True) == float("-inf")
     probs = scores.masked_fill(dead, 0.0).softmax(dim=-1).masked_fill(dead, 0.0)
     return probs @ v

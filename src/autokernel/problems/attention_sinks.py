@@ -54,10 +54,7 @@ SINK_RANGE = 8.0
 
 def with_sinks(scores: torch.Tensor, mask: torch.Tensor, sinks: torch.Tensor) -> torch.Tensor:
     """softmax over [scores with the mask, the head's sink], the sink's column dropped."""
-    if mask.dtype == torch.bool:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    else:
-        scores = scores + mask.to(scores.dtype)
+    scores = masked.with_mask(scores, mask)
     b, h, s, _ = scores.shape
     sink = sinks.to(scores.dtype).reshape(1, h, 1, 1).expand(b, h, s, 1)
     return torch.cat([scores, sink], dim=-1).softmax(dim=-1)[..., :-1]
