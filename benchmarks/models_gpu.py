@@ -289,6 +289,7 @@ def bench_model(root: Path, spec: str, config: str | None, shape: str, gpu: bool
             "patched_vs_compile_back_to_back": ratio(v.back_to_back_ms.get("compile"), v.back_to_back_ms.get("patched")),
             "patched_vs_compile_gpu_only": ratio(v.gpu_only_ms.get("compile"), v.gpu_only_ms.get("patched")),
             "compile_choice": v.compile_choice,  # verify's second compile, every op handed to inductor
+            "in_model_choice": v.in_model_choice,  # the patched model timed without each kernel (integrate.in_model)
             "note": v.compile_note or v.message}
 
 
@@ -319,6 +320,14 @@ def markdown(fused: list[dict], models: list[dict], skipped: list[str]) -> str:
                      f"{fmt(r['compile_ms'])} | {fmt(r['compile_patched_ms'])} | {fmt(r['patched_vs_eager'], 'x')} | "
                      f"{fmt(r['patched_vs_compile'], 'x')} | {fmt(r['compile_patched_vs_best'], 'x')} | "
                      f"{fmt(r.get('patched_vs_compile_back_to_back'), 'x')} | {fmt(r.get('patched_vs_compile_gpu_only'), 'x')} |")
+    choices = [(r["model"], r["in_model_choice"]) for r in models if r.get("in_model_choice")]
+    if choices:
+        lines += ["", "| model | patched, every kernel ms | without each kernel ms | left out | without them ms |",
+                  "|---|---:|---|---|---:|"]
+        for model, c in choices:
+            each = ", ".join(f"{name} {ms:.3f}" for name, ms in sorted(c["without_ms"].items()))
+            lines.append(f"| {model} | {c['every_ms']:.3f} | {each} | {', '.join(c['left_out']) or 'none'} | "
+                         f"{fmt(c['chosen_ms'])} |")
     if skipped:
         lines += ["", "not run (time limit): " + ", ".join(skipped)]
     return "\n".join(lines)

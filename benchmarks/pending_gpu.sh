@@ -54,13 +54,17 @@
 #   bash benchmarks/pending_gpu.sh sixteenth_b OUT # the new kinds side by side; hf:gpt2 and hf:bert in graph
 #                                               # mode; the LLaMA example with every op handed to inductor
 #   bash benchmarks/pending_gpu.sh sixteenth_c OUT # sixteenth_b without the LLaMA example
+#   bash benchmarks/pending_gpu.sh seventeenth_a OUT # hf:gpt2 and hf:bert outside CUDA graphs with verify's
+#                                               # in-model choice (each kernel left out in turn); the new kinds side by side
+#   bash benchmarks/pending_gpu.sh seventeenth_b OUT # hf:gpt2 and hf:bert in graph mode; the LLaMA example with
+#                                               # every op handed to inductor; attention_softcap's judge alone
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c OUT"
+usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b OUT"
 part=${1:?$usage}
 out=${2:?$usage}
 mkdir -p "$out"
@@ -233,6 +237,22 @@ sixteenth_c)  # sixteenth_b without the LLaMA example (what the session's device
         --compile-mode reduce-overhead --models hf:gpt2,hf:bert --max-minutes 1.9
     step fused_new 110 python benchmarks/models_gpu.py --out "$out/fused_new" --models none \
         --kinds attention_softcap,softcap,moe_experts_gptoss,attention_sinks --max-minutes 1.6
+    ;;
+seventeenth_a)  # verify's in-model choice on the launch-bound models (sixteenth_a: patched slower than eager outside
+    # graphs, 13.4 against 12.3 ms and 10.2 against 7.4); the fifteenth and sixteenth sessions' kinds side by side
+    step gpt2_bert 320 python benchmarks/models_gpu.py --out "$out/gpt2_bert" --skip-fused --models hf:gpt2,hf:bert \
+        --compile-mode default --under-compile auto --max-minutes 4.8
+    step fused_new 110 python benchmarks/models_gpu.py --out "$out/fused_new" --models none \
+        --kinds attention_softcap,softcap,moe_experts_gptoss,attention_sinks --max-minutes 1.6
+    ;;
+seventeenth_b)  # graph mode (the like-for-like comparison for launch-bound shapes), the LLaMA example compiled with
+    # every op handed to inductor, and attention_softcap through the judge alone (sixteenth_a ran out in its edges)
+    step graphs 130 python benchmarks/models_gpu.py --out "$out/graphs" --skip-fused --cuda-graphs \
+        --compile-mode reduce-overhead --models hf:gpt2,hf:bert --max-minutes 1.9
+    step llama_eager 150 python benchmarks/models_gpu.py --out "$out/llama" --skip-fused --models llama \
+        --compile-mode default --under-compile eager --max-minutes 2.3
+    step softcap_judge 200 python benchmarks/judge_smoke_gpu.py --out "$out/softcap_judge" --budget 180 \
+        --kinds attention_softcap --attacks ""
     ;;
 fourteenth_b)  # the moe starter on a GPU and the attention starter's cost under the heavier judge, stage by
     # stage (attention's evaluation outlasted 3 minutes in fourteenth); hf:bert against torch.compile's default mode

@@ -147,7 +147,7 @@ def export_package(workdir: Path, out: Path) -> list[Path]:
     data = pkg / "data"
     (data / "problems").mkdir(parents=True, exist_ok=True)
     written = []
-    for fname in ("plan.json", "results.tsv"):
+    for fname in ("plan.json", "results.tsv", "verify.json"):  # verify's choices: apply follows them on that GPU
         if (workdir / fname).is_file():
             shutil.copyfile(workdir / fname, data / fname)
             written.append(data / fname)

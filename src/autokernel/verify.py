@@ -136,6 +136,10 @@ class VerifyResult:
     # first timing (each op as under_compile=auto chose) was slower than of the original: what
     # apply(under_compile="auto") then follows (integrate.compile_policy.ModelChoice)
     compile_choice: dict[str, Any] | None = None
+    # the patched model timed without each kernel, and the kernels it is faster without: what
+    # apply(in_model="auto") leaves out (integrate.in_model.InModelChoice); None where not timed
+    # and no earlier verify's choice was followed
+    in_model_choice: dict[str, Any] | None = None
     predictions: list[KernelPrediction] = field(default_factory=list)
     predicted_vs_eager: float | None = None
     # a model that failed: each applied problem's kernel alone, its relative error on the worst
@@ -270,13 +274,16 @@ def _compiled(model: torch.nn.Module, inputs: tuple, mode: str | None, backend: 
     return compiled
 
 
+IN_MODEL_MODES = ("auto", "all", "measure")
+
+
 def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: bool = True,
            compile: bool = True, compile_mode: str = "max-autotune-no-cudagraphs",
            compile_backend: str | None = None, warmup: int = 3, iters: int = 20,
            device: str | None = None, log: Callable[[str], None] | None = None,
            write: bool = True, breakdown: bool = True, breakdown_warmup: int | None = None,
            breakdown_iters: int | None = None, cuda_graphs: bool = False,
-           under_compile: str = "auto") -> VerifyResult:
+           under_compile: str = "auto", in_model: str = "auto") -> VerifyResult:
     """Check and time the patched model of the run in ``workdir``; see the module docstring.
 
     ``compile_backend`` (e.g. ``"aot_eager"``) replaces ``compile_mode`` — for tests on
@@ -285,7 +292,11 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
     and passes (on CPU one of each) unless ``breakdown_warmup``/``breakdown_iters`` say
     otherwise.  ``cuda_graphs``: the patched model runs as a captured CUDA graph (GPU only).
     ``under_compile``: what each op runs while torch.compile traces the patched model
-    (``integrate.compile_policy``: auto, ours, eager).
+    (``integrate.compile_policy``: auto, ours, eager).  ``in_model``: ``auto`` times the patched
+    model without each kernel (on a GPU outside CUDA graphs, when timing) and goes on without those
+    it ran slower with, recording the choice for ``apply`` (``integrate.in_model``); elsewhere it
+    follows the last verify's choice.  ``all``: every selected kernel, nothing recorded.
+    ``measure``: time the choice wherever verify runs (tests: the interpreter's times mean nothing).
     Raises ``VerifyError`` on a workdir that cannot be verified."""
     from .integrate import OP_CALLS, apply, summary
     from .models import ModelSpecError, load_model, output_tensor
@@ -293,6 +304,9 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
 
     say = log or (lambda _msg: None)
     workdir = Path(workdir)
+    if in_model not in IN_MODEL_MODES:
+        raise VerifyError(f"in_model must be one of {', '.join(IN_MODEL_MODES)}; got {in_model!r}")
+    measured = None
     try:
         plan = load_workdir_plan(workdir)
     except (IntegrateError, ValueError) as exc:
@@ -315,14 +329,25 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
         raise VerifyError(str(exc)) from None
     say(f"model: {loaded.description}")
     original = loaded.model.eval()
+    measure = in_model == "measure" or (in_model == "auto" and timing and dev.startswith("cuda") and not cuda_graphs)
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            patched = apply(original, workdir, cuda_graphs=cuda_graphs, under_compile=under_compile)
+            patched = apply(original, workdir, cuda_graphs=cuda_graphs, under_compile=under_compile,
+                            in_model="all" if measure else in_model)
     except IntegrateError as exc:
         raise VerifyError(str(exc)) from None
     for w in caught:
         say(f"warning: {w.message}")
+    if measure:
+        from .hardware import current_device_name
+        from .in_model_timing import choose_in_model
+
+        gpu = dev.startswith("cuda")
+        patched, measured = choose_in_model(
+            original, workdir, patched, loaded.make_inputs(seeds[0] if seeds else 0),
+            device_name=current_device_name(dev) if gpu else "cpu", under_compile=under_compile,
+            warmup=warmup if gpu else 1, rounds=iters if gpu else 3, gpu=gpu, dev=dev, say=say)
     info = summary(patched)
     say(f"replaced: {len(info['replaced'])} place(s); skipped: {len(info['skipped'])}")
     for what, why in info["skipped"]:
@@ -355,6 +380,7 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
                           input_shape=list(loaded.input_shape), seeds=list(seeds), tolerance=tol, errors=errors,
                           replaced=info["replaced"], skipped=info["skipped"], op_calls=calls_per_forward,
                           errors_alone=alone,
+                          in_model_choice=(measured and measured.to_dict()) if measure else _followed(patched),
                           under_compile=dict(under), created=time.strftime("%Y-%m-%d %H:%M:%S"))
     never = [n for n, c in calls_per_forward.items() if c == 0]
     notes = []
@@ -396,6 +422,11 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
     return result
 
 
+def _followed(patched) -> dict[str, Any] | None:
+    choice = getattr(patched, "_autokernel_in_model", None)
+    return None if choice is None else choice.to_dict()
+
+
 def _errors_alone(original, workdir: Path, names: list[str], inputs: tuple, say, tol: float) -> dict[str, float]:
     """Each problem's kernel alone in the model: its relative error on ``inputs``."""
     from .integrate import apply
@@ -408,7 +439,7 @@ def _errors_alone(original, workdir: Path, names: list[str], inputs: tuple, say,
         for name in names:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                one = apply(original, workdir, only={name})
+                one = apply(original, workdir, only={name}, in_model="all")
             out[name] = rel_error(output_tensor(one(*inputs)), ref)
             say(f"  {name} alone: relative error {out[name]:.2e}" + (" (over the bound)" if not out[name] <= tol else ""))
     return out

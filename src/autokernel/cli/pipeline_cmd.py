@@ -141,6 +141,7 @@ def verify_cmd(
     iters: int = typer.Option(20, "--iters", help="Timed forward passes per model (median)."),
     no_breakdown: bool = typer.Option(False, "--no-breakdown", help="Do not profile the patched model for the time breakdown before/after."),
     cuda_graphs: bool = typer.Option(False, "--cuda-graphs", help="Run the patched model as a captured CUDA graph (GPU only; for launch-bound shapes)."),
+    every_kernel: bool = typer.Option(False, "--every-kernel", help="Apply every selected kernel. By default, on a GPU outside CUDA graphs, verify also times the model without each kernel and leaves out those it runs faster without (launch-bound forwards pay each op's host time), recording the choice that autokernel.apply then follows."),
     under_compile: str = typer.Option("auto", "--under-compile", help="What each op runs while torch.compile traces the patched model: auto (the eager op where torch.compile of it measured at least as fast as our kernel; the whole model as the last verify here measured fastest), ours, eager, or uncompiled (torch.compile leaves the patched model out)."),
 ) -> None:
     """Compare the model with the run's kernels against the original, then time both.
@@ -169,7 +170,7 @@ def verify_cmd(
     try:
         result = verify(workdir, seeds=tuple(range(seeds)), timing=not no_timing, compile=not no_compile,
                         iters=iters, device=device, log=_say, breakdown=not no_breakdown, cuda_graphs=cuda_graphs,
-                        under_compile=under_compile)
+                        under_compile=under_compile, in_model="all" if every_kernel else "auto")
     except ValueError as exc:
         fail_usage(str(exc))
     _print_verify(result)

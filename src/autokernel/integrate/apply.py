@@ -10,13 +10,14 @@ from typing import Any
 import torch.nn as nn
 
 from .calls import CALL_KINDS, _apply_calls
-from .compile_policy import UNDER_COMPILE, leave_uncompiled, recorded_choice, set_policies
+from .compile_policy import UNDER_COMPILE, kernel_digests, leave_uncompiled, recorded_choice, set_policies
 from .alignment import align_linears
 from .cudagraphs import CudaGraphed, cuda_graphs_refusal
 from .embeddings import _apply_embedding
 from .epilogues import _apply_linear_gelu
 from .experts import _apply_experts
 from .fused import _apply_add_norm, _apply_residual_outputs, _apply_geglu, _apply_gelu_modules, _apply_swiglu_packed
+from .in_model import IN_MODEL, InModelChoice, recorded_in_model
 from .linears import _apply_matmul, _apply_mlp
 from .norms import _apply_cross_entropy, _apply_layernorm, _apply_rmsnorm, _apply_softmax
 from .patching import _model_device
@@ -102,7 +103,7 @@ def place_ops(model: nn.Module, ops: list[KernelOp]) -> Placement:
 
 def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
           allow_slower: bool = False, cuda_graphs: bool = False, under_compile: str = "auto",
-          only: set[str] | None = None) -> nn.Module:
+          only: set[str] | None = None, in_model: str | InModelChoice = "auto") -> nn.Module:
     """Return ``model`` (a deep copy unless ``inplace``) running the run's best kernels.
 
     ``allow_slower``: on GPU runs, kernels whose best measured time is slower than PyTorch
@@ -112,12 +113,16 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     ``torch.compile`` traces the patched model, our kernel or the problem's eager op for inductor
     to compile, or the patched model left out of the compile (``auto``, ``ours``, ``eager``,
     ``uncompiled``; see ``integrate.compile_policy``).  ``only``: the kernels of these plan problems
-    alone (``verify`` finds which kernel a failing model owes its error to).  See the module
-    docstring."""
+    alone (``verify`` finds which kernel a failing model owes its error to).  ``in_model``: ``auto``
+    leaves out the kernels the last ``verify`` on this kind of GPU timed the model faster without
+    (``integrate.in_model``), ``all`` applies every selected kernel, an ``InModelChoice`` leaves out
+    its ``left_out``.  See the module docstring."""
     if not isinstance(model, nn.Module):
         raise IntegrateError(f"apply() needs a torch.nn.Module, got {type(model).__name__}")
     if under_compile not in UNDER_COMPILE:
         raise IntegrateError(f"under_compile must be one of {', '.join(UNDER_COMPILE)}; got {under_compile!r}")
+    if not isinstance(in_model, InModelChoice) and in_model not in IN_MODEL:
+        raise IntegrateError(f"in_model must be one of {', '.join(IN_MODEL)} or an InModelChoice; got {in_model!r}")
     workdir = Path(workdir)
     plan = load_workdir_plan(workdir)
     if cuda_graphs:
@@ -129,6 +134,14 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     sel = select_kernels(workdir, plan, device=device, allow_slower=allow_slower)
     if only is not None:
         sel.ops = [k for k in sel.ops if k.problem.name in only]
+    selected = {k.problem.name for k in sel.ops}
+    digests = kernel_digests(sel.ops)
+    choice = in_model if isinstance(in_model, InModelChoice) else (
+        recorded_in_model(workdir, _device_name(device), digests, cuda_graphs) if in_model == "auto" else None)
+    if choice is not None and choice.left_out:
+        sel.skipped += [(k.problem.name, choice.why(k.problem.name)) for k in sel.ops
+                        if k.problem.name in choice.left_out]
+        sel.ops = [k for k in sel.ops if k.problem.name not in choice.left_out]
     placed = place_ops(patched, sel.ops)
     replaced, used_ops = placed.replaced, placed.used_ops
     skipped = list(sel.skipped) + placed.skipped
@@ -140,6 +153,9 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     patched._autokernel_skipped = skipped
     patched._autokernel_ops = {k.problem.name: k.opname for k in sel.ops if k.opname in used_ops}
     patched._autokernel_kernel_ops = [k for k in sel.ops if k.opname in used_ops]
+    # what verify's in-model choice is made of: every kernel the selection gave apply, left out or not
+    patched._autokernel_selected = (sorted(selected), digests)
+    patched._autokernel_in_model = choice  # the in-model choice followed (verify records it again)
     patched._autokernel_under_compile, uncompiled = _set_compile_policy(patched._autokernel_kernel_ops, under_compile,
                                                                         device, workdir, cuda_graphs)
     _warn_apply(workdir, patched, device)
@@ -147,7 +163,7 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     if cuda_graphs:
         result = CudaGraphed(patched)
         for attr in ("_autokernel_replaced", "_autokernel_skipped", "_autokernel_ops", "_autokernel_under_compile",
-                     "_autokernel_kernel_ops"):
+                     "_autokernel_kernel_ops", "_autokernel_selected", "_autokernel_in_model"):
             setattr(result, attr, getattr(patched, attr))
     if uncompiled:  # the wrapper where there is one: torch.compile of it then replays our graphs
         leave_uncompiled(result)
@@ -157,12 +173,16 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
 def _set_compile_policy(ops: list, mode: str, device, workdir: Path, cuda_graphs: bool) -> tuple[dict[str, str], bool]:
     """Decide, per applied op, what it runs under torch.compile (compile_policy.py): problem ->
     the decision and why; and whether torch.compile leaves the whole patched model out."""
-    from ..hardware import current_device_name
-
-    device_name = current_device_name(str(device)) if device is not None and device.type == "cuda" else "cpu"
+    device_name = _device_name(device)
     measured = recorded_choice(workdir, device_name, ops, cuda_graphs) if mode == "auto" else None
     uncompiled = mode == "uncompiled" or (measured is not None and measured.policy == "uncompiled" and bool(ops))
     return set_policies(ops, mode, device_name, measured), uncompiled
+
+
+def _device_name(device) -> str:
+    from ..hardware import current_device_name
+
+    return current_device_name(str(device)) if device is not None and device.type == "cuda" else "cpu"
 
 
 def _warn_apply(workdir: Path, patched: nn.Module, device) -> None:

@@ -1,0 +1,85 @@
+"""``verify``'s timing of the patched model without each kernel (``integrate.in_model``: why)."""
+from __future__ import annotations
+
+import gc
+import statistics
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from .integrate.in_model import InModelChoice, adopt, candidates
+from .model_timing import time_interleaved
+
+Timer = Callable[[dict[str, Callable[[], object]], int, int, bool, str], dict[str, float]]
+
+
+def choose_in_model(original: torch.nn.Module, workdir: Path, patched: torch.nn.Module, inputs: tuple, *,
+                    device_name: str, under_compile: str, warmup: int, rounds: int, gpu: bool, dev: str,
+                    say: Callable[[str], None], timer: Timer | None = None) -> tuple[torch.nn.Module, InModelChoice | None]:
+    """The patched model (``apply(original, workdir, in_model="all")``) timed against itself
+    without each kernel it runs, then without all those it ran slower with; the model to go on
+    with (the one without them, where it timed faster) and the measurement (None where none
+    was made: no kernel, or a variant that could not be built)."""
+    from .integrate import apply
+
+    timer = timer or time_interleaved
+    selected, digests = getattr(patched, "_autokernel_selected", ([], {}))
+    running = sorted(getattr(patched, "_autokernel_ops", {}))
+    if not running:
+        return patched, None
+
+    def build(only: set[str] | None = None, in_model: Any = "all") -> torch.nn.Module:
+        with warnings.catch_warnings():  # apply's warnings were given for the patched model
+            warnings.simplefilter("ignore")
+            return apply(original, workdir, under_compile=under_compile, only=only, in_model=in_model)
+
+    def ratio(variant: torch.nn.Module) -> tuple[float, float]:
+        with torch.inference_mode():
+            times = timer({"every": lambda: patched(*inputs), "variant": lambda: variant(*inputs)}, warmup, rounds,
+                          gpu, dev)
+        return times["variant"] / times["every"], times["every"]
+
+    say(f"timing the patched model without each of its {len(running)} kernel(s) in turn...")
+    ratios: dict[str, float] = {}
+    every_samples: list[float] = []
+    try:
+        for name in running:
+            variant = build(only=set(selected) - {name})
+            ratios[name], every = ratio(variant)
+            every_samples.append(every)
+            del variant
+            _release(dev)
+        every_ms = statistics.median(every_samples)
+        without_ms = {name: r * every_ms for name, r in ratios.items()}
+        choice = InModelChoice(device_name, dict(digests), False, every_ms, without_ms)
+        for name in running:
+            say(f"  without {name}: {without_ms[name]:.3f} ms (with every kernel {every_ms:.3f} ms)")
+        slower = candidates(every_ms, without_ms)
+        if not slower:
+            say("the model is fastest with every kernel")
+            return patched, choice
+        variant = build(only=set(selected) - set(slower))
+        chosen_ratio, _ = ratio(variant)
+        del variant
+        _release(dev)
+    except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:  # a measurement that could not be made
+        say(f"the model without each kernel could not be timed ({str(exc).splitlines()[0] if str(exc) else exc}); "
+            f"every kernel stays")
+        _release(dev)
+        return patched, None
+    choice.chosen_ms = chosen_ratio * every_ms
+    if not adopt(every_ms, choice.chosen_ms):
+        say(f"without {', '.join(slower)} together: {choice.chosen_ms:.3f} ms, not faster than every kernel "
+            f"({every_ms:.3f} ms): every kernel stays")
+        return patched, choice
+    choice.left_out = slower
+    say(f"leaving out {', '.join(slower)}: {choice.chosen_ms:.3f} ms without them, {every_ms:.3f} ms with every kernel")
+    return build(in_model=choice), choice
+
+
+def _release(dev: str) -> None:
+    gc.collect()
+    if dev.startswith("cuda"):
+        torch.cuda.empty_cache()
