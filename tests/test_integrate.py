@@ -201,6 +201,32 @@ def test_a_layernorm_without_bias_gets_zeros(tmp_path):
         assert rel(patched(x), model(x)) < 1e-5
     assert "_autokernel_zero_bias" not in patched.state_dict()
 
+
+class WeightlessLayerNorm(nn.Module):
+    """OLMo's LayerNorm: no weight, no bias, its eps written in its forward, computed in fp32."""
+
+    def __init__(self, n: int, eps: float):
+        super().__init__()
+        self.normalized_shape = (n,)
+        self._eps = eps  # not an eps attribute the appliers read
+
+    def forward(self, x):
+        return nn.functional.layer_norm(x.float(), self.normalized_shape, None, None, self._eps).to(x.dtype)
+
+
+@pytest.mark.parametrize("eps", [1e-5, 1e-6])
+def test_a_layernorm_without_weight_gets_ones_and_its_eps_from_a_probe(tmp_path, eps):
+    model = nn.Sequential(nn.Linear(32, 32), WeightlessLayerNorm(32, eps), nn.Linear(32, 32),
+                          nn.LayerNorm(32, elementwise_affine=False))
+    ln = [PlanProblem("layernorm", "layernorm", "fp32", [{"M": 4, "N": 32}], [2], 1.0, 0.5, ["1", "3"])]
+    patched = apply(model, make_workdir(tmp_path / "wd", ln))
+    assert sorted(patched._autokernel_replaced) == [("1", "layernorm"), ("3", "layernorm")]
+    # rows of small variance, where the eps decides the output
+    for x in (torch.randn(4, 32), 1e-3 * torch.randn(4, 32)):
+        with torch.no_grad():
+            assert rel(patched(x), model(x)) < 1e-5
+    assert "_autokernel_unit_weight" not in patched.state_dict()
+
 class MatmulLinear(nn.Linear):
     """Falcon's FalconLinear: ``x @ W.T + b`` in a forward of its own."""
 

@@ -23,8 +23,8 @@ import torch.nn as nn
 from ..recognize import gelu_form, is_silu_module, packed_mlp_dims, residual_norm_parts
 from .linears import _DOWN_NAMES, _GATE_NAMES, _UP_NAMES, _find_linear
 from .ops import rows
-from .norms import LayernormForm, _is_rmsnorm, _original_class, layernorm_form, rmsnorm_form
-from .patching import (PROBE_TOLERANCE, _class_code_names, _pick, _probe_input, _reference, _rel_error,
+from .norms import LayernormForm, _is_rmsnorm, _original_class, layernorm_form, norm_width, rmsnorm_form
+from .patching import (PROBE_TOLERANCE, _class_code_names, _model_device, _pick, _probe_input, _reference, _rel_error,
                        _swap_class)
 from .residuals import _takes_residual
 from .selection import KernelOp
@@ -86,7 +86,7 @@ def _apply_add_norm(model, k, done, replaced, skipped, probed) -> None:
             ok_params = len(m.normalized_shape) == 1 and m.weight is not None
             form = LayernormForm(float(m.eps), m.bias is not None) if ok_params else None
             if form is not None:
-                form.prepare(m)
+                form.prepare(m, k.dtype, _model_device(model))
             params = form.params if form is not None else None
             expected = (lambda x, r, m=m, params=params: _reference("add_layernorm")(x, r, *params(m)))
         if not ok_params or m.weight.dtype != k.dtype:
@@ -120,16 +120,16 @@ def _apply_residual_outputs(model, k, done, replaced, skipped, probed) -> None:
             form = layernorm_form(norm, dtype, probed)
             ok = form is not None
             if form is not None:
-                form.prepare(norm)
+                form.prepare(norm, dtype, _model_device(model))
             params = form.params if form is not None else None
         else:
             form = rmsnorm_form(norm, dtype, probed) if getattr(norm, "weight", None) is not None else None
             ok = form is not None
             params = form.params if form is not None else None
-        if not ok or lin.weight.dtype != dtype or norm.weight.dtype != dtype:
+        if not ok or lin.weight.dtype != dtype or params(norm)[0].dtype != dtype:
             skipped.append((name, f"{k.kind}: needs {dtype} weights (and eps / bias)"))
             continue
-        n = norm.weight.shape[0]
+        n = norm_width(norm)
         base = type(m)
         base_forward = base.forward
         h = _probe_input(lin.in_features, m, dtype)

@@ -109,30 +109,53 @@ def _apply_rmsnorm(model: nn.Module, k: KernelOp, done: set[int], replaced, skip
 
 
 ZERO_BIAS = "_autokernel_zero_bias"  # the bias a LayerNorm without one gets the op (a buffer, set once)
+UNIT_WEIGHT = "_autokernel_unit_weight"  # the weight a LayerNorm without one gets the op (a buffer, set once)
+# eps values tried, in this order, on a LayerNorm without an eps attribute (OLMo's writes 1e-5 in its forward)
+PROBED_EPS = (1e-5, 1e-6, 1e-12, 1e-8)
 
 
 @dataclass(frozen=True)
 class LayernormForm:
-    """A LayerNorm module as the layernorm op's arguments: its weight, its bias, or zeros for one
-    without (``nn.LayerNorm(bias=False)``, Cohere's ``CohereLayerNorm``), and eps."""
+    """A LayerNorm module as the layernorm op's arguments: its weight, or ones for one without
+    (``nn.LayerNorm(elementwise_affine=False)``, OLMo's ``OlmoLayerNorm``), its bias, or zeros for
+    one without (``nn.LayerNorm(bias=False)``, Cohere's ``CohereLayerNorm``), and eps."""
 
     eps: float
     bias: bool
+    weight: bool = True
 
-    def prepare(self, norm: nn.Module) -> None:
-        """Give a norm without bias its zeros (once, before the op's first call)."""
+    def prepare(self, norm: nn.Module, dtype: torch.dtype, device: torch.device) -> None:
+        """Give a norm without weight or bias its ones and zeros (once, before the op's first call)."""
+        n = norm_width(norm)
+        if not self.weight and UNIT_WEIGHT not in norm._buffers:
+            norm.register_buffer(UNIT_WEIGHT, torch.ones(n, dtype=dtype, device=device), persistent=False)
         if not self.bias and ZERO_BIAS not in norm._buffers:
-            norm.register_buffer(ZERO_BIAS, torch.zeros_like(norm.weight.detach()), persistent=False)
+            like = norm.weight.detach() if self.weight else norm._buffers[UNIT_WEIGHT]
+            norm.register_buffer(ZERO_BIAS, torch.zeros_like(like), persistent=False)
 
     def params(self, norm: nn.Module) -> tuple:
-        return (norm.weight, norm.bias if self.bias else norm._buffers[ZERO_BIAS], self.eps)
+        return (norm.weight if self.weight else norm._buffers[UNIT_WEIGHT],
+                norm.bias if self.bias else norm._buffers[ZERO_BIAS], self.eps)
+
+
+def norm_width(m: nn.Module) -> int | None:
+    """The size of the last dimension a norm module normalises: its weight's, or, for one without
+    a weight, its 1-D ``normalized_shape``'s."""
+    w = getattr(m, "weight", None)
+    if isinstance(w, torch.Tensor):
+        return w.shape[0] if w.dim() == 1 else None
+    shape = getattr(m, "normalized_shape", None)
+    shape = (shape,) if isinstance(shape, int) else shape
+    return int(shape[0]) if isinstance(shape, (tuple, list)) and len(shape) == 1 and isinstance(shape[0], int) else None
 
 
 def layernorm_form(m: nn.Module, dtype: torch.dtype, probed: dict) -> LayernormForm | None:
-    """``m`` as the layernorm op computes it, or None: ``nn.LayerNorm`` over the last dim with a
-    weight (as it is), or a class named ``*LayerNorm`` with a 1-D weight whose own ``forward``
-    matches the reference on a probe (decided once per class)."""
+    """``m`` as the layernorm op computes it, or None: ``nn.LayerNorm`` over the last dim (as it
+    is), or a class named ``*LayerNorm`` with a 1-D weight, or none and a 1-D ``normalized_shape``,
+    whose own ``forward`` matches the reference on a probe (decided once per class)."""
     w = getattr(m, "weight", None)
+    if w is None:
+        return _weightless_layernorm_form(m, probed)
     if not isinstance(w, torch.Tensor) or w.dim() != 1 or w.dtype != dtype:
         return None
     bias = getattr(m, "bias", None)
@@ -150,6 +173,29 @@ def layernorm_form(m: nn.Module, dtype: torch.dtype, probed: dict) -> LayernormF
         x = _probe_input(w.shape[0], m, dtype)
         probed[key] = LayernormForm(eps, bias is not None) if _probe(
             m, base, x, lambda x: ref(x, m.weight, m.bias if bias is not None else torch.zeros_like(m.weight), eps)) else None
+    return probed[key]
+
+
+def _weightless_layernorm_form(m: nn.Module, probed: dict) -> LayernormForm | None:
+    """A LayerNorm without weight or bias: ``nn.LayerNorm(elementwise_affine=False)`` as it is; a
+    class named ``*LayerNorm`` by a probe in fp32 (its eps, where it has no eps attribute, among
+    ``PROBED_EPS``: the probe's low-variance rows tell them apart)."""
+    if any(p is not None for p in m._parameters.values()) or norm_width(m) is None:
+        return None
+    base = _original_class(type(m))
+    if isinstance(m, nn.LayerNorm):
+        return LayernormForm(float(m.eps), False, False) if base.forward is nn.LayerNorm.forward else None
+    if not base.__name__.lower().endswith("layernorm"):
+        return None
+    eps = _norm_eps(m, torch.float32)
+    key = (base, "weightless layernorm form", eps, norm_width(m))
+    if key not in probed:
+        ref = _reference("layernorm")
+        x = _probe_input(norm_width(m), m, torch.float32)
+        ones, zeros = torch.ones_like(x[0]), torch.zeros_like(x[0])
+        probed[key] = next((LayernormForm(e, False, False) for e in ((eps,) if eps is not None else PROBED_EPS)
+                            if all(_probe(m, base, rows, lambda rows, e=e: ref(rows, ones, zeros, e))
+                                   for rows in (x, x * 1e-3))), None)
     return probed[key]
 
 
@@ -174,15 +220,15 @@ def _apply_layernorm(model, k, done, replaced, skipped, probed) -> None:
             continue
         form = layernorm_form(m, k.dtype, probed)
         if form is None:
-            if plain and (len(m.normalized_shape) != 1 or m.weight is None):
-                skipped.append((name, "layernorm: needs a 1-D normalized shape with a weight"))
+            if plain and len(m.normalized_shape) != 1:
+                skipped.append((name, "layernorm: needs a 1-D normalized shape"))
             elif getattr(m, "weight", None) is not None and m.weight.dtype != k.dtype:
                 skipped.append((name, f"layernorm: weight dtype {m.weight.dtype} is not the kernel's {k.dtype}"))
             elif not plain:
                 skipped.append((name, f"layernorm: {type(m).__name__} computes something else (probe mismatch)"))
             continue
-        n = m.weight.shape[0]
-        form.prepare(m)
+        n = norm_width(m)
+        form.prepare(m, k.dtype, _model_device(model))
         _swap_class(m, ("layernorm", k.identity, n, form), _layernorm_members(k, n, form, type(m)))
         done.add(id(m))
         replaced.append((name, "layernorm"))

@@ -45,9 +45,9 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
-from .norms import _original_class, layernorm_form, rmsnorm_form
+from .norms import _original_class, layernorm_form, norm_width, rmsnorm_form
 from .ops import rows
-from .patching import _swap_class, rewrap
+from .patching import _model_device, _swap_class, rewrap
 from .rewrite import compile_forward, parse_forward, statement_lists
 from .selection import KernelOp
 
@@ -59,14 +59,14 @@ PENDING = "_autokernel_pending"  # on that norm: (sum, its version, normalised r
 
 
 # ------------------------------------------------------------------ which norms
-def _plain_norm_params(m: nn.Module, kind: str, dtype: torch.dtype,
-                       probed: dict) -> Callable[[nn.Module], tuple] | None:
+def _plain_norm_params(m: nn.Module, kind: str, dtype: torch.dtype, probed: dict,
+                       device: torch.device) -> Callable[[nn.Module], tuple] | None:
     """The op's parameters of a norm child that computes the plain norm of ``kind``, or None."""
     if kind == "add_layernorm":
         form = layernorm_form(m, dtype, probed)
         if form is None:
             return None
-        form.prepare(m)
+        form.prepare(m, dtype, device)
         return form.params
     form = rmsnorm_form(m, dtype, probed)
     return form.params if form is not None else None
@@ -318,7 +318,7 @@ def _ahead_target(model: nn.Module, norm_name: str, k: KernelOp, probed: dict,
         skipped.append((norm_name, f"{k.kind}: no such module in the model"))
         return None
     params = None if _takes_residual(_original_class(type(norm)).forward) else \
-        _plain_norm_params(norm, k.kind, k.dtype, probed)
+        _plain_norm_params(norm, k.kind, k.dtype, probed, _model_device(model))
     if params is None:
         skipped.append((norm_name, f"{k.kind}: {type(norm).__name__} is not a plain norm of the kind"))
         return None
@@ -354,7 +354,7 @@ def _apply_residual_adds(model, k, done, replaced, skipped, probed) -> None:
             if (prefix + child_name not in k.problem.modules or prefix + child_name in k.problem.add_from
                     or _takes_residual(_original_class(type(child)).forward)):
                 continue  # a norm(x, residual) module takes its add itself (``fused._apply_add_norm``)
-            params = _plain_norm_params(child, k.kind, k.dtype, probed)
+            params = _plain_norm_params(child, k.kind, k.dtype, probed, _model_device(model))
             if params is not None:
                 norms[child_name] = (child, params)
         target = _ahead_target(model, feeds[name], k, probed, skipped) if name in feeds else None
@@ -376,13 +376,13 @@ def _apply_residual_adds(model, k, done, replaced, skipped, probed) -> None:
             continue
         for child_name in sorted(set(rewritten[1])):
             child, params = norms[child_name]
-            n = child.weight.shape[0]
+            n = norm_width(child)
             eps = params(child)[-1]
             _swap_class(child, (k.kind, k.identity, "residual-add", n, eps), _add_norm_members(k, n, params, type(child)))
             replaced.append((prefix + child_name, k.kind))
         if target is not None and rewritten[2]:
             norm, params = target
-            n = norm.weight.shape[0]
+            n = norm_width(norm)
             _swap_class(norm, (k.kind, k.identity, "ahead", n, params(norm)[-1]),
                         _ahead_norm_members(k, n, params, type(norm)))
             parent.__dict__[NEXT_NORM] = norm
