@@ -19,7 +19,8 @@
    attention_softcap: Gemma-2-9B heads at 2x2048 with transformers' additive mask, softcap:
    Gemma-2's logits at 2048 tokens, moe_experts_gptoss: GPT-OSS-20B's experts at 4096 tokens,
    against transformers' per-expert loop, attention_sinks: GPT-OSS-20B's heads at 4x1024 with
-   transformers' additive mask, against its eager attention) at its first GPU shape in bf16: the starter, eager PyTorch
+   transformers' additive mask, against its eager attention, rotary_interleaved: Cohere's rotary on
+   2x32x2048x128) at its first GPU shape in bf16: the starter, eager PyTorch
    and torch.compile of the eager op, and Liger-Kernel's op where Liger has it and is importable
    (for attention_softcap, compiled FlexAttention with the cap and the mask as its score
    modification), side by side (triton.testing.do_bench, median).  --kinds picks some.
@@ -47,7 +48,8 @@ import traceback
 from pathlib import Path
 
 FUSED_KINDS = ["add_rmsnorm", "add_layernorm", "gelu", "geglu", "swiglu_packed", "embedding", "rotary_table",
-               "attention_masked", "attention_softcap", "softcap", "moe_experts_gptoss", "attention_sinks"]
+               "attention_masked", "attention_softcap", "softcap", "moe_experts_gptoss", "attention_sinks",
+               "rotary_interleaved"]
 LLAMA_4096 = "dim=4096,n_layers=4,n_heads=32,n_kv_heads=8,hidden_dim=11008,vocab_size=32000"
 # Mixtral-shaped at a quarter of 8x7B's widths (8 experts, 2 a token), 4 layers
 MIXTRAL_QUARTER = ("hidden_size=1024,intermediate_size=3584,num_hidden_layers=4,num_attention_heads=8,"

@@ -243,7 +243,7 @@ seventeenth_a)  # verify's in-model choice on the launch-bound models (sixteenth
     step gpt2_bert 320 python benchmarks/models_gpu.py --out "$out/gpt2_bert" --skip-fused --models hf:gpt2,hf:bert \
         --compile-mode default --under-compile auto --max-minutes 4.8
     step fused_new 110 python benchmarks/models_gpu.py --out "$out/fused_new" --models none \
-        --kinds attention_softcap,softcap,moe_experts_gptoss,attention_sinks --max-minutes 1.6
+        --kinds attention_softcap,softcap,moe_experts_gptoss,attention_sinks,rotary_interleaved --max-minutes 1.6
     ;;
 seventeenth_b)  # graph mode (the like-for-like comparison for launch-bound shapes), the LLaMA example compiled with
     # every op handed to inductor, and attention_softcap through the judge alone (sixteenth_a ran out in its edges)

@@ -42,6 +42,7 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "attention_softcap": ("B", "H", "Hkv", "S", "D", "additive", "per_query"),
     "attention_sinks": ("B", "H", "Hkv", "S", "D", "additive", "per_query"),
     "rotary": ("B", "H", "S", "D"),
+    "rotary_interleaved": ("B", "H", "S", "D"),
     "rmsnorm": ("M", "N"),
     "layernorm": ("M", "N"),
     "softmax": ("M", "N"),
@@ -642,7 +643,8 @@ def pair_rotary_attention(parent: Node, default_dtype: str) -> dict[int, Instanc
             continue
         rotary = _rotary(call, first, default_dtype)
         attention = _attention(second, default_dtype)
-        if not isinstance(rotary, Instance) or not isinstance(attention, Instance) or attention.kind != "attention":
+        if (not isinstance(rotary, Instance) or rotary.kind != "rotary" or not isinstance(attention, Instance)
+                or attention.kind != "attention"):
             continue
         q, k = call.args[0].shape if call.args else (), call.args[1].shape if len(call.args) > 1 else ()
         shape = attention.shapes[0][0]
@@ -914,10 +916,28 @@ def _rotary(call: ScopeCall, node: Node, default_dtype: str) -> Instance | Unsup
         if heads is not None and d1 != heads.heads and d2 == heads.heads:
             d1, d2 = d2, d1  # stored [B,S,H,D]
         shapes.append((make_shape("rotary", B, d1, d2, D), 1))
-    layout = "rotate_half layout" if "rotate_half" in call.code_names or call.kind == "module" else "layout assumed rotate_half"
+    below = _op_names_below(node)
+    if "aten::stack" in below and "aten::cat" not in below:  # pairs stacked, not halves joined: Cohere's
+        kind, layout = "rotary_interleaved", "interleaved pairs"
+    else:
+        kind = "rotary"
+        layout = ("rotate_half layout" if "rotate_half" in call.code_names or call.kind == "module"
+                  else "layout assumed rotate_half")
     module = _enclosing_module(node.parent, lambda info: True)
-    return Instance("rotary", tensors[0].dtype or default_dtype, shapes,
+    return Instance(kind, tensors[0].dtype or default_dtype, shapes,
                     module=module.qualname if module else "", notes=(f"{where} ({layout})",))
+
+
+def _op_names_below(node: Node) -> set[str]:
+    """The ops called under ``node``'s scope and the scopes in it, not those an op calls (aten::stack
+    runs aten::cat)."""
+    names: set[str] = set()
+    for child in node.children:
+        if child.scope is None:
+            names.add(child.name)
+        else:
+            names |= _op_names_below(child)
+    return names
 
 
 # what transformers' plain eager attention runs (repeat_kv, q @ k^T * scaling, + mask, softmax

@@ -23,7 +23,7 @@ PLAYBOOK_PATH = Path(__file__).resolve().parent / "program.md"
 HISTORY_ROWS = 12
 MAX_FAILURE_CHARS = 2500
 
-MEMORY_BOUND_KINDS = {"softmax", "layernorm", "rmsnorm", "swiglu", "cross_entropy", "rotary", "reduce",
+MEMORY_BOUND_KINDS = {"softmax", "layernorm", "rmsnorm", "swiglu", "cross_entropy", "rotary", "rotary_interleaved", "reduce",
                       "add_rmsnorm", "add_layernorm", "gelu", "geglu", "swiglu_packed",
                       "embedding", "rotary_table"}
 COMPUTE_BOUND_KINDS = {"matmul", "attention", "attention_masked", "attention_rotary", "attention_softcap", "attention_sinks",

@@ -307,6 +307,17 @@ def _rotary_form(fn: Any) -> bool | None:
     ``rotate_half``-layout rotary function (or a module made of one).  A function that names
     ``rotate_half`` may rotate another layout (Cohere's rotates interleaved pairs under that
     name): it is run once on a probe and must match the problem's reference."""
+    return _rotary_layout_form(fn, "rotary")
+
+
+def _rotary_pairs_form(fn: Any) -> bool | None:
+    """``_rotary_form`` for a function that rotates interleaved pairs (``rotary_interleaved``:
+    Cohere's ``apply_rotary_pos_emb``, whose ``rotate_half`` stacks ``-x[..., 1::2]`` and
+    ``x[..., ::2]``)."""
+    return _rotary_layout_form(fn, "rotary_interleaved")
+
+
+def _rotary_layout_form(fn: Any, kind: str) -> bool | None:
     fn = module_wrapped_function(fn)
     if not isinstance(fn, types.FunctionType) or not _ROTARY_NAME.search(fn.__name__):
         return None
@@ -317,20 +328,20 @@ def _rotary_form(fn: Any) -> bool | None:
     pair = {4: True, 3: False}.get(len(params))
     if pair is None:
         return None
-    if fn not in _ROTARY_PROBED:
-        _ROTARY_PROBED[fn] = _rotates_halves(fn, pair)
-    return pair if _ROTARY_PROBED[fn] else None
+    if (fn, kind) not in _ROTARY_PROBED:
+        _ROTARY_PROBED[(fn, kind)] = _rotates_as(fn, pair, kind)
+    return pair if _ROTARY_PROBED[(fn, kind)] else None
 
 
-_ROTARY_PROBED: dict[types.FunctionType, bool] = {}
+_ROTARY_PROBED: dict[tuple[types.FunctionType, str], bool] = {}
 
 
-def _rotates_halves(fn: types.FunctionType, pair: bool) -> bool:
-    """Does ``fn`` compute the rotary problem's reference (``x * cos + rotate_half(x) * sin``) on
-    a probe, with cos/sin given as transformers passes them ([B, S, D])?"""
+def _rotates_as(fn: types.FunctionType, pair: bool, kind: str) -> bool:
+    """Does ``fn`` compute the ``kind`` problem's reference (``x * cos + rotate_half(x) * sin``,
+    or with ``rotate_pairs``) on a probe, with cos/sin given as transformers passes them ([B, S, D])?"""
     from ..problems import get_problem
 
-    reference = get_problem("rotary").reference
+    reference = get_problem(kind).reference
     gen = torch.Generator().manual_seed(1234)
     q, k = torch.randn(1, 2, 5, 8, generator=gen), torch.randn(1, 2, 5, 8, generator=gen)
     cos, sin = torch.randn(1, 5, 8, generator=gen), torch.randn(1, 5, 8, generator=gen)
@@ -348,7 +359,8 @@ def _rotates_halves(fn: types.FunctionType, pair: bool) -> bool:
 def _global_replacements(fn: types.FunctionType, sdpa: Callable | None, rotary: KernelOp | None,
                          gelu: Callable | None = None, sdpa_kinds: tuple[str, ...] = ("attention",),
                          softcap: KernelOp | None = None, eager_masked: KernelOp | None = None,
-                         eager_sinks: KernelOp | None = None) -> tuple[dict[str, Any], set[str]]:
+                         eager_sinks: KernelOp | None = None,
+                         rotary_pairs: KernelOp | None = None) -> tuple[dict[str, Any], set[str]]:
     """Names in ``fn``'s globals to rebind so that its calls reach the ops, and the kinds
     (``sdpa_kinds``: those whose ops ``sdpa`` reaches)."""
     out: dict[str, Any] = {}
@@ -387,11 +399,11 @@ def _global_replacements(fn: types.FunctionType, sdpa: Callable | None, rotary: 
             out[name] = _eager_replacement(softcap, eager_masked, value, eager_sinks)
             kinds |= {kind for kind, k in (("attention_softcap", softcap), ("attention_masked", eager_masked),
                                            ("attention_sinks", eager_sinks)) if k}
-        if rotary is not None:
-            form = _rotary_form(value)
+        for rot, form_of in ((rotary, _rotary_form), (rotary_pairs, _rotary_pairs_form)):
+            form = form_of(value) if rot is not None else None
             if form is not None:
-                out[name] = _rotary_replacement(rotary, value, form)
-                kinds.add("rotary")
+                out[name] = _rotary_replacement(rot, value, form)
+                kinds.add(rot.kind)
     return out, kinds
 
 
@@ -421,7 +433,7 @@ def _rebound(fn: types.FunctionType, names: dict[str, Any]) -> types.FunctionTyp
 
 # the kinds whose ops the functions a module's methods call are rebound to
 CALL_KINDS = frozenset({"attention", "attention_masked", "rotary", "gelu", "attention_rotary", "attention_softcap",
-                        "attention_sinks"})
+                        "attention_sinks", "rotary_interleaved"})
 
 
 def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, skipped) -> None:
@@ -438,9 +450,10 @@ def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, sk
         fused = _pick(kops, "attention_rotary", name)
         capped = _pick(kops, "attention_softcap", name)
         sinks = _pick(kops, "attention_sinks", name)
+        pairs = _pick(kops, "rotary_interleaved", name)
         if gel is not None and gelu_form(m) is not None:
             gel = None  # a GELU activation module: switched (or left alone) as a module in `fused`
-        chosen = (att, masked, rot, gel, fused, capped, sinks)
+        chosen = (att, masked, rot, gel, fused, capped, sinks, pairs)
         if all(k is None for k in chosen):
             continue
         eager_masked = masked is not None and plain_eager_attention(m)
@@ -449,7 +462,7 @@ def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, sk
         cls = _SUBCLASSES.get(key)
         if cls is None:
             cls = _calls_subclass(type(m), att, rot, gel, masked, fused, capped, eager_masked,
-                                  sinks if eager_sinks else None)
+                                  sinks if eager_sinks else None, pairs)
             _SUBCLASSES[key] = cls
         if not cls._autokernel_kinds:
             continue
@@ -467,12 +480,13 @@ _LIBRARY_BASES = ("transformers.modeling_utils", "transformers.generation.")
 def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None, gel: KernelOp | None = None,
                     masked: KernelOp | None = None, fused: KernelOp | None = None,
                     capped: KernelOp | None = None, eager_masked: bool = False,
-                    eager_sinks: KernelOp | None = None) -> type:
+                    eager_sinks: KernelOp | None = None, rotary_pairs: KernelOp | None = None) -> type:
     """A subclass of ``base`` whose methods that call SDPA / a rotary function / F.gelu call
     the ops instead (``_autokernel_kinds`` empty when there is none; ``capped``: transformers' eager
     attention with soft-capped scores, ``attention_softcap``; ``eager_masked``: its plain calls
     with a mask to ``masked``'s op, the function probed; ``eager_sinks``: its calls with the
-    module's sinks to that op, ``attention_sinks``, the function probed); with ``fused``, a method
+    module's sinks to that op, ``attention_sinks``, the function probed; ``rotary_pairs``: a rotary
+    function on interleaved pairs, ``rotary_interleaved``); with ``fused``, a method
     that rotates q and k and hands them to attention runs the ``attention_rotary`` op
     (``rotary_attention``) on the calls it can."""
     from .rotary_attention import fused_method
@@ -494,7 +508,7 @@ def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None, gel:
             if not isinstance(inner, types.FunctionType):
                 continue
             names, kinds_fn = _global_replacements(inner, sdpa, rot, gelu, sdpa_kinds, capped,
-                                                   masked if eager_masked else None, eager_sinks)
+                                                   masked if eager_masked else None, eager_sinks, rotary_pairs)
             both = fused_method(inner, names, fused, rot) if fused is not None else None
             if both is not None:
                 kinds_fn = kinds_fn | {"attention_rotary"}

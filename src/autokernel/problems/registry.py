@@ -23,6 +23,7 @@ BUILTIN_KINDS: dict[str, str] = {
     "fused_mlp": "fused_mlp",
     "cross_entropy": "cross_entropy",
     "rotary": "rotary",
+    "rotary_interleaved": "rotary_interleaved",
     "reduce": "reduce",
     "add_rmsnorm": "add_rmsnorm",
     "add_layernorm": "add_layernorm",

@@ -1,0 +1,79 @@
+"""rotary_interleaved: rotary embedding on interleaved pairs (Cohere's layout).  The problem's
+inputs catch kernels that rotate halves, read one table entry per pair (models pass each angle
+twice) or turn the wrong way; the starter passes every case; apply tells the two layouts apart by
+a probe and puts the op into Cohere's attention.  (test_models_coverage profiles hf:cohere.)"""
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from autokernel.problems import get_problem  # noqa: E402
+from autokernel.problems.registry import load_starter  # noqa: E402
+from autokernel.problems.rotary import reference as rotate_halves  # noqa: E402
+
+from test_attention_masked import cases, judged  # noqa: E402
+
+
+def _pairs(x, cos, sin, *, cos_of=lambda c: c, sign=1.0):
+    x1, x2 = x[..., ::2].float(), x[..., 1::2].float()
+    c, s = cos_of(cos).float(), cos_of(sin).float()
+    even = x1 * c[..., ::2] - sign * x2 * s[..., ::2]
+    odd = x2 * c[..., 1::2] + sign * x1 * s[..., 1::2]
+    return torch.stack((even, odd), -1).flatten(-2).to(x.dtype)
+
+
+WRONG = {
+    "rotates halves": rotate_halves,
+    # models pass each angle twice: a kernel that reads every other entry and reuses it
+    "reads one table entry a pair": lambda x, c, s: _pairs(x, c, s, cos_of=lambda t: t[..., ::2].repeat_interleave(2, -1)),
+    "turns the other way": lambda x, c, s: _pairs(x, c, s, sign=-1.0),
+}
+
+
+def test_reference_rotates_each_pair():
+    x = torch.randn(2, 3, 5, 8, dtype=torch.float64)
+    cos, sin = torch.randn(5, 8, dtype=torch.float64), torch.randn(5, 8, dtype=torch.float64)
+    out = get_problem("rotary_interleaved").reference(x, cos, sin)
+    assert torch.allclose(out, _pairs(x, cos, sin))
+    assert out[0, 0, 0, 0] == pytest.approx(float(x[0, 0, 0, 0] * cos[0, 0] - x[0, 0, 0, 1] * sin[0, 0]))
+    assert out[0, 0, 0, 1] == pytest.approx(float(x[0, 0, 0, 1] * cos[0, 1] + x[0, 0, 0, 0] * sin[0, 1]))
+
+
+@pytest.mark.parametrize("wrong", list(WRONG))
+def test_the_inputs_catch_a_wrong_rotation(wrong):
+    problem = get_problem("rotary_interleaved")
+    for dtype in (torch.float32, torch.bfloat16):
+        for shape in problem.cpu_shapes:
+            assert not all(judged(problem, dtype, WRONG[wrong], args) for _, args in cases(problem, shape, dtype)), \
+                f"{wrong} passed every case at {shape} {dtype}"
+
+
+def test_the_starter_passes_every_case_and_odd_widths():
+    problem = get_problem("rotary_interleaved")
+    starter = load_starter("rotary_interleaved")
+    for dtype in problem.dtypes:
+        for shape in problem.cpu_shapes:
+            failed = [name for name, args in cases(problem, shape, dtype)
+                      if not judged(problem, dtype, starter.kernel_fn, args)]
+            assert not failed, (shape, dtype, failed)
+    for d in (8, 80):  # a head width that is not a power of two: the padded tail holds no pair
+        args = problem.make_inputs({"B": 2, "H": 3, "S": 5, "D": d}, torch.float32, "cpu", 0)
+        assert torch.allclose(starter.kernel_fn(*args), problem.reference(*args), atol=1e-6)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")
+def test_apply_tells_the_layouts_apart_by_a_probe():
+    from transformers.models.cohere import modeling_cohere
+    from transformers.models.llama import modeling_llama
+
+    from autokernel.integrate.calls import _rotary_form, _rotary_pairs_form
+
+    assert _rotary_pairs_form(modeling_cohere.apply_rotary_pos_emb) is True
+    assert _rotary_form(modeling_cohere.apply_rotary_pos_emb) is None  # names rotate_half, rotates pairs
+    assert _rotary_form(modeling_llama.apply_rotary_pos_emb) is True
+    assert _rotary_pairs_form(modeling_llama.apply_rotary_pos_emb) is None
