@@ -55,6 +55,12 @@ def test_run_on_each_example(tmp_path, model, capfd):
         assert res.exit_code == 0, res.output
         assert "finished" in res.output and "--extend" in res.output and "rmsnorm" in res.output
         assert (wd / "results.tsv").read_text() == results and (wd / "verify.json").read_text() == verify_json
+        assert "not used" not in res.output
+        # options a finished run does not take are named, not dropped in silence
+        res = CliRunner().invoke(app, [*args, "--seed", "7", "--budget", "5m"])
+        assert res.exit_code == 0, res.output
+        out = " ".join(res.output.split())
+        assert "not used, since nothing runs" in out and "--seed 7 (the run's: 0)" in out and "--budget 5m" in out
         res = CliRunner().invoke(app, [*args, "--extend", "2s"])
         assert res.exit_code == 0, res.output
         assert "extending" in res.output and json.loads((wd / "run.json").read_text())["finished"] is True

@@ -159,7 +159,7 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
                                 f"({'; '.join(differences)}); use another --workdir (or the same arguments to resume)")
         reused = True
         if saved.get("finished") and opts.extend_s is None:
-            return _finished(workdir, plan_path, log)
+            return _finished(workdir, plan_path, log, _ignored_when_finished(saved, opts))
         spent_before = float(saved.get("spent_s", 0.0))
         if opts.extend_s is not None:
             if not saved.get("finished"):
@@ -216,13 +216,31 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
     return result
 
 
-def _finished(workdir: Path, plan_path: Path, log: Callable[[str], None]) -> RunResult:
+def _ignored_when_finished(saved: dict[str, Any], opts: RunOptions) -> list[str]:
+    """The options given now that a finished run does not take (it is only shown), as
+    ``--flag value (the run's: value)``."""
+    out = []
+    if opts.budget_s is not None and saved.get("budget") and _duration(opts.budget_s) != saved.get("budget"):
+        out.append(f"--budget {_duration(opts.budget_s)} (the run's: {saved.get('budget')})")
+    if opts.agent is not None and saved.get("agent") and opts.agent.name != saved.get("agent"):
+        out.append(f"--agent {opts.agent.name} (the run's: {saved.get('agent')})")
+    if "seed" in saved and opts.seed != saved.get("seed"):
+        out.append(f"--seed {opts.seed} (the run's: {saved.get('seed')})")
+    if opts.max_experiments is not None and opts.max_experiments != saved.get("max_experiments"):
+        out.append(f"--max-experiments {opts.max_experiments} (the run's: {saved.get('max_experiments')})")
+    return out
+
+
+def _finished(workdir: Path, plan_path: Path, log: Callable[[str], None], ignored: list[str] = ()) -> RunResult:
     """A finished run run again: say so and show its report; nothing is optimized or verified."""
     from .report import collect
     from .verify import load_verify
 
     log(f"the run in {workdir} is finished: here is its report ({workdir / 'report.md'}); "
         f"to give it more time, run the same command with --extend 10m (or any duration)")
+    if ignored:
+        log(f"not used, since nothing runs: {', '.join(ignored)}; with --extend the agent and seed given apply to "
+            f"the time added (--budget does not: --extend says how long)")
     return RunResult(plan_path=plan_path, reused_plan=True, finished_before=True,
                      verify=load_verify(workdir), report=collect(workdir))
 
