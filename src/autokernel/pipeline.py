@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from .files import write_text_atomic
 from .hardware import resolve_device as hardware_resolve_device
 
 DEFAULT_MODEL = "llama"
@@ -76,6 +78,9 @@ def resolve_device(device: str) -> str:
         return hardware_resolve_device(device)
     except ValueError as exc:
         raise PipelineError(str(exc)) from None
+
+
+SPENT_EVERY_S = 10.0  # how often the loop's time spent is written to run.json
 
 
 def _run_differences(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
@@ -199,13 +204,12 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
         log("[3/4] optimize: no budget left; skipped")
     else:
         log(f"[3/4] optimize: {len(targets)} problem(s), budget {_duration(remaining)}")
-        result.optimize = run_optimize(targets, workdir, agent=agent, budget_s=remaining,
-                                       max_experiments=opts.max_experiments, device=device, seed=opts.seed,
-                                       run_name=opts.run_name, timeout_s=opts.timeout_s, show_progress=True,
-                                       plan_path=plan_path, use_existing_repo=opts.use_existing_repo,
-                                       parallel=opts.parallel, gpus=opts.gpus, ray=opts.ray)
-        record["spent_s"] = spent_before + (time.monotonic() - t0)
-        run_path.write_text(json.dumps(record, indent=2) + "\n")
+        with SpentRecorder(run_path, record, spent_before, t0):
+            result.optimize = run_optimize(targets, workdir, agent=agent, budget_s=remaining,
+                                           max_experiments=opts.max_experiments, device=device, seed=opts.seed,
+                                           run_name=opts.run_name, timeout_s=opts.timeout_s, show_progress=True,
+                                           plan_path=plan_path, use_existing_repo=opts.use_existing_repo,
+                                           parallel=opts.parallel, gpus=opts.gpus, ray=opts.ray)
         if result.optimize.stopped_reason == "interrupted":
             result.interrupted = True
             return result
@@ -214,6 +218,40 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
     result.report = write_report(workdir)
     run_path.write_text(json.dumps(dict(record, finished=True), indent=2) + "\n")
     return result
+
+
+class SpentRecorder:
+    """Writes the run's time spent (``spent_s`` in ``run.json``) every ``every_s`` seconds while
+    the loop runs, and once more at the end: a run killed outright (``kill -9``, a node lost)
+    resumes with what was left of its budget, not all of it again."""
+
+    def __init__(self, run_path: Path, record: dict[str, Any], spent_before: float, t0: float,
+                 every_s: float = SPENT_EVERY_S):
+        self.run_path, self.record, self.spent_before, self.t0, self.every_s = run_path, record, spent_before, t0, every_s
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, name="autokernel-spent", daemon=True)
+
+    def write(self) -> None:
+        with self._lock:
+            self.record["spent_s"] = self.spent_before + (time.monotonic() - self.t0)
+            write_text_atomic(self.run_path, json.dumps(self.record, indent=2) + "\n")
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self.write()
+            except OSError:  # a full disk for a moment: the next write or the last one says it
+                pass
+
+    def __enter__(self) -> "SpentRecorder":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.write()
 
 
 def _ignored_when_finished(saved: dict[str, Any], opts: RunOptions) -> list[str]:

@@ -57,3 +57,36 @@ def silence_interpreter_warnings() -> None:
     current = os.environ.get("PYTHONWARNINGS", "")
     if INTERPRETER_WARNING not in current:
         os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [current, INTERPRETER_WARNING]))
+
+
+# What multiprocessing's resource-sharer thread (which hands tensors' file descriptors to a worker)
+# raises when the worker it was serving died mid-handshake: a worker stopped by the same Ctrl-C or
+# SIGTERM as the run.  Nothing is lost; the loop has its own account of the stop.
+_PEER_GONE = (ConnectionError, EOFError, KeyError, OSError)
+
+
+def is_dead_peer_noise(exc_type: type | None, tb) -> bool:
+    """Is this a resource-sharer thread's error for a peer that went away?"""
+    if exc_type is None or not issubclass(exc_type, _PEER_GONE):
+        return False
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.replace("\\", "/").endswith("multiprocessing/resource_sharer.py"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def silence_dead_peer_threads() -> None:
+    """Keep the resource-sharer's tracebacks for dead workers off the terminal (its thread
+    reports its errors through ``sys.excepthook``); every other error is printed as before."""
+    previous = sys.excepthook
+    if getattr(previous, "_autokernel", False):
+        return
+
+    def hook(exc_type, value, tb) -> None:
+        if is_dead_peer_noise(exc_type, tb):
+            return
+        previous(exc_type, value, tb)
+
+    hook._autokernel = True
+    sys.excepthook = hook

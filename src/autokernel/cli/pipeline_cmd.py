@@ -108,8 +108,11 @@ def run(
                       parallel=parallel, gpus=gpu_list, ray=ray, padded=padded, as_captured=as_captured,
                       fused_rotary=fused_rotary, agent=AgentConfig(name=agent, seed=seed, llm=llm, llm_base_url=llm_base_url,
                                         llm_max_calls=llm_max_calls, agent_cmd=agent_cmd))
+    from ..loop.interrupts import terminate_as_interrupt
+
     try:
-        result = run_pipeline(opts, log=_say)
+        with terminate_as_interrupt():  # a SIGTERM (timeout, a scheduler's limit) stops the run as Ctrl-C does
+            result = run_pipeline(opts, log=_say)
     except ValueError as exc:  # every user-mistake error of the steps is a ValueError
         fail_usage(str(exc))
     except KeyboardInterrupt:

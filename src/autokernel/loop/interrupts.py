@@ -1,4 +1,5 @@
-"""Ctrl-C while the loop runs: counted, and held back while a row is being written.
+"""Ctrl-C (or SIGTERM: ``timeout``, a batch scheduler's time limit, ``docker stop``) while the
+loop runs: counted, and held back while a row is being written.
 
 The loop reads ``pressed()`` before an experiment and passes it to ``holding`` around the
 write of its row: a Ctrl-C that came in between means the experiment is not recorded (its
@@ -32,10 +33,29 @@ def watching():
         yield
         return
     previous = signal.signal(signal.SIGINT, _on_sigint)
+    previous_term = signal.signal(signal.SIGTERM, _on_sigint)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, previous_term)
+
+
+@contextmanager
+def terminate_as_interrupt():
+    """SIGTERM raises KeyboardInterrupt inside the block, as Ctrl-C does (main thread only)."""
+    if not _in_main_thread():
+        yield
+        return
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextmanager
@@ -54,11 +74,13 @@ def holding(presses_before: int | None = None):
         pending.append(True)
 
     previous = signal.signal(signal.SIGINT, hold)
+    previous_term = signal.signal(signal.SIGTERM, hold)
     try:
         if presses_before is not None and _PRESSES[0] != presses_before:
             raise KeyboardInterrupt
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGTERM, previous_term)
         if pending:
             raise KeyboardInterrupt
