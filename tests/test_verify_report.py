@@ -119,6 +119,34 @@ def test_verify_passes_then_report_and_export(tmp_path):
     assert res.exit_code == 2
 
 
+def test_report_says_what_the_last_verify_did_not_time_and_that_a_run_is_unfinished(tmp_path):
+    """A new user's `verify --no-timing` left report.md without its timing tables and without a
+    word why; an interrupted run's report did not say it could be resumed."""
+    wd = make_workdir(tmp_path / "wd")
+    verify(wd, seeds=(0,), timing=False)
+    md = (write_report(wd), (wd / "report.md").read_text())[1]
+    assert "Not timed: the last verify" in md and "--no-timing" in md
+    assert "not finished" not in md
+    run = json.loads((wd / "run.json").read_text())
+    (wd / "run.json").write_text(json.dumps(dict(run, spent_s=42.0)))
+    write_report(wd)
+    md = " ".join((wd / "report.md").read_text().split())
+    assert "**not finished**: stopped (or still running) after 42 s" in md
+    (wd / "run.json").write_text(json.dumps(dict(run, spent_s=60.0, finished=True)))
+    write_report(wd)
+    assert "not finished" not in (wd / "report.md").read_text()
+
+
+def test_verify_flags_say_what_they_take_and_when_they_change_nothing(tmp_path):
+    wd = make_workdir(tmp_path / "wd")
+    res = CliRunner().invoke(app, ["verify", str(wd), "--under-compile", "foo"])
+    assert res.exit_code == 2 and "uncompiled" in res.output  # every accepted value is named
+    res = CliRunner().invoke(app, ["verify", str(wd), "--every-kernel", "--no-timing", "--seeds", "1"])
+    assert res.exit_code == 0, res.output
+    out = " ".join(res.output.split())
+    assert "--every-kernel changes nothing here" in out and "not timed (--no-timing)" in out
+
+
 WRONG_RMSNORM = (KERNELS_DIR / "rmsnorm.py").read_text() + '''
 
 _right_kernel_fn = kernel_fn

@@ -126,6 +126,9 @@ def render_markdown(data: ReportData) -> str:
     if data.run:
         lines.append(f"- budget: {data.run.get('budget', '—')}, agent: {data.run.get('agent', '—')}, "
                      f"seed: {data.run.get('seed', '—')}")
+        if "spent_s" in data.run and not data.run.get("finished"):
+            lines.append(f"- **not finished**: stopped (or still running) after {data.run['spent_s']:.0f} s of its budget; "
+                         f"the same `autokernel run` command resumes it")
     lines.append(f"- experiments recorded: {sum(1 for r in data.rows if r.get('status') != 'baseline')}")
     lines += ["", "## Plan", "", "| problem | kind | dtype | shapes | fraction | modules |", "|---|---|---|---|---:|---|"]
     for p in plan.problems:
@@ -164,8 +167,12 @@ def render_markdown(data: ReportData) -> str:
             kinds[kind] = kinds.get(kind, 0) + 1
         lines.append("\nReplaced: " + (", ".join(f"{k} ×{n}" for k, n in kinds.items()) or "nothing") + ".")
         if v.skipped:
-            lines.append("\nNot applied: " + "; ".join(f"{a} ({b})" for a, b in v.skipped[:10]) + ".")
-        if v.eager_ms is not None:
+            more = f" (and {len(v.skipped) - 10} more)" if len(v.skipped) > 10 else ""
+            lines.append("\nNot applied: " + "; ".join(f"{a} ({b})" for a, b in v.skipped[:10]) + more + ".")
+        if v.eager_ms is None:
+            lines.append(f"\nNot timed: the last verify (of {v.created}) checked correctness only (`--no-timing`); "
+                         f"`autokernel verify {data.workdir}` times the models.")
+        else:
             lines += ["", *_timing_table(v)]
             lines += ["", f"End-to-end speedup vs eager: {_fmt(v.speedup_vs_eager, '.3f', 'x')} "
                       f"(Amdahl prediction from the kernels applied: {_fmt(v.predicted_vs_eager, '.3f', 'x')})"

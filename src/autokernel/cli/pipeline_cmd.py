@@ -158,7 +158,7 @@ def verify_cmd(
     from ..integrate.compile_policy import UNDER_COMPILE
 
     if under_compile not in UNDER_COMPILE:
-        fail_usage(f"--under-compile must be auto, ours or eager; got {under_compile!r}")
+        fail_usage(f"--under-compile must be one of {', '.join(UNDER_COMPILE)}; got {under_compile!r}")
     if device is not None and device != "cpu" and not device.startswith("cuda"):
         fail_usage(f"unknown device {device!r}; use cuda or cpu")
     if not (workdir / "plan.json").is_file() and (workdir / "problems").is_dir():
@@ -166,10 +166,12 @@ def verify_cmd(
                    f"so it needs a run made from one (`autokernel run --model ...`, or `autokernel optimize "
                    f"--plan plan.json` after `autokernel profile`); each kernel of {workdir} was already judged "
                    f"by the harness: see `autokernel report {workdir}`")
-    if device is not None:
-        _interpret_for(device)
-    else:
-        _interpret_for(_run_device(workdir))
+    run_device = device if device is not None else _run_device(workdir)
+    _interpret_for(run_device)
+    on_gpu = run_device.startswith("cuda") or (run_device == "auto" and _cuda_available())
+    if every_kernel and (no_timing or cuda_graphs or not on_gpu):
+        _say("--every-kernel changes nothing here: verify times the model without each kernel only on a GPU, "
+             "outside CUDA graphs, with timing on")
     try:
         result = verify(workdir, seeds=tuple(range(seeds)), timing=not no_timing, compile=not no_compile,
                         iters=iters, device=device, log=_say, breakdown=not no_breakdown, cuda_graphs=cuda_graphs,
@@ -216,6 +218,8 @@ def _print_verify(v) -> None:
             if times.get("compile") and times.get("patched"):
                 line += f"; {label}: patched is {f(times['compile'] / times['patched'])} torch.compile"
         console.print(line + (f" [{v.timing_note}]" if v.timing_note else ""), markup=False)
+    else:
+        console.print("not timed (--no-timing): verify.json now holds this check of correctness only", markup=False)
     if v.compile_note:
         console.print(v.compile_note, markup=False)
     if v.breakdown is not None:
