@@ -146,7 +146,7 @@ def test_a_resumed_run_gets_what_is_left_of_its_budget_and_extend_needs_a_finish
 
     def opts(**kw):
         return RunOptions(workdir=wd, model="llama", device="cpu", input_shape=[1, 8], config={"n_layers": "1"},
-                          budget_s=100.0, **kw)
+                          **{"budget_s": 100.0, **kw})
 
     with pytest.raises(PipelineError, match="--extend adds time to a finished run"):
         run_pipeline(opts(extend_s=30.0), log=lambda m: None)
@@ -160,6 +160,19 @@ def test_a_resumed_run_gets_what_is_left_of_its_budget_and_extend_needs_a_finish
     assert json.loads((wd / "run.json").read_text())["spent_s"] > spent
     with pytest.raises(PipelineError, match="has not finished"):
         run_pipeline(opts(extend_s=30.0), log=lambda m: None)
+    # resumed without --budget: the run's own 100 s, not the default for the device (10m), and a
+    # new seed is said and recorded beside the one the earlier sessions used
+    spent = json.loads((wd / "run.json").read_text())["spent_s"]
+    lines = []
+    run_pipeline(opts(budget_s=None, seed=3), log=lines.append)
+    assert budgets[-1] <= 100.0 - spent
+    assert any("seed 3, where the run had 0, from here on" in line for line in lines)
+    run = json.loads((wd / "run.json").read_text())
+    assert run["budget"] == "1m40s" and run["seed"] == 3 and run["earlier_seeds"] == [0]
+    lines = []
+    run_pipeline(opts(budget_s=200.0, seed=3), log=lines.append)
+    assert budgets[-1] > 100.0 and any("budget 3m20s (--budget), where the run had 1m40s" in line for line in lines)
+    assert json.loads((wd / "run.json").read_text())["earlier_seeds"] == [0]
 
 
 def test_a_misconfigured_agent_is_refused_before_anything_is_written(tmp_path):

@@ -152,6 +152,7 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
     run_path = workdir / "run.json"
     reused = False
     spent_before = 0.0
+    saved: dict[str, Any] = {}
     if opts.extend_s is not None and not plan_path.is_file():
         raise PipelineError(f"--extend adds time to a finished run, and {workdir} holds none: "
                             "give --budget for a new run")
@@ -172,8 +173,15 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
                                     "to resume it")
             budget_s = spent_before + opts.extend_s
             log(f"extending the finished run in {workdir} by {_duration(opts.extend_s)}")
-        elif spent_before:
-            log(f"resuming the run in {workdir}: {_duration(spent_before)} of its {_duration(budget_s)} spent before")
+            if opts.budget_s is not None:
+                log(f"--budget {_duration(opts.budget_s)} not used: with --extend the run's budget is its time spent "
+                    f"({_duration(spent_before)}) and the time added")
+        else:
+            budget_s = _resumed_budget(saved, opts, budget_s, log)
+            if spent_before:
+                log(f"resuming the run in {workdir}: {_duration(spent_before)} of its {_duration(budget_s)} spent before")
+        for change in _changed_on_resume(saved, opts):
+            log(f"{change} from here on")
         log(f"[2/4] plan: reusing {plan_path} ({len(plan.supported)} problem(s))")
     else:
         log("[2/4] profiling")
@@ -188,7 +196,7 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
             + ("" if p.supported else f"  unsupported: {p.note}"))
     agent = opts.agent or AgentConfig(seed=opts.seed)
     record = dict(wanted, budget=_duration(budget_s), agent=agent.name, seed=opts.seed,
-                  max_experiments=opts.max_experiments, spent_s=spent_before)
+                  max_experiments=opts.max_experiments, spent_s=spent_before, **_earlier(saved, agent.name, opts.seed))
     run_path.write_text(json.dumps(record, indent=2) + "\n")
     result = RunResult(plan_path=plan_path, reused_plan=reused)
     targets = targets_from_plan(plan)
@@ -252,6 +260,47 @@ class SpentRecorder:
         self._stop.set()
         self._thread.join()
         self.write()
+
+
+def _resumed_budget(saved: dict[str, Any], opts: RunOptions, default_s: float, log: Callable[[str], None]) -> float:
+    """The budget of a resumed run: the one given now, else the run's own (not the default for the
+    device: a run begun with --budget 2m and resumed without it had the default 10m)."""
+    recorded = saved.get("budget")
+    if opts.budget_s is not None:
+        if recorded and _duration(opts.budget_s) != recorded:
+            log(f"budget {_duration(opts.budget_s)} (--budget), where the run had {recorded}")
+        return opts.budget_s
+    if recorded:
+        from .loop.budget import BudgetError, parse_budget
+
+        try:
+            return parse_budget(recorded)
+        except BudgetError:
+            return default_s
+    return default_s
+
+
+def _changed_on_resume(saved: dict[str, Any], opts: RunOptions) -> list[str]:
+    """The agent and seed given now where the run had others: they apply to the rest of it."""
+    out = []
+    if opts.agent is not None and saved.get("agent") and opts.agent.name != saved.get("agent"):
+        out.append(f"agent {opts.agent.name}, where the run had {saved.get('agent')},")
+    if "seed" in saved and opts.seed != saved.get("seed"):
+        out.append(f"seed {opts.seed}, where the run had {saved.get('seed')},")
+    return out
+
+
+def _earlier(saved: dict[str, Any], agent: str, seed: int) -> dict[str, list]:
+    """The agents and seeds earlier sessions of a resumed or extended run used, where they differ
+    from this one's (``earlier_agents``, ``earlier_seeds`` in run.json; the report names them)."""
+    out = {}
+    for key, now in (("agent", agent), ("seed", seed)):
+        before = list(saved.get(f"earlier_{key}s", []))
+        if key in saved and saved[key] != now and (not before or before[-1] != saved[key]):
+            before.append(saved[key])
+        if before:
+            out[f"earlier_{key}s"] = before
+    return out
 
 
 def _ignored_when_finished(saved: dict[str, Any], opts: RunOptions) -> list[str]:

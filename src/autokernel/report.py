@@ -124,8 +124,12 @@ def render_markdown(data: ReportData) -> str:
               f"- op time per forward pass under the profiler: {plan.total_time_us:.1f} us ({plan.time_kind} op "
               f"time summed, when profiled; the eager wall-clock time is under Verification)"]
     if data.run:
-        lines.append(f"- budget: {data.run.get('budget', '—')}, agent: {data.run.get('agent', '—')}, "
-                     f"seed: {data.run.get('seed', '—')}")
+        def earlier(key: str) -> str:
+            before = data.run.get(f"earlier_{key}s")
+            return f" (earlier sessions: {', '.join(str(b) for b in before)})" if before else ""
+
+        lines.append(f"- budget: {data.run.get('budget', '—')}, agent: {data.run.get('agent', '—')}{earlier('agent')}, "
+                     f"seed: {data.run.get('seed', '—')}{earlier('seed')}")
         if "spent_s" in data.run and not data.run.get("finished"):
             lines.append(f"- **not finished**: stopped (or still running) after {data.run['spent_s']:.0f} s of its budget; "
                          f"the same `autokernel run` command resumes it")
