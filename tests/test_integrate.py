@@ -309,7 +309,23 @@ def test_a_rejected_starting_kernel_is_not_applied(tmp_path, llama):
                       results=head + "0\trmsnorm\ttuner\tbaseline\tsmoke\t\t\t\n")
     patched = apply(llama.model, wd)
     assert patched._autokernel_replaced == []
-    assert "no correct kernel" in patched._autokernel_skipped[0][1]
+    assert "no correct kernel" in patched._autokernel_skipped[0][1] and "failed at: smoke" in patched._autokernel_skipped[0][1]
+    # a problem the budget never reached was not "incorrect" (a new user read it so)
+    wd2 = make_workdir(tmp_path / "wd2", llama_problems()[:2],
+                       results=head + "0\trmsnorm\ttuner\tbaseline\t\t10.0\t1.0\t1.0\n")
+    skipped = dict(apply(llama.model, wd2)._autokernel_skipped)
+    assert skipped[llama_problems()[1].name].startswith("never evaluated: the run's budget ended before its turn")
+
+
+def test_a_kept_matmul_whose_start_failed_says_there_is_nothing_to_compare_with(tmp_path):
+    """hf:gpt2's starting matmul kernel timed out, a later one was kept: verify said "no kept kernel
+    faster than the starting kernel" though there was one."""
+    head = "experiment\tproblem\tagent\tstatus\tfailed_stage\tlatency_us\tspeedup_vs_eager\tspeedup_vs_start\n"
+    mm = [PlanProblem("matmul", "matmul", "fp32", [{"M": 4, "N": 48, "K": 32}], [1], 1.0, 0.5, ["fc1", "fc2"])]
+    wd = make_workdir(tmp_path / "wd", mm, results=head + "0\tmatmul\ttuner\tbaseline\tnumerics\t\t\t\n"
+                                                   "1\tmatmul\ttuner\tkeep\t\t50.0\t0.9\t\n")
+    skipped = dict(apply(TwoLayer(), wd)._autokernel_skipped)
+    assert skipped["matmul"] == "matmul: the starting kernel has no time to compare the kept one with (it failed at numerics)"
 
 
 def test_apply_needs_a_plan(tmp_path):
@@ -448,3 +464,14 @@ def test_eager_calls_skip_the_dispatcher_but_tracing_profiling_and_autograd_do_n
         assert needs_dispatcher((mode.from_tensor(torch.randn(2)),))
     with torch.profiler.profile():
         assert needs_dispatcher((torch.randn(2),))
+
+
+def test_the_nothing_replaced_warning_names_every_problem_once_per_reason():
+    """It listed 5 of 7 problems without a word of the others, and doubled 'matmul: matmul: ...'."""
+    from autokernel.provenance import nothing_replaced_warning
+
+    why = "the model is on CPU and TRITON_INTERPRET=1 is not set"
+    names = ["rmsnorm", "swiglu", "rotary", "attention", "add_rmsnorm", "embedding", "rotary_table"]
+    text = nothing_replaced_warning([(n, why) for n in names] + [("matmul", "matmul: no kept kernel faster")])
+    assert f"{', '.join(names)}: {why}" in text
+    assert "matmul: no kept kernel faster" in text and "matmul: matmul" not in text

@@ -51,5 +51,11 @@ def gpu_use_warning(workdir: str | Path, names: list[str]) -> str | None:
 
 
 def nothing_replaced_warning(skipped: list) -> str:
-    reasons = "; ".join(f"{what}: {why}" for what, why in list(skipped)[:5])
-    return "autokernel.apply replaced nothing: the model runs unchanged" + (f" ({reasons})" if reasons else "")
+    """Why nothing was replaced: every reason, each said once, the problems that share it named
+    together (``matmul: ...`` reasons already name their problem)."""
+    by_reason: dict[str, list[str]] = {}
+    for what, why in skipped:
+        by_reason.setdefault(why, []).append(what)
+    parts = [why if all(why.startswith(f"{w}:") for w in whats) else f"{', '.join(whats)}: {why}"
+             for why, whats in by_reason.items()]
+    return "autokernel.apply replaced nothing: the model runs unchanged" + (f" ({'; '.join(parts)})" if parts else "")

@@ -66,11 +66,11 @@ def select_kernels(workdir: Path, plan: Plan, *, device: torch.device,
             continue
         row = best.get(p.name)
         if not judged_correct(results, best, p.name):
-            sel.skipped.append((p.name, "no correct kernel recorded in results.tsv"))
+            sel.skipped.append((p.name, not_judged_correct(results, p.name)))
             continue
         if p.kind == "matmul" and not (row and row.get("status") == "keep"
                                        and (as_float(row.get("speedup_vs_start")) or 0) > 1.0):
-            sel.skipped.append((p.name, "matmul: no kept kernel faster than the starting kernel"))
+            sel.skipped.append((p.name, matmul_left_out(results, row)))
             continue
         s_eager = as_float(row.get("speedup_vs_eager")) if row else None
         best_us = as_float(row.get("latency_us")) if row else None
@@ -87,6 +87,27 @@ def select_kernels(workdir: Path, plan: Plan, *, device: torch.device,
         opname, op = register_kernel_op(p.kind, p.name, path)
         sel.ops.append(KernelOp(p, opname, op, dtype, path, best_us))
     return sel
+
+
+def not_judged_correct(results: list[dict[str, str]], name: str) -> str:
+    """Why a problem has no kernel the harness passed: never evaluated, or every evaluation failed."""
+    rows = [r for r in results if r.get("problem") == name]
+    if not rows:
+        return "never evaluated: the run's budget ended before its turn (--extend gives it time)"
+    stages = sorted({r.get("failed_stage") or r.get("status", "") for r in rows} - {""})
+    return (f"no correct kernel recorded in results.tsv ({len(rows)} evaluation(s); failed at: "
+            f"{', '.join(stages) or 'no stage recorded'})")
+
+
+def matmul_left_out(results: list[dict[str, str]], row: dict[str, str] | None) -> str:
+    """Why a matmul kernel stays out: cuBLAS is the bar, and only a kept kernel faster than the
+    starting one is taken; a start that failed gives nothing to compare with."""
+    name = row.get("problem", "") if row else ""
+    start = next((r for r in results if r.get("problem") == name and r.get("status") == "baseline"), None)
+    if row and row.get("status") == "keep" and (start is None or as_float(start.get("latency_us")) is None):
+        how = f" (it failed at {start.get('failed_stage')})" if start is not None and start.get("failed_stage") else ""
+        return f"matmul: the starting kernel has no time to compare the kept one with{how}"
+    return "matmul: no kept kernel faster than the starting kernel"
 
 
 def beats_the_model(best_us: float | None, problem: PlanProblem) -> bool:
