@@ -113,6 +113,10 @@ def test_verify_passes_then_report_and_export(tmp_path):
     assert res.exit_code == 0, res.output
     pkg = tmp_path / "pkg" / "autokernel_llama_kernels"
     assert (tmp_path / "pkg" / "pyproject.toml").is_file() and (pkg / "data" / "plan.json").is_file()
+    # the count is of the files written, and the README's paths lead to them
+    on_disk = sum(1 for p in (tmp_path / "pkg").rglob("*") if p.is_file())
+    assert f"exported {on_disk} file(s)" in res.output
+    assert "`autokernel_llama_kernels/data/problems/swiglu/kernel.py`" in (tmp_path / "pkg" / "README.md").read_text()
     assert (pkg / "data" / "problems" / "swiglu" / "kernel.py").is_file()
     assert "def apply(model" in (pkg / "__init__.py").read_text()
     res = runner.invoke(app, ["export", str(wd), "--format", "zip"])
@@ -319,3 +323,24 @@ def test_cpu_timing_runs_on_one_intra_op_thread(monkeypatch):
     verify_module._time_models(result, model, model, (torch.randn(2, 4),), "cpu", False, "default", None, 1, 1,
                                lambda *_: None)
     assert seen == [1] and torch.get_num_threads() == before and result.speedup_vs_eager == 1.0
+
+
+def test_unwritable_output_places_are_one_line_errors_before_any_work(tmp_path):
+    """`run --workdir /proc/x` profiled for minutes, then died with a FileNotFoundError traceback;
+    `profile --out` and `export --out` too."""
+    import subprocess
+    import sys
+
+    blocked = tmp_path / "file"
+    blocked.write_text("a file, not a directory")
+    for args in (["run", "--workdir", str(blocked / "wd"), "--budget", "1m", "--device", "cpu"],
+                 ["profile", "--model", "llama", "--out", str(blocked / "x" / "plan.json"), "--device", "cpu"],
+                 ["export", str(make_workdir(tmp_path / "wd")), "--out", str(blocked / "out")]):
+        res = subprocess.run([sys.executable, "-m", "autokernel", *args], capture_output=True, text=True, timeout=120)
+        assert res.returncode == 2, (args, res.stderr)
+        assert "cannot write there" in res.stderr and "Traceback" not in res.stderr
+    ok = tmp_path / "new" / "deeper"
+    from autokernel.cli.common import check_writable_dir
+
+    check_writable_dir(ok, "--out")
+    assert not (tmp_path / "new").exists()  # what the check created, it removed

@@ -67,7 +67,7 @@ def _speed(x: float | None) -> str:
     return "—" if x is None else f"{x:.2f}x"
 
 
-def _readme(kernels: list[ExportedKernel], model: str, time_kind: str, files: bool) -> str:
+def _readme(kernels: list[ExportedKernel], model: str, time_kind: str, files: bool, package: str = "") -> str:
     lines = [f"# autokernel kernels for `{model}`", "",
              "Each file defines `kernel_fn` with the signature of its problem kind (see "
              "`autokernel problems`) and was judged correct by the autokernel harness at the shapes "
@@ -77,7 +77,7 @@ def _readme(kernels: list[ExportedKernel], model: str, time_kind: str, files: bo
                   "performance.", ""]
     lines += ["| file | kind | dtype | shapes | vs start | vs eager |", "|---|---|---|---|---:|---:|"]
     for k in kernels:
-        name = f"{k.problem}.py" if files else f"problems/{k.problem}/kernel.py"
+        name = f"{k.problem}.py" if files else f"{package}/data/problems/{k.problem}/kernel.py"
         lines.append(f"| `{name}` | {k.kind} | {k.dtype} | {k.shapes} | {_speed(k.speedup_vs_start)} | "
                      f"{_speed(k.speedup_vs_eager)} |")
     return "\n".join(lines) + "\n"
@@ -159,9 +159,10 @@ def export_package(workdir: Path, out: Path) -> list[Path]:
         meta = k.source.parent / "problem.json"
         if meta.is_file():
             shutil.copyfile(meta, dest / "problem.json")
+            written.append(dest / "problem.json")
     init = pkg / "__init__.py"
     init.write_text(_INIT.format(model=plan.model))
-    readme_text = _readme(kernels, plan.model, plan.time_kind, files=False)
+    readme_text = _readme(kernels, plan.model, plan.time_kind, files=False, package=name)
     readme_text += (f"\n## Use\n\n```python\nimport {name}\nfast_model = {name}.apply(model)\n```\n\n"
                     "`apply` needs `autokernel` installed (it registers each kernel as a PyTorch custom op and "
                     "replaces the matching modules). The patched model is for inference: the ops have no backward.\n")

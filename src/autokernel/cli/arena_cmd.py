@@ -50,7 +50,7 @@ def arena(
     from ..arena.discovery import ArenaUsageError, find_problems
     from ..arena.judge import JudgeSettings
     from ..arena.report import table
-    from ..arena.run import OptimizeSettings, run_arena
+    from ..arena.run import run_arena
     from ..harness.evaluate import resolve_device
     from ..problems.kernelbench import KernelBenchOptions
 

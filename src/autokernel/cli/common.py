@@ -68,3 +68,33 @@ def config_overrides(items: list[str] | None) -> dict[str, str]:
         except ModelSpecError as exc:
             fail_usage(str(exc))
     return out
+
+
+def check_writable_dir(path, flag: str) -> None:
+    """Refuse (exit 2, one line) a directory that cannot be created or written, before any work:
+    a run that profiled for minutes then died on ``--workdir /proc/x`` with a traceback.  What is
+    created to find out is removed again."""
+    import tempfile
+    from pathlib import Path
+
+    path = Path(path)
+    missing = []
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    try:
+        for d in reversed(missing):
+            d.mkdir()
+        if not path.is_dir():
+            fail_usage(f"{flag} {path}: not a directory")
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        fail_usage(f"{flag} {path}: cannot write there ({exc.strerror or exc})")
+    finally:
+        for d in missing:
+            try:
+                d.rmdir()
+            except OSError:
+                pass

@@ -9,7 +9,8 @@ from typing import List, Optional
 
 import typer
 
-from .common import EXIT_OK, EXIT_VERDICT, check_scale_flags, config_overrides, fail_usage, fmt_or_dash
+from .common import (EXIT_OK, EXIT_VERDICT, check_scale_flags, check_writable_dir, config_overrides, fail_usage,
+                     fmt_or_dash)
 
 EXIT_INTERRUPTED = 130
 
@@ -101,6 +102,7 @@ def run(
     except ValueError as exc:
         fail_usage(str(exc))
     _interpret_for(device)
+    check_writable_dir(workdir, "--workdir")
     opts = RunOptions(workdir=workdir, model=model, budget_s=budget_s, input_shape=shape, dtype=dtype,
                       device=device, config=config_overrides(config), seed=seed, max_experiments=max_experiments,
                       timeout_s=timeout, run_name=run_name, compile=not no_compile,
@@ -276,6 +278,8 @@ def export_cmd(
 
     if not workdir.is_dir():
         fail_usage(f"workdir not found: {workdir}")
+    if out is not None:
+        check_writable_dir(out, "--out")
     try:
         dest, written = export(workdir, format, out)
     except ValueError as exc:

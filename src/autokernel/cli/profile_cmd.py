@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from .common import config_overrides, fail_usage
+from .common import check_writable_dir, config_overrides, fail_usage
 
 
 def register(app: typer.Typer) -> None:
@@ -41,6 +41,7 @@ def profile(
         fail_usage(str(exc))
     if out.exists() and out.is_dir():
         fail_usage(f"--out {out} is a directory; give a file path such as {out / 'plan.json'}")
+    check_writable_dir(out.parent, "--out")
     overrides = config_overrides(config)
     try:
         loaded = load_model(model, dtype=torch_dtype, device=device, input_shape=parse_input_shape(input_shape),
