@@ -416,3 +416,14 @@ def test_progress_line_shows_the_paired_comparison_behind_a_revert():
     line = progress_line(run, record, None, paired)
     assert "revert" in line and "vs best 1.05x ±12%" in line and "best 5.784e+05 us" in line
     assert "vs best" not in progress_line(run, record, None, None)
+    # a faster candidate reverted says why (a new user read "1.17x ±14%" then revert as a bug):
+    # the gain must clear the noise and the minimum gain together
+    from autokernel.harness.timing import MIN_GAIN
+
+    assert f"within the noise (a keep needs {1 / (1 - MIN_GAIN - 0.12):.3g}x)" in line
+    unconfirmed = Comparison(candidate_us=200000.0, incumbent_us=249947.2, noise_frac=0.01, significant=False,
+                             wall_confirmed=False)
+    assert "the judge's own clock did not see half that gain" in progress_line(run, record, None, unconfirmed)
+    slower = Comparison(candidate_us=260000.0, incumbent_us=249947.2, noise_frac=0.01, significant=False)
+    slower_line = progress_line(run, record, None, slower)
+    assert "within the noise" not in slower_line and "but " not in slower_line  # slower: no reason needed

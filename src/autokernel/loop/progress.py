@@ -37,10 +37,26 @@ def progress_line(run, record: ExperimentRecord, deadline: float | None,
     paired = ""
     if comparison is not None and comparison.candidate_us > 0:
         paired = f" (vs best {comparison.decision_speedup:.3g}x ±{100 * comparison.noise_frac:.0f}%)"
-        if record.status == "revert" and comparison.significant:
-            paired += " but its score is not below the best's"
+        if record.status == "revert":
+            paired += revert_reason(comparison)
     return (f"{run.name} exp {record.experiment:>3} {record.status:<9} {latency + paired:<12} best {best_text}  "
             f"kept {kept}{left}  {record.description}")
+
+
+def revert_reason(comparison: Comparison) -> str:
+    """Why a correct candidate that timed faster than the best was reverted ("" when it was slower)."""
+    from ..harness.timing import MIN_GAIN
+
+    if comparison.significant:
+        return " but its score is not below the best's"
+    if comparison.decision_speedup <= 1.0:
+        return ""
+    if comparison.wall_confirmed is False:
+        return " but the judge's own clock did not see half that gain"
+    needed = 1.0 - (MIN_GAIN + comparison.noise_frac)
+    if needed <= 0 or comparison.noise_frac != comparison.noise_frac:
+        return " within the noise"
+    return f" within the noise (a keep needs {1 / needed:.3g}x)"
 
 
 def slots_line(activities: list[tuple[str, str, float] | None], now: float) -> str:
