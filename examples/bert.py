@@ -33,6 +33,9 @@ class BertConfig:
     norm_eps: float = 1e-12
 
     def __post_init__(self):
+        for name, value in vars(self).items():  # every size, eps and base here is positive
+            if not isinstance(value, bool) and value <= 0:
+                raise ValueError(f"{name} must be positive, got {value}")
         if self.hidden_size % self.n_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by n_heads {self.n_heads}")
 

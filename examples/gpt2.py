@@ -30,6 +30,9 @@ class GPT2Config:
     bias: bool = True
 
     def __post_init__(self):
+        for name, value in vars(self).items():  # every size, eps and base here is positive
+            if not isinstance(value, bool) and value <= 0:
+                raise ValueError(f"{name} must be positive, got {value}")
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd {self.n_embd} is not divisible by n_head {self.n_head}")
 

@@ -35,6 +35,9 @@ class LlamaConfig:
     norm_eps: float = 1e-6
 
     def __post_init__(self):
+        for name, value in vars(self).items():  # every size, eps and base here is positive
+            if not isinstance(value, bool) and value <= 0:
+                raise ValueError(f"{name} must be positive, got {value}")
         if self.dim % self.n_heads or (self.dim // self.n_heads) % 2:
             raise ValueError(f"dim {self.dim} must split into {self.n_heads} heads of even size")
         if self.n_heads % self.n_kv_heads:

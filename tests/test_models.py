@@ -423,3 +423,31 @@ def test_an_image_model_given_a_token_shape_says_which_shape_it_takes():
     with pytest.raises(ModelSpecError, match=r"takes a float input of 4 dimensions \(e\.g\. 2x3x32x32"):
         load_model("hf:vit", config_overrides="hidden_size=64,num_hidden_layers=1,num_attention_heads=4,"
                    "intermediate_size=128,image_size=32,patch_size=8", input_shape=[2, 32])
+
+
+def test_sizes_and_sequence_lengths_out_of_range_are_named():
+    """A new user's `--config dim=-4` read "must split into 4 heads of even size", and hf:gpt2 at
+    2000 tokens "IndexError: index out of range in self"."""
+    with pytest.raises(ModelSpecError, match="dim must be positive, got -4"):
+        load_model("llama", config_overrides="dim=-4")
+    with pytest.raises(ModelSpecError, match="n_layer must be positive"):
+        load_model("gpt2", config_overrides="n_layer=0")
+    assert load_model("gpt2", config_overrides="bias=false,n_layer=1", input_shape=[1, 8]) is not None
+    with pytest.raises(ModelSpecError, match=r"2000 tokens are more than gpt2 has positions for \(block_size=1024\); "
+                                             r"use --input-shape 1x1024"):
+        load_model("gpt2", config_overrides="n_layer=1", input_shape=[1, 2000])
+    if importlib.util.find_spec("transformers") is not None:
+        with pytest.raises(ModelSpecError, match=r"n_positions=64"):
+            load_model("hf:gpt2", config_overrides="n_layer=1,n_embd=32,n_head=2,n_positions=64,vocab_size=128",
+                       input_shape=[1, 100])
+
+
+def test_the_profile_table_says_what_its_shape_numbers_are():
+    from autokernel.cli.profile_cmd import shape_legend
+    from autokernel.plan import Plan, PlanProblem
+
+    plan = Plan(model="m", device="cpu", time_kind="cpu", dtype="fp32", input_shape=[1, 8], total_time_us=1.0,
+                problems=[PlanProblem("a", "attention", "fp32", [{"B": 1}], [1], 1.0, 0.5),
+                          PlanProblem("l", "linear_gelu", "fp32", [{"M": 1}], [1], 1.0, 0.5)])
+    assert shape_legend(plan) == ("shapes: attention BxHxHkvxSxDxcausal, linear_gelu MxNxKxtanh "
+                                  "(`autokernel problems KIND` explains a kind)")

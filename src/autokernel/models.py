@@ -673,10 +673,30 @@ def check_forward(loaded: LoadedModel) -> None:
         raise ModelSpecError(f"{loaded.spec} at input {format_shape(loaded.input_shape)} does not fit in GPU memory; "
                              "use a smaller --input-shape or --config") from None
     except Exception as exc:
+        limit = position_limit(loaded)
+        if limit is not None and len(loaded.input_shape) >= 2 and loaded.input_shape[-1] > limit[1]:
+            name, n = limit
+            raise ModelSpecError(f"input {format_shape(loaded.input_shape)}: {loaded.input_shape[-1]} tokens are more than "
+                                 f"{loaded.spec} has positions for ({name}={n}); use --input-shape "
+                                 f"{format_shape(list(loaded.input_shape[:-1]) + [n])} or --config {name}=...") from None
         given = ", ".join(f"{k}={v}" for k, v in (loaded.config_overrides or {}).items())
         raise ModelSpecError(f"input {format_shape(loaded.input_shape)} does not fit {loaded.spec}"
                              + (f" with its --config ({given}; one of them may not suit the others)" if given else "")
                              + f": a forward pass failed with {_one_line(exc)}") from None
+
+
+POSITION_LIMITS = ("n_positions", "max_position_embeddings", "max_seq_len", "block_size", "max_position")
+
+
+def position_limit(loaded: LoadedModel) -> tuple[str, int] | None:
+    """The longest sequence a token model's config allows (its name and value), where it says one."""
+    for holder in (getattr(loaded.model, "config", None), getattr(getattr(loaded.model, "model", None), "config", None),
+                   getattr(loaded.model, "cfg", None)):
+        for name in POSITION_LIMITS:
+            value = getattr(holder, name, None) if holder is not None else None
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return name, value
+    return None
 
 
 def output_tensor(output: Any) -> torch.Tensor:

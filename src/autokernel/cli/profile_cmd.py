@@ -91,6 +91,15 @@ def summarize_modules(names: list[str], limit: int = 3) -> str:
     return shown + (f" (+{len(patterns) - limit})" if len(patterns) > limit else "")
 
 
+def shape_legend(plan) -> str:
+    """What the numbers of each kind's shapes are (``autokernel problems KIND`` says more)."""
+    from ..recognize import KIND_DIMS
+
+    kinds = sorted({p.kind for p in plan.problems if p.kind in KIND_DIMS and p.shapes})
+    return ("shapes: " + ", ".join(f"{k} {'x'.join(KIND_DIMS[k])}" for k in kinds)
+            + " (`autokernel problems KIND` explains a kind)") if kinds else ""
+
+
 def print_plan(plan, description: str = "") -> None:
     from ..problems.base import format_shape
 
@@ -113,6 +122,7 @@ def print_plan(plan, description: str = "") -> None:
     if description:
         console.print(description, markup=False)  # it holds the user's settings and "[mixture of experts: ...]"
     console.print(table)
+    console.print(shape_legend(plan), markup=False)
     not_covered = plan.not_covered
     uncovered = sum(u.fraction for u in not_covered)
     top = ", ".join(f"{u.name} {100 * u.fraction:.1f}%" for u in not_covered[:4])
