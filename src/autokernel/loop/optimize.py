@@ -343,7 +343,7 @@ def _evaluator(s: Session, run: ProblemRun, timeout_s: float | None = None):
 
 def baseline_description(evaluation, timeout_s: float, device: str) -> str:
     if evaluation.verdict == "timeout":
-        return (f"starting kernel (timeout after {timeout_s:g} s per request"
+        return (f"starting kernel (timeout after {timeout_s:.0f} s per request"
                 + ("; the interpreter is too slow for these shapes" if not device.startswith("cuda") else "")
                 + ": not a verdict on the kernel)")
     return "starting kernel" + ("" if evaluation.correct else f" (not correct: {evaluation.verdict})")
