@@ -69,13 +69,10 @@ def _shape(b: int, h: int, s: int, d: int) -> Shape:
     return {"B": b, "H": h, "S": s, "D": d}
 
 
-def make_problem() -> Problem:
-    return Problem(
-        kind="rotary",
-        description="Rotary position embedding (rotate_half layout) applied to x[B,H,S,D] with cos/sin[S,D].",
-        signature="kernel_fn(x[B,H,S,D], cos[S,D], sin[S,D]) -> out[B,H,S,D]  # x*cos + rotate_half(x)*sin",
+def rotary_setting() -> dict:
+    """What the rotary kinds share: x[B,H,S,D] and tables [S,D], their inputs, costs and shapes."""
+    return dict(
         dims=("B", "H", "S", "D"),
-        reference=reference,
         make_inputs=make_inputs,
         flops=flops,
         bytes=bytes_moved,
@@ -85,6 +82,16 @@ def make_problem() -> Problem:
         gpu_edge_shapes=(_shape(1, 1, 1, 128), _shape(1, 7, 1, 128), _shape(3, 5, 37, 128), _shape(1, 1, 4099, 128)),
         cpu_edge_shapes=(_shape(1, 1, 1, 64), _shape(1, 7, 1, 64), _shape(3, 1, 5, 64)),
         fixed_dims=("D",),
-        adversarial_inputs=adversarial_inputs,
         passthrough_layout=projection_layout,
+    )
+
+
+def make_problem() -> Problem:
+    return Problem(
+        kind="rotary",
+        description="Rotary position embedding (rotate_half layout) applied to x[B,H,S,D] with cos/sin[S,D].",
+        signature="kernel_fn(x[B,H,S,D], cos[S,D], sin[S,D]) -> out[B,H,S,D]  # x*cos + rotate_half(x)*sin",
+        reference=reference,
+        adversarial_inputs=adversarial_inputs,
+        **rotary_setting(),
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from .base import Problem, Shape, generator, standard_adversarial
-from .rotary import _power_of_two_table, _shape, bytes_moved, flops, make_inputs, projection_layout
+from .rotary import _power_of_two_table, make_inputs, rotary_setting
 
 
 def rotate_pairs(x: torch.Tensor) -> torch.Tensor:
@@ -45,17 +45,7 @@ def make_problem() -> Problem:
         kind="rotary_interleaved",
         description="Rotary position embedding on interleaved pairs (Cohere, GPT-J) applied to x[B,H,S,D] with cos/sin[S,D].",
         signature="kernel_fn(x[B,H,S,D], cos[S,D], sin[S,D]) -> out[B,H,S,D]  # x*cos + rotate_pairs(x)*sin",
-        dims=("B", "H", "S", "D"),
         reference=reference,
-        make_inputs=make_inputs,
-        flops=flops,
-        bytes=bytes_moved,
-        gpu_shapes=(_shape(2, 32, 2048, 128), _shape(1, 32, 8192, 128)),
-        cpu_shapes=(_shape(1, 2, 16, 64), _shape(2, 3, 7, 64)),
-        dtypes=(torch.bfloat16, torch.float16, torch.float32),
-        gpu_edge_shapes=(_shape(1, 1, 1, 128), _shape(1, 7, 1, 128), _shape(3, 5, 37, 128), _shape(1, 1, 4099, 128)),
-        cpu_edge_shapes=(_shape(1, 1, 1, 64), _shape(1, 7, 1, 64), _shape(3, 1, 5, 64)),
-        fixed_dims=("D",),
         adversarial_inputs=adversarial_inputs,
-        passthrough_layout=projection_layout,
+        **rotary_setting(),
     )
