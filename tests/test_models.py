@@ -433,8 +433,8 @@ def test_sizes_and_sequence_lengths_out_of_range_are_named():
     with pytest.raises(ModelSpecError, match="n_layer must be positive"):
         load_model("gpt2", config_overrides="n_layer=0")
     assert load_model("gpt2", config_overrides="bias=false,n_layer=1", input_shape=[1, 8]) is not None
-    with pytest.raises(ModelSpecError, match=r"2000 tokens are more than gpt2 has positions for \(block_size=1024\); "
-                                             r"use --input-shape 1x1024"):
+    with pytest.raises(ModelSpecError, match=r"input 1x2000 does not fit gpt2: 2000 tokens are more than it has "
+                                             r"positions for \(block_size=1024\); use --input-shape 1x1024"):
         load_model("gpt2", config_overrides="n_layer=1", input_shape=[1, 2000])
     if importlib.util.find_spec("transformers") is not None:
         with pytest.raises(ModelSpecError, match=r"n_positions=64"):

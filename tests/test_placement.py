@@ -114,10 +114,12 @@ def test_the_check_leaves_the_model_as_it_was_and_copies_no_weights():
 
 
 @pytest.mark.skipif(not HF, reason="transformers is not installed")
-def test_cohere_interleaved_rotary_is_left_alone_and_its_bias_free_norms_placed(tmp_path):
+def test_cohere_interleaved_rotary_gets_the_pairs_op_and_its_bias_free_norms_placed(tmp_path):
     """Cohere's ``rotate_half`` rotates interleaved pairs: the rotary op (halves) put in its place
-    made the patched model's output wrong by 0.6% (fp32).  The function is probed now; the plan
-    lists the rotary problem as unsupported and the patched model matches."""
+    made the patched model's output wrong by 0.6% (fp32).  The function is probed now: the plan
+    has a rotary_interleaved problem, a rotary (halves) one finds no place, and the patched model
+    matches."""
+    import dataclasses
     import shutil
 
     from autokernel.integrate import apply
@@ -128,16 +130,17 @@ def test_cohere_interleaved_rotary_is_left_alone_and_its_bias_free_norms_placed(
                         "num_key_value_heads=2,intermediate_size=128,vocab_size=256", input_shape=[2, 16],
                         dtype=torch.float32)
     plan = profile_model(loaded, warmup=0, iters=1)
-    rotary = next(p for p in plan.problems if p.kind == "rotary")
-    assert not rotary.supported and "no place" in rotary.note
-    rotary.supported = True  # apply it anyway: it must find no place
+    pairs = next(p for p in plan.problems if p.kind == "rotary_interleaved")
+    assert pairs.supported and not any(p.kind == "rotary" for p in plan.problems)
+    # the halves' op given the same places anyway: it must find none
+    plan.problems.append(dataclasses.replace(pairs, name="rotary", kind="rotary"))
     for p in plan.supported:
         (tmp_path / "problems" / p.name).mkdir(parents=True)
         shutil.copyfile(KERNELS_DIR / f"{p.kind}.py", tmp_path / "problems" / p.name / "kernel.py")
     save_plan(plan, tmp_path / "plan.json")
     patched = apply(loaded.model, tmp_path)
     kinds = {kind for _, kind in patched._autokernel_replaced}
-    assert "rotary" not in kinds and "attention" in kinds
+    assert "rotary" not in kinds and {"rotary_interleaved", "attention"} <= kinds
     # CohereLayerNorm: a LayerNorm of its own class and without bias (the op gets zeros)
     assert {"layernorm", "add_layernorm"} <= kinds
     with torch.no_grad():

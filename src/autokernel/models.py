@@ -676,8 +676,8 @@ def check_forward(loaded: LoadedModel) -> None:
         limit = position_limit(loaded)
         if limit is not None and len(loaded.input_shape) >= 2 and loaded.input_shape[-1] > limit[1]:
             name, n = limit
-            raise ModelSpecError(f"input {format_shape(loaded.input_shape)}: {loaded.input_shape[-1]} tokens are more than "
-                                 f"{loaded.spec} has positions for ({name}={n}); use --input-shape "
+            raise ModelSpecError(f"input {format_shape(loaded.input_shape)} does not fit {loaded.spec}: "
+                                 f"{loaded.input_shape[-1]} tokens are more than it has positions for ({name}={n}); use --input-shape "
                                  f"{format_shape(list(loaded.input_shape[:-1]) + [n])} or --config {name}=...") from None
         given = ", ".join(f"{k}={v}" for k, v in (loaded.config_overrides or {}).items())
         raise ModelSpecError(f"input {format_shape(loaded.input_shape)} does not fit {loaded.spec}"
