@@ -52,6 +52,7 @@ FIXED_DIMS = masked.FIXED_DIMS
 
 SOFTCAPS = (50.0, 30.0)
 SOFTCAP_RANGE = (5.0, 1000.0)
+CAPPED_LOGITS_MAX_CAP = 64.0
 
 
 def capped(scores: torch.Tensor, softcap: float) -> torch.Tensor:
@@ -93,10 +94,14 @@ def adversarial_inputs(shape, dtype: torch.dtype, device: str, seed: int) -> lis
     q, k, v, mask, scale = masked.make_inputs(shape, dtype, device, seed)
     gen = generator(device, seed + 2)
     gain = logit_gain(shape["D"], scale)
+    # at most CAPPED_LOGITS_MAX_CAP: capped scores near a cap of 579 carry fp32 rounding of 6e-5
+    # each, and their softmax errs by about fp32's bound (the starter 1.04x over it, on one draw
+    # in 150 at the 200-token edge: a correct kernel failed CI)
+    cap = min(softcap, CAPPED_LOGITS_MAX_CAP)
     return cases + [
         # scores a few caps wide: the cap decides which keys count (a kernel that leaves it out
         # attends one key; one that caps after the mask or the max differs too)
-        ("capped-logits", ((q.float() * (4 * softcap / 3 * gain)).to(dtype), k, v, mask, scale, softcap)),
+        ("capped-logits", ((q.float() * (4 * cap / 3 * gain)).to(dtype), k, v, mask, scale, cap)),
         # every score at ±100 caps, exactly (one head dimension): tanh saturates to ±1 (a tanh
         # written as a ratio of exponentials overflows to inf / inf there)
         ("saturated-logits", (*saturated_scores(q, k, scale, softcap, gen), v, mask, scale, softcap)),
