@@ -58,13 +58,16 @@
 #                                               # in-model choice (each kernel left out in turn); the new kinds side by side
 #   bash benchmarks/pending_gpu.sh seventeenth_b OUT # hf:gpt2 and hf:bert in graph mode; the LLaMA example with
 #                                               # every op handed to inductor; attention_softcap's judge alone
+#   bash benchmarks/pending_gpu.sh eighteenth OUT # the CUDA-graph fault (seventeenth session): does it go with
+#                                               # CUPTI's teardown off; hf:bert in graph mode in a fresh process;
+#                                               # attention_softcap's judge with room for its held-out stage
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b OUT"
+usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b|eighteenth OUT"
 part=${1:?$usage}
 out=${2:?$usage}
 mkdir -p "$out"
@@ -252,6 +255,15 @@ seventeenth_b)  # graph mode (the like-for-like comparison for launch-bound shap
     step llama_eager 150 python benchmarks/models_gpu.py --out "$out/llama" --skip-fused --models llama \
         --compile-mode default --under-compile eager --max-minutes 2.3
     step softcap_judge 200 python benchmarks/judge_smoke_gpu.py --out "$out/softcap_judge" --budget 180 \
+        --kinds attention_softcap --attacks ""
+    ;;
+eighteenth)  # the fault needs the profiler to have run in the process and torch.compile's CUDA graphs beside
+    # ours (BENCHMARKS.md, seventeenth session): the same in-process run with CUPTI's teardown off (a
+    # known clash of CUPTI's re-initialisation with CUDA graphs), then hf:bert in a fresh process
+    step graphs_no_teardown 120 env TEARDOWN_CUPTI=0 python benchmarks/models_gpu.py --out "$out/graphs_no_teardown" \
+        --skip-fused --cuda-graphs --compile-mode reduce-overhead --models hf:gpt2 --max-minutes 1.5
+    step graphs_bert 150 python benchmarks/graphs_check_gpu.py --out "$out/graphs_bert" --model hf:bert
+    step softcap_judge 300 python benchmarks/judge_smoke_gpu.py --out "$out/softcap_judge" --budget 280 \
         --kinds attention_softcap --attacks ""
     ;;
 fourteenth_b)  # the moe starter on a GPU and the attention starter's cost under the heavier judge, stage by
