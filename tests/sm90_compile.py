@@ -90,6 +90,10 @@ def main(argv: list[str]) -> int:
 
     from autokernel.problems.registry import load_starter
 
+    shard, shards = 0, 1
+    if len(argv) >= 3 and argv[1] == "--shard":  # --all --shard I/N: every N-th job from the I-th (processes side by side)
+        shard, shards = (int(v) for v in argv[2].split("/"))
+        argv = argv[:1]
     if argv[:1] in (["--all"], ["--knobs"]):
         jobs = [(kind, get_problem(kind).dtypes[0], dict(get_problem(kind).gpu_shapes[0]), None) for kind in list_kinds()]
         if argv[0] == "--knobs":  # each knob of KNOB_SPACE at each of its values, the others at their defaults
@@ -97,7 +101,7 @@ def main(argv: list[str]) -> int:
                     for knob, values in getattr(load_starter(kind), "KNOB_SPACE", {}).items() for value in values]
     else:
         jobs = [(argv[0], parse_dtype(argv[1]), {k: int(v) for k, v in (a.split("=") for a in argv[2:])}, None)]
-    for kind, dtype, shape, knobs in jobs:
+    for kind, dtype, shape, knobs in jobs[shard::shards]:
         try:
             rows = compile_starter(kind, dtype, shape, knobs)
         except Exception as exc:  # noqa: BLE001 - reported as this kind's row
