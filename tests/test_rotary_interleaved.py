@@ -20,8 +20,9 @@ from test_attention_masked import cases, judged  # noqa: E402
 
 
 def _pairs(x, cos, sin, *, cos_of=lambda c: c, sign=1.0):
-    x1, x2 = x[..., ::2].float(), x[..., 1::2].float()
-    c, s = cos_of(cos).float(), cos_of(sin).float()
+    # in fp64: compared with the fp64 reference at allclose's bounds, an fp32 pass failed one draw in eight
+    x1, x2 = x[..., ::2].double(), x[..., 1::2].double()
+    c, s = cos_of(cos).double(), cos_of(sin).double()
     even = x1 * c[..., ::2] - sign * x2 * s[..., ::2]
     odd = x2 * c[..., 1::2] + sign * x1 * s[..., 1::2]
     return torch.stack((even, odd), -1).flatten(-2).to(x.dtype)
@@ -36,8 +37,10 @@ WRONG = {
 
 
 def test_reference_rotates_each_pair():
-    x = torch.randn(2, 3, 5, 8, dtype=torch.float64)
-    cos, sin = torch.randn(5, 8, dtype=torch.float64), torch.randn(5, 8, dtype=torch.float64)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 5, 8, dtype=torch.float64, generator=gen)
+    cos = torch.randn(5, 8, dtype=torch.float64, generator=gen)
+    sin = torch.randn(5, 8, dtype=torch.float64, generator=gen)
     out = get_problem("rotary_interleaved").reference(x, cos, sin)
     assert torch.allclose(out, _pairs(x, cos, sin))
     assert out[0, 0, 0, 0] == pytest.approx(float(x[0, 0, 0, 0] * cos[0, 0] - x[0, 0, 0, 1] * sin[0, 0]))
