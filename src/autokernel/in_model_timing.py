@@ -17,18 +17,20 @@ Timer = Callable[[dict[str, Callable[[], object]], int, int, bool, str], dict[st
 
 def choose_in_model(original: torch.nn.Module, workdir: Path, patched: torch.nn.Module, inputs: tuple, *,
                     device_name: str, under_compile: str, warmup: int, rounds: int, gpu: bool, dev: str,
-                    say: Callable[[str], None], timer: Timer | None = None) -> tuple[torch.nn.Module, InModelChoice | None]:
+                    say: Callable[[str], None], timer: Timer | None = None) -> torch.nn.Module:
     """The patched model (``apply(original, workdir, in_model="all")``) timed against itself
     without each kernel it runs, then without all those it ran slower with; the model to go on
-    with (the one without them, where it timed faster) and the measurement (None where none
-    was made: no kernel, or a variant that could not be built)."""
+    with (the one without them, where it timed faster).  It holds the measurement as the choice it
+    follows (``_autokernel_in_model``; None where none was made: no kernel, or a variant that could
+    not be built)."""
     from .integrate import apply
 
     timer = timer or time_interleaved
-    selected, digests = getattr(patched, "_autokernel_selected", ([], {}))
+    digests = getattr(patched, "_autokernel_selected", {})
+    selected = set(digests)
     running = sorted(getattr(patched, "_autokernel_ops", {}))
     if not running:
-        return patched, None
+        return patched
 
     def build(only: set[str] | None = None, in_model: Any = "all") -> torch.nn.Module:
         with warnings.catch_warnings():  # apply's warnings were given for the patched model
@@ -46,7 +48,7 @@ def choose_in_model(original: torch.nn.Module, workdir: Path, patched: torch.nn.
     every_samples: list[float] = []
     try:
         for name in running:
-            variant = build(only=set(selected) - {name})
+            variant = build(only=selected - {name})
             ratios[name], every = ratio(variant)
             every_samples.append(every)
             del variant
@@ -59,8 +61,9 @@ def choose_in_model(original: torch.nn.Module, workdir: Path, patched: torch.nn.
         slower = candidates(every_ms, without_ms)
         if not slower:
             say("the model is fastest with every kernel")
-            return patched, choice
-        variant = build(only=set(selected) - set(slower))
+            patched._autokernel_in_model = choice
+            return patched
+        variant = build(only=selected - set(slower))
         chosen_ratio, _ = ratio(variant)
         del variant
         _release(dev)
@@ -68,15 +71,16 @@ def choose_in_model(original: torch.nn.Module, workdir: Path, patched: torch.nn.
         say(f"the model without each kernel could not be timed ({str(exc).splitlines()[0] if str(exc) else exc}); "
             f"every kernel stays")
         _release(dev)
-        return patched, None
+        return patched
     choice.chosen_ms = chosen_ratio * every_ms
     if not adopt(every_ms, choice.chosen_ms):
         say(f"without {', '.join(slower)} together: {choice.chosen_ms:.3f} ms, not faster than every kernel "
             f"({every_ms:.3f} ms): every kernel stays")
-        return patched, choice
+        patched._autokernel_in_model = choice
+        return patched
     choice.left_out = slower
     say(f"leaving out {', '.join(slower)}: {choice.chosen_ms:.3f} ms without them, {every_ms:.3f} ms with every kernel")
-    return build(in_model=choice), choice
+    return build(in_model=choice)
 
 
 def _release(dev: str) -> None:

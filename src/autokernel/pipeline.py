@@ -262,12 +262,26 @@ class SpentRecorder:
         self.write()
 
 
+def _given_otherwise(saved: dict[str, Any], opts: RunOptions) -> dict[str, tuple[Any, Any]]:
+    """The options given now that differ from the run's (``run.json``): flag -> (now, the run's)."""
+    out: dict[str, tuple[Any, Any]] = {}
+    if opts.budget_s is not None and saved.get("budget") and _duration(opts.budget_s) != saved["budget"]:
+        out["--budget"] = (_duration(opts.budget_s), saved["budget"])
+    if opts.agent is not None and saved.get("agent") and opts.agent.name != saved["agent"]:
+        out["--agent"] = (opts.agent.name, saved["agent"])
+    if "seed" in saved and opts.seed != saved["seed"]:
+        out["--seed"] = (opts.seed, saved["seed"])
+    if opts.max_experiments is not None and opts.max_experiments != saved.get("max_experiments"):
+        out["--max-experiments"] = (opts.max_experiments, saved.get("max_experiments"))
+    return out
+
+
 def _resumed_budget(saved: dict[str, Any], opts: RunOptions, default_s: float, log: Callable[[str], None]) -> float:
     """The budget of a resumed run: the one given now, else the run's own (not the default for the
     device: a run begun with --budget 2m and resumed without it had the default 10m)."""
     recorded = saved.get("budget")
     if opts.budget_s is not None:
-        if recorded and _duration(opts.budget_s) != recorded:
+        if "--budget" in _given_otherwise(saved, opts):
             log(f"budget {_duration(opts.budget_s)} (--budget), where the run had {recorded}")
         return opts.budget_s
     if recorded:
@@ -282,12 +296,9 @@ def _resumed_budget(saved: dict[str, Any], opts: RunOptions, default_s: float, l
 
 def _changed_on_resume(saved: dict[str, Any], opts: RunOptions) -> list[str]:
     """The agent and seed given now where the run had others: they apply to the rest of it."""
-    out = []
-    if opts.agent is not None and saved.get("agent") and opts.agent.name != saved.get("agent"):
-        out.append(f"agent {opts.agent.name}, where the run had {saved.get('agent')},")
-    if "seed" in saved and opts.seed != saved.get("seed"):
-        out.append(f"seed {opts.seed}, where the run had {saved.get('seed')},")
-    return out
+    changed = _given_otherwise(saved, opts)
+    return [f"{flag[2:]} {now}, where the run had {was}," for flag, (now, was) in changed.items()
+            if flag in ("--agent", "--seed")]
 
 
 def _earlier(saved: dict[str, Any], agent: str, seed: int) -> dict[str, list]:
@@ -306,16 +317,7 @@ def _earlier(saved: dict[str, Any], agent: str, seed: int) -> dict[str, list]:
 def _ignored_when_finished(saved: dict[str, Any], opts: RunOptions) -> list[str]:
     """The options given now that a finished run does not take (it is only shown), as
     ``--flag value (the run's: value)``."""
-    out = []
-    if opts.budget_s is not None and saved.get("budget") and _duration(opts.budget_s) != saved.get("budget"):
-        out.append(f"--budget {_duration(opts.budget_s)} (the run's: {saved.get('budget')})")
-    if opts.agent is not None and saved.get("agent") and opts.agent.name != saved.get("agent"):
-        out.append(f"--agent {opts.agent.name} (the run's: {saved.get('agent')})")
-    if "seed" in saved and opts.seed != saved.get("seed"):
-        out.append(f"--seed {opts.seed} (the run's: {saved.get('seed')})")
-    if opts.max_experiments is not None and opts.max_experiments != saved.get("max_experiments"):
-        out.append(f"--max-experiments {opts.max_experiments} (the run's: {saved.get('max_experiments')})")
-    return out
+    return [f"{flag} {now} (the run's: {was})" for flag, (now, was) in _given_otherwise(saved, opts).items()]
 
 
 def _finished(workdir: Path, plan_path: Path, log: Callable[[str], None], ignored: list[str] = ()) -> RunResult:

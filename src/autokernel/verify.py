@@ -306,7 +306,6 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
     workdir = Path(workdir)
     if in_model not in IN_MODEL_MODES:
         raise VerifyError(f"in_model must be one of {', '.join(IN_MODEL_MODES)}; got {in_model!r}")
-    measured = None
     try:
         plan = load_workdir_plan(workdir)
     except (IntegrateError, ValueError) as exc:
@@ -344,7 +343,7 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
         from .in_model_timing import choose_in_model
 
         gpu = dev.startswith("cuda")
-        patched, measured = choose_in_model(
+        patched = choose_in_model(
             original, workdir, patched, loaded.make_inputs(seeds[0] if seeds else 0),
             device_name=current_device_name(dev) if gpu else "cpu", under_compile=under_compile,
             warmup=warmup if gpu else 1, rounds=iters if gpu else 3, gpu=gpu, dev=dev, say=say)
@@ -380,7 +379,7 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
                           input_shape=list(loaded.input_shape), seeds=list(seeds), tolerance=tol, errors=errors,
                           replaced=info["replaced"], skipped=info["skipped"], op_calls=calls_per_forward,
                           errors_alone=alone,
-                          in_model_choice=(measured and measured.to_dict()) if measure else _followed(patched),
+                          in_model_choice=_followed(patched),
                           under_compile=dict(under), created=time.strftime("%Y-%m-%d %H:%M:%S"))
     never = [n for n, c in calls_per_forward.items() if c == 0]
     notes = []
@@ -423,6 +422,7 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
 
 
 def _followed(patched) -> dict[str, Any] | None:
+    """The in-model choice ``patched`` follows: measured by this verify, or recorded by the last one."""
     choice = getattr(patched, "_autokernel_in_model", None)
     return None if choice is None else choice.to_dict()
 

@@ -134,7 +134,6 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     sel = select_kernels(workdir, plan, device=device, allow_slower=allow_slower)
     if only is not None:
         sel.ops = [k for k in sel.ops if k.problem.name in only]
-    selected = {k.problem.name for k in sel.ops}
     digests = kernel_digests(sel.ops)
     choice = in_model if isinstance(in_model, InModelChoice) else (
         recorded_in_model(workdir, _device_name(device), digests, cuda_graphs) if in_model == "auto" else None)
@@ -154,7 +153,7 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     patched._autokernel_ops = {k.problem.name: k.opname for k in sel.ops if k.opname in used_ops}
     patched._autokernel_kernel_ops = [k for k in sel.ops if k.opname in used_ops]
     # what verify's in-model choice is made of: every kernel the selection gave apply, left out or not
-    patched._autokernel_selected = (sorted(selected), digests)
+    patched._autokernel_selected = digests
     patched._autokernel_in_model = choice  # the in-model choice followed (verify records it again)
     patched._autokernel_under_compile, uncompiled = _set_compile_policy(patched._autokernel_kernel_ops, under_compile,
                                                                         device, workdir, cuda_graphs)

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -41,6 +40,7 @@ from typing import Any, Callable
 from ..harness.baselines import cached_baseline
 from ..problems.base import parse_dtype
 from .ops import TRACED_UNDER_COMPILE, output_meta
+from .runfiles import recorded_measurement
 
 UNDER_COMPILE = ("auto", "ours", "eager", "uncompiled")
 
@@ -100,15 +100,7 @@ def recorded_choice(workdir: Path, device_name: str, ops: list, cuda_graphs: boo
     """The whole-model measurement of the last ``verify`` (its ``verify.json``), if it was made on
     this kind of device with exactly these kernel files, in the same mode (CUDA graphs or not);
     None otherwise."""
-    try:
-        recorded = json.loads((Path(workdir) / "verify.json").read_text()).get("compile_choice")
-        choice = ModelChoice(**recorded) if isinstance(recorded, dict) else None
-    except (OSError, ValueError, TypeError):
-        return None
-    if choice is None or choice.device_name != device_name or choice.kernels != kernel_digests(ops) \
-            or choice.cuda_graphs != cuda_graphs:
-        return None
-    return choice
+    return recorded_measurement(workdir, "compile_choice", ModelChoice, device_name, kernel_digests(ops), cuda_graphs)
 
 
 def compile_score_us(kind_problem: Any, plan_problem: Any, device_name: str) -> float | None:

@@ -13,10 +13,11 @@ for exactly those kernel files, in that mode.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .runfiles import recorded_measurement
 
 IN_MODEL = ("auto", "all")
 # a kernel is a candidate to leave out where the model without it times at most this fraction
@@ -62,13 +63,6 @@ def recorded_in_model(workdir: Path, device_name: str, digests: dict[str, str],
                       cuda_graphs: bool) -> InModelChoice | None:
     """The last ``verify``'s choice (its ``verify.json``), if it was made on this kind of device,
     with exactly these kernel files (``digests``: of every kernel the selection applies), in the
-    same mode; None otherwise."""
-    try:
-        recorded = json.loads((Path(workdir) / "verify.json").read_text()).get("in_model_choice")
-        choice = InModelChoice(**recorded) if isinstance(recorded, dict) else None
-    except (OSError, ValueError, TypeError):
-        return None
-    if (choice is None or choice.device_name != device_name or choice.kernels != digests
-            or choice.cuda_graphs != cuda_graphs or choice.chosen_ms is None):
-        return None
-    return choice
+    same mode, and it timed a choice; None otherwise."""
+    choice = recorded_measurement(workdir, "in_model_choice", InModelChoice, device_name, digests, cuda_graphs)
+    return choice if choice is not None and choice.chosen_ms is not None else None

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import math
 from pathlib import Path
 from typing import Any, Iterable
@@ -66,3 +67,18 @@ def load_workdir_plan(workdir: Path) -> Plan:
     if not path.is_file():
         raise IntegrateError(f"{workdir} has no plan.json (run `autokernel profile` or `autokernel run` first)")
     return load_plan(path)
+
+
+def recorded_measurement(workdir: Path, key: str, cls: type, device_name: str, digests: dict[str, str],
+                         cuda_graphs: bool) -> Any:
+    """``verify.json``'s record under ``key`` as a ``cls`` (a dataclass with ``device_name``,
+    ``kernels`` and ``cuda_graphs``), if the last ``verify`` made it on this kind of device, with
+    exactly these kernel files (``digests``: problem -> digest), in the same mode; None otherwise."""
+    try:
+        recorded = json.loads((Path(workdir) / "verify.json").read_text()).get(key)
+        found = cls(**recorded) if isinstance(recorded, dict) else None
+    except (OSError, ValueError, TypeError):
+        return None
+    if found is None or found.device_name != device_name or found.kernels != digests or found.cuda_graphs != cuda_graphs:
+        return None
+    return found

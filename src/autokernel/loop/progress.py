@@ -1,6 +1,7 @@
 """What the loop prints while it runs: one line per experiment, and what every slot is doing."""
 from __future__ import annotations
 
+import math
 import time
 
 from ..harness.records import Comparison
@@ -54,7 +55,7 @@ def revert_reason(comparison: Comparison) -> str:
     if comparison.wall_confirmed is False:
         return " but the judge's own clock did not see half that gain"
     needed = 1.0 - (MIN_GAIN + comparison.noise_frac)
-    if needed <= 0 or comparison.noise_frac != comparison.noise_frac:
+    if not math.isfinite(needed) or needed <= 0:
         return " within the noise"
     return f" within the noise (a keep needs {1 / needed:.3g}x)"
 

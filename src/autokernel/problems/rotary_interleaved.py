@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from .base import Problem, Shape, generator, standard_adversarial
-from .rotary import _power_of_two_table, make_inputs, rotary_setting
+from .base import Problem, Shape
+from .rotary import adversarial_inputs as rotary_cases
+from .rotary import make_inputs, rotary_setting
 
 
 def rotate_pairs(x: torch.Tensor) -> torch.Tensor:
@@ -25,19 +26,15 @@ def reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Te
 
 
 def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
-    gen = generator(device, seed + 7919)
-    x, _, _ = make_inputs(shape, dtype, device, seed + 1)
-    cos = _power_of_two_table(shape, dtype, device, gen)
-    sin = _power_of_two_table(shape, dtype, device, gen)
-    large = 5e3 if dtype == torch.float16 else 1e6  # |out| <= |x1| + |x2|: 2 * 6 * large inside fp16
-    cases = [(name, (t, cos, sin)) for name, t in standard_adversarial(x, gen, large=large)]
-    # the half-split layout's partner of each element differs from the pair's: a kernel that
-    # rotates halves fails every case; this one has x's odd elements zero, so that a kernel must
-    # also place the rotated even elements right
-    evens_only = x.clone()
+    """``rotary``'s cases (exact power-of-two tables, magnitudes, the projection layout), and x with
+    its odd elements zero: the half-split layout's partner of each element differs from the
+    pair's, so a kernel that rotates halves fails every case; this one makes a kernel also place
+    the rotated even elements right."""
+    cases = rotary_cases(shape, dtype, device, seed)
+    _, cos, sin = cases[0][1]
+    evens_only, _, _ = make_inputs(shape, dtype, device, seed + 1)  # the x of rotary's cases
     evens_only[..., 1::2] = 0
-    heads_inner = x.transpose(1, 2).contiguous().transpose(1, 2)
-    return cases + [("odd-elements-zero", (evens_only, cos, sin)), ("projection-layout", (heads_inner, cos, sin))]
+    return cases + [("odd-elements-zero", (evens_only, cos, sin))]
 
 
 def make_problem() -> Problem:
