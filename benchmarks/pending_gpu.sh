@@ -61,13 +61,19 @@
 #   bash benchmarks/pending_gpu.sh eighteenth OUT # the CUDA-graph fault (seventeenth session): does it go with
 #                                               # CUPTI's teardown off; hf:bert in graph mode in a fresh process;
 #                                               # attention_softcap's judge with room for its held-out stage
+#   bash benchmarks/pending_gpu.sh eighteenth_b OUT # moe_experts_gptoss (its gate/up tile read whole) and
+#                                               # attention_softcap over sets of knobs; the moe starter judged
+#   bash benchmarks/pending_gpu.sh eighteenth_c OUT # their re-tuned defaults side by side; attention_softcap
+#                                               # at its other shapes and through the judge
+#   bash benchmarks/pending_gpu.sh eighteenth_d OUT # hf:gpt2 and hf:bert in graph mode against max-autotune,
+#                                               # each verify in a process of its own
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b|eighteenth OUT"
+usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b|eighteenth|eighteenth_b|eighteenth_c|eighteenth_d OUT"
 part=${1:?$usage}
 out=${2:?$usage}
 mkdir -p "$out"
@@ -265,6 +271,34 @@ eighteenth)  # the fault needs the profiler to have run in the process and torch
     step graphs_bert 150 python benchmarks/graphs_check_gpu.py --out "$out/graphs_bert" --model hf:bert
     step softcap_judge 300 python benchmarks/judge_smoke_gpu.py --out "$out/softcap_judge" --budget 280 \
         --kinds attention_softcap --attacks ""
+    ;;
+eighteenth_b)  # the two starters that lost on the GPU (seventeenth session): moe_experts_gptoss with its gate/up
+    # tile read whole (it read every other column), and attention_softcap at head_dim 256, each over a set of knobs
+    # beside eager and torch.compile; the new moe starter through the judge
+    step knobs_moe 200 python benchmarks/starter_knobs_gpu.py --kind moe_experts_gptoss --out "$out/knobs" \
+        --configs-file benchmarks/knob_sets/moe_experts_gptoss.json
+    step knobs_softcap 230 python benchmarks/starter_knobs_gpu.py --kind attention_softcap --out "$out/knobs" \
+        --configs-file benchmarks/knob_sets/attention_softcap.json
+    step moe_judge 120 python benchmarks/judge_smoke_gpu.py --out "$out/moe_judge" --budget 110 \
+        --kinds moe_experts_gptoss --attacks ""
+    ;;
+eighteenth_c)  # the re-tuned defaults of eighteenth_b: both starters side by side with eager, torch.compile and
+    # FlexAttention; attention_softcap's old default against the new one at its other GPU shapes; its judge; hf:gemma2
+    step fused 150 python benchmarks/models_gpu.py --out "$out/fused" --models none \
+        --kinds attention_softcap,moe_experts_gptoss --max-minutes 2.3
+    for shape in 1 2 3; do
+        step "softcap_shape$shape" 60 python benchmarks/starter_knobs_gpu.py --kind attention_softcap --shape "$shape" \
+            --out "$out/knobs$shape" --no-compile \
+            --configs '[{}, {"BLOCK_M": 64, "BLOCK_N": 32, "num_warps": 8, "num_stages": 2}]'
+    done
+    step softcap_judge 270 python benchmarks/judge_smoke_gpu.py --out "$out/softcap_judge" --budget 260 \
+        --kinds attention_softcap --attacks ""
+    ;;
+eighteenth_d)  # hf:gpt2 and hf:bert in CUDA-graph mode, each verified by `autokernel verify --cuda-graphs` in a
+    # process of its own, against torch.compile's max-autotune (its autotuning with its own CUDA graphs: verify's
+    # default for graph mode since the eighteenth session)
+    step graphs_max_autotune 330 python benchmarks/models_gpu.py --out "$out/graphs" --skip-fused --cuda-graphs \
+        --compile-mode max-autotune --models hf:gpt2,hf:bert --max-minutes 5
     ;;
 fourteenth_b)  # the moe starter on a GPU and the attention starter's cost under the heavier judge, stage by
     # stage (attention's evaluation outlasted 3 minutes in fourteenth); hf:bert against torch.compile's default mode

@@ -7,8 +7,9 @@ and h = (u + 1) * g * sigmoid(alpha * g).
 The `moe_experts` starter's five launches (count, place, gate/up grouped GEMM, down grouped GEMM,
 combine; no host sync), with this layout: the weights are stored for x @ W ([E, D, 2I] and
 [E, I, D]), so a B tile is read row-major; gate column n is gate_up's column 2n and up's is
-2n + 1 (two strided tiles of one row block); the gate/up GEMM adds the biases and applies the
-clamps and the GLU before h is written (in the input dtype, sorted order); the down GEMM adds
+2n + 1: the gate/up GEMM reads 2 BLOCK_N adjacent columns as one tile, adds the biases and splits
+its accumulator into the gate and up halves in registers, then applies the clamps and the GLU
+before h is written (in the input dtype, sorted order); the down GEMM adds
 down_bias before the routing weight scales the row.  sigmoid(alpha g) uses exp of -|alpha g| only.
 fp32 inputs use IEEE dots; under the interpreter (CPU tensors) tiles are upcast to fp32.
 """
@@ -16,8 +17,11 @@ import torch
 import triton
 import triton.language as tl
 
-KNOBS = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3,
-         "DOWN_BLOCK_M": 64, "DOWN_BLOCK_N": 128, "DOWN_BLOCK_K": 64, "DOWN_num_warps": 8, "DOWN_num_stages": 3,
+# GPT-OSS-20B's experts at 4096 tokens (H200, 2026-12-05, benchmarks/starter_knobs_gpu.py): 128x128
+# gate/up pairs (a 128x256 tile of gate_up) 1.948 ms and a 128x256 down tile 2.014 ms, each against
+# 2.183 ms with 64-row tiles in both
+KNOBS = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3,
+         "DOWN_BLOCK_M": 128, "DOWN_BLOCK_N": 256, "DOWN_BLOCK_K": 64, "DOWN_num_warps": 8, "DOWN_num_stages": 3,
          "COMBINE_BLOCK": 1024}
 KNOB_SPACE = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [32, 64, 128, 256], "BLOCK_K": [32, 64, 128],
               "GROUP_M": [1, 4, 8, 16, 64],
@@ -87,38 +91,31 @@ def _gate_up_kernel(x_ptr, w_ptr, b_ptr, counts_ptr, order_ptr, h_ptr, experts, 
     row_ok = rows < count
     pair = tl.load(order_ptr + start + rows, mask=row_ok, other=0)
     token = (pair // top_k).to(tl.int64)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rn_load = rn % I
+    # 2 * BLOCK_N adjacent gate_up columns: BLOCK_N (gate, up) pairs, read as one contiguous tile
+    # (a tile of every other column is read with strided, unvectorised loads)
+    rc = pid_n * 2 * BLOCK_N + tl.arange(0, 2 * BLOCK_N)
+    col_ok = rc < 2 * I
     rk = tl.arange(0, BLOCK_K)
     x_ptrs = x_ptr + token[:, None] * stride_xt + rk[None, :]
-    w_base = w_ptr + e.to(tl.int64) * stride_we
-    wg_ptrs = w_base + (2 * rn_load)[None, :] * stride_wn + rk[:, None] * stride_wk
-    wu_ptrs = wg_ptrs + stride_wn
+    w_ptrs = w_ptr + e.to(tl.int64) * stride_we + rc[None, :] * stride_wn + rk[:, None] * stride_wk
 
-    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_M, 2 * BLOCK_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(D, BLOCK_K)):
         k_left = D - k * BLOCK_K
         x = tl.load(x_ptrs, mask=row_ok[:, None] & (rk[None, :] < k_left), other=0.0)
-        wg = tl.load(wg_ptrs, mask=rk[:, None] < k_left, other=0.0)
-        wu = tl.load(wu_ptrs, mask=rk[:, None] < k_left, other=0.0)
+        w = tl.load(w_ptrs, mask=(rk[:, None] < k_left) & col_ok[None, :], other=0.0)
         if UPCAST:
             x = x.to(tl.float32)
-            wg = wg.to(tl.float32)
-            wu = wu.to(tl.float32)
+            w = w.to(tl.float32)
         if IEEE:
-            acc_g = tl.dot(x, wg, acc_g, input_precision="ieee")
-            acc_u = tl.dot(x, wu, acc_u, input_precision="ieee")
+            acc = tl.dot(x, w, acc, input_precision="ieee")
         else:
-            acc_g = tl.dot(x, wg, acc_g)
-            acc_u = tl.dot(x, wu, acc_u)
+            acc = tl.dot(x, w, acc)
         x_ptrs += BLOCK_K
-        wg_ptrs += BLOCK_K * stride_wk
-        wu_ptrs += BLOCK_K * stride_wk
+        w_ptrs += BLOCK_K * stride_wk
 
-    b_base = b_ptr + e.to(tl.int64) * stride_be
-    g = acc_g + tl.load(b_base + 2 * rn_load).to(tl.float32)[None, :]
-    u = acc_u + tl.load(b_base + 2 * rn_load + 1).to(tl.float32)[None, :]
+    acc += tl.load(b_ptr + e.to(tl.int64) * stride_be + rc, mask=col_ok, other=0.0).to(tl.float32)[None, :]
+    g, u = tl.split(tl.reshape(acc, (BLOCK_M, BLOCK_N, 2)))  # even columns gate, odd ones up
     g = tl.minimum(g, limit)
     u = tl.minimum(tl.maximum(u, -limit), limit)
     # sigmoid(alpha g) with exp of -|alpha g| only (no overflow for large |g|)
@@ -126,6 +123,7 @@ def _gate_up_kernel(x_ptr, w_ptr, b_ptr, counts_ptr, order_ptr, h_ptr, experts, 
     z = tl.exp(-tl.abs(ag))
     sigmoid = tl.where(ag >= 0, 1.0 / (1.0 + z), z / (1.0 + z))
     h = (u + 1.0) * (g * sigmoid)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     pos = (start + rows).to(tl.int64)
     tl.store(h_ptr + pos[:, None] * stride_h + rn[None, :], h.to(h_ptr.dtype.element_ty),
              mask=row_ok[:, None] & (rn[None, :] < I))
