@@ -42,6 +42,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 import traceback
@@ -276,8 +277,11 @@ def bench_model(root: Path, spec: str, config: str | None, shape: str, gpu: bool
     wd = starters_workdir(root, spec, config, shape, gpu, ahead, captured=cuda_graphs, padded=padded)
     if wd is None:
         return None
-    v = verify(wd, seeds=(0,), compile=gpu and ahead, compile_mode=compile_mode, iters=20 if gpu else 2, log=log,
-               breakdown=False, cuda_graphs=cuda_graphs and gpu, under_compile=under_compile)
+    if cuda_graphs and gpu:
+        v = verify_in_fresh_process(wd, ahead, compile_mode, under_compile, log)
+    else:
+        v = verify(wd, seeds=(0,), compile=gpu and ahead, compile_mode=compile_mode, iters=20 if gpu else 2, log=log,
+                   breakdown=False, under_compile=under_compile)
     ratio = (lambda a, b: a / b if a and b else None)
     name = (spec if ahead else f"{spec} (no add ahead)") + (" (padded)" if padded else "")
     return {"model": name, "config": config, "input_shape": shape,
@@ -293,6 +297,28 @@ def bench_model(root: Path, spec: str, config: str | None, shape: str, gpu: bool
             "compile_choice": v.compile_choice,  # verify's second compile, every op handed to inductor
             "in_model_choice": v.in_model_choice,  # the patched model timed without each kernel (integrate.in_model)
             "note": v.compile_note or v.message}
+
+
+def verify_in_fresh_process(wd: Path, compile_: bool, compile_mode: str, under_compile: str, log):
+    """``autokernel verify --cuda-graphs`` of ``wd`` in a process of its own, as a user runs it.
+    In this process the profiler has run: our graph's replay then died with "unspecified launch
+    failure" once torch.compile's CUDA graphs ran beside it (seventeenth and eighteenth sessions,
+    also with CUPTI's teardown off), and a fresh process passed every time."""
+    from autokernel.verify import VerifyResult
+
+    before = (wd / "verify.json").stat().st_mtime if (wd / "verify.json").exists() else None
+    cmd = [sys.executable, "-m", "autokernel", "verify", str(wd), "--seeds", "1", "--iters", "20", "--cuda-graphs",
+           "--no-breakdown", "--under-compile", under_compile, "--compile-mode", compile_mode]
+    if not compile_:
+        cmd.append("--no-compile")
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    for line in (proc.stdout + proc.stderr).splitlines():
+        log(f"  | {line}")
+    done = (wd / "verify.json").exists() and (wd / "verify.json").stat().st_mtime != before
+    if proc.returncode not in (0, 1) or not done:
+        tail = [x for x in (proc.stdout + proc.stderr).splitlines() if x.strip()][-1:] or ["no output"]
+        raise RuntimeError(f"autokernel verify exited {proc.returncode}: {tail[0][:300]}")
+    return VerifyResult.from_dict(json.loads((wd / "verify.json").read_text()))
 
 
 def fmt(x, unit: str = "") -> str:

@@ -145,6 +145,8 @@ def test_verify_flags_say_what_they_take_and_when_they_change_nothing(tmp_path):
     wd = make_workdir(tmp_path / "wd")
     res = CliRunner().invoke(app, ["verify", str(wd), "--under-compile", "foo"])
     assert res.exit_code == 2 and "uncompiled" in res.output  # every accepted value is named
+    res = CliRunner().invoke(app, ["verify", str(wd), "--compile-mode", "max_autotune"])
+    assert res.exit_code == 2 and "reduce-overhead" in res.output and "Traceback" not in res.output
     res = CliRunner().invoke(app, ["verify", str(wd), "--every-kernel", "--no-timing", "--seeds", "1"])
     assert res.exit_code == 0, res.output
     out = " ".join(res.output.split())
@@ -341,3 +343,14 @@ def test_unwritable_output_places_are_one_line_errors_before_any_work(tmp_path):
 
     check_writable_dir(ok, "--out")
     assert not (tmp_path / "new").exists()  # what the check created, it removed
+
+
+def test_verify_compares_cuda_graphs_with_torch_compiles_own_cuda_graphs():
+    """The CLI's verify --cuda-graphs compared the captured patched model with torch.compile
+    without CUDA graphs (max-autotune-no-cudagraphs): graphs against launches, not like for like."""
+    from autokernel.verify import COMPILE_MODES, compile_mode_for
+
+    assert compile_mode_for(cuda_graphs=False) == "max-autotune-no-cudagraphs"
+    assert compile_mode_for(cuda_graphs=True) == "max-autotune"  # the same autotuning, with CUDA graphs
+    assert compile_mode_for(cuda_graphs=True, given="reduce-overhead") == "reduce-overhead"
+    assert {"max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead", "default"} == set(COMPILE_MODES)

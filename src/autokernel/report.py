@@ -248,7 +248,7 @@ def _ratio(before: float, after: float) -> str:
 def _timing_table(v) -> list[str]:
     """verify's timings: from idle (the headline), and on a GPU back to back and as GPU work alone."""
     rows = [("eager", "eager", v.eager_ms), ("patched", "patched", v.patched_ms),
-            ("torch.compile (max-autotune-no-cudagraphs)", "compile", v.compile_ms),
+            (f"torch.compile ({v.compile_mode or 'max-autotune-no-cudagraphs'})", "compile", v.compile_ms),
             ("torch.compile of patched", "compile_patched", v.compile_patched_ms)]
     more = bool(v.back_to_back_ms or v.gpu_only_ms)
     if not more:

@@ -125,6 +125,7 @@ class VerifyResult:
     compile_ms: float | None = None
     compile_patched_ms: float | None = None
     compile_note: str = ""
+    compile_mode: str = ""  # torch.compile's mode (or backend) of compile_ms and compile_patched_ms
     # the same models (eager, patched, compile, compile_patched) timed back to back and as GPU
     # work alone (model_timing.ForwardTimes; GPU only): the ms fields above are from idle
     back_to_back_ms: dict[str, float] = field(default_factory=dict)
@@ -275,10 +276,20 @@ def _compiled(model: torch.nn.Module, inputs: tuple, mode: str | None, backend: 
 
 
 IN_MODEL_MODES = ("auto", "all", "measure")
+COMPILE_MODES = ("max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead", "default")
+
+
+def compile_mode_for(cuda_graphs: bool, given: str | None = None) -> str:
+    """torch.compile's mode verify compares with: ``given``, else like for like, the strongest
+    mode without CUDA graphs for a patched model outside graphs, and the same autotuning with
+    torch.compile's own CUDA graphs for a patched model in CUDA-graph mode."""
+    if given is not None:
+        return given
+    return "max-autotune" if cuda_graphs else "max-autotune-no-cudagraphs"
 
 
 def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: bool = True,
-           compile: bool = True, compile_mode: str = "max-autotune-no-cudagraphs",
+           compile: bool = True, compile_mode: str | None = None,
            compile_backend: str | None = None, warmup: int = 3, iters: int = 20,
            device: str | None = None, log: Callable[[str], None] | None = None,
            write: bool = True, breakdown: bool = True, breakdown_warmup: int | None = None,
@@ -286,7 +297,8 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
            under_compile: str = "auto", in_model: str = "auto") -> VerifyResult:
     """Check and time the patched model of the run in ``workdir``; see the module docstring.
 
-    ``compile_backend`` (e.g. ``"aot_eager"``) replaces ``compile_mode`` — for tests on
+    ``compile_mode``: torch.compile's mode, by default ``compile_mode_for(cuda_graphs)`` (CUDA
+    graphs against CUDA graphs).  ``compile_backend`` (e.g. ``"aot_eager"``) replaces it — for tests on
     machines where inductor is too slow.  ``breakdown`` (with ``timing``): profile the
     patched model for the time breakdown before/after, on a GPU with the profiler's warm-up
     and passes (on CPU one of each) unless ``breakdown_warmup``/``breakdown_iters`` say
@@ -394,7 +406,7 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
     if timing:
         say("timing eager and patched models" + ("" if dev.startswith("cuda") else " (interpreter: slow)") + "...")
         _time_models(result, original, patched, loaded.make_inputs(seeds[0] if seeds else 0), dev,
-                     compile, compile_mode, compile_backend, warmup, iters, say,
+                     compile, compile_mode_for(cuda_graphs, compile_mode), compile_backend, warmup, iters, say,
                      second_compile=under_compile == "auto")
     fallbacks = getattr(patched, "capture_fallbacks", None)
     if fallbacks:
@@ -463,6 +475,7 @@ def _time_models(result: VerifyResult, original, patched, inputs: tuple, dev: st
         ops = getattr(patched, "_autokernel_kernel_ops", [])
         if compile and gpu:
             how = compile_backend or compile_mode
+            result.compile_mode = how
             try:
                 say(f"torch.compile ({how}) of the original (this can take minutes)...")
                 c_orig = _compiled(original, inputs, compile_mode, compile_backend)

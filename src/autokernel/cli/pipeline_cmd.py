@@ -147,6 +147,7 @@ def verify_cmd(
     no_breakdown: bool = typer.Option(False, "--no-breakdown", help="Do not profile the patched model for the time breakdown before/after."),
     cuda_graphs: bool = typer.Option(False, "--cuda-graphs", help="Run the patched model as a captured CUDA graph (GPU only; for launch-bound shapes)."),
     every_kernel: bool = typer.Option(False, "--every-kernel", help="Apply every selected kernel. By default, on a GPU outside CUDA graphs, verify also times the model without each kernel and leaves out those it runs faster without (launch-bound forwards pay each op's host time), recording the choice that autokernel.apply then follows."),
+    compile_mode: Optional[str] = typer.Option(None, "--compile-mode", help="torch.compile's mode to compare with: max-autotune-no-cudagraphs, max-autotune, reduce-overhead or default (default: max-autotune-no-cudagraphs, and with --cuda-graphs max-autotune, which adds torch.compile's own CUDA graphs)."),
     under_compile: str = typer.Option("auto", "--under-compile", help="What each op runs while torch.compile traces the patched model: auto (the eager op where torch.compile of it measured at least as fast as our kernel; the whole model as the last verify here measured fastest), ours, eager, or uncompiled (torch.compile leaves the patched model out)."),
 ) -> None:
     """Compare the model with the run's kernels against the original, then time both.
@@ -161,6 +162,10 @@ def verify_cmd(
 
     if under_compile not in UNDER_COMPILE:
         fail_usage(f"--under-compile must be one of {', '.join(UNDER_COMPILE)}; got {under_compile!r}")
+    from ..verify import COMPILE_MODES
+
+    if compile_mode is not None and compile_mode not in COMPILE_MODES:
+        fail_usage(f"--compile-mode must be one of {', '.join(COMPILE_MODES)}; got {compile_mode!r}")
     if device is not None and device != "cpu" and not device.startswith("cuda"):
         fail_usage(f"unknown device {device!r}; use cuda or cpu")
     if not (workdir / "plan.json").is_file() and (workdir / "problems").is_dir():
@@ -176,7 +181,7 @@ def verify_cmd(
              "outside CUDA graphs, with timing on")
     try:
         result = verify(workdir, seeds=tuple(range(seeds)), timing=not no_timing, compile=not no_compile,
-                        iters=iters, device=device, log=_say, breakdown=not no_breakdown, cuda_graphs=cuda_graphs,
+                        compile_mode=compile_mode, iters=iters, device=device, log=_say, breakdown=not no_breakdown, cuda_graphs=cuda_graphs,
                         under_compile=under_compile, in_model="all" if every_kernel else "auto")
     except ValueError as exc:
         fail_usage(str(exc))
@@ -213,7 +218,7 @@ def _print_verify(v) -> None:
         line = (f"eager {v.eager_ms:.3f} ms, patched {v.patched_ms:.3f} ms: {f(v.speedup_vs_eager)} "
                 f"(predicted {f(v.predicted_vs_eager)})")
         if v.compile_ms is not None:
-            line += f"; torch.compile {v.compile_ms:.3f} ms: patched is {f(v.speedup_vs_compile)}"
+            line += f"; torch.compile ({v.compile_mode}) {v.compile_ms:.3f} ms: patched is {f(v.speedup_vs_compile)}"
         if v.compile_patched_ms is not None:
             line += f"; compile(patched) {v.compile_patched_ms:.3f} ms ({f(v.compile_patched_vs_compile)} vs compile)"
         for label, times in (("back to back", v.back_to_back_ms), ("GPU work alone", v.gpu_only_ms)):
