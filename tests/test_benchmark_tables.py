@@ -93,3 +93,23 @@ def test_moe_table_shows_a_ratio_not_measured_as_a_dash():
            "starter_ms": 2.0, "grouped_ms": 1.0, "loop_ms": 4.0, "starter_error": 1e-7, "grouped_error": 6e-8}
     line = moe.markdown([row]).splitlines()[-1]
     assert "| 0.50x | 2.00x | — |" in line and "—x" not in line
+
+
+def test_starter_knobs_records_a_setting_that_fails_and_goes_on(tmp_path, capsys, monkeypatch):
+    """benchmarks/starter_knobs_gpu.py (the sweep that chose the eighteenth session's defaults):
+    every setting is checked against the reference before it is timed, one that does not run is
+    a row with its error, not the end of the sweep."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    knobs = _load("starter_knobs_gpu")
+    code = knobs.main(["--kind", "gelu", "--cpu-smoke", "--out", str(tmp_path),
+                       "--configs", '[{}, {"BLOCK": 100}, {"BLOCK": 64}]'])
+    assert code == 0
+    import json
+
+    rows = json.loads((tmp_path / "knobs_gelu.json").read_text())["rows"]
+    by = {r["setting"]: r for r in rows}
+    assert "ms" in by["default"] and by["default"]["error"] < 1e-5
+    assert "ms" in by['{"BLOCK": 64}'] and by['{"BLOCK": 64}']["knobs"]["BLOCK"] == 64
+    assert "failed" in by['{"BLOCK": 100}'] and "ms" not in by['{"BLOCK": 100}']  # not a power of 2
+    table = capsys.readouterr().out.split("| setting |", 1)[1]
+    assert table.index('{"BLOCK": 100}') > table.index("default")  # failures listed after the timed settings

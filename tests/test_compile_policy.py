@@ -178,7 +178,7 @@ def test_verify_times_compile_again_and_keeps_the_fastest(tmp_path, llama, hande
     from torch._dynamo.utils import counters
 
     from autokernel.integrate.cudagraphs import without_graphs
-    from autokernel.verify import VerifyResult, _compile_again, _compiled
+    from autokernel.verify_timing import VerifyResult, _compile_again, _compiled
 
     wd = make_workdir(tmp_path / "wd", llama_problems())
     patched = apply(llama.model, wd)

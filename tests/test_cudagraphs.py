@@ -20,7 +20,7 @@ def test_cuda_graph_mode_refuses_a_model_on_the_cpu():
 def test_compile_of_the_patched_model_compiles_the_model_under_the_graph_wrapper(monkeypatch):
     # torch.compile (reduce-overhead) of the wrapper captured a replay of our graph in its own:
     # "unspecified launch failure" on the H200 (hf:gpt2, 2026-12-04)
-    from autokernel import verify as verify_mod
+    from autokernel import verify_timing as verify_mod
     from autokernel.integrate.cudagraphs import CudaGraphed
     from autokernel.model_timing import ForwardTimes
 
@@ -35,7 +35,7 @@ def test_compile_of_the_patched_model_compiles_the_model_under_the_graph_wrapper
         idle={name: (fn(), 1.0)[1] for name, fn in fns.items()}))
     original, inner = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
     result = verify_mod.VerifyResult(passed=True, model="m", dtype="fp32", device="cuda")
-    verify_mod._time_models(result, original, CudaGraphed(inner), (torch.randn(2, 4),), "cuda", True,
+    verify_mod.time_models(result, original, CudaGraphed(inner), (torch.randn(2, 4),), "cuda", True,
                             "reduce-overhead", None, 1, 1, lambda *a: None)
     assert compiled == [original, inner]
     assert result.compile_patched_ms == 1.0

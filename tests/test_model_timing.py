@@ -2,7 +2,7 @@
 interleaved (autokernel.model_timing)."""
 import torch
 
-from autokernel import model_timing, verify as verify_mod
+from autokernel import model_timing, verify_timing as verify_mod
 
 
 def test_rounds_rotate_the_order_so_no_model_always_follows_the_same_one(monkeypatch):
@@ -50,7 +50,7 @@ def test_verify_builds_every_compiled_model_before_it_times_any(monkeypatch):
     monkeypatch.setattr(verify_mod, "time_forwards", fake_forwards)
     original, patched = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
     result = verify_mod.VerifyResult(passed=True, model="m", dtype="fp32", device="cuda")
-    verify_mod._time_models(result, original, patched, (torch.randn(2, 4),), "cuda", True,
+    verify_mod.time_models(result, original, patched, (torch.randn(2, 4),), "cuda", True,
                             "max-autotune-no-cudagraphs", None, 3, 20, lambda *a: None)
     assert events == [("compiled", original), ("compiled", patched),
                       ("timed", ("eager", "patched", "compile", "compile_patched"))]
@@ -70,7 +70,7 @@ def test_a_failed_compile_of_the_patched_model_keeps_the_timing_of_the_others(mo
                         model_timing.ForwardTimes(idle={name: 1.0 for name in fns}))
     original, patched = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
     result = verify_mod.VerifyResult(passed=True, model="m", dtype="fp32", device="cuda")
-    verify_mod._time_models(result, original, patched, (torch.randn(2, 4),), "cuda", True,
+    verify_mod.time_models(result, original, patched, (torch.randn(2, 4),), "cuda", True,
                             "max-autotune-no-cudagraphs", None, 3, 20, lambda *a: None)
     assert result.compile_ms == 1.0 and result.compile_patched_ms is None
     assert "inductor could not lower it" in result.compile_note

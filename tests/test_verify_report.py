@@ -309,7 +309,7 @@ def test_cpu_timing_runs_on_one_intra_op_thread(monkeypatch):
     faster than it."""
     import torch
 
-    from autokernel import verify as verify_module
+    from autokernel import verify_timing as verify_module
     from autokernel.model_timing import ForwardTimes
 
     seen = []
@@ -322,7 +322,7 @@ def test_cpu_timing_runs_on_one_intra_op_thread(monkeypatch):
     before = torch.get_num_threads()
     model = torch.nn.Linear(4, 4)
     result = verify_module.VerifyResult(passed=True, model="m", dtype="fp32", device="cpu")
-    verify_module._time_models(result, model, model, (torch.randn(2, 4),), "cpu", False, "default", None, 1, 1,
+    verify_module.time_models(result, model, model, (torch.randn(2, 4),), "cpu", False, "default", None, 1, 1,
                                lambda *_: None)
     assert seen == [1] and torch.get_num_threads() == before and result.speedup_vs_eager == 1.0
 

@@ -15,7 +15,7 @@ from .loop import figures
 from .integrate import KEPT_STATUSES, as_float, best_rows, kernel_path, load_workdir_plan, read_results
 from .plan import Plan
 from .problems.base import format_shape
-from .verify import Breakdown, VerifyResult, load_verify
+from .verify_records import Breakdown, VerifyResult, load_verify
 
 
 @dataclass
