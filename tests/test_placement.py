@@ -248,3 +248,51 @@ def test_gpt2_conv1d_gemms_are_placed_and_match():
         ref, out = loaded.model(*x), patched(*x)
     assert OP_CALLS[opname] - before >= 4
     assert ((out - ref).norm() / ref.norm()).item() < 1e-5
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_apply_to_the_bare_hf_model_places_what_the_wrapped_one_does(tmp_path):
+    """A new user built GPT2LMHeadModel and applied an ``hf:gpt2`` run to it: the residual adds
+    (add_layernorm, fused ahead) found no place, while verify, on the loader's wrapper, applied
+    them: the plan's paths are the wrapper's (``model.transformer.h.0.ln_2``), the bare model's
+    ``transformer.h.0.ln_2``, and the residual appliers matched paths exactly."""
+    import json
+    import shutil
+
+    import autokernel
+    from autokernel.integrate.module_paths import rebase
+    from autokernel.plan import save_plan
+    from autokernel.problems.registry import KERNELS_DIR
+
+    loaded = load_model("hf:gpt2", config_overrides="n_embd=64,n_layer=2,n_head=2,vocab_size=128", input_shape=[1, 8],
+                        dtype=torch.float32)
+    plan = profile_model(loaded, warmup=0, iters=1)
+    assert any(p.kind == "add_layernorm" and p.add_from for p in plan.problems)
+    for p in plan.problems:
+        if p.supported and p.kind != "matmul":
+            (tmp_path / "problems" / p.name).mkdir(parents=True)
+            shutil.copyfile(KERNELS_DIR / f"{p.kind}.py", tmp_path / "problems" / p.name / "kernel.py")
+    plan.problems = [p for p in plan.problems if p.kind != "matmul"]
+    save_plan(plan, tmp_path / "plan.json")
+    (tmp_path / "run.json").write_text(json.dumps({"model": "hf:gpt2", "dtype": "fp32", "device": "cpu"}))
+
+    bare = loaded.model.model
+    assert not any(name.startswith("model.") for name, _ in bare.named_modules())
+    wrapped_kinds = sorted(kind for _, kind in autokernel.apply(loaded.model, tmp_path)._autokernel_replaced)
+    patched = autokernel.apply(bare, tmp_path)
+    assert sorted(kind for _, kind in patched._autokernel_replaced) == wrapped_kinds
+    assert "add_layernorm" in wrapped_kinds
+    assert ("transformer.h.1.ln_1", "add_layernorm") in patched._autokernel_replaced
+    x = loaded.make_inputs(3)
+    with torch.no_grad():
+        ref, out = bare(*x).logits, patched(*x).logits
+    assert ((out - ref).norm() / ref.norm()).item() < 1e-5
+
+    # the map itself: the plan's wrapper dropped, a user's wrapper added, paths outside either kept
+    names = {"", "transformer", "transformer.h.0", "lm_head"}
+    drop = rebase(["model.transformer.h.0", "model.lm_head", "model"], names)
+    assert [drop(p) for p in ("model.transformer.h.0", "model.lm_head", "model")] == ["transformer.h.0", "lm_head", ""]
+    add = rebase(["transformer.h.0"], {"", "net", "net.transformer", "net.transformer.h.0"})
+    assert add("transformer.h.0") == "net.transformer.h.0"
+    same = rebase(["transformer.h.0"], names)
+    assert same("transformer.h.0") == "transformer.h.0"

@@ -18,6 +18,7 @@ from .epilogues import _apply_linear_gelu
 from .experts import _apply_experts
 from .fused import _apply_add_norm, _apply_residual_outputs, _apply_geglu, _apply_gelu_modules, _apply_swiglu_packed
 from .in_model import IN_MODEL, InModelChoice, recorded_in_model
+from .module_paths import rebase, rebased_problem
 from .linears import _apply_matmul, _apply_mlp
 from .norms import _apply_cross_entropy, _apply_layernorm, _apply_rmsnorm, _apply_softmax
 from .patching import _model_device
@@ -134,6 +135,7 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     sel = select_kernels(workdir, plan, device=device, allow_slower=allow_slower)
     if only is not None:
         sel.ops = [k for k in sel.ops if k.problem.name in only]
+    _in_model_namespace(patched, sel.ops)
     digests = kernel_digests(sel.ops)
     choice = in_model if isinstance(in_model, InModelChoice) else (
         recorded_in_model(workdir, _device_name(device), digests, cuda_graphs) if in_model == "auto" else None)
@@ -167,6 +169,15 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     if uncompiled:  # the wrapper where there is one: torch.compile of it then replays our graphs
         leave_uncompiled(result)
     return result
+
+
+def _in_model_namespace(model: nn.Module, ops: list) -> None:
+    """The ops' plan paths as ``model`` names its modules (``module_paths``: a run profiled inside
+    its loader's wrapper, applied to the bare model)."""
+    paths = sorted({m for k in ops for m in (*k.problem.modules, *k.problem.add_from.values())})
+    to_model = rebase(paths, {name for name, _ in model.named_modules()})
+    for k in ops:
+        k.problem = rebased_problem(k.problem, to_model)
 
 
 def _set_compile_policy(ops: list, mode: str, device, workdir: Path, cuda_graphs: bool) -> tuple[dict[str, str], bool]:
