@@ -195,3 +195,24 @@ def test_a_workdir_clash_names_only_the_config_keys_that_differ():
     wanted = dict(saved, config={"hidden_size": "64", "intermediate_size": "96", "vocab_size": "512", "head_dim": "16"})
     assert _run_differences(saved, wanted) == ["config head_dim '(default)' -> '16'",
                                                "config intermediate_size '128' -> '96'"]
+
+
+def test_a_budget_spent_in_the_profile_skips_verify_and_the_report_says_so(tmp_path):
+    """New-user trial: a model too big for the budget spent it profiling; the run then verified an
+    unpatched model for minutes (and its breakdown compared two profiles of the same model), said
+    PASS, left spent_s at 0 and wrote a report saying the run was not finished and that nothing
+    had been kept, as if kernels had been tried.  Every run's report also said "not finished": it
+    was written before run.json was marked finished."""
+    from autokernel.pipeline import RunOptions, run_pipeline
+
+    wd = tmp_path / "wd"
+    lines = []
+    result = run_pipeline(RunOptions(workdir=wd, model="llama", device="cpu", input_shape=[1, 8],
+                                     config={"n_layers": "1"}, budget_s=1e-3), log=lines.append)
+    assert result.nothing_evaluated and result.verify is None
+    assert not (wd / "verify.json").exists()
+    assert any("verify: skipped, no kernel was evaluated" in line and "--extend" in line for line in lines)
+    run = json.loads((wd / "run.json").read_text())
+    assert run["finished"] is True and run["spent_s"] > 1e-3
+    report = (wd / "report.md").read_text()
+    assert "not finished" not in report and "No kernel was evaluated" in report

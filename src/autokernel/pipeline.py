@@ -71,6 +71,7 @@ class RunResult:
     report: Any = None  # report.ReportData
     interrupted: bool = False
     finished_before: bool = False  # the run had finished already: nothing was run, its report is shown
+    nothing_evaluated: bool = False  # no kernel was evaluated (the budget ended first): nothing verified
 
 
 def resolve_device(device: str) -> str:
@@ -117,6 +118,7 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
     from .problems.base import dtype_name, parse_dtype
     from .profiler import profile_model
     from .report import write_report
+    from .integrate import read_results
     from .verify import verify
 
     t0 = time.monotonic()
@@ -209,7 +211,9 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
 
     remaining = budget_s - spent_before - (time.monotonic() - t0)
     if remaining <= 0:
-        log("[3/4] optimize: no budget left; skipped")
+        log(f"[3/4] optimize: no budget left (the profile took {time.monotonic() - t0:.0f} s of "
+            f"{_duration(budget_s)}); skipped")
+        record["spent_s"] = spent_before + (time.monotonic() - t0)
     else:
         log(f"[3/4] optimize: {len(targets)} problem(s), budget {_duration(remaining)}")
         with SpentRecorder(run_path, record, spent_before, t0):
@@ -221,10 +225,17 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
         if result.optimize.stopped_reason == "interrupted":
             result.interrupted = True
             return result
-    log("[4/4] verify and report")
-    result.verify = verify(workdir, compile=opts.compile, log=lambda m: log(f"      {m}"))
+    if not read_results(workdir):
+        # nothing to verify: the patched model would be the original, and timing it (with the
+        # breakdown's two profiles) took minutes where the profile had already spent the budget
+        result.nothing_evaluated = True
+        log("[4/4] verify: skipped, no kernel was evaluated (the budget ran out before the loop's first "
+            "experiment): give the run more time with --extend, or a smaller --input-shape/--config")
+    else:
+        log("[4/4] verify and report")
+        result.verify = verify(workdir, compile=opts.compile, log=lambda m: log(f"      {m}"))
+    run_path.write_text(json.dumps(dict(record, finished=True), indent=2) + "\n")  # before the report, which reads it
     result.report = write_report(workdir)
-    run_path.write_text(json.dumps(dict(record, finished=True), indent=2) + "\n")
     return result
 
 

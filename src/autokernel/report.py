@@ -232,6 +232,9 @@ def _top_kept(data: ReportData) -> list[str]:
     kept = [r for r in data.rows if r.get("status") == "keep"]
     kept.sort(key=lambda r: -(as_float(r.get("speedup_vs_start")) or 0.0))
     lines = ["", "## Top kept experiments", ""]
+    if not data.rows:
+        return lines + ["No kernel was evaluated: the run has no results (its budget ran out before the loop "
+                        "started, or the loop has not run yet)."]
     if not kept:
         return lines + ["None kept: every problem is still at its starting kernel."]
     lines += ["| problem | experiment | vs start | vs eager | description |", "|---|---:|---:|---:|---|"]

@@ -130,7 +130,7 @@ def run(
         raise typer.Exit(EXIT_INTERRUPTED)
     _print_report(result.report)
     _say(f"report: {Path(workdir) / 'report.md'}")
-    raise typer.Exit(EXIT_OK if result.verify.passed else EXIT_VERDICT)
+    raise typer.Exit(EXIT_OK if result.verify is None or result.verify.passed else EXIT_VERDICT)
 
 
 def _say(message: str) -> None:
