@@ -147,10 +147,42 @@ def test_verify_flags_say_what_they_take_and_when_they_change_nothing(tmp_path):
     assert res.exit_code == 2 and "uncompiled" in res.output  # every accepted value is named
     res = CliRunner().invoke(app, ["verify", str(wd), "--compile-mode", "max_autotune"])
     assert res.exit_code == 2 and "reduce-overhead" in res.output and "Traceback" not in res.output
-    res = CliRunner().invoke(app, ["verify", str(wd), "--every-kernel", "--no-timing", "--seeds", "1"])
+    res = CliRunner().invoke(app, ["verify", str(wd), "--every-kernel", "--compile-mode", "reduce-overhead",
+                                   "--no-timing", "--seeds", "1"])
     assert res.exit_code == 0, res.output
     out = " ".join(res.output.split())
     assert "--every-kernel changes nothing here" in out and "not timed (--no-timing)" in out
+    assert "--compile-mode changes nothing here" in out  # it was accepted and ignored without a word
+    # a file given for the run directory is named as such, not "not found" (new-user trial)
+    res = CliRunner().invoke(app, ["verify", str(wd / "plan.json")])
+    assert res.exit_code == 2 and "is a file, not a run directory" in " ".join(res.output.split())
+
+
+def test_verify_interrupted_says_so_and_keeps_the_last_record(tmp_path, monkeypatch):
+    """Ctrl-C or SIGTERM during verify exited 130 or 143 without a word."""
+    from autokernel import verify as verify_module
+
+    wd = make_workdir(tmp_path / "wd")
+    (wd / "verify.json").write_text("{}")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(verify_module, "verify", interrupted)
+    res = CliRunner().invoke(app, ["verify", str(wd)])
+    assert res.exit_code == 130
+    assert "verify interrupted" in res.output and (wd / "verify.json").read_text() == "{}"
+
+
+def test_export_with_no_kernel_judged_correct_is_an_error(tmp_path):
+    """A run whose budget ended before any evaluation exported a README with an empty table and
+    said "exported 1 file(s)", exit 0."""
+    wd = make_workdir(tmp_path / "wd")
+    (wd / "results.tsv").unlink()
+    shutil.rmtree(wd / "problems")  # the loop never started: no workspace, no kernel files
+    res = CliRunner().invoke(app, ["export", str(wd), "--format", "files"])
+    assert res.exit_code == 2 and "nothing to export" in res.output
+    assert not (wd / "export").exists()
 
 
 WRONG_RMSNORM = (KERNELS_DIR / "rmsnorm.py").read_text() + '''

@@ -181,6 +181,9 @@ def export(workdir: str | Path, fmt: str, out: str | Path | None = None) -> tupl
     dest = Path(out) if out else workdir / "export" / fmt
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())) and dest.resolve() != (workdir / "export" / fmt).resolve():
         raise ExportError(f"--out {dest} exists and is not an empty directory")
+    if not exported_kernels(workdir):
+        raise ExportError(f"nothing to export: no kernel of {workdir} was judged correct (no run has evaluated one "
+                          f"yet, or every one failed); `autokernel report {workdir}` says what happened")
     if dest.exists() and dest.resolve() == (workdir / "export" / fmt).resolve():
         shutil.rmtree(dest)
     written = export_files(workdir, dest) if fmt == "files" else export_package(workdir, dest)

@@ -98,3 +98,15 @@ def check_writable_dir(path, flag: str) -> None:
                 d.rmdir()
             except OSError:
                 pass
+
+
+def check_run_dir(path) -> None:
+    """A run directory argument that is missing or is a file: one line, exit 2."""
+    from pathlib import Path
+
+    path = Path(path)
+    if path.is_file():
+        fail_usage(f"{path} is a file, not a run directory: give the directory that `autokernel run` or "
+                   f"`autokernel optimize` wrote (its --workdir)")
+    if not path.is_dir():
+        fail_usage(f"workdir not found: {path}")

@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from .common import (EXIT_OK, EXIT_VERDICT, check_scale_flags, check_writable_dir, config_overrides, fail_usage,
+from .common import (EXIT_OK, EXIT_VERDICT, check_run_dir, check_scale_flags, check_writable_dir, config_overrides, fail_usage,
                      fmt_or_dash)
 
 EXIT_INTERRUPTED = 130
@@ -151,11 +151,10 @@ def verify_cmd(
     under_compile: str = typer.Option("auto", "--under-compile", help="What each op runs while torch.compile traces the patched model: auto (the eager op where torch.compile of it measured at least as fast as our kernel; the whole model as the last verify here measured fastest), ours, eager, or uncompiled (torch.compile leaves the patched model out)."),
 ) -> None:
     """Compare the model with the run's kernels against the original, then time both.
-    Exit 0 pass, 1 fail, 2 bad input."""
+    Exit 0 pass, 1 fail, 2 bad input, 130 interrupted (Ctrl-C or SIGTERM)."""
     from ..verify import verify
 
-    if not workdir.is_dir():
-        fail_usage(f"workdir not found: {workdir}")
+    check_run_dir(workdir)
     if seeds < 1 or iters < 1:
         fail_usage("--seeds and --iters must be >= 1")
     from ..integrate.compile_policy import UNDER_COMPILE
@@ -179,12 +178,23 @@ def verify_cmd(
     if every_kernel and (no_timing or cuda_graphs or not on_gpu):
         _say("--every-kernel changes nothing here: verify times the model without each kernel only on a GPU, "
              "outside CUDA graphs, with timing on")
+    if compile_mode is not None and (no_timing or no_compile or not on_gpu):
+        _say("--compile-mode changes nothing here: verify times torch.compile only on a GPU, with timing on and "
+             "without --no-compile")
+    from ..loop.interrupts import terminate_as_interrupt
+
     try:
-        result = verify(workdir, seeds=tuple(range(seeds)), timing=not no_timing, compile=not no_compile,
-                        compile_mode=compile_mode, iters=iters, device=device, log=_say, breakdown=not no_breakdown, cuda_graphs=cuda_graphs,
-                        under_compile=under_compile, in_model="all" if every_kernel else "auto")
+        with terminate_as_interrupt():
+            result = verify(workdir, seeds=tuple(range(seeds)), timing=not no_timing, compile=not no_compile,
+                            compile_mode=compile_mode, iters=iters, device=device, log=_say,
+                            breakdown=not no_breakdown, cuda_graphs=cuda_graphs, under_compile=under_compile,
+                            in_model="all" if every_kernel else "auto")
     except ValueError as exc:
         fail_usage(str(exc))
+    except KeyboardInterrupt:
+        print(f"autokernel: verify interrupted; {workdir / 'verify.json'} is as the last finished verify left it",
+              file=sys.stderr)
+        raise typer.Exit(EXIT_INTERRUPTED)
     _print_verify(result)
     raise typer.Exit(EXIT_OK if result.passed else EXIT_VERDICT)
 
@@ -259,8 +269,7 @@ def report_cmd(workdir: Path = typer.Argument(..., help="The run directory.")) -
     """Write report.md, progress.png and roofline.png in the run directory."""
     from ..report import write_report
 
-    if not workdir.is_dir():
-        fail_usage(f"workdir not found: {workdir}")
+    check_run_dir(workdir)
     try:
         data = write_report(workdir)
     except ValueError as exc:
@@ -281,8 +290,7 @@ def export_cmd(
     """Copy the best kernels out: plain files with a README, or a small installable package."""
     from ..export import export
 
-    if not workdir.is_dir():
-        fail_usage(f"workdir not found: {workdir}")
+    check_run_dir(workdir)
     if out is not None:
         check_writable_dir(out, "--out")
     try:
