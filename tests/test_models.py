@@ -451,3 +451,22 @@ def test_the_profile_table_says_what_its_shape_numbers_are():
                           PlanProblem("l", "linear_gelu", "fp32", [{"M": 1}], [1], 1.0, 0.5)])
     assert shape_legend(plan) == ("shapes: attention BxHxHkvxSxDxcausal, linear_gelu MxNxKxtanh "
                                   "(`autokernel problems KIND` explains a kind)")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")
+def test_hf_spec_suggests_close_names_and_a_small_vocabulary_keeps_its_special_tokens_inside(capfd):
+    """New-user trial: hf:gemma_2 and hf:qwen2moe said only "unknown architecture"; GPT-2 with
+    vocab_size=128 printed transformers' warnings about bos/eos 50256 on every build."""
+    with pytest.raises(ModelSpecError, match="did you mean gemma2"):
+        load_model("hf:gemma_2")
+    with pytest.raises(ModelSpecError, match="did you mean qwen2_moe"):
+        load_model("hf:qwen2moe")
+    capfd.readouterr()
+    loaded = load_model("hf:gpt2", config_overrides="n_layer=1,n_embd=64,n_head=2,vocab_size=128", input_shape=[1, 8],
+                        dtype=torch.float32)
+    config = loaded.model.model.config
+    assert config.bos_token_id is None and config.eos_token_id is None
+    assert "bos_token_id" not in capfd.readouterr().err
+    kept = load_model("hf:gpt2", config_overrides="n_layer=1,n_embd=64,n_head=2,vocab_size=128,bos_token_id=3",
+                      input_shape=[1, 8], dtype=torch.float32)
+    assert kept.model.model.config.bos_token_id == 3  # what the user sets stays

@@ -288,6 +288,20 @@ def test_apply_to_the_bare_hf_model_places_what_the_wrapped_one_does(tmp_path):
         ref, out = bare(*x).logits, patched(*x).logits
     assert ((out - ref).norm() / ref.norm()).item() < 1e-5
 
+    # a model in another dtype than the run's, and another model: each said (new-user trial: both
+    # applied without a word, the first listing attention as replaced while PyTorch's ran)
+    import copy
+    import warnings as warnings_module
+
+    with pytest.warns(UserWarning, match="made for fp32 and this model is bf16"):
+        autokernel.apply(copy.deepcopy(bare).to(torch.bfloat16), tmp_path)
+    other = load_model("llama", config_overrides={"n_layers": "1"}, input_shape=[1, 8], dtype=torch.float32)
+    with pytest.warns(UserWarning, match="modules the run's plan names are not in this model.*hf:gpt2"):
+        autokernel.apply(other.model, tmp_path)
+    with warnings_module.catch_warnings():
+        warnings_module.simplefilter("error")  # the model the run was made for: neither
+        autokernel.apply(bare, tmp_path)
+
     # the map itself: the plan's wrapper dropped, a user's wrapper added, paths outside either kept
     names = {"", "transformer", "transformer.h.0", "lm_head"}
     drop = rebase(["model.transformer.h.0", "model.lm_head", "model"], names)

@@ -440,6 +440,32 @@ def _has_setting(config: Any, name: str) -> bool:
         return True
 
 
+def _did_you_mean(transformers: Any, arch: str) -> str:
+    import difflib
+
+    try:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    except ImportError:
+        return ""
+    close = difflib.get_close_matches(arch.lower(), list(CONFIG_MAPPING_NAMES), n=3, cutoff=0.7)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
+def special_tokens_inside(default: Any, values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """bos/eos/pad ids the user did not set that lie outside a vocabulary made smaller: transformers
+    warns about each on every build (GPT-2's 50256 at vocab_size=1024).  bos and eos are dropped,
+    pad moved to the last row (an embedding's padding row must lie inside its table)."""
+    vocab = values.get("vocab_size")
+    if not isinstance(vocab, int):
+        return {}
+    out: dict[str, Any] = {}
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        token = _setting(default, key)
+        if key not in overrides and key not in values and isinstance(token, int) and token >= vocab:
+            out[key] = vocab - 1 if key == "pad_token_id" else None
+    return out
+
+
 def moe_small_overrides(default: Any, overrides: dict[str, Any]) -> dict[str, Any]:
     """The small MoE config settings the user did not set (none for a dense architecture)."""
     if not any(isinstance(_setting(default, a), int) and _setting(default, a) > 1 for a in MOE_EXPERT_ATTRS):
@@ -502,15 +528,15 @@ def _build_hf(arch: str, overrides: dict[str, Any], device: str,
     try:
         default = transformers.AutoConfig.for_model(arch)
     except (ValueError, KeyError):
-        raise ModelSpecError(f"unknown Hugging Face architecture {arch!r} (transformers model types such as "
-                             "llama, mistral, qwen2, gpt2, bert)") from None
+        raise ModelSpecError(f"unknown Hugging Face architecture {arch!r}{_did_you_mean(transformers, arch)} "
+                             "(transformers model types such as llama, mistral, qwen2, gpt2, bert)") from None
     values = {}
     for key, value in overrides.items():
         if not _has_setting(default, key):
             raise ModelSpecError(f"{type(default).__name__} has no setting {key!r}")
         values[key] = _convert(value, _setting(default, key), key)
     small = moe_small_overrides(default, values)
-    values = {**small, **values}
+    values = {**small, **special_tokens_inside(default, {**small, **values}, overrides), **values}
     try:
         # Built again with the overrides so that derived settings (head_dim...) follow them.
         config = transformers.AutoConfig.for_model(arch, **values)

@@ -135,7 +135,7 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     sel = select_kernels(workdir, plan, device=device, allow_slower=allow_slower)
     if only is not None:
         sel.ops = [k for k in sel.ops if k.problem.name in only]
-    _in_model_namespace(patched, sel.ops)
+    missing_paths = _in_model_namespace(patched, sel.ops)
     digests = kernel_digests(sel.ops)
     choice = in_model if isinstance(in_model, InModelChoice) else (
         recorded_in_model(workdir, _device_name(device), digests, cuda_graphs) if in_model == "auto" else None)
@@ -160,6 +160,7 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     patched._autokernel_under_compile, uncompiled = _set_compile_policy(patched._autokernel_kernel_ops, under_compile,
                                                                         device, workdir, cuda_graphs)
     _warn_apply(workdir, patched, device)
+    _warn_mismatch(plan, patched, missing_paths)
     result = patched
     if cuda_graphs:
         result = CudaGraphed(patched)
@@ -171,13 +172,38 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     return result
 
 
-def _in_model_namespace(model: nn.Module, ops: list) -> None:
+def _in_model_namespace(model: nn.Module, ops: list) -> tuple[list[str], int]:
     """The ops' plan paths as ``model`` names its modules (``module_paths``: a run profiled inside
-    its loader's wrapper, applied to the bare model)."""
+    its loader's wrapper, applied to the bare model); the plan's paths ``model`` does not have
+    (after the map), and how many paths there are."""
     paths = sorted({m for k in ops for m in (*k.problem.modules, *k.problem.add_from.values())})
-    to_model = rebase(paths, {name for name, _ in model.named_modules()})
+    names = {name for name, _ in model.named_modules()}
+    to_model = rebase(paths, names)
     for k in ops:
         k.problem = rebased_problem(k.problem, to_model)
+    return [p for p in paths if to_model(p) not in names], len(paths)
+
+
+def _warn_mismatch(plan, model: nn.Module, missing_paths: tuple[list[str], int]) -> None:
+    """Say when the model does not look like the one the run was made for: most of the plan's
+    module paths missing (another model's run), or parameters of another dtype than the run's
+    (its kernels then take no call: PyTorch's ops run wherever the dtype differs)."""
+    import warnings
+
+    from ..problems.base import dtype_name
+
+    missing, total = missing_paths
+    if total and len(missing) * 2 > total:
+        warnings.warn(f"{len(missing)} of the {total} modules the run's plan names are not in this model "
+                      f"(e.g. {', '.join(missing[:2])}): the run was made for {plan.model}; was it made for another "
+                      f"model? Kernels go only where a module of their form is found", stacklevel=3)
+    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    if len(dtypes) == 1:
+        have = dtype_name(next(iter(dtypes)))
+        if have != plan.dtype:
+            warnings.warn(f"the run was made for {plan.dtype} and this model is {have}: its kernels take only "
+                          f"{plan.dtype} calls, PyTorch's ops run the rest (convert the model, or make a run in "
+                          f"{have})", stacklevel=3)
 
 
 def _set_compile_policy(ops: list, mode: str, device, workdir: Path, cuda_graphs: bool) -> tuple[dict[str, str], bool]:
