@@ -211,9 +211,9 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
 
     remaining = budget_s - spent_before - (time.monotonic() - t0)
     if remaining <= 0:
-        log(f"[3/4] optimize: no budget left (the profile took {time.monotonic() - t0:.0f} s of "
-            f"{_duration(budget_s)}); skipped")
         record["spent_s"] = spent_before + (time.monotonic() - t0)
+        log(f"[3/4] optimize: no budget left ({record['spent_s']:.0f} s spent of {_duration(budget_s)}, "
+            f"the profile included); skipped")
     else:
         log(f"[3/4] optimize: {len(targets)} problem(s), budget {_duration(remaining)}")
         with SpentRecorder(run_path, record, spent_before, t0):

@@ -9,8 +9,8 @@ from typing import List, Optional
 
 import typer
 
-from .common import (EXIT_OK, EXIT_VERDICT, check_run_dir, check_scale_flags, check_writable_dir, config_overrides, fail_usage,
-                     fmt_or_dash)
+from .common import (EXIT_OK, EXIT_VERDICT, check_run_dir, check_scale_flags, check_writable_dir, config_overrides,
+                     fail_usage, fmt_or_dash)
 
 EXIT_INTERRUPTED = 130
 
