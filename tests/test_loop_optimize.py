@@ -427,3 +427,8 @@ def test_progress_line_shows_the_paired_comparison_behind_a_revert():
     slower = Comparison(candidate_us=260000.0, incumbent_us=249947.2, noise_frac=0.01, significant=False)
     slower_line = progress_line(run, record, None, slower)
     assert "within the noise" not in slower_line and "but " not in slower_line  # slower: no reason needed
+    # ... except that its own score reads lower than the best's (a new user saw "7.699e+04 us (vs best
+    # 0.898x) ... best 9.994e+04 us" reverted and took it for a bug): the line says which to read
+    assert "side by side it was slower" in slower_line
+    record.latency_us = 600000.0
+    assert "side by side" not in progress_line(run, record, None, slower)  # its own score is higher too

@@ -40,6 +40,9 @@ def progress_line(run, record: ExperimentRecord, deadline: float | None,
         paired = f" (vs best {comparison.decision_speedup:.3g}x ±{100 * comparison.noise_frac:.0f}%)"
         if record.status == "revert":
             paired += revert_reason(comparison)
+            if (comparison.decision_speedup <= 1.0 and record.latency_us and best is not None and best.latency_us
+                    and record.latency_us < best.latency_us):
+                paired += "; side by side it was slower (its own score, timed apart from the best's, reads lower)"
     return (f"{run.name} exp {record.experiment:>3} {record.status:<9} {latency + paired:<12} best {best_text}  "
             f"kept {kept}{left}  {record.description}")
 
