@@ -35,11 +35,14 @@ def _found(mapped: str, path: str, names: set[str]) -> bool:
     return mapped in names and (mapped != "" or "." not in path)
 
 
+WRAPPER_DEPTH = 2  # components a wrapper adds to the paths (the hf: loader's: 1)
+
+
 def _candidates(missing: list[str], names: set[str]):
     drops, adds = set(), set()
     for path in missing:
         parts = path.split(".")
-        for k in range(1, len(parts) + 1):
+        for k in range(1, min(len(parts), WRAPPER_DEPTH) + 1):
             drops.add(".".join(parts[:k]))
         for name in names:
             if name.endswith("." + path):
