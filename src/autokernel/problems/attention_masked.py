@@ -71,10 +71,15 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
 
 
 def with_mask(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The scores with a bool mask (-inf where False) or an additive one (in the scores' dtype)."""
+    """The scores with a bool mask (-inf where False) or an additive one (in the scores' dtype).
+    In float64 (the judge's reference) the sum is rounded through float32, where every kernel
+    adds it at best: fp16's finfo.min (-65504) rows keep the scores on a grid of 2^-8 there, and
+    the exact float64 sum put a correct fp32 kernel at 0.99x the fp16 bound (the attention
+    starters, finfo-min-rows, one draw in a hundred; it failed CI)."""
     if mask.dtype == torch.bool:
         return scores.masked_fill(~mask, float("-inf"))
-    return scores + mask.to(scores.dtype)
+    summed = scores + mask.to(scores.dtype)
+    return summed.float().double() if scores.dtype == torch.float64 else summed
 
 
 def attend(scores: torch.Tensor, mask: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
