@@ -67,13 +67,17 @@
 #                                               # at its other shapes and through the judge
 #   bash benchmarks/pending_gpu.sh eighteenth_d OUT # hf:gpt2 and hf:bert in graph mode against max-autotune,
 #                                               # each verify in a process of its own
+#   bash benchmarks/pending_gpu.sh nineteenth OUT # the two starters the selection left out of hf:gemma2 and hf:bert
+#                                               # over sets of knobs: attention at head_dim 128 and 256 (beside SDPA),
+#                                               # linear_gelu at BERT's and GPT-2's shapes (beside cuBLAS + GELU)
+#   bash benchmarks/pending_gpu.sh nineteenth_b OUT # hf:bert in graph mode against max-autotune, room for its compiles
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b|eighteenth|eighteenth_b|eighteenth_c|eighteenth_d OUT"
+usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b|eighteenth|eighteenth_b|eighteenth_c|eighteenth_d|nineteenth|nineteenth_b OUT"
 part=${1:?$usage}
 out=${2:?$usage}
 mkdir -p "$out"
@@ -299,6 +303,22 @@ eighteenth_d)  # hf:gpt2 and hf:bert in CUDA-graph mode, each verified by `autok
     # default for graph mode since the eighteenth session)
     step graphs_max_autotune 330 python benchmarks/models_gpu.py --out "$out/graphs" --skip-fused --cuda-graphs \
         --compile-mode max-autotune --models hf:gpt2,hf:bert --max-minutes 5
+    ;;
+nineteenth)  # the selection left attention out of hf:gemma2 (head_dim 256, knobs chosen at 128: 342 against
+    # SDPA's 216.5 us) and linear_gelu out of hf:bert (353 against 331 us): both starters over sets of knobs
+    step knobs_attention_d128 120 python benchmarks/starter_knobs_gpu.py --kind attention --out "$out/attention_d128" \
+        --no-compile --configs-file benchmarks/knob_sets/attention.json
+    step knobs_attention_d256 120 python benchmarks/starter_knobs_gpu.py --kind attention --out "$out/attention_d256" \
+        --no-compile --configs-file benchmarks/knob_sets/attention.json \
+        --shape-json '{"B": 4, "H": 8, "Hkv": 4, "S": 1024, "D": 256, "causal": 1}'
+    step knobs_linear_gelu_bert 150 python benchmarks/starter_knobs_gpu.py --kind linear_gelu --shape 1 \
+        --out "$out/linear_gelu_bert" --configs-file benchmarks/knob_sets/linear_gelu.json --shape-json '{"M": 2048}'
+    step knobs_linear_gelu_gpt2 100 python benchmarks/starter_knobs_gpu.py --kind linear_gelu --shape 0 \
+        --out "$out/linear_gelu_gpt2" --no-compile --configs-file benchmarks/knob_sets/linear_gelu.json
+    ;;
+nineteenth_b)  # hf:bert in graph mode against max-autotune, which did not finish in eighteenth_d's 330 s step
+    step graphs_bert_max_autotune 500 python benchmarks/models_gpu.py --out "$out/graphs" --skip-fused --cuda-graphs \
+        --compile-mode max-autotune --models hf:bert --max-minutes 8
     ;;
 fourteenth_b)  # the moe starter on a GPU and the attention starter's cost under the heavier judge, stage by
     # stage (attention's evaluation outlasted 3 minutes in fourteenth); hf:bert against torch.compile's default mode

@@ -12,7 +12,7 @@ the largest reference value, fp32 reference on the same inputs) and timed with
 recorded with its error and the sweep carries on.  Eager, torch.compile (``--compile-mode``) and,
 for attention_softcap, FlexAttention are timed in the same process.  The fraction of the floor is
 the larger of bytes / ``--bandwidth`` and flops / ``--peak`` over the time.  Writes
-``knobs_<kind>.json`` under ``--out`` and prints a markdown table last, fastest first.
+``knobs_<kind>_<shape>.json`` under ``--out`` and prints a markdown table last, fastest first.
 """
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--configs", default="[{}]", help="JSON list of knob dicts set over the starter's KNOBS")
     ap.add_argument("--configs-file", type=Path, help="the same list in a file")
     ap.add_argument("--shape", type=int, default=0, help="index into the problem's GPU shapes")
+    ap.add_argument("--shape-json", help='dimensions set over that shape, e.g. \'{"D": 256, "S": 1024}\'')
     ap.add_argument("--rep-ms", type=float, default=100.0)
     ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs")
     ap.add_argument("--no-compile", action="store_true")
@@ -59,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     configs = json.loads(args.configs_file.read_text() if args.configs_file else args.configs)
     problem = get_problem(args.kind)
     shape = dict((problem.gpu_shapes if gpu else problem.cpu_shapes)[args.shape])
+    shape.update(json.loads(args.shape_json) if args.shape_json else {})
     dtype = torch.bfloat16 if gpu else torch.float32
     device = "cuda" if gpu else "cpu"
     inputs = problem.make_inputs(shape, dtype, device, 0)
@@ -111,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     compile_ms = next((r["ms"] for r in rows if r["setting"] == "torch.compile" and "ms" in r), None)
     result = {"kind": args.kind, "shape": shape, "dtype": str(dtype), "device": device_name,
               "torch": torch.__version__, "floor_ms": floor_s * 1e3, "rows": rows}
-    (args.out / f"knobs_{args.kind}.json").write_text(json.dumps(result, indent=2))
+    tag = "_".join(f"{k}{v}" for k, v in sorted(shape.items()))
+    (args.out / f"knobs_{args.kind}_{tag}.json").write_text(json.dumps(result, indent=2))
     print(f"\n{args.kind} at {shape}, {dtype}, {device_name}\n")
     print("| setting | ms | vs eager | vs torch.compile | of floor | rel. error |")
     print("|---|---:|---:|---:|---:|---:|")

@@ -101,12 +101,15 @@ def test_starter_knobs_records_a_setting_that_fails_and_goes_on(tmp_path, capsys
     a row with its error, not the end of the sweep."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     knobs = _load("starter_knobs_gpu")
-    code = knobs.main(["--kind", "gelu", "--cpu-smoke", "--out", str(tmp_path),
+    code = knobs.main(["--kind", "gelu", "--cpu-smoke", "--out", str(tmp_path), "--shape-json", '{"N": 40}',
                        "--configs", '[{}, {"BLOCK": 100}, {"BLOCK": 64}]'])
     assert code == 0
     import json
 
-    rows = json.loads((tmp_path / "knobs_gelu.json").read_text())["rows"]
+    (written,) = tmp_path.glob("knobs_gelu_*.json")  # one file per kind and shape: sweeps of two shapes both stay
+    record = json.loads(written.read_text())
+    assert record["shape"]["N"] == 40 and "N40" in written.name  # --shape-json set over the indexed shape
+    rows = record["rows"]
     by = {r["setting"]: r for r in rows}
     assert "ms" in by["default"] and by["default"]["error"] < 1e-5
     assert "ms" in by['{"BLOCK": 64}'] and by['{"BLOCK": 64}']["knobs"]["BLOCK"] == 64
