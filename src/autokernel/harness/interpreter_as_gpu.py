@@ -20,12 +20,37 @@ on it (worker side, CPU only): ``install()`` once per process, before any kernel
   order from call to call.  A kernel that summed a row's partial sums with ``tl.atomic_add``
   was deterministic on the CPU (and failed the GPU's determinism stage).  Each launch runs its
   programs in a fresh random order: every program once, each seeing its own ``program_id``.
+* Programs at once.  Run one after another, a program always sees what an earlier one stored.
+  On a GPU they run at the same time: a "last program to arrive finishes the row" counter
+  kept by a plain load and store loses updates, and a partial stored by another program need
+  not be visible yet (red-team pass 12: passed every CPU stage, wrong in 983 of 1280 rows on
+  an H100).  Within a launch, a load of an address that another program of the launch stored
+  (plain store) is a race (``RaceError``) unless an atomic of the writer came after its store
+  and an atomic of the reader came before its load (the release/acquire a GPU needs; relaxed
+  atomics do not count).  A program reading back its own stores is left alone.
+* Compiler hints.  The interpreter records ``tl.max_contiguous``, ``tl.multiple_of`` and
+  ``tl.max_constancy`` and never uses them; a GPU build trusts them (a stride-2 gather hinted
+  contiguous became one vector load of the wrong elements, pass 12).  Each hint is checked
+  against the values it is given (``HintError``): contiguous runs step by one (by the element
+  size for pointers; an integer run may wrap to 0, as the ``(start + arange) % M`` rows of a
+  last, partial tile do, on a dimension whose loads a GPU does not vectorise), each run starts
+  at a multiple of a ``multiple_of``, and constant groups hold one value.
 """
 from __future__ import annotations
 
 import numpy as np
 
 _INSTALLED = False
+HINTS = {"tt.contiguity": "max_contiguous", "tt.divisibility": "multiple_of", "tt.constancy": "max_constancy"}
+PAGE_BITS = 12
+
+
+class HintError(ValueError):
+    """A compiler hint that the values it is given do not hold."""
+
+
+class RaceError(RuntimeError):
+    """A load of what another program of the same launch stored, with nothing ordering them."""
 
 
 def round_to_tf32(values: np.ndarray) -> np.ndarray:
@@ -54,7 +79,10 @@ def install() -> None:
     builder = interpreter.InterpreterBuilder
     _round_tf32_dots(builder, interpreter.TensorHandle)
     _round_bf16_casts(builder, interpreter.TensorHandle)
-    _shuffle_programs(builder, np.random.default_rng())
+    memory = LaunchMemory()
+    _shuffle_programs(builder, np.random.default_rng(), memory)
+    _watch_memory(builder, memory)
+    _check_hints(interpreter.TensorHandle)
     _INSTALLED = True
 
 
@@ -85,22 +113,199 @@ def _round_bf16_casts(builder: type, handle: type) -> None:
     builder.cast_impl = cast_impl
 
 
-def _shuffle_programs(builder: type, rng: np.random.Generator) -> None:
+def _shuffle_programs(builder: type, rng: np.random.Generator, memory: "LaunchMemory") -> None:
     """The launch loop sets the grid once, then each index in order: the n-th index it sets
-    becomes the n-th of a permutation drawn with the grid."""
+    becomes the n-th of a permutation drawn with the grid.  ``memory`` learns of each launch
+    and of the program running."""
     set_dim, set_idx = builder.set_grid_dim, builder.set_grid_idx
     state: dict = {"dims": (1, 1, 1), "order": np.zeros(1, dtype=np.int64)}
 
     def set_grid_dim(self, nx, ny, nz):
         state["dims"] = (nx, ny, nz)
         state["order"] = rng.permutation(max(1, nx * ny * nz))
+        memory.new_launch()
         return set_dim(self, nx, ny, nz)
 
     def set_grid_idx(self, x, y, z):
         _, ny, nz = state["dims"]
         drawn = int(state["order"][(x * ny + y) * nz + z])
+        memory.program = drawn
         return set_idx(self, drawn // (ny * nz), (drawn // nz) % ny, drawn % nz)
 
     set_grid_dim.__qualname__ = f"{builder.__qualname__}.set_grid_dim"
     set_grid_idx.__qualname__ = f"{builder.__qualname__}.set_grid_idx"
     builder.set_grid_dim, builder.set_grid_idx = set_grid_dim, set_grid_idx
+
+
+class LaunchMemory:
+    """Which program of the running launch stored each address (by pages of shadow arrays), and
+    when each program ran its first and last ordering atomic, on one clock of memory events."""
+
+    def __init__(self) -> None:
+        self.program = 0
+        self.new_launch()
+
+    def new_launch(self) -> None:
+        self.pages: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.low, self.high = np.iinfo(np.int64).max, -1
+        self.clock = 0
+        self.first_atomic: dict[int, int] = {}
+        self.last_atomic: dict[int, int] = {}
+
+    def atomic(self) -> None:
+        self.clock += 1
+        self.first_atomic.setdefault(self.program, self.clock)
+        self.last_atomic[self.program] = self.clock
+
+    def stored(self, addresses: np.ndarray) -> None:
+        self.clock += 1
+        if addresses.size == 0:
+            return
+        self.low, self.high = min(self.low, int(addresses.min())), max(self.high, int(addresses.max()))
+        for page, offsets in _by_page(addresses):
+            owner, when = self.pages.setdefault(page, (np.full(1 << PAGE_BITS, -1, np.int64),
+                                                       np.zeros(1 << PAGE_BITS, np.int64)))
+            owner[offsets] = self.program
+            when[offsets] = self.clock
+
+    def loaded(self, addresses: np.ndarray) -> None:
+        self.clock += 1
+        if addresses.size == 0 or int(addresses.max()) < self.low or int(addresses.min()) > self.high:
+            return
+        for page, offsets in _by_page(addresses):
+            if page not in self.pages:
+                continue
+            owner, when = self.pages[page]
+            writers, stamps = owner[offsets], when[offsets]
+            foreign = (writers >= 0) & (writers != self.program)
+            for writer, stamp in zip(writers[foreign].tolist(), stamps[foreign].tolist()):
+                released = self.last_atomic.get(writer, 0) > stamp
+                acquired = self.program in self.first_atomic
+                if not (released and acquired):
+                    raise RaceError(
+                        f"program {self.program} of a launch loads a value that another program ({writer}) of the "
+                        f"same launch stored, with no atomic ordering the two: on a GPU the programs run at once, "
+                        f"so this is a race (the value may not be there yet). Communicate between programs "
+                        f"through atomics (tl.atomic_add/atomic_cas, not relaxed), or in a second launch")
+
+
+def _by_page(addresses: np.ndarray):
+    pages = addresses >> PAGE_BITS
+    offsets = addresses & ((1 << PAGE_BITS) - 1)
+    first = int(pages.min())
+    if int(pages.max()) == first:
+        yield first, offsets
+        return
+    for page in np.unique(pages).tolist():
+        yield page, offsets[pages == page]
+
+
+def _watch_memory(builder: type, memory: LaunchMemory) -> None:
+    """Plain loads and stores (descriptor ones come through them too) tell ``memory`` their
+    addresses; atomics their times (their own loads and stores, if any, are not plain)."""
+    load, store = builder.create_masked_load, builder.create_masked_store
+    state = {"atomic": 0}
+
+    def addresses(ptrs, mask) -> np.ndarray:
+        flat = np.asarray(ptrs.data).astype(np.int64, copy=False).reshape(-1)
+        return flat[np.asarray(mask.data, dtype=bool).reshape(-1)] if mask is not None else flat
+
+    def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
+        if not state["atomic"]:
+            memory.loaded(addresses(ptrs, mask))
+        return load(self, ptrs, mask, other, cache_policy, is_volatile)
+
+    def create_masked_store(self, ptrs, value, mask, cache_policy):
+        if not state["atomic"]:
+            memory.stored(addresses(ptrs, mask))
+        return store(self, ptrs, value, mask, cache_policy)
+
+    def ordering(name: str):
+        original = getattr(builder, name)
+
+        def atomic(self, *args):
+            sem = args[-2]  # (..., sem, scope) for every atomic of the builder
+            if getattr(sem, "name", "") != "RELAXED":
+                memory.atomic()
+            state["atomic"] += 1
+            try:
+                return original(self, *args)
+            finally:
+                state["atomic"] -= 1
+
+        atomic.__qualname__ = f"{builder.__qualname__}.{name}"
+        return atomic
+
+    for name in ("create_atomic_rmw", "create_atomic_cas", "create_atomic_load", "create_atomic_store"):
+        if hasattr(builder, name):
+            setattr(builder, name, ordering(name))
+    create_masked_load.__qualname__ = f"{builder.__qualname__}.create_masked_load"
+    create_masked_store.__qualname__ = f"{builder.__qualname__}.create_masked_store"
+    builder.create_masked_load, builder.create_masked_store = create_masked_load, create_masked_store
+
+
+def _check_hints(handle: type) -> None:
+    original = handle.set_attr
+
+    def set_attr(self, key, value):
+        if key in HINTS:
+            problem = hint_error(key, np.asarray(self.data), list(value), _unit(self.dtype))
+            if problem:
+                raise HintError(f"tl.{HINTS[key]}(..., {value if len(value) > 1 else value[0]}) is false for the "
+                                f"values it is given ({problem}); a GPU build trusts the hint and loads or "
+                                f"stores other elements than these. Give the hint only where it holds")
+        return original(self, key, value)
+
+    set_attr.__qualname__ = f"{handle.__qualname__}.set_attr"
+    handle.set_attr = set_attr
+
+
+def _unit(dtype) -> int:
+    """One step of a contiguous run: 1 for integers, the element's bytes for pointers."""
+    element = getattr(dtype, "element_ty", None)
+    return max(1, element.primitive_bitwidth // 8) if element is not None else 1
+
+
+def hint_error(key: str, data: np.ndarray, values: list, unit: int) -> str | None:
+    """Why the hint ``key`` with ``values`` (one per dimension) is false for ``data``; None if it holds."""
+    data = data.astype(np.int64, copy=False)
+    if data.ndim == 0 or data.size == 1:
+        data = data.reshape(-1)
+        values = values[:1]
+    for axis, claim in enumerate(values):
+        claim = int(claim)
+        if claim <= 1 or axis >= data.ndim or data.shape[axis] == 0:
+            continue
+        lanes = np.moveaxis(data, axis, -1).reshape(-1, data.shape[axis])
+        if key == "tt.divisibility":
+            starts = run_starts(lanes, unit)
+            bad = lanes[starts] % claim != 0
+            if bad.any():
+                return f"a contiguous run starts at {int(lanes[starts][bad][0])}, not a multiple of {claim}"
+            continue
+        group = min(claim, lanes.shape[1])
+        for begin in range(0, lanes.shape[1], group):
+            chunk = lanes[:, begin:begin + group]
+            steps = np.diff(chunk, axis=1)
+            if key == "tt.constancy":
+                if (steps != 0).any():
+                    return f"a group of {group} holds more than one value"
+            elif not contiguous(chunk, steps, unit):
+                return f"the group {chunk[0][:8].tolist()}... does not step by {unit}"
+    return None
+
+
+def run_starts(lanes: np.ndarray, unit: int) -> np.ndarray:
+    """Where each maximal run of steps by ``unit`` begins, along the last axis."""
+    starts = np.ones(lanes.shape, dtype=bool)
+    starts[:, 1:] = np.diff(lanes, axis=1) != unit
+    return starts
+
+
+def contiguous(chunk: np.ndarray, steps: np.ndarray, unit: int) -> bool:
+    """Every step is ``unit``; for integers (``unit`` 1) a step may instead wrap to 0, as
+    ``(start + arange) % M`` does past M (every step with M = 1)."""
+    off = steps != unit
+    if not off.any():
+        return True
+    return unit == 1 and not (off & (chunk[:, 1:] != 0)).any()

@@ -35,7 +35,8 @@ def _shape(m: int, d: int, h: int) -> Shape:
 GPU_SHAPES = (_shape(2048, 4096, 11008), _shape(4096, 4096, 14336))
 CPU_SHAPES = (_shape(16, 32, 64), _shape(24, 48, 40))
 GPU_EDGE_SHAPES = (_shape(1, 4096, 11008), _shape(333, 1000, 2731))
-CPU_EDGE_SHAPES = (_shape(1, 16, 33), _shape(7, 19, 5))
+# D and H past four blocks of the widest BLOCK_K (both are summed over: gate/up over D, down over H)
+CPU_EDGE_SHAPES = (_shape(1, 16, 33), _shape(7, 19, 5), _shape(3, 523, 531))
 
 
 def reference(x, w_gate, w_up, w_down):

@@ -60,7 +60,7 @@ def _shape(m: int, n: int, k: int, tanh: int) -> Shape:
 GPU_SHAPES = (_shape(4096, 3072, 768, 1), _shape(4096, 3072, 768, 0), _shape(4096, 4096, 1024, 0))
 CPU_SHAPES = (_shape(32, 48, 32, 1), _shape(24, 40, 48, 0))
 GPU_EDGE_SHAPES = (_shape(1, 3072, 768, 1), _shape(2047, 3001, 769, 0), _shape(4097, 1, 511, 1))
-CPU_EDGE_SHAPES = (_shape(1, 33, 17, 1), _shape(37, 19, 45, 0), _shape(5, 3, 1, 1))
+CPU_EDGE_SHAPES = (_shape(1, 33, 17, 1), _shape(37, 19, 45, 0), _shape(5, 3, 1, 1), _shape(3, 5, 1031, 0))  # K: matmul's
 
 
 def reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, tanh: bool = False) -> torch.Tensor:
