@@ -310,3 +310,32 @@ def test_apply_to_the_bare_hf_model_places_what_the_wrapped_one_does(tmp_path):
     assert add("transformer.h.0") == "net.transformer.h.0"
     same = rebase(["transformer.h.0"], names)
     assert same("transformer.h.0") == "transformer.h.0"
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_t5_attention_with_its_position_bias_runs_the_masked_kernel(tmp_path):
+    """New-user trial: T5's attention was profiled (and tuned) as attention_masked, listed as
+    replaced, and never called: T5 hands transformers' attention function its position bias,
+    and every call with one went back to transformers.  The bias, the padding mask and causality
+    are now one additive mask for the kernel, as transformers' own SDPA path builds it."""
+    from autokernel.integrate.ops import OP_CALLS
+
+    before = dict(OP_CALLS)
+    patched = placed_and_matching(tmp_path, "hf:t5", "d_model=64,num_layers=2,num_heads=4,d_ff=128,d_kv=16,"
+                                  "vocab_size=256", [2, 16], kinds=("attention_masked",))
+    (op,) = patched._autokernel_ops.values()
+    assert OP_CALLS[op] - before.get(op, 0) > 0
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_the_shapes_of_places_apply_cannot_switch_leave_the_problem(tmp_path):
+    """New-user trial (hf:opt): the embedding problem kept the shape of OPT's learned position
+    embedding (a gather at an offset, not placeable) beside the token embedding's, each weighing
+    half of the score: the loop tuned for a shape that never runs the kernel."""
+    loaded = load_model("hf:opt", config_overrides="hidden_size=64,num_hidden_layers=1,num_attention_heads=4,"
+                        "ffn_dim=128,word_embed_proj_dim=64,vocab_size=512,max_position_embeddings=128",
+                        input_shape=[2, 16], dtype=torch.float32)
+    plan = profile_model(loaded, warmup=0, iters=1)
+    embedding = next(p for p in plan.problems if p.kind == "embedding")
+    assert "not placeable at model.model.decoder.embed_positions" in embedding.note
+    assert [s["V"] for s in embedding.shapes] == [512] and len(embedding.calls) == 1

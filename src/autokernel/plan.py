@@ -36,6 +36,9 @@ class PlanProblem:
     # the time of each module in ``modules`` per forward pass (what ``placement`` moves out of
     # the problem where ``apply`` cannot switch that module)
     module_time_us: dict[str, float] = field(default_factory=dict)
+    # each module's calls per forward pass of each shape: module -> [[index into shapes, calls]]
+    # (what ``placement`` takes out of the shapes where ``apply`` cannot switch that module)
+    module_calls: dict[str, list[list[float]]] = field(default_factory=dict)
 
 
 @dataclass

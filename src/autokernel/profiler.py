@@ -459,6 +459,7 @@ def build_plan(roots: list[Node], *, model: str, device: str, time_kind: str, dt
         shapes: dict[tuple, list] = field(default_factory=dict)  # key -> [shape, calls, time]
         modules: list[str] = field(default_factory=list)
         module_time: dict[str, float] = field(default_factory=dict)
+        module_calls: dict[str, dict[tuple, float]] = field(default_factory=dict)
         notes: list[str] = field(default_factory=list)
         add_from: dict[str, str] = field(default_factory=dict)
 
@@ -472,6 +473,9 @@ def build_plan(roots: list[Node], *, model: str, device: str, time_kind: str, dt
             entry = g.shapes.setdefault(key, [shape, 0, 0.0])
             entry[1] += mult
             entry[2] += us * w / sum(weights)
+            if inst.module:
+                calls = g.module_calls.setdefault(inst.module, {})
+                calls[key] = calls.get(key, 0.0) + mult
         if inst.module and inst.module not in g.modules:
             g.modules.append(inst.module)
         if inst.module:
@@ -488,6 +492,7 @@ def build_plan(roots: list[Node], *, model: str, device: str, time_kind: str, dt
         seen_kinds[kind] += 1
         name = kind if seen_kinds[kind] == 1 else f"{kind}_{seen_kinds[kind]}"
         entries = sorted(g.shapes.values(), key=lambda e: -e[2])
+        index = {tuple(e[0].items()): i for i, e in enumerate(entries)}
         problems.append(PlanProblem(
             name=name, kind=kind, dtype=dt,
             shapes=[e[0] for e in entries],
@@ -496,6 +501,7 @@ def build_plan(roots: list[Node], *, model: str, device: str, time_kind: str, dt
             fraction=_fraction(g.time / iters, total),
             modules=g.modules,
             module_time_us={m: t / iters for m, t in g.module_time.items()},
+            module_calls={m: [[index[k], c / iters] for k, c in calls.items()] for m, calls in g.module_calls.items()},
             add_from=g.add_from,
             note="; ".join(g.notes[:6])))
 

@@ -84,6 +84,20 @@ def hf_plain_attention(dropout: Any, position_bias: Any, kwargs: dict) -> bool:
             and kwargs.get("sliding_window") is None and kwargs.get("s_aux") is None)
 
 
+def position_bias_mask(bias: torch.Tensor, mask: torch.Tensor | None, causal: bool, dtype: torch.dtype) -> torch.Tensor:
+    """T5's position bias as one additive mask: the bias where a key is visible, the lowest value
+    of ``dtype`` (and of the bias's) where the padding mask (bool: False; float: added) or
+    causality hides it.  What transformers' SDPA path hands SDPA for such a call."""
+    lowest = max(torch.finfo(dtype).min, torch.finfo(bias.dtype).min)
+    if mask is not None:
+        return torch.where(mask, bias, lowest) if mask.dtype == torch.bool else bias + mask
+    if causal:
+        queries, keys = bias.shape[-2], bias.shape[-1]
+        visible = torch.ones(queries, keys, dtype=torch.bool, device=bias.device).tril(keys - queries)
+        return torch.where(visible, bias, lowest)
+    return bias
+
+
 def hf_causal(module: Any, is_causal: Any, query: torch.Tensor) -> bool:
     """The causal flag transformers' SDPA path uses for ``query`` (the module's when not given;
     never for a single query)."""
@@ -95,15 +109,22 @@ def _hf_attention_interfaces(interfaces: Any, sdpa: Callable[..., Any], masks: b
     """Hugging Face attention modules pick their attention function from transformers'
     ``ALL_ATTENTION_FUNCTIONS`` by ``config._attn_implementation``: a copy of that mapping whose
     ``"sdpa"`` entry reaches ``sdpa`` (our ops, or PyTorch's for what they do not cover) when
-    there is no dropout, no position bias and no softcap, and no mask unless ``masks`` (an
-    ``attention_masked`` op is applied: the mask goes to it with the kv heads unrepeated), and
-    transformers' own ``sdpa_attention_forward`` otherwise."""
+    there is no dropout and no softcap, and no mask or position bias unless ``masks`` (an
+    ``attention_masked`` op is applied: the mask, with T5's position bias folded in, goes to it
+    with the kv heads unrepeated), and transformers' own ``sdpa_attention_forward`` otherwise."""
     original = interfaces.get("sdpa")
     if original is None:
         return None
 
     def autokernel_sdpa_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                                 is_causal=None, position_bias=None, **kwargs):
+        if (masks and isinstance(position_bias, torch.Tensor) and hf_plain_attention(dropout, None, kwargs)
+                and (attention_mask is None or isinstance(attention_mask, torch.Tensor))
+                and query.dim() == 4 and key.dim() == 4 and key.shape[2] == query.shape[2]):
+            causal = hf_causal(module, is_causal, query) and attention_mask is None
+            out = sdpa(query, key, value, attn_mask=position_bias_mask(position_bias, attention_mask, causal, key.dtype),
+                       is_causal=False, scale=scaling, enable_gqa=key.shape[1] != query.shape[1])
+            return out.transpose(1, 2).contiguous(), None
         mask_ok = attention_mask is None or masks and isinstance(attention_mask, torch.Tensor)
         if (mask_ok and hf_plain_attention(dropout, position_bias, kwargs)
                 and query.dim() == 4 and key.dim() == 4 and key.shape[2] == query.shape[2]):

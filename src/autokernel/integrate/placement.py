@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch.nn as nn
 
-from ..plan import Plan, UncoveredTime
+from ..plan import Plan, PlanProblem, UncoveredTime
 from ..problems.base import parse_dtype
 from .apply import NO_PLACE, place_ops
 from .ops import SCHEMAS, register_kernel_op
@@ -105,7 +105,8 @@ def mark_placement(plan: Plan, model: nn.Module) -> None:
     """Mark the plan's problems that ``apply`` finds no place for as unsupported, with the
     reason: the loop leaves them out and their time counts as not covered.  A problem placed at
     some of its modules only keeps the time of those (``module_time_us``); the others' time
-    counts as not covered, named, and its note says where and why."""
+    counts as not covered, named, and its note says where and why; the shapes only those ran
+    leave the problem (the loop would tune for calls the kernel never gets)."""
     check = check_placement(model, plan)
     for p in plan.problems:
         if p.name in check.unplaceable:
@@ -122,5 +123,23 @@ def mark_placement(plan: Plan, model: nn.Module) -> None:
                 more = f" and {len(names) - 1} more" if len(names) > 1 else ""
                 plan.uncovered.append(UncoveredTime(f"{p.name} ({p.kind}) at {names[0]}{more}, not placeable",
                                                     moved, fraction))
+            drop_shapes_of(p, names)
             where = ", ".join(names[:3]) + (f" (+{len(names) - 3})" if len(names) > 3 else "")
             p.note = "; ".join(filter(None, [p.note, f"not placeable at {where}: {missing[names[0]]}"]))
+
+
+def drop_shapes_of(problem: PlanProblem, modules: list[str]) -> None:
+    """Take ``modules``' calls out of ``problem``'s shapes (``module_calls``); a shape left with
+    none leaves the problem.  Shapes whose modules are not known stay."""
+    gone: dict[int, float] = {}
+    for m in modules:
+        for i, calls in problem.module_calls.pop(m, []):
+            gone[int(i)] = gone.get(int(i), 0.0) + calls
+    keep = [i for i in range(len(problem.shapes)) if problem.calls[i] - gone.get(i, 0.0) >= 0.5]
+    if not gone or not keep:
+        return
+    new_index = {old: new for new, old in enumerate(keep)}
+    problem.calls = [max(1, round(problem.calls[i] - gone.get(i, 0.0))) for i in keep]
+    problem.shapes = [problem.shapes[i] for i in keep]
+    problem.module_calls = {m: [[new_index[int(i)], c] for i, c in pairs if int(i) in new_index]
+                            for m, pairs in problem.module_calls.items()}
