@@ -403,6 +403,23 @@ def test_a_model_too_large_for_the_memory_free_is_refused_with_the_way_out(tmp_p
     assert small.model is not None
 
 
+@pytest.mark.parametrize("arch", ["falcon", "qwen3", "gpt2", "t5"])
+def test_the_size_refusals_config_builds_a_model(arch, monkeypatch):
+    """New-user trial: hf:falcon's refusal suggested intermediate_size (FalconConfig has no such
+    setting) and, once that was left out, the default 71 heads at hidden 512 (head_dim 7) failed
+    to build.  The suggestion names the config's own settings, and it builds."""
+    pytest.importorskip("transformers")
+    import autokernel.models as models_mod
+
+    monkeypatch.setattr(models_mod, "free_memory_bytes", lambda device: 2**20)
+    with pytest.raises(ModelSpecError) as info:
+        load_model(f"hf:{arch}", input_shape=[1, 8])
+    hint = str(info.value).rsplit("e.g. ", 1)[1]
+    monkeypatch.setattr(models_mod, "free_memory_bytes", lambda device: None)
+    small = load_model(f"hf:{arch}", config_overrides=hint + ",vocab_size=128", input_shape=[1, 8])
+    assert small.model is not None
+
+
 def test_a_config_with_a_zero_size_or_sizes_that_disagree_is_named_not_a_traceback():
     """--config hidden_size=0 ended in a traceback from the profiler (cannot reshape a tensor of
     0 elements); a config whose sizes disagree was blamed on the input alone."""

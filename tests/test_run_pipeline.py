@@ -216,3 +216,27 @@ def test_a_budget_spent_in_the_profile_skips_verify_and_the_report_says_so(tmp_p
     assert run["finished"] is True and run["spent_s"] > 1e-3
     report = (wd / "report.md").read_text()
     assert "not finished" not in report and "No kernel was evaluated" in report
+
+
+def test_the_run_says_verifys_notes(tmp_path, monkeypatch):
+    """New-user trial (hf:t5): `autokernel run` printed "replaced: 22 place(s)" and PASS, while
+    verify had noted that one kind was installed but never called; only a standalone `verify`
+    and report.md said so."""
+    from types import SimpleNamespace
+
+    import autokernel.integrate
+    import autokernel.loop.optimize
+    import autokernel.report
+    import autokernel.verify
+    from autokernel.pipeline import RunOptions, run_pipeline
+
+    note = "installed but not called on these inputs: attention_masked"
+    monkeypatch.setattr(autokernel.loop.optimize, "run_optimize",
+                        lambda *a, **k: SimpleNamespace(stopped_reason="budget"))
+    monkeypatch.setattr(autokernel.integrate, "read_results", lambda workdir: ["a row"])
+    monkeypatch.setattr(autokernel.verify, "verify", lambda *a, **k: SimpleNamespace(message=note, passed=True))
+    monkeypatch.setattr(autokernel.report, "write_report", lambda workdir: "report")
+    lines = []
+    run_pipeline(RunOptions(workdir=tmp_path / "wd", model="llama", device="cpu", input_shape=[1, 8],
+                            config={"n_layers": "1"}, budget_s=600), log=lines.append)
+    assert any(line.strip() == f"note: {note}" for line in lines), lines

@@ -607,7 +607,26 @@ def _check_size(arch: str, auto: Any, config: Any, dtype: torch.dtype, device: s
         raise ModelSpecError(
             f"hf:{arch} at this config has {n / 1e9:.2f}B parameters ({size / 2**30:.1f} GiB in {dtype_name(dtype)}), "
             f"more than half of the {free / 2**30:.1f} GiB free on {device}: give a smaller config with --config, "
-            "e.g. hidden_size=512,intermediate_size=1408,num_hidden_layers=4")
+            f"e.g. {smaller_config_hint(config)}")
+
+
+# (the names configs give a setting, the value that makes a model small); 8 heads keep a 64-wide
+# head at hidden 512 (Falcon's default 71 heads gave 7)
+SMALL_SETTINGS = ((("hidden_size", "d_model", "n_embd"), 512),
+                  (("intermediate_size", "ffn_dim", "d_ff", "ffn_hidden_size"), 1408),
+                  (("num_hidden_layers", "num_layers", "n_layer"), 4),
+                  (("num_attention_heads", "num_heads", "n_head"), 8),
+                  (("num_key_value_heads", "num_kv_heads"), 8))
+
+
+def smaller_config_hint(config: Any) -> str:
+    """A ``--config`` value that makes ``config``'s model small, in the names ``config`` uses."""
+    parts = []
+    for names, value in SMALL_SETTINGS:
+        name = next((n for n in names if getattr(config, n, None) is not None), None)
+        if name is not None:
+            parts.append(f"{name}={value}")
+    return ",".join(parts)
 
 
 # ------------------------------------------------------------------ inputs

@@ -234,6 +234,8 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
     else:
         log("[4/4] verify and report")
         result.verify = verify(workdir, compile=opts.compile, log=lambda m: log(f"      {m}"))
+        if result.verify.message:  # e.g. a kernel installed that the model never called: said, not only in verify.json
+            log(f"      note: {result.verify.message}")
     run_path.write_text(json.dumps(dict(record, finished=True), indent=2) + "\n")  # before the report, which reads it
     result.report = write_report(workdir)
     return result

@@ -107,7 +107,8 @@ def matmul_left_out(results: list[dict[str, str]], row: dict[str, str] | None) -
     if row and row.get("status") == "keep" and (start is None or as_float(start.get("latency_us")) is None):
         how = f" (it failed at {start.get('failed_stage')})" if start is not None and start.get("failed_stage") else ""
         return f"matmul: the starting kernel has no time to compare the kept one with{how}"
-    return "matmul: no kept kernel faster than the starting kernel"
+    return ("matmul: no kept kernel faster than the starting kernel (a matmul kernel goes in only when the loop "
+            "improved on its start: the model's own matmul is cuBLAS)")
 
 
 def beats_the_model(best_us: float | None, problem: PlanProblem) -> bool:
