@@ -398,7 +398,7 @@ def test_progress_line_prints_the_ratio_the_decision_used():
                               latency_us=100.0)
     line = progress_line(SimpleNamespace(name="p", best_row=base, rows=[base, record]), record, None, paired)
     assert record.status == "revert"
-    assert f"vs best {1 / paired.median_ratio:.3g}x" in line and "1.06x" not in line
+    assert f"vs best {1 / paired.median_ratio:.4f}x" in line and "1.06x" not in line  # ~1.0: four decimals
 
 
 def test_progress_line_shows_the_paired_comparison_behind_a_revert():
@@ -424,6 +424,10 @@ def test_progress_line_shows_the_paired_comparison_behind_a_revert():
     unconfirmed = Comparison(candidate_us=200000.0, incumbent_us=249947.2, noise_frac=0.01, significant=False,
                              wall_confirmed=False)
     assert "the judge's own clock did not see half that gain" in progress_line(run, record, None, unconfirmed)
+    # a new user read "(vs best 1x ±1%) but the judge's own clock did not see half that gain": a gain of 1x
+    small = Comparison(candidate_us=248947.2, incumbent_us=249947.2, noise_frac=0.01, significant=False,
+                       wall_confirmed=False)
+    assert "vs best 1.0040x ±1%" in progress_line(run, record, None, small)
     slower = Comparison(candidate_us=260000.0, incumbent_us=249947.2, noise_frac=0.01, significant=False)
     slower_line = progress_line(run, record, None, slower)
     assert "within the noise" not in slower_line and "but " not in slower_line  # slower: no reason needed

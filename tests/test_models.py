@@ -487,3 +487,27 @@ def test_hf_spec_suggests_close_names_and_a_small_vocabulary_keeps_its_special_t
     kept = load_model("hf:gpt2", config_overrides="n_layer=1,n_embd=64,n_head=2,vocab_size=128,bos_token_id=3",
                       input_shape=[1, 8], dtype=torch.float32)
     assert kept.model.model.config.bos_token_id == 3  # what the user sets stays
+
+
+def test_ctrl_c_in_profile_says_so(tmp_path, monkeypatch):
+    """New-user trial: Ctrl-C during `profile` (and `bench`) exited 130 with nothing said."""
+    import autokernel.profiler
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(autokernel.profiler, "profile_model", interrupted)
+    result = _cli(["profile", "--model", "llama", "--input-shape", "1x8", "--out", str(tmp_path / "plan.json")], tmp_path)
+    assert result.exit_code == 130 and "interrupted; no plan was written" in result.output
+    assert not (tmp_path / "plan.json").exists()
+
+
+def test_the_input_shape_example_fits_the_models_first_layer():
+    """New-user trial: a ConvNet with no --input-shape was told "e.g. 8x512"."""
+    from torch import nn
+
+    from autokernel.models import float_input_example
+
+    assert float_input_example(nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU())) == "8x3x32x32"
+    assert float_input_example(nn.Sequential(nn.Linear(64, 10))) == "8x64"
+    assert float_input_example(nn.Sequential(nn.LayerNorm(5))) == "8x512"

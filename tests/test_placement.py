@@ -339,3 +339,26 @@ def test_the_shapes_of_places_apply_cannot_switch_leave_the_problem(tmp_path):
     embedding = next(p for p in plan.problems if p.kind == "embedding")
     assert "not placeable at model.model.decoder.embed_positions" in embedding.note
     assert [s["V"] for s in embedding.shapes] == [512] and len(embedding.calls) == 1
+
+
+def test_a_norm_of_another_dtype_than_the_runs_is_skipped_for_its_dtype(tmp_path):
+    """New-user trial: an fp32 run applied to a bf16 model skipped the residual LayerNorms as
+    "LayerNorm is not a plain norm of the kind"; the plain norms said the dtype, as it is."""
+    import shutil
+
+    from autokernel.integrate import apply
+    from autokernel.plan import save_plan
+    from autokernel.problems.registry import KERNELS_DIR
+
+    loaded = load_model("gpt2", input_shape=[1, 8], dtype=torch.float32, config_overrides={"n_layer": "2"})
+    plan = profile_model(loaded, warmup=0, iters=1)
+    plan.problems = [p for p in plan.problems if p.kind == "add_layernorm"]
+    (problem,) = plan.problems
+    (tmp_path / "problems" / problem.name).mkdir(parents=True)
+    shutil.copyfile(KERNELS_DIR / "add_layernorm.py", tmp_path / "problems" / problem.name / "kernel.py")
+    save_plan(plan, tmp_path / "plan.json")
+    with pytest.warns(UserWarning):
+        patched = apply(loaded.model.to(torch.bfloat16), tmp_path)
+    reasons = [why for _, why in patched._autokernel_skipped if "no place in the model" not in why]
+    assert reasons and not any("not a plain norm" in why for why in reasons), reasons
+    assert all("torch.bfloat16 is not the kernel's torch.float32" in why for why in reasons), reasons

@@ -240,3 +240,17 @@ def test_the_run_says_verifys_notes(tmp_path, monkeypatch):
     run_pipeline(RunOptions(workdir=tmp_path / "wd", model="llama", device="cpu", input_shape=[1, 8],
                             config={"n_layers": "1"}, budget_s=600), log=lines.append)
     assert any(line.strip() == f"note: {note}" for line in lines), lines
+
+
+def test_run_plans_the_fused_mlp_when_asked(tmp_path):
+    """New-user trial: `profile` had --fused-mlp and `run` did not."""
+    from autokernel.cli import app
+    from autokernel.plan import load_plan
+    from typer.testing import CliRunner
+
+    wd = tmp_path / "wd"
+    result = CliRunner().invoke(app, ["run", "--model", "llama", "--config", "n_layers=1", "--input-shape", "1x8",
+                                      "--device", "cpu", "--fused-mlp", "--budget", "1s", "--workdir", str(wd)])
+    assert result.exit_code == 0, result.output
+    assert "fused_mlp" in {p.kind for p in load_plan(wd / "plan.json").problems}
+    assert json.loads((wd / "run.json").read_text())["fused_mlp"] is True

@@ -386,3 +386,22 @@ def test_verify_compares_cuda_graphs_with_torch_compiles_own_cuda_graphs():
     assert compile_mode_for(cuda_graphs=True) == "max-autotune"  # the same autotuning, with CUDA graphs
     assert compile_mode_for(cuda_graphs=True, given="reduce-overhead") == "reduce-overhead"
     assert {"max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead", "default"} == set(COMPILE_MODES)
+
+
+def test_the_exported_packages_apply_takes_autokernels_options(tmp_path, monkeypatch):
+    """New-user trial: the exported package's ``apply(model, *, inplace=False)`` dropped
+    ``under_compile``, ``allow_slower`` and ``cuda_graphs``."""
+    import importlib.util
+
+    import autokernel.integrate
+    from autokernel.export import _INIT
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text(_INIT.format(model="llama"))
+    spec = importlib.util.spec_from_file_location("pkg", tmp_path / "pkg" / "__init__.py")
+    pkg = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pkg)
+    seen = {}
+    monkeypatch.setattr(autokernel.integrate, "apply", lambda model, data, **options: seen.update(options) or model)
+    assert pkg.apply("model", cuda_graphs=True, under_compile="uncompiled", allow_slower=True) == "model"
+    assert seen == {"cuda_graphs": True, "under_compile": "uncompiled", "allow_slower": True}

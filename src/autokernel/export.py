@@ -105,16 +105,17 @@ def package_name(model: str) -> str:
 
 
 _INIT = '''"""Kernels found by autokernel for `{model}`.  ``apply(model)`` returns a copy of ``model``
-running them (inference only); see README.md."""
+running them (inference only); see README.md.  The keyword arguments are ``autokernel.apply``'s
+(``inplace``, ``allow_slower``, ``cuda_graphs``, ``under_compile``, ``only``, ``in_model``)."""
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parent / "data"
 
 
-def apply(model, *, inplace=False):
+def apply(model, **options):
     from autokernel.integrate import apply as _apply
 
-    return _apply(model, DATA, inplace=inplace)
+    return _apply(model, DATA, **options)
 '''
 
 _PYPROJECT = '''[build-system]

@@ -630,6 +630,17 @@ def smaller_config_hint(config: Any) -> str:
 
 
 # ------------------------------------------------------------------ inputs
+def float_input_example(model: nn.Module) -> str:
+    """An ``--input-shape`` the model's first layer takes: 8 x channels x 32 x 32 for a
+    convolution (x 32 per spatial dimension), 8 x features for a linear layer, else 8x512."""
+    first = next((m for m in model.modules() if isinstance(m, (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Linear))), None)
+    if isinstance(first, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
+        return "x".join(["8", str(first.in_channels)] + ["32"] * len(first.kernel_size))
+    if isinstance(first, nn.Linear):
+        return f"8x{first.in_features}"
+    return "8x512"
+
+
 def token_vocab(model: nn.Module) -> int | None:
     """The vocabulary size when the model's first parameter is an embedding table."""
     first = next(iter(model.named_parameters()), None)
@@ -672,7 +683,7 @@ def _attach_inputs(model: nn.Module, spec: str, what: str, kb_inputs: Callable[[
 
     if not input_shape:
         raise ModelSpecError(f"{spec} does not take token ids (its first parameter is not an embedding): "
-                             "give --input-shape for its float input, e.g. 8x512")
+                             f"give --input-shape for its float input, e.g. {float_input_example(model)}")
     shape = list(input_shape)
 
     def make_inputs(seed: int) -> tuple:

@@ -59,6 +59,7 @@ class RunOptions:
     padded: bool = False  # hf: token models: a padded batch (models.pad_inputs)
     as_captured: bool = False  # profile the forward as a CUDA graph capture runs it (profiler.as_captured)
     fused_rotary: bool = False  # plan rotary + attention as one attention_rotary problem
+    fused_mlp: bool = False  # plan SwiGLU MLPs as one fused_mlp problem
 
 
 @dataclass
@@ -87,7 +88,7 @@ SPENT_EVERY_S = 10.0  # how often the loop's time spent is written to run.json
 def _run_differences(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     """The settings in which ``wanted`` differs from the saved run's, as ``name saved -> wanted``."""
     keys = ("model", "dtype", "input_shape")
-    flags = ("padded", "as_captured", "fused_rotary")  # absent from run.json files written before them: False
+    flags = ("padded", "as_captured", "fused_rotary", "fused_mlp")  # absent from run.json files written before them: False
     before, after = saved.get("config") or {}, wanted.get("config") or {}
     config = [f"config {k} {before.get(k, '(default)')!r} -> {after.get(k, '(default)')!r}"
               for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k)]
@@ -149,7 +150,8 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
     log(f"      {loaded.description}")
     wanted = {"model": opts.model, "dtype": dtype_name(dtype), "device": device,
               "input_shape": list(loaded.input_shape), "config": {k: str(v) for k, v in opts.config.items()},
-              "padded": opts.padded, "as_captured": opts.as_captured, "fused_rotary": opts.fused_rotary}
+              "padded": opts.padded, "as_captured": opts.as_captured, "fused_rotary": opts.fused_rotary,
+              "fused_mlp": opts.fused_mlp}
     plan_path = workdir / "plan.json"
     run_path = workdir / "run.json"
     reused = False
@@ -188,7 +190,7 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
     else:
         log("[2/4] profiling")
         plan = profile_model(loaded, device=device, dtype=dtype, captured=opts.as_captured,
-                             fuse_rotary=opts.fused_rotary)
+                             fuse_rotary=opts.fused_rotary, fuse_mlp=opts.fused_mlp)
         plan.config, plan.padded = {k: str(v) for k, v in opts.config.items()}, bool(opts.padded)
         workdir.mkdir(parents=True, exist_ok=True)
         save_plan(plan, plan_path)

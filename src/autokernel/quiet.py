@@ -15,8 +15,11 @@ import tempfile
 from typing import Iterator
 
 NOISE = re.compile(r"^USDT:.*\b(profiler_start|profiler_stop)\b")
-# NumPy's overflow warnings from the Triton interpreter (a kernel computing in fp16/bf16 casts)
-INTERPRETER_WARNING = "ignore:overflow encountered:RuntimeWarning"
+# NumPy's warnings from the Triton interpreter: overflow (a kernel computing in fp16/bf16 casts),
+# invalid values and division by zero (inf - inf, 0 / 0 on a masked lane: the kernel's own
+# masking decides what is stored, and the judge checks the result)
+INTERPRETER_MESSAGES = ("overflow encountered", "invalid value encountered", "divide by zero encountered")
+INTERPRETER_WARNING = ",".join(f"ignore:{m}:RuntimeWarning" for m in INTERPRETER_MESSAGES)
 
 
 def keep_line(line: str) -> bool:
@@ -53,7 +56,8 @@ def silence_interpreter_warnings() -> None:
     """In this process and the worker processes it starts."""
     import warnings
 
-    warnings.filterwarnings("ignore", message="overflow encountered", category=RuntimeWarning)
+    for message in INTERPRETER_MESSAGES:
+        warnings.filterwarnings("ignore", message=message, category=RuntimeWarning)
     current = os.environ.get("PYTHONWARNINGS", "")
     if INTERPRETER_WARNING not in current:
         os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [current, INTERPRETER_WARNING]))

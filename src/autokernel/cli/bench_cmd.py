@@ -18,7 +18,7 @@ from typing import Iterator, List, Optional
 
 import typer
 
-from .common import EXIT_OK, EXIT_VERDICT, fail_usage, fmt_or_dash, parse_shapes
+from .common import EXIT_OK, EXIT_VERDICT, fail_usage, fmt_or_dash, parse_shapes, says_when_interrupted
 
 
 @contextlib.contextmanager
@@ -100,7 +100,7 @@ def bench(
     spec = problem if not Path(problem).is_file() else str(Path(problem).resolve())
     if prob.source.startswith("kernelbench:"):
         spec = prob  # carries the options; the worker rebuilds it from its file
-    with _stdout_to_stderr() if json_out else contextlib.nullcontext():
+    with _stdout_to_stderr() if json_out else contextlib.nullcontext(), says_when_interrupted("no verdict"):
         with Evaluator(spec, device=dev, shapes=shapes or None, dtypes=dtypes or None, timeout_s=timeout,
                        baselines=not no_baselines, compile_timeout_s=compile_timeout) as evaluator:
             evaluation = evaluator.evaluate(kernel_file, incumbent_file=against)

@@ -1,8 +1,9 @@
 """Shared CLI helpers."""
 from __future__ import annotations
 
+import contextlib
 import sys
-from typing import NoReturn
+from typing import Iterator, NoReturn
 
 import typer
 
@@ -20,6 +21,17 @@ def fail_usage(message: str) -> NoReturn:
     """One line on stderr, exit 2, nothing written."""
     print(f"autokernel: error: {message}", file=sys.stderr)
     raise typer.Exit(EXIT_USAGE)
+
+
+@contextlib.contextmanager
+def says_when_interrupted(what: str) -> Iterator[None]:
+    """Ctrl-C inside the block ends the command with one line saying ``what`` and exit 130
+    (typer turns a KeyboardInterrupt into exit 130 with nothing said)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        print(f"autokernel: interrupted; {what}", file=sys.stderr)
+        raise typer.Exit(130) from None
 
 
 def parse_shapes(problem, texts) -> list:

@@ -68,6 +68,7 @@ def run(
     padded: bool = typer.Option(False, "--padded", help="hf: token models: run on a padded batch (token ids and an attention_mask with rows of different lengths)."),
     as_captured: bool = typer.Option(False, "--as-captured", help="Profile the forward as it runs while a CUDA stream captures it (for models that will run with --cuda-graphs)."),
     fused_rotary: bool = typer.Option(False, "--fused-rotary", help="Plan rotary on q and k followed by attention as one attention_rotary problem."),
+    fused_mlp: bool = typer.Option(False, "--fused-mlp", help="Plan SwiGLU MLPs as one fused_mlp problem (as profile --fused-mlp)."),
 ) -> None:
     """The whole job: profile the model, optimize its kernels, verify and report (resumable).
     Exit 0 when the patched model passes verification (or nothing is supported), 1 when it
@@ -108,7 +109,7 @@ def run(
                       timeout_s=timeout, run_name=run_name, compile=not no_compile,
                       use_existing_repo=use_existing_repo, extend_s=extend_s,
                       parallel=parallel, gpus=gpu_list, ray=ray, padded=padded, as_captured=as_captured,
-                      fused_rotary=fused_rotary, agent=AgentConfig(name=agent, seed=seed, llm=llm, llm_base_url=llm_base_url,
+                      fused_rotary=fused_rotary, fused_mlp=fused_mlp, agent=AgentConfig(name=agent, seed=seed, llm=llm, llm_base_url=llm_base_url,
                                         llm_max_calls=llm_max_calls, agent_cmd=agent_cmd))
     from ..loop.interrupts import terminate_as_interrupt
 

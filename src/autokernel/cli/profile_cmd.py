@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from .common import check_writable_dir, config_overrides, fail_usage
+from .common import check_writable_dir, config_overrides, fail_usage, says_when_interrupted
 
 
 def register(app: typer.Typer) -> None:
@@ -43,14 +43,14 @@ def profile(
         fail_usage(f"--out {out} is a directory; give a file path such as {out / 'plan.json'}")
     check_writable_dir(out.parent, "--out")
     overrides = config_overrides(config)
-    try:
-        loaded = load_model(model, dtype=torch_dtype, device=device, input_shape=parse_input_shape(input_shape),
-                            config_overrides=overrides or None, padded=padded)
-    except ModelSpecError as exc:
-        fail_usage(str(exc))
-
-    plan = profile_model(loaded, device=device, dtype=torch_dtype, warmup=warmup, iters=iters, fuse_mlp=fused_mlp,
-                         captured=as_captured, fuse_rotary=fused_rotary)
+    with says_when_interrupted(f"no plan was written to {out}"):
+        try:
+            loaded = load_model(model, dtype=torch_dtype, device=device, input_shape=parse_input_shape(input_shape),
+                                config_overrides=overrides or None, padded=padded)
+        except ModelSpecError as exc:
+            fail_usage(str(exc))
+        plan = profile_model(loaded, device=device, dtype=torch_dtype, warmup=warmup, iters=iters, fuse_mlp=fused_mlp,
+                             captured=as_captured, fuse_rotary=fused_rotary)
     plan.config, plan.padded = overrides, padded
     out.parent.mkdir(parents=True, exist_ok=True)
     save_plan(plan, out)

@@ -320,7 +320,11 @@ def _ahead_target(model: nn.Module, norm_name: str, k: KernelOp, probed: dict,
     params = None if _takes_residual(_original_class(type(norm)).forward) else \
         _plain_norm_params(norm, k.kind, k.dtype, probed, _model_device(model))
     if params is None:
-        skipped.append((norm_name, f"{k.kind}: {type(norm).__name__} is not a plain norm of the kind"))
+        weight = getattr(norm, "weight", None)
+        if isinstance(weight, torch.Tensor) and weight.dtype != k.dtype:  # the run's dtype, not the norm's form
+            skipped.append((norm_name, f"{k.kind}: weight dtype {weight.dtype} is not the kernel's {k.dtype}"))
+        else:
+            skipped.append((norm_name, f"{k.kind}: {type(norm).__name__} is not a plain norm of the kind"))
         return None
     return norm, params
 

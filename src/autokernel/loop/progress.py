@@ -37,7 +37,7 @@ def progress_line(run, record: ExperimentRecord, deadline: float | None,
     left = f"  left {format_duration(deadline - time.monotonic())}" if deadline is not None else ""
     paired = ""
     if comparison is not None and comparison.candidate_us > 0:
-        paired = f" (vs best {comparison.decision_speedup:.3g}x ±{100 * comparison.noise_frac:.0f}%)"
+        paired = f" (vs best {ratio_text(comparison.decision_speedup)} ±{100 * comparison.noise_frac:.0f}%)"
         if record.status == "revert":
             paired += revert_reason(comparison)
             if (comparison.decision_speedup <= 1.0 and record.latency_us and best is not None and best.latency_us
@@ -60,7 +60,12 @@ def revert_reason(comparison: Comparison) -> str:
     needed = 1.0 - (MIN_GAIN + comparison.noise_frac)
     if not math.isfinite(needed) or needed <= 0:
         return " within the noise"
-    return f" within the noise (a keep needs {1 / needed:.3g}x)"
+    return f" within the noise (a keep needs {ratio_text(1 / needed)})"
+
+
+def ratio_text(ratio: float) -> str:
+    """``1.03x``; four decimals near 1, where three digits would read "1x" for a gain of 0.4%."""
+    return f"{ratio:.4f}x" if abs(ratio - 1.0) < 0.005 else f"{ratio:.3g}x"
 
 
 def slots_line(activities: list[tuple[str, str, float] | None], now: float) -> str:
