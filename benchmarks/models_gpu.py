@@ -14,6 +14,7 @@
        a token, 4 layers), 4x1024 tokens, bf16: the experts as one moe_experts op
      - hf:gemma2 at Gemma-2-2B's widths, 4 layers, 4x1024 tokens, bf16: both soft caps
        (attention_softcap in eager attention, softcap on the final logits)
+     - hf:t5 (t5-small), 4x512 tokens, bf16: attention with T5's position bias as its mask
 2. fused kinds: each new kind (add_rmsnorm, add_layernorm, gelu, geglu, swiglu_packed, embedding,
    rotary_table, attention_masked: BERT-base heads at 4x512 with the [B,1,S,S] bool mask,
    attention_softcap: Gemma-2-9B heads at 2x2048 with transformers' additive mask, softcap:
@@ -58,14 +59,18 @@ MIXTRAL_QUARTER = ("hidden_size=1024,intermediate_size=3584,num_hidden_layers=4,
 GPU_MODELS = [("llama", LLAMA_4096, "4x1024"), ("hf:gpt2", None, "4x512"), ("hf:bert", None, "4x512"),
               ("hf:mixtral", MIXTRAL_QUARTER, "4x1024"),
               # Gemma-2-2B's widths (default config: hidden 2304, 8 heads of 256, vocabulary 256,000), 4 layers
-              ("hf:gemma2", "num_hidden_layers=4", "4x1024")]
+              ("hf:gemma2", "num_hidden_layers=4", "4x1024"),
+              # t5-small (the default config: d_model 512, 6 layers a stack, 8 heads): its attention with the
+              # position bias folded into the mask (attention_masked, nineteenth session)
+              ("hf:t5", None, "4x512")]
 CPU_MODELS = [("llama", "n_layers=1", "1x8"), ("hf:gpt2", "n_embd=64,n_layer=1,n_head=2,vocab_size=512", "1x8"),
               ("hf:bert", "hidden_size=64,num_hidden_layers=1,num_attention_heads=2,intermediate_size=128,vocab_size=512",
                "1x8"),
               ("hf:mixtral", "hidden_size=32,intermediate_size=48,num_hidden_layers=1,num_attention_heads=4,"
                              "num_key_value_heads=2,vocab_size=128,num_local_experts=4", "1x8"),
               ("hf:gemma2", "hidden_size=64,num_hidden_layers=1,num_attention_heads=4,num_key_value_heads=2,head_dim=16,"
-                            "intermediate_size=128,vocab_size=128", "1x8")]
+                            "intermediate_size=128,vocab_size=128", "1x8"),
+              ("hf:t5", "d_model=32,num_layers=1,num_heads=2,d_ff=64,d_kv=16,vocab_size=128", "1x8")]
 
 
 def liger_op(kind: str):
@@ -371,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cuda-graphs", action="store_true", help="verify the patched models in CUDA-graph mode")
     ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs",
                     help="torch.compile mode of the baselines ('default' compiles faster)")
-    ap.add_argument("--models", default="", help="comma-separated subset of llama,hf:gpt2,hf:bert,hf:mixtral ('none': no model)")
+    ap.add_argument("--models", default="", help="comma-separated subset of llama,hf:gpt2,hf:bert,hf:mixtral,hf:gemma2,hf:t5 ('none': no model)")
     ap.add_argument("--skip-fused", action="store_true", help="models only, not the fused kinds")
     ap.add_argument("--kinds", default="", help=f"comma-separated subset of the fused kinds ({','.join(FUSED_KINDS)})")
     ap.add_argument("--under-compile", default="auto", choices=UNDER_COMPILE,

@@ -71,13 +71,15 @@
 #                                               # over sets of knobs: attention at head_dim 128 and 256 (beside SDPA),
 #                                               # linear_gelu at BERT's and GPT-2's shapes (beside cuBLAS + GELU)
 #   bash benchmarks/pending_gpu.sh nineteenth_b OUT # hf:bert in graph mode against max-autotune, room for its compiles
+#   bash benchmarks/pending_gpu.sh nineteenth_c OUT # hf:t5 (t5-small) with its position bias reaching attention_masked
+#   bash benchmarks/pending_gpu.sh nineteenth_d OUT # hf:t5 in graph mode against max-autotune
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b|eighteenth|eighteenth_b|eighteenth_c|eighteenth_d|nineteenth|nineteenth_b OUT"
+usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b|eighteenth|eighteenth_b|eighteenth_c|eighteenth_d|nineteenth|nineteenth_b|nineteenth_c|nineteenth_d OUT"
 part=${1:?$usage}
 out=${2:?$usage}
 mkdir -p "$out"
@@ -315,6 +317,15 @@ nineteenth)  # the selection left attention out of hf:gemma2 (head_dim 256, knob
         --out "$out/linear_gelu_bert" --configs-file benchmarks/knob_sets/linear_gelu.json --shape-json '{"M": 2048}'
     step knobs_linear_gelu_gpt2 100 python benchmarks/starter_knobs_gpu.py --kind linear_gelu --shape 0 \
         --out "$out/linear_gelu_gpt2" --no-compile --configs-file benchmarks/knob_sets/linear_gelu.json
+    ;;
+nineteenth_c)  # T5's attention calls carry a position bias: they went back to transformers before the nineteenth
+    # session (profiled as attention_masked, never called); now the bias is the kernel's additive mask
+    step t5 420 python benchmarks/models_gpu.py --out "$out/t5" --skip-fused --models hf:t5 --max-minutes 6.5
+    ;;
+nineteenth_d)  # hf:t5 was launch-bound in nineteenth_c (13.8 ms from idle for 1.6 ms of GPU work): graph mode
+    # against torch.compile's own CUDA graphs (max-autotune), verify in a process of its own
+    step t5_graphs 480 python benchmarks/models_gpu.py --out "$out/t5_graphs" --skip-fused --cuda-graphs \
+        --compile-mode max-autotune --models hf:t5 --max-minutes 7.5
     ;;
 nineteenth_b)  # hf:bert in graph mode against max-autotune, which did not finish in eighteenth_d's 330 s step
     step graphs_bert_max_autotune 500 python benchmarks/models_gpu.py --out "$out/graphs" --skip-fused --cuda-graphs \
