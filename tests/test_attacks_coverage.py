@@ -120,9 +120,8 @@ STARTER_EDITS = [
      ["case=large-rows", "sampled rows"]),
     ("moe_experts_hidden_offsets_wrap", "moe_experts",
      "    tl.store(h_ptr + pos[:, None] * stride_h + rn[None, :], h.to(h_ptr.dtype.element_ty),\n",
-     # 8192: past the hidden rows of every CPU shape (the 5x2x3x523x531 edge's are 5310 elements)
-     "    tl.store(h_ptr + (pos[:, None] * stride_h + rn[None, :]) % 8192, h.to(h_ptr.dtype.element_ty),\n",
-     (None, 8192), "heldout", ["case=index-width"]),
+     "    tl.store(h_ptr + (pos[:, None] * stride_h + rn[None, :]) % 4096, h.to(h_ptr.dtype.element_ty),\n",
+     (None, 4096), "heldout", ["case=index-width"]),
 ]
 STARTER_EDIT_SHAPES = {"reduce": ["9x40"], "softmax": ["9x40"], "moe_experts": ["9x3x5x24x20"]}
 

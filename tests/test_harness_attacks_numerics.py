@@ -99,10 +99,11 @@ def test_rising_scores_put_the_best_key_late_and_far_above_the_first_block(kind,
 
 # --------------------------------------------------------- a dtype only the held-out shapes meet
 def test_fp32_rounded_to_bf16_on_a_longer_ragged_k_is_incorrect():
-    """Only the held-out shapes near K = 64 take the path; they run at every dtype now."""
+    """Only the held-out shapes near K = 64 took the path; they run at every dtype now.  Since
+    red-team pass 12 the 3x5x1031 edge (K past four blocks) meets it first."""
     with Evaluator("matmul", device="cpu", timeout_s=120, timing=False, baselines=False) as ev:
         result = ev.evaluate(ATTACKS / "matmul_fp32_ragged_k_as_bf16.py")
-    assert result.verdict == "incorrect" and result.failed_stage == "heldout", result.message
+    assert result.verdict == "incorrect" and result.failed_stage in ("edges", "heldout"), result.message
     assert "dtype=fp32" in result.message, result.message
 
 

@@ -139,7 +139,7 @@ def test_gpt_oss_experts_are_found_placed_and_verify(tmp_path):
 # catches it now), with the shapes where the judge meets the wrong input
 ATTACKS = {
     "moe_experts_gptoss_32_experts_at_most": {"T": 8, "K": 4, "E": 40, "D": 16, "I": 8},
-    "moe_experts_gptoss_first_k_block_only": {"T": 5, "K": 2, "E": 3, "D": 200, "I": 136},
+    "moe_experts_gptoss_first_k_block_only": {"T": 5, "K": 2, "E": 3, "D": 263, "I": 265},
     "moe_experts_gptoss_sigmoid_of_unclamped_gate": {"T": 16, "K": 2, "E": 4, "D": 32, "I": 24},
 }
 

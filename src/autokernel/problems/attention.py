@@ -40,10 +40,10 @@ CPU_SHAPES = (
     _shape(1, 2, 1, 48, 64, 0),
 )
 GPU_EDGE_SHAPES = (_shape(1, 32, 8, 1, 128, 1), _shape(3, 32, 8, 1023, 128, 1), _shape(1, 8, 8, 777, 64, 0))
-# 523 and 521 tokens: more than four key blocks of the widest BLOCK_N (a kernel that attends to a
-# window of keys, or stops after a few blocks, meets them; every other CPU shape fits in one)
+# 263 and 261 tokens: more than two key blocks of the widest BLOCK_N (a kernel that attends to a
+# window of keys, or stops after a block or two, meets them; every other CPU shape fits in one)
 CPU_EDGE_SHAPES = (_shape(1, 1, 1, 1, 16, 1), _shape(1, 3, 1, 17, 32, 1), _shape(2, 2, 2, 33, 64, 0),
-                   _shape(1, 1, 1, 523, 16, 1), _shape(1, 1, 1, 521, 16, 0))
+                   _shape(1, 1, 1, 263, 16, 1), _shape(1, 1, 1, 261, 16, 0))
 FIXED_DIMS = ("H", "Hkv", "D", "causal")
 
 

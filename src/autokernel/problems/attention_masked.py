@@ -57,11 +57,11 @@ CPU_SHAPES = (
 )
 GPU_EDGE_SHAPES = (_shape(1, 12, 12, 1, 64, 0, 1), _shape(3, 12, 12, 777, 64, 1, 1),
                    _shape(5, 32, 8, 1023, 128, 0, 0))
-# 523 tokens: several query tiles and more than four key blocks of the widest BLOCK_N (with one, a kernel that
+# 263 tokens: several query tiles and more than two key blocks of the widest BLOCK_N (with one, a kernel that
 # counts something once per block or skips blocks by a few mask rows passed); a bool key-padding
 # mask at B = 2 (a kernel that read batch 0's padding for every row passed at B = 1)
 CPU_EDGE_SHAPES = (_shape(1, 1, 1, 1, 16, 0, 1), _shape(2, 3, 1, 17, 32, 0, 0), _shape(3, 2, 2, 19, 64, 0, 1),
-                   _shape(1, 1, 1, 523, 16, 0, 1))
+                   _shape(1, 1, 1, 263, 16, 0, 1))
 FIXED_DIMS = ("H", "Hkv", "D", "additive", "per_query")
 
 

@@ -47,7 +47,7 @@ CPU_SHAPES = (
 )
 GPU_EDGE_SHAPES = (_shape(1, 8, 4, 1, 256, 1, 1), _shape(3, 16, 8, 777, 256, 1, 1), _shape(5, 8, 4, 1023, 256, 0, 0))
 CPU_EDGE_SHAPES = (_shape(1, 1, 1, 1, 16, 1, 1), _shape(2, 3, 1, 17, 32, 0, 0), _shape(3, 2, 2, 19, 64, 1, 1),
-                   _shape(1, 1, 1, 523, 16, 1, 1))  # several tiles and key blocks (attention_masked)
+                   _shape(1, 1, 1, 263, 16, 1, 1))  # several tiles and key blocks (attention_masked)
 FIXED_DIMS = masked.FIXED_DIMS
 
 SOFTCAPS = (50.0, 30.0)

@@ -36,7 +36,7 @@ def _shape(m: int, n: int, k: int) -> Shape:
 GPU_SHAPES = (_shape(2048, 2048, 2048), _shape(4096, 4096, 4096), _shape(4096, 11008, 4096))
 CPU_SHAPES = (_shape(32, 32, 32), _shape(48, 40, 64))
 GPU_EDGE_SHAPES = (_shape(1, 4096, 4096), _shape(2047, 3001, 1025), _shape(4097, 1, 511))
-# K = 1031: more than four K blocks of the widest BLOCK_K (a kernel that sums a prefix of K meets it)
+# K = 1031: more than eight K blocks of the widest BLOCK_K (a kernel that sums a prefix of K meets it)
 CPU_EDGE_SHAPES = (_shape(1, 33, 17), _shape(37, 19, 45), _shape(5, 3, 1), _shape(3, 5, 1031))
 
 
