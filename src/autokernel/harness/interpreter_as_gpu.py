@@ -168,6 +168,11 @@ class LaunchMemory:
             owner[offsets] = self.program
             when[offsets] = self.clock
 
+    def may_overlap(self, pointers: np.ndarray) -> bool:
+        """Whether ``pointers`` (masked lanes included) reach the stored range at all: most loads
+        read inputs, which no program of the launch stores to."""
+        return pointers.size > 0 and int(pointers.max()) >= self.low and int(pointers.min()) <= self.high
+
     def loaded(self, addresses: np.ndarray) -> None:
         self.clock += 1
         if addresses.size == 0 or int(addresses.max()) < self.low or int(addresses.min()) > self.high:
@@ -211,7 +216,7 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
         return flat[np.asarray(mask.data, dtype=bool).reshape(-1)] if mask is not None else flat
 
     def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
-        if not state["atomic"]:
+        if not state["atomic"] and memory.pages and memory.may_overlap(ptrs.data):
             memory.loaded(addresses(ptrs, mask))
         return load(self, ptrs, mask, other, cache_policy, is_volatile)
 
@@ -290,8 +295,10 @@ def hint_error(key: str, data: np.ndarray, values: list, unit: int) -> str | Non
             if key == "tt.constancy":
                 if (steps != 0).any():
                     return f"a group of {group} holds more than one value"
-            elif not contiguous(chunk, steps, unit):
-                return f"the group {chunk[0][:8].tolist()}... does not step by {unit}"
+            else:
+                bad = broken_lanes(chunk, steps, unit)
+                if bad.any():
+                    return f"the group {chunk[int(np.argmax(bad))][:8].tolist()}... does not step by {unit}"
     return None
 
 
@@ -302,10 +309,10 @@ def run_starts(lanes: np.ndarray, unit: int) -> np.ndarray:
     return starts
 
 
-def contiguous(chunk: np.ndarray, steps: np.ndarray, unit: int) -> bool:
-    """Every step is ``unit``; for integers (``unit`` 1) a step may instead wrap to 0, as
-    ``(start + arange) % M`` does past M (every step with M = 1)."""
+def broken_lanes(chunk: np.ndarray, steps: np.ndarray, unit: int) -> np.ndarray:
+    """The lanes of ``chunk`` (rows) with a step other than ``unit``; for integers (``unit`` 1) a
+    step may instead wrap to 0, as ``(start + arange) % M`` does past M (every step with M = 1)."""
     off = steps != unit
-    if not off.any():
-        return True
-    return unit == 1 and not (off & (chunk[:, 1:] != 0)).any()
+    if unit == 1:
+        off &= chunk[:, 1:] != 0
+    return off.any(axis=1)
