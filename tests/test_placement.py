@@ -44,25 +44,31 @@ def test_the_router_softmax_is_reported_not_optimized():
     assert plan.covered_fraction + sum(u.fraction for u in plan.not_covered) == pytest.approx(1.0, abs=1e-6)
 
 
-def placed_and_matching(tmp_path, spec: str, config: str, shape: list[int], kinds=("rmsnorm", "add_rmsnorm")):
-    """Profile ``spec``; its problems of ``kinds`` are supported; ``apply`` with the starters
-    switches them, skips none, and the output matches.  The patched model."""
+def starters_workdir(tmp_path, plan, kinds) -> list:
+    """``tmp_path`` as a run's workdir: ``plan`` cut to its problems of ``kinds``, each with its
+    starter as the kernel.  Those problems."""
     import shutil
 
-    from autokernel.integrate import apply
     from autokernel.plan import save_plan
     from autokernel.problems.registry import KERNELS_DIR
 
-    loaded = load_model(spec, config_overrides=config, input_shape=shape, dtype=torch.float32)
-    plan = profile_model(loaded, warmup=0, iters=1)
-    norms = [p for p in plan.problems if p.kind in kinds]
-    assert {p.kind for p in norms} == set(kinds)
-    assert all(p.supported for p in norms), [(p.name, p.note) for p in norms]
-    plan.problems = norms
-    for p in norms:
+    plan.problems = [p for p in plan.problems if p.kind in kinds]
+    for p in plan.problems:
         (tmp_path / "problems" / p.name).mkdir(parents=True)
         shutil.copyfile(KERNELS_DIR / f"{p.kind}.py", tmp_path / "problems" / p.name / "kernel.py")
     save_plan(plan, tmp_path / "plan.json")
+    return plan.problems
+
+
+def placed_and_matching(tmp_path, spec: str, config: str, shape: list[int], kinds=("rmsnorm", "add_rmsnorm")):
+    """Profile ``spec``; its problems of ``kinds`` are supported; ``apply`` with the starters
+    switches them, skips none, and the output matches.  The patched model."""
+    from autokernel.integrate import apply
+
+    loaded = load_model(spec, config_overrides=config, input_shape=shape, dtype=torch.float32)
+    norms = starters_workdir(tmp_path, profile_model(loaded, warmup=0, iters=1), kinds)
+    assert {p.kind for p in norms} == set(kinds)
+    assert all(p.supported for p in norms), [(p.name, p.note) for p in norms]
     patched = apply(loaded.model, tmp_path)
     placed = {kind for _, kind in patched._autokernel_replaced}
     assert placed == set(kinds) and not patched._autokernel_skipped, patched._autokernel_skipped
@@ -344,19 +350,10 @@ def test_the_shapes_of_places_apply_cannot_switch_leave_the_problem(tmp_path):
 def test_a_norm_of_another_dtype_than_the_runs_is_skipped_for_its_dtype(tmp_path):
     """New-user trial: an fp32 run applied to a bf16 model skipped the residual LayerNorms as
     "LayerNorm is not a plain norm of the kind"; the plain norms said the dtype, as it is."""
-    import shutil
-
     from autokernel.integrate import apply
-    from autokernel.plan import save_plan
-    from autokernel.problems.registry import KERNELS_DIR
 
     loaded = load_model("gpt2", input_shape=[1, 8], dtype=torch.float32, config_overrides={"n_layer": "2"})
-    plan = profile_model(loaded, warmup=0, iters=1)
-    plan.problems = [p for p in plan.problems if p.kind == "add_layernorm"]
-    (problem,) = plan.problems
-    (tmp_path / "problems" / problem.name).mkdir(parents=True)
-    shutil.copyfile(KERNELS_DIR / "add_layernorm.py", tmp_path / "problems" / problem.name / "kernel.py")
-    save_plan(plan, tmp_path / "plan.json")
+    (_,) = starters_workdir(tmp_path, profile_model(loaded, warmup=0, iters=1), ("add_layernorm",))
     with pytest.warns(UserWarning):
         patched = apply(loaded.model.to(torch.bfloat16), tmp_path)
     reasons = [why for _, why in patched._autokernel_skipped if "no place in the model" not in why]

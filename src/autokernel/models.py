@@ -440,7 +440,7 @@ def _has_setting(config: Any, name: str) -> bool:
         return True
 
 
-def _did_you_mean(transformers: Any, arch: str) -> str:
+def _did_you_mean(arch: str) -> str:
     import difflib
 
     try:
@@ -528,7 +528,7 @@ def _build_hf(arch: str, overrides: dict[str, Any], device: str,
     try:
         default = transformers.AutoConfig.for_model(arch)
     except (ValueError, KeyError):
-        raise ModelSpecError(f"unknown Hugging Face architecture {arch!r}{_did_you_mean(transformers, arch)} "
+        raise ModelSpecError(f"unknown Hugging Face architecture {arch!r}{_did_you_mean(arch)} "
                              "(transformers model types such as llama, mistral, qwen2, gpt2, bert)") from None
     values = {}
     for key, value in overrides.items():

@@ -13,7 +13,7 @@ import torch.nn as nn
 
 from ..recognize import embedding_scale
 from .fused import _probe_call
-from .patching import _pick, _reference, _swap_class
+from .patching import _pick, _reference, _swap_class, dtype_reason
 from .selection import KernelOp
 
 
@@ -42,7 +42,7 @@ def _apply_embedding(model, k, done, replaced, skipped, probed) -> None:
             skipped.append((name, f"embedding: {type(m).__name__}.forward is not a row gather times a constant"))
             continue
         if m.weight.dtype != k.dtype:
-            skipped.append((name, f"embedding: weight dtype {m.weight.dtype} is not the kernel's {k.dtype}"))
+            skipped.append((name, dtype_reason("embedding", m.weight.dtype, k.dtype)))
             continue
         base = type(m)
         if base.forward is not nn.Embedding.forward:

@@ -8,7 +8,8 @@ import torch.nn as nn
 
 from ..recognize import biased_linear_dims, is_silu_module, patch_conv_kernel
 from .ops import rows
-from .patching import _check_probe, _class_code_names, _pick, _probe, _probe_input, _reference, _swap_class
+from .patching import (_check_probe, _class_code_names, _pick, _probe, _probe_input, _reference, _swap_class,
+                       dtype_reason)
 from .selection import KernelOp
 
 
@@ -86,7 +87,7 @@ def _apply_matmul(model, k, done, replaced, skipped, probed) -> None:
         if not (linear or conv1d or patches):
             continue
         if m.weight.dtype != k.dtype:
-            skipped.append((name, f"matmul: weight dtype {m.weight.dtype} is not the kernel's {k.dtype}"))
+            skipped.append((name, dtype_reason("matmul", m.weight.dtype, k.dtype)))
             continue
         # The kernel takes b[K, N]: keep a contiguous transposed copy of nn.Linear's [N, K] weight
         # (inference only: later changes of the weight are not seen); Conv1D's is [K, N] already.

@@ -8,7 +8,8 @@ import torch
 import torch.nn as nn
 
 from .ops import rows
-from .patching import _model_device, _ok_device, _pick, _probe, _probe_input, _reference, _related, _swap_class
+from .patching import (_model_device, _ok_device, _pick, _probe, _probe_input, _reference, _related, _swap_class,
+                       dtype_reason)
 from .selection import KernelOp
 
 
@@ -96,7 +97,7 @@ def _apply_rmsnorm(model: nn.Module, k: KernelOp, done: set[int], replaced, skip
             skipped.append((name, "rmsnorm: no eps attribute found"))
             continue
         if m.weight.dtype != k.dtype or not _ok_device(m.weight, _model_device(model)):
-            skipped.append((name, f"rmsnorm: weight dtype {m.weight.dtype} is not the kernel's {k.dtype}"))
+            skipped.append((name, dtype_reason("rmsnorm", m.weight.dtype, k.dtype)))
             continue
         form = rmsnorm_form(m, k.dtype, probed)
         if form is None:
@@ -223,7 +224,7 @@ def _apply_layernorm(model, k, done, replaced, skipped, probed) -> None:
             if plain and len(m.normalized_shape) != 1:
                 skipped.append((name, "layernorm: needs a 1-D normalized shape"))
             elif getattr(m, "weight", None) is not None and m.weight.dtype != k.dtype:
-                skipped.append((name, f"layernorm: weight dtype {m.weight.dtype} is not the kernel's {k.dtype}"))
+                skipped.append((name, dtype_reason("layernorm", m.weight.dtype, k.dtype)))
             elif not plain:
                 skipped.append((name, f"layernorm: {type(m).__name__} computes something else (probe mismatch)"))
             continue

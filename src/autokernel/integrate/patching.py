@@ -86,6 +86,11 @@ def _probe_input(n: int, module: nn.Module, dtype: torch.dtype) -> torch.Tensor:
     return torch.randn(3, n, generator=gen).to(device=_model_device(module), dtype=dtype)
 
 
+def dtype_reason(kind: str, weight_dtype: torch.dtype, kernel_dtype: torch.dtype) -> str:
+    """Why a module whose weight is in another dtype than the run's kernel is skipped."""
+    return f"{kind}: weight dtype {weight_dtype} is not the kernel's {kernel_dtype}"
+
+
 def _ok_device(t: torch.Tensor, device: torch.device) -> bool:
     return t.device.type == device.type
 

@@ -47,7 +47,7 @@ import torch.nn as nn
 
 from .norms import _original_class, layernorm_form, norm_width, rmsnorm_form
 from .ops import rows
-from .patching import _model_device, _swap_class, rewrap
+from .patching import _model_device, _swap_class, dtype_reason, rewrap
 from .rewrite import compile_forward, parse_forward, statement_lists
 from .selection import KernelOp
 
@@ -322,7 +322,7 @@ def _ahead_target(model: nn.Module, norm_name: str, k: KernelOp, probed: dict,
     if params is None:
         weight = getattr(norm, "weight", None)
         if isinstance(weight, torch.Tensor) and weight.dtype != k.dtype:  # the run's dtype, not the norm's form
-            skipped.append((norm_name, f"{k.kind}: weight dtype {weight.dtype} is not the kernel's {k.dtype}"))
+            skipped.append((norm_name, dtype_reason(k.kind, weight.dtype, k.dtype)))
         else:
             skipped.append((norm_name, f"{k.kind}: {type(norm).__name__} is not a plain norm of the kind"))
         return None
