@@ -164,16 +164,18 @@ def test_constant_rows_cancel_a_one_pass_variance_and_not_the_mean(kind, dtype):
     assert float(((two_pass - exact).abs() / exact).max()) < 1e-5
 
 
-@pytest.mark.parametrize("attack,dtype,case", [
-    ("fused_mlp_fp16_hidden.py", "bf16", "massive-activations"),
-    ("fused_mlp_fp16_accumulate.py", "fp16", "fp16-running-sum"),
+@pytest.mark.parametrize("attack,dtype,cases", [
+    ("fused_mlp_fp16_hidden.py", "bf16", ("massive-activations",)),
+    # an fp16 running sum also loses the saturated gate's small outputs on some draws (1.02x the
+    # bound at seed-drawn inputs in one CI run), and that case comes first
+    ("fused_mlp_fp16_accumulate.py", "fp16", ("fp16-running-sum", "saturated-gate")),
 ])
-def test_fused_mlp_in_fp16_where_the_values_leave_its_range_is_incorrect(attack, dtype, case):
+def test_fused_mlp_in_fp16_where_the_values_leave_its_range_is_incorrect(attack, dtype, cases):
     """bf16's h kept in fp16, and fp16 products summed in fp16: the numerics stage has a bf16
     case with |h| ~ 1e5 and an fp16 case whose gate projection's running sum passes 65504."""
     result = judged("fused_mlp", attack, [dtype])
     assert result.verdict == "incorrect" and result.failed_stage == "numerics", result.message
-    assert f"case={case}" in result.message, result.message
+    assert any(f"case={case}" in result.message for case in cases), result.message
 
 
 def test_the_fused_mlp_cases_leave_fp16_range_only_where_fp32_sums_do_not():
