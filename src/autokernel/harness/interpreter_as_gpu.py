@@ -25,9 +25,10 @@ on it (worker side, CPU only): ``install()`` once per process, before any kernel
   kept by a plain load and store loses updates, and a partial stored by another program need
   not be visible yet (red-team pass 12: passed every CPU stage, wrong in 983 of 1280 rows on
   an H100).  Within a launch, a load of an address that another program of the launch stored
-  (plain store) is a race (``RaceError``) unless an atomic of the writer came after its store
-  and an atomic of the reader came before its load (the release/acquire a GPU needs; relaxed
-  atomics do not count).  A program reading back its own stores is left alone.
+  (plain store) is a race (``RaceError``) unless an atomic of the writer after its store and
+  an atomic of the reader before its load met on one address (the release/acquire pair a GPU
+  needs: atomics on different addresses order nothing, pass 13; relaxed atomics do not
+  count).  A program reading back its own stores is left alone.
 * Compiler hints.  The interpreter records ``tl.max_contiguous``, ``tl.multiple_of`` and
   ``tl.max_constancy`` and never uses them; a GPU build trusts them (a stride-2 gather hinted
   contiguous became one vector load of the wrong elements, pass 12).  Each hint is checked
@@ -139,7 +140,7 @@ def _shuffle_programs(builder: type, rng: np.random.Generator, memory: "LaunchMe
 
 class LaunchMemory:
     """Which program of the running launch stored each address (by pages of shadow arrays), and
-    when each program ran its first and last ordering atomic, on one clock of memory events."""
+    where and when each program ran its ordering atomics, on one clock of memory events."""
 
     def __init__(self) -> None:
         self.program = 0
@@ -149,13 +150,11 @@ class LaunchMemory:
         self.pages: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.low, self.high = np.iinfo(np.int64).max, -1
         self.clock = 0
-        self.first_atomic: dict[int, int] = {}
-        self.last_atomic: dict[int, int] = {}
+        self.atomics: dict[int, list[tuple[int, np.ndarray]]] = {}
 
-    def atomic(self) -> None:
+    def atomic(self, addresses: np.ndarray) -> None:
         self.clock += 1
-        self.first_atomic.setdefault(self.program, self.clock)
-        self.last_atomic[self.program] = self.clock
+        self.atomics.setdefault(self.program, []).append((self.clock, np.unique(addresses)))
 
     def stored(self, addresses: np.ndarray) -> None:
         self.clock += 1
@@ -173,12 +172,23 @@ class LaunchMemory:
         read inputs, which no program of the launch stores to."""
         return pointers.size > 0 and int(pointers.max()) >= self.low and int(pointers.min()) <= self.high
 
+    def ordered(self, writer: int, stored_at: int) -> bool:
+        """Whether an atomic ``writer`` ran after its store at ``stored_at`` and one the running
+        program ran before now touched a common address.  The interpreter runs a launch's
+        programs one after another, so each of the reader's atomics came after all the writer's."""
+        released = [where for when, where in self.atomics.get(writer, ()) if when > stored_at]
+        acquired = [where for _, where in self.atomics.get(self.program, ())]
+        if not released or not acquired:
+            return False
+        return np.intersect1d(np.concatenate(released), np.concatenate(acquired), assume_unique=False).size > 0
+
     def loaded(self, addresses: np.ndarray) -> None:
         """A load of ``addresses`` (its unmasked lanes; the caller has ruled out loads that
         ``may_overlap`` says cannot reach a store)."""
         self.clock += 1
         if addresses.size == 0:
             return
+        latest: dict[int, int] = {}  # writer -> its latest store among the lanes (the hardest to order)
         for page, offsets in _by_page(addresses):
             if page not in self.pages:
                 continue
@@ -186,14 +196,15 @@ class LaunchMemory:
             writers, stamps = owner[offsets], when[offsets]
             foreign = (writers >= 0) & (writers != self.program)
             for writer, stamp in zip(writers[foreign].tolist(), stamps[foreign].tolist()):
-                released = self.last_atomic.get(writer, 0) > stamp
-                acquired = self.program in self.first_atomic
-                if not (released and acquired):
-                    raise RaceError(
-                        f"program {self.program} of a launch loads a value that another program ({writer}) of the "
-                        f"same launch stored, with no atomic ordering the two: on a GPU the programs run at once, "
-                        f"so this is a race (the value may not be there yet). Communicate between programs "
-                        f"through atomics (tl.atomic_add/atomic_cas, not relaxed), or in a second launch")
+                latest[writer] = max(stamp, latest.get(writer, 0))
+        for writer, stamp in latest.items():
+            if not self.ordered(writer, stamp):
+                raise RaceError(
+                    f"program {self.program} of a launch loads a value that another program ({writer}) of the "
+                    f"same launch stored, with no atomic ordering the two: on a GPU the programs run at once, "
+                    f"so this is a race (the value may not be there yet). Communicate between programs "
+                    f"through atomics on one address (the writer's after its store, the reader's before its "
+                    f"load; tl.atomic_add/atomic_cas, not relaxed), or in a second launch")
 
 
 def _by_page(addresses: np.ndarray):
@@ -208,8 +219,8 @@ def _by_page(addresses: np.ndarray):
 
 
 def _watch_memory(builder: type, memory: LaunchMemory) -> None:
-    """Plain loads and stores (descriptor ones come through them too) tell ``memory`` their
-    addresses; atomics their times (their own loads and stores, if any, are not plain)."""
+    """Plain loads and stores (descriptor ones come through them too) and ordering atomics tell
+    ``memory`` their addresses (an atomic's own loads and stores, if any, are not plain)."""
     load, store = builder.create_masked_load, builder.create_masked_store
     state = {"atomic": 0}
 
@@ -227,13 +238,13 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
             memory.stored(addresses(ptrs, mask))
         return store(self, ptrs, value, mask, cache_policy)
 
-    def ordering(name: str):
+    def ordering(name: str, pointer_at: int, mask_at: int | None):
         original = getattr(builder, name)
 
         def atomic(self, *args):
             sem = args[-2]  # (..., sem, scope) for every atomic of the builder
             if getattr(sem, "name", "") != "RELAXED":
-                memory.atomic()
+                memory.atomic(addresses(args[pointer_at], args[mask_at] if mask_at is not None else None))
             state["atomic"] += 1
             try:
                 return original(self, *args)
@@ -243,9 +254,12 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
         atomic.__qualname__ = f"{builder.__qualname__}.{name}"
         return atomic
 
-    for name in ("create_atomic_rmw", "create_atomic_cas", "create_atomic_load", "create_atomic_store"):
+    # where each atomic of the builder takes its pointers and its mask
+    for name, pointer_at, mask_at in (("create_atomic_rmw", 1, 3), ("create_atomic_cas", 0, None),
+                                      ("create_atomic_load", 0, 1), ("create_atomic_store", 0, 2),
+                                      ("create_atomic_poll", 0, None)):
         if hasattr(builder, name):
-            setattr(builder, name, ordering(name))
+            setattr(builder, name, ordering(name, pointer_at, mask_at))
     create_masked_load.__qualname__ = f"{builder.__qualname__}.create_masked_load"
     create_masked_store.__qualname__ = f"{builder.__qualname__}.create_masked_store"
     builder.create_masked_load, builder.create_masked_store = create_masked_load, create_masked_store

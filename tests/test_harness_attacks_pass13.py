@@ -1,0 +1,66 @@
+"""Thirteenth red-team pass on the judge (CPU, Triton interpreter).
+
+The twelfth pass's race rule let a load of another program's store through when the writer ran
+any ordering atomic after its store and the reader any one before its load.  A kernel that kept
+its "last program finishes the row" counter with a plain load and store again, and ran an atomic
+on an address of its own before and after, passed: on a GPU two atomics on different addresses
+order nothing (release and acquire pair up only on one location), so the counter loses updates
+and the partials need not be visible.  The rule now asks for what a GPU asks: an atomic of the
+writer after its store and one of the reader before its load **on the same address**.
+
+Each test failed before its fix."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_harness_attacks import ATTACKS  # noqa: E402
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
+
+PLAIN_COUNTER = "    c = tl.load(cnt_ptr + row)\n    tl.store(cnt_ptr + row, c + 1)\n"
+# the plain counter between two atomics on a scratch word of the program's own
+UNRELATED_ATOMICS = ("    tl.atomic_add(ws_ptr + row * SPLIT + j, 0.0)\n" + PLAIN_COUNTER
+                     + "    tl.atomic_add(ws_ptr + row * SPLIT + j, 0.0)\n")
+
+PROBE = (
+    "import importlib.util, sys, torch\n"
+    "from autokernel.harness import interpreter_as_gpu\n"
+    "interpreter_as_gpu.install()\n"
+    "for name in sys.argv[2:]:\n"
+    "    spec = importlib.util.spec_from_file_location(name, sys.argv[1] + f'/{name}.py')\n"
+    "    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+    "    x = torch.randn(4, 300)\n"
+    "    try:\n"
+    "        print(name, bool(torch.allclose(m.kernel_fn(x), x.sum(1), atol=1e-4)))\n"
+    "    except Exception as exc:\n"
+    "        print(name, type(exc).__name__, 'RaceError' in repr(exc))\n")
+
+
+def _run(tmp_path: Path, variants: dict[str, str]) -> list[str]:
+    source = (ATTACKS / "reduce_pass12_split_row_plain_counter.py").read_text()
+    assert PLAIN_COUNTER in source
+    for name, counter in variants.items():
+        (tmp_path / f"{name}.py").write_text(source.replace(PLAIN_COUNTER, counter))
+    done = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path), *variants], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, TRITON_INTERPRET="1"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().split("\n")
+
+
+def test_atomics_on_addresses_of_their_own_do_not_order_a_handoff(tmp_path):
+    """Before: the edit computed the right sums and passed the race rule."""
+    assert _run(tmp_path, {"unrelated": UNRELATED_ATOMICS}) == ["unrelated InterpreterError True"]
+
+
+def test_a_handoff_through_one_counter_is_ordered(tmp_path):
+    """The honest form: every program's atomic on its row's counter orders its partial before
+    the last program's reads (and a relaxed one would not)."""
+    relaxed = "    c = tl.atomic_add(cnt_ptr + row, 1, sem='relaxed')\n"
+    assert _run(tmp_path, {"counter": "    c = tl.atomic_add(cnt_ptr + row, 1)\n", "relaxed": relaxed}) == [
+        "counter True", "relaxed InterpreterError True"]
