@@ -75,13 +75,15 @@ def profile_forwards(model, inputs, gpu: bool, iters: int) -> tuple[float, float
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--models", default="", help="comma-separated subset of llama,hf:gpt2,hf:bert")
+    ap.add_argument("--models", default="", help="comma-separated subset of models_gpu.py's models")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--cuda-graphs", action="store_true",
                     help="also profile the patched model in CUDA-graph mode (and name the ops its capture left out)")
     ap.add_argument("--compiled", action="store_true",
                     help="also profile torch.compile of the original (max-autotune-no-cudagraphs): where its time "
                          "goes against the patched model's, GEMMs apart")
+    ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs",
+                    help="torch.compile mode for --compiled (default: max-autotune-no-cudagraphs)")
     ap.add_argument("--cpu-smoke", action="store_true")
     args = ap.parse_args(argv)
     import torch
@@ -118,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             graphed = apply(original, wd, cuda_graphs=True)
             models.append(("patched, CUDA graph", graphed))
         if args.compiled:
-            mode = "max-autotune-no-cudagraphs" if gpu else None
+            mode = args.compile_mode if gpu else None
             models.append(("torch.compile of the original", torch.compile(original, mode=mode,
                                                                           backend="inductor" if gpu else "aot_eager")))
         for name, model in models:

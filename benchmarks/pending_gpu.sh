@@ -318,6 +318,11 @@ nineteenth)  # the selection left attention out of hf:gemma2 (head_dim 256, knob
     step knobs_linear_gelu_gpt2 100 python benchmarks/starter_knobs_gpu.py --kind linear_gelu --shape 0 \
         --out "$out/linear_gelu_gpt2" --no-compile --configs-file benchmarks/knob_sets/linear_gelu.json
     ;;
+twentieth)  # hf:gemma2 lost to torch.compile in the eighteenth session (15.24 against 13.37 ms, default mode):
+    # per kernel, where the patched forward's time goes against the compiled one's
+    step gemma2_profile 420 python benchmarks/model_profile_gpu.py --out "$out/gemma2" --models hf:gemma2 \
+        --compiled --compile-mode default --iters 10
+    ;;
 nineteenth_c)  # T5's attention calls carry a position bias: they went back to transformers before the nineteenth
     # session (profiled as attention_masked, never called); now the bias is the kernel's additive mask
     step t5 420 python benchmarks/models_gpu.py --out "$out/t5" --skip-fused --models hf:t5 --max-minutes 6.5
