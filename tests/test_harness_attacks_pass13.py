@@ -1,12 +1,14 @@
-"""Thirteenth red-team pass on the judge (CPU, Triton interpreter).
+"""Thirteenth red-team pass on the judge (CPU, Triton interpreter): the race rule of pass 12.
 
-The twelfth pass's race rule let a load of another program's store through when the writer ran
-any ordering atomic after its store and the reader any one before its load.  A kernel that kept
-its "last program finishes the row" counter with a plain load and store again, and ran an atomic
-on an address of its own before and after, passed: on a GPU two atomics on different addresses
-order nothing (release and acquire pair up only on one location), so the counter loses updates
-and the partials need not be visible.  The rule now asks for what a GPU asks: an atomic of the
-writer after its store and one of the reader before its load **on the same address**.
+* It let a load of another program's store through when the writer ran any ordering atomic
+  after its store and the reader any one before its load.  A kernel that kept its "last program
+  finishes the row" counter with a plain load and store again, between two atomics on a scratch
+  word of each program's own, passed: on a GPU atomics on different addresses order nothing
+  (release and acquire pair up on one location).  The atomics must now meet on one address.
+* That is not enough either: the same counter with every program's atomics on one flag per row
+  (meeting, but nothing reads what they return) passed the new rule, and on a GPU the plain
+  increments still lose updates.  Two programs of a launch that store different values to one
+  address (plain stores) now race whatever orders them: whichever lands last stays.
 
 Each test failed before its fix."""
 from __future__ import annotations
@@ -27,6 +29,11 @@ PLAIN_COUNTER = "    c = tl.load(cnt_ptr + row)\n    tl.store(cnt_ptr + row, c +
 # the plain counter between two atomics on a scratch word of the program's own
 UNRELATED_ATOMICS = ("    tl.atomic_add(ws_ptr + row * SPLIT + j, 0.0)\n" + PLAIN_COUNTER
                      + "    tl.atomic_add(ws_ptr + row * SPLIT + j, 0.0)\n")
+
+# the plain counter again, with an atomic of every program on one flag per row after its stores and
+# before its loads: the atomics meet on one address, but nothing reads what they return, and the
+# counter's increments are plain
+ROW_FLAG = ("    tl.atomic_add(cnt_ptr + M + row, 0)\n" + PLAIN_COUNTER + "    tl.atomic_add(cnt_ptr + M + row, 0)\n")
 
 PROBE = (
     "import importlib.util, sys, torch\n"
@@ -56,6 +63,25 @@ def _run(tmp_path: Path, variants: dict[str, str]) -> list[str]:
 def test_atomics_on_addresses_of_their_own_do_not_order_a_handoff(tmp_path):
     """Before: the edit computed the right sums and passed the race rule."""
     assert _run(tmp_path, {"unrelated": UNRELATED_ATOMICS}) == ["unrelated InterpreterError True"]
+
+
+def test_programs_that_store_different_values_to_one_address_race(tmp_path):
+    """Before: passed the same-address rule (the flag's atomics meet) though the counter's plain
+    increments lose updates on a GPU: two programs' plain stores to one address, with different
+    values, leave whichever lands last."""
+    source = (ATTACKS / "reduce_pass12_split_row_plain_counter.py").read_text()
+    cnt = "    cnt = torch.zeros((M,), dtype=torch.int32, device=x.device)\n"
+    launch = "    _split_sum[(M, split)](x, ws, cnt, out, N,"
+    assert cnt in source and launch in source
+    source = source.replace(cnt, "    cnt = torch.zeros((2 * M,), dtype=torch.int32, device=x.device)\n")
+    source = source.replace("def _split_sum(x_ptr, ws_ptr, cnt_ptr, out_ptr, N,", "def _split_sum(x_ptr, ws_ptr, cnt_ptr, out_ptr, M, N,")
+    source = source.replace(launch, "    _split_sum[(M, split)](x, ws, cnt, out, M, N,")
+    assert "out_ptr, M, N," in source and "out, M, N," in source
+    (tmp_path / "flagged.py").write_text(source.replace(PLAIN_COUNTER, ROW_FLAG))
+    done = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path), "flagged"], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, TRITON_INTERPRET="1"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "flagged InterpreterError True", done.stdout
 
 
 def test_a_handoff_through_one_counter_is_ordered(tmp_path):

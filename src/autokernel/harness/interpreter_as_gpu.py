@@ -28,7 +28,10 @@ on it (worker side, CPU only): ``install()`` once per process, before any kernel
   (plain store) is a race (``RaceError``) unless an atomic of the writer after its store and
   an atomic of the reader before its load met on one address (the release/acquire pair a GPU
   needs: atomics on different addresses order nothing, pass 13; relaxed atomics do not
-  count).  A program reading back its own stores is left alone.
+  count).  A program reading back its own stores is left alone.  And two programs of a launch
+  that store different values to one address (plain stores) race, however ordered: on a GPU
+  whichever lands last stays (pass 13: the plain counter again, its programs' atomics meeting
+  on a flag whose value nothing read).
 * Compiler hints.  The interpreter records ``tl.max_contiguous``, ``tl.multiple_of`` and
   ``tl.max_constancy`` and never uses them; a GPU build trusts them (a stride-2 gather hinted
   contiguous became one vector load of the wrong elements, pass 12).  Each hint is checked
@@ -156,16 +159,22 @@ class LaunchMemory:
         self.clock += 1
         self.atomics.setdefault(self.program, []).append((self.clock, np.unique(addresses)))
 
-    def stored(self, addresses: np.ndarray) -> None:
+    def stored(self, addresses: np.ndarray) -> np.ndarray:
+        """Record a plain store of ``addresses``; returns which of them another program of the
+        launch had stored before (a plain store)."""
         self.clock += 1
+        overwritten = np.zeros(addresses.shape, dtype=bool)
         if addresses.size == 0:
-            return
+            return overwritten
         self.low, self.high = min(self.low, int(addresses.min())), max(self.high, int(addresses.max()))
-        for page, offsets in _by_page(addresses):
+        for page, lanes, offsets in _by_page_with_lanes(addresses):
             owner, when = self.pages.setdefault(page, (np.full(1 << PAGE_BITS, -1, np.int64),
                                                        np.zeros(1 << PAGE_BITS, np.int64)))
+            before = owner[offsets]
+            overwritten[lanes] = (before >= 0) & (before != self.program)
             owner[offsets] = self.program
             when[offsets] = self.clock
+        return overwritten
 
     def may_overlap(self, pointers: np.ndarray) -> bool:
         """Whether ``pointers`` (masked lanes included) reach the stored range at all: most loads
@@ -207,6 +216,19 @@ class LaunchMemory:
                     f"load; tl.atomic_add/atomic_cas, not relaxed), or in a second launch")
 
 
+def _by_page_with_lanes(addresses: np.ndarray):
+    """(page, the lanes of ``addresses`` on it, their offsets in it) for each page reached."""
+    pages = addresses >> PAGE_BITS
+    offsets = addresses & ((1 << PAGE_BITS) - 1)
+    first = int(pages.min())
+    if int(pages.max()) == first:
+        yield first, slice(None), offsets
+        return
+    for page in np.unique(pages).tolist():
+        lanes = np.nonzero(pages == page)[0]
+        yield page, lanes, offsets[lanes]
+
+
 def _by_page(addresses: np.ndarray):
     pages = addresses >> PAGE_BITS
     offsets = addresses & ((1 << PAGE_BITS) - 1)
@@ -235,7 +257,10 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
 
     def create_masked_store(self, ptrs, value, mask, cache_policy):
         if not state["atomic"]:
-            memory.stored(addresses(ptrs, mask))
+            overwritten = memory.stored(addresses(ptrs, mask))
+            if overwritten.any():
+                _refuse_a_different_value(ptrs, value, mask, overwritten,
+                                          load(self, ptrs, mask, None, cache_policy, False), memory.program)
         return store(self, ptrs, value, mask, cache_policy)
 
     def ordering(name: str, pointer_at: int, mask_at: int | None):
@@ -263,6 +288,23 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
     create_masked_load.__qualname__ = f"{builder.__qualname__}.create_masked_load"
     create_masked_store.__qualname__ = f"{builder.__qualname__}.create_masked_store"
     builder.create_masked_load, builder.create_masked_store = create_masked_load, create_masked_store
+
+
+def _refuse_a_different_value(ptrs, value, mask, overwritten: np.ndarray, current, program: int) -> None:
+    """Two programs of a launch that store different values to one address race: on a GPU
+    whichever lands last stays (a counter kept by a plain load and store loses updates, however
+    the programs order their other work).  Storing the value already there is harmless."""
+    shape = np.asarray(ptrs.data).shape
+    lanes = np.asarray(mask.data, dtype=bool).reshape(-1) if mask is not None else slice(None)
+    new = np.broadcast_to(np.asarray(value.data), shape).reshape(-1)[lanes][overwritten]
+    old = np.asarray(current.data).reshape(-1)[lanes][overwritten]
+    as_bits = f"u{new.dtype.itemsize}"
+    if not np.array_equal(np.ascontiguousarray(new).view(as_bits), np.ascontiguousarray(old).view(as_bits)):
+        raise RaceError(
+            f"program {program} of a launch stores a different value to an address that another program of the "
+            f"same launch stored: on a GPU the programs run at once and whichever store lands last stays (a "
+            f"count kept by a plain load and store loses updates). Give each program its own addresses, or "
+            f"update shared ones with atomics (tl.atomic_add/atomic_cas)")
 
 
 def _check_hints(handle: type) -> None:
