@@ -359,3 +359,36 @@ def test_a_norm_of_another_dtype_than_the_runs_is_skipped_for_its_dtype(tmp_path
     reasons = [why for _, why in patched._autokernel_skipped if "no place in the model" not in why]
     assert reasons and not any("not a plain norm" in why for why in reasons), reasons
     assert all("torch.bfloat16 is not the kernel's torch.float32" in why for why in reasons), reasons
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+@pytest.mark.parametrize("spec,config,kind", [
+    ("hf:mistral", "", "attention"),
+    ("hf:qwen2", ",use_sliding_window=True,sliding_window=8,max_window_layers=0", "attention_masked")])
+def test_attention_of_layers_that_pass_a_sliding_window_runs_our_kernel(tmp_path, spec, config, kind):
+    """Mistral's and Qwen2's attention calls pass ``sliding_window`` to transformers' SDPA
+    function, which takes the window from the mask alone: every such call went back to
+    transformers (Mistral's attention op was installed and never called).  A probe of the
+    function now shows which keywords it leaves unused (``sdpa_ignores``)."""
+    from autokernel.integrate.ops import OP_CALLS
+
+    before = dict(OP_CALLS)
+    patched = placed_and_matching(tmp_path, spec, "hidden_size=64,intermediate_size=128,num_hidden_layers=2,"
+                                  "num_attention_heads=4,num_key_value_heads=2,vocab_size=256" + config, [2, 16],
+                                  kinds=(kind,))
+    (op,) = patched._autokernel_ops.values()
+    assert OP_CALLS[op] - before.get(op, 0) == 2  # both layers
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_the_sdpa_probe_takes_a_keyword_as_unused_only_where_the_output_does_not_move():
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from autokernel.integrate.calls import sdpa_ignores
+
+    def applies_both(module, q, k, v, mask, dropout=0.0, scaling=None, sliding_window=None, softcap=None, **kw):
+        out = sdpa_attention_forward(module, q, k, v, mask, dropout=dropout, scaling=scaling)[0]
+        return (out * (sliding_window or 1) + (softcap or 0)), None
+
+    assert "sliding_window" in sdpa_ignores(sdpa_attention_forward)
+    assert sdpa_ignores(applies_both) == frozenset()

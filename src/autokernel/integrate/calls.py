@@ -77,11 +77,45 @@ def _sdpa_replacement(k: KernelOp | None, masked: KernelOp | None = None) -> Cal
     return scaled_dot_product_attention
 
 
-def hf_plain_attention(dropout: Any, position_bias: Any, kwargs: dict) -> bool:
+def hf_plain_attention(dropout: Any, position_bias: Any, kwargs: dict, ignored: frozenset[str] = frozenset()) -> bool:
     """Is a call of transformers' attention interface plain attention (no dropout, position
-    bias, softcap, sliding window or attention sinks), which our attention ops compute?"""
-    return (not dropout and position_bias is None and kwargs.get("softcap") is None
-            and kwargs.get("sliding_window") is None and kwargs.get("s_aux") is None)
+    bias, softcap, sliding window or attention sinks), which our attention ops compute?  The
+    keywords in ``ignored`` are ones the called function leaves unused (``sdpa_ignores``)."""
+    return (not dropout and position_bias is None and kwargs.get("s_aux") is None
+            and ("softcap" in ignored or kwargs.get("softcap") is None)
+            and ("sliding_window" in ignored or kwargs.get("sliding_window") is None))
+
+
+_SDPA_IGNORES: dict[Any, frozenset[str]] = {}
+
+
+def sdpa_ignores(fn: Callable[..., Any]) -> frozenset[str]:
+    """Which of ``sliding_window`` and ``softcap`` transformers' SDPA attention function ``fn``
+    leaves unused, by a probe on small CPU tensors: a keyword whose call gives the same output as
+    the call without it.  transformers' SDPA path takes the sliding window from the mask alone
+    (Mistral's and Qwen2's layers pass ``sliding_window`` on every call), and some versions drop
+    a soft cap (Gemma-2's ``softcap``) where later ones refuse it; a call the function would
+    compute differently, or refuse, stays with it."""
+    key = module_wrapped_function(fn)
+    if key in _SDPA_IGNORES:
+        return _SDPA_IGNORES[key]
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 6, 8, generator=gen) for _ in range(3))
+    module = types.SimpleNamespace(is_causal=True)
+    ignored = set()
+    try:
+        with torch.no_grad():
+            base = fn(module, q, k, v, None, dropout=0.0, scaling=None)[0]
+            for name, value in (("sliding_window", 2), ("softcap", 0.5)):
+                try:
+                    if torch.equal(fn(module, q, k, v, None, dropout=0.0, scaling=None, **{name: value})[0], base):
+                        ignored.add(name)
+                except Exception:  # noqa: BLE001 - a refusal: such calls stay with the function
+                    pass
+    except Exception:  # noqa: BLE001 - not callable this way: nothing is taken as ignored
+        pass
+    _SDPA_IGNORES[key] = frozenset(ignored)
+    return _SDPA_IGNORES[key]
 
 
 def position_bias_mask(bias: torch.Tensor, mask: torch.Tensor | None, causal: bool, dtype: torch.dtype) -> torch.Tensor:
@@ -115,10 +149,11 @@ def _hf_attention_interfaces(interfaces: Any, sdpa: Callable[..., Any], masks: b
     original = interfaces.get("sdpa")
     if original is None:
         return None
+    ignored = sdpa_ignores(original)
 
     def autokernel_sdpa_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                                 is_causal=None, position_bias=None, **kwargs):
-        if (masks and isinstance(position_bias, torch.Tensor) and hf_plain_attention(dropout, None, kwargs)
+        if (masks and isinstance(position_bias, torch.Tensor) and hf_plain_attention(dropout, None, kwargs, ignored)
                 and (attention_mask is None or isinstance(attention_mask, torch.Tensor))
                 and query.dim() == 4 and key.dim() == 4 and key.shape[2] == query.shape[2]):
             causal = hf_causal(module, is_causal, query) and attention_mask is None
@@ -126,7 +161,7 @@ def _hf_attention_interfaces(interfaces: Any, sdpa: Callable[..., Any], masks: b
                        is_causal=False, scale=scaling, enable_gqa=key.shape[1] != query.shape[1])
             return out.transpose(1, 2).contiguous(), None
         mask_ok = attention_mask is None or masks and isinstance(attention_mask, torch.Tensor)
-        if (mask_ok and hf_plain_attention(dropout, position_bias, kwargs)
+        if (mask_ok and hf_plain_attention(dropout, position_bias, kwargs, ignored)
                 and query.dim() == 4 and key.dim() == 4 and key.shape[2] == query.shape[2]):
             causal = hf_causal(module, is_causal, query) and attention_mask is None
             out = sdpa(query, key, value, attn_mask=attention_mask, is_causal=causal, scale=scaling,

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from .calls import (_functional_proxy, _rebound, _rotary_form, _rotary_replacement, hf_causal,
-                    hf_plain_attention)
+                    hf_plain_attention, sdpa_ignores)
 from .patching import PROBE_TOLERANCE, _code_names, _rel_error
 from .selection import KernelOp
 
@@ -262,11 +262,13 @@ def _fused_interfaces(k: KernelOp, interfaces: Any) -> Any:
     SDPA path would run plain causal or full attention; everything else gets rotated q and k."""
 
     def wrap(name: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
+        ignored = sdpa_ignores(fn) if name == "sdpa" else frozenset()
+
         def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                               is_causal=None, position_bias=None, **kwargs):
             pair = _fusable(query, key)
             if (pair is not None and name == "sdpa" and attention_mask is None
-                    and hf_plain_attention(dropout, position_bias, kwargs)):
+                    and hf_plain_attention(dropout, position_bias, kwargs, ignored)):
                 out = _run_fused(k, pair, value, hf_causal(module, is_causal, pair.q), scaling)
                 if out is not None:
                     return out.transpose(1, 2).contiguous(), None
