@@ -323,6 +323,11 @@ twentieth)  # hf:gemma2 lost to torch.compile in the eighteenth session (15.24 a
     step gemma2_profile 420 python benchmarks/model_profile_gpu.py --out "$out/gemma2" --models hf:gemma2 \
         --compiled --compile-mode default --iters 10
     ;;
+twentieth_b)  # hf:gemma2 in graph mode against torch.compile's own CUDA graphs (max-autotune): twentieth showed its
+    # GPU work at 11.56 ms patched against 12.78 compiled, its wall time bound by the host's launches
+    step gemma2_graphs 560 python benchmarks/models_gpu.py --out "$out/gemma2_graphs" --skip-fused --cuda-graphs \
+        --compile-mode max-autotune --models hf:gemma2 --max-minutes 9
+    ;;
 nineteenth_c)  # T5's attention calls carry a position bias: they went back to transformers before the nineteenth
     # session (profiled as attention_masked, never called); now the bias is the kernel's additive mask
     step t5 420 python benchmarks/models_gpu.py --out "$out/t5" --skip-fused --models hf:t5 --max-minutes 6.5
