@@ -125,3 +125,31 @@ def test_in_model_modes_are_checked(tmp_path):
     # an explicit choice is followed as given
     choice = InModelChoice("cpu", {}, False, 10.0, {"swiglu": 9.0}, 9.0, ["swiglu"])
     assert sorted(summary(apply(_model(wd), wd, in_model=choice))["ops"]) == ["rmsnorm"]
+
+
+def test_in_cuda_graph_mode_every_variant_is_built_in_that_mode_and_the_choice_says_so(tmp_path, monkeypatch):
+    """Graph mode kept every kernel before (verify chose only outside CUDA graphs).  Capturing needs
+    a GPU, so here ``apply`` records the mode it was asked for and builds the eager model."""
+    import torch
+
+    import autokernel.integrate as integrate
+    import autokernel.in_model_timing as timing
+
+    real_apply, modes = integrate.apply, []
+
+    def apply_recording(model, workdir, cuda_graphs=False, **kwargs):
+        modes.append(cuda_graphs)
+        return real_apply(model, workdir, **kwargs)
+
+    wd = make_workdir(tmp_path / "wd")
+    monkeypatch.setattr(integrate, "apply", apply_recording)
+    loaded = load_model("llama", config_overrides={"n_layers": "1"}, input_shape=[1, 8])
+    original = loaded.model.eval()
+    patched = real_apply(original, wd, in_model="all")
+    chosen = timing.choose_in_model(original, wd, patched, loaded.make_inputs(0), device_name="cpu",
+                                    under_compile="auto", warmup=0, rounds=1, gpu=False, dev="cpu", say=lambda _: None,
+                                    timer=fake_timer({BOTH: 10.0, MLP: 8.0, NORM: 11.0, NONE: 9.0}), cuda_graphs=True)
+    assert modes and all(modes)  # each variant and the chosen model
+    assert chosen._autokernel_in_model.cuda_graphs and chosen._autokernel_in_model.left_out == ["rmsnorm"]
+    with torch.no_grad():
+        chosen(*loaded.make_inputs(0))

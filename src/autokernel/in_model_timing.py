@@ -17,12 +17,14 @@ Timer = Callable[[dict[str, Callable[[], object]], int, int, bool, str], dict[st
 
 def choose_in_model(original: torch.nn.Module, workdir: Path, patched: torch.nn.Module, inputs: tuple, *,
                     device_name: str, under_compile: str, warmup: int, rounds: int, gpu: bool, dev: str,
-                    say: Callable[[str], None], timer: Timer | None = None) -> torch.nn.Module:
-    """The patched model (``apply(original, workdir, in_model="all")``) timed against itself
-    without each kernel it runs, then without all those it ran slower with; the model to go on
-    with (the one without them, where it timed faster).  It holds the measurement as the choice it
-    follows (``_autokernel_in_model``; None where none was made: no kernel, or a variant that could
-    not be built)."""
+                    say: Callable[[str], None], timer: Timer | None = None,
+                    cuda_graphs: bool = False) -> torch.nn.Module:
+    """The patched model (``apply(original, workdir, in_model="all", cuda_graphs=cuda_graphs)``)
+    timed against itself without each kernel it runs, then without all those it ran slower with;
+    the model to go on with (the one without them, where it timed faster).  Each variant is built
+    in ``patched``'s mode (captured as a CUDA graph of its own in CUDA-graph mode).  It holds the
+    measurement as the choice it follows (``_autokernel_in_model``; None where none was made: no
+    kernel, or a variant that could not be built)."""
     from .integrate import apply
 
     timer = timer or time_interleaved
@@ -35,7 +37,8 @@ def choose_in_model(original: torch.nn.Module, workdir: Path, patched: torch.nn.
     def build(only: set[str] | None = None, in_model: Any = "all") -> torch.nn.Module:
         with warnings.catch_warnings():  # apply's warnings were given for the patched model
             warnings.simplefilter("ignore")
-            return apply(original, workdir, under_compile=under_compile, only=only, in_model=in_model)
+            return apply(original, workdir, under_compile=under_compile, only=only, in_model=in_model,
+                         cuda_graphs=cuda_graphs)
 
     def ratio(variant: torch.nn.Module) -> tuple[float, float]:
         with torch.inference_mode():
@@ -55,7 +58,7 @@ def choose_in_model(original: torch.nn.Module, workdir: Path, patched: torch.nn.
             _release(dev)
         every_ms = statistics.median(every_samples)
         without_ms = {name: r * every_ms for name, r in ratios.items()}
-        choice = InModelChoice(device_name, dict(digests), False, every_ms, without_ms)
+        choice = InModelChoice(device_name, dict(digests), cuda_graphs, every_ms, without_ms)
         for name in running:
             say(f"  without {name}: {without_ms[name]:.3f} ms (with every kernel {every_ms:.3f} ms)")
         slower = candidates(every_ms, without_ms)

@@ -111,7 +111,7 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
     otherwise.  ``cuda_graphs``: the patched model runs as a captured CUDA graph (GPU only).
     ``under_compile``: what each op runs while torch.compile traces the patched model
     (``integrate.compile_policy``: auto, ours, eager).  ``in_model``: ``auto`` times the patched
-    model without each kernel (on a GPU outside CUDA graphs, when timing) and goes on without those
+    model without each kernel (on a GPU, when timing; in CUDA-graph mode each variant captured) and goes on without those
     it ran slower with, recording the choice for ``apply`` (``integrate.in_model``); elsewhere it
     follows the last verify's choice.  ``all``: every selected kernel, nothing recorded.
     ``measure``: time the choice wherever verify runs (tests: the interpreter's times mean nothing).
@@ -146,7 +146,7 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
         raise VerifyError(str(exc)) from None
     say(f"model: {loaded.description}")
     original = loaded.model.eval()
-    measure = in_model == "measure" or (in_model == "auto" and timing and dev.startswith("cuda") and not cuda_graphs)
+    measure = in_model == "measure" or (in_model == "auto" and timing and dev.startswith("cuda"))
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -164,7 +164,8 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
         patched = choose_in_model(
             original, workdir, patched, loaded.make_inputs(seeds[0] if seeds else 0),
             device_name=current_device_name(dev) if gpu else "cpu", under_compile=under_compile,
-            warmup=warmup if gpu else 1, rounds=iters if gpu else 3, gpu=gpu, dev=dev, say=say)
+            warmup=warmup if gpu else 1, rounds=iters if gpu else 3, gpu=gpu, dev=dev, say=say,
+            cuda_graphs=cuda_graphs)
     info = summary(patched)
     say(f"replaced: {len(info['replaced'])} place(s); skipped: {len(info['skipped'])}")
     for what, why in info["skipped"]:
