@@ -124,32 +124,40 @@ def test_a_false_contiguity_hint_fails():
     assert "max_contiguous" in result.message, result.message
 
 
+# runs kernel_fn of each named file of a folder under interpreter_as_gpu on 4 rows of 300: "name True"
+# for the right row sums, "name InterpreterError True" for a RaceError
+RACE_PROBE = (
+    "import importlib.util, sys, torch\n"
+    "from autokernel.harness import interpreter_as_gpu\n"
+    "interpreter_as_gpu.install()\n"
+    "for name in sys.argv[2:]:\n"
+    "    spec = importlib.util.spec_from_file_location(name, sys.argv[1] + f'/{name}.py')\n"
+    "    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+    "    x = torch.randn(4, 300)\n"
+    "    try:\n"
+    "        print(name, bool(torch.allclose(m.kernel_fn(x), x.sum(1), atol=1e-4)))\n"
+    "    except Exception as exc:\n"
+    "        print(name, type(exc).__name__, 'RaceError' in repr(exc))\n")
+
+
+def race_probe(folder: Path, names: list[str]) -> list[str]:
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", RACE_PROBE, str(folder), *names], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, TRITON_INTERPRET="1"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().split("\n")
+
+
 def test_programs_that_order_their_handoff_with_atomics_are_not_a_race(tmp_path):
     """The same split-row sum with its counter kept by ``tl.atomic_add`` (acquire-release):
     the partials another program stored are read after an atomic of each side, as a GPU needs."""
-    import subprocess
-
     source = (ATTACKS / "reduce_pass12_split_row_plain_counter.py").read_text()
     plain = "    c = tl.load(cnt_ptr + row)\n    tl.store(cnt_ptr + row, c + 1)\n"
     assert plain in source
     (tmp_path / "kernel.py").write_text(source.replace(plain, "    c = tl.atomic_add(cnt_ptr + row, 1)\n"))
     (tmp_path / "plain.py").write_text(source)
-    probe = (
-        "import importlib.util, sys, torch\n"
-        "from autokernel.harness import interpreter_as_gpu\n"
-        "interpreter_as_gpu.install()\n"
-        "for name in ('kernel', 'plain'):\n"
-        "    spec = importlib.util.spec_from_file_location(name, sys.argv[1] + f'/{name}.py')\n"
-        "    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
-        "    x = torch.randn(4, 300)\n"
-        "    try:\n"
-        "        print(name, bool(torch.allclose(m.kernel_fn(x), x.sum(1), atol=1e-4)))\n"
-        "    except Exception as exc:\n"
-        "        print(name, type(exc).__name__, 'RaceError' in repr(exc))\n")
-    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, TRITON_INTERPRET="1"))
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split("\n")[:2] == ["kernel True", "plain InterpreterError True"], done.stdout
+    assert race_probe(tmp_path, ["kernel", "plain"]) == ["kernel True", "plain InterpreterError True"]
 
 
 def test_hints_that_hold_pass_and_false_ones_are_named():

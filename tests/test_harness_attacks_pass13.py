@@ -14,7 +14,6 @@ Each test failed before its fix."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_harness_attacks import ATTACKS  # noqa: E402
+from test_harness_attacks_pass12 import race_probe  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
 
@@ -35,29 +35,13 @@ UNRELATED_ATOMICS = ("    tl.atomic_add(ws_ptr + row * SPLIT + j, 0.0)\n" + PLAI
 # counter's increments are plain
 ROW_FLAG = ("    tl.atomic_add(cnt_ptr + M + row, 0)\n" + PLAIN_COUNTER + "    tl.atomic_add(cnt_ptr + M + row, 0)\n")
 
-PROBE = (
-    "import importlib.util, sys, torch\n"
-    "from autokernel.harness import interpreter_as_gpu\n"
-    "interpreter_as_gpu.install()\n"
-    "for name in sys.argv[2:]:\n"
-    "    spec = importlib.util.spec_from_file_location(name, sys.argv[1] + f'/{name}.py')\n"
-    "    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
-    "    x = torch.randn(4, 300)\n"
-    "    try:\n"
-    "        print(name, bool(torch.allclose(m.kernel_fn(x), x.sum(1), atol=1e-4)))\n"
-    "    except Exception as exc:\n"
-    "        print(name, type(exc).__name__, 'RaceError' in repr(exc))\n")
-
 
 def _run(tmp_path: Path, variants: dict[str, str]) -> list[str]:
     source = (ATTACKS / "reduce_pass12_split_row_plain_counter.py").read_text()
     assert PLAIN_COUNTER in source
     for name, counter in variants.items():
         (tmp_path / f"{name}.py").write_text(source.replace(PLAIN_COUNTER, counter))
-    done = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path), *variants], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, TRITON_INTERPRET="1"))
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout.strip().split("\n")
+    return race_probe(tmp_path, list(variants))
 
 
 def test_atomics_on_addresses_of_their_own_do_not_order_a_handoff(tmp_path):
@@ -78,10 +62,7 @@ def test_programs_that_store_different_values_to_one_address_race(tmp_path):
     source = source.replace(launch, "    _split_sum[(M, split)](x, ws, cnt, out, M, N,")
     assert "out_ptr, M, N," in source and "out, M, N," in source
     (tmp_path / "flagged.py").write_text(source.replace(PLAIN_COUNTER, ROW_FLAG))
-    done = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path), "flagged"], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, TRITON_INTERPRET="1"))
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "flagged InterpreterError True", done.stdout
+    assert race_probe(tmp_path, ["flagged"]) == ["flagged InterpreterError True"]
 
 
 def test_a_handoff_through_one_counter_is_ordered(tmp_path):
