@@ -124,27 +124,28 @@ def test_a_false_contiguity_hint_fails():
     assert "max_contiguous" in result.message, result.message
 
 
-# runs kernel_fn of each named file of a folder under interpreter_as_gpu on 4 rows of 300: "name True"
-# for the right row sums, "name InterpreterError True" for a RaceError
+# runs kernel_fn of each named file of a folder under interpreter_as_gpu, a row sum of 4 rows of 300
+# (or a 33x70 @ 70x40 matmul): "name True" for the right result, "name InterpreterError True" for a RaceError
 RACE_PROBE = (
     "import importlib.util, sys, torch\n"
     "from autokernel.harness import interpreter_as_gpu\n"
     "interpreter_as_gpu.install()\n"
-    "for name in sys.argv[2:]:\n"
+    "for name in sys.argv[3:]:\n"
     "    spec = importlib.util.spec_from_file_location(name, sys.argv[1] + f'/{name}.py')\n"
     "    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
-    "    x = torch.randn(4, 300)\n"
+    "    args = (torch.randn(4, 300),) if sys.argv[2] == 'reduce' else (torch.randn(33, 70), torch.randn(70, 40))\n"
+    "    want = args[0].sum(1) if sys.argv[2] == 'reduce' else args[0] @ args[1]\n"
     "    try:\n"
-    "        print(name, bool(torch.allclose(m.kernel_fn(x), x.sum(1), atol=1e-4)))\n"
+    "        print(name, bool(torch.allclose(m.kernel_fn(*args), want, atol=1e-3)))\n"
     "    except Exception as exc:\n"
     "        print(name, type(exc).__name__, 'RaceError' in repr(exc))\n")
 
 
-def race_probe(folder: Path, names: list[str]) -> list[str]:
+def race_probe(folder: Path, names: list[str], kind: str = "reduce") -> list[str]:
     import subprocess
 
-    done = subprocess.run([sys.executable, "-c", RACE_PROBE, str(folder), *names], capture_output=True, text=True,
-                          timeout=300, env=dict(os.environ, TRITON_INTERPRET="1"))
+    done = subprocess.run([sys.executable, "-c", RACE_PROBE, str(folder), kind, *names], capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, TRITON_INTERPRET="1"))
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.strip().split("\n")
 

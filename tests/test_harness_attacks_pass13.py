@@ -10,6 +10,15 @@
   increments still lose updates.  Two programs of a launch that store different values to one
   address (plain stores) now race whatever orders them: whichever lands last stays.
 
+* A red-team helper then found four more ways past the two rules, each wrong on a GPU, now
+  ``tests/attacks/reduce_pass13_*.py``: the counter and the partials written by relaxed
+  ``tl.atomic_xchg`` (atomics' stores were not recorded: a relaxed one that only writes is a plain
+  store now, and one that only reads a plain load), the partials read back by
+  ``tl.atomic_add(p, 0.0)`` (an atomic's read is a load now), and two accesses of different widths
+  meeting inside one element (an int32 read of an int64's high half; a counter kept at two widths):
+  every byte an access reaches is recorded now.  Its honest kernels (a last-program handoff, a
+  ticketed look-back, split-K through atomics, overlapping matmul tiles) pass.
+
 Each test failed before its fix."""
 from __future__ import annotations
 
@@ -71,3 +80,19 @@ def test_a_handoff_through_one_counter_is_ordered(tmp_path):
     relaxed = "    c = tl.atomic_add(cnt_ptr + row, 1, sem='relaxed')\n"
     assert _run(tmp_path, {"counter": "    c = tl.atomic_add(cnt_ptr + row, 1)\n", "relaxed": relaxed}) == [
         "counter True", "relaxed InterpreterError True"]
+
+
+BYPASSES = ["reduce_pass13_xchg_as_plain_store", "reduce_pass13_atomic_read_of_partials",
+            "reduce_pass13_high_half_read", "reduce_pass13_counter_two_widths"]
+
+
+def test_relaxed_atomic_stores_atomic_reads_and_other_widths_meet_the_race_rules():
+    """Before: each computed the right sums under the interpreter and passed both rules."""
+    assert race_probe(ATTACKS, BYPASSES) == [f"{name} InterpreterError True" for name in BYPASSES]
+
+
+def test_honest_handoffs_through_atomics_pass():
+    reduce = ["honest_reduce_pass13_last_program", "honest_reduce_pass13_lookback_ticket"]
+    matmul = ["honest_matmul_pass13_split_k_atomic_add", "honest_matmul_pass13_overlap_tiles"]
+    assert race_probe(ATTACKS, reduce) == [f"{name} True" for name in reduce]
+    assert race_probe(ATTACKS, matmul, "matmul") == [f"{name} True" for name in matmul]

@@ -31,7 +31,13 @@ on it (worker side, CPU only): ``install()`` once per process, before any kernel
   count).  A program reading back its own stores is left alone.  And two programs of a launch
   that store different values to one address (plain stores) race, however ordered: on a GPU
   whichever lands last stays (pass 13: the plain counter again, its programs' atomics meeting
-  on a flag whose value nothing read).
+  on a flag whose value nothing read).  Every byte an access reaches counts (accesses of two
+  widths meet inside an element), an atomic's read is a load, and a relaxed atomic that only
+  writes or only reads is a plain store or load (it orders nothing).  Not seen: a handoff that
+  the sequential run orders by luck (a counter bumped before the partial is stored, with an
+  atomic after the store: the last program reads all partials here, on a GPU not), ordering
+  passed along a chain of programs (refused: each reader needs an atomic meeting its writer's),
+  and a plain read-modify-write under a spin lock (refused by the second rule).
 * Compiler hints.  The interpreter records ``tl.max_contiguous``, ``tl.multiple_of`` and
   ``tl.max_constancy`` and never uses them; a GPU build trusts them (a stride-2 gather hinted
   contiguous became one vector load of the wrong elements, pass 12).  Each hint is checked
@@ -176,10 +182,11 @@ class LaunchMemory:
             when[offsets] = self.clock
         return overwritten
 
-    def may_overlap(self, pointers: np.ndarray) -> bool:
-        """Whether ``pointers`` (masked lanes included) reach the stored range at all: most loads
-        read inputs, which no program of the launch stores to."""
-        return pointers.size > 0 and int(pointers.max()) >= self.low and int(pointers.min()) <= self.high
+    def may_overlap(self, pointers: np.ndarray, width: int) -> bool:
+        """Whether ``pointers`` to elements of ``width`` bytes (masked lanes included) reach the
+        stored range at all: most loads read inputs, which no program of the launch stores to."""
+        return (pointers.size > 0 and int(pointers.max()) + width - 1 >= self.low
+                and int(pointers.min()) <= self.high)
 
     def ordered(self, writer: int, stored_at: int) -> bool:
         """Whether an atomic ``writer`` ran after its store at ``stored_at`` and one the running
@@ -241,35 +248,52 @@ def _by_page(addresses: np.ndarray):
 
 
 def _watch_memory(builder: type, memory: LaunchMemory) -> None:
-    """Plain loads and stores (descriptor ones come through them too) and ordering atomics tell
-    ``memory`` their addresses (an atomic's own loads and stores, if any, are not plain)."""
+    """Plain loads and stores (descriptor ones come through them too) and atomics tell ``memory``
+    every byte they reach.  An ordering atomic is recorded where it acts; its read (a
+    read-modify-write's, a compare-and-swap's, an atomic load's) is a load like a plain one.  A
+    relaxed atomic that only writes (``atomic_xchg``, an atomic store) or only reads orders nothing:
+    it is a plain store or load (red-team pass 13: a relaxed xchg carried the plain counter)."""
     load, store = builder.create_masked_load, builder.create_masked_store
     state = {"atomic": 0}
 
-    def addresses(ptrs, mask) -> np.ndarray:
-        flat = np.asarray(ptrs.data).astype(np.int64, copy=False).reshape(-1)
-        return flat[np.asarray(mask.data, dtype=bool).reshape(-1)] if mask is not None else flat
+    def load_check(ptrs, mask) -> None:
+        if memory.pages and memory.may_overlap(ptrs.data, _width(ptrs)):
+            memory.loaded(_bytes(ptrs, mask))
+
+    def store_check(self, ptrs, value, mask) -> None:
+        overwritten = memory.stored(_bytes(ptrs, mask))
+        if overwritten.any():
+            lanes = overwritten.reshape(-1, _width(ptrs)).any(axis=1)
+            _refuse_a_different_value(ptrs, value, mask, lanes, load(self, ptrs, mask, None, None, False),
+                                      memory.program)
 
     def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
-        if not state["atomic"] and memory.pages and memory.may_overlap(ptrs.data):
-            memory.loaded(addresses(ptrs, mask))
+        if not state["atomic"]:
+            load_check(ptrs, mask)
         return load(self, ptrs, mask, other, cache_policy, is_volatile)
 
     def create_masked_store(self, ptrs, value, mask, cache_policy):
         if not state["atomic"]:
-            overwritten = memory.stored(addresses(ptrs, mask))
-            if overwritten.any():
-                _refuse_a_different_value(ptrs, value, mask, overwritten,
-                                          load(self, ptrs, mask, None, cache_policy, False), memory.program)
+            store_check(self, ptrs, value, mask)
         return store(self, ptrs, value, mask, cache_policy)
 
-    def ordering(name: str, pointer_at: int, mask_at: int | None):
+    def ordering(name: str, pointer_at: int, mask_at: int | None, value_at: int | None):
         original = getattr(builder, name)
 
         def atomic(self, *args):
             sem = args[-2]  # (..., sem, scope) for every atomic of the builder
-            if getattr(sem, "name", "") != "RELAXED":
-                memory.atomic(addresses(args[pointer_at], args[mask_at] if mask_at is not None else None))
+            ptrs, mask = args[pointer_at], args[mask_at] if mask_at is not None else None
+            relaxed = getattr(sem, "name", "") == "RELAXED"
+            writes_only = name == "create_atomic_store" or (
+                name == "create_atomic_rmw" and getattr(args[0], "name", "") == "XCHG")
+            if relaxed and writes_only:
+                store_check(self, ptrs, args[value_at], mask)
+            elif relaxed and name == "create_atomic_load":
+                load_check(ptrs, mask)
+            elif not relaxed:
+                memory.atomic(_bytes(ptrs, mask))
+                if not writes_only:
+                    load_check(ptrs, mask)
             state["atomic"] += 1
             try:
                 return original(self, *args)
@@ -279,15 +303,30 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
         atomic.__qualname__ = f"{builder.__qualname__}.{name}"
         return atomic
 
-    # where each atomic of the builder takes its pointers and its mask
-    for name, pointer_at, mask_at in (("create_atomic_rmw", 1, 3), ("create_atomic_cas", 0, None),
-                                      ("create_atomic_load", 0, 1), ("create_atomic_store", 0, 2),
-                                      ("create_atomic_poll", 0, None)):
+    # where each atomic of the builder takes its pointers, its mask and the value it writes
+    for name, pointer_at, mask_at, value_at in (("create_atomic_rmw", 1, 3, 2), ("create_atomic_cas", 0, None, 2),
+                                                ("create_atomic_load", 0, 1, None), ("create_atomic_store", 0, 2, 1),
+                                                ("create_atomic_poll", 0, None, None)):
         if hasattr(builder, name):
-            setattr(builder, name, ordering(name, pointer_at, mask_at))
+            setattr(builder, name, ordering(name, pointer_at, mask_at, value_at))
     create_masked_load.__qualname__ = f"{builder.__qualname__}.create_masked_load"
     create_masked_store.__qualname__ = f"{builder.__qualname__}.create_masked_store"
     builder.create_masked_load, builder.create_masked_store = create_masked_load, create_masked_store
+
+
+def _width(ptrs) -> int:
+    """Bytes of each element ``ptrs`` points at."""
+    return max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
+
+
+def _bytes(ptrs, mask) -> np.ndarray:
+    """Every byte the unmasked lanes of ``ptrs`` reach, lane by lane: an access of another width
+    at an offset inside a stored element meets it (pass 13: an int32 read of an int64's high half)."""
+    flat = np.asarray(ptrs.data).astype(np.int64, copy=False).reshape(-1)
+    if mask is not None:
+        flat = flat[np.asarray(mask.data, dtype=bool).reshape(-1)]
+    width = _width(ptrs)
+    return flat if width == 1 else (flat[:, None] + np.arange(width, dtype=np.int64)).reshape(-1)
 
 
 def _refuse_a_different_value(ptrs, value, mask, overwritten: np.ndarray, current, program: int) -> None:
