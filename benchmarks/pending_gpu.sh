@@ -328,11 +328,14 @@ twentieth_b)  # hf:gemma2 in graph mode against torch.compile's own CUDA graphs 
     step gemma2_graphs 560 python benchmarks/models_gpu.py --out "$out/gemma2_graphs" --skip-fused --cuda-graphs \
         --compile-mode max-autotune --models hf:gemma2 --max-minutes 9
     ;;
-twentieth_c)  # verify's in-model choice in CUDA-graph mode (new: graph mode kept every kernel before), hf:gemma2
+twentieth_c)  # verify's in-model choice in CUDA-graph mode (in_model='measure'; not the default until this has run), hf:gemma2
     step gemma2_graph_choice 400 bash -c "python -c \"
 import sys; from pathlib import Path; sys.path.insert(0, 'benchmarks'); from models_gpu import starters_workdir
 print(starters_workdir(Path('$out/choice'), 'hf:gemma2', 'num_hidden_layers=4', '4x1024', True, captured=True))
-\" && python -m autokernel verify $out/choice/hf_gemma2 --cuda-graphs --no-compile --seeds 1 --iters 20"
+\" && python -c \"
+from autokernel.verify import verify
+verify('$out/choice/hf_gemma2', seeds=(0,), compile=False, iters=20, cuda_graphs=True, in_model='measure', log=print)
+\""
     ;;
 nineteenth_c)  # T5's attention calls carry a position bias: they went back to transformers before the nineteenth
     # session (profiled as attention_masked, never called); now the bias is the kernel's additive mask
