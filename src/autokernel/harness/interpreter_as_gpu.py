@@ -173,7 +173,7 @@ class LaunchMemory:
         if addresses.size == 0:
             return overwritten
         self.low, self.high = min(self.low, int(addresses.min())), max(self.high, int(addresses.max()))
-        for page, lanes, offsets in _by_page_with_lanes(addresses):
+        for page, lanes, offsets in _by_page(addresses):
             owner, when = self.pages.setdefault(page, (np.full(1 << PAGE_BITS, -1, np.int64),
                                                        np.zeros(1 << PAGE_BITS, np.int64)))
             before = owner[offsets]
@@ -205,7 +205,7 @@ class LaunchMemory:
         if addresses.size == 0:
             return
         latest: dict[int, int] = {}  # writer -> its latest store among the lanes (the hardest to order)
-        for page, offsets in _by_page(addresses):
+        for page, _, offsets in _by_page(addresses):
             if page not in self.pages:
                 continue
             owner, when = self.pages[page]
@@ -223,7 +223,7 @@ class LaunchMemory:
                     f"load; tl.atomic_add/atomic_cas, not relaxed), or in a second launch")
 
 
-def _by_page_with_lanes(addresses: np.ndarray):
+def _by_page(addresses: np.ndarray):
     """(page, the lanes of ``addresses`` on it, their offsets in it) for each page reached."""
     pages = addresses >> PAGE_BITS
     offsets = addresses & ((1 << PAGE_BITS) - 1)
@@ -234,17 +234,6 @@ def _by_page_with_lanes(addresses: np.ndarray):
     for page in np.unique(pages).tolist():
         lanes = np.nonzero(pages == page)[0]
         yield page, lanes, offsets[lanes]
-
-
-def _by_page(addresses: np.ndarray):
-    pages = addresses >> PAGE_BITS
-    offsets = addresses & ((1 << PAGE_BITS) - 1)
-    first = int(pages.min())
-    if int(pages.max()) == first:
-        yield first, offsets
-        return
-    for page in np.unique(pages).tolist():
-        yield page, offsets[pages == page]
 
 
 def _watch_memory(builder: type, memory: LaunchMemory) -> None:

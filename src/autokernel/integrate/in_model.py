@@ -5,11 +5,11 @@ whose GPU work beats PyTorch's.  A launch-bound forward pays each op's host time
 Triton launch from Python costs 2-3x an ATen op's (BENCHMARKS.md, third session), and outside
 CUDA graphs hf:gpt2 and hf:bert at 4x512 tokens ran 13.4 and 10.2 ms patched against 12.3 and
 7.4 ms eager (sixteenth session) though every kernel applied was faster than PyTorch's on the GPU.
-So ``verify``, timing the patched model on a GPU outside CUDA graphs, also times it without each kernel in turn and,
-where the model is faster without some, without all of those together; when that model is faster
-than the one with every kernel, it records the choice (``verify.json``, ``in_model_choice``) and
-``apply(in_model="auto")`` leaves those kernels out on that kind of GPU, for exactly those kernel
-files, in that mode.  In CUDA-graph mode launches cost nothing, but a kernel can still lose in the
+So ``verify``, timing the patched model on a GPU outside CUDA graphs, also times it without each
+kernel in turn and, where the model is faster without some, without all of those together; when
+that model is faster than the one with every kernel, it records the choice (``verify.json``,
+``in_model_choice``) and ``apply(in_model="auto")`` leaves those kernels out on that kind of GPU,
+for exactly those kernel files, in that mode.  In CUDA-graph mode launches cost nothing, but a kernel can still lose in the
 model where it won alone (the capture takes other paths than the profiled forward: transformers
 builds the whole attention mask then); ``verify(..., cuda_graphs=True, in_model="measure")``
 captures each variant as a graph of its own and times it the same way.  No GPU has run that yet,
