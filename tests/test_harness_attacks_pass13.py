@@ -45,54 +45,70 @@ UNRELATED_ATOMICS = ("    tl.atomic_add(ws_ptr + row * SPLIT + j, 0.0)\n" + PLAI
 ROW_FLAG = ("    tl.atomic_add(cnt_ptr + M + row, 0)\n" + PLAIN_COUNTER + "    tl.atomic_add(cnt_ptr + M + row, 0)\n")
 
 
-def _run(tmp_path: Path, variants: dict[str, str]) -> list[str]:
+BYPASSES = ["reduce_pass13_xchg_as_plain_store", "reduce_pass13_atomic_read_of_partials",
+            "reduce_pass13_high_half_read", "reduce_pass13_counter_two_widths"]
+HONEST_REDUCE = ["honest_reduce_pass13_last_program", "honest_reduce_pass13_lookback_ticket"]
+HONEST_MATMUL = ["honest_matmul_pass13_split_k_atomic_add", "honest_matmul_pass13_overlap_tiles"]
+
+
+def _flagged(source: str) -> str:
+    """The plain counter with every program's atomics on one flag per row (past the M counters)."""
+    cnt = "    cnt = torch.zeros((M,), dtype=torch.int32, device=x.device)\n"
+    launch = "    _split_sum[(M, split)](x, ws, cnt, out, N,"
+    signature = "def _split_sum(x_ptr, ws_ptr, cnt_ptr, out_ptr, N,"
+    assert cnt in source and launch in source and signature in source
+    source = source.replace(cnt, "    cnt = torch.zeros((2 * M,), dtype=torch.int32, device=x.device)\n")
+    source = source.replace(signature, "def _split_sum(x_ptr, ws_ptr, cnt_ptr, out_ptr, M, N,")
+    return source.replace(launch, "    _split_sum[(M, split)](x, ws, cnt, out, M, N,").replace(PLAIN_COUNTER, ROW_FLAG)
+
+
+@pytest.fixture(scope="module")
+def verdicts(tmp_path_factory) -> dict[str, str]:
+    """Every kernel of this file run once under interpreter_as_gpu (two processes in all, each
+    one pays for importing torch and Triton): name -> "True" (right result) or "InterpreterError
+    True" (a RaceError)."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("pass13")
     source = (ATTACKS / "reduce_pass12_split_row_plain_counter.py").read_text()
     assert PLAIN_COUNTER in source
-    for name, counter in variants.items():
-        (tmp_path / f"{name}.py").write_text(source.replace(PLAIN_COUNTER, counter))
-    return race_probe(tmp_path, list(variants))
+    edits = {"unrelated": source.replace(PLAIN_COUNTER, UNRELATED_ATOMICS), "flagged": _flagged(source),
+             "counter": source.replace(PLAIN_COUNTER, "    c = tl.atomic_add(cnt_ptr + row, 1)\n"),
+             "relaxed": source.replace(PLAIN_COUNTER, "    c = tl.atomic_add(cnt_ptr + row, 1, sem='relaxed')\n")}
+    for name, text in edits.items():
+        (folder / f"{name}.py").write_text(text)
+    for name in BYPASSES + HONEST_REDUCE + HONEST_MATMUL:
+        shutil.copyfile(ATTACKS / f"{name}.py", folder / f"{name}.py")
+    lines = race_probe(folder, [*edits, *BYPASSES, *HONEST_REDUCE]) + race_probe(folder, HONEST_MATMUL, "matmul")
+    return dict(line.split(" ", 1) for line in lines)
 
 
-def test_atomics_on_addresses_of_their_own_do_not_order_a_handoff(tmp_path):
+RACE = "InterpreterError True"
+
+
+def test_atomics_on_addresses_of_their_own_do_not_order_a_handoff(verdicts):
     """Before: the edit computed the right sums and passed the race rule."""
-    assert _run(tmp_path, {"unrelated": UNRELATED_ATOMICS}) == ["unrelated InterpreterError True"]
+    assert verdicts["unrelated"] == RACE
 
 
-def test_programs_that_store_different_values_to_one_address_race(tmp_path):
+def test_programs_that_store_different_values_to_one_address_race(verdicts):
     """Before: passed the same-address rule (the flag's atomics meet) though the counter's plain
     increments lose updates on a GPU: two programs' plain stores to one address, with different
     values, leave whichever lands last."""
-    source = (ATTACKS / "reduce_pass12_split_row_plain_counter.py").read_text()
-    cnt = "    cnt = torch.zeros((M,), dtype=torch.int32, device=x.device)\n"
-    launch = "    _split_sum[(M, split)](x, ws, cnt, out, N,"
-    assert cnt in source and launch in source
-    source = source.replace(cnt, "    cnt = torch.zeros((2 * M,), dtype=torch.int32, device=x.device)\n")
-    source = source.replace("def _split_sum(x_ptr, ws_ptr, cnt_ptr, out_ptr, N,", "def _split_sum(x_ptr, ws_ptr, cnt_ptr, out_ptr, M, N,")
-    source = source.replace(launch, "    _split_sum[(M, split)](x, ws, cnt, out, M, N,")
-    assert "out_ptr, M, N," in source and "out, M, N," in source
-    (tmp_path / "flagged.py").write_text(source.replace(PLAIN_COUNTER, ROW_FLAG))
-    assert race_probe(tmp_path, ["flagged"]) == ["flagged InterpreterError True"]
+    assert verdicts["flagged"] == RACE
 
 
-def test_a_handoff_through_one_counter_is_ordered(tmp_path):
+def test_a_handoff_through_one_counter_is_ordered(verdicts):
     """The honest form: every program's atomic on its row's counter orders its partial before
     the last program's reads (and a relaxed one would not)."""
-    relaxed = "    c = tl.atomic_add(cnt_ptr + row, 1, sem='relaxed')\n"
-    assert _run(tmp_path, {"counter": "    c = tl.atomic_add(cnt_ptr + row, 1)\n", "relaxed": relaxed}) == [
-        "counter True", "relaxed InterpreterError True"]
+    assert (verdicts["counter"], verdicts["relaxed"]) == ("True", RACE)
 
 
-BYPASSES = ["reduce_pass13_xchg_as_plain_store", "reduce_pass13_atomic_read_of_partials",
-            "reduce_pass13_high_half_read", "reduce_pass13_counter_two_widths"]
-
-
-def test_relaxed_atomic_stores_atomic_reads_and_other_widths_meet_the_race_rules():
+def test_relaxed_atomic_stores_atomic_reads_and_other_widths_meet_the_race_rules(verdicts):
     """Before: each computed the right sums under the interpreter and passed both rules."""
-    assert race_probe(ATTACKS, BYPASSES) == [f"{name} InterpreterError True" for name in BYPASSES]
+    assert {name: verdicts[name] for name in BYPASSES} == {name: RACE for name in BYPASSES}
 
 
-def test_honest_handoffs_through_atomics_pass():
-    reduce = ["honest_reduce_pass13_last_program", "honest_reduce_pass13_lookback_ticket"]
-    matmul = ["honest_matmul_pass13_split_k_atomic_add", "honest_matmul_pass13_overlap_tiles"]
-    assert race_probe(ATTACKS, reduce) == [f"{name} True" for name in reduce]
-    assert race_probe(ATTACKS, matmul, "matmul") == [f"{name} True" for name in matmul]
+def test_honest_handoffs_through_atomics_pass(verdicts):
+    honest = HONEST_REDUCE + HONEST_MATMUL
+    assert {name: verdicts[name] for name in honest} == {name: "True" for name in honest}
