@@ -17,7 +17,8 @@
   ``tl.atomic_add(p, 0.0)`` (an atomic's read is a load now), and two accesses of different widths
   meeting inside one element (an int32 read of an int64's high half; a counter kept at two widths):
   every byte an access reaches is recorded now.  Its honest kernels (a last-program handoff, a
-  ticketed look-back, split-K through atomics, overlapping matmul tiles) pass.
+  ticketed look-back, split-K through atomics as an edit of ``honest_matmul_split_k.py``,
+  overlapping matmul tiles) pass.
 
 Each test failed before its fix."""
 from __future__ import annotations
@@ -47,8 +48,15 @@ ROW_FLAG = ("    tl.atomic_add(cnt_ptr + M + row, 0)\n" + PLAIN_COUNTER + "    t
 
 BYPASSES = ["reduce_pass13_xchg_as_plain_store", "reduce_pass13_atomic_read_of_partials",
             "reduce_pass13_high_half_read", "reduce_pass13_counter_two_widths"]
-HONEST_REDUCE = ["honest_reduce_pass13_last_program", "honest_reduce_pass13_lookback_ticket"]
-HONEST_MATMUL = ["honest_matmul_pass13_split_k_atomic_add", "honest_matmul_pass13_overlap_tiles"]
+HONEST_REDUCE = ["honest_reduce_pass13_lookback_ticket"]
+HONEST_MATMUL = ["honest_matmul_pass13_overlap_tiles"]
+# the shipped honest split-K matmul with its K slices added into one fp32 buffer by tl.atomic_add
+SPLIT_K_EDITS = (
+    ("    tl.store(w_ptr + ps * M * N + rm[:, None] * N + rn[None, :], acc, mask=mask)\n",
+     "    tl.atomic_add(w_ptr + rm[:, None] * N + rn[None, :], acc, mask=mask, sem='relaxed')\n"),
+    ("    work = torch.empty((SPLIT_K, M, N), dtype=torch.float32, device=a.device)\n",
+     "    work = torch.zeros((1, M, N), dtype=torch.float32, device=a.device)\n"),
+    ("SPLITS=SPLIT_K, BLOCK=256)", "SPLITS=1, BLOCK=256)"))
 
 
 def _flagged(source: str) -> str:
@@ -75,11 +83,16 @@ def verdicts(tmp_path_factory) -> dict[str, str]:
     edits = {"unrelated": source.replace(PLAIN_COUNTER, UNRELATED_ATOMICS), "flagged": _flagged(source),
              "counter": source.replace(PLAIN_COUNTER, "    c = tl.atomic_add(cnt_ptr + row, 1)\n"),
              "relaxed": source.replace(PLAIN_COUNTER, "    c = tl.atomic_add(cnt_ptr + row, 1, sem='relaxed')\n")}
-    for name, text in edits.items():
+    split_k = (ATTACKS / "honest_matmul_split_k.py").read_text()
+    for line, edit in SPLIT_K_EDITS:
+        assert split_k.count(line) == 1
+        split_k = split_k.replace(line, edit)
+    for name, text in {**edits, "split_k_atomic_add": split_k}.items():
         (folder / f"{name}.py").write_text(text)
     for name in BYPASSES + HONEST_REDUCE + HONEST_MATMUL:
         shutil.copyfile(ATTACKS / f"{name}.py", folder / f"{name}.py")
-    lines = race_probe(folder, [*edits, *BYPASSES, *HONEST_REDUCE]) + race_probe(folder, HONEST_MATMUL, "matmul")
+    lines = (race_probe(folder, [*edits, *BYPASSES, *HONEST_REDUCE])
+             + race_probe(folder, ["split_k_atomic_add", *HONEST_MATMUL], "matmul"))
     return dict(line.split(" ", 1) for line in lines)
 
 
@@ -110,5 +123,6 @@ def test_relaxed_atomic_stores_atomic_reads_and_other_widths_meet_the_race_rules
 
 
 def test_honest_handoffs_through_atomics_pass(verdicts):
-    honest = HONEST_REDUCE + HONEST_MATMUL
+    """(The last-program handoff through an atomic counter is ``counter`` above.)"""
+    honest = HONEST_REDUCE + HONEST_MATMUL + ["split_k_atomic_add"]
     assert {name: verdicts[name] for name in honest} == {name: "True" for name in honest}
