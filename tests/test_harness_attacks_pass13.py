@@ -11,7 +11,7 @@
   address (plain stores) now race whatever orders them: whichever lands last stays.
 
 * A red-team helper then found four more ways past the two rules, each wrong on a GPU, now
-  ``tests/attacks/reduce_pass13_*.py``: the counter and the partials written by relaxed
+  ``tests/attacks/reduce_pass13_*.py`` and ``XCHG_EDITS``: the counter and the partials written by relaxed
   ``tl.atomic_xchg`` (atomics' stores were not recorded: a relaxed one that only writes is a plain
   store now, and one that only reads a plain load), the partials read back by
   ``tl.atomic_add(p, 0.0)`` (an atomic's read is a load now), and two accesses of different widths
@@ -46,8 +46,16 @@ UNRELATED_ATOMICS = ("    tl.atomic_add(ws_ptr + row * SPLIT + j, 0.0)\n" + PLAI
 ROW_FLAG = ("    tl.atomic_add(cnt_ptr + M + row, 0)\n" + PLAIN_COUNTER + "    tl.atomic_add(cnt_ptr + M + row, 0)\n")
 
 
-BYPASSES = ["reduce_pass13_xchg_as_plain_store", "reduce_pass13_atomic_read_of_partials",
-            "reduce_pass13_high_half_read", "reduce_pass13_counter_two_widths"]
+BYPASSES = ["reduce_pass13_atomic_read_of_partials", "reduce_pass13_high_half_read",
+            "reduce_pass13_counter_two_widths"]
+# the plain counter and the partials written by relaxed tl.atomic_xchg (the partial through an int32
+# view of its bits: the interpreter has no fp32 xchg): a relaxed xchg whose result nobody reads is a
+# store on a GPU, and the counter loses updates as the plain one does
+XCHG_EDITS = (
+    ("    tl.store(ws_ptr + row * SPLIT + j, tl.sum(x, axis=0))\n",
+     "    tl.atomic_xchg(ws_ptr.to(tl.pointer_type(tl.int32)) + row * SPLIT + j,\n"
+     "                   tl.sum(x, axis=0).to(tl.int32, bitcast=True), sem='relaxed')\n"),
+    ("    tl.store(cnt_ptr + row, c + 1)\n", "    tl.atomic_xchg(cnt_ptr + row, c + 1, sem='relaxed')\n"))
 HONEST_REDUCE = ["honest_reduce_pass13_lookback_ticket"]
 HONEST_MATMUL = ["honest_matmul_pass13_overlap_tiles"]
 # the shipped honest split-K matmul with its K slices added into one fp32 buffer by tl.atomic_add
@@ -82,7 +90,11 @@ def verdicts(tmp_path_factory) -> dict[str, str]:
     assert PLAIN_COUNTER in source
     edits = {"unrelated": source.replace(PLAIN_COUNTER, UNRELATED_ATOMICS), "flagged": _flagged(source),
              "counter": source.replace(PLAIN_COUNTER, "    c = tl.atomic_add(cnt_ptr + row, 1)\n"),
-             "relaxed": source.replace(PLAIN_COUNTER, "    c = tl.atomic_add(cnt_ptr + row, 1, sem='relaxed')\n")}
+             "relaxed": source.replace(PLAIN_COUNTER, "    c = tl.atomic_add(cnt_ptr + row, 1, sem='relaxed')\n"),
+             "xchg": source}
+    for line, edit in XCHG_EDITS:
+        assert edits["xchg"].count(line) == 1
+        edits["xchg"] = edits["xchg"].replace(line, edit)
     split_k = (ATTACKS / "honest_matmul_split_k.py").read_text()
     for line, edit in SPLIT_K_EDITS:
         assert split_k.count(line) == 1
@@ -119,7 +131,7 @@ def test_a_handoff_through_one_counter_is_ordered(verdicts):
 
 def test_relaxed_atomic_stores_atomic_reads_and_other_widths_meet_the_race_rules(verdicts):
     """Before: each computed the right sums under the interpreter and passed both rules."""
-    assert {name: verdicts[name] for name in BYPASSES} == {name: RACE for name in BYPASSES}
+    assert {name: verdicts[name] for name in BYPASSES + ["xchg"]} == {name: RACE for name in BYPASSES + ["xchg"]}
 
 
 def test_honest_handoffs_through_atomics_pass(verdicts):
