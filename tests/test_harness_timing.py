@@ -138,3 +138,55 @@ def test_a_clear_loss_is_the_fastest_calls_slower_than_the_incumbents_median_by_
     assert not timing.clear_loss(100.0 * (1 + margin), 100.0)  # at the margin: go on
     assert not timing.clear_loss(99.0, 100.0) and not timing.clear_loss(101.0, 100.0)
     assert not timing.clear_loss(1e9, 0.0)  # no incumbent time: nothing is clear
+
+
+def test_one_slow_round_among_three_leaves_the_gain_undecided_and_six_settle_it():
+    """The case that reverted a 5x faster kernel in the tuner's landscape test: one of the
+    interpreter's three rounds held up by the machine (ratio 1.15), the 20-80 range then as
+    wide as the gain.  Six rounds with the same one slow round keep it out of the range."""
+    inc = [50.0, 50.0, 50.0]
+    cand = [10.0, 57.5, 10.0]
+    assert not timing.compare_rounds(cand, inc, 10.0, 50.0).significant
+    assert timing.undecided(cand, inc)
+    six = timing.compare_rounds(cand + [10.0, 10.0, 10.0], inc * 2, 10.0, 50.0)
+    assert six.significant
+    assert not timing.undecided([10.0] * 3, inc)  # settled: a gain
+    assert not timing.undecided([50.0, 49.9, 50.2], inc)  # no gain to settle
+    assert not timing.undecided([60.0, 20.0, 60.0], inc)  # the median says slower
+
+
+def test_the_judge_times_more_rounds_where_the_planned_ones_leave_a_gain_undecided(monkeypatch, tmp_path):
+    """``Evaluator._time`` with the worker calls replaced by scripted times: a candidate 5x faster
+    than the incumbent in every round but the second (held up past the incumbent) was not
+    significantly faster after the interpreter's three rounds; the judge now times three more
+    and finds the gain.  A candidate as fast as the incumbent gets no more than three."""
+    from types import SimpleNamespace
+
+    import importlib
+
+    evaluate_mod = importlib.import_module("autokernel.harness.evaluate")
+    from autokernel.harness.records import Evaluation
+
+    def timed(candidate_rounds: list[float]) -> tuple[Evaluation, list[int]]:
+        ev_ = evaluate_mod.Evaluator("rmsnorm", device="cpu", shapes=["4x64"], baselines=False, prestart=False)
+        rounds_seen = {"candidate": 0, "incumbent": 0}
+
+        def batch(self, judge, runner, slot, shape, dtype, n, check_p, warm_up=False, numerics_p=0.0, judged=True):
+            if warm_up:
+                return [50000.0] * n, 0.05 * n
+            r = rounds_seen[slot]
+            rounds_seen[slot] += 1
+            us = 50000.0 if slot == "incumbent" else candidate_rounds[min(r, len(candidate_rounds) - 1)]
+            return [us] * n, us * n / 1e6
+
+        monkeypatch.setattr(evaluate_mod.Evaluator, "_batch", batch)
+        monkeypatch.setattr(evaluate_mod.Evaluator, "_incumbent_judge", lambda self, *a: SimpleNamespace(gpu=False))
+        ev = Evaluation(problem="rmsnorm", kernel_file="k.py", correct=True, verdict="pass")
+        ev_._time(ev, SimpleNamespace(gpu=False), tmp_path / "incumbent.py")
+        return ev, [rounds_seen["candidate"], rounds_seen["incumbent"]]
+
+    ev, rounds = timed([10000.0, 57500.0, 10000.0])
+    assert rounds == [6, 6] and "left the gain undecided" in ev.message
+    assert ev.vs_incumbent.significant and ev.vs_incumbent.median_ratio == pytest.approx(0.2)
+    same, rounds = timed([50000.0])
+    assert rounds[0] <= 3 and not same.vs_incumbent.significant and "undecided" not in same.message

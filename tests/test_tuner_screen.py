@@ -28,7 +28,7 @@ def test_screen_ranks_and_survives_wrong_raising_crashing_and_hanging_kernels(tm
         ("best", at(*land.best)),
     ]
     report = run_screen(ScreenJob(problem_spec=str(problem), device="cpu", incumbent_source=start,
-                                  candidates=candidates, time_limit_s=150, config_timeout_s=15))
+                                  candidates=candidates, time_limit_s=150, config_timeout_s=5))
     assert not report.error
     status = {k: r.status for k, r in report.results.items()}
     assert status == {"slower": "ok", "wrong": "incorrect", "raises": "error", "crashes": "crash",

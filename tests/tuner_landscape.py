@@ -18,7 +18,7 @@ import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
-VALUES = {"A": [0, 1, 2, 3, 4, 5], "B": [0, 1, 2, 3, 4, 5], "C": [0, 1, 2]}
+VALUES = {"A": [0, 1, 2, 3, 4], "B": [0, 1, 2, 3, 4], "C": [0, 1, 2]}
 
 PROBLEM = '''"""Double a vector (the tuner landscape tests' problem)."""
 import torch

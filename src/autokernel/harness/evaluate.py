@@ -59,6 +59,11 @@ from .worker import Worker, WorkerCrash, WorkerTimeout, acquire, load_problem, p
 
 TIMING_SETS = 3  # input sets for the eager / torch.compile baselines
 INTERLEAVED_ROUNDS = {"gpu": 6, "interpreter": 3}
+# Where the planned rounds' median says the candidate is faster but their spread is as large as the
+# gain (``timing.undecided``), this many times as many rounds again: the interpreter's 3 rounds put
+# one slow round inside the 20-80 percentile range (a 5x faster kernel, one call held up by the
+# machine, was reverted), 6 or more leave one out at each end.
+EXTRA_ROUNDS = 1
 WARM_CALLS = {"gpu": 2, "interpreter": 1}
 # Timed calls whose outputs are compared, per shape, on average (each call drawn independently,
 # after the calls were made): a kernel that cheats on the half of its calls it needs to move the
@@ -586,9 +591,11 @@ class Evaluator:
         self.last_kind = "gpu" if gpu else "interpreter"
         self._incumbent_timed = "incumbent" in runners
         rounds = INTERLEAVED_ROUNDS["gpu" if gpu else "interpreter"] if len(runners) > 1 else 1
+        planned = rounds
+        most = rounds * (1 + EXTRA_ROUNDS)  # rounds when the planned ones leave the pair undecided
         n_cases = len(self.shapes)
-        samples = {s: [[[] for _ in range(rounds)] for _ in range(n_cases)] for s in runners}
-        walls = {s: [[0.0] * rounds for _ in range(n_cases)] for s in runners}
+        samples = {s: [[[] for _ in range(most)] for _ in range(n_cases)] for s in runners}
+        walls = {s: [[0.0] * most for _ in range(n_cases)] for s in runners}
 
         def batch(slot: str, c: int, n: int, check_p: float, warm_up: bool = False,
                   numerics_p: float = 0.0) -> tuple[list[float], float]:
@@ -610,7 +617,9 @@ class Evaluator:
                     warm, _ = batch(slot, c, WARM_CALLS["gpu" if gpu else "interpreter"], 1.0, warm_up=True)
                     est = max(est, min(warm) if gpu else warm[-1])
                 per_round.append(max(1, timing.calls_for(plan, est, gpu) // rounds))
-            for r in range(rounds):
+            r = -1
+            while r + 1 < rounds:
+                r += 1
                 order = list(runners) if r % 2 == 0 else list(reversed(runners))
                 for slot in order:
                     for c in range(n_cases):
@@ -625,11 +634,16 @@ class Evaluator:
                 stop = self._why_stop(samples, r + 1, rounds) if self._incumbent_timed and r + 1 < rounds else None
                 self._timing_stopped = bool(stop)
                 if stop:
-                    for table in (samples, walls):  # the rounds not run are not rounds
-                        for slot in table:
-                            table[slot] = [per_case[:r + 1] for per_case in table[slot]]
                     notes.append(f"timing stopped after {r + 1} of {rounds} interleaved rounds: {stop}")
                     break
+                if r + 1 == rounds == planned and self._incumbent_timed and planned > 1 and timing.undecided(
+                        self._round_scores(samples, "candidate", rounds), self._round_scores(samples, "incumbent", rounds)):
+                    rounds = most
+                    notes.append(f"{planned} interleaved rounds left the gain undecided (their spread as large as "
+                                 f"it): timed {most - planned} more")
+            for table in (samples, walls):  # the rounds not run are not rounds
+                for slot in table:
+                    table[slot] = [per_case[:r + 1] for per_case in table[slot]]
         except _IncumbentFailed as exc:
             self._drop_incumbent()
             self._time(ev, judge, None, checked)

@@ -19,7 +19,8 @@ every round) so that drift in clocks or temperature hits both; ``compare_rounds`
 per-round scores into a ``Comparison``: the candidate is *significantly* faster when the
 median per-round ratio candidate/incumbent is below ``1 - (MIN_GAIN + noise)``, where noise is
 half the 20–80 percentile range of the per-round ratios.  The judge stops timing a pair early
-once the rounds so far rule out a gain (``loss_decided``) or show a clear loss (``clear_loss``).
+once the rounds so far rule out a gain (``loss_decided``) or show a clear loss (``clear_loss``),
+and times as many rounds again where the planned ones leave a gain undecided (``undecided``).
 """
 from __future__ import annotations
 
@@ -71,6 +72,20 @@ def compare_rounds(candidate: Sequence[float], incumbent: Sequence[float],
     significant = ratio < 1.0 - (min_gain + noise) and candidate_us < incumbent_us
     return Comparison(candidate_us=candidate_us, incumbent_us=incumbent_us, noise_frac=noise, significant=significant,
                       median_ratio=ratio)
+
+
+def undecided(candidate: Sequence[float], incumbent: Sequence[float], min_gain: float = MIN_GAIN) -> bool:
+    """Whether per-round scores leave a gain open: the median ratio candidate/incumbent is below
+    ``1 - min_gain`` but not below ``1 - (min_gain + noise)`` (``compare_rounds``'s rule).  More
+    rounds can settle it: one slow round among three is inside the 20-80 percentile range, one
+    among six is not."""
+    ratios = round_ratios(candidate, incumbent)
+    if not ratios:
+        return False
+    ratio = median(ratios)
+    if not 0 < ratio < 1.0 - min_gain:
+        return False
+    return not ratio < 1.0 - (min_gain + spread(ratios) / ratio)
 
 
 def round_ratios(candidate: Sequence[float], incumbent: Sequence[float]) -> list[float]:
