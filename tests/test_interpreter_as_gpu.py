@@ -1,0 +1,62 @@
+"""The worker's interpreter (``harness.interpreter_as_gpu``) on what is not a GPU rule: its cost."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+
+def test_the_language_builtins_are_looked_up_once_not_at_every_launch():
+    """Triton's interpreter listed the language's builtins (``inspect.getmembers`` of five modules
+    and classes) at every launch and every nested jitted call: a fifth of a small launch's time,
+    and the interpreter is most of what CI and a CPU run spend.  After install they are looked up
+    at the first launch only, and launches with nested calls still compute the same thing.  In a
+    process of its own: install's wrappers stay for the life of the process."""
+    script = textwrap.dedent('''
+        import inspect
+
+        import torch
+        import triton
+        import triton.language as tl
+        from autokernel.harness import interpreter_as_gpu
+
+        interpreter_as_gpu.install()
+
+
+        @triton.jit
+        def _scaled(x, s):
+            return tl.exp(x * s) + tl.sqrt(tl.abs(x))
+
+
+        @triton.jit
+        def _kernel(x_ptr, out_ptr, N: tl.constexpr):
+            offs = tl.arange(0, N)
+            x = tl.load(x_ptr + offs)
+            tl.store(out_ptr + offs, tl.sum(_scaled(x, 0.5), axis=0) + _scaled(x, 2.0))
+
+
+        calls = [0]
+        real = inspect.getmembers
+
+        def counted(*args, **kwargs):
+            calls[0] += 1
+            return real(*args, **kwargs)
+
+        inspect.getmembers = counted
+        x = torch.randn(16)
+        want = (torch.exp(x * 0.5) + x.abs().sqrt()).sum() + torch.exp(x * 2.0) + x.abs().sqrt()
+        for launch in range(3):
+            out = torch.empty(16)
+            _kernel[(1,)](x, out, N=16)
+            assert torch.allclose(out, want, rtol=1e-5, atol=1e-5), (launch, out, want)
+            if launch == 0:
+                first = calls[0]
+        print(first, calls[0] - first)
+    ''')
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).parent.parent / "src"))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, later = map(int, done.stdout.split())
+    assert first > 0 and later == 0, (first, later)
