@@ -32,8 +32,8 @@ def _edited(tmp_path: Path, name: str, body: str) -> Path:
 
 
 def _slower(tmp_path: Path) -> Path:
-    """Correct, and four times the work."""
-    return _edited(tmp_path, "reduce_slower.py", "    for _ in range(3):\n        _kernel_once(x)\n"
+    """Correct, and twice the work."""
+    return _edited(tmp_path, "reduce_slower.py", "    _kernel_once(x)\n"
                                                  "    return _kernel_once(x)\n")
 
 
@@ -56,7 +56,7 @@ def test_a_slower_candidate_is_reverted_after_smoke_without_the_other_stages(tmp
     assert "timing" not in ev.phases and "timing_checks" not in ev.phases
     assert decide(ev, incumbent_correct=True, incumbent_us=1.0) == "revert"
     row = make_record(get_problem("reduce"), "reduce", None, None, 1, "tuner", "revert", ev, ev.wall_s, 0, "abc",
-                      "four times the work")
+                      "twice the work")
     assert row.latency_us == pytest.approx(ev.score_us) and row.failed_stage == ""
     assert Evaluation.from_json(ev.to_json()).verdict == "slower"
 
