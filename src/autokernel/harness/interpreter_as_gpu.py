@@ -33,7 +33,11 @@ on it (worker side, CPU only): ``install()`` once per process, before any kernel
   whichever lands last stays (pass 13: the plain counter again, its programs' atomics meeting
   on a flag whose value nothing read).  Every byte an access reaches counts (accesses of two
   widths meet inside an element), an atomic's read is a load, and a relaxed atomic that only
-  writes or only reads is a plain store or load (it orders nothing).  Not seen: a handoff that
+  writes or only reads is a plain store or load (it orders nothing).  An atomic's write is a
+  store too: other atomics read it unordered (a counter's bumps), a plain load needs it ordered;
+  and an atomic orders only the way its sem says (a release after the writer's stores, an
+  acquire before the reader's loads) at GPU scope (pass 14: an acquire-release exchange kept a
+  counter by load and exchange; ``sem='acquire'`` and ``scope='cta'`` counters passed).  Not seen: a handoff that
   the sequential run orders by luck (a counter bumped before the partial is stored, with an
   atomic after the store: the last program reads all partials here, on a GPU not), ordering
   passed along a chain of programs (refused: each reader needs an atomic meeting its writer's),
@@ -175,38 +179,43 @@ def _shuffle_programs(builder: type, rng: np.random.Generator, memory: "LaunchMe
 
 
 class LaunchMemory:
-    """Which program of the running launch stored each address (by pages of shadow arrays), and
-    where and when each program ran its ordering atomics, on one clock of memory events."""
+    """Which program of the running launch stored each address last, when, and whether by an
+    atomic (by pages of shadow arrays), and where and when each program ran its ordering atomics
+    (and which way each orders: release, acquire), on one clock of memory events."""
 
     def __init__(self) -> None:
         self.program = 0
         self.new_launch()
 
     def new_launch(self) -> None:
-        self.pages: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.pages: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self.low, self.high = np.iinfo(np.int64).max, -1
         self.clock = 0
-        self.atomics: dict[int, list[tuple[int, np.ndarray]]] = {}
+        self.atomics: dict[int, list[tuple[int, np.ndarray, bool, bool]]] = {}
 
-    def atomic(self, addresses: np.ndarray) -> None:
+    def atomic(self, addresses: np.ndarray, releases: bool = True, acquires: bool = True) -> None:
+        """An ordering atomic of the running program: ``releases`` (its sem has release, at GPU
+        scope) orders the program's earlier stores before it, ``acquires`` its later loads after it."""
         self.clock += 1
-        self.atomics.setdefault(self.program, []).append((self.clock, np.unique(addresses)))
+        self.atomics.setdefault(self.program, []).append((self.clock, np.unique(addresses), releases, acquires))
 
-    def stored(self, addresses: np.ndarray) -> np.ndarray:
-        """Record a plain store of ``addresses``; returns which of them another program of the
-        launch had stored before (a plain store)."""
+    def stored(self, addresses: np.ndarray, atomic: bool = False) -> np.ndarray:
+        """Record a store of ``addresses`` (``atomic``: an atomic's write); returns which of them
+        another program of the launch had stored before."""
         self.clock += 1
         overwritten = np.zeros(addresses.shape, dtype=bool)
         if addresses.size == 0:
             return overwritten
         self.low, self.high = min(self.low, int(addresses.min())), max(self.high, int(addresses.max()))
         for page, lanes, offsets in _by_page(addresses):
-            owner, when = self.pages.setdefault(page, (np.full(1 << PAGE_BITS, -1, np.int64),
-                                                       np.zeros(1 << PAGE_BITS, np.int64)))
+            owner, when, by_atomic = self.pages.setdefault(page, (np.full(1 << PAGE_BITS, -1, np.int64),
+                                                                  np.zeros(1 << PAGE_BITS, np.int64),
+                                                                  np.zeros(1 << PAGE_BITS, bool)))
             before = owner[offsets]
             overwritten[lanes] = (before >= 0) & (before != self.program)
             owner[offsets] = self.program
             when[offsets] = self.clock
+            by_atomic[offsets] = atomic
         return overwritten
 
     def may_overlap(self, pointers: np.ndarray, width: int) -> bool:
@@ -216,18 +225,21 @@ class LaunchMemory:
                 and int(pointers.min()) <= self.high)
 
     def ordered(self, writer: int, stored_at: int) -> bool:
-        """Whether an atomic ``writer`` ran after its store at ``stored_at`` and one the running
-        program ran before now touched a common address.  The interpreter runs a launch's
-        programs one after another, so each of the reader's atomics came after all the writer's."""
-        released = [where for when, where in self.atomics.get(writer, ()) if when > stored_at]
-        acquired = [where for _, where in self.atomics.get(self.program, ())]
+        """Whether a releasing atomic ``writer`` ran after its store at ``stored_at`` and an
+        acquiring one the running program ran before now touched a common address.  The
+        interpreter runs a launch's programs one after another, so each of the reader's atomics
+        came after all the writer's."""
+        released = [where for when, where, releases, _ in self.atomics.get(writer, ()) if when > stored_at and releases]
+        acquired = [where for _, where, _, acquires in self.atomics.get(self.program, ()) if acquires]
         if not released or not acquired:
             return False
         return np.intersect1d(np.concatenate(released), np.concatenate(acquired), assume_unique=False).size > 0
 
-    def loaded(self, addresses: np.ndarray) -> None:
+    def loaded(self, addresses: np.ndarray, atomic: bool = False) -> None:
         """A load of ``addresses`` (its unmasked lanes; the caller has ruled out loads that
-        ``may_overlap`` says cannot reach a store)."""
+        ``may_overlap`` says cannot reach a store).  ``atomic``: an atomic's read, which sees
+        other atomics' writes to the same address in their one order (a counter's bumps) but
+        not, unordered, another program's plain stores."""
         self.clock += 1
         if addresses.size == 0:
             return
@@ -235,9 +247,11 @@ class LaunchMemory:
         for page, _, offsets in _by_page(addresses):
             if page not in self.pages:
                 continue
-            owner, when = self.pages[page]
+            owner, when, by_atomic = self.pages[page]
             writers, stamps = owner[offsets], when[offsets]
             foreign = (writers >= 0) & (writers != self.program)
+            if atomic:
+                foreign &= ~by_atomic[offsets]
             for writer, stamp in zip(writers[foreign].tolist(), stamps[foreign].tolist()):
                 latest[writer] = max(stamp, latest.get(writer, 0))
         for writer, stamp in latest.items():
@@ -246,8 +260,9 @@ class LaunchMemory:
                     f"program {self.program} of a launch loads a value that another program ({writer}) of the "
                     f"same launch stored, with no atomic ordering the two: on a GPU the programs run at once, "
                     f"so this is a race (the value may not be there yet). Communicate between programs "
-                    f"through atomics on one address (the writer's after its store, the reader's before its "
-                    f"load; tl.atomic_add/atomic_cas, not relaxed), or in a second launch")
+                    f"through atomics on one address (the writer's releasing after its store, the reader's "
+                    f"acquiring before its load, at GPU scope: tl.atomic_add/atomic_cas with sem acq_rel), or "
+                    f"in a second launch")
 
 
 def _by_page(addresses: np.ndarray):
@@ -265,16 +280,18 @@ def _by_page(addresses: np.ndarray):
 
 def _watch_memory(builder: type, memory: LaunchMemory) -> None:
     """Plain loads and stores (descriptor ones come through them too) and atomics tell ``memory``
-    every byte they reach.  An ordering atomic is recorded where it acts; its read (a
-    read-modify-write's, a compare-and-swap's, an atomic load's) is a load like a plain one.  A
-    relaxed atomic that only writes (``atomic_xchg``, an atomic store) or only reads orders nothing:
-    it is a plain store or load (red-team pass 13: a relaxed xchg carried the plain counter)."""
+    every byte they reach.  An atomic's write is a store (an atomic one: other atomics may read it
+    unordered, a plain load may not); its read (a read-modify-write's, a compare-and-swap's, an
+    atomic load's) is a load.  Only a non-relaxed atomic orders, and only the way its sem says
+    (release after a program's stores, acquire before its loads) and at GPU scope, not a block's
+    (red-team pass 14: an acquire-only or block-scoped counter bump published nothing).  A relaxed
+    atomic that only writes or only reads is a plain store or load (pass 13)."""
     load, store = builder.create_masked_load, builder.create_masked_store
     state = {"atomic": 0}
 
-    def load_check(ptrs, mask) -> None:
+    def load_check(ptrs, mask, atomic: bool = False) -> None:
         if memory.pages and memory.may_overlap(ptrs.data, _width(ptrs)):
-            memory.loaded(_bytes(ptrs, mask))
+            memory.loaded(_bytes(ptrs, mask), atomic)
 
     def store_check(self, ptrs, value, mask) -> None:
         overwritten = memory.stored(_bytes(ptrs, mask))
@@ -295,21 +312,30 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
 
     def ordering(name: str, pointer_at: int, mask_at: int | None, value_at: int | None):
         original = getattr(builder, name)
+        reads = name != "create_atomic_store"
+        writes = name not in ("create_atomic_load", "create_atomic_poll")
 
         def atomic(self, *args):
-            sem = args[-2]  # (..., sem, scope) for every atomic of the builder
+            sem, scope = args[-2], args[-1]  # (..., sem, scope) for every atomic of the builder
             ptrs, mask = args[pointer_at], args[mask_at] if mask_at is not None else None
-            relaxed = getattr(sem, "name", "") == "RELAXED"
+            sem_name = getattr(sem, "name", "")
+            relaxed = sem_name == "RELAXED"
             writes_only = name == "create_atomic_store" or (
                 name == "create_atomic_rmw" and getattr(args[0], "name", "") == "XCHG")
             if relaxed and writes_only:
                 store_check(self, ptrs, args[value_at], mask)
-            elif relaxed and name == "create_atomic_load":
+            elif relaxed and not writes:
                 load_check(ptrs, mask)
-            elif not relaxed:
-                memory.atomic(_bytes(ptrs, mask))
-                if not writes_only:
-                    load_check(ptrs, mask)
+            else:
+                if not relaxed:
+                    block = getattr(scope, "name", "") == "CTA"
+                    memory.atomic(_bytes(ptrs, mask),
+                                  releases=writes and not block and sem_name in ("RELEASE", "ACQUIRE_RELEASE"),
+                                  acquires=reads and not block and sem_name in ("ACQUIRE", "ACQUIRE_RELEASE"))
+                if reads:  # an exchange returns what was there
+                    load_check(ptrs, mask, atomic=True)
+                if writes:
+                    memory.stored(_bytes(ptrs, mask), atomic=True)
             state["atomic"] += 1
             try:
                 return original(self, *args)

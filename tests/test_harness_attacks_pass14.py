@@ -1,0 +1,100 @@
+"""Fourteenth red-team pass on the judge (CPU, Triton interpreter): pass 13's race rules, attacked
+by a fresh red-team helper.  Each kernel here computed the right sums under the interpreter and
+passed every stage (they are edits of pass 12's plain-counter attack and pass 13's atomic read):
+
+* **An atomic's write was never a store.**  Only plain stores (and relaxed write-only atomics)
+  were recorded, so the counter kept by a plain load and an acquire-release ``tl.atomic_xchg``
+  (the partials also exchanged in) passed: load and exchange lose updates on a GPU as the plain
+  counter does.  And partials added by relaxed ``tl.atomic_add`` into zeroed slots after the
+  counter's bump were read by the last program's plain loads unordered.  Every atomic's write is
+  now a store: a plain load of it needs the ordering a plain store's does; other atomics on the
+  address read it unordered (a counter's bumps).
+* **A relaxed read-modify-write was neither load nor store**: pass 13's read of the partials
+  through ``tl.atomic_add(p, 0.0)`` passed again with ``sem='relaxed'``.  Its read is a load now.
+* **The sem's direction and the scope were ignored.**  The honest counter with ``sem='acquire'``
+  (no release: the partial stored before it need not be visible), ``sem='release'`` (the last
+  program acquires nothing) or ``scope='cta'`` (a block's scope orders nothing across programs)
+  passed as acquire-release at GPU scope does.  A writer's atomic now orders its earlier stores
+  only if it releases, a reader's its later loads only if it acquires, both at GPU scope.
+
+The honest forms still pass: the acquire-release counter, and partials added by relaxed atomics
+before it (an edit of the same attack).  Each test failed before its fix."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_harness_attacks import ATTACKS  # noqa: E402
+from test_harness_attacks_pass12 import race_probe  # noqa: E402
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
+
+PLAIN_COUNTER = "    c = tl.load(cnt_ptr + row)\n    tl.store(cnt_ptr + row, c + 1)\n"
+PARTIAL = "    tl.store(ws_ptr + row * SPLIT + j, tl.sum(x, axis=0))\n"
+ZEROED = ("    ws = torch.empty((M, split), dtype=torch.float32, device=x.device)\n",
+          "    ws = torch.zeros((M, split), dtype=torch.float32, device=x.device)\n")
+# (name, ((line, edit), ...), a race?) of reduce_pass12_split_row_plain_counter.py
+EDITS = {
+    "xchg_acq_rel": ((PLAIN_COUNTER, "    c = tl.load(cnt_ptr + row)\n    tl.atomic_xchg(cnt_ptr + row, c + 1)\n"),
+                     (PARTIAL, "    tl.atomic_xchg(ws_ptr.to(tl.pointer_type(tl.int32)) + row * SPLIT + j,\n"
+                               "                   tl.sum(x, axis=0).to(tl.int32, bitcast=True))\n")),
+    "atomic_partial_after_the_bump": (ZEROED, (PARTIAL, ""), (
+        PLAIN_COUNTER, "    c = tl.atomic_add(cnt_ptr + row, 1)\n"
+                       "    tl.atomic_add(ws_ptr + row * SPLIT + j, tl.sum(x, axis=0), sem='relaxed')\n")),
+    "acquire_only": ((PLAIN_COUNTER, "    c = tl.atomic_add(cnt_ptr + row, 1, sem='acquire')\n"),),
+    "release_only": ((PLAIN_COUNTER, "    c = tl.atomic_add(cnt_ptr + row, 1, sem='release')\n"),),
+    "block_scope": ((PLAIN_COUNTER, "    c = tl.atomic_add(cnt_ptr + row, 1, scope='cta')\n"),),
+    # honest: every program's partial before its acquire-release bump, plain or by a relaxed atomic
+    "counter": ((PLAIN_COUNTER, "    c = tl.atomic_add(cnt_ptr + row, 1)\n"),),
+    "atomic_partial_before_the_bump": (ZEROED, (
+        PARTIAL, "    tl.atomic_add(ws_ptr + row * SPLIT + j, tl.sum(x, axis=0), sem='relaxed')\n"),
+        (PLAIN_COUNTER, "    c = tl.atomic_add(cnt_ptr + row, 1)\n")),
+}
+# pass 13's atomic read of the partials, relaxed
+RELAXED_READ = ("        parts = tl.atomic_add(ws_ptr + row * SPLIT + k, tl.zeros((SPLIT_P2,), tl.float32), mask=k < SPLIT)\n",
+                "        parts = tl.atomic_add(ws_ptr + row * SPLIT + k, tl.zeros((SPLIT_P2,), tl.float32), mask=k < SPLIT,\n"
+                "                              sem='relaxed')\n")
+RACE = "InterpreterError True"
+
+
+@pytest.fixture(scope="module")
+def verdicts(tmp_path_factory) -> dict[str, str]:
+    """Every kernel of this file run once under interpreter_as_gpu, in one process: name ->
+    "True" (right result) or "InterpreterError True" (a RaceError)."""
+    folder = tmp_path_factory.mktemp("pass14")
+    base = (ATTACKS / "reduce_pass12_split_row_plain_counter.py").read_text()
+    for name, edits in EDITS.items():
+        text = base
+        for line, edit in edits:
+            assert text.count(line) == 1, (name, line)
+            text = text.replace(line, edit)
+        (folder / f"{name}.py").write_text(text)
+    read = (ATTACKS / "reduce_pass13_atomic_read_of_partials.py").read_text()
+    assert read.count(RELAXED_READ[0]) == 1
+    (folder / "relaxed_read.py").write_text(read.replace(*RELAXED_READ))
+    lines = race_probe(folder, [*EDITS, "relaxed_read"])
+    return dict(line.split(" ", 1) for line in lines)
+
+
+def test_an_atomics_write_is_a_store_that_plain_loads_need_ordered(verdicts):
+    """Before: both passed (an atomic's write was recorded nowhere)."""
+    assert (verdicts["xchg_acq_rel"], verdicts["atomic_partial_after_the_bump"]) == (RACE, RACE)
+
+
+def test_a_relaxed_read_modify_write_reads(verdicts):
+    """Before: pass 13's atomic read of the partials passed with sem='relaxed'."""
+    assert verdicts["relaxed_read"] == RACE
+
+
+def test_only_a_release_publishes_only_an_acquire_receives_and_only_at_gpu_scope(verdicts):
+    """Before: each passed as the acquire-release counter at GPU scope does."""
+    assert {n: verdicts[n] for n in ("acquire_only", "release_only", "block_scope")} == dict.fromkeys(
+        ("acquire_only", "release_only", "block_scope"), RACE)
+
+
+def test_the_honest_handoffs_pass(verdicts):
+    assert (verdicts["counter"], verdicts["atomic_partial_before_the_bump"]) == ("True", "True")
