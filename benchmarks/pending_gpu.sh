@@ -73,6 +73,8 @@
 #   bash benchmarks/pending_gpu.sh nineteenth_b OUT # hf:bert in graph mode against max-autotune, room for its compiles
 #   bash benchmarks/pending_gpu.sh nineteenth_c OUT # hf:t5 (t5-small) with its position bias reaching attention_masked
 #   bash benchmarks/pending_gpu.sh nineteenth_d OUT # hf:t5 in graph mode against max-autotune
+#   bash benchmarks/pending_gpu.sh twentyfirst OUT # hf:gemma2 in graph mode against max-autotune, verify's in-model
+#                                               # choice made in graph mode (its default since the twenty-first session)
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
@@ -326,6 +328,11 @@ twentieth)  # hf:gemma2 lost to torch.compile in the eighteenth session (15.24 a
 twentieth_b)  # hf:gemma2 in graph mode against torch.compile's own CUDA graphs (max-autotune): twentieth showed its
     # GPU work at 11.56 ms patched against 12.78 compiled, its wall time bound by the host's launches
     step gemma2_graphs 560 python benchmarks/models_gpu.py --out "$out/gemma2_graphs" --skip-fused --cuda-graphs \
+        --compile-mode max-autotune --models hf:gemma2 --max-minutes 9
+    ;;
+twentyfirst)  # hf:gemma2 in graph mode against max-autotune's CUDA graphs, verify's in-model choice now made in graph
+    # mode by default (each variant captured): does it leave out what loses inside the graph (twentieth_b: 0.92-0.97x)?
+    step gemma2_graph_choice 570 python benchmarks/models_gpu.py --out "$out/gemma2_graphs" --skip-fused --cuda-graphs \
         --compile-mode max-autotune --models hf:gemma2 --max-minutes 9
     ;;
 twentieth_c)  # verify's in-model choice in CUDA-graph mode (in_model='measure'; not the default until this has run), hf:gemma2

@@ -111,11 +111,10 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
     otherwise.  ``cuda_graphs``: the patched model runs as a captured CUDA graph (GPU only).
     ``under_compile``: what each op runs while torch.compile traces the patched model
     (``integrate.compile_policy``: auto, ours, eager).  ``in_model``: ``auto`` times the patched
-    model without each kernel (on a GPU outside CUDA graphs, when timing) and goes on without those
+    model without each kernel (on a GPU, when timing; in CUDA-graph mode each variant captured) and goes on without those
     it ran slower with, recording the choice for ``apply`` (``integrate.in_model``); elsewhere it
     follows the last verify's choice.  ``all``: every selected kernel, nothing recorded.
-    ``measure``: time the choice wherever verify runs (tests: the interpreter's times mean nothing;
-    in CUDA-graph mode each variant is captured, which no GPU run has checked yet).
+    ``measure``: time the choice wherever verify runs (tests: the interpreter's times mean nothing).
     Raises ``VerifyError`` on a workdir that cannot be verified."""
     from .integrate import OP_CALLS, apply, summary
     from .models import ModelSpecError, load_model, output_tensor
@@ -147,8 +146,7 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
         raise VerifyError(str(exc)) from None
     say(f"model: {loaded.description}")
     original = loaded.model.eval()
-    # in CUDA-graph mode only when asked (in_model="measure"): the graph-mode choice has not run on a GPU yet
-    measure = in_model == "measure" or (in_model == "auto" and timing and dev.startswith("cuda") and not cuda_graphs)
+    measure = in_model == "measure" or (in_model == "auto" and timing and dev.startswith("cuda"))
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

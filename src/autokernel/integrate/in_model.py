@@ -11,9 +11,9 @@ that model is faster than the one with every kernel, it records the choice (``ve
 ``in_model_choice``) and ``apply(in_model="auto")`` leaves those kernels out on that kind of GPU,
 for exactly those kernel files, in that mode.  In CUDA-graph mode launches cost nothing, but a kernel can still lose in the
 model where it won alone (the capture takes other paths than the profiled forward: transformers
-builds the whole attention mask then); ``verify(..., cuda_graphs=True, in_model="measure")``
-captures each variant as a graph of its own and times it the same way.  No GPU has run that yet,
-so graph mode does not make the choice by default.
+builds the whole attention mask then), so in CUDA-graph mode ``verify`` captures each variant as
+a graph of its own and times it the same way (first run on an H100 on 2026-12-06: hf:gemma2,
+eight kernels, every variant captured and timed, none left out).
 """
 from __future__ import annotations
 
