@@ -147,7 +147,7 @@ def verify_cmd(
     iters: int = typer.Option(20, "--iters", help="Timed forward passes per model (median)."),
     no_breakdown: bool = typer.Option(False, "--no-breakdown", help="Do not profile the patched model for the time breakdown before/after."),
     cuda_graphs: bool = typer.Option(False, "--cuda-graphs", help="Run the patched model as a captured CUDA graph (GPU only; for launch-bound shapes)."),
-    every_kernel: bool = typer.Option(False, "--every-kernel", help="Apply every selected kernel. By default, on a GPU outside CUDA graphs, verify also times the model without each kernel and leaves out those it runs faster without (launch-bound forwards pay each op's host time), recording the choice that autokernel.apply then follows."),
+    every_kernel: bool = typer.Option(False, "--every-kernel", help="Apply every selected kernel. By default, on a GPU (in CUDA-graph mode too), verify also times the model without each kernel and leaves out those it runs faster without (launch-bound forwards pay each op's host time), recording the choice that autokernel.apply then follows."),
     compile_mode: Optional[str] = typer.Option(None, "--compile-mode", help="torch.compile's mode to compare with: max-autotune-no-cudagraphs, max-autotune, reduce-overhead or default (default: max-autotune-no-cudagraphs, and with --cuda-graphs max-autotune, which adds torch.compile's own CUDA graphs)."),
     under_compile: str = typer.Option("auto", "--under-compile", help="What each op runs while torch.compile traces the patched model: auto (the eager op where torch.compile of it measured at least as fast as our kernel; the whole model as the last verify here measured fastest), ours, eager, or uncompiled (torch.compile leaves the patched model out)."),
 ) -> None:
@@ -176,9 +176,9 @@ def verify_cmd(
     run_device = device if device is not None else _run_device(workdir)
     _interpret_for(run_device)
     on_gpu = run_device.startswith("cuda") or (run_device == "auto" and _cuda_available())
-    if every_kernel and (no_timing or cuda_graphs or not on_gpu):
+    if every_kernel and (no_timing or not on_gpu):
         _say("--every-kernel changes nothing here: verify times the model without each kernel only on a GPU, "
-             "outside CUDA graphs, with timing on")
+             "with timing on")
     if compile_mode is not None and (no_timing or no_compile or not on_gpu):
         _say("--compile-mode changes nothing here: verify times torch.compile only on a GPU, with timing on and "
              "without --no-compile")
