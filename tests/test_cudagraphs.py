@@ -39,3 +39,23 @@ def test_compile_of_the_patched_model_compiles_the_model_under_the_graph_wrapper
                             "reduce-overhead", None, 1, 1, lambda *a: None)
     assert compiled == [original, inner]
     assert result.compile_patched_ms == 1.0
+
+
+def test_a_graph_call_returns_the_models_output_type_with_fresh_tensors():
+    """The copy of the static output came back as a plain dict for a transformers ModelOutput
+    (a dict subclass), so ``patched(ids).logits`` raised AttributeError in CUDA-graph mode, and a
+    named tuple could not be rebuilt from a generator."""
+    from collections import namedtuple
+
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    from autokernel.integrate.cudagraphs import _copy
+
+    logits = torch.randn(2, 3)
+    out = _copy(CausalLMOutputWithPast(logits=logits))
+    assert type(out) is CausalLMOutputWithPast and torch.equal(out.logits, logits)
+    assert out.logits.data_ptr() != logits.data_ptr() and list(out.keys()) == ["logits"]
+    pair = namedtuple("Pair", "a b")(logits, [logits])
+    copied = _copy(pair)
+    assert type(copied) is type(pair) and torch.equal(copied.a, logits) and copied.a.data_ptr() != logits.data_ptr()
+    assert copied.b[0].data_ptr() != logits.data_ptr() and _copy({"x": logits})["x"].data_ptr() != logits.data_ptr()

@@ -70,13 +70,21 @@ def missing_calls(eager: Counter, captured: Counter) -> dict[str, int]:
 
 
 def _copy(out: Any) -> Any:
-    """A fresh copy of the graph's static output (the next replay overwrites it)."""
+    """A fresh copy of the graph's static output (the next replay overwrites it), of the output's
+    own type: a transformers ``ModelOutput`` (a dict subclass) keeps its attributes, a named tuple
+    its fields."""
     if isinstance(out, torch.Tensor):
         return out.clone()
+    if isinstance(out, tuple) and hasattr(out, "_fields"):
+        return type(out)(*(_copy(o) for o in out))
     if isinstance(out, (tuple, list)):
         return type(out)(_copy(o) for o in out)
     if isinstance(out, dict):
-        return {k: _copy(v) for k, v in out.items()}
+        items = {k: _copy(v) for k, v in out.items()}
+        try:
+            return type(out)(**items) if type(out) is not dict else items
+        except TypeError:  # a mapping type that its items cannot rebuild
+            return items
     return out
 
 
