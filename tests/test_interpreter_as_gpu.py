@@ -60,3 +60,61 @@ def test_the_language_builtins_are_looked_up_once_not_at_every_launch():
     assert done.returncode == 0, done.stderr[-3000:]
     first, later = map(int, done.stdout.split())
     assert first > 0 and later == 0, (first, later)
+
+
+def test_a_launch_swaps_the_language_once_not_at_every_nested_call():
+    """Triton's interpreter swapped the language's functions for its own at every call of a
+    jitted helper inside a launch (never undone; the launch's own swap already in place): a tenth
+    of an attention launch.  Nested calls keep the launch's swap, the launch's end undoes it, and
+    a helper called in a loop computes what it did."""
+    script = textwrap.dedent('''
+        import torch
+        import triton
+        import triton.language as tl
+        from triton.runtime import interpreter
+        from autokernel.harness import interpreter_as_gpu
+
+        interpreter_as_gpu.install()
+        real = tl.exp
+
+
+        @triton.jit
+        def _step(acc, x, i):
+            return acc + tl.exp(x * i)
+
+
+        @triton.jit
+        def _kernel(x_ptr, out_ptr, N: tl.constexpr, STEPS: tl.constexpr):
+            offs = tl.arange(0, N)
+            x = tl.load(x_ptr + offs)
+            acc = tl.zeros((N,), tl.float32)
+            for i in range(STEPS):
+                acc = _step(acc, x, i * 0.1)
+            tl.store(out_ptr + offs, acc)
+
+
+        calls = {"set": 0}
+        set_attr = interpreter._LangPatchScope.set_attr
+
+        def counted(self, obj, name, value):
+            calls["set"] += 1
+            return set_attr(self, obj, name, value)
+
+        interpreter._LangPatchScope.set_attr = counted
+        x = torch.randn(16)
+        swapped = []
+        for steps in (6, 2, 6):  # the first launch warms up (the language's own helpers, like tl.zeros)
+            out = torch.empty(16)
+            before = calls["set"]
+            _kernel[(1,)](x, out, N=16, STEPS=steps)
+            want = sum(torch.exp(x * (i * 0.1)) for i in range(steps))
+            assert torch.allclose(out, want, rtol=1e-5), (out, want)
+            assert tl.exp is real, "the launch's swap outlived it"
+            swapped.append(calls["set"] - before)
+        print(" ".join(map(str, swapped)))
+    ''')
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).parent.parent / "src"))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _, two, six = map(int, done.stdout.split())
+    assert two > 0 and six == two, (two, six)  # four more helper calls, no more swapping

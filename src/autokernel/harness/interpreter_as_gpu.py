@@ -98,7 +98,41 @@ def install() -> None:
     _watch_memory(builder, memory)
     _check_hints(interpreter.TensorHandle)
     _remember_builtins(interpreter)
+    _patch_once_per_launch(interpreter)
     _INSTALLED = True
+
+
+def _patch_once_per_launch(interpreter) -> None:
+    """The interpreter swaps the language's functions for its own at a launch (undone at its end)
+    and again at every call of a jitted function inside it (never undone), though the launch's
+    swap is in place: a tenth of an attention launch's time (a helper called per key block).  A
+    call inside a launch whose language modules the launch has swapped keeps the launch's."""
+    import inspect
+
+    original = getattr(interpreter, "_patch_lang", None)
+    scope_type = getattr(interpreter, "_LangPatchScope", None)
+    lang = getattr(interpreter, "tl", None)
+    if original is None or scope_type is None or lang is None:
+        return
+    patched: set[int] = set()  # the language modules the running launch has swapped (empty: none runs)
+
+    def patch_lang(fn):
+        langs = {id(v) for v in fn.__globals__.values() if inspect.ismodule(v) and v in (lang, lang.core)}
+        if patched and langs and langs <= patched:
+            return scope_type()  # nothing to undo: the launch's swap stays until its end
+        scope = original(fn)
+        if not patched:  # a launch (or a call outside one): its scope's restore ends the swap
+            restore = scope.restore
+
+            def restore_and_forget():
+                patched.clear()
+                restore()
+
+            scope.restore = restore_and_forget
+        patched.update(langs)
+        return scope
+
+    interpreter._patch_lang = patch_lang
 
 
 def _remember_builtins(interpreter) -> None:
