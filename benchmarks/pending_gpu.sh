@@ -75,6 +75,8 @@
 #   bash benchmarks/pending_gpu.sh nineteenth_d OUT # hf:t5 in graph mode against max-autotune
 #   bash benchmarks/pending_gpu.sh twentyfirst OUT # hf:gemma2 in graph mode against max-autotune, verify's in-model
 #                                               # choice made in graph mode (its default since the twenty-first session)
+#   bash benchmarks/pending_gpu.sh twentyfirst_b OUT # the graph wrapper's static outputs checked; hf:gemma2 in graph
+#                                               # mode against max-autotune without the output copy
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
@@ -334,6 +336,12 @@ twentyfirst)  # hf:gemma2 in graph mode against max-autotune's CUDA graphs, veri
     # mode by default (each variant captured): does it leave out what loses inside the graph (twentieth_b: 0.92-0.97x)?
     step gemma2_graph_choice 570 python benchmarks/models_gpu.py --out "$out/gemma2_graphs" --skip-fused --cuda-graphs \
         --compile-mode max-autotune --models hf:gemma2 --max-minutes 9
+    ;;
+twentyfirst_b)  # the graph wrapper hands out its static outputs (no copy; stale ones raise): checked, then hf:gemma2
+    # in graph mode against max-autotune again (twentyfirst: 0.93x, 1.4 ms a forward of output copies)
+    step graph_outputs 60 python benchmarks/graph_outputs_gpu.py
+    step gemma2_static 540 python benchmarks/models_gpu.py --out "$out/gemma2_static" --skip-fused --cuda-graphs \
+        --compile-mode max-autotune --models hf:gemma2 --max-minutes 8.5
     ;;
 twentieth_c)  # verify's in-model choice in CUDA-graph mode (in_model='measure'; not the default until this has run), hf:gemma2
     step gemma2_graph_choice 400 bash -c "python -c \"

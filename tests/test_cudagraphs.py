@@ -59,3 +59,45 @@ def test_a_graph_call_returns_the_models_output_type_with_fresh_tensors():
     copied = _copy(pair)
     assert type(copied) is type(pair) and torch.equal(copied.a, logits) and copied.a.data_ptr() != logits.data_ptr()
     assert copied.b[0].data_ptr() != logits.data_ptr() and _copy({"x": logits})["x"].data_ptr() != logits.data_ptr()
+
+
+def test_a_call_hands_out_the_static_output_and_the_next_replay_marks_the_last_ones_stale(monkeypatch):
+    """Static outputs as torch.compile's CUDA graphs hand them out: no copy (Gemma-2's logits
+    copy was 1.4 ms a forward, its whole loss to torch.compile's graphs), each call's tensors on a
+    storage of their own over the graph's memory, and the next replay of the graph marks the last
+    call's storages so that reading them raises (torch's CUDA builds; recorded here).  A fake
+    graph on CPU tensors: capture needs a GPU."""
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    from autokernel.integrate import cudagraphs
+
+    marked = []
+    monkeypatch.setattr(torch._C, "_set_storage_access_error_msg", lambda t, msg: marked.append((t, msg)),
+                        raising=False)
+    static_in = torch.zeros(4)
+    static_out = CausalLMOutputWithPast(logits=torch.zeros(2, 4))
+
+    class Graph:
+        def replay(self):
+            static_out.logits.copy_(torch.stack([static_in, -static_in]))
+
+    wrapped = cudagraphs.CudaGraphed(torch.nn.Identity())
+    assert wrapped.static_outputs
+    entry = (Graph(), [static_in], static_out)
+    first = wrapped._replay("key", entry, (torch.arange(4.0),))
+    assert type(first) is CausalLMOutputWithPast and first.logits.tolist() == [[0, 1, 2, 3], [0, -1, -2, -3]]
+    assert first.logits.data_ptr() == static_out.logits.data_ptr()  # no copy
+    assert first.logits.untyped_storage()._cdata != static_out.logits.untyped_storage()._cdata
+    assert marked == []
+    second = wrapped._replay("key", entry, (torch.ones(4),))
+    assert second.logits.tolist() == [[1] * 4, [-1] * 4]
+    assert len(marked) == 1 and marked[0][0] is first.logits and "overwritten by a later call" in marked[0][1]
+    asked = cudagraphs.CudaGraphed(torch.nn.Identity(), static_outputs=False)  # apply(copy_graph_outputs=True)
+    copied = asked._replay("key", entry, (torch.full((4,), 3.0),))
+    assert not asked.static_outputs and copied.logits.data_ptr() != static_out.logits.data_ptr()
+    monkeypatch.delattr(torch._C, "_set_storage_access_error_msg", raising=False)
+    if not cudagraphs.can_guard_outputs():  # this torch cannot mark a storage: copies
+        copying = cudagraphs.CudaGraphed(torch.nn.Identity())
+        assert not copying.static_outputs
+        third = copying._replay("key", entry, (torch.full((4,), 2.0),))
+        assert third.logits.data_ptr() != static_out.logits.data_ptr() and third.logits[0, 0] == 2

@@ -104,13 +104,15 @@ def place_ops(model: nn.Module, ops: list[KernelOp]) -> Placement:
 
 def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
           allow_slower: bool = False, cuda_graphs: bool = False, under_compile: str = "auto",
-          only: set[str] | None = None, in_model: str | InModelChoice = "auto") -> nn.Module:
+          only: set[str] | None = None, in_model: str | InModelChoice = "auto",
+          copy_graph_outputs: bool = False) -> nn.Module:
     """Return ``model`` (a deep copy unless ``inplace``) running the run's best kernels.
 
     ``allow_slower``: on GPU runs, kernels whose best measured time is slower than PyTorch
     eager are left out unless this is set.  ``cuda_graphs``: return the patched model wrapped
     in ``CudaGraphed`` (capture once per input signature, then replay; GPU only, inference
-    only; see ``integrate.cudagraphs``).  ``under_compile``: what each op runs while
+    only; see ``integrate.cudagraphs``: a call's outputs live until the next call with the same
+    input shapes, as torch.compile's CUDA graphs' do, unless ``copy_graph_outputs``).  ``under_compile``: what each op runs while
     ``torch.compile`` traces the patched model, our kernel or the problem's eager op for inductor
     to compile, or the patched model left out of the compile (``auto``, ``ours``, ``eager``,
     ``uncompiled``; see ``integrate.compile_policy``).  ``only``: the kernels of these plan problems
@@ -163,7 +165,7 @@ def apply(model: nn.Module, workdir: str | Path, *, inplace: bool = False,
     _warn_mismatch(plan, patched, missing_paths)
     result = patched
     if cuda_graphs:
-        result = CudaGraphed(patched)
+        result = CudaGraphed(patched, static_outputs=not copy_graph_outputs)
         for attr in ("_autokernel_replaced", "_autokernel_skipped", "_autokernel_ops", "_autokernel_under_compile",
                      "_autokernel_kernel_ops", "_autokernel_selected", "_autokernel_in_model"):
             setattr(result, attr, getattr(patched, attr))
