@@ -98,3 +98,45 @@ def test_only_a_release_publishes_only_an_acquire_receives_and_only_at_gpu_scope
 
 def test_the_honest_handoffs_pass(verdicts):
     assert (verdicts["counter"], verdicts["atomic_partial_before_the_bump"]) == ("True", "True")
+
+
+def test_a_releasing_atomic_publishes_its_own_write():
+    """Pass 14's fix first recorded an atomic's ordering before its write, so a flag set by
+    ``tl.atomic_xchg(flag, 7, sem='release')`` and read after ``tl.atomic_load(flag,
+    sem='acquire')`` was a race for the plain load of the flag that followed (a false positive:
+    the release publishes the atomic's own write).  Seven readers, four launches in a fresh order
+    each: some reader runs after the writer."""
+    import subprocess
+    import textwrap
+
+    script = textwrap.dedent('''
+        import torch
+        import triton
+        import triton.language as tl
+        from autokernel.harness import interpreter_as_gpu
+
+        interpreter_as_gpu.install()
+
+
+        @triton.jit
+        def _flag(flag_ptr, out_ptr):
+            pid = tl.program_id(0)
+            if pid == 0:
+                tl.atomic_xchg(flag_ptr, 7, sem="release")
+            else:
+                if tl.atomic_load(flag_ptr, sem="acquire") == 7:
+                    tl.store(out_ptr + pid, tl.load(flag_ptr))
+
+
+        seen = 0
+        for _ in range(4):
+            flag, out = torch.zeros(1, dtype=torch.int32), torch.zeros(8, dtype=torch.int32)
+            _flag[(8,)](flag, out)
+            assert set(out.tolist()) <= {0, 7}, out
+            seen += int((out == 7).sum())
+        print(seen)
+    ''')
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).parent.parent / "src"))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout) > 0  # some reader saw the flag (and read it plainly)

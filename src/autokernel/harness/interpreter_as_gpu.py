@@ -360,16 +360,16 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
                 store_check(self, ptrs, args[value_at], mask)
             elif relaxed and not writes:
                 load_check(ptrs, mask)
-            else:
+            else:  # its read sees what came before it; its release publishes its own write too
+                if reads:  # an exchange returns what was there
+                    load_check(ptrs, mask, atomic=True)
+                if writes:
+                    memory.stored(_bytes(ptrs, mask), atomic=True)
                 if not relaxed:
                     block = getattr(scope, "name", "") == "CTA"
                     memory.atomic(_bytes(ptrs, mask),
                                   releases=writes and not block and sem_name in ("RELEASE", "ACQUIRE_RELEASE"),
                                   acquires=reads and not block and sem_name in ("ACQUIRE", "ACQUIRE_RELEASE"))
-                if reads:  # an exchange returns what was there
-                    load_check(ptrs, mask, atomic=True)
-                if writes:
-                    memory.stored(_bytes(ptrs, mask), atomic=True)
             state["atomic"] += 1
             try:
                 return original(self, *args)
