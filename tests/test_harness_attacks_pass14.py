@@ -17,8 +17,9 @@ passed every stage (they are edits of pass 12's plain-counter attack and pass 13
   passed as acquire-release at GPU scope does.  A writer's atomic now orders its earlier stores
   only if it releases, a reader's its later loads only if it acquires, both at GPU scope.
 
-The honest forms still pass: the acquire-release counter, and partials added by relaxed atomics
-before it (an edit of the same attack).  Each test failed before its fix."""
+The honest forms still pass: the acquire-release counter, partials added by relaxed atomics
+before it (an edit of the same attack), and a flag published by a releasing exchange (the
+atomic's release covers its own write).  Each test failed before its fix."""
 from __future__ import annotations
 
 import os
