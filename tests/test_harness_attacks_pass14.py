@@ -107,8 +107,9 @@ def test_a_releasing_atomic_publishes_its_own_write():
     sem='acquire')`` was a race for the plain load of the flag that followed (a false positive:
     the release publishes the atomic's own write).  Seven readers, four launches in a fresh order
     each: some reader runs after the writer."""
-    import subprocess
     import textwrap
+
+    from test_interpreter_as_gpu import run_interpreted
 
     script = textwrap.dedent('''
         import torch
@@ -137,7 +138,4 @@ def test_a_releasing_atomic_publishes_its_own_write():
             seen += int((out == 7).sum())
         print(seen)
     ''')
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).parent.parent / "src"))
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert int(done.stdout) > 0  # some reader saw the flag (and read it plainly)
+    assert int(run_interpreted(script)) > 0  # some reader saw the flag (and read it plainly)

@@ -8,6 +8,15 @@ import textwrap
 from pathlib import Path
 
 
+def run_interpreted(script: str) -> str:
+    """``script``'s output, run in a process of its own under the interpreter (install's
+    wrappers stay for the life of a process)."""
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).parent.parent / "src"))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
 def test_the_language_builtins_are_looked_up_once_not_at_every_launch():
     """Triton's interpreter listed the language's builtins (``inspect.getmembers`` of five modules
     and classes) at every launch and every nested jitted call: a fifth of a small launch's time,
@@ -55,10 +64,8 @@ def test_the_language_builtins_are_looked_up_once_not_at_every_launch():
                 first = calls[0]
         print(first, calls[0] - first)
     ''')
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).parent.parent / "src"))
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    first, later = map(int, done.stdout.split())
+    out = run_interpreted(script)
+    first, later = map(int, out.split())
     assert first > 0 and later == 0, (first, later)
 
 
@@ -113,8 +120,6 @@ def test_a_launch_swaps_the_language_once_not_at_every_nested_call():
             swapped.append(calls["set"] - before)
         print(" ".join(map(str, swapped)))
     ''')
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).parent.parent / "src"))
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    _, two, six = map(int, done.stdout.split())
+    out = run_interpreted(script)
+    _, two, six = map(int, out.split())
     assert two > 0 and six == two, (two, six)  # four more helper calls, no more swapping

@@ -120,9 +120,7 @@ def _aliased(out: Any, handed: list[torch.Tensor]) -> Any:
 
 
 def _copy(out: Any) -> Any:
-    """A fresh copy of the graph's static output (the next replay overwrites it), of the output's
-    own type: a transformers ``ModelOutput`` (a dict subclass) keeps its attributes, a named tuple
-    its fields."""
+    """A fresh copy of the graph's static output, of the output's own type (``_rebuilt``)."""
     if isinstance(out, torch.Tensor):
         return out.clone()
     return _rebuilt(out, _copy)
