@@ -9,6 +9,8 @@ on it (worker side, CPU only): ``install()`` once per process, before any kernel
   matmul alike).  Both fp32 operands of a TF32 dot are rounded to TF32 (to nearest, ties to
   even; inf and NaN kept).  Operands upcast from bf16 or fp16 (the starters' CPU path) have at
   most 11 significant bits: TF32 holds them exactly.
+* Half precision (``interpreter_half``).  fp16 sums and fp16 dot accumulators add in fp16, as a
+  GPU does, and bf16 arithmetic computes on the values, not on their bit patterns.
 * bf16 casts.  The interpreter converts fp32 to bf16 by dropping the low 16 bits (toward
   zero); a GPU rounds to nearest, ties to even (``cvt.rn.bf16.f32``), unless the cast asks
   otherwise.  Twice toward zero in one output (HF's RMSNorm rounds ``x * rstd`` to the dtype,
@@ -54,6 +56,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import interpreter_half
+
 _INSTALLED = False
 HINTS = {"tt.contiguity": "max_contiguous", "tt.divisibility": "multiple_of", "tt.constancy": "max_constancy"}
 PAGE_BITS = 12
@@ -93,6 +97,7 @@ def install() -> None:
     builder = interpreter.InterpreterBuilder
     _round_tf32_dots(builder, interpreter.TensorHandle)
     _round_bf16_casts(builder, interpreter.TensorHandle)
+    interpreter_half.install(interpreter)
     memory = LaunchMemory()
     _shuffle_programs(builder, np.random.default_rng(), memory)
     _watch_memory(builder, memory)

@@ -1,0 +1,169 @@
+"""Half-precision arithmetic in Triton's interpreter as a GPU does it (worker side, CPU only;
+``interpreter_as_gpu.install`` calls ``install`` here).
+
+* fp16 sums.  ``tl.sum`` of an fp16 block adds in fp16 on a GPU (Triton keeps a float block's
+  own type for the sum); the interpreter took numpy's ``np.sum``, which adds fp16 in fp32 and
+  rounds once.  A reduce that summed an fp16 row with no upcast passed the ``large-cancelling``
+  case (rows of +-60000) on the CPU and gave inf on a GPU.  The sum is now a tree of fp16 adds,
+  each rounded: a partial sum past 65504 is inf, as on the GPU (red-team pass 14).
+* fp16 dot accumulators.  ``tl.dot(a, b, out_dtype=tl.float16)`` accumulates in fp16 registers
+  on a GPU: the tensor core's products of 16 values of K at a time are added into the fp16
+  accumulator, rounded each time.  The interpreter's numpy matmul added all of K in fp32; the
+  matmul's ``fp16-overflow`` case (a running sum past 65504 halfway through K) passed.  Now
+  each 16-wide slice of K is added into the accumulator and rounded to fp16.
+* bf16 arithmetic.  The interpreter holds bf16 as its bit patterns (uint16) and applied numpy's
+  integer arithmetic to them: ``x + y`` of two bf16 blocks, ``-x``, an fma, a sum, a max of
+  negative values were wrong (a correct kernel that computed in bf16 failed every CPU stage).
+  These now compute on the values and round the result to bf16 (to nearest, ties to even), and
+  ``tl.sum`` of a bf16 block is a tree of bf16 adds as for fp16.  Not covered: cumulative sums
+  and ``tl.clamp`` of bf16 blocks (still the bit patterns' integer arithmetic: wrong, so a kernel
+  using them fails on the CPU rather than passing).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+MMA_K = 16  # values of K one fp16 tensor-core product adds before the accumulator rounds
+FLOAT_BINARY = {np.add, np.subtract, np.multiply, np.divide, np.fmod, np.minimum, np.maximum, np.fmin, np.fmax,
+                np.less, np.greater, np.less_equal, np.greater_equal, np.equal, np.not_equal}
+
+
+def bf16_values(bits: np.ndarray) -> np.ndarray:
+    """bf16 bit patterns (uint16) as the fp32 values they hold (exact)."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def tree_sum(values: np.ndarray, axis: int, rounded) -> np.ndarray:
+    """Sum along ``axis`` by halves, each add's result passed through ``rounded`` (the values as
+    the sum's type holds them): the order a GPU's reduction takes across lanes, and its rounding."""
+    data = np.moveaxis(np.asarray(values, dtype=np.float32), axis, -1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        while data.shape[-1] > 1:
+            if data.shape[-1] % 2:
+                data = np.concatenate([data, np.zeros(data.shape[:-1] + (1,), dtype=np.float32)], axis=-1)
+            half = data.shape[-1] // 2
+            data = rounded(data[..., :half] + data[..., half:])
+    if data.shape[-1] == 0:
+        return np.zeros(data.shape[:-1], dtype=np.float32)
+    return data[..., 0]
+
+
+def as_fp16(values: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return np.asarray(values, dtype=np.float32).astype(np.float16).astype(np.float32)
+
+
+def bf16_bits(values: np.ndarray) -> np.ndarray:
+    """fp32 values rounded to bf16 (nearest, ties to even), as bit patterns of the same shape."""
+    from .interpreter_as_gpu import round_to_bf16
+
+    return round_to_bf16(values).reshape(np.shape(values))
+
+
+def as_bf16(values: np.ndarray) -> np.ndarray:
+    return bf16_values(bf16_bits(values))
+
+
+def fp16_accumulated_dot(a: np.ndarray, b: np.ndarray, acc: np.ndarray) -> np.ndarray:
+    """a @ b + acc with an fp16 accumulator: each MMA_K-wide slice of K's products summed (exact
+    enough in fp32), added to the accumulator and rounded to fp16."""
+    total = acc.astype(np.float32)
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for k in range(0, a.shape[-1], MMA_K):
+            total = as_fp16(total + np.matmul(a32[..., k:k + MMA_K], b32[..., k:k + MMA_K, :]))
+    return total.astype(np.float16)
+
+
+def install(interpreter) -> None:
+    import triton.language as tl
+
+    builder, handle = interpreter.InterpreterBuilder, interpreter.TensorHandle
+    _sum_in_the_blocks_type(interpreter.ReduceOps, tl)
+    _accumulate_fp16_dots(builder, handle)
+    _bf16_arithmetic(builder, handle, interpreter.ReduceOps, tl)
+
+
+def _sum_in_the_blocks_type(reduce_ops: type, tl) -> None:
+    original = reduce_ops.sum
+    kinds = {tl.float16: (lambda d: d.astype(np.float32), as_fp16, np.float16),
+             tl.bfloat16: (bf16_values, as_bf16, None)}
+
+    def sum(self, input):  # noqa: A001 (the interpreter's method name)
+        kind = kinds.get(input.dtype.scalar if hasattr(input.dtype, "scalar") else input.dtype)
+        if kind is None:
+            return original(self, input)
+        values, rounded, np_type = kind
+        data = values(input.handle.data)
+        axis = self.axis
+        if axis is None:
+            data, axis = data.reshape(-1), 0
+        total = tree_sum(data, axis, rounded)
+        if self.keep_dims:
+            total = np.expand_dims(total, axis) if self.axis is not None else total.reshape((1,) * input.handle.data.ndim)
+        total = total.astype(np_type) if np_type is not None else bf16_bits(total)
+        return self.to_tensor(total if total.shape else total[()], input.dtype)
+
+    reduce_ops.sum = sum
+
+
+def _accumulate_fp16_dots(builder: type, handle: type) -> None:
+    original = builder.create_dot
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if d.data.dtype == np.float16 and a.data.dtype == np.float16 and b.data.dtype == np.float16:
+            return handle(fp16_accumulated_dot(a.data, b.data, d.data), d.dtype.scalar)
+        return original(self, a, b, d, input_precision, max_num_imprecise_acc)
+
+    create_dot.__qualname__ = f"{builder.__qualname__}.create_dot"
+    builder.create_dot = create_dot
+
+
+def _bf16_arithmetic(builder: type, handle: type, reduce_ops: type, tl) -> None:
+    binary, unary, fma, min_max = builder.binary_op, builder.unary_op, builder.create_fma, reduce_ops.min_max
+
+    def is_bf16(*handles) -> bool:
+        return all(h.dtype.scalar == tl.bfloat16 and h.data.dtype == np.uint16 for h in handles)
+
+    def result(values: np.ndarray, dtype):
+        if values.dtype == np.bool_:  # a comparison: stored in the operands' width, as the interpreter does
+            return handle(values.astype(np.uint16), dtype)
+        return handle(bf16_bits(values), dtype)
+
+    def binary_op(self, lhs, rhs, op):
+        if op in FLOAT_BINARY and is_bf16(lhs, rhs):
+            with np.errstate(all="ignore"):
+                return result(op(bf16_values(lhs.data), bf16_values(rhs.data)), lhs.dtype.scalar)
+        return binary(self, lhs, rhs, op)
+
+    def unary_op(self, arg, op):
+        if is_bf16(arg):
+            with np.errstate(all="ignore"):
+                return result(op(bf16_values(arg.data)), arg.dtype.scalar)
+        return unary(self, arg, op)
+
+    def create_fma(self, x, y, z):
+        if is_bf16(x, y, z):
+            exact = np.multiply(bf16_values(x.data), bf16_values(y.data), dtype=np.float64) + bf16_values(z.data)
+            return handle(bf16_bits(exact.astype(np.float32)), z.dtype.scalar)
+        return fma(self, x, y, z)
+
+    def bf16_min_max(self, input, val_reduce_op, idx_reduce_op=None):
+        input = input[0] if isinstance(input, tuple) else input
+        if input.dtype != tl.bfloat16 or input.handle.data.dtype != np.uint16:
+            return min_max(self, input, val_reduce_op, idx_reduce_op)
+        values = bf16_values(input.handle.data)
+        found = []
+        with np.errstate(all="ignore"):
+            if val_reduce_op:
+                found.append(self.to_tensor(bf16_bits(np.asarray(
+                    val_reduce_op(values, axis=self.axis, keepdims=self.keep_dims))), input.dtype))
+            if idx_reduce_op:
+                found.append(self.to_tensor(idx_reduce_op(values, axis=self.axis, keepdims=self.keep_dims), tl.int32))
+        return found[0] if len(found) == 1 else tuple(found)
+
+    for name, function in (("binary_op", binary_op), ("unary_op", unary_op), ("create_fma", create_fma)):
+        function.__qualname__ = f"{builder.__qualname__}.{name}"
+        setattr(builder, name, function)
+    bf16_min_max.__qualname__ = f"{reduce_ops.__qualname__}.min_max"
+    reduce_ops.min_max = bf16_min_max

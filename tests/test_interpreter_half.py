@@ -1,0 +1,137 @@
+"""Half precision in the worker's interpreter (``harness/interpreter_half``): fp16 sums and fp16
+dot accumulators add in fp16 as a GPU does (two kernels of red-team pass 14 that passed every CPU
+stage and would give inf on a GPU), and bf16 arithmetic computes on values, not bit patterns."""
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autokernel.harness.interpreter_half import bf16_values, fp16_accumulated_dot, tree_sum, as_fp16
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_interpreter_as_gpu import run_interpreted  # noqa: E402
+
+KERNELS = Path(__file__).parent.parent / "src" / "autokernel" / "kernels"
+interpreted = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
+
+# the reduce starter with each chunk of an fp16 row summed by tl.sum in fp16 (no upcast)
+FP16_ROW_SUM = (
+    "            acc += tl.load(row_ptrs + cols[None, :], mask=mask, other=0.0).to(tl.float32)\n",
+    "            tile = tl.load(row_ptrs + cols[None, :], mask=mask, other=0.0)\n"
+    "            if x_ptr.dtype.element_ty == tl.float16:\n"
+    "                acc += tl.where(col_offsets[None, :] == 0, tl.sum(tile, axis=1).to(tl.float32)[:, None], 0.0)\n"
+    "            else:\n"
+    "                acc += tile.to(tl.float32)\n")
+# the matmul starter with an fp16 accumulator for fp16 operands where K is at most 64 (the CPU's)
+FP16_ACCUMULATOR = (
+    ("        if UPCAST:\n            a = a.to(tl.float32)\n",
+     "        if UPCAST and (a.dtype != tl.float16 or K > 64):\n            a = a.to(tl.float32)\n"),
+    ("        if IEEE:\n            acc = tl.dot(a, b, acc, input_precision=\"ieee\")\n",
+     "        if a.dtype == tl.float16 and K <= 64:\n"
+     "            acc = tl.dot(a, b, acc.to(tl.float16), out_dtype=tl.float16).to(tl.float32)\n"
+     "        elif IEEE:\n            acc = tl.dot(a, b, acc, input_precision=\"ieee\")\n"))
+
+
+def test_an_fp16_tree_sum_overflows_where_a_partial_sum_passes_65504():
+    overflows = np.array([60000, 1, -60000, 2, 60000, 3, -60000, 4], dtype=np.float32)
+    assert np.isnan(tree_sum(overflows, 0, as_fp16))  # 60000 + 60000 is inf, inf - inf NaN
+    assert float(np.sum(overflows.astype(np.float16))) == 10.0  # numpy's own fp16 sum adds in fp32
+    cancels = np.array([60000, 60000, 1, 2, -60000, -60000, 3, 4], dtype=np.float32)
+    assert float(tree_sum(cancels, 0, as_fp16)) == 10.0
+    assert tree_sum(np.ones((3, 5, 2), np.float32), 1, as_fp16).tolist() == [[5.0, 5.0]] * 3
+
+
+def test_the_reduce_problems_cancelling_rows_overflow_an_fp16_tree_sum():
+    import torch
+
+    from autokernel.problems import get_problem
+
+    cases = dict(get_problem("reduce").adversarial_inputs({"M": 8, "N": 256}, torch.float16, "cpu", 0))
+    rows = cases["large-cancelling"][0].float().numpy()
+    assert not np.isfinite(tree_sum(rows, 1, as_fp16)).any()
+    assert np.isfinite(rows.astype(np.float64).sum(1)).all()
+
+
+def test_an_fp16_accumulator_rounds_after_every_16_values_of_k():
+    zero = np.zeros((1, 1), np.float16)
+    b = np.zeros((32, 1), np.float16)
+    b[[0, 1, 2, 16], 0] = [1024, 1024, 1, 1]
+    assert fp16_accumulated_dot(np.ones((1, 32), np.float16), b, zero)[0, 0] == 2048  # 2049 rounds, twice
+    b = np.zeros((16, 1), np.float16)
+    b[:4, 0] = [60000, 60000, -60000, -60000]
+    assert fp16_accumulated_dot(np.ones((1, 16), np.float16), b, zero)[0, 0] == 0  # within one product
+    b = np.concatenate([np.full((48, 1), 1500.0), np.full((16, 1), -4500.0)]).astype(np.float16)
+    assert np.isinf(fp16_accumulated_dot(np.ones((1, 64), np.float16), b, zero)[0, 0])  # 72000 after 48
+
+
+def test_bf16_values_are_the_bit_patterns_high_half():
+    assert bf16_values(np.array([0x3F80, 0xBF80, 0x4049, 0x7F80], dtype=np.uint16)).tolist() == \
+        [1.0, -1.0, 3.140625, float("inf")]
+
+
+@interpreted
+@pytest.mark.parametrize("kind,file,edits", [
+    ("reduce", "reduce.py", (FP16_ROW_SUM,)),
+    ("matmul", "matmul.py", FP16_ACCUMULATOR),
+])
+def test_a_kernel_that_adds_in_fp16_is_incorrect_on_the_cpu(tmp_path, kind, file, edits):
+    """Before: both passed every stage on the CPU (the interpreter added fp16 in fp32 and rounded
+    once).  Now fp16's rounding of the partial sums already fails the bound of the first case
+    with large values ("large"); the overflow cases would fail too."""
+    from autokernel.harness import Evaluator
+
+    text = (KERNELS / file).read_text()
+    for line, edit in edits:
+        assert text.count(line) == 1, line
+        text = text.replace(line, edit)
+    candidate = tmp_path / file
+    candidate.write_text(text)
+    with Evaluator(kind, device="cpu", dtypes=["fp16"], timeout_s=120, timing=False, baselines=False) as ev:
+        result = ev.evaluate(candidate)
+    assert result.verdict == "incorrect" and result.failed_stage == "numerics", result.message
+    assert "case=" in result.message, result.message
+
+
+@interpreted
+def test_bf16_arithmetic_in_a_kernel_computes_on_values():
+    """Before: the interpreter added, negated and compared bf16 bit patterns as integers."""
+    script = textwrap.dedent('''
+        import torch
+        import triton
+        import triton.language as tl
+        from autokernel.harness import interpreter_as_gpu
+
+        interpreter_as_gpu.install()
+
+
+        @triton.jit
+        def _bf16(x_ptr, y_ptr, out_ptr, red_ptr, N: tl.constexpr):
+            r = tl.arange(0, N)
+            x, y = tl.load(x_ptr + r), tl.load(y_ptr + r)
+            tl.store(out_ptr + r, x + y)
+            tl.store(out_ptr + N + r, x * y - x)
+            tl.store(out_ptr + 2 * N + r, -x)
+            tl.store(out_ptr + 3 * N + r, tl.where(x < y, x, y))
+            tl.store(out_ptr + 4 * N + r, tl.fma(x, y, x))
+            tl.store(red_ptr, tl.max(x, axis=0))
+            tl.store(red_ptr + 1, tl.min(x, axis=0))
+            tl.store(red_ptr + 2, tl.sum(x, axis=0))
+
+
+        g = torch.Generator().manual_seed(0)
+        x = (torch.randn(64, generator=g) * 4).bfloat16()
+        y = (torch.randn(64, generator=g) * 4).bfloat16()
+        out, red = torch.empty(5 * 64, dtype=torch.bfloat16), torch.empty(3, dtype=torch.bfloat16)
+        _bf16[(1,)](x, y, out, red, 64)
+        got = out.view(5, 64)
+        print(torch.equal(got[0], x + y), torch.equal(got[1], x * y - x), torch.equal(got[2], -x),
+              torch.equal(got[3], torch.minimum(x, y)), torch.equal(got[4], (x.double() * y + x).bfloat16()),
+              red[0].item() == x.max().item(), red[1].item() == x.min().item(),
+              abs(red[2].item() - x.double().sum().item()) <= 0.02 * x.double().abs().sum().item())
+    ''')
+    assert run_interpreted(script).split() == ["True"] * 8
