@@ -11,9 +11,14 @@
   accumulator, rounded each time.  The interpreter's numpy matmul added all of K in fp32; the
   matmul's ``fp16-overflow`` case (a running sum past 65504 halfway through K) passed.  Now
   each 16-wide slice of K is added into the accumulator and rounded to fp16.
+* fp8 dots are refused (``NotModelledError``): a GPU adds fp8 products into an fp16
+  accumulator 32 values of K at a time, or into fp32 with reduced precision on Hopper; the
+  interpreter converted them to fp16 and added all of K in fp32 (red-team pass 15: an fp8 dot
+  with an fp16 accumulator, taken only where the fp8 split of a tile was exact, passed every CPU
+  stage and overflowed on the ``fp16-overflow`` case).  No problem here has an 8-bit dtype.
 * bf16 arithmetic.  The interpreter holds bf16 as its bit patterns (uint16) and applied numpy's
   integer arithmetic to them: ``x + y`` of two bf16 blocks, ``-x``, an fma, a sum, a max of
-  negative values were wrong (a correct kernel that computed in bf16 failed every CPU stage).
+  negative values, a dot of bf16 blocks were wrong (a correct kernel that computed in bf16 failed every CPU stage).
   These now compute on the values and round the result to bf16 (to nearest, ties to even), and
   ``tl.sum`` of a bf16 block is a tree of bf16 adds as for fp16.  Not covered: cumulative sums
   and ``tl.clamp`` of bf16 blocks (still the bit patterns' integer arithmetic: wrong, so a kernel
@@ -107,10 +112,20 @@ def _sum_in_the_blocks_type(reduce_ops: type, tl) -> None:
     reduce_ops.sum = sum
 
 
+class NotModelledError(TypeError):
+    """A dot whose GPU arithmetic the CPU judge does not model (8-bit float operands)."""
+
+
 def _accumulate_fp16_dots(builder: type, handle: type) -> None:
     original = builder.create_dot
 
     def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        for operand in (a, b):
+            if operand.dtype.scalar.is_floating() and operand.dtype.scalar.primitive_bitwidth == 8:
+                raise NotModelledError(
+                    f"tl.dot of {operand.dtype.scalar} operands: how a GPU accumulates 8-bit float products (in "
+                    "fp16 32 values of K at a time, or in fp32 with reduced precision) is not modelled on the CPU, "
+                    "and no problem here has an 8-bit dtype")
         if d.data.dtype == np.float16 and a.data.dtype == np.float16 and b.data.dtype == np.float16:
             return handle(fp16_accumulated_dot(a.data, b.data, d.data), d.dtype.scalar)
         return original(self, a, b, d, input_precision, max_num_imprecise_acc)
@@ -162,7 +177,14 @@ def _bf16_arithmetic(builder: type, handle: type, reduce_ops: type, tl) -> None:
                 found.append(self.to_tensor(idx_reduce_op(values, axis=self.axis, keepdims=self.keep_dims), tl.int32))
         return found[0] if len(found) == 1 else tuple(found)
 
-    for name, function in (("binary_op", binary_op), ("unary_op", unary_op), ("create_fma", create_fma)):
+    dot = builder.create_dot
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if is_bf16(a) and is_bf16(b):  # exact products, accumulated in d's type (fp32: the only one allowed)
+            a, b = handle(bf16_values(a.data), tl.float32), handle(bf16_values(b.data), tl.float32)
+        return dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+
+    for name, function in (("create_dot", create_dot), ("binary_op", binary_op), ("unary_op", unary_op), ("create_fma", create_fma)):
         function.__qualname__ = f"{builder.__qualname__}.{name}"
         setattr(builder, name, function)
     bf16_min_max.__qualname__ = f"{reduce_ops.__qualname__}.min_max"
