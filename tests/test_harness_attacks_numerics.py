@@ -166,9 +166,10 @@ def test_constant_rows_cancel_a_one_pass_variance_and_not_the_mean(kind, dtype):
 
 @pytest.mark.parametrize("attack,dtype,cases", [
     ("fused_mlp_fp16_hidden.py", "bf16", ("massive-activations",)),
-    # an fp16 running sum also loses the saturated gate's small outputs on some draws (1.02x the
-    # bound at seed-drawn inputs in one CI run), and that case comes first
-    ("fused_mlp_fp16_accumulate.py", "fp16", ("fp16-running-sum", "saturated-gate")),
+    # an fp16 running sum also loses the small outputs of other cases on some draws (the saturated
+    # gate's at 1.02x the bound in one CI run, mixed row scales' at 1.43x in another; the seeds are
+    # drawn per evaluation): whichever case comes first fails
+    ("fused_mlp_fp16_accumulate.py", "fp16", ("fp16-running-sum", "saturated-gate", "mixed-row-scales")),
 ])
 def test_fused_mlp_in_fp16_where_the_values_leave_its_range_is_incorrect(attack, dtype, cases):
     """bf16's h kept in fp16, and fp16 products summed in fp16: the numerics stage has a bf16

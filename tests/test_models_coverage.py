@@ -65,7 +65,9 @@ CASES = [
     ("hf:bart", "d_model=64,encoder_layers=2,decoder_layers=2,encoder_attention_heads=4,decoder_attention_heads=4,"
      "encoder_ffn_dim=128,decoder_ffn_dim=128,vocab_size=256", [2, 32], 0.90,
      {"linear_gelu", "add_layernorm", "layernorm", "attention", "matmul"}),
-    ("hf:convnext", None, None, 0.90, {"linear_gelu", "layernorm", "matmul"}),
+    # ConvNeXt's patch and depthwise convolutions stay uncovered (5.5%): 90.0% in a loaded run
+    # (2026-12-06, with two other processes busy), so its bar leaves room for load
+    ("hf:convnext", None, None, 0.87, {"linear_gelu", "layernorm", "matmul"}),
     # Gemma-2's soft caps: eager attention (attention_softcap) and the final logits (softcap);
     # 69.1% before them (2x32 tokens), 93.4-94.1% after (2x32), 96.7-97.5% at 2x128 (three runs each)
     ("hf:gemma2", SMALL_DECODER + ",num_key_value_heads=2,head_dim=32", [2, 128], 0.95,

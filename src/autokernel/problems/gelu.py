@@ -46,6 +46,9 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     x, tanh = make_inputs(shape, dtype, device, seed + 1)
     large = 6e4 if dtype == torch.float16 else 1e6
     cases = standard_adversarial(x, generator(device, seed + 7919), large=large)
+    # x * 6e4 passes fp16's range where |x| > 1.09: clamped, not inf (gelu(inf) is NaN in torch's
+    # AVX-512 float kernels and inf elsewhere, so eager itself failed the case on such CPUs)
+    cases = [(name, t.float().clamp(-large, large).to(dtype)) for name, t in cases]
     # very negative inputs: gelu -> -0, where tanh(...) -> -1 and erf -> -1 must not give NaN
     cases.append(("very-negative", (x.float().abs() * -(large / 10)).clamp(min=-6e4).to(dtype)))
     return [(name, (t, tanh)) for name, t in cases]
