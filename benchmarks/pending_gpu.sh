@@ -77,6 +77,7 @@
 #                                               # choice made in graph mode (its default since the twenty-first session)
 #   bash benchmarks/pending_gpu.sh twentyfirst_b OUT # the graph wrapper's static outputs checked; hf:gemma2 in graph
 #                                               # mode against max-autotune without the output copy
+#   bash benchmarks/pending_gpu.sh twentysecond OUT # the CPU judge's half-precision emulation against a GPU
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
@@ -336,6 +337,10 @@ twentyfirst)  # hf:gemma2 in graph mode against max-autotune's CUDA graphs, veri
     # mode by default (each variant captured): does it leave out what loses inside the graph (twentieth_b: 0.92-0.97x)?
     step gemma2_graph_choice 570 python benchmarks/models_gpu.py --out "$out/gemma2_graphs" --skip-fused --cuda-graphs \
         --compile-mode max-autotune --models hf:gemma2 --max-minutes 9
+    ;;
+twentysecond)  # the CPU judge's half-precision emulation (harness/interpreter_half.py) against what a GPU computes:
+    # the two fp16-accumulating edits judged on the GPU, fp16 tl.sum of cancelling rows, bf16 arithmetic in a kernel
+    step half_precision 300 python benchmarks/half_precision_gpu.py --out "$out/half_precision"
     ;;
 twentyfirst_b)  # the graph wrapper hands out its static outputs (no copy; stale ones raise): checked, then hf:gemma2
     # in graph mode against max-autotune again (twentyfirst: 0.93x, 1.4 ms a forward of output copies)

@@ -625,3 +625,13 @@ def test_a_program_set_as_tritons_ptxas_is_not_started(tmp_path):
     assert found["refused"], found
     rule, what = found["refused"][0]
     assert rule == "threads-or-streams" and "nvidia.ptxas" in what, found
+
+
+def test_a_refused_paths_file_name_survives_the_messages_width():
+    """The refusal cut a path's repr at 80 characters: under pytest-xdist the temporary folder
+    grew a ``popen-gw1`` part and the incumbent's file name fell off the message."""
+    from autokernel.harness.host_reads import shortened
+
+    path = repr("/tmp/pytest-of-root/pytest-7/popen-gw1/test_a_candidate_cannot_rewrit0/incumbent.py")
+    assert len(shortened(path)) == 80 and shortened(path).endswith("incumbent.py'")
+    assert shortened(path).startswith("'/tmp/") and shortened("'short'") == "'short'"

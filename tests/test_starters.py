@@ -32,13 +32,15 @@ HEAVIEST = ("attention_softcap", "attention_masked", "moe_experts", "moe_experts
 @pytest.fixture(scope="module")
 def judged(request):
     """The selected starters judged once each, two at a time in processes of their own
-    (starter_judge.py): the judge is the whole cost of this file, and one evaluation keeps about
-    one core busy."""
+    (starter_judge.py; one at a time under pytest-xdist): the judge is the whole cost of this
+    file, and one evaluation keeps about one core busy."""
     selected = {item.callspec.params["kind"] for item in request.session.items
                 if getattr(item, "originalname", "") == "test_starter_passes_every_stage" and item.module is request.module}
     kinds = [k for k in list_kinds() if k in selected and _missing(k) is None]
     kinds.sort(key=lambda k: k not in HEAVIEST)  # longest first: neither process is left with one at the end
-    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as pool:
+    # under pytest-xdist another worker keeps the second core busy: one judge at a time there
+    workers = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = {kind: pool.submit(judge_starter, kind) for kind in kinds}
         yield futures
         for f in futures.values():

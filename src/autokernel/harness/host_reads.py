@@ -273,6 +273,15 @@ def _refusing_other_processes(original, name: str, armed: list):
     return guarded
 
 
+def shortened(text: str, width: int = 80) -> str:
+    """``text`` in at most ``width`` characters, its head and its tail kept (a path's file name
+    is at its end)."""
+    if len(text) <= width:
+        return text
+    head = (width - 3) // 3
+    return f"{text[:head]}...{text[len(text) - (width - 3 - head):]}"
+
+
 def _outside_refused(event: str, args: tuple, frame, rule: Any) -> tuple[str, str] | None:
     """(rule, what) refused about ``event``, or None when it is allowed (``rule``: the armed
     rule, as ``arm_outside`` made it)."""
@@ -302,7 +311,7 @@ def _outside_refused(event: str, args: tuple, frame, rule: Any) -> tuple[str, st
         if not trusted(frame.f_code):
             break
         frame = frame.f_back
-    what = f"{args[0]!r:.80}" if args else ""
+    what = shortened(repr(args[0])) if args else ""
     if knobs_changed:
         what += f" under Triton's compiler after the kernel changed its settings ({knobs_changed})"
     if event in PROCESS_EVENTS:
