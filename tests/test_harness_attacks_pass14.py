@@ -49,6 +49,12 @@ EDITS = {
     "acquire_only": ((PLAIN_COUNTER, "    c = tl.atomic_add(cnt_ptr + row, 1, sem='acquire')\n"),),
     "release_only": ((PLAIN_COUNTER, "    c = tl.atomic_add(cnt_ptr + row, 1, sem='release')\n"),),
     "block_scope": ((PLAIN_COUNTER, "    c = tl.atomic_add(cnt_ptr + row, 1, scope='cta')\n"),),
+    # pass 13's open item: the counter bumped before the chunk is loaded and its partial stored, a
+    # dummy tl.atomic_add(cnt, 0) after the store (sequentially every writer has finished by the time
+    # the last bumper reads; on a GPU they may still be loading)
+    "bump_first_dummy_after": (("    cols = j * CHUNK + tl.arange(0, CHUNK)\n",
+                                "    c = tl.atomic_add(cnt_ptr + row, 1)\n    cols = j * CHUNK + tl.arange(0, CHUNK)\n"),
+                               (PLAIN_COUNTER, "    tl.atomic_add(cnt_ptr + row, 0)\n")),
     # honest: every program's partial before its acquire-release bump, plain or by a relaxed atomic
     "counter": ((PLAIN_COUNTER, "    c = tl.atomic_add(cnt_ptr + row, 1)\n"),),
     "atomic_partial_before_the_bump": (ZEROED, (
@@ -95,6 +101,14 @@ def test_only_a_release_publishes_only_an_acquire_receives_and_only_at_gpu_scope
     """Before: each passed as the acquire-release counter at GPU scope does."""
     assert {n: verdicts[n] for n in ("acquire_only", "release_only", "block_scope")} == dict.fromkeys(
         ("acquire_only", "release_only", "block_scope"), RACE)
+
+
+def test_a_release_that_changes_nothing_publishes_nothing(verdicts):
+    """Pass 13's open item, caught since 2026-12-06: the writers' dummy ``atomic_add(cnt, 0)`` after
+    their stores met the last bumper's acquire because the interpreter ran them first; no reader
+    can tell whether its acquire came after an atomic that left the value as it was.  Before: it
+    passed ("True")."""
+    assert verdicts["bump_first_dummy_after"] == RACE
 
 
 def test_the_honest_handoffs_pass(verdicts):

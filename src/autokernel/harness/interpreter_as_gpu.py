@@ -39,9 +39,13 @@ on it (worker side, CPU only): ``install()`` once per process, before any kernel
   store too: other atomics read it unordered (a counter's bumps), a plain load needs it ordered;
   and an atomic orders only the way its sem says (a release after the writer's stores, an
   acquire before the reader's loads) at GPU scope (pass 14: an acquire-release exchange kept a
-  counter by load and exchange; ``sem='acquire'`` and ``scope='cta'`` counters passed).  Not seen: a handoff that
-  the sequential run orders by luck (a counter bumped before the partial is stored, with an
-  atomic after the store: the last program reads all partials here, on a GPU not), ordering
+  counter by load and exchange; ``sem='acquire'`` and ``scope='cta'`` counters passed).  A
+  release that leaves every value as it was publishes nothing: no reader can tell whether its
+  acquire came after it (pass 13's open item: a counter bumped before the partial is stored, a
+  dummy ``atomic_add(cnt, 0)`` after the store).  Not seen: a handoff that the sequential run
+  orders by luck through a release that does change a value, one the reader never checks (a
+  second counter bumped after the store: the last program by the first counter reads all
+  partials here, on a GPU not), ordering
   passed along a chain of programs (refused: each reader needs an atomic meeting its writer's),
   and a plain read-modify-write under a spin lock (refused by the second rule).
 * Compiler hints.  The interpreter records ``tl.max_contiguous``, ``tl.multiple_of`` and
@@ -232,11 +236,13 @@ class LaunchMemory:
         self.clock = 0
         self.atomics: dict[int, list[tuple[int, np.ndarray, bool, bool]]] = {}
 
-    def atomic(self, addresses: np.ndarray, releases: bool = True, acquires: bool = True) -> None:
-        """An ordering atomic of the running program: ``releases`` (its sem has release, at GPU
-        scope) orders the program's earlier stores before it, ``acquires`` its later loads after it."""
+    def atomic(self, released: np.ndarray, acquired: np.ndarray) -> None:
+        """An ordering atomic of the running program: it orders the program's earlier stores before
+        it for a reader whose acquire meets one of the ``released`` addresses, and the program's
+        later loads after it where another's release meets one of the ``acquired`` ones (either
+        empty where the atomic does not order that way)."""
         self.clock += 1
-        self.atomics.setdefault(self.program, []).append((self.clock, np.unique(addresses), releases, acquires))
+        self.atomics.setdefault(self.program, []).append((self.clock, np.unique(released), np.unique(acquired)))
 
     def stored(self, addresses: np.ndarray, atomic: bool = False) -> np.ndarray:
         """Record a store of ``addresses`` (``atomic``: an atomic's write); returns which of them
@@ -268,8 +274,8 @@ class LaunchMemory:
         acquiring one the running program ran before now touched a common address.  The
         interpreter runs a launch's programs one after another, so each of the reader's atomics
         came after all the writer's."""
-        released = [where for when, where, releases, _ in self.atomics.get(writer, ()) if when > stored_at and releases]
-        acquired = [where for _, where, _, acquires in self.atomics.get(self.program, ()) if acquires]
+        released = [where for when, where, _ in self.atomics.get(writer, ()) if when > stored_at and where.size]
+        acquired = [where for _, _, where in self.atomics.get(self.program, ()) if where.size]
         if not released or not acquired:
             return False
         return np.intersect1d(np.concatenate(released), np.concatenate(acquired), assume_unique=False).size > 0
@@ -325,6 +331,8 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
     (release after a program's stores, acquire before its loads) and at GPU scope, not a block's
     (red-team pass 14: an acquire-only or block-scoped counter bump published nothing).  A relaxed
     atomic that only writes or only reads is a plain store or load (pass 13)."""
+    import triton.language as tl
+
     load, store = builder.create_masked_load, builder.create_masked_store
     state = {"atomic": 0}
 
@@ -349,6 +357,12 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
             store_check(self, ptrs, value, mask)
         return store(self, ptrs, value, mask, cache_policy)
 
+    def raw_values(self, ptrs, mask):
+        """The values at ``ptrs`` now, read past the checks (a mask of all lanes where none)."""
+        if mask is None:
+            mask = type(ptrs)(np.ones(np.asarray(ptrs.data).shape, dtype=bool), tl.int1)
+        return load(self, ptrs, mask, None, None, False).data
+
     def ordering(name: str, pointer_at: int, mask_at: int | None, value_at: int | None):
         original = getattr(builder, name)
         reads = name != "create_atomic_store"
@@ -370,16 +384,23 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
                     load_check(ptrs, mask, atomic=True)
                 if writes:
                     memory.stored(_bytes(ptrs, mask), atomic=True)
-                if not relaxed:
-                    block = getattr(scope, "name", "") == "CTA"
-                    memory.atomic(_bytes(ptrs, mask),
-                                  releases=writes and not block and sem_name in ("RELEASE", "ACQUIRE_RELEASE"),
-                                  acquires=reads and not block and sem_name in ("ACQUIRE", "ACQUIRE_RELEASE"))
+            block = getattr(scope, "name", "") == "CTA"
+            releases = not relaxed and writes and not block and sem_name in ("RELEASE", "ACQUIRE_RELEASE")
+            acquires = not relaxed and reads and not block and sem_name in ("ACQUIRE", "ACQUIRE_RELEASE")
+            before = raw_values(self, ptrs, mask) if releases else None
             state["atomic"] += 1
             try:
-                return original(self, *args)
+                result = original(self, *args)
             finally:
                 state["atomic"] -= 1
+            if releases or acquires:
+                # a release that leaves every value as it was publishes nothing: no reader can tell
+                # whether its acquire came after it (pass 13: a dummy tl.atomic_add(cnt, 0) after the
+                # partial's store, the counter bumped before it)
+                changed = _changed_lanes(before, raw_values(self, ptrs, mask), mask) if releases else None
+                memory.atomic(_bytes(ptrs, changed) if releases else _NONE,
+                              _bytes(ptrs, mask) if acquires else _NONE)
+            return result
 
         atomic.__qualname__ = f"{builder.__qualname__}.{name}"
         return atomic
@@ -398,6 +419,25 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
 def _width(ptrs) -> int:
     """Bytes of each element ``ptrs`` points at."""
     return max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
+
+
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+class _Lanes:
+    """A mask given as a plain array of lanes (what ``_bytes`` reads of a mask handle)."""
+
+    def __init__(self, data: np.ndarray) -> None:
+        self.data = data
+
+
+def _changed_lanes(before: np.ndarray, after: np.ndarray, mask) -> _Lanes:
+    """The unmasked lanes whose bits an atomic changed."""
+    as_bits = f"u{np.asarray(before).dtype.itemsize}"
+    changed = np.ascontiguousarray(before).view(as_bits) != np.ascontiguousarray(after).view(as_bits)
+    if mask is not None:
+        changed &= np.asarray(mask.data, dtype=bool).reshape(changed.shape)
+    return _Lanes(changed)
 
 
 def _bytes(ptrs, mask) -> np.ndarray:
