@@ -37,20 +37,6 @@ def _row_sum_fp16(x_ptr, out_ptr, N: tl.constexpr):
     tl.store(out_ptr + row, tl.sum(x, axis=0))
 
 
-@triton.jit
-def _bf16(x_ptr, y_ptr, out_ptr, red_ptr, N: tl.constexpr):
-    r = tl.arange(0, N)
-    x, y = tl.load(x_ptr + r), tl.load(y_ptr + r)
-    tl.store(out_ptr + r, x + y)
-    tl.store(out_ptr + N + r, x * y - x)
-    tl.store(out_ptr + 2 * N + r, -x)
-    tl.store(out_ptr + 3 * N + r, tl.where(x < y, x, y))
-    tl.store(out_ptr + 4 * N + r, tl.fma(x, y, x))
-    tl.store(red_ptr, tl.max(x, axis=0))
-    tl.store(red_ptr + 1, tl.min(x, axis=0))
-    tl.store(red_ptr + 2, tl.sum(x, axis=0))
-
-
 def judged_edits() -> list[dict]:
     from test_interpreter_half import FP16_ACCUMULATOR, FP16_ROW_SUM, KERNELS
 
@@ -88,17 +74,9 @@ def cancelling_rows() -> dict:
 
 
 def bf16_semantics() -> dict:
-    g = torch.Generator().manual_seed(0)
-    x = (torch.randn(64, generator=g) * 4).bfloat16().cuda()
-    y = (torch.randn(64, generator=g) * 4).bfloat16().cuda()
-    out, red = torch.empty(5 * 64, dtype=torch.bfloat16, device="cuda"), torch.empty(3, dtype=torch.bfloat16, device="cuda")
-    _bf16[(1,)](x, y, out, red, 64)
-    got = out.view(5, 64)
-    checks = {"x+y": torch.equal(got[0], x + y), "x*y-x": torch.equal(got[1], x * y - x), "-x": torch.equal(got[2], -x),
-              "where": torch.equal(got[3], torch.minimum(x, y)),
-              "fma": torch.equal(got[4], (x.double() * y + x).bfloat16()),
-              "max": red[0].item() == x.max().item(), "min": red[1].item() == x.min().item(),
-              "sum": abs(red[2].item() - x.double().sum().item()) <= 0.02 * x.double().abs().sum().item()}
+    from bf16_probe import bf16_checks
+
+    checks = bf16_checks("cuda")
     return {"what": "bf16 arithmetic in a kernel equals torch's bf16 ops",
             "result": ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in checks.items()), "s": 0}
 
