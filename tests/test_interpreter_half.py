@@ -127,7 +127,20 @@ def test_bf16_arithmetic_computes_on_values_and_fp8_dots_are_refused():
             tl.store(c_ptr + r[:, None] * 16 + r[None, :], c)
 
 
+        @triton.jit
+        def _row_sums(x_ptr, out_ptr):
+            r = tl.arange(0, 16)
+            x = tl.load(x_ptr + r[:, None] * 16 + r[None, :])
+            kept = tl.sum(x, axis=1, keep_dims=True)  # [16, 1]
+            tl.store(out_ptr + r[:, None], kept)
+            tl.store(out_ptr + 16, tl.sum(tl.sum(x, axis=0), axis=0))
+
+
         print(*bf16_checks("cpu").values())
+        h = (torch.arange(256) % 7 - 3).half().view(16, 16)
+        sums = torch.empty(17, dtype=torch.float16)
+        _row_sums[(1,)](h, sums)
+        print(torch.equal(sums[:16], h.float().sum(1).half()) and sums[16].item() == h.float().sum().item())
         g = torch.Generator().manual_seed(0)
         x = (torch.randn(64, generator=g) * 4).bfloat16()
         y = (torch.randn(64, generator=g) * 4).bfloat16()
@@ -141,4 +154,4 @@ def test_bf16_arithmetic_computes_on_values_and_fp8_dots_are_refused():
         except Exception as e:
             print("not-modelled" if "not modelled" in str(e) else repr(e))
     ''').replace("TESTS", repr(str(Path(__file__).parent)))
-    assert run_interpreted(script).split() == ["True"] * 9 + ["not-modelled"]
+    assert run_interpreted(script).split() == ["True"] * 10 + ["not-modelled"]

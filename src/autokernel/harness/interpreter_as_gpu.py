@@ -61,6 +61,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import interpreter_half
+from .interpreter_half import round_to_bf16
 
 _INSTALLED = False
 HINTS = {"tt.contiguity": "max_contiguous", "tt.divisibility": "multiple_of", "tt.constancy": "max_constancy"}
@@ -81,15 +82,6 @@ def round_to_tf32(values: np.ndarray) -> np.ndarray:
     bias = ((bits >> np.uint32(13)) & np.uint32(1)) + np.uint32(0x0FFF)
     rounded = (bits + bias) & np.uint32(0xFFFFE000)
     return np.where(special, bits, rounded).view(np.float32)
-
-
-def round_to_bf16(values: np.ndarray) -> np.ndarray:
-    """fp32 values as bf16 bit patterns (uint16), to nearest, ties to even; NaN kept quiet."""
-    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
-    nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
-    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
-    quiet = (bits >> np.uint32(16)) | np.uint32(0x0040)
-    return np.where(nan, quiet, rounded).astype(np.uint16)
 
 
 def install() -> None:
@@ -234,7 +226,7 @@ class LaunchMemory:
         self.pages: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self.low, self.high = np.iinfo(np.int64).max, -1
         self.clock = 0
-        self.atomics: dict[int, list[tuple[int, np.ndarray, bool, bool]]] = {}
+        self.atomics: dict[int, list[tuple[int, np.ndarray, np.ndarray]]] = {}  # (clock, released, acquired)
 
     def atomic(self, released: np.ndarray, acquired: np.ndarray) -> None:
         """An ordering atomic of the running program: it orders the program's earlier stores before

@@ -18,8 +18,8 @@
   stage and overflowed on the ``fp16-overflow`` case).  No problem here has an 8-bit dtype.
 * bf16 arithmetic.  The interpreter holds bf16 as its bit patterns (uint16) and applied numpy's
   integer arithmetic to them: ``x + y`` of two bf16 blocks, ``-x``, an fma, a sum, a max of
-  negative values, a dot of bf16 blocks were wrong (a correct kernel that computed in bf16 failed every CPU stage).
-  These now compute on the values and round the result to bf16 (to nearest, ties to even), and
+  negative values, a dot of bf16 blocks were wrong (a correct kernel that computed in bf16
+  failed every CPU stage).  These now compute on the values and round the result to bf16 (to nearest, ties to even), and
   ``tl.sum`` of a bf16 block is a tree of bf16 adds as for fp16.  Not covered: cumulative sums
   and ``tl.clamp`` of bf16 blocks (still the bit patterns' integer arithmetic: wrong, so a kernel
   using them fails on the CPU rather than passing).
@@ -58,10 +58,17 @@ def as_fp16(values: np.ndarray) -> np.ndarray:
         return np.asarray(values, dtype=np.float32).astype(np.float16).astype(np.float32)
 
 
+def round_to_bf16(values: np.ndarray) -> np.ndarray:
+    """fp32 values as bf16 bit patterns (uint16), to nearest, ties to even; NaN kept quiet."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+    quiet = (bits >> np.uint32(16)) | np.uint32(0x0040)
+    return np.where(nan, quiet, rounded).astype(np.uint16)
+
+
 def bf16_bits(values: np.ndarray) -> np.ndarray:
     """fp32 values rounded to bf16 (nearest, ties to even), as bit patterns of the same shape."""
-    from .interpreter_as_gpu import round_to_bf16
-
     return round_to_bf16(values).reshape(np.shape(values))
 
 
@@ -104,8 +111,10 @@ def _sum_in_the_blocks_type(reduce_ops: type, tl) -> None:
         if axis is None:
             data, axis = data.reshape(-1), 0
         total = tree_sum(data, axis, rounded)
-        if self.keep_dims:
-            total = np.expand_dims(total, axis) if self.axis is not None else total.reshape((1,) * input.handle.data.ndim)
+        if self.keep_dims and self.axis is not None:
+            total = np.expand_dims(total, axis)
+        elif self.keep_dims:
+            total = total.reshape((1,) * input.handle.data.ndim)
         total = total.astype(np_type) if np_type is not None else bf16_bits(total)
         return self.to_tensor(total if total.shape else total[()], input.dtype)
 
@@ -184,7 +193,8 @@ def _bf16_arithmetic(builder: type, handle: type, reduce_ops: type, tl) -> None:
             a, b = handle(bf16_values(a.data), tl.float32), handle(bf16_values(b.data), tl.float32)
         return dot(self, a, b, d, input_precision, max_num_imprecise_acc)
 
-    for name, function in (("create_dot", create_dot), ("binary_op", binary_op), ("unary_op", unary_op), ("create_fma", create_fma)):
+    for name, function in (("create_dot", create_dot), ("binary_op", binary_op), ("unary_op", unary_op),
+                           ("create_fma", create_fma)):
         function.__qualname__ = f"{builder.__qualname__}.{name}"
         setattr(builder, name, function)
     bf16_min_max.__qualname__ = f"{reduce_ops.__qualname__}.min_max"
