@@ -153,3 +153,43 @@ def test_a_releasing_atomic_publishes_its_own_write():
         print(seen)
     ''')
     assert int(run_interpreted(script)) > 0  # some reader saw the flag (and read it plainly)
+
+
+def test_writers_of_the_same_value_behind_one_flag_pass():
+    """Red-team pass 16 (a false positive of the rule above): four programs store 42, then set a
+    flag to 1 by a releasing exchange; the rest read the data after an acquiring load of the flag
+    saw 1.  Right on a GPU (whichever store a reader sees holds 42), refused here: the last writer's
+    exchange found the flag already 1 and published nothing, and the load was checked against that
+    writer only.  A store of the bits already at an address now keeps its first writer."""
+    import textwrap
+
+    from test_interpreter_as_gpu import run_interpreted
+
+    script = textwrap.dedent('''
+        import torch
+        import triton
+        import triton.language as tl
+        from autokernel.harness import interpreter_as_gpu
+
+        interpreter_as_gpu.install()
+
+
+        @triton.jit
+        def _same_value(data_ptr, flag_ptr, out_ptr, WRITERS: tl.constexpr):
+            pid = tl.program_id(0)
+            if pid < WRITERS:
+                tl.store(data_ptr, 42)
+                tl.atomic_xchg(flag_ptr, 1, sem="release")
+            else:
+                if tl.atomic_load(flag_ptr, sem="acquire") == 1:
+                    tl.store(out_ptr + pid, tl.load(data_ptr))
+
+
+        seen = set()
+        for _ in range(4):
+            data, flag, out = (torch.zeros(n, dtype=torch.int32) for n in (1, 1, 16))
+            _same_value[(16,)](data, flag, out, WRITERS=4)
+            seen |= set(out.tolist())
+        print(sorted(seen))
+    ''')
+    assert run_interpreted(script).split() == ["[0,", "42]"]

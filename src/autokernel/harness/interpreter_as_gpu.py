@@ -42,10 +42,12 @@ on it (worker side, CPU only): ``install()`` once per process, before any kernel
   counter by load and exchange; ``sem='acquire'`` and ``scope='cta'`` counters passed).  A
   release that leaves every value as it was publishes nothing: no reader can tell whether its
   acquire came after it (pass 13's open item: a counter bumped before the partial is stored, a
-  dummy ``atomic_add(cnt, 0)`` after the store).  Not seen: a handoff that the sequential run
-  orders by luck through a release that does change a value, one the reader never checks (a
-  second counter bumped after the store: the last program by the first counter reads all
-  partials here, on a GPU not), ordering
+  dummy ``atomic_add(cnt, 0)`` after the store), and a store of the bits already at an
+  address keeps its first writer (several programs publishing one value behind one flag).  Not
+  seen: a handoff that the sequential run orders by luck through a release that does change a
+  value, one the reader never checks (a second counter bumped after the store, or the counter
+  itself toggled +1 and -1: the last program by the first bump reads all partials here, on a
+  GPU not; pass 16), ordering
   passed along a chain of programs (refused: each reader needs an atomic meeting its writer's),
   and a plain read-modify-write under a spin lock (refused by the second rule).
 * Compiler hints.  The interpreter records ``tl.max_contiguous``, ``tl.multiple_of`` and
@@ -236,20 +238,28 @@ class LaunchMemory:
         self.clock += 1
         self.atomics.setdefault(self.program, []).append((self.clock, np.unique(released), np.unique(acquired)))
 
-    def stored(self, addresses: np.ndarray, atomic: bool = False) -> np.ndarray:
+    def stored(self, addresses: np.ndarray, atomic: bool = False, kept=None) -> np.ndarray:
         """Record a store of ``addresses`` (``atomic``: an atomic's write); returns which of them
-        another program of the launch had stored before."""
+        another program of the launch had stored before.  ``kept``, given those, says which of
+        them keep their writer (a store of the bits already there: a reader ordered after the
+        first writer reads those bits whoever stored them since; it may raise instead)."""
         self.clock += 1
         overwritten = np.zeros(addresses.shape, dtype=bool)
         if addresses.size == 0:
             return overwritten
         self.low, self.high = min(self.low, int(addresses.min())), max(self.high, int(addresses.max()))
+        pages = []
         for page, lanes, offsets in _by_page(addresses):
-            owner, when, by_atomic = self.pages.setdefault(page, (np.full(1 << PAGE_BITS, -1, np.int64),
-                                                                  np.zeros(1 << PAGE_BITS, np.int64),
-                                                                  np.zeros(1 << PAGE_BITS, bool)))
-            before = owner[offsets]
+            entry = self.pages.setdefault(page, (np.full(1 << PAGE_BITS, -1, np.int64),
+                                                 np.zeros(1 << PAGE_BITS, np.int64),
+                                                 np.zeros(1 << PAGE_BITS, bool)))
+            before = entry[0][offsets]
             overwritten[lanes] = (before >= 0) & (before != self.program)
+            pages.append((entry, lanes, offsets))
+        keep = kept(overwritten) if kept is not None and overwritten.any() else None
+        for (owner, when, by_atomic), lanes, offsets in pages:
+            if keep is not None:
+                offsets = offsets[~keep[lanes]]
             owner[offsets] = self.program
             when[offsets] = self.clock
             by_atomic[offsets] = atomic
@@ -333,11 +343,13 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
             memory.loaded(_bytes(ptrs, mask), atomic)
 
     def store_check(self, ptrs, value, mask) -> None:
-        overwritten = memory.stored(_bytes(ptrs, mask))
-        if overwritten.any():
+        def kept(overwritten: np.ndarray) -> np.ndarray:
             lanes = overwritten.reshape(-1, _width(ptrs)).any(axis=1)
             _refuse_a_different_value(ptrs, value, mask, lanes, load(self, ptrs, mask, None, None, False),
                                       memory.program)
+            return overwritten  # the same bits: the first program to store them stays their writer
+
+        memory.stored(_bytes(ptrs, mask), kept=kept)
 
     def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
         if not state["atomic"]:
