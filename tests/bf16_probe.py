@@ -31,7 +31,12 @@ def bf16_checks(device: str) -> dict[str, bool]:
     red = torch.empty(3, dtype=torch.bfloat16, device=device)
     _bf16_ops[(1,)](x, y, out, red, 64)
     got = out.view(5, 64)
-    return {"x+y": torch.equal(got[0], x + y), "x*y-x": torch.equal(got[1], x * y - x), "-x": torch.equal(got[2], -x),
+    # x * y - x: torch rounds the product, then the difference; a GPU build may contract the two
+    # into one fma, rounded once (on an H100, 2026-12-06, the kernel's differed from torch's):
+    # either is right
+    fused = (x.double() * y - x).bfloat16()
+    return {"x+y": torch.equal(got[0], x + y), "x*y-x": torch.equal(got[1], x * y - x) or torch.equal(got[1], fused),
+            "-x": torch.equal(got[2], -x),
             "where": torch.equal(got[3], torch.minimum(x, y)),
             "fma": torch.equal(got[4], (x.double() * y + x).bfloat16()),
             "max": red[0].item() == x.max().item(), "min": red[1].item() == x.min().item(),

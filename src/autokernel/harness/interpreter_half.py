@@ -20,7 +20,10 @@
   integer arithmetic to them: ``x + y`` of two bf16 blocks, ``-x``, an fma, a sum, a max of
   negative values, a dot of bf16 blocks were wrong (a correct kernel that computed in bf16
   failed every CPU stage).  These now compute on the values and round the result to bf16 (to nearest, ties to even), and
-  ``tl.sum`` of a bf16 block is a tree of bf16 adds as for fp16.  Not covered: cumulative sums
+  ``tl.sum`` of a bf16 block is a tree of bf16 adds as for fp16.  Each operation rounds, as
+  torch's eager ops do; a GPU build may contract a multiply and an add into one fma, rounded
+  once (``x * y - x`` of bf16 blocks on an H100 differed from torch's in the last bit: within
+  every bound, as the same contraction of fp32 ops always was).  Not covered: cumulative sums
   and ``tl.clamp`` of bf16 blocks (still the bit patterns' integer arithmetic: wrong, so a kernel
   using them fails on the CPU rather than passing).
 """
