@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autokernel.harness.interpreter_half import bf16_values, fp16_accumulated_dot, tree_sum, as_fp16
+from autokernel.harness.interpreter_half import as_fp16, bf16_values, fp16_accumulated_dot, tree_sum
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_interpreter_as_gpu import run_interpreted  # noqa: E402
@@ -81,8 +81,8 @@ def test_bf16_values_are_the_bit_patterns_high_half():
 ])
 def test_a_kernel_that_adds_in_fp16_is_incorrect_on_the_cpu(tmp_path, kind, file, edits):
     """Before: both passed every stage on the CPU (the interpreter added fp16 in fp32 and rounded
-    once).  Now fp16's rounding of the partial sums already fails the bound of the first case
-    with large values ("large"); the overflow cases would fail too."""
+    once).  Now they fail a numerics case: in the runs so far the first with large values
+    ("large"), where fp16's rounding of the partial sums alone passes the bound."""
     from autokernel.harness import Evaluator
 
     text = (KERNELS / file).read_text()
