@@ -100,8 +100,9 @@ def test_a_kernel_that_adds_in_fp16_is_incorrect_on_the_cpu(tmp_path, kind, file
 @interpreted
 def test_bf16_arithmetic_computes_on_values_and_fp8_dots_are_refused():
     """Before: the interpreter added, negated, compared and multiplied (in tl.dot) bf16 bit
-    patterns as integers, and took an fp8 dot with an fp16 accumulator as fp16 operands summed in
-    fp32 (red-team pass 15: passed every CPU stage where a GPU overflows)."""
+    patterns as integers, took an fp8 dot with an fp16 accumulator as fp16 operands summed in
+    fp32 (red-team pass 15: passed every CPU stage where a GPU overflows), and refused an
+    exchange of fp32 values and an add of bf16 values, which a GPU runs (pass 16)."""
     script = textwrap.dedent('''
         import sys
 
@@ -136,7 +137,21 @@ def test_bf16_arithmetic_computes_on_values_and_fp8_dots_are_refused():
             tl.store(out_ptr + 16, tl.sum(tl.sum(x, axis=0), axis=0))
 
 
+        @triton.jit
+        def _atomics(f_ptr, fv_ptr, f_old_ptr, b_ptr, bv_ptr, b_old_ptr):
+            r = tl.arange(0, 4)
+            tl.store(f_old_ptr + r, tl.atomic_xchg(f_ptr + r % 2, tl.load(fv_ptr + r)))
+            tl.store(b_old_ptr + r, tl.atomic_add(b_ptr + r % 2, tl.load(bv_ptr + r)))
+
+
         print(*bf16_checks("cpu").values())
+        f, b = torch.zeros(2), torch.full((2,), 256.0, dtype=torch.bfloat16)
+        f_old, b_old = torch.empty(4), torch.empty(4, dtype=torch.bfloat16)
+        _atomics[(1,)](f, torch.tensor([1.5, 2.5, 3.5, 4.5]), f_old, b,
+                       torch.tensor([1.0, 1.0, 2.0, 2.0], dtype=torch.bfloat16), b_old)
+        # lanes in order: 256 + 1 rounds to 256 in bf16 (8 bits), + 2 gives 258
+        print(f.tolist() == [3.5, 4.5] and f_old.tolist() == [0.0, 0.0, 1.5, 2.5]
+              and b.tolist() == [258.0, 258.0] and b_old.tolist() == [256.0, 256.0, 256.0, 256.0])
         h = (torch.arange(256) % 7 - 3).half().view(16, 16)
         sums = torch.empty(17, dtype=torch.float16)
         _row_sums[(1,)](h, sums)
@@ -154,4 +169,4 @@ def test_bf16_arithmetic_computes_on_values_and_fp8_dots_are_refused():
         except Exception as e:
             print("not-modelled" if "not modelled" in str(e) else repr(e))
     ''').replace("TESTS", repr(str(Path(__file__).parent)))
-    assert run_interpreted(script).split() == ["True"] * 10 + ["not-modelled"]
+    assert run_interpreted(script).split() == ["True"] * 11 + ["not-modelled"]

@@ -26,6 +26,9 @@
   every bound, as the same contraction of fp32 ops always was).  Not covered: cumulative sums
   and ``tl.clamp`` of bf16 blocks (still the bit patterns' integer arithmetic: wrong, so a kernel
   using them fails on the CPU rather than passing).
+* Float atomics.  Triton's interpreter refused ``tl.atomic_xchg`` of fp32 values and
+  ``tl.atomic_add`` of bf16 values, both of which a GPU runs (a correct kernel failed on the
+  CPU): the exchange swaps the values' bits, the add adds lane after lane, rounding to bf16.
 """
 from __future__ import annotations
 
@@ -97,6 +100,48 @@ def install(interpreter) -> None:
     _sum_in_the_blocks_type(interpreter.ReduceOps, tl)
     _accumulate_fp16_dots(builder, handle)
     _bf16_arithmetic(builder, handle, interpreter.ReduceOps, tl)
+    memory = getattr(interpreter, "_interpreter", None)
+    if memory is not None and hasattr(memory, "load") and hasattr(memory, "store"):
+        _float_atomics(builder, handle, tl, memory)
+
+
+def bf16_atomic_add(memory, addresses: np.ndarray, bits: np.ndarray, active: np.ndarray) -> np.ndarray:
+    """``tl.atomic_add`` of bf16 values at ``addresses``, lane after lane (lanes may share an
+    address): each sum rounded to bf16; returns the values each lane found (0 where inactive).
+    ``memory``: the interpreter's own loads and stores by address (``load(ptrs, mask, other,
+    dtype)``, ``store(ptrs, values, mask)``)."""
+    found = np.zeros(addresses.shape, dtype=np.uint16)
+    flat_addresses, flat_bits, flat_active = (np.broadcast_to(a, addresses.shape).reshape(-1)
+                                              for a in (addresses, bits, active))
+    flat_found, one = found.reshape(-1), np.ones(1, dtype=bool)
+    for lane in np.nonzero(flat_active)[0].tolist():
+        where = flat_addresses[lane:lane + 1].astype(np.uint64)
+        old = np.asarray(memory.load(where, one, np.zeros(1, np.uint16), np.dtype(np.uint16)), dtype=np.uint16)
+        flat_found[lane] = old[0]
+        memory.store(where, bf16_bits(bf16_values(old) + bf16_values(flat_bits[lane:lane + 1])), one)
+    return found
+
+
+def _float_atomics(builder: type, handle: type, tl, memory) -> None:
+    """Two atomics a GPU runs and Triton's interpreter refused ("Unsupported data type"): an
+    exchange of fp32 values (exchanged as their bits) and an add of bf16 values."""
+    original = builder.create_atomic_rmw
+    as_int = {np.dtype(np.float32): (np.int32, tl.int32), np.dtype(np.float64): (np.int64, tl.int64)}
+
+    def create_atomic_rmw(self, op, ptr, val, mask, sem, scope):
+        name = getattr(op, "name", "")
+        if name == "XCHG" and val.data.dtype in as_int:
+            int_type, tl_type = as_int[val.data.dtype]
+            found = original(self, op, ptr, handle(val.data.view(int_type), tl_type), mask, sem, scope)
+            return handle(np.asarray(found.data).view(val.data.dtype), val.dtype.scalar)
+        if name == "FADD" and val.dtype.scalar == tl.bfloat16 and val.data.dtype == np.uint16:
+            active = np.asarray(mask.data, dtype=bool) if mask is not None else np.ones(ptr.data.shape, dtype=bool)
+            return handle(bf16_atomic_add(memory, np.asarray(ptr.data), np.asarray(val.data), active),
+                          val.dtype.scalar)
+        return original(self, op, ptr, val, mask, sem, scope)
+
+    create_atomic_rmw.__qualname__ = f"{builder.__qualname__}.create_atomic_rmw"
+    builder.create_atomic_rmw = create_atomic_rmw
 
 
 def _sum_in_the_blocks_type(reduce_ops: type, tl) -> None:
