@@ -101,6 +101,12 @@ def test_arena_counts_honest_triton_and_catches_hard_coded_sizes(tmp_path):
     assert again.stderr.count("done before") == 3
     table = again.stdout.split("results in")[0]
     assert "23_Softmax" in table and all(len(line) <= 80 for line in table.splitlines())
+    # a solution changed since it was judged is judged again (a new user's trial: the stored pass
+    # of the honest ReLU stood after a copy of the reference replaced it)
+    shutil.copy(SOLUTIONS / "cheats/19_ReLU.py", sols / "19_ReLU.py")
+    changed = _arena(args)
+    assert changed.stderr.count("done before") == 2 and changed.stderr.count("judging again") == 1, changed.stderr
+    assert {p["problem"]: p for p in json.loads(changed.stdout)["problems"]}["19_ReLU"]["verdict"] != "pass"
 
 
 @needs_kernelbench

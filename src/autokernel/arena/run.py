@@ -1,7 +1,8 @@
 """A whole arena run: judge (or first optimize, then judge) every problem, resumably.
 
 Each problem's result is stored as soon as it is known (store.py); a later run with the same
-output directory skips the problems already done unless ``redo``.  With ``optimize`` the
+output directory skips the problems already done unless ``redo``, or unless the solution, the
+problem file or the judge's settings changed since (``store.basis``).  With ``optimize`` the
 optimize loop (loop.optimize.run_optimize) runs on each problem first, in a workspace of its
 own under ``<out>/workspaces/<problem>``, starting from a placeholder ``ModelNew`` that carries
 the problem's text (the agent writes the first kernel); the arena then judges the best kernel
@@ -73,7 +74,12 @@ def run_arena(problem_files: Sequence[Path], out_dir: Path, settings: JudgeSetti
         if deadline is not None and time.monotonic() >= deadline and store.load(out_dir, problem_file) is None:
             not_run += 1
             continue
+        given = solution_for(problem_file, solutions) if optimize is None else None
+        basis = store.basis(problem_file, given, (settings, "optimized" if optimize else "given"))
         done = None if redo else store.load(out_dir, problem_file)
+        if done is not None and done.extra.get("basis") != basis:
+            progress(f"{head}: its solution, problem file or options changed since it was judged: judging again")
+            done = None
         if done is not None:
             results.append(done)
             reused += 1
@@ -83,7 +89,7 @@ def run_arena(problem_files: Sequence[Path], out_dir: Path, settings: JudgeSetti
         if optimize is not None:
             solution, note = _optimize(problem_file, out_dir, settings, optimize)
         else:
-            solution, note = solution_for(problem_file, solutions), ""
+            solution, note = given, ""
         try:
             result = judge(problem_file, solution, settings)
         except Exception as exc:
@@ -96,6 +102,7 @@ def run_arena(problem_files: Sequence[Path], out_dir: Path, settings: JudgeSetti
             free_device_memory()
         if note:
             result.extra["optimize"] = note
+        result.extra["basis"] = basis
         store.save(out_dir, problem_file, result)
         results.append(result)
         sizes = f"; {result.sizes}" if settings.options.scale and result.sizes else ""
