@@ -171,3 +171,19 @@ def test_report_and_sorted_plot_sit_next_to_the_json(tmp_path):
     text = paths["report"].read_text()
     assert "# a title" in text and "| b | pass |" in text and "speedup.png" in text
     assert not report.plot([_result("d")], tmp_path / "none.png")  # nothing timed: no plot
+
+
+@needs_kernelbench
+def test_a_file_too_large_for_the_interpreter_is_refused_before_any_input_is_made(tmp_path):
+    """A new user's trial: at its own sizes (4096 x 393216 floats) 19_ReLU's inputs alone took the
+    24 GB machine's memory, and both ``bench`` and ``arena`` were killed with no message."""
+    problem = KERNELBENCH / "level1" / "19_ReLU.py"
+    solution = SOLUTIONS / "level1" / "19_ReLU.py"
+    bench = CliRunner().invoke(app, ["bench", str(solution), "--problem", str(problem), "--device", "cpu"])
+    assert bench.exit_code == 2, bench.output
+    assert "too large for the Triton interpreter" in bench.output and "--scale 0.01" in bench.output
+    arena = _arena([str(problem), "--solutions", str(solution.parent), "--device", "cpu", "--out", str(tmp_path / "o"),
+                    "--json"])
+    assert arena.exit_code == 0, arena.output
+    row = json.loads(arena.stdout)["problems"][0]
+    assert row["status"] == "skipped" and "batch_size 4096, dim 393216" in row["message"], row

@@ -39,6 +39,19 @@ def load(problem_file: Path, settings: JudgeSettings) -> tuple[Problem | None, P
         return None, ProblemResult(problem_file.stem, str(problem_file), None, "skipped", message=str(exc))
 
 
+def interpreter_too_slow(problem: Problem, shape: dict, timeout_s: float) -> str | None:
+    """Why the CPU's Triton interpreter cannot judge ``problem`` at ``shape`` within ``timeout_s``
+    a call (a KernelBench file at its own sizes: gigabytes of inputs, hours a call), or None."""
+    from ..interpreter_cost import too_slow
+
+    worst = too_slow(problem, [shape], list(problem.dtypes), timeout_s)
+    if worst is None:
+        return None
+    sizes = ", ".join(f"{name} {value}" for name, value in shape.items())
+    return (f"too large for the Triton interpreter on CPU at {sizes} (about "
+            f"{worst.seconds_per_call:.0f} s a call, --timeout {timeout_s:g} s)")
+
+
 def judge(problem_file: Path, solution_file: Path | None, settings: JudgeSettings) -> ProblemResult:
     from ..harness.evaluate import Evaluator
 
@@ -54,6 +67,11 @@ def judge(problem_file: Path, solution_file: Path | None, settings: JudgeSetting
         result.status, result.verdict, result.message = "no-solution", "missing", "no solution file"
         return result
     gpu = settings.device.startswith("cuda")
+    too_large = None if gpu else interpreter_too_slow(problem, shape, settings.timeout_s)
+    if too_large:
+        result.status = "skipped"
+        result.message = f"{too_large}: judge it on a GPU, or scaled down with --scale (0.01: each size about 1/100)"
+        return result
     at_file_sizes = dataclasses.replace(problem, heldout=lambda s, rng: dict(s))
     with Evaluator(at_file_sizes, device=settings.device, timeout_s=settings.timeout_s, timing=gpu, baselines=gpu,
                    compile_timeout_s=settings.compile_timeout_s, memory_budget=settings.memory_budget) as evaluator:

@@ -96,6 +96,13 @@ def bench(
         fail_usage(str(exc))
     if not dev.startswith("cuda") and shapes:
         _refuse_interpreter_too_slow(prob, shapes, dtypes or list(prob.dtypes), timeout)
+    elif not dev.startswith("cuda") and prob.source.startswith("kernelbench:"):
+        from ..arena.judge import interpreter_too_slow
+
+        too_large = interpreter_too_slow(prob, prob.shapes_for(dev)[0], timeout)
+        if too_large:  # its inputs alone may not fit in memory
+            fail_usage(f"{Path(problem).name} is {too_large}: judge it on a GPU, or scaled down on this CPU with "
+                       f"autokernel arena {problem} --solutions DIR --scale 0.01 --device cpu")
 
     spec = problem if not Path(problem).is_file() else str(Path(problem).resolve())
     if prob.source.startswith("kernelbench:"):
