@@ -173,6 +173,27 @@ def test_a_resumed_run_gets_what_is_left_of_its_budget_and_extend_needs_a_finish
     run_pipeline(opts(budget_s=200.0, seed=3), log=lines.append)
     assert budgets[-1] > 100.0 and any("budget 3m20s (--budget), where the run had 1m40s" in line for line in lines)
     assert json.loads((wd / "run.json").read_text())["earlier_seeds"] == [0]
+    # resumed without --seed: the run's own 3, not a silent 0 (a new user's trial: "seed 0, where the
+    # run had 3, from here on" for a --seed never given)
+    lines = []
+    run_pipeline(opts(budget_s=200.0), log=lines.append)
+    assert not any("seed" in line for line in lines), lines
+    assert json.loads((wd / "run.json").read_text())["seed"] == 3
+
+
+def test_a_workdir_another_live_process_works_in_is_refused_before_anything_is_written(tmp_path):
+    """A new user's trial: `run` into a workdir an `optimize` held profiled the model and wrote
+    plan.json and run.json there before the loop found the lock."""
+    from autokernel.loop.workspace import LOCK_NAME, WorkspaceError
+    from autokernel.pipeline import RunOptions, run_pipeline
+
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    (wd / LOCK_NAME).write_text(f"{os.getppid()}\n")  # a live process that is not this one
+    with pytest.raises(WorkspaceError, match="in use by process"):
+        run_pipeline(RunOptions(workdir=wd, model="llama", device="cpu", input_shape=[1, 8], config={"n_layers": "1"},
+                                budget_s=30.0), log=lambda m: None)
+    assert sorted(p.name for p in wd.iterdir()) == [LOCK_NAME]
 
 
 def test_a_misconfigured_agent_is_refused_before_anything_is_written(tmp_path):

@@ -16,6 +16,8 @@ adds to the budget of a finished run.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import threading
@@ -46,7 +48,7 @@ class RunOptions:
     device: str = "auto"
     config: dict[str, Any] = field(default_factory=dict)
     agent: Any = None  # agents.base.AgentConfig
-    seed: int = 0
+    seed: int | None = None  # None: 0 for a new run, a resumed run's own
     max_experiments: int | None = None
     timeout_s: float = 60.0
     run_name: str | None = None
@@ -198,9 +200,12 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
     for p in plan.problems:
         log(f"      {p.name:<16} {p.kind or '-':<14} {100 * p.fraction:5.1f}%"
             + ("" if p.supported else f"  unsupported: {p.note}"))
-    agent = opts.agent or AgentConfig(seed=opts.seed)
-    record = dict(wanted, budget=_duration(budget_s), agent=agent.name, seed=opts.seed,
-                  max_experiments=opts.max_experiments, spent_s=spent_before, **_earlier(saved, agent.name, opts.seed))
+    seed = opts.seed if opts.seed is not None else int(saved.get("seed", 0))
+    agent = opts.agent or AgentConfig(seed=seed)
+    if dataclasses.is_dataclass(agent) and getattr(agent, "seed", seed) != seed:
+        agent = dataclasses.replace(agent, seed=seed)
+    record = dict(wanted, budget=_duration(budget_s), agent=agent.name, seed=seed,
+                  max_experiments=opts.max_experiments, spent_s=spent_before, **_earlier(saved, agent.name, seed))
     run_path.write_text(json.dumps(record, indent=2) + "\n")
     result = RunResult(plan_path=plan_path, reused_plan=reused)
     targets = targets_from_plan(plan)
@@ -220,7 +225,7 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
         log(f"[3/4] optimize: {len(targets)} problem(s), budget {_duration(remaining)}")
         with SpentRecorder(run_path, record, spent_before, t0):
             result.optimize = run_optimize(targets, workdir, agent=agent, budget_s=remaining,
-                                           max_experiments=opts.max_experiments, device=device, seed=opts.seed,
+                                           max_experiments=opts.max_experiments, device=device, seed=seed,
                                            run_name=opts.run_name, timeout_s=opts.timeout_s, show_progress=True,
                                            plan_path=plan_path, use_existing_repo=opts.use_existing_repo,
                                            parallel=opts.parallel, gpus=opts.gpus, ray=opts.ray)
@@ -284,7 +289,7 @@ def _given_otherwise(saved: dict[str, Any], opts: RunOptions) -> dict[str, tuple
         out["--budget"] = (_duration(opts.budget_s), saved["budget"])
     if opts.agent is not None and saved.get("agent") and opts.agent.name != saved["agent"]:
         out["--agent"] = (opts.agent.name, saved["agent"])
-    if "seed" in saved and opts.seed != saved["seed"]:
+    if opts.seed is not None and "seed" in saved and opts.seed != saved["seed"]:
         out["--seed"] = (opts.seed, saved["seed"])
     if opts.max_experiments is not None and opts.max_experiments != saved.get("max_experiments"):
         out["--max-experiments"] = (opts.max_experiments, saved.get("max_experiments"))

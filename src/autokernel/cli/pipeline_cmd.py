@@ -55,7 +55,8 @@ def run(
     llm_base_url: Optional[str] = typer.Option(None, "--llm-base-url", help="OpenAI-compatible endpoint URL."),
     llm_max_calls: Optional[int] = typer.Option(None, "--llm-max-calls", help="Stop after this many model calls."),
     agent_cmd: Optional[str] = typer.Option(None, "--agent-cmd", help="Command agent: shell command with {prompt_file}."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the tuner and of the agents' choices."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the tuner and of the agents' choices "
+                                       "(default 0; a resumed run keeps its own)."),
     max_experiments: Optional[int] = typer.Option(None, "--max-experiments", help="At most N experiments per problem."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds allowed per evaluation."),
     run_name: Optional[str] = typer.Option(None, "--run-name", help="Run name (branch autokernel/<run-name>)."),
@@ -109,7 +110,7 @@ def run(
                       timeout_s=timeout, run_name=run_name, compile=not no_compile,
                       use_existing_repo=use_existing_repo, extend_s=extend_s,
                       parallel=parallel, gpus=gpu_list, ray=ray, padded=padded, as_captured=as_captured,
-                      fused_rotary=fused_rotary, fused_mlp=fused_mlp, agent=AgentConfig(name=agent, seed=seed, llm=llm, llm_base_url=llm_base_url,
+                      fused_rotary=fused_rotary, fused_mlp=fused_mlp, agent=AgentConfig(name=agent, seed=seed or 0, llm=llm, llm_base_url=llm_base_url,
                                         llm_max_calls=llm_max_calls, agent_cmd=agent_cmd))
     from ..loop.interrupts import terminate_as_interrupt
 

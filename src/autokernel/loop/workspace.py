@@ -101,11 +101,16 @@ def _tracked_changes(root: Path) -> list[str]:
 
 
 def inspect_workdir(root: Path, allow_existing_repo: bool = False) -> None:
-    """Refuse, without writing anything, a workdir that cannot be used: a git repository that
-    is not an autokernel workspace is refused unless ``allow_existing_repo``."""
+    """Refuse, without writing anything, a workdir that cannot be used: one another live process
+    works in (its lock), and a git repository that is not an autokernel workspace unless
+    ``allow_existing_repo``."""
     root = Path(root)
     if root.exists() and not root.is_dir():
         raise WorkspaceError(f"--workdir {root} exists and is not a directory")
+    owner = WorkspaceLock(root / LOCK_NAME).owner() if root.exists() else None
+    if owner is not None and owner != os.getpid() and _pid_alive(owner):
+        raise WorkspaceError(f"workdir {root} is in use by process {owner} "
+                             f"(remove {LOCK_NAME} if that is wrong)")
     if not root.exists() or not _is_repo(root):
         return
     if (root / ".git").is_file():
