@@ -187,3 +187,17 @@ def test_a_file_too_large_for_the_interpreter_is_refused_before_any_input_is_mad
     assert arena.exit_code == 0, arena.output
     row = json.loads(arena.stdout)["problems"][0]
     assert row["status"] == "skipped" and "batch_size 4096, dim 393216" in row["message"], row
+
+
+def test_ctrl_c_says_where_the_results_are(tmp_path, monkeypatch):
+    """A new user's trial: Ctrl-C in an arena run ended it with exit 130 and nothing said."""
+    import autokernel.arena.run as arena_run
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(arena_run, "run_arena", interrupted)
+    problem = tmp_path / "p.py"
+    problem.write_text("import torch\n")
+    result = _arena([str(problem), "--solutions", str(tmp_path), "--out", str(tmp_path / "o"), "--device", "cpu"])
+    assert result.exit_code == 130 and "interrupted" in result.output and "run the same command again" in result.output

@@ -15,7 +15,7 @@ from typing import List, Optional
 
 import typer
 
-from .common import EXIT_OK, fail_usage
+from .common import EXIT_OK, fail_usage, says_when_interrupted
 
 
 def arena(
@@ -80,8 +80,9 @@ def arena(
                              timeout_s=timeout, compile_timeout_s=compile_timeout)
     say = (lambda line: print(line, file=sys.stderr, flush=True))
     title = f"arena: {len(files)} problem(s) on {dev}" + (f", sizes x{scale:g}" if scale else "")
-    run = run_arena(files, out, settings, solutions=solutions, optimize=optimize_settings, redo=redo,
-                    progress=say, title=title)
+    with says_when_interrupted(f"the results so far are in {out}; run the same command again to go on"):
+        run = run_arena(files, out, settings, solutions=solutions, optimize=optimize_settings, redo=redo,
+                        progress=say, title=title)
     if json_out:
         from ..arena.report import as_json
 

@@ -145,8 +145,8 @@ def print_evaluation(ev) -> None:
     console.print(f"verdict: [bold {colour.get(ev.verdict, 'white')}]{ev.verdict}[/]"
                   + (f" at stage {ev.failed_stage}" if ev.failed_stage else "") + f" — {ev.message}", markup=True)
     if ev.verdict == "timeout" and not str(ev.device).startswith("cuda"):
-        console.print("the Triton interpreter on CPU may be too slow for these shapes: a timeout here is not "
-                      "a verdict on the kernel; try smaller shapes or a GPU", markup=False)
+        console.print("on CPU the Triton interpreter is slow: a kernel that does not hang may still time out at "
+                      "large shapes; try smaller shapes, a larger --timeout or a GPU", markup=False)
     if ev.stages:
         table = Table(title="correctness stages")
         for column in ("stage", "ok", "worst error (x bound)", "worst case", "s", "message"):

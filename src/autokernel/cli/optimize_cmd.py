@@ -149,7 +149,9 @@ def print_summary(summary) -> None:
                       fmt_or_dash(p.speedup_vs_start, ".3g", "x"), fmt_or_dash(p.speedup_vs_eager, ".3g", "x"),
                       fmt_or_dash(p.pct_roofline, ".0f"))
     console.print(table)
-    console.print(f"best kernels: {summary.workdir}/problems/<problem>/kernel.py", markup=False)
+    names = [p.name for p in summary.problems]
+    where = names[0] if len(names) == 1 else "{" + ",".join(names) + "}"
+    console.print(f"best kernels: {summary.workdir}/problems/{where}/kernel.py", markup=False)
     if any(p.timing_kind == "interpreter" for p in summary.problems):
         console.print("times are Triton-interpreter wall-clock on CPU: they say nothing about GPU performance; "
                       + EAGER_DASH_REASON, markup=False)
