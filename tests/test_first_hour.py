@@ -280,11 +280,12 @@ def test_tables_fit_80_columns(tmp_path):
 
     with mock.patch("rich.console.Console", lambda **kw: console):
         optimize_cmd.print_summary(summary)
-    table_lines = [ln for ln in console.export_text().splitlines()
+    text = console.export_text()
+    table_lines = [ln for ln in text.splitlines()
                    if ("cross_entropy_12" in ln or "start us" in ln) and not ln.startswith("best kernels")]
     assert table_lines and max(len(ln.rstrip()) for ln in table_lines) <= 80
     # the kernel's path, not a placeholder (a new user's trial: "problems/<problem>/kernel.py")
-    assert f"best kernels: {work}/problems/cross_entropy_12/kernel.py" in console.export_text()
+    assert f"best kernels: {work}/problems/cross_entropy_12/kernel.py" in text
     out = subprocess.run([*CLI, "problems"], env={**ENV, "COLUMNS": "80"}, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and max(len(ln) for ln in out.stdout.splitlines()) <= 80
 
