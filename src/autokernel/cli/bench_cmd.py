@@ -96,13 +96,10 @@ def bench(
         fail_usage(str(exc))
     if not dev.startswith("cuda") and shapes:
         _refuse_interpreter_too_slow(prob, shapes, dtypes or list(prob.dtypes), timeout)
-    elif not dev.startswith("cuda") and prob.source.startswith("kernelbench:"):
-        from ..arena.judge import interpreter_too_slow
-
-        too_large = interpreter_too_slow(prob, prob.shapes_for(dev)[0], timeout)
-        if too_large:  # its inputs alone may not fit in memory
-            fail_usage(f"{Path(problem).name} is {too_large}: judge it on a GPU, or scaled down on this CPU with "
-                       f"autokernel arena {problem} --solutions DIR --scale 0.01 --device cpu")
+    elif not dev.startswith("cuda") and prob.source.startswith("kernelbench:"):  # its own sizes: its inputs
+        _refuse_interpreter_too_slow(prob, list(prob.shapes_for(dev)), dtypes or list(prob.dtypes), timeout,
+                                     remedy=f"scaled down on this CPU with autokernel arena {problem} --solutions "
+                                            f"DIR --scale 0.01 --device cpu")  # alone may not fit in memory
 
     spec = problem if not Path(problem).is_file() else str(Path(problem).resolve())
     if prob.source.startswith("kernelbench:"):
@@ -118,19 +115,21 @@ def bench(
     raise typer.Exit(EXIT_OK if evaluation.correct else EXIT_VERDICT)
 
 
-def _refuse_interpreter_too_slow(prob, shapes, dtypes, timeout: float) -> None:
+def _refuse_interpreter_too_slow(prob, shapes, dtypes, timeout: float, remedy: str | None = None) -> None:
     """On CPU, a shape the interpreter cannot run within --timeout would only time out, and a
-    timeout says nothing about the kernel: refuse it up front and say what to do."""
+    timeout says nothing about the kernel: refuse it up front and say what to do (``remedy``
+    instead of smaller shapes and a longer --timeout)."""
     from ..interpreter_cost import CALLS_PER_TIMEOUT, too_slow
     from ..problems.base import format_shape
 
     worst = too_slow(prob, shapes, dtypes, timeout)
     if worst is None:
         return
+    remedy = remedy or (f"use smaller shapes (leave out --shape for the CPU defaults), or allow --timeout "
+                        f"{CALLS_PER_TIMEOUT * worst.seconds_per_call:.0f} or more")
     fail_usage(f"shape {format_shape(worst.shape)} is too large for the Triton interpreter on CPU (about "
                f"{worst.seconds_per_call:.0f} s per kernel call, --timeout {timeout:g} s): it would time out "
-               f"whatever the kernel; judge it on a GPU, use smaller shapes (leave out --shape for the CPU "
-               f"defaults), or allow --timeout {CALLS_PER_TIMEOUT * worst.seconds_per_call:.0f} or more")
+               f"whatever the kernel; judge it on a GPU, or {remedy}")
 
 
 def print_evaluation(ev) -> None:

@@ -428,28 +428,22 @@ def _width(ptrs) -> int:
 _NONE = np.zeros(0, dtype=np.int64)
 
 
-class _Lanes:
-    """A mask given as a plain array of lanes (what ``_bytes`` reads of a mask handle)."""
-
-    def __init__(self, data: np.ndarray) -> None:
-        self.data = data
-
-
-def _changed_lanes(before: np.ndarray, after: np.ndarray, mask) -> _Lanes:
+def _changed_lanes(before: np.ndarray, after: np.ndarray, mask) -> np.ndarray:
     """The unmasked lanes whose bits an atomic changed."""
     as_bits = f"u{np.asarray(before).dtype.itemsize}"
     changed = np.ascontiguousarray(before).view(as_bits) != np.ascontiguousarray(after).view(as_bits)
     if mask is not None:
         changed &= np.asarray(mask.data, dtype=bool).reshape(changed.shape)
-    return _Lanes(changed)
+    return changed
 
 
 def _bytes(ptrs, mask) -> np.ndarray:
     """Every byte the unmasked lanes of ``ptrs`` reach, lane by lane: an access of another width
-    at an offset inside a stored element meets it (pass 13: an int32 read of an int64's high half)."""
+    at an offset inside a stored element meets it (pass 13: an int32 read of an int64's high half).
+    ``mask``: a mask handle, the lanes as an array, or None."""
     flat = np.asarray(ptrs.data).astype(np.int64, copy=False).reshape(-1)
     if mask is not None:
-        flat = flat[np.asarray(mask.data, dtype=bool).reshape(-1)]
+        flat = flat[np.asarray(mask if isinstance(mask, np.ndarray) else mask.data, dtype=bool).reshape(-1)]
     width = _width(ptrs)
     return flat if width == 1 else (flat[:, None] + np.arange(width, dtype=np.int64)).reshape(-1)
 

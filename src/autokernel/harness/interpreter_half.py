@@ -65,21 +65,17 @@ def as_fp16(values: np.ndarray) -> np.ndarray:
 
 
 def round_to_bf16(values: np.ndarray) -> np.ndarray:
-    """fp32 values as bf16 bit patterns (uint16), to nearest, ties to even; NaN kept quiet."""
+    """fp32 values as bf16 bit patterns (uint16) of the same shape, to nearest, ties to even; NaN
+    kept quiet."""
     bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
     nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
     rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
     quiet = (bits >> np.uint32(16)) | np.uint32(0x0040)
-    return np.where(nan, quiet, rounded).astype(np.uint16)
-
-
-def bf16_bits(values: np.ndarray) -> np.ndarray:
-    """fp32 values rounded to bf16 (nearest, ties to even), as bit patterns of the same shape."""
-    return round_to_bf16(values).reshape(np.shape(values))
+    return np.where(nan, quiet, rounded).astype(np.uint16).reshape(np.shape(values))
 
 
 def as_bf16(values: np.ndarray) -> np.ndarray:
-    return bf16_values(bf16_bits(values))
+    return bf16_values(round_to_bf16(values))
 
 
 def fp16_accumulated_dot(a: np.ndarray, b: np.ndarray, acc: np.ndarray) -> np.ndarray:
@@ -98,7 +94,7 @@ def install(interpreter) -> None:
 
     builder, handle = interpreter.InterpreterBuilder, interpreter.TensorHandle
     _sum_in_the_blocks_type(interpreter.ReduceOps, tl)
-    _accumulate_fp16_dots(builder, handle)
+    _dots_as_a_gpu(builder, handle, tl)
     _bf16_arithmetic(builder, handle, interpreter.ReduceOps, tl)
     memory = getattr(interpreter, "_interpreter", None)
     if memory is not None and hasattr(memory, "load") and hasattr(memory, "store"):
@@ -118,7 +114,7 @@ def bf16_atomic_add(memory, addresses: np.ndarray, bits: np.ndarray, active: np.
         where = flat_addresses[lane:lane + 1].astype(np.uint64)
         old = np.asarray(memory.load(where, one, np.zeros(1, np.uint16), np.dtype(np.uint16)), dtype=np.uint16)
         flat_found[lane] = old[0]
-        memory.store(where, bf16_bits(bf16_values(old) + bf16_values(flat_bits[lane:lane + 1])), one)
+        memory.store(where, round_to_bf16(bf16_values(old) + bf16_values(flat_bits[lane:lane + 1])), one)
     return found
 
 
@@ -163,7 +159,7 @@ def _sum_in_the_blocks_type(reduce_ops: type, tl) -> None:
             total = np.expand_dims(total, axis)
         elif self.keep_dims:
             total = total.reshape((1,) * input.handle.data.ndim)
-        total = total.astype(np_type) if np_type is not None else bf16_bits(total)
+        total = total.astype(np_type) if np_type is not None else round_to_bf16(total)
         return self.to_tensor(total if total.shape else total[()], input.dtype)
 
     reduce_ops.sum = sum
@@ -173,7 +169,9 @@ class NotModelledError(TypeError):
     """A dot whose GPU arithmetic the CPU judge does not model (8-bit float operands)."""
 
 
-def _accumulate_fp16_dots(builder: type, handle: type) -> None:
+def _dots_as_a_gpu(builder: type, handle: type, tl) -> None:
+    """fp8 operands refused, fp16 operands into an fp16 accumulator every MMA_K of K, bf16
+    operands as their values (exact products, accumulated in fp32: the only type allowed)."""
     original = builder.create_dot
 
     def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
@@ -185,6 +183,8 @@ def _accumulate_fp16_dots(builder: type, handle: type) -> None:
                     "and no problem here has an 8-bit dtype")
         if d.data.dtype == np.float16 and a.data.dtype == np.float16 and b.data.dtype == np.float16:
             return handle(fp16_accumulated_dot(a.data, b.data, d.data), d.dtype.scalar)
+        if all(o.dtype.scalar == tl.bfloat16 and o.data.dtype == np.uint16 for o in (a, b)):
+            a, b = handle(bf16_values(a.data), tl.float32), handle(bf16_values(b.data), tl.float32)
         return original(self, a, b, d, input_precision, max_num_imprecise_acc)
 
     create_dot.__qualname__ = f"{builder.__qualname__}.create_dot"
@@ -200,7 +200,7 @@ def _bf16_arithmetic(builder: type, handle: type, reduce_ops: type, tl) -> None:
     def result(values: np.ndarray, dtype):
         if values.dtype == np.bool_:  # a comparison: stored in the operands' width, as the interpreter does
             return handle(values.astype(np.uint16), dtype)
-        return handle(bf16_bits(values), dtype)
+        return handle(round_to_bf16(values), dtype)
 
     def binary_op(self, lhs, rhs, op):
         if op in FLOAT_BINARY and is_bf16(lhs, rhs):
@@ -217,7 +217,7 @@ def _bf16_arithmetic(builder: type, handle: type, reduce_ops: type, tl) -> None:
     def create_fma(self, x, y, z):
         if is_bf16(x, y, z):
             exact = np.multiply(bf16_values(x.data), bf16_values(y.data), dtype=np.float64) + bf16_values(z.data)
-            return handle(bf16_bits(exact.astype(np.float32)), z.dtype.scalar)
+            return handle(round_to_bf16(exact.astype(np.float32)), z.dtype.scalar)
         return fma(self, x, y, z)
 
     def bf16_min_max(self, input, val_reduce_op, idx_reduce_op=None):
@@ -228,21 +228,13 @@ def _bf16_arithmetic(builder: type, handle: type, reduce_ops: type, tl) -> None:
         found = []
         with np.errstate(all="ignore"):
             if val_reduce_op:
-                found.append(self.to_tensor(bf16_bits(np.asarray(
+                found.append(self.to_tensor(round_to_bf16(np.asarray(
                     val_reduce_op(values, axis=self.axis, keepdims=self.keep_dims))), input.dtype))
             if idx_reduce_op:
                 found.append(self.to_tensor(idx_reduce_op(values, axis=self.axis, keepdims=self.keep_dims), tl.int32))
         return found[0] if len(found) == 1 else tuple(found)
 
-    dot = builder.create_dot
-
-    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-        if is_bf16(a) and is_bf16(b):  # exact products, accumulated in d's type (fp32: the only one allowed)
-            a, b = handle(bf16_values(a.data), tl.float32), handle(bf16_values(b.data), tl.float32)
-        return dot(self, a, b, d, input_precision, max_num_imprecise_acc)
-
-    for name, function in (("create_dot", create_dot), ("binary_op", binary_op), ("unary_op", unary_op),
-                           ("create_fma", create_fma)):
+    for name, function in (("binary_op", binary_op), ("unary_op", unary_op), ("create_fma", create_fma)):
         function.__qualname__ = f"{builder.__qualname__}.{name}"
         setattr(builder, name, function)
     bf16_min_max.__qualname__ = f"{reduce_ops.__qualname__}.min_max"
