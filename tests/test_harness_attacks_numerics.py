@@ -69,10 +69,10 @@ def test_a_softmax_pivot_frozen_after_the_first_key_block_is_incorrect(kind):
 ])
 @pytest.mark.parametrize("seed", range(3))
 def test_rising_scores_put_the_best_key_late_and_far_above_the_first_block(kind, shape, seed):
-    """The scores the kernel forms (after the rotation for attention_rotary): for many query rows
-    the best visible key is more than 100 above the best of the first 16 keys (exp overflows
-    fp32 past ~88), whichever scale the draw passes."""
-    from autokernel.problems.attention import scaled_scores
+    """The scores the kernel forms (after the rotation for attention_rotary): for many later query
+    rows the best visible key is more than 100 above the best of the first 16 keys (exp overflows
+    fp32 past ~88), whichever scale the draw passes, while no score is much past RISE."""
+    from autokernel.problems.attention import RISE, scaled_scores
     from autokernel.problems.rotary import reference as rotate
 
     problem = get_problem(kind)
@@ -91,7 +91,8 @@ def test_rising_scores_put_the_best_key_late_and_far_above_the_first_block(kind,
         visible = visible.tril()
     scores = scores.masked_fill(~visible, -math.inf)
     gap = scores.amax(-1) - scores[..., :16].amax(-1)
-    assert (gap[torch.isfinite(gap)] > 100).float().mean() > 0.25
+    assert (gap[torch.isfinite(gap)] > 100).float().mean() > 0.15
+    assert scores[visible.expand_as(scores)].abs().max() < 1.5 * RISE
     out = problem.reference(*[a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
                               for a in args])
     assert torch.isfinite(out).all()
