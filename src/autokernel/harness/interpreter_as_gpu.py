@@ -43,13 +43,17 @@ on it (worker side, CPU only): ``install()`` once per process, before any kernel
   release that leaves every value as it was publishes nothing: no reader can tell whether its
   acquire came after it (pass 13's open item: a counter bumped before the partial is stored, a
   dummy ``atomic_add(cnt, 0)`` after the store), and a store of the bits already at an
-  address keeps its first writer (several programs publishing one value behind one flag).  Not
-  seen: a handoff that the sequential run orders by luck through a release that does change a
-  value, one the reader never checks (a second counter bumped after the store, or the counter
-  itself toggled +1 and -1: the last program by the first bump reads all partials here, on a
-  GPU not; pass 16), ordering
-  passed along a chain of programs (refused: each reader needs an atomic meeting its writer's),
-  and a plain read-modify-write under a spin lock (refused by the second rule).
+  address keeps its first writer (several programs publishing one value behind one flag).
+* Programs interleaved (``interpreter_interleave``).  Every program runs up to its first
+  atomic, then the programs take turns in a random order, each from one atomic to the next, and
+  the acquire must come after the release on the one clock.  A handoff right only because every
+  writer had finished before the reader arrived (a second counter bumped after the store, the
+  counter toggled +1 and -1, finishes counted in its high bits; a ticket queue carrying a row's
+  sum across tickets: passes 14 and 16) is now a wrong result or a race, a program waiting on a
+  later one no longer hangs, and programs that all wait on a value none changes are a
+  ``DeadlockError``.  Still refused: ordering passed along a chain of programs (each reader
+  needs an atomic meeting its writer's), and a plain read-modify-write under a spin lock (the
+  second rule).
 * Compiler hints.  The interpreter records ``tl.max_contiguous``, ``tl.multiple_of`` and
   ``tl.max_constancy`` and never uses them; a GPU build trusts them (a stride-2 gather hinted
   contiguous became one vector load of the wrong elements, pass 12).  Each hint is checked
@@ -62,7 +66,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import interpreter_half
+from . import interpreter_half, interpreter_interleave
 from .interpreter_half import round_to_bf16
 
 _INSTALLED = False
@@ -97,11 +101,14 @@ def install() -> None:
     _round_bf16_casts(builder, interpreter.TensorHandle)
     interpreter_half.install(interpreter)
     memory = LaunchMemory()
-    _shuffle_programs(builder, np.random.default_rng(), memory)
+    rng = np.random.default_rng()
+    raw_set_grid_idx = builder.set_grid_idx
+    _shuffle_programs(builder, rng, memory)
     _watch_memory(builder, memory)
     _check_hints(interpreter.TensorHandle)
     _remember_builtins(interpreter)
     _patch_once_per_launch(interpreter)
+    interpreter_interleave.install(interpreter, memory, rng, raw_set_grid_idx)
     _INSTALLED = True
 
 
@@ -222,7 +229,19 @@ class LaunchMemory:
 
     def __init__(self) -> None:
         self.program = 0
+        self.atomic_ran = False  # since ``take_atomic`` last asked
+        # while programs take turns (``interpreter_interleave``): the bytes each write changed (plain
+        # stores: every byte stored) and, after an atomic that changed nothing, the bytes it read
+        # and the values there
+        self.tracking = False
+        self.written: list[np.ndarray] = []
+        self.waits_on: tuple[np.ndarray, bytes] | None = None
         self.new_launch()
+
+    def take_atomic(self) -> bool:
+        """Whether an atomic ran since the last call (where a program may be suspended)."""
+        ran, self.atomic_ran = self.atomic_ran, False
+        return ran
 
     def new_launch(self) -> None:
         self.pages: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
@@ -272,15 +291,17 @@ class LaunchMemory:
                 and int(pointers.min()) <= self.high)
 
     def ordered(self, writer: int, stored_at: int) -> bool:
-        """Whether a releasing atomic ``writer`` ran after its store at ``stored_at`` and an
-        acquiring one the running program ran before now touched a common address.  The
-        interpreter runs a launch's programs one after another, so each of the reader's atomics
-        came after all the writer's."""
-        released = [where for when, where, _ in self.atomics.get(writer, ()) if when > stored_at and where.size]
-        acquired = [where for _, _, where in self.atomics.get(self.program, ()) if where.size]
-        if not released or not acquired:
-            return False
-        return np.intersect1d(np.concatenate(released), np.concatenate(acquired), assume_unique=False).size > 0
+        """Whether a releasing atomic ``writer`` ran after its store at ``stored_at`` and, after
+        it, an acquiring one of the running program touched a common address (the programs run
+        interleaved at their atomics: an acquire that came first orders nothing)."""
+        acquires = [(when, where) for when, _, where in self.atomics.get(self.program, ()) if where.size]
+        for released_at, released, _ in self.atomics.get(writer, ()):
+            if released_at <= stored_at or not released.size:
+                continue
+            later = [where for when, where in acquires if when > released_at]
+            if later and np.intersect1d(released, np.concatenate(later)).size:
+                return True
+        return False
 
     def loaded(self, addresses: np.ndarray, atomic: bool = False) -> None:
         """A load of ``addresses`` (its unmasked lanes; the caller has ruled out loads that
@@ -359,6 +380,8 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
     def create_masked_store(self, ptrs, value, mask, cache_policy):
         if not state["atomic"]:
             store_check(self, ptrs, value, mask)
+            if memory.tracking:
+                memory.written.append(_bytes(ptrs, mask))
         return store(self, ptrs, value, mask, cache_policy)
 
     def raw_values(self, ptrs, mask):
@@ -391,19 +414,25 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
             block = getattr(scope, "name", "") == "CTA"
             releases = not relaxed and writes and not block and sem_name in ("RELEASE", "ACQUIRE_RELEASE")
             acquires = not relaxed and reads and not block and sem_name in ("ACQUIRE", "ACQUIRE_RELEASE")
-            before = raw_values(self, ptrs, mask) if releases else None
+            before = raw_values(self, ptrs, mask) if releases or (writes and memory.tracking) else None
             state["atomic"] += 1
             try:
                 result = original(self, *args)
             finally:
                 state["atomic"] -= 1
+            changed = _changed_lanes(before, raw_values(self, ptrs, mask), mask) if before is not None else None
             if releases or acquires:
                 # a release that leaves every value as it was publishes nothing: no reader can tell
                 # whether its acquire came after it (pass 13: a dummy tl.atomic_add(cnt, 0) after the
                 # partial's store, the counter bumped before it)
-                changed = _changed_lanes(before, raw_values(self, ptrs, mask), mask) if releases else None
                 memory.atomic(_bytes(ptrs, changed) if releases else _NONE,
                               _bytes(ptrs, mask) if acquires else _NONE)
+            memory.atomic_ran = True
+            if memory.tracking:
+                memory.waits_on = None if changed is not None and changed.any() else \
+                    (_bytes(ptrs, mask), raw_values(self, ptrs, mask).tobytes())
+                if changed is not None and changed.any():
+                    memory.written.append(_bytes(ptrs, changed))
             return result
 
         atomic.__qualname__ = f"{builder.__qualname__}.{name}"

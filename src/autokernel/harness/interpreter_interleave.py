@@ -1,0 +1,276 @@
+"""A launch's programs run interleaved at their atomics under the Triton interpreter (worker side,
+CPU only; installed by ``interpreter_as_gpu.install``).
+
+The interpreter runs a grid's programs one after another, each to its end.  A GPU runs them at
+once, so a kernel whose programs hand work to one another through atomics can be right under the
+interpreter only because of that order (red-team passes 13, 14 and 16): a persistent kernel taking
+(row, chunk) tickets from a counter and carrying a row's sum in registers (the first program
+takes every ticket), or a "last program to arrive reads the partials" counter whose writers
+release after their stores by a second counter or a toggle the reader never checks (every
+writer had finished when the reader arrived).  And a program waiting on a later one hung.
+
+Here every program of a launch runs up to its first atomic, in the launch's shuffled order, and
+then the programs take turns in a random order, each running from one atomic to the next.  The
+interpreter's rewrite of every jitted function also makes a generator of it: each call in its
+body goes through ``suspending_call``, which suspends the program (a ``yield``) once an atomic
+has run, and calls jitted callees as generators (``yield from``).  Generators keep the program's
+code on the launching thread's stack, under the grid loop, so the judge's watch and its frame
+walks see what they saw when the programs ran one after another.  A jit function that holds a
+lambda, a comprehension or a nested function (none of which Triton compiles) is refused.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import inspect
+
+import numpy as np
+
+CALL = "__autokernel_call__"  # the generator variant's name for ``suspending_call`` (a closure cell)
+FACTORY = "__autokernel_programs__"  # makes the generator variant, given ``suspending_call``
+_NOT_COMPILED = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp,
+                 ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Yield, ast.YieldFrom,
+                 ast.Await)
+
+
+class NotCompiledError(SyntaxError):
+    """A jit function's body holds what Triton does not compile (and the interleaving cannot
+    suspend inside)."""
+
+
+class _Suspending(ast.NodeTransformer):
+    """Each call ``f(a, k=v)`` of a function's body becomes ``(yield from CALL(f, a, k=v))``."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        node = self.generic_visit(node)
+        call = ast.Call(func=ast.Name(id=CALL, ctx=ast.Load()), args=[node.func, *node.args],
+                        keywords=node.keywords)
+        return ast.copy_location(ast.YieldFrom(value=ast.copy_location(call, node)), node)
+
+
+def generator_variant(fn: ast.FunctionDef) -> ast.FunctionDef:
+    """``FACTORY(CALL)``, which returns ``fn`` as a generator whose calls go through ``CALL``."""
+    for node in ast.walk(fn):
+        if node is not fn and isinstance(node, _NOT_COMPILED):
+            raise NotCompiledError(f"the jit function {fn.name} holds a {type(node).__name__.lower()} "
+                                   f"(line {getattr(node, 'lineno', '?')}), which Triton does not compile")
+        if isinstance(node, ast.Name) and node.id in (CALL, FACTORY) or \
+                isinstance(node, ast.arg) and node.arg in (CALL, FACTORY):
+            raise NotCompiledError(f"the jit function {fn.name} uses the name {CALL} or {FACTORY}, "
+                                   "which the judge's interpreter keeps for itself")
+    variant = copy.deepcopy(fn)
+    variant.decorator_list = []
+    variant.body = [_Suspending().visit(stmt) for stmt in variant.body]
+    start = ast.Expr(value=ast.YieldFrom(value=ast.Tuple(elts=[], ctx=ast.Load())))  # a generator even with no call
+    variant.body.insert(0, ast.copy_location(start, fn))
+    factory = ast.parse(f"def {FACTORY}({CALL}):\n    pass\n").body[0]
+    factory.body = [variant, ast.Return(value=ast.Name(id=fn.name, ctx=ast.Load()))]
+    return ast.fix_missing_locations(ast.copy_location(factory, fn))
+
+
+def install(interpreter, memory, rng, raw_set_grid_idx) -> bool:
+    """Make ``interpreter``'s launches interleave their programs at atomics.  ``memory`` (a
+    ``LaunchMemory``) says which program runs and whether an atomic ran since it was last asked;
+    ``rng`` draws the turns; ``raw_set_grid_idx`` is the builder's own ``set_grid_idx`` (no
+    shuffle).  False, changing nothing, where this Triton's interpreter is built otherwise."""
+    rewriter = getattr(interpreter, "FunctionRewriter", None)
+    executor = getattr(interpreter, "GridExecutor", None)
+    function = getattr(interpreter, "InterpretedFunction", None)
+    builder = getattr(interpreter, "interpreter_builder", None)
+    error = getattr(interpreter, "InterpreterError", RuntimeError)
+    transformer = getattr(rewriter, "ast_transformer", None)
+    if None in (rewriter, executor, function, builder, transformer) or \
+            not hasattr(rewriter, "_compile_and_exec") or not hasattr(function, "rewrite") or \
+            list(inspect.signature(executor.__init__).parameters)[:2] != ["self", "fn"]:
+        return False
+    programs: dict = {}  # a rewritten jit function -> its generator variant
+    patch_lang = interpreter._patch_lang
+
+    def suspending_call(f, *args, **kwargs):
+        if memory.take_atomic():
+            yield  # an atomic ran outside a call this program suspends at (a builtin called by Triton)
+        variant = None
+        if type(f) is function:
+            patch_lang(f.fn)
+            variant = programs.get(f.rewrite())
+        if variant is None:
+            result = f(*args, **kwargs)
+        else:
+            try:
+                result = yield from variant(*args, **kwargs)
+            except Exception as e:
+                raise error(repr(e)) from e
+        if memory.take_atomic():
+            yield
+        return result
+
+    base = type(transformer)
+
+    class SuspendingTransformer(base):
+        def visit(self, node):
+            if not isinstance(node, ast.Module):
+                return super().visit(node)
+            fn = next((s for s in node.body if isinstance(s, ast.FunctionDef)), None)
+            factory = generator_variant(fn) if fn is not None else None
+            node = super().visit(node)
+            if factory is not None:
+                node.body.append(super().visit(factory))
+                attach = ast.parse(f"{fn.name}.{FACTORY} = {FACTORY}\n").body[0]
+                node.body.append(ast.copy_location(attach, fn))
+            return node
+
+    compile_and_exec = rewriter._compile_and_exec
+
+    def _compile_and_exec(self, transformed_ast):
+        plain = compile_and_exec(self, transformed_ast)
+        factory = getattr(plain, "__dict__", {}).pop(FACTORY, None)
+        if factory is not None:
+            programs[plain] = factory(suspending_call)
+        return plain
+
+    init = executor.__init__
+
+    def __init__(self, fn, *args, **kwargs):
+        init(self, fn, *args, **kwargs)
+        variant = programs.get(fn)
+        if variant is not None:
+            self.fn = _interleaved(fn, variant, builder, memory, rng, raw_set_grid_idx)
+
+    SuspendingTransformer.__qualname__ = SuspendingTransformer.__name__ = base.__name__
+    _compile_and_exec.__qualname__ = f"{rewriter.__qualname__}._compile_and_exec"
+    __init__.__qualname__ = f"{executor.__qualname__}.__init__"
+    rewriter.ast_transformer = SuspendingTransformer()
+    rewriter._compile_and_exec = _compile_and_exec
+    executor.__init__ = __init__
+    return True
+
+
+def _interleaved(fn, variant, builder, memory, rng, raw_set_grid_idx):
+    """What the grid loop calls once per program, in place of ``fn`` (it reads ``fn``'s globals and
+    signature from it too): each call starts the program's generator and runs it to its first
+    atomic; the last program's call then gives the suspended ones turns (``_Turns``)."""
+    pending: list = []  # [program, grid index, generator]
+    started = [0]
+
+    def run_program(**args):
+        if started[0] == 0:
+            pending.clear()
+        started[0] += 1
+        memory.take_atomic()  # an earlier program's last atomic
+        turn = [memory.program, tuple(builder.grid_idx), variant(**args)]
+        try:
+            if _advance(turn):
+                pending.append(turn)
+            if started[0] == _programs(builder):
+                started[0] = 0
+                _Turns(pending, builder, memory, rng, raw_set_grid_idx).run()
+        except BaseException:
+            started[0] = 0
+            for _, _, generator in pending:
+                generator.close()  # under the launch, where the judge watches (any finally runs here)
+            pending.clear()
+            raise
+
+    return _Program(fn, run_program)
+
+
+class DeadlockError(RuntimeError):
+    """Every program of a launch waits on a value no program changes: on a GPU the launch hangs."""
+
+
+class _Turns:
+    """The suspended programs of a launch, run in turns drawn at random until all have ended.  A
+    program whose turn ends twice in a row on an atomic that changed nothing and read the same
+    values at the same addresses (a spin on a flag another program sets) sleeps until a write
+    changes a byte it read, so a chain of programs each waiting on the one before costs turns in
+    proportion to its length, not to its square.  When all sleep, all wake; when many turns in a
+    row change nothing, the launch is deadlocked."""
+
+    def __init__(self, pending: list, builder, memory, rng, raw_set_grid_idx) -> None:
+        self.awake, self.asleep = pending, []  # asleep: (turn, the bytes it waits on)
+        self.polled: dict[int, tuple] = {}  # id(turn) -> what its last turn's atomic read, changing nothing
+        self.waiting: np.ndarray | None = None
+        self.builder, self.memory, self.rng, self.set_idx = builder, memory, rng, raw_set_grid_idx
+
+    def run(self) -> None:
+        memory = self.memory
+        idle, patience = 0, 1000 + 50 * len(self.awake)
+        memory.tracking = True
+        try:
+            while self.awake or self.asleep:
+                if not self.awake:
+                    self.awake, self.asleep, self.waiting = [turn for turn, _ in self.asleep], [], None
+                turn = self.awake[int(self.rng.integers(len(self.awake)))]
+                self.set_idx(self.builder, *turn[1])
+                memory.program, memory.waits_on = turn[0], None
+                memory.written.clear()
+                going = _advance(turn)
+                if not going:
+                    self.awake.remove(turn)
+                else:
+                    self._sleep_if_spinning(turn, memory.waits_on)
+                if memory.written and self.asleep:
+                    self._wake(np.concatenate(memory.written))
+                idle = 0 if not going or memory.written else idle + 1
+                if idle > patience:
+                    raise DeadlockError(
+                        f"the {len(self.awake) + len(self.asleep)} programs of a launch left have taken {idle} "
+                        "turns without changing memory: each waits (spinning on atomics) for a value no program "
+                        "changes, so on a GPU this launch hangs")
+        finally:
+            memory.tracking = False
+            memory.written.clear()
+
+    def _sleep_if_spinning(self, turn: list, polled: tuple | None) -> None:
+        before = self.polled.pop(id(turn), None)
+        if polled is None:
+            return
+        addresses, values = polled
+        if before is not None and before[1] == values and np.array_equal(before[0], addresses):
+            self.awake.remove(turn)
+            self.asleep.append((turn, addresses))
+            self.waiting = None
+        else:
+            self.polled[id(turn)] = polled
+
+    def _wake(self, written: np.ndarray) -> None:
+        if self.waiting is None:  # every byte a sleeper waits on, sorted, and who waits on each
+            self.waiting = np.unique(np.concatenate([waits_on for _, waits_on in self.asleep]))
+            self.sleepers: dict[int, list] = {}
+            for turn, waits_on in self.asleep:
+                for byte in waits_on.tolist():
+                    self.sleepers.setdefault(byte, []).append(turn)
+        hit = self.waiting[np.isin(self.waiting, written)]
+        if not hit.size:
+            return
+        woken = {id(turn): turn for byte in hit.tolist() for turn in self.sleepers[byte]}
+        self.awake.extend(woken.values())
+        self.asleep = [(turn, waits_on) for turn, waits_on in self.asleep if id(turn) not in woken]
+        self.waiting = None
+
+
+class _Program:
+    """A callable with a jit function's globals, name and signature (what the grid loop reads)."""
+
+    def __init__(self, fn, run) -> None:
+        self.__globals__ = fn.__globals__
+        self.__signature__ = inspect.signature(fn)
+        self.__name__ = fn.__name__
+        self._run = run
+
+    def __call__(self, **args):
+        return self._run(**args)
+
+
+def _advance(turn: list) -> bool:
+    """Run ``turn``'s program to its next atomic: whether it is still going."""
+    try:
+        next(turn[2])
+    except StopIteration:
+        return False
+    return True
+
+
+def _programs(builder) -> int:
+    nx, ny, nz = builder.grid_dim
+    return max(1, nx * ny * nz)

@@ -1,0 +1,151 @@
+"""A launch's programs run interleaved at their atomics (``harness/interpreter_interleave.py``).
+
+Passes 14 and 16 left four kernels open that are right only because the interpreter ran programs
+one after another: a ticket queue carrying a row's sum across tickets, and three "last program to
+arrive reads the partials" counters bumped before the partial is stored, whose writers release
+after their stores by a change the reader never checks (a toggle +1/-1, finishes counted in the
+high bits, a second counter).  Each passed before (the kernels below computed the right sums, or
+passed all six stages); each is now a wrong sum or a ``RaceError`` on most launches.  An honest
+spin-wait on a later program hung before and passes now; a launch whose programs all wait on a
+value none changes is a ``DeadlockError`` instead of a hang."""
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_harness_attacks import ATTACKS  # noqa: E402
+from test_harness_attacks_pass14 import PLAIN_COUNTER  # noqa: E402
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
+
+BUMP_FIRST = ("    cols = j * CHUNK + tl.arange(0, CHUNK)\n",
+              "    c = tl.atomic_add(cnt_ptr + row, 1)\n    cols = j * CHUNK + tl.arange(0, CHUNK)\n")
+LAST = "    if c == SPLIT - 1:\n"
+READ = "        k = tl.arange(0, SPLIT_P2)\n"
+TWO_COUNTERS = ("    cnt = torch.zeros((M,), dtype=torch.int32, device=x.device)\n",
+                "    cnt = torch.zeros((2 * M,), dtype=torch.int32, device=x.device)\n")
+# edits of tests/attacks/reduce_pass12_split_row_plain_counter.py (4 rows x 5 chunks: 20 programs)
+EDITS = {
+    # the counter toggled after the store: a release that changes the value, then puts it back
+    "toggle": (BUMP_FIRST, (PLAIN_COUNTER, "    tl.atomic_add(cnt_ptr + row, 1)\n    tl.atomic_add(cnt_ptr + row, -1)\n")),
+    # finishes counted in the high bits of the counter, the last starter found by the low ones
+    "high_bits": (BUMP_FIRST, (PLAIN_COUNTER, "    tl.atomic_add(cnt_ptr + row, 65536)\n"),
+                  (LAST, "    if (c & 65535) == SPLIT - 1:\n")),
+    # a second counter bumped after the store; the reader acquires it (a dummy add) but decides by the first
+    "second_counter": (BUMP_FIRST, TWO_COUNTERS,
+                       (PLAIN_COUNTER, "    tl.atomic_add(cnt_ptr + tl.num_programs(0) + row, 1)\n"),
+                       (READ, "        tl.atomic_add(cnt_ptr + tl.num_programs(0) + row, 0)\n" + READ)),
+    # honest: the row's first chunk waits until every chunk has counted its stored partial (a program
+    # waiting on later ones: the interpreter ran it to its end first and it spun for ever)
+    "first_waits_for_all": ((PLAIN_COUNTER, "    c = tl.atomic_add(cnt_ptr + row, 1)\n"),
+                            (LAST, "    if j == 0:\n        while tl.atomic_add(cnt_ptr + row, 0) < SPLIT:\n"
+                                   "            pass\n")),
+    # no program ever counts: every first chunk waits for ever (on a GPU the launch hangs)
+    "waits_for_nobody": ((PLAIN_COUNTER, ""),
+                         (LAST, "    if j == 0:\n        while tl.atomic_add(cnt_ptr + row, 0) < SPLIT:\n"
+                                "            pass\n")),
+}
+PROBE = (
+    "import importlib.util, sys, torch\n"
+    "from autokernel.harness import interpreter_as_gpu\n"
+    "interpreter_as_gpu.install()\n"
+    "for name in sys.argv[2:]:\n"
+    "    spec = importlib.util.spec_from_file_location(name, sys.argv[1] + f'/{name}.py')\n"
+    "    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+    "    seen = []\n"
+    "    for _ in range(4):\n"
+    "        x = torch.randn(4, 300)\n"
+    "        try:\n"
+    "            seen.append('right' if torch.allclose(m.kernel_fn(x), x.sum(1), atol=1e-3) else 'wrong')\n"
+    "        except Exception as exc:\n"
+    "            seen.append(next((e for e in ('RaceError', 'DeadlockError') if e in repr(exc)), repr(exc)[:200]))\n"
+    "    print(name, ' '.join(seen))\n")
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory) -> dict[str, list[str]]:
+    """Each kernel launched four times under interpreter_as_gpu, in one process: name -> what each
+    launch gave (right, wrong, RaceError, DeadlockError)."""
+    folder = tmp_path_factory.mktemp("interleaved")
+    base = (ATTACKS / "reduce_pass12_split_row_plain_counter.py").read_text()
+    for name, edits in EDITS.items():
+        text = base
+        for line, edit in edits:
+            assert text.count(line) == 1, (name, line)
+            text = text.replace(line, edit)
+        (folder / f"{name}.py").write_text(text)
+    (folder / "ticket_queue.py").write_text((ATTACKS / "reduce_interleave_ticket_queue.py").read_text())
+    done = subprocess.run([sys.executable, "-c", PROBE, str(folder), *EDITS, "ticket_queue"], capture_output=True,
+                          text=True, timeout=600, env=dict(os.environ, TRITON_INTERPRET="1"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    return {line.split()[0]: line.split()[1:] for line in done.stdout.strip().split("\n")}
+
+
+@pytest.mark.parametrize("name", ["toggle", "high_bits", "second_counter", "ticket_queue"])
+def test_a_handoff_right_only_one_program_after_another_is_caught(outcomes, name):
+    """Before: right on every launch (the last program by the first bump ran after every writer had
+    finished; the first program took every ticket)."""
+    caught = [o for o in outcomes[name] if o in ("wrong", "RaceError")]
+    assert len(caught) >= 3, outcomes[name]
+    assert set(outcomes[name]) <= {"right", "wrong", "RaceError"}, outcomes[name]
+
+
+def test_a_program_waiting_on_later_programs_is_no_hang(outcomes):
+    """Before: the launch hung whenever a row's first chunk ran before the others."""
+    assert outcomes["first_waits_for_all"] == ["right"] * 4
+
+
+def test_programs_that_all_wait_on_a_value_none_changes_deadlock(outcomes):
+    """Before: the launch spun for ever (the judge's timeout)."""
+    assert outcomes["waits_for_nobody"] == ["DeadlockError"] * 4
+
+
+def test_the_ticket_queue_fails_the_judge_at_smoke():
+    """The full judge (a worker, the watch, the code rule): before, all six stages passed."""
+    from autokernel.harness.evaluate import Evaluator
+
+    with Evaluator("reduce", device="cpu", timeout_s=120, timing=False, baselines=False) as ev:
+        result = ev.evaluate(ATTACKS / "reduce_interleave_ticket_queue.py")
+    assert result.verdict == "incorrect" and result.failed_stage == "smoke", result.message
+
+
+def test_honest_atomic_kernels_still_pass_the_judge():
+    """The look-back chain (each chunk waits on the one before) and a relaxed atomic_add of partials
+    into the output, through every stage with programs interleaved."""
+    from autokernel.harness.evaluate import Evaluator
+
+    with Evaluator("reduce", device="cpu", timeout_s=120, timing=False, baselines=False, dtypes=["fp32"]) as ev:
+        result = ev.evaluate(ATTACKS / "honest_reduce_pass13_lookback_ticket.py")
+    assert result.verdict == "pass", result.message
+
+
+@pytest.mark.parametrize("body", [
+    "    y = [tl.load(x_ptr) for _ in range(2)]\n",
+    "    f = lambda v: tl.atomic_add(x_ptr, v)\n",
+    "    def inner():\n        return tl.load(x_ptr)\n",
+    "    __autokernel_call__ = print\n",
+])
+def test_what_triton_does_not_compile_is_refused_in_a_jit_body(body):
+    """A lambda or comprehension is no place to suspend a program at (``yield`` is not allowed in
+    either), and Triton compiles neither, nor a nested function; the judge's own names are its own."""
+    from autokernel.harness.interpreter_interleave import NotCompiledError, generator_variant
+
+    fn = ast.parse(f"def k(x_ptr):\n{body}").body[0]
+    with pytest.raises(NotCompiledError):
+        generator_variant(fn)
+
+
+def test_every_call_of_a_jit_body_goes_through_the_judge():
+    from autokernel.harness.interpreter_interleave import CALL, generator_variant
+
+    fn = ast.parse("def k(x_ptr, n):\n    v = tl.load(x_ptr + tl.arange(0, 4)).to(tl.float32)\n"
+                   "    while tl.atomic_add(x_ptr, 0) < n:\n        pass\n    return v\n").body[0]
+    variant = generator_variant(fn).body[0]
+    calls = [n for n in ast.walk(variant) if isinstance(n, ast.Call)]
+    assert len(calls) == 4 and all(isinstance(c.func, ast.Name) and c.func.id == CALL for c in calls)
