@@ -1,6 +1,7 @@
 """The workspace: git repository, branch, lock, refusal of foreign dirty repos, recovery."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -147,3 +148,36 @@ def test_new_run_branches_from_the_workspace_root(tmp_path):
     ws = open_workspace(root, "first")  # back to the first run: its state is there
     ws.close()
     assert (root / "problems/softmax/kernel.py").exists()
+
+
+def test_report_and_export_name_the_other_runs_and_take_one_by_run(tmp_path):
+    """A new user's trial: `optimize rmsnorm` then `optimize softmax` in one --workdir left the
+    rmsnorm run on a branch that `report` and `export` never mentioned (they read the run checked
+    out).  Both now name the other runs, and `--run NAME` checks one out and reads it."""
+    from typer.testing import CliRunner
+
+    from autokernel.cli import app
+
+    root = tmp_path / "ws"
+    for name in ("rmsnorm", "softmax"):
+        ws = open_workspace(root, name)
+        info = ws.kernel_path(name).parent / "problem.json"
+        info.parent.mkdir(parents=True)
+        info.write_text(json.dumps({"name": name, "kind": name}))
+        setup_problem(ws, name)
+        ws.commit([info], f"{name}'s problem.json")
+        ws.close()
+    runner = CliRunner()
+    res = runner.invoke(app, ["report", str(root)])
+    assert res.exit_code == 0, res.output
+    assert "also holds rmsnorm (rmsnorm)" in res.output and "--run NAME" in res.output
+    assert "softmax" in (root / "report.md").read_text() and "rmsnorm" not in (root / "report.md").read_text()
+    res = runner.invoke(app, ["report", str(root), "--run", "rmsnorm"])
+    assert res.exit_code == 0, res.output
+    assert "rmsnorm" in (root / "report.md").read_text() and "also holds softmax (softmax)" in res.output
+    res = runner.invoke(app, ["export", str(root), "--run", "softmax", "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["README.md", "softmax.py"]
+    assert "also holds rmsnorm (rmsnorm)" in res.output
+    res = runner.invoke(app, ["report", str(root), "--run", "gelu"])
+    assert res.exit_code == 2 and "holds no run named 'gelu': its runs are rmsnorm, softmax" in res.output

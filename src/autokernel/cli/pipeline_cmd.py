@@ -267,11 +267,18 @@ def _print_report(data) -> None:
     _console().print(rich_table(data))
 
 
-def report_cmd(workdir: Path = typer.Argument(..., help="The run directory.")) -> None:
+RUN_HELP = ("The run to use, where the directory holds several (one branch autokernel/NAME each: "
+            "`optimize` of other problems in the same --workdir starts another); it is checked out. "
+            "Default: the run checked out.")
+
+
+def report_cmd(workdir: Path = typer.Argument(..., help="The run directory."),
+               run: Optional[str] = typer.Option(None, "--run", help=RUN_HELP)) -> None:
     """Write report.md, progress.png and roofline.png in the run directory."""
     from ..report import write_report
 
     check_run_dir(workdir)
+    _switch_run(workdir, run)
     try:
         data = write_report(workdir)
     except ValueError as exc:
@@ -281,13 +288,40 @@ def report_cmd(workdir: Path = typer.Argument(..., help="The run directory.")) -
     _print_report(data)
     _say("wrote " + ", ".join(str(workdir / name) for name in written_files(data))
          + ("" if "roofline.png" in written_files(data) else " (no roofline chart: no GPU timings)"))
+    _say_other_runs(workdir, "report")
     raise typer.Exit(EXIT_OK)
+
+
+def _switch_run(workdir: Path, run: Optional[str]) -> None:
+    if run is None:
+        return
+    from ..loop.workspace import WorkspaceError, current_run_name, switch_run
+
+    if current_run_name(workdir) == run:
+        return
+    try:
+        switch_run(workdir, run)
+    except WorkspaceError as exc:
+        fail_usage(str(exc))
+
+
+def _say_other_runs(workdir: Path, command: str) -> None:
+    """Name the runs on other branches of the directory, which this command did not read."""
+    from ..loop.workspace import current_run_name, run_names, run_problems
+
+    here = current_run_name(workdir)
+    others = [name for name in run_names(workdir) if name != here]
+    if not others:
+        return
+    listed = "; ".join(f"{name} ({', '.join(run_problems(workdir, name)) or 'no kernels yet'})" for name in others)
+    _say(f"this was run {here!r}; {workdir} also holds {listed}: `autokernel {command} {workdir} --run NAME`")
 
 
 def export_cmd(
     workdir: Path = typer.Argument(..., help="The run directory."),
     format: str = typer.Option("files", "--format", help="files | package."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default DIR/export/FORMAT)."),
+    run: Optional[str] = typer.Option(None, "--run", help=RUN_HELP),
 ) -> None:
     """Copy the best kernels out: plain files with a README, or a small installable package."""
     from ..export import export
@@ -295,12 +329,14 @@ def export_cmd(
     check_run_dir(workdir)
     if out is not None:
         check_writable_dir(out, "--out")
+    _switch_run(workdir, run)
     try:
         dest, written = export(workdir, format, out)
     except ValueError as exc:
         fail_usage(str(exc))
     _say(f"exported {len(written)} file(s) to {dest}")
     _warn_interpreter_tuned(workdir)
+    _say_other_runs(workdir, "export")
     raise typer.Exit(EXIT_OK)
 
 

@@ -421,6 +421,31 @@ def current_run_name(root: Path) -> str | None:
     return branch[len("autokernel/"):] if branch.startswith("autokernel/") else None
 
 
+def run_names(root: Path) -> list[str]:
+    """The runs a workdir holds: one ``autokernel/<run-name>`` branch each."""
+    root = Path(root)
+    if not root.is_dir() or not _is_repo(root):
+        return []
+    refs = git(root, "for-each-ref", "--format=%(refname)", "refs/heads/autokernel/", check=False).split()
+    return sorted(ref[len("refs/heads/autokernel/"):] for ref in refs)
+
+
+def run_problems(root: Path, run_name: str) -> list[str]:
+    """The problems whose kernels the run's branch holds (``problems/<name>/kernel.py``)."""
+    listed = git(Path(root), "ls-tree", "--name-only", f"refs/heads/{branch_name(run_name)}:problems/", check=False)
+    return [name for name in listed.split() if has_committed_kernel(root, run_name, name)]
+
+
+def switch_run(root: Path, run_name: str) -> None:
+    """Check out the run ``run_name`` of the workdir at ``root`` (its branch must exist), as a run
+    that resumes would: refused while another process works there."""
+    known = run_names(root)
+    if run_name not in known:
+        raise WorkspaceError(f"{root} holds no run named {run_name!r}"
+                             + (f": its runs are {', '.join(known)}" if known else ": it holds no runs"))
+    open_workspace(Path(root), run_name, allow_existing_repo=True).close()
+
+
 def has_committed_kernel(root: Path, run_name: str, name: str) -> bool:
     """Whether the run branch of the workspace at ``root`` already holds ``problems/<name>/kernel.py``."""
     root = Path(root)
