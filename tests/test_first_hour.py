@@ -271,7 +271,9 @@ def test_tables_fit_80_columns(tmp_path):
     from autokernel.cli import optimize_cmd
 
     summary = OptimizeSummary(problems=[ProblemSummary("cross_entropy_12", "cross_entropy", 1234, 56, 1787566.0,
-                                                       127994.0, 13.97, None, 99.9, work / "k.py")],
+                                                       127994.0, 13.97, None, 99.9, work / "k.py"),
+                                        ProblemSummary("rmsnorm", "rmsnorm", 3, 0, 50.0, 50.0, 1.0, 1.0, 10.0,
+                                                       work / "r.py")],
                               stopped_reason="budget", workdir=work, branch="autokernel/x", run_name="x")
     from rich.console import Console
 
@@ -284,8 +286,10 @@ def test_tables_fit_80_columns(tmp_path):
     table_lines = [ln for ln in text.splitlines()
                    if ("cross_entropy_12" in ln or "start us" in ln) and not ln.startswith("best kernels")]
     assert table_lines and max(len(ln.rstrip()) for ln in table_lines) <= 80
+    # speedups as report.md writes them (a new user's trial: "1x" here, "1.00x" in the report)
+    assert "1.00x" in text and " 1x" not in text and "13.97x" in text
     # the kernel's path, not a placeholder (a new user's trial: "problems/<problem>/kernel.py")
-    assert f"best kernels: {work}/problems/cross_entropy_12/kernel.py" in text
+    assert f"best kernels: {work}/problems/{{cross_entropy_12,rmsnorm}}/kernel.py" in text
     out = subprocess.run([*CLI, "problems"], env={**ENV, "COLUMNS": "80"}, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and max(len(ln) for ln in out.stdout.splitlines()) <= 80
 

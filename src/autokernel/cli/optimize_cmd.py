@@ -146,7 +146,7 @@ def print_summary(summary) -> None:
                            ("best us", "right"), ("vs start", "right"), ("vs eager", "right"), ("% roof", "right")])
     for p in summary.problems:
         table.add_row(p.name, str(p.experiments), str(p.kept), fmt_us(p.start_score_us), fmt_us(p.best_score_us),
-                      fmt_or_dash(p.speedup_vs_start, ".3g", "x"), fmt_or_dash(p.speedup_vs_eager, ".3g", "x"),
+                      fmt_or_dash(p.speedup_vs_start, ".2f", "x"), fmt_or_dash(p.speedup_vs_eager, ".2f", "x"),
                       fmt_or_dash(p.pct_roofline, ".0f"))
     console.print(table)
     names = [p.name for p in summary.problems]
