@@ -234,6 +234,7 @@ class LaunchMemory:
         # stores: every byte stored) and, after an atomic that changed nothing, the bytes it read
         # and the values there
         self.tracking = False
+        self.accesses = 0  # loads, stores and atomics (counted always; the turns reset it)
         self.written: list[np.ndarray] = []
         self.waits_on: tuple[np.ndarray, bytes] | None = None
         self.new_launch()
@@ -375,11 +376,13 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
     def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
         if not state["atomic"]:
             load_check(ptrs, mask)
+            memory.accesses += 1
         return load(self, ptrs, mask, other, cache_policy, is_volatile)
 
     def create_masked_store(self, ptrs, value, mask, cache_policy):
         if not state["atomic"]:
             store_check(self, ptrs, value, mask)
+            memory.accesses += 1
             if memory.tracking:
                 memory.written.append(_bytes(ptrs, mask))
         return store(self, ptrs, value, mask, cache_policy)
@@ -428,6 +431,7 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
                 memory.atomic(_bytes(ptrs, changed) if releases else _NONE,
                               _bytes(ptrs, mask) if acquires else _NONE)
             memory.atomic_ran = True
+            memory.accesses += 1
             if memory.tracking:
                 memory.waits_on = None if changed is not None and changed.any() else \
                     (_bytes(ptrs, mask), raw_values(self, ptrs, mask).tobytes())

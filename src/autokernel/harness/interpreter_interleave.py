@@ -174,17 +174,22 @@ def _interleaved(fn, variant, builder, memory, rng, raw_set_grid_idx):
     return _Program(fn, run_program)
 
 
+DEADLOCK_WAKES = 1000  # a loop of 2000 atomics that change nothing, and nothing else, would be taken for one
+
+
 class DeadlockError(RuntimeError):
     """Every program of a launch waits on a value no program changes: on a GPU the launch hangs."""
 
 
 class _Turns:
     """The suspended programs of a launch, run in turns drawn at random until all have ended.  A
-    program whose turn ends twice in a row on an atomic that changed nothing and read the same
-    values at the same addresses (a spin on a flag another program sets) sleeps until a write
-    changes a byte it read, so a chain of programs each waiting on the one before costs turns in
-    proportion to its length, not to its square.  When all sleep, all wake; when many turns in a
-    row change nothing, the launch is deadlocked."""
+    program that spins (a turn whose one memory access was an atomic that changed nothing and
+    read what the turn before read, at the same addresses: a poll of a flag another program
+    sets) sleeps until a write reaches a byte it read, so a chain of programs each waiting on
+    the one before costs turns in proportion to its length, not to its square.  A loop that does
+    other work between its atomics (an atomic_max of each tile's maximum) never sleeps.  When all
+    sleep, all wake; when that happens ``DEADLOCK_WAKES`` times in a row with no write between,
+    the launch is deadlocked."""
 
     def __init__(self, pending: list, builder, memory, rng, raw_set_grid_idx) -> None:
         self.awake, self.asleep = pending, []  # asleep: (turn, the bytes it waits on)
@@ -194,34 +199,38 @@ class _Turns:
 
     def run(self) -> None:
         memory = self.memory
-        idle, patience = 0, 1000 + 50 * len(self.awake)
+        quiet_wakes = 0  # times all slept with no write since all last woke
+        wrote = True
         memory.tracking = True
         try:
             while self.awake or self.asleep:
                 if not self.awake:
-                    self.awake, self.asleep, self.waiting = [turn for turn, _ in self.asleep], [], None
+                    quiet_wakes = 0 if wrote else quiet_wakes + 1
+                    if quiet_wakes > DEADLOCK_WAKES:
+                        raise DeadlockError(
+                            f"the {len(self.asleep)} programs of a launch left all wait, spinning on atomics that "
+                            f"change nothing, and {quiet_wakes} times in a row none wrote anything before all "
+                            "waited again: each waits for a value no program changes, so on a GPU this launch hangs")
+                    self.awake, self.asleep, self.waiting, wrote = [turn for turn, _ in self.asleep], [], None, False
                 turn = self.awake[int(self.rng.integers(len(self.awake)))]
                 self.set_idx(self.builder, *turn[1])
-                memory.program, memory.waits_on = turn[0], None
+                memory.program, memory.waits_on, memory.accesses = turn[0], None, 0
                 memory.written.clear()
-                going = _advance(turn)
-                if not going:
+                if not _advance(turn):
                     self.awake.remove(turn)
                 else:
-                    self._sleep_if_spinning(turn, memory.waits_on)
-                if memory.written and self.asleep:
-                    self._wake(np.concatenate(memory.written))
-                idle = 0 if not going or memory.written else idle + 1
-                if idle > patience:
-                    raise DeadlockError(
-                        f"the {len(self.awake) + len(self.asleep)} programs of a launch left have taken {idle} "
-                        "turns without changing memory: each waits (spinning on atomics) for a value no program "
-                        "changes, so on a GPU this launch hangs")
+                    self._sleep_if_spinning(turn, memory.waits_on if memory.accesses == 1 else None)
+                if memory.written:
+                    wrote = True
+                    if self.asleep:
+                        self._wake(np.concatenate(memory.written))
         finally:
             memory.tracking = False
             memory.written.clear()
 
     def _sleep_if_spinning(self, turn: list, polled: tuple | None) -> None:
+        """``polled``: what the turn's one access, an atomic that changed nothing, read (None when
+        the turn did more, or changed something)."""
         before = self.polled.pop(id(turn), None)
         if polled is None:
             return
