@@ -68,18 +68,24 @@ RELAXED_READ = ("        parts = tl.atomic_add(ws_ptr + row * SPLIT + k, tl.zero
 RACE = "InterpreterError True"
 
 
+def write_edits(folder: Path, edits: dict) -> None:
+    """``folder/<name>.py`` for each name of ``edits``: pass 12's plain-counter attack with that
+    name's (line, replacement) pairs, each line found exactly once."""
+    base = (ATTACKS / "reduce_pass12_split_row_plain_counter.py").read_text()
+    for name, pairs in edits.items():
+        text = base
+        for line, edit in pairs:
+            assert text.count(line) == 1, (name, line)
+            text = text.replace(line, edit)
+        (folder / f"{name}.py").write_text(text)
+
+
 @pytest.fixture(scope="module")
 def verdicts(tmp_path_factory) -> dict[str, str]:
     """Every kernel of this file run once under interpreter_as_gpu, in one process: name ->
     "True" (right result) or "InterpreterError True" (a RaceError)."""
     folder = tmp_path_factory.mktemp("pass14")
-    base = (ATTACKS / "reduce_pass12_split_row_plain_counter.py").read_text()
-    for name, edits in EDITS.items():
-        text = base
-        for line, edit in edits:
-            assert text.count(line) == 1, (name, line)
-            text = text.replace(line, edit)
-        (folder / f"{name}.py").write_text(text)
+    write_edits(folder, EDITS)
     read = (ATTACKS / "reduce_pass13_atomic_read_of_partials.py").read_text()
     assert read.count(RELAXED_READ[0]) == 1
     (folder / "relaxed_read.py").write_text(read.replace(*RELAXED_READ))

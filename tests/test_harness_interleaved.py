@@ -20,7 +20,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_harness_attacks import ATTACKS  # noqa: E402
-from test_harness_attacks_pass14 import PLAIN_COUNTER  # noqa: E402
+from test_harness_attacks_pass14 import PLAIN_COUNTER, write_edits  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
 
@@ -77,13 +77,7 @@ def outcomes(tmp_path_factory) -> dict[str, list[str]]:
     """Each kernel launched eight times under interpreter_as_gpu, in one process: name -> what each
     launch gave (right, wrong, RaceError, DeadlockError)."""
     folder = tmp_path_factory.mktemp("interleaved")
-    base = (ATTACKS / "reduce_pass12_split_row_plain_counter.py").read_text()
-    for name, edits in EDITS.items():
-        text = base
-        for line, edit in edits:
-            assert text.count(line) == 1, (name, line)
-            text = text.replace(line, edit)
-        (folder / f"{name}.py").write_text(text)
+    write_edits(folder, EDITS)
     (folder / "ticket_queue.py").write_text((ATTACKS / "reduce_interleave_ticket_queue.py").read_text())
     done = subprocess.run([sys.executable, "-c", PROBE, str(folder), *EDITS, "ticket_queue"], capture_output=True,
                           text=True, timeout=600, env=dict(os.environ, TRITON_INTERPRET="1"))
