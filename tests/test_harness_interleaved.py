@@ -78,8 +78,10 @@ def outcomes(tmp_path_factory) -> dict[str, list[str]]:
     launch gave (right, wrong, RaceError, DeadlockError)."""
     folder = tmp_path_factory.mktemp("interleaved")
     write_edits(folder, EDITS)
-    (folder / "ticket_queue.py").write_text((ATTACKS / "reduce_interleave_ticket_queue.py").read_text())
-    done = subprocess.run([sys.executable, "-c", PROBE, str(folder), *EDITS, "ticket_queue"], capture_output=True,
+    whole = ("ticket_queue", "first_atomic_barrier", "sleep_barrier")
+    for name in whole:
+        (folder / f"{name}.py").write_text((ATTACKS / f"reduce_interleave_{name}.py").read_text())
+    done = subprocess.run([sys.executable, "-c", PROBE, str(folder), *EDITS, *whole], capture_output=True,
                           text=True, timeout=600, env=dict(os.environ, TRITON_INTERPRET="1"))
     assert done.returncode == 0, done.stderr[-2000:]
     return {line.split()[0]: line.split()[1:] for line in done.stdout.strip().split("\n")}
@@ -94,6 +96,22 @@ def test_a_handoff_right_only_one_program_after_another_is_caught(outcomes, name
     caught = [o for o in outcomes[name] if o in ("wrong", "RaceError")]
     assert len(caught) >= 4, outcomes[name]
     assert set(outcomes[name]) <= {"right", "wrong", "RaceError"}, outcomes[name]
+
+
+def test_a_first_atomic_is_no_barrier(outcomes):
+    """Red-team pass 17: every program ran to its first atomic, one after another, before any took a
+    turn, so each writer had stored and released before any reader's second atomic (an unchecked
+    acquire).  Programs start at turns of their own now.  Before: right on 20 of 20 launches; now
+    caught on 19-20 of 20."""
+    caught = [o for o in outcomes["first_atomic_barrier"] if o in ("wrong", "RaceError")]
+    assert len(caught) >= 4, outcomes["first_atomic_barrier"]
+
+
+def test_a_spin_that_gives_up_is_no_barrier(outcomes):
+    """Red-team pass 17: two polls of a word nobody writes put the reader to sleep until every other
+    program had finished.  Sleepers now also wake at random, and half the turns go to the program
+    ranked first.  Before: right on 20 of 20 launches; now caught on about 13 of 20."""
+    assert {"wrong", "RaceError"} & set(outcomes["sleep_barrier"]), outcomes["sleep_barrier"]
 
 
 def test_a_program_waiting_on_later_programs_is_no_hang(outcomes):

@@ -156,11 +156,11 @@ def _interleaved(fn, variant, builder, memory, rng, raw_set_grid_idx):
         if started[0] == 0:
             pending.clear()
         started[0] += 1
-        memory.take_atomic()  # an earlier program's last atomic
-        turn = [memory.program, tuple(builder.grid_idx), variant(**args)]
+        # started when its first turn comes, as any other turn: run to its first atomic here, in
+        # the loop's order, every program stored and released before any program's second atomic
+        # (red-team pass 17: a reader's first atomic was a free barrier over every writer's store)
+        pending.append([memory.program, tuple(builder.grid_idx), variant(**args)])
         try:
-            if _advance(turn):
-                pending.append(turn)
             if started[0] == _programs(builder):
                 started[0] = 0
                 _Turns(pending, builder, memory, rng, raw_set_grid_idx).run()
@@ -174,6 +174,10 @@ def _interleaved(fn, variant, builder, memory, rng, raw_set_grid_idx):
     return _Program(fn, run_program)
 
 
+# a sleeper woken with no write, on a quarter of the turns: a spin that gives up after a few polls
+# of nothing must not wait for every other program to finish (red-team pass 17: two polls of a
+# word nobody writes put the reader to sleep until all had stored their partials)
+SPURIOUS_WAKE = 0.25
 DEADLOCK_WAKES = 1000  # a loop of 2000 atomics that change nothing, and nothing else, would be taken for one
 
 
@@ -182,7 +186,7 @@ class DeadlockError(RuntimeError):
 
 
 class _Turns:
-    """The suspended programs of a launch, run in turns drawn at random until all have ended.  A
+    """A launch's programs, unstarted, run in turns drawn at random until all have ended.  A
     program that spins (a turn whose one memory access was an atomic that changed nothing and
     read what the turn before read, at the same addresses: a poll of a flag another program
     sets) sleeps until a write reaches a byte it read, so a chain of programs each waiting on
@@ -192,7 +196,11 @@ class _Turns:
     the launch is deadlocked."""
 
     def __init__(self, pending: list, builder, memory, rng, raw_set_grid_idx) -> None:
-        self.awake, self.asleep = pending, []  # asleep: (turn, the bytes it waits on)
+        self.awake, self.asleep = list(pending), []  # asleep: (turn, the bytes it waits on)
+        # a random priority per program: half the turns go to the awake program ranked first, the
+        # others to one drawn evenly (red-team pass 17: drawn evenly every turn, a reader that made
+        # a few atomics of nothing before its acquire came last on nearly every launch)
+        self.rank = {id(turn): rank for rank, turn in zip(rng.permutation(len(pending)).tolist(), pending)}
         self.polled: dict[int, tuple] = {}  # id(turn) -> what its last turn's atomic read, changing nothing
         self.waiting: np.ndarray | None = None
         self.builder, self.memory, self.rng, self.set_idx = builder, memory, rng, raw_set_grid_idx
@@ -212,7 +220,14 @@ class _Turns:
                             f"change nothing, and {quiet_wakes} times in a row none wrote anything before all "
                             "waited again: each waits for a value no program changes, so on a GPU this launch hangs")
                     self.awake, self.asleep, self.waiting, wrote = [turn for turn, _ in self.asleep], [], None, False
-                turn = self.awake[int(self.rng.integers(len(self.awake)))]
+                if self.asleep and self.rng.random() < SPURIOUS_WAKE:
+                    turn, _ = self.asleep.pop(int(self.rng.integers(len(self.asleep))))
+                    self.awake.append(turn)
+                    self.waiting = None
+                if self.rng.random() < 0.5:
+                    turn = min(self.awake, key=lambda t: self.rank[id(t)])
+                else:
+                    turn = self.awake[int(self.rng.integers(len(self.awake)))]
                 self.set_idx(self.builder, *turn[1])
                 memory.program, memory.waits_on, memory.accesses = turn[0], None, 0
                 memory.written.clear()
