@@ -44,9 +44,9 @@ on it (worker side, CPU only): ``install()`` once per process, before any kernel
   acquire came after it (pass 13's open item: a counter bumped before the partial is stored, a
   dummy ``atomic_add(cnt, 0)`` after the store), and a store of the bits already at an
   address keeps its first writer (several programs publishing one value behind one flag).
-* Programs interleaved (``interpreter_interleave``).  Every program runs up to its first
-  atomic, then the programs take turns in a random order, each from one atomic to the next, and
-  the acquire must come after the release on the one clock.  A handoff right only because every
+* Programs interleaved (``interpreter_interleave``).  The programs take turns, each from one
+  atomic to the next (by random priority with change points on half the launches, drawn evenly
+  on the others), and the acquire must come after the release on the one clock.  A handoff right only because every
   writer had finished before the reader arrived (a second counter bumped after the store, the
   counter toggled +1 and -1, finishes counted in its high bits; a ticket queue carrying a row's
   sum across tickets: passes 14 and 16) is now a wrong result or a race, a program waiting on a
@@ -234,6 +234,7 @@ class LaunchMemory:
         # stores: every byte stored) and, after an atomic that changed nothing, the bytes it read
         # and the values there
         self.tracking = False
+        self.poll_unmet = False  # a tl.atomic_poll whose program must poll again
         self.accesses = 0  # loads, stores and atomics (counted always; the turns reset it)
         self.written: list[np.ndarray] = []
         self.waits_on: tuple[np.ndarray, bytes] | None = None
@@ -393,6 +394,15 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
             mask = type(ptrs)(np.ones(np.asarray(ptrs.data).shape, dtype=bool), tl.int1)
         return load(self, ptrs, mask, None, None, False).data
 
+    def poll_once(self, ptrs, expected, timeout_ns):
+        """``tl.atomic_poll`` while programs take turns: one read.  Unmet and with no timeout, the
+        program polls again at its next turn (``memory.poll_unmet``); Triton's own spins in place,
+        where no other program can run (and fails on its missing timeout once unmet)."""
+        matched = raw_values(self, ptrs, None) == np.broadcast_to(np.asarray(expected.data), np.shape(ptrs.data))
+        if not matched.all() and getattr(timeout_ns, "data", None) is None:
+            memory.poll_unmet = True
+        return type(ptrs)(np.asarray(matched), tl.int1)
+
     def ordering(name: str, pointer_at: int, mask_at: int | None, value_at: int | None):
         original = getattr(builder, name)
         reads = name != "create_atomic_store"
@@ -420,7 +430,10 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
             before = raw_values(self, ptrs, mask) if releases or (writes and memory.tracking) else None
             state["atomic"] += 1
             try:
-                result = original(self, *args)
+                if name == "create_atomic_poll" and memory.tracking:
+                    result = poll_once(self, ptrs, args[1], args[2])
+                else:
+                    result = original(self, *args)
             finally:
                 state["atomic"] -= 1
             changed = _changed_lanes(before, raw_values(self, ptrs, mask), mask) if before is not None else None

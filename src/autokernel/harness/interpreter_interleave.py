@@ -9,11 +9,13 @@ takes every ticket), or a "last program to arrive reads the partials" counter wh
 release after their stores by a second counter or a toggle the reader never checks (every
 writer had finished when the reader arrived).  And a program waiting on a later one hung.
 
-Here every program of a launch runs up to its first atomic, in the launch's shuffled order, and
-then the programs take turns in a random order, each running from one atomic to the next.  The
-interpreter's rewrite of every jitted function also makes a generator of it: each call in its
-body goes through ``suspending_call``, which suspends the program (a ``yield``) once an atomic
-has run, and calls jitted callees as generators (``yield from``).  Generators keep the program's
+Here the programs of a launch take turns, each running from one atomic to the next (its first
+turn from its start): on half the launches each turn goes to the awake program of highest random
+priority, which drops to the last rank at a few random turns, on the others it is drawn evenly
+(``_Turns``).  The interpreter's rewrite of every jitted function also makes a generator of it:
+each call in its body goes through ``suspending_call``, which suspends the program (a ``yield``)
+once an atomic has run, polls again at the next turn where a ``tl.atomic_poll`` is unmet, and
+calls jitted callees as generators (``yield from``).  Generators keep the program's
 code on the launching thread's stack, under the grid loop, so the judge's watch and its frame
 walks see what they saw when the programs ran one after another.  A jit function that holds a
 lambda, a comprehension or a nested function (none of which Triton compiles) is refused.
@@ -95,6 +97,11 @@ def install(interpreter, memory, rng, raw_set_grid_idx) -> bool:
             variant = programs.get(f.rewrite())
         if variant is None:
             result = f(*args, **kwargs)
+            while memory.poll_unmet:  # a tl.atomic_poll not met: poll again at the next turn
+                memory.poll_unmet = False
+                memory.take_atomic()
+                yield
+                result = f(*args, **kwargs)
         else:
             try:
                 result = yield from variant(*args, **kwargs)
@@ -178,6 +185,9 @@ def _interleaved(fn, variant, builder, memory, rng, raw_set_grid_idx):
 # of nothing must not wait for every other program to finish (red-team pass 17: two polls of a
 # word nobody writes put the reader to sleep until all had stored their partials)
 SPURIOUS_WAKE = 0.25
+RANKED = 0.5  # the launches whose turns go by priority; the others draw each turn evenly
+CHANGE_POINTS = 3  # turns, drawn among the first 3 per program, after which the runner drops to the last rank
+DEMOTE = 0.01  # and after any turn, so that no spin holds the first rank for ever
 DEADLOCK_WAKES = 1000  # a loop of 2000 atomics that change nothing, and nothing else, would be taken for one
 
 
@@ -186,7 +196,9 @@ class DeadlockError(RuntimeError):
 
 
 class _Turns:
-    """A launch's programs, unstarted, run in turns drawn at random until all have ended.  A
+    """A launch's programs, unstarted, run in turns until all have ended: on half the launches each
+    turn is drawn evenly among the awake programs, on the others it goes to the one of highest
+    random priority, which drops to the last rank at a few random turns.  A
     program that spins (a turn whose one memory access was an atomic that changed nothing and
     read what the turn before read, at the same addresses: a poll of a flag another program
     sets) sleeps until a write reaches a byte it read, so a chain of programs each waiting on
@@ -197,10 +209,17 @@ class _Turns:
 
     def __init__(self, pending: list, builder, memory, rng, raw_set_grid_idx) -> None:
         self.awake, self.asleep = list(pending), []  # asleep: (turn, the bytes it waits on)
-        # a random priority per program: half the turns go to the awake program ranked first, the
-        # others to one drawn evenly (red-team pass 17: drawn evenly every turn, a reader that made
-        # a few atomics of nothing before its acquire came last on nearly every launch)
+        # red-team pass 17: with every turn drawn evenly, a reader that made many atomics of nothing
+        # before its acquire came after every writer on nearly every launch (programs with few
+        # atomics end first).  Half the launches give the turn to the awake program of highest
+        # random priority, which drops to the last rank at a few change points (probabilistic
+        # concurrency testing): a writer dropped between its count and its store is caught
+        # whatever the reader's delay.  Drawn evenly, the other half catch most other handoffs.
         self.rank = {id(turn): rank for rank, turn in zip(rng.permutation(len(pending)).tolist(), pending)}
+        self.last_rank = len(pending)
+        self.change_points = set(rng.integers(1, 3 * len(pending) + 1, size=CHANGE_POINTS).tolist())
+        self.by_rank = bool(rng.random() < RANKED)
+        self.turns = 0
         self.polled: dict[int, tuple] = {}  # id(turn) -> what its last turn's atomic read, changing nothing
         self.waiting: np.ndarray | None = None
         self.builder, self.memory, self.rng, self.set_idx = builder, memory, rng, raw_set_grid_idx
@@ -224,7 +243,7 @@ class _Turns:
                     turn, _ = self.asleep.pop(int(self.rng.integers(len(self.asleep))))
                     self.awake.append(turn)
                     self.waiting = None
-                if self.rng.random() < 0.5:
+                if self.by_rank:
                     turn = min(self.awake, key=lambda t: self.rank[id(t)])
                 else:
                     turn = self.awake[int(self.rng.integers(len(self.awake)))]
@@ -235,6 +254,9 @@ class _Turns:
                     self.awake.remove(turn)
                 else:
                     self._sleep_if_spinning(turn, memory.waits_on if memory.accesses == 1 else None)
+                    self.turns += 1
+                    if self.by_rank and (self.turns in self.change_points or self.rng.random() < DEMOTE):
+                        self.rank[id(turn)], self.last_rank = self.last_rank, self.last_rank + 1
                 if memory.written:
                     wrote = True
                     if self.asleep:
