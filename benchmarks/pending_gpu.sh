@@ -78,6 +78,7 @@
 #   bash benchmarks/pending_gpu.sh twentyfirst_b OUT # the graph wrapper's static outputs checked; hf:gemma2 in graph
 #                                               # mode against max-autotune without the output copy
 #   bash benchmarks/pending_gpu.sh twentysecond OUT # the CPU judge's half-precision emulation against a GPU
+#   bash benchmarks/pending_gpu.sh twentythird OUT  # the interleaved attacks and honest look-backs on a GPU
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
@@ -337,6 +338,10 @@ twentyfirst)  # hf:gemma2 in graph mode against max-autotune's CUDA graphs, veri
     # mode by default (each variant captured): does it leave out what loses inside the graph (twentieth_b: 0.92-0.97x)?
     step gemma2_graph_choice 570 python benchmarks/models_gpu.py --out "$out/gemma2_graphs" --skip-fused --cuda-graphs \
         --compile-mode max-autotune --models hf:gemma2 --max-minutes 9
+    ;;
+twentythird)  # the kernels the CPU judge now runs interleaved (harness/interpreter_interleave.py), on a GPU:
+    # how often is each wrong at 4, 256 and 4096 rows? (the attacks should be, the honest look-backs never)
+    step interleave 540 python benchmarks/interleave_gpu.py --out "$out/interleave" --launches 200 --timeout 40
     ;;
 twentysecond)  # the CPU judge's half-precision emulation (harness/interpreter_half.py) against what a GPU computes:
     # the two fp16-accumulating edits judged on the GPU, fp16 tl.sum of cancelling rows, bf16 arithmetic in a kernel

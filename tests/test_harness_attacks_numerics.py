@@ -176,8 +176,12 @@ def test_fused_mlp_in_fp16_where_the_values_leave_its_range_is_incorrect(attack,
     """bf16's h kept in fp16, and fp16 products summed in fp16: the numerics stage has a bf16
     case with |h| ~ 1e5 and an fp16 case whose gate projection's running sum passes 65504."""
     result = judged("fused_mlp", attack, [dtype])
-    assert result.verdict == "incorrect" and result.failed_stage == "numerics", result.message
-    assert any(f"case={case}" in result.message for case in cases), result.message
+    # the fp16 running sum fails the smoke draw itself on some seeds (1.18x the bound in one CI run,
+    # since the CPU judge adds an fp16 dot accumulator in fp16): caught earlier, not later
+    stages = ("smoke", "numerics") if dtype == "fp16" else ("numerics",)
+    assert result.verdict == "incorrect" and result.failed_stage in stages, result.message
+    if result.failed_stage == "numerics":
+        assert any(f"case={case}" in result.message for case in cases), result.message
 
 
 def test_the_fused_mlp_cases_leave_fp16_range_only_where_fp32_sums_do_not():

@@ -31,10 +31,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from test_harness_attacks import ATTACKS  # noqa: E402
 from test_harness_attacks_pass12 import race_probe  # noqa: E402
+from counter_edits import PLAIN_COUNTER, write_edits  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
 
-PLAIN_COUNTER = "    c = tl.load(cnt_ptr + row)\n    tl.store(cnt_ptr + row, c + 1)\n"
 PARTIAL = "    tl.store(ws_ptr + row * SPLIT + j, tl.sum(x, axis=0))\n"
 ZEROED = ("    ws = torch.empty((M, split), dtype=torch.float32, device=x.device)\n",
           "    ws = torch.zeros((M, split), dtype=torch.float32, device=x.device)\n")
@@ -66,18 +66,6 @@ RELAXED_READ = ("        parts = tl.atomic_add(ws_ptr + row * SPLIT + k, tl.zero
                 "        parts = tl.atomic_add(ws_ptr + row * SPLIT + k, tl.zeros((SPLIT_P2,), tl.float32), mask=k < SPLIT,\n"
                 "                              sem='relaxed')\n")
 RACE = "InterpreterError True"
-
-
-def write_edits(folder: Path, edits: dict) -> None:
-    """``folder/<name>.py`` for each name of ``edits``: pass 12's plain-counter attack with that
-    name's (line, replacement) pairs, each line found exactly once."""
-    base = (ATTACKS / "reduce_pass12_split_row_plain_counter.py").read_text()
-    for name, pairs in edits.items():
-        text = base
-        for line, edit in pairs:
-            assert text.count(line) == 1, (name, line)
-            text = text.replace(line, edit)
-        (folder / f"{name}.py").write_text(text)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,53 @@
+"""Edits of pass 12's plain-counter attack (tests/attacks/reduce_pass12_split_row_plain_counter.py),
+shared by the race tests and benchmarks/interleave_gpu.py (no pytest here: the GPU machine has none)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+ATTACKS = Path(__file__).parent / "attacks"
+PLAIN_COUNTER = "    c = tl.load(cnt_ptr + row)\n    tl.store(cnt_ptr + row, c + 1)\n"
+BUMP_FIRST = ("    cols = j * CHUNK + tl.arange(0, CHUNK)\n",
+              "    c = tl.atomic_add(cnt_ptr + row, 1)\n    cols = j * CHUNK + tl.arange(0, CHUNK)\n")
+LAST = "    if c == SPLIT - 1:\n"
+READ = "        k = tl.arange(0, SPLIT_P2)\n"
+TWO_COUNTERS = ("    cnt = torch.zeros((M,), dtype=torch.int32, device=x.device)\n",
+                "    cnt = torch.zeros((2 * M,), dtype=torch.int32, device=x.device)\n")
+# edits of tests/attacks/reduce_pass12_split_row_plain_counter.py (4 rows x 5 chunks: 20 programs)
+INTERLEAVED_EDITS = {
+    # the counter toggled after the store: a release that changes the value, then puts it back
+    "toggle": (BUMP_FIRST, (PLAIN_COUNTER, "    tl.atomic_add(cnt_ptr + row, 1)\n    tl.atomic_add(cnt_ptr + row, -1)\n")),
+    # finishes counted in the high bits of the counter, the last starter found by the low ones
+    "high_bits": (BUMP_FIRST, (PLAIN_COUNTER, "    tl.atomic_add(cnt_ptr + row, 65536)\n"),
+                  (LAST, "    if (c & 65535) == SPLIT - 1:\n")),
+    # a second counter bumped after the store; the reader acquires it (a dummy add) but decides by the first
+    "second_counter": (BUMP_FIRST, TWO_COUNTERS,
+                       (PLAIN_COUNTER, "    tl.atomic_add(cnt_ptr + tl.num_programs(0) + row, 1)\n"),
+                       (READ, "        tl.atomic_add(cnt_ptr + tl.num_programs(0) + row, 0)\n" + READ)),
+    # the row's first chunk waits until every chunk has counted its stored partial: a program waiting
+    # on later ones (the interpreter ran it to its end first and it spun for ever).  Right on a GPU
+    # at 4 and 256 rows; at 4096 the waiting programs fill an H100 and the launch hangs (residency,
+    # which the interleaving does not model: tests/attacks_open/README.md)
+    "first_waits_for_all": ((PLAIN_COUNTER, "    c = tl.atomic_add(cnt_ptr + row, 1)\n"),
+                            (LAST, "    if j == 0:\n        while tl.atomic_add(cnt_ptr + row, 0) < SPLIT:\n"
+                                   "            pass\n")),
+    # honest: 300 atomics that change nothing after the count, and nothing else between them (each
+    # turn looks like a spin's; the loop ends)
+    "idles_after_counting": ((PLAIN_COUNTER, "    c = tl.atomic_add(cnt_ptr + row, 1)\n    for _ in range(300):\n"
+                                             "        tl.atomic_max(cnt_ptr + row, 0)\n"),),
+    # no program ever counts: every first chunk waits for ever (on a GPU the launch hangs)
+    "waits_for_nobody": ((PLAIN_COUNTER, ""),
+                         (LAST, "    if j == 0:\n        while tl.atomic_add(cnt_ptr + row, 0) < SPLIT:\n"
+                                "            pass\n")),
+}
+
+
+def write_edits(folder: Path, edits: dict) -> None:
+    """``folder/<name>.py`` for each name of ``edits``: pass 12's plain-counter attack with that
+    name's (line, replacement) pairs, each line found exactly once."""
+    base = (ATTACKS / "reduce_pass12_split_row_plain_counter.py").read_text()
+    for name, pairs in edits.items():
+        text = base
+        for line, edit in pairs:
+            assert text.count(line) == 1, (name, line)
+            text = text.replace(line, edit)
+        (folder / f"{name}.py").write_text(text)
