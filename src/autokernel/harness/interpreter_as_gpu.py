@@ -46,12 +46,12 @@ on it (worker side, CPU only): ``install()`` once per process, before any kernel
   address keeps its first writer (several programs publishing one value behind one flag).
 * Programs interleaved (``interpreter_interleave``).  The programs take turns, each from one
   atomic to the next (by random priority with change points on half the launches, drawn evenly
-  on the others), and the acquire must come after the release on the one clock.  A handoff right only because every
-  writer had finished before the reader arrived (a second counter bumped after the store, the
-  counter toggled +1 and -1, finishes counted in its high bits; a ticket queue carrying a row's
-  sum across tickets: passes 14 and 16) is now a wrong result or a race, a program waiting on a
-  later one no longer hangs, and programs that all wait on a value none changes are a
-  ``DeadlockError``.  Still refused: ordering passed along a chain of programs (each reader
+  on the others), and the acquire must come after the release on the one clock.  A handoff
+  right only because every writer had finished before the reader arrived (a second counter
+  bumped after the store, the counter toggled +1 and -1, finishes counted in its high bits; a
+  ticket queue carrying a row's sum across tickets: passes 14 and 16) is now a wrong result or
+  a race, a program waiting on a later one no longer hangs, and programs that all wait on a
+  value none changes are a ``DeadlockError``.  Still refused: ordering passed along a chain of programs (each reader
   needs an atomic meeting its writer's), and a plain read-modify-write under a spin lock (the
   second rule).
 * Compiler hints.  The interpreter records ``tl.max_contiguous``, ``tl.multiple_of`` and
