@@ -186,7 +186,7 @@ def _interleaved(fn, variant, builder, memory, rng, raw_set_grid_idx):
 # word nobody writes put the reader to sleep until all had stored their partials)
 SPURIOUS_WAKE = 0.25
 RANKED = 0.5  # the launches whose turns go by priority; the others draw each turn evenly
-CHANGE_POINTS = 3  # turns, drawn among the first 3 per program, after which the runner drops to the last rank
+CHANGE_POINTS = 3  # turns, drawn among the first 3 a program, after which the runner drops to the last rank
 DEMOTE = 0.01  # and after any turn, so that no spin holds the first rank for ever
 DEADLOCK_WAKES = 1000  # a loop of 2000 atomics that change nothing, and nothing else, would be taken for one
 
@@ -198,14 +198,13 @@ class DeadlockError(RuntimeError):
 class _Turns:
     """A launch's programs, unstarted, run in turns until all have ended: on half the launches each
     turn is drawn evenly among the awake programs, on the others it goes to the one of highest
-    random priority, which drops to the last rank at a few random turns.  A
-    program that spins (a turn whose one memory access was an atomic that changed nothing and
-    read what the turn before read, at the same addresses: a poll of a flag another program
-    sets) sleeps until a write reaches a byte it read, so a chain of programs each waiting on
-    the one before costs turns in proportion to its length, not to its square.  A loop that does
-    other work between its atomics (an atomic_max of each tile's maximum) never sleeps.  When all
-    sleep, all wake; when that happens ``DEADLOCK_WAKES`` times in a row with no write between,
-    the launch is deadlocked."""
+    random priority, which drops to the last rank at a few random turns.  A program that spins (a
+    turn whose one memory access was an atomic that changed nothing and read what the turn before
+    read, at the same addresses: a poll of a flag another program sets) sleeps until a write
+    reaches a byte it read, so a chain of programs each waiting on the one before costs turns in
+    proportion to its length, not to its square.  A loop that does other work between its atomics
+    (an atomic_max of each tile's maximum) never sleeps.  When all sleep, all wake; when that
+    happens ``DEADLOCK_WAKES`` times in a row with no write between, the launch is deadlocked."""
 
     def __init__(self, pending: list, builder, memory, rng, raw_set_grid_idx) -> None:
         self.awake, self.asleep = list(pending), []  # asleep: (turn, the bytes it waits on)
@@ -221,7 +220,8 @@ class _Turns:
         self.by_rank = bool(rng.random() < RANKED)
         self.turns = 0
         self.polled: dict[int, tuple] = {}  # id(turn) -> what its last turn's atomic read, changing nothing
-        self.waiting: np.ndarray | None = None
+        self.waiting: np.ndarray | None = None  # every byte a sleeper waits on (None: to be made again)
+        self.sleepers: dict[int, list] = {}  # a byte of ``waiting`` -> the turns that wait on it
         self.builder, self.memory, self.rng, self.set_idx = builder, memory, rng, raw_set_grid_idx
 
     def run(self) -> None:
@@ -252,6 +252,7 @@ class _Turns:
                 memory.written.clear()
                 if not _advance(turn):
                     self.awake.remove(turn)
+                    self.polled.pop(id(turn), None)
                 else:
                     self._sleep_if_spinning(turn, memory.waits_on if memory.accesses == 1 else None)
                     self.turns += 1
@@ -280,9 +281,9 @@ class _Turns:
             self.polled[id(turn)] = polled
 
     def _wake(self, written: np.ndarray) -> None:
-        if self.waiting is None:  # every byte a sleeper waits on, sorted, and who waits on each
+        if self.waiting is None:
             self.waiting = np.unique(np.concatenate([waits_on for _, waits_on in self.asleep]))
-            self.sleepers: dict[int, list] = {}
+            self.sleepers = {}
             for turn, waits_on in self.asleep:
                 for byte in waits_on.tolist():
                     self.sleepers.setdefault(byte, []).append(turn)
