@@ -25,8 +25,7 @@ INTERLEAVED_EDITS = {
                        (READ, "        tl.atomic_add(cnt_ptr + tl.num_programs(0) + row, 0)\n" + READ)),
     # the row's first chunk waits until every chunk has counted its stored partial: a program waiting
     # on later ones (the interpreter ran it to its end first and it spun for ever).  Right on a GPU
-    # at 4 and 256 rows; at 4096 the waiting programs fill an H100 and the launch hangs (residency,
-    # which the interleaving does not model: tests/attacks_open/README.md)
+    # at 4 and 256 rows; at 4096 the waiting programs fill an H100 and the launch hangs
     "first_waits_for_all": ((PLAIN_COUNTER, "    c = tl.atomic_add(cnt_ptr + row, 1)\n"),
                             (LAST, "    if j == 0:\n        while tl.atomic_add(cnt_ptr + row, 0) < SPLIT:\n"
                                    "            pass\n")),

@@ -5,8 +5,8 @@ one after another: a ticket queue carrying a row's sum across tickets, and three
 arrive reads the partials" counters bumped before the partial is stored, whose writers release
 after their stores by a change the reader never checks (a toggle +1/-1, finishes counted in the
 high bits, a second counter).  Each passed before (the kernels below computed the right sums, or
-passed all six stages); each is now a wrong sum or a ``RaceError`` on a share of launches (59-100
-of 100).  A spin-wait on a later program hung before and passes now; a launch whose programs all
+passed all six stages); each is now a wrong sum or a ``RaceError`` on a share of launches (62-92
+of 100; red-team passes 17 and 18's, 10-100).  A spin-wait on a later program hung before and passes now; a launch whose programs all
 wait on a value none changes is a ``DeadlockError`` instead of a hang.  benchmarks/interleave_gpu.py runs the same
 kernels on a GPU (BENCHMARKS.md, twenty-third session)."""
 from __future__ import annotations
@@ -27,7 +27,8 @@ from counter_edits import INTERLEAVED_EDITS as EDITS, write_edits  # noqa: E402
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
 
 # launches per kernel (24 where not named): the slow ones fewer, the rarely caught ones more
-LAUNCHES = {"waits_for_nobody": 8, "idles_after_counting": 8, "sleep_barrier": 80, "delay": 80}
+LAUNCHES = {"waits_for_nobody": 8, "idles_after_counting": 8, "sleep_barrier": 80, "delay": 80,
+            "first_waits_for_all": 120, "long_delay": 30, "lookback_busy_spin": 8}
 PROBE = (
     "import importlib.util, sys, torch\n"
     "from autokernel.harness import interpreter_as_gpu\n"
@@ -51,9 +52,11 @@ def outcomes(tmp_path_factory) -> dict[str, list[str]]:
     name -> what each launch gave (right, wrong, RaceError, DeadlockError)."""
     folder = tmp_path_factory.mktemp("interleaved")
     write_edits(folder, EDITS)
-    whole = ("ticket_queue", "first_atomic_barrier", "sleep_barrier", "delay")
+    whole = ("ticket_queue", "first_atomic_barrier", "sleep_barrier", "delay", "long_delay")
     for name in whole:
         (folder / f"{name}.py").write_text((ATTACKS / f"reduce_interleave_{name}.py").read_text())
+    whole += ("lookback_busy_spin",)
+    (folder / "lookback_busy_spin.py").write_text((ATTACKS / "honest_reduce_lookback_busy_spin.py").read_text())
     if hasattr(tl, "atomic_poll"):
         whole += ("lookback_atomic_poll",)
         (folder / "lookback_atomic_poll.py").write_text((ATTACKS / "honest_reduce_lookback_atomic_poll.py").read_text())
@@ -73,8 +76,8 @@ def caught(outcomes, name) -> int:
 def test_a_handoff_right_only_one_program_after_another_is_caught(outcomes, name):
     """Before: right on every launch (the last program by the first bump ran after every writer had
     finished; the first program took every ticket).  Turns are drawn at random, so a launch may
-    still order a handoff by luck: over 100 launches each the toggle was caught 98 times, the
-    high-bit finishes 78, the second counter 59, the ticket queue 100 (a judge's evaluation makes
+    still order a handoff by luck: over 100 launches each the toggle was caught 92 times, the
+    high-bit finishes 62, the second counter 65, the ticket queue 91 (a judge's evaluation makes
     dozens of launches)."""
     assert caught(outcomes, name) >= 6, outcomes[name]
 
@@ -83,30 +86,47 @@ def test_a_first_atomic_is_no_barrier(outcomes):
     """Red-team pass 17: every program ran to its first atomic, one after another, before any took a
     turn, so each writer had stored and released before any reader's second atomic (an unchecked
     acquire).  Programs start at turns of their own now.  Before: right on 20 of 20 launches; now
-    caught on 99 of 100."""
+    caught on 100 of 100."""
     assert caught(outcomes, "first_atomic_barrier") >= 6, outcomes["first_atomic_barrier"]
 
 
 def test_a_spin_that_gives_up_is_no_barrier(outcomes):
     """Red-team pass 17: two polls of a word nobody writes put the reader to sleep until every other
     program had finished.  Sleepers now also wake at random.  Before: right on 20 of 20 launches;
-    now caught on 31 of 100 (and `bench` rejects it at smoke)."""
+    now caught on 27 of 100 (and `bench` rejects it at smoke)."""
     assert caught(outcomes, "sleep_barrier") >= 2, outcomes["sleep_barrier"]
 
 
 def test_a_reader_that_delays_its_acquire_is_caught(outcomes):
     """Red-team pass 17: 32 atomics of nothing before the reader's unchecked acquire put it after
     every writer when every turn was drawn evenly (0 of 20 caught, all six stages passed).  Half
-    the launches now give turns by random priority with change points.  Caught on 16 of 100
+    the launches now give turns by random priority with change points.  Caught on 22 of 100
     (`bench` rejects it at determinism)."""
     assert caught(outcomes, "delay") >= 1, outcomes["delay"]
 
 
-def test_a_program_waiting_on_later_programs_is_no_hang(outcomes):
-    """Before: the launch hung whenever a row's first chunk ran before the others.  (On an H100 the
-    kernel is right at 4 and 256 rows and hangs at 4096, where the waiting programs fill the GPU:
-    residency is not modelled, see tests/attacks_open/README.md.)"""
-    assert outcomes["first_waits_for_all"] == ["right"] * 24
+def test_a_reader_that_delays_its_acquire_past_any_writer_is_caught(outcomes):
+    """Red-team pass 18: 2000 atomics of nothing before the reader's unchecked acquire passed all six
+    stages (every writer finished first in both halves of the scheduler).  Half the launches now
+    park one program after one of its first three turns until all others have ended or sleep:
+    caught on 10 of 100 launches at 4x300, 10 of 40 at 16x256."""
+    assert caught(outcomes, "long_delay") >= 1, outcomes["long_delay"]
+
+
+def test_a_spin_that_reloads_between_polls_sleeps(outcomes):
+    """Red-team pass 18: a look-back whose spin re-loads its chunk never slept (1.75 s a launch at
+    8x2048 now; 8.9 s before; 0.38 s one program after another)."""
+    assert outcomes["lookback_busy_spin"] == ["right"] * 8
+
+
+def test_a_program_waiting_on_later_programs_hangs_only_where_a_gpu_would(outcomes):
+    """A row's first chunk spinning until the later chunks have counted: before, the launch hung
+    whenever that chunk ran first (one program to its end).  On an H100 it is right at 4 and 256
+    rows and hangs at 4096, where the waiting programs fill the GPU.  On a quarter of the launches
+    the judge now runs only a few programs at once, started in the grid's order: where all of
+    those wait on programs not started, a ``DeadlockError`` (10 launches in 100 here)."""
+    seen = outcomes["first_waits_for_all"]
+    assert set(seen) == {"right", "DeadlockError"}, seen
 
 
 def test_a_wait_by_atomic_poll_passes(outcomes):

@@ -231,13 +231,11 @@ class LaunchMemory:
         self.program = 0
         self.atomic_ran = False  # since ``take_atomic`` last asked
         # while programs take turns (``interpreter_interleave``): the bytes each write changed (plain
-        # stores: every byte stored) and, after an atomic that changed nothing, the bytes it read
-        # and the values there
+        # stores: every byte stored), and the bytes each load and atomic read with the values there
         self.tracking = False
         self.poll_unmet = False  # a tl.atomic_poll whose program must poll again
-        self.accesses = 0  # loads, stores and atomics (counted always; the turns reset it)
         self.written: list[np.ndarray] = []
-        self.waits_on: tuple[np.ndarray, bytes] | None = None
+        self.reads: list[tuple[np.ndarray, bytes]] = []
         self.new_launch()
 
     def take_atomic(self) -> bool:
@@ -377,13 +375,14 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
     def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
         if not state["atomic"]:
             load_check(ptrs, mask)
-            memory.accesses += 1
-        return load(self, ptrs, mask, other, cache_policy, is_volatile)
+        result = load(self, ptrs, mask, other, cache_policy, is_volatile)
+        if memory.tracking and not state["atomic"]:
+            memory.reads.append((_bytes(ptrs, mask), np.ascontiguousarray(result.data).tobytes()))
+        return result
 
     def create_masked_store(self, ptrs, value, mask, cache_policy):
         if not state["atomic"]:
             store_check(self, ptrs, value, mask)
-            memory.accesses += 1
             if memory.tracking:
                 memory.written.append(_bytes(ptrs, mask))
         return store(self, ptrs, value, mask, cache_policy)
@@ -444,12 +443,11 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
                 memory.atomic(_bytes(ptrs, changed) if releases else _NONE,
                               _bytes(ptrs, mask) if acquires else _NONE)
             memory.atomic_ran = True
-            memory.accesses += 1
             if memory.tracking:
-                memory.waits_on = None if changed is not None and changed.any() else \
-                    (_bytes(ptrs, mask), raw_values(self, ptrs, mask).tobytes())
                 if changed is not None and changed.any():
                     memory.written.append(_bytes(ptrs, changed))
+                else:
+                    memory.reads.append((_bytes(ptrs, mask), np.ascontiguousarray(raw_values(self, ptrs, mask)).tobytes()))
             return result
 
         atomic.__qualname__ = f"{builder.__qualname__}.{name}"

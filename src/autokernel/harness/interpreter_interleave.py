@@ -188,6 +188,8 @@ SPURIOUS_WAKE = 0.25
 RANKED = 0.5  # the launches whose turns go by priority; the others draw each turn evenly
 CHANGE_POINTS = 3  # turns, drawn among the first 3 a program, after which the runner drops to the last rank
 DEMOTE = 0.01  # and after any turn, so that no spin holds the first rank for ever
+PARK = 0.5  # the launches on which one program is parked
+RESIDENCY = 0.25  # the launches on which at most half the programs (a number drawn) run at once
 DEADLOCK_WAKES = 1000  # a loop of 2000 atomics that change nothing, and nothing else, would be taken for one
 
 
@@ -199,15 +201,26 @@ class _Turns:
     """A launch's programs, unstarted, run in turns until all have ended: on half the launches each
     turn is drawn evenly among the awake programs, on the others it goes to the one of highest
     random priority, which drops to the last rank at a few random turns.  A program that spins (a
-    turn whose one memory access was an atomic that changed nothing and read what the turn before
-    read, at the same addresses: a poll of a flag another program sets) sleeps until a write
-    reaches a byte it read, so a chain of programs each waiting on the one before costs turns in
-    proportion to its length, not to its square.  A loop that does other work between its atomics
-    (an atomic_max of each tile's maximum) never sleeps.  When all sleep, all wake; when that
+    turn that wrote nothing and read what the turn before read, at the same addresses: a poll of a
+    flag another program sets, with or without loads between) sleeps until a write reaches a byte
+    it read, so a chain of programs each waiting on the one before costs turns in proportion to its
+    length, not to its square.  A loop that reads new things (an atomic_max of each tile's maximum)
+    never sleeps.  When all sleep, all wake; when that
     happens ``DEADLOCK_WAKES`` times in a row with no write between, the launch is deadlocked."""
 
     def __init__(self, pending: list, builder, memory, rng, raw_set_grid_idx) -> None:
-        self.awake, self.asleep = list(pending), []  # asleep: (turn, the bytes it waits on)
+        # residency: on some launches only a few programs run at once, the others starting in the
+        # grid's order as those end (a GPU holds so many; programs that wait on ones not started
+        # hang it: red-team pass 17's first chunk waiting for the later ones, right at 256 rows on
+        # an H100 and hung at 4096)
+        if rng.random() < RESIDENCY:  # started in a GPU's order: the first axis fastest
+            nx, ny, _ = builder.grid_dim
+            order = sorted(pending, key=lambda turn: turn[1][0] + nx * (turn[1][1] + ny * turn[1][2]))
+            resident = int(rng.integers(1, max(1, len(pending) // 2) + 1))
+        else:
+            order, resident = pending, len(pending)
+        self.awake, self.unstarted = order[:resident], order[resident:][::-1]
+        self.asleep: dict[int, tuple] = {}  # id(turn) -> (turn, the bytes it waits on)
         # red-team pass 17: with every turn drawn evenly, a reader that made many atomics of nothing
         # before its acquire came after every writer on nearly every launch (programs with few
         # atomics end first).  Half the launches give the turn to the awake program of highest
@@ -218,10 +231,17 @@ class _Turns:
         self.last_rank = len(pending)
         self.change_points = set(rng.integers(1, 3 * len(pending) + 1, size=CHANGE_POINTS).tolist())
         self.by_rank = bool(rng.random() < RANKED)
+        # parking (red-team pass 18: a reader that delays its acquire by 2000 atomics of nothing came
+        # after every writer in both halves): on some launches one program, drawn, stops after one
+        # of its first three turns until every other program has ended or sleeps, whatever the
+        # others' delays; a writer parked between its count and its store is then caught
+        self.parked, self.park = None, None
+        if pending and rng.random() < PARK:
+            self.park = (id(pending[int(rng.integers(len(pending)))]), int(rng.integers(1, 4)))
+        self.turns_of: dict[int, int] = {}
         self.turns = 0
-        self.polled: dict[int, tuple] = {}  # id(turn) -> what its last turn's atomic read, changing nothing
-        self.waiting: np.ndarray | None = None  # every byte a sleeper waits on (None: to be made again)
-        self.sleepers: dict[int, list] = {}  # a byte of ``waiting`` -> the turns that wait on it
+        self.polled: dict[int, int] = {}  # id(turn) -> a hash of what its last turn read, writing nothing
+        self.sleepers: dict[int, set] = {}  # a byte some sleeper waits on -> the ids of those turns
         self.builder, self.memory, self.rng, self.set_idx = builder, memory, rng, raw_set_grid_idx
 
     def run(self) -> None:
@@ -230,70 +250,84 @@ class _Turns:
         wrote = True
         memory.tracking = True
         try:
-            while self.awake or self.asleep:
+            while self.awake or self.asleep or self.parked:
+                if not self.awake and self.parked is not None:
+                    self.awake.append(self.parked)
+                    self.parked = None
                 if not self.awake:
                     quiet_wakes = 0 if wrote else quiet_wakes + 1
                     if quiet_wakes > DEADLOCK_WAKES:
                         raise DeadlockError(
-                            f"the {len(self.asleep)} programs of a launch left all wait, spinning on atomics that "
+                            f"the {len(self.asleep)} programs of a launch running all wait, spinning on atomics that "
                             f"change nothing, and {quiet_wakes} times in a row none wrote anything before all "
-                            "waited again: each waits for a value no program changes, so on a GPU this launch hangs")
-                    self.awake, self.asleep, self.waiting, wrote = [turn for turn, _ in self.asleep], [], None, False
+                            f"waited again ({len(self.unstarted)} programs not started, which a GPU starts only as "
+                            "running ones end): on a GPU this launch hangs. Wait only on programs that have "
+                            "started (a ticket from an atomic counter, as a look-back scan takes)")
+                    for key in list(self.asleep):
+                        self._wake(key)
+                    wrote = False
                 if self.asleep and self.rng.random() < SPURIOUS_WAKE:
-                    turn, _ = self.asleep.pop(int(self.rng.integers(len(self.asleep))))
-                    self.awake.append(turn)
-                    self.waiting = None
+                    self._wake(list(self.asleep)[int(self.rng.integers(len(self.asleep)))])
                 if self.by_rank:
                     turn = min(self.awake, key=lambda t: self.rank[id(t)])
                 else:
                     turn = self.awake[int(self.rng.integers(len(self.awake)))]
                 self.set_idx(self.builder, *turn[1])
-                memory.program, memory.waits_on, memory.accesses = turn[0], None, 0
+                memory.program = turn[0]
                 memory.written.clear()
+                memory.reads.clear()
                 if not _advance(turn):
                     self.awake.remove(turn)
                     self.polled.pop(id(turn), None)
+                    if self.unstarted:
+                        self.awake.append(self.unstarted.pop())
                 else:
-                    self._sleep_if_spinning(turn, memory.waits_on if memory.accesses == 1 else None)
+                    self._sleep_if_spinning(turn, None if memory.written else memory.reads)
+                    self.turns_of[id(turn)] = taken = self.turns_of.get(id(turn), 0) + 1
+                    if self.park == (id(turn), taken) and turn in self.awake:
+                        self.awake.remove(turn)
+                        self.parked = turn
                     self.turns += 1
                     if self.by_rank and (self.turns in self.change_points or self.rng.random() < DEMOTE):
                         self.rank[id(turn)], self.last_rank = self.last_rank, self.last_rank + 1
                 if memory.written:
                     wrote = True
                     if self.asleep:
-                        self._wake(np.concatenate(memory.written))
+                        self._wake_readers(np.concatenate(memory.written))
         finally:
             memory.tracking = False
             memory.written.clear()
 
-    def _sleep_if_spinning(self, turn: list, polled: tuple | None) -> None:
-        """``polled``: what the turn's one access, an atomic that changed nothing, read (None when
-        the turn did more, or changed something)."""
+    def _sleep_if_spinning(self, turn: list, reads: list | None) -> None:
+        """``reads``: the (bytes, values) each load and atomic of a turn that wrote nothing read
+        (None when it wrote).  Read twice in a row the same, the program is spinning."""
         before = self.polled.pop(id(turn), None)
-        if polled is None:
+        if not reads:
             return
-        addresses, values = polled
-        if before is not None and before[1] == values and np.array_equal(before[0], addresses):
+        seen = self.polled[id(turn)] = hash(tuple((addresses.tobytes(), values) for addresses, values in reads))
+        if before == seen:  # kept: woken, it sleeps again at its first turn that reads the same
             self.awake.remove(turn)
-            self.asleep.append((turn, addresses))
-            self.waiting = None
-        else:
-            self.polled[id(turn)] = polled
+            waits_on = np.unique(np.concatenate([addresses for addresses, _ in reads])).tolist()
+            self.asleep[id(turn)] = (turn, waits_on)
+            for byte in waits_on:
+                self.sleepers.setdefault(byte, set()).add(id(turn))
 
-    def _wake(self, written: np.ndarray) -> None:
-        if self.waiting is None:
-            self.waiting = np.unique(np.concatenate([waits_on for _, waits_on in self.asleep]))
-            self.sleepers = {}
-            for turn, waits_on in self.asleep:
-                for byte in waits_on.tolist():
-                    self.sleepers.setdefault(byte, []).append(turn)
-        hit = self.waiting[np.isin(self.waiting, written)]
-        if not hit.size:
-            return
-        woken = {id(turn): turn for byte in hit.tolist() for turn in self.sleepers[byte]}
-        self.awake.extend(woken.values())
-        self.asleep = [(turn, waits_on) for turn, waits_on in self.asleep if id(turn) not in woken]
-        self.waiting = None
+    def _wake_readers(self, written: np.ndarray) -> None:
+        """Wake every sleeper that waits on a byte of ``written``."""
+        woken = set()
+        for byte in np.unique(written).tolist():
+            woken |= self.sleepers.get(byte, set())
+        for key in woken:
+            self._wake(key)
+
+    def _wake(self, key: int) -> None:
+        turn, waits_on = self.asleep.pop(key)
+        for byte in waits_on:
+            waiting = self.sleepers[byte]
+            waiting.discard(key)
+            if not waiting:
+                del self.sleepers[byte]
+        self.awake.append(turn)
 
 
 class _Program:
