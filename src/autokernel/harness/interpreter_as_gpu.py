@@ -46,7 +46,8 @@ on it (worker side, CPU only): ``install()`` once per process, before any kernel
   address keeps its first writer (several programs publishing one value behind one flag).
 * Programs interleaved (``interpreter_interleave``).  The programs take turns, each from one
   atomic to the next (by random priority with change points on half the launches, drawn evenly
-  on the others), and the acquire must come after the release on the one clock.  A handoff
+  on the others; a program parked, or only a few resident, on some), and the acquire must come
+  after the release on the one clock.  A handoff
   right only because every writer had finished before the reader arrived (a second counter
   bumped after the store, the counter toggled +1 and -1, finishes counted in its high bits; a
   ticket queue carrying a row's sum across tickets: passes 14 and 16) is now a wrong result or

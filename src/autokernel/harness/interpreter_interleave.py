@@ -11,8 +11,9 @@ writer had finished when the reader arrived).  And a program waiting on a later 
 
 Here the programs of a launch take turns, each running from one atomic to the next (its first
 turn from its start): on half the launches each turn goes to the awake program of highest random
-priority, which drops to the last rank at a few random turns, on the others it is drawn evenly
-(``_Turns``).  The interpreter's rewrite of every jitted function also makes a generator of it:
+priority, which drops to the last rank at a few random turns, on the others it is drawn evenly;
+on half, one program is parked after one of its first turns until the others end or sleep, and
+on a quarter only a few programs run at once, started in the grid's order (``_Turns``).  The interpreter's rewrite of every jitted function also makes a generator of it:
 each call in its body goes through ``suspending_call``, which suspends the program (a ``yield``)
 once an atomic has run, polls again at the next turn where a ``tl.atomic_poll`` is unmet, and
 calls jitted callees as generators (``yield from``).  Generators keep the program's
@@ -206,7 +207,8 @@ class _Turns:
     it read, so a chain of programs each waiting on the one before costs turns in proportion to its
     length, not to its square.  A loop that reads new things (an atomic_max of each tile's maximum)
     never sleeps.  When all sleep, all wake; when that
-    happens ``DEADLOCK_WAKES`` times in a row with no write between, the launch is deadlocked."""
+    happens ``DEADLOCK_WAKES`` times in a row with no write between, the launch is deadlocked.
+    Parking and residency are drawn per launch as the comments in ``__init__`` say."""
 
     def __init__(self, pending: list, builder, memory, rng, raw_set_grid_idx) -> None:
         # residency: on some launches only a few programs run at once, the others starting in the
