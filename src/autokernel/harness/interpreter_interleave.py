@@ -206,9 +206,9 @@ class _Turns:
     flag another program sets, with or without loads between) sleeps until a write reaches a byte
     it read, so a chain of programs each waiting on the one before costs turns in proportion to its
     length, not to its square.  A loop that reads new things (an atomic_max of each tile's maximum)
-    never sleeps.  When all sleep, all wake; when that
-    happens ``DEADLOCK_WAKES`` times in a row with no write between, the launch is deadlocked.
-    Parking and residency are drawn per launch as the comments in ``__init__`` say."""
+    never sleeps.  When all sleep, all wake; when that happens ``DEADLOCK_WAKES`` times in a row
+    with no write between, the launch is deadlocked.  Parking and residency are drawn per launch,
+    as the comments in ``__init__`` say."""
 
     def __init__(self, pending: list, builder, memory, rng, raw_set_grid_idx) -> None:
         # residency: on some launches only a few programs run at once, the others starting in the
