@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reaso
 
 # launches per kernel (24 where not named): the slow ones fewer, the rarely caught ones more
 LAUNCHES = {"waits_for_nobody": 8, "idles_after_counting": 8, "sleep_barrier": 80, "delay": 80,
-            "first_waits_for_all": 120, "long_delay": 30, "lookback_busy_spin": 8}
+            "first_waits_for_all": 120, "long_delay": 80, "lookback_busy_spin": 8}
 PROBE = (
     "import importlib.util, sys, torch\n"
     "from autokernel.harness import interpreter_as_gpu\n"
@@ -149,13 +149,14 @@ def test_programs_that_all_wait_on_a_value_none_changes_deadlock(outcomes):
     assert outcomes["waits_for_nobody"] == ["DeadlockError"] * 8
 
 
-def test_the_ticket_queue_fails_the_judge_at_smoke():
-    """The full judge (a worker, the watch, the code rule): before, all six stages passed."""
+def test_the_ticket_queue_fails_the_judge():
+    """The full judge (a worker, the watch, the code rule): before, all six stages passed.  It is
+    wrong on 91 launches in 100, so mostly at smoke, now and then at a later stage."""
     from autokernel.harness.evaluate import Evaluator
 
     with Evaluator("reduce", device="cpu", timeout_s=120, timing=False, baselines=False) as ev:
         result = ev.evaluate(ATTACKS / "reduce_interleave_ticket_queue.py")
-    assert result.verdict == "incorrect" and result.failed_stage == "smoke", result.message
+    assert result.verdict == "incorrect", result.message
 
 
 def test_honest_atomic_kernels_still_pass_the_judge():
