@@ -6,8 +6,9 @@ arrive reads the partials" counters bumped before the partial is stored, whose w
 after their stores by a change the reader never checks (a toggle +1/-1, finishes counted in the
 high bits, a second counter).  Each passed before (the kernels below computed the right sums, or
 passed all six stages); each is now a wrong sum or a ``RaceError`` on a share of launches (62-92
-of 100; red-team passes 17 and 18's, 10-100).  A spin-wait on a later program hung before and passes now; a launch whose programs all
-wait on a value none changes is a ``DeadlockError`` instead of a hang.  benchmarks/interleave_gpu.py runs the same
+of 100; red-team passes 17 and 18's, 10-100).  A spin-wait on a later program hung before; it is
+a ``DeadlockError`` now only where a GPU would hang too (a few programs resident), as is a launch
+whose programs all wait on a value none changes.  benchmarks/interleave_gpu.py runs the same
 kernels on a GPU (BENCHMARKS.md, twenty-third session)."""
 from __future__ import annotations
 
