@@ -137,23 +137,34 @@ def install(interpreter, memory, rng, raw_set_grid_idx) -> bool:
         return plain
 
     init = executor.__init__
+    launch = {"cooperative": False}  # the running launch asked for all its programs at once
+    run = function.run
 
     def __init__(self, fn, *args, **kwargs):
         init(self, fn, *args, **kwargs)
         variant = programs.get(fn)
         if variant is not None:
-            self.fn = _interleaved(fn, variant, builder, memory, rng, raw_set_grid_idx)
+            self.fn = _interleaved(fn, variant, builder, memory, rng, raw_set_grid_idx, launch)
+
+    def run_launch(self, *args, **kwargs):
+        launch["cooperative"] = bool(kwargs.get("launch_cooperative_grid"))
+        try:
+            return run(self, *args, **kwargs)
+        finally:
+            launch["cooperative"] = False
 
     SuspendingTransformer.__qualname__ = SuspendingTransformer.__name__ = base.__name__
     _compile_and_exec.__qualname__ = f"{rewriter.__qualname__}._compile_and_exec"
     __init__.__qualname__ = f"{executor.__qualname__}.__init__"
+    run_launch.__qualname__ = f"{function.__qualname__}.run"
     rewriter.ast_transformer = SuspendingTransformer()
     rewriter._compile_and_exec = _compile_and_exec
     executor.__init__ = __init__
+    function.run = run_launch
     return True
 
 
-def _interleaved(fn, variant, builder, memory, rng, raw_set_grid_idx):
+def _interleaved(fn, variant, builder, memory, rng, raw_set_grid_idx, launch):
     """What the grid loop calls once per program, in place of ``fn`` (it reads ``fn``'s globals and
     signature from it too): each call starts the program's generator and runs it to its first
     atomic; the last program's call then gives the suspended ones turns (``_Turns``)."""
@@ -171,7 +182,7 @@ def _interleaved(fn, variant, builder, memory, rng, raw_set_grid_idx):
         try:
             if started[0] == _programs(builder):
                 started[0] = 0
-                _Turns(pending, builder, memory, rng, raw_set_grid_idx).run()
+                _Turns(pending, builder, memory, rng, raw_set_grid_idx, launch["cooperative"]).run()
         except BaseException:
             started[0] = 0
             for _, _, generator in pending:
@@ -210,12 +221,13 @@ class _Turns:
     with no write between, the launch is deadlocked.  Parking and residency are drawn per launch,
     as the comments in ``__init__`` say."""
 
-    def __init__(self, pending: list, builder, memory, rng, raw_set_grid_idx) -> None:
+    def __init__(self, pending: list, builder, memory, rng, raw_set_grid_idx, cooperative: bool = False) -> None:
         # residency: on some launches only a few programs run at once, the others starting in the
         # grid's order as those end (a GPU holds so many; programs that wait on ones not started
         # hang it: red-team pass 17's first chunk waiting for the later ones, right at 256 rows on
-        # an H100 and hung at 4096)
-        if rng.random() < RESIDENCY:  # started in a GPU's order: the first axis fastest
+        # an H100 and hung at 4096).  Not for a launch with ``launch_cooperative_grid=True``: CUDA
+        # runs all its programs at once (a grid barrier's; red-team pass 19)
+        if not cooperative and rng.random() < RESIDENCY:  # started in a GPU's order: the first axis fastest
             nx, ny, _ = builder.grid_dim
             order = sorted(pending, key=lambda turn: turn[1][0] + nx * (turn[1][1] + ny * turn[1][2]))
             resident = int(rng.integers(1, max(1, len(pending) // 2) + 1))
