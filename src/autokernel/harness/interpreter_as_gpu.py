@@ -447,8 +447,9 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
             if memory.tracking:
                 if changed is not None and changed.any():
                     memory.written.append(_bytes(ptrs, changed))
-                else:
-                    memory.reads.append((_bytes(ptrs, mask), np.ascontiguousarray(raw_values(self, ptrs, mask)).tobytes()))
+                else:  # it changed nothing: what it read is still there (``before``, where taken)
+                    read = before if before is not None else raw_values(self, ptrs, mask)
+                    memory.reads.append((_bytes(ptrs, mask), np.ascontiguousarray(read).tobytes()))
             return result
 
         atomic.__qualname__ = f"{builder.__qualname__}.{name}"

@@ -13,12 +13,13 @@ Here the programs of a launch take turns, each running from one atomic to the ne
 turn from its start): on half the launches each turn goes to the awake program of highest random
 priority, which drops to the last rank at a few random turns, on the others it is drawn evenly;
 on half, one program is parked after one of its first turns until the others end or sleep, and
-on a quarter only a few programs run at once, started in the grid's order (``_Turns``).  The interpreter's rewrite of every jitted function also makes a generator of it:
-each call in its body goes through ``suspending_call``, which suspends the program (a ``yield``)
-once an atomic has run, polls again at the next turn where a ``tl.atomic_poll`` is unmet, and
-calls jitted callees as generators (``yield from``).  Generators keep the program's
-code on the launching thread's stack, under the grid loop, so the judge's watch and its frame
-walks see what they saw when the programs ran one after another.  A jit function that holds a
+on a quarter only a few programs run at once, started in the grid's order (``_Turns``).  The
+interpreter's rewrite of every jitted function also makes a generator of it: each call in its
+body goes through ``suspending_call``, which suspends the program (a ``yield``) once an atomic has
+run, polls again at the next turn where a ``tl.atomic_poll`` is unmet, and calls jitted callees as
+generators (``yield from``).  Generators keep the program's code on the launching thread's stack,
+under the grid loop, so the judge's watch and its frame walks see what they saw when the programs
+ran one after another.  A jit function that holds a
 lambda, a comprehension or a nested function (none of which Triton compiles) is refused.
 """
 from __future__ import annotations
