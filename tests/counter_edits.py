@@ -40,10 +40,31 @@ INTERLEAVED_EDITS = {
 }
 
 
-def write_edits(folder: Path, edits: dict) -> None:
-    """``folder/<name>.py`` for each name of ``edits``: pass 12's plain-counter attack with that
-    name's (line, replacement) pairs, each line found exactly once."""
-    base = (ATTACKS / "reduce_pass12_split_row_plain_counter.py").read_text()
+COUNT = "    c = tl.atomic_add(cnt_ptr, 1)\n"
+NOTHING_FIRST = "    for _ in range(4):\n        tl.atomic_add(cnt_ptr + 2, 1, sem=\"relaxed\")\n"
+# edits of tests/attacks/reduce_interleave_long_delay.py (red-team pass 18: the one last arriver
+# delays its unchecked acquire by 2000 atomics of nothing)
+LATE_EDITS = {
+    # red-team pass 19: four atomics of nothing before each program's count put the count past the
+    # turns a program was parked after (right on 100 of 100 launches, all six stages passed)
+    "late_count": ((COUNT, NOTHING_FIRST + COUNT),),
+    # the partials written by a releasing exchange and read by acquiring atomics: no plain store
+    # to hold back, so the writer must be held between its count and its exchange
+    "late_count_atomic_partials": (
+        (COUNT, NOTHING_FIRST + COUNT),
+        ("    tl.store(ws_ptr + row * SPLIT + j, tl.sum(x, axis=0))\n",
+         "    tl.atomic_xchg(ws_ptr + row * SPLIT + j, tl.sum(x, axis=0), sem=\"release\")\n"),
+        ("            parts = tl.load(ws_ptr + r * SPLIT + k, mask=k < SPLIT, other=0.0)\n",
+         "            parts = tl.atomic_add(ws_ptr + r * SPLIT + k, 0.0, mask=k < SPLIT, sem=\"acquire\")\n"
+         "            parts = tl.where(k < SPLIT, parts, 0.0)\n")),
+}
+
+
+def write_edits(folder: Path, edits: dict, base: str = "reduce_pass12_split_row_plain_counter.py") -> None:
+    """``folder/<name>.py`` for each name of ``edits``: the attack file ``base`` (pass 12's
+    plain-counter attack unless named) with that name's (line, replacement) pairs, each line found
+    exactly once."""
+    base = (ATTACKS / base).read_text()
     for name, pairs in edits.items():
         text = base
         for line, edit in pairs:

@@ -46,13 +46,13 @@ on it (worker side, CPU only): ``install()`` once per process, before any kernel
   address keeps its first writer (several programs publishing one value behind one flag).
 * Programs interleaved (``interpreter_interleave``).  The programs take turns, each from one
   atomic to the next (by random priority with change points on half the launches, drawn evenly
-  on the others; a program parked, or only a few resident, on some), and the acquire must come
-  after the release on the one clock.  A handoff
-  right only because every writer had finished before the reader arrived (a second counter
-  bumped after the store, the counter toggled +1 and -1, finishes counted in its high bits; a
-  ticket queue carrying a row's sum across tickets: passes 14 and 16) is now a wrong result or
-  a race, a program waiting on a later one no longer hangs, and programs that all wait on a
-  value none changes are a ``DeadlockError``.  Still refused: ordering passed along a chain of programs (each reader
+  on the others; a program parked after a turn or held after a store, or only a few resident,
+  on some), and the acquire must come after the release on the one clock.  A handoff right only
+  because every writer had finished before the reader arrived (a second counter bumped after
+  the store, the counter toggled +1 and -1, finishes counted in its high bits; a ticket queue
+  carrying a row's sum across tickets: passes 14 and 16) is now a wrong result or a race, a
+  program waiting on a later one no longer hangs, and programs that all wait on a value none
+  changes are a ``DeadlockError``.  Still refused: ordering passed along a chain of programs (each reader
   needs an atomic meeting its writer's), and a plain read-modify-write under a spin lock (the
   second rule).
 * Compiler hints.  The interpreter records ``tl.max_contiguous``, ``tl.multiple_of`` and
@@ -235,6 +235,8 @@ class LaunchMemory:
         # stores: every byte stored), and the bytes each load and atomic read with the values there
         self.tracking = False
         self.poll_unmet = False  # a tl.atomic_poll whose program must poll again
+        self.held_on_store: int | None = None  # the program to suspend after each of its stores
+        self.store_ran = False  # a store of that program, since ``take_store`` last asked
         self.written: list[np.ndarray] = []
         self.reads: list[tuple[np.ndarray, bytes]] = []
         self.new_launch()
@@ -242,6 +244,11 @@ class LaunchMemory:
     def take_atomic(self) -> bool:
         """Whether an atomic ran since the last call (where a program may be suspended)."""
         ran, self.atomic_ran = self.atomic_ran, False
+        return ran
+
+    def take_store(self) -> bool:
+        """Whether the program ``held_on_store`` stored since the last call (where it may be held)."""
+        ran, self.store_ran = self.store_ran, False
         return ran
 
     def new_launch(self) -> None:
@@ -385,7 +392,10 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
         if not state["atomic"]:
             store_check(self, ptrs, value, mask)
             if memory.tracking:
-                memory.written.append(_bytes(ptrs, mask))
+                stored = _bytes(ptrs, mask)
+                memory.written.append(stored)
+                if memory.held_on_store == memory.program and stored.size:
+                    memory.store_ran = True
         return store(self, ptrs, value, mask, cache_policy)
 
     def raw_values(self, ptrs, mask):

@@ -12,8 +12,9 @@ writer had finished when the reader arrived).  And a program waiting on a later 
 Here the programs of a launch take turns, each running from one atomic to the next (its first
 turn from its start): on half the launches each turn goes to the awake program of highest random
 priority, which drops to the last rank at a few random turns, on the others it is drawn evenly;
-on half, one program is parked after one of its first turns until the others end or sleep, and
-on a quarter only a few programs run at once, started in the grid's order (``_Turns``).  The
+on half, one program is parked after one of its turns until the others end or sleep, on half one
+is held so right after one of its stores (before any atomic that could publish it), and on a
+quarter only a few programs run at once, started in the grid's order (``_Turns``).  The
 interpreter's rewrite of every jitted function also makes a generator of it: each call in its
 body goes through ``suspending_call``, which suspends the program (a ``yield``) once an atomic has
 run, polls again at the next turn where a ``tl.atomic_poll`` is unmet, and calls jitted callees as
@@ -111,6 +112,8 @@ def install(interpreter, memory, rng, raw_set_grid_idx) -> bool:
                 raise error(repr(e)) from e
         if memory.take_atomic():
             yield
+        elif memory.take_store():
+            yield STORED
         return result
 
     base = type(transformer)
@@ -201,7 +204,11 @@ SPURIOUS_WAKE = 0.25
 RANKED = 0.5  # the launches whose turns go by priority; the others draw each turn evenly
 CHANGE_POINTS = 3  # turns, drawn among the first 3 a program, after which the runner drops to the last rank
 DEMOTE = 0.01  # and after any turn, so that no spin holds the first rank for ever
-PARK = 0.5  # the launches on which one program is parked
+PARK = 0.5  # the launches on which one program is parked after a turn
+PARK_TURNS = 32  # that turn, drawn from 1 to this many, the first ones likelier (``_early``)
+HOLD = 0.5  # the launches on which one program is held after one of its stores
+HOLD_STORES = 16  # that store, drawn likewise
+STORED = "stored"  # what a program held on its stores yields after each (its turn goes on unless held)
 RESIDENCY = 0.25  # the launches on which at most half the programs (a number drawn) run at once
 DEADLOCK_WAKES = 1000  # a loop of 2000 atomics that change nothing, and nothing else, would be taken for one
 
@@ -219,8 +226,8 @@ class _Turns:
     it read, so a chain of programs each waiting on the one before costs turns in proportion to its
     length, not to its square.  A loop that reads new things (an atomic_max of each tile's maximum)
     never sleeps.  When all sleep, all wake; when that happens ``DEADLOCK_WAKES`` times in a row
-    with no write between, the launch is deadlocked.  Parking and residency are drawn per launch,
-    as the comments in ``__init__`` say."""
+    with no write between, the launch is deadlocked.  Parking, holding and residency are drawn per
+    launch, as the comments in ``__init__`` say."""
 
     def __init__(self, pending: list, builder, memory, rng, raw_set_grid_idx, cooperative: bool = False) -> None:
         # residency: on some launches only a few programs run at once, the others starting in the
@@ -248,11 +255,23 @@ class _Turns:
         self.by_rank = bool(rng.random() < RANKED)
         # parking (red-team pass 18: a reader that delays its acquire by 2000 atomics of nothing came
         # after every writer in both halves): on some launches one program, drawn, stops after one
-        # of its first three turns until every other program has ended or sleeps, whatever the
-        # others' delays; a writer parked between its count and its store is then caught
-        self.parked, self.park = None, None
+        # of its turns (an early one likelier) until every other program has ended or sleeps,
+        # whatever the others' delays; a writer parked between its count and its store is caught
+        self.parked: list = []
+        self.park = self.hold = None
         if pending and rng.random() < PARK:
-            self.park = (id(pending[int(rng.integers(len(pending)))]), int(rng.integers(1, 4)))
+            self.park = (id(pending[int(rng.integers(len(pending)))]), _early(rng, PARK_TURNS))
+        # holding (red-team pass 19: four atomics of nothing before each count put the count past
+        # the turns a program is parked after): on some launches one program, drawn, is parked
+        # right after one of its stores (the stores counted, not the turns), before any atomic
+        # that could publish it.  Its reader, however it delays, finds that store unpublished
+        # (a ``RaceError``) or not made, wherever the program counts
+        memory.held_on_store = None
+        if pending and rng.random() < HOLD:
+            held = pending[int(rng.integers(len(pending)))]
+            self.hold = (id(held), _early(rng, HOLD_STORES))
+            memory.held_on_store = held[0]
+        self.stores_of: dict[int, int] = {}
         self.turns_of: dict[int, int] = {}
         self.turns = 0
         self.polled: dict[int, int] = {}  # id(turn) -> a hash of what its last turn read, writing nothing
@@ -266,9 +285,8 @@ class _Turns:
         memory.tracking = True
         try:
             while self.awake or self.asleep or self.parked:
-                if not self.awake and self.parked is not None:
-                    self.awake.append(self.parked)
-                    self.parked = None
+                if not self.awake and self.parked:
+                    self.awake.append(self.parked.pop(0))
                 if not self.awake:
                     quiet_wakes = 0 if wrote else quiet_wakes + 1
                     if quiet_wakes > DEADLOCK_WAKES:
@@ -291,17 +309,23 @@ class _Turns:
                 memory.program = turn[0]
                 memory.written.clear()
                 memory.reads.clear()
-                if not _advance(turn):
+                signal = _advance(turn)
+                while signal is STORED and not self._held(turn):
+                    signal = _advance(turn)
+                if signal is ENDED:
                     self.awake.remove(turn)
                     self.polled.pop(id(turn), None)
                     if self.unstarted:
                         self.awake.append(self.unstarted.pop())
+                elif signal is STORED:
+                    self.awake.remove(turn)
+                    self.parked.append(turn)
                 else:
                     self._sleep_if_spinning(turn, None if memory.written else memory.reads)
                     self.turns_of[id(turn)] = taken = self.turns_of.get(id(turn), 0) + 1
                     if self.park == (id(turn), taken) and turn in self.awake:
                         self.awake.remove(turn)
-                        self.parked = turn
+                        self.parked.append(turn)
                     self.turns += 1
                     if self.by_rank and (self.turns in self.change_points or self.rng.random() < DEMOTE):
                         self.rank[id(turn)], self.last_rank = self.last_rank, self.last_rank + 1
@@ -311,7 +335,14 @@ class _Turns:
                         self._wake_readers(np.concatenate(memory.written))
         finally:
             memory.tracking = False
+            memory.held_on_store = None
+            memory.store_ran = False
             memory.written.clear()
+
+    def _held(self, turn: list) -> bool:
+        """Whether ``turn``'s program, just past a store, is held there (its drawn store)."""
+        self.stores_of[id(turn)] = stored = self.stores_of.get(id(turn), 0) + 1
+        return self.hold == (id(turn), stored)
 
     def _sleep_if_spinning(self, turn: list, reads: list | None) -> None:
         """``reads``: the (bytes, values) each load and atomic of a turn that wrote nothing read
@@ -358,13 +389,23 @@ class _Program:
         return self._run(**args)
 
 
-def _advance(turn: list) -> bool:
-    """Run ``turn``'s program to its next atomic: whether it is still going."""
+ENDED = "ended"
+
+
+def _advance(turn: list):
+    """Run ``turn``'s program to its next atomic (None), past its next store where it is the one
+    held on its stores (``STORED``), or to its end (``ENDED``)."""
     try:
-        next(turn[2])
+        return next(turn[2])
     except StopIteration:
-        return False
-    return True
+        return ENDED
+
+
+def _early(rng, most: int) -> int:
+    """A number from 1 to ``most``, k drawn with odds 1/k: a quarter or more of the draws are 1,
+    and a program's 16th store is still held on one launch in 54 of those drawn at 16."""
+    odds = 1.0 / np.arange(1, most + 1)
+    return int(rng.choice(most, p=odds / odds.sum())) + 1
 
 
 def _programs(builder) -> int:
