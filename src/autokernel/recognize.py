@@ -58,6 +58,7 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "embedding": ("M", "V", "N"),
     "rotary_table": ("B", "S", "D"),
     "linear_gelu": ("M", "N", "K", "tanh"),
+    "linear_relu": ("M", "N", "K"),
     "moe_experts": ("T", "K", "E", "D", "I"),
     "softcap": ("M", "N"),
     "moe_experts_gptoss": ("T", "K", "E", "D", "I"),

@@ -67,23 +67,39 @@ def reference(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, tanh: bool = Fa
     return F.gelu(F.linear(x, w, b), approximate="tanh" if tanh else "none")
 
 
-def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
+def biased_linear_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
+    """(x[M,K], w[N,K], b[N]) as described above: what every biased-linear epilogue kind draws."""
     gen = generator(device, seed)
     m, n, k = shape["M"], shape["N"], shape["K"]
     x = randn((m, k), dtype, device, gen)
     w = randn((n, k), dtype, device, gen, scale=2.0 / math.sqrt(max(k, 1)))
     b = randn((n,), dtype, device, gen, scale=0.5)
-    return x, w, b, bool(shape["tanh"])
+    return x, w, b
 
 
-def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
-    x, w, b, tanh = make_inputs(shape, dtype, device, seed + 1)
-    cases = [(name, (a, bt.t().contiguous(), b, tanh))
+def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tuple:
+    return (*biased_linear_inputs(shape, dtype, device, seed), bool(shape["tanh"]))
+
+
+def biased_linear_cases(shape: Shape, dtype: torch.dtype, device: str,
+                        seed: int) -> tuple[tuple, list[tuple[str, tuple]]]:
+    """The numerics cases every biased-linear epilogue kind shares, as (x, w, b) triples:
+    matmul's cases with a drawn bias, and ``bias-dominant`` (tiny x, a bias ~ N(0, 4)); also the
+    (x, w, b) they were drawn beside, for the kind's own cases."""
+    x, w, b = biased_linear_inputs(shape, dtype, device, seed + 1)
+    cases = [(name, (a, bt.t().contiguous(), b))
              for name, (a, bt) in matmul.adversarial_inputs(_matmul_shape(shape), dtype, device, seed)]
     gen = generator(device, seed + 7919)
     tiny_x = (x.float() * 1e-3).to(dtype)
     big_b = randn(b.shape, dtype, device, gen, scale=2.0)
-    cases.append(("bias-dominant", (tiny_x, w, big_b, tanh)))
+    cases.append(("bias-dominant", (tiny_x, w, big_b)))
+    return (x, w, b), cases
+
+
+def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
+    tanh = bool(shape["tanh"])
+    (x, w, b), shared = biased_linear_cases(shape, dtype, device, seed)
+    cases = [(name, (*args, tanh)) for name, args in shared]
     # pre-activations x w^T (std ~2 / 4 = 0.5) shifted by -2.5: GELU's left tail.  Not further:
     # eager fp32 erf-GELU computes 1 + erf(x / sqrt 2) and, below -3, fails the fp32 relative
     # norm bound itself (5e-5 at -4); the kernel's own tail precision is a unit test

@@ -33,6 +33,7 @@ BUILTIN_KINDS: dict[str, str] = {
     "embedding": "embedding",
     "rotary_table": "rotary_table",
     "linear_gelu": "linear_gelu",
+    "linear_relu": "linear_relu",
     "moe_experts": "moe_experts",
     "moe_experts_gptoss": "moe_experts_gptoss",
     "softcap": "softcap",
