@@ -1,18 +1,30 @@
 """linear_relu (a biased linear and its ReLU in one kernel), on CPU under the Triton interpreter:
 the starter's variants against the reference, the numerics case at ReLU's kink, the bytes the
-fusion saves."""
+fusion saves; the profiler planning it in a tiny Hugging Face OPT; ``apply`` replacing each
+pair with one op call (the patched model matching the original), and leaving alone what only
+looks like the pair."""
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import pytest
 import torch
+from torch import nn
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from autokernel.harness.compare import compare_tensor  # noqa: E402
+from autokernel.integrate import OP_CALLS, apply  # noqa: E402
+from autokernel.plan import PlanProblem  # noqa: E402
 from autokernel.problems import get_problem  # noqa: E402
 from autokernel.problems.registry import load_starter  # noqa: E402
+
+from test_integrate import make_workdir, rel  # noqa: E402
+from test_linear_gelu import ActOnInput, Consecutive, Intermediate  # noqa: E402
+
+HF = importlib.util.find_spec("transformers") is not None
+OPT = "hidden_size=64,num_hidden_layers=2,num_attention_heads=4,ffn_dim=128,word_embed_proj_dim=64,vocab_size=256"
 
 
 @pytest.mark.parametrize("variant", ["pointers", "descriptors"])
@@ -70,3 +82,119 @@ def test_fusion_saves_one_write_and_one_read_of_the_intermediate():
     assert fused == 2 * (4096 * 768 + 3072 * 768 + 3072 + 4096 * 3072)
     assert unfused_bytes(opt_125m, torch.bfloat16) - fused == 2 * 2 * 4096 * 3072
     assert problem.flops(opt_125m) == 2 * 4096 * 3072 * 768
+
+
+# ------------------------------------------------------------------ recognition and integration
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_opt_layers_get_fc1_and_relu_as_one_op_call(tmp_path):
+    """OPT's decoder layer runs ``h = self.fc1(h); h = self.activation_fn(h)`` amid attention and
+    residual adds: planned as linear_relu at the layer, its forward rewritten to call the op."""
+    from autokernel.models import load_model
+    from autokernel.profiler import profile_model
+
+    loaded = load_model("hf:opt", config_overrides=OPT, input_shape=[1, 8], dtype=torch.float32)
+    plan = profile_model(loaded, warmup=0, iters=1)
+    problem = next(p for p in plan.problems if p.kind == "linear_relu")
+    layers = [f"model.model.decoder.layers.{i}" for i in range(2)]
+    assert problem.supported and problem.modules == layers
+    assert problem.shapes == [{"M": 8, "N": 128, "K": 64}]
+    assert not any(u.name == "aten::relu" for u in plan.not_covered)
+    patched = apply(loaded.model, make_workdir(tmp_path / "wd", [problem], model="hf:opt", input_shape=(1, 8)))
+    assert set(layers) <= {name for name, kind in patched._autokernel_replaced if kind == "linear_relu"}
+    ids = torch.randint(0, 256, (1, 8))
+    op = patched._autokernel_ops[problem.name]
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        out, ref = patched(ids), loaded.model(ids)
+    assert rel(out, ref) < 1e-5
+    assert OP_CALLS[op] - before == len(layers)
+
+
+def _patch(module: nn.Module, tmp_path, kinds=("linear_relu",)):
+    model = nn.Sequential()
+    model.add_module("mlp", module.eval())
+    problems = [PlanProblem(kind, kind, "fp32", [{"M": 6, "N": 48, "K": 32, **({"tanh": 0} if kind == "linear_gelu" else {})}],
+                            [1], 10.0, 0.3, ["mlp"]) for kind in kinds]
+    return model, apply(model, make_workdir(tmp_path / "wd", problems, model="custom"))
+
+
+@pytest.mark.parametrize("module", [Intermediate, Consecutive], ids=["chain", "rewritten-forward"])
+def test_a_relu_pair_becomes_one_op_call(module, tmp_path):
+    torch.manual_seed(0)
+    model, patched = _patch(module(nn.ReLU()), tmp_path)
+    assert patched._autokernel_replaced == [("mlp", "linear_relu")]
+    op = patched._autokernel_ops["linear_relu"]
+    before = OP_CALLS[op]
+    x = torch.randn(2, 3, 32)
+    with torch.no_grad():
+        assert rel(patched(x), model(x)) < 1e-5
+    assert OP_CALLS[op] == before + 1
+
+
+class ReLUCappedAtSix(nn.ReLU):  # a ReLU by its class, another function by its forward
+    def forward(self, x):
+        return x.clamp(0.0, 6.0)
+
+
+class ReLUThenGELU(nn.Module):
+    """A GELU pair and a ReLU pair in one longer forward: the forward is rewritten for each kind."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc_in, self.gelu = nn.Linear(32, 48), nn.GELU()
+        self.fc_out, self.relu = nn.Linear(48, 40), nn.ReLU()
+
+    def forward(self, x):
+        h = self.gelu(self.fc_in(x))
+        return self.relu(self.fc_out(h)) * 2.0
+
+
+def test_both_epilogues_in_one_forward_each_call_their_op(tmp_path):
+    torch.manual_seed(0)
+    model, patched = _patch(ReLUThenGELU(), tmp_path, kinds=("linear_gelu", "linear_relu"))
+    assert sorted(patched._autokernel_replaced) == [("mlp", "linear_gelu"), ("mlp", "linear_relu")]
+    ops = [patched._autokernel_ops[kind] for kind in ("linear_gelu", "linear_relu")]
+    before = [OP_CALLS[op] for op in ops]
+    x = torch.randn(2, 3, 32)
+    with torch.no_grad():
+        assert rel(patched(x), model(x)) < 1e-5
+    assert [OP_CALLS[op] - b for op, b in zip(ops, before)] == [1, 1]
+
+
+@pytest.mark.parametrize("module,reason", [
+    (lambda: Intermediate(nn.ReLU6()), None),
+    (lambda: Intermediate(nn.LeakyReLU()), None),
+    (lambda: Intermediate(ReLUCappedAtSix()), None),
+    (lambda: ActOnInput(nn.ReLU()), "chain of children"),
+    (lambda: Intermediate(nn.ReLU(), bias=False), None),
+], ids=["relu6", "leaky-relu", "relu-subclass-capped", "relu-on-input", "no-bias"])
+def test_relu_look_alikes_are_left_alone(module, reason, tmp_path):
+    model, patched = _patch(module(), tmp_path)
+    assert patched._autokernel_replaced == []
+    if reason is not None:
+        assert any(name == "mlp" and reason in why for name, why in patched._autokernel_skipped), patched._autokernel_skipped
+
+
+class ReLUStack(nn.Module):
+    """One real pair and two look-alikes: no bias, a ReLU6."""
+
+    def __init__(self):
+        super().__init__()
+        self.pair = Intermediate(nn.ReLU())
+        self.no_bias = Intermediate(nn.ReLU(), d=48, h=40, bias=False)
+        self.relu6 = Intermediate(nn.ReLU6(), d=40, h=32)
+
+    def forward(self, x):
+        return self.relu6(self.no_bias(self.pair(x)))
+
+
+def test_profiler_plans_only_a_biased_linear_directly_followed_by_a_relu_module():
+    from autokernel.models import LoadedModel
+    from autokernel.profiler import profile_model
+
+    torch.manual_seed(0)
+    loaded = LoadedModel(ReLUStack().eval(), lambda seed: (torch.randn(2, 5, 32),), "custom", "three MLPs", [2, 5, 32])
+    plan = profile_model(loaded, warmup=0, iters=1)
+    fused = [p for p in plan.problems if p.kind == "linear_relu"]
+    assert len(fused) == 1 and fused[0].modules == ["pair"]
+    assert fused[0].shapes == [{"M": 10, "N": 48, "K": 32}]

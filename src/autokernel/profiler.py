@@ -50,7 +50,7 @@ from .quiet import filtered_stderr
 from .problems.base import dtype_name
 from .recognize import (METADATA_OPS, Instance, Node, ScopeCall, TensorMeta, Unsupported, is_gemm_kernel,
                         matmul_shape, module_info, module_wrapped_function, pair_adds_ahead, pair_cross_entropy,
-                        pair_linear_gelu, pair_residual_adds, pair_rotary_attention, pair_softcap, recognize_op,
+                        pair_linear_activation, pair_residual_adds, pair_rotary_attention, pair_softcap, recognize_op,
                         recognize_scope,
                         shape_weight)
 
@@ -267,7 +267,7 @@ def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp
     for root in roots:
         for node in walk(root):
             paired.update(pair_cross_entropy(node, default_dtype))
-            paired.update(pair_linear_gelu(node))
+            paired.update(pair_linear_activation(node))
             paired.update(pair_softcap(node, default_dtype))
             if fuse_rotary:
                 paired.update(pair_rotary_attention(node, default_dtype))
@@ -303,7 +303,7 @@ def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp
         for i, n in enumerate(chain):
             if n.scope is None:
                 continue
-            if id(n) in paired:  # linear + GELU, or a rotary function + the attention after it
+            if id(n) in paired:  # linear + GELU or ReLU, or a rotary function + the attention after it
                 inst = paired[id(n)]
                 return id(inst), by_key.setdefault(id(inst), inst)
             claim = recognize_scope(n, [c for c in chain[i + 1:] if c.scope is None], ops_under(n),

@@ -10,7 +10,8 @@ look at that tree:
   elementwise part (``swiglu``) and leaves its linears to the matmul recognizer — or claims
   the whole MLP as ``fused_mlp``;
 * pair recognizers claim two neighbouring calls as one fused kind: a biased linear module
-  directly followed by a GELU module is one ``linear_gelu`` (``pair_linear_gelu``), an add
+  directly followed by a GELU module is one ``linear_gelu``, by an ``nn.ReLU`` one
+  ``linear_relu`` (``pair_linear_activation``), an add
   directly followed by a norm one ``add_<norm>``, ``log_softmax`` + ``nll_loss`` one
   ``cross_entropy``;
 * op recognizers map one aten op (``aten::linear``, ``aten::scaled_dot_product_attention``,
@@ -128,6 +129,7 @@ class ModuleInfo:
     mlp_dims: tuple[int, int] | None = None  # (D, H)
     packed_mlp: tuple[int, int] | None = None  # (D, H) of a gate_up D -> 2H and a down H -> D linear
     gelu_tanh: bool | None = None  # a GELU activation module: its form (True: tanh approximation)
+    relu: bool = False  # an nn.ReLU (its own forward)
     residual_norm: tuple[str, str, str] | None = None  # (kind, linear, norm) of norm(linear(h) + residual)
     patch_conv: tuple[int, int] | None = None  # a Conv2d with stride = kernel (ViT patches): (kh, kw)
     scaled_embedding: tuple[int, int, float] | None = None  # (V, N, scale) of an embedding times a constant
@@ -244,7 +246,7 @@ def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
     return ModuleInfo(qualname=qualname, cls_name=type(module).__name__,
                       is_layernorm=isinstance(module, nn.LayerNorm), heads=heads, kv_heads=kv,
                       eps=float(eps) if isinstance(eps, (int, float)) else None, mlp=mlp, mlp_dims=dims,
-                      packed_mlp=packed_mlp_dims(module), gelu_tanh=gelu_form(module),
+                      packed_mlp=packed_mlp_dims(module), gelu_tanh=gelu_form(module), relu=is_relu_module(module),
                       residual_norm=residual_norm_parts(module), patch_conv=patch_conv_kernel(module),
                       scaled_embedding=scaled_embedding_parts(module), rotary_table=is_rotary_table(module),
                       biased_linear=biased_linear_dims(module), moe_experts=experts, experts_layout=other_experts,
@@ -357,6 +359,12 @@ def gelu_form(module: nn.Module) -> bool | None:
     if isinstance(approximate, str):
         return approximate == "tanh"
     return "tanh" in name or name.startswith(("newgelu", "fastgelu")) or "pytorchgelutanh" in name
+
+
+def is_relu_module(module: Any) -> bool:
+    """``nn.ReLU`` with its own forward (transformers' ``ACT2FN["relu"]``); ReLU6, leaky and squared
+    ReLUs are other functions."""
+    return isinstance(module, nn.ReLU) and type(module).forward is nn.ReLU.forward
 
 
 def is_silu_module(module: Any) -> bool:
@@ -680,14 +688,15 @@ def pair_residual_adds(parent: Node) -> dict[int, Node]:
     return out
 
 
-def pair_linear_gelu(parent: Node) -> dict[int, Instance]:
+def pair_linear_activation(parent: Node) -> dict[int, Instance]:
     """A biased linear module (``nn.Linear``, GPT-2's ``Conv1D``) whose call is directly followed
-    (metadata ops aside) by a GELU activation module's call on a tensor of the linear's output
-    shape, both children of ``parent`` (an MLP's ``act(fc(x))``: GPT-2's ``GPT2MLP``, BERT's
-    ``BertIntermediate``, ViT's ``ViTMLP``): map both scopes (by id) to one ``linear_gelu``
-    instance placed at the module that holds them.  Gated MLPs (gate/up/down, packed gate_up)
-    are left to their own kinds.  The trace cannot show that the GELU reads the linear's
-    output: ``apply`` checks that on the module before it fuses them."""
+    (metadata ops aside) by an activation module's call on a tensor of the linear's output
+    shape, both children of ``parent`` (an MLP's ``act(fc(x))``): map both scopes (by id) to one
+    instance placed at the module that holds them, ``linear_gelu`` for a GELU module (GPT-2's
+    ``GPT2MLP``, BERT's ``BertIntermediate``, ViT's ``ViTMLP``), ``linear_relu`` for an
+    ``nn.ReLU`` (OPT's decoder layers).  Gated MLPs (gate/up/down, packed gate_up) are left to
+    their own kinds.  The trace cannot show that the activation reads the linear's output:
+    ``apply`` checks that on the module before it fuses them."""
     out: dict[int, Instance] = {}
     owner = parent.scope.info if parent.scope is not None else None
     if owner is None or owner.mlp is not None or owner.packed_mlp is not None:
@@ -696,18 +705,23 @@ def pair_linear_gelu(parent: Node) -> dict[int, Instance]:
     for first, second in zip(kids, kids[1:]):
         lin, act = first.scope, second.scope
         if (lin is None or act is None or lin.info is None or act.info is None or lin.info.biased_linear is None
-                or act.info.gelu_tanh is None or not lin.args or not lin.outputs or not act.args):
+                or (act.info.gelu_tanh is None and not act.info.relu) or not lin.args or not lin.outputs
+                or not act.args):
             continue
         K, N, transposed = lin.info.biased_linear
         x, y = lin.args[0], lin.outputs[0]
         if not x.shape or x.shape[-1] != K or y.shape != x.shape[:-1] + (N,) or act.args[0].shape != y.shape:
             continue
-        tanh = int(act.info.gelu_tanh or _runs_op(second, "aten::tanh"))
+        if act.info.relu:
+            kind, shape, form = "linear_relu", make_shape("linear_relu", rows(x.shape), N, K), ""
+        else:
+            tanh = int(act.info.gelu_tanh or _runs_op(second, "aten::tanh"))
+            kind, shape = "linear_gelu", make_shape("linear_gelu", rows(x.shape), N, K, tanh)
+            form = f" ({'tanh' if tanh else 'erf'} form)"
         layout = "Conv1D, weight stored [K, N]" if transposed else "nn.Linear"
-        inst = Instance("linear_gelu", x.dtype, [(make_shape("linear_gelu", rows(x.shape), N, K, tanh), 1)],
-                        module=owner.qualname,
-                        notes=(f"{lin.info.qualname.rsplit('.', 1)[-1]} ({layout}) + {act.info.cls_name} "
-                               f"({'tanh' if tanh else 'erf'} form) in {owner.cls_name}",))
+        inst = Instance(kind, x.dtype, [(shape, 1)], module=owner.qualname,
+                        notes=(f"{lin.info.qualname.rsplit('.', 1)[-1]} ({layout}) + {act.info.cls_name}{form} "
+                               f"in {owner.cls_name}",))
         out[id(first)] = out[id(second)] = inst
     return out
 

@@ -14,7 +14,7 @@ from .compile_policy import UNDER_COMPILE, kernel_digests, leave_uncompiled, rec
 from .alignment import align_linears
 from .cudagraphs import CudaGraphed, cuda_graphs_refusal
 from .embeddings import _apply_embedding
-from .epilogues import _apply_linear_gelu
+from .epilogues import _apply_linear_epilogue
 from .experts import _apply_experts
 from .fused import _apply_add_norm, _apply_residual_outputs, _apply_geglu, _apply_gelu_modules, _apply_swiglu_packed
 from .in_model import IN_MODEL, InModelChoice, recorded_in_model
@@ -49,7 +49,8 @@ _MODULE_APPLIERS = {
     "rotary_table": _apply_rotary_table,
     "add_rmsnorm:adds": _apply_residual_adds,
     "add_layernorm:adds": _apply_residual_adds,
-    "linear_gelu": _apply_linear_gelu,
+    "linear_gelu": _apply_linear_epilogue,
+    "linear_relu": _apply_linear_epilogue,
     "moe_experts": _apply_experts,
     "softcap": _apply_softcap,
     "moe_experts_gptoss": _apply_experts,
@@ -59,10 +60,10 @@ _MODULE_APPLIERS = {
 # fused MLP are left alone.  add_* after the plain norms: a norm module may take both (its
 # calls without a residual go to the plain norm op), so they do not mark modules done; nor do
 # ``<kind>:adds`` (a residual add written just before a plain norm, fused by rewriting the
-# forward that holds both: ``residuals``).  linear_gelu first: its probe runs the module's
-# children as they were (no op of ours yet), and it takes the GELU module and the linear before
-# the gelu and matmul appliers see them.
-_ORDER = ("linear_gelu", "add_rmsnorm:outputs", "add_layernorm:outputs", "rmsnorm", "layernorm", "add_rmsnorm", "add_layernorm",
+# forward that holds both: ``residuals``).  linear_gelu and linear_relu first: their probes run
+# the module's children as they were (no op of ours yet), and they take the activation module and
+# the linear before the gelu and matmul appliers see them.
+_ORDER = ("linear_gelu", "linear_relu", "add_rmsnorm:outputs", "add_layernorm:outputs", "rmsnorm", "layernorm", "add_rmsnorm", "add_layernorm",
           "add_rmsnorm:adds", "add_layernorm:adds",
           "gelu", "softmax", "cross_entropy", "fused_mlp", "swiglu", "geglu", "swiglu_packed", "embedding",
           "rotary_table", "moe_experts", "moe_experts_gptoss", "softcap", "matmul")

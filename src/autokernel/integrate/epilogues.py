@@ -1,16 +1,19 @@
-"""Applier for ``linear_gelu``: a module whose forward runs a biased linear, then a GELU
-activation module on its output, then (optionally) a chain of other children, each on the
-output of the one before (GPT-2's ``GPT2MLP``: ``c_fc``, ``act``, ``c_proj``, ``dropout``;
-BERT's ``BertIntermediate``: ``dense``, ``intermediate_act_fn``; ViT's ``ViTMLP``; BERT's
-``BertPredictionHeadTransform``: ``dense``, ``transform_act_fn``, ``LayerNorm``).  The linear
-and the GELU become one call of the op; the rest of the chain runs as it is.
+"""Appliers for the biased-linear epilogue kinds, ``linear_gelu`` and ``linear_relu`` (one code
+path; an ``Epilogue`` says which activation modules a kind takes and the op's arguments after
+the bias): a module whose forward runs a biased linear, then the activation module on its
+output, then (optionally) a chain of other children, each on the output of the one before
+(GPT-2's ``GPT2MLP``: ``c_fc``, ``act``, ``c_proj``, ``dropout``; BERT's ``BertIntermediate``:
+``dense``, ``intermediate_act_fn``; ViT's ``ViTMLP``; BERT's ``BertPredictionHeadTransform``:
+``dense``, ``transform_act_fn``, ``LayerNorm``).  The linear and the activation become one call
+of the op; the rest of the chain runs as it is.
 
 A module whose forward does more (BART's and Whisper's layers: attention, residual adds and
-``self.activation_fn(self.fc1(h))``; ConvNeXt's ``x = self.pwconv1(x); x = self.act(x)``) has
-its forward's source rewritten instead (``rewrite``): each such pair of its children, the GELU
-confirmed by a probe, calls ``linear_gelu_call``, which runs the op for the calls it was judged
-on and the two children otherwise.  The linear's output must feed only the GELU: the pair is
-matched only nested, or as two consecutive statements that reassign one name.
+``self.activation_fn(self.fc1(h))``; ConvNeXt's ``x = self.pwconv1(x); x = self.act(x)``; OPT's
+decoder layers, the same two statements with an ``nn.ReLU``) has its forward's source rewritten
+instead (``rewrite``): each such pair of its children, the activation confirmed by a probe,
+calls ``linear_epilogue_call``, which runs the op for the calls it was judged on and the two
+children otherwise.  The linear's output must feed only the activation: the pair is matched
+only nested, or as two consecutive statements that reassign one name.
 
 What the forward does is read from one probe call of the module's own forward on a small random
 input, with hooks on its children: every child runs once, the linear on the module's input, each
@@ -29,12 +32,13 @@ from __future__ import annotations
 import ast
 import inspect
 import types
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 import torch.nn as nn
 
-from ..recognize import biased_linear_dims, gelu_form
+from ..recognize import biased_linear_dims, gelu_form, is_relu_module
 from .patching import PROBE_TOLERANCE, _pick, _probe_input, _reference, _rel_error, _swap_class, rewrap
 from .rewrite import compile_forward, parse_forward, statement_lists
 from .selection import KernelOp
@@ -42,16 +46,38 @@ from .selection import KernelOp
 WEIGHT_NK = "_autokernel_weight_nk"
 
 
-def gelu_child(m: nn.Module) -> tuple[str, bool] | None:
-    """(name, tanh form) of ``m``'s one GELU activation child, when ``m`` also has a biased
-    linear child; which linear feeds it, and what comes after, is learnt by ``traced_chain``."""
-    if biased_linear_dims(m) is not None or gelu_form(m) is not None:
+@dataclass(frozen=True)
+class Epilogue:
+    """What sets one biased-linear epilogue kind apart.  ``forms(module)``: for an activation
+    module of the kind, the op's arguments after the bias that the probe may find it computes,
+    the one its class says first (GELU: ``(tanh,)``, then the other form); ``()`` for any other
+    module."""
+
+    kind: str
+    activation: str
+    forms: Callable[[nn.Module], tuple[tuple, ...]]
+
+
+def _gelu_forms(m: nn.Module) -> tuple[tuple, ...]:
+    tanh = gelu_form(m)
+    return () if tanh is None else ((tanh,), (not tanh,))
+
+
+EPILOGUES = {e.kind: e for e in (Epilogue("linear_gelu", "GELU", _gelu_forms),
+                                 Epilogue("linear_relu", "ReLU", lambda m: ((),) if is_relu_module(m) else ()))}
+
+
+def activation_child(m: nn.Module, ep: Epilogue) -> tuple[str, tuple] | None:
+    """(name, form its class says) of ``m``'s one activation child of ``ep``'s kind, when ``m``
+    also has a biased linear child; which linear feeds it, and what comes after, is learnt by
+    ``traced_chain``."""
+    if biased_linear_dims(m) is not None or ep.forms(m):
         return None
     children = dict(m.named_children())
-    acts = [n for n, c in children.items() if gelu_form(c) is not None]
+    acts = [n for n, c in children.items() if ep.forms(c)]
     if len(acts) != 1 or not any(biased_linear_dims(c) is not None for c in children.values()):
         return None
-    return acts[0], bool(gelu_form(children[acts[0]]))
+    return acts[0], ep.forms(children[acts[0]])[0]
 
 
 def traced_chain(m: nn.Module, x: torch.Tensor) -> list[str] | None:
@@ -81,7 +107,7 @@ def traced_chain(m: nn.Module, x: torch.Tensor) -> list[str] | None:
     return names
 
 
-def _epilogue_members(k: KernelOp, lin: str, tanh: bool, rest: tuple[str, ...], K: int, N: int, transposed: bool,
+def _epilogue_members(k: KernelOp, lin: str, form: tuple, rest: tuple[str, ...], K: int, N: int, transposed: bool,
                       base: type) -> dict[str, Any]:
     op, dtype = k.op, k.dtype
     base_forward = base.forward
@@ -91,7 +117,7 @@ def _epilogue_members(k: KernelOp, lin: str, tanh: bool, rest: tuple[str, ...], 
                 and x.dim() >= 1 and x.shape[-1] == K and x.numel() > 0):
             linear = getattr(self, lin)
             w = getattr(linear, WEIGHT_NK) if transposed else linear.weight
-            y = op(x.reshape(-1, K), w, linear.bias, tanh).reshape(*x.shape[:-1], N)
+            y = op(x.reshape(-1, K), w, linear.bias, *form).reshape(*x.shape[:-1], N)
             for name in rest:
                 y = getattr(self, name)(y)
             return y
@@ -100,44 +126,44 @@ def _epilogue_members(k: KernelOp, lin: str, tanh: bool, rest: tuple[str, ...], 
     return {"forward": forward}
 
 
-def _apply_linear_gelu(model, k, done, replaced, skipped, probed) -> None:
-    dtype = k.dtype
+def _apply_linear_epilogue(model, k, done, replaced, skipped, probed) -> None:
+    ep, dtype = EPILOGUES[k.kind], k.dtype
     for name, m in model.named_modules():
-        if id(m) in done or _pick([k], "linear_gelu", name) is None:
+        if id(m) in done or _pick([k], ep.kind, name) is None:
             continue
-        found = gelu_child(m)
+        found = activation_child(m, ep)
         if found is None:
             continue
-        act_name, tanh = found
+        act_name, named_form = found
         base = type(m)
         if any(c.weight.dtype != dtype or c.bias.dtype != dtype for c in m.children() if biased_linear_dims(c) is not None):
-            skipped.append((name, f"linear_gelu: linear weights and biases are not {dtype}"))
+            skipped.append((name, f"{ep.kind}: linear weights and biases are not {dtype}"))
             continue
         x, order = _trace_from_each_linear(m, act_name, dtype)
         if order is None:
-            if not _rewrite_calls(m, k, done, probed):
-                skipped.append((name, f"linear_gelu: {base.__name__}.forward is neither {act_name}(linear(x)) "
+            if not _rewrite_calls(m, k, ep, done, probed):
+                skipped.append((name, f"{ep.kind}: {base.__name__}.forward is neither {act_name}(linear(x)) "
                                       f"followed by a chain of children (probe) nor calls self.{act_name}(self.<linear>(...))"))
                 continue
-            replaced.append((name, "linear_gelu"))
+            replaced.append((name, ep.kind))
             continue
         lin = getattr(m, order[0])
         K, N, transposed = biased_linear_dims(lin)
         rest = tuple(order[2:])
-        key = (base, "linear_gelu", tanh, tuple(order))
-        if key not in probed:  # the form the class name says first, then the other one
-            probed[key] = next((form for form in (tanh, not tanh) if _chain_matches(m, x, lin, form, rest, transposed)),
-                               None)
+        key = (base, ep.kind, named_form, tuple(order))
+        if key not in probed:  # the form the class name says first, then the others
+            probed[key] = next((form for form in ep.forms(getattr(m, act_name))
+                                if _chain_matches(m, x, lin, ep.kind, form, rest, transposed)), None)
         if probed[key] is None:
-            skipped.append((name, f"linear_gelu: {base.__name__} computes something else (probe mismatch)"))
+            skipped.append((name, f"{ep.kind}: {base.__name__} computes something else (probe mismatch)"))
             continue
-        tanh = probed[key]
+        form = probed[key]
         if transposed:
             lin.register_buffer(WEIGHT_NK, lin.weight.detach().t().contiguous(), persistent=False)
-        _swap_class(m, ("linear_gelu", k.identity, order[0], tanh, rest, K, N, transposed),
-                    _epilogue_members(k, order[0], tanh, rest, K, N, transposed, base))
+        _swap_class(m, (ep.kind, k.identity, order[0], form, rest, K, N, transposed),
+                    _epilogue_members(k, order[0], form, rest, K, N, transposed, base))
         done.update({id(m), id(lin), id(getattr(m, act_name))})
-        replaced.append((name, "linear_gelu"))
+        replaced.append((name, ep.kind))
 
 
 def _trace_from_each_linear(m: nn.Module, act_name: str, dtype: torch.dtype) -> tuple[torch.Tensor, list[str] | None]:
@@ -153,13 +179,13 @@ def _trace_from_each_linear(m: nn.Module, act_name: str, dtype: torch.dtype) -> 
     return x, None
 
 
-def _chain_matches(m: nn.Module, x: torch.Tensor, lin: nn.Module, tanh: bool, rest: tuple[str, ...],
+def _chain_matches(m: nn.Module, x: torch.Tensor, lin: nn.Module, kind: str, form: tuple, rest: tuple[str, ...],
                    transposed: bool) -> bool:
     """Does the module's own forward compute the reference (on the [N, K] weight), then ``rest``?"""
     with torch.no_grad():
         got = type(m).forward(m, x)
         w = lin.weight.t() if transposed else lin.weight
-        want = _reference("linear_gelu")(x, w, lin.bias, tanh)
+        want = _reference(kind)(x, w, lin.bias, *form)
         for name in rest:
             want = getattr(m, name)(want)
     if not isinstance(got, torch.Tensor) or got.shape != want.shape:
@@ -168,19 +194,24 @@ def _chain_matches(m: nn.Module, x: torch.Tensor, lin: nn.Module, tanh: bool, re
 
 
 # ------------------------------------------------------------------ act(linear(x)) inside a longer forward
-CALL_HELPER = "_autokernel_linear_gelu"  # the name a rewritten forward calls ``linear_gelu_call`` by
-PAIRS = "_autokernel_linear_gelu_pairs"  # on the class: (linear, act) -> what the op needs
+CALL_HELPER = "_autokernel_linear_epilogue"  # the name a rewritten forward calls ``linear_epilogue_call`` by
 
 
-def linear_gelu_call(module: nn.Module, lin_name: str, act_name: str, x: Any) -> Any:
-    """``module.<act>(module.<lin>(x))``, through the op for the calls it was judged on."""
+def pairs_attribute(kind: str) -> str:
+    """The class attribute of a rewritten forward's pairs of ``kind``: (linear, act) -> what the op
+    needs (one per kind: a class rewritten for one kind and then another keeps both)."""
+    return f"_autokernel_{kind}_pairs"
+
+
+def linear_epilogue_call(module: nn.Module, kind: str, lin_name: str, act_name: str, x: Any) -> Any:
+    """``module.<act>(module.<lin>(x))``, through ``kind``'s op for the calls it was judged on."""
     lin = getattr(module, lin_name)
-    fused = getattr(type(module), PAIRS, {}).get((lin_name, act_name))
+    fused = getattr(type(module), pairs_attribute(kind), {}).get((lin_name, act_name))
     if (fused is not None and isinstance(x, torch.Tensor) and x.dtype == fused[1] and x.dim() >= 1
             and x.shape[-1] == fused[3] and x.numel() > 0):
-        op, _, tanh, K, N, transposed = fused
+        op, _, form, K, N, transposed = fused
         w = getattr(lin, WEIGHT_NK) if transposed else lin.weight
-        return op(x.reshape(-1, K), w, lin.bias, tanh).reshape(*x.shape[:-1], N)
+        return op(x.reshape(-1, K), w, lin.bias, *form).reshape(*x.shape[:-1], N)
     return getattr(module, act_name)(lin(x))
 
 
@@ -193,16 +224,17 @@ def _self_call(node: ast.AST, self_name: str) -> tuple[str, ast.expr] | None:
     return None
 
 
-def _helper_call(self_name: str, lin: str, act: str, arg: ast.expr) -> ast.Call:
+def _helper_call(self_name: str, kind: str, lin: str, act: str, arg: ast.expr) -> ast.Call:
     return ast.Call(func=ast.Name(CALL_HELPER, ast.Load()),
-                    args=[ast.Name(self_name, ast.Load()), ast.Constant(lin), ast.Constant(act), arg], keywords=[])
+                    args=[ast.Name(self_name, ast.Load()), ast.Constant(kind), ast.Constant(lin), ast.Constant(act), arg],
+                    keywords=[])
 
 
 class _ActOfLinear(ast.NodeTransformer):
     """``self.<act>(self.<lin>(e))`` -> the helper's call (BART's and Whisper's layers)."""
 
-    def __init__(self, self_name: str, pairs: set[tuple[str, str]]):
-        self.self_name, self.pairs, self.found = self_name, pairs, set()
+    def __init__(self, self_name: str, kind: str, pairs: set[tuple[str, str]]):
+        self.self_name, self.kind, self.pairs, self.found = self_name, kind, pairs, set()
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
@@ -210,13 +242,13 @@ class _ActOfLinear(ast.NodeTransformer):
         inner = _self_call(outer[1], self.self_name) if outer else None
         if inner is not None and (inner[0], outer[0]) in self.pairs:
             self.found.add((inner[0], outer[0]))
-            return _helper_call(self.self_name, inner[0], outer[0], inner[1])
+            return _helper_call(self.self_name, self.kind, inner[0], outer[0], inner[1])
         return node
 
 
-def _fuse_consecutive(body: list[ast.stmt], self_name: str, pairs: set[tuple[str, str]], found: set) -> None:
+def _fuse_consecutive(body: list[ast.stmt], self_name: str, kind: str, pairs: set[tuple[str, str]], found: set) -> None:
     """``v = self.<lin>(e)`` directly followed by ``v = self.<act>(v)`` -> ``v = helper(...)``
-    (ConvNeXt's layer)."""
+    (ConvNeXt's and OPT's layers)."""
     i = 0
     while i + 1 < len(body):
         first, second = body[i], body[i + 1]
@@ -224,7 +256,7 @@ def _fuse_consecutive(body: list[ast.stmt], self_name: str, pairs: set[tuple[str
         act = _self_call(second.value, self_name) if _assigns_one_name(second) else None
         if (lin and act and (lin[0], act[0]) in pairs and first.targets[0].id == second.targets[0].id
                 and isinstance(act[1], ast.Name) and act[1].id == first.targets[0].id):
-            first.value = _helper_call(self_name, lin[0], act[0], lin[1])
+            first.value = _helper_call(self_name, kind, lin[0], act[0], lin[1])
             del body[i + 1]
             found.add((lin[0], act[0]))
         i += 1
@@ -234,9 +266,10 @@ def _assigns_one_name(stmt: ast.stmt) -> bool:
     return isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
 
 
-def _rewrite_calls(m: nn.Module, k: KernelOp, done: set[int], probed: dict) -> bool:
-    """Rewrite ``m``'s forward so that each ``act(linear(x))`` of its children (a biased linear, a
-    GELU module that the probe confirms) calls the op; False when none is found."""
+def _rewrite_calls(m: nn.Module, k: KernelOp, ep: Epilogue, done: set[int], probed: dict) -> bool:
+    """Rewrite ``m``'s forward so that each ``act(linear(x))`` of its children (a biased linear, an
+    activation module of ``ep``'s kind that the probe confirms) calls the op; False when none is
+    found."""
     children = dict(m.named_children())
     pairs = {}
     for lin_name, lin in children.items():
@@ -244,13 +277,14 @@ def _rewrite_calls(m: nn.Module, k: KernelOp, done: set[int], probed: dict) -> b
         if dims is None or id(lin) in done or lin.weight.dtype != k.dtype or lin.bias.dtype != k.dtype:
             continue
         for act_name, act in children.items():
-            if gelu_form(act) is None or id(act) in done:
+            forms = ep.forms(act)
+            if not forms or id(act) in done:
                 continue
-            key = (type(lin), type(act), gelu_form(act), dims[2], "linear_gelu call")
+            key = (type(lin), type(act), forms[0], dims[2], f"{ep.kind} call")
             if key not in probed:
                 x = _probe_input(dims[0], m, k.dtype)
-                probed[key] = next((form for form in (gelu_form(act), not gelu_form(act))
-                                    if _pair_matches(lin, act, x, form, dims[2])), None)
+                probed[key] = next((form for form in forms if _pair_matches(lin, act, x, ep.kind, form, dims[2])),
+                                   None)
             if probed[key] is not None:
                 pairs[(lin_name, act_name)] = (k.op, k.dtype, probed[key], *dims)
     if not pairs:
@@ -263,11 +297,11 @@ def _rewrite_calls(m: nn.Module, k: KernelOp, done: set[int], probed: dict) -> b
     tree, fdef = parsed
     self_name, found = fdef.args.args[0].arg, set()
     for body in list(statement_lists(fdef)):
-        _fuse_consecutive(body, self_name, set(pairs), found)
-    visitor = _ActOfLinear(self_name, set(pairs))
+        _fuse_consecutive(body, self_name, ep.kind, set(pairs), found)
+    visitor = _ActOfLinear(self_name, ep.kind, set(pairs))
     visitor.visit(fdef)
     found |= visitor.found
-    new_forward = rewrap(cls.forward, compile_forward(inner, tree, {CALL_HELPER: linear_gelu_call})) if found else None
+    new_forward = rewrap(cls.forward, compile_forward(inner, tree, {CALL_HELPER: linear_epilogue_call})) if found else None
     if new_forward is None:
         return False
     used = {pair: pairs[pair] for pair in sorted(found)}
@@ -276,13 +310,13 @@ def _rewrite_calls(m: nn.Module, k: KernelOp, done: set[int], probed: dict) -> b
         if used[(lin_name, act_name)][-1] and WEIGHT_NK not in lin._buffers:  # GPT-2's Conv1D: [K, N] stored
             lin.register_buffer(WEIGHT_NK, lin.weight.detach().t().contiguous(), persistent=False)
         done.update({id(lin), id(children[act_name])})
-    _swap_class(m, ("linear_gelu calls", k.identity, tuple(sorted(used.items(), key=lambda kv: kv[0]))),
-                {"forward": new_forward, PAIRS: used})
+    _swap_class(m, (f"{ep.kind} calls", k.identity, tuple(sorted(used.items(), key=lambda kv: kv[0]))),
+                {"forward": new_forward, pairs_attribute(ep.kind): used})
     return True
 
 
-def _pair_matches(lin: nn.Module, act: nn.Module, x: torch.Tensor, tanh: bool, transposed: bool) -> bool:
+def _pair_matches(lin: nn.Module, act: nn.Module, x: torch.Tensor, kind: str, form: tuple, transposed: bool) -> bool:
     with torch.no_grad():
         got = act(lin(x))
-        want = _reference("linear_gelu")(x, lin.weight.t() if transposed else lin.weight, lin.bias, tanh)
+        want = _reference(kind)(x, lin.weight.t() if transposed else lin.weight, lin.bias, *form)
     return got.shape == want.shape and _rel_error(want, got) <= PROBE_TOLERANCE.get(x.dtype, 1e-4)
