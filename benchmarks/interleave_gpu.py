@@ -42,11 +42,12 @@ RUN_ONE = (
 
 
 def kernels(folder: Path) -> dict[str, Path]:
-    from counter_edits import ATTACKS, INTERLEAVED_EDITS, write_edits
+    from counter_edits import ATTACKS, INTERLEAVED_EDITS, LATE_EDITS, write_edits
 
     edits = {name: pairs for name, pairs in INTERLEAVED_EDITS.items() if name != "waits_for_nobody"}
     write_edits(folder, edits)
-    found = {name: folder / f"{name}.py" for name in edits}
+    write_edits(folder, LATE_EDITS, "reduce_interleave_long_delay.py")
+    found = {name: folder / f"{name}.py" for name in (*edits, *LATE_EDITS)}
     for path in sorted(ATTACKS.glob("reduce_interleave_*.py")):
         found[path.stem.replace("reduce_interleave_", "")] = path
     for name in ("honest_reduce_pass13_lookback_ticket", "honest_reduce_lookback_atomic_poll"):
@@ -59,10 +60,14 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--launches", type=int, default=200, help="launches per row count")
     ap.add_argument("--timeout", type=float, default=40.0, help="seconds per kernel")
+    ap.add_argument("--only", default="", help="comma-separated kernel names (all where empty)")
     args = ap.parse_args()
+    only = {name for name in args.only.split(",") if name}
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, path in kernels(Path(tmp)).items():
+            if only and name not in only:
+                continue
             try:
                 done = subprocess.run([sys.executable, "-c", RUN_ONE, str(path), str(args.launches)],
                                       capture_output=True, text=True, timeout=args.timeout,

@@ -51,7 +51,7 @@ from pathlib import Path
 
 FUSED_KINDS = ["add_rmsnorm", "add_layernorm", "gelu", "geglu", "swiglu_packed", "embedding", "rotary_table",
                "attention_masked", "attention_softcap", "softcap", "moe_experts_gptoss", "attention_sinks",
-               "rotary_interleaved"]
+               "rotary_interleaved", "linear_relu"]
 LLAMA_4096 = "dim=4096,n_layers=4,n_heads=32,n_kv_heads=8,hidden_dim=11008,vocab_size=32000"
 # Mixtral-shaped at a quarter of 8x7B's widths (8 experts, 2 a token), 4 layers
 MIXTRAL_QUARTER = ("hidden_size=1024,intermediate_size=3584,num_hidden_layers=4,num_attention_heads=8,"
@@ -62,7 +62,9 @@ GPU_MODELS = [("llama", LLAMA_4096, "4x1024"), ("hf:gpt2", None, "4x512"), ("hf:
               ("hf:gemma2", "num_hidden_layers=4", "4x1024"),
               # t5-small (the default config: d_model 512, 6 layers a stack, 8 heads): its attention with the
               # position bias folded into the mask (attention_masked, nineteenth session)
-              ("hf:t5", None, "4x512")]
+              ("hf:t5", None, "4x512"),
+              # OPT-125m's widths (the default config: hidden 768, 12 layers, fc1 768 -> 3072 with its ReLU)
+              ("hf:opt", None, "4x512")]
 CPU_MODELS = [("llama", "n_layers=1", "1x8"), ("hf:gpt2", "n_embd=64,n_layer=1,n_head=2,vocab_size=512", "1x8"),
               ("hf:bert", "hidden_size=64,num_hidden_layers=1,num_attention_heads=2,intermediate_size=128,vocab_size=512",
                "1x8"),
@@ -70,7 +72,9 @@ CPU_MODELS = [("llama", "n_layers=1", "1x8"), ("hf:gpt2", "n_embd=64,n_layer=1,n
                              "num_key_value_heads=2,vocab_size=128,num_local_experts=4", "1x8"),
               ("hf:gemma2", "hidden_size=64,num_hidden_layers=1,num_attention_heads=4,num_key_value_heads=2,head_dim=16,"
                             "intermediate_size=128,vocab_size=128", "1x8"),
-              ("hf:t5", "d_model=32,num_layers=1,num_heads=2,d_ff=64,d_kv=16,vocab_size=128", "1x8")]
+              ("hf:t5", "d_model=32,num_layers=1,num_heads=2,d_ff=64,d_kv=16,vocab_size=128", "1x8"),
+              ("hf:opt", "hidden_size=64,num_hidden_layers=1,num_attention_heads=2,ffn_dim=128,word_embed_proj_dim=64,"
+                         "vocab_size=128", "1x8")]
 
 
 def liger_op(kind: str):
@@ -376,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cuda-graphs", action="store_true", help="verify the patched models in CUDA-graph mode")
     ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs",
                     help="torch.compile mode of the baselines ('default' compiles faster)")
-    ap.add_argument("--models", default="", help="comma-separated subset of llama,hf:gpt2,hf:bert,hf:mixtral,hf:gemma2,hf:t5 ('none': no model)")
+    ap.add_argument("--models", default="", help="comma-separated subset of llama,hf:gpt2,hf:bert,hf:mixtral,hf:gemma2,hf:t5,hf:opt "
+                    "('none': no model)")
     ap.add_argument("--skip-fused", action="store_true", help="models only, not the fused kinds")
     ap.add_argument("--kinds", default="", help=f"comma-separated subset of the fused kinds ({','.join(FUSED_KINDS)})")
     ap.add_argument("--under-compile", default="auto", choices=UNDER_COMPILE,

@@ -79,6 +79,8 @@
 #                                               # mode against max-autotune without the output copy
 #   bash benchmarks/pending_gpu.sh twentysecond OUT # the CPU judge's half-precision emulation against a GPU
 #   bash benchmarks/pending_gpu.sh twentythird OUT  # the interleaved attacks and honest look-backs on a GPU
+#   bash benchmarks/pending_gpu.sh twentyfourth OUT  # linear_relu's starter judged and timed; the late counts on a GPU
+#   bash benchmarks/pending_gpu.sh twentyfourth_b OUT  # hf:opt in graph mode against max-autotune
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
@@ -342,6 +344,21 @@ twentyfirst)  # hf:gemma2 in graph mode against max-autotune's CUDA graphs, veri
 twentythird)  # the kernels the CPU judge now runs interleaved (harness/interpreter_interleave.py), on a GPU:
     # how often is each wrong at 4, 256 and 4096 rows? (the attacks should be, the honest look-backs never)
     step interleave 540 python benchmarks/interleave_gpu.py --out "$out/interleave" --launches 200 --timeout 40
+    ;;
+twentyfourth)  # linear_relu (OPT's fc1 + ReLU, new this session): its starter through the GPU judge, its knobs beside
+    # eager and torch.compile at OPT-125m's and OPT-1.3b's shapes; pass 19's late counts on a GPU
+    step relu_judge 150 python benchmarks/judge_smoke_gpu.py --out "$out/relu_judge" --budget 140 \
+        --kinds linear_relu --attacks ""
+    step knobs_relu_125m 100 python benchmarks/starter_knobs_gpu.py --kind linear_relu --shape 0 \
+        --out "$out/knobs_relu" --configs-file benchmarks/knob_sets/linear_relu.json
+    step knobs_relu_1_3b 100 python benchmarks/starter_knobs_gpu.py --kind linear_relu --shape 2 \
+        --out "$out/knobs_relu" --configs-file benchmarks/knob_sets/linear_relu.json
+    step late_counts 120 python benchmarks/interleave_gpu.py --out "$out/late" --launches 200 --timeout 40 \
+        --only late_count,late_count_atomic_partials,long_delay
+    ;;
+twentyfourth_b)  # hf:opt (OPT-125m's widths, 4x512 tokens) in graph mode against torch.compile's max-autotune
+    step opt_graphs 420 python benchmarks/models_gpu.py --out "$out/opt_graphs" --skip-fused --cuda-graphs \
+        --compile-mode max-autotune --models hf:opt --max-minutes 6.5
     ;;
 twentysecond)  # the CPU judge's half-precision emulation (harness/interpreter_half.py) against what a GPU computes:
     # the two fp16-accumulating edits judged on the GPU, fp16 tl.sum of cancelling rows, bf16 arithmetic in a kernel
