@@ -237,6 +237,13 @@ class LaunchMemory:
         self.poll_unmet = False  # a tl.atomic_poll whose program must poll again
         self.held_on_store: int | None = None  # the program to suspend after each of its stores
         self.store_ran = False  # a store of that program, since ``take_store`` last asked
+        # sites (``interpreter_interleave``: each call in a jit function's source has a number)
+        self.site = 0  # of the builtin call running
+        self.sites_read: dict = {}  # a kernel -> {a site whose writes another program read: most calls a program made there}
+        self.watched: dict[int, int] = {}  # the running kernel's learned sites -> most calls a program made there
+        self.runs: dict[tuple[int, int], int] = {}  # (program, watched site) -> its calls there so far
+        self.hold_site: tuple[int, int, int] | None = None  # (program, site, call) to hold the program before
+        self.read_sites: set[int] = set()  # sites of this launch whose writes another program read
         self.written: list[np.ndarray] = []
         self.reads: list[tuple[np.ndarray, bytes]] = []
         self.new_launch()
@@ -251,8 +258,28 @@ class LaunchMemory:
         ran, self.store_ran = self.store_ran, False
         return ran
 
+    def reached(self, site: int) -> bool:
+        """The running program is at a call of a watched ``site``: whether it is held there."""
+        key = (self.program, site)
+        self.runs[key] = calls = self.runs.get(key, 0) + 1
+        if calls > self.watched[site]:
+            self.watched[site] = calls
+        return self.hold_site == (self.program, site, calls)
+
+    def learn_sites(self, kernel) -> None:
+        """At a launch's end: the sites whose writes another program read, for ``kernel``'s next
+        launches (with the most calls one program made at each, where watched)."""
+        learned = self.sites_read.setdefault(kernel, {})
+        for site in self.read_sites:
+            learned[site] = max(learned.get(site, 0), self.watched.get(site, 0))
+        for site, calls in self.watched.items():
+            if site in learned:
+                learned[site] = max(learned[site], calls)
+        self.watched, self.runs = {}, {}
+        self.read_sites = set()
+
     def new_launch(self) -> None:
-        self.pages: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.pages: dict[int, tuple[np.ndarray, ...]] = {}
         self.low, self.high = np.iinfo(np.int64).max, -1
         self.clock = 0
         self.atomics: dict[int, list[tuple[int, np.ndarray, np.ndarray]]] = {}  # (clock, released, acquired)
@@ -265,11 +292,13 @@ class LaunchMemory:
         self.clock += 1
         self.atomics.setdefault(self.program, []).append((self.clock, np.unique(released), np.unique(acquired)))
 
-    def stored(self, addresses: np.ndarray, atomic: bool = False, kept=None) -> np.ndarray:
+    def stored(self, addresses: np.ndarray, atomic: bool = False, kept=None,
+               sites_of_others: set | None = None) -> np.ndarray:
         """Record a store of ``addresses`` (``atomic``: an atomic's write); returns which of them
-        another program of the launch had stored before.  ``kept``, given those, says which of
-        them keep their writer (a store of the bits already there: a reader ordered after the
-        first writer reads those bits whoever stored them since; it may raise instead)."""
+        another program of the launch had stored before (their sites go into ``sites_of_others``
+        where given).  ``kept``, given those, says which of them keep their writer (a store of the
+        bits already there: a reader ordered after the first writer reads those bits whoever
+        stored them since; it may raise instead)."""
         self.clock += 1
         overwritten = np.zeros(addresses.shape, dtype=bool)
         if addresses.size == 0:
@@ -279,18 +308,33 @@ class LaunchMemory:
         for page, lanes, offsets in _by_page(addresses):
             entry = self.pages.setdefault(page, (np.full(1 << PAGE_BITS, -1, np.int64),
                                                  np.zeros(1 << PAGE_BITS, np.int64),
-                                                 np.zeros(1 << PAGE_BITS, bool)))
+                                                 np.zeros(1 << PAGE_BITS, bool),
+                                                 np.zeros(1 << PAGE_BITS, np.int64)))
             before = entry[0][offsets]
-            overwritten[lanes] = (before >= 0) & (before != self.program)
+            foreign = (before >= 0) & (before != self.program)
+            overwritten[lanes] = foreign
+            if sites_of_others is not None and foreign.any():
+                sites_of_others.update(np.unique(entry[3][offsets][foreign]).tolist())
             pages.append((entry, lanes, offsets))
         keep = kept(overwritten) if kept is not None and overwritten.any() else None
-        for (owner, when, by_atomic), lanes, offsets in pages:
+        for (owner, when, by_atomic, site), lanes, offsets in pages:
             if keep is not None:
                 offsets = offsets[~keep[lanes]]
             owner[offsets] = self.program
             when[offsets] = self.clock
             by_atomic[offsets] = atomic
+            site[offsets] = self.site
         return overwritten
+
+    def foreign_sites(self, addresses: np.ndarray) -> set[int]:
+        """The sites of the writes of other programs of the launch at ``addresses``."""
+        found: set[int] = set()
+        for page, _, offsets in _by_page(addresses) if addresses.size else ():
+            if page in self.pages:
+                owner, _, _, sites = self.pages[page]
+                foreign = (owner[offsets] >= 0) & (owner[offsets] != self.program)
+                found.update(np.unique(sites[offsets][foreign]).tolist())
+        return found
 
     def may_overlap(self, pointers: np.ndarray, width: int) -> bool:
         """Whether ``pointers`` to elements of ``width`` bytes (masked lanes included) reach the
@@ -323,11 +367,13 @@ class LaunchMemory:
         for page, _, offsets in _by_page(addresses):
             if page not in self.pages:
                 continue
-            owner, when, by_atomic = self.pages[page]
+            owner, when, by_atomic, sites = self.pages[page]
             writers, stamps = owner[offsets], when[offsets]
             foreign = (writers >= 0) & (writers != self.program)
             if atomic:
                 foreign &= ~by_atomic[offsets]
+            elif self.tracking and foreign.any():
+                self.read_sites.update(np.unique(sites[offsets][foreign]).tolist())
             for writer, stamp in zip(writers[foreign].tolist(), stamps[foreign].tolist()):
                 latest[writer] = max(stamp, latest.get(writer, 0))
         for writer, stamp in latest.items():
@@ -421,6 +467,7 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
         def atomic(self, *args):
             sem, scope = args[-2], args[-1]  # (..., sem, scope) for every atomic of the builder
             ptrs, mask = args[pointer_at], args[mask_at] if mask_at is not None else None
+            read_from: set[int] = set()  # the sites of other programs' writes it read (while tracked)
             sem_name = getattr(sem, "name", "")
             relaxed = sem_name == "RELAXED"
             writes_only = name == "create_atomic_store" or (
@@ -432,8 +479,11 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
             else:  # its read sees what came before it; its release publishes its own write too
                 if reads:  # an exchange returns what was there
                     load_check(ptrs, mask, atomic=True)
+                learn = reads and memory.tracking
                 if writes:
-                    memory.stored(_bytes(ptrs, mask), atomic=True)
+                    memory.stored(_bytes(ptrs, mask), atomic=True, sites_of_others=read_from if learn else None)
+                elif learn and memory.pages:
+                    read_from = memory.foreign_sites(_bytes(ptrs, mask))
             block = getattr(scope, "name", "") == "CTA"
             releases = not relaxed and writes and not block and sem_name in ("RELEASE", "ACQUIRE_RELEASE")
             acquires = not relaxed and reads and not block and sem_name in ("ACQUIRE", "ACQUIRE_RELEASE")
@@ -460,6 +510,7 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
                 else:  # it changed nothing: what it read is still there (``before``, where taken)
                     read = before if before is not None else raw_values(self, ptrs, mask)
                     memory.reads.append((_bytes(ptrs, mask), np.ascontiguousarray(read).tobytes()))
+                    memory.read_sites.update(read_from)  # a read, not an update: what it read was data
             return result
 
         atomic.__qualname__ = f"{builder.__qualname__}.{name}"

@@ -12,9 +12,11 @@ writer had finished when the reader arrived).  And a program waiting on a later 
 Here the programs of a launch take turns, each running from one atomic to the next (its first
 turn from its start): on half the launches each turn goes to the awake program of highest random
 priority, which drops to the last rank at a few random turns, on the others it is drawn evenly;
-on half, one program is parked after one of its turns until the others end or sleep, on half one
-is held so right after one of its stores (before any atomic that could publish it), and on a
-quarter only a few programs run at once, started in the grid's order (``_Turns``).  The
+on half, one program is parked after one of its turns until the others end or sleep; on three
+quarters one is held so, right after one of its stores (before any atomic could publish it) or
+right before a call at a site (a call in the kernel's source) whose writes another program read
+in an earlier launch; and on a quarter only a few programs run at once, started in the grid's
+order (``_Turns``).  The
 interpreter's rewrite of every jitted function also makes a generator of it: each call in its
 body goes through ``suspending_call``, which suspends the program (a ``yield``) once an atomic has
 run, polls again at the next turn where a ``tl.atomic_poll`` is unmet, and calls jitted callees as
@@ -28,6 +30,7 @@ from __future__ import annotations
 import ast
 import copy
 import inspect
+import itertools
 
 import numpy as np
 
@@ -43,13 +46,16 @@ class NotCompiledError(SyntaxError):
     suspend inside)."""
 
 
+_SITES = itertools.count(1)  # each call of every jit function's body: a number of its own (its site)
+
+
 class _Suspending(ast.NodeTransformer):
-    """Each call ``f(a, k=v)`` of a function's body becomes ``(yield from CALL(f, a, k=v))``."""
+    """Each call ``f(a, k=v)`` of a function's body becomes ``(yield from CALL(site, f, a, k=v))``."""
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         node = self.generic_visit(node)
-        call = ast.Call(func=ast.Name(id=CALL, ctx=ast.Load()), args=[node.func, *node.args],
-                        keywords=node.keywords)
+        call = ast.Call(func=ast.Name(id=CALL, ctx=ast.Load()),
+                        args=[ast.Constant(value=next(_SITES)), node.func, *node.args], keywords=node.keywords)
         return ast.copy_location(ast.YieldFrom(value=ast.copy_location(call, node)), node)
 
 
@@ -91,7 +97,7 @@ def install(interpreter, memory, rng, raw_set_grid_idx) -> bool:
     programs: dict = {}  # a rewritten jit function -> its generator variant
     patch_lang = interpreter._patch_lang
 
-    def suspending_call(f, *args, **kwargs):
+    def suspending_call(site, f, *args, **kwargs):
         if memory.take_atomic():
             yield  # an atomic ran outside a call this program suspends at (a builtin called by Triton)
         variant = None
@@ -99,11 +105,15 @@ def install(interpreter, memory, rng, raw_set_grid_idx) -> bool:
             patch_lang(f.fn)
             variant = programs.get(f.rewrite())
         if variant is None:
+            if site in memory.watched and memory.reached(site):
+                yield AT_SITE  # held here, before the call (a store or an atomic write another program read)
+            memory.site = site
             result = f(*args, **kwargs)
             while memory.poll_unmet:  # a tl.atomic_poll not met: poll again at the next turn
                 memory.poll_unmet = False
                 memory.take_atomic()
                 yield
+                memory.site = site
                 result = f(*args, **kwargs)
         else:
             try:
@@ -186,7 +196,7 @@ def _interleaved(fn, variant, builder, memory, rng, raw_set_grid_idx, launch):
         try:
             if started[0] == _programs(builder):
                 started[0] = 0
-                _Turns(pending, builder, memory, rng, raw_set_grid_idx, launch["cooperative"]).run()
+                _Turns(pending, builder, memory, rng, raw_set_grid_idx, launch["cooperative"], variant).run()
         except BaseException:
             started[0] = 0
             for _, _, generator in pending:
@@ -206,9 +216,11 @@ CHANGE_POINTS = 3  # turns, drawn among the first 3 a program, after which the r
 DEMOTE = 0.01  # and after any turn, so that no spin holds the first rank for ever
 PARK = 0.5  # the launches on which one program is parked after a turn
 PARK_TURNS = 32  # that turn, drawn from 1 to this many, the first ones likelier (``_early``)
-HOLD = 0.5  # the launches on which one program is held after one of its stores
-HOLD_STORES = 16  # that store, drawn likewise
+HOLD = 0.75  # the launches on which one program is held, after one of its stores or at a site
+HOLD_AT_SITE = 2 / 3  # of those, where the kernel has sites learned: held at one of them
+HOLD_STORES = 16  # the store held after, drawn from 1 to this many, the first ones likelier
 STORED = "stored"  # what a program held on its stores yields after each (its turn goes on unless held)
+AT_SITE = "at site"  # what a program yields where it is held at a site
 RESIDENCY = 0.25  # the launches on which at most half the programs (a number drawn) run at once
 DEADLOCK_WAKES = 1000  # a loop of 2000 atomics that change nothing, and nothing else, would be taken for one
 
@@ -229,7 +241,8 @@ class _Turns:
     with no write between, the launch is deadlocked.  Parking, holding and residency are drawn per
     launch, as the comments in ``__init__`` say."""
 
-    def __init__(self, pending: list, builder, memory, rng, raw_set_grid_idx, cooperative: bool = False) -> None:
+    def __init__(self, pending: list, builder, memory, rng, raw_set_grid_idx, cooperative: bool = False,
+                 kernel=None) -> None:
         # residency: on some launches only a few programs run at once, the others starting in the
         # grid's order as those end (a GPU holds so many; programs that wait on ones not started
         # hang it: red-team pass 17's first chunk waiting for the later ones, right at 256 rows on
@@ -265,12 +278,25 @@ class _Turns:
         # the turns a program is parked after): on some launches one program, drawn, is parked
         # right after one of its stores (the stores counted, not the turns), before any atomic
         # that could publish it.  Its reader, however it delays, finds that store unpublished
-        # (a ``RaceError``) or not made, wherever the program counts
-        memory.held_on_store = None
+        # (a ``RaceError``) or not made, wherever the program counts.  Where earlier launches of
+        # the kernel showed sites (calls in its source) whose writes another program read (a
+        # plain load, or an atomic that changed nothing), the program is held on most such
+        # launches right before its n-th call at one of them, n drawn up to the most calls one
+        # program made there: a partial written by an atomic exchange has no store to hold after,
+        # and its reader reads it before it is written
+        self.kernel = kernel
+        learned = memory.sites_read.get(kernel, {})
+        memory.held_on_store = memory.hold_site = None
+        memory.watched = dict.fromkeys(learned, 0)
         if pending and rng.random() < HOLD:
             held = pending[int(rng.integers(len(pending)))]
-            self.hold = (id(held), _early(rng, HOLD_STORES))
-            memory.held_on_store = held[0]
+            if learned and rng.random() < HOLD_AT_SITE:
+                site = sorted(learned)[int(rng.integers(len(learned)))]
+                runs = learned[site]
+                memory.hold_site = (held[0], site, int(rng.integers(1, runs + 1)) if runs else _early(rng, HOLD_STORES))
+            else:
+                self.hold = (id(held), _early(rng, HOLD_STORES))
+                memory.held_on_store = held[0]
         self.stores_of: dict[int, int] = {}
         self.turns_of: dict[int, int] = {}
         self.turns = 0
@@ -317,7 +343,7 @@ class _Turns:
                     self.polled.pop(id(turn), None)
                     if self.unstarted:
                         self.awake.append(self.unstarted.pop())
-                elif signal is STORED:
+                elif signal is STORED or signal is AT_SITE:
                     self.awake.remove(turn)
                     self.parked.append(turn)
                 else:
@@ -335,9 +361,10 @@ class _Turns:
                         self._wake_readers(np.concatenate(memory.written))
         finally:
             memory.tracking = False
-            memory.held_on_store = None
+            memory.held_on_store = memory.hold_site = None
             memory.store_ran = False
             memory.written.clear()
+            memory.learn_sites(self.kernel)
 
     def _held(self, turn: list) -> bool:
         """Whether ``turn``'s program, just past a store, is held there (its drawn store)."""
