@@ -356,9 +356,12 @@ twentyfourth)  # linear_relu (OPT's fc1 + ReLU, new this session): its starter t
     step late_counts 120 python benchmarks/interleave_gpu.py --out "$out/late" --launches 200 --timeout 40 \
         --only late_count,late_count_atomic_partials,long_delay
     ;;
-twentyfourth_b)  # hf:opt (OPT-125m's widths, 4x512 tokens) in graph mode against torch.compile's max-autotune
+twentyfourth_b)  # hf:opt (OPT-125m's widths, 4x512 tokens) in graph mode against torch.compile's max-autotune; the
+    # linear_relu knobs at its fc1 shape (M = 2048: twentyfourth's default took pointers at M = 4096, descriptors won)
+    step knobs_relu_opt_2048 80 python benchmarks/starter_knobs_gpu.py --kind linear_relu --shape 0 \
+        --out "$out/knobs_relu" --configs-file benchmarks/knob_sets/linear_relu.json --shape-json '{"M": 2048}'
     step opt_graphs 420 python benchmarks/models_gpu.py --out "$out/opt_graphs" --skip-fused --cuda-graphs \
-        --compile-mode max-autotune --models hf:opt --max-minutes 6.5
+        --compile-mode max-autotune --models hf:opt --max-minutes 6
     ;;
 twentysecond)  # the CPU judge's half-precision emulation (harness/interpreter_half.py) against what a GPU computes:
     # the two fp16-accumulating edits judged on the GPU, fp16 tl.sum of cancelling rows, bf16 arithmetic in a kernel
