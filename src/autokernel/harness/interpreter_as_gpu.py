@@ -271,10 +271,9 @@ class LaunchMemory:
         launches (with the most calls one program made at each, where watched)."""
         learned = self.sites_read.setdefault(kernel, {})
         for site in self.read_sites:
-            learned[site] = max(learned.get(site, 0), self.watched.get(site, 0))
-        for site, calls in self.watched.items():
-            if site in learned:
-                learned[site] = max(learned[site], calls)
+            learned.setdefault(site, 0)
+        for site, calls in self.watched.items():  # every watched site was learned before
+            learned[site] = max(learned[site], calls)
         self.watched, self.runs = {}, {}
         self.read_sites = set()
 
