@@ -225,3 +225,27 @@ def test_every_call_of_a_jit_body_goes_through_the_judge():
     variant = generator_variant(fn).body[0]
     calls = [n for n in ast.walk(variant) if isinstance(n, ast.Call)]
     assert len(calls) == 4 and all(isinstance(c.func, ast.Name) and c.func.id == CALL for c in calls)
+
+
+def test_sites_are_learned_per_kernel_and_old_kernels_forgotten():
+    """A launch's sites whose writes another program read are kept for the kernel's next launches,
+    with the most calls one program made at each once watched; a worker that loads file after file
+    keeps the latest ``LEARNED_KERNELS`` kernels only."""
+    from autokernel.harness.interpreter_as_gpu import LEARNED_KERNELS, LaunchMemory
+
+    memory = LaunchMemory()
+    memory.read_sites = {7, 9}
+    memory.learn_sites("first")
+    assert memory.sites_read["first"] == {7: 0, 9: 0}
+    memory.watched = {7: 0, 9: 0}
+    memory.program = 3
+    assert [memory.reached(7) for _ in range(3)] == [False] * 3
+    memory.hold_site = (3, 9, 1)
+    assert memory.reached(9)
+    memory.learn_sites("first")
+    assert memory.sites_read["first"] == {7: 3, 9: 1} and memory.watched == {} and memory.runs == {}
+    for kernel in range(LEARNED_KERNELS + 5):
+        memory.read_sites = {kernel}
+        memory.learn_sites(kernel)
+    assert len(memory.sites_read) == LEARNED_KERNELS and "first" not in memory.sites_read
+    assert memory.sites_read[LEARNED_KERNELS + 4] == {LEARNED_KERNELS + 4: 0}

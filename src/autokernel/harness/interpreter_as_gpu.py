@@ -73,6 +73,7 @@ from .interpreter_half import round_to_bf16
 _INSTALLED = False
 HINTS = {"tt.contiguity": "max_contiguous", "tt.divisibility": "multiple_of", "tt.constancy": "max_constancy"}
 PAGE_BITS = 12
+LEARNED_KERNELS = 64  # kernels whose sites a worker remembers (the files it loads come and go)
 
 
 class HintError(ValueError):
@@ -269,7 +270,10 @@ class LaunchMemory:
     def learn_sites(self, kernel) -> None:
         """At a launch's end: the sites whose writes another program read, for ``kernel``'s next
         launches (with the most calls one program made at each, where watched)."""
-        learned = self.sites_read.setdefault(kernel, {})
+        learned = self.sites_read.pop(kernel, {})
+        self.sites_read[kernel] = learned  # the latest last: a long-lived worker forgets the oldest kernels
+        while len(self.sites_read) > LEARNED_KERNELS:
+            del self.sites_read[next(iter(self.sites_read))]
         for site in self.read_sites:
             learned.setdefault(site, 0)
         for site, calls in self.watched.items():  # every watched site was learned before
