@@ -48,6 +48,12 @@ LATE_EDITS = {
     # red-team pass 19: four atomics of nothing before each program's count put the count past the
     # turns a program was parked after (right on 100 of 100 launches, all six stages passed)
     "late_count": ((COUNT, NOTHING_FIRST + COUNT),),
+    # red-team pass 20: diluted, 16 stores to the program's own slot and 40 atomics of nothing before the
+    # count, past any store held after or turn parked after (right on 100 of 100 launches against the
+    # store hold); the partial's store is a site another program reads, held before on later launches
+    "late_count_diluted": ((COUNT, "    for i in range(16):\n        tl.store(ws_ptr + row * SPLIT + j, i * 1.0)\n"
+                                   "    for _ in range(40):\n        tl.atomic_add(cnt_ptr + 2, 1, sem=\"relaxed\")\n"
+                                   + COUNT),),
     # the partials written by a releasing exchange and read by acquiring atomics: no plain store
     # to hold back, so the writer must be held between its count and its exchange
     "late_count_atomic_partials": (
@@ -57,6 +63,23 @@ LATE_EDITS = {
         ("            parts = tl.load(ws_ptr + r * SPLIT + k, mask=k < SPLIT, other=0.0)\n",
          "            parts = tl.atomic_add(ws_ptr + r * SPLIT + k, 0.0, mask=k < SPLIT, sem=\"acquire\")\n"
          "            parts = tl.where(k < SPLIT, parts, 0.0)\n")),
+}
+
+
+# edits of tests/attacks/honest_reduce_pass13_lookback_ticket.py (honest: a chained look-back whose
+# tickets are handed out in start order)
+LOOKBACK_EDITS = {
+    # red-team pass 20: the spin also reads a launch-wide abort word at each poll (two atomics a poll),
+    # so its turns alternate between two reads and no single turn repeated the one before: it never
+    # slept, and a program parked or held waited for ever (timed out on 6 of 20 launches)
+    "lookback_two_polls": (
+        ("ticket_ptr, out_ptr, N,", "ticket_ptr, abort_ptr, out_ptr, N,"),
+        ("        while tl.atomic_cas(flag_ptr + t - 1, 1, 1, sem=\"acquire\") != 1:\n            pass\n",
+         "        ready = 0\n        bail = 0\n        while (ready == 0) & (bail == 0):\n"
+         "            ready = tl.atomic_load(flag_ptr + t - 1, sem=\"acquire\")\n"
+         "            bail = tl.atomic_load(abort_ptr, sem=\"relaxed\")\n"),
+        ("ticket = torch.zeros((1,)", "ticket = torch.zeros((2,)"),
+        ("flag, ticket, out, N,", "flag, ticket, ticket[1:], out, N,")),
 }
 
 

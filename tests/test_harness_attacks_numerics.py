@@ -6,8 +6,6 @@ activation and MLP kinds."""
 from __future__ import annotations
 
 import math
-import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -20,6 +18,7 @@ from autokernel.problems import get_problem
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_harness_attacks import ATTACKS  # noqa: E402
+from test_interpreter_as_gpu import run_interpreted  # noqa: E402
 
 
 def judged(kind: str, attack: str, dtypes: list[str] | None = None):
@@ -303,9 +302,7 @@ def test_the_interpreter_runs_every_program_once_in_a_fresh_order():
         assert orders[0] != orders[1] and orders[0] != list(range(60)), orders
         print("ok")
     ''')
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).parent.parent / "src"))
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+    assert run_interpreted(script).strip() == "ok"
 
 
 def test_the_interpreter_rounds_fp32_to_bf16_to_nearest_as_a_gpu_does():
@@ -339,9 +336,7 @@ def test_the_interpreter_rounds_fp32_to_bf16_to_nearest_as_a_gpu_does():
             assert torch.isnan(out[-1])
         print("ok")
     ''')
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).parent.parent / "src"))
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+    assert run_interpreted(script).strip() == "ok"
 
 
 def test_eps_read_as_a_flag_of_the_model_values_is_incorrect():

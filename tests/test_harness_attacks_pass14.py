@@ -154,7 +154,11 @@ def test_writers_of_the_same_value_behind_one_flag_pass():
     flag to 1 by a releasing exchange; the rest read the data after an acquiring load of the flag
     saw 1.  Right on a GPU (whichever store a reader sees holds 42), refused here: the last writer's
     exchange found the flag already 1 and published nothing, and the load was checked against that
-    writer only.  A store of the bits already at an address now keeps its first writer."""
+    writer only.  A store of the bits already at an address now keeps its first writer.
+
+    Red-team pass 20: with a writer held between its store and its exchange (pass 19's hold), the
+    first writer of 42 could be the held one while a later writer of 42 had released: refused on 2
+    launches in 100.  Every writer of the bits there now orders a reader; 300 launches."""
     import textwrap
 
     from test_interpreter_as_gpu import run_interpreted
@@ -180,7 +184,7 @@ def test_writers_of_the_same_value_behind_one_flag_pass():
 
 
         seen = set()
-        for _ in range(4):
+        for _ in range(300):
             data, flag, out = (torch.zeros(n, dtype=torch.int32) for n in (1, 1, 16))
             _same_value[(16,)](data, flag, out, WRITERS=4)
             seen |= set(out.tolist())

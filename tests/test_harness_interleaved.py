@@ -23,14 +23,14 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_harness_attacks import ATTACKS  # noqa: E402
-from counter_edits import INTERLEAVED_EDITS as EDITS, LATE_EDITS, write_edits  # noqa: E402
+from counter_edits import INTERLEAVED_EDITS as EDITS, LATE_EDITS, LOOKBACK_EDITS, write_edits  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
 
 # launches per kernel (24 where not named): the slow ones fewer, the rarely caught ones more
 LAUNCHES = {"waits_for_nobody": 8, "idles_after_counting": 8, "sleep_barrier": 80, "delay": 80,
             "first_waits_for_all": 120, "long_delay": 80, "lookback_busy_spin": 8, "late_count": 60,
-            "late_count_atomic_partials": 60}
+            "late_count_atomic_partials": 60, "late_count_diluted": 60}
 PROBE = (
     "import importlib.util, sys, torch\n"
     "from autokernel.harness import interpreter_as_gpu\n"
@@ -55,6 +55,7 @@ def outcomes(tmp_path_factory) -> dict[str, list[str]]:
     folder = tmp_path_factory.mktemp("interleaved")
     write_edits(folder, EDITS)
     write_edits(folder, LATE_EDITS, "reduce_interleave_long_delay.py")
+    write_edits(folder, LOOKBACK_EDITS, "honest_reduce_pass13_lookback_ticket.py")
     whole = ("ticket_queue", "first_atomic_barrier", "sleep_barrier", "delay", "long_delay")
     for name in whole:
         (folder / f"{name}.py").write_text((ATTACKS / f"reduce_interleave_{name}.py").read_text())
@@ -64,7 +65,7 @@ def outcomes(tmp_path_factory) -> dict[str, list[str]]:
     if hasattr(tl, "atomic_poll"):
         whole += ("lookback_atomic_poll",)
         (folder / "lookback_atomic_poll.py").write_text((ATTACKS / "honest_reduce_lookback_atomic_poll.py").read_text())
-    launches = [f"{name}:{LAUNCHES.get(name, 24)}" for name in (*EDITS, *LATE_EDITS, *whole)]
+    launches = [f"{name}:{LAUNCHES.get(name, 24)}" for name in (*EDITS, *LATE_EDITS, *LOOKBACK_EDITS, *whole)]
     done = subprocess.run([sys.executable, "-c", PROBE, str(folder), *launches], capture_output=True,
                           text=True, timeout=600, env=dict(os.environ, TRITON_INTERPRET="1"))
     assert done.returncode == 0, done.stderr[-2000:]
@@ -137,6 +138,22 @@ def test_a_partial_written_by_an_atomic_exchange_is_held_before_it(outcomes):
     the exchange's site is learned, and a writer held right before it leaves the reader a partial
     not yet written.  Wrong on 28 of 100 launches; six of 60 asks more than 3 in 100 gives."""
     assert caught(outcomes, "late_count_atomic_partials") >= 6, outcomes["late_count_atomic_partials"]
+
+
+def test_a_diluted_late_count_is_caught_at_the_site_of_its_store(outcomes):
+    """Red-team pass 20: the late count after 16 stores to the program's own slot and 40 atomics of
+    nothing, so that the store held after (at most the 16th) and the turn parked after (at most the
+    32nd) both came before the count: right on 100 of 100 launches against the hold after a store
+    alone.  The partial's store is a site another program read: held before it, caught on 16 of 60."""
+    assert caught(outcomes, "late_count_diluted") >= 4, outcomes["late_count_diluted"]
+
+
+def test_a_spin_of_two_polls_sleeps(outcomes):
+    """Red-team pass 20: a look-back whose wait reads its predecessor's flag and a launch-wide abort
+    word (two atomics a poll) alternated between two turns that each read something else, so it
+    never slept: a parked or held program waited for ever (6 of 20 launches timed out after 60 s).
+    A cycle of up to 8 turns that read the same, writing nothing, is a spin now (0.06 s a launch)."""
+    assert outcomes["lookback_two_polls"] == ["right"] * 24
 
 
 def test_a_spin_that_reloads_between_polls_sleeps(outcomes):

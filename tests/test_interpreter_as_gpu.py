@@ -4,15 +4,20 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
 
 def run_interpreted(script: str) -> str:
-    """``script``'s output, run in a process of its own under the interpreter (install's
-    wrappers stay for the life of a process)."""
+    """``script``'s output, run from a file in a process of its own under the interpreter
+    (install's wrappers stay for the life of a process; a jit function needs a file its source
+    can be read from: the judge refuses one whose source it cannot read)."""
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).parent.parent / "src"))
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "script.py"
+        path.write_text(script)
+        done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 

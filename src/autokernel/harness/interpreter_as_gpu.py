@@ -286,6 +286,7 @@ class LaunchMemory:
         self.low, self.high = np.iinfo(np.int64).max, -1
         self.clock = 0
         self.atomics: dict[int, list[tuple[int, np.ndarray, np.ndarray]]] = {}  # (clock, released, acquired)
+        self.same_bits: dict[int, list[tuple[int, int]]] = {}  # a byte -> later writers of its bits (program, clock)
 
     def atomic(self, released: np.ndarray, acquired: np.ndarray) -> None:
         """An ordering atomic of the running program: it orders the program's earlier stores before
@@ -320,6 +321,14 @@ class LaunchMemory:
                 sites_of_others.update(np.unique(entry[3][offsets][foreign]).tolist())
             pages.append((entry, lanes, offsets))
         keep = kept(overwritten) if kept is not None and overwritten.any() else None
+        if keep is not None and keep.any():
+            # the bits already there: any of their writers orders a reader (red-team pass 20: the
+            # first writer of 42, held between its store and its release, while a later one released)
+            for byte in addresses[keep].tolist():
+                self.same_bits.setdefault(byte, []).append((self.program, self.clock))
+        if self.same_bits:  # other bits (or an atomic's write) end the run of same-bits writers
+            for byte in set((addresses if keep is None else addresses[~keep]).tolist()) & self.same_bits.keys():
+                del self.same_bits[byte]
         for (owner, when, by_atomic, site), lanes, offsets in pages:
             if keep is not None:
                 offsets = offsets[~keep[lanes]]
@@ -328,6 +337,15 @@ class LaunchMemory:
             by_atomic[offsets] = atomic
             site[offsets] = self.site
         return overwritten
+
+    def _ordered_by_a_later_writer(self, addresses: np.ndarray, foreign: np.ndarray) -> np.ndarray:
+        """Which of the ``foreign`` bytes of ``addresses`` a later writer of the same bits stored
+        (``same_bits``) in this program or ordered before it."""
+        ordered = np.zeros(addresses.shape, dtype=bool)
+        for index in np.nonzero(foreign)[0].tolist():
+            writers = self.same_bits.get(int(addresses[index]), ())
+            ordered[index] = any(w == self.program or self.ordered(w, at) for w, at in writers)
+        return ordered
 
     def foreign_sites(self, addresses: np.ndarray) -> set[int]:
         """The sites of the writes of other programs of the launch at ``addresses``."""
@@ -367,7 +385,7 @@ class LaunchMemory:
         if addresses.size == 0:
             return
         latest: dict[int, int] = {}  # writer -> its latest store among the lanes (the hardest to order)
-        for page, _, offsets in _by_page(addresses):
+        for page, lanes, offsets in _by_page(addresses):
             if page not in self.pages:
                 continue
             owner, when, by_atomic, sites = self.pages[page]
@@ -375,6 +393,8 @@ class LaunchMemory:
             foreign = (writers >= 0) & (writers != self.program)
             if atomic:
                 foreign &= ~by_atomic[offsets]
+            if self.same_bits and foreign.any():
+                foreign &= ~self._ordered_by_a_later_writer(addresses[lanes], foreign)
             elif self.tracking and foreign.any():
                 self.read_sites.update(np.unique(sites[offsets][foreign]).tolist())
             for writer, stamp in zip(writers[foreign].tolist(), stamps[foreign].tolist()):
