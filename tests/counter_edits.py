@@ -83,6 +83,17 @@ LOOKBACK_EDITS = {
 }
 
 
+# edits of tests/attacks/reduce_interleave_ticket_queue.py (wrong on every launch on an H100)
+TICKET_EDITS = {
+    # red-team pass 20's find, mine: the file's lines emptied in linecache, so that the interpreter
+    # cannot read the jit function's source and runs it unrewritten, one program after another
+    # (passed all six stages of `bench`)
+    "ticket_queue_no_source": (
+        ("import torch\n", "import linecache\n\nimport torch\n"),
+        ("KNOBS = {", "linecache.cache.update({__file__: (0, None, [], __file__)})\nKNOBS = {")),
+}
+
+
 def write_edits(folder: Path, edits: dict, base: str = "reduce_pass12_split_row_plain_counter.py") -> None:
     """``folder/<name>.py`` for each name of ``edits``: the attack file ``base`` (pass 12's
     plain-counter attack unless named) with that name's (line, replacement) pairs, each line found

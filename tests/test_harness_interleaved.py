@@ -23,14 +23,14 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_harness_attacks import ATTACKS  # noqa: E402
-from counter_edits import INTERLEAVED_EDITS as EDITS, LATE_EDITS, LOOKBACK_EDITS, write_edits  # noqa: E402
+from counter_edits import INTERLEAVED_EDITS as EDITS, LATE_EDITS, LOOKBACK_EDITS, TICKET_EDITS, write_edits  # noqa: E402,E501
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
 
 # launches per kernel (24 where not named): the slow ones fewer, the rarely caught ones more
 LAUNCHES = {"waits_for_nobody": 8, "idles_after_counting": 8, "sleep_barrier": 80, "delay": 80,
             "first_waits_for_all": 120, "long_delay": 80, "lookback_busy_spin": 8, "late_count": 60,
-            "late_count_atomic_partials": 60, "late_count_diluted": 60}
+            "late_count_atomic_partials": 60, "late_count_diluted": 60, "ticket_queue_no_source": 24}
 PROBE = (
     "import importlib.util, sys, torch\n"
     "from autokernel.harness import interpreter_as_gpu\n"
@@ -44,7 +44,8 @@ PROBE = (
     "        try:\n"
     "            seen.append('right' if torch.allclose(m.kernel_fn(x), x.sum(1), atol=1e-3) else 'wrong')\n"
     "        except Exception as exc:\n"
-    "            seen.append(next((e for e in ('RaceError', 'DeadlockError') if e in repr(exc)), repr(exc)[:200]))\n"
+    "            seen.append(next((e for e in ('RaceError', 'DeadlockError', 'NotCompiledError') if e in repr(exc)),\n"
+    "                             repr(exc)[:200].replace(' ', '_')))\n"
     "    print(name, ' '.join(seen))\n")
 
 
@@ -56,6 +57,7 @@ def outcomes(tmp_path_factory) -> dict[str, list[str]]:
     write_edits(folder, EDITS)
     write_edits(folder, LATE_EDITS, "reduce_interleave_long_delay.py")
     write_edits(folder, LOOKBACK_EDITS, "honest_reduce_pass13_lookback_ticket.py")
+    write_edits(folder, TICKET_EDITS, "reduce_interleave_ticket_queue.py")
     whole = ("ticket_queue", "first_atomic_barrier", "sleep_barrier", "delay", "long_delay")
     for name in whole:
         (folder / f"{name}.py").write_text((ATTACKS / f"reduce_interleave_{name}.py").read_text())
@@ -65,7 +67,7 @@ def outcomes(tmp_path_factory) -> dict[str, list[str]]:
     if hasattr(tl, "atomic_poll"):
         whole += ("lookback_atomic_poll",)
         (folder / "lookback_atomic_poll.py").write_text((ATTACKS / "honest_reduce_lookback_atomic_poll.py").read_text())
-    launches = [f"{name}:{LAUNCHES.get(name, 24)}" for name in (*EDITS, *LATE_EDITS, *LOOKBACK_EDITS, *whole)]
+    launches = [f"{name}:{LAUNCHES.get(name, 24)}" for name in (*EDITS, *LATE_EDITS, *LOOKBACK_EDITS, *TICKET_EDITS, *whole)]
     done = subprocess.run([sys.executable, "-c", PROBE, str(folder), *launches], capture_output=True,
                           text=True, timeout=600, env=dict(os.environ, TRITON_INTERPRET="1"))
     assert done.returncode == 0, done.stderr[-2000:]
@@ -154,6 +156,14 @@ def test_a_spin_of_two_polls_sleeps(outcomes):
     never slept: a parked or held program waited for ever (6 of 20 launches timed out after 60 s).
     A cycle of up to 8 turns that read the same, writing nothing, is a spin now (0.06 s a launch)."""
     assert outcomes["lookback_two_polls"] == ["right"] * 24
+
+
+def test_a_jit_function_whose_source_cannot_be_read_is_refused(outcomes):
+    """Red-team pass 20 (found while fixing its report): the interpreter runs a jit function whose
+    source ``inspect`` cannot read as it is, unrewritten, so its programs ran one after another
+    again; the ticket queue with its file's lines emptied in ``linecache`` passed all six stages
+    of `bench`.  Refused now."""
+    assert outcomes["ticket_queue_no_source"] == ["NotCompiledError"] * 24, outcomes["ticket_queue_no_source"]
 
 
 def test_a_spin_that_reloads_between_polls_sleeps(outcomes):
