@@ -184,12 +184,48 @@ def _one_op_call_matches(model, patched):
     return x, op, before
 
 
+@pytest.mark.parametrize("module", [Intermediate, Consecutive, Residual],
+                         ids=["chain", "two-statements", "nested-call"])
+@pytest.mark.parametrize("tanh", [0, 1])
+def test_a_bias_free_linear_and_its_gelu_become_one_op_call(module, tanh, tmp_path):
+    """A linear without a bias is the same problem: the op is handed a zero bias, made once and
+    kept on the linear (its weight's dtype and device; not in the state dict)."""
+    torch.manual_seed(0)
+    model, patched = _patch(module(nn.GELU(approximate="tanh" if tanh else "none"), bias=False), tmp_path, tanh)
+    assert patched._autokernel_replaced == [("mlp", "linear_gelu")]
+    _one_op_call_matches(model, patched)
+    fc = patched.mlp.fc
+    assert fc.bias is None and fc._autokernel_zero_bias.dtype == fc.weight.dtype
+    assert torch.equal(fc._autokernel_zero_bias, torch.zeros(48))
+    assert set(patched.state_dict()) == set(model.state_dict())
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_flan_t5s_gated_mlp_is_geglu_not_linear_gelu():
+    """flan-T5's ``T5DenseGatedActDense``: ``act(wi_0(h)) * wi_1(h)``, no biases.  Its bias-free
+    ``wi_0`` and GELU are no linear_gelu pair: the MLP is a gated one, ``geglu``'s."""
+    from autokernel.models import load_model
+    from autokernel.profiler import profile_model
+
+    loaded = load_model("hf:t5", config_overrides="d_model=64,num_layers=1,num_heads=4,d_ff=128,d_kv=16,vocab_size=256,"
+                        "feed_forward_proj=gated-gelu", input_shape=[1, 8], dtype=torch.float32)
+    plan = profile_model(loaded, warmup=0, iters=1)
+    kinds = {p.kind for p in plan.problems}
+    assert "linear_gelu" not in kinds and "gelu" not in kinds
+    geglu = next(p for p in plan.problems if p.kind == "geglu")
+    assert sorted(geglu.modules) == ["model.decoder.block.0.layer.2.DenseReluDense",
+                                     "model.encoder.block.0.layer.1.DenseReluDense"]
+
+
 @pytest.mark.parametrize("module,reason", [
     (lambda: Intermediate(QuickGELU()), "probe mismatch"),
     (lambda: ActOnInput(nn.GELU()), "chain of children"),
     (lambda: LinearOutputTwice(nn.GELU()), "chain of children"),
-    (lambda: Intermediate(nn.GELU(), bias=False), None),
-], ids=["quick-gelu", "gelu-on-input", "linear-output-read-twice", "no-bias"])
+    (lambda: Intermediate(QuickGELU(), bias=False), "probe mismatch"),
+    (lambda: ActOnInput(nn.GELU(), bias=False), "chain of children"),
+    (lambda: LinearOutputTwice(nn.GELU(), bias=False), "chain of children"),
+], ids=["quick-gelu", "gelu-on-input", "linear-output-read-twice", "no-bias-quick-gelu", "no-bias-gelu-on-input",
+        "no-bias-linear-output-read-twice"])
 def test_look_alikes_are_left_alone(module, reason, tmp_path):
     model, patched = _patch(module(), tmp_path)
     assert patched._autokernel_replaced == []
@@ -225,7 +261,7 @@ def test_torch_compile_of_the_patched_module_traces_through_the_op(module, tmp_p
 
 
 class Stack(nn.Module):
-    """One real pair and three look-alikes: no bias, a ReLU, the GELU before the linear."""
+    """Two real pairs (one with no bias) and two look-alikes: a ReLU, the GELU before the linear."""
 
     def __init__(self):
         super().__init__()
@@ -238,7 +274,7 @@ class Stack(nn.Module):
         return self.gelu_first(self.relu(self.no_bias(self.pair(x))))
 
 
-def test_profiler_plans_only_a_biased_linear_directly_followed_by_a_gelu_module():
+def test_profiler_plans_only_a_linear_directly_followed_by_a_gelu_module():
     from autokernel.models import LoadedModel
     from autokernel.profiler import profile_model
 
@@ -246,10 +282,11 @@ def test_profiler_plans_only_a_biased_linear_directly_followed_by_a_gelu_module(
     loaded = LoadedModel(Stack().eval(), lambda seed: (torch.randn(2, 5, 32),), "custom", "four MLPs", [2, 5, 32])
     plan = profile_model(loaded, warmup=0, iters=1)
     fused = [p for p in plan.problems if p.kind == "linear_gelu"]
-    assert len(fused) == 1 and fused[0].modules == ["pair"]
-    assert fused[0].shapes == [{"M": 10, "N": 48, "K": 32, "tanh": 1}]
-    gelu = next(p for p in plan.problems if p.kind == "gelu")  # the look-alikes' GELUs stay plain
-    assert set(gelu.modules) == {"no_bias.act", "gelu_first.act"}
+    assert len(fused) == 1 and sorted(fused[0].modules) == ["no_bias", "pair"]
+    assert sorted(fused[0].shapes, key=lambda s: s["N"]) == [{"M": 10, "N": 40, "K": 48, "tanh": 0},
+                                                            {"M": 10, "N": 48, "K": 32, "tanh": 1}]
+    gelu = next(p for p in plan.problems if p.kind == "gelu")  # the look-alike's GELU stays plain
+    assert gelu.modules == ["gelu_first.act"]
 
 
 def test_the_probe_finds_the_form_a_module_name_does_not_say(tmp_path):
@@ -279,12 +316,12 @@ def test_gpu_kernels_of_the_pair_count_for_one_linear_gelu_instance():
 
     root = Node(name="ak::forward::0")
     mlp = root.add(scope("h.0.mlp", "GPT2MLP", (4, 1024, 768), (4, 1024, 768)))
-    fc = mlp.add(scope("h.0.mlp.c_fc", "Conv1D", (4, 1024, 768), (4, 1024, 3072), biased_linear=(768, 3072, True)))
+    fc = mlp.add(scope("h.0.mlp.c_fc", "Conv1D", (4, 1024, 768), (4, 1024, 3072), linear=(768, 3072, True)))
     fc.add(Node(name="aten::addmm", shapes=[[3072], [4096, 768], [768, 3072]], kernels=[("nvjet_tst_128x256", 40.0)]))
     act = mlp.add(scope("h.0.mlp.act", "NewGELUActivation", (4, 1024, 3072), (4, 1024, 3072), gelu_tanh=True))
     for op in ("pow", "mul", "add", "mul", "tanh", "add", "mul", "mul"):
         act.add(Node(name=f"aten::{op}", shapes=[[4, 1024, 3072]], kernels=[(f"elementwise_kernel<{op}>", 5.0)]))
-    proj = mlp.add(scope("h.0.mlp.c_proj", "Conv1D", (4, 1024, 3072), (4, 1024, 768), biased_linear=(3072, 768, True)))
+    proj = mlp.add(scope("h.0.mlp.c_proj", "Conv1D", (4, 1024, 3072), (4, 1024, 768), linear=(3072, 768, True)))
     proj.add(Node(name="aten::addmm", shapes=[[768], [4096, 3072], [3072, 768]], kernels=[("nvjet_tst_128x128", 38.0)]))
     plan = build_plan([root], model="m", device="cuda", time_kind="gpu", dtype="bf16", input_shape=[4, 1024], iters=1)
     fused = next(p for p in plan.problems if p.kind == "linear_gelu")

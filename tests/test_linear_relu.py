@@ -1,8 +1,8 @@
 """linear_relu (a biased linear and its ReLU in one kernel), on CPU under the Triton interpreter:
 the starter's variants against the reference, the numerics case at ReLU's kink, the bytes the
-fusion saves; the profiler planning it in a tiny Hugging Face OPT; ``apply`` replacing each
-pair with one op call (the patched model matching the original), and leaving alone what only
-looks like the pair."""
+fusion saves; the profiler planning it in a tiny Hugging Face OPT and T5 (whose ``wi`` has no
+bias: ``apply`` hands the kernel zeros); ``apply`` replacing each pair with one op call (the
+patched model matching the original), and leaving alone what only looks like the pair."""
 from __future__ import annotations
 
 import importlib.util
@@ -25,6 +25,7 @@ from test_linear_gelu import ActOnInput, Consecutive, Intermediate  # noqa: E402
 
 HF = importlib.util.find_spec("transformers") is not None
 OPT = "hidden_size=64,num_hidden_layers=2,num_attention_heads=4,ffn_dim=128,word_embed_proj_dim=64,vocab_size=256"
+T5 = "d_model=64,num_layers=2,num_heads=4,d_ff=128,d_kv=16,vocab_size=256"
 
 
 @pytest.mark.parametrize("variant", ["pointers", "descriptors"])
@@ -110,6 +111,41 @@ def test_opt_layers_get_fc1_and_relu_as_one_op_call(tmp_path):
     assert OP_CALLS[op] - before == len(layers)
 
 
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_t5s_bias_free_wi_and_relu_are_one_op_call(tmp_path):
+    """T5's ``T5DenseActDense`` runs ``wi`` (no bias), ``act`` (an nn.ReLU), dropout, ``wo``: planned
+    as linear_relu at that module in every encoder and decoder layer; ``apply`` hands the op a
+    zero bias kept on ``wi`` (not in the state dict)."""
+    from autokernel.models import load_model
+    from autokernel.profiler import profile_model
+
+    loaded = load_model("hf:t5", config_overrides=T5, input_shape=[1, 8], dtype=torch.float32)
+    plan = profile_model(loaded, warmup=0, iters=1)
+    problem = next(p for p in plan.problems if p.kind == "linear_relu")
+    mlps = [f"model.{stack}.block.{i}.layer.{j}.DenseReluDense"
+            for stack, j in (("encoder", 1), ("decoder", 2)) for i in range(2)]
+    assert problem.supported and sorted(problem.modules) == sorted(mlps)
+    assert problem.shapes == [{"M": 8, "N": 128, "K": 64}]
+    assert not any(u.name == "aten::relu" for u in plan.not_covered)
+    model = loaded.model
+    keys = set(model.state_dict())
+    patched = apply(model, make_workdir(tmp_path / "wd", [problem], model="hf:t5", input_shape=(1, 8)))
+    assert set(mlps) <= {name for name, kind in patched._autokernel_replaced if kind == "linear_relu"}
+    wi = patched.get_submodule(mlps[0]).wi
+    assert wi.bias is None and torch.equal(wi._autokernel_zero_bias, torch.zeros(128))
+    assert set(patched.state_dict()) == keys
+    op = patched._autokernel_ops[problem.name]
+    before = OP_CALLS[op]
+    ids = torch.randint(0, 256, (1, 8))
+    with torch.no_grad():
+        out = patched(ids)
+    fresh = load_model("hf:t5", config_overrides=T5, input_shape=[1, 8], dtype=torch.float32).model
+    fresh.load_state_dict(patched.state_dict())
+    with torch.no_grad():
+        assert rel(out, fresh(ids)) < 1e-5
+    assert OP_CALLS[op] - before == len(mlps)
+
+
 def _patch(module: nn.Module, tmp_path, kinds=("linear_relu",)):
     model = nn.Sequential()
     model.add_module("mlp", module.eval())
@@ -118,10 +154,43 @@ def _patch(module: nn.Module, tmp_path, kinds=("linear_relu",)):
     return model, apply(model, make_workdir(tmp_path / "wd", problems, model="custom"))
 
 
-@pytest.mark.parametrize("module", [Intermediate, Consecutive], ids=["chain", "rewritten-forward"])
+class T5LikeMLP(nn.Module):
+    """T5's ``T5DenseActDense``: a bias-free ``wi``, an nn.ReLU, dropout, a bias-free ``wo``."""
+
+    def __init__(self, d=32, h=48):
+        super().__init__()
+        self.wi, self.wo = nn.Linear(d, h, bias=False), nn.Linear(h, d, bias=False)
+        self.dropout, self.act = nn.Dropout(0.1), nn.ReLU()
+
+    def forward(self, x):
+        return self.wo(self.dropout(self.act(self.wi(x))))
+
+
+class T5WoInAnotherDtype(T5LikeMLP):
+    """T5's own forward, with ``wo`` in another dtype than the run's (T5 keeps ``wo`` in fp32 in a
+    bf16 model; fp64 in this fp32 run): only the pair's linear must be in the run's dtype."""
+
+    def __init__(self):
+        super().__init__()
+        self.wo.double()
+
+    def forward(self, hidden_states):
+        hidden_states = self.wi(hidden_states)
+        hidden_states = self.act(hidden_states)
+        hidden_states = self.dropout(hidden_states)
+        if hidden_states.dtype != self.wo.weight.dtype:
+            hidden_states = hidden_states.to(self.wo.weight.dtype)
+        return self.wo(hidden_states)
+
+
+@pytest.mark.parametrize("module", [lambda: Intermediate(nn.ReLU()), lambda: Consecutive(nn.ReLU()), T5LikeMLP,
+                                    T5WoInAnotherDtype, lambda: Intermediate(nn.ReLU(), bias=False),
+                                    lambda: Consecutive(nn.ReLU(), bias=False)],
+                         ids=["chain", "rewritten-forward", "t5-like", "t5-wo-in-another-dtype", "no-bias-chain",
+                              "no-bias-rewritten-forward"])
 def test_a_relu_pair_becomes_one_op_call(module, tmp_path):
     torch.manual_seed(0)
-    model, patched = _patch(module(nn.ReLU()), tmp_path)
+    model, patched = _patch(module(), tmp_path)
     assert patched._autokernel_replaced == [("mlp", "linear_relu")]
     op = patched._autokernel_ops["linear_relu"]
     before = OP_CALLS[op]
@@ -129,6 +198,11 @@ def test_a_relu_pair_becomes_one_op_call(module, tmp_path):
     with torch.no_grad():
         assert rel(patched(x), model(x)) < 1e-5
     assert OP_CALLS[op] == before + 1
+
+
+class ShiftedBeforeReLU(Intermediate):  # a bias-free linear, its bias written in the forward
+    def forward(self, x):
+        return self.norm(self.act(self.fc(x) + 0.5))
 
 
 class ReLUCappedAtSix(nn.ReLU):  # a ReLU by its class, another function by its forward
@@ -166,8 +240,11 @@ def test_both_epilogues_in_one_forward_each_call_their_op(tmp_path):
     (lambda: Intermediate(nn.LeakyReLU()), None),
     (lambda: Intermediate(ReLUCappedAtSix()), None),
     (lambda: ActOnInput(nn.ReLU()), "chain of children"),
-    (lambda: Intermediate(nn.ReLU(), bias=False), None),
-], ids=["relu6", "leaky-relu", "relu-subclass-capped", "relu-on-input", "no-bias"])
+    (lambda: ActOnInput(nn.ReLU(), bias=False), "chain of children"),
+    (lambda: ShiftedBeforeReLU(nn.ReLU(), bias=False), "chain of children"),
+    (lambda: Intermediate(nn.ReLU6(), bias=False), None),
+], ids=["relu6", "leaky-relu", "relu-subclass-capped", "relu-on-input", "no-bias-relu-on-input",
+        "no-bias-shifted-before-relu", "no-bias-relu6"])
 def test_relu_look_alikes_are_left_alone(module, reason, tmp_path):
     model, patched = _patch(module(), tmp_path)
     assert patched._autokernel_replaced == []
@@ -176,7 +253,7 @@ def test_relu_look_alikes_are_left_alone(module, reason, tmp_path):
 
 
 class ReLUStack(nn.Module):
-    """One real pair and two look-alikes: no bias, a ReLU6."""
+    """Two real pairs (one with no bias) and a look-alike: a ReLU6."""
 
     def __init__(self):
         super().__init__()
@@ -188,7 +265,7 @@ class ReLUStack(nn.Module):
         return self.relu6(self.no_bias(self.pair(x)))
 
 
-def test_profiler_plans_only_a_biased_linear_directly_followed_by_a_relu_module():
+def test_profiler_plans_only_a_linear_directly_followed_by_a_relu_module():
     from autokernel.models import LoadedModel
     from autokernel.profiler import profile_model
 
@@ -196,5 +273,7 @@ def test_profiler_plans_only_a_biased_linear_directly_followed_by_a_relu_module(
     loaded = LoadedModel(ReLUStack().eval(), lambda seed: (torch.randn(2, 5, 32),), "custom", "three MLPs", [2, 5, 32])
     plan = profile_model(loaded, warmup=0, iters=1)
     fused = [p for p in plan.problems if p.kind == "linear_relu"]
-    assert len(fused) == 1 and fused[0].modules == ["pair"]
-    assert fused[0].shapes == [{"M": 10, "N": 48, "K": 32}]
+    assert len(fused) == 1 and sorted(fused[0].modules) == ["no_bias", "pair"]
+    assert sorted(fused[0].shapes, key=lambda s: s["N"]) == [{"M": 10, "N": 40, "K": 48}, {"M": 10, "N": 48, "K": 32}]
+    assert "no bias" in fused[0].note, fused[0].note
+    assert not any(u.name == "aten::relu" for u in plan.not_covered)

@@ -9,8 +9,8 @@ look at that tree:
   one ``rmsnorm`` problem whatever aten ops it is made of; a SwiGLU MLP claims its
   elementwise part (``swiglu``) and leaves its linears to the matmul recognizer — or claims
   the whole MLP as ``fused_mlp``;
-* pair recognizers claim two neighbouring calls as one fused kind: a biased linear module
-  directly followed by a GELU module is one ``linear_gelu``, by an ``nn.ReLU`` one
+* pair recognizers claim two neighbouring calls as one fused kind: a linear module (with a
+  bias or without) directly followed by a GELU module is one ``linear_gelu``, by an ``nn.ReLU`` one
   ``linear_relu`` (``pair_linear_activation``), an add
   directly followed by a norm one ``add_<norm>``, ``log_softmax`` + ``nll_loss`` one
   ``cross_entropy``;
@@ -134,7 +134,8 @@ class ModuleInfo:
     patch_conv: tuple[int, int] | None = None  # a Conv2d with stride = kernel (ViT patches): (kh, kw)
     scaled_embedding: tuple[int, int, float] | None = None  # (V, N, scale) of an embedding times a constant
     rotary_table: bool = False  # a *RotaryEmbedding module computing cos/sin from position ids (default RoPE)
-    biased_linear: tuple[int, int, bool] | None = None  # (K, N, weight stored [K, N]) of a linear with a bias
+    linear: tuple[int, int, bool] | None = None  # (K, N, weight stored [K, N]) of a linear layer (``linear_dims``)
+    bias_free: bool = False  # that linear adds no bias (T5's ``wi``)
     moe_experts: tuple[int, int, int] | None = None  # (E, D, I) of a module holding SwiGLU experts as 3-D weights
     experts_layout: str | None = None  # why a module holding experts as 3-D weights is not moe_experts
     gptoss_experts: tuple[int, int, int] | None = None  # (E, D, I) of GPT-OSS's clamped, biased GLU experts
@@ -243,26 +244,31 @@ def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
     gptoss = gptoss_experts_dims(module)
     if gptoss is not None:
         other_experts = None
+    linear = linear_dims(module)
     return ModuleInfo(qualname=qualname, cls_name=type(module).__name__,
                       is_layernorm=isinstance(module, nn.LayerNorm), heads=heads, kv_heads=kv,
                       eps=float(eps) if isinstance(eps, (int, float)) else None, mlp=mlp, mlp_dims=dims,
                       packed_mlp=packed_mlp_dims(module), gelu_tanh=gelu_form(module), relu=is_relu_module(module),
                       residual_norm=residual_norm_parts(module), patch_conv=patch_conv_kernel(module),
                       scaled_embedding=scaled_embedding_parts(module), rotary_table=is_rotary_table(module),
-                      biased_linear=biased_linear_dims(module), moe_experts=experts, experts_layout=other_experts,
-                      gptoss_experts=gptoss)
+                      linear=linear, bias_free=linear is not None and module.bias is None, moe_experts=experts,
+                      experts_layout=other_experts, gptoss_experts=gptoss)
 
 
-def biased_linear_dims(module: nn.Module) -> tuple[int, int, bool] | None:
-    """(K, N, transposed) of a linear layer with a bias: ``nn.Linear`` (its own forward; weight
-    [N, K]) or GPT-2's ``Conv1D`` (``x @ weight + bias``, weight stored [K, N]: transposed).
-    None for anything else."""
+def linear_dims(module: nn.Module) -> tuple[int, int, bool] | None:
+    """(K, N, transposed) of a linear layer: ``nn.Linear`` (its own forward; weight [N, K]), with a
+    bias or without one (T5's ``wi``: the epilogue kinds hand their kernel zeros), or GPT-2's
+    ``Conv1D`` (``x @ weight + bias``, weight stored [K, N]: transposed).  None for anything else."""
     weight, bias = getattr(module, "weight", None), getattr(module, "bias", None)
-    if not isinstance(weight, torch.Tensor) or not isinstance(bias, torch.Tensor) or weight.dim() != 2 or bias.dim() != 1:
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        return None
+    if bias is not None and (not isinstance(bias, torch.Tensor) or bias.dim() != 1):
         return None
     if isinstance(module, nn.Linear) and type(module).forward is nn.Linear.forward:
-        return (int(weight.shape[1]), int(weight.shape[0]), False) if bias.shape[0] == weight.shape[0] else None
-    if type(module).__name__ == "Conv1D" and getattr(module, "nf", None) == weight.shape[1] == bias.shape[0]:
+        n, k = weight.shape
+        return (int(k), int(n), False) if bias is None or bias.shape[0] == n else None
+    if (type(module).__name__ == "Conv1D" and bias is not None
+            and getattr(module, "nf", None) == weight.shape[1] == bias.shape[0]):
         return int(weight.shape[0]), int(weight.shape[1]), True
     return None
 
@@ -689,14 +695,16 @@ def pair_residual_adds(parent: Node) -> dict[int, Node]:
 
 
 def pair_linear_activation(parent: Node) -> dict[int, Instance]:
-    """A biased linear module (``nn.Linear``, GPT-2's ``Conv1D``) whose call is directly followed
+    """A linear module (``nn.Linear``, GPT-2's ``Conv1D``) whose call is directly followed
     (metadata ops aside) by an activation module's call on a tensor of the linear's output
     shape, both children of ``parent`` (an MLP's ``act(fc(x))``): map both scopes (by id) to one
     instance placed at the module that holds them, ``linear_gelu`` for a GELU module (GPT-2's
     ``GPT2MLP``, BERT's ``BertIntermediate``, ViT's ``ViTMLP``), ``linear_relu`` for an
-    ``nn.ReLU`` (OPT's decoder layers).  Gated MLPs (gate/up/down, packed gate_up) are left to
-    their own kinds.  The trace cannot show that the activation reads the linear's output:
-    ``apply`` checks that on the module before it fuses them."""
+    ``nn.ReLU`` (OPT's decoder layers, T5's ``T5DenseActDense``).  A bias-free linear (T5's
+    ``wi``) is the same problem: ``apply`` hands the kernel a zero bias.  Gated MLPs (gate/up/down,
+    packed gate_up: flan-T5's ``T5DenseGatedActDense``) are left to their own kinds.  The trace
+    cannot show that the activation reads the linear's output: ``apply`` checks that on the
+    module before it fuses them."""
     out: dict[int, Instance] = {}
     owner = parent.scope.info if parent.scope is not None else None
     if owner is None or owner.mlp is not None or owner.packed_mlp is not None:
@@ -704,11 +712,11 @@ def pair_linear_activation(parent: Node) -> dict[int, Instance]:
     kids = [c for c in parent.children if c.scope is not None or c.name not in METADATA_OPS]
     for first, second in zip(kids, kids[1:]):
         lin, act = first.scope, second.scope
-        if (lin is None or act is None or lin.info is None or act.info is None or lin.info.biased_linear is None
+        if (lin is None or act is None or lin.info is None or act.info is None or lin.info.linear is None
                 or (act.info.gelu_tanh is None and not act.info.relu) or not lin.args or not lin.outputs
                 or not act.args):
             continue
-        K, N, transposed = lin.info.biased_linear
+        K, N, transposed = lin.info.linear
         x, y = lin.args[0], lin.outputs[0]
         if not x.shape or x.shape[-1] != K or y.shape != x.shape[:-1] + (N,) or act.args[0].shape != y.shape:
             continue
@@ -718,7 +726,8 @@ def pair_linear_activation(parent: Node) -> dict[int, Instance]:
             tanh = int(act.info.gelu_tanh or _runs_op(second, "aten::tanh"))
             kind, shape = "linear_gelu", make_shape("linear_gelu", rows(x.shape), N, K, tanh)
             form = f" ({'tanh' if tanh else 'erf'} form)"
-        layout = "Conv1D, weight stored [K, N]" if transposed else "nn.Linear"
+        layout = "Conv1D, weight stored [K, N]" if transposed else \
+            "nn.Linear, no bias: apply hands the kernel zeros" if lin.info.bias_free else "nn.Linear"
         inst = Instance(kind, x.dtype, [(shape, 1)], module=owner.qualname,
                         notes=(f"{lin.info.qualname.rsplit('.', 1)[-1]} ({layout}) + {act.info.cls_name}{form} "
                                f"in {owner.cls_name}",))

@@ -1,6 +1,6 @@
-"""Appliers for the biased-linear epilogue kinds, ``linear_gelu`` and ``linear_relu`` (one code
+"""Appliers for the linear epilogue kinds, ``linear_gelu`` and ``linear_relu`` (one code
 path; an ``Epilogue`` says which activation modules a kind takes and the op's arguments after
-the bias): a module whose forward runs a biased linear, then the activation module on its
+the bias): a module whose forward runs a linear, then the activation module on its
 output, then (optionally) a chain of other children, each on the output of the one before
 (GPT-2's ``GPT2MLP``: ``c_fc``, ``act``, ``c_proj``, ``dropout``; BERT's ``BertIntermediate``:
 ``dense``, ``intermediate_act_fn``; ViT's ``ViTMLP``; BERT's ``BertPredictionHeadTransform``:
@@ -26,6 +26,13 @@ runs.
 GPT-2's ``Conv1D`` stores its weight [K, N] (``x @ W + b``): the op takes nn.Linear's [N, K], so
 the Conv1D gets a contiguous transposed copy as a non-persistent buffer (inference only: later
 changes of the weight are not seen; it costs one more copy of that weight in memory).
+
+The op takes a bias b[N].  A bias-free ``nn.Linear`` (T5's ``wi``, before its ReLU) gets one
+made of zeros, once, in its weight's dtype and on its device, as a non-persistent buffer (``.to``
+moves it, ``state_dict`` leaves it out): the kernel judged on drawn biases computes
+``act(x @ w^T + 0)``, which is the module's ``act(x @ w^T)``.  The probe compares the module's
+forward with the reference on that zero bias, so the fused call is what was checked.  Only the
+pair's linear must be in the run's dtype (T5 keeps ``wo`` in fp32 in a bf16 model).
 """
 from __future__ import annotations
 
@@ -38,17 +45,18 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
-from ..recognize import biased_linear_dims, gelu_form, is_relu_module
+from ..recognize import gelu_form, is_relu_module, linear_dims
 from .patching import PROBE_TOLERANCE, _pick, _probe_input, _reference, _rel_error, _swap_class, rewrap
 from .rewrite import compile_forward, parse_forward, statement_lists
 from .selection import KernelOp
 
 WEIGHT_NK = "_autokernel_weight_nk"
+ZERO_BIAS = "_autokernel_zero_bias"
 
 
 @dataclass(frozen=True)
 class Epilogue:
-    """What sets one biased-linear epilogue kind apart.  ``forms(module)``: for an activation
+    """What sets one linear epilogue kind apart.  ``forms(module)``: for an activation
     module of the kind, the op's arguments after the bias that the probe may find it computes,
     the one its class says first (GELU: ``(tanh,)``, then the other form); ``()`` for any other
     module."""
@@ -69,13 +77,13 @@ EPILOGUES = {e.kind: e for e in (Epilogue("linear_gelu", "GELU", _gelu_forms),
 
 def activation_child(m: nn.Module, ep: Epilogue) -> tuple[str, tuple] | None:
     """(name, form its class says) of ``m``'s one activation child of ``ep``'s kind, when ``m``
-    also has a biased linear child; which linear feeds it, and what comes after, is learnt by
+    also has a linear child; which linear feeds it, and what comes after, is learnt by
     ``traced_chain``."""
-    if biased_linear_dims(m) is not None or ep.forms(m):
+    if linear_dims(m) is not None or ep.forms(m):
         return None
     children = dict(m.named_children())
     acts = [n for n, c in children.items() if ep.forms(c)]
-    if len(acts) != 1 or not any(biased_linear_dims(c) is not None for c in children.values()):
+    if len(acts) != 1 or not any(linear_dims(c) is not None for c in children.values()):
         return None
     return acts[0], ep.forms(children[acts[0]])[0]
 
@@ -115,9 +123,7 @@ def _epilogue_members(k: KernelOp, lin: str, form: tuple, rest: tuple[str, ...],
     def forward(self, x, *args, **kwargs):
         if (not args and not kwargs and not self.training and isinstance(x, torch.Tensor) and x.dtype == dtype
                 and x.dim() >= 1 and x.shape[-1] == K and x.numel() > 0):
-            linear = getattr(self, lin)
-            w = getattr(linear, WEIGHT_NK) if transposed else linear.weight
-            y = op(x.reshape(-1, K), w, linear.bias, *form).reshape(*x.shape[:-1], N)
+            y = op(x.reshape(-1, K), *_op_weight_bias(getattr(self, lin), transposed), *form).reshape(*x.shape[:-1], N)
             for name in rest:
                 y = getattr(self, name)(y)
             return y
@@ -136,8 +142,8 @@ def _apply_linear_epilogue(model, k, done, replaced, skipped, probed) -> None:
             continue
         act_name, named_form = found
         base = type(m)
-        if any(c.weight.dtype != dtype or c.bias.dtype != dtype for c in m.children() if biased_linear_dims(c) is not None):
-            skipped.append((name, f"{ep.kind}: linear weights and biases are not {dtype}"))
+        if not any(_takes(c, dtype) for c in m.children()):
+            skipped.append((name, f"{ep.kind}: no linear's weight (and bias) is {dtype}"))
             continue
         x, order = _trace_from_each_linear(m, act_name, dtype)
         if order is None:
@@ -148,9 +154,9 @@ def _apply_linear_epilogue(model, k, done, replaced, skipped, probed) -> None:
             replaced.append((name, ep.kind))
             continue
         lin = getattr(m, order[0])
-        K, N, transposed = biased_linear_dims(lin)
+        K, N, transposed = linear_dims(lin)
         rest = tuple(order[2:])
-        key = (base, ep.kind, named_form, tuple(order))
+        key = (base, ep.kind, named_form, tuple(order), lin.bias is None)
         if key not in probed:  # the form the class name says first, then the others
             probed[key] = next((form for form in ep.forms(getattr(m, act_name))
                                 if _chain_matches(m, x, lin, ep.kind, form, rest, transposed)), None)
@@ -158,8 +164,7 @@ def _apply_linear_epilogue(model, k, done, replaced, skipped, probed) -> None:
             skipped.append((name, f"{ep.kind}: {base.__name__} computes something else (probe mismatch)"))
             continue
         form = probed[key]
-        if transposed:
-            lin.register_buffer(WEIGHT_NK, lin.weight.detach().t().contiguous(), persistent=False)
+        _keep_op_tensors(lin, N, transposed)
         _swap_class(m, (ep.kind, k.identity, order[0], form, rest, K, N, transposed),
                     _epilogue_members(k, order[0], form, rest, K, N, transposed, base))
         done.update({id(m), id(lin), id(getattr(m, act_name))})
@@ -167,16 +172,41 @@ def _apply_linear_epilogue(model, k, done, replaced, skipped, probed) -> None:
 
 
 def _trace_from_each_linear(m: nn.Module, act_name: str, dtype: torch.dtype) -> tuple[torch.Tensor, list[str] | None]:
-    """Probe the forward with an input as wide as each biased linear child's input; the first
-    trace that starts with a biased linear and then ``act_name`` wins."""
+    """Probe the forward with an input as wide as each linear child's input (of those in
+    ``dtype``); the first trace that starts with such a linear and then ``act_name`` wins."""
     x = None
-    for width in dict.fromkeys(biased_linear_dims(c)[0] for c in m.children() if biased_linear_dims(c) is not None):
+    for width in dict.fromkeys(linear_dims(c)[0] for c in m.children() if _takes(c, dtype)):
         x = _probe_input(width, m, dtype)[None]
         order = traced_chain(m, x)
-        if (order is not None and len(order) >= 2 and order[1] == act_name
-                and biased_linear_dims(getattr(m, order[0])) is not None):
+        if order is not None and len(order) >= 2 and order[1] == act_name and _takes(getattr(m, order[0]), dtype):
             return x, order
     return x, None
+
+
+def _takes(lin: nn.Module, dtype: torch.dtype) -> bool:
+    """Is ``lin`` a linear whose weight (and bias, if it has one) the op of ``dtype`` takes?"""
+    return (linear_dims(lin) is not None and lin.weight.dtype == dtype
+            and (lin.bias is None or lin.bias.dtype == dtype))
+
+
+def _probe_bias(lin: nn.Module, n: int) -> torch.Tensor:
+    """The bias the op will be handed: the linear's own, else zeros as ``_keep_op_tensors`` makes them."""
+    return lin.bias if lin.bias is not None else torch.zeros(n, dtype=lin.weight.dtype, device=lin.weight.device)
+
+
+def _keep_op_tensors(lin: nn.Module, n: int, transposed: bool) -> None:
+    """What the op takes and the linear does not hold, made once (inference only): Conv1D's
+    weight as [N, K], a bias-free linear's zero bias."""
+    if transposed and WEIGHT_NK not in lin._buffers:
+        lin.register_buffer(WEIGHT_NK, lin.weight.detach().t().contiguous(), persistent=False)
+    if lin.bias is None and ZERO_BIAS not in lin._buffers:
+        lin.register_buffer(ZERO_BIAS, _probe_bias(lin, n).detach(), persistent=False)
+
+
+def _op_weight_bias(lin: nn.Module, transposed: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """The op's w[N, K] and b[N] for a switched linear (``_keep_op_tensors`` ran)."""
+    w = getattr(lin, WEIGHT_NK) if transposed else lin.weight
+    return w, (lin.bias if lin.bias is not None else getattr(lin, ZERO_BIAS))
 
 
 def _chain_matches(m: nn.Module, x: torch.Tensor, lin: nn.Module, kind: str, form: tuple, rest: tuple[str, ...],
@@ -185,7 +215,7 @@ def _chain_matches(m: nn.Module, x: torch.Tensor, lin: nn.Module, kind: str, for
     with torch.no_grad():
         got = type(m).forward(m, x)
         w = lin.weight.t() if transposed else lin.weight
-        want = _reference(kind)(x, w, lin.bias, *form)
+        want = _reference(kind)(x, w, _probe_bias(lin, w.shape[0]), *form)
         for name in rest:
             want = getattr(m, name)(want)
     if not isinstance(got, torch.Tensor) or got.shape != want.shape:
@@ -210,8 +240,7 @@ def linear_epilogue_call(module: nn.Module, kind: str, lin_name: str, act_name: 
     if (fused is not None and isinstance(x, torch.Tensor) and x.dtype == fused[1] and x.dim() >= 1
             and x.shape[-1] == fused[3] and x.numel() > 0):
         op, _, form, K, N, transposed = fused
-        w = getattr(lin, WEIGHT_NK) if transposed else lin.weight
-        return op(x.reshape(-1, K), w, lin.bias, *form).reshape(*x.shape[:-1], N)
+        return op(x.reshape(-1, K), *_op_weight_bias(lin, transposed), *form).reshape(*x.shape[:-1], N)
     return getattr(module, act_name)(lin(x))
 
 
@@ -267,20 +296,20 @@ def _assigns_one_name(stmt: ast.stmt) -> bool:
 
 
 def _rewrite_calls(m: nn.Module, k: KernelOp, ep: Epilogue, done: set[int], probed: dict) -> bool:
-    """Rewrite ``m``'s forward so that each ``act(linear(x))`` of its children (a biased linear, an
+    """Rewrite ``m``'s forward so that each ``act(linear(x))`` of its children (a linear, an
     activation module of ``ep``'s kind that the probe confirms) calls the op; False when none is
     found."""
     children = dict(m.named_children())
     pairs = {}
     for lin_name, lin in children.items():
-        dims = biased_linear_dims(lin)
-        if dims is None or id(lin) in done or lin.weight.dtype != k.dtype or lin.bias.dtype != k.dtype:
+        if id(lin) in done or not _takes(lin, k.dtype):
             continue
+        dims = linear_dims(lin)
         for act_name, act in children.items():
             forms = ep.forms(act)
             if not forms or id(act) in done:
                 continue
-            key = (type(lin), type(act), forms[0], dims[2], f"{ep.kind} call")
+            key = (type(lin), type(act), forms[0], dims[2], lin.bias is None, f"{ep.kind} call")
             if key not in probed:
                 x = _probe_input(dims[0], m, k.dtype)
                 probed[key] = next((form for form in forms if _pair_matches(lin, act, x, ep.kind, form, dims[2])),
@@ -307,8 +336,8 @@ def _rewrite_calls(m: nn.Module, k: KernelOp, ep: Epilogue, done: set[int], prob
     used = {pair: pairs[pair] for pair in sorted(found)}
     for lin_name, act_name in used:
         lin = children[lin_name]
-        if used[(lin_name, act_name)][-1] and WEIGHT_NK not in lin._buffers:  # GPT-2's Conv1D: [K, N] stored
-            lin.register_buffer(WEIGHT_NK, lin.weight.detach().t().contiguous(), persistent=False)
+        _, _, _, _, N, transposed = used[(lin_name, act_name)]
+        _keep_op_tensors(lin, N, transposed)
         done.update({id(lin), id(children[act_name])})
     _swap_class(m, (f"{ep.kind} calls", k.identity, tuple(sorted(used.items(), key=lambda kv: kv[0]))),
                 {"forward": new_forward, pairs_attribute(ep.kind): used})
@@ -318,5 +347,6 @@ def _rewrite_calls(m: nn.Module, k: KernelOp, ep: Epilogue, done: set[int], prob
 def _pair_matches(lin: nn.Module, act: nn.Module, x: torch.Tensor, kind: str, form: tuple, transposed: bool) -> bool:
     with torch.no_grad():
         got = act(lin(x))
-        want = _reference(kind)(x, lin.weight.t() if transposed else lin.weight, lin.bias, *form)
+        w = lin.weight.t() if transposed else lin.weight
+        want = _reference(kind)(x, w, _probe_bias(lin, w.shape[0]), *form)
     return got.shape == want.shape and _rel_error(want, got) <= PROBE_TOLERANCE.get(x.dtype, 1e-4)

@@ -6,7 +6,7 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
-from ..recognize import biased_linear_dims, is_silu_module, patch_conv_kernel
+from ..recognize import is_silu_module, linear_dims, patch_conv_kernel
 from .ops import rows
 from .patching import (_check_probe, _class_code_names, _pick, _probe, _probe_input, _reference, _swap_class,
                        dtype_reason)
@@ -68,7 +68,7 @@ def _computes_linear(m: nn.Module, probed: dict) -> bool:
 
 def _computes_conv1d(m: nn.Module, probed: dict) -> bool:
     """GPT-2's ``Conv1D`` (``x @ W + b``, W stored [K, N]), by one probe per class."""
-    dims = biased_linear_dims(m)
+    dims = linear_dims(m)
     if dims is None or not dims[2]:
         return False
     key = (type(m), "conv1d")

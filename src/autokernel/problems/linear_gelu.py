@@ -6,8 +6,9 @@ output features, input features.
 The weight is in nn.Linear layout ([out_features, in_features]): BERT's ``BertIntermediate``,
 ViT's ``ViTMLP``...  GPT-2's ``Conv1D`` stores its weight transposed ([in, out], computing
 ``x @ W + b``); the integration hands the kernel a contiguous [N, K] copy of it (made once,
-inference only), so one kind covers both.  The bias is required: a linear without one stays a
-``matmul`` and a ``gelu``.
+inference only), so one kind covers both.  The kernel always takes a bias: for an ``nn.Linear``
+without one ``apply`` hands it zeros (made once per module, in the weight's dtype and on its
+device), so the judged ``gelu(x @ w^T + b)`` at ``b = 0`` is the module's ``gelu(x @ w^T)``.
 
 Bytes saved.  cuBLAS ``addmm`` (bias in its epilogue) then a separate GELU kernel move
 ``(MK + NK + N + MN) e`` then ``2 MN e``; fused, the M x N pre-activation is never written nor
