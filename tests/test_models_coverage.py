@@ -59,9 +59,13 @@ CASES = [
     # its attention with sinks (attention_sinks) then 97.5%; its half-width rotary and router stay uncovered
     ("hf:gpt_oss", None, [2, 128], 0.95, {"moe_experts_gptoss", "attention_sinks", "rmsnorm", "add_rmsnorm", "matmul"}),
     # beyond the issue's list (2026-12-05, with the placement check): an encoder-decoder with RMS
-    # norms under a LayerNorm name, one whose layers call act(fc1(h)) amid attention, a ConvNet
-    ("hf:t5", "d_model=64,num_layers=2,num_heads=4,d_ff=128,d_kv=16,vocab_size=256", [2, 32], 0.75,
-     {"add_rmsnorm", "rmsnorm", "attention_masked", "matmul", "embedding"}),
+    # norms under a LayerNorm name, one whose layers call act(fc1(h)) amid attention, a ConvNet.
+    # T5's bias-free wi + ReLU (linear_relu, the op handed a zero bias): 79.3-80.6% before it (seven
+    # runs, the ReLU 2.1-3.8%), 81.4-83.8% after (eight runs, 2026-12-06, load 1.3-1.9 on 2 cores);
+    # its position bias (where, arange, log, div: ~8%) stays uncovered.  The bar leaves room for
+    # load; before it, the missing linear_relu fails the kinds check
+    ("hf:t5", "d_model=64,num_layers=2,num_heads=4,d_ff=128,d_kv=16,vocab_size=256", [2, 32], 0.80,
+     {"linear_relu", "add_rmsnorm", "rmsnorm", "attention_masked", "matmul", "embedding"}),
     ("hf:bart", "d_model=64,encoder_layers=2,decoder_layers=2,encoder_attention_heads=4,decoder_attention_heads=4,"
      "encoder_ffn_dim=128,decoder_ffn_dim=128,vocab_size=256", [2, 32], 0.90,
      {"linear_gelu", "add_layernorm", "layernorm", "attention", "matmul"}),
