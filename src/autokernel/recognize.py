@@ -101,10 +101,12 @@ GEMM_KERNEL_MARKERS = ("nvjet", "gemm", "cutlass", "cublas", "xmma", "wgmma", "h
 
 HEAD_ATTRS = ("n_heads", "num_heads", "n_head", "num_attention_heads")
 KV_HEAD_ATTRS = ("n_kv_heads", "num_key_value_heads", "num_kv_heads", "n_kv_head", "n_head_kv", "kv_heads")
+# a gated MLP's linears by their names, for the profiler and for apply alike (apply's own list
+# lacked T5's wi_0 and wi_1: flan-T5's geglu was planned and never placed)
 MLP_NAMES = {
-    "gate": ("gate_proj", "gate", "w1", "fc_gate", "wi_0", "gate_linear"),
-    "up": ("up_proj", "up", "w3", "fc_up", "wi_1", "up_linear"),
-    "down": ("down_proj", "down", "w2", "fc_down", "wo", "down_linear"),
+    "gate": ("gate_proj", "gate", "w1", "fc_gate", "wi_0", "gate_linear", "w_gate", "wg"),
+    "up": ("up_proj", "up", "w3", "fc_up", "wi_1", "up_linear", "w_up", "wu"),
+    "down": ("down_proj", "down", "w2", "fc_down", "wo", "down_linear", "w_down", "out_proj"),
 }
 
 

@@ -6,7 +6,7 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
-from ..recognize import is_silu_module, linear_dims, patch_conv_kernel
+from ..recognize import MLP_NAMES, is_silu_module, linear_dims, patch_conv_kernel
 from .ops import rows
 from .patching import (_check_probe, _class_code_names, _pick, _probe, _probe_input, _reference, _swap_class,
                        dtype_reason)
@@ -103,9 +103,7 @@ def _apply_matmul(model, k, done, replaced, skipped, probed) -> None:
 
 
 # ------------------------------------------------------------------ MLP (swiglu / fused_mlp)
-_GATE_NAMES = ("gate_proj", "gate", "w1", "fc_gate", "w_gate", "wg")
-_UP_NAMES = ("up_proj", "up", "w3", "fc_up", "w_up", "wu")
-_DOWN_NAMES = ("down_proj", "down", "w2", "fc_down", "w_down", "wo", "out_proj")
+_GATE_NAMES, _UP_NAMES, _DOWN_NAMES = MLP_NAMES["gate"], MLP_NAMES["up"], MLP_NAMES["down"]
 
 
 def _find_linear(module: nn.Module, names: tuple[str, ...]) -> str | None:
