@@ -23,7 +23,8 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_harness_attacks import ATTACKS  # noqa: E402
-from counter_edits import INTERLEAVED_EDITS as EDITS, LATE_EDITS, LOOKBACK_EDITS, TICKET_EDITS, write_edits  # noqa: E402,E501
+from counter_edits import (INTERLEAVED_EDITS as EDITS, LATE_EDITS, LOOKBACK_EDITS, TICKET_EDITS,  # noqa: E402
+                           write_edits)
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
 
@@ -67,7 +68,8 @@ def outcomes(tmp_path_factory) -> dict[str, list[str]]:
     if hasattr(tl, "atomic_poll"):
         whole += ("lookback_atomic_poll",)
         (folder / "lookback_atomic_poll.py").write_text((ATTACKS / "honest_reduce_lookback_atomic_poll.py").read_text())
-    launches = [f"{name}:{LAUNCHES.get(name, 24)}" for name in (*EDITS, *LATE_EDITS, *LOOKBACK_EDITS, *TICKET_EDITS, *whole)]
+    names = (*EDITS, *LATE_EDITS, *LOOKBACK_EDITS, *TICKET_EDITS, *whole)
+    launches = [f"{name}:{LAUNCHES.get(name, 24)}" for name in names]
     done = subprocess.run([sys.executable, "-c", PROBE, str(folder), *launches], capture_output=True,
                           text=True, timeout=600, env=dict(os.environ, TRITON_INTERPRET="1"))
     assert done.returncode == 0, done.stderr[-2000:]

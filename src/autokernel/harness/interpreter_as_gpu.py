@@ -240,7 +240,8 @@ class LaunchMemory:
         self.store_ran = False  # a store of that program, since ``take_store`` last asked
         # sites (``interpreter_interleave``: each call in a jit function's source has a number)
         self.site = 0  # of the builtin call running
-        self.sites_read: dict = {}  # a kernel -> {a site whose writes another program read: most calls a program made there}
+        # a kernel -> {a site whose writes another program read: the most calls one program made there}
+        self.sites_read: dict = {}
         self.watched: dict[int, int] = {}  # the running kernel's learned sites -> most calls a program made there
         self.runs: dict[tuple[int, int], int] = {}  # (program, watched site) -> its calls there so far
         self.hold_site: tuple[int, int, int] | None = None  # (program, site, call) to hold the program before

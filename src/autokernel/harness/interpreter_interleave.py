@@ -246,8 +246,8 @@ class _Turns:
     that write nothing and read what the turns before them read, at the same addresses, in a cycle
     of up to ``SPIN_CYCLE`` turns: a poll of a flag another program sets, with or without loads
     between) sleeps until a write reaches a byte it read, so a chain of programs each waiting on
-    the one before costs turns in proportion to its length, not to its square.  A loop that reads new things (an atomic_max of each tile's maximum)
-    never sleeps.  When all sleep, all wake; when that happens ``DEADLOCK_WAKES`` times in a row
+    the one before costs turns in proportion to its length, not to its square.  A loop that reads
+    new things (an atomic_max of each tile's maximum) never sleeps.  When all sleep, all wake; when that happens ``DEADLOCK_WAKES`` times in a row
     with no write between, the launch is deadlocked.  Parking, holding and residency are drawn per
     launch, as the comments in ``__init__`` say."""
 
