@@ -295,8 +295,8 @@ def test_progress_says_what_every_slot_is_doing(tmp_path, monkeypatch):
     out = io.StringIO()
     run_optimize(start(tmp_path), tmp_path / "ws", agent=ListAgent([kernel(90), kernel(80)], delay_s=0.2),
                  budget_s=None, max_experiments=2, device="cpu", parallel=2, show_progress=True,
-                 _evaluator_factory=CostEvaluator, _console=Console(file=out, width=200))
-    text = out.getvalue()
+                 _evaluator_factory=CostEvaluator, _console=Console(file=out, width=2000))
+    text = out.getvalue()  # wide: at 200 columns a longer temporary path wrapped the first line (a CI run)
     assert "up to 2 in flight on cpu0, cpu1" in text
     assert "[0] reduce proposing" in text and "reduce evaluating on cpu" in text
     assert "reduce exp   2 keep" in text and "[slot " in text
