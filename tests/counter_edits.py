@@ -80,6 +80,11 @@ LOOKBACK_EDITS = {
          "            bail = tl.atomic_load(abort_ptr, sem=\"relaxed\")\n"),
         ("ticket = torch.zeros((1,)", "ticket = torch.zeros((2,)"),
         ("flag, ticket, out, N,", "flag, ticket, ticket[1:], out, N,")),
+    # red-team pass 21: the spin counts its polls (a relaxed atomic_add to a word of its own each poll),
+    # so no turn is write-free and it never sleeps; a parked program waited for ever (11 of 20 launches)
+    "lookback_heartbeat": (
+        ("            pass\n", "            tl.atomic_add(ticket_ptr + 1 + t, 1, sem=\"relaxed\")\n"),
+        ("ticket = torch.zeros((1,)", "ticket = torch.zeros((1 + M * split,)")),
 }
 
 

@@ -31,7 +31,8 @@ pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reaso
 # launches per kernel (24 where not named): the slow ones fewer, the rarely caught ones more
 LAUNCHES = {"waits_for_nobody": 8, "idles_after_counting": 8, "sleep_barrier": 80, "delay": 80,
             "first_waits_for_all": 120, "long_delay": 80, "lookback_busy_spin": 8, "late_count": 60,
-            "late_count_atomic_partials": 60, "late_count_diluted": 80, "ticket_queue_no_source": 24}
+            "late_count_atomic_partials": 60, "late_count_diluted": 80, "ticket_queue_no_source": 24,
+            "def_in_string": 8, "lookback_heartbeat": 12}
 PROBE = (
     "import importlib.util, sys, torch\n"
     "from autokernel.harness import interpreter_as_gpu\n"
@@ -59,7 +60,7 @@ def outcomes(tmp_path_factory) -> dict[str, list[str]]:
     write_edits(folder, LATE_EDITS, "reduce_interleave_long_delay.py")
     write_edits(folder, LOOKBACK_EDITS, "honest_reduce_pass13_lookback_ticket.py")
     write_edits(folder, TICKET_EDITS, "reduce_interleave_ticket_queue.py")
-    whole = ("ticket_queue", "first_atomic_barrier", "sleep_barrier", "delay", "long_delay")
+    whole = ("ticket_queue", "first_atomic_barrier", "sleep_barrier", "delay", "long_delay", "def_in_string")
     for name in whole:
         (folder / f"{name}.py").write_text((ATTACKS / f"reduce_interleave_{name}.py").read_text())
     for name in ("lookback_busy_spin", "cooperative_barrier"):
@@ -167,6 +168,47 @@ def test_a_jit_function_whose_source_cannot_be_read_is_refused(outcomes):
     again; the ticket queue with its file's lines emptied in ``linecache`` passed all six stages
     of `bench`.  Refused now."""
     assert outcomes["ticket_queue_no_source"] == ["NotCompiledError"] * 24, outcomes["ticket_queue_no_source"]
+
+
+def test_the_interpreter_runs_the_body_a_gpu_compiles(outcomes):
+    """Red-team pass 21: a string in a jit body holding a second ``def`` line of the function: the
+    interpreter's rewrite took the last such line and ran the string's text (an honest row sum),
+    a GPU compiles the real body (the first 128 columns only): all six stages passed.  Wrong on
+    every launch now, as on a GPU."""
+    assert outcomes["def_in_string"] == ["wrong"] * 8, outcomes["def_in_string"]
+
+
+def test_a_parked_program_is_not_kept_out_by_a_spin_that_writes(outcomes):
+    """Red-team pass 21: a look-back whose spin counts its polls (a relaxed add each poll) never
+    slept, and a program parked or held waited for others that neither end nor sleep: 11 of 20
+    launches ran past 20 s.  A parked program runs again after 20000 turns of the others."""
+    assert outcomes["lookback_heartbeat"] == ["right"] * 12, outcomes["lookback_heartbeat"]
+
+
+def test_a_load_learns_its_site_whatever_orders_it():
+    """Red-team pass 21: once two programs had stored the same bits somewhere in a launch, no plain
+    load learned the site it read (the learning sat in the branch the same-bits rule took), so a
+    kernel storing one word twice had nothing learned on any launch: the diluted late count was
+    caught on 0 of 60 launches."""
+    import numpy as np
+
+    from autokernel.harness.interpreter_as_gpu import LaunchMemory
+
+    memory = LaunchMemory()
+    memory.tracking = True
+    memory.program, memory.site = 1, 5
+    memory.stored(np.arange(100, 104))
+    memory.stored(np.arange(200, 204))
+    memory.program, memory.site = 2, 6
+    memory.stored(np.arange(200, 204), kept=lambda overwritten: overwritten)  # the same bits again
+    assert memory.same_bits
+    memory.program = 3
+    memory.atomic(np.array([], dtype=np.int64), np.arange(100, 104))  # acquires nothing of 1's
+    try:
+        memory.loaded(np.arange(100, 104))
+    except Exception as exc:  # unordered: a race, and the site is learned before it is raised
+        assert "RaceError" in type(exc).__name__
+    assert memory.read_sites == {5}
 
 
 def test_a_spin_that_reloads_between_polls_sleeps(outcomes):

@@ -109,6 +109,7 @@ def install() -> None:
     _watch_memory(builder, memory)
     _check_hints(interpreter.TensorHandle)
     _remember_builtins(interpreter)
+    _find_the_def_a_gpu_compiles(interpreter)
     _patch_once_per_launch(interpreter)
     interpreter_interleave.install(interpreter, memory, rng, raw_set_grid_idx)
     _INSTALLED = True
@@ -198,6 +199,30 @@ def _round_bf16_casts(builder: type, handle: type) -> None:
 
     cast_impl.__qualname__ = f"{builder.__qualname__}.cast_impl"
     builder.cast_impl = cast_impl
+
+
+def _find_the_def_a_gpu_compiles(interpreter) -> None:
+    """The interpreter's rewrite took a jit function's body from the LAST line of its source that
+    starts with "def "; Triton's GPU compiler takes the first line matching ``^def name(`` of the
+    dedented source.  A string in the body holding a second function made the interpreter run that
+    text (an honest row sum) and a GPU the real body (red-team pass 21: the first chunk only, all
+    six stages passed).  The rewrite now starts where the compiler's parse does."""
+    import re
+    import textwrap
+
+    rewriter = getattr(interpreter, "FunctionRewriter", None)
+    if rewriter is None or not hasattr(rewriter, "_find_def"):
+        return
+
+    def _find_def(self, lines):
+        text = textwrap.dedent("".join(lines))
+        found = re.search(r"^def\s+\w+\s*\(", text, re.MULTILINE)
+        if found is None:
+            raise SyntaxError("a jit function's source holds no line 'def name(' where Triton's compiler looks")
+        return text.count("\n", 0, found.start()) + 1
+
+    _find_def.__qualname__ = f"{rewriter.__qualname__}._find_def"
+    rewriter._find_def = _find_def
 
 
 def _shuffle_programs(builder: type, rng: np.random.Generator, memory: "LaunchMemory") -> None:
@@ -392,12 +417,12 @@ class LaunchMemory:
             owner, when, by_atomic, sites = self.pages[page]
             writers, stamps = owner[offsets], when[offsets]
             foreign = (writers >= 0) & (writers != self.program)
+            if not atomic and self.tracking and foreign.any():  # learned whatever orders the load
+                self.read_sites.update(np.unique(sites[offsets][foreign]).tolist())
             if atomic:
                 foreign &= ~by_atomic[offsets]
             if self.same_bits and foreign.any():
                 foreign &= ~self._ordered_by_a_later_writer(addresses[lanes], foreign)
-            elif self.tracking and foreign.any():
-                self.read_sites.update(np.unique(sites[offsets][foreign]).tolist())
             for writer, stamp in zip(writers[foreign].tolist(), stamps[foreign].tolist()):
                 latest[writer] = max(stamp, latest.get(writer, 0))
         for writer, stamp in latest.items():

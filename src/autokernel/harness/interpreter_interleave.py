@@ -231,6 +231,11 @@ HOLD_STORES = 16  # the store held after, drawn from 1 to this many, the first o
 STORED = "stored"  # what a program held on its stores yields after each (its turn goes on unless held)
 AT_SITE = "at site"  # what a program yields where it is held at a site
 RESIDENCY = 0.25  # the launches on which at most half the programs (a number drawn) run at once
+# and a parked program runs again after this many turns of the others, though they neither end nor
+# sleep: a spin that writes each poll (a heartbeat) or reads more than SPIN_CYCLE turns' worth never
+# sleeps, and waiting for it kept a parked program out for ever (red-team pass 21: half the launches
+# of two honest look-backs); a delay of more atomics of nothing than this outlasts a park
+PARKED_TURNS = 20000
 SPIN_CYCLE = 8  # the longest cycle of turns that read the same, with no write, taken for a spin
 DEADLOCK_WAKES = 1000  # a loop of 2000 atomics that change nothing, and nothing else, would be taken for one
 
@@ -281,6 +286,7 @@ class _Turns:
         # of its turns (an early one likelier) until every other program has ended or sleeps,
         # whatever the others' delays; a writer parked between its count and its store is caught
         self.parked: list = []
+        self.parked_at = 0  # the turn the first parked program was parked at (or the last unparked)
         self.park = self.hold = None
         if pending and rng.random() < PARK:
             self.park = (id(pending[int(rng.integers(len(pending)))]), _early(rng, PARK_TURNS))
@@ -321,8 +327,9 @@ class _Turns:
         memory.tracking = True
         try:
             while self.awake or self.asleep or self.parked:
-                if not self.awake and self.parked:
+                if self.parked and (not self.awake or self.turns - self.parked_at > PARKED_TURNS):
                     self.awake.append(self.parked.pop(0))
+                    self.parked_at = self.turns
                 if not self.awake:
                     quiet_wakes = 0 if wrote else quiet_wakes + 1
                     if quiet_wakes > DEADLOCK_WAKES:
@@ -354,14 +361,12 @@ class _Turns:
                     if self.unstarted:
                         self.awake.append(self.unstarted.pop())
                 elif signal is STORED or signal is AT_SITE:
-                    self.awake.remove(turn)
-                    self.parked.append(turn)
+                    self._park(turn)
                 else:
                     self._sleep_if_spinning(turn, None if memory.written else memory.reads)
                     self.turns_of[id(turn)] = taken = self.turns_of.get(id(turn), 0) + 1
                     if self.park == (id(turn), taken) and turn in self.awake:
-                        self.awake.remove(turn)
-                        self.parked.append(turn)
+                        self._park(turn)
                     self.turns += 1
                     if self.by_rank and (self.turns in self.change_points or self.rng.random() < DEMOTE):
                         self.rank[id(turn)], self.last_rank = self.last_rank, self.last_rank + 1
@@ -375,6 +380,12 @@ class _Turns:
             memory.store_ran = False
             memory.written.clear()
             memory.learn_sites(self.kernel)
+
+    def _park(self, turn: list) -> None:
+        self.awake.remove(turn)
+        if not self.parked:
+            self.parked_at = self.turns
+        self.parked.append(turn)
 
     def _held(self, turn: list) -> bool:
         """Whether ``turn``'s program, just past a store, is held there (its drawn store)."""
