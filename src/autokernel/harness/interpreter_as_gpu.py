@@ -52,9 +52,9 @@ on it (worker side, CPU only): ``install()`` once per process, before any kernel
   the store, the counter toggled +1 and -1, finishes counted in its high bits; a ticket queue
   carrying a row's sum across tickets: passes 14 and 16) is now a wrong result or a race, a
   program waiting on a later one no longer hangs, and programs that all wait on a value none
-  changes are a ``DeadlockError``.  Still refused: ordering passed along a chain of programs (each reader
-  needs an atomic meeting its writer's), and a plain read-modify-write under a spin lock (the
-  second rule).
+  changes are a ``DeadlockError``.  Still refused: ordering passed along a chain of programs
+  (each reader needs an atomic meeting its writer's), and a plain read-modify-write under a spin
+  lock (the second rule).
 * Compiler hints.  The interpreter records ``tl.max_contiguous``, ``tl.multiple_of`` and
   ``tl.max_constancy`` and never uses them; a GPU build trusts them (a stride-2 gather hinted
   contiguous became one vector load of the wrong elements, pass 12).  Each hint is checked
@@ -322,13 +322,11 @@ class LaunchMemory:
         self.clock += 1
         self.atomics.setdefault(self.program, []).append((self.clock, np.unique(released), np.unique(acquired)))
 
-    def stored(self, addresses: np.ndarray, atomic: bool = False, kept=None,
-               sites_of_others: set | None = None) -> np.ndarray:
+    def stored(self, addresses: np.ndarray, atomic: bool = False, kept=None) -> np.ndarray:
         """Record a store of ``addresses`` (``atomic``: an atomic's write); returns which of them
-        another program of the launch had stored before (their sites go into ``sites_of_others``
-        where given).  ``kept``, given those, says which of them keep their writer (a store of the
-        bits already there: a reader ordered after the first writer reads those bits whoever
-        stored them since; it may raise instead)."""
+        another program of the launch had stored before.  ``kept``, given those, says which of
+        them keep their writer (a store of the bits already there: a reader ordered after the
+        first writer reads those bits whoever stored them since; it may raise instead)."""
         self.clock += 1
         overwritten = np.zeros(addresses.shape, dtype=bool)
         if addresses.size == 0:
@@ -341,10 +339,7 @@ class LaunchMemory:
                                                  np.zeros(1 << PAGE_BITS, bool),
                                                  np.zeros(1 << PAGE_BITS, np.int64)))
             before = entry[0][offsets]
-            foreign = (before >= 0) & (before != self.program)
-            overwritten[lanes] = foreign
-            if sites_of_others is not None and foreign.any():
-                sites_of_others.update(np.unique(entry[3][offsets][foreign]).tolist())
+            overwritten[lanes] = (before >= 0) & (before != self.program)
             pages.append((entry, lanes, offsets))
         keep = kept(overwritten) if kept is not None and overwritten.any() else None
         if keep is not None and keep.any():
@@ -373,16 +368,6 @@ class LaunchMemory:
             ordered[index] = any(w == self.program or self.ordered(w, at) for w, at in writers)
         return ordered
 
-    def foreign_sites(self, addresses: np.ndarray) -> set[int]:
-        """The sites of the writes of other programs of the launch at ``addresses``."""
-        found: set[int] = set()
-        for page, _, offsets in _by_page(addresses) if addresses.size else ():
-            if page in self.pages:
-                owner, _, _, sites = self.pages[page]
-                foreign = (owner[offsets] >= 0) & (owner[offsets] != self.program)
-                found.update(np.unique(sites[offsets][foreign]).tolist())
-        return found
-
     def may_overlap(self, pointers: np.ndarray, width: int) -> bool:
         """Whether ``pointers`` to elements of ``width`` bytes (masked lanes included) reach the
         stored range at all: most loads read inputs, which no program of the launch stores to."""
@@ -402,14 +387,17 @@ class LaunchMemory:
                 return True
         return False
 
-    def loaded(self, addresses: np.ndarray, atomic: bool = False) -> None:
+    def loaded(self, addresses: np.ndarray, atomic: bool = False) -> set[int]:
         """A load of ``addresses`` (its unmasked lanes; the caller has ruled out loads that
         ``may_overlap`` says cannot reach a store).  ``atomic``: an atomic's read, which sees
         other atomics' writes to the same address in their one order (a counter's bumps) but
-        not, unordered, another program's plain stores."""
+        not, unordered, another program's plain stores.  Returns the sites of other programs'
+        writes it read (while programs take turns); a plain load's are learned here, whatever
+        orders it, an atomic's by its caller once it knows the atomic changed nothing."""
         self.clock += 1
+        read_from: set[int] = set()
         if addresses.size == 0:
-            return
+            return read_from
         latest: dict[int, int] = {}  # writer -> its latest store among the lanes (the hardest to order)
         for page, lanes, offsets in _by_page(addresses):
             if page not in self.pages:
@@ -417,14 +405,16 @@ class LaunchMemory:
             owner, when, by_atomic, sites = self.pages[page]
             writers, stamps = owner[offsets], when[offsets]
             foreign = (writers >= 0) & (writers != self.program)
-            if not atomic and self.tracking and foreign.any():  # learned whatever orders the load
-                self.read_sites.update(np.unique(sites[offsets][foreign]).tolist())
+            if self.tracking and foreign.any():
+                read_from.update(np.unique(sites[offsets][foreign]).tolist())
             if atomic:
                 foreign &= ~by_atomic[offsets]
             if self.same_bits and foreign.any():
                 foreign &= ~self._ordered_by_a_later_writer(addresses[lanes], foreign)
             for writer, stamp in zip(writers[foreign].tolist(), stamps[foreign].tolist()):
                 latest[writer] = max(stamp, latest.get(writer, 0))
+        if not atomic:
+            self.read_sites |= read_from
         for writer, stamp in latest.items():
             if not self.ordered(writer, stamp):
                 raise RaceError(
@@ -434,6 +424,7 @@ class LaunchMemory:
                     f"through atomics on one address (the writer's releasing after its store, the reader's "
                     f"acquiring before its load, at GPU scope: tl.atomic_add/atomic_cas with sem acq_rel), or "
                     f"in a second launch")
+        return read_from
 
 
 def _by_page(addresses: np.ndarray):
@@ -462,9 +453,10 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
     load, store = builder.create_masked_load, builder.create_masked_store
     state = {"atomic": 0}
 
-    def load_check(ptrs, mask, atomic: bool = False) -> None:
+    def load_check(ptrs, mask, atomic: bool = False) -> set[int]:
         if memory.pages and memory.may_overlap(ptrs.data, _width(ptrs)):
-            memory.loaded(_bytes(ptrs, mask), atomic)
+            return memory.loaded(_bytes(ptrs, mask), atomic)
+        return set()
 
     def store_check(self, ptrs, value, mask) -> None:
         def kept(overwritten: np.ndarray) -> np.ndarray:
@@ -527,12 +519,9 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
                 load_check(ptrs, mask)
             else:  # its read sees what came before it; its release publishes its own write too
                 if reads:  # an exchange returns what was there
-                    load_check(ptrs, mask, atomic=True)
-                learn = reads and memory.tracking
+                    read_from = load_check(ptrs, mask, atomic=True)
                 if writes:
-                    memory.stored(_bytes(ptrs, mask), atomic=True, sites_of_others=read_from if learn else None)
-                elif learn and memory.pages:
-                    read_from = memory.foreign_sites(_bytes(ptrs, mask))
+                    memory.stored(_bytes(ptrs, mask), atomic=True)
             block = getattr(scope, "name", "") == "CTA"
             releases = not relaxed and writes and not block and sem_name in ("RELEASE", "ACQUIRE_RELEASE")
             acquires = not relaxed and reads and not block and sem_name in ("ACQUIRE", "ACQUIRE_RELEASE")

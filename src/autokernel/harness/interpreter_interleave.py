@@ -16,13 +16,12 @@ on half, one program is parked after one of its turns until the others end or sl
 quarters one is held so, right after one of its stores (before any atomic could publish it) or
 right before a call at a site (a call in the kernel's source) whose writes another program read
 in an earlier launch; and on a quarter only a few programs run at once, started in the grid's
-order (``_Turns``).  The
-interpreter's rewrite of every jitted function also makes a generator of it: each call in its
-body goes through ``suspending_call``, which suspends the program (a ``yield``) once an atomic has
-run, polls again at the next turn where a ``tl.atomic_poll`` is unmet, and calls jitted callees as
-generators (``yield from``).  Generators keep the program's code on the launching thread's stack,
-under the grid loop, so the judge's watch and its frame walks see what they saw when the programs
-ran one after another.  A jit function that holds a
+order (``_Turns``).  The interpreter's rewrite of every jitted function also makes a generator of
+it: each call in its body goes through ``suspending_call``, which suspends the program (a
+``yield``) once an atomic has run, polls again at the next turn where a ``tl.atomic_poll`` is
+unmet, and calls jitted callees as generators (``yield from``).  Generators keep the program's
+code on the launching thread's stack, under the grid loop, so the judge's watch and its frame
+walks see what they saw when the programs ran one after another.  A jit function that holds a
 lambda, a comprehension or a nested function (none of which Triton compiles) is refused.
 """
 from __future__ import annotations
@@ -230,6 +229,7 @@ HOLD_AT_SITE = 2 / 3  # of those, where the kernel has sites learned: held at on
 HOLD_STORES = 16  # the store held after, drawn from 1 to this many, the first ones likelier
 STORED = "stored"  # what a program held on its stores yields after each (its turn goes on unless held)
 AT_SITE = "at site"  # what a program yields where it is held at a site
+ENDED = "ended"  # what ``_advance`` says of a program that has run to its end
 RESIDENCY = 0.25  # the launches on which at most half the programs (a number drawn) run at once
 # and a parked program runs again after this many turns of the others, though they neither end nor
 # sleep: a spin that writes each poll (a heartbeat) or reads more than SPIN_CYCLE turns' worth never
@@ -252,9 +252,10 @@ class _Turns:
     of up to ``SPIN_CYCLE`` turns: a poll of a flag another program sets, with or without loads
     between) sleeps until a write reaches a byte it read, so a chain of programs each waiting on
     the one before costs turns in proportion to its length, not to its square.  A loop that reads
-    new things (an atomic_max of each tile's maximum) never sleeps.  When all sleep, all wake; when that happens ``DEADLOCK_WAKES`` times in a row
-    with no write between, the launch is deadlocked.  Parking, holding and residency are drawn per
-    launch, as the comments in ``__init__`` say."""
+    new things (an atomic_max of each tile's maximum) never sleeps.  When all sleep, all wake; when
+    that happens ``DEADLOCK_WAKES`` times in a row with no write between, the launch is
+    deadlocked.  Parking, holding and residency are drawn per launch, as the comments in
+    ``__init__`` say."""
 
     def __init__(self, pending: list, builder, memory, rng, raw_set_grid_idx, cooperative: bool = False,
                  kernel=None) -> None:
@@ -446,12 +447,10 @@ class _Program:
         return self._run(**args)
 
 
-ENDED = "ended"
-
-
 def _advance(turn: list):
     """Run ``turn``'s program to its next atomic (None), past its next store where it is the one
-    held on its stores (``STORED``), or to its end (``ENDED``)."""
+    held on its stores (``STORED``), up to a call where it is held at a site (``AT_SITE``), or to
+    its end (``ENDED``)."""
     try:
         return next(turn[2])
     except StopIteration:
