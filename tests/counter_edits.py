@@ -42,6 +42,41 @@ INTERLEAVED_EDITS = {
 
 COUNT = "    c = tl.atomic_add(cnt_ptr, 1)\n"
 NOTHING_FIRST = "    for _ in range(4):\n        tl.atomic_add(cnt_ptr + 2, 1, sem=\"relaxed\")\n"
+LEADER_BODY_BEFORE = (
+    "    c = tl.atomic_add(cnt_ptr, 1)\n"
+    "    cols = j * CHUNK + tl.arange(0, CHUNK)\n"
+    "    x = tl.load(x_ptr + row.to(tl.int64) * stride_xm + cols, mask=cols < N, other=0.0).to(tl.float32)\n"
+    "    tl.store(ws_ptr + row * SPLIT + j, tl.sum(x, axis=0))\n"
+    "    tl.atomic_add(cnt_ptr + 1, 1, sem=\"release\")\n"
+    "    if c == TOTAL - 1:\n"
+    "        for _ in range(DELAY):\n"
+    "            tl.atomic_add(cnt_ptr + 2, 1, sem=\"relaxed\")\n"
+    "        tl.atomic_add(cnt_ptr + 1, 0, sem=\"acquire\")\n"
+    "        k = tl.arange(0, SPLIT_P2)\n"
+    "        for r in range(M):\n"
+    "            parts = tl.load(ws_ptr + r * SPLIT + k, mask=k < SPLIT, other=0.0)\n"
+    "            tl.store(out_ptr + r, tl.sum(parts, axis=0).to(out_ptr.dtype.element_ty))\n")
+LEADER_BODY = (
+    "    cols = j * CHUNK + tl.arange(0, CHUNK)\n"
+    "    x = tl.load(x_ptr + row.to(tl.int64) * stride_xm + cols, mask=cols < N, other=0.0).to(tl.float32)\n"
+    "    if (row == 0) & (j == 0):\n"
+    "        tl.atomic_xchg(cnt_ptr + 1, 1, sem=\"release\")\n"
+    "        tl.store(ws_ptr, 1.0)\n"
+    "        tl.atomic_xchg(cnt_ptr + 1, 2, sem=\"release\")\n"
+    "    else:\n"
+    "        while tl.atomic_add(cnt_ptr + 1, 0, sem=\"acquire\") == 0:\n"
+    "            pass\n"
+    "        for _ in range(400):\n"
+    "            tl.atomic_add(cnt_ptr + 2, 1, sem=\"relaxed\")\n"
+    "        tl.atomic_add(cnt_ptr + 1, 0, sem=\"acquire\")\n"
+    "    tl.atomic_add(out_ptr + row, tl.sum(x, axis=0) * tl.load(ws_ptr))\n")
+LATE_ONE_SITE = (
+    (COUNT, ""),
+    ("    tl.store(ws_ptr + row * SPLIT + j, tl.sum(x, axis=0))\n",
+     "    c = 0\n    for i in range(64):\n        if i == 63:\n"
+     "            for _ in range(40):\n                tl.atomic_add(cnt_ptr + 2, 1, sem=\"relaxed\")\n"
+     "            c = tl.atomic_add(cnt_ptr, 1)\n"
+     "        tl.store(ws_ptr + row * SPLIT + j, tl.where(i == 63, tl.sum(x, axis=0), i * 1.0))\n"))
 # edits of tests/attacks/reduce_interleave_long_delay.py (red-team pass 18: the one last arriver
 # delays its unchecked acquire by 2000 atomics of nothing)
 LATE_EDITS = {
@@ -54,6 +89,10 @@ LATE_EDITS = {
     "late_count_diluted": ((COUNT, "    for i in range(16):\n        tl.store(ws_ptr + row * SPLIT + j, i * 1.0)\n"
                                    "    for _ in range(40):\n        tl.atomic_add(cnt_ptr + 2, 1, sem=\"relaxed\")\n"
                                    + COUNT),),
+    # red-team pass 21: the partial stored on the 64th call of one store site, the count (after 40
+    # atomics of nothing) just before that call: the hold at the store's site, its call drawn from 1
+    # to 64, came right before the partial on 2 of 60 launches
+    "late_count_one_site": LATE_ONE_SITE,
     # the partials written by a releasing exchange and read by acquiring atomics: no plain store
     # to hold back, so the writer must be held between its count and its exchange
     "late_count_atomic_partials": (
@@ -63,6 +102,24 @@ LATE_EDITS = {
         ("            parts = tl.load(ws_ptr + r * SPLIT + k, mask=k < SPLIT, other=0.0)\n",
          "            parts = tl.atomic_add(ws_ptr + r * SPLIT + k, 0.0, mask=k < SPLIT, sem=\"acquire\")\n"
          "            parts = tl.where(k < SPLIT, parts, 0.0)\n")),
+    # red-team pass 22 (mine): the one-site late count, its kernel jitted afresh at every call of
+    # kernel_fn from a copy of its function (the interpreter rewrites once per function object), so
+    # that every launch ran a kernel of its own and nothing learned from one applied to the next
+    "late_count_one_site_fresh_jit": LATE_ONE_SITE + (
+        ("import torch\n", "import types\n\nimport torch\n"),
+        ("@triton.jit\ndef _split_sum(", "def _split_sum_body("),
+        ("    _split_sum[(M, split)](",
+         "    fresh = types.FunctionType(_split_sum_body.__code__, globals(), \"_split_sum_body\")\n"
+         "    triton.jit(fresh)[(M, split)](")),
+    # red-team pass 22 (mine): one fixed program (the grid's first) sets a flag before it stores the
+    # scale every other program multiplies its sum by, then releases the flag again; the others
+    # wait for the flag, make 400 atomics of nothing (past the priority scheduler's demotions) and
+    # acquire it unchecked.  Only the leader held between its flag and its store is caught, and a
+    # program held at random is the leader on one launch in twelve (4x300): right on 40 of 40
+    "leader_publishes_early": (
+        (LEADER_BODY_BEFORE, LEADER_BODY),
+        ("    out = torch.empty((M,)", "    out = torch.zeros((M,)"),
+        ("    ws = torch.empty(", "    ws = torch.zeros(")),
 }
 
 

@@ -32,6 +32,8 @@ pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reaso
 LAUNCHES = {"waits_for_nobody": 8, "idles_after_counting": 8, "sleep_barrier": 80, "delay": 80,
             "first_waits_for_all": 120, "long_delay": 80, "lookback_busy_spin": 8, "late_count": 60,
             "late_count_atomic_partials": 60, "late_count_diluted": 80, "ticket_queue_no_source": 24,
+            "late_count_one_site": 60, "leader_publishes_early": 40, "late_count_one_site_fresh_jit": 40,
+            "swap_read": 60,
             "def_in_string": 8, "lookback_heartbeat": 12}
 PROBE = (
     "import importlib.util, sys, torch\n"
@@ -60,7 +62,8 @@ def outcomes(tmp_path_factory) -> dict[str, list[str]]:
     write_edits(folder, LATE_EDITS, "reduce_interleave_long_delay.py")
     write_edits(folder, LOOKBACK_EDITS, "honest_reduce_pass13_lookback_ticket.py")
     write_edits(folder, TICKET_EDITS, "reduce_interleave_ticket_queue.py")
-    whole = ("ticket_queue", "first_atomic_barrier", "sleep_barrier", "delay", "long_delay", "def_in_string")
+    whole = ("ticket_queue", "first_atomic_barrier", "sleep_barrier", "delay", "long_delay", "def_in_string",
+             "swap_read")
     for name in whole:
         (folder / f"{name}.py").write_text((ATTACKS / f"reduce_interleave_{name}.py").read_text())
     for name in ("lookback_busy_spin", "cooperative_barrier"):
@@ -154,6 +157,44 @@ def test_a_diluted_late_count_is_caught_at_the_site_of_its_store(outcomes):
     assert caught(outcomes, "late_count_diluted") >= 4, outcomes["late_count_diluted"]
 
 
+def test_the_hold_aims_at_the_call_whose_write_was_read(outcomes):
+    """Red-team pass 21: the partial stored on the 64th call of one store site, the count (after 40
+    atomics of nothing) just before that call.  Held before a call drawn from 1 to 64 at that
+    site, the writer was held before its partial on 2 launches in 60 (0 of 60 in this session's
+    run).  A site learns which call's write was read, and most holds there aim at it: 7 and 13 of
+    60 (two runs)."""
+    assert caught(outcomes, "late_count_one_site") >= 3, outcomes["late_count_one_site"]
+
+
+def test_what_is_learned_holds_for_a_kernel_jitted_afresh(outcomes):
+    """Red-team pass 22 (mine): the one-site late count jitted at every call of kernel_fn from a
+    fresh copy of its function.  The interpreter rewrites each function object once, so each
+    launch ran a kernel of its own, its sites numbered anew, and nothing was ever learned: right
+    on 40 of 40 launches (with this session's aimed holds but a key per rewrite).  A kernel is
+    known by its source now, and its sites by their place in it: 14 of 40."""
+    assert caught(outcomes, "late_count_one_site_fresh_jit") >= 3, outcomes["late_count_one_site_fresh_jit"]
+
+
+def test_the_hold_aims_at_the_program_whose_write_was_read(outcomes):
+    """Red-team pass 22 (mine): one fixed program sets a flag, then stores the scale the others
+    read, then releases the flag again; the others wait, delay, and acquire it unchecked.  A
+    program held at random is that leader on one launch in twelve, and each waiting program's
+    ``atomic_add(flag, 0)`` was learned as one more write to hold before: right on 40 of 40
+    launches.  A site learns which program's write was read and holds it, and an atomic that
+    changed nothing is no write to learn: 12 of 40."""
+    assert caught(outcomes, "leader_publishes_early") >= 3, outcomes["leader_publishes_early"]
+
+
+def test_a_read_by_an_atomic_that_changes_the_value_is_learned(outcomes):
+    """Red-team pass 23: the reader swaps every partial out with an acquiring ``atomic_xchg``
+    (changing it), after its unchecked acquire, and the writers exchange their partials in after
+    a long computation.  Only plain loads and atomics that changed nothing were learned as reads,
+    so nothing was learned and no hold was aimed: right on 60 of 60 launches (0 of 60 at 2f147eb),
+    all six stages passed.  An atomic whose result is used reads data whatever it writes (one
+    whose call is a statement of its own compiles to a reduction that reads nothing): 20 of 60."""
+    assert caught(outcomes, "swap_read") >= 3, outcomes["swap_read"]
+
+
 def test_a_spin_of_two_polls_sleeps(outcomes):
     """Red-team pass 20: a look-back whose wait reads its predecessor's flag and a launch-wide abort
     word (two atomics a poll) alternated between two turns that each read something else, so it
@@ -196,7 +237,7 @@ def test_a_load_learns_its_site_whatever_orders_it():
 
     memory = LaunchMemory()
     memory.tracking = True
-    memory.program, memory.site = 1, 5
+    memory.program, memory.site, memory.call = 1, 5, 2
     memory.stored(np.arange(100, 104))
     memory.stored(np.arange(200, 204))
     memory.program, memory.site = 2, 6
@@ -208,7 +249,7 @@ def test_a_load_learns_its_site_whatever_orders_it():
         memory.loaded(np.arange(100, 104))
     except Exception as exc:  # unordered: a race, and the site is learned before it is raised
         assert "RaceError" in type(exc).__name__
-    assert memory.read_sites == {5}
+    assert memory.read_calls == {(5, 2, 1)}
 
 
 def test_a_spin_that_reloads_between_polls_sleeps(outcomes):
@@ -301,23 +342,61 @@ def test_every_call_of_a_jit_body_goes_through_the_judge():
 
 def test_sites_are_learned_per_kernel_and_old_kernels_forgotten():
     """A launch's sites whose writes another program read are kept for the kernel's next launches,
-    with the most calls one program made at each once watched; a worker that loads file after file
-    keeps the latest ``LEARNED_KERNELS`` kernels only."""
-    from autokernel.harness.interpreter_as_gpu import LEARNED_KERNELS, LaunchMemory
+    with the calls there whose writes were read and the most calls one program made there; a
+    worker that loads file after file keeps the latest ``LEARNED_KERNELS`` kernels only."""
+    import numpy as np
+
+    from autokernel.harness.interpreter_as_gpu import LEARNED_KERNELS, LaunchMemory, ReadSite
 
     memory = LaunchMemory()
-    memory.read_sites = {7, 9}
-    memory.learn_sites("first")
-    assert memory.sites_read["first"] == {7: 0, 9: 0}
-    memory.watched = {7: 0, 9: 0}
     memory.program = 3
-    assert [memory.reached(7) for _ in range(3)] == [False] * 3
-    memory.hold_site = (3, 9, 1)
-    assert memory.reached(9)
-    memory.learn_sites("first")
-    assert memory.sites_read["first"] == {7: 3, 9: 1} and memory.watched == {} and memory.runs == {}
+    assert [memory.reached(7) for _ in range(3)] == [1, 2, 3]
+    memory.program = 4
+    assert memory.reached(7) == 1 and memory.reached(9) == 1 and memory.reached(11) == 1
+    rng = np.random.default_rng(0)
+    memory.read_calls = {(7, 3, 3), (7, 1, 4), (9, 1, 4)}
+    memory.learn_sites("first", rng)
+    assert memory.sites_read["first"] == {7: ReadSite(3, {(1, 4), (3, 3)}), 9: ReadSite(1, {(1, 4)})}
+    assert memory.calls == {} and memory.read_calls == set()
+    memory.read_calls = {(7, 2, 5)}
+    memory.learn_sites("first", rng)
+    assert memory.sites_read["first"] == {7: ReadSite(3, {(1, 4), (2, 5), (3, 3)}), 9: ReadSite(1, {(1, 4)})}
     for kernel in range(LEARNED_KERNELS + 5):
-        memory.read_sites = {kernel}
-        memory.learn_sites(kernel)
+        memory.read_calls = {(kernel, 1, 0)}
+        memory.learn_sites(kernel, rng)
     assert len(memory.sites_read) == LEARNED_KERNELS and "first" not in memory.sites_read
-    assert memory.sites_read[LEARNED_KERNELS + 4] == {LEARNED_KERNELS + 4: 0}
+    assert memory.sites_read[LEARNED_KERNELS + 4] == {LEARNED_KERNELS + 4: ReadSite(0, {(1, 0)})}
+
+
+def test_a_site_keeps_a_sample_of_every_call_read_not_the_first_ones():
+    """Red-team pass 23: 63 decoy calls at the partial's store site, read by the last arriver, filled
+    the ``READ_CALLS`` pairs a site keeps with the lowest calls, so the partial's 64th call was never
+    learned (0 of 60 launches, all six stages passed).  A site keeps a uniform sample of the pairs
+    it was offered."""
+    import numpy as np
+
+    from autokernel.harness.interpreter_as_gpu import READ_CALLS, LaunchMemory
+
+    memory, rng = LaunchMemory(), np.random.default_rng(1)
+    for launch in range(4):
+        memory.read_calls = {(5, call, writer) for call in range(1, 65) for writer in range(12)}
+        memory.learn_sites("k", rng)
+    kept = memory.sites_read["k"][5].reads
+    assert len(kept) == READ_CALLS
+    assert any(call == 64 for call, _ in kept) and max(call for call, _ in kept) > 40
+
+
+def test_kernels_that_learn_nothing_do_not_push_out_one_that_did():
+    """Red-team pass 23: a kernel_fn that launched 64 tiny kernels after the real one made the worker
+    forget what the real one had taught it, at every launch (0 of 60 caught, all six stages
+    passed).  A kernel whose launch showed no read of another program's write takes no place."""
+    import numpy as np
+
+    from autokernel.harness.interpreter_as_gpu import LEARNED_KERNELS, LaunchMemory
+
+    memory, rng = LaunchMemory(), np.random.default_rng(2)
+    memory.read_calls = {(3, 1, 0)}
+    memory.learn_sites("real", rng)
+    for kernel in range(2 * LEARNED_KERNELS):
+        memory.learn_sites(kernel, rng)
+    assert "real" in memory.sites_read and len(memory.sites_read) == 1

@@ -65,6 +65,8 @@ on it (worker side, CPU only): ``install()`` once per process, before any kernel
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from . import interpreter_half, interpreter_interleave
@@ -73,7 +75,8 @@ from .interpreter_half import round_to_bf16
 _INSTALLED = False
 HINTS = {"tt.contiguity": "max_contiguous", "tt.divisibility": "multiple_of", "tt.constancy": "max_constancy"}
 PAGE_BITS = 12
-LEARNED_KERNELS = 64  # kernels whose sites a worker remembers (the files it loads come and go)
+LEARNED_KERNELS = 1024  # kernels with sites learned that a worker remembers (the files it loads come and go)
+READ_CALLS = 256  # the writes of one site that were read (call, writer) that a kernel's learning keeps
 
 
 class HintError(ValueError):
@@ -249,6 +252,19 @@ def _shuffle_programs(builder: type, rng: np.random.Generator, memory: "LaunchMe
     builder.set_grid_dim, builder.set_grid_idx = set_grid_dim, set_grid_idx
 
 
+@dataclass
+class ReadSite:
+    """A site (a call in a kernel's source) whose writes another program read, learned from a
+    kernel's earlier launches: the most calls one program made there, and the writes there that
+    were read, each as (which of its writer's calls there it was, the writer program), a uniform
+    sample of the ``seen`` offered (a reservoir).  ``bumps``: every such read was by a changing
+    atomic of the site itself (a counter's bump, not a read of data)."""
+    most: int = 0
+    reads: set[tuple[int, int]] = field(default_factory=set)
+    bumps: bool = field(default=True, compare=False)
+    seen: int = field(default=0, compare=False)
+
+
 class LaunchMemory:
     """Which program of the running launch stored each address last, when, and whether by an
     atomic (by pages of shadow arrays), and where and when each program ran its ordering atomics
@@ -264,13 +280,14 @@ class LaunchMemory:
         self.held_on_store: int | None = None  # the program to suspend after each of its stores
         self.store_ran = False  # a store of that program, since ``take_store`` last asked
         # sites (``interpreter_interleave``: each call in a jit function's source has a number)
-        self.site = 0  # of the builtin call running
-        # a kernel -> {a site whose writes another program read: the most calls one program made there}
-        self.sites_read: dict = {}
-        self.watched: dict[int, int] = {}  # the running kernel's learned sites -> most calls a program made there
-        self.runs: dict[tuple[int, int], int] = {}  # (program, watched site) -> its calls there so far
+        self.site = self.call = 0  # of the builtin call running: its site, and the program's n-th call there
+        self.sites_read: dict = {}  # a kernel -> {a site whose writes another program read: its ReadSite}
+        self.calls: dict[tuple[int, int], int] = {}  # (program, site) -> its calls there so far, this launch
         self.hold_site: tuple[int, int, int] | None = None  # (program, site, call) to hold the program before
-        self.read_sites: set[int] = set()  # sites of this launch whose writes another program read
+        self.read_calls: set[tuple[int, int, int]] = set()  # (site, call, writer) of writes another program read
+        self.bump_calls: set[tuple[int, int, int]] = set()  # those read by a changing atomic of the same site
+        self.stacks: dict[int, list[int]] = {}  # program -> the sites of the jit calls it is inside
+        self.result_used = True  # the running call's result is used (not a statement of its own)
         self.written: list[np.ndarray] = []
         self.reads: list[tuple[np.ndarray, bytes]] = []
         self.new_launch()
@@ -285,27 +302,41 @@ class LaunchMemory:
         ran, self.store_ran = self.store_ran, False
         return ran
 
-    def reached(self, site: int) -> bool:
-        """The running program is at a call of a watched ``site``: whether it is held there."""
+    def reached(self, site: int) -> int:
+        """The running program is at a call of ``site``: which of its calls there it is."""
         key = (self.program, site)
-        self.runs[key] = calls = self.runs.get(key, 0) + 1
-        if calls > self.watched[site]:
-            self.watched[site] = calls
-        return self.hold_site == (self.program, site, calls)
+        self.calls[key] = call = self.calls.get(key, 0) + 1
+        return call
 
-    def learn_sites(self, kernel) -> None:
-        """At a launch's end: the sites whose writes another program read, for ``kernel``'s next
-        launches (with the most calls one program made at each, where watched)."""
+    def learn_sites(self, kernel, rng: np.random.Generator) -> None:
+        """At a launch's end: the sites whose writes another program read, with the calls there
+        that wrote what was read and the most calls one program made there, for ``kernel``'s next
+        launches."""
         learned = self.sites_read.pop(kernel, {})
-        self.sites_read[kernel] = learned  # the latest last: a long-lived worker forgets the oldest kernels
+        for site, call, writer, bump in sorted([*((*r, False) for r in self.read_calls),
+                                                *((*r, True) for r in self.bump_calls - self.read_calls)]):
+            read = learned.setdefault(site, ReadSite())
+            read.bumps = read.bumps and bump
+            if (call, writer) in read.reads:
+                continue
+            read.seen += 1
+            if len(read.reads) < READ_CALLS:
+                read.reads.add((call, writer))
+            elif rng.random() < READ_CALLS / read.seen:  # a uniform sample, not the lowest calls (red-team
+                # pass 23: decoys at a site's first 63 calls filled the cap, and the partial's 64th never entered)
+                read.reads.remove(sorted(read.reads)[int(rng.integers(READ_CALLS))])
+                read.reads.add((call, writer))
+        if learned:  # a kernel that learned nothing takes no place (red-team pass 23: 64 other kernels
+            # launched after each launch of the real one made the worker forget it every time)
+            self.sites_read[kernel] = learned  # the latest last: a long-lived worker forgets the oldest kernels
         while len(self.sites_read) > LEARNED_KERNELS:
             del self.sites_read[next(iter(self.sites_read))]
-        for site in self.read_sites:
-            learned.setdefault(site, 0)
-        for site, calls in self.watched.items():  # every watched site was learned before
-            learned[site] = max(learned[site], calls)
-        self.watched, self.runs = {}, {}
-        self.read_sites = set()
+        for (_, site), calls in self.calls.items():
+            if site in learned:
+                learned[site].most = max(learned[site].most, calls)
+        self.calls, self.stacks = {}, {}  # what the launch counted: the next one counts afresh
+        self.read_calls = set()
+        self.bump_calls = set()
 
     def new_launch(self) -> None:
         self.pages: dict[int, tuple[np.ndarray, ...]] = {}
@@ -337,7 +368,9 @@ class LaunchMemory:
             entry = self.pages.setdefault(page, (np.full(1 << PAGE_BITS, -1, np.int64),
                                                  np.zeros(1 << PAGE_BITS, np.int64),
                                                  np.zeros(1 << PAGE_BITS, bool),
-                                                 np.zeros(1 << PAGE_BITS, np.int64)))
+                                                 np.zeros(1 << PAGE_BITS, np.int64),
+                                                 np.zeros(1 << PAGE_BITS, np.int64),
+                                                 np.full(1 << PAGE_BITS, -1, np.int64)))
             before = entry[0][offsets]
             overwritten[lanes] = (before >= 0) & (before != self.program)
             pages.append((entry, lanes, offsets))
@@ -350,14 +383,25 @@ class LaunchMemory:
         if self.same_bits:  # other bits (or an atomic's write) end the run of same-bits writers
             for byte in set((addresses if keep is None else addresses[~keep]).tolist()) & self.same_bits.keys():
                 del self.same_bits[byte]
-        for (owner, when, by_atomic, site), lanes, offsets in pages:
+        for (owner, when, by_atomic, *_), lanes, offsets in pages:
             if keep is not None:
                 offsets = offsets[~keep[lanes]]
             owner[offsets] = self.program
             when[offsets] = self.clock
             by_atomic[offsets] = atomic
-            site[offsets] = self.site
+        if not atomic:
+            self.sited(addresses if keep is None else addresses[~keep])
         return overwritten
+
+    def sited(self, addresses: np.ndarray) -> None:
+        """The running call (its site, which of the program's calls there) wrote new bits to
+        ``addresses``, which ``stored`` has recorded: a store's, or those an atomic changed (one
+        that changed nothing wrote no data another program could read from it: the spin's
+        ``atomic_add(flag, 0)`` in a leader's flag handoff made each waiting program a writer of
+        the flag, and its site one more to hold at, red-team pass 22)."""
+        for page, _, offsets in _by_page(addresses) if addresses.size else ():
+            _, _, _, site, call, writer = self.pages[page]
+            site[offsets], call[offsets], writer[offsets] = self.site, self.call, self.program
 
     def _ordered_by_a_later_writer(self, addresses: np.ndarray, foreign: np.ndarray) -> np.ndarray:
         """Which of the ``foreign`` bytes of ``addresses`` a later writer of the same bits stored
@@ -387,26 +431,31 @@ class LaunchMemory:
                 return True
         return False
 
-    def loaded(self, addresses: np.ndarray, atomic: bool = False) -> set[int]:
+    def loaded(self, addresses: np.ndarray, atomic: bool = False) -> set[tuple[int, int, int]]:
         """A load of ``addresses`` (its unmasked lanes; the caller has ruled out loads that
         ``may_overlap`` says cannot reach a store).  ``atomic``: an atomic's read, which sees
         other atomics' writes to the same address in their one order (a counter's bumps) but
-        not, unordered, another program's plain stores.  Returns the sites of other programs'
-        writes it read (while programs take turns); a plain load's are learned here, whatever
-        orders it, an atomic's by its caller once it knows the atomic changed nothing."""
+        not, unordered, another program's plain stores.  Returns the (site, call, writer) of other
+        programs' writes it read (while programs take turns); a plain load's are learned here,
+        whatever orders it, an atomic's by its caller once it knows whether the atomic changed
+        anything and whether its result is used."""
         self.clock += 1
-        read_from: set[int] = set()
+        read_from: set[tuple[int, int, int]] = set()
         if addresses.size == 0:
             return read_from
         latest: dict[int, int] = {}  # writer -> its latest store among the lanes (the hardest to order)
         for page, lanes, offsets in _by_page(addresses):
             if page not in self.pages:
                 continue
-            owner, when, by_atomic, sites = self.pages[page]
+            owner, when, by_atomic, sites, calls, data_writers = self.pages[page]
             writers, stamps = owner[offsets], when[offsets]
             foreign = (writers >= 0) & (writers != self.program)
-            if self.tracking and foreign.any():
-                read_from.update(np.unique(sites[offsets][foreign]).tolist())
+            if self.tracking:
+                wrote = data_writers[offsets]
+                others = (wrote >= 0) & (wrote != self.program)
+                if others.any():
+                    found = np.stack([sites[offsets][others], calls[offsets][others], wrote[others]], axis=1)
+                    read_from.update(map(tuple, np.unique(found, axis=0).tolist()))
             if atomic:
                 foreign &= ~by_atomic[offsets]
             if self.same_bits and foreign.any():
@@ -414,7 +463,7 @@ class LaunchMemory:
             for writer, stamp in zip(writers[foreign].tolist(), stamps[foreign].tolist()):
                 latest[writer] = max(stamp, latest.get(writer, 0))
         if not atomic:
-            self.read_sites |= read_from
+            self.read_calls |= read_from
         for writer, stamp in latest.items():
             if not self.ordered(writer, stamp):
                 raise RaceError(
@@ -508,7 +557,7 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
         def atomic(self, *args):
             sem, scope = args[-2], args[-1]  # (..., sem, scope) for every atomic of the builder
             ptrs, mask = args[pointer_at], args[mask_at] if mask_at is not None else None
-            read_from: set[int] = set()  # the sites of other programs' writes it read (while tracked)
+            read_from: set[tuple[int, int, int]] = set()  # (site, call, writer) of others' writes it read
             sem_name = getattr(sem, "name", "")
             relaxed = sem_name == "RELAXED"
             writes_only = name == "create_atomic_store" or (
@@ -545,10 +594,16 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
             if memory.tracking:
                 if changed is not None and changed.any():
                     memory.written.append(_bytes(ptrs, changed))
+                    memory.sited(memory.written[-1])
+                    if memory.result_used:  # its read is data too (red-team pass 23: partials swapped out by an
+                        # exchange, which changes them, were never learned); a read of a write made at the same
+                        # site is most often a counter's bump, learned apart (held at less often)
+                        for read in read_from:
+                            (memory.read_calls if read[0] != memory.site else memory.bump_calls).add(read)
                 else:  # it changed nothing: what it read is still there (``before``, where taken)
                     read = before if before is not None else raw_values(self, ptrs, mask)
                     memory.reads.append((_bytes(ptrs, mask), np.ascontiguousarray(read).tobytes()))
-                    memory.read_sites.update(read_from)  # a read, not an update: what it read was data
+                    memory.read_calls.update(read_from)  # a read, not an update: what it read was data
             return result
 
         atomic.__qualname__ = f"{builder.__qualname__}.{name}"

@@ -15,7 +15,8 @@ priority, which drops to the last rank at a few random turns, on the others it i
 on half, one program is parked after one of its turns until the others end or sleep; on three
 quarters one is held so, right after one of its stores (before any atomic could publish it) or
 right before a call at a site (a call in the kernel's source) whose writes another program read
-in an earlier launch; and on a quarter only a few programs run at once, started in the grid's
+in an earlier launch of the same source (mostly the program whose write was read, before the
+same call of its); and on a quarter only a few programs run at once, started in the grid's
 order (``_Turns``).  The interpreter's rewrite of every jitted function also makes a generator of
 it: each call in its body goes through ``suspending_call``, which suspends the program (a
 ``yield``) once an atomic has run, polls again at the next turn where a ``tl.atomic_poll`` is
@@ -45,21 +46,50 @@ class NotCompiledError(SyntaxError):
     suspend inside)."""
 
 
-_SITES = itertools.count(1)  # each call of every jit function's body: a number of its own (its site)
+def source_key(fn: ast.FunctionDef) -> int:
+    """A jit function's identity for what the judge learns of it: its parsed source, wherever it
+    stands in a file and however often it is jitted (red-team pass 22: a kernel jitted afresh at
+    each call of ``kernel_fn`` was a new kernel at every launch, and nothing learned applied)."""
+    return _number(ast.dump(fn))
+
+
+def _number(*parts) -> int:
+    """A non-negative int64 for ``parts`` (a site's or a source's number; the shadow arrays hold it)."""
+    return hash(parts) & (2 ** 62 - 1)
+
+
+# sites whose call is a statement of its own: its result is discarded (an atomic there reads no data;
+# Triton compiles an atomic whose result nothing uses to a reduction that returns nothing)
+DISCARDED: set[int] = set()
 
 
 class _Suspending(ast.NodeTransformer):
-    """Each call ``f(a, k=v)`` of a function's body becomes ``(yield from CALL(site, f, a, k=v))``."""
+    """Each call ``f(a, k=v)`` of a function's body becomes ``(yield from CALL(site, f, a, k=v))``,
+    its site a number of its own: from the function's source and the call's place in it."""
+
+    def __init__(self, key: int) -> None:
+        self.key, self.calls = key, itertools.count(1)
+        self.statements: set[int] = set()
+
+    def visit_Expr(self, node: ast.Expr) -> ast.AST:
+        if isinstance(node.value, ast.Call):
+            self.statements.add(id(node.value))
+        return self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
+        statement = id(node) in self.statements
         node = self.generic_visit(node)
+        site = _number(self.key, next(self.calls))
+        if statement:
+            DISCARDED.add(site)
         call = ast.Call(func=ast.Name(id=CALL, ctx=ast.Load()),
-                        args=[ast.Constant(value=next(_SITES)), node.func, *node.args], keywords=node.keywords)
+                        args=[ast.Constant(value=site), node.func, *node.args], keywords=node.keywords)
         return ast.copy_location(ast.YieldFrom(value=ast.copy_location(call, node)), node)
 
 
 def generator_variant(fn: ast.FunctionDef) -> ast.FunctionDef:
-    """``FACTORY(CALL)``, which returns ``fn`` as a generator whose calls go through ``CALL``."""
+    """``FACTORY(CALL)``, which returns ``fn`` as a generator whose calls go through ``CALL``, and
+    its ``source_key``."""
     for node in ast.walk(fn):
         if node is not fn and isinstance(node, _NOT_COMPILED):
             raise NotCompiledError(f"the jit function {fn.name} holds a {type(node).__name__.lower()} "
@@ -68,13 +98,16 @@ def generator_variant(fn: ast.FunctionDef) -> ast.FunctionDef:
                 isinstance(node, ast.arg) and node.arg in (CALL, FACTORY):
             raise NotCompiledError(f"the jit function {fn.name} uses the name {CALL} or {FACTORY}, "
                                    "which the judge's interpreter keeps for itself")
+    key = source_key(fn)
     variant = copy.deepcopy(fn)
     variant.decorator_list = []
-    variant.body = [_Suspending().visit(stmt) for stmt in variant.body]
+    suspending = _Suspending(key)
+    variant.body = [suspending.visit(stmt) for stmt in variant.body]
     start = ast.Expr(value=ast.YieldFrom(value=ast.Tuple(elts=[], ctx=ast.Load())))  # a generator even with no call
     variant.body.insert(0, ast.copy_location(start, fn))
     factory = ast.parse(f"def {FACTORY}({CALL}):\n    pass\n").body[0]
-    factory.body = [variant, ast.Return(value=ast.Name(id=fn.name, ctx=ast.Load()))]
+    returned = ast.Tuple(elts=[ast.Name(id=fn.name, ctx=ast.Load()), ast.Constant(value=key)], ctx=ast.Load())
+    factory.body = [variant, ast.Return(value=returned)]
     return ast.fix_missing_locations(ast.copy_location(factory, fn))
 
 
@@ -93,7 +126,7 @@ def install(interpreter, memory, rng, raw_set_grid_idx) -> bool:
             not hasattr(rewriter, "_compile_and_exec") or not hasattr(function, "rewrite") or \
             list(inspect.signature(executor.__init__).parameters)[:2] != ["self", "fn"]:
         return False
-    programs: dict = {}  # a rewritten jit function -> its generator variant
+    programs: dict = {}  # a rewritten jit function -> (its generator variant, its source_key)
     patch_lang = interpreter._patch_lang
 
     def suspending_call(site, f, *args, **kwargs):
@@ -102,23 +135,32 @@ def install(interpreter, memory, rng, raw_set_grid_idx) -> bool:
         variant = None
         if type(f) is function:
             patch_lang(f.fn)
-            variant = _variant(f.rewrite(), f.fn)
+            variant = _variant(f.rewrite(), f.fn)[0]
         if variant is None:
-            if site in memory.watched and memory.reached(site):
+            memory.result_used = site not in DISCARDED
+            stack = memory.stacks.get(memory.program)
+            if stack:  # a call inside a jit callee: its site is the callee's call and the calls on the way to it
+                site = _number(site, *stack)
+            call = memory.reached(site)
+            if memory.hold_site == (memory.program, site, call):
                 yield AT_SITE  # held here, before the call (a store or an atomic write another program read)
-            memory.site = site
+            memory.site, memory.call = site, call
             result = f(*args, **kwargs)
             while memory.poll_unmet:  # a tl.atomic_poll not met: poll again at the next turn
                 memory.poll_unmet = False
                 memory.take_atomic()
                 yield
-                memory.site = site
+                memory.site, memory.call = site, call
                 result = f(*args, **kwargs)
         else:
+            stack = memory.stacks.setdefault(memory.program, [])
+            stack.append(site)
             try:
                 result = yield from variant(*args, **kwargs)
             except Exception as e:
                 raise error(repr(e)) from e
+            finally:
+                stack.pop()
         if memory.take_atomic():
             yield
         elif memory.take_store():
@@ -166,7 +208,7 @@ def install(interpreter, memory, rng, raw_set_grid_idx) -> bool:
 
     def __init__(self, fn, *args, **kwargs):
         init(self, fn, *args, **kwargs)
-        self.fn = _interleaved(fn, _variant(fn, fn), builder, memory, rng, raw_set_grid_idx, launch)
+        self.fn = _interleaved(fn, *_variant(fn, fn), builder, memory, rng, raw_set_grid_idx, launch)
 
     def run_launch(self, *args, **kwargs):
         launch["cooperative"] = bool(kwargs.get("launch_cooperative_grid"))
@@ -186,10 +228,11 @@ def install(interpreter, memory, rng, raw_set_grid_idx) -> bool:
     return True
 
 
-def _interleaved(fn, variant, builder, memory, rng, raw_set_grid_idx, launch):
+def _interleaved(fn, variant, key, builder, memory, rng, raw_set_grid_idx, launch):
     """What the grid loop calls once per program, in place of ``fn`` (it reads ``fn``'s globals and
     signature from it too): each call starts the program's generator and runs it to its first
-    atomic; the last program's call then gives the suspended ones turns (``_Turns``)."""
+    atomic; the last program's call then gives the suspended ones turns (``_Turns``), which learn
+    and use what earlier launches of the kernel (``key``: its source) showed."""
     pending: list = []  # [program, grid index, generator]
     started = [0]
 
@@ -204,7 +247,7 @@ def _interleaved(fn, variant, builder, memory, rng, raw_set_grid_idx, launch):
         try:
             if started[0] == _programs(builder):
                 started[0] = 0
-                _Turns(pending, builder, memory, rng, raw_set_grid_idx, launch["cooperative"], variant).run()
+                _Turns(pending, builder, memory, rng, raw_set_grid_idx, launch["cooperative"], key).run()
         except BaseException:
             started[0] = 0
             for _, _, generator in pending:
@@ -226,6 +269,8 @@ PARK = 0.5  # the launches on which one program is parked after a turn
 PARK_TURNS = 32  # that turn, drawn from 1 to this many, the first ones likelier (``_early``)
 HOLD = 0.75  # the launches on which one program is held, after one of its stores or at a site
 HOLD_AT_SITE = 2 / 3  # of those, where the kernel has sites learned: held at one of them
+AIMED = 3 / 4  # of those, a write that was read: its writer held before that call (else any call, any program)
+DATA_SITES = 3 / 4  # where some learned sites were read as data and others only as counters' bumps: the data ones
 HOLD_STORES = 16  # the store held after, drawn from 1 to this many, the first ones likelier
 STORED = "stored"  # what a program held on its stores yields after each (its turn goes on unless held)
 AT_SITE = "at site"  # what a program yields where it is held at a site
@@ -297,20 +342,32 @@ class _Turns:
         # that could publish it.  Its reader, however it delays, finds that store unpublished
         # (a ``RaceError``) or not made, wherever the program counts.  Where earlier launches of
         # the kernel showed sites (calls in its source) whose writes another program read (a
-        # plain load, or an atomic that changed nothing), the program is held on most such
-        # launches right before its n-th call at one of them, n drawn up to the most calls one
-        # program made there: a partial written by an atomic exchange has no store to hold after,
-        # and its reader reads it before it is written
+        # plain load, an atomic that changed nothing, or one whose result is used: red-team pass 23's
+        # partials swapped out by an exchange; a site read only by changing atomics of its own, a
+        # counter's bumps, is drawn less often), the program is held on most such
+        # launches right before its n-th call at one of them: a partial written by an atomic
+        # exchange has no store to hold after, and its reader reads it before it is written.  Most
+        # such holds aim at one write that was read there: its writer, before the same call
+        # (red-team pass 21: the partial stored on the 64th call of one site, the count just before
+        # it, was caught on 2 launches in 60 with n drawn up to the most calls one program made
+        # there); the others hold any program, n drawn so
         self.kernel = kernel
         learned = memory.sites_read.get(kernel, {})
         memory.held_on_store = memory.hold_site = None
-        memory.watched = dict.fromkeys(learned, 0)
         if pending and rng.random() < HOLD:
             held = pending[int(rng.integers(len(pending)))]
             if learned and rng.random() < HOLD_AT_SITE:
-                site = sorted(learned)[int(rng.integers(len(learned)))]
-                runs = learned[site]
-                memory.hold_site = (held[0], site, int(rng.integers(1, runs + 1)) if runs else _early(rng, HOLD_STORES))
+                sites = sorted(learned)
+                data = [s for s in sites if not learned[s].bumps]
+                pool = data if data and (len(data) == len(sites) or rng.random() < DATA_SITES) else sites
+                site = pool[int(rng.integers(len(pool)))]
+                read = learned[site]
+                if read.reads and rng.random() < AIMED:
+                    call, writer = sorted(read.reads)[int(rng.integers(len(read.reads)))]
+                    held = next((turn for turn in pending if turn[0] == writer), held)
+                else:
+                    call = int(rng.integers(1, max(1, read.most) + 1))
+                memory.hold_site = (held[0], site, call)
             else:
                 self.hold = (id(held), _early(rng, HOLD_STORES))
                 memory.held_on_store = held[0]
@@ -380,7 +437,7 @@ class _Turns:
             memory.held_on_store = memory.hold_site = None
             memory.store_ran = False
             memory.written.clear()
-            memory.learn_sites(self.kernel)
+            memory.learn_sites(self.kernel, self.rng)
 
     def _park(self, turn: list) -> None:
         self.awake.remove(turn)
