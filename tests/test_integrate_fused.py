@@ -385,6 +385,179 @@ def test_the_add_ending_a_block_is_fused_ahead_into_the_next_norm(tmp_path):
     assert OP_CALLS[op] - before == 2  # under torch.compile the block-end adds stay adds (inductor fuses them)
 
 
+class OPTLikeLayer(nn.Module):
+    """Hugging Face OPT's decoder layer: its first sum is reshaped to 2-D before its norm reads
+    it, and its last is viewed back to 3-D and returned past an ``if`` that does not run (the
+    post-norm branch of OPT-350m)."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.self_attn_layer_norm, self.final_layer_norm = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn, self.fc = nn.Linear(d, d), nn.Linear(d, d)
+        self.do_layer_norm_before = True
+
+    def forward(self, hidden_states):
+        residual = hidden_states
+        if self.do_layer_norm_before:
+            hidden_states = self.self_attn_layer_norm(hidden_states)
+        hidden_states = self.attn(hidden_states)
+        hidden_states = nn.functional.dropout(hidden_states, p=0.1, training=self.training)
+        hidden_states = residual + hidden_states
+        if not self.do_layer_norm_before:
+            hidden_states = self.self_attn_layer_norm(hidden_states)
+        hidden_states_shape = hidden_states.shape
+        hidden_states = hidden_states.reshape(-1, hidden_states.size(-1))
+        residual = hidden_states
+        if self.do_layer_norm_before:
+            hidden_states = self.final_layer_norm(hidden_states)
+        hidden_states = self.fc(hidden_states)
+        hidden_states = (residual + hidden_states).view(hidden_states_shape)
+        if not self.do_layer_norm_before:
+            hidden_states = self.final_layer_norm(hidden_states)
+        return hidden_states
+
+
+class OPTLikeStack(nn.Module):
+    def __init__(self, d=32, layers=2):
+        super().__init__()
+        self.layers = nn.ModuleList(OPTLikeLayer(d) for _ in range(layers))
+        self.final_layer_norm = nn.LayerNorm(d)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.final_layer_norm(x)
+
+
+def test_residual_sums_reshaped_before_their_norm_are_fused(tmp_path):
+    """OPT's residual adds: the first is reshaped before its norm (in the same forward), the
+    last viewed back and returned (fused ahead into the next layer's first norm, or the final
+    norm).  Before, the first went unfused and the last found no place (uncovered)."""
+    from autokernel.models import LoadedModel
+    from autokernel.profiler import profile_model
+
+    torch.manual_seed(0)
+    model = OPTLikeStack().eval()
+    x = torch.randn(2, 3, 32)
+    plan = profile_model(LoadedModel(model, lambda seed: (x,), "custom", "OPT-like", [2, 3]), warmup=0, iters=1)
+    add_ln = next(p for p in plan.problems if p.kind == "add_layernorm")
+    assert add_ln.supported, add_ln.note
+    assert add_ln.add_from == {"layers.1.self_attn_layer_norm": "layers.0", "final_layer_norm": "layers.1"}
+    fused = ["final_layer_norm", "layers.0.final_layer_norm", "layers.1.final_layer_norm",
+             "layers.1.self_attn_layer_norm"]
+    assert sorted(add_ln.modules) == fused and add_ln.calls == [4]
+    assert not any(u.name == "aten::add" for u in plan.uncovered)
+
+    add_ln.name, add_ln.shapes = "add_layernorm", [{"M": 6, "N": 32}]
+    patched = apply(model, make_workdir(tmp_path / "wd", [add_ln], model="custom"))
+    assert sorted(patched._autokernel_replaced) == [(n, "add_layernorm") for n in fused]
+    assert not patched._autokernel_skipped, patched._autokernel_skipped
+    op = patched._autokernel_ops["add_layernorm"]
+    before = OP_CALLS[op]
+    with torch.no_grad(), _LayerNormCalls() as plain:
+        assert rel(patched(x), model(x)) < 1e-6
+        assert OP_CALLS[op] - before == 4
+        assert plain.calls == 1 + 5  # patched: layers.0's first norm only; the original: 5
+        # a hook that changes the layer's output in place, or returns another tensor
+        for hook in (lambda m, args, out: out.mul_(out), lambda m, args, out: torch.tanh(out)):
+            handles = [m.layers[0].register_forward_hook(hook) for m in (model, patched)]
+            assert rel(patched(x), model(x)) < 1e-6
+            with torch.inference_mode():
+                assert rel(patched(x), model(x)) < 1e-6
+            for h in handles:
+                h.remove()
+    with torch.inference_mode():
+        before = OP_CALLS[op]
+        assert rel(patched(x), model(x)) < 1e-6
+        assert OP_CALLS[op] - before == 4
+
+    torch._dynamo.reset()
+    compiled = torch.compile(patched, backend="aot_eager", fullgraph=True)
+    with torch.no_grad():
+        assert rel(compiled(x), model(x)) < 1e-6
+
+
+def dropout_add(x, residual, prob, training):
+    out = nn.functional.dropout(x, p=prob, training=training)
+    out = residual + out
+    return out
+
+
+def torch_add(x, residual, prob, training):
+    return torch.add(residual, x)
+
+
+class FalconLikeLayer(nn.Module):
+    """Hugging Face Falcon's decoder layer: its last add is in a function it calls, and it
+    returns the sum in a tuple."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.input_layernorm, self.mlp = nn.LayerNorm(d), nn.Linear(d, d)
+
+    def forward(self, hidden_states):
+        mlp_output = self.mlp(self.input_layernorm(hidden_states))
+        output = dropout_add(mlp_output, hidden_states, 0.1, training=self.training)
+        return output, None
+
+
+class TorchAddLayer(FalconLikeLayer):
+    def forward(self, hidden_states):
+        output = torch_add(self.mlp(self.input_layernorm(hidden_states)), hidden_states, 0.1, training=self.training)
+        return output, None
+
+
+class FalconLikeStack(nn.Module):
+    def __init__(self, layer=FalconLikeLayer, d=32, layers=2):
+        super().__init__()
+        self.h = nn.ModuleList(layer(d) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(d)
+
+    def forward(self, x):
+        for block in self.h:
+            x = block(x)[0]
+        return self.ln_f(x)
+
+
+def test_the_add_in_a_function_ending_a_block_is_fused_ahead(tmp_path):
+    """Falcon's layers end ``output = dropout_add(h, residual, p, training)``: the function's own
+    returned add goes ahead into the next norm, through a copy of the function told the layer.
+    A function that ends otherwise (``torch.add``) is left alone, and said so."""
+    from autokernel.models import LoadedModel
+    from autokernel.profiler import profile_model
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 32)
+    for layer, placed in ((FalconLikeLayer, True), (TorchAddLayer, False)):
+        model = FalconLikeStack(layer).eval()
+        plan = profile_model(LoadedModel(model, lambda seed: (x,), "custom", "Falcon-like", [2, 3]), warmup=0, iters=1)
+        add_ln = next(p for p in plan.problems if p.kind == "add_layernorm")
+        assert add_ln.add_from == {"h.1.input_layernorm": "h.0", "ln_f": "h.1"}
+        assert add_ln.supported is placed, add_ln.note
+        add_ln.name, add_ln.shapes, add_ln.supported = "add_layernorm", [{"M": 6, "N": 32}], True
+        workdir = make_workdir(tmp_path / layer.__name__, [add_ln], model="custom")
+        if not placed:
+            with pytest.warns(UserWarning, match="replaced nothing"):
+                patched = apply(model, workdir)
+            assert {"h.1.input_layernorm", "ln_f"} <= {name for name, _ in patched._autokernel_skipped}
+            with torch.no_grad():
+                assert rel(patched(x), model(x)) < 1e-6
+            continue
+        patched = apply(model, workdir)
+        op = patched._autokernel_ops["add_layernorm"]
+        before = OP_CALLS[op]
+        with torch.no_grad(), _LayerNormCalls() as plain:
+            assert rel(patched(x), model(x)) < 1e-6
+        assert sorted(patched._autokernel_replaced) == [("h.1.input_layernorm", "add_layernorm"),
+                                                        ("ln_f", "add_layernorm")]
+        assert OP_CALLS[op] - before == 2 and plain.calls == 1 + 3
+        assert dropout_add.__code__.co_kwonlyargcount == 0  # the function itself is left as it was
+        torch._dynamo.reset()
+        compiled = torch.compile(patched, backend="aot_eager", fullgraph=True)
+        with torch.no_grad():
+            assert rel(compiled(x), model(x)) < 1e-6
+
+
 class RotaryEmbedding(nn.Module):
     """Hugging Face's default-RoPE module: cos/sin tables from the position ids."""
 

@@ -10,6 +10,7 @@ import os
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -277,3 +278,132 @@ def test_profiler_plans_only_a_linear_directly_followed_by_a_relu_module():
     assert sorted(fused[0].shapes, key=lambda s: s["N"]) == [{"M": 10, "N": 40, "K": 48}, {"M": 10, "N": 48, "K": 32}]
     assert "no bias" in fused[0].note, fused[0].note
     assert not any(u.name == "aten::relu" for u in plan.not_covered)
+
+
+# ------------------------------------------------------------------ ReLU written as a function
+class SquaredReLUFeedForward(nn.Module):
+    """RWKV's ``RwkvFeedForward``: ``torch.square(torch.relu(self.key(x)))`` amid two more
+    bias-free linears, the ReLU a function call, not a module."""
+
+    def __init__(self, d=32, h=48):
+        super().__init__()
+        self.key, self.value = nn.Linear(d, h, bias=False), nn.Linear(h, d, bias=False)
+        self.receptance = nn.Linear(d, d, bias=False)
+
+    def forward(self, x):
+        key = torch.square(torch.relu(self.key(x)))
+        return torch.sigmoid(self.receptance(x)) * self.value(key)
+
+
+class FunctionalReLUStatements(nn.Module):
+    """``h = self.fc(x); h = nn.functional.relu(h)`` (biased), then ``F.relu`` nested, as
+    DETR's prediction heads and SpeechT5's prenet write them."""
+
+    def __init__(self, d=32, h=48):
+        super().__init__()
+        self.fc, self.out = nn.Linear(d, h), nn.Linear(h, d)
+
+    def forward(self, x):
+        h = self.fc(x)
+        h = nn.functional.relu(h)
+        return F.relu(self.out(h)) - x
+
+
+class ShiftedBeforeFunctionalReLU(SquaredReLUFeedForward):
+    def forward(self, x):
+        return self.value(torch.relu(self.key(x) + 0.5))
+
+
+@pytest.mark.parametrize("module,pairs", [(SquaredReLUFeedForward, 1), (FunctionalReLUStatements, 2)],
+                         ids=["torch.relu-nested", "functional-relu-statements"])
+def test_a_linear_then_relu_written_as_a_function_is_one_op_call(module, pairs, tmp_path):
+    """Planned by the profiler (the relu op right after the linear module's call) and placed by
+    ``apply``, which rewrites the forward's ``torch.relu(self.<linear>(...))`` (or
+    ``F.relu``, ``nn.functional.relu``, nested or in two statements)."""
+    from autokernel.models import LoadedModel
+    from autokernel.profiler import profile_model
+
+    torch.manual_seed(0)
+    model = nn.Sequential()
+    model.add_module("mlp", module().eval())
+    x = torch.randn(2, 3, 32)
+    plan = profile_model(LoadedModel(model, lambda seed: (x,), "custom", "functional ReLU", [2, 3, 32]),
+                         warmup=0, iters=1)
+    fused = next(p for p in plan.problems if p.kind == "linear_relu")
+    assert fused.supported and fused.modules == ["mlp"], fused.note
+    assert not any(u.name == "aten::relu" for u in plan.not_covered)
+    fused.name = "linear_relu"
+    patched = apply(model, make_workdir(tmp_path / "wd", [fused], model="custom"))
+    assert patched._autokernel_replaced == [("mlp", "linear_relu")]
+    op = patched._autokernel_ops["linear_relu"]
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        assert rel(patched(x), model(x)) < 1e-5
+        assert OP_CALLS[op] - before == pairs
+    before = OP_CALLS[op]
+    with torch.no_grad():  # fp64 calls, which the op was not judged on: the linear and torch.relu
+        assert rel(patched.double()(x.double()), model.double()(x.double())) < 1e-12
+    assert OP_CALLS[op] == before
+
+
+def test_a_functional_relu_of_more_than_the_linear_is_left_alone(tmp_path):
+    model, patched = _patch(ShiftedBeforeFunctionalReLU(), tmp_path)
+    assert patched._autokernel_replaced == []
+    x = torch.randn(2, 3, 32)
+    with torch.no_grad():
+        assert rel(patched(x), model(x)) < 1e-6
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_rwkv_feed_forward_gets_key_and_relu_as_one_op_call(tmp_path):
+    """RWKV's feed-forward runs ``torch.square(torch.relu(self.key(key)))``: its ReLU was
+    uncovered (3.8% of hf:rwkv at 2x64 tokens)."""
+    from autokernel.models import load_model
+    from autokernel.profiler import profile_model
+
+    loaded = load_model("hf:rwkv", config_overrides="hidden_size=64,num_hidden_layers=2,attention_hidden_size=64,"
+                        "intermediate_size=128,vocab_size=256", input_shape=[1, 8], dtype=torch.float32)
+    plan = profile_model(loaded, warmup=0, iters=1)
+    problem = next(p for p in plan.problems if p.kind == "linear_relu")
+    blocks = [f"model.rwkv.blocks.{i}.feed_forward" for i in range(2)]
+    assert problem.supported and problem.modules == blocks, problem.note
+    assert problem.shapes == [{"M": 8, "N": 128, "K": 64}]
+    assert not any(u.name == "aten::relu" for u in plan.not_covered)
+    patched = apply(loaded.model, make_workdir(tmp_path / "wd", [problem], model="hf:rwkv", input_shape=(1, 8)))
+    assert {(b, "linear_relu") for b in blocks} <= set(patched._autokernel_replaced)
+    op = patched._autokernel_ops[problem.name]
+    before = OP_CALLS[op]
+    ids = torch.randint(0, 256, (1, 8))
+    with torch.no_grad():
+        out, ref = patched(ids), loaded.model(ids)
+    assert rel(out, ref) < 1e-5
+    assert OP_CALLS[op] - before == len(blocks)
+
+
+class PredictionHead(nn.Module):
+    """DETR's ``DetrMLPPredictionHead``: ``F.relu(layer(x))`` over a ModuleList of linears, each
+    a grandchild of the head, which ``apply`` cannot call as ``self.<linear>``."""
+
+    def __init__(self, d=32, layers=3):
+        super().__init__()
+        self.num_layers = layers
+        self.layers = nn.ModuleList(nn.Linear(d, d) for _ in range(layers))
+
+    def forward(self, x):
+        for i, layer in enumerate(self.layers):
+            x = nn.functional.relu(layer(x)) if i < self.num_layers - 1 else layer(x)
+        return x
+
+
+def test_a_functional_relu_after_a_linear_apply_cannot_name_stays_a_matmul():
+    """Planned as linear_relu, the pair found no place, and its GEMMs' time (placed as matmul
+    before) counted as not covered."""
+    from autokernel.models import LoadedModel
+    from autokernel.profiler import profile_model
+
+    x = torch.randn(2, 3, 32)
+    plan = profile_model(LoadedModel(PredictionHead().eval(), lambda seed: (x,), "custom", "DETR-like head", [2, 3, 32]),
+                         warmup=0, iters=1)
+    assert "linear_relu" not in {p.kind for p in plan.problems}
+    matmul = next(p for p in plan.problems if p.kind == "matmul")
+    assert matmul.supported and sorted(matmul.module_time_us) == [f"layers.{i}" for i in range(3)]

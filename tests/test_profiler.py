@@ -315,6 +315,49 @@ def test_the_add_ending_a_module_is_paired_with_the_norm_called_next():
     assert _problem(plan, "add_layernorm").add_from == {"h.1.ln_1": "h.0"}
 
 
+def test_an_add_whose_rows_the_norm_reads_reshaped_is_paired():
+    """OPT's decoder layer reshapes its residual sum to 2-D before its norm, and returns its
+    last sum viewed back to 3-D, which the next layer's first norm reads: the norm's input is
+    the sum's rows (the same width, the same count), in another shape."""
+    plan = build_plan([_layer_end(norm_shape=(8, 8))], model="m", device="cpu", time_kind="cpu", dtype="fp32",
+                      input_shape=[2, 4], iters=1)
+    assert _problem(plan, "add_layernorm").add_from == {"h.1.ln_1": "h.0"} and not plan.uncovered
+    # the same element count in rows of another width is not the sum's rows, nor is one dimension
+    # order for another (a transpose, maybe)
+    for other in ((2, 2, 16), (4, 2, 8)):
+        plan = build_plan([_layer_end(norm_shape=other)], model="m", device="cpu", time_kind="cpu", dtype="fp32",
+                          input_shape=[2, 4], iters=1)
+        assert "add_layernorm" not in {p.kind for p in plan.problems}
+
+    root = Node(name="ak::forward::0")  # in one forward: x = a + b; x = x.reshape(-1, 8); norm(x)
+    layer = root.add(_scope("h.0", "Block", [(2, 4, 8)]))
+    layer.add(_op("aten::add", [(2, 4, 8), (2, 4, 8), []], self_us=5.0))
+    layer.add(_op("aten::reshape", [(2, 4, 8), []], self_us=1.0))
+    norm = layer.add(_scope("h.0.ln_2", "LayerNorm", [(8, 8)], is_layernorm=True))
+    norm.add(_op("aten::layer_norm", [(8, 8), [8], [8], [8]], concrete=[None, [8], None, None, 1e-5], self_us=20.0))
+    plan = build_plan([root], model="m", device="cpu", time_kind="cpu", dtype="fp32", input_shape=[2, 4], iters=1)
+    fused = _problem(plan, "add_layernorm")
+    assert fused.modules == ["h.0.ln_2"] and fused.time_us == pytest.approx(25.0) and not plan.uncovered
+
+
+def test_an_add_followed_by_a_norm_inside_its_own_module_is_not_fused_ahead():
+    """OPT's decoder adds the position embeddings, then runs its first layer, whose first norm
+    reads the sum: the add does not end the decoder's forward, so no add can be fused ahead
+    there (apply found no place, and the norm's time went uncovered with it); the norm is a
+    plain layernorm, the add uncovered."""
+    root = Node(name="ak::forward::0")
+    decoder = root.add(_scope("decoder", "Decoder", [(2, 4)]))
+    decoder.add(_op("aten::add", [(2, 4, 8), (2, 4, 8)], self_us=5.0))
+    layer = decoder.add(_scope("decoder.layers.0", "Block", [(2, 4, 8)]))
+    norm = layer.add(_scope("decoder.layers.0.ln_1", "LayerNorm", [(2, 4, 8)], is_layernorm=True))
+    norm.add(_op("aten::layer_norm", [(2, 4, 8), [8], [8], [8]], concrete=[None, [8], None, None, 1e-5],
+                 self_us=20.0))
+    plan = build_plan([root], model="m", device="cpu", time_kind="cpu", dtype="fp32", input_shape=[2, 4], iters=1)
+    assert _problem(plan, "layernorm").modules == ["decoder.layers.0.ln_1"]
+    assert "add_layernorm" not in {p.kind for p in plan.problems}
+    assert [u.name for u in plan.uncovered] == ["aten::add"]
+
+
 def test_events_to_tree_keeps_each_kernel_once():
     """FunctionEvent-like objects: the kernel list of a range may hold the range's own GPU
     copy (same name); only real kernels become time."""

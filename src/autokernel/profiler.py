@@ -14,10 +14,10 @@ How time is counted:
   (``typical_pass``): one op preempted once on a busy machine does not move the shares, an op
   slow in most passes does.  Passes that ran different ops are averaged as they are.
 
-How time is attributed: forward pre/post hooks open a ``record_function`` range per module
-call (and the model's ``apply_rotary*`` functions are wrapped the same way while profiling),
-so every op sits in a tree of module scopes.  For each piece of time (a kernel, or an op's
-self time) the outermost scope that claims it wins (an RMSNorm module, a rotary function, a
+How time is attributed: forward pre/post hooks open a ``record_function`` range per module call (and
+the model's ``apply_rotary*`` functions and T5's ``compute_bias`` methods are wrapped the same way
+while profiling), so every op sits in a tree of module scopes.  For each piece of time (a kernel, or
+an op's self time) the outermost scope that claims it wins (an RMSNorm module, a rotary function, a
 SwiGLU MLP's elementwise part); otherwise the outermost recognized op on its path
 (``aten::linear`` over ``aten::addmm``, ``aten::scaled_dot_product_attention`` over the flash
 kernel op); otherwise a GEMM-named kernel (``nvjet_*``, ``*gemm*``, ``cutlass*``); otherwise
@@ -53,6 +53,7 @@ from .recognize import (METADATA_OPS, Instance, Node, ScopeCall, TensorMeta, Uns
                         pair_linear_activation, pair_residual_adds, pair_rotary_attention, pair_softcap, recognize_op,
                         recognize_scope,
                         shape_weight)
+from .recognize_scores import pair_scores_attention
 
 SCOPE_PREFIX = "ak::"
 FORWARD_LABEL = "ak::forward::"
@@ -61,6 +62,8 @@ FUNCTION_LABEL = "ak::f::"
 GELU_LABEL = "ak::gelu::"  # + "tanh" | "none": the form of an F.gelu call (the trace does not record strings)
 # rotary functions, and transformers' eager attention (Gemma-2 soft-caps its scores there)
 MARKED_FUNCTIONS = re.compile(r"^(apply_rotary|eager_attention_forward$)", re.IGNORECASE)
+# methods of the model's module classes, marked the same way: T5's relative position bias
+MARKED_METHODS = ("compute_bias",)
 DEFAULT_WARMUP = 2  # untimed forward passes before profiling
 DEFAULT_ITERS = 3  # profiled forward passes
 
@@ -77,12 +80,14 @@ class Tracer:
         self._open: dict[int, list[tuple[Any, int]]] = defaultdict(list)
         self._handles: list[Any] = []
         self._patched: list[tuple[dict[str, Any], str, Any]] = []
+        self._patched_methods: list[tuple[type, str, Any]] = []
 
     def __enter__(self) -> "Tracer":
         for module in self._infos:
             self._handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True))
             self._handles.append(module.register_forward_hook(self._post, always_call=True))
         self._patch_functions()
+        self._patch_methods()
         self._gelu_mode = GeluFormMarker()
         self._gelu_mode.__enter__()
         return self
@@ -95,6 +100,9 @@ class Tracer:
         for namespace, name, original in reversed(self._patched):
             namespace[name] = original
         self._patched.clear()
+        for klass, name, original in reversed(self._patched_methods):
+            setattr(klass, name, original)
+        self._patched_methods.clear()
         for stack in self._open.values():  # ranges left open by an exception
             while stack:
                 stack.pop()[0].__exit__(None, None, None)
@@ -129,6 +137,23 @@ class Tracer:
                 if MARKED_FUNCTIONS.match(name) and inspect.isfunction(module_wrapped_function(fn)):
                     namespace[name] = self._wrap(fn, f"{py_name}.{name}")
                     self._patched.append((namespace, name, fn))
+
+    def _patch_methods(self) -> None:
+        """Wrap the ``MARKED_METHODS`` the model's module classes define (each class of their MROs
+        that defines one, put back on exit): a scope named ``<module>.<Class>.<method>``."""
+        seen: set[type] = set()
+        for module in self._infos:
+            for klass in type(module).__mro__:
+                if klass in (nn.Module, object):
+                    break
+                if klass in seen:
+                    continue
+                seen.add(klass)
+                for name in MARKED_METHODS:
+                    fn = vars(klass).get(name)
+                    if inspect.isfunction(fn):
+                        setattr(klass, name, self._wrap(fn, f"{klass.__module__}.{klass.__qualname__}.{name}"))
+                        self._patched_methods.append((klass, name, fn))
 
     def _namespaces(self) -> Iterator[dict[str, Any]]:
         for module in self._infos:
@@ -269,6 +294,7 @@ def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp
             paired.update(pair_cross_entropy(node, default_dtype))
             paired.update(pair_linear_activation(node))
             paired.update(pair_softcap(node, default_dtype))
+            paired.update(pair_scores_attention(node, default_dtype))
             if fuse_rotary:
                 paired.update(pair_rotary_attention(node, default_dtype))
             add_before.update(pair_residual_adds(node))

@@ -10,10 +10,11 @@ look at that tree:
   elementwise part (``swiglu``) and leaves its linears to the matmul recognizer — or claims
   the whole MLP as ``fused_mlp``;
 * pair recognizers claim two neighbouring calls as one fused kind: a linear module (with a
-  bias or without) directly followed by a GELU module is one ``linear_gelu``, by an ``nn.ReLU`` one
-  ``linear_relu`` (``pair_linear_activation``), an add
+  bias or without) directly followed by a GELU module is one ``linear_gelu``, by an ``nn.ReLU`` (or
+  a ``torch.relu`` call) one ``linear_relu`` (``pair_linear_activation``), an add
   directly followed by a norm one ``add_<norm>``, ``log_softmax`` + ``nll_loss`` one
-  ``cross_entropy``;
+  ``cross_entropy``; attention written out op by op (scores, bias and mask, softmax, @ v: MPT's)
+  is one ``attention_masked`` (``recognize_scores``);
 * op recognizers map one aten op (``aten::linear``, ``aten::scaled_dot_product_attention``,
   ``aten::_softmax``...) to a kind, reading shapes and scalar arguments from the trace.
 
@@ -63,6 +64,7 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "moe_experts": ("T", "K", "E", "D", "I"),
     "softcap": ("M", "N"),
     "moe_experts_gptoss": ("T", "K", "E", "D", "I"),
+    "relative_position_bias": ("H", "Sq", "Sk", "NB", "bidirectional"),
 }
 
 PROFILER_DTYPES = {
@@ -141,6 +143,7 @@ class ModuleInfo:
     moe_experts: tuple[int, int, int] | None = None  # (E, D, I) of a module holding SwiGLU experts as 3-D weights
     experts_layout: str | None = None  # why a module holding experts as 3-D weights is not moe_experts
     gptoss_experts: tuple[int, int, int] | None = None  # (E, D, I) of GPT-OSS's clamped, biased GLU experts
+    relative_bias: tuple[int, int, bool] | None = None  # (buckets, max_distance, bidirectional) of T5's bias table
 
 
 @dataclass
@@ -211,6 +214,15 @@ def rows(shape: tuple[int, ...] | list[int]) -> int:
     return int(math.prod(shape[:-1])) if len(shape) else 1
 
 
+def same_rows(a: list[int] | tuple[int, ...] | None, b: list[int] | tuple[int, ...]) -> bool:
+    """Are shapes ``a`` and ``b`` the same rows, as a norm over the last dimension reads them:
+    equal, or leading dimensions merged or split, the width kept (OPT's ``x.reshape(-1,
+    x.size(-1))``)?  Not the same number of dimensions in another order: that may be a transpose."""
+    if not a or not b or list(a) == list(b):
+        return bool(a) and bool(b)
+    return len(a) != len(b) and a[-1] == b[-1] and math.prod(a) == math.prod(b)
+
+
 def _arg(node: Node, i: int) -> list[int] | None:
     return list(node.shapes[i]) if i < len(node.shapes) and node.shapes[i] else None
 
@@ -254,7 +266,8 @@ def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
                       residual_norm=residual_norm_parts(module), patch_conv=patch_conv_kernel(module),
                       scaled_embedding=scaled_embedding_parts(module), rotary_table=is_rotary_table(module),
                       linear=linear, bias_free=linear is not None and module.bias is None, moe_experts=experts,
-                      experts_layout=other_experts, gptoss_experts=gptoss)
+                      experts_layout=other_experts, gptoss_experts=gptoss,
+                      relative_bias=relative_bias_parts(module))
 
 
 def linear_dims(module: nn.Module) -> tuple[int, int, bool] | None:
@@ -273,6 +286,23 @@ def linear_dims(module: nn.Module) -> tuple[int, int, bool] | None:
             and getattr(module, "nf", None) == weight.shape[1] == bias.shape[0]):
         return int(weight.shape[0]), int(weight.shape[1]), True
     return None
+
+
+def relative_bias_parts(module: nn.Module) -> tuple[int, int, bool] | None:
+    """(buckets, max_distance, bidirectional) of an attention module that holds T5's relative
+    position bias table (``relative_attention_bias``, an ``nn.Embedding`` of ``buckets`` rows, one
+    column a head) and computes the bias in its ``compute_bias``: bidirectional unless it is a
+    decoder's.  None for anything else.  ``apply`` probes what ``compute_bias`` computes."""
+    table = getattr(module, "relative_attention_bias", None)
+    buckets = getattr(module, "relative_attention_num_buckets", None)
+    max_distance = getattr(module, "relative_attention_max_distance", None)
+    decoder = getattr(module, "is_decoder", None)
+    if (not isinstance(table, nn.Embedding) or not callable(getattr(module, "compute_bias", None))
+            or not isinstance(decoder, bool) or any(not isinstance(v, int) or isinstance(v, bool)
+                                                    for v in (buckets, max_distance))
+            or table.num_embeddings != buckets):
+        return None
+    return int(buckets), int(max_distance), not decoder
 
 
 def module_wrapped_function(value: Any) -> Any:
@@ -677,9 +707,9 @@ def pair_rotary_attention(parent: Node, default_dtype: str) -> dict[int, Instanc
 
 def pair_residual_adds(parent: Node) -> dict[int, Node]:
     """``s = a + b`` directly followed (views and metadata aside) by a norm module called on one
-    tensor of the same shape, both children of ``parent`` (one forward, as in ``x = x + h;
-    y = norm(x)`` or ``norm(x + h)``): map the add (by id) to that norm scope, whose instance
-    becomes an ``add_<norm>``.  Only element-wise adds of two tensors of the norm's shape count
+    tensor of the same rows (``same_rows``), both children of ``parent`` (one forward, as in
+    ``x = x + h; y = norm(x)`` or ``norm(x + h)``): map the add (by id) to that norm scope, whose
+    instance becomes an ``add_<norm>``.  Only element-wise adds of two tensors of one shape count
     (no broadcast, no in-place ``+=``); the trace cannot show that the norm reads the sum, so
     ``apply`` checks that in the code before it fuses them."""
     out: dict[int, Node] = {}
@@ -690,8 +720,8 @@ def pair_residual_adds(parent: Node) -> dict[int, Node]:
         call = second.scope
         if call.kind != "module" or call.info is None or len(call.args) != 1 or not norm_class(call.info):
             continue
-        shape = list(call.args[0].shape)
-        if shape and _arg(first, 0) == shape and _arg(first, 1) == shape:
+        shape = _arg(first, 0)
+        if shape and _arg(first, 1) == shape and same_rows(shape, call.args[0].shape):
             out[id(first)] = second
     return out
 
@@ -702,7 +732,9 @@ def pair_linear_activation(parent: Node) -> dict[int, Instance]:
     shape, both children of ``parent`` (an MLP's ``act(fc(x))``): map both scopes (by id) to one
     instance placed at the module that holds them, ``linear_gelu`` for a GELU module (GPT-2's
     ``GPT2MLP``, BERT's ``BertIntermediate``, ViT's ``ViTMLP``), ``linear_relu`` for an
-    ``nn.ReLU`` (OPT's decoder layers, T5's ``T5DenseActDense``).  A bias-free linear (T5's
+    ``nn.ReLU`` (OPT's decoder layers, T5's ``T5DenseActDense``) or for an ``aten::relu`` op
+    run by the forward itself on a linear child's output (``torch.relu``/``F.relu`` written as a
+    call: RWKV's feed-forward; not DETR's prediction heads, whose linears are a ModuleList's).  A bias-free linear (T5's
     ``wi``) is the same problem: ``apply`` hands the kernel a zero bias.  Gated MLPs (gate/up/down,
     packed gate_up: flan-T5's ``T5DenseGatedActDense``) are left to their own kinds.  The trace
     cannot show that the activation reads the linear's output: ``apply`` checks that on the
@@ -714,15 +746,19 @@ def pair_linear_activation(parent: Node) -> dict[int, Instance]:
     kids = [c for c in parent.children if c.scope is not None or c.name not in METADATA_OPS]
     for first, second in zip(kids, kids[1:]):
         lin, act = first.scope, second.scope
-        if (lin is None or act is None or lin.info is None or act.info is None or lin.info.linear is None
-                or (act.info.gelu_tanh is None and not act.info.relu) or not lin.args or not lin.outputs
-                or not act.args):
+        # torch.relu(self.<linear>(x)) in the forward: apply rewrites only a call of its own child
+        called = (act is None and second.name == "aten::relu" and lin is not None and lin.info is not None
+                  and lin.info.qualname.rpartition(".")[0] == owner.qualname)
+        if (lin is None or lin.info is None or lin.info.linear is None or not lin.args or not lin.outputs
+                or not called and (act is None or act.info is None or not act.args
+                                   or (act.info.gelu_tanh is None and not act.info.relu))):
             continue
         K, N, transposed = lin.info.linear
         x, y = lin.args[0], lin.outputs[0]
-        if not x.shape or x.shape[-1] != K or y.shape != x.shape[:-1] + (N,) or act.args[0].shape != y.shape:
+        act_shape = tuple(_arg(second, 0) or ()) if called else act.args[0].shape
+        if not x.shape or x.shape[-1] != K or y.shape != x.shape[:-1] + (N,) or act_shape != y.shape:
             continue
-        if act.info.relu:
+        if called or act.info.relu:
             kind, shape, form = "linear_relu", make_shape("linear_relu", rows(x.shape), N, K), ""
         else:
             tanh = int(act.info.gelu_tanh or _runs_op(second, "aten::tanh"))
@@ -730,8 +766,9 @@ def pair_linear_activation(parent: Node) -> dict[int, Instance]:
             form = f" ({'tanh' if tanh else 'erf'} form)"
         layout = "Conv1D, weight stored [K, N]" if transposed else \
             "nn.Linear, no bias: apply hands the kernel zeros" if lin.info.bias_free else "nn.Linear"
+        act_name = "torch.relu (a call)" if called else act.info.cls_name
         inst = Instance(kind, x.dtype, [(shape, 1)], module=owner.qualname,
-                        notes=(f"{lin.info.qualname.rsplit('.', 1)[-1]} ({layout}) + {act.info.cls_name}{form} "
+                        notes=(f"{lin.info.qualname.rsplit('.', 1)[-1]} ({layout}) + {act_name}{form} "
                                f"in {owner.cls_name}",))
         out[id(first)] = out[id(second)] = inst
     return out
@@ -747,9 +784,13 @@ def pair_adds_ahead(root: Node) -> dict[int, tuple[Node, str]]:
     hidden_states``, then the next block's ``ln_1`` or the final ``ln_f``): map the add (by id)
     to (that norm scope, the qualname of the module whose forward holds the add).  In execution
     order, only module entries and metadata ops may come between; the norm is called on one
-    tensor of the add's shape, and the addends have that shape too (no broadcast).  Adds
-    followed by a norm in their own forward are ``pair_residual_adds``'.  As there, the trace
-    cannot show that the norm reads the sum: the applier checks it on every call."""
+    tensor of the sum's rows (``same_rows``: OPT's layer returns its 2-D sum viewed back to
+    3-D), and the addends have one shape (no broadcast).  The norm must be outside the module
+    that holds the add: one inside it runs before that forward ends (OPT's decoder adds the
+    position embeddings, then runs its first layer), and such an add is no place the applier
+    can fuse.  Adds followed by a norm in their own forward are ``pair_residual_adds``'.  As
+    there, the trace cannot show that the norm reads the sum: the applier checks it on every
+    call."""
     events = list(_execution_order(root))
     out: dict[int, tuple[Node, str]] = {}
     for i, node in enumerate(events):
@@ -764,10 +805,16 @@ def pair_adds_ahead(root: Node) -> dict[int, tuple[Node, str]]:
                 break  # an op runs first
             if call.kind == "module" and call.info is not None and norm_class(call.info) and len(call.args) == 1:
                 producer = _enclosing_module(node.parent, lambda info: True)
-                if list(call.args[0].shape) == shape and later.parent is not node.parent and producer is not None:
+                if (same_rows(shape, call.args[0].shape) and later.parent is not node.parent and producer is not None
+                        and not _within(call.info.qualname, producer.qualname)):
                     out[id(node)] = (later, producer.qualname)
                 break
     return out
+
+
+def _within(name: str, module: str) -> bool:
+    """Is the module named ``name`` inside the one named ``module`` (the root, named "", holds all)?"""
+    return not module or name.startswith(module + ".")
 
 
 def _execution_order(node: Node):
@@ -819,6 +866,8 @@ def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], de
     if call.kind == "function":
         if call.name.endswith("eager_attention_forward"):
             return _eager_attention(call, node, subtree_ops, default_dtype)
+        if call.name.endswith(".compute_bias"):
+            return _relative_position_bias(call, node, default_dtype)
         return _rotary(call, node, default_dtype)
     info = call.info
     if info is None or not call.args:
@@ -914,6 +963,24 @@ def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], de
         return Instance("swiglu", x.dtype, [(make_shape("swiglu", rows(x.shape), H), 1)], module=info.qualname,
                         notes=(f"silu(gate)*up inside {info.cls_name} ({roles}); its linears are matmuls",))
     return None
+
+
+def _relative_position_bias(call: ScopeCall, node: Node, default_dtype: str) -> Instance | Unsupported | None:
+    """A ``compute_bias`` call of a module holding T5's relative position bias table
+    (``relative_bias_parts``), returning [1, H, Sq, Sk]: one ``relative_position_bias`` (the
+    buckets, the table lookup and the permute), placed at that module."""
+    owner = _enclosing_module(node.parent, lambda info: info.relative_bias is not None)
+    if owner is None or len(call.outputs) != 1 or len(call.outputs[0].shape) != 4 or call.outputs[0].shape[0] != 1:
+        return None
+    buckets, max_distance, both = owner.relative_bias
+    _, H, Sq, Sk = call.outputs[0].shape
+    side = buckets // 2 if both else buckets
+    way = "bidirectional" if both else "one-way"
+    if side // 2 < 1 or max_distance <= side // 2:
+        return Unsupported(f"{call.name} ({buckets} buckets {way}, max_distance {max_distance}: no log buckets)")
+    return Instance("relative_position_bias", call.outputs[0].dtype or default_dtype,
+                    [(make_shape("relative_position_bias", H, Sq, Sk, buckets, int(both)), 1)], module=owner.qualname,
+                    notes=(f"compute_bias of {owner.cls_name}: {buckets} buckets {way}, max_distance {max_distance}",))
 
 
 def _gelu_tanh_below(node: Node) -> bool:

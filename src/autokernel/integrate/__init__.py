@@ -14,7 +14,9 @@ that compute that kind are switched to it:
 * ``attention`` — modules whose methods call ``F.scaled_dot_product_attention`` (or reach it
   through transformers' ``ALL_ATTENTION_FUNCTIONS``), calls without a mask;
 * ``attention_masked`` — the same calls with a bool or additive ``attn_mask`` broadcastable to
-  [B, H, S, S] (padded batches; what transformers runs while a stream captures);
+  [B, H, S, S] (padded batches; what transformers runs while a stream captures), and attention
+  written out in a forward (MPT's: scores, + bias, masked_fill, fp32 softmax, @ v), whose forward
+  is rewritten with the bias and mask as one additive mask (``scores_attention``);
 * ``rotary``    — modules whose methods call a ``*rotary*``/``*rope*`` function of the
   ``rotate_half`` layout;
 * ``attention_rotary`` — the same rotary call on q and k followed by attention on them, in one
@@ -25,15 +27,18 @@ that compute that kind are switched to it:
 * ``add_rmsnorm`` / ``add_layernorm`` — norms called as ``norm(x, residual)``, post-norm output
   blocks, residual adds written just before a plain norm call (the forward holding both is
   rewritten: ``residuals``), and the add ending a decoder layer, fused ahead into the next
-  layer's first norm or the final norm (``residuals.add_ahead``); ``gelu``, ``geglu``, ``swiglu_packed`` — see ``fused``;
+  layer's first norm or the final norm (``residual_ahead.add_ahead``); ``gelu``, ``geglu``, ``swiglu_packed`` — see ``fused``;
 * ``linear_gelu`` / ``linear_relu`` — modules whose forward is ``act(linear(x))`` (an
   ``nn.Linear``, with a bias or without one (T5's ``wi``: the op gets zeros), or GPT-2 ``Conv1D``;
   a GELU module, or an ``nn.ReLU``) then a chain of other children, or has such a pair inside a
-  longer forward (OPT's layers: rewritten) (``epilogues``);
+  longer forward (OPT's layers: rewritten; the ReLU may be a ``torch.relu`` / ``F.relu`` call
+  there, as in RWKV's feed-forward) (``epilogues``);
 * ``embedding`` — ``torch.nn.Embedding`` (and scaled subclasses); ``rotary_table`` — default-RoPE
   ``*RotaryEmbedding`` modules (``tables``);
 * ``moe_experts`` — mixture-of-experts experts modules with 3-D SwiGLU weights (Mixtral's,
-  Qwen-MoE's; ``experts``).
+  Qwen-MoE's; ``experts``);
+* ``relative_position_bias`` — T5-style attention modules holding a relative position bias
+  table: their ``compute_bias`` (``position_bias``).
 
 Which kernels: when the workdir has ``results.tsv``, only a kernel the harness passed (its
 best row is timed, with no failed stage); on a GPU run (``plan.time_kind == "gpu"``) not one
@@ -59,7 +64,7 @@ before the first kernel is imported); without it nothing is switched.
 
 Layout: ``runfiles`` (the run's files), ``ops`` (custom-op registration), ``selection`` (which
 kernels may be applied), ``patching`` (class swap, probes), ``norms`` / ``linears`` / ``calls``
-/ ``fused`` / ``residuals`` / ``embeddings`` / ``tables`` / ``epilogues`` / ``experts`` (the appliers per
+/ ``fused`` / ``residuals`` / ``scores_attention`` / ``embeddings`` / ``tables`` / ``epilogues`` / ``experts`` (the appliers per
 kind),
 ``alignment`` (on a GPU, half-precision linears with misaligned output rows padded: no kernel
 of ours, the same GEMM on aligned rows), ``apply`` (the entry point).

@@ -22,7 +22,9 @@ from .module_paths import rebase, rebased_problem
 from .linears import _apply_matmul, _apply_mlp
 from .norms import _apply_cross_entropy, _apply_layernorm, _apply_rmsnorm, _apply_softmax
 from .patching import _model_device
+from .position_bias import _apply_relative_position_bias
 from .residuals import _apply_residual_adds
+from .scores_attention import _apply_scores_attention
 from .runfiles import IntegrateError, load_workdir_plan
 from .selection import KernelOp, select_kernels
 from .softcaps import _apply_softcap
@@ -54,6 +56,8 @@ _MODULE_APPLIERS = {
     "moe_experts": _apply_experts,
     "softcap": _apply_softcap,
     "moe_experts_gptoss": _apply_experts,
+    "attention_masked:scores": _apply_scores_attention,
+    "relative_position_bias": _apply_relative_position_bias,
 }
 # Post-norm output blocks (``<kind>:outputs``) first: they take the add and their norm child.
 # fused_mlp before swiglu (it covers more of the MLP); matmul last so that the linears of a
@@ -62,12 +66,14 @@ _MODULE_APPLIERS = {
 # ``<kind>:adds`` (a residual add written just before a plain norm, fused by rewriting the
 # forward that holds both: ``residuals``).  linear_gelu and linear_relu first: their probes run
 # the module's children as they were (no op of ours yet), and they take the activation module and
-# the linear before the gelu and matmul appliers see them.
+# the linear before the gelu and matmul appliers see them.  relative_position_bias before embedding: it
+# probes the attention module's compute_bias with its nn.Embedding table as it was.
 _ORDER = ("linear_gelu", "linear_relu", "add_rmsnorm:outputs", "add_layernorm:outputs", "rmsnorm", "layernorm", "add_rmsnorm", "add_layernorm",
           "add_rmsnorm:adds", "add_layernorm:adds",
-          "gelu", "softmax", "cross_entropy", "fused_mlp", "swiglu", "geglu", "swiglu_packed", "embedding",
-          "rotary_table", "moe_experts", "moe_experts_gptoss", "softcap", "matmul")
-_SHARES_MODULES = {"add_rmsnorm", "add_layernorm", "add_rmsnorm:adds", "add_layernorm:adds"}
+          "gelu", "softmax", "cross_entropy", "fused_mlp", "swiglu", "geglu", "swiglu_packed", "relative_position_bias",
+          "embedding", "rotary_table", "moe_experts", "moe_experts_gptoss", "softcap", "attention_masked:scores",
+          "matmul")
+_SHARES_MODULES = {"add_rmsnorm", "add_layernorm", "add_rmsnorm:adds", "add_layernorm:adds", "attention_masked:scores"}
 
 
 NO_PLACE = "no place in the model where it applies"

@@ -13,7 +13,11 @@ decoder layers, the same two statements with an ``nn.ReLU``) has its forward's s
 instead (``rewrite``): each such pair of its children, the activation confirmed by a probe,
 calls ``linear_epilogue_call``, which runs the op for the calls it was judged on and the two
 children otherwise.  The linear's output must feed only the activation: the pair is matched
-only nested, or as two consecutive statements that reassign one name.
+only nested, or as two consecutive statements that reassign one name.  A kind's activation may
+also be a function the forward calls by its name instead of a child (``torch.relu`` /
+``F.relu`` / ``nn.functional.relu`` for ``linear_relu``, with no keywords: RWKV's feed-forward
+``torch.square(torch.relu(self.key(x)))``); the name must resolve to that function in the
+forward's globals.
 
 What the forward does is read from one probe call of the module's own forward on a small random
 input, with hooks on its children: every child runs once, the linear on the module's input, each
@@ -59,11 +63,13 @@ class Epilogue:
     """What sets one linear epilogue kind apart.  ``forms(module)``: for an activation
     module of the kind, the op's arguments after the bias that the probe may find it computes,
     the one its class says first (GELU: ``(tanh,)``, then the other form); ``()`` for any other
-    module."""
+    module.  ``functions``: the torch functions a forward may call the activation by instead of
+    a module (ReLU: ``torch.relu``, ``F.relu``), each of one form, ``()``."""
 
     kind: str
     activation: str
     forms: Callable[[nn.Module], tuple[tuple, ...]]
+    functions: tuple[Callable, ...] = ()
 
 
 def _gelu_forms(m: nn.Module) -> tuple[tuple, ...]:
@@ -72,7 +78,9 @@ def _gelu_forms(m: nn.Module) -> tuple[tuple, ...]:
 
 
 EPILOGUES = {e.kind: e for e in (Epilogue("linear_gelu", "GELU", _gelu_forms),
-                                 Epilogue("linear_relu", "ReLU", lambda m: ((),) if is_relu_module(m) else ()))}
+                                 Epilogue("linear_relu", "ReLU", lambda m: ((),) if is_relu_module(m) else (),
+                                          (torch.relu, torch.nn.functional.relu)))}
+CALLED = "<call>"  # the activation of a pair in which the forward calls one of the kind's ``functions``
 
 
 def activation_child(m: nn.Module, ep: Epilogue) -> tuple[str, tuple] | None:
@@ -138,7 +146,9 @@ def _apply_linear_epilogue(model, k, done, replaced, skipped, probed) -> None:
         if id(m) in done or _pick([k], ep.kind, name) is None:
             continue
         found = activation_child(m, ep)
-        if found is None:
+        if found is None:  # the activation may be a function the forward calls
+            if ep.functions and linear_dims(m) is None and _rewrite_calls(m, k, ep, done, probed):
+                replaced.append((name, ep.kind))
             continue
         act_name, named_form = found
         base = type(m)
@@ -234,14 +244,16 @@ def pairs_attribute(kind: str) -> str:
 
 
 def linear_epilogue_call(module: nn.Module, kind: str, lin_name: str, act_name: str, x: Any) -> Any:
-    """``module.<act>(module.<lin>(x))``, through ``kind``'s op for the calls it was judged on."""
+    """``module.<act>(module.<lin>(x))`` (``torch.relu(module.<lin>(x))`` for ``CALLED``), through
+    ``kind``'s op for the calls it was judged on."""
     lin = getattr(module, lin_name)
     fused = getattr(type(module), pairs_attribute(kind), {}).get((lin_name, act_name))
     if (fused is not None and isinstance(x, torch.Tensor) and x.dtype == fused[1] and x.dim() >= 1
             and x.shape[-1] == fused[3] and x.numel() > 0):
         op, _, form, K, N, transposed = fused
         return op(x.reshape(-1, K), *_op_weight_bias(lin, transposed), *form).reshape(*x.shape[:-1], N)
-    return getattr(module, act_name)(lin(x))
+    act = EPILOGUES[kind].functions[0] if act_name == CALLED else getattr(module, act_name)
+    return act(lin(x))
 
 
 def _self_call(node: ast.AST, self_name: str) -> tuple[str, ast.expr] | None:
@@ -253,6 +265,32 @@ def _self_call(node: ast.AST, self_name: str) -> tuple[str, ast.expr] | None:
     return None
 
 
+def _resolve(expr: ast.expr, namespace: dict[str, Any]) -> Any:
+    """What a dotted name (``torch.relu``, ``nn.functional.relu``) is in ``namespace``; None if not one."""
+    if isinstance(expr, ast.Name):
+        return namespace.get(expr.id)
+    if isinstance(expr, ast.Attribute):
+        owner = _resolve(expr.value, namespace)
+        return getattr(owner, expr.attr, None) if isinstance(owner, types.ModuleType) else None
+    return None
+
+
+def activation_call(self_name: str, namespace: dict[str, Any], functions: tuple[Callable, ...]):
+    """A matcher: (activation, argument) of ``self.<act>(argument)``, or (``CALLED``, argument) of
+    a call of one of ``functions`` by its name in ``namespace`` (the forward's globals); one
+    positional argument, no keywords (``F.relu(x, inplace=True)`` is left alone)."""
+    def match(node: ast.AST) -> tuple[str, ast.expr] | None:
+        found = _self_call(node, self_name)
+        if found is not None or not functions or not isinstance(node, ast.Call) or len(node.args) != 1:
+            return found
+        if node.keywords or isinstance(node.args[0], ast.Starred):
+            return None
+        fn = _resolve(node.func, namespace)
+        return (CALLED, node.args[0]) if any(fn is f for f in functions) else None
+
+    return match
+
+
 def _helper_call(self_name: str, kind: str, lin: str, act: str, arg: ast.expr) -> ast.Call:
     return ast.Call(func=ast.Name(CALL_HELPER, ast.Load()),
                     args=[ast.Name(self_name, ast.Load()), ast.Constant(kind), ast.Constant(lin), ast.Constant(act), arg],
@@ -260,14 +298,15 @@ def _helper_call(self_name: str, kind: str, lin: str, act: str, arg: ast.expr) -
 
 
 class _ActOfLinear(ast.NodeTransformer):
-    """``self.<act>(self.<lin>(e))`` -> the helper's call (BART's and Whisper's layers)."""
+    """``self.<act>(self.<lin>(e))`` (or ``torch.relu(self.<lin>(e))``) -> the helper's call
+    (BART's and Whisper's layers, RWKV's feed-forward)."""
 
-    def __init__(self, self_name: str, kind: str, pairs: set[tuple[str, str]]):
-        self.self_name, self.kind, self.pairs, self.found = self_name, kind, pairs, set()
+    def __init__(self, self_name: str, kind: str, pairs: set[tuple[str, str]], act_of: Callable):
+        self.self_name, self.kind, self.pairs, self.act_of, self.found = self_name, kind, pairs, act_of, set()
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
-        outer = _self_call(node, self.self_name)
+        outer = self.act_of(node)
         inner = _self_call(outer[1], self.self_name) if outer else None
         if inner is not None and (inner[0], outer[0]) in self.pairs:
             self.found.add((inner[0], outer[0]))
@@ -275,14 +314,15 @@ class _ActOfLinear(ast.NodeTransformer):
         return node
 
 
-def _fuse_consecutive(body: list[ast.stmt], self_name: str, kind: str, pairs: set[tuple[str, str]], found: set) -> None:
-    """``v = self.<lin>(e)`` directly followed by ``v = self.<act>(v)`` -> ``v = helper(...)``
-    (ConvNeXt's and OPT's layers)."""
+def _fuse_consecutive(body: list[ast.stmt], self_name: str, kind: str, pairs: set[tuple[str, str]], found: set,
+                      act_of: Callable) -> None:
+    """``v = self.<lin>(e)`` directly followed by ``v = self.<act>(v)`` (or ``v = torch.relu(v)``)
+    -> ``v = helper(...)`` (ConvNeXt's and OPT's layers)."""
     i = 0
     while i + 1 < len(body):
         first, second = body[i], body[i + 1]
         lin = _self_call(first.value, self_name) if _assigns_one_name(first) else None
-        act = _self_call(second.value, self_name) if _assigns_one_name(second) else None
+        act = act_of(second.value) if _assigns_one_name(second) else None
         if (lin and act and (lin[0], act[0]) in pairs and first.targets[0].id == second.targets[0].id
                 and isinstance(act[1], ast.Name) and act[1].id == first.targets[0].id):
             first.value = _helper_call(self_name, kind, lin[0], act[0], lin[1])
@@ -297,19 +337,21 @@ def _assigns_one_name(stmt: ast.stmt) -> bool:
 
 def _rewrite_calls(m: nn.Module, k: KernelOp, ep: Epilogue, done: set[int], probed: dict) -> bool:
     """Rewrite ``m``'s forward so that each ``act(linear(x))`` of its children (a linear, an
-    activation module of ``ep``'s kind that the probe confirms) calls the op; False when none is
-    found."""
+    activation module of ``ep``'s kind or a call of one of its ``functions``, that the probe
+    confirms) calls the op; False when none is found."""
     children = dict(m.named_children())
+    acts = list(children.items()) + ([(CALLED, ep.functions[0])] if ep.functions else [])
     pairs = {}
     for lin_name, lin in children.items():
         if id(lin) in done or not _takes(lin, k.dtype):
             continue
         dims = linear_dims(lin)
-        for act_name, act in children.items():
-            forms = ep.forms(act)
+        for act_name, act in acts:
+            forms = ((),) if act_name == CALLED else ep.forms(act)
             if not forms or id(act) in done:
                 continue
-            key = (type(lin), type(act), forms[0], dims[2], lin.bias is None, f"{ep.kind} call")
+            key = (type(lin), CALLED if act_name == CALLED else type(act), forms[0], dims[2], lin.bias is None,
+                   f"{ep.kind} call")
             if key not in probed:
                 x = _probe_input(dims[0], m, k.dtype)
                 probed[key] = next((form for form in forms if _pair_matches(lin, act, x, ep.kind, form, dims[2])),
@@ -325,9 +367,10 @@ def _rewrite_calls(m: nn.Module, k: KernelOp, ep: Epilogue, done: set[int], prob
         return False
     tree, fdef = parsed
     self_name, found = fdef.args.args[0].arg, set()
+    act_of = activation_call(self_name, inner.__globals__, ep.functions)
     for body in list(statement_lists(fdef)):
-        _fuse_consecutive(body, self_name, ep.kind, set(pairs), found)
-    visitor = _ActOfLinear(self_name, ep.kind, set(pairs))
+        _fuse_consecutive(body, self_name, ep.kind, set(pairs), found, act_of)
+    visitor = _ActOfLinear(self_name, ep.kind, set(pairs), act_of)
     visitor.visit(fdef)
     found |= visitor.found
     new_forward = rewrap(cls.forward, compile_forward(inner, tree, {CALL_HELPER: linear_epilogue_call})) if found else None
@@ -338,7 +381,7 @@ def _rewrite_calls(m: nn.Module, k: KernelOp, ep: Epilogue, done: set[int], prob
         lin = children[lin_name]
         _, _, _, _, N, transposed = used[(lin_name, act_name)]
         _keep_op_tensors(lin, N, transposed)
-        done.update({id(lin), id(children[act_name])})
+        done.update({id(lin)} | ({id(children[act_name])} if act_name != CALLED else set()))
     _swap_class(m, (f"{ep.kind} calls", k.identity, tuple(sorted(used.items(), key=lambda kv: kv[0]))),
                 {"forward": new_forward, pairs_attribute(ep.kind): used})
     return True

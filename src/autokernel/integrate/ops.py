@@ -46,6 +46,8 @@ SCHEMAS: dict[str, str] = {
     "softcap": "(Tensor x, float cap) -> Tensor",
     "moe_experts_gptoss": ("(Tensor x, Tensor top_k_index, Tensor top_k_weights, Tensor gate_up, Tensor gate_up_bias, "
                            "Tensor down, Tensor down_bias, float alpha, float limit) -> Tensor"),
+    "relative_position_bias": ("(Tensor table, int query_length, int key_length, int offset, bool bidirectional, "
+                               "int max_distance) -> Tensor"),
 }
 # kinds whose op returns two tensors of one shape and dtype (``output_meta``): (normalised rows,
 # sum) with the first input's, and (cos, sin)
@@ -78,6 +80,8 @@ def output_meta(kind: str, args: tuple) -> tuple[tuple[int, ...], torch.dtype]:
         return (x.numel(), args[1].shape[1]), args[1].dtype
     if kind == "swiglu_packed":
         return tuple(x.shape[:-1]) + (x.shape[-1] // 2,), x.dtype
+    if kind == "relative_position_bias":
+        return (1, x.shape[1], args[1], args[2]), x.dtype
     raise KeyError(kind)
 
 

@@ -147,3 +147,23 @@ def rewrap(wrapper: Any, inner: types.FunctionType) -> Any:
     new.__wrapped__ = new_inner
     return new
 
+
+def apply_rewritten_forwards(model: nn.Module, k: KernelOp, kind: str, label: str,
+                             make_helpers: Callable[[KernelOp], Any],
+                             rewrite: Callable[[Callable, Any], Callable | None], probed: dict,
+                             replaced: list[tuple[str, str]]) -> None:
+    """Switch each module of ``model`` that ``k`` is for to its forward's source rewritten by
+    ``rewrite(forward, helpers)`` (None: left alone), one rewrite per class; ``make_helpers(k)``
+    makes what the rewritten forwards call, once."""
+    helpers = None
+    for name, m in model.named_modules():
+        if _pick([k], kind, name) is None:
+            continue
+        key = (type(m), f"{label} rewrite", k.opname)
+        if key not in probed:
+            helpers = helpers or make_helpers(k)
+            probed[key] = rewrite(type(m).forward, helpers)
+        if probed[key] is None:
+            continue
+        _swap_class(m, (label, k.identity), {"forward": probed[key]})
+        replaced.append((name, kind))

@@ -31,6 +31,8 @@ SWITCHES = {
     "cross_entropy": "apply switches torch.nn.CrossEntropyLoss modules with default settings",
     "layernorm": "apply switches torch.nn.LayerNorm modules",
     "reduce": "apply puts reduce kernels nowhere: the kind is a problem of its own",
+    "relative_position_bias": "apply switches compute_bias(query_length, key_length, device, past_seen_tokens) of "
+                              "attention modules holding T5's relative_attention_bias table",
     "softcap": "apply rewrites x = x / C; x = torch.tanh(x); x = x * C (or C * torch.tanh(e / C), "
                "e.div(C).tanh().mul(C)) in a forward, the same C both times",
 }
@@ -72,7 +74,6 @@ def check_placement(model: nn.Module, plan: Plan) -> PlacementCheck:
             opname, op = register_kernel_op(p.kind, f"placement_{p.name}", path)
             ops.append(KernelOp(p, opname, op, parse_dtype(p.dtype), path))
         placed = place_ops(structural_copy(model), ops)
-    switched = [name for name, _ in placed.replaced]
     for k in ops:
         if k.opname not in placed.used_ops:
             where = [f"found in {', '.join(k.problem.modules[:3])}"] if k.problem.modules else []
@@ -80,20 +81,23 @@ def check_placement(model: nn.Module, plan: Plan) -> PlacementCheck:
             check.unplaceable[k.problem.name] = f"{k.kind}: {NO_PLACE}" + (f" ({'; '.join(where)})" if where else "")
             continue
         missing = {m: _why(m, k.kind, placed.skipped) for m in k.problem.modules
-                   if not _placed_at(m, k.kind, switched, placed.replaced)}
+                   if not _placed_at(m, k.kind, placed.replaced)}
         if missing:
             check.unplaced[k.problem.name] = missing
     return check
 
 
-def _placed_at(module: str, kind: str, switched: list[str], replaced: list[tuple[str, str]]) -> bool:
-    """Did the appliers switch the place where ``module``'s share of the problem runs?  A matmul's
-    module is the innermost one around the GEMM: a linear layer, or a module whose own forward
-    calls matmul (eager attention's q @ k^T).  Only switching it or a module around it for matmul
-    places that GEMM; switching its linear children does not.  For the other kinds, a switch of
-    the module, of one inside it or of one around it counts (their appliers switch at either)."""
+def _placed_at(module: str, kind: str, replaced: list[tuple[str, str]]) -> bool:
+    """Did the appliers switch the place where ``module``'s share of the problem runs, for this
+    kind (linear_relu switching OPT's layer does not place the add_layernorm its applier skipped
+    inside it)?  A matmul's module is the innermost one around the GEMM: a linear layer, or a
+    module whose own forward calls matmul (eager attention's q @ k^T).  Only switching it or a
+    module around it places that GEMM; switching its linear children does not.  For the other
+    kinds, a switch of the module, of one inside it or of one around it counts (their appliers
+    switch at either)."""
+    switched = [name for name, done in replaced if done == kind]
     if kind == "matmul":
-        return any(name == module or module.startswith(name + ".") for name, done in replaced if done == kind)
+        return any(name == module or module.startswith(name + ".") for name in switched)
     return any(_related(name, [module]) for name in switched)
 
 

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 
 from .ops import traced_as_original
-from .patching import _pick, _swap_class, rewrap
+from .patching import apply_rewritten_forwards, rewrap
 from .rewrite import compile_forward, parse_forward, statement_lists
 from .selection import KernelOp
 
@@ -159,15 +159,4 @@ def rewritten_forward(forward: Any, helper: Callable[[Any, Any], Any]) -> Any | 
 
 
 def _apply_softcap(model, k, done, replaced, skipped, probed) -> None:
-    helper = None
-    for name, m in model.named_modules():
-        if _pick([k], "softcap", name) is None:
-            continue
-        key = (type(m), "softcap rewrite", k.opname)
-        if key not in probed:
-            helper = helper or softcap_helper(k)
-            probed[key] = rewritten_forward(type(m).forward, helper)
-        if probed[key] is None:
-            continue
-        _swap_class(m, ("softcap", k.identity), {"forward": probed[key]})
-        replaced.append((name, "softcap"))
+    apply_rewritten_forwards(model, k, "softcap", "softcap", softcap_helper, rewritten_forward, probed, replaced)

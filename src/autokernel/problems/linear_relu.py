@@ -4,7 +4,8 @@ features, input features.
 
 OPT's decoder layers (``h = self.fc1(h); h = self.activation_fn(h)``, ``ACT2FN["relu"]`` an
 ``nn.ReLU``), T5's ``T5DenseActDense`` (``wi``, an ``nn.Linear`` without a bias, then ``act``, an
-``nn.ReLU``) and any MLP of an ``nn.Linear`` followed by an ``nn.ReLU`` module.  The weight is in
+``nn.ReLU``), RWKV's feed-forward (``torch.relu(self.key(x))``, the ReLU a function call) and
+any MLP of an ``nn.Linear`` followed by an ``nn.ReLU`` module or call.  The weight is in
 nn.Linear layout ([out_features, in_features]).  The kernel always takes a bias: for a bias-free
 linear ``apply`` hands it zeros (made once per module, in the weight's dtype and on its device),
 so the judged ``relu(x @ w^T + b)`` at ``b = 0`` is the module's ``relu(x @ w^T)`` (the N zeros

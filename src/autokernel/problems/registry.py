@@ -37,6 +37,7 @@ BUILTIN_KINDS: dict[str, str] = {
     "moe_experts": "moe_experts",
     "moe_experts_gptoss": "moe_experts_gptoss",
     "softcap": "softcap",
+    "relative_position_bias": "relative_position_bias",
 }
 
 KERNELS_DIR = Path(__file__).resolve().parent.parent / "kernels"

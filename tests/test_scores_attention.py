@@ -1,0 +1,222 @@
+"""Attention written out in a forward (MPT's): the profiler plans it as one attention_masked
+problem (``recognize_scores``) and apply rewrites the forward to call the op
+(``integrate.scores_attention``), or leaves a forward alone whose scores go through anything
+but additions and fills with the dtype's lowest value."""
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+import torch.nn as nn
+
+from autokernel.integrate.scores_attention import helpers, rewritten_forward
+from autokernel.problems import get_problem
+
+
+class Written(nn.Module):
+    """MPT's attention core, with a bias and a bool mask (True: hidden)."""
+
+    def __init__(self, heads=2, dim=16):
+        super().__init__()
+        self.heads, self.head_dim, self.softmax_scale = heads, dim // heads, 0.3
+        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
+
+    def forward(self, x, bias, mask=None):
+        b, s = x.shape[:2]
+        q, k, v = (t.reshape(b, s, self.heads, self.head_dim).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=2))
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.softmax_scale
+        if bias is not None:
+            scores = scores + bias
+        if mask is not None:
+            scores = scores.masked_fill(mask, torch.finfo(q.dtype).min)
+        weights = nn.functional.softmax(scores.float(), dim=-1).to(v.dtype)
+        weights = nn.functional.dropout(weights, p=0.1, training=self.training)
+        out = torch.matmul(weights, v)
+        return out, weights
+
+
+class FilledWithZero(Written):
+    def forward(self, x, bias, mask=None):
+        b, s = x.shape[:2]
+        q, k, v = (t.reshape(b, s, self.heads, self.head_dim).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=2))
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.softmax_scale
+        scores = scores.masked_fill(mask, 0.0)
+        weights = nn.functional.softmax(scores.float(), dim=-1).to(v.dtype)
+        return torch.matmul(weights, v), weights
+
+
+class Capped(Written):
+    def forward(self, x, bias, mask=None):
+        b, s = x.shape[:2]
+        q, k, v = (t.reshape(b, s, self.heads, self.head_dim).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=2))
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.softmax_scale
+        scores = scores + bias
+        scores = torch.tanh(scores / 5.0) * 5.0
+        weights = nn.functional.softmax(scores.float(), dim=-1).to(v.dtype)
+        return torch.matmul(weights, v), weights
+
+
+def _kernel_op(calls: list):
+    reference = get_problem("attention_masked").reference
+
+    def op(q, k, v, mask, scale):
+        calls.append(tuple(mask.shape))
+        return reference(q, k, v, mask, scale)
+
+    problem = types.SimpleNamespace(shapes=[{"D": 8}])
+    return types.SimpleNamespace(op=op, dtype=torch.float32, problem=problem, dims=lambda d: {8} if d == "D" else set())
+
+
+def _inputs(s=6):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, s, 16, generator=gen)
+    bias = torch.randn(2, 1, s, generator=gen)
+    causal = torch.ones(s, s, dtype=torch.bool).triu(1)[None, None].expand(2, 1, s, s)
+    return x, bias, causal
+
+
+def test_the_written_out_attention_goes_to_the_op_and_matches():
+    calls: list = []
+    forward = rewritten_forward(Written.forward, helpers(_kernel_op(calls)))
+    assert forward is not None
+    m = Written().eval()
+    x, bias, causal = _inputs()
+    with torch.no_grad():
+        ref_out, ref_weights = m(x, bias, causal)
+        out, weights = forward(m, x, bias, causal)
+        assert calls == [(2, 2, 6, 6)] and weights is None
+        assert torch.allclose(out, ref_out, atol=1e-6)
+        # no mask: the bias alone, one row for every query
+        out, _ = forward(m, x, bias, None)
+        assert calls[-1] == (1, 2, 1, 6) and torch.allclose(out, m(x, bias, None)[0], atol=1e-6)
+        # training (dropout): the module's own code, weights and all
+        m.train()
+        torch.manual_seed(1)
+        out, weights = forward(m, x, bias, causal)
+        torch.manual_seed(1)
+        ref_out, ref_weights = m(x, bias, causal)
+    assert len(calls) == 2 and torch.equal(out, ref_out) and torch.equal(weights, ref_weights)
+
+
+def test_a_call_the_kernel_was_not_judged_on_runs_the_original():
+    calls: list = []
+    forward = rewritten_forward(Written.forward, helpers(_kernel_op(calls)))
+    m = Written().eval().double()
+    x, bias, causal = _inputs()
+    with torch.no_grad():
+        out, weights = forward(m, x.double(), bias.double(), causal)
+        ref_out, ref_weights = m(x.double(), bias.double(), causal)
+    assert calls == [] and torch.equal(out, ref_out) and torch.equal(weights, ref_weights)
+
+
+class ScoresReturned(Written):
+    def forward(self, x, bias, mask=None):
+        b, s = x.shape[:2]
+        q, k, v = (t.reshape(b, s, self.heads, self.head_dim).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=2))
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.softmax_scale
+        scores = scores + bias
+        weights = nn.functional.softmax(scores.float(), dim=-1).to(v.dtype)
+        out = torch.matmul(weights, v)
+        return out, scores
+
+
+class WeightsUsed(Written):
+    def forward(self, x, bias, mask=None):
+        b, s = x.shape[:2]
+        q, k, v = (t.reshape(b, s, self.heads, self.head_dim).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=2))
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.softmax_scale
+        scores = scores + bias
+        weights = nn.functional.softmax(scores.float(), dim=-1).to(v.dtype)
+        out = torch.matmul(weights, v)
+        return out + weights.mean()
+
+
+def test_scores_changed_otherwise_than_added_to_or_filled_lowest_are_left_alone():
+    names = helpers(_kernel_op([]))
+    assert rewritten_forward(FilledWithZero.forward, names) is None
+    assert rewritten_forward(Capped.forward, names) is None
+
+
+def test_scores_or_weights_read_after_the_attention_leave_it_alone():
+    """The fast path leaves the mask in the scores' name and None in the weights'."""
+    names = helpers(_kernel_op([]))
+    assert rewritten_forward(ScoresReturned.forward, names) is None
+    assert rewritten_forward(WeightsUsed.forward, names) is None
+
+
+class BiasFirst(Written):
+    """The bias added on the left, the scale on the left, ``@``, transpose(-2, -1)."""
+
+    def forward(self, x, bias, mask=None):
+        b, s = x.shape[:2]
+        q, k, v = (t.reshape(b, s, self.heads, self.head_dim).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=2))
+        scores = self.softmax_scale * (q @ k.transpose(-2, -1))
+        scores = bias + scores
+        scores = scores.masked_fill(mask, torch.finfo(q.dtype).min)
+        weights = torch.softmax(scores.float(), -1).to(v.dtype)
+        out = torch.matmul(weights, v)
+        return out, weights
+
+
+def test_other_spellings_are_rewritten_too():
+    calls: list = []
+    forward = rewritten_forward(BiasFirst.forward, helpers(_kernel_op(calls)))
+    m = BiasFirst().eval()
+    x, bias, causal = _inputs()
+    with torch.no_grad():
+        out, weights = forward(m, x, bias, causal)
+        assert calls == [(2, 2, 6, 6)] and weights is None
+        assert torch.allclose(out, m(x, bias, causal)[0], atol=1e-6)
+
+
+@pytest.mark.parametrize("cls", [Written, BiasFirst])
+def test_the_profiler_plans_it_as_one_attention_masked_problem(cls):
+    from autokernel.models import LoadedModel
+    from autokernel.profiler import profile_model
+
+    class Wrapper(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = cls()
+
+        def forward(self, x):
+            s = x.shape[1]
+            bias = torch.arange(s, dtype=x.dtype)[None, None] * 0.1
+            causal = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)[None, None]
+            return self.attn(x, bias.expand(2, 1, s), causal)[0]
+
+    model = Wrapper().eval()
+    loaded = LoadedModel(model, lambda seed: (torch.randn(2, 32, 16),), "toy", "written-out attention", [2, 32])
+    plan = profile_model(loaded, warmup=0, iters=1)
+    (att,) = [p for p in plan.problems if p.kind == "attention_masked"]
+    assert att.shapes == [{"B": 2, "H": 2, "Hkv": 2, "S": 32, "D": 8, "additive": 1, "per_query": 1}]
+    assert att.modules == ["attn"] and att.supported
+    assert not [u for u in plan.not_covered if u.name.startswith(("aten::masked_fill", "aten::softmax", "aten::add"))]
+
+
+def test_under_torch_compile_with_the_op_handed_over_the_original_statements_run():
+    """compile_policy's ``eager``: inductor is to see the model's own arithmetic, so the forward
+    runs its original statements while torch.compile traces (``traced_as_original``)."""
+    from autokernel.integrate.ops import TRACED_UNDER_COMPILE
+
+    calls: list = []
+    k = _kernel_op(calls)
+    k.op.opname = "toy_scores_attention"
+    forward = rewritten_forward(Written.forward, helpers(k))
+    cls = type("RewrittenWritten", (Written,), {"forward": forward})
+    m = Written().eval()
+    patched = Written().eval()
+    patched.load_state_dict(m.state_dict())
+    patched.__class__ = cls
+    x, bias, causal = _inputs()
+    TRACED_UNDER_COMPILE[k.op.opname] = lambda *args: None
+    try:
+        torch._dynamo.reset()
+        with torch.no_grad():
+            out, weights = torch.compile(patched, backend="eager")(x, bias, causal)
+            ref_out, ref_weights = m(x, bias, causal)
+    finally:
+        TRACED_UNDER_COMPILE.pop(k.op.opname)
+    assert calls == [] and weights is not None
+    assert torch.allclose(out, ref_out, atol=1e-6) and torch.allclose(weights, ref_weights, atol=1e-6)
