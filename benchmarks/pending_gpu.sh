@@ -345,6 +345,26 @@ twentythird)  # the kernels the CPU judge now runs interleaved (harness/interpre
     # how often is each wrong at 4, 256 and 4096 rows? (the attacks should be, the honest look-backs never)
     step interleave 540 python benchmarks/interleave_gpu.py --out "$out/interleave" --launches 200 --timeout 40
     ;;
+twentyfifth)  # relative_position_bias (T5's bias, new this session) through the GPU judge and beside eager and
+    # torch.compile at T5-base's encoder and decoder and T5-large's one-token decode; linear_relu's knobs as GPU
+    # time alone (CUDA-graph replays): does "auto" take the faster variant where a model in graph mode pays no host
+    # launch cost (twentyfourth: descriptors 10% faster at 4096 tokens, 3.5x slower at 2048 back to back)
+    step rpb_buckets 60 python benchmarks/relative_position_bias_cuda_gpu.py
+    step rpb_judge 120 python benchmarks/judge_smoke_gpu.py --out "$out/rpb_judge" --budget 110 \
+        --kinds relative_position_bias --attacks ""
+    for shape in 0 2; do
+        step "knobs_rpb_$shape" 50 python benchmarks/starter_knobs_gpu.py --kind relative_position_bias \
+            --shape "$shape" --out "$out/knobs_rpb" --compile-mode default
+    done
+    step knobs_relu_device 90 python benchmarks/starter_knobs_gpu.py --kind linear_relu --shape 0 --device-time \
+        --out "$out/knobs_relu" --configs-file benchmarks/knob_sets/linear_relu.json
+    step knobs_relu_device_2048 80 python benchmarks/starter_knobs_gpu.py --kind linear_relu --shape 0 --device-time \
+        --out "$out/knobs_relu_2048" --configs-file benchmarks/knob_sets/linear_relu.json --shape-json '{"M": 2048}'
+    ;;
+twentyfifth_b)  # the held writers (pass 21's one-site late count, pass 22's leader and fresh jit) on a GPU
+    step held_writers 120 python benchmarks/interleave_gpu.py --out "$out/held" --launches 200 --timeout 40 \
+        --only late_count_one_site,leader_publishes_early,late_count_one_site_fresh_jit
+    ;;
 twentyfourth)  # linear_relu (OPT's fc1 + ReLU, new this session): its starter through the GPU judge, its knobs beside
     # eager and torch.compile at OPT-125m's and OPT-1.3b's shapes; pass 19's late counts on a GPU
     step relu_judge 150 python benchmarks/judge_smoke_gpu.py --out "$out/relu_judge" --budget 140 \

@@ -8,7 +8,9 @@
 Each configuration is a dict set over the starter's ``KNOBS`` (``{}``: its default).  Every
 setting is checked against the problem's reference at the shape (the largest error relative to
 the largest reference value, fp32 reference on the same inputs) and timed with
-``triton.testing.do_bench`` medians (``--rep-ms``); a setting that fails to compile or to run is
+``triton.testing.do_bench`` medians (``--rep-ms``), or with ``--device-time`` as GPU time alone (calls
+captured in a CUDA graph and replayed: no host launch cost, which a model run in graph mode does
+not pay either); a setting that fails to compile or to run is
 recorded with its error and the sweep carries on.  Eager, torch.compile (``--compile-mode``) and,
 for attention_softcap, FlexAttention are timed in the same process.  The fraction of the floor is
 the larger of bytes / ``--bandwidth`` and flops / ``--peak`` over the time.  Writes
@@ -38,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rep-ms", type=float, default=100.0)
     ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--device-time", action="store_true", help="time GPU work alone (CUDA-graph replays)")
     ap.add_argument("--max-error", type=float, default=2e-2, help="largest relative error a setting may have")
     ap.add_argument("--bandwidth", type=float, default=4.2e12, help="bytes/s of the floor (H200 copy bandwidth)")
     ap.add_argument("--peak", type=float, default=730e12, help="flop/s of the floor (H200 cuBLAS bf16)")
@@ -51,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     from autokernel.problems.registry import load_starter
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from models_gpu import flex_softcap, time_ms
+    from models_gpu import device_time_ms, flex_softcap, time_ms
 
     gpu = not args.cpu_smoke
     if gpu and not torch.cuda.is_available():
@@ -61,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     problem = get_problem(args.kind)
     shape = dict((problem.gpu_shapes if gpu else problem.cpu_shapes)[args.shape])
     shape.update(json.loads(args.shape_json) if args.shape_json else {})
+    timed = (lambda fn: device_time_ms(fn)) if gpu and args.device_time else (lambda fn: time_ms(fn, gpu))
     dtype = torch.bfloat16 if gpu else torch.float32
     device = "cuda" if gpu else "cpu"
     inputs = problem.make_inputs(shape, dtype, device, 0)
@@ -86,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.time()
             try:
                 err = relative_error(fn(*inputs), ref)
-                ms = time_ms(lambda: fn(*inputs), gpu)
+                ms = timed(lambda: fn(*inputs))
                 rows.append({"setting": name, "ms": ms, "error": err})
             except Exception as exc:  # noqa: BLE001 - a baseline this torch cannot run: its row says why
                 rows.append({"setting": name, "failed": f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"})
@@ -99,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                 err = relative_error(module.kernel_fn(*inputs), ref)
                 row = {"setting": label, "knobs": dict(module.KNOBS), "error": err}
                 if err <= args.max_error:
-                    row["ms"] = time_ms(lambda: module.kernel_fn(*inputs), gpu)
+                    row["ms"] = timed(lambda: module.kernel_fn(*inputs))
                 else:
                     row["failed"] = f"relative error {err:.2e} > {args.max_error:g}"
             except Exception as exc:  # noqa: BLE001 - a setting that does not compile or run: recorded, the sweep goes on
@@ -112,14 +116,15 @@ def main(argv: list[str] | None = None) -> int:
     eager_ms = next((r["ms"] for r in rows if r["setting"] == "eager" and "ms" in r), None)
     compile_ms = next((r["ms"] for r in rows if r["setting"] == "torch.compile" and "ms" in r), None)
     result = {"kind": args.kind, "shape": shape, "dtype": str(dtype), "device": device_name,
+              "timing": "device (CUDA graph)" if gpu and args.device_time else "do_bench",
               "torch": torch.__version__, "floor_ms": floor_s * 1e3, "rows": rows}
     tag = "_".join(f"{k}{v}" for k, v in sorted(shape.items()))
     (args.out / f"knobs_{args.kind}_{tag}.json").write_text(json.dumps(result, indent=2))
-    print(f"\n{args.kind} at {shape}, {dtype}, {device_name}\n")
+    print(f"\n{args.kind} at {shape}, {dtype}, {device_name}, {result['timing']}\n")
     print("| setting | ms | vs eager | vs torch.compile | of floor | rel. error |")
     print("|---|---:|---:|---:|---:|---:|")
-    timed = sorted((r for r in rows if "ms" in r), key=lambda r: r["ms"])
-    for r in timed + [r for r in rows if "ms" not in r]:
+    fastest = sorted((r for r in rows if "ms" in r), key=lambda r: r["ms"])
+    for r in fastest + [r for r in rows if "ms" not in r]:
         if "ms" not in r:
             print(f"| {r['setting']} | failed: {r['failed']} | | | | |")
             continue
