@@ -475,3 +475,48 @@ def test_the_nothing_replaced_warning_names_every_problem_once_per_reason():
     text = nothing_replaced_warning([(n, why) for n in names] + [("matmul", "matmul: no kept kernel faster")])
     assert f"{', '.join(names)}: {why}" in text
     assert "matmul: no kept kernel faster" in text and "matmul: matmul" not in text
+
+
+class ChannelsLayerNorm(nn.LayerNorm):
+    """ConvNeXt's LayerNorm: ``nn.LayerNorm``'s own forward on a permuted input for channels-first
+    features, as it is for channels-last ones."""
+
+    def __init__(self, n: int, channels_first: bool):
+        super().__init__(n, eps=1e-6)
+        self.channels_first = channels_first
+
+    def forward(self, x):
+        if self.channels_first:
+            return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        return super().forward(x)
+
+
+class OwnLayerNorm(nn.LayerNorm):
+    """A LayerNorm subclass that never calls ``nn.LayerNorm.forward`` (Nemotron's ``1 + w`` form)."""
+
+    def forward(self, x):
+        return nn.functional.layer_norm(x, self.normalized_shape, self.weight + 1, self.bias, self.eps)
+
+
+def test_a_layernorm_subclass_calling_the_base_forward_gets_the_kernel_in_its_place(tmp_path):
+    model = nn.Sequential(nn.Conv2d(3, 16, 1), ChannelsLayerNorm(16, channels_first=True), ChannelsFirstToLast(),
+                          ChannelsLayerNorm(16, channels_first=False), OwnLayerNorm(16))
+    with torch.no_grad():
+        for m in (model[1], model[3], model[4]):
+            m.weight.uniform_(0.5, 1.5)
+            m.bias.uniform_(-0.5, 0.5)
+    ln = [PlanProblem("layernorm", "layernorm", "fp32", [{"M": 32, "N": 16}], [3], 1.0, 0.5, ["1", "3", "4"])]
+    patched = apply(model, make_workdir(tmp_path / "wd", ln))
+    assert sorted(patched._autokernel_replaced) == [("1", "layernorm"), ("3", "layernorm")]
+    before = sum(OP_CALLS.values())
+    x = torch.randn(2, 3, 4, 4)
+    with torch.no_grad():
+        out = patched(x)
+    assert sum(OP_CALLS.values()) - before == 2  # each replaced norm ran the kernel
+    with torch.no_grad():
+        assert rel(out, model(x)) < 1e-5
+
+
+class ChannelsFirstToLast(nn.Module):
+    def forward(self, x):
+        return x.permute(0, 2, 3, 1)

@@ -1,6 +1,9 @@
 """Appliers for norms, softmax and the loss: modules switched to the ops."""
 from __future__ import annotations
 
+import ast
+import inspect
+import textwrap
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -8,8 +11,8 @@ import torch
 import torch.nn as nn
 
 from .ops import rows
-from .patching import (_model_device, _ok_device, _pick, _probe, _probe_input, _reference, _related, _swap_class,
-                       dtype_reason)
+from .patching import (_model_device, _ok_device, _pick, _probe, _probe_input, _reference, _related, _swap_base_forward,
+                       _swap_class, dtype_reason)
 from .selection import KernelOp
 
 
@@ -212,12 +215,57 @@ def _layernorm_members(k: KernelOp, n: int, form: LayernormForm, base: type) -> 
     return {"forward": forward}
 
 
+def calls_layernorm_forward(cls: type) -> bool:
+    """Does ``cls``, an ``nn.LayerNorm`` subclass with a forward of its own, call
+    ``super().forward`` in it (ConvNeXt's LayerNorm, on its permuted channels-first input)?"""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls.forward)))
+    except (OSError, TypeError, SyntaxError):
+        return False
+    return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "forward"
+               and isinstance(node.func.value, ast.Call) and isinstance(node.func.value.func, ast.Name)
+               and node.func.value.func.id == "super" for node in ast.walk(tree))
+
+
+def _inherited_layernorm_form(m: nn.Module, dtype: torch.dtype) -> LayernormForm | None:
+    """The op's form of ``nn.LayerNorm.forward`` itself, which a subclass calls: by its attributes."""
+    if len(m.normalized_shape) != 1 or (m.weight is not None and m.weight.dtype != dtype):
+        return None
+    return LayernormForm(float(m.eps), m.bias is not None, m.weight is not None)
+
+
+def _inherited_layernorm_members(k: KernelOp, n: int, form: LayernormForm) -> dict[str, Any]:
+    """A class between the subclass and ``nn.LayerNorm`` whose forward is the op: the subclass's
+    ``super().forward`` reaches it, and everything the subclass does around that call stays."""
+    op, dtype = k.op, k.dtype
+
+    def forward(self, x):
+        if x.dtype == dtype and x.shape[-1] == n:
+            return op(rows(op, x, n), *form.params(self)).reshape(x.shape)
+        return nn.LayerNorm.forward(self, x)
+
+    return {"forward": forward}
+
+
 def _apply_layernorm(model, k, done, replaced, skipped, probed) -> None:
     for name, m in model.named_modules():
         plain = isinstance(m, nn.LayerNorm) and type(m).forward is nn.LayerNorm.forward
         named = (not isinstance(m, nn.LayerNorm) and type(m).__name__.lower().endswith("layernorm")
                  and _related(name, k.problem.modules))
-        if id(m) in done or not (plain or named) or _pick([k], "layernorm", name) is None:
+        inherits = isinstance(m, nn.LayerNorm) and not plain and calls_layernorm_forward(_original_class(type(m)))
+        if id(m) in done or not (plain or named or inherits) or _pick([k], "layernorm", name) is None:
+            continue
+        if inherits:
+            form = _inherited_layernorm_form(m, k.dtype)
+            if form is None:
+                skipped.append((name, f"layernorm: needs a 1-D normalized shape and a {k.dtype} weight"))
+                continue
+            n = norm_width(m)
+            form.prepare(m, k.dtype, _model_device(model))
+            _swap_base_forward(m, ("layernorm", k.identity, n, form), nn.LayerNorm,
+                               _inherited_layernorm_members(k, n, form))
+            done.add(id(m))
+            replaced.append((name, "layernorm"))
             continue
         form = layernorm_form(m, k.dtype, probed)
         if form is None:
