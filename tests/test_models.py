@@ -511,3 +511,13 @@ def test_the_input_shape_example_fits_the_models_first_layer():
     assert float_input_example(nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU())) == "8x3x32x32"
     assert float_input_example(nn.Sequential(nn.Linear(64, 10))) == "8x64"
     assert float_input_example(nn.Sequential(nn.LayerNorm(5))) == "8x512"
+
+
+def test_an_architecture_with_several_head_classes_builds_without_named_architectures():
+    """hf:deit failed with "building hf:deit failed: TypeError: 'NoneType' object is not iterable":
+    transformers maps deit's image classification to two classes and picks one by
+    ``config.architectures``, None on a config built from scratch."""
+    pytest.importorskip("transformers")
+    loaded = load_model("hf:deit", config_overrides="hidden_size=64,num_hidden_layers=1,num_attention_heads=4,"
+                        "intermediate_size=128,image_size=32,patch_size=8")
+    assert type(loaded.model.model).__name__ == "DeiTForImageClassification"

@@ -547,6 +547,10 @@ def _build_hf(arch: str, overrides: dict[str, Any], device: str,
         raise ModelSpecError(f"hf:{arch} config: {wrong}; set them with --config")
     if hasattr(config, "use_cache"):
         config.use_cache = False  # a forward pass, not generation: no KV cache
+    if getattr(config, "architectures", None) is None:
+        # an auto class with several classes for one type (deit: with a teacher head or without)
+        # picks one by looping over this list, None on a config built from scratch: the first
+        config.architectures = []
     auto, wrapper = hf_auto_class(transformers, config)
     _check_size(arch, auto, config, dtype, device)
     try:
