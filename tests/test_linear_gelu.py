@@ -24,6 +24,7 @@ from test_integrate import make_workdir, rel  # noqa: E402
 HF = importlib.util.find_spec("transformers") is not None
 GPT2 = "n_embd=64,n_layer=2,n_head=2,vocab_size=256"
 BERT = "hidden_size=64,num_hidden_layers=2,num_attention_heads=2,intermediate_size=96,vocab_size=256"
+FALCON = "hidden_size=64,num_hidden_layers=2,num_attention_heads=4,vocab_size=256"
 
 
 def starter(knobs: dict):
@@ -97,7 +98,9 @@ def _plan_and_patch(spec: str, config: str, tmp_path):
 @pytest.mark.parametrize("spec,config,mlp,shape", [
     ("hf:gpt2", GPT2, "model.transformer.h.{}.mlp", {"M": 8, "N": 256, "K": 64, "tanh": 1}),
     ("hf:bert", BERT, "model.bert.encoder.layer.{}.intermediate", {"M": 8, "N": 96, "K": 64, "tanh": 0}),
-], ids=["hf:gpt2", "hf:bert"])
+    # Falcon's FalconLinear is an nn.Linear subclass with a forward of its own (x @ W.T + b)
+    ("hf:falcon", FALCON, "model.transformer.h.{}.mlp", {"M": 8, "N": 256, "K": 64, "tanh": 0}),
+], ids=["hf:gpt2", "hf:bert", "hf:falcon"])
 def test_profiled_pairs_are_replaced_by_one_op_call(spec, config, mlp, shape, tmp_path):
     loaded, problem, patched = _plan_and_patch(spec, config, tmp_path)
     layers = [mlp.format(i) for i in range(2)]
@@ -182,6 +185,38 @@ def _one_op_call_matches(model, patched):
         assert rel(patched(x), model(x)) < 1e-5
     assert OP_CALLS[op] == before + 1
     return x, op, before
+
+
+class MatmulLinear(nn.Linear):
+    """Falcon's FalconLinear: an nn.Linear subclass that computes ``x @ W.T + b`` in its own forward."""
+
+    def forward(self, x):
+        out = x @ self.weight.T
+        return out if self.bias is None else out + self.bias
+
+
+class ShiftedLinear(nn.Linear):  # an nn.Linear by its class, another function by its forward
+    def forward(self, x):
+        return super().forward(x) + 0.5
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_linear_subclass_computing_a_linear_pairs_with_its_gelu(bias, tmp_path):
+    from autokernel.models import LoadedModel
+    from autokernel.profiler import profile_model
+
+    torch.manual_seed(0)
+    module = Intermediate(nn.GELU(), bias=bias)
+    module.fc = MatmulLinear(32, 48, bias=bias)
+    loaded = LoadedModel(nn.Sequential(module).eval(), lambda seed: (torch.randn(2, 3, 32),), "custom", "one MLP",
+                         [2, 3, 32])
+    plan = profile_model(loaded, warmup=0, iters=1)
+    assert [p.modules for p in plan.problems if p.kind == "linear_gelu"] == [["0"]]
+    model, patched = _patch(module, tmp_path)
+    _one_op_call_matches(model, patched)
+    shifted = Intermediate(nn.GELU())
+    shifted.fc = ShiftedLinear(32, 48)
+    assert _patch(shifted, tmp_path / "shifted")[1]._autokernel_replaced == []
 
 
 @pytest.mark.parametrize("module", [Intermediate, Consecutive, Residual],

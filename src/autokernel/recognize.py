@@ -271,15 +271,17 @@ def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
 
 
 def linear_dims(module: nn.Module) -> tuple[int, int, bool] | None:
-    """(K, N, transposed) of a linear layer: ``nn.Linear`` (its own forward; weight [N, K]), with a
-    bias or without one (T5's ``wi``: the epilogue kinds hand their kernel zeros), or GPT-2's
-    ``Conv1D`` (``x @ weight + bias``, weight stored [K, N]: transposed).  None for anything else."""
+    """(K, N, transposed) of a linear layer: ``nn.Linear`` (weight [N, K]), with a bias or without
+    one (T5's ``wi``: the epilogue kinds hand their kernel zeros), or GPT-2's ``Conv1D`` (``x @
+    weight + bias``, weight stored [K, N]: transposed).  None for anything else.  A subclass of
+    ``nn.Linear`` with a forward of its own (Falcon's ``FalconLinear``: ``x @ W.T + b``) is taken
+    at its word here: ``apply`` runs it on a probe before it switches it."""
     weight, bias = getattr(module, "weight", None), getattr(module, "bias", None)
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
         return None
     if bias is not None and (not isinstance(bias, torch.Tensor) or bias.dim() != 1):
         return None
-    if isinstance(module, nn.Linear) and type(module).forward is nn.Linear.forward:
+    if isinstance(module, nn.Linear):
         n, k = weight.shape
         return (int(k), int(n), False) if bias is None or bias.shape[0] == n else None
     if (type(module).__name__ == "Conv1D" and bias is not None
