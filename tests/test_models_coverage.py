@@ -127,6 +127,10 @@ CASES = [
     # with another process busy); the bar leaves room for load
     ("hf:mpt", "d_model=128,n_heads=4,n_layers=2,max_seq_len=256,vocab_size=1024", [2, 128], 0.90,
      {"attention_masked", "linear_gelu", "add_layernorm", "layernorm", "matmul", "embedding"}),
+    # BLOOM's attention: alibi.baddbmm(q, k^T) (the ALiBi bias and the scale), viewed to [B, H, S, S],
+    # + the causal mask, fp32 softmax, bmm with v: attention_masked, as MPT's (see above).  BEFORE
+    ("hf:bloom", "hidden_size=128,n_layer=2,n_head=4,vocab_size=1024", [2, 128], 0.90,
+     {"attention_masked", "linear_gelu", "add_layernorm", "layernorm", "matmul", "embedding"}),
 ]
 # models whose layers end with a residual add that the next layer's first norm reads: the final norm
 FUSED_AHEAD = {"gpt2": "ln_f", "hf:gpt2": "model.transformer.ln_f", "hf:phi3": "model.model.norm",

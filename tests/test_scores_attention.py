@@ -1,4 +1,4 @@
-"""Attention written out in a forward (MPT's): the profiler plans it as one attention_masked
+"""Attention written out in a forward (MPT's, BLOOM's): the profiler plans it as one attention_masked
 problem (``recognize_scores``) and apply rewrites the forward to call the op
 (``integrate.scores_attention``), or leaves a forward alone whose scores go through anything
 but additions and fills with the dtype's lowest value."""
@@ -220,3 +220,102 @@ def test_under_torch_compile_with_the_op_handed_over_the_original_statements_run
         TRACED_UNDER_COMPILE.pop(k.op.opname)
     assert calls == [] and weights is not None
     assert torch.allclose(out, ref_out, atol=1e-6) and torch.allclose(weights, ref_weights, atol=1e-6)
+
+
+# ------------------------------------------------------------------ BLOOM: alibi.baddbmm, a view, bmm
+def _bloom_config(**over):
+    transformers = pytest.importorskip("transformers")
+    cfg = dict(hidden_size=16, n_layer=2, n_head=2, vocab_size=64, attention_dropout=0.1)
+    cfg.update(over)
+    return transformers.BloomConfig(**cfg)
+
+
+def _bloom_inputs(s=6, heads=2):
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+
+    gen = torch.Generator().manual_seed(0)
+    x, residual = torch.randn(2, s, 16, generator=gen), torch.randn(2, s, 16, generator=gen)
+    padding = torch.ones(2, s, dtype=torch.long)
+    padding[1, 0] = 0  # a left-padded row: the alibi differs per batch row
+    alibi = build_alibi_tensor(padding, heads, torch.float32)  # [B*H, 1, S]
+    causal = torch.zeros(2, 1, s, s).masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), torch.finfo(torch.float32).min)
+    return x, residual, alibi, causal
+
+
+def test_blooms_attention_goes_to_the_op_and_matches():
+    """BLOOM's scores are ``alibi.baddbmm(batch1=q, batch2=k^T, beta=, alpha=)`` on [B*H, S, D],
+    viewed to [B, H, S, S] before the causal mask is added, and the weights viewed back for
+    ``torch.bmm``: the alibi and the mask make the additive mask, the op gets [B, H, S, D]."""
+    from transformers.models.bloom.modeling_bloom import BloomAttention
+
+    calls: list = []
+    forward = rewritten_forward(BloomAttention.forward, helpers(_kernel_op(calls)))
+    assert forward is not None
+    m = BloomAttention(_bloom_config(), layer_idx=0).eval()
+    x, residual, alibi, causal = _bloom_inputs()
+    with torch.no_grad():
+        ref_out, ref_weights = m(x, residual, alibi, causal)
+        out, weights = forward(m, x, residual, alibi, causal)
+        assert calls == [(2, 2, 6, 6)] and weights is None
+        assert torch.allclose(out, ref_out, atol=1e-6)
+        # no mask: the alibi alone, one row for every query (its expansion is not copied)
+        out, _ = forward(m, x, residual, alibi, None)
+        assert calls[-1] == (2, 2, 1, 6) and torch.allclose(out, m(x, residual, alibi, None)[0], atol=1e-6)
+        # a beta other than 1 scales the alibi
+        m.beta = 0.5
+        out, _ = forward(m, x, residual, alibi, causal)
+        assert torch.allclose(out, m(x, residual, alibi, causal)[0], atol=1e-6)
+        m.beta = 1.0
+        # training (dropout): the module's own code, weights and all
+        m.train()
+        torch.manual_seed(1)
+        out, weights = forward(m, x, residual, alibi, causal)
+        torch.manual_seed(1)
+        ref_out, ref_weights = m(x, residual, alibi, causal)
+    assert len(calls) == 3 and torch.equal(out, ref_out) and torch.equal(weights, ref_weights)
+    # a call the kernel was not judged on (fp64): the original statements
+    m = m.eval().double()
+    with torch.no_grad():
+        out, weights = forward(m, *(t.double() for t in (x, residual, alibi, causal)))
+        ref_out, ref_weights = m(*(t.double() for t in (x, residual, alibi, causal)))
+    assert len(calls) == 3 and torch.equal(out, ref_out) and torch.equal(weights, ref_weights)
+
+
+def test_a_bloom_model_with_its_attention_rewritten_matches():
+    """Every layer's BloomAttention switched to the rewritten forward: the logits of a small
+    BLOOM (padding mask and all) match the model's own in eval mode."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.bloom.modeling_bloom import BloomAttention
+
+    calls: list = []
+    forward = rewritten_forward(BloomAttention.forward, helpers(_kernel_op(calls)))
+    torch.manual_seed(0)
+    model = transformers.BloomForCausalLM(_bloom_config()).eval()
+    ids = torch.randint(0, 64, (2, 10))
+    padding = torch.ones(2, 10, dtype=torch.long)
+    padding[1, :3] = 0
+    with torch.no_grad():
+        ref = [model(ids).logits, model(ids, attention_mask=padding).logits]
+        cls = type("RewrittenBloomAttention", (BloomAttention,), {"forward": forward})
+        for layer in model.transformer.h:
+            layer.self_attention.__class__ = cls
+        got = [model(ids).logits, model(ids, attention_mask=padding).logits]
+    assert len(calls) == 4
+    for a, b in zip(got, ref):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_the_profiler_plans_blooms_attention_as_one_attention_masked_problem():
+    pytest.importorskip("transformers")
+    from autokernel.models import load_model
+    from autokernel.profiler import profile_model
+
+    loaded = load_model("hf:bloom", config_overrides="hidden_size=64,n_layer=2,n_head=4,vocab_size=256",
+                        input_shape=[2, 32], dtype=torch.float32)
+    plan = profile_model(loaded, warmup=0, iters=1)
+    (att,) = [p for p in plan.problems if p.kind == "attention_masked"]
+    assert att.shapes == [{"B": 2, "H": 4, "Hkv": 4, "S": 32, "D": 16, "additive": 1, "per_query": 1}]
+    assert att.modules == ["model.transformer.h.0.self_attention", "model.transformer.h.1.self_attention"]
+    assert att.supported, att.note
+    left = [u.name for u in plan.not_covered]
+    assert not [n for n in left if n.startswith(("aten::softmax", "aten::baddbmm", "aten::bmm", "softmax", "matmul"))], left
