@@ -527,3 +527,45 @@ def test_mpt_written_out_attention_in_bf16_on_a_padded_batch(tmp_path):
         ref, out = loaded.model(*x).float(), patched(*x).float()
     assert OP_CALLS[op] - before == 2
     assert ((out - ref).norm() / ref.norm()).item() < 2e-2
+
+
+BLOOM = "hidden_size=64,n_layer=2,n_head=4,vocab_size=256"
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_bloom_written_out_attention_is_placed_and_matches(tmp_path):
+    """BloomAttention's scores are alibi.baddbmm(q, k^T) on heads folded into the batch, viewed
+    as [B, H, S, S] for the causal mask, the weights viewed back for torch.bmm: the ALiBi bias and
+    the mask are one additive mask for the attention_masked op, q, k, v [B, H, S, D]."""
+    from autokernel.integrate.ops import OP_CALLS
+
+    before = dict(OP_CALLS)
+    patched = placed_and_matching(tmp_path, "hf:bloom", BLOOM, [2, 16], kinds=("attention_masked",))
+    (op,) = patched._autokernel_ops.values()
+    assert OP_CALLS[op] - before.get(op, 0) == 2  # one call a layer
+    assert sorted(patched._autokernel_replaced) == [(f"model.transformer.h.{i}.self_attention", "attention_masked")
+                                                    for i in range(2)]
+    calls = OP_CALLS[op]
+    patched.train()
+    with torch.no_grad():
+        patched(*load_model("hf:bloom", config_overrides=BLOOM, input_shape=[2, 16]).make_inputs(2))
+    assert OP_CALLS[op] == calls  # dropout: the original code
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_bloom_written_out_attention_in_bf16_on_a_padded_batch(tmp_path):
+    """A padded batch: the alibi differs per row (built from the padding mask) and the mask hides
+    the padding too; bf16 throughout."""
+    from autokernel.integrate import apply
+    from autokernel.integrate.ops import OP_CALLS
+
+    loaded = load_model("hf:bloom", config_overrides=BLOOM, input_shape=[3, 16], dtype=torch.bfloat16, padded=True)
+    starters_workdir(tmp_path, profile_model(loaded, warmup=0, iters=1), ("attention_masked",))
+    patched = apply(loaded.model, tmp_path)
+    (op,) = patched._autokernel_ops.values()
+    before = OP_CALLS.get(op, 0)
+    with torch.no_grad():
+        x = loaded.make_inputs(1)
+        ref, out = loaded.model(*x).float(), patched(*x).float()
+    assert OP_CALLS[op] - before == 2
+    assert ((out - ref).norm() / ref.norm()).item() < 2e-2

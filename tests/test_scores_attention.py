@@ -238,7 +238,8 @@ def _bloom_inputs(s=6, heads=2):
     padding = torch.ones(2, s, dtype=torch.long)
     padding[1, 0] = 0  # a left-padded row: the alibi differs per batch row
     alibi = build_alibi_tensor(padding, heads, torch.float32)  # [B*H, 1, S]
-    causal = torch.zeros(2, 1, s, s).masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), torch.finfo(torch.float32).min)
+    hidden = torch.ones(s, s, dtype=torch.bool).triu(1)
+    causal = torch.zeros(2, 1, s, s).masked_fill(hidden, torch.finfo(torch.float32).min)
     return x, residual, alibi, causal
 
 
@@ -306,6 +307,8 @@ def test_a_bloom_model_with_its_attention_rewritten_matches():
 
 
 def test_the_profiler_plans_blooms_attention_as_one_attention_masked_problem():
+    """The chain (baddbmm, view, add, softmax, dropout, view, bmm) is one attention_masked
+    problem, placed (apply with the starter: tests/test_placement.py)."""
     pytest.importorskip("transformers")
     from autokernel.models import load_model
     from autokernel.profiler import profile_model
@@ -318,4 +321,84 @@ def test_the_profiler_plans_blooms_attention_as_one_attention_masked_problem():
     assert att.modules == ["model.transformer.h.0.self_attention", "model.transformer.h.1.self_attention"]
     assert att.supported, att.note
     left = [u.name for u in plan.not_covered]
-    assert not [n for n in left if n.startswith(("aten::softmax", "aten::baddbmm", "aten::bmm", "softmax", "matmul"))], left
+    chain = ("aten::softmax", "aten::baddbmm", "aten::bmm", "softmax", "matmul")
+    assert not [n for n in left if n.startswith(chain)], left
+
+
+class Folded(nn.Module):
+    """Heads folded into the batch, spelled otherwise than BLOOM: ``torch.baddbmm`` with the bias
+    positional, a bool mask filled, the scores viewed as rows (a view that merges the query
+    dimension, which the bias broadcasts along), F.dropout, the weights reshaped back."""
+
+    def __init__(self, heads=2, dim=16):
+        super().__init__()
+        self.heads, self.head_dim, self.scale = heads, dim // heads, 0.3
+        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
+
+    def forward(self, x, bias, mask=None):
+        b, s = x.shape[:2]
+        q, k, v = (t.reshape(b, s, self.heads, self.head_dim).transpose(1, 2).reshape(b * self.heads, s, self.head_dim)
+                   for t in self.qkv(x).chunk(3, dim=2))
+        kt = k.transpose(1, 2)
+        scores = torch.baddbmm(bias, q, kt, beta=1.0, alpha=self.scale)
+        rows = scores.view(b * self.heads * s, s)
+        if mask is not None:
+            rows = rows.masked_fill(mask.reshape(-1, s), torch.finfo(q.dtype).min)
+        weights = torch.softmax(rows.float(), -1).to(v.dtype)
+        weights = nn.functional.dropout(weights, p=0.1, training=self.training)
+        folded = weights.reshape(b * self.heads, s, s)
+        out = torch.bmm(folded, v)
+        return out, weights
+
+
+class ViewedAsInts(Folded):
+    def forward(self, x, bias, mask=None):
+        b, s = x.shape[:2]
+        q, k, v = (t.reshape(b, s, self.heads, self.head_dim).transpose(1, 2).reshape(b * self.heads, s, self.head_dim)
+                   for t in self.qkv(x).chunk(3, dim=2))
+        kt = k.transpose(1, 2)
+        scores = bias.baddbmm(q, kt, alpha=self.scale)
+        scores = scores.view(torch.int32)
+        weights = torch.softmax(scores.float(), -1).to(v.dtype)
+        return torch.bmm(weights, v), weights
+
+
+class ViewedUnfolded(Written):
+    """A view of the scores where heads are not folded: the op's mask layout is q's, so no."""
+
+    def forward(self, x, bias, mask=None):
+        b, s = x.shape[:2]
+        q, k, v = (t.reshape(b, s, self.heads, self.head_dim).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=2))
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.softmax_scale
+        scores = scores + bias
+        flat = scores.view(b * self.heads, s, s)
+        weights = torch.softmax(flat.float(), -1).to(v.dtype)
+        return torch.matmul(weights.view(b, self.heads, s, s), v), None
+
+
+def test_folded_heads_spelled_otherwise_go_to_the_op_and_match():
+    calls: list = []
+    forward = rewritten_forward(Folded.forward, helpers(_kernel_op(calls)))
+    assert forward is not None
+    m = Folded().eval()
+    x, _, causal = _inputs()
+    bias = torch.randn(4, 1, 6, generator=torch.Generator().manual_seed(3))  # [B*H, 1, S]
+    causal = causal.expand(2, 2, 6, 6)
+    with torch.no_grad():
+        out, weights = forward(m, x, bias, causal)
+        assert weights is None and calls == [(1, 4, 6, 6)]  # rows: B and H unknown, [1, B*H, S, S]
+        assert torch.allclose(out, m(x, bias, causal)[0], atol=1e-6)
+        out, _ = forward(m, x, bias, None)
+        assert torch.allclose(out, m(x, bias, None)[0], atol=1e-6)
+        m.train()
+        torch.manual_seed(1)
+        out, weights = forward(m, x, bias, causal)
+        torch.manual_seed(1)
+        ref_out, ref_weights = m(x, bias, causal)
+    assert len(calls) == 2 and torch.equal(out, ref_out) and torch.equal(weights, ref_weights)
+
+
+def test_scores_viewed_as_another_dtype_or_viewed_unfolded_are_left_alone():
+    names = helpers(_kernel_op([]))
+    assert rewritten_forward(ViewedAsInts.forward, names) is None
+    assert rewritten_forward(ViewedUnfolded.forward, names) is None

@@ -1,18 +1,23 @@
-"""Recognizer for attention written out op by op in a forward (MPT's ``MptAttention``): one
-``attention_masked`` problem for the chain, as ``integrate.scores_attention`` places it.
+"""Recognizer for attention written out op by op in a forward (MPT's ``MptAttention``, BLOOM's
+``BloomAttention``): one ``attention_masked`` problem for the chain, as
+``integrate.scores_attention`` places it.
 
 Among one scope's ops, in the order they ran (views and other metadata ops aside, and module
 calls that run nothing else, such as eval-mode dropout):
 
-    matmul(q [B,H,S,D], k^T [B,H,D,S])      the scores
-    mul / div by a scalar                   the scale (at most one)
-    add / masked_fill                       a position bias, a mask (at least one of them)
+    the scores, either of
+      matmul(q [B,H,S,D], k^T [B,H,D,S])
+      baddbmm(bias, q [N,S,D], k^T [N,D,S])  BLOOM's: the bias (ALiBi) and the scale (alpha) in one
+    mul / div by a scalar                   the scale (at most one in all)
+    add / masked_fill                       a position bias, a mask (at least one of them in all)
     softmax over the last dimension         (exactly one, the casts around it are metadata ops)
-    matmul(weights [B,H,S,S], v [B,H,S,D])  the output
+    matmul or bmm(weights, v)               the output
 
-All of these ops (and the metadata ops between them) map to one instance: additive, per query
-when the bias or mask has more than one row (a causal mask does).  A chain with as many keys as
-queries only: the problem's shape has one sequence length.
+The scores may be viewed between these ([N,S,S] as [B,H,S,S] and back: BLOOM's): any
+[..., S, S] with N rows of scores in all is the scores.  All of these ops (and the metadata ops
+between them) map to one instance: additive, per query when the bias or mask has more than one
+row (a causal mask does); B and H those of the first 4-D q or scores (1 and N where none is
+4-D).  A chain with as many keys as queries only: the problem's shape has one sequence length.
 """
 from __future__ import annotations
 
@@ -28,16 +33,53 @@ def _quiet_scope(node: Node) -> bool:
                for c in node.children)
 
 
+def _numel(dims: list[int]) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def _scores_op(node: Node) -> tuple[list[int], int, int, list[list[int]], int] | None:
+    """(lead, S, D, extras, scaled) of the op that makes the scores: ``matmul(q, k^T)`` (q
+    [B,H,S,D]) or ``baddbmm(bias, q, k^T)`` (q [N,S,D]; the bias an extra, alpha a scale)."""
+    if node.scope is not None:
+        return None
+    if node.name == "aten::matmul":
+        q, kt, extras, scaled = _arg(node, 0), _arg(node, 1), [], 0
+        if not q or len(q) != 4:
+            return None
+    elif node.name == "aten::baddbmm":
+        bias, q, kt = _arg(node, 0), _arg(node, 1), _arg(node, 2)
+        if not bias or not q or len(q) != 3:
+            return None
+        extras, scaled = [bias], int(_concrete(node, 4) not in (None, 1, 1.0))
+    else:
+        return None
+    *lead, S, D = q
+    return (lead, S, D, extras, scaled) if kt == [*lead, D, S] else None
+
+
 def _chain(kids: list[Node], start: int, default_dtype: str) -> tuple[list[Node], Instance] | None:
     first = kids[start]
-    q, kt = _arg(first, 0), _arg(first, 1)
-    if first.name != "aten::matmul" or not q or not kt or len(q) != 4 or len(kt) != 4:
+    found = _scores_op(first)
+    if found is None:
         return None
-    B, H, S, D = q
-    if kt != [B, H, D, S]:
-        return None
-    scores = [B, H, S, S]
-    nodes, scaled, extras, softmaxes = [first], 0, [], 0
+    lead, S, D, extras, scaled = found
+    rows = _numel(lead)
+    heads = lead if len(lead) == 2 else None  # [B, H]
+
+    def scores(shape: list[int] | None) -> bool:
+        nonlocal heads
+        if not shape or len(shape) < 3 or shape[-2:] != [S, S] or _numel(shape[:-2]) != rows:
+            return False
+        heads = heads or (shape[:2] if len(shape) == 4 else None)
+        return True
+
+    def values(shape: list[int] | None) -> bool:
+        return bool(shape) and len(shape) >= 3 and shape[-2:] == [S, D] and _numel(shape[:-2]) == rows
+
+    nodes, softmaxes = [first], 0
     for node in kids[start + 1:]:
         nodes.append(node)
         if node.scope is not None:
@@ -46,19 +88,20 @@ def _chain(kids: list[Node], start: int, default_dtype: str) -> tuple[list[Node]
             continue
         if node.name in METADATA_OPS:
             continue
-        if node.name in SCALE_OPS and not softmaxes and _arg(node, 0) == scores and not _arg(node, 1):
+        if node.name in SCALE_OPS and not softmaxes and scores(_arg(node, 0)) and not _arg(node, 1):
             scaled += 1
-        elif node.name in BIAS_OPS and not softmaxes and _arg(node, 0) == scores and _arg(node, 1):
+        elif node.name in BIAS_OPS and not softmaxes and scores(_arg(node, 0)) and _arg(node, 1):
             extras.append(_arg(node, 1))
-        elif node.name == "aten::add" and not softmaxes and _arg(node, 1) == scores and _arg(node, 0):
+        elif node.name == "aten::add" and not softmaxes and scores(_arg(node, 1)) and _arg(node, 0):
             extras.append(_arg(node, 0))  # bias + scores
-        elif node.name in SOFTMAX_OPS and _arg(node, 0) == scores and _concrete(node, 1) in (-1, 3):
+        elif node.name in SOFTMAX_OPS and scores(_arg(node, 0)) and _concrete(node, 1) in (-1, len(_arg(node, 0)) - 1):
             softmaxes += 1
-        elif node.name == "aten::matmul" and _arg(node, 0) == scores and _arg(node, 1) == [B, H, S, D]:
+        elif node.name in ("aten::matmul", "aten::bmm") and scores(_arg(node, 0)) and values(_arg(node, 1)):
             if softmaxes != 1 or scaled > 1 or not extras:
                 return None
+            B, H = heads or (1, rows)
             per_query = int(any(len(e) >= 2 and e[-2] > 1 for e in extras))
-            inst = Instance("attention_masked", _dtype(first, 0, default_dtype),
+            inst = Instance("attention_masked", _dtype(first, 0 if first.name == "aten::matmul" else 1, default_dtype),
                             [(make_shape("attention_masked", B, H, H, S, D, 1, per_query), 1)],
                             notes=(f"attention written out: scores, {len(extras)} added or filled "
                                    f"({', '.join('x'.join(map(str, e)) for e in extras)}), softmax, @ v",))

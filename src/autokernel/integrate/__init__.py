@@ -15,8 +15,10 @@ that compute that kind are switched to it:
   through transformers' ``ALL_ATTENTION_FUNCTIONS``), calls without a mask;
 * ``attention_masked`` — the same calls with a bool or additive ``attn_mask`` broadcastable to
   [B, H, S, S] (padded batches; what transformers runs while a stream captures), and attention
-  written out in a forward (MPT's: scores, + bias, masked_fill, fp32 softmax, @ v), whose forward
-  is rewritten with the bias and mask as one additive mask (``scores_attention``);
+  written out in a forward (MPT's: scores, + bias, masked_fill, fp32 softmax, @ v; BLOOM's:
+  alibi.baddbmm(q, k^T), + mask, fp32 softmax, bmm with v), whose forward is rewritten with the
+  bias and mask as one additive mask (``scores_statements`` finds the statements,
+  ``scores_attention`` rewrites them);
 * ``rotary``    — modules whose methods call a ``*rotary*``/``*rope*`` function of the
   ``rotate_half`` layout;
 * ``attention_rotary`` — the same rotary call on q and k followed by attention on them, in one
@@ -64,7 +66,7 @@ before the first kernel is imported); without it nothing is switched.
 
 Layout: ``runfiles`` (the run's files), ``ops`` (custom-op registration), ``selection`` (which
 kernels may be applied), ``patching`` (class swap, probes), ``norms`` / ``linears`` / ``calls``
-/ ``fused`` / ``residuals`` / ``scores_attention`` / ``embeddings`` / ``tables`` / ``epilogues`` / ``experts`` (the appliers per
+/ ``fused`` / ``residuals`` / ``scores_attention`` (with ``scores_statements``) / ``embeddings`` / ``tables`` / ``epilogues`` / ``experts`` (the appliers per
 kind),
 ``alignment`` (on a GPU, half-precision linears with misaligned output rows padded: no kernel
 of ours, the same GEMM on aligned rows), ``apply`` (the entry point).
