@@ -553,6 +553,17 @@ def test_bloom_written_out_attention_is_placed_and_matches(tmp_path):
 
 
 @pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_bloom_with_all_its_kinds_placed_matches(tmp_path):
+    """The attention's rewrite and the residual add ending the same forward (dropout_add, fused
+    ahead into post_attention_layernorm) compose; BloomGelu after dense_h_to_4h is linear_gelu."""
+    patched = placed_and_matching(tmp_path, "hf:bloom", BLOOM, [2, 16],
+                                  kinds=("attention_masked", "linear_gelu", "add_layernorm", "layernorm", "embedding"))
+    assert {(f"model.transformer.h.{i}.{m}", kind) for i in range(2)
+            for m, kind in (("self_attention", "attention_masked"), ("mlp", "linear_gelu"),
+                            ("post_attention_layernorm", "add_layernorm"))} <= set(patched._autokernel_replaced)
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
 def test_bloom_written_out_attention_in_bf16_on_a_padded_batch(tmp_path):
     """A padded batch: the alibi differs per row (built from the padding mask) and the mask hides
     the padding too; bf16 throughout."""
