@@ -80,3 +80,48 @@ def test_apply_tells_the_layouts_apart_by_a_probe():
     assert _rotary_form(modeling_cohere.apply_rotary_pos_emb) is None  # names rotate_half, rotates pairs
     assert _rotary_form(modeling_llama.apply_rotary_pos_emb) is True
     assert _rotary_pairs_form(modeling_llama.apply_rotary_pos_emb) is None
+
+
+GPTJ = "n_embd=64,n_layer=2,n_head=4,rotary_dim=8,vocab_size=256"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")
+def test_half_wide_tables_passed_sin_first_are_told_by_a_probe():
+    """GPT-J's and CodeGen's ``apply_rotary_pos_emb(x, sin, cos)``: x is [B, S, H, D], each angle
+    is in the tables once (the function repeats it for both elements of its pair)."""
+    from transformers.models.codegen import modeling_codegen
+    from transformers.models.gptj import modeling_gptj
+    from transformers.models.llama import modeling_llama
+
+    from autokernel.integrate.rotary_tables import TableConvention, table_convention
+
+    gptj = TableConvention(sin_first=True, half=True, seq_first=True)
+    assert table_convention(modeling_gptj.apply_rotary_pos_emb, "rotary_interleaved") == gptj
+    assert table_convention(modeling_codegen.apply_rotary_pos_emb, "rotary_interleaved") == gptj
+    assert table_convention(modeling_gptj.apply_rotary_pos_emb, "rotary") is None  # it rotates pairs, not halves
+    assert table_convention(modeling_llama.apply_rotary_pos_emb, "rotary") is None  # f(q, k, cos, sin): not one tensor
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")
+def test_gptj_rotates_q_and_k_through_the_op(tmp_path):
+    from autokernel.integrate import OP_CALLS, apply
+    from autokernel.models import load_model
+    from autokernel.profiler import profile_model
+
+    from test_integrate import make_workdir, rel
+
+    torch.manual_seed(0)
+    loaded = load_model("hf:gptj", config_overrides=GPTJ, input_shape=[1, 8], dtype=torch.float32)
+    plan = profile_model(loaded, warmup=0, iters=1)
+    problem = next(p for p in plan.problems if p.kind == "rotary_interleaved")
+    assert problem.supported and {"B": 1, "H": 4, "S": 8, "D": 8} in problem.shapes
+    patched = apply(loaded.model, make_workdir(tmp_path / "wd", [problem], model="hf:gptj", input_shape=(1, 8)))
+    layers = {f"model.transformer.h.{i}.attn" for i in range(2)}
+    assert layers <= {name for name, kind in patched._autokernel_replaced if kind == "rotary_interleaved"}
+    ids = torch.randint(0, 256, (1, 8))
+    op = patched._autokernel_ops[problem.name]
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        out, ref = patched(ids), loaded.model(ids)
+    assert OP_CALLS[op] - before == 4  # q and k of each layer
+    assert rel(out, ref) < 1e-5

@@ -1002,8 +1002,8 @@ def _rotary(call: ScopeCall, node: Node, default_dtype: str) -> Instance | Unsup
     if not tensors:
         return None
     where = call.name if call.kind == "function" else (call.info.cls_name if call.info else call.name)
-    if {"view_as_complex", "view_as_real", "repeat_interleave"} & set(call.code_names):
-        return Unsupported(f"rotary {where} (interleaved layout)")
+    if {"view_as_complex", "view_as_real"} & set(call.code_names):
+        return Unsupported(f"rotary {where} (complex layout)")
     heads = _enclosing_module(node.parent, lambda info: info.heads is not None)
     shapes = []
     for t in tensors:

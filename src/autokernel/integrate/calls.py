@@ -15,6 +15,7 @@ from ..recognize import gelu_form, module_wrapped_function
 from .ops import rows, traced_as_original
 from .patching import _SUBCLASSES, _code_names, _pick, rewrap
 from .rewrite import rebound_globals
+from .rotary_tables import table_convention, table_replacement
 from .selection import KernelOp
 
 
@@ -460,6 +461,12 @@ def _global_replacements(fn: types.FunctionType, sdpa: Callable | None, rotary: 
             if form is not None:
                 out[name] = _rotary_replacement(rot, value, form)
                 kinds.add(rot.kind)
+                break
+            convention = table_convention(value, rot.kind) if rot is not None else None
+            if convention is not None:  # GPT-J's (x [B, S, H, D], sin, cos), each angle once
+                out[name] = table_replacement(rot, value, convention)
+                kinds.add(rot.kind)
+                break
     return out, kinds
 
 
