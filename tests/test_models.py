@@ -521,3 +521,26 @@ def test_an_architecture_with_several_head_classes_builds_without_named_architec
     loaded = load_model("hf:deit", config_overrides="hidden_size=64,num_hidden_layers=1,num_attention_heads=4,"
                         "intermediate_size=128,image_size=32,patch_size=8")
     assert type(loaded.model.model).__name__ == "DeiTForImageClassification"
+
+
+WHISPER = ("d_model=64,encoder_layers=1,decoder_layers=1,encoder_attention_heads=4,decoder_attention_heads=4,"
+           "encoder_ffn_dim=128,decoder_ffn_dim=128,vocab_size=256,max_source_positions=32,max_target_positions=48")
+
+
+def test_whisper_is_built_whole_and_fed_mel_features():
+    """hf:whisper built WhisperForCausalLM, its decoder alone, fed token ids: a speech
+    encoder-decoder takes log-mel features (as many frames as its encoder's positions hold, twice)
+    and its decoder token ids of its own."""
+    pytest.importorskip("transformers")
+    from autokernel.models import SPEECH_DECODER_TOKENS
+
+    loaded = load_model("hf:whisper", config_overrides=WHISPER)
+    assert type(loaded.model.model).__name__ == "WhisperForConditionalGeneration"
+    assert loaded.input_shape == [2, 80, 64] and loaded.input_kind == "float"
+    tokens = min(48, SPEECH_DECODER_TOKENS)
+    assert f"decoder fed {tokens} token ids" in loaded.description
+    with torch.no_grad():
+        logits = loaded.model(*loaded.make_inputs(0))
+    assert logits.shape == (2, tokens, 256)
+    with pytest.raises(ModelSpecError, match=r"takes a float input of 3 dimensions \(e\.g\. 2x80x64"):
+        load_model("hf:whisper", config_overrides=WHISPER, input_shape=[2, 32])

@@ -398,10 +398,32 @@ class ImageLogits(nn.Module):
         return self.model(pixel_values=pixel_values).logits
 
 
+# the decoder token ids a speech encoder-decoder is fed with its features (fewer where it has fewer positions)
+SPEECH_DECODER_TOKENS = 128
+
+
+class SpeechSeq2SeqLogits(nn.Module):
+    """A speech encoder-decoder (Whisper): ``forward(features)`` feeds the features to the encoder
+    (as the model's main input, Whisper's log-mel ``input_features``) and ``decoder_tokens`` fixed
+    token ids to the decoder, one teacher-forced pass, and returns the logits."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+        config = model.config
+        self.decoder_tokens = min(SPEECH_DECODER_TOKENS, int(getattr(config, "max_target_positions", None)
+                                                             or SPEECH_DECODER_TOKENS))
+        self.vocab = int(config.vocab_size)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        ids = (torch.arange(self.decoder_tokens, device=features.device) % self.vocab).expand(features.shape[0], -1)
+        return self.model(**{self.model.main_input_name: features}, decoder_input_ids=ids).logits
+
+
 def hf_auto_class(transformers: Any, config: Any) -> tuple[Any, type]:
     """The auto class for a config and the wrapper that gives its forward one tensor input:
-    masked LM (encoder-only), seq2seq LM (encoder-decoder), image classification (vision),
-    causal LM (decoders, MoE included), else the bare model."""
+    masked LM (encoder-only), seq2seq LM (encoder-decoder), speech seq2seq (Whisper), image
+    classification (vision), causal LM (decoders, MoE included), else the bare model."""
     from transformers.models.auto import modeling_auto as names
 
     kind = config.model_type
@@ -409,6 +431,8 @@ def hf_auto_class(transformers: Any, config: Any) -> tuple[Any, type]:
         return transformers.AutoModelForMaskedLM, LogitsOnly
     if getattr(config, "is_encoder_decoder", False) and kind in names.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES:
         return transformers.AutoModelForSeq2SeqLM, Seq2SeqLogits
+    if getattr(config, "is_encoder_decoder", False) and kind in names.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES:
+        return transformers.AutoModelForSpeechSeq2Seq, SpeechSeq2SeqLogits
     if kind in names.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES:
         return transformers.AutoModelForImageClassification, ImageLogits
     if kind in names.MODEL_FOR_MASKED_LM_MAPPING_NAMES and kind not in names.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
@@ -417,10 +441,15 @@ def hf_auto_class(transformers: Any, config: Any) -> tuple[Any, type]:
 
 
 def hf_default_input_shape(config: Any) -> list[int] | None:
-    """A vision model's default input: 2 images at the config's size (``B x C x H x W``)."""
+    """A vision model's default input: 2 images at the config's size (``B x C x H x W``); a
+    Whisper-style speech model's: the log-mel features of 2 clips, as many frames as its encoder
+    takes (twice its positions: its convolutions halve them)."""
     size = getattr(config, "image_size", None)
     if isinstance(size, int) and getattr(config, "patch_size", None):
         return [2, int(getattr(config, "num_channels", 3)), size, size]
+    mels, positions = getattr(config, "num_mel_bins", None), getattr(config, "max_source_positions", None)
+    if getattr(config, "is_encoder_decoder", False) and isinstance(mels, int) and isinstance(positions, int):
+        return [2, mels, 2 * positions]
     return None
 
 
@@ -564,10 +593,13 @@ def _build_hf(arch: str, overrides: dict[str, Any], device: str,
         raise ModelSpecError(f"building hf:{arch} failed: {_one_line(exc)}") from None
     shown = ", ".join(f"{k}={v}" for k, v in overrides.items())
     what = f"{type(model).__name__} (transformers, random weights{': ' + shown if shown else ''})"
+    wrapped = wrapper(model)
+    if isinstance(wrapped, SpeechSeq2SeqLogits):
+        what += f" [decoder fed {wrapped.decoder_tokens} token ids]"
     if small:
         what += (" [mixture of experts: small default config " + ", ".join(f"{k}={v}" for k, v in small.items())
                  + "; set them with --config]")
-    return wrapper(model), what, hf_default_input_shape(config)
+    return wrapped, what, hf_default_input_shape(config)
 
 
 # the share of the memory free on the device that a model's weights may take (activations, the
