@@ -378,3 +378,143 @@ def test_gpu_kernels_of_the_pair_count_for_one_linear_gelu_instance():
     matmul = next(p for p in plan.problems if p.kind == "matmul")
     assert matmul.shapes == [{"M": 4096, "N": 768, "K": 3072}] and matmul.time_us == pytest.approx(38.0)
     assert {p.kind for p in plan.problems} == {"linear_gelu", "matmul"}
+
+
+# ------------------------------------------------------------------ the pair in another method of the module
+def apply_chunks(forward_fn, chunk_size: int, chunk_dim: int, *inputs):
+    """transformers' ``apply_chunking_to_forward`` (ALBERT's and BERT's layers hand it a bound
+    method): checks the method's signature, then calls it once, or on each chunk of ``chunk_dim``."""
+    import inspect
+
+    assert len(inspect.signature(forward_fn).parameters) == len(inputs)
+    if chunk_size <= 0:
+        return forward_fn(*inputs)
+    return torch.cat([forward_fn(*chunk) for chunk in zip(*(t.split(chunk_size, chunk_dim) for t in inputs))],
+                     dim=chunk_dim)
+
+
+class Chunked(Intermediate):
+    """ALBERT's layer: the forward hands its bound ``ff_chunk`` to ``apply_chunking_to_forward``
+    (then more than a chain), and ``ff_chunk`` writes the pair as two statements."""
+
+    chunk_size = 0
+
+    def forward(self, x):
+        return apply_chunks(self.ff_chunk, self.chunk_size, 1, x) * 2.0
+
+    def ff_chunk(self, attention_output):
+        h = self.fc(attention_output)
+        h = self.act(h)
+        return self.norm(h)
+
+
+class HelperMethod(Intermediate):  # the forward calls a method that holds the pair, nested
+    def forward(self, x):
+        return self.feed_forward(x) + 1.0
+
+    def feed_forward(self, x):
+        return self.norm(self.act(self.fc(x)))
+
+
+class NestedHelpers(Intermediate):  # a method the forward calls calls the method that holds the pair
+    def forward(self, x):
+        return self.block(x) - 1.0
+
+    def block(self, x):
+        return self.norm(self.pair(x))
+
+    def pair(self, x):
+        return self.act(self.fc(x))
+
+
+class ShiftedInHelper(HelperMethod):  # the activation reads more than the linear's output
+    def feed_forward(self, x):
+        return self.norm(self.act(self.fc(x) + 0.5))
+
+
+class PairOnlyInAnUncalledMethod(ShiftedInHelper):  # the forward never reaches the method with the pair
+    def spare(self, x):
+        return self.act(self.fc(x))
+
+
+class PairInAStaticHelper(Intermediate):  # a static method's pair is not of ``self``'s children
+    def forward(self, x):
+        return self.norm(self.run(self.act, self.fc, x)) * 2.0
+
+    @staticmethod
+    def run(act, fc, x):
+        return act(fc(x))
+
+
+@pytest.mark.parametrize("module", [Chunked, HelperMethod, NestedHelpers],
+                         ids=["chunked-bound-method", "helper-method", "nested-helpers"])
+@pytest.mark.parametrize("tanh", [0, 1])
+def test_the_pair_in_a_method_the_forward_reaches_becomes_one_op_call(module, tanh, tmp_path):
+    """ALBERT's ``AlbertLayer.forward`` hands ``self.ff_chunk`` to ``apply_chunking_to_forward``;
+    the pair is in ``ff_chunk``, not in the forward: that method is rewritten (as is one the
+    forward calls, or one that calls it), and calls the op on what it was judged on."""
+    torch.manual_seed(0)
+    model, patched = _patch(module(nn.GELU(approximate="tanh" if tanh else "none")), tmp_path, tanh)
+    x, op, before = _one_op_call_matches(model, patched)
+    with torch.no_grad():  # calls the op was not judged on (fp64, no rows) run the children as written
+        assert rel(patched.double()(x.double()), model.double()(x.double())) < 1e-12
+        assert patched(torch.empty(0, 32, dtype=torch.float64)).shape == (0, 48)
+    assert OP_CALLS[op] == before + 1
+
+
+def test_a_chunked_method_calls_the_op_once_a_chunk(tmp_path):
+    torch.manual_seed(0)
+    layer = Chunked(nn.GELU())
+    layer.chunk_size = 2
+    model, patched = _patch(layer, tmp_path)
+    assert patched._autokernel_replaced == [("mlp", "linear_gelu")]
+    op = patched._autokernel_ops["linear_gelu"]
+    before = OP_CALLS[op]
+    x = torch.randn(2, 6, 32)
+    with torch.no_grad():
+        assert rel(patched(x), model(x)) < 1e-5
+    assert OP_CALLS[op] == before + 3
+
+
+@pytest.mark.parametrize("module", [ShiftedInHelper, PairOnlyInAnUncalledMethod, PairInAStaticHelper],
+                         ids=["shifted-in-helper", "uncalled-method", "static-helper"])
+def test_look_alikes_in_other_methods_are_left_alone(module, tmp_path):
+    torch.manual_seed(0)
+    model, patched = _patch(module(nn.GELU()), tmp_path)
+    assert patched._autokernel_replaced == []
+    assert any(name == "mlp" and "chain of children" in why for name, why in patched._autokernel_skipped)
+    x = torch.randn(2, 3, 32)
+    with torch.no_grad():
+        assert rel(patched(x), model(x)) < 1e-6
+
+
+ALBERT = "hidden_size=64,num_hidden_layers=2,num_attention_heads=2,intermediate_size=96,embedding_size=32,vocab_size=256"
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+@pytest.mark.parametrize("chunk", [0, 4])
+def test_albert_s_shared_layer_gets_its_ff_chunk_pair_as_one_op_call(chunk, tmp_path):
+    """ALBERT shares one ``AlbertLayer`` across its layers; its ``ffn`` and GELU are in
+    ``ff_chunk``, which the forward hands to ``apply_chunking_to_forward``: 45% of hf:albert
+    (2x128 tokens, width 128) was not placeable before the method was rewritten."""
+    from autokernel.integrate.placement import check_placement
+    from autokernel.models import load_model
+    from autokernel.profiler import profile_model
+
+    loaded = load_model("hf:albert", config_overrides=ALBERT + f",chunk_size_feed_forward={chunk}", input_shape=[1, 8],
+                        dtype=torch.float32)
+    plan = profile_model(loaded, warmup=0, iters=1)
+    problem = next(p for p in plan.problems if p.kind == "linear_gelu")
+    layer = "model.albert.encoder.albert_layer_groups.0.albert_layers.0"
+    assert problem.supported and layer in problem.modules and "not placeable" not in problem.note, problem.note
+    assert problem.name not in check_placement(loaded.model, plan).unplaced
+    patched = apply(loaded.model, make_workdir(tmp_path / "wd", [problem], model="hf:albert", input_shape=(1, 8)))
+    assert (layer, "linear_gelu") in patched._autokernel_replaced
+    ids = torch.randint(0, 256, (1, 8))
+    op = patched._autokernel_ops[problem.name]
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        out, ref = patched(ids), loaded.model(ids)
+    assert rel(out, ref) < 1e-5
+    # the shared layer once a layer (once a chunk of 4 tokens when chunked), the head once
+    assert OP_CALLS[op] - before == 2 * (8 // chunk if chunk else 1) + 1

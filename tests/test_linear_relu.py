@@ -22,7 +22,7 @@ from autokernel.problems import get_problem  # noqa: E402
 from autokernel.problems.registry import load_starter  # noqa: E402
 
 from test_integrate import make_workdir, rel  # noqa: E402
-from test_linear_gelu import ActOnInput, Consecutive, Intermediate  # noqa: E402
+from test_linear_gelu import ActOnInput, Chunked, Consecutive, HelperMethod, Intermediate  # noqa: E402
 
 HF = importlib.util.find_spec("transformers") is not None
 OPT = "hidden_size=64,num_hidden_layers=2,num_attention_heads=4,ffn_dim=128,word_embed_proj_dim=64,vocab_size=256"
@@ -186,9 +186,10 @@ class T5WoInAnotherDtype(T5LikeMLP):
 
 @pytest.mark.parametrize("module", [lambda: Intermediate(nn.ReLU()), lambda: Consecutive(nn.ReLU()), T5LikeMLP,
                                     T5WoInAnotherDtype, lambda: Intermediate(nn.ReLU(), bias=False),
-                                    lambda: Consecutive(nn.ReLU(), bias=False)],
+                                    lambda: Consecutive(nn.ReLU(), bias=False), lambda: Chunked(nn.ReLU()),
+                                    lambda: HelperMethod(nn.ReLU(), bias=False)],
                          ids=["chain", "rewritten-forward", "t5-like", "t5-wo-in-another-dtype", "no-bias-chain",
-                              "no-bias-rewritten-forward"])
+                              "no-bias-rewritten-forward", "chunked-bound-method", "no-bias-helper-method"])
 def test_a_relu_pair_becomes_one_op_call(module, tmp_path):
     torch.manual_seed(0)
     model, patched = _patch(module(), tmp_path)
@@ -309,13 +310,24 @@ class FunctionalReLUStatements(nn.Module):
         return F.relu(self.out(h)) - x
 
 
+class SquaredReLUInAHelper(SquaredReLUFeedForward):
+    """RWKV's feed-forward with its key's squared ReLU in a method the forward calls."""
+
+    def forward(self, x):
+        return torch.sigmoid(self.receptance(x)) * self.value(self.squared_key(x))
+
+    def squared_key(self, x):
+        return torch.square(torch.relu(self.key(x)))
+
+
 class ShiftedBeforeFunctionalReLU(SquaredReLUFeedForward):
     def forward(self, x):
         return self.value(torch.relu(self.key(x) + 0.5))
 
 
-@pytest.mark.parametrize("module,pairs", [(SquaredReLUFeedForward, 1), (FunctionalReLUStatements, 2)],
-                         ids=["torch.relu-nested", "functional-relu-statements"])
+@pytest.mark.parametrize("module,pairs", [(SquaredReLUFeedForward, 1), (FunctionalReLUStatements, 2),
+                                          (SquaredReLUInAHelper, 1)],
+                         ids=["torch.relu-nested", "functional-relu-statements", "torch.relu-in-a-helper-method"])
 def test_a_linear_then_relu_written_as_a_function_is_one_op_call(module, pairs, tmp_path):
     """Planned by the profiler (the relu op right after the linear module's call) and placed by
     ``apply``, which rewrites the forward's ``torch.relu(self.<linear>(...))`` (or

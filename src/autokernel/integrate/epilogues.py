@@ -13,11 +13,16 @@ decoder layers, the same two statements with an ``nn.ReLU``) has its forward's s
 instead (``rewrite``): each such pair of its children, the activation confirmed by a probe,
 calls ``linear_epilogue_call``, which runs the op for the calls it was judged on and the two
 children otherwise.  The linear's output must feed only the activation: the pair is matched
-only nested, or as two consecutive statements that reassign one name.  A kind's activation may
+only nested, or as two consecutive statements that reassign one name.  The pair may also be
+in another method of the module's class that the forward reaches through ``self.<name>``,
+called or handed on as a bound method, or in one those reach (ALBERT's layer passes
+``self.ff_chunk``, which holds ``ffn`` and its GELU, to ``apply_chunking_to_forward``): each
+method where a pair is found is rewritten the same way (its signature kept), and the forward
+only where it holds one itself.  A kind's activation may
 also be a function the forward calls by its name instead of a child (``torch.relu`` /
 ``F.relu`` / ``nn.functional.relu`` for ``linear_relu``, with no keywords: RWKV's feed-forward
 ``torch.square(torch.relu(self.key(x)))``); the name must resolve to that function in the
-forward's globals.
+globals of the function that calls it.
 
 What the forward does is read from one probe call of the module's own forward on a small random
 input, with hooks on its children: every child runs once, the linear on the module's input, each
@@ -41,7 +46,6 @@ pair's linear must be in the run's dtype (T5 keeps ``wo`` in fp32 in a bf16 mode
 from __future__ import annotations
 
 import ast
-import inspect
 import types
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -51,7 +55,7 @@ import torch.nn as nn
 
 from ..recognize import gelu_form, is_relu_module, linear_dims
 from .patching import PROBE_TOLERANCE, _pick, _probe_input, _reference, _rel_error, _swap_class, rewrap
-from .rewrite import compile_forward, parse_forward, statement_lists
+from .rewrite import compile_forward, reached_methods, statement_lists
 from .selection import KernelOp
 
 WEIGHT_NK = "_autokernel_weight_nk"
@@ -159,7 +163,8 @@ def _apply_linear_epilogue(model, k, done, replaced, skipped, probed) -> None:
         if order is None:
             if not _rewrite_calls(m, k, ep, done, probed):
                 skipped.append((name, f"{ep.kind}: {base.__name__}.forward is neither {act_name}(linear(x)) "
-                                      f"followed by a chain of children (probe) nor calls self.{act_name}(self.<linear>(...))"))
+                                      f"followed by a chain of children (probe) nor calls self.{act_name}(self.<linear>(...)), "
+                                      f"in it or in a method it reaches"))
                 continue
             replaced.append((name, ep.kind))
             continue
@@ -336,9 +341,10 @@ def _assigns_one_name(stmt: ast.stmt) -> bool:
 
 
 def _rewrite_calls(m: nn.Module, k: KernelOp, ep: Epilogue, done: set[int], probed: dict) -> bool:
-    """Rewrite ``m``'s forward so that each ``act(linear(x))`` of its children (a linear, an
-    activation module of ``ep``'s kind or a call of one of its ``functions``, that the probe
-    confirms) calls the op; False when none is found."""
+    """Rewrite ``m``'s forward, and the methods of its class that the forward reaches
+    (``rewrite.reached_methods``: ALBERT's ``ff_chunk``), so that each ``act(linear(x))`` of its
+    children (a linear, an activation module of ``ep``'s kind or a call of one of its
+    ``functions``, that the probe confirms) calls the op; False when none is found."""
     children = dict(m.named_children())
     acts = list(children.items()) + ([(CALLED, ep.functions[0])] if ep.functions else [])
     pairs = {}
@@ -360,21 +366,21 @@ def _rewrite_calls(m: nn.Module, k: KernelOp, ep: Epilogue, done: set[int], prob
                 pairs[(lin_name, act_name)] = (k.op, k.dtype, probed[key], *dims)
     if not pairs:
         return False
-    cls = type(m)
-    inner = inspect.unwrap(cls.forward)
-    parsed = parse_forward(inner) if isinstance(inner, types.FunctionType) else None
-    if parsed is None:
-        return False
-    tree, fdef = parsed
-    self_name, found = fdef.args.args[0].arg, set()
-    act_of = activation_call(self_name, inner.__globals__, ep.functions)
-    for body in list(statement_lists(fdef)):
-        _fuse_consecutive(body, self_name, ep.kind, set(pairs), found, act_of)
-    visitor = _ActOfLinear(self_name, ep.kind, set(pairs), act_of)
-    visitor.visit(fdef)
-    found |= visitor.found
-    new_forward = rewrap(cls.forward, compile_forward(inner, tree, {CALL_HELPER: linear_epilogue_call})) if found else None
-    if new_forward is None:
+    shadowed = set(vars(m)) | set(children) | set(m._parameters) | set(m._buffers)
+    members, found = {}, set()
+    for method, fn, inner, tree, fdef in reached_methods(type(m), shadowed, (nn.Module, object)):
+        self_name, here = fdef.args.args[0].arg, set()
+        act_of = activation_call(self_name, inner.__globals__, ep.functions)
+        for body in list(statement_lists(fdef)):
+            _fuse_consecutive(body, self_name, ep.kind, set(pairs), here, act_of)
+        visitor = _ActOfLinear(self_name, ep.kind, set(pairs), act_of)
+        visitor.visit(fdef)
+        here |= visitor.found
+        new = rewrap(fn, compile_forward(inner, tree, {CALL_HELPER: linear_epilogue_call})) if here else None
+        if new is not None:
+            members[method] = new
+            found |= here
+    if not found:
         return False
     used = {pair: pairs[pair] for pair in sorted(found)}
     for lin_name, act_name in used:
@@ -383,7 +389,7 @@ def _rewrite_calls(m: nn.Module, k: KernelOp, ep: Epilogue, done: set[int], prob
         _keep_op_tensors(lin, N, transposed)
         done.update({id(lin)} | ({id(children[act_name])} if act_name != CALLED else set()))
     _swap_class(m, (f"{ep.kind} calls", k.identity, tuple(sorted(used.items(), key=lambda kv: kv[0]))),
-                {"forward": new_forward, pairs_attribute(ep.kind): used})
+                {**members, pairs_attribute(ep.kind): used})
     return True
 
 

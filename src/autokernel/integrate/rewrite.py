@@ -76,3 +76,40 @@ def statement_lists(node: ast.AST):
             value = getattr(child, field, None)
             if isinstance(value, list) and value and isinstance(value[0], ast.stmt):
                 yield value
+
+
+def reached_methods(cls: type, shadowed: set[str], stop: tuple[type, ...], start: str = "forward"):
+    """``cls``'s ``start`` method, then each method it reaches through ``self.<name>``, called or
+    handed on as a bound method (ALBERT's layer passes ``self.ff_chunk`` to
+    ``apply_chunking_to_forward``), and the methods those reach: (name, function as the class
+    holds it, undecorated function, tree, its def) for each whose source ``parse_forward`` reads,
+    the tree the caller's to change.  A method is a plain function (or a ``functools.wraps``
+    chain around one) that a class of ``cls``'s MRO defines before any of ``stop``; static and
+    class methods, properties and the names in ``shadowed`` (what the instance holds itself: its
+    children) are not followed."""
+    queue, seen = [start], set()
+    while queue:
+        name = queue.pop(0)
+        if name in seen or name in shadowed:
+            continue
+        seen.add(name)
+        fn = _defined_function(cls, name, stop)
+        inner = inspect.unwrap(fn) if fn is not None else None
+        parsed = parse_forward(inner) if isinstance(inner, types.FunctionType) else None
+        if parsed is None:
+            continue
+        tree, fdef = parsed
+        self_name = fdef.args.args[0].arg
+        queue += [node.attr for node in ast.walk(fdef) if isinstance(node, ast.Attribute)
+                  and isinstance(node.ctx, ast.Load) and isinstance(node.value, ast.Name) and node.value.id == self_name]
+        yield name, fn, inner, tree, fdef
+
+
+def _defined_function(cls: type, name: str, stop: tuple[type, ...]) -> types.FunctionType | None:
+    """The plain function ``name`` is in the first class of ``cls``'s MRO that defines it; None
+    when that is one of ``stop`` or it is anything else."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            value = vars(klass)[name]
+            return value if klass not in stop and isinstance(value, types.FunctionType) else None
+    return None
