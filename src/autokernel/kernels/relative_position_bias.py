@@ -5,19 +5,15 @@ the BLOCK_K buckets once, then gathers them from the table for BLOCK_H heads at 
 stores each head's run of keys contiguously (the output is [1, H, Sq, Sk]).  The table is NB x H,
 a few KiB: it stays in cache, and the output's single write is the whole cost.
 
-The bucket is PyTorch's to the bit (T5's ``_relative_position_bucket``): a distance below
-``max_exact`` is its own bucket; a larger one truncates ``log(n / max_exact) / log(max_distance /
-max_exact) * (side - max_exact)``, computed in float32 as PyTorch computes it, and where the
-result is an integer (n = 16, 32, 64 for T5's 32 buckets, 128 apart) one bit off in any step picks
-the row below.  So every step is the one PyTorch takes on the device, rounded once, to nearest:
-
-- on the CPU, true divisions (``tl.math.div_rn``: Triton's ``/`` on a GPU is an approximation)
-  and the log taken in float64 and rounded to float32: the correctly rounded float32 log, which
-  is what PyTorch's CPU log gives at every distance that can sit on a boundary (Triton's float32
-  log is NumPy's under the interpreter, one bit off it for 7% of inputs);
-- on a CUDA device (``TORCH_CUDA``), PyTorch multiplies by the float32 reciprocal of a Python
-  divisor (its ``div_true_kernel_cuda``: ``a * (1 / b)``) and its log is CUDA's ``logf``, which
-  is libdevice's ``log``: the kernel does the same.
+The bucket is the problem's to the bit: T5's ``_relative_position_bucket`` as PyTorch computes it
+on the CPU, on every device.  A distance below ``max_exact`` is its own bucket; a larger one
+truncates ``log(n / max_exact) / log(max_distance / max_exact) * (side - max_exact)`` in float32,
+and where the result is an integer (n = 16, 32, 64 for T5's 32 buckets, 128 apart) one bit off in
+any step picks the row below.  So every step is rounded once, to nearest: true divisions
+(``tl.math.div_rn``: Triton's ``/`` on a GPU is an approximation), and the log taken in float64
+and rounded to float32, the correctly rounded float32 log, which is what PyTorch's CPU log gives
+at every distance that can sit on a boundary (Triton's float32 log is NumPy's under the
+interpreter and a libdevice ``logf`` on a GPU; each is one bit off somewhere).
 
 Distances below ``max_exact`` never reach the log (it sees ``max_exact`` there), so no -inf is
 converted to an integer.  Offsets into the output are int64 (H * Sq * Sk can pass 2**31).
@@ -27,7 +23,6 @@ import math
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra import libdevice
 
 KNOBS = {"BLOCK_K": 256, "BLOCK_H": 16, "ROWS": 2, "num_warps": 4}
 KNOB_SPACE = {"BLOCK_K": [64, 128, 256, 512, 1024], "BLOCK_H": [1, 2, 4, 8, 16, 32], "ROWS": [1, 2, 4, 8],
@@ -35,23 +30,13 @@ KNOB_SPACE = {"BLOCK_K": [64, 128, 256, 512, 1024], "BLOCK_H": [1, 2, 4, 8, 16, 
 
 
 @triton.jit
-def _divided(x, divisor, TORCH_CUDA: tl.constexpr):
-    """``x / divisor`` in float32 as PyTorch divides a float32 tensor by a Python number."""
-    if TORCH_CUDA:
-        return x * tl.math.div_rn(1.0, divisor)
-    return tl.math.div_rn(x, divisor)
-
-
-@triton.jit
-def _log(x, TORCH_CUDA: tl.constexpr):
-    """PyTorch's float32 log: CUDA's logf on a CUDA device, else correctly rounded."""
-    if TORCH_CUDA:
-        return libdevice.log(x)
+def _log(x):
+    """The correctly rounded float32 log."""
     return tl.log(x.to(tl.float64)).to(tl.float32)
 
 
 @triton.jit
-def _buckets(rel, max_exact, side, log_ratio, log_buckets, BIDIRECTIONAL: tl.constexpr, TORCH_CUDA: tl.constexpr):
+def _buckets(rel, max_exact, side, log_ratio, log_buckets, BIDIRECTIONAL: tl.constexpr):
     """T5's bucket of each relative position ``rel`` (int32)."""
     if BIDIRECTIONAL:
         upper = tl.where(rel > 0, side, 0)
@@ -59,8 +44,8 @@ def _buckets(rel, max_exact, side, log_ratio, log_buckets, BIDIRECTIONAL: tl.con
     else:
         upper = tl.zeros_like(rel)
         n = tl.maximum(-rel, 0)
-    ratio = _divided(tl.maximum(n, max_exact).to(tl.float32), max_exact.to(tl.float32), TORCH_CUDA)
-    steps = _divided(_log(ratio, TORCH_CUDA), log_ratio, TORCH_CUDA) * log_buckets
+    ratio = tl.math.div_rn(tl.maximum(n, max_exact).to(tl.float32), max_exact.to(tl.float32))
+    steps = tl.math.div_rn(_log(ratio), log_ratio) * log_buckets
     far = tl.minimum(max_exact + steps.to(tl.int32), side - 1)
     return upper + tl.where(n < max_exact, n, far)
 
@@ -69,7 +54,7 @@ def _buckets(rel, max_exact, side, log_ratio, log_buckets, BIDIRECTIONAL: tl.con
 @triton.jit(do_not_specialize=["Sq", "Sk", "offset", "H", "stride_tb", "stride_th", "max_exact", "side"])
 def _relative_position_bias_kernel(table_ptr, out_ptr, Sq, Sk, offset, H, stride_tb, stride_th,
                                    max_exact, side, log_ratio, log_buckets,
-                                   BIDIRECTIONAL: tl.constexpr, TORCH_CUDA: tl.constexpr,
+                                   BIDIRECTIONAL: tl.constexpr,
                                    ROWS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_H: tl.constexpr):
     keys = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
     key_ok = keys < Sk
@@ -77,7 +62,7 @@ def _relative_position_bias_kernel(table_ptr, out_ptr, Sq, Sk, offset, H, stride
     for r in range(ROWS):
         q = tl.program_id(0) * ROWS + r
         if q < Sq:
-            rows = _buckets(keys - (q + offset), max_exact, side, log_ratio, log_buckets, BIDIRECTIONAL, TORCH_CUDA)
+            rows = _buckets(keys - (q + offset), max_exact, side, log_ratio, log_buckets, BIDIRECTIONAL)
             for h0 in range(0, H, BLOCK_H):
                 heads = h0 + tl.arange(0, BLOCK_H)
                 mask = (heads < H)[:, None] & key_ok[None, :]
@@ -101,6 +86,6 @@ def kernel_fn(table: torch.Tensor, query_length: int, key_length: int, offset: i
     _relative_position_bias_kernel[grid](
         table, out, query_length, key_length, offset, heads, table.stride(0), table.stride(1),
         max_exact, side, math.log(max_distance / max_exact), float(side - max_exact),
-        BIDIRECTIONAL=bool(bidirectional), TORCH_CUDA=table.device.type == "cuda",
+        BIDIRECTIONAL=bool(bidirectional),
         ROWS=rows, BLOCK_K=block_k, BLOCK_H=block_h, num_warps=KNOBS["num_warps"])
     return out

@@ -18,7 +18,7 @@ max_distance T5's 128 or any value above ``max_exact``.
 
 Exact.  The output is a copy of table rows, so every dtype's tolerance is zero error (a tiny rtol
 with atol 0: the harness's ratio needs a nonzero bound), and the bucket, integer arithmetic on a
-float32 log, must be PyTorch's to the bit.  Table columns hold distinct values with random low
+float32 log, must be PyTorch's CPU bucket to the bit, on every device (``reference``).  Table columns hold distinct values with random low
 bits (``make_table``), so any wrong bucket, swapped head or value rounded through another dtype
 shows.  The numerics cases put the distances where a float log can pick another row
 (``position_buckets.sensitive_distances``: T5's 16, 32 and 64 at 32 buckets, 128 apart) into the
@@ -69,7 +69,21 @@ CPU_EDGE_SHAPES = (_shape(1, 1, 1, 4, 1), _shape(1, 1, 1, 2, 0), _shape(5, 37, 3
 
 def reference(table: torch.Tensor, query_length: int, key_length: int, offset: int, bidirectional: bool,
               max_distance: int) -> torch.Tensor:
-    """T5's ``compute_bias``: buckets of ``key - (query + offset)``, the table's rows, heads first."""
+    """T5's ``compute_bias``: buckets of ``key - (query + offset)``, the table's rows, heads first.
+    The buckets are PyTorch's on the CPU on every device: its float32 log there is the correctly
+    rounded one at every distance that can sit on a boundary, while CUDA's ``logf`` (within one
+    ulp, not correctly rounded) may pick another row at some (an H100 run, 2026-12-06: the
+    starter, written to take CUDA's steps with Triton's libdevice ``log``, was one bucket off the
+    device's eager chain at a log-boundaries case, the cause not found).  A kernel is held to the
+    correctly rounded chain, which no device's math library decides."""
+    rows = position_buckets.buckets(position_buckets.relative_positions(query_length, key_length, offset, "cpu"),
+                                    bool(bidirectional), table.shape[0], max_distance)
+    return F.embedding(rows.to(table.device), table).permute([2, 0, 1]).unsqueeze(0)
+
+
+def eager(table: torch.Tensor, query_length: int, key_length: int, offset: int, bidirectional: bool,
+          max_distance: int) -> torch.Tensor:
+    """T5's ``compute_bias`` as it runs on the table's device (the eager and torch.compile baselines)."""
     relative = position_buckets.relative_positions(query_length, key_length, offset, table.device)
     rows = position_buckets.buckets(relative, bool(bidirectional), table.shape[0], max_distance)
     return F.embedding(rows, table).permute([2, 0, 1]).unsqueeze(0)
@@ -197,6 +211,7 @@ def make_problem() -> Problem:
                   "-> [1,H,Sq,Sk]  # table[bucket(k - (q + offset)), h]; T5's _relative_position_bucket, bit for bit",
         dims=DIMS,
         reference=reference,
+        eager=eager,
         make_inputs=make_inputs,
         flops=flops,
         bytes=nbytes,
