@@ -18,10 +18,11 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from ..problems import get_problem
 from ..problems.position_buckets import side_buckets
 from ..recognize import relative_bias_parts
 from .ops import traced_as_original
-from .patching import _pick, _reference, _swap_class, dtype_reason
+from .patching import _pick, _swap_class, dtype_reason
 from .selection import KernelOp
 
 # (query_length, key_length, past_seen_tokens) of the probe: keys on both sides, distances past T5's
@@ -43,12 +44,14 @@ def takes_past_seen_tokens(method: Any) -> bool:
     return names[:3] == ["self", "query_length", "key_length"] and "past_seen_tokens" in names and "device" in names
 
 
-def computes_reference(m: nn.Module, base: type, both: bool, max_distance: int, probed: dict) -> bool:
-    """Does ``base.compute_bias`` give the problem's reference bit for bit on ``m``'s table?"""
+def computes_t5_bias(m: nn.Module, base: type, both: bool, max_distance: int, probed: dict) -> bool:
+    """Does ``base.compute_bias`` give T5's bias bit for bit on ``m``'s table: the problem's eager
+    chain, T5's ops on the table's device (the problem's reference buckets on the CPU, where a
+    device's float log may pick another row at a boundary distance)?"""
     key = (base, "relative_position_bias", m.relative_attention_num_buckets, max_distance, both)
     if key not in probed:
         table = m.relative_attention_bias.weight
-        reference = _reference("relative_position_bias")
+        reference = get_problem("relative_position_bias").eager
         try:
             with torch.no_grad():
                 probed[key] = all(
@@ -97,7 +100,7 @@ def _apply_relative_position_bias(model, k, done, replaced, skipped, probed) -> 
             skipped.append((name, f"relative_position_bias: {buckets} buckets, max_distance {max_distance}: "
                                   "no log buckets"))
             continue
-        if not computes_reference(m, base, both, max_distance, probed):
+        if not computes_t5_bias(m, base, both, max_distance, probed):
             skipped.append((name, f"relative_position_bias: {base.__name__}.compute_bias computes something else "
                                   "(probe mismatch)"))
             continue
