@@ -50,9 +50,8 @@ from .quiet import filtered_stderr
 from .problems.base import dtype_name
 from .recognize import (METADATA_OPS, Instance, Node, ScopeCall, TensorMeta, Unsupported, is_gemm_kernel,
                         matmul_shape, module_info, module_wrapped_function, pair_adds_ahead, pair_cross_entropy,
-                        pair_linear_activation, pair_residual_adds, pair_rotary_attention, pair_softcap, recognize_op,
-                        recognize_scope,
-                        shape_weight)
+                        pair_linear_activation, pair_linear_row_add, pair_residual_adds, pair_rotary_attention,
+                        pair_softcap, recognize_op, recognize_scope, shape_weight)
 from .recognize_scores import pair_scores_attention
 
 SCOPE_PREFIX = "ak::"
@@ -293,6 +292,7 @@ def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp
         for node in walk(root):
             paired.update(pair_cross_entropy(node, default_dtype))
             paired.update(pair_linear_activation(node))
+            paired.update(pair_linear_row_add(node, default_dtype))
             paired.update(pair_softcap(node, default_dtype))
             paired.update(pair_scores_attention(node, default_dtype))
             if fuse_rotary:

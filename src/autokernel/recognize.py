@@ -140,6 +140,7 @@ class ModuleInfo:
     rotary_table: bool = False  # a *RotaryEmbedding module computing cos/sin from position ids (default RoPE)
     linear: tuple[int, int, bool] | None = None  # (K, N, weight stored [K, N]) of a linear layer (``linear_dims``)
     bias_free: bool = False  # that linear adds no bias (T5's ``wi``)
+    linear_out: int | None = None  # N of a linear layer's output, also of one apply switched (``linear_out``)
     moe_experts: tuple[int, int, int] | None = None  # (E, D, I) of a module holding SwiGLU experts as 3-D weights
     experts_layout: str | None = None  # why a module holding experts as 3-D weights is not moe_experts
     gptoss_experts: tuple[int, int, int] | None = None  # (E, D, I) of GPT-OSS's clamped, biased GLU experts
@@ -265,9 +266,25 @@ def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
                       packed_mlp=packed_mlp_dims(module), gelu_tanh=gelu_form(module), relu=is_relu_module(module),
                       residual_norm=residual_norm_parts(module), patch_conv=patch_conv_kernel(module),
                       scaled_embedding=scaled_embedding_parts(module), rotary_table=is_rotary_table(module),
-                      linear=linear, bias_free=linear is not None and module.bias is None, moe_experts=experts,
+                      linear=linear, bias_free=linear is not None and module.bias is None,
+                      linear_out=linear_out(module), moe_experts=experts,
                       experts_layout=other_experts, gptoss_experts=gptoss,
                       relative_bias=relative_bias_parts(module))
+
+
+def linear_out(module: nn.Module) -> int | None:
+    """N, the width of a linear layer's output (``linear_dims``), also where ``apply`` switched
+    it to the matmul op (its class is then no longer ``nn.Linear``'s own forward; it keeps the
+    weight as a [K, N] buffer, ``_autokernel_weight_t``): a patched model's profile still
+    finds the row added onto its output (``pair_linear_row_add``).  None for anything else."""
+    dims = linear_dims(module)
+    if dims is not None:
+        return dims[1]
+    wt = getattr(module, "_autokernel_weight_t", None)
+    if (isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D") and isinstance(wt, torch.Tensor) \
+            and wt.dim() == 2:
+        return int(wt.shape[1])
+    return None
 
 
 def linear_dims(module: nn.Module) -> tuple[int, int, bool] | None:
@@ -773,6 +790,46 @@ def pair_linear_activation(parent: Node) -> dict[int, Instance]:
                         notes=(f"{lin.info.qualname.rsplit('.', 1)[-1]} ({layout}) + {act_name}{form} "
                                f"in {owner.cls_name}",))
         out[id(first)] = out[id(second)] = inst
+    return out
+
+
+ROW_ADD_OPS = ("aten::add", "aten::add_")
+
+
+def pair_linear_row_add(parent: Node, default_dtype: str) -> dict[int, Instance]:
+    """A linear child's call directly followed (metadata ops aside: BART's ``.to(device)``) by
+    an add of a row, [N] or [1, N] in the output's dtype, onto the linear's [..., N] output, in
+    the forward of ``parent`` (Marian's, Pegasus's and mBART's ``self.lm_head(h) +
+    self.final_logits_bias``): map the add (by id) to a ``matmul`` instance placed at the module
+    whose forward writes it, with no shape of its own (it adds no GEMM call).  ``apply``
+    rewrites that forward so that the GEMM's fresh output takes the row (``aten::add_``, the
+    patched model's spelling, pairs the same way); where it cannot, the add's time counts as not
+    covered, by that module.  The root module (no name) is left out, and so is a forward that
+    runs a GEMM of its own (its time is counted at that module too): their shares could not be
+    told from the rest."""
+    out: dict[int, Instance] = {}
+    owner = parent.scope.info if parent.scope is not None else None
+    if owner is None or not owner.qualname:
+        return out
+    kids = [c for c in parent.children if c.scope is not None or c.name not in METADATA_OPS]
+    if any(c.scope is None and c.name in MATMUL_OPS for c in kids):
+        return out
+    for first, second in zip(kids, kids[1:]):
+        lin = first.scope
+        if (lin is None or lin.kind != "module" or lin.info is None or lin.info.linear_out is None
+                or not lin.outputs or lin.info.qualname.rpartition(".")[0] != owner.qualname
+                or second.scope is not None or second.name not in ROW_ADD_OPS):
+            continue
+        N = lin.info.linear_out
+        y = list(lin.outputs[0].shape)
+        dtype = _dtype(second, 0, default_dtype)
+        if (not y or y[-1] != N or _arg(second, 0) != y or _arg(second, 1) not in ([N], [1, N])
+                or _dtype(second, 1, default_dtype) != dtype or _concrete(second, 2) not in (None, 1)):
+            continue
+        name = lin.info.qualname.rsplit(".", 1)[-1]
+        out[id(second)] = Instance("matmul", dtype, [], module=owner.qualname,
+                                   notes=(f"{name}(x) + a [1, N] row in {owner.cls_name}: the row added onto the "
+                                          "GEMM's output in place",))
     return out
 
 

@@ -8,8 +8,9 @@ import torch.nn as nn
 
 from ..recognize import MLP_NAMES, is_silu_module, linear_dims, patch_conv_kernel
 from .ops import rows
-from .patching import (_check_probe, _class_code_names, _pick, _probe, _probe_input, _reference, _swap_class,
-                       dtype_reason)
+from .patching import (_check_probe, _class_code_names, _pick, _probe, _probe_input, _reference, _related,
+                       _swap_class, dtype_reason)
+from .row_adds import apply_row_adds
 from .selection import KernelOp
 
 
@@ -77,9 +78,22 @@ def _computes_conv1d(m: nn.Module, probed: dict) -> bool:
     return probed[key]
 
 
+def _gemm_modules(problem) -> list[str]:
+    """The problem's modules that ran a GEMM: not those listed only for a row added in their
+    forward (``row_adds``; no GEMM call of theirs is recorded), which would relate every linear
+    inside them, run or not, to the problem.  All of them where the plan records no calls."""
+    calls = problem.module_calls
+    return [m for m in problem.modules if not calls or m in calls]
+
+
 def _apply_matmul(model, k, done, replaced, skipped, probed) -> None:
+    """Switch the linears (and patch convolutions) of ``k``'s problem; then rewrite the forwards
+    that add a row onto a switched linear's output (``row_adds``: the LM head's
+    ``final_logits_bias``)."""
+    switched: set[int] = set()
+    gemms = _gemm_modules(k.problem)
     for name, m in model.named_modules():
-        if id(m) in done or _pick([k], "matmul", name) is None:
+        if id(m) in done or not (name in gemms or _related(name, gemms)):
             continue
         linear = _computes_linear(m, probed)
         conv1d = not linear and _computes_conv1d(m, probed)
@@ -99,7 +113,10 @@ def _apply_matmul(model, k, done, replaced, skipped, probed) -> None:
         else:
             _swap_class(m, ("matmul", k.identity, patches), _patch_conv_members(k, *patches))
         done.add(id(m))
+        switched.add(id(m))
         replaced.append((name, "matmul"))
+    if switched:
+        apply_row_adds(model, k, switched, replaced, probed)
 
 
 # ------------------------------------------------------------------ MLP (swiglu / fused_mlp)

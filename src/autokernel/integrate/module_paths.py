@@ -60,8 +60,10 @@ def _drop(path: str, prefix: str) -> str:
 
 
 def rebased_problem(problem: PlanProblem, to_model: Callable[[str], str]) -> PlanProblem:
-    """``problem`` with its module paths (``modules``, ``add_from``, ``module_time_us``) mapped."""
+    """``problem`` with its module paths (``modules``, ``add_from``, ``module_time_us``,
+    ``module_calls``) mapped."""
     return dataclasses.replace(
         problem, modules=[to_model(m) for m in problem.modules],
         add_from={to_model(norm): to_model(adder) for norm, adder in problem.add_from.items()},
-        module_time_us={to_model(m): t for m, t in problem.module_time_us.items()})
+        module_time_us={to_model(m): t for m, t in problem.module_time_us.items()},
+        module_calls={to_model(m): c for m, c in problem.module_calls.items()})

@@ -23,6 +23,7 @@ from ..problems.base import parse_dtype
 from .apply import NO_PLACE, place_ops
 from .ops import SCHEMAS, register_kernel_op
 from .patching import _related
+from .row_adds import ROW_ADD
 from .selection import KernelOp
 
 # for the kinds a model most often computes outside what apply switches: what it does switch
@@ -92,12 +93,15 @@ def _placed_at(module: str, kind: str, replaced: list[tuple[str, str]]) -> bool:
     kind (linear_relu switching OPT's layer does not place the add_layernorm its applier skipped
     inside it)?  A matmul's module is the innermost one around the GEMM: a linear layer, or a
     module whose own forward calls matmul (eager attention's q @ k^T).  Only switching it or a
-    module around it places that GEMM; switching its linear children does not.  For the other
+    module around it places that GEMM; switching its linear children does not.  A row added
+    onto a linear's output (``row_adds``) is the matmul share of the module whose forward
+    adds it: rewriting that forward places it, and nothing inside that module.  For the other
     kinds, a switch of the module, of one inside it or of one around it counts (their appliers
     switch at either)."""
     switched = [name for name, done in replaced if done == kind]
     if kind == "matmul":
-        return any(name == module or module.startswith(name + ".") for name in switched)
+        return (any(name == module or module.startswith(name + ".") for name in switched)
+                or (module, ROW_ADD) in replaced)
     return any(_related(name, [module]) for name in switched)
 
 
