@@ -95,11 +95,55 @@ def test_half_wide_tables_passed_sin_first_are_told_by_a_probe():
 
     from autokernel.integrate.rotary_tables import TableConvention, table_convention
 
-    gptj = TableConvention(sin_first=True, half=True, seq_first=True)
+    gptj = TableConvention(sin_first=True, tables="half", seq_first=True)
     assert table_convention(modeling_gptj.apply_rotary_pos_emb, "rotary_interleaved") == gptj
     assert table_convention(modeling_codegen.apply_rotary_pos_emb, "rotary_interleaved") == gptj
     assert table_convention(modeling_gptj.apply_rotary_pos_emb, "rotary") is None  # it rotates pairs, not halves
-    assert table_convention(modeling_llama.apply_rotary_pos_emb, "rotary") is None  # f(q, k, cos, sin): not one tensor
+    assert table_convention(modeling_llama.apply_rotary_pos_emb, "rotary") is None  # the ops' own convention
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")
+def test_tables_whose_first_half_holds_the_angles_are_told_by_a_probe():
+    """ERNIE 4.5's and GLM's ``apply_rotary_pos_emb(q, k, cos, sin)``: full-width tables, of which
+    the first half holds each angle once (repeated per pair inside); GLM rotates only the tables'
+    width of each head and passes the rest through."""
+    from transformers.models.ernie4_5 import modeling_ernie4_5
+    from transformers.models.glm import modeling_glm
+
+    from autokernel.integrate.rotary_tables import TableConvention, table_convention
+
+    assert table_convention(modeling_ernie4_5.apply_rotary_pos_emb, "rotary_interleaved") == \
+        TableConvention(tables="first_half")
+    assert table_convention(modeling_glm.apply_rotary_pos_emb, "rotary_interleaved") == \
+        TableConvention(tables="first_half", partial=True)
+    assert table_convention(modeling_glm.apply_rotary_pos_emb, "rotary") is None
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")
+def test_glms_partial_rotary_goes_through_the_op(tmp_path):
+    from autokernel.integrate import OP_CALLS, apply
+    from autokernel.models import load_model
+    from autokernel.profiler import profile_model
+
+    from test_integrate import make_workdir, rel
+
+    torch.manual_seed(0)
+    loaded = load_model("hf:glm", config_overrides="hidden_size=64,num_hidden_layers=2,num_attention_heads=4,"
+                        "num_key_value_heads=2,intermediate_size=128,vocab_size=256", input_shape=[1, 8],
+                        dtype=torch.float32)
+    plan = profile_model(loaded, warmup=0, iters=1)
+    problem = next(p for p in plan.problems if p.kind == "rotary_interleaved")
+    assert problem.supported
+    patched = apply(loaded.model, make_workdir(tmp_path / "wd", [problem], model="hf:glm", input_shape=(1, 8)))
+    layers = {f"model.model.layers.{i}.self_attn" for i in range(2)}
+    assert layers <= {name for name, kind in patched._autokernel_replaced if kind == "rotary_interleaved"}
+    ids = torch.randint(0, 256, (1, 8))
+    op = patched._autokernel_ops[problem.name]
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        out, ref = patched(ids), loaded.model(ids)
+    assert OP_CALLS[op] - before == 4  # q and k of each layer
+    assert rel(out, ref) < 1e-5
 
 
 @pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")

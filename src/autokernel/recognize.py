@@ -1069,7 +1069,8 @@ def _rotary(call: ScopeCall, node: Node, default_dtype: str) -> Instance | Unsup
             d1, d2 = d2, d1  # stored [B,S,H,D]
         shapes.append((make_shape("rotary", B, d1, d2, D), 1))
     below = _op_names_below(node)
-    if "aten::stack" in below and "aten::cat" not in below:  # pairs stacked, not halves joined: Cohere's
+    if "aten::stack" in below:  # pairs stacked, not halves joined (Cohere's; a cat beside it joins a
+        # partial rotary's rotated dims and the rest: GLM's)
         kind, layout = "rotary_interleaved", "interleaved pairs"
     else:
         kind = "rotary"
