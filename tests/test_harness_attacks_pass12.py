@@ -41,7 +41,7 @@ PAST_ANY_BLOCK = 256  # 2 x 128, the widest reduction block in any starter's KNO
 # the dimensions each kind's kernel walks in blocks and sums over
 REDUCTIONS = {"matmul": ("K",), "linear_gelu": ("K",), "linear_relu": ("K",), "fused_mlp": ("D", "H"),
               "attention": ("S",), "attention_rotary": ("S",), "attention_masked": ("S",),
-              "attention_softcap": ("S",), "attention_sinks": ("S",),
+              "attention_softcap": ("S",), "attention_sinks": ("S",), "attention_cross": ("Sk",),
               "moe_experts": ("D", "I"), "moe_experts_gptoss": ("D", "I")}
 
 

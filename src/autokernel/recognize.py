@@ -43,6 +43,7 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "attention_rotary": ("B", "H", "Hkv", "S", "D", "causal"),
     "attention_softcap": ("B", "H", "Hkv", "S", "D", "additive", "per_query"),
     "attention_sinks": ("B", "H", "Hkv", "S", "D", "additive", "per_query"),
+    "attention_cross": ("B", "H", "Hkv", "Sq", "Sk", "D", "masked", "additive", "per_query"),
     "rotary": ("B", "H", "S", "D"),
     "rotary_interleaved": ("B", "H", "S", "D"),
     "rmsnorm": ("M", "N"),

@@ -85,7 +85,7 @@ DEFAULT_TOLERANCES: dict[torch.dtype, Tolerance] = {
 # Dimensions that are 0/1 settings, not sizes, wherever a kind has them (attention's ``causal``,
 # GELU's ``tanh``, attention_masked's ``additive`` and ``per_query``, relative_position_bias's
 # ``bidirectional``)
-FLAG_DIMS = frozenset({"causal", "tanh", "additive", "per_query", "bidirectional"})
+FLAG_DIMS = frozenset({"causal", "tanh", "additive", "per_query", "bidirectional", "masked"})
 
 
 def format_shape(shape: Shape) -> str:

@@ -19,6 +19,7 @@ BUILTIN_KINDS: dict[str, str] = {
     "attention_rotary": "attention_rotary",
     "attention_softcap": "attention_softcap",
     "attention_sinks": "attention_sinks",
+    "attention_cross": "attention_cross",
     "swiglu": "swiglu",
     "fused_mlp": "fused_mlp",
     "cross_entropy": "cross_entropy",
