@@ -1,6 +1,9 @@
 """attention_cross: non-causal attention whose query and key lengths differ (an encoder-decoder's
 cross-attention), on CPU under the Triton interpreter: the reference against SDPA, the starter at
-every shape and case, the floors."""
+every shape and case, the floors; the profiler plans Whisper's cross-attention (hf:whisper feeds
+its encoder and decoder sequences of their own lengths) as this kind, and ``apply`` places it,
+the patched model's output the original's; BART's cross-attention with an encoder padding mask
+and a decoder shorter than the encoder takes the op with the mask."""
 from __future__ import annotations
 
 import importlib.util
@@ -94,3 +97,124 @@ def test_starter_matches_at_every_case_with_small_blocks():
             got = kernel.attention_cross(*args, knobs=SMALL_BLOCKS)
             want = problem.reference(*_fp64(args))
             assert got.shape == args[0].shape and torch.allclose(got.double(), want, atol=2e-5), (shape, name)
+
+
+# ------------------------------------------------------------------ the profiler plans it, apply places it
+WHISPER = ("d_model=64,encoder_layers=1,decoder_layers=1,encoder_attention_heads=4,decoder_attention_heads=4,"
+           "encoder_ffn_dim=128,decoder_ffn_dim=128,vocab_size=256,max_source_positions=32,max_target_positions=48")
+
+
+@pytest.fixture(scope="module")
+def whisper():
+    from autokernel.models import load_model
+    from autokernel.profiler import profile_model
+
+    loaded = load_model("hf:whisper", config_overrides=WHISPER, dtype=torch.float32)
+    return loaded, profile_model(loaded, warmup=0, iters=1)
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_whisper_plans_its_cross_attention(whisper):
+    """The decoder's 48 queries against the encoder's 32 states: one supported attention_cross
+    problem at the decoder's encoder_attn, no SDPA left uncovered for differing lengths."""
+    loaded, plan = whisper
+    cross = [p for p in plan.problems if p.kind == KIND]
+    assert len(cross) == 1 and cross[0].supported, [(p.kind, p.supported) for p in plan.problems]
+    assert cross[0].modules == ["model.model.decoder.layers.0.encoder_attn"]
+    assert cross[0].shapes == [{"B": 2, "H": 4, "Hkv": 4, "Sq": 48, "Sk": 32, "D": 16,
+                                "masked": 0, "additive": 0, "per_query": 0}]
+    assert not any("lengths differ" in u.name for u in plan.not_covered), [u.name for u in plan.not_covered]
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_apply_places_whispers_cross_attention(whisper, tmp_path):
+    """Patched with the attention and attention_cross starters, the model gives the original's
+    logits; the cross op runs once a forward (one decoder layer), the self-attention op three
+    times (the encoder's layer, the decoder's)."""
+    from autokernel.integrate import OP_CALLS, apply
+    from test_integrate import make_workdir
+
+    loaded, plan = whisper
+    problems = [p for p in plan.problems if p.kind in (KIND, "attention")]
+    assert {p.kind for p in problems} == {KIND, "attention"}
+    patched = apply(loaded.model, make_workdir(tmp_path / "wd", problems, model="hf:whisper",
+                                               input_shape=loaded.input_shape))
+    assert ("model.model.decoder.layers.0.encoder_attn", KIND) in patched._autokernel_replaced
+    ops = {p.kind: patched._autokernel_ops[p.name] for p in problems}
+    before = {kind: OP_CALLS[op] for kind, op in ops.items()}
+    inputs = loaded.make_inputs(0)
+    with torch.no_grad():
+        got, want = patched(*inputs), loaded.model(*inputs)
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-5), (got - want).abs().max()
+    assert OP_CALLS[ops[KIND]] - before[KIND] == 1
+    assert OP_CALLS[ops["attention"]] - before["attention"] == 2
+
+
+BART = dict(d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4,
+            encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=128, max_position_embeddings=64)
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_bart_cross_attention_with_a_padding_mask(tmp_path):
+    """BART fed 20 encoder tokens (row 1 padded to 13) and 7 decoder tokens: the profiler plans
+    the cross-attention as attention_cross with the mask SDPA gets, and the op takes it with
+    that mask, the output the original's; a causal SDPA call of differing lengths stays PyTorch's."""
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    from autokernel.integrate import OP_CALLS, apply
+    from autokernel.plan import PlanProblem
+    from autokernel.profiler import profile_model
+    from test_integrate import make_workdir
+
+    torch.manual_seed(0)
+    config = BartConfig(**BART, attn_implementation="sdpa")
+    model = BartForConditionalGeneration(config).eval()
+    ids = torch.randint(3, 128, (2, 20))
+    mask = torch.ones(2, 20, dtype=torch.long)
+    mask[1, 13:] = 0
+    decoder_ids = torch.randint(3, 128, (2, 7))
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
+
+    from autokernel.models import LoadedModel
+    loaded = LoadedModel(model=model, make_inputs=lambda seed: (ids, mask, decoder_ids), spec="custom",
+                         description="BART, 20 encoder and 7 decoder tokens", input_shape=[2, 20])
+    plan = profile_model(loaded, warmup=0, iters=1)
+    cross = [p for p in plan.problems if p.kind == KIND]
+    assert len(cross) == 1 and cross[0].supported
+    (shape,) = cross[0].shapes
+    assert (shape["Sq"], shape["Sk"], shape["masked"]) == (7, 20, 1), shape
+    problem = PlanProblem(KIND, KIND, "fp32", cross[0].shapes, [1], 100.0, 0.1, cross[0].modules)
+    patched = apply(model, make_workdir(tmp_path / "wd", [problem], model="custom", input_shape=(2, 20)))
+    op = patched._autokernel_ops[KIND]
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        got = patched(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
+    assert OP_CALLS[op] - before == 1
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-5), (got - want).abs().max()
+
+
+def test_a_causal_call_of_differing_lengths_stays_pytorchs():
+    """SDPA's causal mask with Sq != Sk is aligned top-left: not this kind's computation; the
+    replacement hands such a call (and calls of equal lengths, with no other op) to PyTorch."""
+    from autokernel.integrate.calls import _sdpa_replacement
+
+    calls = []
+
+    class Op:
+        kind, dtype = KIND, torch.float32
+
+        def op(self, *args):
+            calls.append(args)
+            return get_problem(KIND).reference(*args)
+
+        def dims(self, name):
+            return [16]
+
+    sdpa = _sdpa_replacement(None, None, Op())
+    q, k = torch.randn(1, 2, 5, 16), torch.randn(1, 2, 9, 16)
+    assert torch.allclose(sdpa(q, k, k), F.scaled_dot_product_attention(q, k, k), atol=1e-6)
+    assert len(calls) == 1
+    assert torch.equal(sdpa(q, k, k, is_causal=True), F.scaled_dot_product_attention(q, k, k, is_causal=True))
+    assert torch.equal(sdpa(q, q, q), F.scaled_dot_product_attention(q, q, q))
+    assert len(calls) == 1

@@ -632,20 +632,14 @@ def _attention(node: Node, default_dtype: str) -> Instance | Unsupported | None:
     causal_index, mask_index = ATTENTION_OPS[node.name]
     mask = _arg(node, mask_index) if mask_index is not None else None
     if q[2] != k[2]:
-        return Unsupported(f"{node.name} (query and key lengths differ)")
+        return _cross_attention(node, q, k, mask, causal_index, mask_index, default_dtype)
     B, H, S, D = q
     form = None
     if mask:
         form = mask_form(mask, _dtype(node, mask_index, default_dtype), _dtype(node, 0, default_dtype), B, H, S)
         if form is None:
             return Unsupported(f"{node.name} (attn_mask {mask} {_dtype(node, mask_index, default_dtype)})")
-    hkv = k[1]
-    notes: tuple[str, ...] = ()
-    if hkv == H:
-        owner = _enclosing_module(node, lambda info: info.kv_heads is not None)
-        if owner is not None and owner.kv_heads < H and H % owner.kv_heads == 0:
-            hkv = owner.kv_heads
-            notes = (f"kv heads repeated to {H} before SDPA in {owner.cls_name} ({owner.kv_heads} kv heads)",)
+    hkv, notes = _kv_heads(node, H, k[1])
     if form is not None:
         additive, per_query = form
         notes += (f"attn_mask {'x'.join(map(str, mask))} ({'additive' if additive else 'bool'})",)
@@ -656,11 +650,49 @@ def _attention(node: Node, default_dtype: str) -> Instance | Unsupported | None:
                     [(make_shape("attention", B, H, hkv, S, D, causal), 1)], notes=notes)
 
 
-def mask_form(mask: list[int], mask_dtype: str, q_dtype: str, B: int, H: int, S: int) -> tuple[int, int] | None:
+def _kv_heads(node: Node, H: int, hkv: int) -> tuple[int, tuple[str, ...]]:
+    """The kv heads of an SDPA call whose k has ``hkv`` heads: the enclosing module's, where it
+    repeated fewer to H before the call."""
+    if hkv == H:
+        owner = _enclosing_module(node, lambda info: info.kv_heads is not None)
+        if owner is not None and owner.kv_heads < H and H % owner.kv_heads == 0:
+            return owner.kv_heads, (f"kv heads repeated to {H} before SDPA in {owner.cls_name} ({owner.kv_heads} kv heads)",)
+    return hkv, ()
+
+
+def _cross_attention(node: Node, q: list[int], k: list[int], mask: list[int] | None, causal_index: int,
+                     mask_index: int | None, default_dtype: str) -> Instance | Unsupported:
+    """An SDPA call whose query and key lengths differ (an encoder-decoder's cross-attention, Sq
+    decoder queries against Sk encoder states): ``attention_cross`` when it is not causal (SDPA's
+    causal mask with Sq != Sk is aligned top-left, which no model means) and its mask, if any, is
+    one ``attention_cross`` takes."""
+    if _concrete(node, causal_index) is True:
+        return Unsupported(f"{node.name} (query and key lengths differ, causal)")
+    B, H, Sq, D = q
+    if k[3] != D or B != k[0]:
+        return Unsupported(f"{node.name} (q {q}, k {k})")
+    masked = additive = per_query = 0
+    notes: tuple[str, ...] = ()
+    if mask:
+        mask_dtype = _dtype(node, mask_index, default_dtype)
+        form = mask_form(mask, mask_dtype, _dtype(node, 0, default_dtype), B, H, Sq, keys=k[2])
+        if form is None:
+            return Unsupported(f"{node.name} (query and key lengths differ, attn_mask {mask} {mask_dtype})")
+        masked, (additive, per_query) = 1, form
+        notes = (f"attn_mask {'x'.join(map(str, mask))} ({'additive' if additive else 'bool'})",)
+    hkv, kv_notes = _kv_heads(node, H, k[1])
+    return Instance("attention_cross", _dtype(node, 0, default_dtype),
+                    [(make_shape("attention_cross", B, H, hkv, Sq, k[2], D, masked, additive, per_query), 1)],
+                    notes=kv_notes + notes)
+
+
+def mask_form(mask: list[int], mask_dtype: str, q_dtype: str, B: int, H: int, S: int,
+              keys: int | None = None) -> tuple[int, int] | None:
     """(additive, per_query) of an SDPA ``attn_mask`` the ``attention_masked`` problem takes:
     2 to 4 dimensions broadcastable to [B, H, S, S] (each leading one 1 or full), bool, in
-    the query's dtype or fp32.  None for any other mask."""
-    if not 2 <= len(mask) <= 4 or mask[-1] != S:
+    the query's dtype or fp32.  None for any other mask.  ``keys``: the key length where it
+    differs from the query's (``attention_cross``: [B, H, Sq, Sk])."""
+    if not 2 <= len(mask) <= 4 or mask[-1] != (S if keys is None else keys):
         return None
     full = [1] * (4 - len(mask)) + list(mask)
     if any(size not in (1, want) for size, want in zip(full[:3], (B, H, S))):

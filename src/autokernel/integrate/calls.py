@@ -40,28 +40,42 @@ def kernel_mask(mask: Any, query: torch.Tensor, key: torch.Tensor) -> torch.Tens
     return m if m.is_contiguous() else m.contiguous()
 
 
-def _sdpa_ok(query, key, value, dtype, head_dims, enable_gqa) -> bool:
+def _sdpa_ok(query, key, value, dtype, head_dims, enable_gqa, cross: bool = False) -> bool:
+    """Is an SDPA call one the op was judged on: 4-D q, k, v in its dtype and head dims, kv
+    heads that divide the query heads, and query and key lengths equal (``cross``: different,
+    ``attention_cross``)?"""
     return (query.dim() == 4 and key.dim() == 4
             and value.dim() == 4 and query.dtype == dtype and key.dtype == dtype
             and value.dtype == dtype and (not head_dims or query.shape[-1] in head_dims)
             and key.shape[-1] == query.shape[-1] and value.shape[-1] == query.shape[-1]
-            and key.shape[-2] == query.shape[-2] and value.shape[-2] == key.shape[-2]
+            and (key.shape[-2] != query.shape[-2]) == cross and value.shape[-2] == key.shape[-2]
             and key.shape[1] == value.shape[1] and query.shape[0] == key.shape[0]
             and (key.shape[1] == query.shape[1] or (enable_gqa and query.shape[1] % key.shape[1] == 0)))
 
 
-def _sdpa_replacement(k: KernelOp | None, masked: KernelOp | None = None) -> Callable[..., Any]:
+def _sdpa_replacement(k: KernelOp | None, masked: KernelOp | None = None,
+                      cross: KernelOp | None = None) -> Callable[..., Any]:
     """``F.scaled_dot_product_attention`` whose calls without a mask go to ``k``'s op
-    (``attention``) and whose calls with one go to ``masked``'s (``attention_masked``), each
-    when the call is one its kernel was judged on; the rest to PyTorch."""
+    (``attention``), whose calls with one go to ``masked``'s (``attention_masked``), and whose
+    calls without ``is_causal`` where the query and key lengths differ (an encoder-decoder's
+    cross-attention), with a mask or not, go to ``cross``'s (``attention_cross``), each when the
+    call is one its kernel was judged on; the rest to PyTorch."""
     original = F.scaled_dot_product_attention
     plain = (k.op, k.dtype, k.dims("D") or k.dims("head_dim")) if k is not None else None
     with_mask = (masked.op, masked.dtype, masked.dims("D")) if masked is not None else None
+    crossing = (cross.op, cross.dtype, cross.dims("D")) if cross is not None else None
 
     def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                      is_causal=False, scale=None, enable_gqa=False):
         if dropout_p == 0.0:
-            if attn_mask is None and plain is not None:
+            if (crossing is not None and not is_causal and query.dim() == 4 and key.dim() == 4
+                    and query.shape[-2] != key.shape[-2]):
+                op, dtype, head_dims = crossing
+                if _sdpa_ok(query, key, value, dtype, head_dims, enable_gqa, cross=True):
+                    mask = kernel_mask(attn_mask, query, key) if attn_mask is not None else None
+                    if attn_mask is None or mask is not None:
+                        return op(query, key, value, mask, scale)
+            elif attn_mask is None and plain is not None:
                 op, dtype, head_dims = plain
                 if _sdpa_ok(query, key, value, dtype, head_dims, enable_gqa):
                     return op(query, key, value, bool(is_causal), scale)
@@ -140,13 +154,17 @@ def hf_causal(module: Any, is_causal: Any, query: torch.Tensor) -> bool:
     return bool(query.shape[2] > 1 and causal)
 
 
-def _hf_attention_interfaces(interfaces: Any, sdpa: Callable[..., Any], masks: bool = False) -> Any:
+def _hf_attention_interfaces(interfaces: Any, sdpa: Callable[..., Any], masks: bool = False,
+                             cross: bool = False) -> Any:
     """Hugging Face attention modules pick their attention function from transformers'
     ``ALL_ATTENTION_FUNCTIONS`` by ``config._attn_implementation``: a copy of that mapping whose
     ``"sdpa"`` entry reaches ``sdpa`` (our ops, or PyTorch's for what they do not cover) when
     there is no dropout and no softcap, and no mask or position bias unless ``masks`` (an
     ``attention_masked`` op is applied: the mask, with T5's position bias folded in, goes to it
-    with the kv heads unrepeated), and transformers' own ``sdpa_attention_forward`` otherwise."""
+    with the kv heads unrepeated), and transformers' own ``sdpa_attention_forward`` otherwise.
+    With ``cross`` (an ``attention_cross`` op is applied), a call whose query and key lengths
+    differ and which transformers runs without causality (cross-attention, or one query against
+    a cache) reaches ``sdpa`` too, with its mask and position bias."""
     original = interfaces.get("sdpa")
     if original is None:
         return None
@@ -154,16 +172,19 @@ def _hf_attention_interfaces(interfaces: Any, sdpa: Callable[..., Any], masks: b
 
     def autokernel_sdpa_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                                 is_causal=None, position_bias=None, **kwargs):
-        if (masks and isinstance(position_bias, torch.Tensor) and hf_plain_attention(dropout, None, kwargs, ignored)
-                and (attention_mask is None or isinstance(attention_mask, torch.Tensor))
-                and query.dim() == 4 and key.dim() == 4 and key.shape[2] == query.shape[2]):
+        four_d = query.dim() == 4 and key.dim() == 4
+        same = four_d and key.shape[2] == query.shape[2]
+        crossing = (cross and four_d and key.shape[2] != query.shape[2]
+                    and not hf_causal(module, is_causal, query))
+        if ((masks and same or crossing) and isinstance(position_bias, torch.Tensor)
+                and hf_plain_attention(dropout, None, kwargs, ignored)
+                and (attention_mask is None or isinstance(attention_mask, torch.Tensor))):
             causal = hf_causal(module, is_causal, query) and attention_mask is None
             out = sdpa(query, key, value, attn_mask=position_bias_mask(position_bias, attention_mask, causal, key.dtype),
                        is_causal=False, scale=scaling, enable_gqa=key.shape[1] != query.shape[1])
             return out.transpose(1, 2).contiguous(), None
-        mask_ok = attention_mask is None or masks and isinstance(attention_mask, torch.Tensor)
-        if (mask_ok and hf_plain_attention(dropout, position_bias, kwargs, ignored)
-                and query.dim() == 4 and key.dim() == 4 and key.shape[2] == query.shape[2]):
+        mask_ok = attention_mask is None or (masks or crossing) and isinstance(attention_mask, torch.Tensor)
+        if mask_ok and hf_plain_attention(dropout, position_bias, kwargs, ignored) and (same or crossing):
             causal = hf_causal(module, is_causal, query) and attention_mask is None
             out = sdpa(query, key, value, attn_mask=attention_mask, is_causal=causal, scale=scaling,
                        enable_gqa=key.shape[1] != query.shape[1])
@@ -439,7 +460,8 @@ def _global_replacements(fn: types.FunctionType, sdpa: Callable | None, rotary: 
             out[name] = sdpa
             kinds |= set(sdpa_kinds)
         elif sdpa is not None and name == "ALL_ATTENTION_FUNCTIONS" and hasattr(value, "get_interface"):
-            interfaces = _hf_attention_interfaces(value, sdpa, masks="attention_masked" in sdpa_kinds)
+            interfaces = _hf_attention_interfaces(value, sdpa, masks="attention_masked" in sdpa_kinds,
+                                                  cross="attention_cross" in sdpa_kinds)
             if interfaces is not None:
                 out[name] = interfaces
                 kinds |= set(sdpa_kinds)
@@ -496,7 +518,7 @@ def _rebound(fn: types.FunctionType, names: dict[str, Any]) -> types.FunctionTyp
 
 # the kinds whose ops the functions a module's methods call are rebound to
 CALL_KINDS = frozenset({"attention", "attention_masked", "rotary", "gelu", "attention_rotary", "attention_softcap",
-                        "attention_sinks", "rotary_interleaved"})
+                        "attention_sinks", "rotary_interleaved", "attention_cross"})
 
 
 def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, skipped) -> None:
@@ -514,9 +536,10 @@ def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, sk
         capped = _pick(kops, "attention_softcap", name)
         sinks = _pick(kops, "attention_sinks", name)
         pairs = _pick(kops, "rotary_interleaved", name)
+        cross = _pick(kops, "attention_cross", name)
         if gel is not None and gelu_form(m) is not None:
             gel = None  # a GELU activation module: switched (or left alone) as a module in `fused`
-        chosen = (att, masked, rot, gel, fused, capped, sinks, pairs)
+        chosen = (att, masked, rot, gel, fused, capped, sinks, pairs, cross)
         if all(k is None for k in chosen):
             continue
         eager_masked = masked is not None and plain_eager_attention(m)
@@ -525,7 +548,7 @@ def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, sk
         cls = _SUBCLASSES.get(key)
         if cls is None:
             cls = _calls_subclass(type(m), att, rot, gel, masked, fused, capped, eager_masked,
-                                  sinks if eager_sinks else None, pairs)
+                                  sinks if eager_sinks else None, pairs, cross)
             _SUBCLASSES[key] = cls
         if not cls._autokernel_kinds:
             continue
@@ -543,19 +566,22 @@ _LIBRARY_BASES = ("transformers.modeling_utils", "transformers.generation.")
 def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None, gel: KernelOp | None = None,
                     masked: KernelOp | None = None, fused: KernelOp | None = None,
                     capped: KernelOp | None = None, eager_masked: bool = False,
-                    eager_sinks: KernelOp | None = None, rotary_pairs: KernelOp | None = None) -> type:
+                    eager_sinks: KernelOp | None = None, rotary_pairs: KernelOp | None = None,
+                    cross: KernelOp | None = None) -> type:
     """A subclass of ``base`` whose methods that call SDPA / a rotary function / F.gelu call
     the ops instead (``_autokernel_kinds`` empty when there is none; ``capped``: transformers' eager
     attention with soft-capped scores, ``attention_softcap``; ``eager_masked``: its plain calls
     with a mask to ``masked``'s op, the function probed; ``eager_sinks``: its calls with the
     module's sinks to that op, ``attention_sinks``, the function probed; ``rotary_pairs``: a rotary
-    function on interleaved pairs, ``rotary_interleaved``); with ``fused``, a method
+    function on interleaved pairs, ``rotary_interleaved``; ``cross``: SDPA calls without
+    causality whose query and key lengths differ, ``attention_cross``); with ``fused``, a method
     that rotates q and k and hands them to attention runs the ``attention_rotary`` op
     (``rotary_attention``) on the calls it can."""
     from .rotary_attention import fused_method
 
-    sdpa = _sdpa_replacement(att, masked) if att is not None or masked is not None else None
-    sdpa_kinds = tuple(kind for kind, op in (("attention", att), ("attention_masked", masked)) if op is not None)
+    sdpa = _sdpa_replacement(att, masked, cross) if any(op is not None for op in (att, masked, cross)) else None
+    sdpa_kinds = tuple(kind for kind, op in (("attention", att), ("attention_masked", masked), ("attention_cross", cross))
+                       if op is not None)
     gelu = _gelu_replacement(gel) if gel is not None else None
     members: dict[str, Any] = {}
     kinds: set[str] = set()

@@ -29,6 +29,7 @@ SCHEMAS: dict[str, str] = {
     "attention_rotary": "(Tensor q, Tensor k, Tensor v, Tensor cos, Tensor sin, bool causal, float? scale) -> Tensor",
     "attention_softcap": "(Tensor q, Tensor k, Tensor v, Tensor mask, float? scale, float softcap) -> Tensor",
     "attention_sinks": "(Tensor q, Tensor k, Tensor v, Tensor mask, float? scale, Tensor sinks) -> Tensor",
+    "attention_cross": "(Tensor q, Tensor k, Tensor v, Tensor? mask, float? scale) -> Tensor",
     "matmul": "(Tensor a, Tensor b) -> Tensor",
     "fused_mlp": "(Tensor x, Tensor w_gate, Tensor w_up, Tensor w_down) -> Tensor",
     "cross_entropy": "(Tensor logits, Tensor targets) -> Tensor",
@@ -64,7 +65,8 @@ def output_meta(kind: str, args: tuple) -> tuple[tuple[int, ...], torch.dtype]:
         return tuple(x.shape) + (2 * args[1].numel(),), args[3].dtype
     if kind in SAME_AS_FIRST or kind in TWO_OUTPUTS:
         return tuple(x.shape), x.dtype
-    if kind in ("attention", "attention_masked", "attention_rotary", "attention_softcap", "attention_sinks"):
+    if kind in ("attention", "attention_masked", "attention_rotary", "attention_softcap", "attention_sinks",
+                "attention_cross"):
         return tuple(x.shape[:-1]) + (args[2].shape[-1],), x.dtype
     if kind == "matmul":
         return (x.shape[0], args[1].shape[1]), x.dtype
