@@ -2,8 +2,8 @@
 cross-attention), on CPU under the Triton interpreter: the reference against SDPA, the starter at
 every shape and case, the floors; the profiler plans Whisper's cross-attention (hf:whisper feeds
 its encoder and decoder sequences of their own lengths) as this kind, and ``apply`` places it,
-the patched model's output the original's; BART's cross-attention with an encoder padding mask
-and a decoder shorter than the encoder takes the op with the mask."""
+the patched model's output the original's; BART's and T5's cross-attention, with an encoder
+padding mask or none and a decoder shorter than the encoder, takes the op (with the mask)."""
 from __future__ import annotations
 
 import importlib.util
@@ -152,38 +152,53 @@ def test_apply_places_whispers_cross_attention(whisper, tmp_path):
 
 BART = dict(d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4,
             encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=128, max_position_embeddings=64)
+T5 = dict(d_model=32, num_layers=1, num_heads=4, d_ff=64, d_kv=8, vocab_size=128)
+# where each model's cross-attention lives, and the mask SDPA gets there: BART's padding mask
+# ([B,1,1,Sk] bool, or expanded per query), T5's bias (zeros for cross-attention) and padding as one
+# additive [B,H,Sq,Sk] mask
+SEQ2SEQ = {"bart": ("BartConfig", BART, "model.decoder.layers.0.encoder_attn", None),
+           "t5": ("T5Config", T5, "decoder.block.0.layer.1.EncDecAttention", (1, 1))}
 
 
 @pytest.mark.skipif(not HF, reason="transformers is not installed")
-def test_bart_cross_attention_with_a_padding_mask(tmp_path):
-    """BART fed 20 encoder tokens (row 1 padded to 13) and 7 decoder tokens: the profiler plans
-    the cross-attention as attention_cross with the mask SDPA gets, and the op takes it with
-    that mask, the output the original's; a causal SDPA call of differing lengths stays PyTorch's."""
-    from transformers import BartConfig, BartForConditionalGeneration
+@pytest.mark.parametrize("arch", sorted(SEQ2SEQ))
+@pytest.mark.parametrize("padded", [True, False], ids=["padded", "unpadded"])
+def test_seq2seq_cross_attention_of_other_lengths(arch, padded, tmp_path):
+    """BART and T5 fed 20 encoder tokens (row 1 padded to 13, or no mask) and 7 decoder tokens:
+    the profiler plans the cross-attention as attention_cross, with the mask SDPA gets where there
+    is one, and the op takes it (with that mask), the output the original's."""
+    import transformers
 
     from autokernel.integrate import OP_CALLS, apply
+    from autokernel.models import LoadedModel
     from autokernel.plan import PlanProblem
     from autokernel.profiler import profile_model
     from test_integrate import make_workdir
 
+    config_name, settings, module, additive_per_query = SEQ2SEQ[arch]
     torch.manual_seed(0)
-    config = BartConfig(**BART, attn_implementation="sdpa")
-    model = BartForConditionalGeneration(config).eval()
+    config = getattr(transformers, config_name)(**settings, attn_implementation="sdpa", decoder_start_token_id=0,
+                                                pad_token_id=0)
+    model = transformers.AutoModelForSeq2SeqLM.from_config(config).eval()
     ids = torch.randint(3, 128, (2, 20))
     mask = torch.ones(2, 20, dtype=torch.long)
     mask[1, 13:] = 0
+    mask = mask if padded else None
     decoder_ids = torch.randint(3, 128, (2, 7))
     with torch.no_grad():
         want = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
 
-    from autokernel.models import LoadedModel
     loaded = LoadedModel(model=model, make_inputs=lambda seed: (ids, mask, decoder_ids), spec="custom",
-                         description="BART, 20 encoder and 7 decoder tokens", input_shape=[2, 20])
+                         description=f"{arch}, 20 encoder and 7 decoder tokens", input_shape=[2, 20])
     plan = profile_model(loaded, warmup=0, iters=1)
     cross = [p for p in plan.problems if p.kind == KIND]
-    assert len(cross) == 1 and cross[0].supported
+    assert len(cross) == 1 and cross[0].supported and cross[0].modules == [module]
     (shape,) = cross[0].shapes
-    assert (shape["Sq"], shape["Sk"], shape["masked"]) == (7, 20, 1), shape
+    assert (shape["Sq"], shape["Sk"]) == (7, 20), shape
+    if additive_per_query is not None:
+        assert (shape["masked"], shape["additive"], shape["per_query"]) == (1, *additive_per_query), shape
+    else:
+        assert shape["masked"] == int(padded), shape
     problem = PlanProblem(KIND, KIND, "fp32", cross[0].shapes, [1], 100.0, 0.1, cross[0].modules)
     patched = apply(model, make_workdir(tmp_path / "wd", [problem], model="custom", input_shape=(2, 20)))
     op = patched._autokernel_ops[KIND]
