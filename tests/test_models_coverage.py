@@ -186,6 +186,15 @@ CASES = [
     # 2026-12-06, load 2.5-3.7 before and 3.2-3.6 after on the 2 cores, shared with other processes)
     ("hf:albert", SMALL_DECODER + ",embedding_size=64", [2, 128], 0.95,
      {"linear_gelu", "add_layernorm", "layernorm", "attention", "matmul", "embedding"}),
+    # GPT-Neo writes its attention out in a helper its forward calls (_attn: unscaled fp32 scores,
+    # torch.where with the causal window mask, + the mask, softmax, @ v); DeBERTa-v2 (relative
+    # attention off, the default) scales the keys before a bmm on heads folded into the batch and
+    # masked_fills.  Both attention_masked, as MPT's
+    ("hf:gpt_neo", dict(hidden_size=128, num_layers=2, num_heads=4, vocab_size=1024, intermediate_size=512,
+                        attention_types=[[["global", "local"], 1]], window_size=64), [2, 128], 0.90,
+     {"attention_masked", "linear_gelu", "add_layernorm", "layernorm", "matmul", "embedding"}),
+    ("hf:deberta-v2", SMALL_DECODER, [2, 128], 0.90,
+     {"attention_masked", "linear_gelu", "add_layernorm", "layernorm", "matmul", "embedding"}),
 ]
 # models whose layers end with a residual add that the next layer's first norm reads: the final norm
 FUSED_AHEAD = {"gpt2": "ln_f", "hf:gpt2": "model.transformer.ln_f", "hf:phi3": "model.model.norm",

@@ -580,3 +580,62 @@ def test_bloom_written_out_attention_in_bf16_on_a_padded_batch(tmp_path):
         ref, out = loaded.model(*x).float(), patched(*x).float()
     assert OP_CALLS[op] - before == 2
     assert ((out - ref).norm() / ref.norm()).item() < 2e-2
+
+
+NEO = dict(hidden_size=64, num_layers=2, num_heads=4, vocab_size=256, attention_types=[[["global", "local"], 1]],
+           window_size=8)
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_gpt_neo_written_out_attention_is_placed_and_matches(tmp_path):
+    """GPTNeoSelfAttention writes its attention out in _attn, a method its forward calls (fp32
+    scores unscaled, torch.where with the causal or window mask, + the mask, softmax, @ v): the
+    helper is rewritten, the where and the add make the op's additive mask."""
+    from autokernel.integrate.ops import OP_CALLS
+
+    before = dict(OP_CALLS)
+    patched = placed_and_matching(tmp_path, "hf:gpt_neo", NEO, [2, 16], kinds=("attention_masked",))
+    (op,) = patched._autokernel_ops.values()
+    assert OP_CALLS[op] - before.get(op, 0) == 2  # one call a layer
+    assert sorted(patched._autokernel_replaced) == [(f"model.transformer.h.{i}.attn.attention", "attention_masked")
+                                                    for i in range(2)]
+    calls = OP_CALLS[op]
+    patched.train()
+    with torch.no_grad():
+        patched(*load_model("hf:gpt_neo", config_overrides=NEO, input_shape=[2, 16]).make_inputs(2))
+    assert OP_CALLS[op] == calls  # dropout: the original code
+
+
+DEBERTA = "hidden_size=64,num_hidden_layers=2,num_attention_heads=4,intermediate_size=128,vocab_size=256"
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_deberta_written_out_attention_is_placed_and_matches(tmp_path):
+    """DisentangledSelfAttention (relative attention off): bmm(q, k^T / scale) on heads folded
+    into the batch, viewed as [B, H, S, S], masked_fill, softmax, bmm with v."""
+    from autokernel.integrate.ops import OP_CALLS
+
+    before = dict(OP_CALLS)
+    patched = placed_and_matching(tmp_path, "hf:deberta-v2", DEBERTA, [2, 16], kinds=("attention_masked",))
+    (op,) = patched._autokernel_ops.values()
+    assert OP_CALLS[op] - before.get(op, 0) == 2
+    assert sorted(patched._autokernel_replaced) == [(f"model.deberta.encoder.layer.{i}.attention.self",
+                                                     "attention_masked") for i in range(2)]
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_deberta_written_out_attention_in_bf16_on_a_padded_batch(tmp_path):
+    from autokernel.integrate import apply
+    from autokernel.integrate.ops import OP_CALLS
+
+    loaded = load_model("hf:deberta-v2", config_overrides=DEBERTA, input_shape=[3, 16], dtype=torch.bfloat16,
+                        padded=True)
+    starters_workdir(tmp_path, profile_model(loaded, warmup=0, iters=1), ("attention_masked",))
+    patched = apply(loaded.model, tmp_path)
+    (op,) = patched._autokernel_ops.values()
+    before = OP_CALLS.get(op, 0)
+    with torch.no_grad():
+        x = loaded.make_inputs(1)
+        ref, out = loaded.model(*x).float(), patched(*x).float()
+    assert OP_CALLS[op] - before == 2
+    assert ((out - ref).norm() / ref.norm()).item() < 2e-2

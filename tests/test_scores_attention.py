@@ -1,4 +1,4 @@
-"""Attention written out in a forward (MPT's, BLOOM's): the profiler plans it as one attention_masked
+"""Attention written out in a forward (MPT's, BLOOM's, GPT-Neo's, DeBERTa-v2's): the profiler plans it as one attention_masked
 problem (``recognize_scores``) and apply rewrites the forward to call the op
 (``integrate.scores_attention``), or leaves a forward alone whose scores go through anything
 but additions and fills with the dtype's lowest value."""
@@ -402,3 +402,266 @@ def test_scores_viewed_as_another_dtype_or_viewed_unfolded_are_left_alone():
     names = helpers(_kernel_op([]))
     assert rewritten_forward(ViewedAsInts.forward, names) is None
     assert rewritten_forward(ViewedUnfolded.forward, names) is None
+
+
+# ------------------------------------------------------------------ GPT-Neo: the chain in a helper method
+def _neo_config(**over):
+    transformers = pytest.importorskip("transformers")
+    cfg = dict(hidden_size=16, num_layers=2, num_heads=2, vocab_size=64, attention_dropout=0.1,
+               attention_types=[[["global", "local"], 1]], window_size=4, max_position_embeddings=32)
+    cfg.update(over)
+    return transformers.GPTNeoConfig(**cfg)
+
+
+def _padded_causal(b=2, s=6, dtype=torch.float32):
+    """create_causal_mask's eager form: [B, 1, S, S], the dtype's lowest value where hidden; the
+    second row left-padded by two."""
+    keep = torch.ones(b, s, dtype=torch.bool)
+    keep[1, :2] = False
+    allowed = torch.ones(s, s, dtype=torch.bool).tril()[None, None] & keep[:, None, None, :]
+    return torch.zeros(b, 1, s, s, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+
+
+def test_gpt_neos_attention_in_its_helper_method_goes_to_the_op_and_matches():
+    """GPTNeoSelfAttention.forward calls self._attn, which writes the attention out: q and k cast
+    to fp32, scores unscaled, torch.where(causal_mask, scores, mask_value) with mask_value the
+    dtype's lowest (a tensor made of torch.finfo(scores.dtype).min), + attention_mask, softmax in
+    the scores' dtype, .to(value.dtype), dropout, matmul with v.  The helper is rewritten (the
+    forward has no chain of its own); the local layer's window is in its causal mask."""
+    from transformers.models.gpt_neo.modeling_gpt_neo import GPTNeoSelfAttention
+
+    from autokernel.integrate.scores_attention import rewritten_members
+
+    calls: list = []
+    members = rewritten_members(GPTNeoSelfAttention, helpers(_kernel_op(calls)))
+    assert members is not None and set(members) == {"_attn"}
+    for kind in ("global", "local"):
+        m = GPTNeoSelfAttention(_neo_config(), kind, layer_id=0).eval()
+        patched = GPTNeoSelfAttention(_neo_config(), kind, layer_id=0).eval()
+        patched.load_state_dict(m.state_dict())
+        patched.__class__ = type("RewrittenNeo", (GPTNeoSelfAttention,), members)
+        x = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(0))
+        mask = _padded_causal()
+        calls.clear()
+        with torch.no_grad():
+            ref_out, ref_weights = m(x, attention_mask=mask)
+            out, weights = patched(x, attention_mask=mask)
+            assert calls == [(2, 1, 6, 6)] and weights is None
+            assert torch.allclose(out, ref_out, atol=1e-6)
+            out, _ = patched(x)  # no attention mask: the causal (window) mask alone
+            assert calls[-1] == (1, 1, 6, 6) and torch.allclose(out, m(x)[0], atol=1e-6)
+            # training (dropout): the module's own code, weights and all
+            m.train(), patched.train()
+            torch.manual_seed(1)
+            out, weights = patched(x, attention_mask=mask)
+            torch.manual_seed(1)
+            ref_out, ref_weights = m(x, attention_mask=mask)
+            assert len(calls) == 2 and torch.equal(out, ref_out) and torch.equal(weights, ref_weights)
+            # a call the kernel was not judged on (fp64): the original statements
+            m.eval().double(), patched.eval().double()
+            out, weights = patched(x.double(), attention_mask=mask.double())
+            ref_out, ref_weights = m(x.double(), attention_mask=mask.double())
+        assert len(calls) == 2 and torch.equal(out, ref_out) and torch.equal(weights, ref_weights)
+
+
+def test_a_gpt_neo_model_with_its_attention_rewritten_matches():
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.gpt_neo.modeling_gpt_neo import GPTNeoSelfAttention
+
+    from autokernel.integrate.scores_attention import rewritten_members
+
+    calls: list = []
+    members = rewritten_members(GPTNeoSelfAttention, helpers(_kernel_op(calls)))
+    torch.manual_seed(0)
+    model = transformers.GPTNeoForCausalLM(_neo_config()).eval()
+    ids = torch.randint(0, 64, (2, 10))
+    padding = torch.ones(2, 10, dtype=torch.long)
+    padding[1, :3] = 0
+    with torch.no_grad():
+        ref = [model(ids).logits, model(ids, attention_mask=padding).logits]
+        cls = type("RewrittenNeo", (GPTNeoSelfAttention,), members)
+        for block in model.transformer.h:
+            block.attn.attention.__class__ = cls
+        got = [model(ids).logits, model(ids, attention_mask=padding).logits]
+    assert len(calls) == 4
+    for a, b in zip(got, ref):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+class WhereFilledWithZero(Written):
+    """torch.where with a fill other than the dtype's lowest: not a mask."""
+
+    def forward(self, x, bias, mask=None):
+        b, s = x.shape[:2]
+        q, k, v = (t.reshape(b, s, self.heads, self.head_dim).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=2))
+        scores = torch.matmul(q, k.transpose(-1, -2))
+        fill = torch.tensor(0.0, dtype=scores.dtype)
+        scores = torch.where(mask, scores, fill)
+        weights = nn.functional.softmax(scores, dim=-1)
+        return torch.matmul(weights, v), weights
+
+
+class FilledWithAnotherDtypesLowest(Written):
+    """fp16's lowest (-65504) on fp32 scores is not rounded away: a row hidden everywhere differs."""
+
+    def forward(self, x, bias, mask=None):
+        b, s = x.shape[:2]
+        q, k, v = (t.reshape(b, s, self.heads, self.head_dim).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=2))
+        scores = torch.matmul(q, k.transpose(-1, -2))
+        scores = scores.masked_fill(mask, torch.finfo(torch.float16).min)
+        weights = nn.functional.softmax(scores, dim=-1)
+        return torch.matmul(weights, v), weights
+
+
+class FillReassigned(Written):
+    """The fill's name is the lowest value, then something else by the time where reads it."""
+
+    def forward(self, x, bias, mask=None):
+        b, s = x.shape[:2]
+        q, k, v = (t.reshape(b, s, self.heads, self.head_dim).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=2))
+        scores = torch.matmul(q, k.transpose(-1, -2))
+        fill = torch.finfo(scores.dtype).min
+        if bias is not None:
+            fill = 0.0
+        scores = torch.where(mask, scores, fill)
+        weights = nn.functional.softmax(scores, dim=-1)
+        return torch.matmul(weights, v), weights
+
+
+class ScoresShapeRead(Written):
+    """The scores' shape read before the softmax of a chain not viewed as heads folded: the op's
+    path starts from one zero element, so this stays the module's own."""
+
+    def forward(self, x, bias, mask=None):
+        b, s = x.shape[:2]
+        q, k, v = (t.reshape(b, s, self.heads, self.head_dim).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=2))
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.softmax_scale
+        scores = scores + bias[..., :scores.size(-1)]
+        weights = nn.functional.softmax(scores, dim=-1)
+        return torch.matmul(weights, v), weights
+
+
+def test_where_and_fills_it_cannot_prove_lowest_are_left_alone():
+    names = helpers(_kernel_op([]))
+    assert rewritten_forward(WhereFilledWithZero.forward, names) is None
+    assert rewritten_forward(FilledWithAnotherDtypesLowest.forward, names) is None
+    assert rewritten_forward(FillReassigned.forward, names) is None
+
+
+def test_the_scores_shape_read_before_the_softmax_starts_them_full():
+    """``scores.size(-1)`` between the scores and the softmax: the op's path starts from zeros of
+    the scores' full shape (expanded, not copied), so the read gives what it gives the module."""
+    calls: list = []
+    forward = rewritten_forward(ScoresShapeRead.forward, helpers(_kernel_op(calls)))
+    assert forward is not None
+    m = ScoresShapeRead().eval()
+    x, bias, _ = _inputs()
+    with torch.no_grad():
+        out, weights = forward(m, x, bias)
+        assert calls == [(2, 2, 6, 6)] and weights is None  # the bias added to the full zeros
+        assert torch.allclose(out, m(x, bias)[0], atol=1e-6)
+
+
+def test_the_profiler_plans_gpt_neos_attention_as_one_attention_masked_problem():
+    pytest.importorskip("transformers")
+    from autokernel.models import load_model
+    from autokernel.profiler import profile_model
+
+    cfg = dict(hidden_size=64, num_layers=2, num_heads=4, vocab_size=256, attention_types=[[["global", "local"], 1]],
+               window_size=16)
+    loaded = load_model("hf:gpt_neo", config_overrides=cfg, input_shape=[2, 32], dtype=torch.float32)
+    plan = profile_model(loaded, warmup=0, iters=1)
+    (att,) = [p for p in plan.problems if p.kind == "attention_masked"]
+    assert att.shapes == [{"B": 2, "H": 4, "Hkv": 4, "S": 32, "D": 16, "additive": 1, "per_query": 1}]
+    assert att.modules == ["model.transformer.h.0.attn.attention", "model.transformer.h.1.attn.attention"]
+    assert att.supported, att.note
+    left = [u.name for u in plan.not_covered]
+    chain = ("aten::softmax", "aten::where", "aten::add", "softmax", "matmul")
+    assert not [n for n in left if n.startswith(chain)], left
+
+
+# ------------------------------------------------------------------ DeBERTa-v2: the keys scaled, bmm, masked_fill
+def _deberta_config(**over):
+    transformers = pytest.importorskip("transformers")
+    cfg = dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, vocab_size=64,
+               attention_probs_dropout_prob=0.1, max_position_embeddings=32)
+    cfg.update(over)
+    return transformers.DebertaV2Config(**cfg)
+
+
+def test_debertas_attention_goes_to_the_op_and_matches():
+    """DisentangledSelfAttention (relative attention off): torch.bmm(q, k^T / scale.to(q.dtype))
+    on heads folded into the batch, the scale a 0-d tensor (sqrt(D)), the scores viewed as [B, H,
+    S, S] by their own sizes, masked_fill(~mask, finfo(q.dtype).min), softmax in the scores'
+    dtype, dropout, torch.bmm of the weights viewed back with v."""
+    from transformers.models.deberta_v2.modeling_deberta_v2 import DisentangledSelfAttention
+
+    calls: list = []
+    forward = rewritten_forward(DisentangledSelfAttention.forward, helpers(_kernel_op(calls)))
+    assert forward is not None
+    m = DisentangledSelfAttention(_deberta_config()).eval()
+    x = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(0))
+    keep = torch.ones(2, 6)
+    keep[1, 4:] = 0  # a right-padded row: its padded queries see nothing (a uniform row)
+    mask = (keep[:, None, :, None] * keep[:, None, None, :])  # get_attention_mask's [B, 1, S, S]
+    with torch.no_grad():
+        ref_out, _ = m(x, mask, output_attentions=True)
+        out, weights = forward(m, x, mask, output_attentions=True)
+        assert calls == [(2, 2, 6, 6)] and weights is None
+        assert torch.allclose(out, ref_out, atol=1e-6)
+        m.train()
+        torch.manual_seed(1)
+        out, weights = forward(m, x, mask, output_attentions=True)
+        torch.manual_seed(1)
+        ref_out, ref_weights = m(x, mask, output_attentions=True)
+        assert len(calls) == 1 and torch.equal(out, ref_out) and torch.equal(weights, ref_weights)
+        m.eval().double()
+        out, _ = forward(m, x.double(), mask.double())
+        assert len(calls) == 1 and torch.equal(out, m(x.double(), mask.double())[0])
+
+
+def test_a_deberta_model_with_its_attention_rewritten_matches():
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.deberta_v2.modeling_deberta_v2 import DisentangledSelfAttention
+
+    calls: list = []
+    forward = rewritten_forward(DisentangledSelfAttention.forward, helpers(_kernel_op(calls)))
+    torch.manual_seed(0)
+    model = transformers.DebertaV2Model(_deberta_config()).eval()
+    ids = torch.randint(0, 64, (2, 10))
+    padding = torch.ones(2, 10, dtype=torch.long)
+    padding[1, 7:] = 0
+    with torch.no_grad():
+        ref = [model(ids).last_hidden_state, model(ids, attention_mask=padding).last_hidden_state]
+        cls = type("RewrittenDeberta", (DisentangledSelfAttention,), {"forward": forward})
+        for layer in model.encoder.layer:
+            layer.attention.self.__class__ = cls
+        got = [model(ids).last_hidden_state, model(ids, attention_mask=padding).last_hidden_state]
+    assert len(calls) == 4
+    for a, b in zip(got, ref):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_the_profiler_plans_debertas_attention_as_one_attention_masked_problem():
+    """From the keys' scaling (a div before the bmm) to the bmm with v; with relative attention
+    on (c2p, p2c: projections of the relative embeddings inside the chain) nothing is planned."""
+    pytest.importorskip("transformers")
+    from autokernel.models import load_model
+    from autokernel.profiler import profile_model
+
+    small = "hidden_size=64,num_hidden_layers=2,num_attention_heads=4,intermediate_size=128,vocab_size=256"
+    loaded = load_model("hf:deberta-v2", config_overrides=small, input_shape=[2, 32], dtype=torch.float32)
+    plan = profile_model(loaded, warmup=0, iters=1)
+    (att,) = [p for p in plan.problems if p.kind == "attention_masked"]
+    assert att.shapes == [{"B": 2, "H": 4, "Hkv": 4, "S": 32, "D": 16, "additive": 1, "per_query": 1}]
+    assert att.modules == [f"model.deberta.encoder.layer.{i}.attention.self" for i in range(2)]
+    assert att.supported, att.note
+    left = [u.name for u in plan.not_covered]
+    chain = ("aten::softmax", "aten::masked_fill", "aten::bmm", "aten::div", "softmax", "matmul")
+    assert not [n for n in left if n.startswith(chain)], left
+
+    relative = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+                    vocab_size=256, relative_attention=True, pos_att_type=["c2p", "p2c"], position_buckets=8)
+    loaded = load_model("hf:deberta-v2", config_overrides=relative, input_shape=[2, 32], dtype=torch.float32)
+    plan = profile_model(loaded, warmup=0, iters=1)
+    assert not [p for p in plan.problems if p.kind == "attention_masked"]
