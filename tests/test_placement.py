@@ -639,3 +639,23 @@ def test_deberta_written_out_attention_in_bf16_on_a_padded_batch(tmp_path):
         ref, out = loaded.model(*x).float(), patched(*x).float()
     assert OP_CALLS[op] - before == 2
     assert ((out - ref).norm() / ref.norm()).item() < 2e-2
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_gpt_neo_written_out_attention_in_bf16_on_a_padded_batch(tmp_path):
+    """GPT-Neo casts q and k to fp32 in _attn whatever the model's dtype and the weights back to
+    v's: the problem is fp32 (as profiled), v goes to the op in fp32 and its output back to bf16."""
+    from autokernel.integrate import apply
+    from autokernel.integrate.ops import OP_CALLS
+
+    loaded = load_model("hf:gpt_neo", config_overrides=NEO, input_shape=[3, 16], dtype=torch.bfloat16, padded=True)
+    (problem,) = starters_workdir(tmp_path, profile_model(loaded, warmup=0, iters=1), ("attention_masked",))
+    assert problem.dtype == "fp32"
+    patched = apply(loaded.model, tmp_path)
+    (op,) = patched._autokernel_ops.values()
+    before = OP_CALLS.get(op, 0)
+    with torch.no_grad():
+        x = loaded.make_inputs(1)
+        ref, out = loaded.model(*x).float(), patched(*x).float()
+    assert OP_CALLS[op] - before == 2
+    assert ((out - ref).norm() / ref.norm()).item() < 2e-2

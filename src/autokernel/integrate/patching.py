@@ -164,11 +164,11 @@ def rewrap(wrapper: Any, inner: types.FunctionType) -> Any:
 
 def apply_rewritten_forwards(model: nn.Module, k: KernelOp, kind: str, label: str,
                              make_helpers: Callable[[KernelOp], Any],
-                             rewrite: Callable[[Callable, Any], Callable | None], probed: dict,
+                             rewrite: Callable[[type, Any], dict[str, Callable] | None], probed: dict,
                              replaced: list[tuple[str, str]]) -> None:
-    """Switch each module of ``model`` that ``k`` is for to its forward's source rewritten by
-    ``rewrite(forward, helpers)`` (None: left alone), one rewrite per class; ``make_helpers(k)``
-    makes what the rewritten forwards call, once."""
+    """Switch each module of ``model`` that ``k`` is for to the methods ``rewrite(cls, helpers)``
+    rewrote from its class's source (a forward, or methods it calls; None: left alone), one
+    rewrite per class; ``make_helpers(k)`` makes what the rewritten methods call, once."""
     helpers = None
     for name, m in model.named_modules():
         if _pick([k], kind, name) is None:
@@ -176,8 +176,8 @@ def apply_rewritten_forwards(model: nn.Module, k: KernelOp, kind: str, label: st
         key = (type(m), f"{label} rewrite", k.opname)
         if key not in probed:
             helpers = helpers or make_helpers(k)
-            probed[key] = rewrite(type(m).forward, helpers)
+            probed[key] = rewrite(type(m), helpers)
         if probed[key] is None:
             continue
-        _swap_class(m, (label, k.identity), {"forward": probed[key]})
+        _swap_class(m, (label, k.identity), probed[key])
         replaced.append((name, kind))

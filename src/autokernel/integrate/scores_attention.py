@@ -1,7 +1,12 @@
 """Applier for ``attention_masked`` on attention written out in a forward: MPT's ``MptAttention``
-(scores, + the ALiBi bias, ``masked_fill`` with the causal mask, fp32 softmax, dropout, ``@ v``)
-and BLOOM's ``BloomAttention`` (``alibi.baddbmm(q, k^T)``, the scores viewed as [B, H, S, S], +
-the causal mask, fp32 softmax, dropout, the weights viewed back, ``torch.bmm`` with v).
+(scores, + the ALiBi bias, ``masked_fill`` with the causal mask, fp32 softmax, dropout, ``@ v``),
+BLOOM's ``BloomAttention`` (``alibi.baddbmm(q, k^T)``, the scores viewed as [B, H, S, S], + the
+causal mask, fp32 softmax, dropout, the weights viewed back, ``torch.bmm`` with v), GPT-Neo's
+``GPTNeoSelfAttention._attn`` (a method its forward calls: fp32 scores unscaled, ``torch.where``
+with the causal or window mask and the lowest value, + the mask, softmax, cast to v's dtype,
+dropout, ``@ v``) and DeBERTa-v2's ``DisentangledSelfAttention`` (``torch.bmm(q, k^T / scale)``
+on heads folded into the batch, the scores viewed as [B, H, S, S] by their own sizes,
+``masked_fill``, softmax, dropout, ``torch.bmm`` of the weights viewed back with v).
 
 ``scores_statements`` finds the statements (the scores, what adds to, fills or views them before
 the softmax, the softmax, dropout, the product with v).  Each of the statements between the
@@ -11,15 +16,20 @@ baddbmm adds the product to) gives the additive mask the op takes, in the layout
 gives the scores: ``s + mask`` is what they make of ``s`` (the filled places differ by ``s``
 against a value of -3.4e38, which rounds it away in fp32; softmax gives them zero weight either
 way, and a row filled everywhere is uniform either way).  The rewritten forward decides once per
-call (``ready``): in eval mode, on a call the op's kernel was judged on (dtype, head dim, as many
-keys as queries), with a number for the scale and the op not handed back to PyTorch under
-torch.compile, the scores start as zeros (or the bias, times beta, expanded to the scores' shape
-without a copy), the statements in between run as written (their checks and slicing included;
-views of the scores as reshapes, which give the same values and take an expanded tensor), and the
+call (``ready``): in eval mode, outside autocast, on a call the op's kernel was judged on (dtype,
+head dim, as many keys as queries), with a number for the scale (or a one-element CPU tensor:
+DeBERTa-v2's sqrt(D); ``1 / scale`` where the forward divides) and the op not handed back to
+PyTorch under torch.compile, the scores start as zeros (one element, or expanded to the scores'
+shape without a copy where the statements in between read it; or the bias, times beta, expanded
+likewise), the statements in between run as written (their checks and slicing included; views
+of the scores as reshapes, which give the same values and take an expanded tensor), and the
 output is the op's, the weights None (the attention weights are not computed: transformers' SDPA
 path returns None for them too); otherwise every statement runs as written.  Training (dropout)
 always runs the original code.  Where heads are folded into the batch (q, k, v [B*H, S, D]), the
 op gets them as [B, H, S, D], B and H those of the mask where the forward viewed the scores so.
+Where the forward casts the weights to v's dtype (GPT-Neo computes the scores in fp32 whatever
+the model's dtype), v goes to the op in q's dtype and the output back to v's.  Where the
+forward has no such chain, the methods it calls on ``self`` are searched (``rewritten_members``).
 """
 from __future__ import annotations
 
@@ -35,10 +45,11 @@ from .calls import _sdpa_ok, kernel_mask
 from .ops import traced_as_original
 from .patching import apply_rewritten_forwards, rewrap
 from .rewrite import compile_forward, parse_forward, statement_lists
-from .scores_statements import Chain, find_chain, uses
+from .scores_statements import Chain, find_chain, name_of, uses
 from .selection import KernelOp
 
 READY, START, ATTEND = "_autokernel_scores_ready", "_autokernel_scores_start", "_autokernel_scores_attention"
+SCALAR = "_autokernel_scores_scalar"
 FLAG, SCALE = "_autokernel_scores_fast", "_autokernel_scores_scale"
 
 
@@ -47,28 +58,52 @@ def _number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+def scalar(x: Any, divide: bool) -> float | None:
+    """The scale as a number (``1 / x`` where the forward divides by it): ``x`` a number or a
+    one-element CPU tensor (DeBERTa-v2's ``sqrt(D)``, made on the CPU: reading it waits for no
+    device); None otherwise, and under torch.compile's tracing, where the original statements run."""
+    if isinstance(x, torch.Tensor):
+        if x.numel() != 1 or x.device.type != "cpu" or not x.is_floating_point() or torch.compiler.is_compiling():
+            return None
+        x = float(x)
+    if not _number(x) or (divide and x == 0):
+        return None
+    return 1.0 / x if divide else x
+
+
 def helpers(k: KernelOp) -> dict[str, Callable[..., Any]]:
     op, dtype, head_dims = k.op, k.dtype, k.dims("D")
 
-    def ready(module, q, key, v, scale, dims) -> bool:
-        """``dims``: 4, or 3 where heads are folded into the batch."""
+    def ready(module, q, key, v, scale, dims, to_v=False) -> bool:
+        """``dims``: 4, or 3 where heads are folded into the batch; ``to_v``: the forward casts the
+        weights to v's dtype, so v may be in a narrower floating dtype than q and k (the op gets
+        it in theirs, its output goes back to v's)."""
         if getattr(module, "training", True) or not _number(scale):
             return False
         if not all(isinstance(t, torch.Tensor) and t.dim() == dims for t in (q, key, v)):
             return False
+        if torch.is_autocast_enabled(q.device.type):
+            return False  # the scores' dtype is autocast's, not q's
+        if (to_v and v.dtype != q.dtype and v.is_floating_point() and q.is_floating_point()
+                and torch.finfo(v.dtype).bits < torch.finfo(q.dtype).bits):
+            # v narrower than q (bf16 against fp32): the op is at least as exact as the forward's
+            # product in v's dtype; a wider v (fp64) runs the forward's own statements
+            v = torch.empty(v.shape, dtype=q.dtype, device="meta")  # only its dtype and shape are read
         if dims == 3:
             q, key, v = q[None], key[None], v[None]
         return _sdpa_ok(q, key, v, dtype, head_dims, False) and not traced_as_original(op)
 
-    def start(q, key, bias, beta):
+    def start(q, key, bias, beta, full=False):
         """The scores the statements before the softmax start from: zero (one element, as it
-        broadcasts), or ``beta * bias`` expanded to [N, S, S] as baddbmm's product is (not copied)."""
+        broadcasts; zeros of the scores' shape, expanded, where those statements read it), or
+        ``beta * bias`` expanded to [N, S, S] as baddbmm's product is (not copied)."""
+        shape = (*q.shape[:-1], key.shape[-2])
         if bias is None:
-            return torch.zeros((1,) * q.dim(), dtype=q.dtype, device=q.device)
-        full = (*q.shape[:-1], key.shape[-2])
+            zero = torch.zeros((1,) * q.dim(), dtype=q.dtype, device=q.device)
+            return zero.expand(shape) if full else zero
         if _number(beta) and beta == 0:  # baddbmm ignores its input then
-            return torch.zeros((), dtype=q.dtype, device=q.device).expand(full)
-        return (bias if _number(beta) and beta == 1 else bias * beta).expand(full)
+            return torch.zeros((), dtype=q.dtype, device=q.device).expand(shape)
+        return (bias if _number(beta) and beta == 1 else bias * beta).expand(shape)
 
     def attend4(q, key, v, mask, scale):
         m = kernel_mask(mask, q, key)
@@ -78,6 +113,8 @@ def helpers(k: KernelOp) -> dict[str, Callable[..., Any]]:
         return torch.matmul(torch.softmax(scores.float(), dim=-1).to(v.dtype), v)
 
     def attend(q, key, v, mask, scale):
+        if v.dtype != q.dtype:  # (ready: the forward casts the weights to v's dtype)
+            return attend(q, key, v.to(q.dtype), mask, scale).to(v.dtype)
         if q.dim() == 4:
             return attend4(q, key, v, mask, scale)
         # heads folded into the batch ([N, S, D]): as [B, H, S, D] where the forward viewed the
@@ -92,7 +129,7 @@ def helpers(k: KernelOp) -> dict[str, Callable[..., Any]]:
         q, key, v4 = (t.reshape(*lead, *t.shape[1:]) for t in (q, key, v))
         return attend4(q, key, v4, mask, scale).reshape(n, sq, v.shape[-1])
 
-    return {READY: ready, START: start, ATTEND: attend}
+    return {READY: ready, START: start, ATTEND: attend, SCALAR: scalar}
 
 
 # ------------------------------------------------------------------ the rewrite
@@ -110,7 +147,7 @@ def _assign(name: str, value: ast.expr) -> ast.Assign:
 
 def _keys(chain: Chain) -> ast.expr:
     """The keys as [..., S, D]: ``KT.transpose(-1, -2)`` where the forward has them transposed."""
-    if not chain.folded:
+    if not chain.kt:
         return _load(chain.k)
     minus = [ast.UnaryOp(op=ast.USub(), operand=ast.Constant(value=v)) for v in (1, 2)]
     return ast.Call(func=ast.Attribute(value=_load(chain.k), attr="transpose", ctx=ast.Load()), args=minus, keywords=[])
@@ -139,14 +176,15 @@ def _rewrite_body(body: list[ast.stmt], fdef: ast.FunctionDef) -> int:
     q, v, none = (lambda: _load(chain.q)), (lambda: _load(chain.v)), (lambda: ast.Constant(value=None))
     bias, beta = (copy.deepcopy(e) if e is not None else none() for e in (chain.bias, chain.beta))
     views = _ViewsAsReshapes(chain.scores)
-    fast = [_assign(chain.scores[0], _call(START, q(), _keys(chain), bias, beta)),
+    fast = [_assign(chain.scores[0], _call(START, q(), _keys(chain), bias, beta, ast.Constant(value=chain.full))),
             *[views.visit(copy.deepcopy(stmt)) for stmt in body[chain.first + 1:chain.softmax]],
             _assign(chain.out, _call(ATTEND, q(), _keys(chain), v(), _load(chain.read), _load(SCALE))),
             *[_assign(w, none()) for w in dict.fromkeys(chain.weights)]]
     ready = _call(READY, _load(fdef.args.args[0].arg), q(), _keys(chain), v(), _load(SCALE),
-                  ast.Constant(value=3 if chain.folded else 4))
+                  ast.Constant(value=3 if chain.folded else 4), ast.Constant(value=chain.to_v))
     first = body[chain.first]
-    new = [_assign(SCALE, copy.deepcopy(chain.scale)), _assign(FLAG, ready),
+    scale = _call(SCALAR, copy.deepcopy(chain.scale), ast.Constant(value=chain.divide))
+    new = [_assign(SCALE, scale), _assign(FLAG, ready),
            ast.If(test=_load(FLAG), body=fast, orelse=body[chain.first:chain.last + 1])]
     body[chain.first:chain.last + 1] = [ast.copy_location(n, first) for n in new]
     return 1
@@ -159,7 +197,7 @@ def rewritten_forward(forward: Any, names: dict[str, Callable[..., Any]]) -> Any
     if parsed is None:
         return None
     tree, fdef = parsed
-    if any(uses(fdef, name) for name in (FLAG, SCALE, READY, START, ATTEND)):
+    if any(uses(fdef, name) for name in (FLAG, SCALE, READY, START, ATTEND, SCALAR)):
         return None  # rewritten before
     found = sum(_rewrite_body(body, fdef) for body in list(statement_lists(fdef)))
     if not found:
@@ -167,6 +205,34 @@ def rewritten_forward(forward: Any, names: dict[str, Callable[..., Any]]) -> Any
     return rewrap(forward, compile_forward(inner, tree, names))
 
 
+def _self_calls(fdef: ast.FunctionDef) -> list[str]:
+    """The names of the methods ``fdef`` calls on its first argument (``self._attn(...)``)."""
+    me = fdef.args.args[0].arg
+    return list(dict.fromkeys(n.func.attr for n in ast.walk(fdef) if isinstance(n, ast.Call)
+                              and isinstance(n.func, ast.Attribute) and name_of(n.func.value) == me))
+
+
+def rewritten_members(cls: type, names: dict[str, Callable[..., Any]]) -> dict[str, Any] | None:
+    """``{"forward": ...}`` with ``cls.forward``'s written-out attention going to the op, or, where
+    the forward has none, the methods it calls on ``self`` that do (GPT-Neo's ``_attn``) by their
+    names; None where none has one."""
+    forward = rewritten_forward(cls.forward, names)
+    if forward is not None:
+        return {"forward": forward}
+    inner = inspect.unwrap(cls.forward)
+    parsed = parse_forward(inner) if isinstance(inner, types.FunctionType) else None
+    if parsed is None:
+        return None
+    out = {}
+    for name in _self_calls(parsed[1]):
+        method = inspect.getattr_static(cls, name, None)
+        if isinstance(method, types.FunctionType) and name != "forward":
+            new = rewritten_forward(method, names)
+            if new is not None:
+                out[name] = new
+    return out or None
+
+
 def _apply_scores_attention(model, k: KernelOp, done, replaced, skipped, probed) -> None:
-    apply_rewritten_forwards(model, k, "attention_masked", "scores attention", helpers, rewritten_forward, probed,
+    apply_rewritten_forwards(model, k, "attention_masked", "scores attention", helpers, rewritten_members, probed,
                              replaced)

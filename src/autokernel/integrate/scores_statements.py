@@ -2,23 +2,33 @@
 
 In one list of statements, in order:
 
-* the scores, either ``s = torch.matmul(Q, K.transpose(-1, -2)) * C`` (or ``Q @ K.transpose(-2,
-  -1)``, ``C * ...``: MPT's) or ``s = BIAS.baddbmm(batch1=Q, batch2=KT, beta=E, alpha=C)`` (or
-  ``torch.baddbmm(BIAS, Q, KT, ...)``, positional or not: BLOOM's, its ALiBi bias added by the
-  product; heads folded into the batch, ``KT`` the keys transposed);
+* the scores, one of ``s = torch.matmul(Q, K.transpose(-1, -2)) * C`` (or ``Q @ K.transpose(-2,
+  -1)``, ``C * ...``, ``... / C``, no scale at all: MPT's, GPT-Neo's), ``s = torch.bmm(Q,
+  K.transpose(-1, -2) / C)`` (the scale on an operand: ``K.transpose(...) * C``, ``Q * C``;
+  DeBERTa-v2's; ``torch.bmm``: heads folded into the batch) or ``s = BIAS.baddbmm(batch1=Q,
+  batch2=KT, beta=E, alpha=C)`` (or ``torch.baddbmm(BIAS, Q, KT, ...)``, positional or not:
+  BLOOM's, its ALiBi bias added by the product; heads folded into the batch, ``KT`` the keys
+  transposed; ``torch.bmm(Q, KT)`` too);
 * before the softmax, only statements that add to the scores (``s = s + e``, ``s = e + s``), fill
-  them (``s = s.masked_fill(m, torch.finfo(...).min)``) or, where heads are folded into the batch,
-  view them under a new name (``t = s.view(a, b, ...)``, ``t = s.reshape(...)``: BLOOM's
-  [B*H, S, S] as [B, H, S, S]), in ``if`` blocks or not;
+  them with the dtype's lowest value (``s = s.masked_fill(m, L)``, ``s = torch.where(m, s, L)``,
+  ``s = torch.where(m, L, s)``) or, where heads are folded into the batch, view them under a new
+  name or their own (``t = s.view(a, b, ...)``, ``t = s.reshape(...)``: BLOOM's [B*H, S, S] as
+  [B, H, S, S]), in ``if`` blocks or not; ``L`` is ``torch.finfo(X.dtype).min`` (``X`` one of
+  Q, K or the scores' names), a name an earlier statement in between set to one of these and
+  nothing else sets, or ``torch.tensor(L, dtype=X.dtype, ...)``.  They may read the scores'
+  dtype and device, and their shape (``.size()``, ``.shape``, ``.dim()``), nothing else of them;
 * ``w = <...>softmax(t.float(), dim=-1).to(X.dtype)`` (or ``softmax(t, dim=-1,
-  dtype=torch.float32)``), ``t`` the scores under any of their names, ``X`` one of Q, K, V;
-  optionally ``w = <...>dropout(w, ...)`` (``self.attention_dropout(w)`` too);
-* where heads are folded, views of the weights under new names, then ``o = torch.bmm(w2, V)``;
-  otherwise ``o = torch.matmul(w, V)`` (or ``w @ V``) right after,
+  dtype=torch.float32)``, or ``softmax(t, dim=-1)`` in the scores' dtype), ``t`` the scores under
+  any of their names, ``X`` one of Q, K, V; optionally ``w = w.to(X.dtype)`` and ``w =
+  <...>dropout(w, ...)`` (``self.attention_dropout(w)`` too);
+* where heads are folded, views of the weights under new names, then ``o = torch.bmm(w2, V)``
+  (``w2`` may be viewed in place: ``torch.bmm(w.view(-1, S, S), V)``); otherwise ``o =
+  torch.matmul(w, V)`` (or ``w @ V``) right after,
 
 ``Q``, ``K``/``KT``, ``V`` and the names of the scores plain names no other statement in between
-assigns, ``C``, ``BIAS`` and ``E`` names, attribute chains or constants, and nothing after reads
-the scores, nor the weights but to return them.
+assigns, ``C`` a name, attribute chain, constant or ``.to(...)`` of one, ``BIAS`` and ``E``
+names, attribute chains or constants, and nothing after reads the scores, nor the weights but to
+return them (the weights may take the scores' name: GPT-Neo's ``attn_weights``).
 """
 from __future__ import annotations
 
@@ -32,7 +42,7 @@ class Chain:
     """One written-out attention in a list of statements: ``body[first:last + 1]``."""
 
     q: str
-    k: str  # the keys' name: K, or KT where they are transposed (heads folded)
+    k: str  # the keys' name: K, or KT where they are transposed (``kt``)
     scale: ast.expr
     bias: ast.expr | None  # BLOOM's: what baddbmm adds the product to
     beta: ast.expr | None
@@ -45,6 +55,10 @@ class Chain:
     first: int = 0  # the scores statement
     softmax: int = 0  # the softmax statement
     last: int = 0  # the output statement
+    kt: bool = True  # ``k`` names the keys transposed (baddbmm's, bmm's batch2)
+    divide: bool = False  # the scores are divided by ``scale``
+    full: bool = False  # the statements in between read the scores' shape: start them full-sized
+    to_v: bool = False  # the weights end cast to V's dtype (GPT-Neo's fp32 scores, V in the model's)
 
 
 # ------------------------------------------------------------------ small matchers
@@ -114,21 +128,63 @@ def _transposed(node: ast.expr) -> str | None:
 
 
 # ------------------------------------------------------------------ the chain's parts
+def _scale_expr(node: ast.expr) -> bool:
+    """A scale: a name, attribute chain or constant, or ``.to(...)`` of one (DeBERTa-v2's
+    ``scale.to(dtype=q.dtype)``), evaluated a second time where the original statements run."""
+    if _callee(node) == "to" and isinstance(node.func, ast.Attribute):
+        return pure(node.func.value) and all(pure(a) for a in [*node.args, *(kw.value for kw in node.keywords)])
+    return pure(node)
+
+
+def _scaled(node: ast.expr) -> tuple[ast.expr, ast.expr | None, bool]:
+    """(x, C, divide) of ``x * C``, ``C * x`` or ``x / C``; (node, None, False) otherwise.  Of
+    ``a * b`` with both a possible scale, the one that is no plain name is the scale (``self.scale
+    * q``), else the second."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and _scale_expr(node.right):
+        return node.left, node.right, True
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        options = [(x, c) for x, c in ((node.left, node.right), (node.right, node.left)) if _scale_expr(c)]
+        if len(options) == 2 and isinstance(node.right, ast.Name) and not isinstance(node.left, ast.Name):
+            options.reverse()
+        if options:
+            return options[0][0], options[0][1], False
+    return node, None, False
+
+
+def _product(node: ast.expr) -> tuple[ast.expr, ast.expr, bool] | None:
+    """(a, b, folded) of ``torch.matmul(a, b)``, ``a @ b`` or ``torch.bmm(a, b)``."""
+    pair = _matmul(node)
+    if pair is not None:
+        return pair[0], pair[1], False
+    if _torch_call(node, "bmm") and len(node.args) == 2 and not node.keywords:
+        return node.args[0], node.args[1], True
+    return None
+
+
 def _scores(stmt: ast.stmt) -> Chain | None:
     """The chain as far as its scores statement tells (``first`` and the rest still unset)."""
     s = _assigned(stmt)
     if s is None:
         return None
     value = stmt.value
-    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Mult):
-        for product, scale in ((value.left, value.right), (value.right, value.left)):
-            pair = _matmul(product)
-            if pair is not None and pure(scale):
-                q, key = name_of(pair[0]), _transposed(pair[1])
-                if q and key:
-                    return Chain(q, key, scale, None, None, False, [s])
+    product, scale, divide = _scaled(value)
+    found = _product(product)
+    if found is None:
+        if scale is not None:
+            return None
+        return _baddbmm(value, s)
+    a, b, folded = found
+    (qx, qscale, qdiv), (kx, kscale, kdiv) = _scaled(a), _scaled(b)
+    if sum(c is not None for c in (scale, qscale, kscale)) > 1:
         return None
-    return _baddbmm(value, s)
+    q, key, kt = name_of(qx), _transposed(kx), False
+    if key is None and folded:
+        key, kt = name_of(kx), True  # bmm(Q, KT): the keys transposed by their shape
+    if not q or not key:
+        return None
+    scale, divide = next(((c, d) for c, d in ((scale, divide), (qscale, qdiv), (kscale, kdiv)) if c is not None),
+                         (ast.Constant(value=1), False))
+    return Chain(q, key, scale, None, None, folded, [s], kt=kt, divide=divide)
 
 
 def _baddbmm(value: ast.expr, s: str) -> Chain | None:
@@ -155,40 +211,93 @@ def _baddbmm(value: ast.expr, s: str) -> Chain | None:
     return Chain(q, kt, alpha, bias, beta, True, [s])
 
 
-def _lowest_value(node: ast.expr) -> bool:
-    """``torch.finfo(...).min``."""
-    return isinstance(node, ast.Attribute) and node.attr == "min" and _callee(node.value) == "finfo"
+META_ATTRS = {"dtype", "device", "shape", "ndim"}
+META_METHODS = {"size", "dim"}
+SHAPE_READS = {"shape", "ndim", "size", "dim"}
 
 
-def _added_or_filled(stmt: ast.Assign, s: str, names: set[str]) -> bool:
-    """``s = s + e``, ``s = e + s`` or ``s = s.masked_fill(m, torch.finfo(...).min)``, ``e`` and
-    ``m`` free of the scores' ``names``."""
+def _meta_reads(node: ast.AST, names: set[str]) -> dict[int, str]:
+    """id -> what is read, of the names in ``names`` under ``node`` read only for their
+    metadata: ``n.dtype``, ``n.device``, ``n.shape``, ``n.ndim``, ``n.size(...)``, ``n.dim()``."""
+    out: dict[int, str] = {}
+    for n in ast.walk(node):
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in names:
+            if n.attr in META_ATTRS:
+                out[id(n.value)] = n.attr
+            elif n.attr in META_METHODS:
+                calls = [c for c in ast.walk(node) if isinstance(c, ast.Call) and c.func is n]
+                if calls:
+                    out[id(n.value)] = n.attr
+    return out
+
+
+def _free_of(node: ast.AST, names: set[str]) -> bool:
+    """Does ``node`` read nothing of ``names`` but their metadata?"""
+    meta = _meta_reads(node, names)
+    return not any(isinstance(n, ast.Name) and n.id in names and id(n) not in meta for n in ast.walk(node))
+
+
+def _lowest(node: ast.expr, dtypes: set[str], lowest: set[str]) -> bool:
+    """The lowest value of the scores' dtype: ``torch.finfo(X.dtype).min`` (``X`` in ``dtypes``),
+    a name in ``lowest``, or ``torch.tensor(<one of these>, dtype=X.dtype, device=...)``."""
+    if isinstance(node, ast.Name):
+        return node.id in lowest
+    if isinstance(node, ast.Attribute) and node.attr == "min" and _callee(node.value) == "finfo":
+        call = node.value
+        return (len(call.args) == 1 and not call.keywords and isinstance(call.args[0], ast.Attribute)
+                and call.args[0].attr == "dtype" and name_of(call.args[0].value) in dtypes)
+    if _torch_call(node, "tensor") and len(node.args) == 1 and _lowest(node.args[0], dtypes, lowest):
+        kw = {k.arg: k.value for k in node.keywords}
+        dtype = kw.get("dtype")
+        return (set(kw) <= {"dtype", "device"} and isinstance(dtype, ast.Attribute) and dtype.attr == "dtype"
+                and name_of(dtype.value) in dtypes and all(pure(v) for v in kw.values()))
+    return False
+
+
+def _added_or_filled(stmt: ast.Assign, s: str, names: set[str], dtypes: set[str], lowest: set[str]) -> list[ast.expr]:
+    """The operands that are the scores (to be let through) of ``s = s + e``, ``s = e + s``,
+    ``s = s.masked_fill(m, L)``, ``s = torch.where(m, s, L)`` or ``s = torch.where(m, L, s)``,
+    ``e`` and ``m`` free of the scores' ``names`` (but their metadata), ``L`` the lowest value;
+    [] for any other statement."""
     v = stmt.value
     if isinstance(v, ast.BinOp) and isinstance(v.op, ast.Add):
-        return ((name_of(v.left) == s and not uses(v.right, names))
-                or (name_of(v.right) == s and not uses(v.left, names)))
-    return (_method_of(v, "masked_fill") == s and len(v.args) == 2 and not v.keywords
-            and not uses(v.args[0], names) and _lowest_value(v.args[1]))
+        for mine, other in ((v.left, v.right), (v.right, v.left)):
+            if name_of(mine) == s and _free_of(other, names):
+                return [mine]
+        return []
+    if (_method_of(v, "masked_fill") == s and len(v.args) == 2 and not v.keywords
+            and _free_of(v.args[0], names) and _lowest(v.args[1], dtypes, lowest)):
+        return [v.func.value]
+    if _torch_call(v, "where") and len(v.args) == 3 and not v.keywords and _free_of(v.args[0], names):
+        for mine, fill in ((v.args[1], v.args[2]), (v.args[2], v.args[1])):
+            if name_of(mine) == s and _lowest(fill, dtypes, lowest):
+                return [mine]
+    return []
 
 
 def _view_of(stmt: ast.stmt, names: list[str]) -> str | None:
     """``t`` of ``t = n.view(a, b, ...)`` or ``t = n.reshape(...)``, ``n`` one of ``names``, the
-    sizes free of them (a view as another dtype, ``n.view(dtype)``, is no view of the values)."""
+    sizes free of them but their metadata (a view as another dtype, ``n.view(dtype)``, is no view
+    of the values)."""
     t = _assigned(stmt)
     if t is None:
         return None
-    v = stmt.value
+    return t if _viewed(stmt.value, names) else None
+
+
+def _viewed(v: ast.expr, names: list[str]) -> bool:
     for method, least in (("view", 2), ("reshape", 1)):
         if (_method_of(v, method) in names and len(v.args) >= least and not v.keywords
-                and not any(uses(a, set(names)) for a in v.args)):
-            return t
-    return None
+                and all(_free_of(a, set(names)) for a in v.args)):
+            return True
+    return False
 
 
 def _between_ok(stmts: list[ast.stmt], chain: Chain, fixed: set[str]) -> bool:
     """Do the statements between the scores and the softmax touch the scores only by adding to
-    them, filling them or (heads folded) viewing them, and leave the names in ``fixed`` as they
-    are?  Adds the views' names to ``chain.scores``."""
+    them, filling them with the lowest value or (heads folded) viewing them, reading nothing else
+    of them but their metadata, and leave the names in ``fixed`` as they are?  Adds the views'
+    names to ``chain.scores``; sets ``chain.full`` where they read the scores' shape."""
     names = chain.scores
     assigns = [n for stmt in stmts for n in ast.walk(stmt) if isinstance(n, ast.Assign)]
     grew = chain.folded
@@ -200,21 +309,40 @@ def _between_ok(stmts: list[ast.stmt], chain: Chain, fixed: set[str]) -> bool:
                 names.append(t)
                 grew = True
     allowed: set[int] = set()
-    for node in assigns:
-        target = _assigned(node)
-        if target in names and (_added_or_filled(node, target, set(names))
-                                or (chain.folded and _view_of(node, names) is not None)):
-            allowed.update(id(n) for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in names)
+    lowest: set[str] = set()  # names holding the lowest value here (set by a statement above)
+    dtypes = {chain.q, chain.k} | set(names)
+    for stmt in stmts:
+        stored = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+        target = _assigned(stmt)
+        proven = target if target is not None and _lowest(stmt.value, dtypes, lowest) else None
+        lowest -= stored
+        for node in ast.walk(stmt):
+            if not isinstance(node, ast.Assign):
+                continue
+            target = _assigned(node)
+            if target not in names:
+                continue
+            through = _added_or_filled(node, target, set(names), dtypes, lowest)
+            if not through and chain.folded and _view_of(node, names) is not None:
+                through = [node.value.func.value]
+            if through:
+                allowed.update(id(n) for n in [*node.targets, *through])
+        if proven is not None:
+            lowest.add(proven)
+    meta = {}
+    for stmt in stmts:
+        meta.update(_meta_reads(stmt, set(names)))
     for stmt in stmts:
         for node in ast.walk(stmt):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.Global,
                                  ast.Nonlocal)):
                 return False
             if isinstance(node, ast.Name):
-                if node.id in names and id(node) not in allowed:
+                if node.id in names and id(node) not in allowed and id(node) not in meta:
                     return False
                 if node.id in fixed and not isinstance(node.ctx, ast.Load):
                     return False
+    chain.full = chain.full or any(what in SHAPE_READS for what in meta.values())
     return True
 
 
@@ -222,26 +350,40 @@ def _fp32(node: ast.expr) -> bool:
     return isinstance(node, ast.Attribute) and node.attr in ("float32", "float") and name_of(node.value) == "torch"
 
 
-def _softmax_of(stmt: ast.stmt) -> tuple[str, str, str] | None:
+def _softmax_of(stmt: ast.stmt) -> tuple[str, str, str | None] | None:
     """(w, t, X) of ``w = <...>softmax(t.float(), dim=-1).to(X.dtype)`` or ``w = <...>softmax(t,
-    dim=-1, dtype=torch.float32).to(X.dtype)``."""
+    dim=-1, dtype=torch.float32).to(X.dtype)``; (w, t, None) of ``w = <...>softmax(t, dim=-1)``
+    (in the scores' dtype)."""
     w = _assigned(stmt)
-    to = stmt.value if w else None
-    if not (_callee(to) == "to" and isinstance(to.func, ast.Attribute) and len(to.args) == 1 and not to.keywords
-            and isinstance(to.args[0], ast.Attribute) and to.args[0].attr == "dtype" and name_of(to.args[0].value)):
+    if w is None:
         return None
-    soft = to.func.value
+    soft, like = stmt.value, None
+    to = soft
+    if (_callee(to) == "to" and isinstance(to.func, ast.Attribute) and len(to.args) == 1 and not to.keywords
+            and isinstance(to.args[0], ast.Attribute) and to.args[0].attr == "dtype" and name_of(to.args[0].value)):
+        soft, like = to.func.value, to.args[0].value.id
     if _callee(soft) != "softmax" or not soft.args or any(kw.arg not in ("dim", "dtype") for kw in soft.keywords):
         return None
     first, kw = soft.args[0], {k.arg: k.value for k in soft.keywords}
     if "dtype" in kw:
-        t = name_of(first) if _fp32(kw["dtype"]) else None
-    else:
+        t = name_of(first) if _fp32(kw["dtype"]) and like else None
+    elif like:
         t = _method_of(first, "float") if not first.args and not first.keywords else None
+    else:
+        t = name_of(first)
     dims = list(soft.args[1:]) + ([kw["dim"]] if "dim" in kw else [])
     if t is None or len(dims) != 1 or not _negative(dims[0], 1):
         return None
-    return w, t, to.args[0].value.id
+    return w, t, like
+
+
+def _cast_of(stmt: ast.stmt, w: str) -> str | None:
+    """``X`` of ``w = w.to(X.dtype)``."""
+    v = stmt.value if _assigned(stmt) == w else None
+    if (_method_of(v, "to") == w and len(v.args) == 1 and not v.keywords and isinstance(v.args[0], ast.Attribute)
+            and v.args[0].attr == "dtype"):
+        return name_of(v.args[0].value)
+    return None
 
 
 def _dropout_of(stmt: ast.stmt, w: str) -> bool:
@@ -251,7 +393,8 @@ def _dropout_of(stmt: ast.stmt, w: str) -> bool:
 
 
 def _output_of(stmt: ast.stmt, weights: list[str], folded: bool) -> tuple[str, str] | None:
-    """(o, V) of ``o = torch.bmm(w, V)`` (heads folded) or ``o = torch.matmul(w, V)``."""
+    """(o, V) of ``o = torch.bmm(w, V)`` (heads folded; ``w`` may be viewed there, sized by its own
+    sizes) or ``o = torch.matmul(w, V)``."""
     o = _assigned(stmt)
     if o is None:
         return None
@@ -260,19 +403,23 @@ def _output_of(stmt: ast.stmt, weights: list[str], folded: bool) -> tuple[str, s
         pair = call.args if _torch_call(call, "bmm") and len(call.args) == 2 and not call.keywords else None
     else:
         pair = _matmul(stmt.value)
-    if pair is None or name_of(pair[0]) not in weights or not name_of(pair[1]):
+    if pair is None or not name_of(pair[1]):
+        return None
+    if name_of(pair[0]) not in weights and not (folded and _viewed(pair[0], weights)):
         return None
     return o, pair[1].id
 
 
 def _read_elsewhere(fdef: ast.FunctionDef, chain: list[ast.stmt], scores: list[str], weights: list[str]) -> bool:
     """Does ``fdef`` read the scores outside the chain, or the weights otherwise than by returning
-    them (the op's path leaves the mask in the scores' names and None in the weights')?"""
+    them (the op's path leaves the mask in the scores' names and None in the weights')?  A name
+    of both (the weights in the scores' name) is the weights' after the chain."""
     inside = {id(n) for stmt in chain for n in ast.walk(stmt)}
     returned = {id(e) for n in ast.walk(fdef) if isinstance(n, ast.Return) and n.value is not None
                 for e in (n.value.elts if isinstance(n.value, ast.Tuple) else [n.value])}
     return any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in inside
-               and (n.id in scores or (n.id in weights and id(n) not in returned)) for n in ast.walk(fdef))
+               and ((n.id in scores and n.id not in weights) or (n.id in weights and id(n) not in returned))
+               for n in ast.walk(fdef))
 
 
 # ------------------------------------------------------------------ the whole chain
@@ -288,7 +435,11 @@ def find_chain(body: list[ast.stmt], fdef: ast.FunctionDef) -> Chain | None:
             return None
         w, t, like = _softmax_of(body[j])
         chain.softmax, chain.weights = j, [w]
-        end = j + 1 + int(j + 1 < len(body) and _dropout_of(body[j + 1], w))
+        end, likes = j + 1, [like] if like else []
+        if end < len(body) and _cast_of(body[end], w):
+            likes.append(_cast_of(body[end], w))
+            end += 1
+        end += int(end < len(body) and _dropout_of(body[end], w))
         while chain.folded and end < len(body) and (view := _view_of(body[end], chain.weights)):
             chain.weights.append(view)
             end += 1
@@ -296,9 +447,10 @@ def find_chain(body: list[ast.stmt], fdef: ast.FunctionDef) -> Chain | None:
         if output is None:
             return None
         chain.out, chain.v, chain.last, chain.read = output[0], output[1], end, t
+        chain.to_v = bool(likes) and likes[-1] == chain.v
         fixed = {chain.q, chain.k, chain.v}
-        if (like not in fixed or not _between_ok(body[i + 1:j], chain, fixed) or t not in chain.scores
-                or fixed & (set(chain.scores) | set(chain.weights))
+        if (any(x not in fixed for x in likes) or not _between_ok(body[i + 1:j], chain, fixed)
+                or t not in chain.scores or fixed & (set(chain.scores) | set(chain.weights))
                 or any(uses(e, set(chain.scores) | set(chain.weights)) for e in (chain.scale, chain.bias, chain.beta)
                        if e is not None)
                 or _read_elsewhere(fdef, body[i:end + 1], chain.scores, chain.weights)):
