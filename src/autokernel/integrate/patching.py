@@ -162,13 +162,13 @@ def rewrap(wrapper: Any, inner: types.FunctionType) -> Any:
     return new
 
 
-def apply_rewritten_forwards(model: nn.Module, k: KernelOp, kind: str, label: str,
-                             make_helpers: Callable[[KernelOp], Any],
-                             rewrite: Callable[[type, Any], dict[str, Callable] | None], probed: dict,
-                             replaced: list[tuple[str, str]]) -> None:
+def apply_rewritten_members(model: nn.Module, k: KernelOp, kind: str, label: str,
+                            make_helpers: Callable[[KernelOp], Any],
+                            rewrite: Callable[[type, Any], dict[str, Callable] | None], probed: dict,
+                            replaced: list[tuple[str, str]]) -> None:
     """Switch each module of ``model`` that ``k`` is for to the methods ``rewrite(cls, helpers)``
-    rewrote from its class's source (a forward, or methods it calls; None: left alone), one
-    rewrite per class; ``make_helpers(k)`` makes what the rewritten methods call, once."""
+    rewrote from its class's source (its forward, or methods the forward calls; None: left
+    alone), one rewrite per class; ``make_helpers(k)`` makes what the rewritten methods call, once."""
     helpers = None
     for name, m in model.named_modules():
         if _pick([k], kind, name) is None:
@@ -181,3 +181,17 @@ def apply_rewritten_forwards(model: nn.Module, k: KernelOp, kind: str, label: st
             continue
         _swap_class(m, (label, k.identity), probed[key])
         replaced.append((name, kind))
+
+
+def apply_rewritten_forwards(model: nn.Module, k: KernelOp, kind: str, label: str,
+                             make_helpers: Callable[[KernelOp], Any],
+                             rewrite: Callable[[Callable, Any], Callable | None], probed: dict,
+                             replaced: list[tuple[str, str]]) -> None:
+    """Switch each module of ``model`` that ``k`` is for to its forward's source rewritten by
+    ``rewrite(forward, helpers)`` (None: left alone), one rewrite per class; ``make_helpers(k)``
+    makes what the rewritten forwards call, once."""
+    def members(cls: type, helpers: Any) -> dict[str, Callable] | None:
+        forward = rewrite(cls.forward, helpers)
+        return None if forward is None else {"forward": forward}
+
+    apply_rewritten_members(model, k, kind, label, make_helpers, members, probed, replaced)

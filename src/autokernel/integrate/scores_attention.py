@@ -43,7 +43,7 @@ import torch
 
 from .calls import _sdpa_ok, kernel_mask
 from .ops import traced_as_original
-from .patching import apply_rewritten_forwards, rewrap
+from .patching import apply_rewritten_members, rewrap
 from .rewrite import compile_forward, parse_forward, statement_lists
 from .scores_statements import Chain, find_chain, name_of, uses
 from .selection import KernelOp
@@ -234,5 +234,5 @@ def rewritten_members(cls: type, names: dict[str, Callable[..., Any]]) -> dict[s
 
 
 def _apply_scores_attention(model, k: KernelOp, done, replaced, skipped, probed) -> None:
-    apply_rewritten_forwards(model, k, "attention_masked", "scores attention", helpers, rewritten_members, probed,
-                             replaced)
+    apply_rewritten_members(model, k, "attention_masked", "scores attention", helpers, rewritten_members, probed,
+                            replaced)
