@@ -188,10 +188,11 @@ CASES = [
      {"linear_gelu", "add_layernorm", "layernorm", "attention", "matmul", "embedding"}),
     # GPT-Neo writes its attention out in a helper its forward calls (_attn: unscaled fp32 scores,
     # torch.where with the causal or window mask, + the mask, softmax, cast to v's dtype, dropout,
-    # @ v): attention_masked, as MPT's (the helper rewritten).  73.4-81.2% before (seven runs,
-    # 2026-12-06, load 3.2-4.7 on the 2 cores; the batched matmuls, softmax, where and add
-    # uncovered), 95.6-97.7% after (five runs, alternated with four of the before runs); the mask's
-    # own where and add, the position ids' small ops and the merged heads' copy stay uncovered.
+    # @ v): attention_masked, as MPT's (the helper rewritten).  71.3-81.2% before (nine runs,
+    # 2026-12-06, load 3.2-6.5 on the 2 cores; the batched matmuls, softmax, where and add
+    # uncovered), 95.6-97.7% after (eight runs, load 3.5-7.6, alternated with six of the before
+    # runs); the mask's own where and add, the position ids' small ops and the merged heads' copy
+    # stay uncovered.
     # Its config is a dict: attention_types (a list per layer pattern) has no command-line form
     ("hf:gpt_neo", dict(hidden_size=128, num_layers=2, num_heads=4, vocab_size=1024, intermediate_size=512,
                         attention_types=[[["global", "local"], 1]], window_size=64), [2, 128], 0.93,
@@ -199,8 +200,8 @@ CASES = [
     # DeBERTa-v2 with relative attention off (the default; with c2p/p2c the relative projections
     # run inside the chain and nothing is planned): bmm(q, k^T / sqrt(D)) on heads folded into the
     # batch, viewed as [B, H, S, S], masked_fill, softmax, dropout, bmm with v: attention_masked.
-    # 65.7-85.1% before (seven runs, load 3.6-4.7; the softmax, batched matmuls and masked_fill
-    # uncovered), 93.9-97.3% after (five runs, alternated); left uncovered: the heads' copies
+    # 65.7-85.1% before (nine runs, load 3.6-6.6; the softmax, batched matmuls and masked_fill
+    # uncovered), 93.9-97.3% after (eight runs, load 3.9-7.4, alternated); left uncovered: the heads' copies
     # (contiguous, 2.7%), the embedding's and the mask's small ops (mul, index, any, sqrt)
     ("hf:deberta-v2", SMALL_DECODER, [2, 128], 0.91,
      {"attention_masked", "linear_gelu", "add_layernorm", "layernorm", "matmul", "embedding"}),
