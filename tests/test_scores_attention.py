@@ -669,3 +669,47 @@ def test_the_profiler_plans_debertas_attention_as_one_attention_masked_problem()
     loaded = load_model("hf:deberta-v2", config_overrides=relative, input_shape=[2, 32], dtype=torch.float32)
     plan = profile_model(loaded, warmup=0, iters=1)
     assert not [p for p in plan.problems if p.kind == "attention_masked"]
+
+
+class ScaledQueryWhereFirst(Written):
+    """The scale on q, the fill first in where (mask True: hidden), a float lowest by name, the
+    softmax in the scores' dtype cast to v's by a statement of its own."""
+
+    def forward(self, x, bias, mask=None):
+        b, s = x.shape[:2]
+        q, k, v = (t.reshape(b, s, self.heads, self.head_dim).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=2))
+        scores = torch.matmul(q * self.softmax_scale, k.transpose(-2, -1))
+        low = torch.finfo(q.dtype).min
+        scores = torch.where(mask, low, scores)
+        scores = scores + bias
+        weights = torch.softmax(scores, dim=-1)
+        weights = weights.to(v.dtype)
+        out = weights @ v
+        return out, weights
+
+
+class DividedProduct(Written):
+    """The product divided by a one-element tensor."""
+
+    def forward(self, x, bias, mask=None):
+        b, s = x.shape[:2]
+        q, k, v = (t.reshape(b, s, self.heads, self.head_dim).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=2))
+        root = torch.tensor(float(self.head_dim)).sqrt()
+        scores = torch.matmul(q, k.transpose(-1, -2)) / root
+        scores = scores.masked_fill(mask, torch.finfo(scores.dtype).min)
+        weights = torch.softmax(scores, dim=-1)
+        out = torch.matmul(weights, v)
+        return out, weights
+
+
+@pytest.mark.parametrize("cls", [ScaledQueryWhereFirst, DividedProduct])
+def test_scales_on_q_or_divided_and_where_with_the_fill_first_go_to_the_op(cls):
+    calls: list = []
+    forward = rewritten_forward(cls.forward, helpers(_kernel_op(calls)))
+    assert forward is not None
+    m = cls().eval()
+    x, bias, causal = _inputs()
+    with torch.no_grad():
+        out, weights = forward(m, x, bias, causal)
+        assert len(calls) == 1 and weights is None
+        assert torch.allclose(out, m(x, bias, causal)[0], atol=1e-6)
