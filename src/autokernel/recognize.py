@@ -14,7 +14,8 @@ look at that tree:
   a ``torch.relu`` call) one ``linear_relu`` (``pair_linear_activation``), an add
   directly followed by a norm one ``add_<norm>``, ``log_softmax`` + ``nll_loss`` one
   ``cross_entropy``; attention written out op by op (scores, bias and mask, softmax, @ v: MPT's;
-  BLOOM's, from baddbmm to bmm) is one ``attention_masked`` (``recognize_scores``);
+  BLOOM's, from baddbmm to bmm; GPT-Neo's, its mask by where; DeBERTa-v2's, from the keys' scale
+  to bmm) is one ``attention_masked`` (``recognize_scores``);
 * op recognizers map one aten op (``aten::linear``, ``aten::scaled_dot_product_attention``,
   ``aten::_softmax``...) to a kind, reading shapes and scalar arguments from the trace.
 
