@@ -39,7 +39,8 @@ pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reaso
 
 PAST_ANY_BLOCK = 256  # 2 x 128, the widest reduction block in any starter's KNOB_SPACE
 # the dimensions each kind's kernel walks in blocks and sums over
-REDUCTIONS = {"matmul": ("K",), "linear_gelu": ("K",), "linear_relu": ("K",), "fused_mlp": ("D", "H"),
+REDUCTIONS = {"matmul": ("K",), "linear_gelu": ("K",), "linear_relu": ("K",), "linear_relu2": ("K",),
+              "fused_mlp": ("D", "H"),
               "attention": ("S",), "attention_rotary": ("S",), "attention_masked": ("S",),
               "attention_softcap": ("S",), "attention_sinks": ("S",), "attention_cross": ("Sk",),
               "moe_experts": ("D", "I"), "moe_experts_gptoss": ("D", "I")}

@@ -27,7 +27,7 @@ MEMORY_BOUND_KINDS = {"softmax", "layernorm", "rmsnorm", "swiglu", "cross_entrop
                       "add_rmsnorm", "add_layernorm", "gelu", "geglu", "swiglu_packed",
                       "embedding", "rotary_table", "relative_position_bias"}
 COMPUTE_BOUND_KINDS = {"matmul", "attention", "attention_masked", "attention_rotary", "attention_softcap", "attention_sinks",
-                       "fused_mlp", "linear_gelu", "linear_relu"}
+                       "fused_mlp", "linear_gelu", "linear_relu", "linear_relu2"}
 FAILED = {"incorrect", "timeout", "crash", "rejected"}
 _HEADING = re.compile(r"^(#{2,3}) \[([A-Za-z0-9_-]+)\]", re.MULTILINE)
 

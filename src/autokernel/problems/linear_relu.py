@@ -4,7 +4,8 @@ features, input features.
 
 OPT's decoder layers (``h = self.fc1(h); h = self.activation_fn(h)``, ``ACT2FN["relu"]`` an
 ``nn.ReLU``), T5's ``T5DenseActDense`` (``wi``, an ``nn.Linear`` without a bias, then ``act``, an
-``nn.ReLU``), RWKV's feed-forward (``torch.relu(self.key(x))``, the ReLU a function call) and
+``nn.ReLU``), a forward calling ``torch.relu(self.key(x))`` (the ReLU a function call; RWKV's squared
+ReLU, ``torch.square(torch.relu(self.key(x)))``, is ``linear_relu2``) and
 any MLP of an ``nn.Linear`` followed by an ``nn.ReLU`` module or call.  The weight is in
 nn.Linear layout ([out_features, in_features]).  The kernel always takes a bias: for a bias-free
 linear ``apply`` hands it zeros (made once per module, in the weight's dtype and on its device),

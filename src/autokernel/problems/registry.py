@@ -35,6 +35,7 @@ BUILTIN_KINDS: dict[str, str] = {
     "rotary_table": "rotary_table",
     "linear_gelu": "linear_gelu",
     "linear_relu": "linear_relu",
+    "linear_relu2": "linear_relu2",
     "moe_experts": "moe_experts",
     "moe_experts_gptoss": "moe_experts_gptoss",
     "softcap": "softcap",
