@@ -282,14 +282,23 @@ def test_profiler_plans_only_a_linear_directly_followed_by_a_relu_module():
 
 
 # ------------------------------------------------------------------ ReLU written as a function
-class SquaredReLUFeedForward(nn.Module):
-    """RWKV's ``RwkvFeedForward``: ``torch.square(torch.relu(self.key(x)))`` amid two more
-    bias-free linears, the ReLU a function call, not a module."""
+class ReLUFeedForward(nn.Module):
+    """RWKV's ``RwkvFeedForward`` with a plain ReLU: ``torch.relu(self.key(x))`` amid two more
+    bias-free linears, the ReLU a function call, not a module.  (RWKV's own squares it:
+    ``linear_relu2``, tests/test_linear_relu2.py.)"""
 
     def __init__(self, d=32, h=48):
         super().__init__()
         self.key, self.value = nn.Linear(d, h, bias=False), nn.Linear(h, d, bias=False)
         self.receptance = nn.Linear(d, d, bias=False)
+
+    def forward(self, x):
+        key = torch.relu(self.key(x))
+        return torch.sigmoid(self.receptance(x)) * self.value(key)
+
+
+class SquaredReLUFeedForward(ReLUFeedForward):
+    """RWKV's own: ``torch.square(torch.relu(self.key(x)))``."""
 
     def forward(self, x):
         key = torch.square(torch.relu(self.key(x)))
@@ -310,23 +319,23 @@ class FunctionalReLUStatements(nn.Module):
         return F.relu(self.out(h)) - x
 
 
-class SquaredReLUInAHelper(SquaredReLUFeedForward):
-    """RWKV's feed-forward with its key's squared ReLU in a method the forward calls."""
+class ReLUInAHelper(ReLUFeedForward):
+    """That feed-forward with its key's ReLU in a method the forward calls."""
 
     def forward(self, x):
-        return torch.sigmoid(self.receptance(x)) * self.value(self.squared_key(x))
+        return torch.sigmoid(self.receptance(x)) * self.value(self.relu_key(x))
 
-    def squared_key(self, x):
-        return torch.square(torch.relu(self.key(x)))
+    def relu_key(self, x):
+        return torch.relu(self.key(x))
 
 
-class ShiftedBeforeFunctionalReLU(SquaredReLUFeedForward):
+class ShiftedBeforeFunctionalReLU(ReLUFeedForward):
     def forward(self, x):
         return self.value(torch.relu(self.key(x) + 0.5))
 
 
-@pytest.mark.parametrize("module,pairs", [(SquaredReLUFeedForward, 1), (FunctionalReLUStatements, 2),
-                                          (SquaredReLUInAHelper, 1)],
+@pytest.mark.parametrize("module,pairs", [(ReLUFeedForward, 1), (FunctionalReLUStatements, 2),
+                                          (ReLUInAHelper, 1)],
                          ids=["torch.relu-nested", "functional-relu-statements", "torch.relu-in-a-helper-method"])
 def test_a_linear_then_relu_written_as_a_function_is_one_op_call(module, pairs, tmp_path):
     """Planned by the profiler (the relu op right after the linear module's call) and placed by
@@ -366,30 +375,19 @@ def test_a_functional_relu_of_more_than_the_linear_is_left_alone(tmp_path):
         assert rel(patched(x), model(x)) < 1e-6
 
 
-@pytest.mark.skipif(not HF, reason="transformers is not installed")
-def test_rwkv_feed_forward_gets_key_and_relu_as_one_op_call(tmp_path):
-    """RWKV's feed-forward runs ``torch.square(torch.relu(self.key(key)))``: its ReLU was
-    uncovered (3.8% of hf:rwkv at 2x64 tokens)."""
-    from autokernel.models import load_model
-    from autokernel.profiler import profile_model
-
-    loaded = load_model("hf:rwkv", config_overrides="hidden_size=64,num_hidden_layers=2,attention_hidden_size=64,"
-                        "intermediate_size=128,vocab_size=256", input_shape=[1, 8], dtype=torch.float32)
-    plan = profile_model(loaded, warmup=0, iters=1)
-    problem = next(p for p in plan.problems if p.kind == "linear_relu")
-    blocks = [f"model.rwkv.blocks.{i}.feed_forward" for i in range(2)]
-    assert problem.supported and problem.modules == blocks, problem.note
-    assert problem.shapes == [{"M": 8, "N": 128, "K": 64}]
-    assert not any(u.name == "aten::relu" for u in plan.not_covered)
-    patched = apply(loaded.model, make_workdir(tmp_path / "wd", [problem], model="hf:rwkv", input_shape=(1, 8)))
-    assert {(b, "linear_relu") for b in blocks} <= set(patched._autokernel_replaced)
-    op = patched._autokernel_ops[problem.name]
+def test_a_linear_relu_plan_still_places_in_a_squared_relu(tmp_path):
+    """RWKV's ``torch.square(torch.relu(self.key(x)))`` is planned as linear_relu2 since
+    2026-12-06 (its hf:rwkv test is in tests/test_linear_relu2.py); a linear_relu problem (a
+    plan made before) still takes the inner ``torch.relu(self.key(x))``, the square left as it is."""
+    torch.manual_seed(0)
+    model, patched = _patch(SquaredReLUFeedForward(), tmp_path)
+    assert patched._autokernel_replaced == [("mlp", "linear_relu")]
+    op = patched._autokernel_ops["linear_relu"]
     before = OP_CALLS[op]
-    ids = torch.randint(0, 256, (1, 8))
+    x = torch.randn(2, 3, 32)
     with torch.no_grad():
-        out, ref = patched(ids), loaded.model(ids)
-    assert rel(out, ref) < 1e-5
-    assert OP_CALLS[op] - before == len(blocks)
+        assert rel(patched(x), model(x)) < 1e-5
+    assert OP_CALLS[op] == before + 1
 
 
 class PredictionHead(nn.Module):

@@ -11,7 +11,9 @@ look at that tree:
   the whole MLP as ``fused_mlp``;
 * pair recognizers claim two neighbouring calls as one fused kind: a linear module (with a
   bias or without) directly followed by a GELU module is one ``linear_gelu``, by an ``nn.ReLU`` (or
-  a ``torch.relu`` call) one ``linear_relu`` (``pair_linear_activation``), an add
+  a ``torch.relu`` call) one ``linear_relu``, by a squared ReLU (a module that runs relu then
+  square, or ``torch.square(torch.relu(...))`` calls) one ``linear_relu2``
+  (``pair_linear_activation``), an add
   directly followed by a norm one ``add_<norm>``, ``log_softmax`` + ``nll_loss`` one
   ``cross_entropy``; attention written out op by op (scores, bias and mask, softmax, @ v: MPT's;
   BLOOM's, from baddbmm to bmm; GPT-Neo's, its mask by where; DeBERTa-v2's, from the keys' scale
@@ -63,6 +65,7 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "rotary_table": ("B", "S", "D"),
     "linear_gelu": ("M", "N", "K", "tanh"),
     "linear_relu": ("M", "N", "K"),
+    "linear_relu2": ("M", "N", "K"),
     "moe_experts": ("T", "K", "E", "D", "I"),
     "softcap": ("M", "N"),
     "moe_experts_gptoss": ("T", "K", "E", "D", "I"),
@@ -90,6 +93,8 @@ VIEW_OPS = {"aten::view", "aten::reshape", "aten::_unsafe_view", "aten::flatten"
             "aten::transpose", "aten::select", "aten::slice", "aten::to", "aten::t", "aten::expand",
             "aten::as_strided", "aten::detach", "aten::alias"}
 SILU_OPS = {"aten::silu", "aten::silu_"}
+RELU_OPS = {"aten::relu", "aten::relu_"}
+SQUARE_OPS = {"aten::square", "aten::pow"}  # torch.square runs as aten::square (aten::pow under it)
 GELU_OPS = {"aten::gelu", "aten::gelu_", "aten::tanh", "aten::erf"}
 # Ops that launch no device kernel (views, metadata, allocation, eval-mode dropout): on a GPU
 # they own no time; on a CPU their self time is dispatcher overhead, left out of the total so
@@ -424,6 +429,26 @@ def is_relu_module(module: Any) -> bool:
     """``nn.ReLU`` with its own forward (transformers' ``ACT2FN["relu"]``); ReLU6, leaky and squared
     ReLUs are other functions."""
     return isinstance(module, nn.ReLU) and type(module).forward is nn.ReLU.forward
+
+
+_RELU2_PROBE = (-3.0, -1.5, -0.25, 0.0, 0.25, 0.5, 1.5, 3.0)  # squares exact in every dtype
+
+
+def is_relu2_module(module: Any) -> bool:
+    """A squared ReLU activation module (transformers' ``ReLUSquaredActivation``,
+    ``ACT2FN["relu2"]``): a leaf module without parameters or buffers, not an ``nn.ReLU``, whose
+    call on a few signed values gives relu(x)**2 exactly.  (The appliers then probe the pair
+    against the reference; the profiler reads what its call ran instead.)"""
+    if (not isinstance(module, nn.Module) or isinstance(module, nn.ReLU) or any(True for _ in module.children())
+            or any(True for _ in module.parameters()) or any(True for _ in module.buffers())):
+        return False
+    x = torch.tensor(_RELU2_PROBE)
+    try:
+        with torch.no_grad():
+            got = module(x)
+    except Exception:  # a module that does not take one tensor is no activation
+        return False
+    return isinstance(got, torch.Tensor) and got.shape == x.shape and torch.equal(got, x.clamp(min=0) ** 2)
 
 
 def is_silu_module(module: Any) -> bool:
@@ -787,7 +812,11 @@ def pair_linear_activation(parent: Node) -> dict[int, Instance]:
     ``GPT2MLP``, BERT's ``BertIntermediate``, ViT's ``ViTMLP``), ``linear_relu`` for an
     ``nn.ReLU`` (OPT's decoder layers, T5's ``T5DenseActDense``) or for an ``aten::relu`` op
     run by the forward itself on a linear child's output (``torch.relu``/``F.relu`` written as a
-    call: RWKV's feed-forward; not DETR's prediction heads, whose linears are a ModuleList's).  A bias-free linear (T5's
+    call; not DETR's prediction heads, whose linears are a ModuleList's), ``linear_relu2`` for a
+    squared ReLU: an activation module whose call ran relu then square and nothing else (transformers'
+    ``ReLUSquaredActivation``: Nemotron's and Arcee's MLPs), or that ``aten::relu`` op directly
+    followed by an ``aten::square`` (or ``aten::pow``) on its output shape (RWKV's feed-forward,
+    ``torch.square(torch.relu(self.key(x)))``; the square op is mapped too).  A bias-free linear (T5's
     ``wi``) is the same problem: ``apply`` hands the kernel a zero bias.  Gated MLPs (gate/up/down,
     packed gate_up: flan-T5's ``T5DenseGatedActDense``) are left to their own kinds.  The trace
     cannot show that the activation reads the linear's output: ``apply`` checks that on the
@@ -797,21 +826,27 @@ def pair_linear_activation(parent: Node) -> dict[int, Instance]:
     if owner is None or owner.mlp is not None or owner.packed_mlp is not None:
         return out
     kids = [c for c in parent.children if c.scope is not None or c.name not in METADATA_OPS]
-    for first, second in zip(kids, kids[1:]):
+    for i, (first, second) in enumerate(zip(kids, kids[1:])):
         lin, act = first.scope, second.scope
         # torch.relu(self.<linear>(x)) in the forward: apply rewrites only a call of its own child
         called = (act is None and second.name == "aten::relu" and lin is not None and lin.info is not None
                   and lin.info.qualname.rpartition(".")[0] == owner.qualname)
+        squared_module = act is not None and act.info is not None and _runs_relu_then_square(second)
         if (lin is None or lin.info is None or lin.info.linear is None or not lin.args or not lin.outputs
                 or not called and (act is None or act.info is None or not act.args
-                                   or (act.info.gelu_tanh is None and not act.info.relu))):
+                                   or (act.info.gelu_tanh is None and not act.info.relu and not squared_module))):
             continue
         K, N, transposed = lin.info.linear
         x, y = lin.args[0], lin.outputs[0]
         act_shape = tuple(_arg(second, 0) or ()) if called else act.args[0].shape
         if not x.shape or x.shape[-1] != K or y.shape != x.shape[:-1] + (N,) or act_shape != y.shape:
             continue
-        if called or act.info.relu:
+        third = kids[i + 2] if i + 2 < len(kids) else None
+        squared_call = (called and third is not None and third.scope is None and third.name in SQUARE_OPS
+                        and tuple(_arg(third, 0) or ()) == y.shape and _squares(third))
+        if squared_module or squared_call:
+            kind, shape, form = "linear_relu2", make_shape("linear_relu2", rows(x.shape), N, K), ""
+        elif called or act.info.relu:
             kind, shape, form = "linear_relu", make_shape("linear_relu", rows(x.shape), N, K), ""
         else:
             tanh = int(act.info.gelu_tanh or _runs_op(second, "aten::tanh"))
@@ -819,12 +854,28 @@ def pair_linear_activation(parent: Node) -> dict[int, Instance]:
             form = f" ({'tanh' if tanh else 'erf'} form)"
         layout = "Conv1D, weight stored [K, N]" if transposed else \
             "nn.Linear, no bias: apply hands the kernel zeros" if lin.info.bias_free else "nn.Linear"
-        act_name = "torch.relu (a call)" if called else act.info.cls_name
+        act_name = ("torch.square(torch.relu(...)) (calls)" if squared_call else "torch.relu (a call)" if called
+                    else act.info.cls_name + (" (relu then square)" if squared_module else ""))
         inst = Instance(kind, x.dtype, [(shape, 1)], module=owner.qualname,
                         notes=(f"{lin.info.qualname.rsplit('.', 1)[-1]} ({layout}) + {act_name}{form} "
                                f"in {owner.cls_name}",))
         out[id(first)] = out[id(second)] = inst
+        if squared_call:
+            out[id(third)] = inst
     return out
+
+
+def _squares(node: Node) -> bool:
+    """``aten::square``, or ``aten::pow`` with the exponent 2."""
+    return node.name == "aten::square" or _concrete(node, 1) in (2, 2.0)
+
+
+def _runs_relu_then_square(scope: Node) -> bool:
+    """Did this module call run exactly a ReLU and then a square of its output (metadata ops
+    aside), with no module call under it (transformers' ``ReLUSquaredActivation``)?"""
+    ops = [c for c in scope.children if c.scope is not None or c.name not in METADATA_OPS]
+    return (len(ops) == 2 and all(c.scope is None for c in ops) and ops[0].name in RELU_OPS
+            and ops[1].name in SQUARE_OPS and _squares(ops[1]) and _arg(ops[0], 0) == _arg(ops[1], 0))
 
 
 ROW_ADD_OPS = ("aten::add", "aten::add_")

@@ -30,11 +30,12 @@ that compute that kind are switched to it:
   blocks, residual adds written just before a plain norm call (the forward holding both is
   rewritten: ``residuals``), and the add ending a decoder layer, fused ahead into the next
   layer's first norm or the final norm (``residual_ahead.add_ahead``); ``gelu``, ``geglu``, ``swiglu_packed`` — see ``fused``;
-* ``linear_gelu`` / ``linear_relu`` — modules whose forward is ``act(linear(x))`` (an
-  ``nn.Linear``, with a bias or without one (T5's ``wi``: the op gets zeros), or GPT-2 ``Conv1D``;
-  a GELU module, or an ``nn.ReLU``) then a chain of other children, or has such a pair inside a
-  longer forward (OPT's layers: rewritten; the ReLU may be a ``torch.relu`` / ``F.relu`` call
-  there, as in RWKV's feed-forward) (``epilogues``);
+* ``linear_gelu`` / ``linear_relu`` / ``linear_relu2`` — modules whose forward is ``act(linear(x))``
+  (an ``nn.Linear``, with a bias or without one (T5's ``wi``: the op gets zeros), or GPT-2
+  ``Conv1D``; a GELU module, an ``nn.ReLU``, or a squared-ReLU module: Nemotron's and Arcee's
+  ``ACT2FN["relu2"]``) then a chain of other children, or has such a pair inside a longer forward
+  (OPT's layers: rewritten; the ReLU may be a ``torch.relu`` / ``F.relu`` call there, and the
+  squared ReLU ``torch.square(torch.relu(...))`` calls, as in RWKV's feed-forward) (``epilogues``);
 * ``embedding`` — ``torch.nn.Embedding`` (and scaled subclasses); ``rotary_table`` — default-RoPE
   ``*RotaryEmbedding`` modules (``tables``);
 * ``moe_experts`` — mixture-of-experts experts modules with 3-D SwiGLU weights (Mixtral's,

@@ -53,6 +53,7 @@ _MODULE_APPLIERS = {
     "add_layernorm:adds": _apply_residual_adds,
     "linear_gelu": _apply_linear_epilogue,
     "linear_relu": _apply_linear_epilogue,
+    "linear_relu2": _apply_linear_epilogue,
     "moe_experts": _apply_experts,
     "softcap": _apply_softcap,
     "moe_experts_gptoss": _apply_experts,
@@ -66,9 +67,12 @@ _MODULE_APPLIERS = {
 # ``<kind>:adds`` (a residual add written just before a plain norm, fused by rewriting the
 # forward that holds both: ``residuals``).  linear_gelu and linear_relu first: their probes run
 # the module's children as they were (no op of ours yet), and they take the activation module and
-# the linear before the gelu and matmul appliers see them.  relative_position_bias before embedding: it
-# probes the attention module's compute_bias with its nn.Embedding table as it was.
-_ORDER = ("linear_gelu", "linear_relu", "add_rmsnorm:outputs", "add_layernorm:outputs", "rmsnorm", "layernorm", "add_rmsnorm", "add_layernorm",
+# the linear before the gelu and matmul appliers see them; linear_relu2 before linear_relu (in
+# ``torch.square(torch.relu(self.key(x)))`` the inner call alone is linear_relu's pattern).
+# relative_position_bias before embedding: it probes the attention module's compute_bias with its
+# nn.Embedding table as it was.
+_ORDER = ("linear_gelu", "linear_relu2", "linear_relu", "add_rmsnorm:outputs", "add_layernorm:outputs", "rmsnorm",
+          "layernorm", "add_rmsnorm", "add_layernorm",
           "add_rmsnorm:adds", "add_layernorm:adds",
           "gelu", "softmax", "cross_entropy", "fused_mlp", "swiglu", "geglu", "swiglu_packed", "relative_position_bias",
           "embedding", "rotary_table", "moe_experts", "moe_experts_gptoss", "softcap", "attention_masked:scores",

@@ -1,5 +1,5 @@
-"""Appliers for the linear epilogue kinds, ``linear_gelu`` and ``linear_relu`` (one code
-path; an ``Epilogue`` says which activation modules a kind takes and the op's arguments after
+"""Appliers for the linear epilogue kinds, ``linear_gelu``, ``linear_relu`` and ``linear_relu2``
+(one code path; an ``Epilogue`` says which activation modules a kind takes and the op's arguments after
 the bias): a module whose forward runs a linear, then the activation module on its
 output, then (optionally) a chain of other children, each on the output of the one before
 (GPT-2's ``GPT2MLP``: ``c_fc``, ``act``, ``c_proj``, ``dropout``; BERT's ``BertIntermediate``:
@@ -20,9 +20,13 @@ called or handed on as a bound method, or in one those reach (ALBERT's layer pas
 method where a pair is found is rewritten the same way (its signature kept), and the forward
 only where it holds one itself.  A kind's activation may
 also be a function the forward calls by its name instead of a child (``torch.relu`` /
-``F.relu`` / ``nn.functional.relu`` for ``linear_relu``, with no keywords: RWKV's feed-forward
-``torch.square(torch.relu(self.key(x)))``); the name must resolve to that function in the
-globals of the function that calls it.
+``F.relu`` / ``nn.functional.relu`` for ``linear_relu``, with no keywords), or such a call inside
+another one (``linear_relu2``: ``torch.square(torch.relu(...))``, RWKV's feed-forward
+``torch.square(torch.relu(self.key(x)))``); each name must resolve to its function in the
+globals of the function that calls it.  A ``linear_relu2`` activation module is a leaf module
+without parameters or buffers that computes relu(x)**2 exactly on a probe of signed values
+(transformers' ``ReLUSquaredActivation``, ``ACT2FN["relu2"]``: Nemotron's and Arcee's MLPs);
+then, as for every kind, its pair must match the reference.
 
 What the forward does is read from one probe call of the module's own forward on a small random
 input, with hooks on its children: every child runs once, the linear on the module's input, each
@@ -53,7 +57,7 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
-from ..recognize import gelu_form, is_relu_module, linear_dims
+from ..recognize import gelu_form, is_relu2_module, is_relu_module, linear_dims
 from .patching import PROBE_TOLERANCE, _pick, _probe_input, _reference, _rel_error, _swap_class, rewrap
 from .rewrite import compile_forward, reached_methods, statement_lists
 from .selection import KernelOp
@@ -68,12 +72,21 @@ class Epilogue:
     module of the kind, the op's arguments after the bias that the probe may find it computes,
     the one its class says first (GELU: ``(tanh,)``, then the other form); ``()`` for any other
     module.  ``functions``: the torch functions a forward may call the activation by instead of
-    a module (ReLU: ``torch.relu``, ``F.relu``), each of one form, ``()``."""
+    a module (ReLU: ``torch.relu``, ``F.relu``), each of one form, ``()``.  ``outer``: where
+    the activation is one of ``functions`` inside a call of one of these (squared ReLU:
+    ``torch.square(torch.relu(v))``), these; ``()`` where the inner call alone is it."""
 
     kind: str
     activation: str
     forms: Callable[[nn.Module], tuple[tuple, ...]]
     functions: tuple[Callable, ...] = ()
+    outer: tuple[Callable, ...] = ()
+
+    def call(self, v: Any) -> Any:
+        """The activation written as calls, on ``v`` (what a rewritten forward runs where the op
+        does not take the call)."""
+        v = self.functions[0](v)
+        return self.outer[0](v) if self.outer else v
 
 
 def _gelu_forms(m: nn.Module) -> tuple[tuple, ...]:
@@ -83,7 +96,10 @@ def _gelu_forms(m: nn.Module) -> tuple[tuple, ...]:
 
 EPILOGUES = {e.kind: e for e in (Epilogue("linear_gelu", "GELU", _gelu_forms),
                                  Epilogue("linear_relu", "ReLU", lambda m: ((),) if is_relu_module(m) else (),
-                                          (torch.relu, torch.nn.functional.relu)))}
+                                          (torch.relu, torch.nn.functional.relu)),
+                                 Epilogue("linear_relu2", "squared ReLU",
+                                          lambda m: ((),) if is_relu2_module(m) else (),
+                                          (torch.relu, torch.nn.functional.relu), (torch.square,)))}
 CALLED = "<call>"  # the activation of a pair in which the forward calls one of the kind's ``functions``
 
 
@@ -249,15 +265,16 @@ def pairs_attribute(kind: str) -> str:
 
 
 def linear_epilogue_call(module: nn.Module, kind: str, lin_name: str, act_name: str, x: Any) -> Any:
-    """``module.<act>(module.<lin>(x))`` (``torch.relu(module.<lin>(x))`` for ``CALLED``), through
-    ``kind``'s op for the calls it was judged on."""
+    """``module.<act>(module.<lin>(x))`` (``torch.relu(module.<lin>(x))`` for ``CALLED``, or
+    ``torch.square(torch.relu(...))`` for linear_relu2's), through ``kind``'s op for the calls it
+    was judged on."""
     lin = getattr(module, lin_name)
     fused = getattr(type(module), pairs_attribute(kind), {}).get((lin_name, act_name))
     if (fused is not None and isinstance(x, torch.Tensor) and x.dtype == fused[1] and x.dim() >= 1
             and x.shape[-1] == fused[3] and x.numel() > 0):
         op, _, form, K, N, transposed = fused
         return op(x.reshape(-1, K), *_op_weight_bias(lin, transposed), *form).reshape(*x.shape[:-1], N)
-    act = EPILOGUES[kind].functions[0] if act_name == CALLED else getattr(module, act_name)
+    act = EPILOGUES[kind].call if act_name == CALLED else getattr(module, act_name)
     return act(lin(x))
 
 
@@ -280,18 +297,26 @@ def _resolve(expr: ast.expr, namespace: dict[str, Any]) -> Any:
     return None
 
 
-def activation_call(self_name: str, namespace: dict[str, Any], functions: tuple[Callable, ...]):
+def activation_call(self_name: str, namespace: dict[str, Any], functions: tuple[Callable, ...],
+                    outer: tuple[Callable, ...] = ()):
     """A matcher: (activation, argument) of ``self.<act>(argument)``, or (``CALLED``, argument) of
-    a call of one of ``functions`` by its name in ``namespace`` (the forward's globals); one
-    positional argument, no keywords (``F.relu(x, inplace=True)`` is left alone)."""
-    def match(node: ast.AST) -> tuple[str, ast.expr] | None:
-        found = _self_call(node, self_name)
-        if found is not None or not functions or not isinstance(node, ast.Call) or len(node.args) != 1:
-            return found
-        if node.keywords or isinstance(node.args[0], ast.Starred):
+    a call of one of ``functions`` by its name in ``namespace`` (the forward's globals), inside a
+    call of one of ``outer`` where that is given (``torch.square(torch.relu(argument))``); each call
+    with one positional argument, no keywords (``F.relu(x, inplace=True)`` is left alone)."""
+    def called(node: ast.AST, among: tuple[Callable, ...]) -> ast.expr | None:
+        if (not isinstance(node, ast.Call) or len(node.args) != 1 or node.keywords
+                or isinstance(node.args[0], ast.Starred)):
             return None
         fn = _resolve(node.func, namespace)
-        return (CALLED, node.args[0]) if any(fn is f for f in functions) else None
+        return node.args[0] if any(fn is f for f in among) else None
+
+    def match(node: ast.AST) -> tuple[str, ast.expr] | None:
+        found = _self_call(node, self_name)
+        if found is not None or not functions:
+            return found
+        arg = called(node, outer) if outer else node
+        arg = called(arg, functions) if arg is not None else None
+        return (CALLED, arg) if arg is not None else None
 
     return match
 
@@ -303,8 +328,9 @@ def _helper_call(self_name: str, kind: str, lin: str, act: str, arg: ast.expr) -
 
 
 class _ActOfLinear(ast.NodeTransformer):
-    """``self.<act>(self.<lin>(e))`` (or ``torch.relu(self.<lin>(e))``) -> the helper's call
-    (BART's and Whisper's layers, RWKV's feed-forward)."""
+    """``self.<act>(self.<lin>(e))`` (or ``torch.relu(self.<lin>(e))``,
+    ``torch.square(torch.relu(self.<lin>(e)))``) -> the helper's call (BART's and Whisper's
+    layers, RWKV's feed-forward)."""
 
     def __init__(self, self_name: str, kind: str, pairs: set[tuple[str, str]], act_of: Callable):
         self.self_name, self.kind, self.pairs, self.act_of, self.found = self_name, kind, pairs, act_of, set()
@@ -346,7 +372,7 @@ def _rewrite_calls(m: nn.Module, k: KernelOp, ep: Epilogue, done: set[int], prob
     children (a linear, an activation module of ``ep``'s kind or a call of one of its
     ``functions``, that the probe confirms) calls the op; False when none is found."""
     children = dict(m.named_children())
-    acts = list(children.items()) + ([(CALLED, ep.functions[0])] if ep.functions else [])
+    acts = list(children.items()) + ([(CALLED, ep.call)] if ep.functions else [])
     pairs = {}
     for lin_name, lin in children.items():
         if id(lin) in done or not _takes(lin, k.dtype):
@@ -370,7 +396,7 @@ def _rewrite_calls(m: nn.Module, k: KernelOp, ep: Epilogue, done: set[int], prob
     members, found = {}, set()
     for method, fn, inner, tree, fdef in reached_methods(type(m), shadowed, (nn.Module, object)):
         self_name, here = fdef.args.args[0].arg, set()
-        act_of = activation_call(self_name, inner.__globals__, ep.functions)
+        act_of = activation_call(self_name, inner.__globals__, ep.functions, ep.outer)
         for body in list(statement_lists(fdef)):
             _fuse_consecutive(body, self_name, ep.kind, set(pairs), here, act_of)
         visitor = _ActOfLinear(self_name, ep.kind, set(pairs), act_of)

@@ -43,6 +43,7 @@ SCHEMAS: dict[str, str] = {
     "rotary_table": "(Tensor position_ids, Tensor inv_freq, float scaling, Tensor like) -> (Tensor, Tensor)",
     "linear_gelu": "(Tensor x, Tensor w, Tensor b, bool tanh) -> Tensor",
     "linear_relu": "(Tensor x, Tensor w, Tensor b) -> Tensor",
+    "linear_relu2": "(Tensor x, Tensor w, Tensor b) -> Tensor",
     "moe_experts": "(Tensor x, Tensor top_k_index, Tensor top_k_weights, Tensor gate_up, Tensor down) -> Tensor",
     "softcap": "(Tensor x, float cap) -> Tensor",
     "moe_experts_gptoss": ("(Tensor x, Tensor top_k_index, Tensor top_k_weights, Tensor gate_up, Tensor gate_up_bias, "
@@ -72,7 +73,7 @@ def output_meta(kind: str, args: tuple) -> tuple[tuple[int, ...], torch.dtype]:
         return (x.shape[0], args[1].shape[1]), x.dtype
     if kind == "fused_mlp":
         return (x.shape[0], args[3].shape[0]), x.dtype
-    if kind in ("linear_gelu", "linear_relu"):
+    if kind in ("linear_gelu", "linear_relu", "linear_relu2"):
         return (x.shape[0], args[1].shape[0]), x.dtype
     if kind == "cross_entropy":
         return (), x.dtype
