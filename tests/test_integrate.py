@@ -155,6 +155,52 @@ def test_gemma_rmsnorm_gets_one_plus_its_weight(tmp_path):
     assert OP_CALLS[patched._autokernel_ops["rmsnorm"]] - before.get(patched._autokernel_ops["rmsnorm"], 0) == 2
 
 
+class LayerNorm1P(nn.LayerNorm):
+    """Nemotron's ``NemotronLayerNorm1P``: an ``nn.LayerNorm`` whose own forward scales by ``1 + w``."""
+
+    def forward(self, x):
+        return nn.functional.layer_norm(x, self.normalized_shape, self.weight + 1.0, self.bias, self.eps)
+
+
+class LayerNormTimesTwo(nn.LayerNorm):  # its own forward, another function
+    def forward(self, x):
+        return nn.functional.layer_norm(x, self.normalized_shape, self.weight * 2.0, self.bias, self.eps)
+
+
+class LayerNormWithResidual(LayerNorm1P):  # norm(x, residual): the add_layernorm appliers' form
+    def forward(self, x, residual=None):
+        return LayerNorm1P.forward(self, x if residual is None else x + residual)
+
+
+@pytest.mark.parametrize("norm,placed", [(LayerNorm1P, True), (LayerNormTimesTwo, False),
+                                         (LayerNormWithResidual, False)],
+                         ids=["one-plus-w", "two-w", "takes-a-residual"])
+def test_a_layernorm_subclass_with_its_own_forward_is_probed(norm, placed, tmp_path):
+    """A LayerNorm1P (``1 + w``) gets ``w + 1``, computed at each call (a weight changed in place is
+    used at once); one computing something else is left alone (probe mismatch), and so is one whose
+    forward takes a residual (not this applier's)."""
+    model = TwoLayer(lambda n: norm(n, eps=1e-5))
+    with torch.no_grad():
+        model.norm.weight.normal_(0, 0.1)  # zero-centred, as LayerNorm1P's are
+        model.norm.bias.normal_(0, 0.1)
+    wd = make_workdir(tmp_path / "wd", [PlanProblem("layernorm", "layernorm", "fp32", [{"M": 4, "N": 32}], [1], 1.0, 0.5,
+                                                    ["norm"])])
+    patched = apply(model, wd)
+    assert patched._autokernel_replaced == ([("norm", "layernorm")] if placed else [])
+    if not placed:
+        assert any(name == "norm" for name, _ in patched._autokernel_skipped), patched._autokernel_skipped
+        return
+    x = torch.randn(4, 32)
+    op = patched._autokernel_ops["layernorm"]
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        assert rel(patched(x), model(x)) < 1e-5
+        for m in (model, patched):
+            m.norm.weight.add_(0.5)
+        assert rel(patched(x), model(x)) < 1e-5
+    assert OP_CALLS[op] - before == 2
+
+
 def test_lookalike_module_and_other_dtype_are_left_alone(tmp_path):
     model = TwoLayer()
     wd = make_workdir(tmp_path / "wd", [PlanProblem("rmsnorm", "rmsnorm", "fp32", [{"M": 4, "N": 32}], [1], 1.0, 0.5)])
@@ -492,7 +538,8 @@ class ChannelsLayerNorm(nn.LayerNorm):
 
 
 class OwnLayerNorm(nn.LayerNorm):
-    """A LayerNorm subclass that never calls ``nn.LayerNorm.forward`` (Nemotron's ``1 + w`` form)."""
+    """A LayerNorm subclass that never calls ``nn.LayerNorm.forward`` (Nemotron's ``1 + w`` form):
+    left alone before 2026-12-06, probed (``1 + w``) and switched since."""
 
     def forward(self, x):
         return nn.functional.layer_norm(x, self.normalized_shape, self.weight + 1, self.bias, self.eps)
@@ -507,12 +554,12 @@ def test_a_layernorm_subclass_calling_the_base_forward_gets_the_kernel_in_its_pl
             m.bias.uniform_(-0.5, 0.5)
     ln = [PlanProblem("layernorm", "layernorm", "fp32", [{"M": 32, "N": 16}], [3], 1.0, 0.5, ["1", "3", "4"])]
     patched = apply(model, make_workdir(tmp_path / "wd", ln))
-    assert sorted(patched._autokernel_replaced) == [("1", "layernorm"), ("3", "layernorm")]
+    assert sorted(patched._autokernel_replaced) == [("1", "layernorm"), ("3", "layernorm"), ("4", "layernorm")]
     before = sum(OP_CALLS.values())
     x = torch.randn(2, 3, 4, 4)
     with torch.no_grad():
         out = patched(x)
-    assert sum(OP_CALLS.values()) - before == 2  # each replaced norm ran the kernel
+    assert sum(OP_CALLS.values()) - before == 3  # each replaced norm ran the kernel
     with torch.no_grad():
         assert rel(out, model(x)) < 1e-5
 

@@ -659,3 +659,15 @@ def test_gpt_neo_written_out_attention_in_bf16_on_a_padded_batch(tmp_path):
         ref, out = loaded.model(*x).float(), patched(*x).float()
     assert OP_CALLS[op] - before == 2
     assert ((out - ref).norm() / ref.norm()).item() < 2e-2
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_nemotron_layernorm1p_norms_are_placed_and_match(tmp_path):
+    """NemotronLayerNorm1P is an ``nn.LayerNorm`` subclass whose own forward scales by ``1 + w``:
+    planned as layernorm and add_layernorm, and unplaceable before 2026-12-06 (7.3% and 1.0% of
+    hf:nemotron not covered); ``apply`` probes its forward, w then 1 + w, and hands the op w + 1."""
+    patched = placed_and_matching(tmp_path, "hf:nemotron", "hidden_size=64,num_hidden_layers=2,num_attention_heads=4,"
+                                  "intermediate_size=128,vocab_size=256,num_key_value_heads=2", [2, 16],
+                                  kinds=("layernorm", "add_layernorm"))
+    replaced = dict(patched._autokernel_replaced)
+    assert replaced["model.model.layers.0.post_attention_layernorm"] == "add_layernorm"
+    assert replaced["model.model.norm"] == "add_layernorm"  # the last layer's end, fused ahead
+    assert replaced["model.model.layers.0.input_layernorm"] == "layernorm"

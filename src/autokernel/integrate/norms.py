@@ -122,11 +122,14 @@ PROBED_EPS = (1e-5, 1e-6, 1e-12, 1e-8)
 class LayernormForm:
     """A LayerNorm module as the layernorm op's arguments: its weight, or ones for one without
     (``nn.LayerNorm(elementwise_affine=False)``, OLMo's ``OlmoLayerNorm``), its bias, or zeros for
-    one without (``nn.LayerNorm(bias=False)``, Cohere's ``CohereLayerNorm``), and eps."""
+    one without (``nn.LayerNorm(bias=False)``, Cohere's ``CohereLayerNorm``), and eps.  ``offset``:
+    the norm scales by ``1 + w`` (Nemotron's ``NemotronLayerNorm1P``, whose weights are stored
+    zero-centred), which the op gets as ``w + 1``, one small add a call (as Gemma's RMSNorm)."""
 
     eps: float
     bias: bool
     weight: bool = True
+    offset: bool = False
 
     def prepare(self, norm: nn.Module, dtype: torch.dtype, device: torch.device) -> None:
         """Give a norm without weight or bias its ones and zeros (once, before the op's first call)."""
@@ -138,8 +141,8 @@ class LayernormForm:
             norm.register_buffer(ZERO_BIAS, torch.zeros_like(like), persistent=False)
 
     def params(self, norm: nn.Module) -> tuple:
-        return (norm.weight if self.weight else norm._buffers[UNIT_WEIGHT],
-                norm.bias if self.bias else norm._buffers[ZERO_BIAS], self.eps)
+        weight = norm.weight if self.weight else norm._buffers[UNIT_WEIGHT]
+        return (weight + 1 if self.offset else weight, norm.bias if self.bias else norm._buffers[ZERO_BIAS], self.eps)
 
 
 def norm_width(m: nn.Module) -> int | None:
@@ -156,7 +159,9 @@ def norm_width(m: nn.Module) -> int | None:
 def layernorm_form(m: nn.Module, dtype: torch.dtype, probed: dict) -> LayernormForm | None:
     """``m`` as the layernorm op computes it, or None: ``nn.LayerNorm`` over the last dim (as it
     is), or a class named ``*LayerNorm`` with a 1-D weight, or none and a 1-D ``normalized_shape``,
-    whose own ``forward`` matches the reference on a probe (decided once per class)."""
+    whose own ``forward`` matches the reference on a probe (decided once per class), or an
+    ``nn.LayerNorm`` subclass with a one-input forward of its own that does not call
+    ``super().forward`` and matches the reference with ``w`` or ``1 + w`` (``own_forward_form``)."""
     w = getattr(m, "weight", None)
     if w is None:
         return _weightless_layernorm_form(m, probed)
@@ -166,8 +171,10 @@ def layernorm_form(m: nn.Module, dtype: torch.dtype, probed: dict) -> LayernormF
     base = _original_class(type(m))
     if isinstance(m, nn.LayerNorm) and base.forward is nn.LayerNorm.forward:
         return LayernormForm(float(m.eps), bias is not None) if len(m.normalized_shape) == 1 else None
-    if isinstance(m, nn.LayerNorm) or not base.__name__.lower().endswith("layernorm"):
-        return None  # a LayerNorm subclass with its own forward is for the add_layernorm appliers
+    if isinstance(m, nn.LayerNorm):
+        return own_forward_form(m, base, dtype, probed)
+    if not base.__name__.lower().endswith("layernorm"):
+        return None
     eps = _norm_eps(m, dtype)
     if eps is None or (bias is not None and (not isinstance(bias, torch.Tensor) or bias.shape != w.shape)):
         return None
@@ -178,6 +185,43 @@ def layernorm_form(m: nn.Module, dtype: torch.dtype, probed: dict) -> LayernormF
         probed[key] = LayernormForm(eps, bias is not None) if _probe(
             m, base, x, lambda x: ref(x, m.weight, m.bias if bias is not None else torch.zeros_like(m.weight), eps)) else None
     return probed[key]
+
+
+def own_forward_form(m: nn.LayerNorm, base: type, dtype: torch.dtype, probed: dict) -> LayernormForm | None:
+    """An ``nn.LayerNorm`` subclass with a forward of its own (Nemotron's ``NemotronLayerNorm1P``:
+    ``F.layer_norm(x, shape, self.weight + 1, self.bias, self.eps)``) as the op's arguments, by a
+    probe of the forward against the reference with ``w``, then ``1 + w`` (decided once per class).
+    None for a forward that takes a residual (the add_layernorm appliers' ``norm(x, residual)``),
+    that calls ``super().forward`` (ConvNeXt's: ``calls_layernorm_forward``), or that raises."""
+    if len(m.normalized_shape) != 1 or m.weight is None or calls_layernorm_forward(base) or _takes_more(base.forward):
+        return None
+    eps, bias = float(m.eps), m.bias is not None
+    key = (base, "own layernorm form", eps, bias)
+    if key not in probed:
+        ref = _reference("layernorm")
+        x = _probe_input(m.weight.shape[0], m, dtype)
+        b = m.bias if bias else torch.zeros_like(m.weight)
+        found = None
+        for offset in (False, True):
+            try:
+                ok = _probe(m, base, x, lambda x, offset=offset: ref(x, m.weight + offset, b, eps))
+            except Exception:  # a forward that does not take one tensor is not this norm
+                break
+            if ok:
+                found = LayernormForm(eps, bias, offset=offset)
+                break
+        probed[key] = found
+    return probed[key]
+
+
+def _takes_more(forward: Callable) -> bool:
+    """Does a forward take more than ``(self, x)`` positionally (a residual)?"""
+    try:
+        params = list(inspect.signature(forward).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    return (any(p.kind == p.VAR_POSITIONAL for p in params)
+            or len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) > 2)
 
 
 def _weightless_layernorm_form(m: nn.Module, probed: dict) -> LayernormForm | None:
@@ -253,7 +297,8 @@ def _apply_layernorm(model, k, done, replaced, skipped, probed) -> None:
         named = (not isinstance(m, nn.LayerNorm) and type(m).__name__.lower().endswith("layernorm")
                  and _related(name, k.problem.modules))
         inherits = isinstance(m, nn.LayerNorm) and not plain and calls_layernorm_forward(_original_class(type(m)))
-        if id(m) in done or not (plain or named or inherits) or _pick([k], "layernorm", name) is None:
+        own = isinstance(m, nn.LayerNorm) and not plain and not inherits and _related(name, k.problem.modules)
+        if id(m) in done or not (plain or named or inherits or own) or _pick([k], "layernorm", name) is None:
             continue
         if inherits:
             form = _inherited_layernorm_form(m, k.dtype)
