@@ -487,38 +487,59 @@ def test_the_sdpa_probe_takes_a_keyword_as_unused_only_where_the_output_does_not
 
 
 MPT = "d_model=64,n_heads=4,n_layers=2,max_seq_len=64,vocab_size=256"
+BLOOM = "hidden_size=64,n_layer=2,n_head=4,vocab_size=256"
+NEO = dict(hidden_size=64, num_layers=2, num_heads=4, vocab_size=256, attention_types=[[["global", "local"], 1]],
+           window_size=8)
+DEBERTA = "hidden_size=64,num_hidden_layers=2,num_attention_heads=4,intermediate_size=128,vocab_size=256"
+# attention written out in a forward or a method it calls, no kind placed it before; the position
+# bias, the fills and the mask become one additive mask for the attention_masked op
+# (``integrate.scores_attention``), and in training the module's own code runs (dropout):
+# - MptAttention: scores times the scale, + the ALiBi bias, masked_fill with the causal mask, fp32
+#   softmax, dropout, @ v (58-65% of hf:mpt's time);
+# - BloomAttention: alibi.baddbmm(q, k^T) on heads folded into the batch, viewed as [B, H, S, S]
+#   for the causal mask, the weights viewed back for torch.bmm (q, k, v [B, H, S, D] for the op);
+# - GPTNeoSelfAttention._attn: fp32 scores unscaled, torch.where with the causal or window mask,
+#   + the mask, softmax, @ v;
+# - DisentangledSelfAttention (relative attention off): bmm(q, k^T / scale) on folded heads,
+#   viewed as [B, H, S, S], masked_fill, softmax, bmm with v
+WRITTEN_OUT = [
+    ("hf:mpt", MPT, "model.transformer.blocks.{}.attn"),
+    ("hf:bloom", BLOOM, "model.transformer.h.{}.self_attention"),
+    ("hf:gpt_neo", NEO, "model.transformer.h.{}.attn.attention"),
+    ("hf:deberta-v2", DEBERTA, "model.deberta.encoder.layer.{}.attention.self"),
+]
 
 
 @pytest.mark.skipif(not HF, reason="transformers is not installed")
-def test_mpt_written_out_attention_is_placed_and_matches(tmp_path):
-    """MptAttention writes its attention out (scores times the scale, + the ALiBi bias,
-    masked_fill with the causal mask, softmax in fp32, dropout, @ v): no kind placed it, and it
-    was 58-65% of hf:mpt's time.  The bias and the mask are now one additive mask for the
-    attention_masked op (``integrate.scores_attention``); in training the module's own code runs."""
+@pytest.mark.parametrize("spec,config,attention", WRITTEN_OUT, ids=[w[0] for w in WRITTEN_OUT])
+def test_written_out_attention_is_placed_and_matches(tmp_path, spec, config, attention):
     from autokernel.integrate.ops import OP_CALLS
 
     before = dict(OP_CALLS)
-    patched = placed_and_matching(tmp_path, "hf:mpt", MPT, [2, 16], kinds=("attention_masked",))
+    patched = placed_and_matching(tmp_path, spec, config, [2, 16], kinds=("attention_masked",))
     (op,) = patched._autokernel_ops.values()
     assert OP_CALLS[op] - before.get(op, 0) == 2  # one call a layer
-    assert sorted(patched._autokernel_replaced) == [(f"model.transformer.blocks.{i}.attn", "attention_masked")
-                                                    for i in range(2)]
+    assert sorted(patched._autokernel_replaced) == [(attention.format(i), "attention_masked") for i in range(2)]
     calls = OP_CALLS[op]
     patched.train()
     with torch.no_grad():
-        patched(*load_model("hf:mpt", config_overrides=MPT, input_shape=[2, 16]).make_inputs(2))
+        patched(*load_model(spec, config_overrides=config, input_shape=[2, 16]).make_inputs(2))
     assert OP_CALLS[op] == calls  # dropout: the original code
 
 
 @pytest.mark.skipif(not HF, reason="transformers is not installed")
-def test_mpt_written_out_attention_in_bf16_on_a_padded_batch(tmp_path):
-    """bf16 scores plus the fp32 ALiBi bias make an fp32 mask; the padded rows' mask is the
-    causal one with the padding hidden too."""
+@pytest.mark.parametrize("spec,config,attention", WRITTEN_OUT, ids=[w[0] for w in WRITTEN_OUT])
+def test_written_out_attention_in_bf16_on_a_padded_batch(tmp_path, spec, config, attention):
+    """bf16 scores plus an fp32 bias (MPT's ALiBi) make an fp32 mask; BLOOM's alibi differs per row
+    (built from the padding mask); the mask hides the padding too.  GPT-Neo casts q and k to fp32
+    in _attn whatever the model's dtype and the weights back to v's: its problem is fp32 (as
+    profiled), v goes to the op in fp32 and its output back to bf16."""
     from autokernel.integrate import apply
     from autokernel.integrate.ops import OP_CALLS
 
-    loaded = load_model("hf:mpt", config_overrides=MPT, input_shape=[3, 16], dtype=torch.bfloat16, padded=True)
-    starters_workdir(tmp_path, profile_model(loaded, warmup=0, iters=1), ("attention_masked",))
+    loaded = load_model(spec, config_overrides=config, input_shape=[3, 16], dtype=torch.bfloat16, padded=True)
+    (problem,) = starters_workdir(tmp_path, profile_model(loaded, warmup=0, iters=1), ("attention_masked",))
+    assert problem.dtype == ("fp32" if spec == "hf:gpt_neo" else "bf16")
     patched = apply(loaded.model, tmp_path)
     (op,) = patched._autokernel_ops.values()
     before = OP_CALLS.get(op, 0)
@@ -527,29 +548,6 @@ def test_mpt_written_out_attention_in_bf16_on_a_padded_batch(tmp_path):
         ref, out = loaded.model(*x).float(), patched(*x).float()
     assert OP_CALLS[op] - before == 2
     assert ((out - ref).norm() / ref.norm()).item() < 2e-2
-
-
-BLOOM = "hidden_size=64,n_layer=2,n_head=4,vocab_size=256"
-
-
-@pytest.mark.skipif(not HF, reason="transformers is not installed")
-def test_bloom_written_out_attention_is_placed_and_matches(tmp_path):
-    """BloomAttention's scores are alibi.baddbmm(q, k^T) on heads folded into the batch, viewed
-    as [B, H, S, S] for the causal mask, the weights viewed back for torch.bmm: the ALiBi bias and
-    the mask are one additive mask for the attention_masked op, q, k, v [B, H, S, D]."""
-    from autokernel.integrate.ops import OP_CALLS
-
-    before = dict(OP_CALLS)
-    patched = placed_and_matching(tmp_path, "hf:bloom", BLOOM, [2, 16], kinds=("attention_masked",))
-    (op,) = patched._autokernel_ops.values()
-    assert OP_CALLS[op] - before.get(op, 0) == 2  # one call a layer
-    assert sorted(patched._autokernel_replaced) == [(f"model.transformer.h.{i}.self_attention", "attention_masked")
-                                                    for i in range(2)]
-    calls = OP_CALLS[op]
-    patched.train()
-    with torch.no_grad():
-        patched(*load_model("hf:bloom", config_overrides=BLOOM, input_shape=[2, 16]).make_inputs(2))
-    assert OP_CALLS[op] == calls  # dropout: the original code
 
 
 @pytest.mark.skipif(not HF, reason="transformers is not installed")
@@ -563,102 +561,6 @@ def test_bloom_with_all_its_kinds_placed_matches(tmp_path):
                             ("post_attention_layernorm", "add_layernorm"))} <= set(patched._autokernel_replaced)
 
 
-@pytest.mark.skipif(not HF, reason="transformers is not installed")
-def test_bloom_written_out_attention_in_bf16_on_a_padded_batch(tmp_path):
-    """A padded batch: the alibi differs per row (built from the padding mask) and the mask hides
-    the padding too; bf16 throughout."""
-    from autokernel.integrate import apply
-    from autokernel.integrate.ops import OP_CALLS
-
-    loaded = load_model("hf:bloom", config_overrides=BLOOM, input_shape=[3, 16], dtype=torch.bfloat16, padded=True)
-    starters_workdir(tmp_path, profile_model(loaded, warmup=0, iters=1), ("attention_masked",))
-    patched = apply(loaded.model, tmp_path)
-    (op,) = patched._autokernel_ops.values()
-    before = OP_CALLS.get(op, 0)
-    with torch.no_grad():
-        x = loaded.make_inputs(1)
-        ref, out = loaded.model(*x).float(), patched(*x).float()
-    assert OP_CALLS[op] - before == 2
-    assert ((out - ref).norm() / ref.norm()).item() < 2e-2
-
-
-NEO = dict(hidden_size=64, num_layers=2, num_heads=4, vocab_size=256, attention_types=[[["global", "local"], 1]],
-           window_size=8)
-
-
-@pytest.mark.skipif(not HF, reason="transformers is not installed")
-def test_gpt_neo_written_out_attention_is_placed_and_matches(tmp_path):
-    """GPTNeoSelfAttention writes its attention out in _attn, a method its forward calls (fp32
-    scores unscaled, torch.where with the causal or window mask, + the mask, softmax, @ v): the
-    helper is rewritten, the where and the add make the op's additive mask."""
-    from autokernel.integrate.ops import OP_CALLS
-
-    before = dict(OP_CALLS)
-    patched = placed_and_matching(tmp_path, "hf:gpt_neo", NEO, [2, 16], kinds=("attention_masked",))
-    (op,) = patched._autokernel_ops.values()
-    assert OP_CALLS[op] - before.get(op, 0) == 2  # one call a layer
-    assert sorted(patched._autokernel_replaced) == [(f"model.transformer.h.{i}.attn.attention", "attention_masked")
-                                                    for i in range(2)]
-    calls = OP_CALLS[op]
-    patched.train()
-    with torch.no_grad():
-        patched(*load_model("hf:gpt_neo", config_overrides=NEO, input_shape=[2, 16]).make_inputs(2))
-    assert OP_CALLS[op] == calls  # dropout: the original code
-
-
-DEBERTA = "hidden_size=64,num_hidden_layers=2,num_attention_heads=4,intermediate_size=128,vocab_size=256"
-
-
-@pytest.mark.skipif(not HF, reason="transformers is not installed")
-def test_deberta_written_out_attention_is_placed_and_matches(tmp_path):
-    """DisentangledSelfAttention (relative attention off): bmm(q, k^T / scale) on heads folded
-    into the batch, viewed as [B, H, S, S], masked_fill, softmax, bmm with v."""
-    from autokernel.integrate.ops import OP_CALLS
-
-    before = dict(OP_CALLS)
-    patched = placed_and_matching(tmp_path, "hf:deberta-v2", DEBERTA, [2, 16], kinds=("attention_masked",))
-    (op,) = patched._autokernel_ops.values()
-    assert OP_CALLS[op] - before.get(op, 0) == 2
-    assert sorted(patched._autokernel_replaced) == [(f"model.deberta.encoder.layer.{i}.attention.self",
-                                                     "attention_masked") for i in range(2)]
-
-
-@pytest.mark.skipif(not HF, reason="transformers is not installed")
-def test_deberta_written_out_attention_in_bf16_on_a_padded_batch(tmp_path):
-    from autokernel.integrate import apply
-    from autokernel.integrate.ops import OP_CALLS
-
-    loaded = load_model("hf:deberta-v2", config_overrides=DEBERTA, input_shape=[3, 16], dtype=torch.bfloat16,
-                        padded=True)
-    starters_workdir(tmp_path, profile_model(loaded, warmup=0, iters=1), ("attention_masked",))
-    patched = apply(loaded.model, tmp_path)
-    (op,) = patched._autokernel_ops.values()
-    before = OP_CALLS.get(op, 0)
-    with torch.no_grad():
-        x = loaded.make_inputs(1)
-        ref, out = loaded.model(*x).float(), patched(*x).float()
-    assert OP_CALLS[op] - before == 2
-    assert ((out - ref).norm() / ref.norm()).item() < 2e-2
-
-
-@pytest.mark.skipif(not HF, reason="transformers is not installed")
-def test_gpt_neo_written_out_attention_in_bf16_on_a_padded_batch(tmp_path):
-    """GPT-Neo casts q and k to fp32 in _attn whatever the model's dtype and the weights back to
-    v's: the problem is fp32 (as profiled), v goes to the op in fp32 and its output back to bf16."""
-    from autokernel.integrate import apply
-    from autokernel.integrate.ops import OP_CALLS
-
-    loaded = load_model("hf:gpt_neo", config_overrides=NEO, input_shape=[3, 16], dtype=torch.bfloat16, padded=True)
-    (problem,) = starters_workdir(tmp_path, profile_model(loaded, warmup=0, iters=1), ("attention_masked",))
-    assert problem.dtype == "fp32"
-    patched = apply(loaded.model, tmp_path)
-    (op,) = patched._autokernel_ops.values()
-    before = OP_CALLS.get(op, 0)
-    with torch.no_grad():
-        x = loaded.make_inputs(1)
-        ref, out = loaded.model(*x).float(), patched(*x).float()
-    assert OP_CALLS[op] - before == 2
-    assert ((out - ref).norm() / ref.norm()).item() < 2e-2
 @pytest.mark.skipif(not HF, reason="transformers is not installed")
 def test_nemotron_layernorm1p_norms_are_placed_and_match(tmp_path):
     """NemotronLayerNorm1P is an ``nn.LayerNorm`` subclass whose own forward scales by ``1 + w``:
