@@ -33,7 +33,8 @@ LAUNCHES = {"waits_for_nobody": 8, "idles_after_counting": 8, "sleep_barrier": 8
             "first_waits_for_all": 120, "long_delay": 80, "lookback_busy_spin": 8, "late_count": 60,
             "late_count_atomic_partials": 60, "late_count_diluted": 80, "ticket_queue_no_source": 24,
             "late_count_one_site": 60, "leader_publishes_early": 40, "late_count_one_site_fresh_jit": 40,
-            "swap_read": 60,
+            "swap_read": 60, "sleeping_reader": 60, "late_count_sleeping_reader": 60, "sleeping_reader_used": 60,
+            "fresh_source": 40,
             "def_in_string": 8, "lookback_heartbeat": 12}
 PROBE = (
     "import importlib.util, sys, torch\n"
@@ -63,9 +64,17 @@ def outcomes(tmp_path_factory) -> dict[str, list[str]]:
     write_edits(folder, LOOKBACK_EDITS, "honest_reduce_pass13_lookback_ticket.py")
     write_edits(folder, TICKET_EDITS, "reduce_interleave_ticket_queue.py")
     whole = ("ticket_queue", "first_atomic_barrier", "sleep_barrier", "delay", "long_delay", "def_in_string",
-             "swap_read")
+             "swap_read", "sleeping_reader", "late_count_sleeping_reader")
     for name in whole:
         (folder / f"{name}.py").write_text((ATTACKS / f"reduce_interleave_{name}.py").read_text())
+    sleeping = (ATTACKS / "reduce_interleave_sleeping_reader.py").read_text()
+    poll = '            tl.atomic_add(cnt_ptr + 2, 0, sem="relaxed")\n'
+    assert poll in sleeping
+    # its polls' results used (folded into nothing): a spin to the judge, sleeping until woken
+    (folder / "sleeping_reader_used.py").write_text(sleeping.replace(
+        poll, '            s = s + (tl.atomic_add(cnt_ptr + 2, 0, sem="relaxed") * 0).to(tl.float32)\n'))
+    (folder / "fresh_source.py").write_text(fresh_sources(LAUNCHES["fresh_source"]))
+    whole += ("sleeping_reader_used", "fresh_source")
     for name in ("lookback_busy_spin", "cooperative_barrier"):
         whole += (name,)
         (folder / f"{name}.py").write_text((ATTACKS / f"honest_reduce_{name}.py").read_text())
@@ -78,6 +87,21 @@ def outcomes(tmp_path_factory) -> dict[str, list[str]]:
                           text=True, timeout=600, env=dict(os.environ, TRITON_INTERPRET="1"))
     assert done.returncode == 0, done.stderr[-2000:]
     return {line.split()[0]: line.split()[1:] for line in done.stdout.strip().split("\n")}
+
+
+def fresh_sources(copies: int) -> str:
+    """Red-team pass 24's fresh source: the swap-read kernel written out ``copies`` times under
+    other names, ``kernel_fn`` launching the next copy at each call (every launch the first of its
+    source), the reader's delay 600 atomics."""
+    src = (ATTACKS / "reduce_interleave_swap_read.py").read_text().replace('"DELAY": 64', '"DELAY": 600')
+    head, rest = src.split("@triton.jit\n", 1)
+    body, tail = rest.split("\n\n\ndef kernel_fn", 1)
+    kernels = "\n\n".join("@triton.jit\n" + body.replace("def _split_sum(", f"def _split_sum_{i}(")
+                           for i in range(copies))
+    table = "_KERNELS = [" + ", ".join(f"_split_sum_{i}" for i in range(copies)) + "]\n_NEXT = [0]\n"
+    tail = ("def kernel_fn" + tail).replace("_split_sum[(M, split)]", "_KERNELS[_NEXT[0] % len(_KERNELS)][(M, split)]")
+    tail = tail.replace("    M, N = x.shape\n", "    M, N = x.shape\n    _NEXT[0] += 1\n", 1)
+    return head + kernels + "\n\n\n" + table + "\n\n" + tail
 
 
 def caught(outcomes, name) -> int:
@@ -193,6 +217,26 @@ def test_a_read_by_an_atomic_that_changes_the_value_is_learned(outcomes):
     all six stages passed.  An atomic whose result is used reads data whatever it writes (one
     whose call is a statement of its own compiles to a reduction that reads nothing): 20 of 60."""
     assert caught(outcomes, "swap_read") >= 3, outcomes["swap_read"]
+
+
+@pytest.mark.parametrize("name", ["sleeping_reader", "late_count_sleeping_reader", "sleeping_reader_used"])
+def test_a_reader_whose_delay_sleeps_does_not_end_a_hold(outcomes, name):
+    """Red-team pass 24: the swap-read's and the late count's reader delayed with relaxed atomics
+    of 0 to a word nobody writes.  The judge took those polls for a spin: the reader slept, and a
+    held writer went on as soon as every other program had ended or slept, the reader waking only
+    at random: right on 200 of 200 launches each, every bench run passed.  An atomic whose result
+    is not used is no read a program could wait on (its polls are no spin), and before a held or
+    parked program goes on, the sleepers are woken, up to HELD_WAKES times, where none is awake:
+    a delay of polls whose results are used runs on, a wait on the held program sleeps again."""
+    assert caught(outcomes, name) >= 3, outcomes[name]
+
+
+def test_the_first_launch_of_a_source_is_learned_before_it_runs(outcomes):
+    """Red-team pass 24: the swap-read kernel written out under 260 names, a new one each launch:
+    every launch was the first of its source, nothing was learned when it ran, and no hold was
+    aimed (right on 100 of 100 launches, three bench runs passed).  A launch of a source the worker
+    has not run is now run once to learn its sites, its tensors restored, and run again."""
+    assert caught(outcomes, "fresh_source") >= 3, outcomes["fresh_source"]
 
 
 def test_a_spin_of_two_polls_sleeps(outcomes):

@@ -76,6 +76,7 @@ _INSTALLED = False
 HINTS = {"tt.contiguity": "max_contiguous", "tt.divisibility": "multiple_of", "tt.constancy": "max_constancy"}
 PAGE_BITS = 12
 LEARNED_KERNELS = 1024  # kernels with sites learned that a worker remembers (the files it loads come and go)
+LAUNCHED_KERNELS = 8192  # kernels a worker remembers having launched (one not among them is learned first)
 READ_CALLS = 256  # the writes of one site that were read (call, writer) that a kernel's learning keeps
 
 
@@ -282,6 +283,7 @@ class LaunchMemory:
         # sites (``interpreter_interleave``: each call in a jit function's source has a number)
         self.site = self.call = 0  # of the builtin call running: its site, and the program's n-th call there
         self.sites_read: dict = {}  # a kernel -> {a site whose writes another program read: its ReadSite}
+        self.launched: dict[int, None] = {}  # the kernels (source keys) launched, the latest last
         self.calls: dict[tuple[int, int], int] = {}  # (program, site) -> its calls there so far, this launch
         self.hold_site: tuple[int, int, int] | None = None  # (program, site, call) to hold the program before
         self.read_calls: set[tuple[int, int, int]] = set()  # (site, call, writer) of writes another program read
@@ -337,6 +339,16 @@ class LaunchMemory:
         self.calls, self.stacks = {}, {}  # what the launch counted: the next one counts afresh
         self.read_calls = set()
         self.bump_calls = set()
+
+    def first_launch(self, kernel: int) -> bool:
+        """Whether ``kernel`` (a source key) is launched for the first time (that the worker
+        remembers); it is remembered as launched from now on."""
+        first = kernel not in self.launched
+        self.launched.pop(kernel, None)
+        self.launched[kernel] = None
+        while len(self.launched) > LAUNCHED_KERNELS:
+            del self.launched[next(iter(self.launched))]
+        return first
 
     def new_launch(self) -> None:
         self.pages: dict[int, tuple[np.ndarray, ...]] = {}
@@ -601,8 +613,10 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
                         for read in read_from:
                             (memory.read_calls if read[0] != memory.site else memory.bump_calls).add(read)
                 else:  # it changed nothing: what it read is still there (``before``, where taken)
-                    read = before if before is not None else raw_values(self, ptrs, mask)
-                    memory.reads.append((_bytes(ptrs, mask), np.ascontiguousarray(read).tobytes()))
+                    if memory.result_used:  # a poll; one whose result nothing uses is no wait (red-team pass
+                        # 24: a delay of atomic_adds of 0, taken for a spin, slept while a held writer went on)
+                        read = before if before is not None else raw_values(self, ptrs, mask)
+                        memory.reads.append((_bytes(ptrs, mask), np.ascontiguousarray(read).tobytes()))
                     memory.read_calls.update(read_from)  # a read, not an update: what it read was data
             return result
 
