@@ -34,7 +34,7 @@ LAUNCHES = {"waits_for_nobody": 8, "idles_after_counting": 8, "sleep_barrier": 8
             "late_count_atomic_partials": 60, "late_count_diluted": 80, "ticket_queue_no_source": 24,
             "late_count_one_site": 60, "leader_publishes_early": 40, "late_count_one_site_fresh_jit": 40,
             "swap_read": 60, "sleeping_reader": 60, "late_count_sleeping_reader": 60, "sleeping_reader_used": 60,
-            "fresh_source": 40,
+            "fresh_source": 40, "work_queue_tuple": 8,
             "def_in_string": 8, "lookback_heartbeat": 12}
 PROBE = (
     "import importlib.util, sys, torch\n"
@@ -75,7 +75,7 @@ def outcomes(tmp_path_factory) -> dict[str, list[str]]:
         poll, '            s = s + (tl.atomic_add(cnt_ptr + 2, 0, sem="relaxed") * 0).to(tl.float32)\n'))
     (folder / "fresh_source.py").write_text(fresh_sources(LAUNCHES["fresh_source"]))
     whole += ("sleeping_reader_used", "fresh_source")
-    for name in ("lookback_busy_spin", "cooperative_barrier"):
+    for name in ("lookback_busy_spin", "cooperative_barrier", "work_queue_tuple"):
         whole += (name,)
         (folder / f"{name}.py").write_text((ATTACKS / f"honest_reduce_{name}.py").read_text())
     if hasattr(tl, "atomic_poll"):
@@ -306,6 +306,13 @@ def test_a_grid_barrier_of_a_cooperative_launch_is_no_deadlock(outcomes):
     """Red-team pass 19: a grid barrier in a launch with ``launch_cooperative_grid=True`` (CUDA runs
     every program at once) was a ``DeadlockError`` on 9 of 40 launches (few programs resident)."""
     assert outcomes["cooperative_barrier"] == ["right"] * 24
+
+
+def test_a_work_queue_counter_in_a_tuple_is_put_back_for_the_judged_run(outcomes):
+    """Red-team pass 25: the replay of a source's first launch put back only top-level tensor
+    arguments; a work queue's counter passed in a tuple was at its end for the judged run, which
+    then computed nothing (an honest kernel failed at smoke)."""
+    assert outcomes["work_queue_tuple"] == ["right"] * 8
 
 
 def test_a_program_waiting_on_later_programs_hangs_only_where_a_gpu_would(outcomes):

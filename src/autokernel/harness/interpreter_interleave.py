@@ -218,11 +218,10 @@ def install(interpreter, memory, rng, raw_set_grid_idx) -> bool:
                 # learn before the holds are aimed (red-team pass 24: a kernel written out under a new
                 # name at each launch was never held where its writes were read): run once to learn
                 # which writes other programs read, put every tensor back as it was, run again
-                saved = [(t, t.clone()) for t in _tensors(args, kwargs)]
+                saved = [(storage, storage.clone()) for storage in _storages((*args, *kwargs.values()))]
                 run(self, *args, **kwargs)
-                with torch.no_grad():
-                    for tensor, before in saved:
-                        tensor.copy_(before)
+                for storage, before in saved:
+                    storage.copy_(before)
             return run(self, *args, **kwargs)
         finally:
             launch["cooperative"] = False
@@ -238,15 +237,21 @@ def install(interpreter, memory, rng, raw_set_grid_idx) -> bool:
     return True
 
 
-def _tensors(args: tuple, kwargs: dict) -> list:
-    """The tensors a launch can write: its tensor arguments and the bases of its tensor descriptors."""
-    found = []
-    for value in (*args, *kwargs.values()):
-        base = getattr(value, "base", None) if not isinstance(value, torch.Tensor) else None
+def _storages(values, depth: int = 0, found: dict | None = None) -> list:
+    """The storages a launch can write, each once: those of its tensor arguments, in tuples and
+    lists too (as a launch takes them), and of its tensor descriptors' bases.  Storages, not
+    tensors: an expanded argument (stride 0) cannot be copied into, and views share their bytes."""
+    found = {} if found is None else found
+    for value in values:
+        if isinstance(value, (tuple, list)) and depth < 4:
+            _storages(value, depth + 1, found)
+            continue
+        base = None if isinstance(value, torch.Tensor) else getattr(value, "base", None)
         for t in (value, base):
-            if isinstance(t, torch.Tensor) and not any(t is seen for seen in found):
-                found.append(t)
-    return found
+            if isinstance(t, torch.Tensor):
+                storage = t.untyped_storage()
+                found.setdefault((storage.data_ptr(), storage.nbytes()), storage)
+    return list(found.values())
 
 
 def _interleaved(fn, variant, key, builder, memory, rng, raw_set_grid_idx, launch):
