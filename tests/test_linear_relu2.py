@@ -91,7 +91,7 @@ def test_every_fp16_case_squares_inside_fp16s_range():
     scaled = False
     for shape in (*problem.cpu_shapes, *problem.cpu_edge_shapes):
         for name, args in problem.adversarial_inputs(shape, torch.float16, "cpu", 5):
-            ref = problem.reference(*[a.double() for a in args])
+            ref = problem.reference(*[a.double() for a in args]).nan_to_num(0.0)  # the non-finite case's NaN row
             assert float(ref.max()) < 65504 / 2, (shape, name)
             scaled |= name == "positive-sum" and float(ref.max()) > 100
     assert scaled  # the case is still one of large positive sums

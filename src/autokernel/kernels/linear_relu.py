@@ -49,7 +49,7 @@ def _band_order(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M
 def _bias_relu(acc, b_ptr, cols, N):
     """relu(acc + b[cols]) on the fp32 accumulator."""
     bias = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-    return tl.maximum(acc + bias[None, :], 0.0)
+    return tl.maximum(acc + bias[None, :], 0.0, propagate_nan=tl.PropagateNan.ALL)  # NaN stays NaN, as in torch.relu
 
 
 @triton.jit

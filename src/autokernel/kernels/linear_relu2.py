@@ -50,7 +50,7 @@ def _band_order(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M
 def _bias_relu_squared(acc, b_ptr, cols, N):
     """relu(acc + b[cols]) ** 2 on the fp32 accumulator: the clamp first, then the square."""
     bias = tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-    y = tl.maximum(acc + bias[None, :], 0.0)
+    y = tl.maximum(acc + bias[None, :], 0.0, propagate_nan=tl.PropagateNan.ALL)  # NaN stays NaN, as in torch.relu
     return y * y
 
 

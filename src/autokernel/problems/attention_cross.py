@@ -59,12 +59,20 @@ CPU_SHAPES = (
     _shape(1, 2, 1, 40, 17, 64, 1, 1, 1),
 )
 GPU_EDGE_SHAPES = (_shape(2, 20, 20, 3, 1, 64), _shape(3, 16, 16, 777, 1023, 64, 1, 1, 1),
-                   _shape(5, 32, 8, 1, 1499, 128, 1, 0, 0))
+                   _shape(5, 32, 8, 1, 1499, 128, 1, 0, 0),
+                   _shape(2, 8, 8, 1024, 77, 40),  # Stable Diffusion's UNet: head_dim 40 against 77 text tokens
+                   _shape(8, 16, 16, 1, 1024, 64, 1, 1, 0))  # a decoding step with an additive key mask
 # 263 and 261 keys: more than two key blocks of the widest BLOCK_N (a kernel that attends to a
 # window of keys, or stops after a block or two, meets them); one key (Sk = 1); one query against
 # a bool key mask at B = 3 (each batch row its own padding); a per-query bool mask of odd lengths
 CPU_EDGE_SHAPES = (_shape(1, 1, 1, 7, 263, 16), _shape(2, 2, 2, 5, 1, 16), _shape(3, 3, 1, 1, 261, 32, 1, 0, 0),
-                   _shape(2, 2, 2, 19, 3, 64, 1, 0, 1), _shape(1, 2, 2, 17, 29, 32, 1, 1, 0))
+                   _shape(2, 2, 2, 19, 3, 64, 1, 0, 1), _shape(1, 2, 2, 17, 29, 32, 1, 1, 0),
+                   # red-team pass 25: every mask form past two of the widest key blocks (a kernel that
+                   # reads the mask in the last, partial block only), one query with an additive mask
+                   # and with none (one that reads a decoding step's mask as bool), a head dim that is
+                   # no power of two (one that drops the head-dim bound of its loads)
+                   _shape(1, 1, 1, 3, 300, 16, 1, 0, 1), _shape(1, 1, 1, 3, 300, 16, 1, 1, 1),
+                   _shape(2, 2, 2, 1, 300, 16, 1, 1, 0), _shape(2, 2, 1, 1, 40, 16), _shape(1, 2, 2, 5, 300, 40))
 FIXED_DIMS = ("H", "Hkv", "D", "masked", "additive", "per_query")
 
 
@@ -198,6 +206,9 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
         ("padding-per-row", (q, k, v, form(padded), scale)),
         ("batch-shared-mask", (q, k, v, mask[:1].contiguous(), scale)),
         ("per-head-mask", (q, k, v, form(per_head), scale)),
+        # a mask stored keys first, not contiguous (red-team pass 25: a kernel that took the mask's
+        # strides from its shape passed, every mask drawn contiguous)
+        ("keys-first-mask", (q, k, v, mask.transpose(-1, -2).contiguous().transpose(-1, -2), scale)),
     ]
     if shape["additive"]:
         fp32_min = torch.finfo(torch.float32).min

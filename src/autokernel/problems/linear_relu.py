@@ -82,6 +82,13 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     near_zero_w = (w.float() / 16).to(dtype)  # x w^T ~ N(0, 1/64)
     small_b = randn((shape["N"],), dtype, device, gen, scale=0.05)
     cases.append(("straddling-zero", (x, near_zero_w, small_b)))
+    # torch.relu keeps NaN (red-team pass 25: the starters' tl.maximum, which drops it, passed every
+    # case): one NaN in x makes its row's pre-activations NaN in any summation order.  (An inf would
+    # not: blocked GEMMs multiply it by padding zeros, and eager bf16 on the CPU gave NaN where the
+    # float64 reference gave 0.)
+    special = x.clone()
+    special[0, 0] = float("nan")
+    cases.append(("non-finite", (special, w, small_b)))
     return cases
 
 

@@ -83,7 +83,8 @@ def _fits_square(case: tuple, dtype: torch.dtype) -> tuple:
     pre-activation's square is under half of ``dtype``'s range."""
     x, w, b = case
     limit = (torch.finfo(dtype).max / 2) ** 0.5
-    peak = float(F.linear(x.double(), w.double(), b.double()).abs().max()) if x.numel() and w.numel() else 0.0
+    peak = float(F.linear(x.double(), w.double(), b.double()).nan_to_num(0.0).abs().max()) \
+        if x.numel() and w.numel() else 0.0  # the non-finite case's NaN row aside
     shift = 0
     while peak / 2.0 ** shift > limit:
         shift += 1

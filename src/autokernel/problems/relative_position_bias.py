@@ -63,7 +63,10 @@ CPU_SHAPES = (_shape(4, 32, 32, 32, 1), _shape(3, 5, 40, 32, 0))
 # is one distance and they are cheap to draw many of (``boundary_draws``)
 GPU_EDGE_SHAPES = (_shape(1, 1, 1, 4, 1), _shape(1, 1, 1, 2, 0), _shape(5, 37, 3, 13, 1), _shape(4, 67, 2049, 128, 0),
                    _shape(8, 1, 4097, 32, 1), _shape(2, 1, 1, 38, 1), _shape(2, 1, 1, 17, 0))
+# (2, 1, 1100, 32, 0): a decoding step past the widest BLOCK_K (red-team pass 25: a kernel that wrote one
+# block of keys for a single query passed, one query coming only with one key on the CPU)
 CPU_EDGE_SHAPES = (_shape(1, 1, 1, 4, 1), _shape(1, 1, 1, 2, 0), _shape(5, 37, 3, 13, 1), _shape(2, 3, 300, 64, 1),
+                   _shape(2, 1, 1100, 32, 0),
                    _shape(2, 1, 1, 38, 1), _shape(2, 1, 1, 17, 0))
 
 
