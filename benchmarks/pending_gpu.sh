@@ -361,6 +361,17 @@ twentyfifth)  # relative_position_bias (T5's bias, new this session) through the
     step knobs_relu_device_2048 80 python benchmarks/starter_knobs_gpu.py --kind linear_relu --shape 0 --device-time \
         --out "$out/knobs_relu_2048" --configs-file benchmarks/knob_sets/linear_relu.json --shape-json '{"M": 2048}'
     ;;
+twentysixth)  # attention_cross and linear_relu2 (new this session, never on a GPU): their starters through the
+    # GPU judge, beside eager and torch.compile at Whisper-large's cross-attention (448 and one query against 1500
+    # frames) and Arcee's up_proj; pass 24's sleeping readers and fresh sources on a GPU
+    step new_kinds_judge 240 python benchmarks/judge_smoke_gpu.py --out "$out/new_judge" --budget 230 \
+        --kinds attention_cross,linear_relu2 --attacks ""
+    for shape in 0 1; do
+        step "knobs_cross_$shape" 60 python benchmarks/starter_knobs_gpu.py --kind attention_cross --shape "$shape" \
+            --out "$out/knobs_cross" --compile-mode default
+    done
+    step knobs_relu2 100 python benchmarks/starter_knobs_gpu.py --kind linear_relu2 --shape 0 --out "$out/knobs_relu2"
+    ;;
 twentyfifth_b)  # the held writers (pass 21's one-site late count, pass 22's leader and fresh jit) on a GPU
     step held_writers 120 python benchmarks/interleave_gpu.py --out "$out/held" --launches 200 --timeout 40 \
         --only late_count_one_site,leader_publishes_early,late_count_one_site_fresh_jit
