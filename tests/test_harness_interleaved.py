@@ -64,17 +64,14 @@ def outcomes(tmp_path_factory) -> dict[str, list[str]]:
     write_edits(folder, LOOKBACK_EDITS, "honest_reduce_pass13_lookback_ticket.py")
     write_edits(folder, TICKET_EDITS, "reduce_interleave_ticket_queue.py")
     whole = ("ticket_queue", "first_atomic_barrier", "sleep_barrier", "delay", "long_delay", "def_in_string",
-             "swap_read", "sleeping_reader", "late_count_sleeping_reader")
+             "swap_read")
     for name in whole:
         (folder / f"{name}.py").write_text((ATTACKS / f"reduce_interleave_{name}.py").read_text())
-    sleeping = (ATTACKS / "reduce_interleave_sleeping_reader.py").read_text()
-    poll = '            tl.atomic_add(cnt_ptr + 2, 0, sem="relaxed")\n'
-    assert poll in sleeping
-    # its polls' results used (folded into nothing): a spin to the judge, sleeping until woken
-    (folder / "sleeping_reader_used.py").write_text(sleeping.replace(
-        poll, '            s = s + (tl.atomic_add(cnt_ptr + 2, 0, sem="relaxed") * 0).to(tl.float32)\n'))
+    for name, text in sleeping_readers().items():
+        (folder / f"{name}.py").write_text(text)
+        whole += (name,)
     (folder / "fresh_source.py").write_text(fresh_sources(LAUNCHES["fresh_source"]))
-    whole += ("sleeping_reader_used", "fresh_source")
+    whole += ("fresh_source",)
     for name in ("lookback_busy_spin", "cooperative_barrier", "work_queue_tuple"):
         whole += (name,)
         (folder / f"{name}.py").write_text((ATTACKS / f"honest_reduce_{name}.py").read_text())
@@ -87,6 +84,26 @@ def outcomes(tmp_path_factory) -> dict[str, list[str]]:
                           text=True, timeout=600, env=dict(os.environ, TRITON_INTERPRET="1"))
     assert done.returncode == 0, done.stderr[-2000:]
     return {line.split()[0]: line.split()[1:] for line in done.stdout.strip().split("\n")}
+
+
+# the last counter's delay loop in the swap-read and long-delay kernels: atomics that change a word
+DELAY_BUMP = '            tl.atomic_add(cnt_ptr + 2, 1, sem="relaxed")\n'
+POLL = '            tl.atomic_add(cnt_ptr + 2, 0, sem="relaxed")\n'
+
+
+def sleeping_readers() -> dict[str, str]:
+    """Red-team pass 24's readers whose delay is 64 relaxed atomic_adds of 0 to a word nobody writes
+    (fire-and-forget on a GPU; a spin to the judge, the reader slept while a held writer went on):
+    the swap-read's, the late count's (the long delay's kernel counting after 40 atomics of nothing,
+    past any park), and the swap-read's with the polls' results used (folded into nothing)."""
+    swap = (ATTACKS / "reduce_interleave_swap_read.py").read_text()
+    late = (ATTACKS / "reduce_interleave_long_delay.py").read_text().replace('"DELAY": 2000', '"DELAY": 64')
+    count = "    c = tl.atomic_add(cnt_ptr, 1)\n"
+    assert swap.count(DELAY_BUMP) == late.count(DELAY_BUMP) == late.count(count) == 1
+    late = late.replace(count, '    for _ in range(40):\n        tl.atomic_add(cnt_ptr + 2, 1, sem="relaxed")\n' + count)
+    used = '            s = s + (tl.atomic_add(cnt_ptr + 2, 0, sem="relaxed") * 0).to(tl.float32)\n'
+    return {"sleeping_reader": swap.replace(DELAY_BUMP, POLL), "late_count_sleeping_reader": late.replace(DELAY_BUMP, POLL),
+            "sleeping_reader_used": swap.replace(DELAY_BUMP, used)}
 
 
 def fresh_sources(copies: int) -> str:
