@@ -215,8 +215,10 @@ def test_t5_plans_the_bias_of_each_stack_and_apply_places_it(tmp_path):
 
     loaded, plan, problem, patched = _t5(tmp_path)
     assert problem.supported and problem.modules == STACKS
-    assert problem.shapes == [{"H": 4, "Sq": 40, "Sk": 40, "NB": 32, "bidirectional": 1},
-                              {"H": 4, "Sq": 40, "Sk": 40, "NB": 32, "bidirectional": 0}]
+    # in the order of their measured time, which two shapes this close swap from run to run
+    assert sorted(problem.shapes, key=lambda s: -s["bidirectional"]) == [
+        {"H": 4, "Sq": 40, "Sk": 40, "NB": 32, "bidirectional": 1},
+        {"H": 4, "Sq": 40, "Sk": 40, "NB": 32, "bidirectional": 0}]
     assert not {"aten::log", "aten::abs", "aten::div", "aten::min"} & {u.name for u in plan.not_covered}
     embedding = next(p for p in plan.problems if p.kind == "embedding")
     assert all(s["V"] == 256 for s in embedding.shapes)  # the bias table's lookup is the bias's, not embedding's
