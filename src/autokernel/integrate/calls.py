@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import re
 import types
 from typing import Any, Callable
 
@@ -15,7 +14,7 @@ from ..recognize import gelu_form, module_wrapped_function
 from .ops import rows, traced_as_original
 from .patching import _SUBCLASSES, _code_names, _pick, rewrap
 from .rewrite import rebound_globals
-from .rotary_tables import table_convention, table_replacement
+from .rotary_tables import rotary_arity, table_convention, table_replacement
 from .selection import KernelOp
 
 
@@ -377,9 +376,6 @@ def _rotary_replacement(k: KernelOp, original: Callable[..., Any], pair: bool) -
     return rotary_one
 
 
-_ROTARY_NAME = re.compile(r"rotary|rope", re.IGNORECASE)
-
-
 def _rotary_form(fn: Any) -> bool | None:
     """True for ``f(q, k, cos, sin)``, False for ``f(x, cos, sin)``, None when ``fn`` is not a
     ``rotate_half``-layout rotary function (or a module made of one).  A function that names
@@ -396,16 +392,10 @@ def _rotary_pairs_form(fn: Any) -> bool | None:
 
 
 def _rotary_layout_form(fn: Any, kind: str) -> bool | None:
-    fn = module_wrapped_function(fn)
-    if not isinstance(fn, types.FunctionType) or not _ROTARY_NAME.search(fn.__name__):
-        return None
-    if not any("rotate_half" in n for n in _code_names(fn.__code__)):
-        return None
-    params = [p for p in inspect.signature(fn).parameters.values()
-              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
-    pair = {4: True, 3: False}.get(len(params))
+    pair = rotary_arity(fn, lambda name: "rotate_half" in name)
     if pair is None:
         return None
+    fn = module_wrapped_function(fn)
     if (fn, kind) not in _ROTARY_PROBED:
         _ROTARY_PROBED[(fn, kind)] = _rotates_as(fn, pair, kind)
     return pair if _ROTARY_PROBED[(fn, kind)] else None

@@ -23,10 +23,9 @@ import torch.nn as nn
 from ..recognize import gelu_form, is_silu_module, packed_mlp_dims, residual_norm_parts
 from .linears import _DOWN_NAMES, _GATE_NAMES, _UP_NAMES, _find_linear
 from .ops import rows
-from .norms import LayernormForm, _is_rmsnorm, _original_class, layernorm_form, norm_width, rmsnorm_form
+from .norms import LayernormForm, _is_rmsnorm, _original_class, _takes_residual, layernorm_form, norm_width, rmsnorm_form
 from .patching import (PROBE_TOLERANCE, _class_code_names, _model_device, _pick, _probe_input, _reference, _rel_error,
                        _swap_class)
-from .residuals import _takes_residual
 from .selection import KernelOp
 
 

@@ -193,7 +193,8 @@ def own_forward_form(m: nn.LayerNorm, base: type, dtype: torch.dtype, probed: di
     probe of the forward against the reference with ``w``, then ``1 + w`` (decided once per class).
     None for a forward that takes a residual (the add_layernorm appliers' ``norm(x, residual)``),
     that calls ``super().forward`` (ConvNeXt's: ``calls_layernorm_forward``), or that raises."""
-    if len(m.normalized_shape) != 1 or m.weight is None or calls_layernorm_forward(base) or _takes_more(base.forward):
+    if (len(m.normalized_shape) != 1 or m.weight is None or calls_layernorm_forward(base)
+            or _takes_residual(base.forward)):
         return None
     eps, bias = float(m.eps), m.bias is not None
     key = (base, "own layernorm form", eps, bias)
@@ -214,14 +215,15 @@ def own_forward_form(m: nn.LayerNorm, base: type, dtype: torch.dtype, probed: di
     return probed[key]
 
 
-def _takes_more(forward: Callable) -> bool:
-    """Does a forward take more than ``(self, x)`` positionally (a residual)?"""
+def _takes_residual(forward: Callable) -> bool:
+    """Does a norm's forward take a second tensor (``forward(x, residual)``)?"""
     try:
         params = list(inspect.signature(forward).parameters.values())
     except (TypeError, ValueError):
         return True
-    return (any(p.kind == p.VAR_POSITIONAL for p in params)
-            or len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) > 2)
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        return True
+    return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= 3
 
 
 def _weightless_layernorm_form(m: nn.Module, probed: dict) -> LayernormForm | None:

@@ -56,7 +56,7 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
-from .norms import _original_class, layernorm_form, norm_width, rmsnorm_form
+from .norms import _original_class, _takes_residual, layernorm_form, norm_width, rmsnorm_form
 from .ops import rows
 from .patching import _model_device, _swap_class, dtype_reason, rewrap
 from .residual_ahead import NEXT_NORM, _ahead_norm_members
@@ -76,17 +76,6 @@ def _plain_norm_params(m: nn.Module, kind: str, dtype: torch.dtype, probed: dict
         return form.params
     form = rmsnorm_form(m, dtype, probed)
     return form.params if form is not None else None
-
-
-def _takes_residual(forward: Callable) -> bool:
-    """Does a norm's forward take a second tensor (``forward(x, residual)``)?"""
-    try:
-        params = list(inspect.signature(forward).parameters.values())
-    except (TypeError, ValueError):
-        return True
-    if any(p.kind == p.VAR_POSITIONAL for p in params):
-        return True
-    return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= 3
 
 
 def _forward_is(cls: type, forward: Callable) -> bool:

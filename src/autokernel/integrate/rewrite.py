@@ -69,6 +69,13 @@ def compile_forward(fn: types.FunctionType, tree: ast.Module, helpers: dict[str,
     return new
 
 
+def pure(node: ast.expr) -> bool:
+    """A name, a constant or an attribute chain on a name: the same value read twice."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, (ast.Name, ast.Constant))
+
+
 def statement_lists(node: ast.AST):
     """Every list of statements under ``node`` (bodies, else branches, finally blocks)."""
     for child in ast.walk(node):

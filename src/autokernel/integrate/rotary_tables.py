@@ -69,7 +69,7 @@ def table_convention(fn: Any, kind: str) -> TableConvention | None:
     """The convention in which ``fn``, a rotary function (a name that says rotary or rope, calling
     a ``rotate*`` function) of one tensor (``f(x, a, b)``) or of q and k (``f(q, k, a, b)``),
     computes ``kind``'s reference; None for the ops' own convention or none."""
-    pair = _arity(fn)
+    pair = rotary_arity(fn)
     if pair is None:
         return None
     fn = module_wrapped_function(fn)
@@ -78,12 +78,13 @@ def table_convention(fn: Any, kind: str) -> TableConvention | None:
     return _PROBED[(fn, kind)]
 
 
-def _arity(fn: Any) -> bool | None:
-    """True for ``f(q, k, a, b)``, False for ``f(x, a, b)``, None for anything else."""
+def rotary_arity(fn: Any, rotates: Callable[[str], bool] = lambda name: name.startswith("rotate")) -> bool | None:
+    """For a rotary function (a name that says rotary or rope, a call of a function whose name
+    ``rotates`` accepts): True for ``f(q, k, a, b)``, False for ``f(x, a, b)``; None for anything else."""
     fn = module_wrapped_function(fn)
     if not isinstance(fn, types.FunctionType) or not _ROTARY_NAME.search(fn.__name__):
         return None
-    if not any(n.startswith("rotate") for n in _code_names(fn.__code__)):
+    if not any(rotates(n) for n in _code_names(fn.__code__)):
         return None
     params = [p for p in inspect.signature(fn).parameters.values()
               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
@@ -119,7 +120,7 @@ def _computes(fn: types.FunctionType, kind: str, convention: TableConvention, pa
 def table_replacement(k: KernelOp, original: Callable[..., Any], convention: TableConvention) -> Callable[..., Any]:
     """``original``'s stand-in: the op where the call fits the probed convention, else ``original``."""
     op, dtype, kind = k.op, k.dtype, k.kind
-    pair = _arity(original)
+    pair = rotary_arity(original)
 
     def rotate(x, cos, sin):
         S = x.shape[1] if convention.seq_first else x.shape[2]

@@ -40,12 +40,13 @@ import types
 from typing import Any, Callable
 
 import torch
+import torch.nn as nn
 
 from .calls import _sdpa_ok, kernel_mask
 from .ops import traced_as_original
 from .patching import apply_rewritten_members, rewrap
-from .rewrite import compile_forward, parse_forward, statement_lists
-from .scores_statements import Chain, find_chain, name_of, uses
+from .rewrite import compile_forward, parse_forward, reached_methods, statement_lists
+from .scores_statements import Chain, find_chain, uses
 from .selection import KernelOp
 
 READY, START, ATTEND = "_autokernel_scores_ready", "_autokernel_scores_start", "_autokernel_scores_attention"
@@ -205,31 +206,18 @@ def rewritten_forward(forward: Any, names: dict[str, Callable[..., Any]]) -> Any
     return rewrap(forward, compile_forward(inner, tree, names))
 
 
-def _self_calls(fdef: ast.FunctionDef) -> list[str]:
-    """The names of the methods ``fdef`` calls on its first argument (``self._attn(...)``)."""
-    me = fdef.args.args[0].arg
-    return list(dict.fromkeys(n.func.attr for n in ast.walk(fdef) if isinstance(n, ast.Call)
-                              and isinstance(n.func, ast.Attribute) and name_of(n.func.value) == me))
-
-
 def rewritten_members(cls: type, names: dict[str, Callable[..., Any]]) -> dict[str, Any] | None:
     """``{"forward": ...}`` with ``cls.forward``'s written-out attention going to the op, or, where
-    the forward has none, the methods it calls on ``self`` that do (GPT-Neo's ``_attn``) by their
-    names; None where none has one."""
+    the forward has none, the methods it reaches through ``self`` that do (GPT-Neo's ``_attn``;
+    ``rewrite.reached_methods``) by their names; None where none has one."""
     forward = rewritten_forward(cls.forward, names)
     if forward is not None:
         return {"forward": forward}
-    inner = inspect.unwrap(cls.forward)
-    parsed = parse_forward(inner) if isinstance(inner, types.FunctionType) else None
-    if parsed is None:
-        return None
     out = {}
-    for name in _self_calls(parsed[1]):
-        method = inspect.getattr_static(cls, name, None)
-        if isinstance(method, types.FunctionType) and name != "forward":
-            new = rewritten_forward(method, names)
-            if new is not None:
-                out[name] = new
+    for name, method, *_ in reached_methods(cls, set(), (nn.Module, object)):
+        new = rewritten_forward(method, names) if name != "forward" else None
+        if new is not None:
+            out[name] = new
     return out or None
 
 

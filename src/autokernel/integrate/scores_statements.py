@@ -36,6 +36,8 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any
 
+from .rewrite import pure
+
 
 @dataclass
 class Chain:
@@ -64,13 +66,6 @@ class Chain:
 # ------------------------------------------------------------------ small matchers
 def name_of(node: Any) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
-
-
-def pure(node: ast.expr) -> bool:
-    """A name, an attribute chain on one, or a constant."""
-    while isinstance(node, ast.Attribute):
-        node = node.value
-    return isinstance(node, (ast.Name, ast.Constant))
 
 
 def uses(node: ast.AST, names: str | set[str]) -> bool:

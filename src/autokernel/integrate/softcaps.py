@@ -25,7 +25,7 @@ import torch
 
 from .ops import traced_as_original
 from .patching import apply_rewritten_forwards, rewrap
-from .rewrite import compile_forward, parse_forward, statement_lists
+from .rewrite import compile_forward, parse_forward, pure, statement_lists
 from .selection import KernelOp
 
 HELPER = "_autokernel_softcap"
@@ -44,15 +44,8 @@ def softcap_helper(k: KernelOp) -> Callable[[Any, Any], Any]:
     return softcap
 
 
-def _pure(node: ast.expr) -> bool:
-    """A name, a constant or an attribute chain on a name: the same value read twice."""
-    while isinstance(node, ast.Attribute):
-        node = node.value
-    return isinstance(node, (ast.Name, ast.Constant))
-
-
 def _same(a: ast.expr, b: ast.expr) -> bool:
-    return _pure(a) and ast.dump(a) == ast.dump(b)
+    return pure(a) and ast.dump(a) == ast.dump(b)
 
 
 def _tanh_of(node: ast.expr) -> ast.expr | None:
