@@ -64,7 +64,30 @@ GPU_MODELS = [("llama", LLAMA_4096, "4x1024"), ("hf:gpt2", None, "4x512"), ("hf:
               # position bias folded into the mask (attention_masked, nineteenth session)
               ("hf:t5", None, "4x512"),
               # OPT-125m's widths (the default config: hidden 768, 12 layers, fc1 768 -> 3072 with its ReLU)
-              ("hf:opt", None, "4x512")]
+              ("hf:opt", None, "4x512"),
+              # placed by the twenty-fifth and twenty-sixth sessions (real widths, fewer layers where the model
+              # is large; the default config where it is small).  Whisper's default (384 wide, 4 + 4 layers):
+              # 2 clips of 3000 log-mel frames, 128 decoder tokens (its cross-attention is attention_cross)
+              ("hf:whisper", None, None),
+              # Arcee AFM-4.5B's widths (2560, up_proj 18432 with squared ReLU: linear_relu2), 4 layers
+              ("hf:arcee", "num_hidden_layers=4", "4x1024"),
+              # bloom-560m's widths (ALiBi attention written out: attention_masked), 4 layers
+              ("hf:bloom", "hidden_size=1024,n_layer=4,n_head=16", "4x512"),
+              # albert-base (one layer shared by 12; its GELU in ff_chunk)
+              ("hf:albert", "hidden_size=768,num_attention_heads=12,intermediate_size=3072,embedding_size=128",
+               "4x512"),
+              # GPT-J-6B's widths (sin-first rotary tables on 64 of 256 head dims), 4 layers
+              ("hf:gptj", "n_layer=4", "4x512"),
+              # ERNIE-4.5-0.3B's widths (interleaved rotary, angles in the table's first half), 4 layers
+              ("hf:ernie4_5", "num_hidden_layers=4", "4x1024"),
+              # DeBERTa-v2-xlarge's widths (written-out attention), 4 layers
+              ("hf:deberta-v2", "num_hidden_layers=4", "4x512"),
+              # opus-mt's widths (the logits' row add in the matmul problem)
+              ("hf:marian", "d_model=512,encoder_layers=6,decoder_layers=6,encoder_attention_heads=8,"
+                            "decoder_attention_heads=8,encoder_ffn_dim=2048,decoder_ffn_dim=2048,pad_token_id=0",
+               "4x512"),
+              # DeiT-base (224 x 224 images)
+              ("hf:deit", None, None)]
 CPU_MODELS = [("llama", "n_layers=1", "1x8"), ("hf:gpt2", "n_embd=64,n_layer=1,n_head=2,vocab_size=512", "1x8"),
               ("hf:bert", "hidden_size=64,num_hidden_layers=1,num_attention_heads=2,intermediate_size=128,vocab_size=512",
                "1x8"),
@@ -74,7 +97,25 @@ CPU_MODELS = [("llama", "n_layers=1", "1x8"), ("hf:gpt2", "n_embd=64,n_layer=1,n
                             "intermediate_size=128,vocab_size=128", "1x8"),
               ("hf:t5", "d_model=32,num_layers=1,num_heads=2,d_ff=64,d_kv=16,vocab_size=128", "1x8"),
               ("hf:opt", "hidden_size=64,num_hidden_layers=1,num_attention_heads=2,ffn_dim=128,word_embed_proj_dim=64,"
-                         "vocab_size=128", "1x8")]
+                         "vocab_size=128", "1x8"),
+              ("hf:whisper", "d_model=32,encoder_layers=1,decoder_layers=1,encoder_attention_heads=2,"
+                             "decoder_attention_heads=2,encoder_ffn_dim=64,decoder_ffn_dim=64,vocab_size=128,"
+                             "max_source_positions=16,max_target_positions=8", None),
+              ("hf:arcee", "hidden_size=64,num_hidden_layers=1,num_attention_heads=2,num_key_value_heads=2,"
+                           "intermediate_size=128,vocab_size=128", "1x8"),
+              ("hf:bloom", "hidden_size=64,n_layer=1,n_head=2,vocab_size=128", "1x8"),
+              ("hf:albert", "hidden_size=64,num_hidden_layers=1,num_attention_heads=2,intermediate_size=128,"
+                            "embedding_size=32,vocab_size=128", "1x8"),
+              ("hf:gptj", "n_embd=64,n_layer=1,n_head=2,vocab_size=128,rotary_dim=16", "1x8"),
+              ("hf:ernie4_5", "hidden_size=64,num_hidden_layers=1,num_attention_heads=2,num_key_value_heads=2,"
+                              "intermediate_size=128,vocab_size=128", "1x8"),
+              ("hf:deberta-v2", "hidden_size=64,num_hidden_layers=1,num_attention_heads=2,intermediate_size=128,"
+                                "vocab_size=128", "1x8"),
+              ("hf:marian", "d_model=32,encoder_layers=1,decoder_layers=1,encoder_attention_heads=2,"
+                            "decoder_attention_heads=2,encoder_ffn_dim=64,decoder_ffn_dim=64,vocab_size=128,"
+                            "pad_token_id=0", "1x8"),
+              ("hf:deit", "hidden_size=32,num_hidden_layers=1,num_attention_heads=2,intermediate_size=64,image_size=32,"
+                          "patch_size=8", None)]
 
 
 def liger_op(kind: str):
@@ -293,7 +334,8 @@ def bench_model(root: Path, spec: str, config: str | None, shape: str, gpu: bool
                    breakdown=False, under_compile=under_compile)
     ratio = (lambda a, b: a / b if a and b else None)
     name = (spec if ahead else f"{spec} (no add ahead)") + (" (padded)" if padded else "")
-    return {"model": name, "config": config, "input_shape": shape,
+    loaded_shape = json.loads((wd / "run.json").read_text())["input_shape"]
+    return {"model": name, "config": config, "input_shape": shape or "x".join(str(n) for n in loaded_shape),
             "passed": v.passed, "error": max(v.errors),
             "replaced": sorted({k for _, k in v.replaced}), "eager_ms": v.eager_ms, "patched_ms": v.patched_ms,
             "compile_ms": v.compile_ms, "compile_patched_ms": v.compile_patched_ms,
@@ -380,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cuda-graphs", action="store_true", help="verify the patched models in CUDA-graph mode")
     ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs",
                     help="torch.compile mode of the baselines ('default' compiles faster)")
-    ap.add_argument("--models", default="", help="comma-separated subset of llama,hf:gpt2,hf:bert,hf:mixtral,hf:gemma2,hf:t5,hf:opt "
+    ap.add_argument("--models", default="", help="comma-separated subset of the models listed in GPU_MODELS "
                     "('none': no model)")
     ap.add_argument("--skip-fused", action="store_true", help="models only, not the fused kinds")
     ap.add_argument("--kinds", default="", help=f"comma-separated subset of the fused kinds ({','.join(FUSED_KINDS)})")
@@ -435,6 +477,10 @@ def main(argv: list[str] | None = None) -> int:
         save()
     models = GPU_MODELS if gpu else CPU_MODELS
     wanted = {m for m in opts.models.split(",") if m}
+    unknown = sorted(wanted - {spec for spec, _, _ in models})
+    if unknown:
+        print(f"unknown models {unknown}: choose from {','.join(spec for spec, _, _ in models)}", file=sys.stderr)
+        return 2
     for spec, config, shape in models:
         if wanted and spec not in wanted:
             continue

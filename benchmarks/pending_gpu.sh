@@ -81,13 +81,16 @@
 #   bash benchmarks/pending_gpu.sh twentythird OUT  # the interleaved attacks and honest look-backs on a GPU
 #   bash benchmarks/pending_gpu.sh twentyfourth OUT  # linear_relu's starter judged and timed; the late counts on a GPU
 #   bash benchmarks/pending_gpu.sh twentyfourth_b OUT  # hf:opt in graph mode against max-autotune
+#   bash benchmarks/pending_gpu.sh twentyseventh OUT # relative_position_bias, attention_cross and linear_relu2 judged
+#                                               # and timed beside eager and torch.compile
+#   MODELS=... bash benchmarks/pending_gpu.sh models27 OUT # the models placed in sessions 25-26, verified and timed
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b|eighteenth|eighteenth_b|eighteenth_c|eighteenth_d|nineteenth|nineteenth_b|nineteenth_c|nineteenth_d OUT"
+usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b|eighteenth|eighteenth_b|eighteenth_c|eighteenth_d|nineteenth|nineteenth_b|nineteenth_c|nineteenth_d|twentyseventh|models27 OUT"
 part=${1:?$usage}
 out=${2:?$usage}
 mkdir -p "$out"
@@ -360,6 +363,28 @@ twentyfifth)  # relative_position_bias (T5's bias, new this session) through the
         --out "$out/knobs_relu" --configs-file benchmarks/knob_sets/linear_relu.json
     step knobs_relu_device_2048 80 python benchmarks/starter_knobs_gpu.py --kind linear_relu --shape 0 --device-time \
         --out "$out/knobs_relu_2048" --configs-file benchmarks/knob_sets/linear_relu.json --shape-json '{"M": 2048}'
+    ;;
+twentyseventh)  # what the twenty-fifth and twenty-sixth sessions built and no GPU checked, in one call: the
+    # relative_position_bias buckets and starter through the judge, attention_cross and linear_relu2 through the
+    # judge, each beside eager and torch.compile (default mode) at its first shapes
+    step rpb_buckets 50 python benchmarks/relative_position_bias_cuda_gpu.py
+    step rpb_judge 110 python benchmarks/judge_smoke_gpu.py --out "$out/rpb_judge" --budget 100 \
+        --kinds relative_position_bias --attacks ""
+    step new_kinds_judge 180 python benchmarks/judge_smoke_gpu.py --out "$out/new_judge" --budget 170 \
+        --kinds attention_cross,linear_relu2 --attacks ""
+    for shape in 0 1; do
+        step "knobs_cross_$shape" 50 python benchmarks/starter_knobs_gpu.py --kind attention_cross --shape "$shape" \
+            --out "$out/knobs_cross" --compile-mode default
+    done
+    step knobs_relu2 80 python benchmarks/starter_knobs_gpu.py --kind linear_relu2 --shape 0 --out "$out/knobs_relu2" \
+        --compile-mode default
+    step knobs_rpb 40 python benchmarks/starter_knobs_gpu.py --kind relative_position_bias --shape 0 \
+        --out "$out/knobs_rpb" --compile-mode default
+    ;;
+models27)  # the models the twenty-fifth and twenty-sixth sessions placed, verified and timed against eager and
+    # torch.compile (default mode, to fit one call); MODELS picks them (comma-separated, from models_gpu.py's list)
+    step models 570 python benchmarks/models_gpu.py --out "$out/models" --skip-fused --compile-mode default \
+        --max-minutes 8.3 --models "${MODELS:-hf:whisper,hf:arcee,hf:bloom,hf:albert,hf:gptj}"
     ;;
 twentysixth)  # attention_cross and linear_relu2 (new this session, never on a GPU): their starters through the
     # GPU judge, beside eager and torch.compile at Whisper-large's cross-attention (448 and one query against 1500
