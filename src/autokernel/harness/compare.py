@@ -191,7 +191,9 @@ def torch_findings(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, chunk: 
         rz = torch.where(r_fin, r, zero)
         diff = torch.where(r_fin, (o - r).abs_(), zero)
         r_abs = rz.abs()
-        ratio = (diff / r_abs.mul(tol.rtol).add_(tol.atol)).reshape(-1)
+        # no difference is no error, where the bound underflows to 0 too (atol 0: exact problems at
+        # values near the smallest normal) and 0 / 0 would read as NaN
+        ratio = torch.where(diff == 0, zero, diff / r_abs.mul(tol.rtol).add_(tol.atol)).reshape(-1)
         idx = torch.argmax(ratio)
         ints = [(r_fin & ~torch.isfinite(o)).sum(), r_fin.sum(), idx]
         floats = [ratio[idx], diff.reshape(-1)[idx], o.reshape(-1)[idx], r.reshape(-1)[idx],
@@ -199,7 +201,8 @@ def torch_findings(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance, chunk: 
         if rows:
             mass_ref = r_abs.sum(-1)
             mass_out = torch.where(r_fin, o.abs(), zero).sum(-1)
-            frac = (mass_out - mass_ref).abs_() / mass_ref.mul(tol.rtol).add_(tol.atol)
+            off = (mass_out - mass_ref).abs_()
+            frac = torch.where(off == 0, zero, off / mass_ref.mul(tol.rtol).add_(tol.atol))
             row = torch.argmax(frac)
             ints.append(row)
             floats += [frac[row], mass_out[row], mass_ref[row]]
