@@ -40,9 +40,11 @@ def choose_in_model(original: torch.nn.Module, workdir: Path, patched: torch.nn.
             return apply(original, workdir, under_compile=under_compile, only=only, in_model=in_model,
                          cuda_graphs=cuda_graphs)
 
-    def ratio(variant: torch.nn.Module) -> tuple[float, float]:
+    def ratio(variant: torch.nn.Module, against: torch.nn.Module | None = None) -> tuple[float, float]:
+        """``variant``'s time over ``against``'s (the patched model with every kernel), and the latter's."""
+        base = patched if against is None else against
         with torch.inference_mode():
-            times = timer({"every": lambda: patched(*inputs), "variant": lambda: variant(*inputs)}, warmup, rounds,
+            times = timer({"every": lambda: base(*inputs), "variant": lambda: variant(*inputs)}, warmup, rounds,
                           gpu, dev)
         return times["variant"] / times["every"], times["every"]
 
@@ -62,28 +64,52 @@ def choose_in_model(original: torch.nn.Module, workdir: Path, patched: torch.nn.
         for name in running:
             say(f"  without {name}: {without_ms[name]:.3f} ms (with every kernel {every_ms:.3f} ms)")
         slower = candidates(every_ms, without_ms)
-        if not slower:
+        if slower:
+            variant = build(only=selected - set(slower))
+            chosen_ratio, _ = ratio(variant)
+            del variant
+            _release(dev)
+            choice.chosen_ms = chosen_ratio * every_ms
+            if adopt(every_ms, choice.chosen_ms):
+                choice.left_out = slower
+                say(f"leaving out {', '.join(slower)}: {choice.chosen_ms:.3f} ms without them, {every_ms:.3f} ms "
+                    f"with every kernel")
+            else:
+                say(f"without {', '.join(slower)} together: {choice.chosen_ms:.3f} ms, not faster than every kernel "
+                    f"({every_ms:.3f} ms): every kernel stays")
+        else:
             say("the model is fastest with every kernel")
-            patched._autokernel_in_model = choice
-            return patched
-        variant = build(only=selected - set(slower))
-        chosen_ratio, _ = ratio(variant)
-        del variant
-        _release(dev)
+        current = build(in_model=choice) if choice.left_out else patched
+        current_ms = choice.chosen_ms if choice.left_out else every_ms
+        original_ratio, _ = ratio(_original_in_mode(original, cuda_graphs), current)
     except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:  # a measurement that could not be made
         say(f"the model without each kernel could not be timed ({str(exc).splitlines()[0] if str(exc) else exc}); "
             f"every kernel stays")
         _release(dev)
         return patched
-    choice.chosen_ms = chosen_ratio * every_ms
-    if not adopt(every_ms, choice.chosen_ms):
-        say(f"without {', '.join(slower)} together: {choice.chosen_ms:.3f} ms, not faster than every kernel "
-            f"({every_ms:.3f} ms): every kernel stays")
-        patched._autokernel_in_model = choice
-        return patched
-    choice.left_out = slower
-    say(f"leaving out {', '.join(slower)}: {choice.chosen_ms:.3f} ms without them, {every_ms:.3f} ms with every kernel")
-    return build(in_model=choice)
+    original_ms = original_ratio * current_ms
+    if adopt(current_ms, original_ms):
+        # a launch-bound forward can lose to the original even without the kernels that cost it
+        # most (each launch of ours costs host time): then the model runs unchanged
+        say(f"the original model timed faster ({original_ms:.3f} ms) than the patched one ({current_ms:.3f} ms"
+            + (f" without {', '.join(choice.left_out)}" if choice.left_out else "") + "): every kernel left out, "
+            "the model runs unchanged" + ("" if cuda_graphs else " (a launch-bound model may gain in CUDA-graph "
+                                          "mode: --cuda-graphs)"))
+        del current
+        _release(dev)
+        choice.left_out, choice.chosen_ms, choice.original_faster = list(running), original_ms, True
+        return build(in_model=choice)
+    current._autokernel_in_model = choice
+    return current
+
+
+def _original_in_mode(original: torch.nn.Module, cuda_graphs: bool) -> torch.nn.Module:
+    """The original model as the patched one runs: captured as a CUDA graph of its own in that mode."""
+    if not cuda_graphs:
+        return original
+    from .integrate.cudagraphs import CudaGraphed
+
+    return CudaGraphed(original)
 
 
 def _release(dev: str) -> None:
