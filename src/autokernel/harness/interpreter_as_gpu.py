@@ -274,6 +274,7 @@ class LaunchMemory:
     def __init__(self) -> None:
         self.program = 0
         self.atomic_ran = False  # since ``take_atomic`` last asked
+        self.atomic_count = 0  # atomics run (all kinds), since the launch's replay last set it to 0
         # while programs take turns (``interpreter_interleave``): the bytes each write changed (plain
         # stores: every byte stored), and the bytes each load and atomic read with the values there
         self.tracking = False
@@ -603,6 +604,7 @@ def _watch_memory(builder: type, memory: LaunchMemory) -> None:
                 memory.atomic(_bytes(ptrs, changed) if releases else _NONE,
                               _bytes(ptrs, mask) if acquires else _NONE)
             memory.atomic_ran = True
+            memory.atomic_count += 1
             if memory.tracking:
                 if changed is not None and changed.any():
                     memory.written.append(_bytes(ptrs, changed))

@@ -216,16 +216,35 @@ def install(interpreter, memory, rng, raw_set_grid_idx) -> bool:
     def run_launch(self, *args, **kwargs):
         launch["cooperative"] = bool(kwargs.get("launch_cooperative_grid"))
         try:
+            key = _variant(self.rewrite(), self.fn)[1]
+            memory.first_launch(key)
             # only with plain arguments: the launch refuses others, and a method planted on one would
             # run here, in the judge's frames (pass 25: the storage of softmax_interp_planted_storage)
-            if memory.first_launch(_variant(self.rewrite(), self.fn)[1]) and odd_argument(args, kwargs) is None:
-                # learn before the holds are aimed (red-team pass 24: a kernel written out under a new
-                # name at each launch was never held where its writes were read): run once to learn
-                # which writes other programs read, put every tensor back as it was, run again
-                saved = [(storage, storage.clone()) for storage in _storages((*args, *kwargs.values()))]
-                run(self, *args, **kwargs)
-                for storage, before in saved:
-                    storage.copy_(before)
+            if key in memory.sites_read or odd_argument(args, kwargs) is not None:
+                return run(self, *args, **kwargs)
+            # learn before the holds are aimed (red-team pass 24: a kernel written out under a new name
+            # at each launch was never held where its writes were read): a launch of a kernel that has
+            # learned nothing yet runs once to learn which writes other programs read and, where it ran
+            # an atomic (a handoff needs one), has every tensor put back and runs again.  Any such
+            # launch, not only a source's first (red-team pass 26: a first launch of no program, or of
+            # programs that hand nothing off, used the replay up), and the two runs one launch to the
+            # kernel: the grid taken once (a grid callable gave the learning run no program), a write
+            # outside the storages put back refused (a counter kept there told the runs apart)
+            grid = kwargs.get("grid")
+            if callable(grid):
+                kwargs = dict(kwargs, grid=_taken_once(grid))
+            saved = [(storage, storage.clone()) for storage in _storages((*args, *kwargs.values()))]
+            memory.atomic_count = 0
+            result = run(self, *args, **kwargs)
+            if not memory.atomic_count:
+                return result
+            outside = _written_outside(memory, [(s.data_ptr(), s.nbytes()) for s, _ in saved])
+            for storage, before in saved:
+                storage.copy_(before)
+            if outside is not None:
+                raise ForeignWriteError(
+                    f"the launch of {getattr(self.fn, '__name__', '?')} wrote memory that none of its tensor "
+                    f"arguments holds (byte {outside:#x}): a kernel writes only through its arguments")
             return run(self, *args, **kwargs)
         finally:
             launch["cooperative"] = False
@@ -239,6 +258,42 @@ def install(interpreter, memory, rng, raw_set_grid_idx) -> bool:
     executor.__init__ = __init__
     function.run = run_launch
     return True
+
+
+class ForeignWriteError(RuntimeError):
+    """A launch wrote memory that none of its tensor arguments holds (an address made from an
+    integer): nothing the judge restores or checks covers it."""
+
+
+def _taken_once(grid):
+    """``grid`` (a launch's callable grid) called once: the same grid for each run of the launch."""
+    taken: list = []
+
+    def once(meta):
+        if not taken:
+            taken.append(grid(meta))
+        return taken[0]
+
+    return once
+
+
+def _written_outside(memory, spans: list[tuple[int, int]]) -> int | None:
+    """The first byte the last run stored (``memory``'s pages) outside every ``(start, nbytes)``
+    span, or None."""
+    from .interpreter_as_gpu import PAGE_BITS
+
+    starts = np.array(sorted(start for start, _ in spans), dtype=np.int64)
+    ends = np.array([start + size for start, size in sorted(spans)], dtype=np.int64)
+    for page, (owner, *_rest) in memory.pages.items():
+        offsets = np.nonzero(owner >= 0)[0]
+        if offsets.size == 0:
+            continue
+        addresses = (np.int64(page) << PAGE_BITS) + offsets.astype(np.int64)
+        at = np.searchsorted(starts, addresses, side="right") - 1
+        inside = (at >= 0) & (addresses < ends[np.maximum(at, 0)])
+        if not inside.all():
+            return int(addresses[~inside][0])
+    return None
 
 
 def _storages(values, depth: int = 0, found: dict | None = None) -> list:
