@@ -53,6 +53,9 @@ ATTACKS = [
      []),
     # a ReLU that drops NaN (torch.relu keeps it): no case held a non-finite value
     ("linear_relu2_drops_nan", "linear_relu2", None, ["fp32"], {"numerics"}, ["case=non-finite"]),
+    # red-team pass 26: x and w taken as dense (row stride K) whatever their strides; every input drawn
+    # contiguous (a row-strided case now, shared by the biased-linear kinds)
+    ("linear_relu_dense_strides", "linear_relu", ["24x40x48"], ["fp32"], {"numerics"}, ["case=strided-rows"]),
 ]
 
 
@@ -101,6 +104,10 @@ EDITED = {
         ROOT / "src/autokernel/kernels/linear_relu2.py",
         "    y = tl.maximum(acc + bias[None, :], 0.0, propagate_nan=tl.PropagateNan.ALL)",
         "    z = acc + bias[None, :]\n    y = tl.where(z > 0.0, z, 0.0)"),
+    "linear_relu_dense_strides": (
+        ROOT / "src/autokernel/kernels/linear_relu.py",
+        "_linear_relu_pointers[grid](x, w, b, out, M, N, K, x.stride(0), x.stride(1), w.stride(0), w.stride(1),",
+        "_linear_relu_pointers[grid](x, w, b, out, M, N, K, K, 1, K, 1,"),
     "kb_scalar_constant": (
         ROOT / "tests/kernelbench_solutions/level1/5_Matrix_scalar_multiplication.py", "n, float(s), BLOCK=", "n, 3.14, BLOCK="),
 }

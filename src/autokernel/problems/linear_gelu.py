@@ -94,7 +94,17 @@ def biased_linear_cases(shape: Shape, dtype: torch.dtype, device: str,
     tiny_x = (x.float() * 1e-3).to(dtype)
     big_b = randn(b.shape, dtype, device, gen, scale=2.0)
     cases.append(("bias-dominant", (tiny_x, w, big_b)))
+    # x and w as row slices of wider buffers (a token stride past K: a packed projection, a slice
+    # of hidden states), as nn.Linear takes them (red-team pass 26: a kernel that took both as
+    # dense, row stride K, passed every case, each drawn contiguous)
+    cases.append(("strided-rows", (_wider(x, gen), _wider(w, gen), b)))
     return (x, w, b), cases
+
+
+def _wider(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """``t``'s values as the first columns of a buffer 3 columns wider (random values there)."""
+    extra = randn((t.shape[0], 3), t.dtype, str(t.device), gen)
+    return torch.cat([t, extra], dim=1)[:, :t.shape[1]]
 
 
 def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> list[tuple[str, tuple]]:
