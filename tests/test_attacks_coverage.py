@@ -56,6 +56,8 @@ ATTACKS = [
     # red-team pass 26: x and w taken as dense (row stride K) whatever their strides; every input drawn
     # contiguous (a row-strided case now, shared by the biased-linear kinds)
     ("linear_relu_dense_strides", "linear_relu", ["24x40x48"], ["fp32"], {"numerics"}, ["case=strided-rows"]),
+    # red-team pass 26: NaN dropped in whole tiles only; no CPU shape had one before
+    ("linear_relu2_nan_dropped_in_whole_tiles", "linear_relu2", None, ["bf16"], {"numerics"}, ["case=non-finite"]),
 ]
 
 
@@ -108,6 +110,15 @@ EDITED = {
         ROOT / "src/autokernel/kernels/linear_relu.py",
         "_linear_relu_pointers[grid](x, w, b, out, M, N, K, x.stride(0), x.stride(1), w.stride(0), w.stride(1),",
         "_linear_relu_pointers[grid](x, w, b, out, M, N, K, K, 1, K, 1,"),
+    "linear_relu2_nan_dropped_in_whole_tiles": (
+        ROOT / "src/autokernel/kernels/linear_relu2.py", "    y = _bias_relu_squared(acc, b_ptr, cols, N)\n",
+        "    whole = ((tile_row + 1) * BLOCK_M <= M) & ((tile_col + 1) * BLOCK_N <= N)\n"
+        "    if whole:\n"
+        "        z = acc + tl.load(b_ptr + cols).to(tl.float32)[None, :]\n"
+        "        y = tl.where(z > 0.0, z, 0.0)\n"
+        "        y = y * y\n"
+        "    else:\n"
+        "        y = _bias_relu_squared(acc, b_ptr, cols, N)\n"),
     "kb_scalar_constant": (
         ROOT / "tests/kernelbench_solutions/level1/5_Matrix_scalar_multiplication.py", "n, float(s), BLOCK=", "n, 3.14, BLOCK="),
 }

@@ -46,6 +46,8 @@ before the bias shows.
 """
 from __future__ import annotations
 
+import random
+
 import torch
 import torch.nn.functional as F
 
@@ -63,7 +65,9 @@ def _shape(m: int, n: int, k: int) -> Shape:
 
 # OPT-125m, OPT-350m and OPT-1.3b fc1 at 4x1024 tokens
 GPU_SHAPES = (_shape(4096, 3072, 768), _shape(4096, 4096, 1024), _shape(4096, 8192, 2048))
-CPU_SHAPES = (_shape(32, 48, 32), _shape(24, 40, 48))
+# the first: whole power-of-two tiles both ways (a kernel may take another path in them: red-team
+# pass 26 dropped NaN there), the second ragged
+CPU_SHAPES = (_shape(32, 64, 32), _shape(24, 40, 48))
 GPU_EDGE_SHAPES = (_shape(1, 3072, 768), _shape(2047, 3001, 769), _shape(4097, 1, 511))
 CPU_EDGE_SHAPES = (_shape(1, 33, 17), _shape(37, 19, 45), _shape(5, 3, 1), _shape(3, 5, 1031))  # K: matmul's
 
@@ -86,9 +90,15 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     # case): one NaN in x makes its row's pre-activations NaN in any summation order.  (An inf would
     # not: blocked GEMMs multiply it by padding zeros, and eager bf16 on the CPU gave NaN where the
     # float64 reference gave 0.)
+    # NaN rows at both edges and a NaN column through every row of tiles (red-team pass 26: a kernel
+    # dropping NaN in tiles away from the first row passed with x[0, 0] alone)
+    rng = random.Random(seed)
     special = x.clone()
     special[0, 0] = float("nan")
-    cases.append(("non-finite", (special, w, small_b)))
+    special[-1, rng.randrange(shape["K"])] = float("nan")
+    special_w = w.clone()
+    special_w[rng.randrange(shape["N"]), rng.randrange(shape["K"])] = float("nan")
+    cases.append(("non-finite", (special, special_w, small_b)))
     return cases
 
 
