@@ -1,5 +1,5 @@
 """Attention written out in a forward or a method it calls (MPT's, BLOOM's, GPT-Neo's,
-DeBERTa-v2's): the profiler plans it as one attention_masked problem (``recognize_scores``) and
+DeBERTa-v2's, the old GPT-J's): the profiler plans it as one attention_masked problem (``recognize_scores``) and
 apply rewrites the forward to call the op (``integrate.scores_attention``), or leaves a forward
 alone whose scores go through anything but additions and fills with the dtype's lowest value."""
 from __future__ import annotations
@@ -713,3 +713,196 @@ def test_scales_on_q_or_divided_and_where_with_the_fill_first_go_to_the_op(cls):
         out, weights = forward(m, x, bias, causal)
         assert len(calls) == 1 and weights is None
         assert torch.allclose(out, m(x, bias, causal)[0], atol=1e-6)
+
+
+# ------------------------------------------------------------------ old GPT-J: the scale apart, a head mask
+class JStyle(nn.Module):
+    """Old GPT-J's attention, in a helper the forward calls: q and k made fp32, the product
+    divided by a one-element buffer (sqrt(D)) in a statement of its own, the additive mask sliced
+    to the keys under an if, softmax in fp32, cast to v's dtype, a Dropout module, the weights
+    times a head mask under an if, @ v; no causal where (the causal part is in the mask)."""
+
+    def __init__(self, heads=2, dim=16):
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
+        root = torch.tensor(float(self.head_dim)).sqrt()
+        self.register_buffer("root_d", root, persistent=False)
+        self.weights_dropout = nn.Dropout(0.1)
+
+    def _attend(self, q, k, v, mask=None, heads_kept=None):
+        q = q.to(torch.float32)
+        k = k.to(torch.float32)
+        w = torch.matmul(q, k.transpose(-1, -2))
+        w = w / self.root_d
+        if mask is not None:
+            cut = mask[:, :, :, : k.shape[-2]]
+            w = w + cut
+        w = nn.functional.softmax(w, dim=-1)
+        w = w.to(v.dtype)
+        w = self.weights_dropout(w)
+        if heads_kept is not None:
+            w = w * heads_kept
+        out = torch.matmul(w, v)
+        return out, w
+
+    def forward(self, x, mask=None, heads_kept=None):
+        b, s = x.shape[:2]
+        q, k, v = (t.reshape(b, s, self.heads, self.head_dim).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=2))
+        out, w = self._attend(q, k, v, mask, heads_kept)
+        return out.transpose(1, 2).reshape(b, s, -1), w
+
+
+def _j_pair(calls):
+    from autokernel.integrate.scores_attention import rewritten_members
+
+    members = rewritten_members(JStyle, helpers(_kernel_op(calls)))
+    assert members is not None and set(members) == {"_attend"}
+    m = JStyle().eval()
+    patched = JStyle().eval()
+    patched.load_state_dict(m.state_dict())
+    patched.__class__ = type("RewrittenJ", (JStyle,), members)
+    return m, patched
+
+
+def test_gpt_j_style_attention_goes_to_the_op_and_matches():
+    calls: list = []
+    m, patched = _j_pair(calls)
+    x = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(0))
+    mask = torch.cat([_padded_causal(), torch.zeros(2, 1, 6, 2)], dim=-1)  # wider than the keys: sliced
+    with torch.no_grad():
+        ref_out, ref_weights = m(x, mask)
+        out, weights = patched(x, mask)
+        assert calls == [(2, 1, 6, 6)] and weights is None
+        assert torch.allclose(out, ref_out, atol=1e-6)
+        # no mask: zero scores start one element, which the op does not take: PyTorch's product
+        out, weights = patched(x)
+        assert len(calls) == 1 and weights is None and torch.allclose(out, m(x)[0], atol=1e-6)
+        # a head mask given: the module's own statements, weights and all
+        kept = torch.tensor([1.0, 0.0])[None, :, None, None]
+        out, weights = patched(x, mask, kept)
+        ref_out, ref_weights = m(x, mask, kept)
+        assert len(calls) == 1 and torch.equal(out, ref_out) and torch.equal(weights, ref_weights)
+        # training (dropout): the module's own code
+        m.train(), patched.train()
+        torch.manual_seed(1)
+        out, weights = patched(x, mask)
+        torch.manual_seed(1)
+        ref_out, ref_weights = m(x, mask)
+        assert len(calls) == 1 and torch.equal(out, ref_out) and torch.equal(weights, ref_weights)
+        # a call the kernel was not judged on (fp64): the original statements
+        m.eval().double(), patched.eval().double()
+        out, weights = patched(x.double(), mask.double())
+        ref_out, ref_weights = m(x.double(), mask.double())
+    assert len(calls) == 1 and torch.equal(out, ref_out) and torch.equal(weights, ref_weights)
+
+
+class ScaledTwice(Written):
+    """A scale on the product and a second one in a statement of its own: not the op's one scale."""
+
+    def forward(self, x, bias, mask=None):
+        b, s = x.shape[:2]
+        q, k, v = (t.reshape(b, s, self.heads, self.head_dim).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=2))
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.softmax_scale
+        scores = scores / self.softmax_scale
+        scores = scores + bias
+        weights = torch.softmax(scores, dim=-1)
+        out = torch.matmul(weights, v)
+        return out, weights
+
+
+class ScaledAfterTheMask(Written):
+    """The scale after the mask is added scales the mask too."""
+
+    def forward(self, x, bias, mask=None):
+        b, s = x.shape[:2]
+        q, k, v = (t.reshape(b, s, self.heads, self.head_dim).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=2))
+        scores = torch.matmul(q, k.transpose(-1, -2))
+        scores = scores + bias
+        scores = scores * self.softmax_scale
+        weights = torch.softmax(scores, dim=-1)
+        out = torch.matmul(weights, v)
+        return out, weights
+
+
+class HeadMaskMadeInside(Written):
+    """The head mask's name assigned inside the chain: its value where the op's path is chosen is
+    not the one the multiply reads."""
+
+    def forward(self, x, bias, mask=None):
+        b, s = x.shape[:2]
+        q, k, v = (t.reshape(b, s, self.heads, self.head_dim).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=2))
+        kept = None
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.softmax_scale
+        if mask is not None:
+            kept = bias[:, :, :1, None]
+            scores = scores + bias
+        weights = torch.softmax(scores, dim=-1)
+        if kept is not None:
+            weights = weights * kept
+        out = torch.matmul(weights, v)
+        return out, weights
+
+
+class HeadMaskedOtherwise(Written):
+    """Weights changed under the if by more than a multiply by the tested name."""
+
+    def forward(self, x, bias, mask=None):
+        b, s = x.shape[:2]
+        q, k, v = (t.reshape(b, s, self.heads, self.head_dim).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=2))
+        scores = torch.matmul(q, k.transpose(-1, -2)) * self.softmax_scale
+        weights = torch.softmax(scores, dim=-1)
+        if mask is not None:
+            weights = weights * bias
+        out = torch.matmul(weights, v)
+        return out, weights
+
+
+def test_a_second_scale_a_scale_after_the_mask_or_head_masks_it_cannot_check_first_are_left_alone():
+    names = helpers(_kernel_op([]))
+    for cls in (ScaledTwice, ScaledAfterTheMask, HeadMaskMadeInside, HeadMaskedOtherwise):
+        assert rewritten_forward(cls.forward, names) is None, cls.__name__
+
+
+def test_a_one_element_tensor_off_the_cpu_is_read_once_per_version():
+    """``read_once`` (GPT-J's scale buffer on the GPU: each read waits for the device)."""
+    from autokernel.integrate import scores_attention
+
+    root = torch.tensor(2.0)
+    assert scores_attention.read_once(root) == 2.0
+    key = id(root)
+    assert scores_attention._READ[key][2] == 2.0
+    scores_attention._READ[key] = (scores_attention._READ[key][0], root._version, 5.0)  # a cached value...
+    assert scores_attention.read_once(root) == 5.0  # ...is what a later call gets, unread
+    root.fill_(4.0)  # changed in place: read again
+    assert scores_attention.read_once(root) == 4.0
+    del root
+    assert key not in scores_attention._READ
+    with torch.inference_mode():
+        assert scores_attention.read_once(torch.tensor(2.0)) is None  # no version counter
+
+
+def test_the_profiler_plans_gpt_j_style_attention_as_one_attention_masked_problem():
+    from autokernel.models import LoadedModel
+    from autokernel.profiler import profile_model
+
+    class Wrapper(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = JStyle()
+
+        def forward(self, x):
+            s = x.shape[1]
+            causal = torch.zeros(s, s, dtype=x.dtype).masked_fill(
+                torch.ones(s, s, dtype=torch.bool).triu(1), torch.finfo(x.dtype).min)
+            return self.attn(x, causal[None, None].expand(x.shape[0], 1, s, s))[0]
+
+    model = Wrapper().eval()
+    loaded = LoadedModel(model, lambda seed: (torch.randn(2, 32, 16),), "toy", "GPT-J-style attention", [2, 32])
+    plan = profile_model(loaded, warmup=0, iters=1)
+    (att,) = [p for p in plan.problems if p.kind == "attention_masked"]
+    assert att.shapes == [{"B": 2, "H": 2, "Hkv": 2, "S": 32, "D": 8, "additive": 1, "per_query": 1}]
+    assert att.modules == ["attn"] and att.supported, att.note
+    left = [u.name for u in plan.not_covered]
+    chain = ("aten::softmax", "aten::matmul", "aten::div", "aten::add", "softmax", "matmul")
+    assert not [n for n in left if n.startswith(chain)], left

@@ -1,5 +1,6 @@
 """Recognizer for attention written out op by op in a forward (MPT's ``MptAttention``, BLOOM's
-``BloomAttention``, GPT-Neo's ``GPTNeoSelfAttention``, DeBERTa-v2's ``DisentangledSelfAttention``):
+``BloomAttention``, GPT-Neo's ``GPTNeoSelfAttention``, DeBERTa-v2's ``DisentangledSelfAttention``,
+the old GPT-J's ``GPTJAttention._attn``, its scale a div of its own by a one-element buffer):
 one ``attention_masked`` problem for the chain, as ``integrate.scores_attention`` places it.
 
 Among one scope's ops, in the order they ran (views and other metadata ops aside, and module

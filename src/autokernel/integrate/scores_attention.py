@@ -4,9 +4,13 @@ BLOOM's ``BloomAttention`` (``alibi.baddbmm(q, k^T)``, the scores viewed as [B, 
 causal mask, fp32 softmax, dropout, the weights viewed back, ``torch.bmm`` with v), GPT-Neo's
 ``GPTNeoSelfAttention._attn`` (a method its forward calls: fp32 scores unscaled, ``torch.where``
 with the causal or window mask and the lowest value, + the mask, softmax, cast to v's dtype,
-dropout, ``@ v``) and DeBERTa-v2's ``DisentangledSelfAttention`` (``torch.bmm(q, k^T / scale)``
+dropout, ``@ v``), DeBERTa-v2's ``DisentangledSelfAttention`` (``torch.bmm(q, k^T / scale)``
 on heads folded into the batch, the scores viewed as [B, H, S, S] by their own sizes,
-``masked_fill``, softmax, dropout, ``torch.bmm`` of the weights viewed back with v).
+``masked_fill``, softmax, dropout, ``torch.bmm`` of the weights viewed back with v) and GPT-J's
+``GPTJAttention._attn`` as transformers up to about 5.17 wrote it (fp32 q and k, the product
+divided by ``self.scale_attn`` in a statement of its own, a one-element buffer that goes where
+the model goes, + the attention mask sliced to the keys under an ``if``, softmax, cast to v's
+dtype, dropout, ``if head_mask is not None: w = w * head_mask``, ``@ v``).
 
 ``scores_statements`` finds the statements (the scores, what adds to, fills or views them before
 the softmax, the softmax, dropout, the product with v).  Each of the statements between the
@@ -17,15 +21,17 @@ gives the scores: ``s + mask`` is what they make of ``s`` (the filled places dif
 against a value of -3.4e38, which rounds it away in fp32; softmax gives them zero weight either
 way, and a row filled everywhere is uniform either way).  The rewritten forward decides once per
 call (``ready``): in eval mode, outside autocast, on a call the op's kernel was judged on (dtype,
-head dim, as many keys as queries), with a number for the scale (or a one-element CPU tensor:
-DeBERTa-v2's sqrt(D); ``1 / scale`` where the forward divides) and the op not handed back to
-PyTorch under torch.compile, the scores start as zeros (one element, or expanded to the scores'
-shape without a copy where the statements in between read it; or the bias, times beta, expanded
-likewise), the statements in between run as written (their checks and slicing included; views
-of the scores as reshapes, which give the same values and take an expanded tensor), and the
-output is the op's, the weights None (the attention weights are not computed: transformers' SDPA
-path returns None for them too); otherwise every statement runs as written.  Training (dropout)
-always runs the original code.  Where heads are folded into the batch (q, k, v [B*H, S, D]), the
+head dim, as many keys as queries), with every head mask None, with a number for the scale (or
+a one-element tensor: DeBERTa-v2's sqrt(D) on the CPU, read each call; GPT-J's buffer on the
+GPU, read once per version of it, ``read_once``; ``1 / scale`` where the forward divides) and
+the op not handed back to PyTorch under torch.compile, the scores start as zeros (one element,
+or expanded to the scores' shape without a copy where the statements in between read it; or the
+bias, times beta, expanded likewise), the statements in between run as written (their checks and
+slicing included; views of the scores as reshapes, which give the same values and take an
+expanded tensor; a statement of its own that scales them is left out, the op takes the scale),
+and the output is the op's, the weights None (the attention weights are not computed:
+transformers' SDPA path returns None for them too); otherwise every statement runs as written.
+Training (dropout) always runs the original code.  Where heads are folded into the batch (q, k, v [B*H, S, D]), the
 op gets them as [B, H, S, D], B and H those of the mask where the forward viewed the scores so.
 Where the forward casts the weights to v's dtype (GPT-Neo computes the scores in fp32 whatever
 the model's dtype), v goes to the op in q's dtype and the output back to v's.  Where the
@@ -37,6 +43,7 @@ import ast
 import copy
 import inspect
 import types
+import weakref
 from typing import Any, Callable
 
 import torch
@@ -59,14 +66,40 @@ def _number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+_READ: dict[int, tuple[Any, int, float]] = {}  # id -> (a weak reference to it, its version, its value)
+
+
+def read_once(x: torch.Tensor) -> float | None:
+    """The value of a one-element tensor on a device (GPT-J's ``scale_attn``, a buffer that goes
+    where the model goes), read once per version of it: the read waits for the device, so later
+    calls reuse it until the tensor is changed in place (its version counter moves).  None where
+    it cannot be read so: an inference tensor (no version counter), or unread while a CUDA graph
+    is being captured (a read there is an error; the original statements run)."""
+    if x.is_inference():
+        return None
+    key, version = id(x), x._version
+    got = _READ.get(key)
+    if got is not None and got[0]() is x and got[1] == version:
+        return got[2]
+    if x.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return None
+    value = float(x)
+    _READ[key] = (weakref.ref(x, lambda _, key=key: _READ.pop(key, None)), version, value)
+    return value
+
+
 def scalar(x: Any, divide: bool) -> float | None:
     """The scale as a number (``1 / x`` where the forward divides by it): ``x`` a number or a
-    one-element CPU tensor (DeBERTa-v2's ``sqrt(D)``, made on the CPU: reading it waits for no
-    device); None otherwise, and under torch.compile's tracing, where the original statements run."""
+    one-element floating tensor: on the CPU (DeBERTa-v2's ``sqrt(D)``, made there: reading it
+    waits for no device) read each call, on a device read once per version (``read_once``);
+    None otherwise, and under torch.compile's tracing, where the original statements run."""
     if isinstance(x, torch.Tensor):
-        if x.numel() != 1 or x.device.type != "cpu" or not x.is_floating_point() or torch.compiler.is_compiling():
+        if (x.numel() != 1 or not x.is_floating_point() or x.device.type == "meta"
+                or torch.compiler.is_compiling()):
             return None
-        x = float(x)
+        x = float(x) if x.device.type == "cpu" else read_once(x)
+        if x is None:
+            return None
     if not _number(x) or (divide and x == 0):
         return None
     return 1.0 / x if divide else x
@@ -178,11 +211,14 @@ def _rewrite_body(body: list[ast.stmt], fdef: ast.FunctionDef) -> int:
     bias, beta = (copy.deepcopy(e) if e is not None else none() for e in (chain.bias, chain.beta))
     views = _ViewsAsReshapes(chain.scores)
     fast = [_assign(chain.scores[0], _call(START, q(), _keys(chain), bias, beta, ast.Constant(value=chain.full))),
-            *[views.visit(copy.deepcopy(stmt)) for stmt in body[chain.first + 1:chain.softmax]],
+            *[views.visit(copy.deepcopy(stmt)) for stmt in body[chain.first + 1 + chain.scale_after:chain.softmax]],
             _assign(chain.out, _call(ATTEND, q(), _keys(chain), v(), _load(chain.read), _load(SCALE))),
             *[_assign(w, none()) for w in dict.fromkeys(chain.weights)]]
     ready = _call(READY, _load(fdef.args.args[0].arg), q(), _keys(chain), v(), _load(SCALE),
                   ast.Constant(value=3 if chain.folded else 4), ast.Constant(value=chain.to_v))
+    if chain.unless:  # head masks: the op's path only where each is None (checked first)
+        nones = [ast.Compare(left=_load(n), ops=[ast.Is()], comparators=[none()]) for n in chain.unless]
+        ready = ast.BoolOp(op=ast.And(), values=[*nones, ready])
     first = body[chain.first]
     scale = _call(SCALAR, copy.deepcopy(chain.scale), ast.Constant(value=chain.divide))
     new = [_assign(SCALE, scale), _assign(FLAG, ready),

@@ -8,7 +8,9 @@ In one list of statements, in order:
   DeBERTa-v2's; ``torch.bmm``: heads folded into the batch) or ``s = BIAS.baddbmm(batch1=Q,
   batch2=KT, beta=E, alpha=C)`` (or ``torch.baddbmm(BIAS, Q, KT, ...)``, positional or not:
   BLOOM's, its ALiBi bias added by the product; heads folded into the batch, ``KT`` the keys
-  transposed; ``torch.bmm(Q, KT)`` too);
+  transposed; ``torch.bmm(Q, KT)`` too); where the product has no scale, the statement right
+  after may apply it: ``s = s / C``, ``s = s * C`` or ``s = C * s`` (GPT-J's ``attn_weights =
+  attn_weights / self.scale_attn``, the same as the scale on the product);
 * before the softmax, only statements that add to the scores (``s = s + e``, ``s = e + s``), fill
   them with the dtype's lowest value (``s = s.masked_fill(m, L)``, ``s = torch.where(m, s, L)``,
   ``s = torch.where(m, L, s)``) or, where heads are folded into the batch, view them under a new
@@ -20,7 +22,10 @@ In one list of statements, in order:
 * ``w = <...>softmax(t.float(), dim=-1).to(X.dtype)`` (or ``softmax(t, dim=-1,
   dtype=torch.float32)``, or ``softmax(t, dim=-1)`` in the scores' dtype), ``t`` the scores under
   any of their names, ``X`` one of Q, K, V; optionally ``w = w.to(X.dtype)`` and ``w =
-  <...>dropout(w, ...)`` (``self.attention_dropout(w)`` too);
+  <...>dropout(w, ...)`` (``self.attention_dropout(w)`` too), then any head masks: ``if N is not
+  None: w = w * N`` (or ``N * w``; no ``else``; GPT-J's, BLOOM's old ``head_mask``), ``N`` a
+  plain name nothing in the chain assigns: the rewrite takes the op's path only where each ``N``
+  is None, and runs the statements as written otherwise;
 * where heads are folded, views of the weights under new names, then ``o = torch.bmm(w2, V)``
   (``w2`` may be viewed in place: ``torch.bmm(w.view(-1, S, S), V)``); otherwise ``o =
   torch.matmul(w, V)`` (or ``w @ V``) right after,
@@ -61,6 +66,9 @@ class Chain:
     divide: bool = False  # the scores are divided by ``scale``
     full: bool = False  # the statements in between read the scores' shape: start them full-sized
     to_v: bool = False  # the weights end cast to V's dtype (GPT-Neo's fp32 scores, V in the model's)
+    scaled: bool = True  # the scores statement (or baddbmm's alpha) gives the scale, or it has none to give
+    scale_after: int = 0  # 1 where the statement after the scores scales them (GPT-J's ``s = s / C``)
+    unless: list[str] = field(default_factory=list)  # head masks: the op's path needs each None
 
 
 # ------------------------------------------------------------------ small matchers
@@ -177,9 +185,9 @@ def _scores(stmt: ast.stmt) -> Chain | None:
         key, kt = name_of(kx), True  # bmm(Q, KT): the keys transposed by their shape
     if not q or not key:
         return None
-    scale, divide = next(((c, d) for c, d in ((scale, divide), (qscale, qdiv), (kscale, kdiv)) if c is not None),
-                         (ast.Constant(value=1), False))
-    return Chain(q, key, scale, None, None, folded, [s], kt=kt, divide=divide)
+    found = next(((c, d) for c, d in ((scale, divide), (qscale, qdiv), (kscale, kdiv)) if c is not None), None)
+    scale, divide = found or (ast.Constant(value=1), False)
+    return Chain(q, key, scale, None, None, folded, [s], kt=kt, divide=divide, scaled=found is not None)
 
 
 def _baddbmm(value: ast.expr, s: str) -> Chain | None:
@@ -268,6 +276,40 @@ def _added_or_filled(stmt: ast.Assign, s: str, names: set[str], dtypes: set[str]
             if name_of(mine) == s and _lowest(fill, dtypes, lowest):
                 return [mine]
     return []
+
+
+def _scale_of(stmt: ast.stmt, s: str) -> tuple[ast.expr, bool] | None:
+    """(C, divide) of ``s = s / C``, ``s = s * C`` or ``s = C * s`` (GPT-J's ``attn_weights =
+    attn_weights / self.scale_attn`` right after the product), ``C`` a scale that does not read ``s``."""
+    v = stmt.value if _assigned(stmt) == s else None
+    if not (isinstance(v, ast.BinOp) and isinstance(v.op, (ast.Div, ast.Mult))):
+        return None
+    pairs = [(v.left, v.right)] + ([(v.right, v.left)] if isinstance(v.op, ast.Mult) else [])
+    for x, c in pairs:
+        if name_of(x) == s and _scale_expr(c) and not uses(c, s):
+            return c, isinstance(v.op, ast.Div)
+    return None
+
+
+def _head_mask_of(stmt: ast.stmt, w: str, taken: set[str]) -> str | None:
+    """``N`` of ``if N is not None: w = w * N`` (or ``N * w``; no ``else``): a head mask, ``N`` a
+    plain name other than those in ``taken``.  The op's path is for calls where ``N`` is None."""
+    if not (isinstance(stmt, ast.If) and not stmt.orelse and len(stmt.body) == 1):
+        return None
+    test = stmt.test
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.IsNot)
+            and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None):
+        return None
+    n = name_of(test.left)
+    inner = stmt.body[0]
+    if not n or n in taken or n == w or _assigned(inner) != w:
+        return None
+    v = inner.value
+    if not (isinstance(v, ast.BinOp) and isinstance(v.op, ast.Mult)):
+        return None
+    if {name_of(v.left), name_of(v.right)} != {w, n}:
+        return None
+    return n
 
 
 def _view_of(stmt: ast.stmt, names: list[str]) -> str | None:
@@ -425,6 +467,11 @@ def find_chain(body: list[ast.stmt], fdef: ast.FunctionDef) -> Chain | None:
         if chain is None:
             continue
         chain.first = i
+        if not chain.scaled and chain.bias is None and i + 1 < len(body):
+            after = _scale_of(body[i + 1], chain.scores[0])  # the scale in a statement of its own
+            if after is not None:
+                chain.scale, chain.divide = after
+                chain.scaled, chain.scale_after = True, 1
         j = next((j for j in range(i + 1, len(body)) if _softmax_of(body[j])), None)
         if j is None:
             return None
@@ -435,6 +482,10 @@ def find_chain(body: list[ast.stmt], fdef: ast.FunctionDef) -> Chain | None:
             likes.append(_cast_of(body[end], w))
             end += 1
         end += int(end < len(body) and _dropout_of(body[end], w))
+        taken = {chain.q, chain.k, *chain.scores}
+        while end < len(body) and (n := _head_mask_of(body[end], w, taken)):
+            chain.unless.append(n)
+            end += 1
         while chain.folded and end < len(body) and (view := _view_of(body[end], chain.weights)):
             chain.weights.append(view)
             end += 1
@@ -444,7 +495,10 @@ def find_chain(body: list[ast.stmt], fdef: ast.FunctionDef) -> Chain | None:
         chain.out, chain.v, chain.last, chain.read = output[0], output[1], end, t
         chain.to_v = bool(likes) and likes[-1] == chain.v
         fixed = {chain.q, chain.k, chain.v}
-        if (any(x not in fixed for x in likes) or not _between_ok(body[i + 1:j], chain, fixed)
+        stored = {n.id for stmt in body[i:end + 1] for n in ast.walk(stmt)
+                  if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+        if (any(x not in fixed for x in likes) or not _between_ok(body[i + 1 + chain.scale_after:j], chain, fixed)
+                or stored & set(chain.unless) or set(chain.unless) & (set(chain.scores) | set(chain.weights) | fixed)
                 or t not in chain.scores or fixed & (set(chain.scores) | set(chain.weights))
                 or any(uses(e, set(chain.scores) | set(chain.weights)) for e in (chain.scale, chain.bias, chain.beta)
                        if e is not None)
