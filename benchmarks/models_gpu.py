@@ -476,14 +476,14 @@ def main(argv: list[str] | None = None) -> int:
             results["fused"].append({"kind": kind, "error": f"{type(exc).__name__}: {exc}"[:200]})
         save()
     models = GPU_MODELS if gpu else CPU_MODELS
-    wanted = {m for m in opts.models.split(",") if m}
-    unknown = sorted(wanted - {spec for spec, _, _ in models})
+    wanted = list(dict.fromkeys(m for m in opts.models.split(",") if m))  # in the order given
+    unknown = sorted(set(wanted) - {spec for spec, _, _ in models})
     if unknown:
         print(f"unknown models {unknown}: choose from {','.join(spec for spec, _, _ in models)}", file=sys.stderr)
         return 2
+    if wanted:
+        models = sorted((m for m in models if m[0] in wanted), key=lambda m: wanted.index(m[0]))
     for spec, config, shape in models:
-        if wanted and spec not in wanted:
-            continue
         if time.monotonic() > deadline - (60 if gpu else 0):
             results["skipped"].append(spec)
             continue
