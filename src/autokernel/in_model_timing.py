@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gc
+import math
 import statistics
 import warnings
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any, Callable
 
 import torch
 
+from .integrate.cudagraphs import GraphCaptureError
 from .integrate.in_model import InModelChoice, adopt, candidates
 from .model_timing import time_interleaved
 
@@ -81,12 +83,16 @@ def choose_in_model(original: torch.nn.Module, workdir: Path, patched: torch.nn.
             say("the model is fastest with every kernel")
         current = build(in_model=choice) if choice.left_out else patched
         current_ms = choice.chosen_ms if choice.left_out else every_ms
-        original_ratio, _ = ratio(_original_in_mode(original, cuda_graphs), current)
-    except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:  # a measurement that could not be made
-        say(f"the model without each kernel could not be timed ({str(exc).splitlines()[0] if str(exc) else exc}); "
-            f"every kernel stays")
+    except (RuntimeError, torch.cuda.OutOfMemoryError, GraphCaptureError) as exc:  # a measurement not made
+        say(f"the model without each kernel could not be timed ({_first_line(exc)}); every kernel stays")
         _release(dev)
         return patched
+    try:
+        original_ratio, _ = ratio(_original_in_mode(original, cuda_graphs), current)
+    except (RuntimeError, torch.cuda.OutOfMemoryError, GraphCaptureError) as exc:
+        say(f"the original model could not be timed in this mode ({_first_line(exc)}); the patched model stays")
+        original_ratio = math.inf
+    _release(dev)
     original_ms = original_ratio * current_ms
     if adopt(current_ms, original_ms):
         # a launch-bound forward can lose to the original even without the kernels that cost it
@@ -101,6 +107,10 @@ def choose_in_model(original: torch.nn.Module, workdir: Path, patched: torch.nn.
         return build(in_model=choice)
     current._autokernel_in_model = choice
     return current
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def _original_in_mode(original: torch.nn.Module, cuda_graphs: bool) -> torch.nn.Module:

@@ -17,6 +17,10 @@ Views taken of an output before the next call are not guarded (torch marks a ten
 storage: on an H100 such a view read the next call's values).  Clone what you keep.  Where this
 torch cannot mark a tensor so (the call is private to its CUDA builds), or with
 ``static_outputs=False`` (``apply(..., copy_graph_outputs=True)``), a call returns a copy.
+
+Host tensors a forward moves to the GPU while it is captured go through pinned memory
+(``capture_copies``: transformers 5.17's eager masks make one); a forward that cannot be captured
+raises ``GraphCaptureError`` (one line from the CLI, exit 2).
 """
 from __future__ import annotations
 
@@ -26,11 +30,17 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .capture_copies import PinnedHostCopies
 from .ops import OP_CALLS
+from .runfiles import IntegrateError
 
 STALE = ("this output of an autokernel CUDA graph was overwritten by a later call of the same model "
          "(the graph reuses its output buffers, as torch.compile's CUDA graphs do): clone it before the "
          "next call to keep it")
+
+class GraphCaptureError(IntegrateError):
+    """A forward that cannot be captured as a CUDA graph (a host sync, a copy the capture refuses)."""
+
 
 WARMUP_CALLS = 3  # eager calls on a side stream before capture (lazy init, autotuning, allocator)
 
@@ -49,6 +59,7 @@ class CudaGraphed(nn.Module):
         # (a model that takes another path while a stream captures: say, a library that builds
         # an attention mask when it cannot read the padding mask's values)
         self.capture_fallbacks: dict[str, int] = {}
+        self._kept: dict[tuple, list[torch.Tensor]] = {}  # signature -> pinned buffers its graph copies from
 
     def forward(self, *args: torch.Tensor) -> Any:
         if not args or any(not isinstance(a, torch.Tensor) or not a.is_cuda for a in args):
@@ -87,9 +98,16 @@ class CudaGraphed(nn.Module):
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             before = Counter(OP_CALLS)
-            with torch.cuda.graph(graph):
-                out = self.model(*static)
+            kept: list[torch.Tensor] = []  # pinned host buffers the graph copies from on every replay
+            try:
+                with torch.cuda.graph(graph), PinnedHostCopies(kept):
+                    out = self.model(*static)
+            except RuntimeError as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise GraphCaptureError(f"the model could not be captured as a CUDA graph ({first}); run it "
+                                        f"without CUDA graphs") from exc
             self.capture_fallbacks.update(missing_calls(eager_calls, Counter(OP_CALLS) - before))
+        self._kept[tuple((tuple(a.shape), a.dtype, a.device) for a in args)] = kept
         return graph, static, out
 
 
