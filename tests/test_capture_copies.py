@@ -41,3 +41,25 @@ def test_outside_the_mode_nothing_is_routed():
     torch.tensor(0.0, device="meta")
     torch.zeros(2).to("meta")
     assert kept == []
+
+
+def test_verify_counts_a_graph_replays_calls_from_its_capture():
+    """A replay runs no Python: verify counted no call of any op in CUDA-graph mode and noted every
+    kernel as "installed but not called" (hf:whisper and hf:albert on an H100, 2026-12-06)."""
+    from collections import Counter
+
+    from autokernel.integrate.ops import OP_CALLS
+    from autokernel.verify import ops_called
+
+    class Replaying:
+        def calls_in_graph(self, *args):
+            return Counter({"rmsnorm_abc": 3}) if args[0].shape == (1, 8) else None
+
+    ops = {"rmsnorm": "rmsnorm_abc", "swiglu": "swiglu_def"}
+    before = dict(OP_CALLS)
+    assert ops_called(Replaying(), (torch.zeros(1, 8),), ops, before) == {"rmsnorm": 3, "swiglu": 0}
+    # no graph for these inputs, or an eager model: the calls counted since ``before``
+    OP_CALLS["swiglu_def"] += 2
+    assert ops_called(Replaying(), (torch.zeros(2, 8),), ops, before) == {"rmsnorm": 0, "swiglu": 2}
+    assert ops_called(object(), (torch.zeros(1, 8),), ops, before) == {"rmsnorm": 0, "swiglu": 2}
+    OP_CALLS["swiglu_def"] -= 2

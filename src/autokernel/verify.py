@@ -187,7 +187,7 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
             before = dict(OP_CALLS)
             out = output_tensor(patched(*inputs))
             if i == 0:
-                calls_per_forward = {name: OP_CALLS[op] - before.get(op, 0) for name, op in info["ops"].items()}
+                calls_per_forward = ops_called(patched, inputs, info["ops"], before)
             errors.append(rel_error(out, ref))
             say(f"seed {seed}: relative error {errors[-1]:.2e} (bound {tol:.0e})")
     passed = all(e <= tol for e in errors)
@@ -238,6 +238,19 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
     if write:
         write_text_atomic(workdir / "verify.json", json.dumps(result.to_dict(), indent=2) + "\n")
     return result
+
+
+def ops_called(patched, inputs: tuple, ops: dict[str, str], before: dict[str, int]) -> dict[str, int]:
+    """Calls of each problem's op (``ops``: problem -> op name) in the forward just run: counted
+    since ``before``, or, for a model replaying a CUDA graph (no Python runs in a replay), those
+    its capture for these inputs made."""
+    from .integrate import OP_CALLS
+
+    in_graph = getattr(patched, "calls_in_graph", None)
+    captured = in_graph(*inputs) if in_graph is not None else None
+    if captured is not None:
+        return {name: captured.get(op, 0) for name, op in ops.items()}
+    return {name: OP_CALLS[op] - before.get(op, 0) for name, op in ops.items()}
 
 
 def _followed(patched) -> dict[str, Any] | None:

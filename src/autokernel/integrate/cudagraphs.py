@@ -60,15 +60,21 @@ class CudaGraphed(nn.Module):
         # an attention mask when it cannot read the padding mask's values)
         self.capture_fallbacks: dict[str, int] = {}
         self._kept: dict[tuple, list[torch.Tensor]] = {}  # signature -> pinned buffers its graph copies from
+        self._captured_calls: dict[tuple, Counter] = {}  # signature -> calls of our ops its capture made
 
     def forward(self, *args: torch.Tensor) -> Any:
         if not args or any(not isinstance(a, torch.Tensor) or not a.is_cuda for a in args):
             return self.model(*args)  # nothing to capture: not CUDA tensors
-        key = tuple((tuple(a.shape), a.dtype, a.device) for a in args)
+        key = signature(args)
         entry = self._graphs.get(key)
         if entry is None:
             entry = self._graphs[key] = self._capture(args)
         return self._replay(key, entry, args)
+
+    def calls_in_graph(self, *args: Any) -> Counter | None:
+        """Calls of our ops the graph for these inputs holds (a replay runs no Python to count
+        them); None where no graph was captured for them."""
+        return self._captured_calls.get(signature(args)) if all(isinstance(a, torch.Tensor) for a in args) else None
 
     def _replay(self, key: tuple, entry: tuple[Any, list[torch.Tensor], Any], args: tuple[torch.Tensor, ...]) -> Any:
         graph, static, out = entry
@@ -106,9 +112,16 @@ class CudaGraphed(nn.Module):
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 raise GraphCaptureError(f"the model could not be captured as a CUDA graph ({first}); run it "
                                         f"without CUDA graphs") from exc
-            self.capture_fallbacks.update(missing_calls(eager_calls, Counter(OP_CALLS) - before))
-        self._kept[tuple((tuple(a.shape), a.dtype, a.device) for a in args)] = kept
+            captured_calls = Counter(OP_CALLS) - before
+            self.capture_fallbacks.update(missing_calls(eager_calls, captured_calls))
+        key = signature(args)
+        self._kept[key], self._captured_calls[key] = kept, captured_calls
         return graph, static, out
+
+
+def signature(args: tuple[torch.Tensor, ...]) -> tuple:
+    """What a graph is captured for: the inputs' shapes, dtypes and devices."""
+    return tuple((tuple(a.shape), a.dtype, a.device) for a in args)
 
 
 def missing_calls(eager: Counter, captured: Counter) -> dict[str, int]:
