@@ -294,4 +294,6 @@ def test_experts_in_another_layout_are_uncovered_with_the_reason_not_matmul(arch
     assert not any(p.kind == "moe_experts" for p in plan.problems)
     assert not any(m.endswith(".experts") for p in plan.problems for m in p.modules)
     experts = [u for u in plan.uncovered if "(experts:" in u.name]
-    assert len(experts) == 1 and why in experts[0].name and experts[0].fraction > 0.01, plan.uncovered[:3]
+    # their time is counted (not a share: one profiled forward on a shared CPU once spent 83% of
+    # its time in a stalled cumsum, the experts' share falling to 0.7%)
+    assert len(experts) == 1 and why in experts[0].name and experts[0].time_us > 0, plan.uncovered[:3]
