@@ -38,6 +38,7 @@ STALE = ("this output of an autokernel CUDA graph was overwritten by a later cal
          "(the graph reuses its output buffers, as torch.compile's CUDA graphs do): clone it before the "
          "next call to keep it")
 
+
 class GraphCaptureError(IntegrateError):
     """A forward that cannot be captured as a CUDA graph (a host sync, a copy the capture refuses)."""
 

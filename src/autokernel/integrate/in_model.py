@@ -33,8 +33,9 @@ MARGIN = 0.01
 class InModelChoice:
     """What ``verify`` measured: the patched model with every selected kernel (``every_ms``),
     without each (``without_ms``, problem -> ms on ``every_ms``'s scale) and without those it
-    leaves out together (``chosen_ms``; None when there were none to try), or, where the original model timed faster
-    than the best of them, every kernel left out and ``chosen_ms`` the original's time (``original_faster``)."""
+    leaves out together (``chosen_ms``; None when there were none to try); or, where the original
+    model timed faster than the best of them, every kernel left out and ``chosen_ms`` the
+    original's time (``original_faster``)."""
 
     device_name: str
     kernels: dict[str, str]  # problem -> digest of every kernel file the selection applied
@@ -51,7 +52,8 @@ class InModelChoice:
     def why(self, name: str) -> str:
         if self.original_faster:
             return (f"left out: verify timed the original model faster than the patched one on this GPU "
-                    f"({self.chosen_ms:.3f} ms against {self.every_ms:.3f} with every kernel): the model runs unchanged")
+                    f"({self.chosen_ms:.3f} ms against {self.every_ms:.3f} with every kernel): the model runs "
+                    f"unchanged")
         return (f"left out: verify timed the model faster without it on this GPU ({self.without_ms[name]:.3f} ms "
                 f"without it, {self.every_ms:.3f} with every kernel; {self.chosen_ms:.3f} without all it leaves out)")
 
