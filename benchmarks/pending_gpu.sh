@@ -85,13 +85,15 @@
 #                                               # and timed beside eager and torch.compile
 #   MODELS=... bash benchmarks/pending_gpu.sh models27 OUT # the models placed in sessions 25-26, verified and timed
 #   MODELS=... bash benchmarks/pending_gpu.sh models27_graphs OUT # the same in CUDA-graph mode against reduce-overhead
+#   bash benchmarks/pending_gpu.sh twentyseventh_b OUT # hf:bloom, hf:gptj in graph mode (the capture fix); hf:gptj's
+#                                               # attention and hf:whisper's in-model choice outside graphs
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b|eighteenth|eighteenth_b|eighteenth_c|eighteenth_d|nineteenth|nineteenth_b|nineteenth_c|nineteenth_d|twentyseventh|models27|models27_graphs OUT"
+usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b|eighteenth|eighteenth_b|eighteenth_c|eighteenth_d|nineteenth|nineteenth_b|nineteenth_c|nineteenth_d|twentyseventh|twentyseventh_b|models27|models27_graphs OUT"
 part=${1:?$usage}
 out=${2:?$usage}
 mkdir -p "$out"
@@ -381,6 +383,15 @@ twentyseventh)  # what the twenty-fifth and twenty-sixth sessions built and no G
         --compile-mode default
     step knobs_rpb 40 python benchmarks/starter_knobs_gpu.py --kind relative_position_bias --shape 0 \
         --out "$out/knobs_rpb" --compile-mode default
+    ;;
+twentyseventh_b)  # what the twenty-seventh session changed after its last GPU call: hf:bloom and hf:gptj in CUDA-graph
+    # mode (transformers 5.17's eager mask failed their capture: host copies now go through pinned memory),
+    # hf:gptj's attention (5.17's _attn, now rewritten to attention_masked) and hf:whisper's in-model choice with
+    # the original among the variants (it ran 0.90x eager patched), outside graphs
+    step models_graphs 330 python benchmarks/models_gpu.py --out "$out/models_graphs" --skip-fused --cuda-graphs \
+        --compile-mode reduce-overhead --max-minutes 5 --models hf:bloom,hf:gptj
+    step models 240 python benchmarks/models_gpu.py --out "$out/models" --skip-fused --compile-mode default \
+        --max-minutes 3.5 --models hf:gptj,hf:whisper
     ;;
 models27_graphs)  # the same models in CUDA-graph mode (launch-bound at these sizes) against torch.compile's
     # reduce-overhead, each verify in a fresh process; relative_position_bias through the judge again (its tiny-values
