@@ -26,6 +26,7 @@ ATTACKS = [
     ("rmsnorm_fixed_eps", "rmsnorm", None, ["fp32"], ANY_STAGE, []),
     # ignore_index fixed at -100: the inputs now use -100, -1 and 0
     ("cross_entropy_fixed_ignore", "cross_entropy", None, ["fp32"], ANY_STAGE, []),
+    ("cross_entropy_positive_ignore_index_dropped", "cross_entropy", None, ["fp32"], ANY_STAGE, []),
     # near-uniform rows of a wide vocabulary written as zeros: within atol everywhere
     ("softmax_zero_flat_rows", "softmax", ["2x50257"], ["bf16"], {"numerics"}, ["wrong magnitude", "case=tiny"]),
     # an argmax off by one at odd indices above 64, inside a float rtol
@@ -68,6 +69,10 @@ EDITED = {
     "rotary_table_scaling_from_draw_set": (
         ROOT / "src/autokernel/kernels/rotary_table.py", "R, half, float(scaling), ROWS=rows,",
         "R, half, (1.0 if float(scaling) == 1.0 else 0.75), ROWS=rows,"),
+    # pass 27: every positive ignore_index taken for -100 (the judge drew only -100, -1 and 0)
+    "cross_entropy_positive_ignore_index_dropped": (
+        ROOT / "src/autokernel/kernels/cross_entropy.py", "    ignore_index = int(ignore_index)\n",
+        "    ignore_index = int(ignore_index) if int(ignore_index) <= 0 else -100\n"),
     "embedding_scale_from_draw_set": (
         ROOT / "src/autokernel/kernels/embedding.py", "weight.stride(0), float(scale), SCALED=",
         "weight.stride(0), float(N) ** 0.5, SCALED="),

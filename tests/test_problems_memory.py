@@ -155,12 +155,15 @@ def test_cross_entropy_reference_ignores_index(problems):
     got = p.reference(logits.double(), targets)
     assert got.shape == () and torch.allclose(got, manual)
     assert p.reference(logits.bfloat16(), targets).dtype == torch.bfloat16
-    for seed in range(3):  # ignore_index varies (-100, -1, 0) and some targets equal it
+    drawn = set()
+    for seed in range(6):  # ignore_index varies (-100, -1, 0, a class id in [1, V)) and some targets equal it
         logits, targets, ignore_index = p.make_inputs({"M": 400, "V": 30}, torch.float32, "cpu", seed)
         assert bool((targets == ignore_index).any()) and int(targets[0]) != ignore_index
         keep = targets != ignore_index
         manual = -(torch.log_softmax(logits.double(), -1)[keep].gather(1, targets[keep, None])).mean()
         assert torch.allclose(p.reference(logits.double(), targets, ignore_index), manual)
+        drawn.add(ignore_index)
+    assert {-100, -1, 0} <= drawn and any(0 < i < 30 for i in drawn)
 
 
 def test_rotary_reference_rotate_half(problems):

@@ -2,11 +2,14 @@
 
 Same as ``F.cross_entropy(logits, targets, ignore_index=ignore_index)``: rows whose target is
 ``ignore_index`` are left out of the mean; the result is a 0-d tensor in the logits' dtype.
-``ignore_index`` is drawn per input draw from what training code uses (``IGNORE_CHOICES``:
--100, Hugging Face's default; -1; 0, a padding id), with some targets equal to it: a kernel
-that fixes -100 fails.
+``ignore_index`` is drawn per input draw: every other draw from what training code uses
+(``IGNORE_CHOICES``: -100, Hugging Face's default; -1; 0, a padding id), the others a class id in
+[1, V) (a pad token's id), with some targets equal to it: a kernel that fixes -100, or reads the
+argument as a choice of a few values, fails.
 """
 from __future__ import annotations
+
+import random
 
 import torch
 import torch.nn.functional as F
@@ -22,8 +25,14 @@ def reference(logits: torch.Tensor, targets: torch.Tensor, ignore_index: int = I
 
 
 def ignore_index_for(v: int, seed: int) -> int:
-    """The draw's ignore_index; a one-class vocabulary cannot ignore its only class."""
-    chosen = choose(IGNORE_CHOICES, seed)
+    """The draw's ignore_index: even seeds walk through ``IGNORE_CHOICES``, odd seeds draw a
+    class id in [1, V) (a pad token's id, as some training code passes it), so a kernel cannot
+    read the argument as a flag of a small set (one that took every positive ignore_index for
+    -100 passed while every draw was -100, -1 or 0); a one-class vocabulary cannot ignore its
+    only class."""
+    if int(seed) % 2 == 1 and v > 1:
+        return random.Random(int(seed) * 7919 + 17).randrange(1, v)
+    chosen = choose(IGNORE_CHOICES, int(seed) // 2)
     return IGNORE_INDEX if v == 1 and chosen == 0 else chosen
 
 
@@ -99,7 +108,7 @@ def make_problem() -> Problem:
     return Problem(
         kind="cross_entropy",
         description="Mean cross-entropy loss over rows of logits, rows with target == ignore_index left out (F.cross_entropy).",
-        signature="kernel_fn(logits[M,V], targets[M] int64, ignore_index=-100) -> loss[]  # F.cross_entropy(..., ignore_index=ignore_index), logits dtype; ignore_index varies (-100, -1, 0)",
+        signature="kernel_fn(logits[M,V], targets[M] int64, ignore_index=-100) -> loss[]  # F.cross_entropy(..., ignore_index=ignore_index), logits dtype; ignore_index varies (-100, -1, 0, or a class id in [1, V))",
         dims=("M", "V"),
         reference=reference,
         make_inputs=make_inputs,
