@@ -182,6 +182,13 @@ def test_a_file_too_large_for_the_interpreter_is_refused_before_any_input_is_mad
     bench = CliRunner().invoke(app, ["bench", str(solution), "--problem", str(problem), "--device", "cpu"])
     assert bench.exit_code == 2, bench.output
     assert "too large for the Triton interpreter" in bench.output and "--scale 0.01" in bench.output
+    # optimize too (a new user's second try, 2026-12-06: killed for memory after 100 s, no word)
+    workdir = tmp_path / "ws"
+    optimize = CliRunner().invoke(app, ["optimize", "--problem", str(problem), "--kernel", str(solution),
+                                        "--workdir", str(workdir), "--budget", "1m", "--device", "cpu"])
+    assert optimize.exit_code == 2, optimize.output
+    assert "too large for the Triton interpreter" in optimize.output and "--scale 0.01" in optimize.output
+    assert not workdir.exists()
     arena = _arena([str(problem), "--solutions", str(solution.parent), "--device", "cpu", "--out", str(tmp_path / "o"),
                     "--json"])
     assert arena.exit_code == 0, arena.output

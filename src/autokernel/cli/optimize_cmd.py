@@ -110,17 +110,24 @@ def optimize(
 
 def _refuse_shapes_too_slow_on_cpu(targets, device: str, dtype: Optional[str], timeout: float) -> None:
     """On CPU, a --shape the interpreter cannot judge within --timeout is refused up front (as
-    `bench` does): every evaluation would time out, the starting kernel's included."""
+    `bench` does): every evaluation would time out, the starting kernel's included.  So is a
+    KernelBench file at its own sizes (a new user's 19_ReLU.py at 4096 x 393216 ran out of the
+    machine's 24 GiB and was killed without a word)."""
     from ..hardware import resolve_device
     from ..problems import get_problem, parse_dtype
     from .bench_cmd import _refuse_interpreter_too_slow
 
-    if not any(t.shapes for t in targets) or resolve_device(device).startswith("cuda"):
+    if resolve_device(device).startswith("cuda"):
         return
     for t in targets:
+        prob = get_problem(t.spec)
+        dtypes = [parse_dtype(dtype)] if dtype else list(prob.dtypes)
         if t.shapes:
-            prob = get_problem(t.spec)
-            _refuse_interpreter_too_slow(prob, t.shapes, [parse_dtype(dtype)] if dtype else list(prob.dtypes), timeout)
+            _refuse_interpreter_too_slow(prob, t.shapes, dtypes, timeout)
+        elif prob.source.startswith("kernelbench:"):  # its own sizes: its inputs alone may not fit in memory
+            _refuse_interpreter_too_slow(prob, list(prob.shapes_for("cpu")), dtypes, timeout,
+                                         remedy=f"scaled down on this CPU with autokernel arena {t.spec} --solutions "
+                                                f"DIR --scale 0.01 --device cpu")
 
 
 def _exit_for(summary) -> int:
