@@ -181,6 +181,45 @@ def test_a_resumed_run_gets_what_is_left_of_its_budget_and_extend_needs_a_finish
     assert json.loads((wd / "run.json").read_text())["seed"] == 3
 
 
+def test_an_interrupted_extension_resumes_with_the_same_command(tmp_path, monkeypatch):
+    """A new user's trial: Ctrl-C during `run --extend 1m` said "run the same command again to
+    resume", and that command was refused ("has not finished: run the same command (without
+    --extend)")."""
+    import autokernel.loop.optimize as optimize_mod
+    from autokernel.pipeline import RunOptions, run_pipeline
+
+    budgets, stop = [], ["done"]
+
+    class Summary:
+        def __init__(self):
+            self.stopped_reason = stop[0]
+
+    def fake_optimize(targets, workdir, *, budget_s, **kwargs):
+        budgets.append(budget_s)
+        time.sleep(0.2)
+        return Summary()
+
+    monkeypatch.setattr(optimize_mod, "run_optimize", fake_optimize)  # nothing evaluated: no verify
+    wd = tmp_path / "wd"
+
+    def opts(**kw):
+        return RunOptions(workdir=wd, model="llama", device="cpu", input_shape=[1, 8], config={"n_layers": "1"},
+                          **{"budget_s": 100.0, **kw})
+
+    run_pipeline(opts(), log=lambda m: None)
+    run = json.loads((wd / "run.json").read_text())
+    assert run["finished"] is True and not run.get("extending")
+    stop[0] = "interrupted"
+    assert run_pipeline(opts(budget_s=None, extend_s=60.0), log=lambda m: None).interrupted
+    run = json.loads((wd / "run.json").read_text())
+    assert run["extending"] is True and not run.get("finished")
+    lines: list[str] = []
+    stop[0] = "done"
+    run_pipeline(opts(budget_s=None, extend_s=60.0), log=lines.append)  # the same command: resumed
+    assert any("resuming the extension" in line for line in lines), lines
+    assert budgets[-1] <= budgets[-2] and json.loads((wd / "run.json").read_text())["finished"] is True
+
+
 def test_a_workdir_another_live_process_works_in_is_refused_before_anything_is_written(tmp_path):
     """A new user's trial: `run` into a workdir an `optimize` held profiled the model and wrote
     plan.json and run.json there before the loop found the lock."""

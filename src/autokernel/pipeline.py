@@ -156,7 +156,7 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
               "fused_mlp": opts.fused_mlp}
     plan_path = workdir / "plan.json"
     run_path = workdir / "run.json"
-    reused = False
+    reused = extending = False
     spent_before = 0.0
     saved: dict[str, Any] = {}
     if opts.extend_s is not None and not plan_path.is_file():
@@ -173,11 +173,17 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
         if saved.get("finished") and opts.extend_s is None:
             return _finished(workdir, plan_path, log, _ignored_when_finished(saved, opts))
         spent_before = float(saved.get("spent_s", 0.0))
-        if opts.extend_s is not None:
+        extending = bool(saved.get("extending")) and not saved.get("finished")  # an extension interrupted
+        if extending and opts.extend_s is not None:  # the same command resumes it (its budget is recorded)
+            budget_s = _resumed_budget(saved, opts, budget_s, log)
+            log(f"resuming the extension of the run in {workdir}: {_duration(spent_before)} of its "
+                f"{_duration(budget_s)} spent before")
+        elif opts.extend_s is not None:
             if not saved.get("finished"):
                 raise PipelineError(f"the run in {workdir} has not finished: run the same command (without --extend) "
                                     "to resume it")
             budget_s = spent_before + opts.extend_s
+            extending = True
             log(f"extending the finished run in {workdir} by {_duration(opts.extend_s)}")
             if opts.budget_s is not None:
                 log(f"--budget {_duration(opts.budget_s)} not used: with --extend the run's budget is its time spent "
@@ -206,6 +212,8 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
         agent = dataclasses.replace(agent, seed=seed)
     record = dict(wanted, budget=_duration(budget_s), agent=agent.name, seed=seed,
                   max_experiments=opts.max_experiments, spent_s=spent_before, **_earlier(saved, agent.name, seed))
+    if extending:
+        record["extending"] = True
     run_path.write_text(json.dumps(record, indent=2) + "\n")
     result = RunResult(plan_path=plan_path, reused_plan=reused)
     targets = targets_from_plan(plan)
@@ -243,6 +251,7 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
         result.verify = verify(workdir, compile=opts.compile, log=lambda m: log(f"      {m}"))
         if result.verify.message:  # e.g. a kernel installed that the model never called: said, not only in verify.json
             log(f"      note: {result.verify.message}")
+    record.pop("extending", None)
     run_path.write_text(json.dumps(dict(record, finished=True), indent=2) + "\n")  # before the report, which reads it
     result.report = write_report(workdir)
     return result
