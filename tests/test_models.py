@@ -544,3 +544,16 @@ def test_whisper_is_built_whole_and_fed_mel_features():
     assert logits.shape == (2, tokens, 256)
     with pytest.raises(ModelSpecError, match=r"takes a float input of 3 dimensions \(e\.g\. 2x80x64"):
         load_model("hf:whisper", config_overrides=WHISPER, input_shape=[2, 32])
+
+
+def test_whisper_given_other_frames_says_which_config_takes_them():
+    """A new user's trial: `--input-shape 2x80x128` on hf:whisper failed with transformers' own
+    "expects the mel input features to be of length 3000" and no word of the config that takes 128."""
+    pytest.importorskip("transformers")
+    with pytest.raises(ModelSpecError, match=r"takes exactly 2 x max_source_positions = 64 frames; for 128 frames "
+                                             r"give --config max_source_positions=64"):
+        load_model("hf:whisper", config_overrides=WHISPER, input_shape=[2, 80, 128])
+    with pytest.raises(ModelSpecError, match="an even number of frames"):
+        load_model("hf:whisper", config_overrides=WHISPER, input_shape=[2, 80, 65])
+    assert load_model("hf:whisper", config_overrides=WHISPER.replace("=32,max_target", "=64,max_target"),
+                      input_shape=[2, 80, 128]).input_shape == [2, 80, 128]

@@ -771,10 +771,28 @@ def check_forward(loaded: LoadedModel) -> None:
             raise ModelSpecError(f"input {format_shape(loaded.input_shape)} does not fit {loaded.spec}: "
                                  f"{loaded.input_shape[-1]} tokens are more than it has positions for ({name}={n}); use --input-shape "
                                  f"{format_shape(list(loaded.input_shape[:-1]) + [n])} or --config {name}=...") from None
+        frames = speech_frames_hint(loaded)
+        if frames:
+            raise ModelSpecError(f"input {format_shape(loaded.input_shape)} does not fit {loaded.spec}: {frames}") from None
         given = ", ".join(f"{k}={v}" for k, v in (loaded.config_overrides or {}).items())
         raise ModelSpecError(f"input {format_shape(loaded.input_shape)} does not fit {loaded.spec}"
                              + (f" with its --config ({given}; one of them may not suit the others)" if given else "")
                              + f": a forward pass failed with {_one_line(exc)}") from None
+
+
+def speech_frames_hint(loaded: LoadedModel) -> str | None:
+    """For a speech model given another number of frames than its encoder takes (Whisper takes
+    exactly twice its max_source_positions), how to ask for that many; None otherwise."""
+    if not isinstance(loaded.model, SpeechSeq2SeqLogits) or len(loaded.input_shape) != 3:
+        return None
+    positions = getattr(loaded.model.model.config, "max_source_positions", None)
+    frames = loaded.input_shape[-1]
+    if not isinstance(positions, int) or frames == 2 * positions:
+        return None
+    fix = (f"give --config max_source_positions={frames // 2} with it" if frames % 2 == 0 and frames >= 2
+           else f"give an even number of frames and --config max_source_positions=<frames / 2>")
+    return (f"its encoder takes exactly 2 x max_source_positions = {2 * positions} frames; for {frames} frames "
+            f"{fix} (or leave out --input-shape for {2 * positions})")
 
 
 POSITION_LIMITS = ("n_positions", "max_position_embeddings", "max_seq_len", "block_size", "max_position")
