@@ -773,7 +773,8 @@ def check_forward(loaded: LoadedModel) -> None:
                                  f"{format_shape(list(loaded.input_shape[:-1]) + [n])} or --config {name}=...") from None
         frames = speech_frames_hint(loaded)
         if frames:
-            raise ModelSpecError(f"input {format_shape(loaded.input_shape)} does not fit {loaded.spec}: {frames}") from None
+            raise ModelSpecError(f"input {format_shape(loaded.input_shape)} does not fit {loaded.spec}: "
+                                 f"{frames}") from None
         given = ", ".join(f"{k}={v}" for k, v in (loaded.config_overrides or {}).items())
         raise ModelSpecError(f"input {format_shape(loaded.input_shape)} does not fit {loaded.spec}"
                              + (f" with its --config ({given}; one of them may not suit the others)" if given else "")
