@@ -374,6 +374,54 @@ def test_a_kept_matmul_whose_start_failed_says_there_is_nothing_to_compare_with(
     assert skipped["matmul"] == "matmul: the starting kernel has no time to compare the kept one with (it failed at numerics)"
 
 
+def test_a_timed_out_evaluation_is_reported_as_a_timeout_not_a_failed_stage(tmp_path, llama):
+    """hf:whisper on CPU: the starting kernels' evaluations timed out (the interpreter too slow
+    for the model's shapes) during numerics; verify, apply and report.md said "failed at:
+    numerics" and "it failed at numerics", a verdict the harness never gave.  The row the loop
+    writes says ``timeout``, and the skip reasons say the evaluation timed out, also for the
+    rows of older files (the stage in failed_stage, the timeout in the status or description)."""
+    from autokernel.harness.records import Evaluation
+    from autokernel.loop.optimize import baseline_description
+    from autokernel.loop.results import HEADER, ExperimentRecord, timed_out
+    from autokernel.loop.verdict import make_record
+
+    def row(name: str, experiment: int, status: str) -> str:
+        ev = Evaluation(problem=name, kernel_file="k.py", correct=False, verdict="timeout", failed_stage="numerics",
+                        message="no answer within 10 s during stage numerics: the worker was killed")
+        description = baseline_description(ev, 10.0, "cpu") if status == "baseline" else "a candidate"
+        record = make_record(None, name, None, None, experiment, "tuner", status, ev, 12.0, 0, "abc", description)
+        assert record.failed_stage == "timeout" and timed_out(record) and not record.correct
+        return record.to_line()
+
+    norm = llama_problems()[:1]
+    wd = make_workdir(tmp_path / "wd", norm,
+                      results=HEADER + row("rmsnorm", 0, "baseline") + row("rmsnorm", 1, "timeout"))
+    why = dict(apply(llama.model, wd)._autokernel_skipped)["rmsnorm"]
+    assert "timed out" in why and "the interpreter is too slow for these shapes" in why, why
+    assert "numerics" not in why and "failed at" not in why, why
+
+    head = ("experiment\tproblem\tagent\tstatus\tfailed_stage\tlatency_us\tspeedup_vs_eager\tspeedup_vs_start\t"
+            "description\n")
+    old = head + ("0\trmsnorm\ttuner\tbaseline\tnumerics\t\t\t\tstarting kernel (timeout after 10 s per request; the "
+                  "interpreter is too slow for these shapes: not a verdict on the kernel)\n"
+                  "1\trmsnorm\ttuner\ttimeout\tnumerics\t\t\t\ta candidate\n")
+    why = dict(apply(llama.model, make_workdir(tmp_path / "old", norm, results=old))._autokernel_skipped)["rmsnorm"]
+    assert "timed out" in why and "numerics" not in why, why
+    mixed = old + "2\trmsnorm\ttuner\tincorrect\tsmoke\t\t\t\tanother\n"  # a real failure is still named
+    why = dict(apply(llama.model, make_workdir(tmp_path / "mixed", norm, results=mixed))._autokernel_skipped)["rmsnorm"]
+    assert why.endswith("failed at: smoke, timed out)"), why
+
+    mm = [PlanProblem("matmul", "matmul", "fp32", [{"M": 4, "N": 48, "K": 32}], [1], 1.0, 0.5, ["fc1", "fc2"])]
+    for name, results in (("new", HEADER + row("matmul", 0, "baseline")
+                           + ExperimentRecord(1, "matmul", "tuner", "keep", latency_us=50.0).to_line()),
+                          ("old_mm", head + "0\tmatmul\ttuner\tbaseline\tnumerics\t\t\t\tstarting kernel (timeout "
+                                            "after 10 s per request: not a verdict on the kernel)\n"
+                                            "1\tmatmul\ttuner\tkeep\t\t50.0\t0.9\t\tfaster\n")):
+        why = dict(apply(TwoLayer(), make_workdir(tmp_path / name, mm, results=results))._autokernel_skipped)["matmul"]
+        assert why == ("matmul: the starting kernel has no time to compare the kept one with (its evaluation timed "
+                       "out: the interpreter is too slow for these shapes, not a verdict on the kernel)"), why
+
+
 def test_apply_needs_a_plan(tmp_path):
     with pytest.raises(IntegrateError, match="plan.json"):
         apply(TwoLayer(), tmp_path)

@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 import torch
 
+from ..loop.results import failure_text, timed_out
 from ..plan import Plan, PlanProblem
 from ..problems.base import parse_dtype
 from .ops import SCHEMAS, register_kernel_op
@@ -66,11 +67,11 @@ def select_kernels(workdir: Path, plan: Plan, *, device: torch.device,
             continue
         row = best.get(p.name)
         if not judged_correct(results, best, p.name):
-            sel.skipped.append((p.name, not_judged_correct(results, p.name)))
+            sel.skipped.append((p.name, not_judged_correct(results, p.name, plan.time_kind != "gpu")))
             continue
         if p.kind == "matmul" and not (row and row.get("status") == "keep"
                                        and (as_float(row.get("speedup_vs_start")) or 0) > 1.0):
-            sel.skipped.append((p.name, matmul_left_out(results, row)))
+            sel.skipped.append((p.name, matmul_left_out(results, row, plan.time_kind != "gpu")))
             continue
         s_eager = as_float(row.get("speedup_vs_eager")) if row else None
         best_us = as_float(row.get("latency_us")) if row else None
@@ -89,23 +90,37 @@ def select_kernels(workdir: Path, plan: Plan, *, device: torch.device,
     return sel
 
 
-def not_judged_correct(results: list[dict[str, str]], name: str) -> str:
-    """Why a problem has no kernel the harness passed: never evaluated, or every evaluation failed."""
+def timeout_text(interpreter: bool) -> str:
+    """What a timed-out evaluation means, for a skip reason."""
+    return ("the interpreter is too slow for these shapes, " if interpreter else "") + "not a verdict on the kernel"
+
+
+def not_judged_correct(results: list[dict[str, str]], name: str, interpreter: bool = False) -> str:
+    """Why a problem has no kernel the harness passed: never evaluated, every evaluation timed
+    out (no verdict), or failed.  ``interpreter``: the run's kernels ran under the Triton
+    interpreter (a CPU plan), where a timeout is the interpreter's slowness."""
     rows = [r for r in results if r.get("problem") == name]
     if not rows:
         return "never evaluated: the run's budget ended before its turn (--extend gives it time)"
-    stages = sorted({r.get("failed_stage") or r.get("status", "") for r in rows} - {""})
+    if all(timed_out(r) for r in rows):
+        return (f"no kernel judged: its evaluation timed out ({len(rows)} evaluation(s); "
+                f"{timeout_text(interpreter)})")
+    stages = sorted({failure_text(r) for r in rows} - {""})
     return (f"no correct kernel recorded in results.tsv ({len(rows)} evaluation(s); failed at: "
             f"{', '.join(stages) or 'no stage recorded'})")
 
 
-def matmul_left_out(results: list[dict[str, str]], row: dict[str, str] | None) -> str:
+def matmul_left_out(results: list[dict[str, str]], row: dict[str, str] | None, interpreter: bool = False) -> str:
     """Why a matmul kernel stays out: cuBLAS is the bar, and only a kept kernel faster than the
-    starting one is taken; a start that failed gives nothing to compare with."""
+    starting one is taken; a start that failed or timed out gives nothing to compare with."""
     name = row.get("problem", "") if row else ""
     start = next((r for r in results if r.get("problem") == name and r.get("status") == "baseline"), None)
     if row and row.get("status") == "keep" and (start is None or as_float(start.get("latency_us")) is None):
-        how = f" (it failed at {start.get('failed_stage')})" if start is not None and start.get("failed_stage") else ""
+        how = ""
+        if start is not None and timed_out(start):
+            how = f" (its evaluation timed out: {timeout_text(interpreter)})"
+        elif start is not None and start.get("failed_stage"):
+            how = f" (it failed at {start.get('failed_stage')})"
         return f"matmul: the starting kernel has no time to compare the kept one with{how}"
     return ("matmul: no kept kernel faster than the starting kernel (a matmul kernel goes in only when the loop "
             "improved on its start: the model's own matmul is cuBLAS)")

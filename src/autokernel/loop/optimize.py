@@ -36,6 +36,7 @@ from .summary import OptimizeSummary, ProblemSummary, log_throughput, summarize_
 from .inputs import no_start_kernel, start_kernel_problem
 from .targets import (OptimizeError, Target, default_run_name, model_run_name, plan_model, resolve_device,
                       targets_from_plan)
+from .results import TIMEOUT_DESCRIPTION
 from .verdict import decide, speedup_vs_start
 from .workspace import (Workspace, WorkspaceError, current_run_name, has_committed_kernel, open_workspace,
                         sanitize_run_name)
@@ -343,7 +344,7 @@ def _evaluator(s: Session, run: ProblemRun, timeout_s: float | None = None):
 
 def baseline_description(evaluation, timeout_s: float, device: str) -> str:
     if evaluation.verdict == "timeout":
-        return (f"starting kernel (timeout after {timeout_s:.0f} s per request"
+        return (f"starting kernel {TIMEOUT_DESCRIPTION} {timeout_s:.0f} s per request"
                 + ("; the interpreter is too slow for these shapes" if not device.startswith("cuda") else "")
                 + ": not a verdict on the kernel)")
     return "starting kernel" + ("" if evaluation.correct else f" (not correct: {evaluation.verdict})")

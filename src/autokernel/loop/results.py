@@ -8,7 +8,10 @@ problem                 the problem's directory name under ``problems/``
 agent                   agent name (``tuner``, ``llm``, ``command``, ...)
 status                  ``baseline`` | ``keep`` | ``revert`` | ``incorrect`` | ``timeout`` |
                         ``crash`` | ``rejected``
-failed_stage            the correctness stage that failed (empty when none)
+failed_stage            the correctness stage that failed (empty when none); ``timeout``
+                        when the evaluation ran out of time, whatever stage it was in: no
+                        verdict on the kernel (``timed_out`` also reads older files, which
+                        wrote the stage)
 latency_us              time-weighted score over the target shapes (empty when not timed)
 throughput              time-weighted achieved throughput, in ``throughput_unit``
 throughput_unit         ``GB/s`` (memory-bound problems) or ``TFLOP/s`` (compute-bound)
@@ -39,6 +42,31 @@ COLUMNS = ("experiment", "problem", "agent", "status", "failed_stage", "latency_
            "tokens", "commit", "description")
 STATUSES = ("baseline", "keep", "revert", "incorrect", "timeout", "crash", "rejected")
 HEADER = "\t".join(COLUMNS) + "\n"
+TIMEOUT_STAGE = "timeout"  # failed_stage of an evaluation that ran out of time
+TIMEOUT_DESCRIPTION = "(timeout after"  # how a starting kernel's row describes a timeout
+
+
+def _field(row, name: str) -> str:
+    return (row.get(name) if isinstance(row, dict) else getattr(row, name, "")) or ""
+
+
+def timed_out(row) -> bool:
+    """Whether a results row (an ``ExperimentRecord`` or a dict of the file's strings) is an
+    evaluation that ran out of time (on CPU: the interpreter too slow for the shapes), which
+    is no verdict on the kernel.  Rows written now say so in ``failed_stage``; older files wrote
+    the stage the timeout hit there, with status ``timeout`` (an experiment) or a description
+    saying so (the starting kernel, status ``baseline``)."""
+    status = _field(row, "status")
+    return (_field(row, "failed_stage") == TIMEOUT_STAGE or status == "timeout"
+            or (status == "baseline" and TIMEOUT_DESCRIPTION in _field(row, "description")))
+
+
+def failure_text(row) -> str:
+    """What went wrong in a row of a kernel that was not judged correct, for summaries:
+    ``timed out`` or the failed stage (or the status where no stage was recorded)."""
+    if timed_out(row):
+        return "timed out"
+    return _field(row, "failed_stage") or _field(row, "status")
 
 
 @dataclass

@@ -5,7 +5,7 @@ measurements), ``throughput`` (time-weighted GB/s or TFLOP/s) and ``make_record`
 from __future__ import annotations
 
 from . import figures
-from .results import ExperimentRecord
+from .results import TIMEOUT_STAGE, ExperimentRecord
 
 COMPUTE_BOUND_INTENSITY = 32.0  # flop/byte above which throughput is reported in TFLOP/s
 FAILURE_STATUSES = ("incorrect", "timeout", "crash", "rejected")
@@ -70,7 +70,9 @@ def make_record(problem, name: str, baseline: ExperimentRecord | None, best: Exp
     latency = pct = vs_eager = vs_start = None
     failed_stage = ""
     if evaluation is not None:
-        failed_stage = evaluation.failed_stage or ""
+        # a timeout is no verdict on the kernel: the row says so, not the stage it was in
+        # (the evaluation's file keeps that); readers took a baseline's stage for a failure
+        failed_stage = TIMEOUT_STAGE if evaluation.verdict == "timeout" else evaluation.failed_stage or ""
         if (evaluation.correct or evaluation.verdict == "slower") and evaluation.score_us:
             latency = float(evaluation.score_us)
             rate, unit = throughput(problem, evaluation)

@@ -32,7 +32,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..files import replace_file_atomic, write_text_atomic
-from .results import ExperimentRecord, append_result, ensure_results, parse_results, read_results, repair_results
+from .results import (ExperimentRecord, append_result, ensure_results, parse_results, read_results, repair_results,
+                      timed_out)
 
 WORKSPACE_SUBJECT = "autokernel: workspace"
 IGNORED = ("logs/", ".autokernel.lock", "__pycache__/", "*.pyc", "*.tmp",
@@ -211,7 +212,8 @@ def keep_message(record: ExperimentRecord) -> str:
 
 def record_message(record: ExperimentRecord) -> str:
     if record.status == "baseline":
-        return f"exp 0 {record.problem}: baseline ({'correct' if record.correct else 'not correct'})"
+        verdict = "correct" if record.correct else "timed out" if timed_out(record) else "not correct"
+        return f"exp 0 {record.problem}: baseline ({verdict})"
     return f"exp {record.experiment} {record.problem}: {record.status}: {record.description}"
 
 
