@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import torch
 
-from .integrate.cudagraphs import GraphCaptureError
+from .integrate.cudagraphs import CudaGraphed, GraphCaptureError
 from .integrate.in_model import InModelChoice, adopt, candidates
 from .model_timing import time_interleaved
 
@@ -115,11 +115,7 @@ def _first_line(exc: BaseException) -> str:
 
 def _original_in_mode(original: torch.nn.Module, cuda_graphs: bool) -> torch.nn.Module:
     """The original model as the patched one runs: captured as a CUDA graph of its own in that mode."""
-    if not cuda_graphs:
-        return original
-    from .integrate.cudagraphs import CudaGraphed
-
-    return CudaGraphed(original)
+    return CudaGraphed(original) if cuda_graphs else original
 
 
 def _release(dev: str) -> None:

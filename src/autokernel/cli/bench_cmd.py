@@ -94,12 +94,8 @@ def bench(
         dev = resolve_device(device)
     except ValueError as exc:
         fail_usage(str(exc))
-    if not dev.startswith("cuda") and shapes:
-        _refuse_interpreter_too_slow(prob, shapes, dtypes or list(prob.dtypes), timeout)
-    elif not dev.startswith("cuda") and prob.source.startswith("kernelbench:"):  # its own sizes: its inputs
-        _refuse_interpreter_too_slow(prob, list(prob.shapes_for(dev)), dtypes or list(prob.dtypes), timeout,
-                                     remedy=f"scaled down on this CPU with autokernel arena {problem} --solutions "
-                                            f"DIR --scale 0.01 --device cpu")  # alone may not fit in memory
+    if not dev.startswith("cuda"):
+        refuse_too_slow_on_cpu(prob, problem, shapes, dtypes or list(prob.dtypes), timeout)
 
     spec = problem if not Path(problem).is_file() else str(Path(problem).resolve())
     if prob.source.startswith("kernelbench:"):
@@ -113,6 +109,18 @@ def bench(
     else:
         print_evaluation(evaluation)
     raise typer.Exit(EXIT_OK if evaluation.correct else EXIT_VERDICT)
+
+
+def refuse_too_slow_on_cpu(prob, spec: str, shapes, dtypes, timeout: float) -> None:
+    """On CPU: ``shapes`` (a --shape) the interpreter cannot judge within ``timeout``, or a
+    KernelBench file at its own sizes that it cannot (its inputs alone may not fit in memory),
+    refused up front."""
+    if shapes:
+        _refuse_interpreter_too_slow(prob, shapes, dtypes, timeout)
+    elif prob.source.startswith("kernelbench:"):
+        _refuse_interpreter_too_slow(prob, list(prob.shapes_for("cpu")), dtypes, timeout,
+                                     remedy=f"scaled down on this CPU with autokernel arena {spec} --solutions "
+                                            f"DIR --scale 0.01 --device cpu")
 
 
 def _refuse_interpreter_too_slow(prob, shapes, dtypes, timeout: float, remedy: str | None = None) -> None:

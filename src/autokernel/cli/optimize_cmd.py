@@ -115,19 +115,13 @@ def _refuse_shapes_too_slow_on_cpu(targets, device: str, dtype: Optional[str], t
     machine's 24 GiB and was killed without a word)."""
     from ..hardware import resolve_device
     from ..problems import get_problem, parse_dtype
-    from .bench_cmd import _refuse_interpreter_too_slow
+    from .bench_cmd import refuse_too_slow_on_cpu
 
     if resolve_device(device).startswith("cuda"):
         return
     for t in targets:
         prob = get_problem(t.spec)
-        dtypes = [parse_dtype(dtype)] if dtype else list(prob.dtypes)
-        if t.shapes:
-            _refuse_interpreter_too_slow(prob, t.shapes, dtypes, timeout)
-        elif prob.source.startswith("kernelbench:"):  # its own sizes: its inputs alone may not fit in memory
-            _refuse_interpreter_too_slow(prob, list(prob.shapes_for("cpu")), dtypes, timeout,
-                                         remedy=f"scaled down on this CPU with autokernel arena {t.spec} --solutions "
-                                                f"DIR --scale 0.01 --device cpu")
+        refuse_too_slow_on_cpu(prob, t.spec, t.shapes, [parse_dtype(dtype)] if dtype else list(prob.dtypes), timeout)
 
 
 def _exit_for(summary) -> int:

@@ -76,7 +76,6 @@ _INSTALLED = False
 HINTS = {"tt.contiguity": "max_contiguous", "tt.divisibility": "multiple_of", "tt.constancy": "max_constancy"}
 PAGE_BITS = 12
 LEARNED_KERNELS = 1024  # kernels with sites learned that a worker remembers (the files it loads come and go)
-LAUNCHED_KERNELS = 8192  # kernels a worker remembers having launched (one not among them is learned first)
 READ_CALLS = 256  # the writes of one site that were read (call, writer) that a kernel's learning keeps
 
 
@@ -284,7 +283,6 @@ class LaunchMemory:
         # sites (``interpreter_interleave``: each call in a jit function's source has a number)
         self.site = self.call = 0  # of the builtin call running: its site, and the program's n-th call there
         self.sites_read: dict = {}  # a kernel -> {a site whose writes another program read: its ReadSite}
-        self.launched: dict[int, None] = {}  # the kernels (source keys) launched, the latest last
         self.calls: dict[tuple[int, int], int] = {}  # (program, site) -> its calls there so far, this launch
         self.hold_site: tuple[int, int, int] | None = None  # (program, site, call) to hold the program before
         self.read_calls: set[tuple[int, int, int]] = set()  # (site, call, writer) of writes another program read
@@ -340,16 +338,6 @@ class LaunchMemory:
         self.calls, self.stacks = {}, {}  # what the launch counted: the next one counts afresh
         self.read_calls = set()
         self.bump_calls = set()
-
-    def first_launch(self, kernel: int) -> bool:
-        """Whether ``kernel`` (a source key) is launched for the first time (that the worker
-        remembers); it is remembered as launched from now on."""
-        first = kernel not in self.launched
-        self.launched.pop(kernel, None)
-        self.launched[kernel] = None
-        while len(self.launched) > LAUNCHED_KERNELS:
-            del self.launched[next(iter(self.launched))]
-        return first
 
     def new_launch(self) -> None:
         self.pages: dict[int, tuple[np.ndarray, ...]] = {}

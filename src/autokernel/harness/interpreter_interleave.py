@@ -217,7 +217,6 @@ def install(interpreter, memory, rng, raw_set_grid_idx) -> bool:
         launch["cooperative"] = bool(kwargs.get("launch_cooperative_grid"))
         try:
             key = _variant(self.rewrite(), self.fn)[1]
-            memory.first_launch(key)
             # only with plain arguments: the launch refuses others, and a method planted on one would
             # run here, in the judge's frames (pass 25: the storage of softmax_interp_planted_storage)
             if key in memory.sites_read or odd_argument(args, kwargs) is not None:

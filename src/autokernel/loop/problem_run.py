@@ -81,7 +81,7 @@ class ProblemRun:
         else:
             message = evaluation.message if evaluation is not None else reason
             # the stage from the evaluation: a timeout's row says only "timeout", the agent is told where
-            stage = evaluation.failed_stage or "" if evaluation is not None else record.failed_stage
+            stage = (evaluation.failed_stage or "") if evaluation is not None else record.failed_stage
             self.last_failure = {"status": record.status, "stage": stage, "message": message,
                                  "description": description}
 
@@ -135,7 +135,7 @@ def restore_memory(ws: Workspace, run: ProblemRun) -> None:
     last = run.rows[-1] if run.rows else None
     if last is not None and last.status in FAILURE_STATUSES:
         ev = ws.load_evaluation(run.name, last.experiment)
-        stage = ev.failed_stage or "" if ev is not None else last.failed_stage
+        stage = (ev.failed_stage or "") if ev is not None else last.failed_stage
         run.last_failure = {"status": last.status, "stage": stage,
                             "message": ev.message if ev is not None else "", "description": last.description}
 

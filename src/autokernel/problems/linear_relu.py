@@ -87,11 +87,11 @@ def adversarial_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int)
     small_b = randn((shape["N"],), dtype, device, gen, scale=0.05)
     cases.append(("straddling-zero", (x, near_zero_w, small_b)))
     # torch.relu keeps NaN (red-team pass 25: the starters' tl.maximum, which drops it, passed every
-    # case): one NaN in x makes its row's pre-activations NaN in any summation order.  (An inf would
-    # not: blocked GEMMs multiply it by padding zeros, and eager bf16 on the CPU gave NaN where the
-    # float64 reference gave 0.)
-    # NaN rows at both edges and a NaN column through every row of tiles (red-team pass 26: a kernel
-    # dropping NaN in tiles away from the first row passed with x[0, 0] alone)
+    # case): a NaN in x makes its row's pre-activations NaN in any summation order, one in w its
+    # column's; rows at both edges and a column through every row of tiles (pass 26: a kernel dropping
+    # NaN in tiles away from the first row passed with x[0, 0] alone).  (An inf would not do: blocked
+    # GEMMs multiply it by padding zeros, and eager bf16 on the CPU gave NaN where the float64
+    # reference gave 0.)
     rng = random.Random(seed)
     special = x.clone()
     special[0, 0] = float("nan")
