@@ -137,3 +137,13 @@ def test_a_worker_whose_parent_is_gone_ends_without_a_traceback():
               "main(child, 'cpu')\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("command, flag", [("run", "--no-compile"), ("verify", "--no-timing"), ("optimize", "--quiet")])
+def test_help_shows_boolean_flags_as_plain_flags(command, flag):
+    """A new user's `autokernel run --help` listed every flag as `--no-compile <bool>` (typer's rich
+    help gives a flag its type): a flag takes no value, and its help says nothing of one."""
+    result = CliRunner().invoke(app, [command, "--help"], terminal_width=100)
+    assert result.exit_code == 0, result.output
+    assert flag in result.output
+    assert "<bool>" not in result.output, result.output

@@ -3,6 +3,7 @@ arguments, calls library code and prints.  User mistakes exit 2 with one line on
 from __future__ import annotations
 
 import typer
+from typer.core import TyperCommand
 
 from . import arena_cmd, bench_cmd, optimize_cmd, pipeline_cmd, problems_cmd, profile_cmd
 from .common import fail_usage
@@ -10,8 +11,25 @@ from .common import fail_usage
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="Make PyTorch models faster by optimizing their GPU kernels autonomously.")
 
+
+
+class _Command(TyperCommand):
+    """A command whose help lists a flag as a flag: typer's rich help gave every option its type,
+    so each flag read ``--no-compile <bool>`` (``--help`` too), as if it took a value."""
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        for param in params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""  # shown in the type column: nothing
+        return params
+
+
 for _module in (problems_cmd, bench_cmd, optimize_cmd, profile_cmd, pipeline_cmd, arena_cmd):
     _module.register(app)
+for _info in app.registered_commands:
+    if _info.cls in (None, TyperCommand):  # typer 0.29 names its own class; older ones None
+        _info.cls = _Command
 
 
 @app.callback()
