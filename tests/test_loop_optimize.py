@@ -436,3 +436,33 @@ def test_progress_line_shows_the_paired_comparison_behind_a_revert():
     assert "side by side it was slower" in slower_line
     record.latency_us = 600000.0
     assert "side by side" not in progress_line(run, record, None, slower)  # its own score is higher too
+
+
+def test_a_kernel_kept_after_a_timed_out_start_is_the_first_measured_not_a_gain(tmp_path):
+    """hf:whisper on CPU: the starting matmul kernel's evaluation timed out, and the first correct
+    candidate was reported ``keep`` like an improvement, though there was nothing to compare it
+    with (and apply then left it out).  It is still kept (the workspace's first correct kernel,
+    a commit), but its row, its commit and its progress line say what it is."""
+    work = tmp_path / "ws"
+    start = tmp_path / "slow.py"
+    good = (Path(__file__).parents[1] / "src/autokernel/kernels/matmul.py").read_text()
+    start.write_text(good + "\n# TIMEOUT\n")
+
+    class TimingOut(FakeEvaluator):
+        def evaluate(self, kernel_file, incumbent_file=None):
+            if "TIMEOUT" in Path(kernel_file).read_text():
+                self.calls.append((str(kernel_file), None))
+                return Evaluation(problem=self.spec, kernel_file=str(kernel_file), correct=False, verdict="timeout",
+                                  failed_stage="numerics", message="no answer within 10 s during stage numerics")
+            return super().evaluate(kernel_file, incumbent_file)
+
+    agent = ScriptedAgent(lambda ctx: (good, "BLOCK_M=64"))
+    run_optimize([Target("matmul", "matmul", start_file=start)], work, agent=agent, budget_s=None, device="cpu",
+                 show_progress=False, max_experiments=1, _evaluator_factory=TimingOut)
+    rows = read_results(work / "results.tsv")
+    assert rows[0].status == "baseline" and rows[0].failed_stage == "timeout"
+    assert rows[1].status == "keep" and rows[1].speedup_vs_start is None
+    assert rows[1].description.startswith("first measured kernel, not a gain: the starting kernel's evaluation "
+                                          "timed out"), rows[1].description
+    assert rows[1].description.endswith("BLOCK_M=64")
+    assert kernel_commits(work, "matmul")[0].startswith("exp 1 matmul: first measured kernel, not a gain")

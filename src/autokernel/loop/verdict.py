@@ -5,8 +5,10 @@ measurements), ``throughput`` (time-weighted GB/s or TFLOP/s) and ``make_record`
 from __future__ import annotations
 
 from . import figures
-from .results import TIMEOUT_STAGE, ExperimentRecord
+from .results import TIMEOUT_STAGE, ExperimentRecord, timed_out
 
+FIRST_MEASURED = ("first measured kernel, not a gain: the starting kernel's evaluation timed out, nothing to "
+                  "compare with")  # a keep's description after a timed-out start (``first_measured``)
 COMPUTE_BOUND_INTENSITY = 32.0  # flop/byte above which throughput is reported in TFLOP/s
 FAILURE_STATUSES = ("incorrect", "timeout", "crash", "rejected")
 
@@ -29,6 +31,13 @@ def decide(evaluation, *, incumbent_correct: bool, incumbent_us: float | None = 
             return "revert"  # the machine drifted: faster in the pair, not on the recorded scores
         return "keep"
     return "revert"
+
+
+def first_measured(baseline: ExperimentRecord | None, best: ExperimentRecord | None, status: str) -> bool:
+    """Whether a ``keep`` is the first kernel measured after a starting kernel whose evaluation
+    timed out: kept (the problem's first correct kernel), but no improvement on anything."""
+    return (status == "keep" and (best is None or not best.correct) and baseline is not None
+            and timed_out(baseline))
 
 
 def speedup_vs_start(baseline: ExperimentRecord | None, evaluation, status: str) -> float | None:
@@ -79,6 +88,8 @@ def make_record(problem, name: str, baseline: ExperimentRecord | None, best: Exp
             pct = evaluation.pct_roofline
             vs_eager = figures.vs_eager(evaluation.eager_score_us, latency, evaluation.timing_kind)
             vs_start = speedup_vs_start(baseline, evaluation, status)
+    if first_measured(baseline, best, status):
+        description = f"{FIRST_MEASURED}: {description}"
     return ExperimentRecord(experiment=experiment, problem=name, agent=agent_name, status=status,
                             failed_stage=failed_stage, latency_us=latency, throughput=rate,
                             throughput_unit=unit, pct_roofline=pct, speedup_vs_eager=vs_eager,
