@@ -405,3 +405,40 @@ def test_the_exported_packages_apply_takes_autokernels_options(tmp_path, monkeyp
     monkeypatch.setattr(autokernel.integrate, "apply", lambda model, data, **options: seen.update(options) or model)
     assert pkg.apply("model", cuda_graphs=True, under_compile="uncompiled", allow_slower=True) == "model"
     assert seen == {"cuda_graphs": True, "under_compile": "uncompiled", "allow_slower": True}
+
+
+def test_a_cpu_run_whose_starting_evaluations_all_timed_out_says_so_and_how_to_make_it_smaller(tmp_path, monkeypatch):
+    """`autokernel run --model hf:whisper` (or hf:bert) at full size on a CPU: every starting
+    kernel's evaluation timed out in the interpreter, and the run ended with its table and exit 0,
+    nothing optimized and no word why.  The end of the run (and report.md, and `autokernel
+    report`) now says so in one line, with the options that make the run fit."""
+    import autokernel.pipeline as pipeline_mod
+    from autokernel.pipeline import RunResult
+    from autokernel.report import collect
+
+    wd = make_workdir(tmp_path / "wd")
+    slow = "starting kernel (timeout after 10 s per request; the interpreter is too slow for these shapes: not a verdict)"
+    (wd / "results.tsv").write_text(HEAD + row(0, "rmsnorm", "baseline", "", "", "", 12.0, slow, stage="timeout")
+                                    + row(0, "swiglu", "baseline", "", "", "", 12.0, slow, stage="timeout"))
+    monkeypatch.setattr(pipeline_mod, "run_pipeline",
+                        lambda opts, log: RunResult(plan_path=wd / "plan.json", reused_plan=True, report=collect(wd)))
+    res = CliRunner().invoke(app, ["run", "--model", "llama", "--workdir", str(wd), "--device", "cpu"])
+    assert res.exit_code == 0, res.output
+    lines = [line for line in res.output.splitlines() if "timed out" in line]
+    assert len(lines) == 1, res.output
+    assert "nothing was optimized" in lines[0] and "interpreter" in lines[0]
+    assert "--config" in lines[0] and "--input-shape" in lines[0], lines[0]
+    write_report(wd)
+    assert lines[0].split(": ", 1)[1] in (wd / "report.md").read_text()
+    res = CliRunner().invoke(app, ["report", str(wd)])
+    assert res.exit_code == 0 and "nothing was optimized" in res.output, res.output
+
+    # one problem timed out and the other was measured: its own words, and nothing for a GPU run
+    (wd / "results.tsv").write_text(HEAD + row(0, "rmsnorm", "baseline", "", "", "", 12.0, slow, stage="timeout")
+                                    + row(0, "swiglu", "baseline", 100.0, 0.8, 1.0, 2.0, "starting kernel"))
+    from autokernel.report import too_slow_note
+
+    note = too_slow_note(collect(wd))
+    assert "rmsnorm" in note and "swiglu" not in note and "nothing was optimized" not in note, note
+    (wd / "results.tsv").write_text(RESULTS)
+    assert too_slow_note(collect(wd)) == ""

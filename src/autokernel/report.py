@@ -13,6 +13,7 @@ from typing import Any
 
 from .loop import figures
 from .integrate import KEPT_STATUSES, as_float, best_rows, kernel_path, load_workdir_plan, read_results
+from .loop.results import timed_out
 from .plan import Plan
 from .problems.base import format_shape
 from .verify_records import Breakdown, VerifyResult, load_verify
@@ -79,6 +80,36 @@ def collect(workdir: str | Path) -> ReportData:
     return ReportData(workdir, plan, rows, problems, run, load_verify(workdir), from_plan=from_plan)
 
 
+def too_slow_note(data: ReportData) -> str:
+    """One line when, on a CPU, the starting kernels' evaluations timed out for every problem
+    evaluated, or for the problems holding most of their share of the time: the Triton
+    interpreter was too slow for the shapes, so those problems were never measured (a model at
+    its real size, hf:whisper or hf:bert).  Says how to make the run fit; "" otherwise."""
+    if data.plan.time_kind == "gpu":
+        return ""
+    starts = {r.get("problem"): r for r in data.rows if r.get("status") == "baseline"}
+    evaluated = [p for p in data.problems if p.name in starts]
+    slow = [p for p in evaluated if timed_out(starts[p.name])]
+    if not slow:
+        return ""
+    share, evaluated_share = sum(p.fraction for p in slow), sum(p.fraction for p in evaluated)
+    every = len(slow) == len(evaluated)
+    if not every and share < 0.5 * evaluated_share:
+        return ""
+    kept = any(p.kept for p in slow)
+    if every:
+        what = (f"every starting kernel's evaluation timed out ({len(slow)} problem(s))"
+                + ("" if kept else ": nothing was optimized"))
+    else:
+        what = (f"the starting kernel's evaluation timed out for {', '.join(p.name for p in slow)} "
+                f"({100 * share:.0f}% of the model's time): nothing there was measured against its start")
+    shape = "x".join(str(d) for d in data.plan.input_shape)
+    return (f"interpreter too slow: {what}, since the Triton interpreter on this CPU is too slow for the model's "
+            f"shapes; make the model smaller with --config (fewer layers, a smaller hidden size, e.g. "
+            f"num_hidden_layers=2,hidden_size=256 for a Hugging Face model) or give fewer tokens with --input-shape"
+            + (f" (this run: {shape})" if shape else "") + ", or allow more time per evaluation with --timeout")
+
+
 def plan_from_problems(workdir: Path) -> Plan:
     """A stand-in plan for a workspace made by ``optimize --problem`` (no model, no plan.json):
     one entry per ``problems/<name>/problem.json``, equal shares, timings of the kind the
@@ -134,6 +165,8 @@ def render_markdown(data: ReportData) -> str:
             lines.append(f"- **not finished**: stopped (or still running) after {data.run['spent_s']:.0f} s of its budget; "
                          f"the same `autokernel run` command resumes it")
     lines.append(f"- experiments recorded: {sum(1 for r in data.rows if r.get('status') != 'baseline')}")
+    if too_slow_note(data):
+        lines.append(f"- **{too_slow_note(data)}**")
     lines += ["", "## Plan", "", "| problem | kind | dtype | shapes | fraction | modules |", "|---|---|---|---|---:|---|"]
     for p in plan.problems:
         shapes = "; ".join(format_shape(s) for s in p.shapes)

@@ -262,9 +262,12 @@ def _console():
 
 
 def _print_report(data) -> None:
-    from ..report import rich_table
+    from ..report import rich_table, too_slow_note
 
     _console().print(rich_table(data))
+    note = too_slow_note(data)  # a CPU run whose starting evaluations timed out: why nothing was optimized
+    if note:
+        _say(note)
 
 
 RUN_HELP = ("The run to use, where the directory holds several (one branch autokernel/NAME each: "
