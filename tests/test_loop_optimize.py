@@ -466,3 +466,34 @@ def test_a_kernel_kept_after_a_timed_out_start_is_the_first_measured_not_a_gain(
                                           "timed out"), rows[1].description
     assert rows[1].description.endswith("BLOCK_M=64")
     assert kernel_commits(work, "matmul")[0].startswith("exp 1 matmul: first measured kernel, not a gain")
+
+
+def test_no_evaluation_may_run_past_the_budget(tmp_path, monkeypatch):
+    """A CPU run's budget was overrun by one experiment longer than the whole budget (each of an
+    evaluation's requests may take ``--timeout``).  Every evaluation of the loop gets the budget's
+    end (plus a grace) as its deadline, and one the budget's end cut short is not recorded: it is
+    not a timeout of the kernel, and a resumed run evaluates it again."""
+    import time
+
+    import autokernel.loop.optimize as optimize_mod
+
+    monkeypatch.setattr(optimize_mod, "BUDGET_GRACE_S", 0.1)
+    deadlines = []
+
+    class UntilTheDeadline(FakeEvaluator):
+        def evaluate(self, kernel_file, incumbent_file=None):
+            deadlines.append(getattr(self, "deadline", None))
+            if incumbent_file is None or self.deadline is None:
+                return super().evaluate(kernel_file, incumbent_file)
+            time.sleep(max(self.deadline - time.monotonic(), 0.0))  # the harness kills it here
+            return Evaluation(problem=self.spec, kernel_file=str(kernel_file), correct=False, verdict="timeout",
+                              failed_stage="sweep", message="stopped: the run's time budget ended")
+
+    t0 = time.monotonic()
+    summary = run_optimize([Target("reduce", "reduce")], tmp_path / "ws", agent=AgentConfig(), budget_s=0.5,
+                           device="cpu", show_progress=False, _evaluator_factory=UntilTheDeadline)
+    assert time.monotonic() - t0 < 0.5 + 0.1 + 1.0
+    assert summary.stopped_reason == "budget"
+    assert len(deadlines) == 2 and all(d is not None and d <= t0 + 0.5 + 0.1 + 0.05 for d in deadlines), deadlines
+    rows = read_results(tmp_path / "ws" / "results.tsv")
+    assert [r.status for r in rows] == ["baseline"]  # the experiment cut short left no row

@@ -29,3 +29,34 @@ def test_prestart_keeps_the_depth_and_replaces_a_dead_worker(pool):
     pool["cpu"][0].kill()  # a worker that died while waiting is dropped, not handed out
     prestart("cpu")
     assert len(pool["cpu"]) == 2 and all(w.alive for w in pool["cpu"])
+
+
+def test_a_worker_waits_for_no_answer_past_its_deadline():
+    """A CPU run's budget was overrun by one experiment longer than the whole budget: every
+    request may take ``timeout_s`` (60 s by default), and an evaluation sends dozens.  A worker
+    given a deadline (the run's budget's end) waits no longer than it, whatever the request's
+    timeout: the worker is killed and the evaluation is a timeout."""
+    import time
+
+    from autokernel.harness.worker_client import Worker, WorkerTimeout
+
+    class Silent:  # a worker process that never answers
+        def send(self, message):
+            pass
+
+        def poll(self, wait):
+            time.sleep(wait)
+            return False
+
+        def is_alive(self):
+            return True
+
+    worker = Worker("cpu")
+    worker.proc = worker.conn = Silent()
+    killed = []
+    worker.kill = lambda: killed.append(True)
+    worker.deadline = time.monotonic() + 0.3
+    t0 = time.monotonic()
+    with pytest.raises(WorkerTimeout):
+        worker.request({"op": "call"}, 60.0)
+    assert time.monotonic() - t0 < 2.0 and killed

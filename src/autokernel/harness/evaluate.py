@@ -156,6 +156,9 @@ class Evaluator:
         if len(self.weights) != len(self.shapes):
             raise ValueError(f"{len(self.weights)} weight(s) for {len(self.shapes)} shape(s)")
         self.timeout_s = float(timeout_s)
+        # time.monotonic() past which no request is waited for (None: none): the loop sets the
+        # budget's end here, so one evaluation cannot outlast the run's budget (a timeout then)
+        self.deadline: float | None = None
         self.timing = timing
         self.baselines = baselines
         self.prestart = prestart
@@ -200,6 +203,7 @@ class Evaluator:
             self._worker = acquire(self.device)
             if self.prestart and self._evaluations > 0:
                 prestart(self.device)  # the next evaluation's worker imports torch while this one runs
+        self._worker.deadline = self.deadline
         return self._worker
 
     def _drop_worker(self, restart: bool = True) -> None:
@@ -237,6 +241,8 @@ class Evaluator:
             self._drop_worker()
             ev.correct, ev.verdict, ev.failed_stage = False, "timeout", self._stage
             ev.message = f"no answer within {self.timeout_s:g} s during stage {self._stage}: the worker was killed"
+            if self.deadline is not None and time.monotonic() >= self.deadline:
+                ev.message = f"stopped during stage {self._stage}: the run's time budget ended (the worker was killed)"
             ev.timings, ev.score_us = [], None
         except (WorkerCrash, stages.CudaFault) as exc:
             self._drop_worker()
@@ -451,6 +457,7 @@ class Evaluator:
                 if self.prestart:
                     prestart(self.device)
                 self._incumbent = (source, worker)
+                worker.deadline = self.deadline
                 judge = stages.Judge(self.problem, self.device, worker, self.timeout_s, seed)
                 reply = judge.request({"op": "load", "slot": "incumbent", "path": str(incumbent), "source": source,
                                        "problem": self.spec, "native_code": self.problem.forbidden_ops is not None,
@@ -459,6 +466,7 @@ class Evaluator:
                     self._drop_incumbent()
                     notes.append(f"incumbent not timed: {reply.get('error') or reply['findings'][0]['message']}")
                     return None
+            self._incumbent[1].deadline = self.deadline
             return stages.Judge(self.problem, self.device, self._incumbent[1], self.timeout_s, seed)
         except (WorkerCrash, WorkerTimeout, stages.Rejection, stages.CudaFault) as exc:
             self._drop_incumbent()

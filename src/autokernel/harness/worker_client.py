@@ -50,6 +50,9 @@ class Worker:
         self.baseline_digest = ""
         self.used = False
         self.requests = 0  # round trips answered or attempted (benchmarks and tests count them)
+        # time.monotonic() past which no answer is waited for, whatever a request's timeout (the
+        # run's budget's end: an evaluation sends dozens of requests, each allowed its timeout)
+        self.deadline: float | None = None
 
     @property
     def alive(self) -> bool:
@@ -112,7 +115,8 @@ class Worker:
         except (BrokenPipeError, EOFError, OSError):
             self._reap()
             raise WorkerCrash(self.proc.exitcode) from None
-        reply = self._wait(time.monotonic() + timeout_s)
+        until = time.monotonic() + timeout_s
+        reply = self._wait(until if self.deadline is None else min(until, self.deadline))
         now = reply.pop("fingerprint", None)
         digest = reply.pop("fingerprint_digest", None)
         tampered = list(reply.get("tampered") or [])

@@ -62,6 +62,9 @@ def default_evaluator_factory(spec: str, **kwargs):
     return Evaluator(spec, **kwargs)
 
 
+BUDGET_GRACE_S = 5.0  # an evaluation may end this long after the budget (the worker killed then)
+
+
 @dataclass
 class Session:
     """What every experiment of one invocation needs."""
@@ -87,6 +90,16 @@ class Session:
 
     def remaining(self) -> float | None:
         return None if self.deadline is None else max(self.deadline - time.monotonic(), 0.0)
+
+    def evaluation_deadline(self) -> float | None:
+        """When an evaluation started now must end: the budget's end and a grace (the harness kills
+        the worker then; ``Evaluator.deadline``), so no experiment outlasts the budget."""
+        return None if self.deadline is None else self.deadline + BUDGET_GRACE_S
+
+    def cut_by_budget(self, evaluation) -> bool:
+        """An evaluation that timed out because the budget ended: no verdict, and not recorded
+        (a resumed run evaluates the kernel again)."""
+        return evaluation is not None and evaluation.verdict == "timeout" and self.out_of_time()
 
     def run_named(self, name: str) -> ProblemRun:
         return next(r for r in self.runs if r.name == name)
@@ -356,8 +369,13 @@ def _baseline(s: Session, run: ProblemRun, stats: _Stats, timeout_s: float) -> N
     commit = s.ws.head()
     snapshot = s.ws.candidate_path(run.name, 0)
     shutil.copyfile(s.ws.kernel_path(run.name), snapshot)
-    evaluation = _evaluator(s, run, timeout_s).evaluate(snapshot)
+    evaluator = _evaluator(s, run, timeout_s)
+    evaluator.deadline = s.evaluation_deadline()
+    evaluation = evaluator.evaluate(snapshot)
     stats.evaluated(0, time.monotonic() - t0)
+    if s.cut_by_budget(evaluation):
+        s.printer.line(f"{run.name}: the budget ended during the starting kernel's evaluation; not recorded")
+        return
     s.ws.save_evaluation(run.name, 0, evaluation)
     description = baseline_description(evaluation, timeout_s, s.device)
     record = run.record(0, s.agent_name, "baseline", evaluation, time.monotonic() - t0, 0, commit, description)
@@ -398,8 +416,14 @@ def _experiment(s: Session, run: ProblemRun, stats: _Stats) -> bool:
         write_text_atomic(candidate, proposal.source)
         incumbent = s.ws.kernel_path(run.name) if run.best_correct else None
         t_eval = time.monotonic()
-        evaluation = _evaluator(s, run).evaluate(candidate, incumbent_file=incumbent)
+        evaluator = _evaluator(s, run)
+        evaluator.deadline = s.evaluation_deadline()
+        evaluation = evaluator.evaluate(candidate, incumbent_file=incumbent)
         stats.evaluated(0, time.monotonic() - t_eval)
+        if s.cut_by_budget(evaluation):
+            s.ws.restore_problem_dir(run.name)
+            s.printer.line(f"{run.name} exp {experiment:>3}: the budget ended during its evaluation; not recorded")
+            return False
         s.ws.save_evaluation(run.name, experiment, evaluation)
         status = decide(evaluation, incumbent_correct=run.best_correct,
                         incumbent_us=run.best_row.latency_us if run.best_correct else None)
