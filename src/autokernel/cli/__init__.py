@@ -12,7 +12,6 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
                   help="Make PyTorch models faster by optimizing their GPU kernels autonomously.")
 
 
-
 class _Command(TyperCommand):
     """A command whose help lists a flag as a flag: typer's rich help gave every option its type,
     so each flag read ``--no-compile <bool>`` (``--help`` too), as if it took a value."""
