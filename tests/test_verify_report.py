@@ -1,12 +1,14 @@
 """verify, report and export on hand-made workdirs (CPU, Triton interpreter)."""
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -442,3 +444,43 @@ def test_a_cpu_run_whose_starting_evaluations_all_timed_out_says_so_and_how_to_m
     assert "rmsnorm" in note and "swiglu" not in note and "nothing was optimized" not in note, note
     (wd / "results.tsv").write_text(RESULTS)
     assert too_slow_note(collect(wd)) == ""
+
+
+class _InFp32(torch.nn.Module):
+    """A stand-in patched model more precise than the bf16 original: the same model run in fp32
+    (``scale`` 1), or a wrong one (another scale)."""
+
+    def __init__(self, model, scale: float):
+        super().__init__()
+        self.model, self.scale = copy.deepcopy(model).float(), scale
+
+    def forward(self, *inputs):
+        return self.model(*inputs).float() * self.scale
+
+
+@pytest.mark.parametrize("scale", [1.0, 1.5])
+def test_a_half_precision_model_over_the_bound_is_measured_against_fp32(tmp_path, monkeypatch, scale):
+    """BLOOM in bf16 (bloom-560m widths, 4x512) is 4.4e-2 from itself in fp32, and the exact attention
+    (attention_masked's reference) 2.9e-2 from the bf16 model: verify failed a kernel more precise
+    than the model it replaced (an H200, 2026-12-06).  Over the bound, both are measured against the
+    model in fp32 and a patched model no further from it than the original passes; a wrong one fails."""
+    import autokernel.integrate
+    import autokernel.verify as verify_module
+
+    workdir = make_workdir(tmp_path)
+    run = json.loads((workdir / "run.json").read_text())
+    (workdir / "run.json").write_text(json.dumps({**run, "dtype": "bf16"}))
+    monkeypatch.setitem(verify_module.END_TO_END_TOLERANCE, "bf16", 1e-9)  # what the bf16 model misses
+    monkeypatch.setattr(autokernel.integrate, "apply", lambda model, data, **options: _InFp32(model, scale))
+    result = verify(workdir, seeds=(0, 1), timing=False, breakdown=False)
+    check = result.full_precision
+    assert check is not None and check["seeds"] == [0, 1]
+    assert all(e > 1e-9 for e in result.errors) and all(o > 1e-4 for o in check["original_errors"])
+    if scale == 1.0:
+        assert result.passed and check["patched_errors"] == [0.0, 0.0]
+        assert "no further from full precision than the bf16 original" in result.message
+    else:
+        assert not result.passed and all(p > 0.4 for p in check["patched_errors"])
+    assert load_verify(workdir).full_precision == check
+    write_report(workdir)
+    assert "from the model in fp32, patched" in (workdir / "report.md").read_text()

@@ -16,6 +16,7 @@ from .integrate import KEPT_STATUSES, as_float, best_rows, kernel_path, load_wor
 from .loop.results import timed_out
 from .plan import Plan
 from .problems.base import format_shape
+from .verify_precision import clause as precision_clause
 from .verify_records import Breakdown, VerifyResult, load_verify
 
 
@@ -196,7 +197,8 @@ def render_markdown(data: ReportData) -> str:
         lines.append("Not verified yet: run `autokernel verify " + str(data.workdir) + "`.")
     else:
         lines.append(f"**{'PASS' if v.passed else 'FAIL'}** — patched vs original on seeds {v.seeds}: "
-                     f"relative error {', '.join(f'{e:.2e}' for e in v.errors)} (bound {v.tolerance:.0e}, {v.dtype}).")
+                     f"relative error {', '.join(f'{e:.2e}' for e in v.errors)} (bound {v.tolerance:.0e}, {v.dtype})"
+                     f"{precision_clause(v.full_precision)}.")
         if v.message:
             lines.append(f"\nNote: {v.message}.")
         kinds: dict[str, int] = {}

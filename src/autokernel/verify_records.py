@@ -109,6 +109,10 @@ class VerifyResult:
     # a model that failed: each applied problem's kernel alone, its relative error on the worst
     # seed (which kernel the failure is owed to)
     errors_alone: dict[str, float] = field(default_factory=dict)
+    # a half-precision model over the bound, measured against the original run in fp32
+    # (verify_precision.FullPrecisionCheck as a dict): it passes where no further from fp32 than
+    # the original is
+    full_precision: dict[str, Any] | None = None
     breakdown: Breakdown | None = None
     message: str = ""
     created: str = ""

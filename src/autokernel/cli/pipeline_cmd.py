@@ -247,9 +247,12 @@ def _print_verify(v) -> None:
         console.print(breakdown_table(v.breakdown))
     if v.message:
         console.print(f"note: {v.message}", markup=False)
+    from ..verify_precision import clause as precision_clause
+
     errs = ", ".join(f"{e:.2e}" for e in v.errors)
     console.print(f"verification {'PASSED' if v.passed else 'FAILED'}: relative error {errs} "
-                  f"(bound {v.tolerance:.0e}, {v.dtype}); {len(v.replaced)} place(s) replaced", markup=False)
+                  f"(bound {v.tolerance:.0e}, {v.dtype}){precision_clause(v.full_precision)}; {len(v.replaced)} place(s) replaced",
+                  markup=False)
 
 
 def _console():
