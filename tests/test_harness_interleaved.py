@@ -28,9 +28,11 @@ from counter_edits import (INTERLEAVED_EDITS as EDITS, LATE_EDITS, LOOKBACK_EDIT
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
 
-# launches per kernel (24 where not named): the slow ones fewer, the rarely caught ones more
-LAUNCHES = {"waits_for_nobody": 8, "idles_after_counting": 8, "sleep_barrier": 80, "delay": 80,
-            "first_waits_for_all": 120, "long_delay": 80, "lookback_busy_spin": 8, "late_count": 60,
+# launches per kernel (24 where not named): the slow ones fewer, the rarely caught ones more (each
+# threshold below fails an unchanged judge on fewer than 1 in 1000 runs at the catch rates its test names;
+# the whole probe is about 400 s of CI on one core)
+LAUNCHES = {"waits_for_nobody": 4, "idles_after_counting": 4, "sleep_barrier": 80, "delay": 80,
+            "first_waits_for_all": 80, "long_delay": 30, "lookback_busy_spin": 8, "late_count": 40,
             "late_count_atomic_partials": 60, "late_count_diluted": 80, "ticket_queue_no_source": 24,
             "late_count_one_site": 60, "leader_publishes_early": 40, "late_count_one_site_fresh_jit": 40,
             "swap_read": 60, "sleeping_reader": 60, "late_count_sleeping_reader": 60, "sleeping_reader_used": 60,
@@ -175,9 +177,9 @@ def test_a_reader_that_delays_past_a_late_count_is_caught(outcomes):
     atomics came before, until all others have ended or sleep: right after one of its stores
     (caught on 13 of 100 launches with that alone), or, where an earlier launch showed the
     kernel's sites whose writes another program read (the partial's store, the second counter's
-    bump), right before one of those: 44 and 50 of 100 (two runs).  Twelve of 60 asks more than the store hold
-    alone gives (8 expected)."""
-    assert caught(outcomes, "late_count") >= 12, outcomes["late_count"]
+    bump), right before one of those: 44 and 50 of 100 (two runs).  Eight of 40 asks more than the store hold
+    alone gives (5 expected)."""
+    assert caught(outcomes, "late_count") >= 8, outcomes["late_count"]
 
 
 def test_a_partial_written_by_an_atomic_exchange_is_held_before_it(outcomes):
@@ -354,12 +356,12 @@ def test_a_wait_by_atomic_poll_passes(outcomes):
 def test_a_loop_of_atomics_that_change_nothing_is_no_deadlock(outcomes):
     """Such a loop sleeps every second turn, as a spin does, and is woken when all sleep; a deadlock
     is 1000 such wakes in a row with no write between (20 failed this kernel)."""
-    assert outcomes["idles_after_counting"] == ["right"] * 8
+    assert outcomes["idles_after_counting"] == ["right"] * 4
 
 
 def test_programs_that_all_wait_on_a_value_none_changes_deadlock(outcomes):
     """Before: the launch spun for ever (the judge's timeout)."""
-    assert outcomes["waits_for_nobody"] == ["DeadlockError"] * 8
+    assert outcomes["waits_for_nobody"] == ["DeadlockError"] * 4
 
 
 def test_the_ticket_queue_fails_the_judge():

@@ -354,11 +354,15 @@ def test_cpu_timing_runs_on_one_intra_op_thread(monkeypatch):
 
     monkeypatch.setattr(verify_module, "time_forwards", fake_time_forwards)
     before = torch.get_num_threads()
-    model = torch.nn.Linear(4, 4)
-    result = verify_module.VerifyResult(passed=True, model="m", dtype="fp32", device="cpu")
-    verify_module.time_models(result, model, model, (torch.randn(2, 4),), "cpu", False, "default", None, 1, 1,
-                               lambda *_: None)
-    assert seen == [1] and torch.get_num_threads() == before and result.speedup_vs_eager == 1.0
+    torch.set_num_threads(2)  # the tests' workers run one thread (conftest.py): the timing must still set it
+    try:
+        model = torch.nn.Linear(4, 4)
+        result = verify_module.VerifyResult(passed=True, model="m", dtype="fp32", device="cpu")
+        verify_module.time_models(result, model, model, (torch.randn(2, 4),), "cpu", False, "default", None, 1, 1,
+                                   lambda *_: None)
+        assert seen == [1] and torch.get_num_threads() == 2 and result.speedup_vs_eager == 1.0
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_unwritable_output_places_are_one_line_errors_before_any_work(tmp_path):
