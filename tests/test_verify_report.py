@@ -450,6 +450,26 @@ def test_a_cpu_run_whose_starting_evaluations_all_timed_out_says_so_and_how_to_m
     assert too_slow_note(collect(wd)) == ""
 
 
+def test_the_smaller_config_the_note_suggests_builds_hf_bert():
+    """The too-slow note's example config is one a user pastes: its hidden_size=256 with hf:bert's
+    12 heads was refused ("not a multiple of the number of attention heads")."""
+    pytest.importorskip("transformers")
+    import re
+    import types
+
+    from autokernel.models import load_model
+    from autokernel.report import ReportData, too_slow_note
+
+    plan = Plan(model="hf:bert", device="cpu", time_kind="cpu", dtype="fp32", input_shape=[2, 512], total_time_us=1.0,
+                problems=[PlanProblem("layernorm", "layernorm", "fp32", [{"M": 8, "N": 64}], [1], 1.0, 1.0, [])])
+    rows = [{"problem": "layernorm", "status": "baseline", "failed_stage": "timeout", "description": "timed out"}]
+    problem = types.SimpleNamespace(name="layernorm", fraction=1.0, kept=False)
+    note = too_slow_note(ReportData(Path("."), plan, rows, [problem]))
+    example = re.search(r"e\.g\. (\S+=\S+)", note).group(1)
+    loaded = load_model("hf:bert", config_overrides=example, input_shape=[1, 8], dtype=torch.float32)
+    assert loaded.model is not None
+
+
 class _InFp32(torch.nn.Module):
     """A stand-in patched model more precise than the bf16 original: the same model run in fp32
     (``scale`` 1), or a wrong one (another scale)."""
