@@ -107,7 +107,8 @@ def too_slow_note(data: ReportData) -> str:
     shape = "x".join(str(d) for d in data.plan.input_shape)
     return (f"interpreter too slow: {what}, since the Triton interpreter on this CPU is too slow for the model's "
             f"shapes; make the model smaller with --config (fewer layers, a smaller hidden size, e.g. "
-            f"num_hidden_layers=2,hidden_size=256,num_attention_heads=4 for a Hugging Face model) or give fewer tokens with --input-shape"
+            f"num_hidden_layers=2,hidden_size=256,num_attention_heads=4 for a Hugging Face model) or give fewer tokens "
+            f"with --input-shape"
             + (f" (this run: {shape})" if shape else "") + ", or allow more time per evaluation with --timeout")
 
 

@@ -34,11 +34,12 @@ class FullPrecisionCheck:
 
     def passed(self, tolerance: float) -> bool:
         """Every seed within the bound of fp32, or no further from it than the original is."""
-        return bool(self.seeds) and all(p <= max(tolerance, o) for p, o in zip(self.patched_errors, self.original_errors))
+        pairs = zip(self.patched_errors, self.original_errors)
+        return bool(self.seeds) and all(p <= max(tolerance, o) for p, o in pairs)
 
     def summary(self) -> str:
-        pairs = ", ".join(f"{p:.2e} against the original's {o:.2e}" for p, o in zip(self.patched_errors, self.original_errors))
-        return f"from the model in fp32, patched {pairs}"
+        pairs = zip(self.patched_errors, self.original_errors)
+        return "from the model in fp32, patched " + ", ".join(f"{p:.2e} against the original's {o:.2e}" for p, o in pairs)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

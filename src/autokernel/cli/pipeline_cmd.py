@@ -251,8 +251,8 @@ def _print_verify(v) -> None:
 
     errs = ", ".join(f"{e:.2e}" for e in v.errors)
     console.print(f"verification {'PASSED' if v.passed else 'FAILED'}: relative error {errs} "
-                  f"(bound {v.tolerance:.0e}, {v.dtype}){precision_clause(v.full_precision)}; {len(v.replaced)} place(s) replaced",
-                  markup=False)
+                  f"(bound {v.tolerance:.0e}, {v.dtype}){precision_clause(v.full_precision)}; "
+                  f"{len(v.replaced)} place(s) replaced", markup=False)
 
 
 def _console():
