@@ -162,6 +162,24 @@ def test_arena_usage_errors_exit_2(tmp_path):
     assert not (Path.cwd() / "arena-out").exists()
 
 
+def test_arena_optimize_refuses_a_misconfigured_agent_before_any_problem(tmp_path, monkeypatch):
+    """--agent llm without --llm (or without a key), --agent command without --agent-cmd: one
+    line and exit 2 before the first problem is optimized, as `optimize` and `run` do (it was a
+    traceback after '[1/1] ...: optimizing')."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    problems = tmp_path / "problems"
+    problems.mkdir()
+    (problems / "1_x.py").write_text("x = 1\n")
+    out = tmp_path / "o"
+    for extra, needle in ((["--agent", "llm"], "--llm openai:MODEL"),
+                          (["--agent", "llm", "--llm", "openai:m"], "OPENAI_API_KEY"),
+                          (["--agent", "command"], "--agent-cmd")):
+        result = _arena([str(problems), "--optimize", "--budget-per-problem", "1m", "--out", str(out), *extra])
+        assert result.exit_code == 2 and needle in result.stderr, result.output
+        assert "Traceback" not in result.output and "optimizing" not in result.output, result.output
+    assert not out.exists()
+
+
 def test_report_and_sorted_plot_sit_next_to_the_json(tmp_path):
     rows = [_result("a", speedup=0.7), _result("b", speedup=2.4), _result("c", verdict="incorrect", heldout=None)]
     paths = report.write(tmp_path, rows, scoring.summary(rows), "a title")

@@ -94,7 +94,7 @@ def arena(
 
 
 def _optimize_settings(agent, llm, llm_base_url, agent_cmd, budget, max_experiments):
-    from ..agents.base import AGENT_NAMES, AgentConfig
+    from ..agents.base import AGENT_NAMES, AgentConfig, AgentConfigError, make_agent
     from ..arena.run import OptimizeSettings
     from ..loop.budget import BudgetError, parse_budget
 
@@ -109,6 +109,10 @@ def _optimize_settings(agent, llm, llm_base_url, agent_cmd, budget, max_experime
     if max_experiments is not None and max_experiments < 0:
         fail_usage("--max-experiments must be >= 0")
     config = AgentConfig(name=agent, llm=llm, llm_base_url=llm_base_url, agent_cmd=agent_cmd)
+    try:
+        make_agent(config)  # a misconfigured agent is refused before any problem is optimized
+    except AgentConfigError as exc:
+        fail_usage(str(exc))
     return OptimizeSettings(agent=config, budget_per_problem_s=budget_s, max_experiments=max_experiments)
 
 
