@@ -156,6 +156,21 @@ def test_no_change_is_rejected_with_stderr(workspace, tmp_path):
     assert "status 3" in proposal.rejected_reason and "model quota exceeded" in proposal.rejected_reason
 
 
+def test_a_command_the_shell_cannot_run_ends_the_run(workspace, tmp_path):
+    """Exit 127/126 with kernel.py untouched (a misspelt or missing agent CLI): AgentRefused,
+    so the run stops with exit 2 instead of recording a rejected row every few milliseconds
+    for the whole budget (304 rows and commits in a 20 s run before)."""
+    from autokernel.agents.base import AgentRefused
+
+    _, ctx = workspace
+    with pytest.raises(AgentRefused, match=r"status 127.*no-such-agent-xyz"):
+        CommandAgent("no-such-agent-xyz {prompt_file}", timeout_s=30).propose(ctx)
+    script = tmp_path / "not_executable.sh"
+    script.write_text("echo hi\n")
+    with pytest.raises(AgentRefused, match="status 126"):
+        CommandAgent(f"{script} {{prompt_file}}", timeout_s=30).propose(ctx)
+
+
 def test_broken_file_is_rejected_and_deleted_file_restored(workspace, tmp_path):
     root, ctx = workspace
     body = "import pathlib\npathlib.Path('kernel.py').write_text('def kernel_fn(:\\n')\n"

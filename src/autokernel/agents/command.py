@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .base import Context, Proposal
+from .base import AgentRefused, Context, Proposal
 from .parse import MAX_DESCRIPTION, validate_source
 from .prompt import build_command_prompt
 from .redact import scrub, secret_values
@@ -29,6 +29,7 @@ from .workdirs import agent_log_dir
 
 PLACEHOLDER = "{prompt_file}"
 KILL_GRACE_S = 5.0
+SHELL_CANNOT_RUN = {126: "a command found but not executable", 127: "a command not found"}
 
 
 class GitSnapshotError(RuntimeError):
@@ -275,6 +276,11 @@ class CommandAgent:
         description = scrub(_description(result.last_line), secrets)
         if after is None:
             return Proposal(None, description, rejected_reason=f"the command left no kernel.py ({how})")
+        if after == before and result.returncode in SHELL_CANNOT_RUN:
+            # the shell found no such command (127) or could not execute it (126): every later
+            # experiment would fail the same way in milliseconds, so the run stops (exit 2)
+            raise AgentRefused(f"--agent-cmd could not run ({how}: {SHELL_CANNOT_RUN[result.returncode]})"
+                               + _stderr_tail(log_dir / f"{stem}.err") + "; fix --agent-cmd")
         if after == before:
             return Proposal(None, description, rejected_reason=f"the command did not change kernel.py ({how})"
                             + _stderr_tail(log_dir / f"{stem}.err"))
