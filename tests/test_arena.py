@@ -180,6 +180,42 @@ def test_arena_optimize_refuses_a_misconfigured_agent_before_any_problem(tmp_pat
     assert not out.exists()
 
 
+def _stopped_optimize(monkeypatch, reason: str, message: str):
+    """--optimize with the loop faked: it stops at once with ``reason``."""
+    import types
+
+    import autokernel.arena.run as arena_run
+    import autokernel.loop.optimize as loop_optimize
+
+    problem = types.SimpleNamespace(shapes_for=lambda device: [{"n": 8}])
+    monkeypatch.setattr(arena_run, "load", lambda *a, **k: (problem, None))
+    monkeypatch.setattr(arena_run, "judge", lambda *a, **k: pytest.fail("judged after the loop stopped"))
+    monkeypatch.setattr(loop_optimize, "run_optimize", lambda targets, workdir, **k: types.SimpleNamespace(
+        stopped_reason=reason, message=message, problems=[], workdir=workdir, experiments_run=0))
+
+
+def test_arena_optimize_stopped_by_ctrl_c_or_a_refused_agent_stores_nothing(tmp_path, monkeypatch):
+    """Ctrl-C inside a problem's optimize loop, or an agent refused for good (a command the
+    shell cannot run): the arena stops there (exit 130 / exit 2 with the agent's reason) and
+    stores no result for that problem, so the next run optimizes it again.  Before, the
+    problem was stored as no-solution (reused on every later run, even with the agent fixed)
+    and the arena went on to the next problem as if nothing had happened."""
+    problem = tmp_path / "1_x.py"
+    problem.write_text("x = 1\n")
+    out = tmp_path / "o"
+    args = [str(problem), "--optimize", "--agent", "command", "--agent-cmd", "true", "--budget-per-problem", "1m",
+            "--out", str(out), "--device", "cpu"]
+    _stopped_optimize(monkeypatch, "interrupted", "interrupted; run the same command again to resume")
+    result = _arena(args)
+    assert result.exit_code == 130 and "run the same command again" in result.stderr, result.output
+    assert not (out / "results").exists() or not list((out / "results").iterdir())
+    _stopped_optimize(monkeypatch, "agent-refused", "--agent-cmd could not run (exited with status 127)")
+    result = _arena(args)
+    assert result.exit_code == 2 and "--agent-cmd could not run" in result.stderr, result.output
+    assert "Traceback" not in result.output
+    assert not (out / "results").exists() or not list((out / "results").iterdir())
+
+
 def test_report_and_sorted_plot_sit_next_to_the_json(tmp_path):
     rows = [_result("a", speedup=0.7), _result("b", speedup=2.4), _result("c", verdict="incorrect", heldout=None)]
     paths = report.write(tmp_path, rows, scoring.summary(rows), "a title")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from . import report, scoring, store
-from .discovery import solution_for
+from .discovery import ArenaUsageError, solution_for
 from .judge import JudgeSettings, judge, load
 from .records import ProblemResult
 
@@ -158,6 +158,10 @@ def _optimize(problem_file: Path, out_dir: Path, settings: JudgeSettings,
     summary = run_optimize([target], workdir, agent=optimize.agent, budget_s=optimize.budget_per_problem_s,
                            max_experiments=optimize.max_experiments, device=settings.device,
                            timeout_s=settings.timeout_s, show_progress=False, run_name=problem_file.stem)
+    if summary.stopped_reason == "interrupted":  # Ctrl-C inside the loop: stop the arena, store nothing
+        raise KeyboardInterrupt                    # for this problem (the next run resumes its workspace)
+    if summary.stopped_reason == "agent-refused":  # a user mistake every later problem would repeat
+        raise ArenaUsageError(summary.message or "the agent was refused")
     best = summary.problems[0] if summary.problems else None
     kernel = Path(summary.workdir) / "problems" / "kernel" / "kernel.py"
     note = f"{summary.experiments_run} experiment(s), stopped: {summary.stopped_reason}"

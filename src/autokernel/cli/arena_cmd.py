@@ -81,8 +81,11 @@ def arena(
     say = (lambda line: print(line, file=sys.stderr, flush=True))
     title = f"arena: {len(files)} problem(s) on {dev}" + (f", sizes x{scale:g}" if scale else "")
     with says_when_interrupted(f"the results so far are in {out}; run the same command again to go on"):
-        run = run_arena(files, out, settings, solutions=solutions, optimize=optimize_settings, redo=redo,
-                        progress=say, title=title)
+        try:
+            run = run_arena(files, out, settings, solutions=solutions, optimize=optimize_settings, redo=redo,
+                            progress=say, title=title)
+        except ArenaUsageError as exc:  # the agent refused for good (--optimize): the problems done are kept
+            fail_usage(str(exc))
     if json_out:
         from ..arena.report import as_json
 
