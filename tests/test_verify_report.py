@@ -508,3 +508,19 @@ def test_a_half_precision_model_over_the_bound_is_measured_against_fp32(tmp_path
     assert load_verify(workdir).full_precision == check
     write_report(workdir)
     assert "from the model in fp32, patched" in (workdir / "report.md").read_text()
+
+
+def test_export_of_an_optimize_problem_run_names_the_shapes_and_dtypes_judged(tmp_path):
+    """New-user trial: `optimize --problem softmax` (no --shape, no --dtype) then `export`
+    wrote "judged correct ... at the shapes and dtype below" over a table whose dtype and
+    shapes cells were empty: problem.json holds null for the kind's defaults."""
+    from autokernel.export import exported_kernels
+
+    wd = tmp_path / "wd"
+    (wd / "problems" / "softmax").mkdir(parents=True)
+    (wd / "problems" / "softmax" / "kernel.py").write_text((KERNELS_DIR / "softmax.py").read_text())
+    (wd / "problems" / "softmax" / "problem.json").write_text(json.dumps(
+        {"name": "softmax", "spec": "softmax", "kind": "softmax", "shapes": None, "dtype": None}))
+    (wd / "results.tsv").write_text(HEAD + row(0, "softmax", "baseline", 100.0, "", 1.0, 3.0, "starting kernel"))
+    (k,) = exported_kernels(wd)
+    assert k.dtype == "bf16, fp16, fp32" and k.shapes == "16x256; 9x300", (k.dtype, k.shapes)

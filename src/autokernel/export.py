@@ -46,10 +46,26 @@ def exported_kernels(workdir: Path) -> list[ExportedKernel]:
         if not path.is_file() or not judged_correct(results, best, p.name):
             continue
         row = best.get(p.name, {})
-        shapes = "; ".join(format_shape(s) for s in p.shapes)
-        out.append(ExportedKernel(p.name, p.kind, p.dtype, shapes, as_float(row.get("speedup_vs_start")),
+        shapes, dtype = "; ".join(format_shape(s) for s in p.shapes), p.dtype
+        if not shapes or not dtype:  # `optimize --problem KIND` without --shape/--dtype: the kind's defaults
+            default_shapes, default_dtypes = _kind_defaults(p.kind, "cuda" if plan.time_kind == "gpu" else "cpu")
+            shapes, dtype = shapes or default_shapes, dtype or default_dtypes
+        out.append(ExportedKernel(p.name, p.kind, dtype, shapes, as_float(row.get("speedup_vs_start")),
                                   as_float(row.get("speedup_vs_eager")), path))
     return out
+
+
+def _kind_defaults(kind: str, device: str) -> tuple[str, str]:
+    """The shapes and dtypes the harness judges a built-in kind at when none were given
+    (``problem.json`` holds null for them); ("", "") for anything else."""
+    from .problems.base import dtype_name
+    from .problems.registry import BUILTIN_KINDS, get_problem
+
+    if kind not in BUILTIN_KINDS:
+        return "", ""
+    problem = get_problem(kind)
+    return ("; ".join(format_shape(s) for s in problem.shapes_for(device)),
+            ", ".join(dtype_name(d) for d in problem.dtypes))
 
 
 def _plan(workdir: Path):
