@@ -59,6 +59,10 @@ ATTACKS = [
     ("linear_relu_dense_strides", "linear_relu", ["24x40x48"], ["fp32"], {"numerics"}, ["case=strided-rows"]),
     # red-team pass 26: NaN dropped in whole tiles only; no CPU shape had one before
     ("linear_relu2_nan_dropped_in_whole_tiles", "linear_relu2", None, ["bf16"], {"numerics"}, ["case=non-finite"]),
+    # Triton's fp32 `/` for tl.math.div_rn: exact under Triton's interpreter, an approximation on a GPU
+    # (div.full.f32), so the buckets' boundary distances land one row off there only; the judge's
+    # interpreter divides as a GPU does now (interpreter_as_gpu.approximate_quotients)
+    ("relative_position_bias_approximate_division", "relative_position_bias", None, ["fp32"], ANY_STAGE, []),
 ]
 
 
@@ -124,6 +128,11 @@ EDITED = {
         "        y = y * y\n"
         "    else:\n"
         "        y = _bias_relu_squared(acc, b_ptr, cols, N)\n"),
+    "relative_position_bias_approximate_division": (
+        ROOT / "src/autokernel/kernels/relative_position_bias.py",
+        ("ratio = tl.math.div_rn(tl.maximum(n, max_exact).to(tl.float32), max_exact.to(tl.float32))",
+         "ratio = tl.maximum(n, max_exact).to(tl.float32) / max_exact.to(tl.float32)"),
+        ("steps = tl.math.div_rn(_log(ratio), log_ratio) * log_buckets", "steps = _log(ratio) / log_ratio * log_buckets")),
     "kb_scalar_constant": (
         ROOT / "tests/kernelbench_solutions/level1/5_Matrix_scalar_multiplication.py", "n, float(s), BLOCK=", "n, 3.14, BLOCK="),
 }

@@ -17,6 +17,11 @@ on it (worker side, CPU only): ``install()`` once per process, before any kernel
   then the product with the weight) put the rmsnorm starter 1.06-1.26x over bf16's bound on
   about one numerics draw in a thousand at the edge shapes: a CPU-only failure of a correct
   kernel.  An fp32 to bf16 cast rounds to nearest even; NaN stays NaN, overflow gives inf.
+* fp32 division.  Triton lowers an fp32 ``/`` to ``div.full.f32`` on a GPU, within 2 ulp of the
+  quotient; the interpreter divided exactly, so a kernel right only with correctly rounded
+  quotients (relative_position_bias's buckets with ``/`` for ``tl.math.div_rn``) passed every
+  CPU stage and fails a GPU's.  An fp32 ``/`` is the numerator times the rounded reciprocal
+  (``approximate_quotients``): now and then one ulp off, as on a GPU; ``div_rn`` stays exact.
 * Program order.  The interpreter runs a grid's programs one after another in index order; a
   GPU runs them in no set order, so float atomics from several programs add up in a different
   order from call to call.  A kernel that summed a row's partial sums with ``tl.atomic_add``
@@ -95,6 +100,23 @@ def round_to_tf32(values: np.ndarray) -> np.ndarray:
     return np.where(special, bits, rounded).view(np.float32)
 
 
+def approximate_quotients(numerator: np.ndarray, denominator: np.ndarray, exact: np.ndarray) -> np.ndarray:
+    """fp32 quotients as a GPU's ``/`` gives them: Triton lowers an fp32 ``/`` to ``div.full.f32``,
+    which multiplies by a reciprocal (within 2 ulp, not the correctly rounded quotient the
+    interpreter computes; ``tl.math.div_rn`` and ``tl.fdiv(..., ieee_rounding=True)`` are exact).
+    Modelled as the numerator times the rounded reciprocal, rounded: exact where the divisor is a
+    power of two or the numerator 1, one ulp off the correct quotient elsewhere now and then, the
+    same on every call.  Divisors whose reciprocal leaves the normal range keep the exact quotient
+    (``div.full`` scales them)."""
+    a, b, q = np.broadcast_arrays(np.asarray(numerator, np.float32), np.asarray(denominator, np.float32),
+                                  np.asarray(exact, np.float32))
+    with np.errstate(all="ignore"):
+        product = a * (np.float32(1.0) / b)
+    magnitude = np.abs(b)
+    in_range = (magnitude >= np.float32(2.0 ** -125)) & (magnitude <= np.float32(2.0 ** 125)) & np.isfinite(product)
+    return np.where(in_range, product, q).astype(np.float32).reshape(np.shape(exact))
+
+
 def install() -> None:
     global _INSTALLED
     if _INSTALLED:
@@ -104,6 +126,7 @@ def install() -> None:
     builder = interpreter.InterpreterBuilder
     _round_tf32_dots(builder, interpreter.TensorHandle)
     _round_bf16_casts(builder, interpreter.TensorHandle)
+    _approximate_fp32_division(builder, interpreter.TensorHandle)
     interpreter_half.install(interpreter)
     memory = LaunchMemory()
     rng = np.random.default_rng()
@@ -188,6 +211,19 @@ def _round_tf32_dots(builder: type, handle: type) -> None:
 
     create_dot.__qualname__ = f"{builder.__qualname__}.create_dot"
     builder.create_dot = create_dot
+
+
+def _approximate_fp32_division(builder: type, handle: type) -> None:
+    original = builder.create_fdiv
+
+    def create_fdiv(self, lhs, rhs):
+        out = original(self, lhs, rhs)
+        if lhs.dtype.scalar.is_fp32():
+            return handle(approximate_quotients(lhs.data, rhs.data, out.data), out.dtype.scalar)
+        return out
+
+    create_fdiv.__qualname__ = f"{builder.__qualname__}.create_fdiv"
+    builder.create_fdiv = create_fdiv
 
 
 def _round_bf16_casts(builder: type, handle: type) -> None:
