@@ -1,27 +1,8 @@
 """A variant of the `relative_position_bias` starter (benchmarks/relative_position_bias_variants_gpu.py):
 the bucket of each distance computed once, by a first launch, into a table of n_far + 1 ints, and
 the output a gather through it, where the starter computes a bucket for every (query, key) pair.
-The starter's notes follow; its arithmetic is unchanged.
-
-Starter kernel for `relative_position_bias`: out[0, h, q, k] = table[bucket(k - (q + offset)), h].
-
-A 2-D grid: one program per (ROWS query rows, BLOCK_K keys).  For each of its rows it computes
-the BLOCK_K buckets once, then gathers them from the table for BLOCK_H heads at a time and
-stores each head's run of keys contiguously (the output is [1, H, Sq, Sk]).  The table is NB x H,
-a few KiB: it stays in cache, and the output's single write is the whole cost.
-
-The bucket is the problem's to the bit: T5's ``_relative_position_bucket`` as PyTorch computes it
-on the CPU, on every device.  A distance below ``max_exact`` is its own bucket; a larger one
-truncates ``log(n / max_exact) / log(max_distance / max_exact) * (side - max_exact)`` in float32,
-and where the result is an integer (n = 16, 32, 64 for T5's 32 buckets, 128 apart) one bit off in
-any step picks the row below.  So every step is rounded once, to nearest: true divisions
-(``tl.math.div_rn``: Triton's ``/`` on a GPU is an approximation), and the log taken in float64
-and rounded to float32, the correctly rounded float32 log, which is what PyTorch's CPU log gives
-at every distance that can sit on a boundary (Triton's float32 log is NumPy's under the
-interpreter and a libdevice ``logf`` on a GPU; each is one bit off somewhere).
-
-Distances below ``max_exact`` never reach the log (it sees ``max_exact`` there), so no -inf is
-converted to an integer.  Offsets into the output are int64 (H * Sq * Sk can pass 2**31).
+The bucket's arithmetic is the starter's (``_buckets``; its notes say why each step is rounded
+once); every distance from n_far = max(max_distance, max_exact) on is the last bucket of a side.
 """
 import math
 
@@ -58,10 +39,8 @@ def _buckets(rel, max_exact, side, log_ratio, log_buckets, BIDIRECTIONAL: tl.con
 @triton.jit(do_not_specialize=["n_far", "max_exact", "side"])
 def _distance_buckets_kernel(lut_ptr, n_far, max_exact, side, log_ratio, log_buckets, BLOCK: tl.constexpr):
     n = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    ratio = tl.math.div_rn(tl.maximum(n, max_exact).to(tl.float32), max_exact.to(tl.float32))
-    steps = tl.math.div_rn(_log(ratio), log_ratio) * log_buckets
-    far = tl.minimum(max_exact + steps.to(tl.int32), side - 1)
-    tl.store(lut_ptr + n, tl.where(n < max_exact, n, far), mask=n <= n_far)
+    # a one-way bucket of relative position -n is the bucket of distance n
+    tl.store(lut_ptr + n, _buckets(-n, max_exact, side, log_ratio, log_buckets, False), mask=n <= n_far)
 
 
 @triton.jit(do_not_specialize=["Sq", "Sk", "offset", "H", "stride_tb", "stride_th", "n_far", "side"])
