@@ -65,6 +65,8 @@ def bench(
         fail_usage("missing KERNEL_FILE (usage: autokernel bench KERNEL_FILE --problem KIND|PATH)")
     if not problem:
         fail_usage("missing --problem KIND|PATH")
+    if Path(kernel_file).is_dir():
+        fail_usage(f"KERNEL_FILE is a directory: {kernel_file} (give the kernel's .py file)")
     if not Path(kernel_file).is_file():
         fail_usage(f"kernel file not found: {kernel_file}")
     if against is not None and not Path(against).is_file():

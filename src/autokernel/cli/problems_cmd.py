@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -20,6 +21,10 @@ def problems(kinds: Optional[list[str]] = typer.Argument(None, help="only these 
 
     known = list_kinds()
     unknown = [k for k in kinds or [] if k not in known]
+    if unknown and (unknown[0].endswith(".py") or Path(unknown[0]).is_file()):
+        fail_usage(f"{unknown[0]} is a problem file (or a KernelBench file), not a built-in kind: judge a kernel for it "
+                   f"with `autokernel bench KERNEL --problem {unknown[0]}`, optimize with `autokernel optimize "
+                   f"--problem {unknown[0]}`; `autokernel problems` lists the built-in kinds")
     if unknown:
         fail_usage(f"unknown problem kind {unknown[0]!r} (kinds: {', '.join(known)})")
     width = max(40, min(shutil.get_terminal_size((80, 24)).columns, 100))
