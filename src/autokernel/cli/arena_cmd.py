@@ -32,7 +32,7 @@ def arena(
     rtol: Optional[float] = typer.Option(None, "--rtol", help="relative tolerance (default: KernelBench's)"),
     timeout: float = typer.Option(120.0, "--timeout", help="seconds each call of a solution may take"),
     compile_timeout: float = typer.Option(600.0, "--compile-timeout", help="seconds importing a solution may "
-                                          "take (load_inline builds)"),
+                                          "take (load_inline builds; never less than --timeout)"),
     redo: bool = typer.Option(False, "--redo", help="judge again the problems already done in --out"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object {problems, fast_p}"),
     optimize: bool = typer.Option(False, "--optimize", help="run the optimize loop on every problem first"),

@@ -58,7 +58,7 @@ def bench(
     atol: Optional[float] = typer.Option(None, "--atol", help="KernelBench files: absolute tolerance (default 1e-4 fp32)"),
     rtol: Optional[float] = typer.Option(None, "--rtol", help="KernelBench files: relative tolerance (default 1e-4 fp32)"),
     compile_timeout: float = typer.Option(600.0, "--compile-timeout", help="seconds importing the kernel file may "
-                                          "take (load_inline builds), apart from --timeout per call"),
+                                          "take (load_inline builds; never less than --timeout)"),
 ) -> None:
     """Judge KERNEL_FILE: correctness stages, integrity checks, then timing."""
     if not kernel_file:
