@@ -492,7 +492,8 @@ def test_no_evaluation_may_run_past_the_budget(tmp_path, monkeypatch):
     t0 = time.monotonic()
     summary = run_optimize([Target("reduce", "reduce")], tmp_path / "ws", agent=AgentConfig(), budget_s=0.5,
                            device="cpu", show_progress=False, _evaluator_factory=UntilTheDeadline)
-    assert time.monotonic() - t0 < 0.5 + 0.1 + 1.0
+    # seconds on a loaded machine (git, the fakes), never the 60 s a request may take
+    assert time.monotonic() - t0 < 0.5 + 0.1 + 10.0
     assert summary.stopped_reason == "budget"
     assert len(deadlines) == 2 and all(d is not None and d <= t0 + 0.5 + 0.1 + 0.05 for d in deadlines), deadlines
     rows = read_results(tmp_path / "ws" / "results.tsv")
