@@ -350,8 +350,10 @@ def _run_serial(s: Session, stats: _Stats) -> tuple[str, str]:
 
 
 def _evaluator(s: Session, run: ProblemRun, timeout_s: float | None = None):
+    """The problem's evaluator, its deadline the budget's end (``Session.evaluation_deadline``)."""
     if run.evaluator is None:
         run.evaluator = s.factory(run.target.spec, **run.evaluator_kwargs(s.device, timeout_s or s.timeout_s))
+    run.evaluator.deadline = s.evaluation_deadline()
     return run.evaluator
 
 
@@ -369,9 +371,7 @@ def _baseline(s: Session, run: ProblemRun, stats: _Stats, timeout_s: float) -> N
     commit = s.ws.head()
     snapshot = s.ws.candidate_path(run.name, 0)
     shutil.copyfile(s.ws.kernel_path(run.name), snapshot)
-    evaluator = _evaluator(s, run, timeout_s)
-    evaluator.deadline = s.evaluation_deadline()
-    evaluation = evaluator.evaluate(snapshot)
+    evaluation = _evaluator(s, run, timeout_s).evaluate(snapshot)
     stats.evaluated(0, time.monotonic() - t0)
     if s.cut_by_budget(evaluation):
         s.printer.line(f"{run.name}: the budget ended during the starting kernel's evaluation; not recorded")
@@ -416,9 +416,7 @@ def _experiment(s: Session, run: ProblemRun, stats: _Stats) -> bool:
         write_text_atomic(candidate, proposal.source)
         incumbent = s.ws.kernel_path(run.name) if run.best_correct else None
         t_eval = time.monotonic()
-        evaluator = _evaluator(s, run)
-        evaluator.deadline = s.evaluation_deadline()
-        evaluation = evaluator.evaluate(candidate, incumbent_file=incumbent)
+        evaluation = _evaluator(s, run).evaluate(candidate, incumbent_file=incumbent)
         stats.evaluated(0, time.monotonic() - t_eval)
         if s.cut_by_budget(evaluation):
             s.ws.restore_problem_dir(run.name)
