@@ -142,13 +142,14 @@ def time_ms(fn, gpu: bool) -> float:
     return (time.perf_counter() - t) * 1e3
 
 
-def device_time_ms(fn, calls: int = 10) -> float:
+def device_time_ms(fn, calls: int = 10, fallback: bool = True) -> float:
     """GPU time of one ``fn()``: ``calls`` of them captured in a CUDA graph and replayed, so no
     host time between launches is counted.  Plain do_bench timed back-to-back Python launches:
     a 20 us kernel behind a 50 us launch measured 50 us, and the selection dropped BERT's
     attention (645 against 349 us a forward) though its kernel is faster than the baseline's.
     The judge hides host time too (a GPU spin ahead of each timed call), so this is the time a
-    run's results give the selection.  Falls back to do_bench where ``fn`` cannot be captured."""
+    run's results give the selection.  Falls back to do_bench where ``fn`` cannot be captured
+    (``fallback``; otherwise the capture's error is raised)."""
     import torch
     import triton.testing
 
@@ -163,6 +164,8 @@ def device_time_ms(fn, calls: int = 10) -> float:
             for _ in range(calls):
                 fn()
     except Exception:  # noqa: BLE001 - not capturable (a host sync, a CPU fallback): host time counts
+        if not fallback:
+            raise
         torch.cuda.synchronize()
         return time_ms(fn, True)
     return float(triton.testing.do_bench(graph.replay, warmup=25, rep=100, return_mode="median")) / calls

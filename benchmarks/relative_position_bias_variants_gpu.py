@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 import tempfile
 import traceback
 from pathlib import Path
@@ -22,6 +23,9 @@ import torch
 import triton.testing
 
 from autokernel.problems import get_problem
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from models_gpu import device_time_ms  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 STARTER = HERE.parent / "src" / "autokernel" / "kernels" / "relative_position_bias.py"
@@ -49,19 +53,6 @@ def variants() -> dict[str, str]:
     return out
 
 
-def graph_ms(fn, calls: int = 10) -> float:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    return triton.testing.do_bench(graph.replay, warmup=25, rep=100, return_mode="median") / calls
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path)
@@ -86,7 +77,7 @@ def main() -> int:
         try:
             exact = torch.equal(fn(), ref)
             bench = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
-            alone = graph_ms(fn)
+            alone = device_time_ms(fn, fallback=False)  # GPU work alone, never host time in its place
         except Exception:  # noqa: BLE001 - a variant that fails is a row that says so
             traceback.print_exc()
             rows.append(f"| {name} | failed | - | - |")

@@ -1,8 +1,8 @@
 """A variant of the `relative_position_bias` starter (benchmarks/relative_position_bias_variants_gpu.py):
 the bucket of each distance computed once, by a first launch, into a table of n_far + 1 ints, and
 the output a gather through it, where the starter computes a bucket for every (query, key) pair.
-The bucket's arithmetic is the starter's (``_buckets``; its notes say why each step is rounded
-once); every distance from n_far = max(max_distance, max_exact) on is the last bucket of a side.
+The bucket's arithmetic is the starter's own ``_buckets``, imported (its notes say why each step
+is rounded once); every distance from n_far = max(max_distance, max_exact) on is the last bucket of a side.
 """
 import math
 
@@ -10,30 +10,9 @@ import torch
 import triton
 import triton.language as tl
 
+from autokernel.kernels.relative_position_bias import _buckets
+
 KNOBS = {"BLOCK_K": 256, "BLOCK_H": 16, "ROWS": 2, "num_warps": 4}
-KNOB_SPACE = {"BLOCK_K": [64, 128, 256, 512, 1024], "BLOCK_H": [1, 2, 4, 8, 16, 32], "ROWS": [1, 2, 4, 8],
-              "num_warps": [1, 2, 4, 8]}
-
-
-@triton.jit
-def _log(x):
-    """The correctly rounded float32 log."""
-    return tl.log(x.to(tl.float64)).to(tl.float32)
-
-
-@triton.jit
-def _buckets(rel, max_exact, side, log_ratio, log_buckets, BIDIRECTIONAL: tl.constexpr):
-    """T5's bucket of each relative position ``rel`` (int32)."""
-    if BIDIRECTIONAL:
-        upper = tl.where(rel > 0, side, 0)
-        n = tl.abs(rel)
-    else:
-        upper = tl.zeros_like(rel)
-        n = tl.maximum(-rel, 0)
-    ratio = tl.math.div_rn(tl.maximum(n, max_exact).to(tl.float32), max_exact.to(tl.float32))
-    steps = tl.math.div_rn(_log(ratio), log_ratio) * log_buckets
-    far = tl.minimum(max_exact + steps.to(tl.int32), side - 1)
-    return upper + tl.where(n < max_exact, n, far)
 
 
 @triton.jit(do_not_specialize=["n_far", "max_exact", "side"])
