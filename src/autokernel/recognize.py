@@ -915,6 +915,50 @@ def pair_linear_row_add(parent: Node, default_dtype: str) -> dict[int, Instance]
         out[id(second)] = Instance("matmul", dtype, [], module=owner.qualname,
                                    notes=(f"{name}(x) + a [1, N] row in {owner.cls_name}: the row added onto the "
                                           "GEMM's output in place",))
+    out.update(_linear_scales(kids, owner, default_dtype))
+    return out
+
+
+SCALE_OPS = ("aten::mul", "aten::div", "aten::mul_", "aten::div_")
+
+
+def _by_number(node: Node) -> bool:
+    """A multiply or divide of a tensor by a Python number (a wrapped 0-dim double or long),
+    no rounding mode."""
+    raw = node.dtypes[1] if len(node.dtypes) > 1 else None
+    return (node.scope is None and node.name in SCALE_OPS and _arg(node, 1) in (None, [])
+            and raw in ("double", "long") and len(node.shapes) <= 2)
+
+
+def _linear_scales(kids: list[Node], owner: ModuleInfo, default_dtype: str) -> dict[int, Instance]:
+    """A linear child's [..., N] output multiplied or divided by a Python number right after the
+    call, in ``owner``'s forward (Granite's ``logits / self.config.logits_scaling``, Cohere's
+    ``logits * self.logit_scale``): map the op (by id) to a ``matmul`` instance placed at
+    ``owner``, as a row add (``pair_linear_row_add``).  ``apply`` rewrites the forward to scale
+    the linear's input instead where K < N (``row_adds``: a [T, K] pass for a [T, N] one), or
+    its fresh output in place; a patched model's profile shows the input scaled by a number just
+    before the switched linear's call (no ``nn.Linear`` forward of its own), or the in-place op
+    after it, and pairs those the same way."""
+    out: dict[int, Instance] = {}
+    for first, second in zip(kids, kids[1:]):
+        lin, op = (first.scope, second) if first.scope is not None else (second.scope, first)
+        if (lin is None or op.scope is not None or not _by_number(op) or lin.kind != "module" or lin.info is None
+                or lin.info.linear_out is None or not lin.outputs or not lin.args
+                or lin.info.qualname.rpartition(".")[0] != owner.qualname):
+            continue
+        N = lin.info.linear_out
+        y, x = list(lin.outputs[0].shape), list(lin.args[0].shape)
+        if not y or y[-1] != N:
+            continue
+        if op is second and _arg(op, 0) != y:
+            continue
+        if op is first and (lin.info.linear is not None or _arg(op, 0) != x or op.name.endswith("_")):
+            continue  # the input scaled before the call: only that of a switched linear
+        name = lin.info.qualname.rsplit(".", 1)[-1]
+        verb = "divided" if op.name.startswith("aten::div") else "multiplied"
+        out[id(op)] = Instance("matmul", _dtype(op, 0, default_dtype), [], module=owner.qualname,
+                               notes=(f"{name}(x) {verb} by a number in {owner.cls_name}: the GEMM's input "
+                                      "scaled instead, or its output in place",))
     return out
 
 

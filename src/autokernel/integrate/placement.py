@@ -23,7 +23,7 @@ from ..problems.base import parse_dtype
 from .apply import NO_PLACE, place_ops
 from .ops import SCHEMAS, register_kernel_op
 from .patching import _related
-from .row_adds import ROW_ADD
+from .row_adds import ROW_ADD, SCALED
 from .selection import KernelOp
 
 # for the kinds a model most often computes outside what apply switches: what it does switch
@@ -101,7 +101,7 @@ def _placed_at(module: str, kind: str, replaced: list[tuple[str, str]]) -> bool:
     switched = [name for name, done in replaced if done == kind]
     if kind == "matmul":
         return (any(name == module or module.startswith(name + ".") for name in switched)
-                or (module, ROW_ADD) in replaced)
+                or (module, ROW_ADD) in replaced or (module, SCALED) in replaced)
     return any(_related(name, [module]) for name in switched)
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import math
 import types
 from typing import Any
 
@@ -36,6 +37,8 @@ ROW_HELPER = "_autokernel_linear_row"
 # what ``replaced`` says of a rewritten forward: it places the matmul problem's share at that
 # module (the row add), not the GEMMs of the modules inside it (``placement._placed_at``)
 ROW_ADD = "matmul (row add)"
+SCALE_HELPER = "_autokernel_linear_scale"
+SCALED = "matmul (scaled)"  # the same, for a linear's output scaled by a number (``linear_scale_call``)
 
 
 def linear_row_call(module: nn.Module, lin_name: str, row_name: str, x: Any, to_device: bool) -> Any:
@@ -52,6 +55,29 @@ def linear_row_call(module: nn.Module, lin_name: str, row_name: str, x: Any, to_
             and not (torch.is_grad_enabled() and (y.requires_grad or row.requires_grad))):
         return y.add_(row)
     return y + row
+
+
+def linear_scale_call(module: nn.Module, lin_name: str, x: Any, scale: Any, divide: bool) -> Any:
+    """``module.<lin>(x) / scale`` (``* scale`` where not ``divide``) for a Python number
+    ``scale``: the linear's input scaled instead where it is narrower than the output (K < N, an
+    LM head: a [T, K] pass for a [T, N] one; exact for a power of two, else one rounding of the
+    input for one of the output), else its fresh output scaled in place.  Any other call (a
+    tensor scale, training, autograd recording, an input that is no plain tensor) runs as
+    written."""
+    lin = getattr(module, lin_name)
+    wt = getattr(lin, "_autokernel_weight_t", None)
+    if (module.training or not isinstance(scale, (int, float)) or isinstance(scale, bool)
+            or not math.isfinite(scale) or scale == 0 or type(x) is not torch.Tensor or not x.is_floating_point()
+            or not isinstance(wt, torch.Tensor) or wt.dim() != 2 or x.shape[-1:] != wt.shape[:1]
+            or (torch.is_grad_enabled() and (x.requires_grad or wt.requires_grad))):
+        y = lin(x)
+        return y / scale if divide else y * scale
+    if wt.shape[0] < wt.shape[1]:
+        return lin(x / scale if divide else x * scale)
+    y = lin(x)
+    if type(y) is not torch.Tensor or not y.is_floating_point():
+        return y / scale if divide else y * scale
+    return y.div_(scale) if divide else y.mul_(scale)
 
 
 def _self_attr(node: ast.AST, self_name: str) -> str | None:
@@ -107,6 +133,59 @@ class _LinearPlusRow(ast.NodeTransformer):
         return ast.copy_location(_helper_call(self.self_name, call[0], row[0], call[1], False), node)
 
 
+def _scale_expr(node: ast.AST, self_name: str) -> bool:
+    """A number written out, or ``self.<a>`` / ``self.<a>.<b>...`` (Granite's
+    ``self.config.logits_scaling``, Cohere's ``self.logit_scale``): read once, no call."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+    while isinstance(node, ast.Attribute):
+        node = node.value
+        if isinstance(node, ast.Name):
+            return node.id == self_name
+    return False
+
+
+def _scale_call(self_name: str, lin: str, arg: ast.expr, scale: ast.expr, divide: bool) -> ast.Call:
+    return ast.Call(func=ast.Name(SCALE_HELPER, ast.Load()),
+                    args=[ast.Name(self_name, ast.Load()), ast.Constant(lin), arg, scale, ast.Constant(divide)],
+                    keywords=[])
+
+
+class _LinearScaled(ast.NodeTransformer):
+    """``self.<linear>(e) / <scale>`` or ``* <scale>`` (``_scale_expr``) -> the scale helper's call."""
+
+    def __init__(self, self_name: str, linears: set[str]):
+        self.self_name, self.linears, self.found = self_name, linears, set()
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        scaling = isinstance(node.op, (ast.Mult, ast.Div))
+        call = _linear_call(node.left, self.self_name, self.linears) if scaling else None
+        if call is None or not _scale_expr(node.right, self.self_name):
+            return node
+        divide = isinstance(node.op, ast.Div)
+        self.found.add((call[0], "/" if divide else "*"))
+        return ast.copy_location(_scale_call(self.self_name, call[0], call[1], node.right, divide), node)
+
+
+def _fuse_scale_statements(body: list[ast.stmt], self_name: str, linears: set[str], found: set) -> None:
+    """``v = self.<linear>(e)`` directly followed by ``v = v / <scale>`` or ``v = v * <scale>``
+    -> ``v = helper(...)``."""
+    i = 0
+    while i + 1 < len(body):
+        first, second = body[i], body[i + 1]
+        name = _one_name(first)
+        call = _linear_call(first.value, self_name, linears) if name else None
+        op = second.value if call and _one_name(second) == name else None
+        if (isinstance(op, ast.BinOp) and isinstance(op.op, (ast.Mult, ast.Div)) and isinstance(op.left, ast.Name)
+                and op.left.id == name and _scale_expr(op.right, self_name)):
+            divide = isinstance(op.op, ast.Div)
+            first.value = _scale_call(self_name, call[0], call[1], op.right, divide)
+            del body[i + 1]
+            found.add((call[0], "/" if divide else "*"))
+        i += 1
+
+
 def _one_name(stmt: ast.stmt) -> str | None:
     if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
         return stmt.targets[0].id
@@ -133,10 +212,12 @@ def _fuse_statements(body: list[ast.stmt], self_name: str, linears: dict[str, se
         i += 1
 
 
-def rewritten_forward(cls: type, linears: dict[str, set[str]]) -> tuple[Any, set[tuple[str, str]]] | None:
+def rewritten_forward(cls: type, linears: dict[str, set[str]],
+                      scaled: frozenset[str] = frozenset()) -> tuple[Any, set[tuple[str, str]]] | None:
     """``cls.forward`` with each ``self.<linear>(e) + <row>`` of ``linears`` (linear -> the rows
-    that may be added to it) calling the helper, and the (linear, row) pairs it found; None
-    where it has none (or no source)."""
+    that may be added to it) calling the helper, and each ``self.<linear>(e) / <scale>`` (or
+    ``*``) of ``scaled`` the scale helper; the (linear, row) pairs it found, ``"/"`` or ``"*"``
+    for a scale; None where it has none (or no source)."""
     inner = inspect.unwrap(cls.forward)
     parsed = parse_forward(inner) if isinstance(inner, types.FunctionType) else None
     if parsed is None:
@@ -144,13 +225,18 @@ def rewritten_forward(cls: type, linears: dict[str, set[str]]) -> tuple[Any, set
     tree, fdef = parsed
     self_name, found = fdef.args.args[0].arg, set()
     for body in list(statement_lists(fdef)):
-        _fuse_statements(body, self_name, linears, found)
-    visitor = _LinearPlusRow(self_name, linears)
-    visitor.visit(fdef)
-    found |= visitor.found
+        if linears:
+            _fuse_statements(body, self_name, linears, found)
+        if scaled:
+            _fuse_scale_statements(body, self_name, set(scaled), found)
+    for visitor in ([_LinearPlusRow(self_name, linears)] if linears else []) + \
+            ([_LinearScaled(self_name, set(scaled))] if scaled else []):
+        visitor.visit(fdef)
+        found |= visitor.found
     if not found:
         return None
-    new = rewrap(cls.forward, compile_forward(inner, tree, {ROW_HELPER: linear_row_call}))
+    helpers = {ROW_HELPER: linear_row_call, SCALE_HELPER: linear_scale_call}
+    new = rewrap(cls.forward, compile_forward(inner, tree, helpers))
     return (new, found) if new is not None else None
 
 
@@ -173,20 +259,27 @@ def apply_row_adds(model: nn.Module, k: KernelOp, switched: set[int], replaced: 
     for name, m in model.named_modules():
         if _pick([k], "matmul", name) is None:
             continue
-        linears = {}
+        linears, scaled = {}, set()
         for child_name, child in m.named_children():
             wt = getattr(child, "_autokernel_weight_t", None)  # [K, N], kept by the matmul applier
             if id(child) in switched and _a_linear(child) and isinstance(wt, torch.Tensor) and wt.dim() == 2:
                 rows = _rows_of(m, wt.shape[1], k.dtype)
                 if rows:
                     linears[child_name] = rows
-        if not linears:
+                calls = k.problem.module_calls
+                if name in k.problem.modules and calls and name not in calls:
+                    scaled.add(child_name)  # listed with no GEMM call: the profiler paired a row or a scale here
+        if not linears and not scaled:
             continue
-        key = (type(m), "matmul rows", k.identity, tuple(sorted((lin, tuple(sorted(r))) for lin, r in linears.items())))
+        key = (type(m), "matmul rows", k.identity, tuple(sorted((lin, tuple(sorted(r))) for lin, r in linears.items())),
+               tuple(sorted(scaled)))
         if key not in probed:
-            probed[key] = rewritten_forward(type(m), linears)
+            probed[key] = rewritten_forward(type(m), linears, frozenset(scaled))
         if probed[key] is None:
             continue
         forward, found = probed[key]
         _swap_class(m, ("matmul rows", k.identity, tuple(sorted(found))), {"forward": forward})
-        replaced.append((name, ROW_ADD))
+        if any(row not in ("/", "*") for _, row in found):
+            replaced.append((name, ROW_ADD))
+        if any(row in ("/", "*") for _, row in found):
+            replaced.append((name, SCALED))
