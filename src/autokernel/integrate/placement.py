@@ -94,8 +94,8 @@ def _placed_at(module: str, kind: str, replaced: list[tuple[str, str]]) -> bool:
     inside it)?  A matmul's module is the innermost one around the GEMM: a linear layer, or a
     module whose own forward calls matmul (eager attention's q @ k^T).  Only switching it or a
     module around it places that GEMM; switching its linear children does not.  A row added
-    onto a linear's output (``row_adds``) is the matmul share of the module whose forward
-    adds it: rewriting that forward places it, and nothing inside that module.  For the other
+    onto a linear's output (``row_adds``), or a scale of it by a number, is the matmul share of the
+    module whose forward writes it: rewriting that forward places it, and nothing inside that module.  For the other
     kinds, a switch of the module, of one inside it or of one around it counts (their appliers
     switch at either)."""
     switched = [name for name, done in replaced if done == kind]
