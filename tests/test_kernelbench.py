@@ -324,3 +324,15 @@ def test_init_floats_alternate_between_the_files_values_and_a_second_set():
 
     mobilenet = KernelBenchFile(KERNELBENCH / "level3" / "19_MobileNetV1.py")
     assert init_float_slots(mobilenet.module(mobilenet.file_shape())) == ()
+
+
+def test_a_solution_without_model_new_is_refused_at_load(tmp_path):
+    """A file with no ModelNew class (a kernel_fn file, a ModelNew that is not a class) fails
+    at ``load`` with the reason, before any input is drawn: it failed at ``smoke`` as a kernel
+    that raised."""
+    problem = get_problem(str(ROOT / "examples" / "kernelbench_example.py"))
+    for name, text in (("fn_only.py", "def kernel_fn(x):\n    return x\n"),
+                       ("not_a_class.py", "def ModelNew(*args):\n    return None\n")):
+        ev = _evaluate(problem, _write(tmp_path, text, name))
+        assert ev.verdict == "incorrect" and ev.failed_stage == "load", (ev.failed_stage, ev.message)
+        assert "no class ModelNew" in ev.message and "raised" not in ev.message, ev.message

@@ -457,8 +457,13 @@ class _State:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             return {"error": describe_error(exc, [path])}
-        if (self.problem is None or self.problem.make_kernel is None) and not callable(getattr(module, "kernel_fn", None)):
-            return {"error": "kernel file defines no callable kernel_fn"}
+        if self.problem is not None:
+            missing = self.problem.missing_entry_point(module)  # ModelNew for a KernelBench problem
+        else:
+            missing = None if callable(getattr(module, "kernel_fn", None)) else \
+                "kernel file defines no callable kernel_fn"
+        if missing:
+            return {"error": missing}
         self.slots[slot] = module
         self.paths[slot] = path
         self.callables = {k: v for k, v in self.callables.items() if k[0] != slot}

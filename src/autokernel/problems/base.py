@@ -178,7 +178,7 @@ class Problem:
     # Numerics stage: returns [(case name, args)], adversarial but valid inputs.
     adversarial_inputs: Callable[[Shape, torch.dtype, str, int], list[tuple[str, tuple]]] | None = None
     # How to get the callable under test from an imported kernel module.
-    # Default: ``module.kernel_fn``.  KernelBench problems build ``ModelNew``.
+    # Default: ``module.kernel_fn`` (``entry_point``).  KernelBench problems build ``ModelNew``.
     make_kernel: Callable[[Any, Shape, torch.dtype, str], Callable[..., Any]] | None = None
     # Which PyTorch ops a kernel may call (checked under a torch dispatch mode).  With
     # ``forbidden_ops`` None (built-in kinds): allow-list mode — only allocation, views,
@@ -210,6 +210,9 @@ class Problem:
     # row adds to the widest buffer a kernel indexes.  None: ``M`` rows when the only other free
     # dimension is the row's width, else no large shapes.
     rows: "Rows | None" = None
+    # What a kernel file must define: a callable ``kernel_fn``, or (``"ModelNew"``, KernelBench
+    # problems) a class ``ModelNew``.  Checked when the file is loaded (``missing_entry_point``).
+    entry_point: str = "kernel_fn"
 
     # ----------------------------------------------------------------- helpers
     def shapes_for(self, device: str) -> tuple[Shape, ...]:
@@ -229,13 +232,22 @@ class Problem:
     def tolerance(self, dtype: torch.dtype) -> Tolerance:
         return self.tolerances.get(dtype, DEFAULT_TOLERANCES.get(dtype, DEFAULT_TOLERANCES[torch.float32]))
 
+    def missing_entry_point(self, module: Any) -> str | None:
+        """Why an imported kernel file cannot be judged for this problem (no ``kernel_fn``, or
+        no class ``ModelNew`` for a KernelBench problem); None when its entry point is there."""
+        value = getattr(module, self.entry_point, None)
+        if self.entry_point == "ModelNew":
+            return None if isinstance(value, type) else \
+                "kernel file defines no class ModelNew (KernelBench problems need ModelNew)"
+        return None if callable(value) else f"kernel file defines no callable {self.entry_point}"
+
     def kernel_callable(self, module: Any, shape: Shape, dtype: torch.dtype, device: str) -> Callable[..., Any]:
+        missing = self.missing_entry_point(module)
+        if missing:
+            raise AttributeError(missing)
         if self.make_kernel is not None:
             return self.make_kernel(module, shape, dtype, device)
-        fn = getattr(module, "kernel_fn", None)
-        if fn is None or not callable(fn):
-            raise AttributeError("kernel file defines no callable kernel_fn")
-        return fn
+        return getattr(module, self.entry_point)
 
     def parse_shape(self, text: str) -> Shape:
         shape = parse_shape(text, self.dims, self.flag_dims)

@@ -525,6 +525,7 @@ def load_kernelbench(path: str | Path, options: KernelBenchOptions | None = None
         tolerances=tolerances(options),
         adversarial_inputs=adversarial_inputs,
         make_kernel=make_kernel,
+        entry_point="ModelNew",
         forbidden_ops=banned,
         source=f"kernelbench:{path}",
         heldout=kb.heldout_shape,
