@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from dataclasses import dataclass
@@ -46,25 +47,50 @@ def exported_kernels(workdir: Path) -> list[ExportedKernel]:
         if not path.is_file() or not judged_correct(results, best, p.name):
             continue
         row = best.get(p.name, {})
-        shapes, dtype = "; ".join(format_shape(s) for s in p.shapes), p.dtype
-        if not shapes or not dtype:  # `optimize --problem KIND` without --shape/--dtype: the kind's defaults
-            default_shapes, default_dtypes = _kind_defaults(p.kind, "cuda" if plan.time_kind == "gpu" else "cpu")
+        show = _named_shape if is_kernelbench(p.kind) else format_shape
+        shapes, dtype = "; ".join(show(s) for s in p.shapes), p.dtype
+        if not shapes or not dtype:  # `optimize --problem KIND|FILE` without --shape/--dtype: the defaults
+            default_shapes, default_dtypes = _problem_defaults(p.kind, _spec(path, p.kind), show,
+                                                               "cuda" if plan.time_kind == "gpu" else "cpu")
             shapes, dtype = shapes or default_shapes, dtype or default_dtypes
         out.append(ExportedKernel(p.name, p.kind, dtype, shapes, as_float(row.get("speedup_vs_start")),
                                   as_float(row.get("speedup_vs_eager")), path))
     return out
 
 
-def _kind_defaults(kind: str, device: str) -> tuple[str, str]:
-    """The shapes and dtypes the harness judges a built-in kind at when none were given
-    (``problem.json`` holds null for them); ("", "") for anything else."""
-    from .problems.base import dtype_name
-    from .problems.registry import BUILTIN_KINDS, get_problem
+def is_kernelbench(kind: str) -> bool:
+    return kind.startswith("kernelbench:")
 
-    if kind not in BUILTIN_KINDS:
+
+def _named_shape(shape: dict) -> str:
+    """A KernelBench file's sizes by name (``batch_size=48, dim=80``): its constants have no order."""
+    return ", ".join(f"{name}={value}" for name, value in shape.items())
+
+
+def _spec(kernel: Path, kind: str) -> str:
+    """The problem's spec (a kind, or the problem file's path) as ``problem.json`` records it."""
+    try:
+        return json.loads((kernel.parent / "problem.json").read_text()).get("spec") or kind
+    except (OSError, ValueError, AttributeError):
+        return kind
+
+
+def _problem_defaults(kind: str, spec: str, show, device: str) -> tuple[str, str]:
+    """The shapes and dtypes the harness judges a problem at when none were given
+    (``problem.json`` holds null for them): a built-in kind's defaults, or a problem file's
+    (a KernelBench file's own sizes); ("", "") when the file cannot be read any more."""
+    from .problems.base import dtype_name
+    from .problems.registry import BUILTIN_KINDS, ProblemError, get_problem
+
+    if kind in BUILTIN_KINDS:
+        spec = kind
+    elif not spec.endswith(".py"):
         return "", ""
-    problem = get_problem(kind)
-    return ("; ".join(format_shape(s) for s in problem.shapes_for(device)),
+    try:
+        problem = get_problem(spec)
+    except (ProblemError, OSError):  # the problem file moved or broke since the run
+        return "", ""
+    return ("; ".join(show(s) for s in problem.shapes_for(device)),
             ", ".join(dtype_name(d) for d in problem.dtypes))
 
 
@@ -84,10 +110,14 @@ def _speed(x: float | None) -> str:
 
 
 def _readme(kernels: list[ExportedKernel], model: str, time_kind: str, files: bool, package: str = "") -> str:
+    kernelbench = [is_kernelbench(k.kind) for k in kernels]
+    if all(kernelbench) and kernels:
+        defines = "Each file defines `ModelNew`, with the constructor and parameters of its KernelBench file's `Model`,"
+    else:
+        defines = "Each file defines `kernel_fn` with the signature of its problem kind (see `autokernel problems`)" \
+            + (" or, for a KernelBench problem, `ModelNew`" if any(kernelbench) else "")
     lines = [f"# autokernel kernels for `{model}`", "",
-             "Each file defines `kernel_fn` with the signature of its problem kind (see "
-             "`autokernel problems`) and was judged correct by the autokernel harness at the shapes "
-             "and dtype below.", ""]
+             f"{defines} and was judged correct by the autokernel harness at the shapes and dtype below.", ""]
     if time_kind != "gpu":
         lines += ["The speedups below were measured under the Triton interpreter on CPU: they are not GPU "
                   "performance.", ""]
