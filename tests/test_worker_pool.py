@@ -60,3 +60,33 @@ def test_a_worker_waits_for_no_answer_past_its_deadline():
     with pytest.raises(WorkerTimeout):
         worker.request({"op": "call"}, 60.0)
     assert time.monotonic() - t0 < 2.0 and killed
+
+
+CTRL_C_WHILE_STARTING = """
+import os, signal, sys, threading, time
+from autokernel.harness.worker_client import Worker
+
+worker = Worker("cpu")
+# Ctrl-C reaches the whole process group, the forkserver too, while it is still importing torch
+threading.Timer(0.4, lambda: os.killpg(os.getpgid(0), signal.SIGINT)).start()
+try:
+    worker.start()
+    time.sleep(5)  # the interrupt is due any moment: it never lands in this process otherwise
+except KeyboardInterrupt:
+    print("interrupted")
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_while_the_first_worker_starts_is_the_parents_alone():
+    """New-user trial: Ctrl-C in the first seconds of `bench` or `arena` hit the forkserver while
+    it imported torch (it ignores SIGINT only after): its traceback was printed, and the arena
+    stored the EOFError the parent then got as the problem's judge error and went on."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", CTRL_C_WHILE_STARTING], capture_output=True, text=True,
+                          timeout=60, start_new_session=True, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert proc.returncode == 130 and proc.stdout.strip() == "interrupted", (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr

@@ -38,6 +38,28 @@ def _main_module_hidden():
         main.__dict__.update(saved)
 
 
+@contextlib.contextmanager
+def _ctrl_c_deferred():
+    """SIGINT blocked in this thread while a worker starts: the processes started here (the
+    forkserver, on the first start) inherit the mask, so a Ctrl-C to the whole process group
+    while the forkserver imports torch (it ignores SIGINT only afterwards) no longer kills it
+    with a traceback, and this process gets the interrupt once the start returns.  The
+    resource tracker starts first: its start unblocks SIGINT (CPython's bpo-33613 fix)."""
+    import signal
+
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    saved = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, saved)
+
+
 class Worker:
     """Parent-side handle of one worker process."""
 
@@ -74,7 +96,7 @@ class Worker:
                 os.environ.pop("TRITON_INTERPRET", None)
             else:
                 os.environ["TRITON_INTERPRET"] = "1"
-            with _main_module_hidden():
+            with _main_module_hidden(), _ctrl_c_deferred():
                 self.proc.start()
         finally:
             if saved is None:
