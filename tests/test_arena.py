@@ -163,9 +163,9 @@ def test_arena_usage_errors_exit_2(tmp_path):
 
 
 def test_arena_optimize_refuses_a_misconfigured_agent_before_any_problem(tmp_path, monkeypatch):
-    """--agent llm without --llm (or without a key), --agent command without --agent-cmd: one
-    line and exit 2 before the first problem is optimized, as `optimize` and `run` do (it was a
-    traceback after '[1/1] ...: optimizing')."""
+    """--agent llm without --llm (or without a key), --agent command without --agent-cmd, the
+    tuner (nothing to tune): one line and exit 2 before the first problem is optimized, as
+    `optimize` and `run` do (it was a traceback after '[1/1] ...: optimizing')."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     problems = tmp_path / "problems"
     problems.mkdir()
@@ -173,7 +173,10 @@ def test_arena_optimize_refuses_a_misconfigured_agent_before_any_problem(tmp_pat
     out = tmp_path / "o"
     for extra, needle in ((["--agent", "llm"], "--llm openai:MODEL"),
                           (["--agent", "llm", "--llm", "openai:m"], "OPENAI_API_KEY"),
-                          (["--agent", "command"], "--agent-cmd")):
+                          (["--agent", "command"], "--agent-cmd"),
+                          # the tuner only turns a kernel's knobs and --optimize starts from none: every
+                          # problem came out 'no-solution: no solution file' after 0 experiments, exit 0
+                          (["--agent", "tuner"], "the tuner turns the knobs of a kernel")):
         result = _arena([str(problems), "--optimize", "--budget-per-problem", "1m", "--out", str(out), *extra])
         assert result.exit_code == 2 and needle in result.stderr, result.output
         assert "Traceback" not in result.output and "optimizing" not in result.output, result.output

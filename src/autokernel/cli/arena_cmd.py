@@ -36,7 +36,7 @@ def arena(
     redo: bool = typer.Option(False, "--redo", help="judge again the problems already done in --out"),
     json_out: bool = typer.Option(False, "--json", help="print one JSON object {problems, fast_p}"),
     optimize: bool = typer.Option(False, "--optimize", help="run the optimize loop on every problem first"),
-    agent: str = typer.Option("llm", "--agent", help="with --optimize: llm | command | tuner"),
+    agent: str = typer.Option("llm", "--agent", help="with --optimize: llm | command (an agent that writes kernels)"),
     llm: Optional[str] = typer.Option(None, "--llm", help="openai:MODEL or anthropic:MODEL (llm agent)"),
     llm_base_url: Optional[str] = typer.Option(None, "--llm-base-url", help="OpenAI-compatible endpoint URL"),
     agent_cmd: Optional[str] = typer.Option(None, "--agent-cmd", help="command agent: shell command with "
@@ -102,7 +102,10 @@ def _optimize_settings(agent, llm, llm_base_url, agent_cmd, budget, max_experime
     from ..loop.budget import BudgetError, parse_budget
 
     if agent not in AGENT_NAMES:
-        fail_usage(f"unknown agent {agent!r}; choose one of {', '.join(AGENT_NAMES)}")
+        fail_usage(f"unknown agent {agent!r}; choose one of {', '.join(n for n in AGENT_NAMES if n != 'tuner')}")
+    if agent == "tuner":  # the placeholder ModelNew has no knobs: the tuner would stop at once, with nothing
+        fail_usage("--agent tuner cannot write a first kernel: the tuner turns the knobs of a kernel, and --optimize "
+                   "starts from none; use --agent llm or --agent command, or judge your own kernels with --solutions")
     if budget is None:
         fail_usage("--optimize needs --budget-per-problem (e.g. 30m)")
     try:
