@@ -219,6 +219,25 @@ def test_arena_optimize_stopped_by_ctrl_c_or_a_refused_agent_stores_nothing(tmp_
     assert not (out / "results").exists() or not list((out / "results").iterdir())
 
 
+def test_arena_optimize_that_kept_nothing_says_so_not_no_solution_file(tmp_path, monkeypatch):
+    """A problem whose optimize loop kept no correct kernel was reported 'no solution file'
+    (the message for a --solutions directory without its file); the loop's own account goes in."""
+    import types
+
+    import autokernel.loop.optimize as loop_optimize
+
+    monkeypatch.setattr(loop_optimize, "run_optimize", lambda targets, workdir, **k: types.SimpleNamespace(
+        stopped_reason="budget", message="", problems=[], workdir=workdir, experiments_run=3))
+    out = tmp_path / "o"
+    result = _arena([str(ROOT / "examples" / "kernelbench_example.py"), "--optimize", "--agent", "command",
+                     "--agent-cmd", "true", "--budget-per-problem", "1m", "--out", str(out), "--device", "cpu",
+                     "--json"])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)["problems"]
+    assert row["status"] == "no-solution" and "no solution file" not in row["message"], row
+    assert "no correct kernel kept" in row["message"] and "3 experiment(s)" in row["message"], row
+
+
 def test_report_and_sorted_plot_sit_next_to_the_json(tmp_path):
     rows = [_result("a", speedup=0.7), _result("b", speedup=2.4), _result("c", verdict="incorrect", heldout=None)]
     paths = report.write(tmp_path, rows, scoring.summary(rows), "a title")

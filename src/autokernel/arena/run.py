@@ -102,6 +102,8 @@ def run_arena(problem_files: Sequence[Path], out_dir: Path, settings: JudgeSetti
             free_device_memory()
         if note:
             result.extra["optimize"] = note
+            if solution is None and result.status == "no-solution":  # not a --solutions folder without the file
+                result.message = note
         result.extra["basis"] = basis
         store.save(out_dir, problem_file, result)
         results.append(result)
@@ -130,7 +132,7 @@ def free_device_memory() -> None:
 
 def _short(r: ProblemResult) -> str:
     if r.status != "judged":
-        return r.status + (f": {r.message}" if r.status == "skipped" else "")
+        return r.status + (f": {r.message}" if r.status in ("skipped", "no-solution") and r.message else "")
     text = r.verdict + (f" at {r.failed_stage}" if r.failed_stage else "")
     if r.speedup_vs_eager is not None:
         text += f", {r.speedup_vs_eager:.2f}x eager"
