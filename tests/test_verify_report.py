@@ -402,7 +402,8 @@ def test_the_exported_packages_apply_takes_autokernels_options(tmp_path, monkeyp
     import autokernel.integrate
     from autokernel.export import _INIT
 
-    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "data").mkdir(parents=True)
+    (tmp_path / "pkg" / "data" / "plan.json").write_text("{}")  # a package exported from a model's run
     (tmp_path / "pkg" / "__init__.py").write_text(_INIT.format(model="llama"))
     spec = importlib.util.spec_from_file_location("pkg", tmp_path / "pkg" / "__init__.py")
     pkg = importlib.util.module_from_spec(spec)
@@ -545,3 +546,33 @@ def test_export_of_a_kernelbench_run_names_its_sizes_dtype_and_model_new(tmp_pat
     out, _ = export(wd, "files", tmp_path / "out")
     readme = (out / "README.md").read_text()
     assert "`ModelNew`" in readme and "| fp32 | batch_size=48" in readme, readme
+
+
+def test_a_package_of_single_problems_does_not_promise_apply(tmp_path):
+    """New-user trial: `optimize --problem KB_FILE`, `export --format package`: the package's
+    README said `fast_model = pkg.apply(model)`, and apply raised an IntegrateError about its
+    own data folder having no plan.json.  A workspace without a model has nothing to apply:
+    the README says how to use the kernel files, and apply says why it cannot."""
+    import importlib
+    import sys
+
+    example = KERNELS_DIR.parent.parent.parent / "examples"
+    wd = tmp_path / "wd"
+    (wd / "problems" / "kb").mkdir(parents=True)
+    (wd / "problems" / "kb" / "kernel.py").write_text((example / "kernelbench_example_kernel.py").read_text())
+    (wd / "problems" / "kb" / "problem.json").write_text(json.dumps(
+        {"name": "kb", "spec": str(example / "kernelbench_example.py"), "kind": "kernelbench:kernelbench_example",
+         "shapes": None, "dtype": None}))
+    (wd / "results.tsv").write_text(HEAD + row(0, "kb", "baseline", 100.0, "", 1.0, 3.0, "starting kernel"))
+    out, _ = export(wd, "package", tmp_path / "pkg")
+    readme = (out / "README.md").read_text()
+    assert ".apply(model)" not in readme and "data/problems/kb/kernel.py" in readme, readme
+    name = next(p.name for p in out.iterdir() if p.is_dir())
+    sys.path.insert(0, str(out))
+    try:
+        package = importlib.import_module(name)
+        with pytest.raises(RuntimeError, match="single problems"):
+            package.apply(torch.nn.Linear(2, 2))
+    finally:
+        sys.path.remove(str(out))
+        sys.modules.pop(name, None)

@@ -161,6 +161,9 @@ DATA = Path(__file__).resolve().parent / "data"
 def apply(model, **options):
     from autokernel.integrate import apply as _apply
 
+    if not (DATA / "plan.json").is_file():
+        raise RuntimeError("these kernels were optimized as single problems, not profiled from a model: there is "
+                           "no model to apply them to; use the kernel files under data/problems/ (see README.md)")
     return _apply(model, DATA, **options)
 '''
 
@@ -210,9 +213,18 @@ def export_package(workdir: Path, out: Path) -> list[Path]:
     init = pkg / "__init__.py"
     init.write_text(_INIT.format(model=plan.model))
     readme_text = _readme(kernels, plan.model, plan.time_kind, files=False, package=name)
-    readme_text += (f"\n## Use\n\n```python\nimport {name}\nfast_model = {name}.apply(model)\n```\n\n"
-                    "`apply` needs `autokernel` installed (it registers each kernel as a PyTorch custom op and "
-                    "replaces the matching modules). The patched model is for inference: the ops have no backward.\n")
+    if (workdir / "plan.json").is_file():
+        readme_text += (f"\n## Use\n\n```python\nimport {name}\nfast_model = {name}.apply(model)\n```\n\n"
+                        "`apply` needs `autokernel` installed (it registers each kernel as a PyTorch custom op and "
+                        "replaces the matching modules). The patched model is for inference: the ops have no "
+                        "backward.\n")
+    else:  # `optimize --problem`: no model was profiled, so there are no modules to replace
+        readme_text += ("\n## Use\n\nThese kernels were optimized as single problems, not profiled from a model, "
+                        "so `apply(model)` has nothing to replace. Each kernel file is standalone: import it and "
+                        + ("build `ModelNew` as you would the problem's `Model`" if all(is_kernelbench(k.kind)
+                                                                                        for k in kernels)
+                           else "call its entry point (`kernel_fn`, or `ModelNew` for a KernelBench problem)")
+                        + ".\n")
     (pkg / "README.md").write_text(readme_text)
     (out / "README.md").write_text(readme_text)
     pyproject = out / "pyproject.toml"
