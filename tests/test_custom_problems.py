@@ -115,6 +115,22 @@ def test_missing_file_is_problem_error(tmp_path):
         get_problem(str(tmp_path / "nope.py"))
 
 
+def test_a_kernel_file_or_a_folder_given_as_the_problem_says_what_it_is(tmp_path):
+    """New-user trial: `bench PROBLEM --problem SOLUTION` (the two swapped) said the solution
+    'lacks DIMS, SHAPES, reference, make_inputs'; `--problem level1/` said 'problem file not
+    found' of a folder that is there."""
+    solution = _write(tmp_path, "import torch.nn as nn\nclass ModelNew(nn.Module):\n    pass\n", "sol.py")
+    with pytest.raises(ProblemError, match="defines ModelNew: it is a kernel file") as info:
+        get_problem(str(solution))
+    assert "--problem" in str(info.value)
+    kernel = _write(tmp_path, "def kernel_fn(x):\n    return x\n", "k.py")
+    with pytest.raises(ProblemError, match="defines kernel_fn: it is a kernel file"):
+        get_problem(str(kernel))
+    with pytest.raises(ProblemError, match="is a directory") as info:
+        get_problem(str(tmp_path))
+    assert "arena" in str(info.value)
+
+
 # ------------------------------------------------------------------ KernelBench
 # KernelBench files have their own tests: tests/test_kernelbench.py
 

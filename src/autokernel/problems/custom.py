@@ -125,6 +125,10 @@ def _is_kernelbench(module: Any) -> bool:
 # --------------------------------------------------------- autokernel format
 def _user_problem(module: Any, path: Path) -> Problem:
     missing = [n for n in ("DIMS", "SHAPES", "reference", "make_inputs") if not hasattr(module, n)]
+    entry = next((n for n in ("ModelNew", "kernel_fn") if hasattr(module, n)), None)
+    if missing and entry:  # `bench PROBLEM --problem KERNEL`: the two swapped
+        raise ProblemError(f"problem file {path} defines {entry}: it is a kernel file, not a problem (give it as "
+                           f"`bench`'s first argument or `optimize --kernel`, and the problem after --problem)")
     if missing:
         raise ProblemError(f"problem file {path} lacks {', '.join(missing)} (autokernel format needs DIMS, "
                            "SHAPES, reference, make_inputs; a KernelBench file needs Model, get_inputs, "

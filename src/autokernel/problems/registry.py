@@ -64,6 +64,9 @@ def get_problem(spec: str) -> Problem:
         return problem
     path = Path(spec)
     if path.suffix == ".py" or path.exists():
+        if path.is_dir():
+            raise ProblemError(f"problem file {spec} is a directory: give one .py problem file (a folder of "
+                               f"KernelBench files is judged with `autokernel arena {spec} --solutions DIR`)")
         if not path.is_file():
             raise ProblemError(f"problem file not found: {spec}")
         from .custom import load_problem_file
