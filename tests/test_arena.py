@@ -156,7 +156,10 @@ def test_arena_usage_errors_exit_2(tmp_path):
     for args, needle in ((["nope_dir"], "exactly one of"),
                          ([str(tmp_path), "--solutions", str(tmp_path)], "no problem files"),
                          ([str(tmp_path), "--solutions", str(tmp_path), "--scale", "2"], "--scale"),
-                         ([str(problems), "--optimize"], "--budget-per-problem")):
+                         ([str(problems), "--optimize"], "--budget-per-problem"),
+                         # an --out that cannot be made was a FileNotFoundError traceback, exit 1
+                         ([str(problems), "--solutions", str(tmp_path), "--out", str(problems / "1_x.py" / "o")],
+                          "cannot write")):
         result = _arena(args)
         assert result.exit_code == 2 and needle in result.stderr and "Traceback" not in result.output, result.output
     assert not (Path.cwd() / "arena-out").exists()

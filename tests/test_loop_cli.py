@@ -202,3 +202,13 @@ def test_ctrl_c_kill_9_and_resume(tmp_path):
     configs = [repr(sorted(parse_knobs((logs / f"exp_{r.experiment:04d}.py").read_text()).knobs.items()))
                for r in rows]
     assert len(configs) == len(set(configs))
+
+
+def test_a_workdir_that_cannot_be_created_exits_2(tmp_path):
+    """New-user trial: `optimize --workdir` under a file (or /proc) was a FileNotFoundError
+    traceback, exit 1; `run` and `profile` refused it up front already."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    result = _invoke("--problem", "reduce", "--device", "cpu", "--workdir", str(blocker / "ws"))
+    assert result.exit_code == 2 and "--workdir" in result.output and "cannot write" in result.output, result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1

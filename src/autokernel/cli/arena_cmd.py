@@ -15,7 +15,7 @@ from typing import List, Optional
 
 import typer
 
-from .common import EXIT_OK, fail_usage, says_when_interrupted
+from .common import EXIT_OK, check_writable_dir, fail_usage, says_when_interrupted
 
 
 def arena(
@@ -71,6 +71,7 @@ def arena(
         dev = resolve_device(device)
     except (ArenaUsageError, ValueError) as exc:
         fail_usage(str(exc))
+    check_writable_dir(out, "--out")
     optimize_settings = None
     if optimize:
         optimize_settings = _optimize_settings(agent, llm, llm_base_url, agent_cmd, budget_per_problem,

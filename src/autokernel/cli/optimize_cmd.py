@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from .common import EXIT_OK, EXIT_USAGE, check_scale_flags, fail_usage, fmt_or_dash, parse_shapes
+from .common import EXIT_OK, EXIT_USAGE, check_scale_flags, check_writable_dir, fail_usage, fmt_or_dash, parse_shapes
 
 EXIT_INTERRUPTED = 130
 
@@ -64,6 +64,7 @@ def optimize(
     if device not in ("auto", "cpu") and not device.startswith("cuda"):
         fail_usage(f"unknown device {device!r}; use auto, cuda or cpu")
     gpu_list = check_scale_flags(parallel, gpus, ray)
+    check_writable_dir(workdir, "--workdir")
 
     try:
         if plan is not None:
