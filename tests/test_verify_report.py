@@ -576,3 +576,18 @@ def test_a_package_of_single_problems_does_not_promise_apply(tmp_path):
     finally:
         sys.path.remove(str(out))
         sys.modules.pop(name, None)
+
+
+def test_export_of_an_arena_folder_points_at_its_workspaces(tmp_path):
+    """New-user trial: `arena --optimize --out arena-out` then `export arena-out` said 'has no
+    plan.json (run `autokernel profile` or `autokernel run` first)'; the kernels are in one
+    workspace per problem under arena-out/workspaces/."""
+    from autokernel.cli import app as cli_app
+
+    out = tmp_path / "arena-out"
+    (out / "workspaces" / "19_ReLU" / "problems").mkdir(parents=True)
+    (out / "arena.json").write_text("{}")
+    for command in ("export", "report"):
+        result = CliRunner().invoke(cli_app, [command, str(out)])
+        assert result.exit_code == 2 and "arena" in result.output, result.output
+        assert str(out / "workspaces" / "19_ReLU") in result.output.replace("\n", ""), result.output

@@ -65,6 +65,11 @@ def load_workdir_plan(workdir: Path) -> Plan:
         raise IntegrateError(f"workdir not found: {workdir}")
     path = workdir / "plan.json"
     if not path.is_file():
+        spaces = sorted(p for p in (workdir / "workspaces").glob("*") if (p / "problems").is_dir())
+        if (workdir / "arena.json").is_file() or spaces:  # `arena --out DIR`: a workspace per problem under it
+            raise IntegrateError(f"{workdir} is an arena's results folder, not a workspace: each problem optimized "
+                                 f"(--optimize) has its own under {workdir / 'workspaces'}"
+                                 + (f": give one of those, e.g. {spaces[0]}" if spaces else " (none here)"))
         raise IntegrateError(f"{workdir} has no plan.json (run `autokernel profile` or `autokernel run` first)")
     return load_plan(path)
 
