@@ -71,6 +71,9 @@ def test_human_output_names_the_verdict():
     (["bench", STARTER], "--problem"),
     (["calibrate"], "CUDA GPU"),
     (["bench", STARTER, "--problem", "reduce", "--against", str(BAD / "missing.py")], "--against file not found"),
+    # an --against file that can never run was judged after the candidate's whole evaluation, exit 0
+    (["bench", STARTER, "--problem", "reduce", "--against", str(BAD / "bad_syntax.py")], "--against: kernel file"),
+    (["bench", STARTER, "--problem", "reduce", "--against", str(BAD / "no_kernel_fn.py")], "defines no kernel_fn"),
     # a new user's trial (2026-12-06): a directory was "not found", a problem file "an unknown kind"
     (["bench", str(BAD), "--problem", "reduce"], "is a directory"),
     (["problems", str(Path(__file__).parent / "attacks_coverage" / "argmax_problem.py")], "autokernel bench KERNEL --problem"),

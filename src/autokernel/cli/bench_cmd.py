@@ -90,6 +90,15 @@ def bench(
         fail_usage(" ".join(str(exc).split()) or f"cannot load problem {problem!r}")
     if not prob.source.startswith("kernelbench:") and (allow_torch or atol is not None or rtol is not None):
         fail_usage("--allow-torch, --atol and --rtol apply to KernelBench problem files only")
+    if against is not None:  # the file compared with: one that can never run is the user's mistake, not a verdict
+        from ..loop.inputs import start_kernel_problem
+
+        try:
+            why = start_kernel_problem(prob, Path(against).read_text(), against)
+        except (OSError, UnicodeDecodeError) as exc:
+            why = f"cannot read {against}: {exc}"
+        if why:
+            fail_usage(f"--against: {why}")
     try:
         dtypes = [parse_dtype(d) for d in _split(dtype)]
         shapes = parse_shapes(prob, shape)
