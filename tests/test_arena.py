@@ -287,3 +287,15 @@ def test_ctrl_c_says_where_the_results_are(tmp_path, monkeypatch):
     problem.write_text("import torch\n")
     result = _arena([str(problem), "--solutions", str(tmp_path), "--out", str(tmp_path / "o"), "--device", "cpu"])
     assert result.exit_code == 130 and "interrupted" in result.output and "run the same command again" in result.output
+
+
+def test_a_solutions_folder_that_answers_no_problem_is_named(tmp_path):
+    """New-user trial: `arena level1 --solutions sols/` with sols/ holding files named otherwise
+    (or the wrong level's) counted every problem as failed with no word about the names."""
+    sols = tmp_path / "sols"
+    sols.mkdir()
+    (sols / "relu_solution.py").write_text("x = 1\n")
+    result = _arena([str(ROOT / "examples" / "kernelbench_example.py"), "--solutions", str(sols),
+                     "--out", str(tmp_path / "o"), "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert "no file in" in result.stderr and "kernelbench_example.py" in result.stderr, result.stderr

@@ -72,6 +72,13 @@ def arena(
     except (ArenaUsageError, ValueError) as exc:
         fail_usage(str(exc))
     check_writable_dir(out, "--out")
+    if solutions is not None:
+        from ..arena.discovery import solution_for
+
+        if not any(solution_for(f, solutions) for f in files):  # every problem would fail, with no word why
+            names = ", ".join(f.name for f in files[:3]) + (", ..." if len(files) > 3 else "")
+            print(f"autokernel: warning: no file in {solutions} is named like a problem file ({names}): every "
+                  "problem counts as failed", file=sys.stderr)
     optimize_settings = None
     if optimize:
         optimize_settings = _optimize_settings(agent, llm, llm_base_url, agent_cmd, budget_per_problem,
