@@ -173,3 +173,15 @@ def test_cli_starter_unknown_kind_exits_2():
     result = CliRunner().invoke(app, ["starter", "no_such_kind"])
     assert result.exit_code == 2
     assert "unknown problem kind" in result.output and "Traceback" not in result.output
+
+
+def test_cli_starter_of_a_problem_file_says_none_is_shipped_and_what_to_write():
+    """New-user trial: `starter level1/19_ReLU.py` said 'unknown problem kind' and listed the
+    30 kinds; `problems FILE` already said what a file is."""
+    from autokernel.cli import app
+
+    path = ROOT / "examples" / "kernelbench_example.py"
+    result = CliRunner().invoke(app, ["starter", str(path)])
+    assert result.exit_code == 2 and "unknown problem kind" not in result.output, result.output
+    assert "ModelNew" in result.output and "kernelbench_example_kernel.py" in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1

@@ -61,8 +61,14 @@ def problems(kinds: Optional[list[str]] = typer.Argument(None, help="only these 
 
 def starter(kind: str = typer.Argument(..., help="problem kind, e.g. matmul")) -> None:
     """Print the starter kernel file of KIND on stdout."""
-    from ..problems import ProblemError, starter_source
+    from ..problems import ProblemError, list_kinds, starter_source
 
+    if kind not in list_kinds() and (kind.endswith(".py") or Path(kind).is_file()):
+        fail_usage(f"{kind} is a problem file, not a built-in kind: starters ship for the built-in kinds only; write "
+                   "the kernel file yourself (for a KernelBench file a ModelNew, as in "
+                   "examples/kernelbench_example_kernel.py; for an autokernel problem file a kernel_fn); for a "
+                   f"KernelBench file an agent can write the first: `autokernel arena {kind} --optimize --agent "
+                   "llm|command ...`")
     try:
         source = starter_source(kind)
     except ProblemError as exc:
