@@ -68,6 +68,7 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "linear_relu2": ("M", "N", "K"),
     "moe_experts": ("T", "K", "E", "D", "I"),
     "softcap": ("M", "N"),
+    "xielu": ("M", "N"),
     "moe_experts_gptoss": ("T", "K", "E", "D", "I"),
     "relative_position_bias": ("H", "Sq", "Sk", "NB", "bidirectional"),
 }

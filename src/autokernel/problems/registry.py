@@ -39,6 +39,7 @@ BUILTIN_KINDS: dict[str, str] = {
     "moe_experts": "moe_experts",
     "moe_experts_gptoss": "moe_experts_gptoss",
     "softcap": "softcap",
+    "xielu": "xielu",
     "relative_position_bias": "relative_position_bias",
 }
 
