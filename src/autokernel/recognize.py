@@ -153,6 +153,7 @@ class ModuleInfo:
     experts_layout: str | None = None  # why a module holding experts as 3-D weights is not moe_experts
     gptoss_experts: tuple[int, int, int] | None = None  # (E, D, I) of GPT-OSS's clamped, biased GLU experts
     relative_bias: tuple[int, int, bool] | None = None  # (buckets, max_distance, bidirectional) of T5's bias table
+    xielu: bool = False  # an xIELU activation module (``is_xielu_module``: Apertus' MLP)
 
 
 @dataclass
@@ -277,7 +278,7 @@ def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
                       linear=linear, bias_free=linear is not None and module.bias is None,
                       linear_out=linear_out(module), moe_experts=experts,
                       experts_layout=other_experts, gptoss_experts=gptoss,
-                      relative_bias=relative_bias_parts(module))
+                      relative_bias=relative_bias_parts(module), xielu=is_xielu_module(module))
 
 
 def linear_out(module: nn.Module) -> int | None:
@@ -450,6 +451,30 @@ def is_relu2_module(module: Any) -> bool:
     except Exception:  # a module that does not take one tensor is no activation
         return False
     return isinstance(got, torch.Tensor) and got.shape == x.shape and torch.equal(got, x.clamp(min=0) ** 2)
+
+
+XIELU_ATTRS = ("alpha_p", "alpha_n", "beta", "eps")
+
+
+def is_xielu_module(module: Any) -> bool:
+    """An xIELU activation module (transformers' ``XIELUActivation``, ``ACT2CLS["xielu"]``: Apertus'
+    MLP): a leaf module holding one-element floating tensors ``alpha_p``, ``alpha_n``, ``beta`` and
+    ``eps``.  ``apply`` probes what its forward computes against the reference, with the numbers
+    ``xielu_scalars`` reads, before it switches it."""
+    if not isinstance(module, nn.Module) or any(True for _ in module.children()):
+        return False
+    values = [getattr(module, name, None) for name in XIELU_ATTRS]
+    return all(isinstance(v, torch.Tensor) and v.numel() == 1 and v.is_floating_point() for v in values)
+
+
+def xielu_scalars(module: nn.Module) -> tuple[float, float, float, float]:
+    """(alpha_p, alpha_n, beta, eps) of an xIELU module as its forward computes them:
+    ``softplus(alpha_p)`` and ``beta + softplus(alpha_n)`` in the parameters' dtype (rounded
+    there), ``beta`` and ``eps`` its buffers' values."""
+    with torch.no_grad():
+        alpha_p = torch.nn.functional.softplus(module.alpha_p)
+        alpha_n = module.beta + torch.nn.functional.softplus(module.alpha_n)
+        return float(alpha_p.reshape(())), float(alpha_n.reshape(())), float(module.beta), float(module.eps)
 
 
 def is_silu_module(module: Any) -> bool:
@@ -1120,6 +1145,10 @@ def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], de
         V, N, scale = info.scaled_embedding
         return Instance("embedding", call.outputs[0].dtype, [(make_shape("embedding", math.prod(x.shape), V, N), 1)],
                         module=info.qualname, notes=(f"{info.cls_name}: rows times {scale:g}",))
+    if info.xielu and x.shape and call.outputs and call.outputs[0].shape == x.shape:
+        return Instance("xielu", x.dtype, [(make_shape("xielu", rows(x.shape), x.shape[-1]), 1)], module=info.qualname,
+                        notes=(f"{info.cls_name} (xIELU: where(x > 0, alpha_p x^2 + beta x, "
+                               "(expm1(min(x, eps)) - x) alpha_n + beta x))",))
     if info.gelu_tanh is not None and x.shape:
         tanh = int(info.gelu_tanh or "aten::tanh" in subtree_ops)
         return Instance("gelu", x.dtype, [(make_shape("gelu", rows(x.shape), x.shape[-1], tanh), 1)],

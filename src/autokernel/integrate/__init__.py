@@ -41,7 +41,9 @@ that compute that kind are switched to it:
 * ``moe_experts`` — mixture-of-experts experts modules with 3-D SwiGLU weights (Mixtral's,
   Qwen-MoE's; ``experts``);
 * ``relative_position_bias`` — T5-style attention modules holding a relative position bias
-  table: their ``compute_bias`` (``position_bias``).
+  table: their ``compute_bias`` (``position_bias``);
+* ``xielu`` — xIELU activation modules (transformers' ``XIELUActivation``: Apertus' MLP), the op
+  handed the module's softplus'd numbers (``xielus``).
 
 Which kernels: when the workdir has ``results.tsv``, only a kernel the harness passed (its
 best row is timed, with no failed stage); on a GPU run (``plan.time_kind == "gpu"``) not one

@@ -29,6 +29,7 @@ from .runfiles import IntegrateError, load_workdir_plan
 from .selection import KernelOp, select_kernels
 from .softcaps import _apply_softcap
 from .tables import _apply_rotary_table
+from .xielus import _apply_xielu
 
 
 # ------------------------------------------------------------------ entry point
@@ -56,6 +57,7 @@ _MODULE_APPLIERS = {
     "linear_relu2": _apply_linear_epilogue,
     "moe_experts": _apply_experts,
     "softcap": _apply_softcap,
+    "xielu": _apply_xielu,
     "moe_experts_gptoss": _apply_experts,
     "attention_masked:scores": _apply_scores_attention,
     "relative_position_bias": _apply_relative_position_bias,
@@ -74,7 +76,8 @@ _MODULE_APPLIERS = {
 _ORDER = ("linear_gelu", "linear_relu2", "linear_relu", "add_rmsnorm:outputs", "add_layernorm:outputs", "rmsnorm",
           "layernorm", "add_rmsnorm", "add_layernorm",
           "add_rmsnorm:adds", "add_layernorm:adds",
-          "gelu", "softmax", "cross_entropy", "fused_mlp", "swiglu", "geglu", "swiglu_packed", "relative_position_bias",
+          "gelu", "xielu", "softmax", "cross_entropy", "fused_mlp", "swiglu", "geglu", "swiglu_packed",
+          "relative_position_bias",
           "embedding", "rotary_table", "moe_experts", "moe_experts_gptoss", "softcap", "attention_masked:scores",
           "matmul")
 _SHARES_MODULES = {"add_rmsnorm", "add_layernorm", "add_rmsnorm:adds", "add_layernorm:adds", "attention_masked:scores"}

@@ -46,6 +46,7 @@ SCHEMAS: dict[str, str] = {
     "linear_relu2": "(Tensor x, Tensor w, Tensor b) -> Tensor",
     "moe_experts": "(Tensor x, Tensor top_k_index, Tensor top_k_weights, Tensor gate_up, Tensor down) -> Tensor",
     "softcap": "(Tensor x, float cap) -> Tensor",
+    "xielu": "(Tensor x, float alpha_p, float alpha_n, float beta, float eps) -> Tensor",
     "moe_experts_gptoss": ("(Tensor x, Tensor top_k_index, Tensor top_k_weights, Tensor gate_up, Tensor gate_up_bias, "
                            "Tensor down, Tensor down_bias, float alpha, float limit) -> Tensor"),
     "relative_position_bias": ("(Tensor table, int query_length, int key_length, int offset, bool bidirectional, "
@@ -56,7 +57,7 @@ SCHEMAS: dict[str, str] = {
 TWO_OUTPUTS = {"add_rmsnorm", "add_layernorm", "rotary_table"}
 # kinds whose op returns one tensor of the first input's shape and dtype
 SAME_AS_FIRST = {"rmsnorm", "layernorm", "softmax", "swiglu", "rotary", "rotary_interleaved", "gelu", "geglu", "moe_experts",
-                 "moe_experts_gptoss", "softcap"}
+                 "moe_experts_gptoss", "softcap", "xielu"}
 
 
 def output_meta(kind: str, args: tuple) -> tuple[tuple[int, ...], torch.dtype]:

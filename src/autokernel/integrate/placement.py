@@ -36,6 +36,8 @@ SWITCHES = {
                               "attention modules holding T5's relative_attention_bias table",
     "softcap": "apply rewrites x = x / C; x = torch.tanh(x); x = x * C (or C * torch.tanh(e / C), "
                "e.div(C).tanh().mul(C)) in a forward, the same C both times",
+    "xielu": "apply switches xIELU activation modules (one-element alpha_p, alpha_n, beta and eps tensors) "
+             "whose forward matches the reference on a probe",
 }
 # what the appliers switch never calls its kernel, so the op's kernel is never run here
 _STUB_KERNEL = "def kernel_fn(*args):\n    raise RuntimeError('placement stub: never run')\n"
