@@ -87,7 +87,9 @@ GPU_MODELS = [("llama", LLAMA_4096, "4x1024"), ("hf:gpt2", None, "4x512"), ("hf:
                             "decoder_attention_heads=8,encoder_ffn_dim=2048,decoder_ffn_dim=2048,pad_token_id=0",
                "4x512"),
               # DeiT-base (224 x 224 images)
-              ("hf:deit", None, None)]
+              ("hf:deit", None, None),
+              # Apertus-8B's widths (hidden 4096, up_proj 21504 with xIELU: xielu), 4 layers
+              ("hf:apertus", "num_hidden_layers=4,intermediate_size=21504", "4x1024")]
 CPU_MODELS = [("llama", "n_layers=1", "1x8"), ("hf:gpt2", "n_embd=64,n_layer=1,n_head=2,vocab_size=512", "1x8"),
               ("hf:bert", "hidden_size=64,num_hidden_layers=1,num_attention_heads=2,intermediate_size=128,vocab_size=512",
                "1x8"),
@@ -115,7 +117,9 @@ CPU_MODELS = [("llama", "n_layers=1", "1x8"), ("hf:gpt2", "n_embd=64,n_layer=1,n
                             "decoder_attention_heads=2,encoder_ffn_dim=64,decoder_ffn_dim=64,vocab_size=128,"
                             "pad_token_id=0", "1x8"),
               ("hf:deit", "hidden_size=32,num_hidden_layers=1,num_attention_heads=2,intermediate_size=64,image_size=32,"
-                          "patch_size=8", None)]
+                          "patch_size=8", None),
+              ("hf:apertus", "hidden_size=64,num_hidden_layers=1,num_attention_heads=2,num_key_value_heads=2,"
+                             "intermediate_size=128,vocab_size=128", "1x8")]
 
 
 def liger_op(kind: str):

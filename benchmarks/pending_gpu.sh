@@ -92,13 +92,15 @@
 #   bash benchmarks/pending_gpu.sh twentyeighth_b OUT # relative_position_bias's variants (where its GPU time goes),
 #                                               # why hf:gptj's attention is not called in graph mode, hf:bloom in
 #                                               # graph mode with verify's fp32 yardstick
+#   bash benchmarks/pending_gpu.sh xielu OUT    # xielu (new, never on a GPU): its starter through the GPU judge,
+#                                               # over its knobs beside eager and torch.compile; hf:apertus verified
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b|eighteenth|eighteenth_b|eighteenth_c|eighteenth_d|nineteenth|nineteenth_b|nineteenth_c|nineteenth_d|twentyseventh|twentyseventh_b|twentyeighth|twentyeighth_b|models27|models27_graphs OUT"
+usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b|eighteenth|eighteenth_b|eighteenth_c|eighteenth_d|nineteenth|nineteenth_b|nineteenth_c|nineteenth_d|twentyseventh|twentyseventh_b|twentyeighth|twentyeighth_b|models27|models27_graphs|xielu OUT"
 part=${1:?$usage}
 out=${2:?$usage}
 mkdir -p "$out"
@@ -416,6 +418,16 @@ twentyeighth_b)  # what the twenty-eighth session's GPU calls left open: relativ
     step gptj_calls 200 python benchmarks/scores_attention_calls_gpu.py "$out/gptj_calls"
     step bloom_graphs 200 python benchmarks/models_gpu.py --out "$out/bloom_graphs" --skip-fused --cuda-graphs \
         --compile-mode reduce-overhead --max-minutes 3 --models hf:bloom
+    ;;
+xielu)  # xielu (Apertus' xIELU activation, 2026-12-07, never on a GPU): its starter through the GPU judge, over its
+    # knobs at Apertus-8B's up_proj output (4096 x 21504 bf16, floor 352 MB: ~84 us at 4.2 TB/s) beside eager (the
+    # module's dozen-op fallback, ~29 MN e) and torch.compile; hf:apertus (8B widths, 4 layers) verified and timed
+    step xielu_judge 120 python benchmarks/judge_smoke_gpu.py --out "$out/xielu_judge" --budget 110 \
+        --kinds xielu --attacks ""
+    step knobs_xielu 100 python benchmarks/starter_knobs_gpu.py --kind xielu --shape 0 --out "$out/knobs_xielu" \
+        --configs '[{}, {"BLOCK": 1024}, {"BLOCK": 4096}, {"BLOCK": 8192, "num_warps": 8}]' --compile-mode default
+    step apertus 330 python benchmarks/models_gpu.py --out "$out/apertus" --skip-fused --compile-mode default \
+        --max-minutes 5 --models hf:apertus
     ;;
 models27_graphs)  # the same models in CUDA-graph mode (launch-bound at these sizes) against torch.compile's
     # reduce-overhead, each verify in a fresh process; relative_position_bias through the judge again (its tiny-values
