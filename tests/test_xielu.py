@@ -106,6 +106,23 @@ def test_the_around_eps_case_catches_a_kernel_that_ignores_eps():
     assert caught[torch.float32] == 20 and caught[torch.bfloat16] >= 3, caught
 
 
+def _expm1_cancelling(x, alpha_p, alpha_n, beta, eps):
+    """expm1 as exp(m) - 1 in fp32: right to 6e-8 absolute, off relatively for a small m."""
+    v = x.float()
+    negative = (torch.exp(torch.clamp(v, max=eps)) - 1.0 - v) * alpha_n + beta * v
+    return torch.where(v > 0, alpha_p * v * v + beta * v, negative).to(x.dtype)
+
+
+def test_the_small_negative_case_catches_an_expm1_that_cancels():
+    """Where alpha_n is large next to beta the error of exp(m) - 1 (times alpha_n) shows against
+    the output's beta x: fp32's relative-norm bound catches it on some draws."""
+    problem = get_problem("xielu")
+    caught = sum(not judged(problem, torch.float32, _expm1_cancelling(*args), args)
+                 for args in (dict(problem.adversarial_inputs({"M": 16, "N": 256}, torch.float32, "cpu", seed))
+                              ["small-negative"] for seed in range(10)))
+    assert caught >= 2, caught
+
+
 def test_scalars_are_drawn_from_continuous_ranges():
     drawn = [draw_scalars(seed) for seed in range(40)]
     assert drawn == [draw_scalars(seed) for seed in range(40)]  # the same seed, the same numbers
