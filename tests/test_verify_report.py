@@ -591,3 +591,17 @@ def test_export_of_an_arena_folder_points_at_its_workspaces(tmp_path):
         result = CliRunner().invoke(cli_app, [command, str(out)])
         assert result.exit_code == 2 and "arena" in result.output, result.output
         assert str(out / "workspaces" / "19_ReLU") in result.output.replace("\n", ""), result.output
+
+
+def test_export_warns_only_about_the_kernels_it_exported(tmp_path):
+    """hf:apertus at a 3m CPU budget: matmul never evaluated and rmsnorm timed out, neither exported,
+    yet the warning named both among the kernels "tuned under the Triton interpreter"."""
+    wd = make_workdir(tmp_path / "wd")
+    (wd / "results.tsv").write_text(HEAD + row(0, "rmsnorm", "baseline", 200.0, "", 1.0, 3.0, "starting kernel"))
+    for name in ("rmsnorm", "swiglu"):  # both starters written by the loop, only rmsnorm judged
+        (wd / "problems" / name / "problem.json").write_text(json.dumps({"name": name, "kind": name,
+                                                                        "extra": {"tuned_on": "interpreter"}}))
+    res = CliRunner().invoke(app, ["export", str(wd), "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.py")) == ["rmsnorm.py"]
+    assert "kernel(s) rmsnorm were tuned under the Triton interpreter" in " ".join(res.output.split())

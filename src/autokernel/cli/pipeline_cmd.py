@@ -347,9 +347,11 @@ def export_cmd(
 
 
 def _warn_interpreter_tuned(workdir: Path) -> None:
+    from ..export import exported_kernels
     from ..provenance import gpu_use_warning
 
-    names = sorted(p.parent.name for p in workdir.glob("problems/*/kernel.py"))
+    # the kernels exported, not every problem folder: a starter the budget never judged is not shipped
+    names = sorted(k.problem for k in exported_kernels(workdir))
     message = gpu_use_warning(workdir, names)
     if message:
         print(f"autokernel: warning: {message}; on a GPU they are correct but not tuned for it",
