@@ -371,7 +371,17 @@ def test_a_kept_matmul_whose_start_failed_says_there_is_nothing_to_compare_with(
     wd = make_workdir(tmp_path / "wd", mm, results=head + "0\tmatmul\ttuner\tbaseline\tnumerics\t\t\t\n"
                                                    "1\tmatmul\ttuner\tkeep\t\t50.0\t0.9\t\n")
     skipped = dict(apply(TwoLayer(), wd)._autokernel_skipped)
-    assert skipped["matmul"] == "matmul: the starting kernel has no time to compare the kept one with (it failed at numerics)"
+    assert skipped["matmul"] == "the starting kernel has no time to compare the kept one with (it failed at numerics)"
+
+
+def test_a_matmul_left_out_is_named_once(tmp_path):
+    """hf:granite on CPU, its matmul start judged and nothing kept: verify said "skipped matmul:
+    matmul: no kept kernel faster...", the report "Not applied: matmul (matmul: no kept ...)"."""
+    head = "experiment\tproblem\tagent\tstatus\tfailed_stage\tlatency_us\tspeedup_vs_eager\tspeedup_vs_start\n"
+    mm = [PlanProblem("matmul", "matmul", "fp32", [{"M": 4, "N": 48, "K": 32}], [1], 1.0, 0.5, ["fc1", "fc2"])]
+    wd = make_workdir(tmp_path / "wd", mm, results=head + "0\tmatmul\ttuner\tbaseline\t\t50.0\t\t1.0\n")
+    why = dict(apply(TwoLayer(), wd)._autokernel_skipped)["matmul"]
+    assert why.startswith("no kept kernel faster than the starting kernel"), why
 
 
 def test_a_timed_out_evaluation_is_reported_as_a_timeout_not_a_failed_stage(tmp_path, llama):
@@ -418,7 +428,7 @@ def test_a_timed_out_evaluation_is_reported_as_a_timeout_not_a_failed_stage(tmp_
                                             "after 10 s per request: not a verdict on the kernel)\n"
                                             "1\tmatmul\ttuner\tkeep\t\t50.0\t0.9\t\tfaster\n")):
         why = dict(apply(TwoLayer(), make_workdir(tmp_path / name, mm, results=results))._autokernel_skipped)["matmul"]
-        assert why == ("matmul: the starting kernel has no time to compare the kept one with (its evaluation timed "
+        assert why == ("the starting kernel has no time to compare the kept one with (its evaluation timed "
                        "out: the interpreter is too slow for these shapes, not a verdict on the kernel)"), why
 
 

@@ -112,7 +112,8 @@ def not_judged_correct(results: list[dict[str, str]], name: str, interpreter: bo
 
 def matmul_left_out(results: list[dict[str, str]], row: dict[str, str] | None, interpreter: bool = False) -> str:
     """Why a matmul kernel stays out: cuBLAS is the bar, and only a kept kernel faster than the
-    starting one is taken; a start that failed or timed out gives nothing to compare with."""
+    starting one is taken; a start that failed or timed out gives nothing to compare with.  The reason
+    does not name the problem: it is shown after it ("skipped matmul: matmul: no kept..." before)."""
     name = row.get("problem", "") if row else ""
     start = next((r for r in results if r.get("problem") == name and r.get("status") == "baseline"), None)
     if row and row.get("status") == "keep" and (start is None or as_float(start.get("latency_us")) is None):
@@ -121,8 +122,8 @@ def matmul_left_out(results: list[dict[str, str]], row: dict[str, str] | None, i
             how = f" (its evaluation timed out: {timeout_text(interpreter)})"
         elif start is not None and start.get("failed_stage"):
             how = f" (it failed at {start.get('failed_stage')})"
-        return f"matmul: the starting kernel has no time to compare the kept one with{how}"
-    return ("matmul: no kept kernel faster than the starting kernel (a matmul kernel goes in only when the loop "
+        return f"the starting kernel has no time to compare the kept one with{how}"
+    return ("no kept kernel faster than the starting kernel (a matmul kernel goes in only when the loop "
             "improved on its start: the model's own matmul is cuBLAS)")
 
 
