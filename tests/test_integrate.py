@@ -384,6 +384,17 @@ def test_a_matmul_left_out_is_named_once(tmp_path):
     assert why.startswith("no kept kernel faster than the starting kernel"), why
 
 
+def test_a_problem_with_no_place_says_so_not_unsupported(tmp_path):
+    """hf:cohere2: its rotary_table, left out by the profile's placement check, was skipped as "not
+    supported by autokernel", a kind autokernel supports; the plan's note said why."""
+    mm = PlanProblem("matmul", "matmul", "fp32", [{"M": 4, "N": 48, "K": 32}], [1], 1.0, 0.5, ["fc1", "fc2"])
+    note = "rotary_table: no place in the model where it applies (found in rotary_emb); cos/sin tables"
+    table = PlanProblem("rotary_table", "rotary_table", "fp32", [{"B": 1, "S": 8, "D": 32}], [1], 1.0, 0.1,
+                        ["rotary_emb"], supported=False, note=note)
+    skipped = dict(apply(TwoLayer(), make_workdir(tmp_path / "wd", [mm, table]))._autokernel_skipped)
+    assert skipped["rotary_table"] == note.removeprefix("rotary_table: "), skipped
+
+
 def test_a_timed_out_evaluation_is_reported_as_a_timeout_not_a_failed_stage(tmp_path, llama):
     """hf:whisper on CPU: the starting kernels' evaluations timed out (the interpreter too slow
     for the model's shapes) during numerics; verify, apply and report.md said "failed at:

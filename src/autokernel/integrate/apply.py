@@ -26,7 +26,7 @@ from .position_bias import _apply_relative_position_bias
 from .residuals import _apply_residual_adds
 from .scores_attention import _apply_scores_attention
 from .runfiles import IntegrateError, load_workdir_plan
-from .selection import KernelOp, select_kernels
+from .selection import NO_PLACE, KernelOp, select_kernels
 from .softcaps import _apply_softcap
 from .tables import _apply_rotary_table
 from .xielus import _apply_xielu
@@ -83,7 +83,6 @@ _ORDER = ("linear_gelu", "linear_relu2", "linear_relu", "add_rmsnorm:outputs", "
 _SHARES_MODULES = {"add_rmsnorm", "add_layernorm", "add_rmsnorm:adds", "add_layernorm:adds", "attention_masked:scores"}
 
 
-NO_PLACE = "no place in the model where it applies"
 
 
 @dataclass

@@ -59,7 +59,7 @@ def select_kernels(workdir: Path, plan: Plan, *, device: torch.device,
         return sel
     for p in plan.problems:
         if not p.supported or p.kind not in SCHEMAS:
-            sel.skipped.append((p.name, "not supported by autokernel"))
+            sel.skipped.append((p.name, unsupported_reason(p)))
             continue
         path = kernel_path(workdir, p.name)
         if not path.is_file():
@@ -108,6 +108,18 @@ def not_judged_correct(results: list[dict[str, str]], name: str, interpreter: bo
     stages = sorted({failure_text(r) for r in rows} - {""})
     return (f"no correct kernel recorded in results.tsv ({len(rows)} evaluation(s); failed at: "
             f"{', '.join(stages) or 'no stage recorded'})")
+
+
+NO_PLACE = "no place in the model where it applies"
+
+
+def unsupported_reason(p: PlanProblem) -> str:
+    """Why an unsupported problem stays out: a built-in kind that the profile's placement check found
+    no place for says so, with where it was found (its note); cohere2's rotary_table, a kind
+    autokernel supports, read "not supported by autokernel"."""
+    if p.kind in SCHEMAS and NO_PLACE in p.note:
+        return p.note.removeprefix(f"{p.kind}: ")
+    return "not supported by autokernel"
 
 
 def matmul_left_out(results: list[dict[str, str]], row: dict[str, str] | None, interpreter: bool = False) -> str:
