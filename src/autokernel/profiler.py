@@ -165,6 +165,9 @@ class Tracer:
                 for fn in vars(klass).values():
                     if inspect.isfunction(fn):
                         yield fn.__globals__
+                        inner = _unwrapped(fn)
+                        if inner is not fn:  # behind a decorator (transformers' deprecate_kwarg on
+                            yield inner.__globals__  # forwards): a patched method's own globals
 
     def _wrap(self, fn: Any, qualified: str) -> Any:
         code_names = tuple(getattr(getattr(module_wrapped_function(fn), "__code__", None), "co_names", ()))
@@ -180,6 +183,16 @@ class Tracer:
 
         marked.__wrapped__ = fn  # type: ignore[attr-defined]
         return marked
+
+
+def _unwrapped(fn: Any) -> Any:
+    """The function behind ``functools.wraps`` decorators (``fn`` itself where none, or where the
+    chain loops or ends in no plain function)."""
+    try:
+        inner = inspect.unwrap(fn)
+    except ValueError:
+        return fn
+    return inner if inspect.isfunction(inner) else fn
 
 
 class GeluFormMarker(torch.overrides.TorchFunctionMode):
