@@ -8,6 +8,7 @@ errors still reach the terminal.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import sys
@@ -61,6 +62,22 @@ def silence_interpreter_warnings() -> None:
     current = os.environ.get("PYTHONWARNINGS", "")
     if INTERPRETER_WARNING not in current:
         os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [current, INTERPRETER_WARNING]))
+
+
+# transformers' notice when its XIELUActivation finds no CUDA extension (two lines and an install
+# command, at every hf:apertus build): autokernel puts its own xielu kernel in the module's place
+XIELU_NOTICE = "CUDA-fused xIELU not available"
+
+
+def _not_xielu_notice(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(XIELU_NOTICE)
+
+
+def silence_xielu_notice() -> None:
+    """Drop that notice from transformers' activations logger (every other message kept)."""
+    logger = logging.getLogger("transformers.activations")
+    if _not_xielu_notice not in logger.filters:
+        logger.addFilter(_not_xielu_notice)
 
 
 # What multiprocessing's resource-sharer thread (which hands tensors' file descriptors to a worker)

@@ -65,10 +65,11 @@ def main() -> None:
     """Run the app; a usage mistake (a typo'd flag, a missing value) is one line on stderr and exit 2."""
     import sys
 
-    from ..quiet import silence_dead_peer_threads, silence_interpreter_warnings
+    from ..quiet import silence_dead_peer_threads, silence_interpreter_warnings, silence_xielu_notice
 
     silence_interpreter_warnings()
     silence_dead_peer_threads()
+    silence_xielu_notice()
     exc_types = _click_exceptions()
     try:
         code = app(standalone_mode=False)
