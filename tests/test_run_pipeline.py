@@ -314,3 +314,30 @@ def test_run_plans_the_fused_mlp_when_asked(tmp_path):
     assert result.exit_code == 0, result.output
     assert "fused_mlp" in {p.kind for p in load_plan(wd / "plan.json").problems}
     assert json.loads((wd / "run.json").read_text())["fused_mlp"] is True
+
+
+def test_another_model_in_a_run_dir_is_refused_before_it_is_built(tmp_path, monkeypatch):
+    """A run dir of a small hf:granite given `run --model hf:apertus` (default size) built, or refused
+    for memory, the 7B model before naming the run it holds."""
+    from autokernel import models
+    from autokernel.plan import Plan, save_plan
+
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    save_plan(Plan(model="hf:granite", device="cpu", time_kind="cpu", dtype="fp32", input_shape=[2, 64],
+                   total_time_us=1.0, problems=[]), wd / "plan.json")
+    (wd / "run.json").write_text(json.dumps({"model": "hf:granite", "dtype": "fp32", "device": "cpu",
+                                             "input_shape": [2, 64], "config": {"hidden_size": "128"}}))
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("the model was built")
+
+    monkeypatch.setattr(models, "load_model", no_build)
+    res = CliRunner().invoke(app, ["run", "--model", "hf:apertus", "--workdir", str(wd), "--device", "cpu"])
+    out = " ".join(res.output.split())
+    assert res.exit_code == 2 and "already holds a run of 'hf:granite'" in out, res.output
+    assert "model 'hf:granite' -> 'hf:apertus'" in out and "config hidden_size '128' -> '(default)'" in out
+    assert "input_shape" not in out  # left to the model's default: not known before it is built
+    res = CliRunner().invoke(app, ["run", "--model", "hf:granite", "--config", "hidden_size=128", "--input-shape",
+                                   "1x8", "--workdir", str(wd), "--device", "cpu"])
+    assert res.exit_code == 2 and "input_shape [2, 64] -> [1, 8]" in " ".join(res.output.split()), res.output

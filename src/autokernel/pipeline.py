@@ -99,6 +99,22 @@ def _run_differences(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]
                if bool(saved.get(k)) != bool(wanted.get(k))])
 
 
+def _refuse_other_run(workdir: Path, saved: dict[str, Any], opts: "RunOptions", dtype: str, device: str) -> None:
+    """The check of the settings below, before the model is built: all but an input shape left to the
+    model's default (known once it is built)."""
+    from .models import parse_input_shape
+
+    shape = parse_input_shape(opts.input_shape) if isinstance(opts.input_shape, str) else opts.input_shape
+    wanted = {"model": opts.model, "dtype": dtype, "device": device,
+              "input_shape": list(shape) if shape else saved.get("input_shape"),
+              "config": {k: str(v) for k, v in opts.config.items()}, "padded": opts.padded,
+              "as_captured": opts.as_captured, "fused_rotary": opts.fused_rotary, "fused_mlp": opts.fused_mlp}
+    differences = _run_differences(saved, wanted)
+    if differences:
+        raise PipelineError(f"{workdir} already holds a run of {saved.get('model')!r} with other settings "
+                            f"({'; '.join(differences)}); use another --workdir (or the same arguments to resume)")
+
+
 def _saved_run(run_path: Path, plan) -> dict[str, Any]:
     """How the existing plan was made: ``run.json``, else what the plan itself records."""
     if run_path.is_file():
@@ -146,6 +162,11 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
     workdir = Path(opts.workdir)
     inspect_workdir(workdir, opts.use_existing_repo)  # refuse a workdir the loop would refuse, before writing
 
+    plan_path = workdir / "plan.json"
+    run_path = workdir / "run.json"
+    if plan_path.is_file():  # another model or config is refused before the model is built: a default-size
+        # model (hf:apertus, 7B) was built first, or refused for memory, instead of naming the run there
+        _refuse_other_run(workdir, _saved_run(run_path, load_plan(plan_path)), opts, dtype_name(dtype), device)
     log(f"[1/4] model {opts.model} on {device} ({dtype_name(dtype)})")
     loaded = load_model(opts.model, dtype=dtype, device=device, input_shape=opts.input_shape,
                         config_overrides=opts.config or None, padded=opts.padded)
@@ -154,8 +175,6 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
               "input_shape": list(loaded.input_shape), "config": {k: str(v) for k, v in opts.config.items()},
               "padded": opts.padded, "as_captured": opts.as_captured, "fused_rotary": opts.fused_rotary,
               "fused_mlp": opts.fused_mlp}
-    plan_path = workdir / "plan.json"
-    run_path = workdir / "run.json"
     reused = extending = False
     spent_before = 0.0
     saved: dict[str, Any] = {}
