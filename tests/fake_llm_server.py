@@ -10,8 +10,11 @@ the next scripted step:
 
 When the script runs out, the last step repeats.  Every request is recorded (path, headers,
 JSON body).  ``reply_delay_s`` makes every answer wait that long (a slow model); requests are
-served concurrently, and ``max_open`` says how many were open at once at most.  The server runs on a daemon thread, never longer than ``lifetime_s``, and stops
-when the context manager exits.
+served concurrently, and ``max_open`` says how many were open at once at most.  The server
+runs on a daemon thread, never longer than ``lifetime_s``, and stops when the context manager
+exits.  ``GET .../models`` (the agent's check before the first experiment) answers a model list,
+or the status ``models_status`` when set; it is counted in ``model_lists``, not in ``requests``.
+``port`` binds a given port (0: any free one).
 """
 from __future__ import annotations
 
@@ -72,6 +75,9 @@ class FakeLLMServer:
     requests: list[Request] = field(default_factory=list)
     reply_delay_s: float = 0.0
     max_open: int = 0
+    models_status: int = 200
+    port_wanted: int = 0
+    model_lists: int = 0
 
     def __post_init__(self):
         self._lock = threading.Lock()
@@ -83,6 +89,21 @@ class FakeLLMServer:
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):  # keep test output quiet
                 pass
+
+            def do_GET(self):
+                if not self.path.rstrip("/").endswith("/models"):
+                    self._send(404, {"error": {"message": "not found"}})
+                    return
+                with server._lock:
+                    server.model_lists += 1
+                if server.models_status != 200:
+                    self._send(server.models_status, {"error": {"message": "invalid api key", "type": "auth"}})
+                    return
+                self._send(200, {"object": "list", "data": [{"id": "fake-model", "object": "model",
+                                                              "type": "model", "created_at": "2024-01-01T00:00:00Z",
+                                                              "display_name": "fake", "created": 0,
+                                                              "owned_by": "test"}],
+                                 "has_more": False, "first_id": "fake-model", "last_id": "fake-model"})
 
             def do_POST(self):
                 length = int(self.headers.get("content-length") or 0)
@@ -128,7 +149,7 @@ class FakeLLMServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port_wanted), Handler)
         self._server.daemon_threads = True
         self._server.block_on_close = False
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
