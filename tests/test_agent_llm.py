@@ -84,10 +84,11 @@ def test_hung_server_times_out_and_is_rejected(tmp_path, monkeypatch):
     assert len(server.requests) == 2
 
 
-def test_server_errors_exhaust_the_retries(tmp_path):
-    with FakeLLMServer([Step.status(503)]) as server:
+def test_rate_limits_exhaust_the_retries(tmp_path):
+    # (a server error that persists is an outage: waited out, test_llm_outage.py)
+    with FakeLLMServer([Step.status(429)]) as server:
         proposal = _agent(server).propose(_context(tmp_path))
-    assert proposal.source is None and "HTTP 503" in proposal.rejected_reason
+    assert proposal.source is None and "HTTP 429" in proposal.rejected_reason
     assert len(server.requests) == 3
 
 
@@ -103,7 +104,7 @@ def test_an_endpoint_that_keeps_failing_stops_the_agent(tmp_path):
             agent.propose(ctx)
     assert len(server.requests) == 3  # not retried within a proposal
     assert waits[0] == 0 and 0 < waits[1] < waits[2]  # a growing pause between failed proposals
-    with FakeLLMServer([Step.status(503)]) as server:
+    with FakeLLMServer([Step.status(429)]) as server:  # a rate limit that never lifts (5xx: see test_llm_outage.py)
         agent = _agent(server)
         agent._sleep = lambda s: None
         for _ in range(agent.retry.max_failed_in_a_row - 1):

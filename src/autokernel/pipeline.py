@@ -144,7 +144,9 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
     if opts.agent is not None:
         from .agents.base import make_agent
 
-        make_agent(opts.agent)  # a misconfigured agent is refused before anything is written
+        agent_obj = make_agent(opts.agent)  # a misconfigured agent is refused before anything is written
+        if getattr(agent_obj, "preflight", None) is not None:
+            agent_obj.preflight()  # so is a model endpoint that cannot be reached, or refuses the key
     device = resolve_device(opts.device)
     from .loop.executor import plan_lanes
 

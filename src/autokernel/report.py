@@ -167,6 +167,7 @@ def render_markdown(data: ReportData) -> str:
             lines.append(f"- **not finished**: stopped (or still running) after {data.run['spent_s']:.0f} s of its budget; "
                          f"the same `autokernel run` command resumes it")
     lines.append(f"- experiments recorded: {sum(1 for r in data.rows if r.get('status') != 'baseline')}")
+    lines += _unreachable_lines(data)
     if too_slow_note(data):
         lines.append(f"- **{too_slow_note(data)}**")
     lines += ["", "## Plan", "", "| problem | kind | dtype | shapes | fraction | modules |", "|---|---|---|---|---:|---|"]
@@ -255,6 +256,7 @@ def _render_problems_only(data: ReportData, timing_note: str) -> str:
     lines = ["# autokernel report", "", "## What was run", "",
              f"- problems optimized on their own (`autokernel optimize --problem`): {names}",
              f"- experiments recorded: {sum(1 for r in data.rows if r.get('status') != 'baseline')}",
+             *_unreachable_lines(data),
              "- no model: nothing to verify end to end (`autokernel run` or `optimize --plan` make a run from a model)",
              "", "## Problems" + timing_note, "", *_problems_table(data)]
     if data.plan.time_kind != "gpu":
@@ -262,6 +264,13 @@ def _render_problems_only(data: ReportData, timing_note: str) -> str:
     lines += _top_kept(data)
     lines += ["", "Chart: `progress.png` (every experiment's speedup vs the starting kernel).", ""]
     return "\n".join(lines)
+
+
+def _unreachable_lines(data: ReportData) -> list[str]:
+    from .loop.summary import unreachable_note
+
+    note = unreachable_note(data.workdir)
+    return [f"- {note}"] if note else []
 
 
 def _top_kept(data: ReportData) -> list[str]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from ..harness.records import Evaluation
 from ..problems.base import Problem
@@ -47,6 +47,11 @@ class Context:
     seed: int = 0
     playbook: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # When the run's budget ends (``time.monotonic()`` seconds; None: no budget): an agent that
+    # waits (for a model endpoint that went away) waits no longer, and raises ``NoProposal``.
+    deadline: float | None = None
+    # Where an agent says something the user should see at once (the loop's progress lines).
+    notify: Callable[[str], None] | None = None
 
 
 class Agent(Protocol):
@@ -81,6 +86,12 @@ class AgentExhausted(RuntimeError):
     (``--llm-max-calls``) is spent, or the endpoint refuses it for good (bad key, unknown
     model).  No experiment happened: the loop records no row, stops asking this agent, and
     ends the run cleanly with ``str(exc)`` as the reason (a message on screen, exit 0)."""
+
+
+class NoProposal(RuntimeError):
+    """Raised by ``propose`` when no proposal came and no experiment happened, but the run may
+    go on (the budget ended while the model endpoint was unreachable): the loop records no
+    row and makes no commit for it."""
 
 
 class AgentRefused(AgentExhausted):

@@ -6,12 +6,24 @@ placeholder key for local servers that need none).  ``--llm anthropic:MODEL`` ta
 Anthropic Messages API (key from ``ANTHROPIC_API_KEY``).  The SDKs are the optional extra
 ``autokernel[llm]``, imported only when this agent is built.
 
+Before the first experiment ``preflight`` lists the endpoint's models once: an endpoint that
+cannot be reached at all (connection refused, no such host, no connection in time) or that
+refuses the key (401/403) is an ``AgentConfigError`` (exit 2, nothing written).
+
 Each proposal is one stateless request (system + user message from ``prompt.py``); the reply
 is parsed by ``parse.py``.  Transient errors (429, 5xx, timeouts, dropped connections) are
-retried with exponential backoff, a bounded number of times; when they persist the
-experiment is ``rejected`` with the reason and the loop goes on, after a pause that grows
-with each such failure in a row (8 in a row, or 3 refused requests such as HTTP 400, end the
-run through ``AgentExhausted``).  ``--llm-max-calls`` bounds
+retried with exponential backoff, a bounded number of times.  When they persist:
+
+* an outage (no connection, or HTTP 5xx): the agent waits for the endpoint, asking again
+  further and further apart (``RetryPolicy.outage_wait``), says once when it went away and
+  once when it is back (``Context.notify``), and answers when it does; no experiment is
+  recorded meanwhile.  The budget's end (``Context.deadline``) ends the wait with
+  ``NoProposal``; ``unreachable_seconds()`` is the time it was gone, for the summary;
+* anything else (429, a slow answer): the experiment is ``rejected`` with the reason and the
+  loop goes on, after a pause that grows with each such failure in a row (8 in a row, or 3
+  refused requests such as HTTP 400, end the run through ``AgentExhausted``).
+
+``--llm-max-calls`` bounds
 the requests of one run (retries of a failed request are not counted): when it is spent,
 ``propose`` raises ``AgentExhausted``, as it does when the endpoint refuses the key or the
 model.  Prompts and replies are logged, with every credential scrubbed.
@@ -26,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from .base import AgentConfig, AgentConfigError, AgentExhausted, AgentRefused, Context, Proposal
+from .base import AgentConfig, AgentConfigError, AgentExhausted, AgentRefused, Context, NoProposal, Proposal
 from .parse import parse_reply
 from .prompt import build_messages
 from .redact import scrub, secret_values
@@ -37,6 +49,7 @@ PLACEHOLDER_KEY = "no-key-needed"
 DEFAULT_MAX_OUTPUT_TOKENS = 8192
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529}
 FATAL_STATUS = {401, 403, 404}
+CHECK_TIMEOUT_S = 20.0  # the check before the first experiment
 
 
 @dataclass
@@ -52,11 +65,14 @@ class ChatClient(Protocol):
 
 
 class TransientError(Exception):
-    """A failure worth retrying (rate limit, server error, timeout)."""
+    """A failure worth retrying (rate limit, server error, timeout).  ``outage``: the endpoint
+    gave no answer at all (connection refused or dropped, no such host) or answered that it is
+    down (HTTP 5xx): the agent waits for it to come back instead of failing experiments."""
 
-    def __init__(self, message: str, retry_after: float | None = None):
+    def __init__(self, message: str, retry_after: float | None = None, outage: bool = False):
         super().__init__(message)
         self.retry_after = retry_after
+        self.outage = outage
 
 
 class FatalError(Exception):
@@ -78,16 +94,64 @@ def _import_sdk(name: str):
 
 def _classify(exc: Exception, sdk) -> Exception:
     """Map an SDK exception to TransientError / FatalError / RequestError."""
-    if isinstance(exc, sdk.APIConnectionError):  # includes APITimeoutError
-        kind = "timed out" if isinstance(exc, sdk.APITimeoutError) else "connection failed"
-        return TransientError(f"request {kind}")
+    if isinstance(exc, sdk.APITimeoutError):
+        if _connect_timed_out(exc):  # no TCP connection at all (a host that drops packets): an outage
+            return TransientError("connection timed out", outage=True)
+        return TransientError("request timed out")
+    if isinstance(exc, sdk.APIConnectionError):
+        return TransientError(f"request connection failed ({_connection_cause(exc)})", outage=True)
     status = getattr(exc, "status_code", None)
     message = _error_message(exc)
     if status in RETRYABLE_STATUS or (status is not None and status >= 500):
-        return TransientError(f"HTTP {status}: {message}", _retry_after(exc))
+        return TransientError(f"HTTP {status}: {message}", _retry_after(exc), outage=status >= 500)
     if status in FATAL_STATUS:
         return FatalError(f"HTTP {status}: {message}")
     return RequestError(f"HTTP {status}: {message}" if status else message)
+
+
+def _connect_timed_out(exc: BaseException) -> bool:
+    """The timeout came before any connection was made (httpx's ConnectTimeout in the chain)."""
+    while exc is not None:
+        if type(exc).__name__ == "ConnectTimeout":
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _connection_cause(exc: BaseException) -> str:
+    """The innermost reason of a failed connection: 'Connection refused', 'Name or service not known'."""
+    while exc.__cause__ is not None or exc.__context__ is not None:
+        exc = exc.__cause__ or exc.__context__
+    text = str(exc)
+    if "] " in text and text.startswith("["):  # "[Errno 111] Connection refused"
+        text = text.split("] ", 1)[1]
+    return text[:200] or type(exc).__name__
+
+
+def _check_endpoint(list_models: Callable[[], Any], sdk, endpoint: str, fix_hint: str, key_hint: str) -> None:
+    """Before the first experiment: one cheap request (list the models).  An endpoint that
+    cannot be reached at all, or that refuses the key, is a configuration mistake
+    (``AgentConfigError``, exit 2).  Anything else (no such route, a server error, a slow
+    answer) lets the run start: the experiments' own requests will tell."""
+    try:
+        list_models()
+    except sdk.APIConnectionError as exc:  # APITimeoutError included
+        if isinstance(exc, sdk.APITimeoutError) and not _connect_timed_out(exc):
+            return  # connected, but slow to answer
+        cause = "connection timed out" if isinstance(exc, sdk.APITimeoutError) else _connection_cause(exc)
+        raise AgentConfigError(f"cannot reach the model endpoint {endpoint} ({cause}): {fix_hint}") from None
+    except sdk.APIStatusError as exc:
+        if exc.status_code in (401, 403):
+            raise AgentConfigError(f"the model endpoint {endpoint} refused the key (HTTP {exc.status_code}: "
+                                   f"{_error_message(exc)}): {key_hint}") from None
+    except Exception:
+        return
+
+
+def _fix_hint(base_url: str | None) -> str:
+    if base_url:
+        return "start the server, or fix --llm-base-url (scheme, host, port and path, e.g. http://localhost:8000/v1)"
+    return "check this machine's network access and proxy settings (HTTPS_PROXY, NO_PROXY)"
 
 
 def _error_message(exc: Exception) -> str:
@@ -119,6 +183,14 @@ class OpenAIChat:
         self.model = model
         self.max_output_tokens = max_output_tokens
         self.client = self.sdk.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=0)
+        self.endpoint = str(self.client.base_url).rstrip("/")
+        self.check_timeout_s = min(timeout_s, CHECK_TIMEOUT_S)
+        self.fix_hint = _fix_hint(base_url)
+
+    def check(self) -> None:
+        client = self.client.with_options(timeout=self.check_timeout_s)
+        _check_endpoint(client.models.list, self.sdk, self.endpoint, self.fix_hint,
+                        "set OPENAI_API_KEY to a key this endpoint accepts")
 
     def complete(self, system: str, user: str) -> Reply:
         kwargs: dict[str, Any] = {}
@@ -149,6 +221,14 @@ class AnthropicChat:
         self.model = model
         self.max_output_tokens = max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS
         self.client = self.sdk.Anthropic(api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=0)
+        self.endpoint = str(self.client.base_url).rstrip("/")
+        self.check_timeout_s = min(timeout_s, CHECK_TIMEOUT_S)
+        self.fix_hint = _fix_hint(base_url)
+
+    def check(self) -> None:
+        client = self.client.with_options(timeout=self.check_timeout_s)
+        _check_endpoint(client.models.list, self.sdk, self.endpoint, self.fix_hint,
+                        "set ANTHROPIC_API_KEY to a key this endpoint accepts")
 
     def complete(self, system: str, user: str) -> Reply:
         try:
@@ -172,12 +252,22 @@ class RetryPolicy:
     attempts: int = 4  # requests per proposal, first one included
     base_delay_s: float = 2.0
     max_delay_s: float = 60.0
-    # Across proposals: after a proposal whose request failed for good, wait before the next
-    # one (15x the base delay, doubling per failure in a row, at most 10 minutes), and give up
-    # after this many in a row — an endpoint that is down or rejects every request must not
-    # fill the night with rejected experiments.
+    # Across proposals: after a proposal whose request failed for good (not an outage: a rate
+    # limit that does not lift, timeouts, refused requests), wait before the next one (15x the
+    # base delay, doubling per failure in a row, at most 10 minutes), and give up after this
+    # many in a row — an endpoint that rejects every request must not fill the night with
+    # rejected experiments.
     max_failed_in_a_row: int = 8
     max_rejected_in_a_row: int = 3  # HTTP 400-like errors repeat identically: stop sooner
+    # An outage (no connection, HTTP 5xx, after ``attempts`` requests): wait for the endpoint,
+    # retrying after outage_first_s, doubling, at most outage_max_s apart, until it answers or
+    # the budget ends.  No experiment is recorded meanwhile.
+    outage_first_s: float = 5.0
+    outage_max_s: float = 180.0
+
+    def outage_wait(self, tries: int) -> float:
+        """Seconds before the request number ``tries`` (1-based) made during an outage."""
+        return max(min(self.outage_first_s * 2 ** (tries - 1), self.outage_max_s), 0.01)
 
     def cooldown(self, failed_in_a_row: int) -> float:
         if failed_in_a_row <= 0:
@@ -202,7 +292,7 @@ def call_with_retries(call: Callable[[], Reply], policy: RetryPolicy,
             return call(), attempt
         except TransientError as exc:
             if attempt == policy.attempts:
-                raise TransientError(f"{exc} (after {attempt} attempts)") from None
+                raise TransientError(f"{exc} (after {attempt} attempts)", outage=exc.outage) from None
             sleep(policy.delay(attempt, exc.retry_after))
     raise AssertionError("unreachable")
 
@@ -223,6 +313,88 @@ class LLMAgent:
         self._secrets = secrets or []
         self._sleep = time.sleep
         self._count_lock = threading.Lock()
+        self._outage_lock = threading.Lock()
+        self._outage_since: float | None = None  # time.monotonic() when the endpoint went away
+        self.unreachable_s = 0.0  # over the outages that ended
+        self.outages = 0
+
+    @property
+    def endpoint(self) -> str:
+        return getattr(self.client, "endpoint", "") or f"of {self.client.model}"
+
+    def preflight(self) -> None:
+        """Before the first experiment: ``AgentConfigError`` when the endpoint cannot be reached
+        at all or refuses the key (the client's ``check``, where it has one)."""
+        check = getattr(self.client, "check", None)
+        if check is not None:
+            check()
+
+    def unreachable_seconds(self) -> float:
+        """How long the endpoint was unreachable in this run, an outage still going on included."""
+        with self._outage_lock:
+            ongoing = time.monotonic() - self._outage_since if self._outage_since is not None else 0.0
+            return self.unreachable_s + ongoing
+
+    def _outage_begins(self, since: float, reason: str, context: Context) -> None:
+        with self._outage_lock:
+            if self._outage_since is not None:
+                return
+            self._outage_since = since
+            self.outages += 1
+        _say(context, f"model endpoint {self.endpoint} unreachable ({reason}); waiting for it, no experiment "
+                      f"is recorded meanwhile (retrying from every {self.retry.outage_first_s:g} s to every "
+                      f"{self.retry.outage_max_s:g} s; Ctrl-C stops the run)", secret_values(self._secrets))
+
+    def _outage_ends(self, context: Context) -> None:
+        with self._outage_lock:
+            if self._outage_since is None:
+                return
+            gone = time.monotonic() - self._outage_since
+            self._outage_since = None
+            self.unreachable_s += gone
+        _say(context, f"model endpoint {self.endpoint} is back after {_duration(gone)} unreachable",
+             secret_values(self._secrets))
+
+    def _pause(self, seconds: float, context: Context, log: "_Log") -> None:
+        """The pause after failed proposals, never past the budget's end (then ``NoProposal``)."""
+        if seconds > 0 and context.deadline is not None and time.monotonic() + seconds >= context.deadline:
+            self._sleep(max(context.deadline - time.monotonic(), 0.0))
+            log.write("error.txt", "the budget ended during the pause after failed model requests\n")
+            raise NoProposal("the budget ended during the pause after failed model requests")
+        self._sleep(seconds)
+
+    def _wait_for_endpoint(self, call: Callable[[], Reply], since: float, exc: TransientError,
+                           context: Context, log: "_Log") -> Reply:
+        """An outage: ask again, further and further apart, until an answer or the deadline
+        (``NoProposal``).  An answer that is not an outage (even an error) ends it."""
+        self._outage_begins(since, str(exc), context)
+        tries = 0
+        while True:
+            tries += 1
+            wait = self.retry.outage_wait(tries)
+            if context.deadline is not None:
+                left = context.deadline - time.monotonic()
+                if left <= 0:
+                    log.write("error.txt", f"the budget ended while the model endpoint was unreachable ({exc})\n")
+                    raise NoProposal(f"the budget ended while the model endpoint was unreachable ({exc})")
+                wait = min(wait, left)
+            self._sleep(wait)
+            if context.deadline is not None and time.monotonic() >= context.deadline:
+                continue  # said above, on the next turn
+            try:
+                reply = call()
+            except TransientError as again:
+                if again.outage:
+                    exc = again
+                    self._outage_begins(time.monotonic(), str(exc), context)  # unless one is on (--parallel)
+                    continue
+                self._outage_ends(context)
+                raise
+            except (FatalError, RequestError):
+                self._outage_ends(context)
+                raise
+            self._outage_ends(context)
+            return reply
 
     def propose(self, context: Context) -> Proposal:
         with self._count_lock:  # the loop may ask from several threads (--parallel): check and count at once
@@ -233,9 +405,16 @@ class LLMAgent:
         system, user = build_messages(context)
         log = _Log(context, secrets)
         log.write("prompt.md", f"# system\n\n{system}\n\n# user\n\n{user}\n")
-        self._sleep(self.retry.cooldown(self.failed_in_a_row))
+        self._pause(self.retry.cooldown(self.failed_in_a_row), context, log)
+        call = lambda: self.client.complete(system, user)  # noqa: E731
         try:
-            reply, attempts = call_with_retries(lambda: self.client.complete(system, user), self.retry, self._sleep)
+            since = time.monotonic()
+            try:
+                reply, _ = call_with_retries(call, self.retry, self._sleep)
+            except TransientError as exc:
+                if not exc.outage:
+                    raise
+                reply = self._wait_for_endpoint(call, since, exc, context, log)
         except FatalError as exc:
             reason = scrub(f"the model endpoint refused the request: {exc}", secrets)
             log.write("error.txt", reason + "\n")
@@ -259,6 +438,17 @@ class LLMAgent:
             return Proposal(None, description, rejected_reason=scrub(parsed.error or "no file", secrets),
                             tokens=reply.tokens)
         return Proposal(scrub(parsed.source, secrets), description, tokens=reply.tokens)
+
+
+def _say(context: Context, line: str, secrets: list[str]) -> None:
+    if context.notify is not None:
+        context.notify(scrub(line, secrets))
+
+
+def _duration(seconds: float) -> str:
+    from ..loop.budget import format_duration
+
+    return format_duration(seconds)
 
 
 class _Log:
@@ -316,12 +506,15 @@ def make_llm_agent(config: AgentConfig) -> LLMAgent:
     attempts = _env_int("AUTOKERNEL_LLM_ATTEMPTS")
     if attempts:
         retry.attempts = attempts
-    backoff = os.environ.get("AUTOKERNEL_LLM_BACKOFF_S", "").strip()
-    if backoff:
-        try:
-            retry.base_delay_s = max(0.0, float(backoff))
-        except ValueError:
-            raise AgentConfigError(f"AUTOKERNEL_LLM_BACKOFF_S must be a number, not {backoff!r}") from None
+    for name, attr in (("AUTOKERNEL_LLM_BACKOFF_S", "base_delay_s"), ("AUTOKERNEL_LLM_OUTAGE_WAIT_S", "outage_first_s"),
+                       ("AUTOKERNEL_LLM_OUTAGE_MAX_WAIT_S", "outage_max_s")):
+        value = os.environ.get(name, "").strip()
+        if value:
+            try:
+                setattr(retry, attr, max(0.0, float(value)))
+            except ValueError:
+                raise AgentConfigError(f"{name} must be a number, not {value!r}") from None
+    retry.outage_max_s = max(retry.outage_max_s, retry.outage_first_s)
     return LLMAgent(client, max_calls=config.llm_max_calls, retry=retry, secrets=[key])
 
 

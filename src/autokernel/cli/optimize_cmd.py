@@ -100,8 +100,11 @@ def optimize(
         fail_usage(str(exc))
 
     if summary.stopped_reason == "interrupted":
-        print(f"autokernel: interrupted; {summary.experiments_run} experiment(s) recorded in {summary.workdir}; "
-              f"run the same command again to resume", file=sys.stderr)
+        from ..loop.summary import unreachable_text
+
+        outage = f" ({unreachable_text(summary)})" if summary.outages else ""
+        print(f"autokernel: interrupted; {summary.experiments_run} experiment(s) recorded in {summary.workdir}"
+              f"{outage}; run the same command again to resume", file=sys.stderr)
         raise typer.Exit(EXIT_INTERRUPTED)
     print_summary(summary)
     if _exit_for(summary) == EXIT_USAGE:
@@ -162,7 +165,9 @@ def print_summary(summary) -> None:
         line += f" ({summary.message})"
     console.print(line + f"; {summary.experiments_run} experiment(s) this run; results in {summary.workdir / 'results.tsv'}",
                   markup=False)
-    from ..loop.summary import throughput_text
+    from ..loop.summary import throughput_text, unreachable_text
 
+    if summary.outages:
+        console.print(unreachable_text(summary), markup=False)
     if summary.lanes and throughput_text(summary):
         console.print(throughput_text(summary), markup=False)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from ..agents.base import AgentConfig, AgentExhausted, AgentRefused, Context, Proposal
+from ..agents.base import AgentConfig, AgentExhausted, AgentRefused, Context, NoProposal, Proposal
 from ..files import write_text_atomic
 from ..orchestrator import ProblemState, after_experiment, assign_budgets, choose
 from ..provenance import tuned_on_label
@@ -32,7 +32,8 @@ from . import first_evals, interrupts
 from .budget import format_duration
 from .problem_run import ProblemRun, initial_state, park_note, restore_memory, setup_workspace
 from .progress import Printer, progress_line
-from .summary import OptimizeSummary, ProblemSummary, log_throughput, summarize_problem, throughput_text
+from .summary import (OptimizeSummary, ProblemSummary, agent_unreachable_s, log_throughput, summarize_problem,
+                      throughput_text, unreachable_text)
 from .inputs import no_start_kernel, start_kernel_problem
 from .targets import (OptimizeError, Target, default_run_name, model_run_name, plan_model, resolve_device,
                       targets_from_plan)
@@ -118,7 +119,8 @@ class Session:
                        experiment=experiment, device=self.device, seed=self.seed,
                        extra={"log_dir": str(self.ws.log_dir(run.name)), "shapes": t.shapes, "dtype": t.dtype,
                               "weights": t.weights, "workdir": str(self.ws.root),
-                              "time_left_s": time_left(run.state, self.deadline)})
+                              "time_left_s": time_left(run.state, self.deadline)},
+                       deadline=self.deadline, notify=self.printer.line)
 
     def share_time(self) -> None:
         """The baselines told us the roofline headroom: share the time left accordingly."""
@@ -189,6 +191,9 @@ def run_optimize(targets: list[Target], workdir: Path, *, agent: AgentConfig | A
                                   getattr(agent_obj, "name", ""))
         if missing:
             raise OptimizeError(missing)
+    preflight = getattr(agent_obj, "preflight", None)
+    if preflight is not None:  # an endpoint that cannot be reached, or refuses the key: exit 2, nothing written
+        preflight()
 
     printer = Printer(show_progress, _console)
     ws = open_workspace(Path(workdir), run_name, use_existing_repo)
@@ -239,14 +244,16 @@ def run_optimize(targets: list[Target], workdir: Path, *, agent: AgentConfig | A
                               workdir=ws.root, branch=ws.branch, run_name=ws.run_name,
                               experiments_run=stats.experiments, wall_s=time.monotonic() - t_start, message=message,
                               recovered=list(ws.recovered), parallel=stats.parallel or 1, lanes=stats.lanes,
-                              lane_busy_s=stats.lane_busy_s(), evaluation_s=stats.evaluation_s)
+                              lane_busy_s=stats.lane_busy_s(), evaluation_s=stats.evaluation_s,
+                              unreachable_s=agent_unreachable_s(agent_obj), outages=getattr(agent_obj, "outages", 0))
     try:
         log_throughput(ws.root, summary)
     except OSError:
         pass
     if reason != "interrupted":
         printer.line(f"stopped: {reason}" + (f" ({message})" if message else "")
-                     + f" after {stats.experiments} experiment(s) in {format_duration(summary.wall_s)}")
+                     + f" after {stats.experiments} experiment(s) in {format_duration(summary.wall_s)}"
+                     + (f"; {unreachable_text(summary)}" if summary.outages else ""))
         if lanes.spread and throughput_text(summary):
             printer.line(throughput_text(summary))
     return summary
@@ -389,11 +396,16 @@ def _experiment(s: Session, run: ProblemRun, stats: _Stats) -> bool:
     presses = interrupts.pressed()
     experiment = run.next_experiment
     commit = s.ws.head()
+    gone = agent_unreachable_s(s.agent)
     try:
         proposal = s.agent.propose(s.context(run, experiment))
+        t0 += agent_unreachable_s(s.agent) - gone  # an outage is not the problem's time (row's wall_s, its budget)
     except (KeyboardInterrupt, AgentExhausted):
         s.ws.restore_problem_dir(run.name)
         raise
+    except NoProposal:  # e.g. the budget ended while the model endpoint was unreachable: no row
+        s.ws.restore_problem_dir(run.name)
+        return False
     except Exception as exc:
         proposal = Proposal(source=None, description="agent error", rejected_reason=f"{type(exc).__name__}: {exc}")
     s.ws.restore_problem_dir(run.name)

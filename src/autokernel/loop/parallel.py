@@ -31,12 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..agents.base import AgentExhausted, AgentRefused, Proposal
+from ..agents.base import AgentExhausted, AgentRefused, NoProposal, Proposal
 from ..orchestrator import after_experiment, choose, pick_next
 from . import interrupts
 from .executor import EvalJob, Lanes, make_executor
 from .problem_run import ProblemRun, initial_state
 from .progress import progress_line, slots_line
+from .summary import agent_unreachable_s
 from .verdict import decide
 from .workspace import Workspace
 
@@ -63,6 +64,7 @@ class Ticket:
     evaluation: Any = None
     lane: int = -1
     stop: AgentExhausted | None = None
+    skipped: bool = False  # no proposal came (NoProposal): no row
     rejudged: int = 0  # times judged again against a newer incumbent
 
 
@@ -259,11 +261,16 @@ class Scheduler:
         """In a slot thread: propose (unless done already), then evaluate."""
         try:
             if t.proposal is None:
+                gone = agent_unreachable_s(self.s.agent)
                 try:
                     with self.agent_lock:
                         t.proposal = self.s.agent.propose(t.context)
+                    t.t0 += agent_unreachable_s(self.s.agent) - gone  # an outage is not the experiment's time
                 except AgentExhausted as exc:
                     t.stop = exc
+                    return
+                except NoProposal:
+                    t.skipped = True
                     return
                 except Exception as exc:
                     t.proposal = Proposal(source=None, description="agent error",
@@ -323,6 +330,8 @@ class Scheduler:
             if self.stop_reason is None:
                 self.stop_reason = "agent-refused" if isinstance(t.stop, AgentRefused) else "agent-exhausted"
                 self.stop_message = str(t.stop)
+            return
+        if t.skipped:
             return
         proposal = t.proposal
         if t.baseline:

@@ -41,6 +41,8 @@ class OptimizeSummary:
     lanes: list[str] = field(default_factory=list)  # where evaluations ran ("gpu0", "cpu1", "ray:0")
     lane_busy_s: list[float] = field(default_factory=list)  # seconds each lane had an evaluation running
     evaluation_s: list[float] = field(default_factory=list)  # wall seconds of each evaluation this run
+    unreachable_s: float = 0.0  # how long the agent's model endpoint was unreachable in this run
+    outages: int = 0  # how many times it went away
 
     @property
     def experiments_per_hour(self) -> float | None:
@@ -73,6 +75,22 @@ def summarize_problem(ws: Workspace, run: ProblemRun, device: str) -> ProblemSum
         note=run.note or park_note(run.state))
 
 
+def agent_unreachable_s(agent) -> float:
+    """How long the agent's model endpoint was unreachable in this run (0 for agents without one)."""
+    seconds = getattr(agent, "unreachable_seconds", None)
+    return round(float(seconds()), 3) if callable(seconds) else 0.0
+
+
+def unreachable_text(summary: OptimizeSummary) -> str:
+    """``model endpoint unreachable 2 times, 14m05s in all`` (empty when it never was)."""
+    if not summary.outages:
+        return ""
+    from .budget import format_duration
+
+    times = "once" if summary.outages == 1 else f"{summary.outages} times"
+    return f"model endpoint unreachable {times}, {format_duration(summary.unreachable_s)} in all"
+
+
 def throughput_text(summary: OptimizeSummary) -> str:
     """``41 experiments/h; evaluation 12.3 s mean; gpu0 78% gpu1 75% busy`` (empty when nothing ran)."""
     if not summary.experiments_run:
@@ -94,12 +112,14 @@ def log_throughput(workdir: Path, summary: OptimizeSummary) -> None:
     import json
     import os
 
-    if not summary.experiments_run:
+    if not summary.experiments_run and not summary.outages:
         return
     entry = {"run_name": summary.run_name, "wall_s": round(summary.wall_s, 3),
              "experiments": summary.experiments_run, "parallel": summary.parallel, "lanes": summary.lanes,
              "lane_busy_s": summary.lane_busy_s,
              "mean_evaluation_s": round(summary.mean_evaluation_s, 4) if summary.mean_evaluation_s else None}
+    if summary.outages:
+        entry.update(unreachable_s=round(summary.unreachable_s, 3), outages=summary.outages)
     path = Path(workdir) / THROUGHPUT_LOG
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as fh:
@@ -136,3 +156,25 @@ def throughput_markdown(workdir: Path) -> list[str]:
         lines.append(f"| {e.get('run_name', '')} | {e.get('parallel', 1)} | {e.get('experiments', 0)} | {wall:.0f} s | "
                      f"{per_hour:.0f} | {f'{mean:.3g} s' if mean else '—'} | {lanes or '—'} |")
     return lines + [""]
+
+
+def unreachable_note(workdir: Path) -> str:
+    """For the report: how long the model endpoint was unreachable over every invocation
+    (empty when it never was)."""
+    import json
+
+    from .budget import format_duration
+
+    path = Path(workdir) / THROUGHPUT_LOG
+    seconds, outages = 0.0, 0
+    for line in (path.read_text().splitlines() if path.is_file() else []):
+        try:
+            entry = json.loads(line)
+            seconds += float(entry.get("unreachable_s") or 0.0)
+            outages += int(entry.get("outages") or 0)
+        except (ValueError, TypeError, AttributeError):
+            continue
+    if not outages:
+        return ""
+    return (f"model endpoint unreachable {'once' if outages == 1 else f'{outages} times'}, "
+            f"{format_duration(seconds)} in all (no experiment was recorded while it was)")
