@@ -90,6 +90,7 @@
 #   bash benchmarks/pending_gpu.sh twentyeighth OUT # linear_relu2 over knob sets at Arcee's up_proj (it lost 9% to
 #                                               # torch.compile untuned); relative_position_bias as GPU time alone
 #   bash benchmarks/pending_gpu.sh twentyeighth_b OUT # relative_position_bias's variants (where its GPU time goes),
+#                                               # the CPU judge's fp32 division against the GPU's,
 #                                               # why hf:gptj's attention is not called in graph mode, hf:bloom in
 #                                               # graph mode with verify's fp32 yardstick
 #   bash benchmarks/pending_gpu.sh xielu OUT    # xielu (new, never on a GPU): its starter through the GPU judge,
@@ -414,6 +415,7 @@ twentyeighth_b)  # what the twenty-eighth session's GPU calls left open: relativ
     # (compile: 11.8) against variants of it; hf:gptj's attention_masked called outside graphs and not in its capture
     # (each guard of the rewrite logged); hf:bloom in graph mode, which failed verify on its exact attention before
     # the fp32 yardstick (verify_precision.py)
+    step division 60 python benchmarks/division_model_gpu.py  # the CPU judge's model of fp32 `/` against the GPU's
     step rpb_variants 150 python benchmarks/relative_position_bias_variants_gpu.py --out "$out/rpb_variants"
     step gptj_calls 200 python benchmarks/scores_attention_calls_gpu.py "$out/gptj_calls"
     step bloom_graphs 200 python benchmarks/models_gpu.py --out "$out/bloom_graphs" --skip-fused --cuda-graphs \
