@@ -527,12 +527,9 @@ def test_export_of_an_optimize_problem_run_names_the_shapes_and_dtypes_judged(tm
     assert k.dtype == "bf16, fp16, fp32" and k.shapes == "16x256; 9x300", (k.dtype, k.shapes)
 
 
-def test_export_of_a_kernelbench_run_names_its_sizes_dtype_and_model_new(tmp_path):
-    """New-user trial: `optimize --problem KB_FILE` then `export`: the dtype and shapes cells
-    were empty (only built-in kinds had defaults) and the README said each file defines
-    `kernel_fn`, where a KernelBench kernel file defines `ModelNew`."""
-    from autokernel.export import exported_kernels
-
+def _kernelbench_workspace(tmp_path: Path) -> Path:
+    """A workspace of `optimize --problem examples/kernelbench_example.py` (no shapes or dtype
+    given): the example's kernel, its starting row."""
     example = KERNELS_DIR.parent.parent.parent / "examples"
     wd = tmp_path / "wd"
     (wd / "problems" / "kb").mkdir(parents=True)
@@ -541,6 +538,16 @@ def test_export_of_a_kernelbench_run_names_its_sizes_dtype_and_model_new(tmp_pat
         {"name": "kb", "spec": str(example / "kernelbench_example.py"), "kind": "kernelbench:kernelbench_example",
          "shapes": None, "dtype": None}))
     (wd / "results.tsv").write_text(HEAD + row(0, "kb", "baseline", 100.0, "", 1.0, 3.0, "starting kernel"))
+    return wd
+
+
+def test_export_of_a_kernelbench_run_names_its_sizes_dtype_and_model_new(tmp_path):
+    """New-user trial: `optimize --problem KB_FILE` then `export`: the dtype and shapes cells
+    were empty (only built-in kinds had defaults) and the README said each file defines
+    `kernel_fn`, where a KernelBench kernel file defines `ModelNew`."""
+    from autokernel.export import exported_kernels
+
+    wd = _kernelbench_workspace(tmp_path)
     (k,) = exported_kernels(wd)
     assert k.dtype == "fp32" and k.shapes == "batch_size=48, in_features=80, out_features=72", (k.dtype, k.shapes)
     out, _ = export(wd, "files", tmp_path / "out")
@@ -556,14 +563,7 @@ def test_a_package_of_single_problems_does_not_promise_apply(tmp_path):
     import importlib
     import sys
 
-    example = KERNELS_DIR.parent.parent.parent / "examples"
-    wd = tmp_path / "wd"
-    (wd / "problems" / "kb").mkdir(parents=True)
-    (wd / "problems" / "kb" / "kernel.py").write_text((example / "kernelbench_example_kernel.py").read_text())
-    (wd / "problems" / "kb" / "problem.json").write_text(json.dumps(
-        {"name": "kb", "spec": str(example / "kernelbench_example.py"), "kind": "kernelbench:kernelbench_example",
-         "shapes": None, "dtype": None}))
-    (wd / "results.tsv").write_text(HEAD + row(0, "kb", "baseline", 100.0, "", 1.0, 3.0, "starting kernel"))
+    wd = _kernelbench_workspace(tmp_path)
     out, _ = export(wd, "package", tmp_path / "pkg")
     readme = (out / "README.md").read_text()
     assert ".apply(model)" not in readme and "data/problems/kb/kernel.py" in readme, readme

@@ -148,6 +148,15 @@ def _check_endpoint(list_models: Callable[[], Any], sdk, endpoint: str, fix_hint
         return
 
 
+def _endpoint_check(client, sdk, endpoint: str, base_url: str | None, timeout_s: float,
+                    key_variable: str) -> Callable[[], None]:
+    """The chat client's ``check`` (``LLMAgent.preflight``): its model list, asked once, within
+    ``CHECK_TIMEOUT_S`` at most."""
+    quick = client.with_options(timeout=min(timeout_s, CHECK_TIMEOUT_S))
+    return lambda: _check_endpoint(quick.models.list, sdk, endpoint, _fix_hint(base_url),
+                                   f"set {key_variable} to a key this endpoint accepts")
+
+
 def _fix_hint(base_url: str | None) -> str:
     if base_url:
         return "start the server, or fix --llm-base-url (scheme, host, port and path, e.g. http://localhost:8000/v1)"
@@ -184,13 +193,7 @@ class OpenAIChat:
         self.max_output_tokens = max_output_tokens
         self.client = self.sdk.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=0)
         self.endpoint = str(self.client.base_url).rstrip("/")
-        self.check_timeout_s = min(timeout_s, CHECK_TIMEOUT_S)
-        self.fix_hint = _fix_hint(base_url)
-
-    def check(self) -> None:
-        client = self.client.with_options(timeout=self.check_timeout_s)
-        _check_endpoint(client.models.list, self.sdk, self.endpoint, self.fix_hint,
-                        "set OPENAI_API_KEY to a key this endpoint accepts")
+        self.check = _endpoint_check(self.client, self.sdk, self.endpoint, base_url, timeout_s, "OPENAI_API_KEY")
 
     def complete(self, system: str, user: str) -> Reply:
         kwargs: dict[str, Any] = {}
@@ -222,13 +225,7 @@ class AnthropicChat:
         self.max_output_tokens = max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS
         self.client = self.sdk.Anthropic(api_key=api_key, base_url=base_url, timeout=timeout_s, max_retries=0)
         self.endpoint = str(self.client.base_url).rstrip("/")
-        self.check_timeout_s = min(timeout_s, CHECK_TIMEOUT_S)
-        self.fix_hint = _fix_hint(base_url)
-
-    def check(self) -> None:
-        client = self.client.with_options(timeout=self.check_timeout_s)
-        _check_endpoint(client.models.list, self.sdk, self.endpoint, self.fix_hint,
-                        "set ANTHROPIC_API_KEY to a key this endpoint accepts")
+        self.check = _endpoint_check(self.client, self.sdk, self.endpoint, base_url, timeout_s, "ANTHROPIC_API_KEY")
 
     def complete(self, system: str, user: str) -> Reply:
         try:
