@@ -64,8 +64,9 @@ def test_a_worker_waits_for_no_answer_past_its_deadline():
 
 CTRL_C_WHILE_STARTING = """
 import os, signal, sys, threading, time
-# a terminal's foreground process: Ctrl-C raises KeyboardInterrupt (a process that starts with SIGINT
-# ignored, as one started by a test process whose earlier test ran a worker's serve loop, never sees it)
+# a terminal's foreground process: Ctrl-C raises KeyboardInterrupt.  Started from a background job
+# (`.ci/run &` in a script: a shell without job control starts it with SIGINT ignored, and every
+# process under it inherits that), this process would never see the interrupt
 signal.signal(signal.SIGINT, signal.default_int_handler)
 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 from autokernel.harness.worker_client import Worker
