@@ -17,18 +17,14 @@ import torch.nn as nn
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from autokernel.integrate import OP_CALLS, OP_NAMESPACE, register_kernel_op  # noqa: E402
-from autokernel.integrate.apply import place_ops  # noqa: E402
-from autokernel.integrate.placement import structural_copy  # noqa: E402
+from autokernel.integrate import OP_CALLS, OP_NAMESPACE  # noqa: E402
 from autokernel.integrate.row_adds import SCALED  # noqa: E402
-from autokernel.integrate.selection import KernelOp  # noqa: E402
-from autokernel.models import LoadedModel, load_model  # noqa: E402
-from autokernel.problems.base import parse_dtype  # noqa: E402
-from autokernel.problems.registry import KERNELS_DIR  # noqa: E402
+from autokernel.models import load_model  # noqa: E402
 from autokernel.profiler import profile_model, profile_problem_times  # noqa: E402
 
+from test_logits_bias import D, V, _loaded, _placed  # noqa: E402  (the same tiny wrapped heads' helpers)
+
 HF = importlib.util.find_spec("transformers") is not None
-D, V = 32, 96
 
 
 class _GraniteHead(nn.Module):
@@ -59,29 +55,6 @@ class _CohereHead(_GraniteHead):
         return self.lm_head(h) * self.logit_scale
 
 
-class _Wrapper(nn.Module):  # as the loaders wrap a model: the head's forward is not the root's
-    def __init__(self, head):
-        super().__init__()
-        self.head = head
-
-    def forward(self, x):
-        return self.head(x)
-
-
-def _loaded(head) -> LoadedModel:
-    return LoadedModel(model=_Wrapper(head).eval(),
-                       make_inputs=lambda seed: (torch.randn(2, 16, D, generator=torch.Generator().manual_seed(seed)),),
-                       spec="test", description="test", input_shape=[2, 16, D], input_kind="float")
-
-
-def _placed(model, plan, tag):
-    matmul = next(p for p in plan.problems if p.kind == "matmul")
-    opname, op = register_kernel_op("matmul", f"logits_scale_{tag}", KERNELS_DIR / "matmul.py")
-    patched = structural_copy(model)
-    placed = place_ops(patched, [KernelOp(matmul, opname, op, parse_dtype(matmul.dtype), KERNELS_DIR / "matmul.py")])
-    return patched, placed, opname
-
-
 def _ops_run(model, x) -> list[tuple[str, tuple]]:
     with torch.no_grad(), torch.profiler.profile(record_shapes=True) as prof:
         model(x)
@@ -100,7 +73,7 @@ def test_the_scale_after_a_linear_is_part_of_the_placed_matmul(head, n_out, op_n
     assert plan.covered_fraction == pytest.approx(1.0, abs=1e-6)
     assert sum(matmul.calls) == 2, matmul.calls  # the scale adds no GEMM call
 
-    patched, placed, op = _placed(loaded.model, plan, f"{head.__name__}{n_out}")
+    patched, placed, op = _placed(loaded.model, plan, f"scale_{head.__name__}{n_out}")
     assert {("head.lm_head", "matmul"), ("head.body", "matmul"), ("head", SCALED)} <= set(placed.replaced)
     x = loaded.make_inputs(1)[0]
     before = OP_CALLS[op]
@@ -121,7 +94,7 @@ def test_the_scale_after_a_linear_is_part_of_the_placed_matmul(head, n_out, op_n
 
 def test_training_and_a_tensor_scale_run_the_original_expression():
     loaded = _loaded(_GraniteHead())
-    patched, placed, _ = _placed(loaded.model, profile_model(loaded, warmup=0, iters=1), "fallbacks")
+    patched, placed, _ = _placed(loaded.model, profile_model(loaded, warmup=0, iters=1), "scale_fallbacks")
     assert ("head", SCALED) in set(placed.replaced)
     x = loaded.make_inputs(2)[0]
     patched.train()
@@ -149,7 +122,7 @@ def test_hf_logits_scale_is_covered_and_the_patched_model_matches(spec, op_name)
     matmul = next(p for p in plan.problems if p.kind == "matmul")
     assert "model" in matmul.modules and matmul.module_time_us.get("model", 0) > 0, matmul.module_time_us
     assert not any(u.name == op_name and u.fraction > 0.01 for u in plan.not_covered), plan.not_covered
-    patched, placed, _ = _placed(loaded.model, plan, spec[3:])
+    patched, placed, _ = _placed(loaded.model, plan, f"scale_{spec[3:]}")
     assert ("model", SCALED) in set(placed.replaced), placed.replaced
     x = loaded.make_inputs(1)
     with torch.no_grad():
