@@ -17,6 +17,7 @@ pytest.importorskip("anthropic")
 
 from agent_stubs import KERNEL, make_context  # noqa: E402
 from fake_llm_server import FakeLLMServer, Step  # noqa: E402
+from test_agent_llm import _PassingEvaluator  # noqa: E402
 
 from autokernel.agents.base import AgentConfig, AgentConfigError, NoProposal, make_agent  # noqa: E402
 
@@ -206,26 +207,6 @@ def test_the_pause_after_failed_requests_stops_at_the_budget(tmp_path):
 
 
 # ------------------------------------------------------------------ mid-run, through the loop
-class _PassingEvaluator:
-    """Stand-in for the harness: every file is correct and as fast as the last."""
-
-    def __init__(self, spec, **kwargs):
-        self.spec = spec
-
-    def evaluate(self, kernel_file, incumbent_file=None):
-        from autokernel.harness.records import Comparison, Evaluation, ShapeTiming
-
-        timing = ShapeTiming(shape={"M": 16, "N": 256}, dtype="fp32", latency_us=10.0, spread_us=0.1)
-        ev = Evaluation(problem=self.spec, kernel_file=str(kernel_file), correct=True, verdict="pass",
-                        timing_kind="interpreter", timings=[timing], score_us=10.0)
-        if incumbent_file is not None:
-            ev.vs_incumbent = Comparison(candidate_us=10.0, incumbent_us=10.0, noise_frac=0.01, significant=False)
-        return ev
-
-    def close(self):
-        pass
-
-
 def _run(tmp_path, url, **kw):
     from rich.console import Console
 
