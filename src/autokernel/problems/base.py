@@ -316,7 +316,11 @@ def choose_or_draw(choices: Sequence[float], low: float, high: float, seed: int)
     the argument as a flag of a small set (an rmsnorm that snapped eps to 1e-5 or 1e-6 passed)."""
     if int(seed) % 2 == 0:
         return choose(choices, int(seed) // 2)
-    rng = random.Random(int(seed) * 7919 + 31)
+    return log_uniform(random.Random(int(seed) * 7919 + 31), low, high)
+
+
+def log_uniform(rng: random.Random, low: float, high: float) -> float:
+    """One draw of ``rng``, log-uniform in [low, high] (positive bounds)."""
     return math.exp(rng.uniform(math.log(low), math.log(high)))
 
 

@@ -46,7 +46,8 @@ import random
 
 import torch
 
-from .base import Problem, Shape, element_size, generator, randn, rowwise_shapes, standard_adversarial, with_nonfinite
+from .base import (Problem, Shape, element_size, generator, log_uniform, randn, rowwise_shapes,
+                   standard_adversarial, with_nonfinite)
 
 ALPHA_RANGE = (0.05, 20.0)  # alpha_p, and alpha_n - beta (log-uniform)
 BETA_RANGE = (0.125, 1.0)  # uniform
@@ -70,14 +71,10 @@ def eager(x: torch.Tensor, alpha_p: float, alpha_n: float, beta: float, eps: flo
 def draw_scalars(seed: int) -> tuple[float, float, float, float]:
     """(alpha_p, alpha_n, beta, eps) for the input draw ``seed``, each from a continuous range."""
     rng = random.Random(int(seed) * 104729 + 17)
-
-    def log_uniform(low: float, high: float) -> float:
-        return math.exp(rng.uniform(math.log(low), math.log(high)))
-
-    alpha_p = log_uniform(*ALPHA_RANGE)
+    alpha_p = log_uniform(rng, *ALPHA_RANGE)
     beta = rng.uniform(*BETA_RANGE)
-    alpha_n = beta + log_uniform(*ALPHA_RANGE)
-    eps = -log_uniform(*EPS_RANGE)
+    alpha_n = beta + log_uniform(rng, *ALPHA_RANGE)
+    eps = -log_uniform(rng, *EPS_RANGE)
     return alpha_p, alpha_n, beta, eps
 
 
