@@ -296,3 +296,38 @@ def test_an_outage_with_several_experiments_in_flight_writes_no_rows(tmp_path, m
     assert summary.stopped_reason == "max-experiments" and summary.experiments_run == 4
     assert [r.status for r in rows].count("rejected") == 0 and len(rows) == 5
     assert summary.outages >= 1 and summary.unreachable_s > 0
+
+
+def test_a_slot_waiting_out_an_outage_resumes_when_another_slot_gets_an_answer(tmp_path):
+    # --parallel: slots share one agent.  Before, each kept its own backoff: a slot that had
+    # just begun a long wait slept it out although another slot's request was already answered.
+    from autokernel.agents.llm import LLMAgent, RetryPolicy, Reply, TransientError
+
+    class Flaky:
+        model = "fake-model"
+        up = False
+
+        def complete(self, system, user):
+            if not self.up:
+                raise TransientError("HTTP 503: down", outage=True)
+            return Reply(f"DESCRIPTION: back\n\n```python\n{GOOD}```\n", 10)
+
+    client = Flaky()
+    agent = LLMAgent(client, retry=RetryPolicy(attempts=1, outage_first_s=30.0, outage_max_s=30.0))
+    lines: list[str] = []
+    waited: list[float] = []
+
+    def slot():
+        t0 = time.monotonic()
+        agent.propose(_context(tmp_path / "slot", lines=lines))
+        waited.append(time.monotonic() - t0)
+
+    waiting = threading.Thread(target=slot, daemon=True)
+    waiting.start()
+    while agent.outages == 0:
+        time.sleep(0.01)
+    client.up = True
+    assert agent.propose(_context(tmp_path / "other", lines=lines)).source == GOOD
+    waiting.join(timeout=10)
+    assert waited and waited[0] < 5  # not the 30 s backoff
+    assert len(lines) == 2 and "is back after" in lines[1] and agent.unreachable_seconds() < 5

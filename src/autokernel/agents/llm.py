@@ -311,7 +311,9 @@ class LLMAgent:
         self._sleep = time.sleep
         self._count_lock = threading.Lock()
         self._outage_lock = threading.Lock()
+        self._endpoint_back = threading.Condition(self._outage_lock)
         self._outage_since: float | None = None  # time.monotonic() when the endpoint went away
+        self._outages_ended = 0  # slots waiting out an outage (--parallel) wake when this grows
         self.unreachable_s = 0.0  # over the outages that ended
         self.outages = 0
 
@@ -349,8 +351,16 @@ class LLMAgent:
             gone = time.monotonic() - self._outage_since
             self._outage_since = None
             self.unreachable_s += gone
+            self._outages_ended += 1
+            self._endpoint_back.notify_all()
         _say(context, f"model endpoint {self.endpoint} is back after {_duration(gone)} unreachable",
              secret_values(self._secrets))
+
+    def _wait_unless_back(self, seconds: float, outages_ended: int) -> None:
+        """Sleep ``seconds`` of an outage's backoff, or less: until another slot's request is
+        answered (``--parallel``), so that no slot sleeps on once the endpoint is back."""
+        with self._endpoint_back:
+            self._endpoint_back.wait_for(lambda: self._outages_ended != outages_ended, timeout=seconds)
 
     def _pause(self, seconds: float, context: Context, log: "_Log") -> None:
         """The pause after failed proposals, never past the budget's end (then ``NoProposal``)."""
@@ -365,6 +375,8 @@ class LLMAgent:
         """An outage: ask again, further and further apart, until an answer or the deadline
         (``NoProposal``).  An answer that is not an outage (even an error) ends it."""
         self._outage_begins(since, str(exc), context)
+        with self._outage_lock:
+            outages_ended = self._outages_ended
         tries = 0
         while True:
             tries += 1
@@ -375,7 +387,10 @@ class LLMAgent:
                     log.write("error.txt", f"the budget ended while the model endpoint was unreachable ({exc})\n")
                     raise NoProposal(f"the budget ended while the model endpoint was unreachable ({exc})")
                 wait = min(wait, left)
-            self._sleep(wait)
+            self._wait_unless_back(wait, outages_ended)
+            with self._outage_lock:
+                if self._outages_ended != outages_ended:  # back for another slot: its backoff starts over
+                    outages_ended, tries = self._outages_ended, 0
             if context.deadline is not None and time.monotonic() >= context.deadline:
                 continue  # said above, on the next turn
             try:
@@ -384,6 +399,8 @@ class LLMAgent:
                 if again.outage:
                     exc = again
                     self._outage_begins(time.monotonic(), str(exc), context)  # unless one is on (--parallel)
+                    with self._outage_lock:
+                        outages_ended = self._outages_ended
                     continue
                 self._outage_ends(context)
                 raise
@@ -412,6 +429,8 @@ class LLMAgent:
                 if not exc.outage:
                     raise
                 reply = self._wait_for_endpoint(call, since, exc, context, log)
+            else:
+                self._outage_ends(context)  # an answer here ends another slot's outage (--parallel)
         except FatalError as exc:
             reason = scrub(f"the model endpoint refused the request: {exc}", secrets)
             log.write("error.txt", reason + "\n")
