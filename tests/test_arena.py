@@ -146,7 +146,8 @@ def test_arena_optimize_starts_from_no_kernel(tmp_path):
     assert result.exit_code == 0, result.output
     (relu,) = json.loads(result.stdout)["problems"]
     assert relu["verdict"] == "pass" and relu["heldout"] == "pass", relu
-    assert relu["solution_file"].endswith("kernel.py") and "1 experiment" in relu["extra"]["optimize"]
+    # the workspace names the problem after its file (it was `kernel`, so export wrote kernel.py)
+    assert relu["solution_file"].endswith("problems/19_ReLU/kernel.py") and "1 experiment" in relu["extra"]["optimize"]
 
 
 def test_arena_usage_errors_exit_2(tmp_path):
@@ -198,6 +199,27 @@ def _stopped_optimize(monkeypatch, reason: str, message: str):
     monkeypatch.setattr(arena_run, "judge", lambda *a, **k: pytest.fail("judged after the loop stopped"))
     monkeypatch.setattr(loop_optimize, "run_optimize", lambda targets, workdir, **k: types.SimpleNamespace(
         stopped_reason=reason, message=message, problems=[], workdir=workdir, experiments_run=0))
+
+
+def test_arena_optimize_resumes_a_workspace_that_called_its_problem_kernel(tmp_path, monkeypatch):
+    """Workspaces made before 2026-12-07 named every problem `kernel`: a later run resumes them
+    under that name; a new workspace names the problem after its file."""
+    names = []
+    _stopped_optimize(monkeypatch, "interrupted", "interrupted")
+    import autokernel.loop.optimize as loop_optimize
+
+    faked = loop_optimize.run_optimize
+    monkeypatch.setattr(loop_optimize, "run_optimize",
+                        lambda targets, workdir, **k: names.append(targets[0].name) or faked(targets, workdir, **k))
+    problem = tmp_path / "7_Conv+ReLU.py"
+    problem.write_text("x = 1\n")
+    out = tmp_path / "o"
+    args = [str(problem), "--optimize", "--agent", "command", "--agent-cmd", "true", "--budget-per-problem", "1m",
+            "--out", str(out), "--device", "cpu"]
+    assert _arena(args).exit_code == 130
+    (out / "workspaces" / problem.stem / "problems" / "kernel").mkdir(parents=True)
+    assert _arena(args).exit_code == 130
+    assert names == ["7_Conv-ReLU", "kernel"]
 
 
 def test_arena_optimize_stopped_by_ctrl_c_or_a_refused_agent_stores_nothing(tmp_path, monkeypatch):

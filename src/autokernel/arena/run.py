@@ -146,6 +146,7 @@ def _optimize(problem_file: Path, out_dir: Path, settings: JudgeSettings,
     """Run the optimize loop on one problem; the best kernel kept (None when the problem
     cannot run here or no correct kernel was kept) and a note."""
     from ..loop.optimize import Target, run_optimize
+    from ..loop.targets import target_dir_name
 
     problem, skipped = load(problem_file, settings)
     if problem is None:
@@ -155,7 +156,9 @@ def _optimize(problem_file: Path, out_dir: Path, settings: JudgeSettings,
     start.parent.mkdir(parents=True, exist_ok=True)
     start.write_text(placeholder_source(problem_file))
     shape = problem.shapes_for(settings.device)[0]
-    target = Target(name="kernel", spec=str(problem_file.resolve()),
+    # workspaces made before 2026-12-07 called every problem `kernel`; they resume under that name
+    name = "kernel" if (workdir / "problems" / "kernel").is_dir() else target_dir_name(problem_file.stem)
+    target = Target(name=name, spec=str(problem_file.resolve()),
                     shapes=[dict(shape)] if settings.options.scale else None, start_file=start)
     summary = run_optimize([target], workdir, agent=optimize.agent, budget_s=optimize.budget_per_problem_s,
                            max_experiments=optimize.max_experiments, device=settings.device,
@@ -165,7 +168,7 @@ def _optimize(problem_file: Path, out_dir: Path, settings: JudgeSettings,
     if summary.stopped_reason == "agent-refused":  # a user mistake every later problem would repeat
         raise ArenaUsageError(summary.message or "the agent was refused")
     best = summary.problems[0] if summary.problems else None
-    kernel = Path(summary.workdir) / "problems" / "kernel" / "kernel.py"
+    kernel = Path(summary.workdir) / "problems" / name / "kernel.py"
     note = f"{summary.experiments_run} experiment(s), stopped: {summary.stopped_reason}"
     if best is None or not best.kept or not kernel.is_file():
         return None, note + "; no correct kernel kept"

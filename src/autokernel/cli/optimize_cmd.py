@@ -44,6 +44,7 @@ def optimize(
     from ..agents.base import AGENT_NAMES, AgentConfig, AgentConfigError
     from ..loop.budget import BudgetError, parse_budget
     from ..loop.optimize import OptimizeError, Target, run_optimize, targets_from_plan
+    from ..loop.targets import target_dir_name
     from ..plan import PlanError, load_plan
     from ..problems import ProblemError, get_problem
 
@@ -81,7 +82,7 @@ def optimize(
                 prob = get_problem(spec)
                 shapes = parse_shapes(prob, shape) or None
                 name = prob.kind if spec == prob.kind else Path(spec).stem
-                targets.append(Target(name=_dir_name(name), spec=spec, shapes=shapes, dtype=dtype,
+                targets.append(Target(name=target_dir_name(name), spec=spec, shapes=shapes, dtype=dtype,
                                       start_file=kernel))
             if dtype is not None:
                 from ..problems import parse_dtype
@@ -131,12 +132,6 @@ def _refuse_shapes_too_slow_on_cpu(targets, device: str, dtype: Optional[str], t
 def _exit_for(summary) -> int:
     """A refused key or unknown model is the user's to fix (exit 2); every other stop is 0."""
     return EXIT_USAGE if summary.stopped_reason == "agent-refused" else EXIT_OK
-
-
-def _dir_name(name: str) -> str:
-    from ..loop.workspace import sanitize_run_name
-
-    return sanitize_run_name(name).replace("+", "-")
 
 
 def print_summary(summary) -> None:

@@ -30,6 +30,13 @@ class Target:
     fraction: float | None = None
 
 
+def target_dir_name(name: str) -> str:
+    """A problem's directory name under ``<workdir>/problems/`` for a kind or a file's stem."""
+    from .workspace import sanitize_run_name
+
+    return sanitize_run_name(name).replace("+", "-")
+
+
 def targets_from_plan(plan) -> list[Target]:
     """One Target per supported problem of an ``autokernel.plan.Plan``."""
     targets = []
