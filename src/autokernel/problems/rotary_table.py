@@ -26,7 +26,7 @@ import random
 
 import torch
 
-from .base import Problem, Shape, choose, element_size, generator, randn
+from .base import Problem, Shape, choose, element_size, generator, log_uniform, randn
 
 # what models use: RoPE bases (LLaMA 2, LLaMA 3, CodeLlama / Qwen long-context) and attention
 # scalings (default RoPE; YaRN's 0.1 ln(factor) + 1 for factors 4 and 32)
@@ -43,7 +43,7 @@ def draw_scalars(seed: int) -> tuple[float, float]:
     base, from what models use (walking through ``*_CHOICES``), the other one from its
     continuous range; so any two consecutive draws see a continuous value of each."""
     rng = random.Random(int(seed) * 7919 + 17)
-    base = math.exp(rng.uniform(math.log(BASE_RANGE[0]), math.log(BASE_RANGE[1])))
+    base = log_uniform(rng, *BASE_RANGE)
     scaling = rng.uniform(*SCALING_RANGE)
     if seed % 2:
         base = choose(BASE_CHOICES, seed // 2)
