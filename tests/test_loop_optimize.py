@@ -252,7 +252,8 @@ def test_exhausted_space_ends_problem(tmp_path):
     assert parse_knobs(src.read_text()).space == {"num_warps": [warps, warps * 2]}
     summary = run([Target("reduce", "reduce", start_file=src)], work, AgentConfig(seed=0), max_experiments=10)
     assert summary.stopped_reason == "all-done"
-    assert summary.message == "reduce: search space exhausted"  # the stop line says why
+    # the stop line says why, in the tuner's words (it said only "search space exhausted")
+    assert summary.message.startswith("reduce: search space exhausted: proposed 2 and screened"), summary.message
     rows = read_results(work / "results.tsv")
     assert [r.experiment for r in rows] == [0, 1]
     assert rows[1].description.startswith(f"num_warps {warps}→{warps * 2} (")  # + why the tuner chose it
@@ -498,3 +499,43 @@ def test_no_evaluation_may_run_past_the_budget(tmp_path, monkeypatch):
     assert len(deadlines) == 2 and all(d is not None and d <= t0 + 0.5 + 0.1 + 0.05 for d in deadlines), deadlines
     rows = read_results(tmp_path / "ws" / "results.tsv")
     assert [r.status for r in rows] == ["baseline"]  # the experiment cut short left no row
+
+
+
+
+@pytest.mark.parametrize("parallel", [None, 2])
+def test_an_agent_that_proposes_no_new_kernel_again_and_again_is_done_with_the_problem(tmp_path, parallel):
+    """A model stuck on one answer (the current kernel sent back, or no code block) made a
+    rejected row per request until the budget ended: about 1400 rows in 35 s from a fast
+    endpoint, a request's cost each from a real one.  After ``MAX_UNEVALUATED_IN_A_ROW`` such
+    proposals in a row the loop is done with the problem and says why."""
+    import io
+
+    from rich.console import Console
+
+    from autokernel.loop.problem_run import MAX_UNEVALUATED_IN_A_ROW
+    from cost_judge import CostEvaluator, kernel
+
+    class StuckOnOne:  # as the LLM agent answers a model that sends the current kernel back
+        name = "scripted"
+        concurrent_proposals = True
+
+        def propose(self, ctx):
+            if ctx.experiment == 1:
+                return Proposal(kernel(90), "cheaper")
+            return Proposal(None, "the same file again", rejected_reason="the proposed file is identical to the current kernel")
+
+    (tmp_path / "start.py").write_text(kernel(100))
+    out = io.StringIO()
+    summary = run_optimize([Target("stuck", "reduce", start_file=tmp_path / "start.py")], tmp_path / "ws",
+                           agent=StuckOnOne(), budget_s=20, device="cpu", parallel=parallel,
+                           _evaluator_factory=CostEvaluator, _console=Console(file=out, width=300))
+    statuses = [r.status for r in read_results(tmp_path / "ws" / "results.tsv", "stuck")]
+    in_flight = (parallel or 1) - 1  # proposals already asked for when the last counted one came back
+    assert statuses[:2] == ["baseline", "keep"] and set(statuses[2:]) == {"rejected"}
+    assert MAX_UNEVALUATED_IN_A_ROW <= len(statuses) - 2 <= MAX_UNEVALUATED_IN_A_ROW + in_flight
+    assert summary.stopped_reason == "all-done" and summary.wall_s < 15
+    note = summary.problems[0].note
+    assert "no new kernel in 25 tries" in note and "identical to the current kernel" in note, note
+    assert "stuck: the agent proposed no new kernel" in out.getvalue(), out.getvalue()
+    assert "search space exhausted" not in out.getvalue()

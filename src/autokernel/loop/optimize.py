@@ -130,7 +130,9 @@ class Session:
     def stop_note(self, open_runs: list[ProblemRun]) -> tuple[str, str]:
         """The stop reason and why each problem is done (e.g. "swiglu: at 97% of roofline")."""
         reason = "max-experiments" if self.capped() else "all-done"
-        return reason, "; ".join(f"{r.name}: {park_note(r.state)}" for r in open_runs if park_note(r.state))
+        notes = [(r.name, r.note if r.state is not None and r.state.exhausted and r.note else park_note(r.state))
+                 for r in open_runs]
+        return reason, "; ".join(f"{name}: {note}" for name, note in notes if note)
 
     def write(self, run: ProblemRun, record, evaluation, candidate: Path | None, presses_before: int | None,
               description: str, reason: str = "") -> str:
@@ -444,6 +446,11 @@ def _experiment(s: Session, run: ProblemRun, stats: _Stats) -> bool:
     run.state = after_experiment(run.state, improved=status == "keep", seconds=record.wall_s,
                                  pct_roofline=record.pct_roofline, best_speedup=record.speedup_vs_start)
     s.printer.line(progress_line(run, record, s.deadline, evaluation.vs_incumbent if evaluation is not None else None))
+    stuck = run.stuck_note()
+    if stuck is not None:
+        run.state = after_experiment(run.state, improved=False, seconds=0.0, exhausted=True)
+        run.note = stuck
+        s.printer.line(f"{run.name}: {stuck}; done with this problem")
     return True
 
 

@@ -11,6 +11,11 @@ from .targets import OptimizeError, Target
 from .verdict import FAILURE_STATUSES, make_record
 from .workspace import ProblemFile, Workspace
 
+# Proposals in a row that the agent could not make into a new kernel file (the current kernel
+# sent back, no code block, ...), after which the loop is done with the problem: a model stuck on
+# one answer would otherwise pay a request per rejected row until the budget ends.
+MAX_UNEVALUATED_IN_A_ROW = 25
+
 
 @dataclass
 class ProblemRun:
@@ -24,6 +29,7 @@ class ProblemRun:
     evaluator: Any = None  # the serial loop's in-process evaluator
     state: ProblemState | None = None
     note: str = ""
+    unevaluated_in_a_row: int = 0  # this invocation's proposals in a row that were no kernel file
 
     @property
     def name(self) -> str:
@@ -69,6 +75,7 @@ class ProblemRun:
     def remember(self, record: ExperimentRecord, evaluation, description: str, reason: str = "") -> None:
         """After ``record`` was written: the rows, the best evaluation and the last failure."""
         self.rows.append(record)
+        self.unevaluated_in_a_row = self.unevaluated_in_a_row + 1 if evaluation is None and record.status != "baseline" else 0
         if record.status == "keep":
             self.best_eval = evaluation
         if record.status == "baseline":
@@ -84,6 +91,14 @@ class ProblemRun:
             stage = (evaluation.failed_stage or "") if evaluation is not None else record.failed_stage
             self.last_failure = {"status": record.status, "stage": stage, "message": message,
                                  "description": description}
+
+    def stuck_note(self) -> str | None:
+        """Why the loop is done with the problem when the agent has proposed no new kernel file
+        ``MAX_UNEVALUATED_IN_A_ROW`` times in a row, else None."""
+        if self.unevaluated_in_a_row < MAX_UNEVALUATED_IN_A_ROW:
+            return None
+        last = (self.last_failure or {}).get("message") or "no file"
+        return f"the agent proposed no new kernel in {self.unevaluated_in_a_row} tries in a row (last: {last})"
 
 
 def setup_workspace(ws: Workspace, runs: list[ProblemRun], plan_text: str | None, tuned_on: str = "") -> None:
