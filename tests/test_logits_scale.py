@@ -109,6 +109,29 @@ def test_training_and_a_tensor_scale_run_the_original_expression():
         torch.testing.assert_close(patched(x), loaded.model(x), rtol=1e-5, atol=1e-5)
 
 
+class _BiasedHead(_GraniteHead):
+    """A head with a bias, wider than its input (K < N): scaling the GEMM's input instead of its
+    output would scale x W but not the bias."""
+
+    def __init__(self):
+        super().__init__()
+        self.lm_head = nn.Linear(D, V, bias=True)
+        with torch.no_grad():
+            self.lm_head.bias.normal_(generator=torch.Generator().manual_seed(3))
+
+
+@pytest.mark.xfail(strict=True, reason="linear_scale_call scales a biased linear's input (open)")
+def test_a_biased_linear_is_scaled_after_its_bias():
+    """Before: ``linear_scale_call`` took the input-scaling path for any K < N linear, so a biased
+    one computed x W / s + b for (x W + b) / s (off by 7/8 of the bias at s = 8)."""
+    loaded = _loaded(_BiasedHead())
+    patched, placed, _ = _placed(loaded.model, profile_model(loaded, warmup=0, iters=1), "scale_biased")
+    assert ("head", SCALED) in set(placed.replaced)
+    x = loaded.make_inputs(1)[0]
+    with torch.no_grad():
+        torch.testing.assert_close(patched(x), loaded.model(x), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.skipif(not HF, reason="transformers is not installed")
 @pytest.mark.parametrize("spec,op_name", [("hf:granite", "aten::div"), ("hf:cohere", "aten::mul")])
 def test_hf_logits_scale_is_covered_and_the_patched_model_matches(spec, op_name):
