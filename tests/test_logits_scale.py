@@ -120,7 +120,6 @@ class _BiasedHead(_GraniteHead):
             self.lm_head.bias.normal_(generator=torch.Generator().manual_seed(3))
 
 
-@pytest.mark.xfail(strict=True, reason="linear_scale_call scales a biased linear's input (open)")
 def test_a_biased_linear_is_scaled_after_its_bias():
     """Before: ``linear_scale_call`` took the input-scaling path for any K < N linear, so a biased
     one computed x W / s + b for (x W + b) / s (off by 7/8 of the bias at s = 8)."""

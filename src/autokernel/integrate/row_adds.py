@@ -61,7 +61,8 @@ def linear_scale_call(module: nn.Module, lin_name: str, x: Any, scale: Any, divi
     """``module.<lin>(x) / scale`` (``* scale`` where not ``divide``) for a Python number
     ``scale``: the linear's input scaled instead where it is narrower than the output (K < N, an
     LM head: a [T, K] pass for a [T, N] one; exact for a power of two, else one rounding of the
-    input for one of the output), else its fresh output scaled in place.  Any other call (a
+    input for one of the output) and the linear has no bias (GPT-2's ``Conv1D`` always has one),
+    else its fresh output scaled in place.  Any other call (a
     tensor scale, training, autograd recording, an input that is no plain tensor) runs as
     written."""
     lin = getattr(module, lin_name)
@@ -72,7 +73,7 @@ def linear_scale_call(module: nn.Module, lin_name: str, x: Any, scale: Any, divi
             or (torch.is_grad_enabled() and (x.requires_grad or wt.requires_grad))):
         y = lin(x)
         return y / scale if divide else y * scale
-    if wt.shape[0] < wt.shape[1]:
+    if wt.shape[0] < wt.shape[1] and getattr(lin, "bias", None) is None:  # a bias takes the scale too: not the input
         return lin(x / scale if divide else x * scale)
     y = lin(x)
     if type(y) is not torch.Tensor or not y.is_floating_point():
