@@ -641,15 +641,27 @@ def _raise_if_stale(judge: Judge, case: Case, result: CaseResult, refs_before: A
                         f"still returned the old result ({case.label})")
 
 
+def _has_non_tensors(args: Any) -> bool:
+    """Whether ``args`` holds anything but tensors (a scalar, None, a string...)."""
+    if isinstance(args, torch.Tensor):
+        return False
+    if isinstance(args, (tuple, list)):
+        return any(_has_non_tensors(a) for a in args)
+    return True
+
+
 def _check_each_input_alone(judge: Judge, case: Case, refs_before: Any) -> int:
     """Each floating-point input rewritten alone, in turn: the output must not stay the old one.
     A result kept by a fingerprint of some of the inputs (moe_experts: the tokens and their
     routing, not the experts' weights) passed every stage, no two of the judge's draws sharing
     those inputs.  Only a stale output is a finding here: a mix of two draws need not be a
     valid input of every problem (integer inputs, drawn with scalars or with one another, are
-    left as they were).  Returns how many inputs were checked."""
+    left as they were).  The non-tensor arguments stay as they are: the rewrite of every input
+    took the fresh draw's, so a lone tensor with scalars (xielu, softcap, relative_position_bias)
+    is rewritten here too; a result kept by the addresses and the scalars, which change with
+    every draw, had passed (red-team pass 28).  Returns how many inputs were checked."""
     tensors = tensors_of(case.args)
-    if len(tensors) < 2:
+    if len(tensors) < 2 and not _has_non_tensors(case.args):
         return 0  # the rewrite of every input was this check
     fresh = tensors_of(judge.make_case(case.shape, case.dtype).args)  # one draw: its tensors go in one at a time
     checked = 0
