@@ -144,6 +144,7 @@ class ModuleInfo:
     relu: bool = False  # an nn.ReLU (its own forward)
     residual_norm: tuple[str, str, str] | None = None  # (kind, linear, norm) of norm(linear(h) + residual)
     patch_conv: tuple[int, int] | None = None  # a Conv2d with stride = kernel (ViT patches): (kh, kw)
+    window_conv1d: tuple[int, int, int] | None = None  # (kernel, stride, padding) of a Conv1d run as a GEMM
     scaled_embedding: tuple[int, int, float] | None = None  # (V, N, scale) of an embedding times a constant
     rotary_table: bool = False  # a *RotaryEmbedding module computing cos/sin from position ids (default RoPE)
     linear: tuple[int, int, bool] | None = None  # (K, N, weight stored [K, N]) of a linear layer (``linear_dims``)
@@ -274,6 +275,7 @@ def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
                       eps=float(eps) if isinstance(eps, (int, float)) else None, mlp=mlp, mlp_dims=dims,
                       packed_mlp=packed_mlp_dims(module), gelu_tanh=gelu_form(module), relu=is_relu_module(module),
                       residual_norm=residual_norm_parts(module), patch_conv=patch_conv_kernel(module),
+                      window_conv1d=window_conv1d_parts(module),
                       scaled_embedding=scaled_embedding_parts(module), rotary_table=is_rotary_table(module),
                       linear=linear, bias_free=linear is not None and module.bias is None,
                       linear_out=linear_out(module), moe_experts=experts,
@@ -398,6 +400,19 @@ def patch_conv_kernel(module: nn.Module) -> tuple[int, int] | None:
             or module.padding not in ((0, 0), 0, "valid")):
         return None
     return int(k[0]), int(k[1])
+
+
+def window_conv1d_parts(module: nn.Module) -> tuple[int, int, int] | None:
+    """(kernel, stride, padding) of an ``nn.Conv1d`` that is the GEMM of its unfolded windows
+    (Whisper's encoder stems): one group, no dilation, zero padding given as a number.  Its windows
+    [B*L_out, C*k] times the weight [C*k, out] are its output, channels last in memory."""
+    if not isinstance(module, nn.Conv1d) or type(module).forward is not nn.Conv1d.forward:
+        return None
+    padding = module.padding
+    if (module.groups != 1 or tuple(module.dilation) != (1,) or module.padding_mode != "zeros"
+            or isinstance(padding, str)):
+        return None
+    return int(module.kernel_size[0]), int(module.stride[0]), int(padding[0])
 
 
 def residual_norm_parts(module: nn.Module) -> tuple[str, str, str] | None:
@@ -1136,6 +1151,13 @@ def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], de
         return Instance("matmul", x.dtype, [(make_shape("matmul", B * ph * pw, O, C * kh * kw), 1)], module=info.qualname,
                         notes=(f"patch convolution {info.qualname} (stride = kernel {kh}x{kw}): a GEMM over the "
                                "patches, as apply switches it",))
+    if info.window_conv1d is not None and len(x.shape) == 3 and call.outputs and len(call.outputs[0].shape) == 3:
+        k, stride, padding = info.window_conv1d
+        B, C, _ = x.shape
+        _, O, L_out = call.outputs[0].shape
+        return Instance("matmul", x.dtype, [(make_shape("matmul", B * L_out, O, C * k), 1)], module=info.qualname,
+                        notes=(f"convolution {info.qualname} (kernel {k}, stride {stride}, padding {padding}): a GEMM "
+                               "over its unfolded windows, as apply switches it",))
     if (info.rotary_table and len(call.outputs) == 2 and len(call.args) >= 2 and call.outputs[0] == call.outputs[1]
             and len(call.outputs[0].shape) == 3):
         B, S, D = call.outputs[0].shape

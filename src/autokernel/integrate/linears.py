@@ -1,4 +1,4 @@
-"""Appliers for linears (matmul) and SwiGLU MLPs (swiglu, fused_mlp)."""
+"""Appliers for linears and convolutions run as GEMMs (matmul) and SwiGLU MLPs (swiglu, fused_mlp)."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -6,7 +6,7 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
-from ..recognize import MLP_NAMES, is_silu_module, linear_dims, patch_conv_kernel
+from ..recognize import MLP_NAMES, is_silu_module, linear_dims, patch_conv_kernel, window_conv1d_parts
 from .ops import rows
 from .patching import (_check_probe, _class_code_names, _pick, _probe, _probe_input, _reference, _related,
                        _swap_class, dtype_reason)
@@ -53,6 +53,29 @@ def _patch_conv_members(k: KernelOp, kh: int, kw: int) -> dict[str, Any]:
     return {"forward": forward}
 
 
+def _window_conv1d_members(k: KernelOp, kernel: int, stride: int, padding: int) -> dict[str, Any]:
+    """A Conv1d as the GEMM of its windows: the input padded with zeros, unfolded to
+    [B*L_out, C*kernel] (one copy, ``kernel/stride`` times the input), times the weight
+    [C*kernel, out]; the output is that GEMM's rows seen as [B, out, L_out] (channels last in
+    memory: Whisper's ``permute(0, 2, 1)`` after its stems then takes them without a copy)."""
+    op, dtype = k.op, k.dtype
+
+    def forward(self, x):
+        wt = self._autokernel_weight_t
+        if x.dtype == dtype and x.dim() == 3 and x.shape[1] * kernel == wt.shape[0] and x.numel() > 0:
+            b, c, _ = x.shape
+            windows = nn.functional.pad(x, (padding, padding)).unfold(2, kernel, stride)  # [B, C, L_out, k]
+            l_out = windows.shape[2]
+            if l_out > 0:
+                out = op(windows.permute(0, 2, 1, 3).reshape(b * l_out, c * kernel), wt)
+                if self.bias is not None:
+                    out = out + self.bias
+                return out.reshape(b, l_out, wt.shape[1]).permute(0, 2, 1)
+        return nn.Conv1d.forward(self, x)
+
+    return {"forward": forward}
+
+
 def _computes_linear(m: nn.Module, probed: dict) -> bool:
     """``nn.Linear``, or a subclass whose own forward computes it too (Falcon's ``FalconLinear``:
     ``x @ W.T + b``), by one probe per class."""
@@ -87,7 +110,7 @@ def _gemm_modules(problem) -> list[str]:
 
 
 def _apply_matmul(model, k, done, replaced, skipped, probed) -> None:
-    """Switch the linears (and patch convolutions) of ``k``'s problem; then rewrite the forwards
+    """Switch the linears (and patch and window convolutions) of ``k``'s problem; then rewrite the forwards
     that add a row onto a switched linear's output (``row_adds``: the LM head's
     ``final_logits_bias``)."""
     switched: set[int] = set()
@@ -98,7 +121,8 @@ def _apply_matmul(model, k, done, replaced, skipped, probed) -> None:
         linear = _computes_linear(m, probed)
         conv1d = not linear and _computes_conv1d(m, probed)
         patches = patch_conv_kernel(m) if type(m).forward is nn.Conv2d.forward else None
-        if not (linear or conv1d or patches):
+        windows = window_conv1d_parts(m)
+        if not (linear or conv1d or patches or windows):
             continue
         if m.weight.dtype != k.dtype:
             skipped.append((name, dtype_reason("matmul", m.weight.dtype, k.dtype)))
@@ -110,6 +134,8 @@ def _apply_matmul(model, k, done, replaced, skipped, probed) -> None:
                           weight.reshape(weight.shape[0], -1).t().contiguous(), persistent=False)
         if linear or conv1d:
             _swap_class(m, ("matmul", k.identity), _linear_members(k, type(m)))
+        elif windows:
+            _swap_class(m, ("matmul", k.identity, windows), _window_conv1d_members(k, *windows))
         else:
             _swap_class(m, ("matmul", k.identity, patches), _patch_conv_members(k, *patches))
         done.add(id(m))
