@@ -91,6 +91,20 @@ def _views_itself(stmt: ast.stmt, var: str) -> bool:
 LOOKAHEAD = 8  # statements after the add searched for the norm call
 
 
+def _assigns_sum(stmt: ast.stmt) -> bool:
+    """Is ``stmt`` ``x = a + b``?"""
+    return (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+            and _is_add(stmt.value))
+
+
+def _branch_ending_in_sum(stmt: ast.stmt) -> list[ast.stmt] | None:
+    """The body of ``stmt`` when it is an ``if`` whose body ends ``x = a + b`` (BART's and
+    Whisper's decoder layers end their cross-attention block so, the norm after the block)."""
+    if isinstance(stmt, ast.If) and stmt.body and _assigns_sum(stmt.body[-1]):
+        return stmt.body
+    return None
+
+
 def _fuse_sum_then_norm(body: list[ast.stmt], self_name: str, norms: set[str], fused: list[str],
                         deferred: list[str]) -> None:
     """``x = a + b`` ... ``self.norm(x)`` in one statement list (``residuals``' docstring); with
@@ -99,8 +113,10 @@ def _fuse_sum_then_norm(body: list[ast.stmt], self_name: str, norms: set[str], f
     while i < len(body):
         stmt = body[i]
         i += 1
-        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
-                and _is_add(stmt.value)):
+        branch = _branch_ending_in_sum(stmt)
+        if branch is not None:  # the sum assigned last in an ``if``'s body, normalised after it
+            stmt = branch[-1]
+        elif not _assigns_sum(stmt):
             continue
         var = stmt.targets[0].id
         names = {var}
@@ -114,6 +130,8 @@ def _fuse_sum_then_norm(body: list[ast.stmt], self_name: str, norms: set[str], f
                 call = calls[0]
                 if call.func.attr in (fused if viewed else deferred):
                     break  # a norm takes its sums one way: its class is switched for one
+                if viewed and branch is not None:
+                    break
                 if viewed:
                     deferred.append(call.func.attr)
                     stmt.value = ast.Call(func=ast.Name(INTO_HELPER, ast.Load()),
@@ -128,7 +146,11 @@ def _fuse_sum_then_norm(body: list[ast.stmt], self_name: str, norms: set[str], f
                                         value=ast.Call(func=call.func, args=[stmt.value.left, stmt.value.right],
                                                        keywords=[]))
                 keep = ast.Assign(targets=[ast.Name(same, ast.Store())], value=ast.Name(var, ast.Load()))
-                body[i - 1:i] = [fused_call, keep]
+                if branch is not None:  # the sum where the branch ran; None (never the tensor reached) where not
+                    branch[-1:] = [fused_call, keep]
+                    body[i - 1:i - 1] = [ast.Assign(targets=[ast.Name(same, ast.Store())], value=ast.Constant(None))]
+                else:
+                    body[i - 1:i] = [fused_call, keep]
                 i += 1
                 # the fused result where the sum reached the norm unchanged; the norm as before otherwise
                 _replace(later, call, ast.IfExp(test=ast.Compare(left=ast.Name(var, ast.Load()), ops=[ast.Is()],
