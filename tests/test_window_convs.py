@@ -1,10 +1,10 @@
 """A Conv1d (one group, no dilation, zero padding) is the GEMM of its unfolded windows
 [B*L_out, C*kernel] by its weight [C*kernel, out]: the profiler plans it into the matmul problem
 with those dims (Whisper's encoder stems, uncovered before: 9.5-10.3% of hf:whisper's CPU time
-at its coverage test's config), and ``apply`` runs it so, the output the convolution's."""
+at its coverage test's config), and ``apply`` runs it so, the output the convolution's
+(Whisper's own stems: ``test_whisper_placed``)."""
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import pytest
@@ -15,8 +15,6 @@ import torch.nn.functional as F
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from autokernel.recognize import window_conv1d_parts  # noqa: E402
-
-HF = importlib.util.find_spec("transformers") is not None
 
 
 def test_only_a_plain_conv1d_is_a_window_gemm():
@@ -87,30 +85,3 @@ def test_apply_runs_conv1d_stems_as_gemms(tmp_path):
     assert torch.allclose(got, F.conv1d(rows.transpose(1, 2), model.conv1.weight, model.conv1.bias, padding=2),
                           rtol=1e-5, atol=1e-5)
 
-
-@pytest.mark.skipif(not HF, reason="transformers is not installed")
-def test_whispers_stems_are_planned_and_placed_as_gemms(tmp_path):
-    """hf:whisper (80 mel bins, 64 frames, width 64): conv1 (kernel 3, padding 1) and conv2
-    (stride 2) in the matmul problem at their window GEMMs' dims, no conv1d left uncovered; placed,
-    the model's logits are the original's."""
-    from autokernel.integrate import apply
-    from autokernel.models import load_model
-    from autokernel.profiler import profile_model
-    from test_attention_cross import WHISPER
-    from test_integrate import _results, make_workdir
-
-    loaded = load_model("hf:whisper", config_overrides=WHISPER, dtype=torch.float32)
-    plan = profile_model(loaded, warmup=0, iters=1)
-    (matmul,) = [p for p in plan.problems if p.kind == "matmul"]
-    stems = [m for m in matmul.modules if ".conv" in m]
-    assert matmul.supported and stems == ["model.model.encoder.conv1", "model.model.encoder.conv2"], matmul.modules
-    assert {"M": 2 * 64, "N": 64, "K": 80 * 3} in matmul.shapes and {"M": 2 * 32, "N": 64, "K": 64 * 3} in matmul.shapes
-    assert not any("conv" in u.name for u in plan.not_covered), [u.name for u in plan.not_covered]
-
-    patched = apply(loaded.model, make_workdir(tmp_path / "wd", [matmul], model="hf:whisper",
-                                               input_shape=loaded.input_shape, results=_results(1.3)))
-    assert {(m, "matmul") for m in stems} <= set(patched._autokernel_replaced)
-    inputs = loaded.make_inputs(0)
-    with torch.no_grad():
-        got, want = patched(*inputs), loaded.model(*inputs)
-    assert torch.allclose(got, want, rtol=1e-4, atol=1e-5), (got - want).abs().max()

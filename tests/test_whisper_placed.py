@@ -1,0 +1,57 @@
+"""hf:whisper whole (log-mel features into the encoder's two convolution stems and layers, the
+decoder's tokens through self- and cross-attention), on CPU under the Triton interpreter: the
+profiler plans the stems into the matmul problem at their window GEMMs' dims, and ``apply``,
+every supported problem's starter kernel kept, places every problem (the stems, and the add
+ending the decoder's cross-attention block with the final norm after it) and gives the
+original's logits."""
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+HF = importlib.util.find_spec("transformers") is not None
+RESULTS_HEAD = "experiment\tproblem\tagent\tstatus\tfailed_stage\tlatency_us\tspeedup_vs_eager\tspeedup_vs_start\n"
+
+
+def kept_rows(problems) -> str:
+    """results.tsv where each problem's kernel beat its start (a matmul goes in only then)."""
+    rows = (f"{2 * i}\t{p.name}\ttuner\tbaseline\t\t100\t0.5\t1\n{2 * i + 1}\t{p.name}\ttuner\tkeep\t\t70\t0.7\t1.4\n"
+            for i, p in enumerate(problems))
+    return RESULTS_HEAD + "".join(rows)
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_every_problem_of_whisper_is_placed_and_the_logits_kept(tmp_path):
+    from autokernel.integrate import apply
+    from autokernel.models import load_model
+    from autokernel.profiler import profile_model
+    from test_attention_cross import WHISPER  # 80 mel bins, 64 frames, width 64, one layer each side
+    from test_integrate import make_workdir
+
+    loaded = load_model("hf:whisper", config_overrides=WHISPER, dtype=torch.float32)
+    plan = profile_model(loaded, warmup=0, iters=1)
+    (matmul,) = [p for p in plan.problems if p.kind == "matmul"]
+    stems = [m for m in matmul.modules if ".conv" in m]
+    assert stems == ["model.model.encoder.conv1", "model.model.encoder.conv2"], matmul.modules
+    # conv1: kernel 3, padding 1, 64 frames; conv2: stride 2, 32 frames
+    assert {"M": 2 * 64, "N": 64, "K": 80 * 3} in matmul.shapes and {"M": 2 * 32, "N": 64, "K": 64 * 3} in matmul.shapes
+    assert not any("conv" in u.name or "not placeable" in u.name for u in plan.not_covered), \
+        [u.name for u in plan.not_covered]
+    problems = [p for p in plan.problems if p.supported]
+    assert {"matmul", "add_layernorm", "linear_gelu", "attention", "attention_cross"} <= {p.kind for p in problems}
+
+    patched = apply(loaded.model, make_workdir(tmp_path / "wd", problems, model="hf:whisper",
+                                               input_shape=loaded.input_shape, results=kept_rows(problems)))
+    assert patched._autokernel_skipped == []
+    replaced = set(patched._autokernel_replaced)
+    assert {(m, "matmul") for m in stems} <= replaced
+    assert ("model.model.decoder.layers.0.final_layer_norm", "add_layernorm") in replaced
+    inputs = loaded.make_inputs(0)
+    with torch.no_grad():
+        got, want = patched(*inputs), loaded.model(*inputs)
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-5), (got - want).abs().max()
