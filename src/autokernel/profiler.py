@@ -52,6 +52,7 @@ from .recognize import (METADATA_OPS, Instance, Node, ScopeCall, TensorMeta, Uns
                         matmul_shape, module_info, module_wrapped_function, pair_adds_ahead, pair_cross_entropy,
                         pair_linear_activation, pair_linear_row_add, pair_residual_adds, pair_rotary_attention,
                         pair_softcap, recognize_op, recognize_scope, shape_weight)
+from .recognize_head_copies import pair_head_copies
 from .recognize_scores import pair_scores_attention
 
 SCOPE_PREFIX = "ak::"
@@ -308,6 +309,7 @@ def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp
             paired.update(pair_linear_row_add(node, default_dtype))
             paired.update(pair_softcap(node, default_dtype))
             paired.update(pair_scores_attention(node, default_dtype))
+            paired.update(pair_head_copies(node, default_dtype))
             if fuse_rotary:
                 paired.update(pair_rotary_attention(node, default_dtype))
             add_before.update(pair_residual_adds(node))

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .head_copies import writes_head_copies
 from .problems.base import FLAG_DIMS
 
 # The dimensions of each built-in problem kind, in order (mirrors problems/<kind>.py).
@@ -155,6 +156,7 @@ class ModuleInfo:
     gptoss_experts: tuple[int, int, int] | None = None  # (E, D, I) of GPT-OSS's clamped, biased GLU experts
     relative_bias: tuple[int, int, bool] | None = None  # (buckets, max_distance, bidirectional) of T5's bias table
     xielu: bool = False  # an xIELU activation module (``is_xielu_module``: Apertus' MLP)
+    head_copies: bool = False  # its forward copies q/k/v heads before attention (``head_copies``: Whisper's)
 
 
 @dataclass
@@ -280,7 +282,8 @@ def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
                       linear=linear, bias_free=linear is not None and module.bias is None,
                       linear_out=linear_out(module), moe_experts=experts,
                       experts_layout=other_experts, gptoss_experts=gptoss,
-                      relative_bias=relative_bias_parts(module), xielu=is_xielu_module(module))
+                      relative_bias=relative_bias_parts(module), xielu=is_xielu_module(module),
+                      head_copies=writes_head_copies(type(module)))
 
 
 def linear_out(module: nn.Module) -> int | None:

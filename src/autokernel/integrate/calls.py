@@ -10,10 +10,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ..head_copies import drop_head_copies
 from ..recognize import gelu_form, module_wrapped_function
 from .ops import rows, traced_as_original
 from .patching import _SUBCLASSES, _code_names, _pick, rewrap
-from .rewrite import rebound_globals
+from .rewrite import compile_forward, parse_forward, rebound_globals
 from .rotary_tables import rotary_arity, table_convention, table_replacement
 from .selection import KernelOp
 
@@ -498,6 +499,16 @@ def _functional_proxy(replacements: dict[str, Callable]) -> types.ModuleType:
     return proxy
 
 
+def _without_head_copies(fn: types.FunctionType, names: dict[str, Any]) -> types.FunctionType | None:
+    """``fn`` with some of its globals rebound and the heads' copies it writes before its attention
+    call dropped (``head_copies``: the ops take the head-strided views); None when it writes none."""
+    parsed = parse_forward(fn)
+    if parsed is None:
+        return None
+    tree, fdef = parsed
+    return compile_forward(fn, tree, names) if drop_head_copies(fdef) else None
+
+
 def _rebound(fn: types.FunctionType, names: dict[str, Any]) -> types.FunctionType:
     """``fn`` with some of its globals rebound (``rewrite.rebound_globals``)."""
     new = types.FunctionType(fn.__code__, rebound_globals(fn, names), fn.__name__, fn.__defaults__, fn.__closure__)
@@ -591,6 +602,8 @@ def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None, gel:
             both = fused_method(inner, names, fused, rot) if fused is not None else None
             if both is not None:
                 kinds_fn = kinds_fn | {"attention_rotary"}
+            elif kinds_fn & set(sdpa_kinds):  # its attention reaches our ops: its heads' copies go
+                both = _without_head_copies(inner, names)
             new = rewrap(fn, both if both is not None else _rebound(inner, names)) if names or both else None
             if new is not None:
                 members[attr] = new
