@@ -1,6 +1,7 @@
 """hf:whisper whole (log-mel features into the encoder's two convolution stems and layers, the
 decoder's tokens through self- and cross-attention), on CPU under the Triton interpreter: the
-profiler plans the stems into the matmul problem at their window GEMMs' dims, and ``apply``,
+profiler plans each stem and the GELU after it into the linear_gelu problem at the window GEMM's
+dims, and ``apply``,
 every supported problem's starter kernel kept, places every problem (the stems, the add ending
 the decoder's cross-attention block with the final norm after it, the attention ops with the
 heads' copies of q, k and v dropped) and gives the original's logits."""
@@ -41,7 +42,7 @@ class FourDimCopies(TorchDispatchMode):
 
 @pytest.mark.skipif(not HF, reason="transformers is not installed")
 def test_every_problem_of_whisper_is_placed_and_the_logits_kept(tmp_path):
-    from autokernel.integrate import apply
+    from autokernel.integrate import OP_CALLS, apply
     from autokernel.models import load_model
     from autokernel.profiler import profile_model
     from test_attention_cross import WHISPER  # 80 mel bins, 64 frames, width 64, one layer each side
@@ -49,13 +50,13 @@ def test_every_problem_of_whisper_is_placed_and_the_logits_kept(tmp_path):
 
     loaded = load_model("hf:whisper", config_overrides=WHISPER, dtype=torch.float32)
     plan = profile_model(loaded, warmup=0, iters=1)
-    (matmul,) = [p for p in plan.problems if p.kind == "matmul"]
-    stems = [m for m in matmul.modules if ".conv" in m]
-    assert stems == ["model.model.encoder.conv1", "model.model.encoder.conv2"], matmul.modules
-    # conv1: kernel 3, padding 1, 64 frames; conv2: stride 2, 32 frames
-    assert {"M": 2 * 64, "N": 64, "K": 80 * 3} in matmul.shapes and {"M": 2 * 32, "N": 64, "K": 64 * 3} in matmul.shapes
-    assert not any(("conv" in u.name or "not placeable" in u.name or "contiguous" in u.name) for u in plan.not_covered), \
-        [u.name for u in plan.not_covered]
+    (gelus,) = [p for p in plan.problems if p.kind == "linear_gelu"]
+    assert "model.model.encoder" in gelus.modules, gelus.modules
+    # conv1 (kernel 3, padding 1, 64 frames) and conv2 (stride 2, 32 frames), each with F.gelu after it
+    assert {"M": 2 * 64, "N": 64, "K": 80 * 3, "tanh": 0} in gelus.shapes
+    assert {"M": 2 * 32, "N": 64, "K": 64 * 3, "tanh": 0} in gelus.shapes
+    assert not any(("conv" in u.name or "gelu" in u.name or "not placeable" in u.name or "contiguous" in u.name)
+                   for u in plan.not_covered), [u.name for u in plan.not_covered]
     problems = [p for p in plan.problems if p.supported]
     assert {"matmul", "add_layernorm", "linear_gelu", "attention", "attention_cross"} <= {p.kind for p in problems}
 
@@ -63,8 +64,10 @@ def test_every_problem_of_whisper_is_placed_and_the_logits_kept(tmp_path):
                                                input_shape=loaded.input_shape, results=kept_rows(problems)))
     assert patched._autokernel_skipped == []
     replaced = set(patched._autokernel_replaced)
-    assert {(m, "matmul") for m in stems} <= replaced
+    assert ("model.model.encoder", "linear_gelu") in replaced
     assert ("model.model.decoder.layers.0.final_layer_norm", "add_layernorm") in replaced
+    gelu_op = patched._autokernel_ops[gelus.name]
+    before = OP_CALLS[gelu_op]
     inputs = loaded.make_inputs(0)
     with torch.no_grad(), FourDimCopies() as original:
         want = loaded.model(*inputs)
@@ -74,3 +77,4 @@ def test_every_problem_of_whisper_is_placed_and_the_logits_kept(tmp_path):
     # the original copies q, k, v of its three attention modules into heads and SDPA's outputs
     # back; the patched model copies only the stems' windows
     assert (original.count, ours.count) == (12, 2)
+    assert OP_CALLS[gelu_op] - before == 4  # the two stems, fc1 of the encoder's layer and of the decoder's

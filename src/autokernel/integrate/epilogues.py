@@ -169,6 +169,8 @@ def _apply_linear_epilogue(model, k, done, replaced, skipped, probed) -> None:
         if found is None:  # the activation may be a function the forward calls
             if ep.functions and linear_dims(m) is None and _rewrite_calls(m, k, ep, done, probed):
                 replaced.append((name, ep.kind))
+            elif ep.kind == "linear_gelu" and _conv_gelus(m, k, done, probed):
+                replaced.append((name, ep.kind))  # F.gelu(self.<conv>(e)): Whisper's encoder stems
             continue
         act_name, named_form = found
         base = type(m)
@@ -200,6 +202,12 @@ def _apply_linear_epilogue(model, k, done, replaced, skipped, probed) -> None:
                     _epilogue_members(k, order[0], form, rest, K, N, transposed, base))
         done.update({id(m), id(lin), id(getattr(m, act_name))})
         replaced.append((name, ep.kind))
+
+
+def _conv_gelus(m: nn.Module, k: KernelOp, done: set[int], probed: dict) -> bool:
+    from .conv_gelus import rewrite_conv_gelus  # it reads this module's call matchers
+
+    return rewrite_conv_gelus(m, k, done, probed)
 
 
 def _trace_from_each_linear(m: nn.Module, act_name: str, dtype: torch.dtype) -> tuple[torch.Tensor, list[str] | None]:

@@ -7,6 +7,7 @@ import torch
 import torch.nn as nn
 
 from ..recognize import MLP_NAMES, is_silu_module, linear_dims, patch_conv_kernel, window_conv1d_parts
+from .conv_windows import as_conv_output, window_rows
 from .ops import rows
 from .patching import (_check_probe, _class_code_names, _pick, _probe, _probe_input, _reference, _related,
                        _swap_class, dtype_reason)
@@ -63,14 +64,13 @@ def _window_conv1d_members(k: KernelOp, kernel: int, stride: int, padding: int) 
     def forward(self, x):
         wt = self._autokernel_weight_t
         if x.dtype == dtype and x.dim() == 3 and x.shape[1] * kernel == wt.shape[0] and x.numel() > 0:
-            b, c, _ = x.shape
-            windows = nn.functional.pad(x, (padding, padding)).unfold(2, kernel, stride)  # [B, C, L_out, k]
-            l_out = windows.shape[2]
-            if l_out > 0:
-                out = op(windows.permute(0, 2, 1, 3).reshape(b * l_out, c * kernel), wt)
+            windows = window_rows(x, kernel, stride, padding)
+            if windows is not None:
+                matrix, b, l_out = windows
+                out = op(matrix, wt)
                 if self.bias is not None:
                     out = out + self.bias
-                return out.reshape(b, l_out, wt.shape[1]).permute(0, 2, 1)
+                return as_conv_output(out, b, l_out)
         return nn.Conv1d.forward(self, x)
 
     return {"forward": forward}
