@@ -8,7 +8,7 @@ module's attention runs our op, ``apply`` drops those ``.contiguous()`` calls fr
 (``drop_head_copies``), and the profiler counts their time with that attention problem
 (``recognize_head_copies``).  ``.contiguous()`` changes no value, only the layout; a copy is
 dropped only where the name it is assigned to is read afterwards as a call's argument and nothing
-else (no ``.view`` of it in the forward)."""
+else (no ``.view`` of it in the forward), and not handed to a child module."""
 from __future__ import annotations
 
 import ast
@@ -33,10 +33,14 @@ def _head_copy(node: ast.AST) -> ast.expr | None:
 
 
 def _only_passed_on(fdef: ast.FunctionDef, name: str, after: ast.stmt) -> bool:
-    """Is ``name`` read after ``after`` only as a whole argument of calls?"""
+    """Is ``name`` read after ``after`` only as a whole argument of calls, none of them a call of
+    one of the module's children (``self.<child>(...)``, whose forward might view it)?"""
+    self_name = fdef.args.args[0].arg if fdef.args.args else None
     argument_ids = set()
     for node in ast.walk(fdef):
-        if isinstance(node, ast.Call):
+        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Attribute)
+                                               and isinstance(node.func.value, ast.Name)
+                                               and node.func.value.id == self_name):
             argument_ids |= {id(a) for a in node.args} | {id(k.value) for k in node.keywords}
     start = after.end_lineno or after.lineno
     return all(id(node) in argument_ids for node in ast.walk(fdef)
