@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 
-import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

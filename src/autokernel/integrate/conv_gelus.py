@@ -7,8 +7,9 @@ convolution a plain ``nn.Conv1d`` of one group, no dilation and zero padding
 op (weight [out, C, kernel] seen as [out, C*kernel], the module's bias or zeros) and gives the
 output back as [B, out, L_out], channels last in memory; in training, for another dtype or
 channel count, or where no window fits, ``F.gelu(conv(e))`` as written.  Only the erf form is
-taken (``F.gelu(v)``, or with ``approximate="none"``; the profiler pairs no other).  Each convolution is probed first: the
-reference of its windows' GEMM with the GELU must give ``F.gelu(conv(x))``."""
+taken (``F.gelu(v)``, or with ``approximate="none"``; the profiler pairs no other).  Each
+convolution is probed first: the reference of its windows' GEMM with the GELU must give
+``F.gelu(conv(x))``."""
 from __future__ import annotations
 
 import ast
