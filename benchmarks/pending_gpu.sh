@@ -97,11 +97,14 @@
 #                                               # over its knobs beside eager and torch.compile; hf:apertus verified
 #   bash benchmarks/pending_gpu.sh profile OUT  # the fixed starters (smoke), where a warm evaluation's time
 #                                               # goes (profiles of parent and worker), hf:gpt2 in graph mode
+#   bash benchmarks/pending_gpu.sh thirtieth OUT  # xielu's judge and knobs; hf:whisper with its stems as window
+#                                               # GEMMs and its head copies dropped, verified and timed
+#   bash benchmarks/pending_gpu.sh thirtieth_b OUT # hf:apertus verified and timed; the fp32 division probe
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b|eighteenth|eighteenth_b|eighteenth_c|eighteenth_d|nineteenth|nineteenth_b|nineteenth_c|nineteenth_d|twentyseventh|twentyseventh_b|twentyeighth|twentyeighth_b|models27|models27_graphs|xielu OUT"
+usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b|eighteenth|eighteenth_b|eighteenth_c|eighteenth_d|nineteenth|nineteenth_b|nineteenth_c|nineteenth_d|twentyseventh|twentyseventh_b|twentyeighth|twentyeighth_b|models27|models27_graphs|xielu|thirtieth|thirtieth_b OUT"
 part=${1:?$usage}
 out=${2:?$usage}
 mkdir -p "$out"
@@ -430,6 +433,23 @@ xielu)  # xielu (Apertus' xIELU activation, 2026-12-07, never on a GPU): its sta
         --configs '[{}, {"BLOCK": 1024}, {"BLOCK": 4096}, {"BLOCK": 8192, "num_warps": 8}]' --compile-mode default
     step apertus 330 python benchmarks/models_gpu.py --out "$out/apertus" --skip-fused --compile-mode default \
         --max-minutes 5 --models hf:apertus
+    ;;
+thirtieth)  # the thirtieth session (2026-12-07): xielu's starter through the GPU judge and over its knobs (as
+    # `xielu`, whose hf:apertus step moved to thirtieth_b); hf:whisper with its encoder stems run as window GEMMs
+    # (linear_gelu, the GELU in the epilogue) and its q/k/v head copies dropped, verified and timed against eager and
+    # torch.compile (never on a GPU)
+    step xielu_judge 120 python benchmarks/judge_smoke_gpu.py --out "$out/xielu_judge" --budget 110 \
+        --kinds xielu --attacks ""
+    step knobs_xielu 100 python benchmarks/starter_knobs_gpu.py --kind xielu --shape 0 --out "$out/knobs_xielu" \
+        --configs '[{}, {"BLOCK": 1024}, {"BLOCK": 4096}, {"BLOCK": 8192, "num_warps": 8}]' --compile-mode default
+    step whisper 300 python benchmarks/models_gpu.py --out "$out/whisper" --skip-fused --compile-mode default \
+        --max-minutes 4.5 --models hf:whisper
+    ;;
+thirtieth_b)  # what thirtieth leaves: hf:apertus (8B widths, 4 layers) verified and timed; the CPU judge's fp32
+    # division against the GPU's (from twentyeighth_b)
+    step apertus 330 python benchmarks/models_gpu.py --out "$out/apertus" --skip-fused --compile-mode default \
+        --max-minutes 5 --models hf:apertus
+    step division 60 python benchmarks/division_model_gpu.py
     ;;
 models27_graphs)  # the same models in CUDA-graph mode (launch-bound at these sizes) against torch.compile's
     # reduce-overhead, each verify in a fresh process; relative_position_bias through the judge again (its tiny-values
