@@ -557,3 +557,18 @@ def test_whisper_given_other_frames_says_which_config_takes_them():
         load_model("hf:whisper", config_overrides=WHISPER, input_shape=[2, 80, 65])
     assert load_model("hf:whisper", config_overrides=WHISPER.replace("=32,max_target", "=64,max_target"),
                       input_shape=[2, 80, 128]).input_shape == [2, 80, 128]
+
+
+def test_a_list_setting_is_given_in_brackets():
+    """Swin's ``depths`` and ``num_heads`` are lists: ``--config depths=[2,2],num_heads=[2,4]``
+    was split at every comma and refused as "malformed config override '2]'", and a bare
+    ``depths=2`` reached transformers as the string "2"."""
+    pytest.importorskip("transformers")
+    assert parse_config_overrides("depths=[1,1],num_heads=[1, 2],image_size=32") == \
+        {"depths": "[1,1]", "num_heads": "[1, 2]", "image_size": "32"}
+    loaded = load_model("hf:swin", config_overrides="embed_dim=16,depths=[1,1],num_heads=[1,2],image_size=32,"
+                        "window_size=4,patch_size=4")  # validate: one forward pass runs
+    config = loaded.model.model.config
+    assert config.depths == [1, 1] and config.num_heads == [1, 2] and loaded.input_shape == [2, 3, 32, 32]
+    with pytest.raises(ModelSpecError, match=r"depths='2': expected a list in brackets, e\.g\. depths=\[2,2,6,2\]"):
+        load_model("hf:swin", config_overrides="depths=2", validate=False)

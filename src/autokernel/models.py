@@ -101,7 +101,7 @@ def parse_config_overrides(text: str | None) -> dict[str, str]:
     out: dict[str, str] = {}
     if not text:
         return out
-    for part in str(text).split(","):
+    for part in _top_level_parts(str(text)):
         part = part.strip()
         if not part:
             continue
@@ -112,6 +112,34 @@ def parse_config_overrides(text: str | None) -> dict[str, str]:
     return out
 
 
+def _top_level_parts(text: str) -> list[str]:
+    """``a=1,depths=[2,2]`` -> ["a=1", "depths=[2,2]"]: the commas inside brackets belong to a
+    list value (Swin's ``depths``, ``num_heads``)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth = max(depth - 1, 0)
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
+def _convert_list(value: str, like: list | tuple, key: str) -> list:
+    """``[2,2,6,2]`` -> [2, 2, 6, 2] for a setting whose default is a list; each item converted
+    to the type of the default's first."""
+    text = value.strip()
+    if not (text.startswith("[") and text.endswith("]")):
+        example = "[" + ",".join(str(v) for v in like) + "]" if like else "[1,2]"
+        raise ModelSpecError(f"config {key}={value!r}: expected a list in brackets, e.g. {key}={example}")
+    items = [item.strip() for item in text[1:-1].split(",") if item.strip()]
+    first = like[0] if like else None
+    return [_convert(item, first, key) for item in items]
+
+
 def _convert(value: Any, like: Any, key: str) -> Any:
     """Convert a command-line string to the type of ``like`` (the field's default); ``none`` or
     ``null`` is None whatever the field (Gemma-2's soft caps are floats that None switches off)."""
@@ -119,6 +147,8 @@ def _convert(value: Any, like: Any, key: str) -> Any:
         return value
     if value.lower() in ("none", "null"):
         return None
+    if isinstance(like, (list, tuple)):
+        return _convert_list(value, like, key)
     try:
         if isinstance(like, bool):
             low = value.lower()
@@ -140,6 +170,8 @@ def _convert(value: Any, like: Any, key: str) -> Any:
 
 
 def _guess(value: str) -> Any:
+    if value.startswith("[") and value.endswith("]"):  # a list for a setting without a default
+        return [_guess(item.strip()) for item in value[1:-1].split(",") if item.strip()]
     for cast in (int, float):
         try:
             return cast(value)
