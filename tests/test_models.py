@@ -572,3 +572,16 @@ def test_a_list_setting_is_given_in_brackets():
     assert config.depths == [1, 1] and config.num_heads == [1, 2] and loaded.input_shape == [2, 3, 32, 32]
     with pytest.raises(ModelSpecError, match=r"depths='2': expected a list in brackets, e\.g\. depths=\[2,2,6,2\]"):
         load_model("hf:swin", config_overrides="depths=2", validate=False)
+
+
+def test_the_default_configs_own_warnings_are_not_shown(capfd):
+    """hf:starcoder2's default config has bos and eos 50256 outside its 49152-token vocabulary:
+    reading it (to type the --config values) printed two "Model config: bos_token_id must be
+    `None` or an integer within the vocabulary (between 0 and 49151)" warnings at every build,
+    though the user's vocabulary was 256 and the model built from it had no such ids."""
+    pytest.importorskip("transformers")
+    loaded = load_model("hf:starcoder2", config_overrides="hidden_size=32,num_hidden_layers=1,num_attention_heads=2,"
+                        "num_key_value_heads=1,intermediate_size=64,vocab_size=256", input_shape=[1, 8])
+    assert loaded.model.model.config.bos_token_id is None
+    err = capfd.readouterr().err
+    assert "must be `None` or an integer within the vocabulary" not in err, err

@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from .problems.base import dtype_name
+from .quiet import quiet_config_warnings
 
 DEFAULT_TOKEN_SHAPE = (2, 32)
 
@@ -587,7 +588,8 @@ def _build_hf(arch: str, overrides: dict[str, Any], device: str,
     if not arch:
         raise ModelSpecError("malformed model spec 'hf:': name an architecture, e.g. hf:llama")
     try:
-        default = transformers.AutoConfig.for_model(arch)
+        with quiet_config_warnings():
+            default = transformers.AutoConfig.for_model(arch)
     except (ValueError, KeyError):
         raise ModelSpecError(f"unknown Hugging Face architecture {arch!r}{_did_you_mean(arch)} "
                              "(transformers model types such as llama, mistral, qwen2, gpt2, bert)") from None

@@ -80,6 +80,21 @@ def silence_xielu_notice() -> None:
         logger.addFilter(_not_xielu_notice)
 
 
+@contextlib.contextmanager
+def quiet_config_warnings() -> Iterator[None]:
+    """transformers' config warnings while autokernel reads an architecture's default config,
+    which the user never asked for: Starcoder2's own default puts bos and eos (50256) outside its
+    49152-token vocabulary, and its validation warned twice at every hf:starcoder2 build, naming
+    that vocabulary whatever --config vocab_size said.  Errors still show."""
+    logger = logging.getLogger("transformers.configuration_utils")
+    previous = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(previous)
+
+
 # What multiprocessing's resource-sharer thread (which hands tensors' file descriptors to a worker)
 # raises when the worker it was serving died mid-handshake: a worker stopped by the same Ctrl-C or
 # SIGTERM as the run.  Nothing is lost; the loop has its own account of the stop.
