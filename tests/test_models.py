@@ -428,10 +428,25 @@ def test_a_config_with_a_zero_size_or_sizes_that_disagree_is_named_not_a_traceba
     with pytest.raises(ModelSpecError, match="empty weight .* every size must be positive"):
         load_model("hf:qwen3", config_overrides="hidden_size=0," + base, input_shape=[1, 8])
     with pytest.raises(ModelSpecError) as info:
-        # the default 8 kv heads against 4 heads: the forward fails
-        load_model("hf:qwen3", config_overrides="hidden_size=64,num_hidden_layers=1,num_attention_heads=4,"
+        # 6 kv heads for 4 heads: named before the forward fails
+        load_model("hf:qwen3", config_overrides="hidden_size=48,num_hidden_layers=1,num_attention_heads=4,"
+                   "num_key_value_heads=6,intermediate_size=128,vocab_size=128", input_shape=[1, 8])
+    assert "num_attention_heads=4 is not a multiple of num_key_value_heads=6:" in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_heads_that_the_default_kv_heads_do_not_divide_are_named():
+    """hf:stablelm (32 kv heads by default) given --config num_attention_heads=8 failed in its first
+    forward with "The size of tensor a (8) must match the size of tensor b (32)", blamed on the
+    input and on "one of" the settings."""
+    pytest.importorskip("transformers")
+    with pytest.raises(ModelSpecError, match=r"num_attention_heads=8 is not a multiple of num_key_value_heads=32 "
+                                             r"\(the default\).*e\.g\. num_key_value_heads=8"):
+        load_model("hf:stablelm", config_overrides="hidden_size=64,num_hidden_layers=1,num_attention_heads=8,"
                    "intermediate_size=128,vocab_size=128", input_shape=[1, 8])
-    assert "with its --config (hidden_size=64" in str(info.value) and "\n" not in str(info.value)
+    small = load_model("hf:stablelm", config_overrides="hidden_size=64,num_hidden_layers=1,num_attention_heads=8,"
+                       "num_key_value_heads=4,intermediate_size=128,vocab_size=128", input_shape=[1, 8])
+    assert small.model.model.config.num_key_value_heads == 4
 
 
 def test_an_image_model_given_a_token_shape_says_which_shape_it_takes():

@@ -567,6 +567,21 @@ def moe_routing_error(config: Any) -> str | None:
     return None
 
 
+def kv_heads_error(config: Any, overrides: dict[str, Any]) -> str | None:
+    """Query heads that do not split into equal groups over the key/value heads, where the user
+    set either: ``--config num_attention_heads=8`` on hf:stablelm (32 kv heads by default) failed
+    in the forward pass with "The size of tensor a (8) must match the size of tensor b (32)"."""
+    if not {"num_attention_heads", "num_key_value_heads"} & set(overrides):
+        return None
+    heads, kv = _setting(config, "num_attention_heads"), _setting(config, "num_key_value_heads")
+    if not (isinstance(heads, int) and isinstance(kv, int)) or heads < 1 or kv < 1 or heads % kv == 0:
+        return None
+    whose = "" if "num_key_value_heads" in overrides else " (the default)"
+    return (f"num_attention_heads={heads} is not a multiple of num_key_value_heads={kv}{whose}: the query heads "
+            f"share the key/value heads in equal groups; set num_key_value_heads to a divisor of {heads}, "
+            f"e.g. num_key_value_heads={heads}")
+
+
 def _from_config(auto: Any, config: Any, dtype: torch.dtype, **kwargs: Any) -> nn.Module:
     """The model built in ``dtype``, as ``from_pretrained(..., dtype=...)`` builds it: what a model
     keeps in fp32 stays fp32 (its RoPE ``inv_freq``; ``_keep_in_fp32_modules``), where a
@@ -605,7 +620,7 @@ def _build_hf(arch: str, overrides: dict[str, Any], device: str,
         config = transformers.AutoConfig.for_model(arch, **values)
     except Exception as exc:
         raise ModelSpecError(f"hf:{arch} config {values} failed: {_one_line(exc)}") from None
-    wrong = moe_routing_error(config)
+    wrong = moe_routing_error(config) or kv_heads_error(config, overrides)
     if wrong:
         raise ModelSpecError(f"hf:{arch} config: {wrong}; set them with --config")
     if hasattr(config, "use_cache"):
