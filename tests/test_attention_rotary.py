@@ -321,6 +321,7 @@ def test_profile_fused_rotary_then_verify_the_llama_example(tmp_path):
     assert res.exit_code == 0, res.output
     plan = load_plan(tmp_path / "plan.json")
     assert [p.kind for p in plan.problems if "attention" in p.kind or "rotary" in p.kind] == ["attention_rotary"]
+    assert "--fused-rotary:" not in res.output  # it found the pair: no note
     (tmp_path / "problems" / "attention_rotary").mkdir(parents=True)
     shutil.copyfile(KERNELS_DIR / "attention_rotary.py", tmp_path / "problems" / "attention_rotary" / "kernel.py")
     (tmp_path / "run.json").write_text(json.dumps({"model": "llama", "dtype": "fp32", "device": "cpu",
@@ -354,6 +355,26 @@ def _pair_tree(mask: bool = False, between: str | None = None, k_heads: int = 2)
     sdpa.add(Node(name="aten::_scaled_dot_product_flash_attention", shapes=[list(q)] * 3,
                   kernels=[("flash_fwd_kernel", 20.0)]))
     return root, attn, rot, sdpa
+
+
+def test_fused_rotary_that_finds_no_pair_says_so(tmp_path):
+    """hf:phi's partial rotary (the rotated part of q and k concatenated with the rest before
+    attention) is no pair the fused kind takes: ``profile --fused-rotary`` planned rotary and
+    attention apart without a word, as if the flag had not been given."""
+    pytest.importorskip("transformers")
+    from typer.testing import CliRunner
+
+    from autokernel.cli import app
+    from autokernel.plan import load_plan
+
+    res = CliRunner().invoke(app, ["profile", "--model", "hf:phi", "--device", "cpu", "--input-shape", "1x8",
+                                   "--config", "hidden_size=32,num_hidden_layers=1,num_attention_heads=2,"
+                                   "intermediate_size=64,vocab_size=128", "--fused-rotary", "--warmup", "0",
+                                   "--iters", "1", "--out", str(tmp_path / "plan.json")])
+    assert res.exit_code == 0, res.output
+    kinds = {p.kind for p in load_plan(tmp_path / "plan.json").problems}
+    assert {"rotary", "attention"} <= kinds and "attention_rotary" not in kinds
+    assert "--fused-rotary: no rotary on q and k here is directly followed by unmasked attention" in res.output
 
 
 def test_the_pair_in_a_trace_and_what_breaks_it():

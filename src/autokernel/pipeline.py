@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .files import write_text_atomic
+from .fusion_notes import unfused_flags
 from .hardware import resolve_device as hardware_resolve_device
 
 DEFAULT_MODEL = "llama"
@@ -224,6 +225,8 @@ def run_pipeline(opts: RunOptions, *, log: Callable[[str], None] = print) -> Run
         workdir.mkdir(parents=True, exist_ok=True)
         save_plan(plan, plan_path)
         log(f"      plan written to {plan_path}")
+        for note in unfused_flags(plan, fuse_rotary=opts.fused_rotary, fuse_mlp=opts.fused_mlp):
+            log(f"      {note}")
     for p in plan.problems:
         log(f"      {p.name:<16} {p.kind or '-':<14} {100 * p.fraction:5.1f}%"
             + ("" if p.supported else f"  unsupported: {p.note}"))

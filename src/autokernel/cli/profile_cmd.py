@@ -29,6 +29,7 @@ def profile(
     as_captured: bool = typer.Option(False, "--as-captured", help="profile the forward as it runs while a CUDA stream captures it (for models run with --cuda-graphs: transformers then builds the whole attention mask)"),
 ) -> None:
     """Profile a model and write plan.json: the kernel problems it is made of, with real shapes."""
+    from ..fusion_notes import unfused_flags
     from ..models import ModelSpecError, load_model, parse_input_shape
     from ..plan import save_plan
     from ..problems.base import parse_dtype
@@ -55,6 +56,8 @@ def profile(
     out.parent.mkdir(parents=True, exist_ok=True)
     save_plan(plan, out)
     print_plan(plan, loaded.description)
+    for note in unfused_flags(plan, fuse_rotary=fused_rotary, fuse_mlp=fused_mlp):
+        typer.echo(note)
     typer.echo(f"wrote {out}")
 
 
