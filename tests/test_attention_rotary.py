@@ -360,7 +360,8 @@ def _pair_tree(mask: bool = False, between: str | None = None, k_heads: int = 2)
 def test_fused_rotary_that_finds_no_pair_says_so(tmp_path):
     """hf:phi's partial rotary (the rotated part of q and k concatenated with the rest before
     attention) is no pair the fused kind takes: ``profile --fused-rotary`` planned rotary and
-    attention apart without a word, as if the flag had not been given."""
+    attention apart without a word, as if the flag had not been given (and ``--fused-mlp`` a
+    GELU MLP as it was)."""
     pytest.importorskip("transformers")
     from typer.testing import CliRunner
 
@@ -369,12 +370,13 @@ def test_fused_rotary_that_finds_no_pair_says_so(tmp_path):
 
     res = CliRunner().invoke(app, ["profile", "--model", "hf:phi", "--device", "cpu", "--input-shape", "1x8",
                                    "--config", "hidden_size=32,num_hidden_layers=1,num_attention_heads=2,"
-                                   "intermediate_size=64,vocab_size=128", "--fused-rotary", "--warmup", "0",
+                                   "intermediate_size=64,vocab_size=128", "--fused-rotary", "--fused-mlp", "--warmup", "0",
                                    "--iters", "1", "--out", str(tmp_path / "plan.json")])
     assert res.exit_code == 0, res.output
     kinds = {p.kind for p in load_plan(tmp_path / "plan.json").problems}
     assert {"rotary", "attention"} <= kinds and "attention_rotary" not in kinds
     assert "--fused-rotary: no rotary on q and k here is directly followed by unmasked attention" in res.output
+    assert "--fused-mlp: no SwiGLU MLP here" in res.output  # phi's MLP is fc2(gelu(fc1(x)))
 
 
 def test_the_pair_in_a_trace_and_what_breaks_it():

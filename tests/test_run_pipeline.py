@@ -313,7 +313,23 @@ def test_run_plans_the_fused_mlp_when_asked(tmp_path):
                                       "--device", "cpu", "--fused-mlp", "--budget", "1s", "--workdir", str(wd)])
     assert result.exit_code == 0, result.output
     assert "fused_mlp" in {p.kind for p in load_plan(wd / "plan.json").problems}
+    assert "--fused-mlp: no SwiGLU MLP" not in result.output  # it found one: no note
     assert json.loads((wd / "run.json").read_text())["fused_mlp"] is True
+
+
+def test_run_says_when_the_fused_mlp_finds_no_swiglu_mlp(tmp_path):
+    """The GPT-2 example's MLP is fc2(gelu(fc1(x))): `run --fused-mlp` planned it as without the
+    flag, and said nothing."""
+    from autokernel.cli import app
+    from autokernel.plan import load_plan
+    from typer.testing import CliRunner
+
+    wd = tmp_path / "wd"
+    result = CliRunner().invoke(app, ["run", "--model", "gpt2", "--config", "n_layer=1", "--input-shape", "1x8",
+                                      "--device", "cpu", "--fused-mlp", "--budget", "1s", "--workdir", str(wd)])
+    assert result.exit_code == 0, result.output
+    assert "fused_mlp" not in {p.kind for p in load_plan(wd / "plan.json").problems}
+    assert "--fused-mlp: no SwiGLU MLP here" in result.output
 
 
 def test_another_model_in_a_run_dir_is_refused_before_it_is_built(tmp_path, monkeypatch):
