@@ -174,7 +174,7 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
     for what, why in info["skipped"]:
         say(f"  skipped {what}: {why}")
     under = getattr(patched, "_autokernel_under_compile", {}) or {}
-    if compile and timing and under:
+    if compile and timing and under and dev.startswith("cuda"):  # torch.compile is timed on a GPU only
         for name, why in sorted(under.items()):
             say(f"  under torch.compile, {name}: {why}")
     say(f"checking correctness on {len(seeds)} seed(s)...")
