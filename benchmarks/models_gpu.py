@@ -89,7 +89,13 @@ GPU_MODELS = [("llama", LLAMA_4096, "4x1024"), ("hf:gpt2", None, "4x512"), ("hf:
               # DeiT-base (224 x 224 images)
               ("hf:deit", None, None),
               # Apertus-8B's widths (hidden 4096, up_proj 21504 with xIELU: xielu), 4 layers
-              ("hf:apertus", "num_hidden_layers=4,intermediate_size=21504", "4x1024")]
+              ("hf:apertus", "num_hidden_layers=4,intermediate_size=21504", "4x1024"),
+              # Granite's default widths (hidden 4096), its multipliers as Granite-3 sets them, 4 layers: the
+              # logits divided by logits_scaling in the matmul problem
+              ("hf:granite", "num_hidden_layers=4,logits_scaling=8.0,residual_multiplier=0.22,embedding_multiplier=12.0,"
+                             "attention_multiplier=0.0078125", "4x512"),
+              # Command-R's widths (hidden 8192, 256,000-token head times logit_scale), 2 layers
+              ("hf:cohere", "num_hidden_layers=2", "4x512")]
 CPU_MODELS = [("llama", "n_layers=1", "1x8"), ("hf:gpt2", "n_embd=64,n_layer=1,n_head=2,vocab_size=512", "1x8"),
               ("hf:bert", "hidden_size=64,num_hidden_layers=1,num_attention_heads=2,intermediate_size=128,vocab_size=512",
                "1x8"),
@@ -119,7 +125,11 @@ CPU_MODELS = [("llama", "n_layers=1", "1x8"), ("hf:gpt2", "n_embd=64,n_layer=1,n
               ("hf:deit", "hidden_size=32,num_hidden_layers=1,num_attention_heads=2,intermediate_size=64,image_size=32,"
                           "patch_size=8", None),
               ("hf:apertus", "hidden_size=64,num_hidden_layers=1,num_attention_heads=2,num_key_value_heads=2,"
-                             "intermediate_size=128,vocab_size=128", "1x8")]
+                             "intermediate_size=128,vocab_size=128", "1x8"),
+              ("hf:granite", "hidden_size=64,num_hidden_layers=1,num_attention_heads=2,num_key_value_heads=2,"
+                             "intermediate_size=128,vocab_size=128,logits_scaling=8.0", "1x8"),
+              ("hf:cohere", "hidden_size=64,num_hidden_layers=1,num_attention_heads=2,num_key_value_heads=2,"
+                            "intermediate_size=128,vocab_size=128", "1x8")]
 
 
 def liger_op(kind: str):
