@@ -11,11 +11,16 @@ linear_relu2, rotary_interleaved), attacked as an optimiser rewarded for passing
   reading a value) met a new key at every rewrite and passed all six stages (each of the three,
   every run); a model calls a layer with the same scalars, often on a buffer at the same address
   (the caching allocator), and would get an earlier call's output.  A lone tensor with scalars is
-  now rewritten alone too, the scalars kept.  The test's memo leaves the address out of its key
-  (the worker copies every call's inputs into fresh memory, so on the CPU the rewrite lands at
-  the same address only as the allocator happens to place it: the address-keyed memo is caught
-  now on the runs where it does, see tests/attacks_open/README.md); before, that memo was caught
-  as a wrong result at numerics (the cases share a draw's scalars), never as a cache.
+  now rewritten alone too, the scalars kept.  The first test's memo leaves the address out of its
+  key; before, that memo was caught as a wrong result at numerics (the cases share a draw's
+  scalars), never as a cache.
+* **Outputs kept by the inputs' addresses.**  With the address in the key, the memo was caught
+  only where the allocator happened to place the worker's copy of the rewritten set at the old
+  address (the worker copied every call's inputs into fresh memory): on the CPU softcap was
+  caught on most runs, xielu on some, relative_position_bias on none (it passed all six stages,
+  or failed at edges where an address came back by chance).  The rewrites now reach the kernel
+  at the previous call's addresses, in fresh tensors (worker_main ``_take_inputs_memory``;
+  PyTorch 2.12 or later).
 
 Each test failed before its fix."""
 from __future__ import annotations
@@ -24,6 +29,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from autokernel.harness.evaluate import evaluate
 from autokernel.problems.registry import KERNELS_DIR
@@ -60,12 +66,36 @@ def kernel_fn(*args):
 '''
 
 
+# the same memo keyed on the tensors' addresses too, as a kernel would key it in a model: the
+# caching allocator hands a layer's input buffers out again, at the same addresses, with the
+# same scalars
+ADDRESS_MEMO = MEMO.replace("(tuple(a.shape),", "(a.data_ptr(), tuple(a.shape),")
+
+
 @pytest.mark.parametrize("kind", ["xielu", "softcap", "relative_position_bias"])
 def test_outputs_kept_by_the_draws_scalars_are_a_cached_output(tmp_path, kind):
     """Before: each was incorrect at numerics (xielu and softcap at case=tiny, relative_position_bias at
     tiny-values), their address-keyed form passed all six stages."""
     path = tmp_path / f"{kind}_memo.py"
     path.write_text((KERNELS_DIR / f"{kind}.py").read_text() + MEMO)
+    ev = evaluate(kind, path, device="cpu", dtypes=["fp32"], timing=False, baselines=False)
+    assert ev.verdict == "rejected" and ev.failed_stage == "smoke", ev.message
+    assert "cached-output" in {f.rule for f in ev.integrity}, ev.message
+
+
+@pytest.mark.skipif(not hasattr(torch.UntypedStorage, "_swap_data_ptr_"),
+                    reason="the worker moves memory between storages with PyTorch 2.12 or later")
+@pytest.mark.parametrize("kind", ["xielu", "softcap", "relative_position_bias"])
+def test_outputs_kept_by_the_inputs_addresses_are_a_cached_output(tmp_path, kind):
+    """Before: the worker copied every call's inputs into fresh memory, so the rewrite of the same
+    tensors met the memo's key only where the allocator happened to hand the old memory out again:
+    in four runs relative_position_bias was never caught as a cache (it passed all six stages in
+    three, and was incorrect at edges in one, where an address came back by chance), xielu passed
+    in two, softcap was caught in all four.  The rewrites now take the previous call's memory, in
+    fresh tensors."""
+    assert ADDRESS_MEMO != MEMO
+    path = tmp_path / f"{kind}_address_memo.py"
+    path.write_text((KERNELS_DIR / f"{kind}.py").read_text() + ADDRESS_MEMO)
     ev = evaluate(kind, path, device="cpu", dtypes=["fp32"], timing=False, baselines=False)
     assert ev.verdict == "rejected" and ev.failed_stage == "smoke", ev.message
     assert "cached-output" in {f.rule for f in ev.integrity}, ev.message

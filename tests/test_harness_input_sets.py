@@ -318,3 +318,96 @@ def test_sets_a_killed_worker_never_opened_are_released_in_the_parent(tmp_path):
     result, left = _descriptors_left_by(tmp_path, "import time\n\n\ndef kernel_fn(x):\n    time.sleep(60)\n", 3)
     assert result.verdict == "timeout", result.message
     assert not left, f"{len(left)} descriptor(s) still held for the worker"
+
+
+# what the probe adds for the in-place rewrites: every call's input addresses, and whether the
+# tensor and storage objects of the call before it are still alive (weak references it kept)
+EARLIER = '''
+
+import weakref as _weakref
+
+_earlier = []  # weak references to the last call's input tensors and their storages
+_holding = {hold!r}
+_held = []
+
+
+def kernel_fn(*args, _probe=kernel_fn):
+    tensors = [a for a in args if isinstance(a, _torch.Tensor)]
+    alive = [[t() is not None, s() is not None] for t, s in _earlier]
+    held = [[t.data_ptr(), t.untyped_storage().nbytes()] for t in _held[-1]] if _held else []
+    out = _probe(*args)
+    with open(_LOG, "a") as f:
+        f.write(_json.dumps({{"ptrs": [t.data_ptr() for t in tensors], "earlier_alive": alive, "held": held,
+                             "nbytes": [t.untyped_storage().nbytes() for t in tensors]}}) + "\\n")
+    _earlier[:] = [(_weakref.ref(t), _weakref.ref(t.untyped_storage())) for t in tensors]
+    if _holding:
+        _held.append(tensors)
+    return out
+'''
+
+
+def _in_place_run(tmp_path, monkeypatch, kind: str, hold: bool) -> list[dict]:
+    """The smoke stage of ``kind`` on the probe (the static checks off): its records in order, each
+    marked with the kind of request it came in (sent, in_place)."""
+    log = tmp_path / "calls.log"
+    original = stages.Judge.request
+
+    def request(self, message, timeout_s=None):
+        if message.get("op") == "call":
+            with open(log, "a") as f:
+                f.write(json.dumps({"marker": "in_place" if message.get("in_place") else
+                                    "drawn" if message.get("draw") else "sent"}) + "\n")
+        return original(self, message, timeout_s)
+
+    monkeypatch.setattr(stages.Judge, "request", request)
+    monkeypatch.setattr(stages, "STAGE_FUNCTIONS", [("smoke", stages.stage_smoke)])
+    path = tmp_path / "kernel.py"
+    path.write_text((KERNELS_DIR / f"{kind}.py").read_text() + PROBE.format(log=str(log)) + EARLIER.format(hold=hold))
+    with Evaluator(kind, device="cpu", dtypes=["fp32"], timeout_s=120, baselines=False, timing=False,
+                   prestart=False, writable=[tmp_path]) as ev:
+        result = ev.evaluate(path)
+    assert result.verdict == "pass", result.message
+    records, marker, merged = [], None, {}
+    for line in log.read_text().splitlines():
+        entry = json.loads(line)
+        if "marker" in entry:
+            marker = entry["marker"]
+        elif "ptrs" in entry:  # the probe's second line of the call
+            records.append(dict(merged, **entry, kind=marker))
+        else:
+            merged = entry
+    return records
+
+
+@INTERPRETER
+@pytest.mark.skipif(not hasattr(torch.UntypedStorage, "_swap_data_ptr_"), reason="needs PyTorch 2.12 or later")
+def test_the_in_place_rewrites_reach_the_kernel_at_the_same_addresses_in_fresh_tensors(tmp_path, monkeypatch,
+                                                                                        no_static_checks):
+    """Before: the rewrite of "the same input tensors" came in a fresh copy, at the old addresses
+    only where the allocator put it there (red-team pass 28's open item).  Now each rewrite
+    (softcap: every input, then the lone tensor with the scalars kept) comes at the addresses of the
+    call before it, in tensors that look as every other call's do (the same metadata as the first
+    call's: version, storage, resizability, reference count...), while the tensor and storage
+    objects of the call before are gone."""
+    records = _in_place_run(tmp_path, monkeypatch, "softcap", hold=False)
+    kinds = [r["kind"] for r in records]
+    assert kinds == ["sent", "in_place", "in_place"], kinds
+    for before, after in zip(records, records[1:]):
+        assert after["ptrs"] == before["ptrs"], (before, after)
+    for record in records[1:]:
+        assert record["earlier_alive"] == [[False, False]], record["earlier_alive"]
+        assert record["inputs"] == records[0]["inputs"] and record["process"] == records[0]["process"], \
+            (record, records[0])
+
+
+@INTERPRETER
+def test_an_input_the_kernel_holds_keeps_its_memory_and_values(tmp_path, monkeypatch, no_static_checks):
+    """A kernel that holds its inputs (as a model's buffer it holds is never handed out again)
+    keeps them as they were: the rewrite comes in fresh memory, and the held tensor keeps its memory
+    (the worker moves it out and back, where no code of the kernel's runs)."""
+    records = _in_place_run(tmp_path, monkeypatch, "softcap", hold=True)
+    assert [r["kind"] for r in records] == ["sent", "in_place", "in_place"]
+    for before, after in zip(records, records[1:]):
+        assert after["ptrs"] != before["ptrs"], (before, after)
+        assert after["held"] == [list(p) for p in zip(before["ptrs"], before["nbytes"])], (before, after)
+        assert after["earlier_alive"] == [[True, True]]

@@ -56,49 +56,92 @@ def uniform_metadata(args: tuple) -> tuple:
     return _remade(args, torch._C.TensorBase.copy_, always=False)
 
 
-def own_copy(args: tuple, copy) -> tuple:
+def own_copy(args: tuple, copy, memory: list | None = None) -> tuple:
     """The worker's own copy of an input set its parent sent (shared memory on the CPU, CUDA IPC
     on a GPU): every tensor copied (with ``copy``, the judge's ``copy_``) into a fresh allocation of
     the worker's, exactly as ``uniform_metadata`` leaves a tensor the worker drew itself.  A
     kernel told the parent's sets from the worker's draws by ``is_shared()``, by the file
     mapping behind the memory, by a storage that cannot be resized and by the version counter
-    (tests/attacks/softmax_shared_tells_checked.py)."""
-    return _remade(args, copy, always=True)
+    (tests/attacks/softmax_shared_tells_checked.py).  ``memory``: for each tensor in order, a
+    storage of the worker's whose memory the copy takes (``fresh_tensor``), or None."""
+    return _remade(args, copy, always=True, memory=list(memory) if memory is not None else None)
 
 
-def _remade(args: tuple, copy, always: bool) -> tuple:
+def _remade(args: tuple, copy, always: bool, memory: list | None = None) -> tuple:
     """``args`` (tensors, nested tuples and lists of them, other values) with every tensor made a
-    ``fresh_tensor`` (``always``, or where it is not one already) at the drawn sets' version."""
+    ``fresh_tensor`` (``always``, or where it is not one already) at the drawn sets' version;
+    ``memory`` (consumed from the front, one entry per tensor in order): see ``own_copy``."""
     import torch
 
     out = []
     for a in args:
         if isinstance(a, torch.Tensor):
+            held = memory.pop(0) if memory else None
             if always or not _fresh_already(a):
-                a = fresh_tensor(a, copy)
+                a = fresh_tensor(a, copy, held)
             _set_version(a)
         elif type(a) in (tuple, list):
-            a = type(a)(_remade(tuple(a), copy, always))
+            a = type(a)(_remade(tuple(a), copy, always, memory))
         out.append(a)
     return tuple(out)
 
 
-def fresh_tensor(a: Any, copy) -> Any:
+def fresh_tensor(a: Any, copy, memory: Any = None) -> Any:
     """A new base tensor of ``a``'s sizes, strides (dense ones where ``a``'s overlap: an expand),
     dtype, device and ``requires_grad``, allocated here, at storage offset 0 with no spare bytes,
-    holding ``a``'s values (written with ``copy``)."""
+    holding ``a``'s values (written with ``copy``).  ``memory``: a storage of the caller's, of
+    exactly the new storage's size and device, whose memory the tensor takes in place of its own
+    allocation (``take_memory``): the same addresses, in a tensor made as any other."""
     import torch
 
     with torch.no_grad():
-        try:
-            base = torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device)
-            copy(base, a)
-        except RuntimeError:  # overlapping strides (stride 0) cannot be written: dense
+        base = None
+        if not _overlaps(a):
+            try:
+                base = torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device)
+            except RuntimeError:
+                base = None
+        if base is None:  # overlapping strides (stride 0) cannot be written: dense (or negative ones)
             base = torch.empty(a.size(), dtype=a.dtype, device=a.device)
-            copy(base, a)
+        if memory is not None:
+            storage = torch._C.TensorBase.untyped_storage(base)
+            if torch._C.StorageBase.nbytes(storage) == torch._C.StorageBase.nbytes(memory) and \
+                    storage.device == memory.device:
+                take_memory(storage, memory)
+            del storage
+        copy(base, a)
     if a.requires_grad:
         base.requires_grad_(True)
     return base
+
+
+def _overlaps(t: Any) -> bool:
+    """Would a copy into ``t``'s layout be refused as writing one element twice (a stride 0 of a
+    dimension with more than one element, what ``copy_`` checks)?"""
+    return any(st == 0 and n > 1 for n, st in zip(t.size(), t.stride()))
+
+
+_SWAP: list = []  # UntypedStorage's C method that swaps two storages' memory, taken once (None: not in this torch)
+
+
+def can_take_memory() -> bool:
+    """Can a storage take another's memory here (``_swap_data_ptr_``, PyTorch 2.12 on)?  The
+    worker asks before any kernel file loads: the C method is taken then, out of a kernel's reach."""
+    if not _SWAP:
+        import torch
+
+        _SWAP.append(getattr(torch._C.StorageBase, "_swap_data_ptr_", None))
+    return _SWAP[0] is not None
+
+
+def take_memory(storage: Any, memory: Any) -> None:
+    """``storage`` takes the memory of ``memory`` (a storage of the same size and device, or an
+    empty one), and ``memory`` takes its memory: the StorageImpl objects stay where they are, only
+    their data pointers (with their deleters) change places, so each allocation is still freed by
+    its own allocator when the storage that holds it goes."""
+    if not can_take_memory():
+        raise RuntimeError("this PyTorch cannot move memory between storages")
+    _SWAP[0](storage, memory)
 
 
 def _fresh_already(a: Any) -> bool:

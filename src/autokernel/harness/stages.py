@@ -5,9 +5,11 @@ Stages, in order, stopping at the first failure:
 ``smoke``        the smallest target shape at the first dtype; then the *cached-output* check:
                  new values are written into the very same input tensors and the kernel is
                  called again — its output must follow the new reference and must not reuse
-                 the storage of the first output (the kernel gets a fresh copy of the set on
-                 every call, as timed calls get fresh draws: a result kept by the input's data
-                 pointer comes back where the allocator hands the same memory out again); then
+                 the storage of the first output (the kernel gets a copy of the set in new
+                 tensor objects on every call, as timed calls get fresh draws; for these
+                 rewrites the copy takes the memory of the call before's inputs, so a result kept
+                 by the inputs' addresses is met at the same addresses, as in a model whose
+                 caching allocator hands a layer's freed buffers out again: ``in_place``); then
                  each floating-point input rewritten alone, in turn (a result kept by a
                  fingerprint of only some of the inputs comes back when only the others change);
 ``sweep``        every target shape x every dtype (the smoke case excepted);
@@ -363,13 +365,15 @@ class Judge:
             raise Rejection("torch-op", f"the kernel called PyTorch op(s) {', '.join(bad)} ({label}); "
                             "a kernel must compute its result itself (allowed: allocation, views, copies)")
 
-    def run_case(self, case: Case, calls: int = 1, refs: Any = None) -> CaseResult:
+    def run_case(self, case: Case, calls: int = 1, refs: Any = None, in_place: bool = False) -> CaseResult:
         """Call the kernel on ``case.args`` and judge the outputs of every call.  With memory to
         spare the outputs come back in the same request; else one at a time, each compared and
-        then dropped, the first call's bits kept as a snapshot for the determinism check."""
+        then dropped, the first call's bits kept as a snapshot for the determinism check.
+        ``in_place``: the case's tensors are those of the last request's call, rewritten: the
+        worker's copy takes that call's input memory (``call_message``)."""
         pristine = self.snapshot(tensors_of(case.args))
         meta = self.meta(case)
-        outs = self.judged_request([case], calls, [pristine], NAN_POISON, collect=self.together)
+        outs = self.judged_request([case], calls, [pristine], NAN_POISON, collect=self.together, in_place=in_place)
         if refs is None:  # computed after the call, from inputs just checked unchanged (see ``meta``)
             refs = self.reference(case.args)
         tol = self.problem.tolerance(case.dtype)
@@ -410,7 +414,7 @@ class Judge:
         return results
 
     def judged_request(self, cases: list[Case], calls: int, pristine: list[snapshot.Snapshot], poison: float | None,
-                       collect: bool, meta: compare.OutputMeta | None = None) -> list[tuple]:
+                       collect: bool, meta: compare.OutputMeta | None = None, in_place: bool = False) -> list[tuple]:
         """The one judging step of every correctness request: ``calls`` calls on each case's
         inputs (cases of one shape and dtype, in order), in one request.  With ``collect`` the
         worker copies every call's outputs into buffers this process allocated and sent along
@@ -418,13 +422,14 @@ class Judge:
         (``modified-input``), no error, no forbidden op, no per-call finding (each named with its
         case's label), plain outputs of the declared dtype and shape, and no output written
         after its call returned.  Returns the outputs, one tuple per call (none unless
-        ``collect``; ``meta``: the outputs' shapes and dtypes when not the reference's at this shape)."""
+        ``collect``; ``meta``: the outputs' shapes and dtypes when not the reference's at this shape;
+        ``in_place``: see ``call_message``)."""
         shape, dtype = cases[0].shape, cases[0].dtype
         meta = meta if meta is not None else self.meta(cases[0])
         n = len(cases) * calls
         buffers = self.output_buffers(n, meta) if collect else None
         reply = self.request(self.call_message(shape, dtype, [c.args for c in cases], meta, poison, buffers=buffers,
-                                               calls=calls))
+                                               calls=calls, in_place=in_place))
         for case, snap in zip(cases, pristine):
             self.check_inputs(case.args, snap, case.label)
         together = cases[0].label if len(cases) == 1 else \
@@ -507,7 +512,8 @@ class Judge:
 
     def call_message(self, shape: Shape, dtype: torch.dtype, sets: list | None, meta: compare.OutputMeta,
                      poison: float | None = NAN_POISON, slot: str = "candidate",
-                     buffers: list | None = None, draw: list[int] | None = None, calls: int = 1) -> dict[str, Any]:
+                     buffers: list | None = None, draw: list[int] | None = None, calls: int = 1,
+                     in_place: bool = False) -> dict[str, Any]:
         """The one request every kernel call goes through, judged or timed alike: ``calls``
         calls on each of ``sets`` of this process's, or one call on each set the worker draws
         from the seeds ``draw``, right before its call (``buffers``: this process's buffers for
@@ -518,10 +524,17 @@ class Judge:
         travel sealed (``seal``), and the worker opens a set right before its first call, copies
         it into memory of its own and closes it (the kernel gets the copy, as it gets a set
         the worker drew), and opens the buffers and our sets again once every call is made, to
-        copy the outputs and the inputs as the calls left them into them."""
+        copy the outputs and the inputs as the calls left them into them.
+
+        ``in_place``: ``sets`` are the sets of the last request's calls (set k, call k's), with new
+        values written into the same tensors: the worker copies each into the memory its copy of
+        that call's set had (worker_main ``_take_inputs_memory``), in new tensors made as every
+        call's are, so that a result kept by the inputs' addresses is met at the same addresses,
+        as a model meets it when the caching allocator hands a layer's freed buffers out again."""
         message = {"op": "call", "slot": slot, "shape": shape, "dtype": dtype, "draw": draw, "poison": poison,
                    "expected": [(list(sh), str(dt)) for sh, dt in zip(meta.shapes, meta.dtypes)],
-                   "require_launch": self.problem.forbidden_ops is None, "sets": None, "calls": calls, "after": None}
+                   "require_launch": self.problem.forbidden_ops is None, "sets": None, "calls": calls, "after": None,
+                   "in_place": in_place}
         if sets is not None:
             message["sets"] = [seal(args, self.sealed) for args in sets]
         if sets is not None or buffers is not None:
@@ -671,7 +684,7 @@ def _check_each_input_alone(judge: Judge, case: Case, refs_before: Any) -> int:
         with torch.no_grad():
             t.copy_(fresh[i])
         judge.sync()
-        result = judge.run_case(case)
+        result = judge.run_case(case, in_place=True)
         _raise_if_stale(judge, case, result, refs_before, f"input {i} alone")
         refs_before = result.refs
         del result
@@ -686,7 +699,7 @@ def stage_smoke(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
     refs_before = first.refs
     del first  # its outputs: only the reference is needed from here
     case = _rewritten_in_place(judge, case)
-    second = judge.run_case(case)
+    second = judge.run_case(case, in_place=True)  # at the first call's input addresses
     _raise_if_stale(judge, case, second, refs_before, "the same input tensors")
     tally.add(second.verdict, case.label + " (inputs rewritten in place)")
     judge.fail_if_wrong(second, case)

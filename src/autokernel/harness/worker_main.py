@@ -17,7 +17,7 @@ from .memory import HISTORY_BYTES, HISTORY_CALLS
 from .hooks import changed_hooks, outside_hooks
 from .output_checks import (check_outputs, digest_sums, digest_values, numel, output_digest, planted, span,
                             take_accessors, tensors_in)
-from .problem_spec import draw_set, load_problem, own_copy
+from .problem_spec import can_take_memory, draw_set, load_problem, own_copy, take_memory
 from .watch import make_watch_class, records_reader
 from .worker_errors import describe_error, is_cuda_fault
 
@@ -195,6 +195,12 @@ class _State:
         self.record_event = (getattr(torch._C._CudaEventBase, "record", None) or torch.cuda.Event.record) \
             if self.gpu else None
         self.copy_into = torch._C.TensorBase.copy_
+        # weak references to storages (``_take_inputs_memory``): C functions, taken now
+        self.storage_weak_ref = torch.UntypedStorage._weak_ref
+        self.storage_expired = torch.UntypedStorage._expired
+        self.storage_free_weak = torch.UntypedStorage._free_weak_ref
+        self.storage_from_weak = torch.UntypedStorage._new_with_weak_ptr
+        can_take_memory()  # (its C method taken now)
         from torch.multiprocessing import reductions
 
         self.shared_cache = reductions.shared_cache  # torch's cache of storages other processes shared with us
@@ -526,8 +532,14 @@ class _State:
         of request it is: nothing tells a parent's set from a drawn one."""
         slot = m.get("slot", "candidate")
         paths = [self.paths.get(slot, "")]
-        retired = self._retire_kept()
+        self.draw_findings = []  # (what ``_made`` finds as the memory moves)
+        moved = self._made(self._take_inputs_memory) if m.get("in_place") and m.get("draw") is None else []
+        moving = self.draw_findings
+        retired = self._retire_kept() + moving
         sealed = list(m.get("sets") or [])
+        # per set: the storages whose memory its copy takes, where the old tensors are gone
+        memory = self._memory_freed(moved)[:len(sealed)]
+        del moved
         after = m.get("after")
         calls = max(1, int(m.get("calls") or 1))
         seeds = m.get("draw")
@@ -553,9 +565,13 @@ class _State:
                 else:
                     which = i // calls
                     source = latest.get(which)
+                    taken = None
                     if source is None:
                         source, sealed[which] = sealed[which], None
-                    args, made = self._copied(source)
+                        if which < len(memory):
+                            taken, memory[which] = memory[which], None
+                    args, made = self._copied(source, taken)
+                    taken = None  # its storages now hold the copies' own allocations: freed here
                     latest[which] = args
                     del source
                 findings += [dict(f, call=i) for f in self.draw_findings]
@@ -666,15 +682,64 @@ class _State:
         it checks, and compares the inputs as they are after the call with its own draw."""
         return self._made(lambda: draw_set(self.draw_inputs, self.draw_adversarial, shape, dtype, self.device, seed))
 
-    def _copied(self, source: Any) -> tuple[tuple, list]:
+    def _take_inputs_memory(self) -> list[list[tuple[Any, Any]]]:
+        """For each call of the last request, each input tensor's memory moved into a storage of
+        the judge's own (an empty one made here, which takes it: ``take_memory``), with a weak
+        reference to the tensor's storage, which is left empty; ``(None, None)`` for a tensor
+        with no memory.  The judge's rewrite of "the same input tensors" (``in_place`` requests:
+        stages.stage_smoke) must reach the kernel at the same addresses, as a model's next call
+        does where the caching allocator hands its freed buffers out again, yet in tensors made
+        as every call's are: new tensor and storage objects, the old ones gone
+        (``_memory_freed``).  Nothing is moved where this PyTorch cannot swap memory."""
+        torch = self.torch
+        if not can_take_memory():
+            return []
+        storage_of, nbytes = torch._C.TensorBase.untyped_storage, torch._C.StorageBase.nbytes
+        moved = []
+        for args in self.kept_inputs:
+            row = []
+            for t in tensors_in(args):
+                if type(t) is torch.Tensor and t.layout == torch.strided and not t.is_meta:
+                    old = storage_of(t)
+                    if nbytes(old) > 0:
+                        holder = storage_of(torch.empty(0, dtype=torch.uint8, device=t.device))
+                        take_memory(holder, old)
+                        row.append((holder, self.storage_weak_ref(old)))
+                        continue
+                row.append((None, None))
+            moved.append(row)
+        return moved
+
+    def _memory_freed(self, moved: list) -> list[list[Any]]:
+        """Per call of ``moved``, the storages whose memory its inputs' copies may take: where the
+        old tensor's storage is gone now that the judge let it go (``_retire_kept``).  One still
+        alive is held by the kernel (a model's buffer it holds is never handed out again): its
+        memory goes back to it, and the copy gets fresh memory."""
+        out = []
+        for row in moved:
+            kept = []
+            for holder, weak in row:
+                if holder is not None:
+                    old = None if self.storage_expired(weak) else self.storage_from_weak(weak)
+                    self.storage_free_weak(weak)
+                    if old is not None:
+                        take_memory(old, holder)
+                        holder = None
+                    old = None
+                kept.append(holder)
+            out.append(kept)
+        return out
+
+    def _copied(self, source: Any, memory: list | None = None) -> tuple[tuple, list]:
         """A set for the next call, copied into fresh memory of this process's right before it,
         as a drawn set is made (``own_copy``: a new base tensor of the same strides, at the drawn
         sets' version counter), and what its tensors were made as.  ``source``: the parent's
         sealed set (opened, copied and dropped here: its memory is no longer mapped when the
-        call runs), or the set as the previous call on it left it."""
+        call runs), or the set as the previous call on it left it.  ``memory``: storages whose
+        memory the copies take, one per tensor or None (``_take_inputs_memory``)."""
         def make():
             sent = _unpickle_request(source) if isinstance(source, bytes) else source
-            args = own_copy(sent, self.copy_into)
+            args = own_copy(sent, self.copy_into, memory)
             if self.gpu and sent is not source:  # the copy has read the parent's memory before it is closed
                 self.torch.cuda.synchronize()
             return args
