@@ -573,3 +573,50 @@ def test_nemotron_layernorm1p_norms_are_placed_and_match(tmp_path):
     assert replaced["model.model.layers.0.post_attention_layernorm"] == "add_layernorm"
     assert replaced["model.model.norm"] == "add_layernorm"  # the last layer's end, fused ahead
     assert replaced["model.model.layers.0.input_layernorm"] == "layernorm"
+
+
+class _NormBlock(torch.nn.Module):
+    """An nn.LayerNorm child (switched) and an F.layer_norm in the block's own forward (no place)."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(d)
+        self.w, self.b = torch.nn.Parameter(torch.ones(d)), torch.nn.Parameter(torch.zeros(d))
+
+    def forward(self, x):
+        return torch.nn.functional.layer_norm(self.norm(x) * 2, (x.shape[-1],), self.w, self.b)
+
+
+class _NormNet(_NormBlock):
+    """The block, then an F.layer_norm in the model's own forward (the root module's; no place)."""
+
+    def __init__(self, d=32):
+        super().__init__(d)
+        self.block = _NormBlock(d)
+
+    def forward(self, x):
+        return torch.nn.functional.layer_norm(self.block(x) * 2, (x.shape[-1],), self.w, self.b)
+
+
+def test_a_share_counts_as_placed_only_where_that_module_is_switched():
+    """The check counted a problem's share at a module as placed when a module inside it or
+    around it was switched for the same kind: the block's F.layer_norm (which apply cannot place)
+    because its nn.LayerNorm child was switched; hf:whisper's stems (conv + F.gelu in the
+    encoder's forward, 11.9% of it) with their applier switched off, because the encoder's
+    layers were switched for linear_gelu.  The root module's own share (the model's
+    F.layer_norm here) was never checked at all: its qualname is empty and the profiler recorded
+    it under no module."""
+    from autokernel.models import LoadedModel
+
+    loaded = LoadedModel(model=_NormNet().eval(),
+                         make_inputs=lambda seed: (torch.randn(2, 8, 32, generator=torch.Generator().manual_seed(seed)),),
+                         spec="test", description="test", input_shape=[2, 8, 32], input_kind="float")
+    plan = profile_model(loaded, warmup=0, iters=1)
+    norm = next(p for p in plan.problems if p.kind == "layernorm")
+    assert norm.supported and norm.modules == ["block.norm", "block"], norm.modules
+    assert set(norm.module_time_us) == {"block.norm"}, norm.module_time_us
+    assert norm.time_us == pytest.approx(norm.module_time_us["block.norm"])
+    assert "not placeable at block, the model's own forward:" in norm.note, norm.note
+    assert any(u.name.startswith(f"{norm.name} (layernorm) at block and 1 more") and u.time_us > 0
+               for u in plan.not_covered), [u.name for u in plan.not_covered]
+    assert plan.covered_fraction + sum(u.fraction for u in plan.not_covered) == pytest.approx(1.0, abs=1e-6)

@@ -516,13 +516,12 @@ def build_plan(roots: list[Node], *, model: str, device: str, time_kind: str, dt
             entry = g.shapes.setdefault(key, [shape, 0, 0.0])
             entry[1] += mult
             entry[2] += us * w / sum(weights)
-            if inst.module:
-                calls = g.module_calls.setdefault(inst.module, {})
-                calls[key] = calls.get(key, 0.0) + mult
+            # the root module's own share (qualname "") too: the placement check needs all of it
+            calls = g.module_calls.setdefault(inst.module or "", {})
+            calls[key] = calls.get(key, 0.0) + mult
         if inst.module and inst.module not in g.modules:
             g.modules.append(inst.module)
-        if inst.module:
-            g.module_time[inst.module] = g.module_time.get(inst.module, 0.0) + us
+        g.module_time[inst.module or ""] = g.module_time.get(inst.module or "", 0.0) + us
         if inst.module and inst.add_from:
             g.add_from[inst.module] = inst.add_from
         for note in inst.notes:

@@ -22,7 +22,6 @@ from ..plan import Plan, PlanProblem, UncoveredTime
 from ..problems.base import parse_dtype
 from .apply import NO_PLACE, place_ops
 from .ops import SCHEMAS, register_kernel_op
-from .patching import _related
 from .row_adds import ROW_ADD, SCALED
 from .selection import KernelOp
 
@@ -83,7 +82,10 @@ def check_placement(model: nn.Module, plan: Plan) -> PlacementCheck:
             where += [SWITCHES[k.kind]] if k.kind in SWITCHES else []
             check.unplaceable[k.problem.name] = f"{k.kind}: {NO_PLACE}" + (f" ({'; '.join(where)})" if where else "")
             continue
-        missing = {m: _why(m, k.kind, placed.skipped) for m in k.problem.modules
+        # the root module's own share is recorded under "" (not one of ``modules``: the appliers
+        # read those as names to relate theirs to)
+        places = list(k.problem.modules) + ([""] if "" in k.problem.module_time_us else [])
+        missing = {m: _why(m, k.kind, placed.skipped) for m in places
                    if not _placed_at(m, k.kind, placed.replaced)}
         if missing:
             check.unplaced[k.problem.name] = missing
@@ -92,19 +94,24 @@ def check_placement(model: nn.Module, plan: Plan) -> PlacementCheck:
 
 def _placed_at(module: str, kind: str, replaced: list[tuple[str, str]]) -> bool:
     """Did the appliers switch the place where ``module``'s share of the problem runs, for this
-    kind (linear_relu switching OPT's layer does not place the add_layernorm its applier skipped
-    inside it)?  A matmul's module is the innermost one around the GEMM: a linear layer, or a
-    module whose own forward calls matmul (eager attention's q @ k^T).  Only switching it or a
-    module around it places that GEMM; switching its linear children does not.  A row added
-    onto a linear's output (``row_adds``), or a scale of it by a number, is the matmul share of the
-    module whose forward writes it: rewriting that forward places it, and nothing inside that module.  For the other
-    kinds, a switch of the module, of one inside it or of one around it counts (their appliers
-    switch at either)."""
-    switched = [name for name, done in replaced if done == kind]
+    kind?  ``module`` is the innermost module around the op (the profiler's attribution; "" for
+    the model's own forward).  For every kind but matmul that is the module itself: its applier
+    switched it or rewrote its forward.  A switch of a module inside it or around it does not
+    place it (an F.layer_norm in a block's forward is not placed by switching the block's
+    nn.LayerNorm child; Whisper's stems, conv + F.gelu in the encoder's forward, were not placed
+    by switching the encoder's layers for linear_gelu, and counted as covered before their
+    applier existed; linear_relu switching OPT's layer does not place the add_layernorm its
+    applier skipped inside it).  A matmul's module is the innermost one around the GEMM: a
+    linear layer, or a module whose own forward calls matmul (eager attention's q @ k^T).  Only
+    switching it or a module around it places that GEMM; switching its linear children does not.
+    A row added onto a linear's output (``row_adds``), or a scale of it by a number, is the
+    matmul share of the module whose forward writes it: rewriting that forward places it, and
+    nothing inside that module."""
     if kind == "matmul":
+        switched = [name for name, done in replaced if done == kind]
         return (any(name == module or module.startswith(name + ".") for name in switched)
                 or (module, ROW_ADD) in replaced or (module, SCALED) in replaced)
-    return any(_related(name, [module]) for name in switched)
+    return (module, kind) in replaced
 
 
 def _why(module: str, kind: str, skipped: list[tuple[str, str]]) -> str:
@@ -131,11 +138,15 @@ def mark_placement(plan: Plan, model: nn.Module) -> None:
                 p.time_us = max(0.0, p.time_us - moved)
                 p.fraction = max(0.0, p.fraction - fraction)
                 more = f" and {len(names) - 1} more" if len(names) > 1 else ""
-                plan.uncovered.append(UncoveredTime(f"{p.name} ({p.kind}) at {names[0]}{more}, not placeable",
+                plan.uncovered.append(UncoveredTime(f"{p.name} ({p.kind}) at {_shown(names[0])}{more}, not placeable",
                                                     moved, fraction))
             drop_shapes_of(p, names)
-            where = ", ".join(names[:3]) + (f" (+{len(names) - 3})" if len(names) > 3 else "")
+            where = ", ".join(map(_shown, names[:3])) + (f" (+{len(names) - 3})" if len(names) > 3 else "")
             p.note = "; ".join(filter(None, [p.note, f"not placeable at {where}: {missing[names[0]]}"]))
+
+
+def _shown(module: str) -> str:
+    return module or "the model's own forward"
 
 
 def drop_shapes_of(problem: PlanProblem, modules: list[str]) -> None:
