@@ -8,6 +8,7 @@ alone by ``apply``'s probe; they are placed now.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 
 import pytest
@@ -620,3 +621,15 @@ def test_a_share_counts_as_placed_only_where_that_module_is_switched():
     assert any(u.name.startswith(f"{norm.name} (layernorm) at block and 1 more") and u.time_us > 0
                for u in plan.not_covered), [u.name for u in plan.not_covered]
     assert plan.covered_fraction + sum(u.fraction for u in plan.not_covered) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_the_models_own_forward_gets_its_gelu_rewritten(tmp_path):
+    """The example BERT's head calls F.gelu in Bert.forward, the root module's (qualname ""):
+    the call applier picked no op for the root, and that GELU (3.2-3.7% of the model) stayed
+    PyTorch's while the placement check, which did not see the root's share, counted it as
+    covered.  The profiler records that share under "" now; apply rewrites the root's call."""
+    patched = placed_and_matching(tmp_path, "bert", None, [2, 16], kinds=("gelu",))
+    replaced = dict(patched._autokernel_replaced)
+    assert replaced == {"": "gelu", "layers.0.mlp": "gelu", "layers.1.mlp": "gelu"}, replaced
+    gelu = json.loads((tmp_path / "plan.json").read_text())["problems"][0]
+    assert gelu["kind"] == "gelu" and gelu["module_time_us"][""] > 0 and "" not in gelu["modules"]

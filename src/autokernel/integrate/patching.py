@@ -29,6 +29,8 @@ def _pick(kops: list[KernelOp], kind: str, module_name: str) -> KernelOp | None:
     for k in same:
         if module_name in k.problem.modules:
             return k
+    if not module_name:  # the model itself: the profiler records its own forward's share under ""
+        return next((k for k in same if "" in k.problem.module_time_us or not k.problem.modules), None)
     for k in same:
         if _related(module_name, k.problem.modules):
             return k
