@@ -240,7 +240,7 @@ CASES = [
     # output copy (contiguous, ~1%) and the position ids' small ops.  Nemotron's partial rotary
     # (apply_rotary_pos_emb splits the heads itself, as GPT-NeoX's) counted as a placed rotary problem,
     # none of its calls taken by the op; not covered since 2026-12-07 (6.3%): 96.2-96.6% before,
-    # 87.3-91.1% after (four runs each, alternated, load 2.1-2.7)
+    # 87.3-91.1% after (four runs each, alternated, load 2.1-2.7; 88.0% in a fifth)
     ("hf:arcee", SMALL_DECODER + ",num_key_value_heads=2", [2, 128], 0.95,
      {"linear_relu2", "add_rmsnorm", "rmsnorm", "attention", "matmul", "embedding", "rotary_table"}),
     ("hf:nemotron", SMALL_DECODER + ",num_key_value_heads=2", [2, 128], 0.86,
@@ -262,8 +262,8 @@ CASES = [
     # partial rotary (apply_rotary_pos_emb splits q[..., :rotary_dim] itself, the tables that wide)
     # counted as a placed rotary problem though the op's replacement hands every such call back to
     # PyTorch; not covered since 2026-12-07 (6.8%): 95.3-96.2% before, 87.6-89.1% after (four runs
-    # each, alternated, load 2.1-2.7)
-    ("hf:gpt_neox", SMALL_DECODER, [2, 128], 0.86,
+    # each, alternated, load 2.1-2.7; 87.0% in a fifth), so the bar leaves room for load
+    ("hf:gpt_neox", SMALL_DECODER, [2, 128], 0.85,
      {"linear_gelu", "add_layernorm", "layernorm", "attention", "rotary_table", "matmul", "embedding"}),
     # Swin (window attention: per-window additive masks, list-valued depths and num_heads given in
     # brackets since 2026-12-07): 78.0-78.5% (four runs, load 1.5-8.5); 82.3% for Swin-T at its own
