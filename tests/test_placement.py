@@ -636,15 +636,31 @@ def test_the_models_own_forward_gets_its_gelu_rewritten(tmp_path):
 
 
 @pytest.mark.skipif(not HF, reason="transformers is not installed")
-def test_a_partial_rotary_done_inside_the_function_is_not_counted_as_a_placed_rotary():
+@pytest.mark.parametrize("spec,config,rotated", [
+    ("hf:gpt_neox", "hidden_size=64,num_hidden_layers=1,num_attention_heads=2,intermediate_size=128,vocab_size=256", 8),
+    ("hf:nemotron", "hidden_size=64,num_hidden_layers=1,num_attention_heads=2,num_key_value_heads=2,"
+                    "intermediate_size=128,vocab_size=256", 16)])
+def test_a_partial_rotary_done_inside_the_function_runs_through_the_op(tmp_path, spec, config, rotated):
     """GPT-NeoX's (and Nemotron's) apply_rotary_pos_emb gets tables as wide as the rotary dims
     and splits the heads itself (q[..., :rotary_dim]).  It was a rotary problem, placed by
-    rebinding the function, but the replacement hands every such call back to PyTorch (the op
-    takes tables as wide as x): none ran, and 6-9% of those models counted as covered."""
-    loaded = load_model("hf:gpt_neox", config_overrides="hidden_size=64,num_hidden_layers=1,num_attention_heads=2,"
-                        "intermediate_size=128,vocab_size=256", input_shape=[1, 16], dtype=torch.float32)
+    rebinding the function, but the replacement handed every such call back to PyTorch (the op
+    took tables as wide as x): none ran, and 6-9% of those models counted as covered.  The op
+    gets the rotated dims now (the rest passed through), and the plan's shapes are theirs."""
+    from autokernel.integrate import OP_CALLS, apply
+
+    from test_integrate import make_workdir, rel
+
+    torch.manual_seed(0)
+    loaded = load_model(spec, config_overrides=config, input_shape=[1, 16], dtype=torch.float32)
     plan = profile_model(loaded, warmup=0, iters=1)
-    assert "rotary" not in {p.kind for p in plan.problems} and "rotary_table" in {p.kind for p in plan.problems}
-    partial = [u for u in plan.not_covered if u.name.startswith("rotary ") and "partial" in u.name]
-    assert partial and partial[0].time_us > 0, [u.name for u in plan.not_covered]
-    assert "the first 8 of 32 dims rotated inside the function" in partial[0].name
+    rotary = next(p for p in plan.problems if p.kind == "rotary")
+    assert rotary.supported and {s["D"] for s in rotary.shapes} == {rotated}, rotary.shapes  # of head_dim 32
+    assert f"partial: the first {rotated} of 32 dims" in rotary.note
+    patched = apply(loaded.model, make_workdir(tmp_path / "wd", [rotary], model=spec, input_shape=(1, 16)))
+    op = patched._autokernel_ops[rotary.name]
+    ids = torch.randint(0, 256, (1, 16))
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        out, ref = patched(ids), loaded.model(ids)
+    assert OP_CALLS[op] - before == 2  # q and k of the layer
+    assert rel(out, ref) < 1e-5

@@ -1261,13 +1261,12 @@ def _rotary(call: ScopeCall, node: Node, default_dtype: str) -> Instance | Unsup
         layout = ("rotate_half layout" if "rotate_half" in call.code_names or call.kind == "module"
                   else "layout assumed rotate_half")
         # cos and sin narrower than the heads: the function rotates the first dims and passes the
-        # rest through (GPT-NeoX's and Nemotron's apply_rotary_pos_emb).  The op takes a table as
-        # wide as x: its replacement hands every such call back to PyTorch, so it is no rotary
-        # problem that apply can place (it counted as placed, none of its calls taken)
+        # rest through (GPT-NeoX's and Nemotron's apply_rotary_pos_emb): the op gets those dims
         tables = [a.shape[-1] for a in call.args[len(tensors):len(tensors) + 2] if a.shape]
         if tables and max(tables) < tensors[0].shape[-1]:
-            return Unsupported(f"rotary {where} (partial: the first {max(tables)} of {tensors[0].shape[-1]} "
-                               f"dims rotated inside the function)")
+            R = max(tables)
+            shapes = [(make_shape("rotary", *(list(shape.values())[:3] + [R])), n) for shape, n in shapes]
+            layout += f"; partial: the first {R} of {tensors[0].shape[-1]} dims"
     module = _enclosing_module(node.parent, lambda info: True)
     return Instance(kind, tensors[0].dtype or default_dtype, shapes,
                     module=module.qualname if module else "", notes=(f"{where} ({layout})",))

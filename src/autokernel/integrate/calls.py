@@ -15,7 +15,7 @@ from ..recognize import gelu_form, module_wrapped_function
 from .ops import rows, traced_as_original
 from .patching import _SUBCLASSES, _code_names, _pick, rewrap
 from .rewrite import compile_forward, parse_forward, rebound_globals
-from .rotary_tables import rotary_arity, table_convention, table_replacement
+from .rotary_tables import PARTIAL, rotary_arity, table_convention, table_replacement
 from .selection import KernelOp
 
 
@@ -472,7 +472,10 @@ def _global_replacements(fn: types.FunctionType, sdpa: Callable | None, rotary: 
         for rot, form_of in ((rotary, _rotary_form), (rotary_pairs, _rotary_pairs_form)):
             form = form_of(value) if rot is not None else None
             if form is not None:
-                out[name] = _rotary_replacement(rot, value, form)
+                # one that rotates the tables' width of each head and passes the rest through
+                # (GPT-NeoX's, Nemotron's) gets its calls with narrower tables to the op too
+                partial = table_convention(value, rot.kind) == PARTIAL
+                out[name] = table_replacement(rot, value, PARTIAL) if partial else _rotary_replacement(rot, value, form)
                 kinds.add(rot.kind)
                 break
             convention = table_convention(value, rot.kind) if rot is not None else None

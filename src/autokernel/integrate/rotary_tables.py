@@ -40,6 +40,8 @@ class TableConvention:
         return 2 * width if self.tables == "half" else width
 
 
+# the ops' own convention, on the first R dims of each head (R the tables' width), the rest passed through
+PARTIAL = TableConvention(partial=True)
 # every convention but the ops' own (``calls._rotary_form`` takes that one), a partial one first: a
 # function that rotates part of each head rotates all of it when the tables are as wide as the head
 CONVENTIONS = tuple(c for c in (TableConvention(s, t, q, p) for s, t, q, p
