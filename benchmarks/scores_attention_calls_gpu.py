@@ -10,6 +10,7 @@ and never while its graph was captured ("installed but not called").
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections import Counter
 from pathlib import Path
@@ -42,7 +43,11 @@ def logged_helpers(k):
 
     def logged_ready(module, q, key, v, scale, dims, to_v=False):
         answer = ready(module, q, key, v, scale, dims, to_v)
-        SEEN[("ready", answer, type(module).__name__, str(q.dtype), str(v.dtype), _described(scale), dims, to_v,
+        # the op's own dtype and head dims beside q's and k's: the 2026-12-07 call on an H100 saw ready
+        # False outside graphs too (q fp32, v bf16), where the same model on the CPU answers True
+        SEEN[("ready", answer, type(module).__name__, "q " + str(q.dtype), "k " + str(key.dtype),
+              "v " + str(v.dtype), "op " + str(k.dtype), "op D " + str(k.dims("D")), "q D " + str(q.shape[-1]),
+              "autocast " + str(torch.is_autocast_enabled(q.device.type)), _described(scale), dims, to_v,
               capturing())] += 1
         return answer
 
@@ -75,6 +80,10 @@ def main() -> int:
         wd = models_gpu.starters_workdir(args.out / ("graphs" if graphs else "eager"), args.model, args.config,
                                          args.shape, gpu, captured=graphs)
         SEEN.clear()
+        plan = json.loads((wd / "plan.json").read_text())
+        for problem in plan["problems"]:
+            if problem["kind"] == "attention_masked":
+                print(f"plan: {problem['name']} {problem['dtype']} {problem['shapes']}")
         v = verify(wd, seeds=(0,), timing=False, breakdown=False, cuda_graphs=graphs, in_model="all", log=print)
         print(f"{args.model}, CUDA graphs {graphs}: passed {v.passed}, op calls {v.op_calls}; {v.message}")
         for seen, count in SEEN.items():
