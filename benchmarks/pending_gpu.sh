@@ -128,6 +128,13 @@ loop_pair() {  # one `optimize` of kind $1 for budget $2 with this tree, then wi
         --budget $2 --kinds $1 --out $out/old"
 }
 
+xielu_steps() {  # xielu's starter through the GPU judge, then over its knobs beside eager and torch.compile
+    step xielu_judge 120 python benchmarks/judge_smoke_gpu.py --out "$out/xielu_judge" --budget 110 \
+        --kinds xielu --attacks ""
+    step knobs_xielu 100 python benchmarks/starter_knobs_gpu.py --kind xielu --shape 0 --out "$out/knobs_xielu" \
+        --configs '[{}, {"BLOCK": 1024}, {"BLOCK": 4096}, {"BLOCK": 8192, "num_warps": 8}]' --compile-mode default
+}
+
 case "$part" in
 judge)
     step judge_smoke 260 python benchmarks/judge_smoke_gpu.py --out "$out/smoke" --budget 200 \
@@ -425,13 +432,10 @@ twentyeighth_b)  # what the twenty-eighth session's GPU calls left open: relativ
     step bloom_graphs 200 python benchmarks/models_gpu.py --out "$out/bloom_graphs" --skip-fused --cuda-graphs \
         --compile-mode reduce-overhead --max-minutes 3 --models hf:bloom
     ;;
-xielu)  # xielu (Apertus' xIELU activation, 2026-12-07, never on a GPU): its starter through the GPU judge, over its
-    # knobs at Apertus-8B's up_proj output (4096 x 21504 bf16, floor 352 MB: ~84 us at 4.2 TB/s) beside eager (the
-    # module's dozen-op fallback, ~29 MN e) and torch.compile; hf:apertus (8B widths, 4 layers) verified and timed
-    step xielu_judge 120 python benchmarks/judge_smoke_gpu.py --out "$out/xielu_judge" --budget 110 \
-        --kinds xielu --attacks ""
-    step knobs_xielu 100 python benchmarks/starter_knobs_gpu.py --kind xielu --shape 0 --out "$out/knobs_xielu" \
-        --configs '[{}, {"BLOCK": 1024}, {"BLOCK": 4096}, {"BLOCK": 8192, "num_warps": 8}]' --compile-mode default
+xielu)  # xielu (Apertus' xIELU activation, 2026-12-07): its starter through the GPU judge, over its knobs at
+    # Apertus-8B's up_proj output (4096 x 21504 bf16, floor 352 MB: ~84 us at 4.2 TB/s) beside eager (the module's
+    # dozen-op fallback, ~29 MN e) and torch.compile; hf:apertus (8B widths, 4 layers) verified and timed
+    xielu_steps
     step apertus 330 python benchmarks/models_gpu.py --out "$out/apertus" --skip-fused --compile-mode default \
         --max-minutes 5 --models hf:apertus
     ;;
@@ -439,10 +443,7 @@ thirtieth)  # the thirtieth session (2026-12-07): xielu's starter through the GP
     # `xielu`, whose hf:apertus step moved to thirtieth_b); hf:whisper with its encoder stems run as window GEMMs
     # (linear_gelu, the GELU in the epilogue) and its q/k/v head copies dropped, verified and timed against eager and
     # torch.compile (never on a GPU)
-    step xielu_judge 120 python benchmarks/judge_smoke_gpu.py --out "$out/xielu_judge" --budget 110 \
-        --kinds xielu --attacks ""
-    step knobs_xielu 100 python benchmarks/starter_knobs_gpu.py --kind xielu --shape 0 --out "$out/knobs_xielu" \
-        --configs '[{}, {"BLOCK": 1024}, {"BLOCK": 4096}, {"BLOCK": 8192, "num_warps": 8}]' --compile-mode default
+    xielu_steps
     step whisper 300 python benchmarks/models_gpu.py --out "$out/whisper" --skip-fused --compile-mode default \
         --max-minutes 4.5 --models hf:whisper
     ;;
