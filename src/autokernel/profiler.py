@@ -638,19 +638,21 @@ def profile_model(loaded: LoadedModel, *, device: str | None = None, dtype: torc
     """Profile ``iters`` forward passes of the loaded model (after ``warmup`` untimed ones)
     and return its plan.  ``captured``: the passes run as a CUDA graph capture runs them
     (``as_captured``), for a model that will run in CUDA-graph mode.  A problem that ``apply``
-    finds no place for in the model is marked unsupported, with the reason (``placement``)."""
+    finds no place for in the model is marked unsupported, with the reason, and so is one whose op
+    takes none of its calls when the patched copy runs a forward on the same inputs (``placement``;
+    that forward costs about one more pass of the model)."""
     device = device or loaded.device
     dtype = dtype or loaded.dtype
     on_gpu = str(device).startswith("cuda")
-    roots = trace_model(loaded.model, loaded.make_inputs(0), on_gpu=on_gpu, warmup=warmup, iters=iters,
-                        captured=captured)
+    inputs = loaded.make_inputs(0)
+    roots = trace_model(loaded.model, inputs, on_gpu=on_gpu, warmup=warmup, iters=iters, captured=captured)
     plan = build_plan(roots, model=loaded.spec, device="cuda" if on_gpu else "cpu",
                       time_kind="gpu" if on_gpu else "cpu", dtype=dtype_name(dtype),
                       input_shape=loaded.input_shape, iters=max(1, iters), fuse_mlp=fuse_mlp,
                       device_name=device_label(device), fuse_rotary=fuse_rotary)
     from .integrate.placement import mark_placement
 
-    mark_placement(plan, loaded.model)
+    mark_placement(plan, loaded.model, inputs, captured)
     return plan
 
 

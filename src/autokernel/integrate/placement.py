@@ -13,17 +13,20 @@ from __future__ import annotations
 
 import copy
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 import torch.nn as nn
 
 from ..plan import Plan, PlanProblem, UncoveredTime
 from ..problems.base import parse_dtype
 from .apply import NO_PLACE, place_ops
+from .call_counts import CallShortfall, counting, kernel_source, shortfall
 from .ops import SCHEMAS, register_kernel_op
 from .row_adds import ROW_ADD, SCALED
-from .selection import KernelOp
+from .selection import DECLINED, KernelOp
 
 # for the kinds a model most often computes outside what apply switches: what it does switch
 SWITCHES = {
@@ -56,11 +59,19 @@ class PlacementCheck:
 
     unplaceable: dict[str, str] = field(default_factory=dict)
     unplaced: dict[str, dict[str, str]] = field(default_factory=dict)
+    # with inputs (``call_counts``): placed problems whose op took fewer calls than planned, and
+    # why the counting forward could not run (then nothing is counted)
+    short: dict[str, CallShortfall] = field(default_factory=dict)
+    count_error: str = ""
+    counted: dict[str, int] = field(default_factory=dict)  # problem -> its op's calls in that forward
 
 
-def check_placement(model: nn.Module, plan: Plan) -> PlacementCheck:
+def check_placement(model: nn.Module, plan: Plan, inputs: tuple | None = None,
+                    captured: bool = False) -> PlacementCheck:
     """Run the appliers on a structural copy of ``model`` with a stub op for each supported
-    problem; ``model`` is left as it was."""
+    problem; ``model`` is left as it was.  With ``inputs`` the stub ops compute the problems' eager
+    ops and count their calls, and the copy runs one forward on them (``as_captured`` where
+    ``captured``): a placed problem whose op takes fewer calls than planned is in ``short``."""
     check = PlacementCheck()
     candidates = [p for p in plan.supported if p.kind in SCHEMAS]
     for p in plan.supported:
@@ -72,10 +83,13 @@ def check_placement(model: nn.Module, plan: Plan) -> PlacementCheck:
         ops = []
         for p in candidates:
             path = Path(tmp) / f"{p.name}.py"
-            path.write_text(_STUB_KERNEL)
+            path.write_text(_STUB_KERNEL if inputs is None else kernel_source(p.kind, p.name))
             opname, op = register_kernel_op(p.kind, f"placement_{p.name}", path)
             ops.append(KernelOp(p, opname, op, parse_dtype(p.dtype), path))
-        placed = place_ops(structural_copy(model), ops)
+        patched = structural_copy(model)
+        placed = place_ops(patched, ops)
+        if inputs is not None:
+            tally, check.count_error = _count_calls(patched, inputs, captured)
     for k in ops:
         if k.opname not in placed.used_ops:
             where = [f"found in {', '.join(k.problem.modules[:3])}"] if k.problem.modules else []
@@ -89,7 +103,28 @@ def check_placement(model: nn.Module, plan: Plan) -> PlacementCheck:
                    if not _placed_at(m, k.kind, placed.replaced)}
         if missing:
             check.unplaced[k.problem.name] = missing
+    if inputs is not None and not check.count_error:
+        for k in ops:
+            if k.opname in placed.used_ops:
+                stacks = tally.get(k.problem.name, [])
+                check.counted[k.problem.name] = len(stacks)
+                gap = shortfall(k.problem, stacks, set(check.unplaced.get(k.problem.name, {})))
+                if gap is not None:
+                    check.short[k.problem.name] = gap
     return check
+
+
+def _count_calls(patched: nn.Module, inputs: tuple, captured: bool) -> tuple[dict[str, list], str]:
+    """One forward of the patched copy with the counting stand-in ops: each problem's calls (the
+    module stack at each), or why the forward failed."""
+    from ..profiler import as_captured
+
+    try:
+        with torch.no_grad(), as_captured(captured), counting(patched) as tally:
+            patched(*inputs)
+    except Exception as exc:  # the appliers' code raising here would raise in apply's model too
+        return {}, f"{type(exc).__name__}: {exc}"
+    return tally, ""
 
 
 def _placed_at(module: str, kind: str, replaced: list[tuple[str, str]]) -> bool:
@@ -118,13 +153,19 @@ def _why(module: str, kind: str, skipped: list[tuple[str, str]]) -> str:
     return next((why for name, why in skipped if name == module and why.startswith(kind)), f"{kind}: {NO_PLACE}")
 
 
-def mark_placement(plan: Plan, model: nn.Module) -> None:
+def mark_placement(plan: Plan, model: nn.Module, inputs: tuple | None = None, captured: bool = False) -> None:
     """Mark the plan's problems that ``apply`` finds no place for as unsupported, with the
     reason: the loop leaves them out and their time counts as not covered.  A problem placed at
     some of its modules only keeps the time of those (``module_time_us``); the others' time
     counts as not covered, named, and its note says where and why; the shapes only those ran
-    leave the problem (the loop would tune for calls the kernel never gets)."""
-    check = check_placement(model, plan)
+    leave the problem (the loop would tune for calls the kernel never gets).  With ``inputs``
+    the patched copy's calls are counted too (``check_placement``): a placed problem whose op took
+    none of its calls is unsupported, and the modules short of their calls lose that share of their
+    time (``mark_short``)."""
+    check = check_placement(model, plan, inputs, captured)
+    if check.count_error:
+        warnings.warn(f"the placement check's counting forward failed ({check.count_error}): the calls each "
+                      f"problem's op takes in the patched model were not counted", stacklevel=2)
     for p in plan.problems:
         if p.name in check.unplaceable:
             p.supported = False
@@ -143,6 +184,41 @@ def mark_placement(plan: Plan, model: nn.Module) -> None:
             drop_shapes_of(p, names)
             where = ", ".join(map(_shown, names[:3])) + (f" (+{len(names) - 3})" if len(names) > 3 else "")
             p.note = "; ".join(filter(None, [p.note, f"not placeable at {where}: {missing[names[0]]}"]))
+    for p in plan.problems:
+        if p.supported and p.name in check.short:
+            mark_short(plan, p, check.short[p.name])
+
+
+def mark_short(plan: Plan, p: PlanProblem, gap: CallShortfall) -> None:
+    """A placed problem whose op took fewer calls than planned: none at all, unsupported; else each
+    module short of its calls keeps the share of its time its op took (the rest not covered, named),
+    and one that took none of its calls leaves the problem's shapes."""
+    if gap.counted == 0:
+        p.supported = False
+        p.note = "; ".join(filter(None, [f"{p.kind}: {DECLINED} (none of its {gap.planned:g} calls a forward: "
+                                         f"the switched code hands them to PyTorch)", p.note]))
+        return
+    moved = 0.0
+    if gap.modules:
+        for m, (planned, got) in gap.modules.items():
+            us = p.module_time_us.pop(m, None)
+            if us is not None:
+                moved += us * (1 - got / planned)
+                if got:
+                    p.module_time_us[m] = us * got / planned
+        drop_shapes_of(p, [m for m, (_, got) in gap.modules.items() if got == 0])
+    else:
+        moved = p.time_us * (1 - gap.counted / gap.planned)
+    names = list(gap.modules)
+    where = (f" at {_shown(names[0])}" + (f" and {len(names) - 1} more" if len(names) > 1 else "")) if names else ""
+    if moved > 0:
+        fraction = moved / plan.total_time_us if plan.total_time_us > 0 else 0.0
+        p.time_us = max(0.0, p.time_us - moved)
+        p.fraction = max(0.0, p.fraction - fraction)
+        plan.uncovered.append(UncoveredTime(f"{p.name} ({p.kind}){where}, calls not taken", moved, fraction))
+    shown = "; ".join(f"{_shown(m)} {got} of {planned:g}" for m, (planned, got) in list(gap.modules.items())[:3])
+    p.note = "; ".join(filter(None, [p.note, f"{DECLINED}: its op took {gap.counted} of {gap.planned:g} calls a forward"
+                                            + (f" ({shown})" if shown else "")]))
 
 
 def _shown(module: str) -> str:

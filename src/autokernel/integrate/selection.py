@@ -111,13 +111,15 @@ def not_judged_correct(results: list[dict[str, str]], name: str, interpreter: bo
 
 
 NO_PLACE = "no place in the model where it applies"
+# a problem placed whose op took fewer calls than planned in the placement check's forward
+DECLINED = "placed, but its op does not take all its calls"
 
 
 def unsupported_reason(p: PlanProblem) -> str:
     """Why an unsupported problem stays out: a built-in kind that the profile's placement check found
     no place for says so, with where it was found (its note); cohere2's rotary_table, a kind
     autokernel supports, read "not supported by autokernel"."""
-    if p.kind in SCHEMAS and NO_PLACE in p.note:
+    if p.kind in SCHEMAS and (NO_PLACE in p.note or DECLINED in p.note):
         return p.note.removeprefix(f"{p.kind}: ")
     return "not supported by autokernel"
 
