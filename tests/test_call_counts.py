@@ -95,3 +95,18 @@ def test_a_placed_rotary_that_hands_every_call_back_does_not_count_as_covered(mo
     assert f"rotary: {DECLINED} (none of its 2 calls a forward" in rotary.note
     assert any(u.name.startswith(f"{rotary.name} (rotary, unsupported)") for u in plan.not_covered)
     assert plan.covered_fraction + sum(u.fraction for u in plan.not_covered) == pytest.approx(1.0, abs=1e-6)
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_an_add_whose_sum_is_added_to_again_before_the_norm_is_not_fused():
+    """RoBERTa's embeddings: ``x = ids + types; x = x + positions; x = LayerNorm(x)``.  Both adds
+    were fused with the norm, the first one's normalised rows never used: the count found the
+    add_layernorm op called 6 times a forward for 5 planned.  Only the add the norm reads is fused."""
+    from test_models_coverage import SMALL_DECODER
+
+    loaded = load_model("hf:roberta", config_overrides=SMALL_DECODER, input_shape=[2, 16], dtype=torch.float32)
+    plan = profile_model(loaded, warmup=0, iters=1)
+    add_norm = next(p for p in plan.problems if p.kind == "add_layernorm")
+    check = check_placement(loaded.model, plan, loaded.make_inputs(0))
+    assert check.counted[add_norm.name] == sum(add_norm.calls) == 5, (check.counted, add_norm.module_calls)
+

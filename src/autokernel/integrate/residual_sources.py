@@ -88,6 +88,13 @@ def _views_itself(stmt: ast.stmt, var: str) -> bool:
             and isinstance(stmt.value.func.value, ast.Name) and stmt.value.func.value.id == var)
 
 
+def _rebinds(stmt: ast.stmt, var: str) -> bool:
+    """Does ``stmt`` itself (not a branch inside it) bind ``var`` anew (RoBERTa's embeddings:
+    ``x = a + b``, then ``x = x + p`` before the norm)?"""
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(stmt, ast.AnnAssign) else []
+    return any(isinstance(n, ast.Name) and n.id == var for t in targets for n in ast.walk(t))
+
+
 LOOKAHEAD = 8  # statements after the add searched for the norm call
 
 
@@ -159,6 +166,8 @@ def _fuse_sum_then_norm(body: list[ast.stmt], self_name: str, norms: set[str], f
                 break
             if any(_is_norm_call(n, self_name, norms) for n in ast.walk(later)):
                 break
+            if _rebinds(later, var) and not _views_itself(later, var):
+                break  # the sum never reaches the norm: fused, the op would run for nothing
             names |= _aliases(later, names)
             viewed = viewed or _views_itself(later, var)
 
