@@ -16,8 +16,8 @@ import torch
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from autokernel.integrate.call_counts import assign, shortfall  # noqa: E402
-from autokernel.integrate.placement import check_placement, mark_short  # noqa: E402
+from autokernel.integrate.call_counts import EXTRA_CALLS, assign, shortfall  # noqa: E402
+from autokernel.integrate.placement import check_placement, mark_placement, mark_short  # noqa: E402
 from autokernel.integrate.selection import DECLINED  # noqa: E402
 from autokernel.models import load_model  # noqa: E402
 from autokernel.plan import Plan, PlanProblem  # noqa: E402
@@ -109,4 +109,14 @@ def test_an_add_whose_sum_is_added_to_again_before_the_norm_is_not_fused():
     add_norm = next(p for p in plan.problems if p.kind == "add_layernorm")
     check = check_placement(loaded.model, plan, loaded.make_inputs(0))
     assert check.counted[add_norm.name] == sum(add_norm.calls) == 5, (check.counted, add_norm.module_calls)
+    assert not check.extra and EXTRA_CALLS not in add_norm.note
 
+
+def test_a_problem_whose_op_takes_more_calls_than_planned_says_so():
+    """The plan's note says so (coverage as it was): RoBERTa's embeddings before the fix above."""
+    loaded = load_model("llama", input_shape=[1, 16], dtype=torch.float32, config_overrides={"n_layers": "2"})
+    plan = profile_model(loaded, warmup=0, iters=1)
+    rotary = next(p for p in plan.problems if p.kind == "rotary")
+    rotary.calls = [3]  # one call fewer than the model makes
+    mark_placement(plan, loaded.model, loaded.make_inputs(0))
+    assert rotary.supported and f"{EXTRA_CALLS}: 4 a forward, 3 planned" in rotary.note, rotary.note

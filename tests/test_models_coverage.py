@@ -36,6 +36,7 @@ import warnings
 import pytest
 import torch
 
+from autokernel.integrate.call_counts import EXTRA_CALLS
 from autokernel.integrate.selection import DECLINED
 from autokernel.models import load_model
 from autokernel.profiler import profile_model
@@ -301,11 +302,12 @@ def test_covered_share(spec, config, shape, target, kinds):
         warnings.simplefilter("always")
         plan = profile_model(loaded, warmup=1, iters=5)
     # the placement check ran the patched copy with counting ops, and every placed problem's op
-    # took all the calls the plan expects of it (per module): GPT-NeoX's and Nemotron's partial
-    # rotary counted as placed, its replacement handing every call back to PyTorch
+    # took the calls the plan expects of it (per module), no fewer and no more: GPT-NeoX's and
+    # Nemotron's partial rotary counted as placed, its replacement handing every call back to
+    # PyTorch; hf:roberta's embeddings ran the add + norm op twice a forward, the first unused
     assert not [str(w.message) for w in caught if "counting forward failed" in str(w.message)]
-    declined = {p.name: p.note for p in plan.problems if DECLINED in p.note}
-    assert not declined, f"{spec}: placed problems whose op does not take all its calls: {declined}"
+    declined = {p.name: p.note for p in plan.problems if DECLINED in p.note or EXTRA_CALLS in p.note}
+    assert not declined, f"{spec}: placed problems whose op does not take the calls planned: {declined}"
     found = {p.kind for p in plan.problems}
     assert kinds <= found, f"{spec}: kinds {sorted(kinds - found)} not found in {sorted(found)}"
     share = covered(plan)

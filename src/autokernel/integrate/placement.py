@@ -23,7 +23,7 @@ import torch.nn as nn
 from ..plan import Plan, PlanProblem, UncoveredTime
 from ..problems.base import parse_dtype
 from .apply import NO_PLACE, place_ops
-from .call_counts import CallShortfall, counting, kernel_source, shortfall
+from .call_counts import EXTRA_CALLS, CallShortfall, counting, kernel_source, shortfall
 from .ops import SCHEMAS, register_kernel_op
 from .row_adds import ROW_ADD, SCALED
 from .selection import DECLINED, KernelOp
@@ -64,6 +64,8 @@ class PlacementCheck:
     short: dict[str, CallShortfall] = field(default_factory=dict)
     count_error: str = ""
     counted: dict[str, int] = field(default_factory=dict)  # problem -> its op's calls in that forward
+    # placed problems whose op took more calls than planned: problem -> (planned, counted)
+    extra: dict[str, tuple[float, int]] = field(default_factory=dict)
 
 
 def check_placement(model: nn.Module, plan: Plan, inputs: tuple | None = None,
@@ -111,6 +113,9 @@ def check_placement(model: nn.Module, plan: Plan, inputs: tuple | None = None,
                 gap = shortfall(k.problem, stacks, set(check.unplaced.get(k.problem.name, {})))
                 if gap is not None:
                     check.short[k.problem.name] = gap
+                planned = float(sum(k.problem.calls))
+                if gap is None and len(stacks) > planned + 0.5:
+                    check.extra[k.problem.name] = (planned, len(stacks))
     return check
 
 
@@ -187,6 +192,9 @@ def mark_placement(plan: Plan, model: nn.Module, inputs: tuple | None = None, ca
     for p in plan.problems:
         if p.supported and p.name in check.short:
             mark_short(plan, p, check.short[p.name])
+        elif p.name in check.extra:  # work the model did not do, or calls the profile gave no problem
+            planned, counted = check.extra[p.name]
+            p.note = "; ".join(filter(None, [p.note, f"{EXTRA_CALLS}: {counted} a forward, {planned:g} planned"]))
 
 
 def mark_short(plan: Plan, p: PlanProblem, gap: CallShortfall) -> None:
