@@ -7,7 +7,10 @@ that never runs in the model.  So the appliers are run once on the model as it i
 op for every problem (no kernel is imported or run), and a problem that takes no place is
 reported, not optimized.  Where a problem takes some of its places but not others (BART's
 positional embeddings, a router's functional linear), the time of the others counts as not
-covered, by module.
+covered, by module.  Given the profile's inputs, the stub ops compute the problems' eager ops and
+the copy runs one forward: a placed problem whose op takes none of its calls (a switch that hands
+them all back to PyTorch) is reported too, and a module short of its calls keeps only the taken
+share of its time (``call_counts``).
 """
 from __future__ import annotations
 
