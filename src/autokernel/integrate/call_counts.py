@@ -20,7 +20,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-import torch
 import torch.nn as nn
 
 from ..plan import PlanProblem
