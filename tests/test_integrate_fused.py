@@ -3,6 +3,7 @@
 patched model under torch.compile (fullgraph); and the CUDA-graph mode's refusal off a GPU."""
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import pytest
@@ -752,3 +753,35 @@ def test_hugging_face_attention_reaches_our_op_through_the_attention_interface(t
     original.load_state_dict(model.state_dict())
     with torch.no_grad():
         assert rel(got, original(ids, use_cache=False).logits) < 1e-5
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")
+def test_models_of_two_widths_in_one_process_each_run_the_residual_output_op(tmp_path):
+    """The classes ``apply`` makes are kept by what they switch and shared by the modules that
+    switch alike.  The residual-output class (BERT's and RoBERTa's ``LayerNorm(dense(h) +
+    residual)``) baked the norm's width into its forward but was kept without it: a second model
+    of another width got the first one's class, whose guard declined every call (the call count
+    found RoBERTa's add_layernorm op taking 1 of 5 calls after a narrower RoBERTa was placed)."""
+    import shutil
+
+    from autokernel.models import load_model
+    from autokernel.plan import save_plan
+    from autokernel.problems.registry import KERNELS_DIR
+    from autokernel.profiler import profile_model
+
+    config = "hidden_size={},num_hidden_layers=1,num_attention_heads=2,intermediate_size=64,vocab_size=64"
+    for width in (32, 64):
+        loaded = load_model("hf:roberta", config_overrides=config.format(width), input_shape=[1, 8],
+                            dtype=torch.float32)
+        plan = profile_model(loaded, warmup=0, iters=1)
+        add_norm = next(p for p in plan.problems if p.kind == "add_layernorm")
+        wd = tmp_path / f"w{width}"
+        (wd / "problems" / add_norm.name).mkdir(parents=True)
+        shutil.copyfile(KERNELS_DIR / "add_layernorm.py", wd / "problems" / add_norm.name / "kernel.py")
+        save_plan(plan, wd / "plan.json")
+        patched = apply(loaded.model, wd)
+        op = patched._autokernel_ops[add_norm.name]
+        before = OP_CALLS[op]
+        with torch.no_grad():
+            patched(*loaded.make_inputs(0))
+        assert OP_CALLS[op] - before == 3, width  # the embeddings' add and the layer's two
