@@ -120,3 +120,17 @@ def test_a_problem_whose_op_takes_more_calls_than_planned_says_so():
     rotary.calls = [3]  # one call fewer than the model makes
     mark_placement(plan, loaded.model, loaded.make_inputs(0))
     assert rotary.supported and f"{EXTRA_CALLS}: 4 a forward, 3 planned" in rotary.note, rotary.note
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_a_check_does_not_take_the_classes_an_earlier_check_made_for_another_config():
+    """The checks' stub ops have the same names from model to model, and the appliers keep their
+    classes by what they switch: BLOOM profiled with 4 heads after BLOOM with 2 got the first
+    one's attention class, which declined every call, and its attention_masked came out
+    unsupported (the order of the tests decided it)."""
+    for heads in (2, 4):
+        loaded = load_model("hf:bloom", config_overrides=f"hidden_size=32,n_layer=1,n_head={heads},vocab_size=64",
+                            input_shape=[1, 16], dtype=torch.float32)
+        plan = profile_model(loaded, warmup=0, iters=1)
+        masked = next(p for p in plan.problems if p.kind == "attention_masked")
+        assert masked.supported and DECLINED not in masked.note, (heads, masked.note)

@@ -14,11 +14,13 @@ share of its time (``call_counts``).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import torch
 import torch.nn as nn
@@ -28,6 +30,7 @@ from ..problems.base import parse_dtype
 from .apply import NO_PLACE, place_ops
 from .call_counts import EXTRA_CALLS, CallShortfall, counting, kernel_source, shortfall
 from .ops import SCHEMAS, register_kernel_op
+from .patching import _SUBCLASSES
 from .row_adds import ROW_ADD, SCALED
 from .selection import DECLINED, KernelOp
 
@@ -92,9 +95,10 @@ def check_placement(model: nn.Module, plan: Plan, inputs: tuple | None = None,
             opname, op = register_kernel_op(p.kind, f"placement_{p.name}", path)
             ops.append(KernelOp(p, opname, op, parse_dtype(p.dtype), path))
         patched = structural_copy(model)
-        placed = place_ops(patched, ops)
-        if inputs is not None:
-            tally, check.count_error = _count_calls(patched, inputs, captured)
+        with _own_classes():
+            placed = place_ops(patched, ops)
+            if inputs is not None:
+                tally, check.count_error = _count_calls(patched, inputs, captured)
     for k in ops:
         if k.opname not in placed.used_ops:
             where = [f"found in {', '.join(k.problem.modules[:3])}"] if k.problem.modules else []
@@ -120,6 +124,22 @@ def check_placement(model: nn.Module, plan: Plan, inputs: tuple | None = None,
                 if gap is None and len(stacks) > planned + 0.5:
                     check.extra[k.problem.name] = (planned, len(stacks))
     return check
+
+
+@contextlib.contextmanager
+def _own_classes() -> Iterator[None]:
+    """The appliers' classes for the check's copy made afresh and dropped with it.  The stub ops of
+    two checks have the same names, so without this a check reused the classes an earlier check
+    made for another model of the same classes (another width, another attention): a class whose
+    forward holds what it was made for (an applier whose key left it out) declined every call of
+    the new model, and its problems came out unsupported or covered by the order of the checks."""
+    kept = dict(_SUBCLASSES)
+    _SUBCLASSES.clear()
+    try:
+        yield
+    finally:
+        _SUBCLASSES.clear()
+        _SUBCLASSES.update(kept)
 
 
 def _count_calls(patched: nn.Module, inputs: tuple, captured: bool) -> tuple[dict[str, list], str]:
