@@ -574,6 +574,23 @@ def test_whisper_given_other_frames_says_which_config_takes_them():
                       input_shape=[2, 80, 128]).input_shape == [2, 80, 128]
 
 
+def test_whispers_decoder_start_stays_inside_a_small_vocabulary(capfd):
+    """New-user trial: `autokernel run --model hf:whisper --config ...,vocab_size=256` printed
+    transformers' "Model config: decoder_start_token_id must be `None` or an integer within the
+    vocabulary (between 0 and 255), got 50257" at every build (profile, verify, report): the
+    default's decoder start lay outside the vocabulary the user made smaller."""
+    pytest.importorskip("transformers")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.get_logger("transformers").warning_once.cache_clear()  # warned once a process
+    capfd.readouterr()
+    loaded = load_model("hf:whisper", config_overrides=WHISPER, validate=False)
+    assert "within the vocabulary" not in capfd.readouterr().err
+    assert loaded.model.model.config.decoder_start_token_id == 255
+    kept = load_model("hf:whisper", config_overrides=WHISPER + ",decoder_start_token_id=7", validate=False)
+    assert kept.model.model.config.decoder_start_token_id == 7  # what the user sets stays
+
+
 def test_a_list_setting_is_given_in_brackets():
     """Swin's ``depths`` and ``num_heads`` are lists: ``--config depths=[2,2],num_heads=[2,4]``
     was split at every comma and refused as "malformed config override '2]'", and a bare

@@ -514,17 +514,19 @@ def _did_you_mean(arch: str) -> str:
 
 
 def special_tokens_inside(default: Any, values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """bos/eos/pad ids the user did not set that lie outside a vocabulary made smaller: transformers
-    warns about each on every build (GPT-2's 50256 at vocab_size=1024).  bos and eos are dropped,
-    pad moved to the last row (an embedding's padding row must lie inside its table)."""
+    """bos/eos/pad/decoder-start ids the user did not set that lie outside a vocabulary made
+    smaller: transformers warns about each on every build (GPT-2's 50256 at vocab_size=1024,
+    Whisper's decoder start 50257 at vocab_size=256).  bos and eos are dropped, pad and the decoder
+    start moved to the last row (an embedding's padding row must lie inside its table; a decoder
+    start stays a token id, as generation and shifted labels read it)."""
     vocab = values.get("vocab_size")
     if not isinstance(vocab, int):
         return {}
     out: dict[str, Any] = {}
-    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id"):
         token = _setting(default, key)
         if key not in overrides and key not in values and isinstance(token, int) and token >= vocab:
-            out[key] = vocab - 1 if key == "pad_token_id" else None
+            out[key] = vocab - 1 if key in ("pad_token_id", "decoder_start_token_id") else None
     return out
 
 
