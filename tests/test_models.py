@@ -606,6 +606,23 @@ def test_a_list_setting_is_given_in_brackets():
         load_model("hf:swin", config_overrides="depths=2", validate=False)
 
 
+def test_lists_that_go_together_are_named_when_their_lengths_differ():
+    """New-user trial: `profile --model hf:swin --config ...,num_heads=[3,4]` (four stages by
+    default) failed with "building hf:swin failed: IndexError: list index out of range" alone,
+    and `depths=[2,2]` with the default four num_heads failed in the forward pass with a
+    reshape's message: neither named the two lists of one item a stage."""
+    pytest.importorskip("transformers")
+    small = "embed_dim=32,image_size=64,window_size=4,patch_size=4"
+    with pytest.raises(ModelSpecError, match=r"IndexError.*num_heads has 2 item\(s\) but depths=\[2,2,6,2\] "
+                                             r"\(the default\) has 4"):
+        load_model("hf:swin", config_overrides=small + ",num_heads=[3,4]", validate=False)
+    with pytest.raises(ModelSpecError, match=r"depths has 3 item\(s\) but num_heads=\[2,4\] has 2"):
+        load_model("hf:swin", config_overrides=small + ",depths=[2,2,2],num_heads=[2,4]", validate=False)
+    with pytest.raises(ModelSpecError, match=r"does not fit hf:swin .*depths has 2 item\(s\) but "
+                                             r"num_heads=\[3,6,12,24\] \(the default\) has 4.*forward pass failed"):
+        load_model("hf:swin", config_overrides=small + ",depths=[2,2]")
+
+
 def test_the_default_configs_own_warnings_are_not_shown(capfd):
     """hf:starcoder2's default config has bos and eos 50256 outside its 49152-token vocabulary:
     reading it (to type the --config values) printed two "Model config: bos_token_id must be

@@ -584,6 +584,32 @@ def kv_heads_error(config: Any, overrides: dict[str, Any]) -> str | None:
             f"e.g. num_key_value_heads={heads}")
 
 
+def list_lengths_hint(default: Any, config: Any, overrides: dict[str, Any]) -> str | None:
+    """Where a list the user set has another length than a list setting that is as long as it by
+    default (Swin's ``num_heads`` and ``depths``, one item a stage): which two, for the message of
+    a build that failed (``--config num_heads=[3,4]`` with the default four stages failed with
+    "IndexError: list index out of range" alone)."""
+    try:
+        defaults = default.to_dict()
+    except Exception:
+        return None
+    lists = {k: v for k, v in defaults.items() if isinstance(v, (list, tuple)) and len(v) > 1}
+    for key in overrides:
+        mine = _setting(config, key)
+        if key not in lists or not isinstance(mine, (list, tuple)):
+            continue
+        for other, other_default in lists.items():
+            theirs = _setting(config, other)
+            if other == key or len(other_default) != len(lists[key]) or not isinstance(theirs, (list, tuple)) \
+                    or len(theirs) == len(mine):
+                continue
+            whose = "" if other in overrides else " (the default)"
+            shown = "[" + ",".join(str(v) for v in theirs) + "]"
+            return (f"{key} has {len(mine)} item(s) but {other}={shown}{whose} has {len(theirs)}: they go "
+                    f"together, an item each; give both the same length with --config")
+    return None
+
+
 def _from_config(auto: Any, config: Any, dtype: torch.dtype, **kwargs: Any) -> nn.Module:
     """The model built in ``dtype``, as ``from_pretrained(..., dtype=...)`` builds it: what a model
     keeps in fp32 stays fp32 (its RoPE ``inv_freq``; ``_keep_in_fp32_modules``), where a
@@ -641,7 +667,8 @@ def _build_hf(arch: str, overrides: dict[str, Any], device: str,
             except (TypeError, ValueError, ImportError):
                 model = _from_config(auto, config, dtype)
     except Exception as exc:
-        raise ModelSpecError(f"building hf:{arch} failed: {_one_line(exc)}") from None
+        hint = list_lengths_hint(default, config, overrides)
+        raise ModelSpecError(f"building hf:{arch} failed: {_one_line(exc)}" + (f" ({hint})" if hint else "")) from None
     shown = ", ".join(f"{k}={v}" for k, v in overrides.items())
     what = f"{type(model).__name__} (transformers, random weights{': ' + shown if shown else ''})"
     wrapped = wrapper(model)
@@ -827,9 +854,27 @@ def check_forward(loaded: LoadedModel) -> None:
             raise ModelSpecError(f"input {format_shape(loaded.input_shape)} does not fit {loaded.spec}: "
                                  f"{frames}") from None
         given = ", ".join(f"{k}={v}" for k, v in (loaded.config_overrides or {}).items())
+        why = _hf_list_lengths_hint(loaded) or "one of them may not suit the others"
         raise ModelSpecError(f"input {format_shape(loaded.input_shape)} does not fit {loaded.spec}"
-                             + (f" with its --config ({given}; one of them may not suit the others)" if given else "")
+                             + (f" with its --config ({given}; {why})" if given else "")
                              + f": a forward pass failed with {_one_line(exc)}") from None
+
+
+def _hf_list_lengths_hint(loaded: LoadedModel) -> str | None:
+    """``list_lengths_hint`` for a built hf: model whose forward pass failed (Swin built with
+    ``depths=[2,2]`` and the default four ``num_heads``, then failed in its forward)."""
+    if not loaded.spec.startswith("hf:") or not loaded.config_overrides:
+        return None
+    try:
+        import transformers
+
+        with quiet_config_warnings():
+            default = transformers.AutoConfig.for_model(loaded.spec[3:].strip())
+    except Exception:  # noqa: BLE001 - no default to compare with: no hint
+        return None
+    inner = getattr(loaded.model, "model", loaded.model)
+    config = getattr(inner, "config", None)
+    return list_lengths_hint(default, config, loaded.config_overrides) if config is not None else None
 
 
 def speech_frames_hint(loaded: LoadedModel) -> str | None:
