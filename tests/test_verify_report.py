@@ -607,3 +607,23 @@ def test_export_warns_only_about_the_kernels_it_exported(tmp_path):
     assert res.exit_code == 0, res.output
     assert sorted(p.name for p in (tmp_path / "out").glob("*.py")) == ["rmsnorm.py"]
     assert "kernel(s) rmsnorm were tuned under the Triton interpreter" in " ".join(res.output.split())
+
+
+def test_report_says_which_problem_the_agent_was_stuck_on(tmp_path):
+    """New-user trial: `optimize --agent llm` against a model that always sent the current kernel
+    back stopped after 25 rejected proposals in a row ('stuck: ... done with this problem'), twice
+    with a resume; report.md said only "experiments recorded: 50", "None kept", nothing about why."""
+    wd = make_workdir(tmp_path / "wd")
+    same = "same again (rejected: the proposed file is identical to the current kernel)"
+    rows = "".join(row(2 + i, "swiglu", "rejected", "", "", "", 0.04, same) for i in range(24))
+    with open(wd / "results.tsv", "a") as f:
+        f.write(rows)
+    write_report(wd)
+    assert "no new kernel" not in (wd / "report.md").read_text()  # 24 in a row: the loop went on
+    with open(wd / "results.tsv", "a") as f:
+        f.write(row(26, "swiglu", "rejected", "", "", "", 0.04, same))
+    write_report(wd)
+    md = " ".join((wd / "report.md").read_text().split())
+    assert ("swiglu: the agent proposed no new kernel in its last 25 of 26 experiments (last: the proposed file is "
+            "identical to the current kernel); the loop is done with a problem after 25 such proposals in a row") in md
+    assert "rmsnorm: the agent" not in md

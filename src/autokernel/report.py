@@ -81,6 +81,30 @@ def collect(workdir: str | Path) -> ReportData:
     return ReportData(workdir, plan, rows, problems, run, load_verify(workdir), from_plan=from_plan)
 
 
+def stuck_notes(data: ReportData) -> list[str]:
+    """One line per problem whose last rows are ``MAX_UNEVALUATED_IN_A_ROW`` or more proposals in
+    a row that were no new kernel file (an LLM sending the current kernel back): the loop was done
+    with it for that reason, which the problems table, counting those rows as experiments, hid."""
+    from .loop.problem_run import MAX_UNEVALUATED_IN_A_ROW
+
+    notes = []
+    for p in data.problems:
+        mine = [r for r in data.rows if r.get("problem") == p.name and r.get("status") != "baseline"]
+        run = 0
+        for r in reversed(mine):
+            if r.get("status") != "rejected" or r.get("failed_stage") or r.get("latency_us"):
+                break
+            run += 1
+        if run < MAX_UNEVALUATED_IN_A_ROW:
+            continue
+        description = mine[-1].get("description") or ""
+        reason = description.rpartition("(rejected: ")[2].rstrip(")") if "(rejected: " in description else ""
+        notes.append(f"{p.name}: the agent proposed no new kernel in its last {run} of {len(mine)} experiments"
+                     + (f" (last: {reason})" if reason else "") + f"; the loop is done with a problem after "
+                     f"{MAX_UNEVALUATED_IN_A_ROW} such proposals in a row")
+    return notes
+
+
 def too_slow_note(data: ReportData) -> str:
     """One line when, on a CPU, the starting kernels' evaluations timed out for every problem
     evaluated, or for the problems holding most of their share of the time: the Triton
@@ -167,6 +191,7 @@ def render_markdown(data: ReportData) -> str:
             lines.append(f"- **not finished**: stopped (or still running) after {data.run['spent_s']:.0f} s of its budget; "
                          f"the same `autokernel run` command resumes it")
     lines.append(f"- experiments recorded: {sum(1 for r in data.rows if r.get('status') != 'baseline')}")
+    lines += [f"- **{note}**" for note in stuck_notes(data)]
     lines += _unreachable_lines(data)
     if too_slow_note(data):
         lines.append(f"- **{too_slow_note(data)}**")
@@ -256,6 +281,7 @@ def _render_problems_only(data: ReportData, timing_note: str) -> str:
     lines = ["# autokernel report", "", "## What was run", "",
              f"- problems optimized on their own (`autokernel optimize --problem`): {names}",
              f"- experiments recorded: {sum(1 for r in data.rows if r.get('status') != 'baseline')}",
+             *[f"- **{note}**" for note in stuck_notes(data)],
              *_unreachable_lines(data),
              "- no model: nothing to verify end to end (`autokernel run` or `optimize --plan` make a run from a model)",
              "", "## Problems" + timing_note, "", *_problems_table(data)]
