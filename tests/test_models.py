@@ -449,6 +449,17 @@ def test_heads_that_the_default_kv_heads_do_not_divide_are_named():
     assert small.model.model.config.num_key_value_heads == 4
 
 
+def test_no_heads_at_all_is_named_before_the_build():
+    """New-user trial: hf:stablelm --config num_key_value_heads=0 (or num_attention_heads=0) said
+    "building hf:stablelm failed: ZeroDivisionError: integer division or modulo by zero"."""
+    pytest.importorskip("transformers")
+    base = "hidden_size=64,num_hidden_layers=1,intermediate_size=128,vocab_size=128,"
+    with pytest.raises(ModelSpecError, match=r"num_key_value_heads=0: attention needs at least one head"):
+        load_model("hf:stablelm", config_overrides=base + "num_attention_heads=8,num_key_value_heads=0", validate=False)
+    with pytest.raises(ModelSpecError, match=r"num_attention_heads=0: attention needs at least one head"):
+        load_model("hf:stablelm", config_overrides=base + "num_attention_heads=0", validate=False)
+
+
 def test_an_image_model_given_a_token_shape_says_which_shape_it_takes():
     """hf:vit --input-shape 2x32 failed with 'not enough values to unpack (expected 4, got 2)'."""
     pytest.importorskip("transformers")

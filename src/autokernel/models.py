@@ -576,6 +576,9 @@ def kv_heads_error(config: Any, overrides: dict[str, Any]) -> str | None:
     if not {"num_attention_heads", "num_key_value_heads"} & set(overrides):
         return None
     heads, kv = _setting(config, "num_attention_heads"), _setting(config, "num_key_value_heads")
+    for name, value in (("num_attention_heads", heads), ("num_key_value_heads", kv)):
+        if name in overrides and isinstance(value, int) and value < 1:  # the build divided by it
+            return f"{name}={value}: attention needs at least one head"
     if not (isinstance(heads, int) and isinstance(kv, int)) or heads < 1 or kv < 1 or heads % kv == 0:
         return None
     whose = "" if "num_key_value_heads" in overrides else " (the default)"
