@@ -452,3 +452,21 @@ def rotate_half(x):  # module level: the recognisers read the names a function's
 def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
     cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
     return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+def test_fused_rotary_on_a_model_without_rotary_says_there_is_none():
+    """New-user trial: `profile --model hf:whisper --fused-rotary` (learned positions, no rotary
+    at all) said "no rotary on q and k here is directly followed by unmasked attention on them
+    (a partial rotary, a mask, or another rotary form)", as if a rotary had been found unfused."""
+    from autokernel.fusion_notes import unfused_flags
+    from autokernel.plan import Plan, PlanProblem
+
+    def plan(*kinds):
+        return Plan(model="m", device="cpu", time_kind="cpu", dtype="fp32", input_shape=[1, 8], total_time_us=10.0,
+                    problems=[PlanProblem(k, k, "fp32", [{"M": 8, "N": 64}], [1], 1.0, 0.1, []) for k in kinds])
+
+    (none,) = unfused_flags(plan("attention", "matmul", "linear_gelu"), fuse_rotary=True, fuse_mlp=False)
+    assert none.startswith("--fused-rotary: no rotary embedding was planned here") and "followed by" not in none
+    (apart,) = unfused_flags(plan("rotary", "attention"), fuse_rotary=True, fuse_mlp=False)
+    assert "directly followed by unmasked attention" in apart
+    assert unfused_flags(plan("attention_rotary"), fuse_rotary=True, fuse_mlp=False) == []

@@ -10,7 +10,10 @@ from .plan import Plan
 def unfused_flags(plan: Plan, *, fuse_rotary: bool, fuse_mlp: bool) -> list[str]:
     kinds = {p.kind for p in plan.problems}
     notes = []
-    if fuse_rotary and "attention_rotary" not in kinds:
+    if fuse_rotary and "attention_rotary" not in kinds and not any(k.startswith("rotary") for k in kinds):
+        notes.append("--fused-rotary: no rotary embedding was planned here (the model has none, or none "
+                     "autokernel recognises): the flag changes nothing")
+    elif fuse_rotary and "attention_rotary" not in kinds:
         notes.append("--fused-rotary: no rotary on q and k here is directly followed by unmasked attention on "
                      "them (a partial rotary, a mask, or another rotary form): rotary and attention are planned apart")
     if fuse_mlp and "fused_mlp" not in kinds:
