@@ -539,3 +539,14 @@ def test_an_agent_that_proposes_no_new_kernel_again_and_again_is_done_with_the_p
     assert "no new kernel in 25 tries" in note and "identical to the current kernel" in note, note
     assert "stuck: the agent proposed no new kernel" in out.getvalue(), out.getvalue()
     assert "search space exhausted" not in out.getvalue()
+
+
+def test_the_stop_line_names_the_problems_done_for_one_reason_once():
+    """New-user trial: `run --agent llm` against a model that sent every kernel back stopped with
+    `stopped: all-done (matmul: the agent proposed no new kernel in 25 tries in a row (last: ...);
+    attention: the agent proposed ...; ...)`, the same note six times on one 1000-character line."""
+    from autokernel.loop.optimize import joined_notes
+
+    stuck = "the agent proposed no new kernel in 25 tries in a row (last: the proposed file is identical)"
+    assert joined_notes([("matmul", stuck), ("gelu", "at 97% of roofline"), ("attention", stuck), ("embedding", "")]) \
+        == f"matmul, attention: {stuck}; gelu: at 97% of roofline"

@@ -66,6 +66,17 @@ def default_evaluator_factory(spec: str, **kwargs):
 BUDGET_GRACE_S = 5.0  # an evaluation may end this long after the budget (the worker killed then)
 
 
+def joined_notes(notes: list[tuple[str, str]]) -> str:
+    """The problems done for one reason named once with it, "a, b: why; c: why else" (six
+    problems stuck on an LLM that sent each kernel back made a stop line of six copies of one
+    150-character note)."""
+    grouped: dict[str, list[str]] = {}
+    for name, note in notes:
+        if note:
+            grouped.setdefault(note, []).append(name)
+    return "; ".join(f"{', '.join(names)}: {note}" for note, names in grouped.items())
+
+
 @dataclass
 class Session:
     """What every experiment of one invocation needs."""
@@ -132,7 +143,7 @@ class Session:
         reason = "max-experiments" if self.capped() else "all-done"
         notes = [(r.name, r.note if r.state is not None and r.state.exhausted and r.note else park_note(r.state))
                  for r in open_runs]
-        return reason, "; ".join(f"{name}: {note}" for name, note in notes if note)
+        return reason, joined_notes(notes)
 
     def write(self, run: ProblemRun, record, evaluation, candidate: Path | None, presses_before: int | None,
               description: str, reason: str = "") -> str:
