@@ -82,12 +82,13 @@ def collect(workdir: str | Path) -> ReportData:
 
 
 def stuck_notes(data: ReportData) -> list[str]:
-    """One line per problem whose last rows are ``MAX_UNEVALUATED_IN_A_ROW`` or more proposals in
-    a row that were no new kernel file (an LLM sending the current kernel back): the loop was done
-    with it for that reason, which the problems table, counting those rows as experiments, hid."""
+    """A line per reason naming the problems whose last rows are ``MAX_UNEVALUATED_IN_A_ROW`` or
+    more proposals in a row that were no new kernel file (an LLM sending the current kernel
+    back): the loop was done with them for that reason, which the problems table, counting those
+    rows as experiments, hid."""
     from .loop.problem_run import MAX_UNEVALUATED_IN_A_ROW
 
-    notes = []
+    grouped: dict[str, list[str]] = {}
     for p in data.problems:
         mine = [r for r in data.rows if r.get("problem") == p.name and r.get("status") != "baseline"]
         run = 0
@@ -99,10 +100,10 @@ def stuck_notes(data: ReportData) -> list[str]:
             continue
         description = mine[-1].get("description") or ""
         reason = description.rpartition("(rejected: ")[2].rstrip(")") if "(rejected: " in description else ""
-        notes.append(f"{p.name}: the agent proposed no new kernel in its last {run} of {len(mine)} experiments"
-                     + (f" (last: {reason})" if reason else "") + f"; the loop is done with a problem after "
-                     f"{MAX_UNEVALUATED_IN_A_ROW} such proposals in a row")
-    return notes
+        grouped.setdefault(reason, []).append(f"{p.name} (its last {run} of {len(mine)} experiments)")
+    return [f"{', '.join(names)}: the agent proposed no new kernel" + (f" (last: {reason})" if reason else "")
+            + f"; the loop is done with a problem after {MAX_UNEVALUATED_IN_A_ROW} such proposals in a row"
+            for reason, names in grouped.items()]
 
 
 def too_slow_note(data: ReportData) -> str:
