@@ -606,7 +606,16 @@ def test_export_warns_only_about_the_kernels_it_exported(tmp_path):
     res = CliRunner().invoke(app, ["export", str(wd), "--out", str(tmp_path / "out")])
     assert res.exit_code == 0, res.output
     assert sorted(p.name for p in (tmp_path / "out").glob("*.py")) == ["rmsnorm.py"]
-    assert "kernel(s) rmsnorm were tuned under the Triton interpreter" in " ".join(res.output.split())
+    # nothing kept for rmsnorm: its starter, untuned (it was said to have been "tuned under the Triton
+    # interpreter", its knobs "chosen for the interpreter's speed")
+    said = " ".join(res.output.split())
+    assert "kernel(s) rmsnorm are their starting kernels: the run under the Triton interpreter on CPU kept no " \
+        "change to them; re-run `autokernel optimize` on a GPU" in said and "were tuned" not in said
+    with open(wd / "results.tsv", "a") as f:
+        f.write(row(1, "rmsnorm", "keep", 100.0, "", 2.0, 1.0, "ROWS 1→4"))
+    res = CliRunner().invoke(app, ["export", str(wd), "--out", str(tmp_path / "out2")])
+    said = " ".join(res.output.split())
+    assert "kernel(s) rmsnorm were tuned under the Triton interpreter" in said and "starting kernels" not in said
 
 
 def test_report_says_which_problem_the_agent_was_stuck_on(tmp_path):

@@ -46,8 +46,34 @@ def gpu_use_warning(workdir: str | Path, names: list[str]) -> str | None:
     cpu_tuned = interpreter_tuned(workdir, names)
     if not cpu_tuned:
         return None
-    return (f"kernel(s) {', '.join(cpu_tuned)} were tuned under the Triton interpreter on CPU: their knob "
-            f"settings were chosen for the interpreter's speed, not a GPU's; re-run `autokernel optimize` on a GPU")
+    kept = _kept(workdir)
+    tuned = [n for n in cpu_tuned if kept is None or n in kept]
+    untouched = [n for n in cpu_tuned if n not in tuned]
+    parts = []
+    if tuned:
+        parts.append(f"kernel(s) {', '.join(tuned)} were tuned under the Triton interpreter on CPU: their knob "
+                     f"settings were chosen for the interpreter's speed, not a GPU's")
+    if untouched:
+        parts.append(f"kernel(s) {', '.join(untouched)} are their starting kernels: the run under the Triton "
+                     f"interpreter on CPU kept no change to them")
+    return "; ".join(parts) + "; re-run `autokernel optimize` on a GPU"
+
+
+def _kept(workdir: str | Path) -> set[str] | None:
+    """The problems with a kept experiment in ``results.tsv`` (None where there is no file): a
+    problem without one still has its starting kernel, which no run tuned (hf:whisper's matmul
+    after a CPU run that kept nothing for it was said to have knobs "chosen for the interpreter's
+    speed")."""
+    import csv
+
+    path = Path(workdir) / "results.tsv"
+    if not path.is_file():
+        return None
+    try:
+        with path.open(newline="") as fh:
+            return {r.get("problem") or "" for r in csv.DictReader(fh, delimiter="\t") if r.get("status") == "keep"}
+    except (OSError, csv.Error):
+        return None
 
 
 def nothing_replaced_warning(skipped: list) -> str:
