@@ -634,6 +634,18 @@ def test_lists_that_go_together_are_named_when_their_lengths_differ():
         load_model("hf:swin", config_overrides=small + ",depths=[2,2]")
 
 
+def test_a_setting_the_config_lacks_suggests_close_names():
+    """New-user trial: hf:swin --config num_head=[2,4] (or Depths=[2,2]) said only "SwinConfig has
+    no setting 'num_head'"."""
+    pytest.importorskip("transformers")
+    with pytest.raises(ModelSpecError, match=r"no setting 'num_head'; did you mean num_heads\?"):
+        load_model("hf:swin", config_overrides="num_head=[2,4]", validate=False)
+    with pytest.raises(ModelSpecError, match=r"no setting 'Depths'; did you mean depths\?"):
+        load_model("hf:swin", config_overrides="Depths=[2,2]", validate=False)
+    with pytest.raises(ModelSpecError, match=r"no setting 'bogus'$"):
+        load_model("hf:swin", config_overrides="bogus=3", validate=False)
+
+
 def test_the_default_configs_own_warnings_are_not_shown(capfd):
     """hf:starcoder2's default config has bos and eos 50256 outside its 49152-token vocabulary:
     reading it (to type the --config values) printed two "Model config: bos_token_id must be

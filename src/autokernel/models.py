@@ -513,6 +513,22 @@ def _did_you_mean(arch: str) -> str:
     return f"; did you mean {' or '.join(close)}?" if close else ""
 
 
+def _setting_like(config: Any, key: str) -> str:
+    """A suggestion ("; did you mean num_heads?") for a setting the config lacks (hf:swin's
+    ``num_head`` or ``Depths`` said only "SwinConfig has no setting 'num_head'")."""
+    import difflib
+
+    try:
+        names = [k for k in config.to_dict() if not k.startswith("_")]
+    except Exception:  # noqa: BLE001 - no list of names: no suggestion
+        return ""
+    lower = {n.lower(): n for n in names}
+    if key.lower() in lower:
+        return f"; did you mean {lower[key.lower()]}?"
+    close = difflib.get_close_matches(key, names, n=3, cutoff=0.75)
+    return f"; did you mean {' or '.join(close)}?" if close else ""
+
+
 def special_tokens_inside(default: Any, values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     """bos/eos/pad/decoder-start ids the user did not set that lie outside a vocabulary made
     smaller: transformers warns about each on every build (GPT-2's 50256 at vocab_size=1024,
@@ -642,7 +658,7 @@ def _build_hf(arch: str, overrides: dict[str, Any], device: str,
     values = {}
     for key, value in overrides.items():
         if not _has_setting(default, key):
-            raise ModelSpecError(f"{type(default).__name__} has no setting {key!r}")
+            raise ModelSpecError(f"{type(default).__name__} has no setting {key!r}{_setting_like(default, key)}")
         values[key] = _convert(value, _setting(default, key), key)
     small = moe_small_overrides(default, values)
     values = {**small, **special_tokens_inside(default, {**small, **values}, overrides), **values}
