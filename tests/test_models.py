@@ -634,6 +634,17 @@ def test_lists_that_go_together_are_named_when_their_lengths_differ():
         load_model("hf:swin", config_overrides=small + ",depths=[2,2]")
 
 
+def test_a_malformed_list_is_named_whole():
+    """New-user trial: hf:swin --config depths=[2,2]] said "config depths='2]': expected an
+    integer", and depths=[a,b] "config depths='a': expected an integer": an item, not the list."""
+    pytest.importorskip("transformers")
+    with pytest.raises(ModelSpecError, match=r"config depths='\[2,2\]\]': expected one list in brackets, "
+                                             r"e\.g\. depths=\[2,2,6,2\]"):
+        load_model("hf:swin", config_overrides="depths=[2,2]]", validate=False)
+    with pytest.raises(ModelSpecError, match=r"config depths='\[2,a\]': item 'a': expected an integer"):
+        load_model("hf:swin", config_overrides="depths=[2,a]", validate=False)
+
+
 def test_a_setting_the_config_lacks_suggests_close_names():
     """New-user trial: hf:swin --config num_head=[2,4] (or Depths=[2,2]) said only "SwinConfig has
     no setting 'num_head'"."""

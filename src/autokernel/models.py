@@ -137,8 +137,24 @@ def _convert_list(value: str, like: list | tuple, key: str) -> list:
         example = "[" + ",".join(str(v) for v in like) + "]" if like else "[1,2]"
         raise ModelSpecError(f"config {key}={value!r}: expected a list in brackets, e.g. {key}={example}")
     items = [item.strip() for item in text[1:-1].split(",") if item.strip()]
+    example = "[" + ",".join(str(v) for v in like) + "]" if like else "[1,2]"
+    if any(ch in item for item in items for ch in "[]"):  # depths=[2,2]] said "config depths='2]': expected an integer"
+        raise ModelSpecError(f"config {key}={value!r}: expected one list in brackets, e.g. {key}={example}")
     first = like[0] if like else None
-    return [_convert(item, first, key) for item in items]
+    try:
+        return [_convert(item, first, key) for item in items]
+    except ModelSpecError as exc:  # name the whole list, not only its item ("config depths='a': ...")
+        item_said = str(exc).split(": ", 1)[-1]
+        bad = next(item for item in items if _fails(item, first, key))
+        raise ModelSpecError(f"config {key}={value!r}: item {bad!r}: {item_said}") from None
+
+
+def _fails(item: str, like: Any, key: str) -> bool:
+    try:
+        _convert(item, like, key)
+    except ModelSpecError:
+        return True
+    return False
 
 
 def _convert(value: Any, like: Any, key: str) -> Any:
