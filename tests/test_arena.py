@@ -321,3 +321,24 @@ def test_a_solutions_folder_that_answers_no_problem_is_named(tmp_path):
                      "--out", str(tmp_path / "o"), "--device", "cpu"])
     assert result.exit_code == 0, result.output
     assert "no file in" in result.stderr and "kernelbench_example.py" in result.stderr, result.stderr
+
+
+def test_arena_optimize_that_stopped_early_says_why(tmp_path, monkeypatch):
+    """New-user trial: `arena --optimize --agent llm` against a model that sent the placeholder
+    back said "no-solution: 25 experiment(s), stopped: all-done; no correct kernel kept" after 7 s
+    of a 60 s budget: not that the loop was done because the agent proposed no new kernel."""
+    import types
+
+    import autokernel.loop.optimize as loop_optimize
+
+    stuck = "the agent proposed no new kernel in 25 tries in a row (last: the proposed file is identical)"
+    monkeypatch.setattr(loop_optimize, "run_optimize", lambda targets, workdir, **k: types.SimpleNamespace(
+        stopped_reason="all-done", message=f"{targets[0].name}: {stuck}", problems=[], workdir=workdir,
+        experiments_run=25))
+    out = tmp_path / "o"
+    result = _arena([str(ROOT / "examples" / "kernelbench_example.py"), "--optimize", "--agent", "command",
+                     "--agent-cmd", "true", "--budget-per-problem", "1m", "--out", str(out), "--device", "cpu",
+                     "--json"])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)["problems"]
+    assert row["message"].startswith(f"25 experiment(s), stopped: all-done ({stuck}); no correct kernel kept"), row

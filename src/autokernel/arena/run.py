@@ -170,6 +170,9 @@ def _optimize(problem_file: Path, out_dir: Path, settings: JudgeSettings,
     best = summary.problems[0] if summary.problems else None
     kernel = Path(summary.workdir) / "problems" / name / "kernel.py"
     note = f"{summary.experiments_run} experiment(s), stopped: {summary.stopped_reason}"
+    why = (summary.message or "").removeprefix(f"{name}: ")
+    if why and summary.stopped_reason != "budget":  # why it stopped early: "all-done" alone said nothing
+        note += f" ({why})"
     if best is None or not best.kept or not kernel.is_file():
         return None, note + "; no correct kernel kept"
     return kernel, note
