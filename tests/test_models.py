@@ -645,6 +645,23 @@ def test_a_malformed_list_is_named_whole():
         load_model("hf:swin", config_overrides="depths=[2,a]", validate=False)
 
 
+def test_a_json_object_in_braces_sets_a_dict_setting():
+    """New-user trial: hf:llama --config 'rope_scaling={"rope_type":"linear","factor":2.0}' was
+    split at its comma and refused as "malformed config override '"factor":2.0}'"; given alone
+    it reached transformers as a string and failed its validation."""
+    pytest.importorskip("transformers")
+    rope = 'rope_scaling={"rope_type":"linear","factor":2.0}'
+    assert parse_config_overrides(f"vocab_size=128,{rope},hidden_size=64") == \
+        {"vocab_size": "128", "rope_scaling": '{"rope_type":"linear","factor":2.0}', "hidden_size": "64"}
+    loaded = load_model("hf:llama", config_overrides=f"hidden_size=64,num_hidden_layers=1,num_attention_heads=2,"
+                        f"intermediate_size=128,vocab_size=128,{rope}", input_shape=[1, 8])
+    config = loaded.model.model.config
+    scaling = getattr(config, "rope_parameters", None) or config.rope_scaling
+    assert scaling["rope_type"] == "linear" and scaling["factor"] == 2.0
+    with pytest.raises(ModelSpecError, match=r"rope_scaling='linear': expected a JSON object in braces"):
+        load_model("hf:llama", config_overrides="rope_scaling=linear", validate=False)
+
+
 def test_a_setting_the_config_lacks_suggests_close_names():
     """New-user trial: hf:swin --config num_head=[2,4] (or Depths=[2,2]) said only "SwinConfig has
     no setting 'num_head'"."""

@@ -115,12 +115,13 @@ def parse_config_overrides(text: str | None) -> dict[str, str]:
 
 def _top_level_parts(text: str) -> list[str]:
     """``a=1,depths=[2,2]`` -> ["a=1", "depths=[2,2]"]: the commas inside brackets belong to a
-    list value (Swin's ``depths``, ``num_heads``)."""
+    list value (Swin's ``depths``, ``num_heads``), those inside braces to a JSON object (Llama's
+    ``rope_scaling``)."""
     parts, depth, start = [], 0, 0
     for i, ch in enumerate(text):
-        if ch == "[":
+        if ch in "[{":
             depth += 1
-        elif ch == "]":
+        elif ch in "]}":
             depth = max(depth - 1, 0)
         elif ch == "," and depth == 0:
             parts.append(text[start:i])
@@ -166,6 +167,8 @@ def _convert(value: Any, like: Any, key: str) -> Any:
         return None
     if isinstance(like, (list, tuple)):
         return _convert_list(value, like, key)
+    if isinstance(like, dict) or value.strip().startswith("{"):
+        return _convert_object(value, key)
     try:
         if isinstance(like, bool):
             low = value.lower()
@@ -184,6 +187,23 @@ def _convert(value: Any, like: Any, key: str) -> Any:
     if like is None or isinstance(like, str):
         return _guess(value)
     return value
+
+
+def _convert_object(value: str, key: str) -> dict:
+    """``{"rope_type":"linear","factor":2.0}`` (JSON) -> a dict, for a setting such as Llama's
+    ``rope_scaling`` (it was split at its commas and refused as "malformed config override
+    '"factor":2.0}'", or reached transformers as a string)."""
+    import json
+
+    example = '{"rope_type":"linear","factor":2.0}' if "rope" in key else '{"name":1}'
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise ModelSpecError(f"config {key}={value!r}: expected a JSON object in braces, e.g. {key}='{example}' "
+                             "(quote it for the shell)")
+    return parsed
 
 
 def _guess(value: str) -> Any:

@@ -49,7 +49,7 @@ def run(
     input_shape: Optional[str] = typer.Option(None, "--input-shape", help="Model input, e.g. 1x1024 (tokens BxS)."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16 | fp16 | fp32 (default bf16 on GPU, fp32 on CPU)."),
     device: str = typer.Option("auto", "--device", help="auto | cuda | cpu."),
-    config: Optional[List[str]] = typer.Option(None, "--config", help="Model config overrides k=v[,k=v] (repeatable; a list in brackets: depths=[2,2])."),
+    config: Optional[List[str]] = typer.Option(None, "--config", help="Model config overrides k=v[,k=v] (repeatable; a list in brackets: depths=[2,2]; a JSON object in braces)."),
     agent: str = typer.Option("tuner", "--agent", help="tuner | llm | command."),
     llm: Optional[str] = typer.Option(None, "--llm", help="openai:MODEL or anthropic:MODEL (llm agent)."),
     llm_base_url: Optional[str] = typer.Option(None, "--llm-base-url", help="OpenAI-compatible endpoint URL."),

@@ -19,7 +19,7 @@ def profile(
     input_shape: Optional[str] = typer.Option(None, "--input-shape", help="token batch BxS (e.g. 1x1024), or a float input's shape"),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="bf16, fp16 or fp32 (default bf16 on GPU, fp32 on CPU, as `run`)"),
     device: str = typer.Option("auto", "--device", help="auto, cuda or cpu"),
-    config: Optional[List[str]] = typer.Option(None, "--config", help="model config overrides: key=value[,key=value] (repeatable; a list in brackets: depths=[2,2])"),
+    config: Optional[List[str]] = typer.Option(None, "--config", help="model config overrides: key=value[,key=value] (repeatable; a list in brackets: depths=[2,2]; a JSON object in braces)"),
     out: Path = typer.Option(Path("plan.json"), "--out", help="where to write the plan"),
     fused_mlp: bool = typer.Option(False, "--fused-mlp", help="plan SwiGLU MLPs as one fused_mlp problem"),
     fused_rotary: bool = typer.Option(False, "--fused-rotary", help="plan rotary on q and k followed by attention as one attention_rotary problem"),
