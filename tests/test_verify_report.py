@@ -636,3 +636,9 @@ def test_report_says_which_problem_the_agent_was_stuck_on(tmp_path):
     assert ("**swiglu (its last 25 of 26 experiments): the agent proposed no new kernel (last: the proposed file is "
             "identical to the current kernel); the loop is done with a problem after 25 such proposals in a row**") in md
     assert "rmsnorm (its last" not in md
+    command = "copied (rejected: the command did not change kernel.py (exited with status 0))"  # --agent command's
+    with open(wd / "results.tsv", "a") as f:
+        f.write(row(27, "swiglu", "rejected", "", "", "", 0.04, command))
+    write_report(wd)
+    md = " ".join((wd / "report.md").read_text().split())
+    assert "(last: the command did not change kernel.py (exited with status 0)); the loop is done" in md

@@ -99,7 +99,8 @@ def stuck_notes(data: ReportData) -> list[str]:
         if run < MAX_UNEVALUATED_IN_A_ROW:
             continue
         description = mine[-1].get("description") or ""
-        reason = description.rpartition("(rejected: ")[2].rstrip(")") if "(rejected: " in description else ""
+        reason = description.rpartition("(rejected: ")[2] if "(rejected: " in description else ""
+        reason = reason[:-1] if reason.endswith(")") else reason  # the one closing "(rejected: "
         grouped.setdefault(reason, []).append(f"{p.name} (its last {run} of {len(mine)} experiments)")
     return [f"{', '.join(names)}: the agent proposed no new kernel" + (f" (last: {reason})" if reason else "")
             + f"; the loop is done with a problem after {MAX_UNEVALUATED_IN_A_ROW} such proposals in a row"
