@@ -685,3 +685,18 @@ def test_the_default_configs_own_warnings_are_not_shown(capfd):
     assert loaded.model.model.config.bos_token_id is None
     err = capfd.readouterr().err
     assert "must be `None` or an integer within the vocabulary" not in err, err
+
+
+def test_a_list_written_with_spaces_resumes_the_same_run():
+    """New-user trial: `run --model hf:swin --config "depths=[2, 2],..."` on the workdir of a run made
+    with `depths=[2,2]` was refused: "already holds a run ... with other settings (config depths
+    '[2,2]' -> '[2, 2]')"."""
+    from autokernel.pipeline import _run_differences
+
+    saved = {"model": "hf:swin", "dtype": "fp32", "input_shape": [2, 3, 64, 64],
+             "config": {"depths": "[2,2]", "rope_scaling": '{"rope_type":"linear","factor":2.0}', "embed_dim": "32"}}
+    same = dict(saved, config={"depths": "[2, 2]", "rope_scaling": '{"rope_type": "linear", "factor": 2.0}',
+                               "embed_dim": "32"})
+    assert _run_differences(saved, same) == []
+    other = dict(saved, config=dict(saved["config"], depths="[2, 4]"))
+    assert _run_differences(saved, other) == ["config depths '[2,2]' -> '[2, 4]'"]

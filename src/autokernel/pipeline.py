@@ -88,13 +88,24 @@ def resolve_device(device: str) -> str:
 SPENT_EVERY_S = 10.0  # how often the loop's time spent is written to run.json
 
 
+def _config_value(value: Any) -> Any:
+    """A --config value as compared between runs: a list or JSON object by what it holds
+    (``depths=[2, 2]`` resuming a run made with ``depths=[2,2]`` was refused as another run)."""
+    if isinstance(value, str) and value.strip()[:1] in ("[", "{"):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return "".join(value.split())
+    return value
+
+
 def _run_differences(saved: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     """The settings in which ``wanted`` differs from the saved run's, as ``name saved -> wanted``."""
     keys = ("model", "dtype", "input_shape")
     flags = ("padded", "as_captured", "fused_rotary", "fused_mlp")  # absent from run.json files written before them: False
     before, after = saved.get("config") or {}, wanted.get("config") or {}
     config = [f"config {k} {before.get(k, '(default)')!r} -> {after.get(k, '(default)')!r}"
-              for k in sorted(set(before) | set(after)) if before.get(k) != after.get(k)]
+              for k in sorted(set(before) | set(after)) if _config_value(before.get(k)) != _config_value(after.get(k))]
     return ([f"{k} {saved.get(k)!r} -> {wanted.get(k)!r}" for k in keys if saved.get(k) != wanted.get(k)] + config
             + [f"{k} {bool(saved.get(k))} -> {bool(wanted.get(k))}" for k in flags
                if bool(saved.get(k)) != bool(wanted.get(k))])
