@@ -382,6 +382,8 @@ def test_a_matmul_left_out_is_named_once(tmp_path):
     wd = make_workdir(tmp_path / "wd", mm, results=head + "0\tmatmul\ttuner\tbaseline\t\t50.0\t\t1.0\n")
     why = dict(apply(TwoLayer(), wd)._autokernel_skipped)["matmul"]
     assert why.startswith("no kept kernel faster than the starting kernel"), why
+    # a CPU run's model multiplies with the CPU's BLAS: hf:whisper's CPU verify said "is cuBLAS"
+    assert why.endswith("the model's own matmul is the CPU's BLAS library (cuBLAS on a GPU))"), why
 
 
 def test_a_problem_with_no_place_says_so_not_unsupported(tmp_path):

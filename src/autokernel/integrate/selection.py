@@ -137,8 +137,9 @@ def matmul_left_out(results: list[dict[str, str]], row: dict[str, str] | None, i
         elif start is not None and start.get("failed_stage"):
             how = f" (it failed at {start.get('failed_stage')})"
         return f"the starting kernel has no time to compare the kept one with{how}"
+    library = "the CPU's BLAS library (cuBLAS on a GPU)" if interpreter else "cuBLAS"
     return ("no kept kernel faster than the starting kernel (a matmul kernel goes in only when the loop "
-            "improved on its start: the model's own matmul is cuBLAS)")
+            f"improved on its start: the model's own matmul is {library})")
 
 
 def beats_the_model(best_us: float | None, problem: PlanProblem) -> bool:
