@@ -167,7 +167,7 @@ def _convert(value: Any, like: Any, key: str) -> Any:
         return None
     if isinstance(like, (list, tuple)):
         return _convert_list(value, like, key)
-    if isinstance(like, dict) or value.strip().startswith("{"):
+    if isinstance(like, dict) or (value.strip().startswith("{") and (like is None or isinstance(like, str))):
         return _convert_object(value, key)
     try:
         if isinstance(like, bool):
