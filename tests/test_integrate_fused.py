@@ -785,3 +785,61 @@ def test_models_of_two_widths_in_one_process_each_run_the_residual_output_op(tmp
         with torch.no_grad():
             patched(*loaded.make_inputs(0))
         assert OP_CALLS[op] - before == 3, width  # the embeddings' add and the layer's two
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")
+def test_models_of_two_head_sizes_in_one_process_each_run_the_written_out_attention_op(tmp_path):
+    """The rewritten attention's class was kept by the op alone, and its guard holds the head
+    dims the op was judged on: BLOOM with 4 heads placed after BLOOM with 2 (head dims 8 and 16)
+    got the first one's class, and its attention never reached the op."""
+    import shutil
+
+    from autokernel.models import load_model
+    from autokernel.plan import save_plan
+    from autokernel.problems.registry import KERNELS_DIR
+    from autokernel.profiler import profile_model
+
+    for heads in (2, 4):
+        loaded = load_model("hf:bloom", config_overrides=f"hidden_size=32,n_layer=1,n_head={heads},vocab_size=64",
+                            input_shape=[1, 16], dtype=torch.float32)
+        plan = profile_model(loaded, warmup=0, iters=1)
+        masked = next(p for p in plan.problems if p.kind == "attention_masked")
+        wd = tmp_path / f"h{heads}"
+        (wd / "problems" / masked.name).mkdir(parents=True)
+        shutil.copyfile(KERNELS_DIR / "attention_masked.py", wd / "problems" / masked.name / "kernel.py")
+        save_plan(plan, wd / "plan.json")
+        patched = apply(loaded.model, wd)
+        op = patched._autokernel_ops[masked.name]
+        before = OP_CALLS[op]
+        with torch.no_grad():
+            patched(*loaded.make_inputs(0))
+        assert OP_CALLS[op] - before == 1, heads
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")
+def test_models_of_two_head_sizes_in_one_process_each_run_the_sdpa_attention_op(tmp_path):
+    """The same for the classes that route F.scaled_dot_product_attention to the ops: kept by the
+    ops alone, their replacement holds the head dims the op was judged on."""
+    import shutil
+
+    from autokernel.models import load_model
+    from autokernel.plan import save_plan
+    from autokernel.problems.registry import KERNELS_DIR
+    from autokernel.profiler import profile_model
+
+    for heads in (2, 4):
+        loaded = load_model("hf:llama", config_overrides=f"hidden_size=32,num_hidden_layers=1,num_attention_heads={heads},"
+                            f"num_key_value_heads={heads},intermediate_size=64,vocab_size=64",
+                            input_shape=[1, 16], dtype=torch.float32)
+        plan = profile_model(loaded, warmup=0, iters=1)
+        attention = next(p for p in plan.problems if p.kind == "attention")
+        wd = tmp_path / f"h{heads}"
+        (wd / "problems" / attention.name).mkdir(parents=True)
+        shutil.copyfile(KERNELS_DIR / "attention.py", wd / "problems" / attention.name / "kernel.py")
+        save_plan(plan, wd / "plan.json")
+        patched = apply(loaded.model, wd)
+        op = patched._autokernel_ops[attention.name]
+        before = OP_CALLS[op]
+        with torch.no_grad():
+            patched(*loaded.make_inputs(0))
+        assert OP_CALLS[op] - before == 1, heads
