@@ -755,91 +755,68 @@ def test_hugging_face_attention_reaches_our_op_through_the_attention_interface(t
         assert rel(got, original(ids, use_cache=False).logits) < 1e-5
 
 
-@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")
+
+def _op_calls_in_one_forward(wd, spec: str, config: str, shape: list[int], kind: str) -> int:
+    """``spec`` profiled, ``kind``'s starter alone placed by ``apply``, and how many times its op
+    ran in one forward."""
+    import shutil
+
+    from autokernel.models import load_model
+    from autokernel.plan import save_plan
+    from autokernel.problems.registry import KERNELS_DIR
+    from autokernel.profiler import profile_model
+
+    loaded = load_model(spec, config_overrides=config, input_shape=shape, dtype=torch.float32)
+    plan = profile_model(loaded, warmup=0, iters=1)
+    problem = next(p for p in plan.problems if p.kind == kind)
+    (wd / "problems" / problem.name).mkdir(parents=True)
+    shutil.copyfile(KERNELS_DIR / f"{kind}.py", wd / "problems" / problem.name / "kernel.py")
+    save_plan(plan, wd / "plan.json")
+    patched = apply(loaded.model, wd)
+    op = patched._autokernel_ops[problem.name]
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        patched(*loaded.make_inputs(0))
+    return OP_CALLS[op] - before
+
+
+needs_transformers = pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
+                                        reason="transformers is not installed")
+
+
+@needs_transformers
 def test_models_of_two_widths_in_one_process_each_run_the_residual_output_op(tmp_path):
     """The classes ``apply`` makes are kept by what they switch and shared by the modules that
     switch alike.  The residual-output class (BERT's and RoBERTa's ``LayerNorm(dense(h) +
     residual)``) baked the norm's width into its forward but was kept without it: a second model
     of another width got the first one's class, whose guard declined every call (the call count
     found RoBERTa's add_layernorm op taking 1 of 5 calls after a narrower RoBERTa was placed)."""
-    import shutil
-
-    from autokernel.models import load_model
-    from autokernel.plan import save_plan
-    from autokernel.problems.registry import KERNELS_DIR
-    from autokernel.profiler import profile_model
-
     config = "hidden_size={},num_hidden_layers=1,num_attention_heads=2,intermediate_size=64,vocab_size=64"
     for width in (32, 64):
-        loaded = load_model("hf:roberta", config_overrides=config.format(width), input_shape=[1, 8],
-                            dtype=torch.float32)
-        plan = profile_model(loaded, warmup=0, iters=1)
-        add_norm = next(p for p in plan.problems if p.kind == "add_layernorm")
-        wd = tmp_path / f"w{width}"
-        (wd / "problems" / add_norm.name).mkdir(parents=True)
-        shutil.copyfile(KERNELS_DIR / "add_layernorm.py", wd / "problems" / add_norm.name / "kernel.py")
-        save_plan(plan, wd / "plan.json")
-        patched = apply(loaded.model, wd)
-        op = patched._autokernel_ops[add_norm.name]
-        before = OP_CALLS[op]
-        with torch.no_grad():
-            patched(*loaded.make_inputs(0))
-        assert OP_CALLS[op] - before == 3, width  # the embeddings' add and the layer's two
+        calls = _op_calls_in_one_forward(tmp_path / f"w{width}", "hf:roberta", config.format(width), [1, 8],
+                                         "add_layernorm")
+        assert calls == 3, width  # the embeddings' add and the layer's two
 
 
-@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")
+@needs_transformers
 def test_models_of_two_head_sizes_in_one_process_each_run_the_written_out_attention_op(tmp_path):
     """The rewritten attention's class was kept by the op alone, and its guard holds the head
     dims the op was judged on: BLOOM with 4 heads placed after BLOOM with 2 (head dims 8 and 16)
     got the first one's class, and its attention never reached the op."""
-    import shutil
-
-    from autokernel.models import load_model
-    from autokernel.plan import save_plan
-    from autokernel.problems.registry import KERNELS_DIR
-    from autokernel.profiler import profile_model
-
     for heads in (2, 4):
-        loaded = load_model("hf:bloom", config_overrides=f"hidden_size=32,n_layer=1,n_head={heads},vocab_size=64",
-                            input_shape=[1, 16], dtype=torch.float32)
-        plan = profile_model(loaded, warmup=0, iters=1)
-        masked = next(p for p in plan.problems if p.kind == "attention_masked")
-        wd = tmp_path / f"h{heads}"
-        (wd / "problems" / masked.name).mkdir(parents=True)
-        shutil.copyfile(KERNELS_DIR / "attention_masked.py", wd / "problems" / masked.name / "kernel.py")
-        save_plan(plan, wd / "plan.json")
-        patched = apply(loaded.model, wd)
-        op = patched._autokernel_ops[masked.name]
-        before = OP_CALLS[op]
-        with torch.no_grad():
-            patched(*loaded.make_inputs(0))
-        assert OP_CALLS[op] - before == 1, heads
+        calls = _op_calls_in_one_forward(tmp_path / f"h{heads}", "hf:bloom",
+                                         f"hidden_size=32,n_layer=1,n_head={heads},vocab_size=64", [1, 16],
+                                         "attention_masked")
+        assert calls == 1, heads
 
 
-@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")
+@needs_transformers
 def test_models_of_two_head_sizes_in_one_process_each_run_the_sdpa_attention_op(tmp_path):
     """The same for the classes that route F.scaled_dot_product_attention to the ops: kept by the
     ops alone, their replacement holds the head dims the op was judged on."""
-    import shutil
-
-    from autokernel.models import load_model
-    from autokernel.plan import save_plan
-    from autokernel.problems.registry import KERNELS_DIR
-    from autokernel.profiler import profile_model
-
     for heads in (2, 4):
-        loaded = load_model("hf:llama", config_overrides=f"hidden_size=32,num_hidden_layers=1,num_attention_heads={heads},"
-                            f"num_key_value_heads={heads},intermediate_size=64,vocab_size=64",
-                            input_shape=[1, 16], dtype=torch.float32)
-        plan = profile_model(loaded, warmup=0, iters=1)
-        attention = next(p for p in plan.problems if p.kind == "attention")
-        wd = tmp_path / f"h{heads}"
-        (wd / "problems" / attention.name).mkdir(parents=True)
-        shutil.copyfile(KERNELS_DIR / "attention.py", wd / "problems" / attention.name / "kernel.py")
-        save_plan(plan, wd / "plan.json")
-        patched = apply(loaded.model, wd)
-        op = patched._autokernel_ops[attention.name]
-        before = OP_CALLS[op]
-        with torch.no_grad():
-            patched(*loaded.make_inputs(0))
-        assert OP_CALLS[op] - before == 1, heads
+        calls = _op_calls_in_one_forward(tmp_path / f"h{heads}", "hf:llama",
+                                         f"hidden_size=32,num_hidden_layers=1,num_attention_heads={heads},"
+                                         f"num_key_value_heads={heads},intermediate_size=64,vocab_size=64",
+                                         [1, 16], "attention")
+        assert calls == 1, heads
