@@ -244,21 +244,28 @@ def test_arena_optimize_stopped_by_ctrl_c_or_a_refused_agent_stores_nothing(tmp_
     assert not (out / "results").exists() or not list((out / "results").iterdir())
 
 
-def test_arena_optimize_that_kept_nothing_says_so_not_no_solution_file(tmp_path, monkeypatch):
-    """A problem whose optimize loop kept no correct kernel was reported 'no solution file'
-    (the message for a --solutions directory without its file); the loop's own account goes in."""
+def _optimized_example_row(monkeypatch, tmp_path, reason: str, message, experiments: int) -> dict:
+    """``arena --optimize --json`` on the example problem with the loop faked: it stops at once
+    with ``reason`` and ``message(problem name)`` after ``experiments``; the problem's row."""
     import types
 
     import autokernel.loop.optimize as loop_optimize
 
     monkeypatch.setattr(loop_optimize, "run_optimize", lambda targets, workdir, **k: types.SimpleNamespace(
-        stopped_reason="budget", message="", problems=[], workdir=workdir, experiments_run=3))
-    out = tmp_path / "o"
+        stopped_reason=reason, message=message(targets[0].name), problems=[], workdir=workdir,
+        experiments_run=experiments))
     result = _arena([str(ROOT / "examples" / "kernelbench_example.py"), "--optimize", "--agent", "command",
-                     "--agent-cmd", "true", "--budget-per-problem", "1m", "--out", str(out), "--device", "cpu",
-                     "--json"])
+                     "--agent-cmd", "true", "--budget-per-problem", "1m", "--out", str(tmp_path / "o"), "--device",
+                     "cpu", "--json"])
     assert result.exit_code == 0, result.output
     (row,) = json.loads(result.stdout)["problems"]
+    return row
+
+
+def test_arena_optimize_that_kept_nothing_says_so_not_no_solution_file(tmp_path, monkeypatch):
+    """A problem whose optimize loop kept no correct kernel was reported 'no solution file'
+    (the message for a --solutions directory without its file); the loop's own account goes in."""
+    row = _optimized_example_row(monkeypatch, tmp_path, "budget", lambda name: "", 3)
     assert row["status"] == "no-solution" and "no solution file" not in row["message"], row
     assert "no correct kernel kept" in row["message"] and "3 experiment(s)" in row["message"], row
 
@@ -327,18 +334,6 @@ def test_arena_optimize_that_stopped_early_says_why(tmp_path, monkeypatch):
     """New-user trial: `arena --optimize --agent llm` against a model that sent the placeholder
     back said "no-solution: 25 experiment(s), stopped: all-done; no correct kernel kept" after 7 s
     of a 60 s budget: not that the loop was done because the agent proposed no new kernel."""
-    import types
-
-    import autokernel.loop.optimize as loop_optimize
-
     stuck = "the agent proposed no new kernel in 25 tries in a row (last: the proposed file is identical)"
-    monkeypatch.setattr(loop_optimize, "run_optimize", lambda targets, workdir, **k: types.SimpleNamespace(
-        stopped_reason="all-done", message=f"{targets[0].name}: {stuck}", problems=[], workdir=workdir,
-        experiments_run=25))
-    out = tmp_path / "o"
-    result = _arena([str(ROOT / "examples" / "kernelbench_example.py"), "--optimize", "--agent", "command",
-                     "--agent-cmd", "true", "--budget-per-problem", "1m", "--out", str(out), "--device", "cpu",
-                     "--json"])
-    assert result.exit_code == 0, result.output
-    (row,) = json.loads(result.stdout)["problems"]
+    row = _optimized_example_row(monkeypatch, tmp_path, "all-done", lambda name: f"{name}: {stuck}", 25)
     assert row["message"].startswith(f"25 experiment(s), stopped: all-done ({stuck}); no correct kernel kept"), row

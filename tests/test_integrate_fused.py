@@ -759,25 +759,17 @@ def test_hugging_face_attention_reaches_our_op_through_the_attention_interface(t
 def _op_calls_in_one_forward(wd, spec: str, config: str, shape: list[int], kind: str) -> int:
     """``spec`` profiled, ``kind``'s starter alone placed by ``apply``, and how many times its op
     ran in one forward."""
-    import shutil
-
     from autokernel.models import load_model
-    from autokernel.plan import save_plan
-    from autokernel.problems.registry import KERNELS_DIR
     from autokernel.profiler import profile_model
+
+    from test_softcap import _patched_with_starter
 
     loaded = load_model(spec, config_overrides=config, input_shape=shape, dtype=torch.float32)
     plan = profile_model(loaded, warmup=0, iters=1)
     problem = next(p for p in plan.problems if p.kind == kind)
-    (wd / "problems" / problem.name).mkdir(parents=True)
-    shutil.copyfile(KERNELS_DIR / f"{kind}.py", wd / "problems" / problem.name / "kernel.py")
-    save_plan(plan, wd / "plan.json")
-    patched = apply(loaded.model, wd)
-    op = patched._autokernel_ops[problem.name]
-    before = OP_CALLS[op]
-    with torch.no_grad():
-        patched(*loaded.make_inputs(0))
-    return OP_CALLS[op] - before
+    wd.mkdir(parents=True)
+    calls, _, _ = _patched_with_starter(wd, loaded, plan, problem, 0)
+    return calls
 
 
 needs_transformers = pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
