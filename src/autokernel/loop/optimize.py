@@ -457,10 +457,8 @@ def _experiment(s: Session, run: ProblemRun, stats: _Stats) -> bool:
     run.state = after_experiment(run.state, improved=status == "keep", seconds=record.wall_s,
                                  pct_roofline=record.pct_roofline, best_speedup=record.speedup_vs_start)
     s.printer.line(progress_line(run, record, s.deadline, evaluation.vs_incumbent if evaluation is not None else None))
-    stuck = run.stuck_note()
+    stuck = run.done_if_stuck()
     if stuck is not None:
-        run.state = after_experiment(run.state, improved=False, seconds=0.0, exhausted=True)
-        run.note = stuck
         s.printer.line(f"{run.name}: {stuck}; done with this problem")
     return True
 

@@ -378,10 +378,8 @@ class Scheduler:
                                          pct_roofline=record.pct_roofline, best_speedup=record.speedup_vs_start)
         comparison = t.evaluation.vs_incumbent if t.evaluation is not None else None
         s.printer.line(progress_line(run, record, s.deadline, comparison) + f"  [slot {t.slot}]")
-        stuck = run.stuck_note()
-        if stuck is not None and not run.state.exhausted:
-            run.state = after_experiment(run.state, improved=False, seconds=0.0, exhausted=True)
-            run.note = stuck
+        stuck = run.done_if_stuck()
+        if stuck is not None:
             s.printer.line(f"{run.name}: {stuck}; done with this problem")
 
 

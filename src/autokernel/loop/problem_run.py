@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..files import write_text_atomic
-from ..orchestrator import ProblemState, park_reason
+from ..orchestrator import ProblemState, after_experiment, park_reason
 from .results import ExperimentRecord
 from .targets import OptimizeError, Target
 from .verdict import FAILURE_STATUSES, make_record
@@ -99,6 +99,16 @@ class ProblemRun:
             return None
         last = (self.last_failure or {}).get("message") or "no file"
         return f"the agent proposed no new kernel in {self.unevaluated_in_a_row} tries in a row (last: {last})"
+
+    def done_if_stuck(self) -> str | None:
+        """Mark the problem done (exhausted, with ``stuck_note`` as its note) the first time the
+        agent is stuck on it; the note then, else None."""
+        stuck = self.stuck_note()
+        if stuck is None or self.state.exhausted:
+            return None
+        self.state = after_experiment(self.state, improved=False, seconds=0.0, exhausted=True)
+        self.note = stuck
+        return stuck
 
 
 def setup_workspace(ws: Workspace, runs: list[ProblemRun], plan_text: str | None, tuned_on: str = "") -> None:
