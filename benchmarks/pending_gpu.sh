@@ -101,11 +101,13 @@
 #                                               # GEMMs and its head copies dropped, verified and timed
 #   bash benchmarks/pending_gpu.sh thirtieth_b OUT # hf:apertus verified and timed; the fp32 division probe
 #   bash benchmarks/pending_gpu.sh thirtieth_c OUT # why hf:gptj's attention rewrite declines on the GPU (its guard's inputs)
+#   bash benchmarks/pending_gpu.sh thirtyfirst OUT # thirtieth_c, then relative_position_bias's variants with the
+#                                               # one-launch tile gather (a tile's distances' buckets computed once)
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b|eighteenth|eighteenth_b|eighteenth_c|eighteenth_d|nineteenth|nineteenth_b|nineteenth_c|nineteenth_d|twentyseventh|twentyseventh_b|twentyeighth|twentyeighth_b|models27|models27_graphs|xielu|thirtieth|thirtieth_b|thirtieth_c OUT"
+usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b|eighteenth|eighteenth_b|eighteenth_c|eighteenth_d|nineteenth|nineteenth_b|nineteenth_c|nineteenth_d|twentyseventh|twentyseventh_b|twentyeighth|twentyeighth_b|models27|models27_graphs|xielu|thirtieth|thirtieth_b|thirtieth_c|thirtyfirst OUT"
 part=${1:?$usage}
 out=${2:?$usage}
 mkdir -p "$out"
@@ -457,6 +459,10 @@ thirtieth_c)  # hf:gptj's attention_masked: the 2026-12-07 call (H100) saw the r
     # graphs too (q fp32, v bf16), where the same model on the CPU answers True; the guard now logs the op's dtype and
     # head dims beside q's and k's, and the plan's attention_masked dtype and shapes
     step gptj_calls 220 python benchmarks/scores_attention_calls_gpu.py "$out/gptj_calls"
+    ;;
+thirtyfirst)
+    step gptj_calls 220 python benchmarks/scores_attention_calls_gpu.py "$out/gptj_calls"
+    step rpb_variants 200 python benchmarks/relative_position_bias_variants_gpu.py --out "$out/rpb_variants"
     ;;
 models27_graphs)  # the same models in CUDA-graph mode (launch-bound at these sizes) against torch.compile's
     # reduce-overhead, each verify in a fresh process; relative_position_bias through the judge again (its tiny-values

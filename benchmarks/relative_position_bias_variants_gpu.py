@@ -5,8 +5,10 @@ captured in a CUDA graph, replayed), beside eager and torch.compile (default mod
 
 Variants: the float32 log in place of the float64 one (not exact: a timing probe), no log at all
 (the far buckets wrong: a timing probe), two tilings, and ``variants/relative_position_bias_lut.py``
-(each distance's bucket once, then a gather).  The twenty-eighth session measured the starter at
-38.6 us of GPU work against compile's 11.8, for a 6.3 MB output (1.5 us at 4.2 TB/s).
+(each distance's bucket once, then a gather), and
+``variants/relative_position_bias_tile_gather.py`` (one launch; each program computes the buckets of
+the distances its tile spans once and gathers from them) over five tilings.  The twenty-eighth
+session measured the starter at 38.6 us of GPU work against compile's 11.8, for a 6.3 MB output (1.5 us at 4.2 TB/s).
 
     python benchmarks/relative_position_bias_variants_gpu.py [--out DIR]
 """
@@ -50,6 +52,13 @@ def variants() -> dict[str, str]:
             raise SystemExit(f"the starter changed: {name}'s edit no longer applies")
         out[name] = src.replace(old, new)
     out["bucket per distance, then gather"] = (HERE / "variants" / "relative_position_bias_lut.py").read_text()
+    tile = (HERE / "variants" / "relative_position_bias_tile_gather.py").read_text()
+    tile_knobs = 'KNOBS = {"BLOCK_K": 128, "ROWS": 16, "num_warps": 4}'
+    assert tile_knobs in tile, "the tile-gather variant's knobs changed"
+    out["one launch, a tile's distances once (ROWS 16, BLOCK_K 128)"] = tile
+    for rows, block_k, warps in ((32, 64, 4), (8, 256, 4), (32, 128, 8), (64, 256, 8)):
+        out[f"one launch, a tile's distances once (ROWS {rows}, BLOCK_K {block_k}, {warps} warps)"] = tile.replace(
+            tile_knobs, f'KNOBS = {{"BLOCK_K": {block_k}, "ROWS": {rows}, "num_warps": {warps}}}')
     return out
 
 
