@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from ..head_copies import drop_head_copies
 from ..recognize import gelu_form, module_wrapped_function
 from .ops import rows, traced_as_original
-from .patching import _SUBCLASSES, _code_names, _judged_shapes, _pick, rewrap
+from .class_cache import class_members, kept_class
+from .patching import _code_names, _judged_shapes, _pick, rewrap
 from .rewrite import compile_forward, parse_forward, rebound_globals
 from .rotary_tables import PARTIAL, rotary_arity, table_convention, table_replacement
 from .selection import KernelOp
@@ -529,6 +530,7 @@ def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, sk
     """Attention (SDPA), rotary and F.gelu: rebind the functions a module's methods call."""
     if not any(k.kind in CALL_KINDS for k in kops):
         return
+    made_here: dict[tuple, type] = {}
     for name, m in model.named_modules():
         if id(m) in done_calls or isinstance(m, (nn.Linear, nn.LayerNorm)):
             continue
@@ -551,11 +553,12 @@ def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, sk
         # the replacements hold what each op was judged on (head dims...): the class is kept by that too
         key = (type(m), "calls", eager_masked, eager_sinks) + tuple((k.identity, _judged_shapes(k)) if k else None
                                                                     for k in chosen)
-        cls = _SUBCLASSES.get(key)
-        if cls is None:
-            cls = _calls_subclass(type(m), att, rot, gel, masked, fused, capped, eager_masked,
-                                  sinks if eager_sinks else None, pairs, cross)
-            _SUBCLASSES[key] = cls
+        alike = (type(m), eager_masked, eager_sinks) + tuple(map(id, chosen))  # the same ops: the same class
+        if alike not in made_here:
+            made = _calls_subclass(type(m), att, rot, gel, masked, fused, capped, eager_masked,
+                                   sinks if eager_sinks else None, pairs, cross)
+            made_here[alike] = kept_class(key, class_members(made), lambda: made)
+        cls = made_here[alike]
         if not cls._autokernel_kinds:
             continue
         m.__class__ = cls

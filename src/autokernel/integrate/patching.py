@@ -8,6 +8,7 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
+from .class_cache import _code_names, kept_class
 from .selection import KernelOp
 
 
@@ -43,17 +44,10 @@ def _model_device(model: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-_SUBCLASSES: dict[tuple, type] = {}
-
-
 def _swap_class(module: nn.Module, key: tuple, members: dict[str, Any]) -> None:
     base = type(module)
-    cache_key = (base,) + key
-    cls = _SUBCLASSES.get(cache_key)
-    if cls is None:
-        cls = type(f"Autokernel{base.__name__}", (base,), dict(members, __module__=base.__module__))
-        _SUBCLASSES[cache_key] = cls
-    module.__class__ = cls
+    module.__class__ = kept_class((base,) + key, members, lambda: type(
+        f"Autokernel{base.__name__}", (base,), dict(members, __module__=base.__module__)))
 
 
 def _swap_base_forward(module: nn.Module, key: tuple, under: type, members: dict[str, Any]) -> None:
@@ -61,13 +55,12 @@ def _swap_base_forward(module: nn.Module, key: tuple, under: type, members: dict
     ``under``, a base its class inherits from: the class's own forward runs as it is, and its
     ``super().forward`` reaches ``members``'s."""
     base = type(module)
-    cache_key = (base, under) + key
-    cls = _SUBCLASSES.get(cache_key)
-    if cls is None:
+
+    def make() -> type:
         between = type(f"Autokernel{under.__name__}", (under,), dict(members, __module__=base.__module__))
-        cls = type(f"Autokernel{base.__name__}", (base, between), {"__module__": base.__module__})
-        _SUBCLASSES[cache_key] = cls
-    module.__class__ = cls
+        return type(f"Autokernel{base.__name__}", (base, between), {"__module__": base.__module__})
+
+    module.__class__ = kept_class((base, under) + key, members, make)
 
 
 def _rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -128,14 +121,6 @@ def _class_code_names(cls: type) -> set[str]:
         for fn in vars(klass).values():
             if isinstance(fn, types.FunctionType):
                 names |= _code_names(fn.__code__)
-    return names
-
-
-def _code_names(code: types.CodeType) -> set[str]:
-    names = set(code.co_names)
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            names |= _code_names(c)
     return names
 
 

@@ -29,8 +29,8 @@ from ..plan import Plan, PlanProblem, UncoveredTime
 from ..problems.base import parse_dtype
 from .apply import NO_PLACE, place_ops
 from .call_counts import EXTRA_CALLS, CallShortfall, counting, kernel_source, shortfall
+from .class_cache import _SUBCLASSES
 from .ops import SCHEMAS, register_kernel_op
-from .patching import _SUBCLASSES
 from .row_adds import ROW_ADD, SCALED
 from .selection import DECLINED, KernelOp
 
@@ -128,11 +128,10 @@ def check_placement(model: nn.Module, plan: Plan, inputs: tuple | None = None,
 
 @contextlib.contextmanager
 def _own_classes() -> Iterator[None]:
-    """The appliers' classes for the check's copy made afresh and dropped with it.  The stub ops of
-    two checks have the same names, so without this a check reused the classes an earlier check
-    made for another model of the same classes (another width, another attention): a class whose
-    forward holds what it was made for (an applier whose key left it out) declined every call of
-    the new model, and its problems came out unsupported or covered by the order of the checks."""
+    """The appliers' classes for the check's copy made afresh and dropped with it: they hold the
+    check's stand-in ops, whose files go with the check, and no later ``apply`` should look at them
+    (since the class cache compares what a class holds, ``class_cache.py``, none would reuse them:
+    this keeps them from piling up in it)."""
     kept = dict(_SUBCLASSES)
     _SUBCLASSES.clear()
     try:
