@@ -102,7 +102,8 @@
 #   bash benchmarks/pending_gpu.sh thirtieth_b OUT # hf:apertus verified and timed; the fp32 division probe
 #   bash benchmarks/pending_gpu.sh thirtieth_c OUT # why hf:gptj's attention rewrite declines on the GPU (its guard's inputs)
 #   bash benchmarks/pending_gpu.sh thirtyfirst OUT # thirtieth_c, then relative_position_bias's variants with the
-#                                               # one-launch tile gather (a tile's distances' buckets computed once)
+#                                               # one-launch tile gather (a tile's distances' buckets computed once);
+#                                               # what profile's placement check costs (profile_cost_gpu.py)
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
@@ -463,6 +464,7 @@ thirtieth_c)  # hf:gptj's attention_masked: the 2026-12-07 call (H100) saw the r
 thirtyfirst)
     step gptj_calls 220 python benchmarks/scores_attention_calls_gpu.py "$out/gptj_calls"
     step rpb_variants 200 python benchmarks/relative_position_bias_variants_gpu.py --out "$out/rpb_variants"
+    step profile_cost 150 python benchmarks/profile_cost_gpu.py --models llama,hf:gpt2 --out "$out/profile_cost"
     ;;
 models27_graphs)  # the same models in CUDA-graph mode (launch-bound at these sizes) against torch.compile's
     # reduce-overhead, each verify in a fresh process; relative_position_bias through the judge again (its tiny-values
