@@ -270,6 +270,13 @@ CASES = [
     # alternated with 96.0-96.2% before, load 1.5-2.5)
     ("hf:gpt_neox", SMALL_DECODER, [2, 128], 0.91,
      {"linear_gelu", "add_layernorm", "layernorm", "attention", "rotary", "rotary_table", "matmul", "embedding"}),
+    # ModernBERT (2026-12-07, thirty-first session): its attention calls apply_rotary_pos_emb(q, k, cos, sin,
+    # unsqueeze_dim=1), the default passed by name, and the rotary's replacement handed every call with
+    # an argument beyond the four back to PyTorch: rotary placed and never called (15%), 66.2-67.7%
+    # covered (two runs, transformers 5.25); arguments at their defaults are taken since: 84.3%.  Left:
+    # its GeGLU on the packed Wi output (chunk, gelu, mul: the mul 5-6%), the tables' small ops
+    ("hf:modernbert", "hidden_size=64,num_hidden_layers=2,num_attention_heads=2,intermediate_size=128,vocab_size=256",
+     [2, 64], 0.78, {"rotary", "attention", "add_layernorm", "layernorm", "matmul"}),
     # Swin (window attention: per-window additive masks, list-valued depths and num_heads given in
     # brackets since 2026-12-07): 78.0-78.5% (four runs, load 1.5-8.5); 82.3% for Swin-T at its own
     # size (one 224x224 image).  Left, no problem kind's: the windows' data movement (contiguous

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 
 from ..head_copies import drop_head_copies
 from ..recognize import gelu_form, module_wrapped_function
-from .ops import rows, traced_as_original
 from .class_cache import class_members, kept_class
+from .ops import rows, traced_as_original
 from .patching import _code_names, _judged_shapes, _pick, rewrap
 from .rewrite import compile_forward, parse_forward, rebound_globals
 from .rotary_tables import PARTIAL, rotary_arity, table_convention, table_replacement
@@ -356,15 +356,42 @@ def _rotary_ok(x, cos, sin, dtype) -> bool:
             and cos.shape[-2] == x.shape[-2] and cos.shape[-1] == x.shape[-1])
 
 
+def defaults_only(fn: Callable[..., Any], taken: int) -> Callable[[tuple, dict], bool]:
+    """For a function whose first ``taken`` arguments the op replaces: are the rest of a call's
+    arguments the ones it runs with by default (ModernBERT passes ``unsqueeze_dim=1``, the default
+    the rotary was probed with)?  Arguments without a default, or a signature that cannot be read,
+    never are."""
+    try:
+        params = list(inspect.signature(module_wrapped_function(fn)).parameters.values())[taken:]
+    except (TypeError, ValueError):
+        params = None
+
+    def same_as_default(value: Any, default: Any) -> bool:
+        return value is default or (type(value) is type(default) and isinstance(value, (int, float, str, bool))
+                                    and value == default)
+
+    def check(args: tuple, kwargs: dict) -> bool:
+        if not args and not kwargs:
+            return True
+        if params is None or len(args) > len(params):
+            return False
+        named = {p.name: p for p in params}
+        given = list(zip(params, args)) + [(named.get(name), value) for name, value in kwargs.items()]
+        return all(p is not None and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.default is not p.empty
+                   and same_as_default(value, p.default) for p, value in given)
+    return check
+
+
 def _rotary_replacement(k: KernelOp, original: Callable[..., Any], pair: bool) -> Callable[..., Any]:
     op, dtype = k.op, k.dtype
+    as_probed = defaults_only(original, 4 if pair else 3)
 
     def as_2d(t):
         return t.reshape(t.shape[-2], t.shape[-1])
 
     if pair:
         def rotary_pair(q, k_, cos, sin, *args, **kwargs):
-            if (not args and not kwargs and not traced_as_original(op) and _rotary_ok(q, cos, sin, dtype)
+            if (as_probed(args, kwargs) and not traced_as_original(op) and _rotary_ok(q, cos, sin, dtype)
                     and _rotary_ok(k_, cos, sin, dtype)):
                 c, s = as_2d(cos), as_2d(sin)
                 return op(q, c, s), op(k_, c, s)
@@ -372,7 +399,7 @@ def _rotary_replacement(k: KernelOp, original: Callable[..., Any], pair: bool) -
         return rotary_pair
 
     def rotary_one(x, cos, sin, *args, **kwargs):
-        if not args and not kwargs and not traced_as_original(op) and _rotary_ok(x, cos, sin, dtype):
+        if as_probed(args, kwargs) and not traced_as_original(op) and _rotary_ok(x, cos, sin, dtype):
             return op(x, as_2d(cos), as_2d(sin))
         return original(x, cos, sin, *args, **kwargs)
     return rotary_one
