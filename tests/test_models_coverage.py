@@ -344,15 +344,32 @@ def test_moe_gets_a_small_default_config_and_says_so():
 @pytest.mark.skipif(not HF, reason="transformers is not installed")
 @pytest.mark.parametrize("arch,cls,wrapper", [("vit", "ViTForImageClassification", "ImageLogits"),
                                               ("t5", "T5ForConditionalGeneration", "Seq2SeqLogits"),
-                                              ("bert", "BertForMaskedLM", "LogitsOnly")])
+                                              ("bert", "BertForMaskedLM", "LogitsOnly"),
+                                              # an encoder with a causal head too: built as the causal LM, its
+                                              # head's parameters first, it took float inputs and failed
+                                              ("xlm-roberta", "XLMRobertaForMaskedLM", "LogitsOnly")])
 def test_hf_builds_the_auto_class_of_the_architecture(arch, cls, wrapper):
+    encoder = "hidden_size=32,num_hidden_layers=1,num_attention_heads=2,intermediate_size=64,vocab_size=128"
     small = {"vit": "hidden_size=32,num_hidden_layers=1,num_attention_heads=2,intermediate_size=64,image_size=32,patch_size=8",
              "t5": "d_model=32,num_layers=1,num_heads=2,d_ff=64,d_kv=16,vocab_size=128",
-             "bert": "hidden_size=32,num_hidden_layers=1,num_attention_heads=2,intermediate_size=64,vocab_size=128"}[arch]
+             "bert": encoder, "xlm-roberta": encoder}[arch]
     loaded = load_model(f"hf:{arch}", config_overrides=small)  # validate: one forward pass runs
     assert type(loaded.model).__name__ == wrapper and type(loaded.model.model).__name__ == cls
     if arch == "vit":
         assert loaded.input_kind == "float" and loaded.input_shape == [2, 3, 32, 32]  # pixel_values
+    else:
+        assert loaded.input_kind == "tokens"
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_a_model_whose_head_is_registered_before_its_embeddings_takes_token_ids():
+    """XLM-RoBERTa's causal LM (a decoder by its config) registers its head's parameters first: the
+    first parameter was read as the input, and the model was given float inputs."""
+    loaded = load_model("hf:xlm-roberta", config_overrides="hidden_size=32,num_hidden_layers=1,num_attention_heads=2,"
+                        "intermediate_size=64,vocab_size=128,is_decoder=True", input_shape=[1, 8])
+    assert type(loaded.model.model).__name__ == "XLMRobertaForCausalLM"
+    assert not next(loaded.model.named_parameters())[0].endswith("embeddings.word_embeddings.weight")
+    assert loaded.input_kind == "tokens" and loaded.make_inputs(0)[0].dtype == torch.int64
 
 
 @pytest.mark.skipif(not HF or os.environ.get("TRITON_INTERPRET") != "1", reason="needs transformers and TRITON_INTERPRET=1")

@@ -504,7 +504,10 @@ def hf_auto_class(transformers: Any, config: Any) -> tuple[Any, type]:
         return transformers.AutoModelForSpeechSeq2Seq, SpeechSeq2SeqLogits
     if kind in names.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES:
         return transformers.AutoModelForImageClassification, ImageLogits
-    if kind in names.MODEL_FOR_MASKED_LM_MAPPING_NAMES and kind not in names.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+    if kind in names.MODEL_FOR_MASKED_LM_MAPPING_NAMES and (kind not in names.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+                                                           or not getattr(config, "is_decoder", False)):
+        # an encoder with a causal head for decoder use as well (XLM-RoBERTa, CamemBERT, RoFormer...):
+        # built as the encoder it is unless its config says it is a decoder
         return transformers.AutoModelForMaskedLM, LogitsOnly
     return transformers.AutoModelForCausalLM, LogitsOnly
 
@@ -811,7 +814,18 @@ def float_input_example(model: nn.Module) -> str:
 
 
 def token_vocab(model: nn.Module) -> int | None:
-    """The vocabulary size when the model's first parameter is an embedding table."""
+    """The vocabulary size of a model that takes token ids: a transformers model whose main input
+    is ``input_ids`` by its input embeddings (XLM-RoBERTa's causal LM registers its head's
+    parameters before them), any other when its first parameter is an embedding table."""
+    library = next((m for m in model.modules() if isinstance(getattr(m, "main_input_name", None), str)
+                    and callable(getattr(m, "get_input_embeddings", None))), None)
+    if library is not None and library.main_input_name == "input_ids":
+        try:
+            embeddings = library.get_input_embeddings()
+        except (NotImplementedError, AttributeError):
+            embeddings = None
+        if isinstance(embeddings, nn.Embedding):
+            return embeddings.num_embeddings
     first = next(iter(model.named_parameters()), None)
     if first is None:
         return None
