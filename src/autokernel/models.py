@@ -956,7 +956,7 @@ def speech_frames_hint(loaded: LoadedModel) -> str | None:
     if not isinstance(positions, int) or frames == 2 * positions:
         return None
     fix = (f"give --config max_source_positions={frames // 2} with it" if frames % 2 == 0 and frames >= 2
-           else f"give an even number of frames and --config max_source_positions=<frames / 2>")
+           else "give an even number of frames and --config max_source_positions=<frames / 2>")
     return (f"its encoder takes exactly 2 x max_source_positions = {2 * positions} frames; for {frames} frames "
             f"{fix} (or leave out --input-shape for {2 * positions})")
 
