@@ -365,6 +365,7 @@ def defaults_only(fn: Callable[..., Any], taken: int) -> Callable[[tuple, dict],
         params = list(inspect.signature(module_wrapped_function(fn)).parameters.values())[taken:]
     except (TypeError, ValueError):
         params = None
+    named = {p.name: p for p in params or ()}
 
     def same_as_default(value: Any, default: Any) -> bool:
         return value is default or (type(value) is type(default) and isinstance(value, (int, float, str, bool))
@@ -375,7 +376,6 @@ def defaults_only(fn: Callable[..., Any], taken: int) -> Callable[[tuple, dict],
             return True
         if params is None or len(args) > len(params):
             return False
-        named = {p.name: p for p in params}
         given = list(zip(params, args)) + [(named.get(name), value) for name, value in kwargs.items()]
         return all(p is not None and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.default is not p.empty
                    and same_as_default(value, p.default) for p, value in given)
