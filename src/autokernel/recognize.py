@@ -70,6 +70,7 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "moe_experts": ("T", "K", "E", "D", "I"),
     "softcap": ("M", "N"),
     "xielu": ("M", "N"),
+    "shifted_windows": ("B", "H", "W", "C", "window", "shift", "reverse"),
     "moe_experts_gptoss": ("T", "K", "E", "D", "I"),
     "relative_position_bias": ("H", "Sq", "Sk", "NB", "bidirectional"),
 }
@@ -157,6 +158,7 @@ class ModuleInfo:
     relative_bias: tuple[int, int, bool] | None = None  # (buckets, max_distance, bidirectional) of T5's bias table
     xielu: bool = False  # an xIELU activation module (``is_xielu_module``: Apertus' MLP)
     head_copies: bool = False  # its forward copies q/k/v heads before attention (``head_copies``: Whisper's)
+    shifted_windows: bool = False  # a Swin layer (``recognize_windows.is_shifted_window_layer``)
 
 
 @dataclass
@@ -257,6 +259,8 @@ def _first_int(obj: Any, names: tuple[str, ...]) -> int | None:
 
 
 def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
+    from .recognize_windows import is_shifted_window_layer  # it imports this module
+
     config = getattr(module, "config", None)
     heads = _first_int(module, HEAD_ATTRS) or _first_int(config, HEAD_ATTRS)
     kv = _first_int(module, KV_HEAD_ATTRS) or _first_int(config, KV_HEAD_ATTRS)
@@ -283,7 +287,7 @@ def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
                       linear_out=linear_out(module), moe_experts=experts,
                       experts_layout=other_experts, gptoss_experts=gptoss,
                       relative_bias=relative_bias_parts(module), xielu=is_xielu_module(module),
-                      head_copies=writes_head_copies(type(module)))
+                      head_copies=writes_head_copies(type(module)), shifted_windows=is_shifted_window_layer(module))
 
 
 def linear_out(module: nn.Module) -> int | None:

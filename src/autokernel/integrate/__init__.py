@@ -43,7 +43,9 @@ that compute that kind are switched to it:
 * ``relative_position_bias`` — T5-style attention modules holding a relative position bias
   table: their ``compute_bias`` (``position_bias``);
 * ``xielu`` — xIELU activation modules (transformers' ``XIELUActivation``: Apertus' MLP), the op
-  handed the module's softplus'd numbers (``xielus``).
+  handed the module's softplus'd numbers (``xielus``);
+* ``shifted_windows`` — Swin layers (transformers' ``SwinLayer``): the forward's pad + cyclic shift +
+  window partition, and window reverse + shift back, each one op call (``windows``).
 
 Which kernels: when the workdir has ``results.tsv``, only a kernel the harness passed (its
 best row is timed, with no failed stage); on a GPU run (``plan.time_kind == "gpu"``) not one

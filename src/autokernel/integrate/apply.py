@@ -29,6 +29,7 @@ from .runfiles import IntegrateError, load_workdir_plan
 from .selection import NO_PLACE, KernelOp, select_kernels
 from .softcaps import _apply_softcap
 from .tables import _apply_rotary_table
+from .windows import _apply_shifted_windows
 from .xielus import _apply_xielu
 
 
@@ -61,6 +62,7 @@ _MODULE_APPLIERS = {
     "moe_experts_gptoss": _apply_experts,
     "attention_masked:scores": _apply_scores_attention,
     "relative_position_bias": _apply_relative_position_bias,
+    "shifted_windows": _apply_shifted_windows,
 }
 # Post-norm output blocks (``<kind>:outputs``) first: they take the add and their norm child.
 # fused_mlp before swiglu (it covers more of the MLP); matmul last so that the linears of a
@@ -71,11 +73,12 @@ _MODULE_APPLIERS = {
 # the module's children as they were (no op of ours yet), and they take the activation module and
 # the linear before the gelu and matmul appliers see them; linear_relu2 before linear_relu (in
 # ``torch.square(torch.relu(self.key(x)))`` the inner call alone is linear_relu's pattern).
+# shifted_windows after the residual adds: it rewrites the Swin layer's forward as they left it.
 # relative_position_bias before embedding: it probes the attention module's compute_bias with its
 # nn.Embedding table as it was.
 _ORDER = ("linear_gelu", "linear_relu2", "linear_relu", "add_rmsnorm:outputs", "add_layernorm:outputs", "rmsnorm",
           "layernorm", "add_rmsnorm", "add_layernorm",
-          "add_rmsnorm:adds", "add_layernorm:adds",
+          "add_rmsnorm:adds", "add_layernorm:adds", "shifted_windows",
           "gelu", "xielu", "softmax", "cross_entropy", "fused_mlp", "swiglu", "geglu", "swiglu_packed",
           "relative_position_bias",
           "embedding", "rotary_table", "moe_experts", "moe_experts_gptoss", "softcap", "attention_masked:scores",

@@ -51,6 +51,7 @@ SCHEMAS: dict[str, str] = {
                            "Tensor down, Tensor down_bias, float alpha, float limit) -> Tensor"),
     "relative_position_bias": ("(Tensor table, int query_length, int key_length, int offset, bool bidirectional, "
                                "int max_distance) -> Tensor"),
+    "shifted_windows": "(Tensor x, int height, int width, int window, int shift, int reverse) -> Tensor",
 }
 # kinds whose op returns two tensors of one shape and dtype (``output_meta``): (normalised rows,
 # sum) with the first input's, and (cos, sin)
@@ -86,6 +87,11 @@ def output_meta(kind: str, args: tuple) -> tuple[tuple[int, ...], torch.dtype]:
         return tuple(x.shape[:-1]) + (x.shape[-1] // 2,), x.dtype
     if kind == "relative_position_bias":
         return (1, x.shape[1], args[1], args[2]), x.dtype
+    if kind == "shifted_windows":  # (x, height, width, window, shift, reverse)
+        height, width, window, reverse = args[1], args[2], args[3], args[5]
+        if reverse:
+            return (x.numel() // (height * width * x.shape[-1]), height, width, x.shape[-1]), x.dtype
+        return (x.shape[0] * (height // window) * (width // window), window, window, x.shape[-1]), x.dtype
     raise KeyError(kind)
 
 

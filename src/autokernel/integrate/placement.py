@@ -44,6 +44,8 @@ SWITCHES = {
                               "attention modules holding T5's relative_attention_bias table",
     "softcap": "apply rewrites x = x / C; x = torch.tanh(x); x = x * C (or C * torch.tanh(e / C), "
                "e.div(C).tanh().mul(C)) in a forward, the same C both times",
+    "shifted_windows": "apply rewrites window_partition(self.cyclic_shift(x), self.window_size) and "
+                       "self.cyclic_shift(window_reverse(a, self.window_size, h, w), reverse=True) in a Swin layer's forward",
     "xielu": "apply switches xIELU activation modules (one-element alpha_p, alpha_n, beta and eps tensors) "
              "whose forward matches the reference on a probe",
 }

@@ -84,17 +84,18 @@ DEFAULT_TOLERANCES: dict[torch.dtype, Tolerance] = {
 
 # Dimensions that are 0/1 settings, not sizes, wherever a kind has them (attention's ``causal``,
 # GELU's ``tanh``, attention_masked's ``additive`` and ``per_query``, relative_position_bias's
-# ``bidirectional``)
-FLAG_DIMS = frozenset({"causal", "tanh", "additive", "per_query", "bidirectional", "masked"})
+# ``bidirectional``, shifted_windows' ``reverse``)
+FLAG_DIMS = frozenset({"causal", "tanh", "additive", "per_query", "bidirectional", "masked", "reverse"})
 
 
 def format_shape(shape: Shape) -> str:
     return "x".join(str(v) for v in shape.values())
 
 
-def parse_shape(text: str, dims: Sequence[str], flags: Sequence[str] = ()) -> Shape:
+def parse_shape(text: str, dims: Sequence[str], flags: Sequence[str] = (), zero: Sequence[str] = ()) -> Shape:
     """Parse ``4096x4096`` (values in ``dims`` order) or ``M=4096,N=4096``.  Sizes are at least 1;
-    the dimensions in ``flags`` (attention's ``causal``...) are 0 or 1."""
+    the dimensions in ``flags`` (attention's ``causal``...) are 0 or 1, those in ``zero``
+    (shifted_windows' ``shift``) at least 0."""
     text = text.strip()
     if "=" in text:
         shape: Shape = {}
@@ -104,7 +105,7 @@ def parse_shape(text: str, dims: Sequence[str], flags: Sequence[str] = ()) -> Sh
             name, _, value = part.partition("=")
             if name not in dims:
                 raise ValueError(f"unknown dimension {name!r} in shape {text!r}; dimensions are {', '.join(dims)}")
-            shape[name] = check_dim(_parse_int(value, text), text, name, name in flags)
+            shape[name] = check_dim(_parse_int(value, text), text, name, name in flags, name in zero)
         missing = [d for d in dims if d not in shape]
         if missing:
             raise ValueError(f"shape {text!r} lacks dimension(s) {', '.join(missing)}")
@@ -112,7 +113,7 @@ def parse_shape(text: str, dims: Sequence[str], flags: Sequence[str] = ()) -> Sh
     values = [_parse_int(v, text) for v in re.split(r"[x×,]", text.lower())]
     if len(values) != len(dims):
         raise ValueError(f"shape {text!r} has {len(values)} value(s); expected {len(dims)} ({'x'.join(dims)})")
-    return {d: check_dim(n, text, d, d in flags) for d, n in zip(dims, values)}
+    return {d: check_dim(n, text, d, d in flags, d in zero) for d, n in zip(dims, values)}
 
 
 def _parse_int(value: str, whole: str) -> int:
@@ -122,9 +123,13 @@ def _parse_int(value: str, whole: str) -> int:
         raise ValueError(f"malformed shape {whole!r}: {value!r} is not an integer") from None
 
 
-def check_dim(n: int, whole: str, name: str, flag: bool) -> int:
+def check_dim(n: int, whole: str, name: str, flag: bool, zero: bool = False) -> int:
     if flag and n not in (0, 1):
         raise ValueError(f"malformed shape {whole!r}: {name} is 0 or 1 (a flag), got {n}")
+    if zero and n < 0:
+        raise ValueError(f"malformed shape {whole!r}: {name} is at least 0, got {n}")
+    if zero:
+        return n
     if not flag and n < 1:
         raise ValueError(f"malformed shape {whole!r}: every size must be at least 1, got {name}={n}")
     return n
@@ -202,6 +207,8 @@ class Problem:
     passthrough_layout: Callable[[torch.Tensor], bool] | None = None
     # Dimensions that are settings with values 0/1, not sizes.
     flag_dims: frozenset[str] = FLAG_DIMS
+    # Dimensions that are settings which may be 0 (shifted_windows' ``shift``), not sizes.
+    zero_dims: frozenset[str] = frozenset()
     # What contradicts itself in a shape given as text (``--shape``): K experts a token out of
     # fewer than K, query heads Hkv does not divide; None when nothing does.
     check_shape: Callable[[Shape], str | None] | None = None
@@ -250,7 +257,7 @@ class Problem:
         return getattr(module, self.entry_point)
 
     def parse_shape(self, text: str) -> Shape:
-        shape = parse_shape(text, self.dims, self.flag_dims)
+        shape = parse_shape(text, self.dims, self.flag_dims, self.zero_dims)
         wrong = self.check_shape(shape) if self.check_shape is not None else None
         if wrong:
             raise ValueError(f"shape {text!r} does not fit {self.kind} ({'x'.join(self.dims)}): {wrong}")

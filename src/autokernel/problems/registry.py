@@ -40,6 +40,7 @@ BUILTIN_KINDS: dict[str, str] = {
     "moe_experts_gptoss": "moe_experts_gptoss",
     "softcap": "softcap",
     "xielu": "xielu",
+    "shifted_windows": "shifted_windows",
     "relative_position_bias": "relative_position_bias",
 }
 
