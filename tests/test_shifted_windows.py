@@ -112,3 +112,86 @@ def test_a_grid_to_pad_keeps_its_pad_and_matches(tmp_path):
     calls, got, want = _patched_with_starter(tmp_path, loaded, plan, problem, 1)
     assert calls == sum(problem.calls) == 4
     assert torch.equal(got, want)
+
+
+# ------------------------------------------------------------------ window_bias
+BIAS_SHAPES = [(2, 8, 12, 3, 4, 2), (1, 8, 8, 2, 4, 0), (1, 6, 9, 2, 3, 1)]
+
+
+def bias_shape(b, h, w, heads, window, shift):
+    return {"B": b, "H": h, "W": w, "heads": heads, "window": window, "shift": shift}
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_window_bias_reference_is_what_swin_computes():
+    """The reference against transformers' own SwinLayer.get_attn_mask and SwinRelativePositionBias
+    (a random table; Swin's index), combined as SwinAttention does."""
+    from transformers import SwinConfig
+    from transformers.models.swin.modeling_swin import SwinLayer
+
+    config = SwinConfig(embed_dim=8, window_size=4)
+    layer = SwinLayer(config, dim=8, input_resolution=(8, 12), num_heads=2, shift_size=2)
+    bias = layer.attention.relative_position_bias
+    with torch.no_grad():
+        bias.relative_position_bias_table.normal_()
+    mask = layer.get_attn_mask(8, 12, dtype=torch.float32, device="cpu")  # [nW, S, S]
+    want = bias() + mask.unsqueeze(1).unsqueeze(0).expand(3, -1, -1, -1, -1).reshape(-1, 1, 16, 16)
+    problem = get_problem("window_bias")
+    args = (bias.relative_position_bias_table, bias.relative_position_index, 3, 8, 12, 4, 2)
+    torch.testing.assert_close(problem.reference(*args), want, rtol=0, atol=0)
+    torch.testing.assert_close(problem.reference(*args[:-1], 0), bias(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dims", BIAS_SHAPES)
+def test_window_bias_starter_matches_the_reference(dims):
+    problem = get_problem("window_bias")
+    kernel = load_starter("window_bias").kernel_fn
+    for dtype in (torch.float32, torch.bfloat16):
+        s = bias_shape(*dims)
+        for _, case in [("random", problem.make_inputs(s, dtype, "cpu", 1))] + problem.adversarial_inputs(s, dtype, "cpu", 2):
+            out, ref = kernel(*case), problem.reference(*case)
+            assert out.shape == ref.shape and out.dtype == ref.dtype
+            # fp32 exactly; bf16 within its rounding of the fp32 sum (the interpreter's cast may truncate)
+            exact = dict(rtol=0, atol=0) if dtype == torch.float32 else {}
+            torch.testing.assert_close(out, ref, equal_nan=True, **exact)
+
+
+def test_window_bias_judges_inputs_catch_a_kernel_without_the_region_mask_or_the_index():
+    problem = get_problem("window_bias")
+    table, index, *rest = problem.make_inputs(bias_shape(*BIAS_SHAPES[0]), torch.float32, "cpu", 0)
+    want = problem.reference(table, index, *rest)
+    no_mask = problem.reference(table, index, *rest[:-1], 0).expand_as(want)
+    assert not torch.equal(no_mask, want)
+    p = torch.arange(4)
+    coords = torch.stack(torch.meshgrid(p, p, indexing="ij")).flatten(1)
+    rel = coords[:, :, None] - coords[:, None, :] + 3
+    assert not torch.equal(problem.reference(table, (rel[0] * 7 + rel[1]).flatten(), *rest), want)
+
+
+def test_window_bias_bytes_write_the_mask_once():
+    problem = get_problem("window_bias")
+    s = bias_shape(64, 56, 56, 3, 7, 3)
+    out = 64 * 64 * 3 * 49 * 49 * 4
+    assert problem.bytes(s, torch.float32) == out + 13 * 13 * 3 * 4 + 49 * 49 * 8
+    assert problem.bytes(dict(s, shift=0), torch.float32) == 3 * 49 * 49 * 4 + 13 * 13 * 3 * 4 + 49 * 49 * 8
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_swin_masks_are_planned_and_placed_and_match(tmp_path):
+    """Each layer's mask is one window_bias call (4 layers: two shifted); with random bias tables
+    (Swin initialises them to zeros) the patched model equals the original bit for bit."""
+    from autokernel.models import load_model
+    from autokernel.profiler import profile_model
+
+    loaded = load_model("hf:swin", config_overrides=SWIN, dtype=torch.float32)
+    with torch.no_grad():
+        for name, p in loaded.model.named_parameters():
+            if name.endswith("relative_position_bias_table"):
+                p.normal_(0, 2)
+    plan = profile_model(loaded, warmup=0, iters=1)
+    problem = next(p for p in plan.problems if p.kind == "window_bias")
+    assert problem.supported and sum(problem.calls) == 4, (problem.calls, problem.note)
+    assert {(s["shift"], s["heads"]) for s in problem.shapes} == {(0, 2), (2, 2), (0, 4), (2, 4)}
+    calls, got, want = _patched_with_starter(tmp_path, loaded, plan, problem, 2)
+    assert calls == 4
+    assert torch.equal(got, want)

@@ -55,7 +55,7 @@ from .recognize import (METADATA_OPS, Instance, Node, ScopeCall, TensorMeta, Uns
 from .recognize_head_copies import pair_head_copies
 from .recognize_scores import pair_scores_attention
 from .recognize_window_convs import pair_window_conv_gelu
-from .recognize_windows import pair_shifted_windows
+from .recognize_windows import pair_shifted_windows, pair_window_bias
 
 SCOPE_PREFIX = "ak::"
 FORWARD_LABEL = "ak::forward::"
@@ -314,6 +314,7 @@ def attribute(roots: list[Node], *, time_kind: str, default_dtype: str, fuse_mlp
             paired.update(pair_head_copies(node, default_dtype))
             paired.update(pair_window_conv_gelu(node, default_dtype))
             paired.update(pair_shifted_windows(node, default_dtype))
+            paired.update(pair_window_bias(node, default_dtype))
             if fuse_rotary:
                 paired.update(pair_rotary_attention(node, default_dtype))
             add_before.update(pair_residual_adds(node))

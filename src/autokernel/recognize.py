@@ -71,6 +71,7 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "softcap": ("M", "N"),
     "xielu": ("M", "N"),
     "shifted_windows": ("B", "H", "W", "C", "window", "shift", "reverse"),
+    "window_bias": ("B", "H", "W", "heads", "window", "shift"),
     "moe_experts_gptoss": ("T", "K", "E", "D", "I"),
     "relative_position_bias": ("H", "Sq", "Sk", "NB", "bidirectional"),
 }
@@ -159,6 +160,7 @@ class ModuleInfo:
     xielu: bool = False  # an xIELU activation module (``is_xielu_module``: Apertus' MLP)
     head_copies: bool = False  # its forward copies q/k/v heads before attention (``head_copies``: Whisper's)
     shifted_windows: bool = False  # a Swin layer (``recognize_windows.is_shifted_window_layer``)
+    window_bias_table: bool = False  # Swin's relative position bias module (``recognize_windows``)
 
 
 @dataclass
@@ -259,7 +261,7 @@ def _first_int(obj: Any, names: tuple[str, ...]) -> int | None:
 
 
 def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
-    from .recognize_windows import is_shifted_window_layer  # it imports this module
+    from .recognize_windows import is_shifted_window_layer, is_window_bias_module  # it imports this module
 
     config = getattr(module, "config", None)
     heads = _first_int(module, HEAD_ATTRS) or _first_int(config, HEAD_ATTRS)
@@ -287,7 +289,8 @@ def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
                       linear_out=linear_out(module), moe_experts=experts,
                       experts_layout=other_experts, gptoss_experts=gptoss,
                       relative_bias=relative_bias_parts(module), xielu=is_xielu_module(module),
-                      head_copies=writes_head_copies(type(module)), shifted_windows=is_shifted_window_layer(module))
+                      head_copies=writes_head_copies(type(module)), shifted_windows=is_shifted_window_layer(module),
+                      window_bias_table=is_window_bias_module(module))
 
 
 def linear_out(module: nn.Module) -> int | None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import torch
+
 from .recognize import METADATA_OPS, Instance, Node, _arg, _concrete, _dtype, make_shape
 
 WINDOW_FUNCTIONS = ("window_partition", "window_reverse")
@@ -101,4 +103,66 @@ def pair_shifted_windows(parent: Node, default_dtype: str) -> dict[int, Instance
             if reverse:
                 break
         i += 1
+    return out
+
+
+def is_window_bias_module(module: Any) -> bool:
+    """A Swin relative position bias module: a 2-D ``relative_position_bias_table`` parameter and a
+    ``relative_position_index`` buffer, its forward taking no input (transformers'
+    ``SwinRelativePositionBias``)."""
+    table = getattr(module, "relative_position_bias_table", None)
+    index = getattr(module, "relative_position_index", None)
+    return (isinstance(table, torch.Tensor) and table.dim() == 2 and isinstance(index, torch.Tensor)
+            and not index.is_floating_point())
+
+
+BIAS_OPS = ("aten::unsqueeze", "aten::expand", "aten::reshape", "aten::add")  # the mask's expand and the add
+
+
+def pair_window_bias(parent: Node, default_dtype: str) -> dict[int, Instance]:
+    """In a shifted-window layer's forward: the region mask it builds between the window partition
+    and the attention call (shifted layers), the attention's relative position bias module call and,
+    after it, the mask's expand (a reshape copy) and the add of the two, as one ``window_bias``
+    instance (B, H, W of the padded grid, heads, window, shift) placed at the layer."""
+    out: dict[int, Instance] = {}
+    owner = parent.scope.info if parent.scope is not None else None
+    if owner is None or not getattr(owner, "shifted_windows", False):
+        return out
+    kids = parent.children
+    part = next((i for i, k in enumerate(kids) if k.scope is None and k.name == "aten::contiguous"
+                 and len(_arg(k, 0) or ()) == 6), None)
+    if part is None:
+        return out
+    B, nh, nw, window, _, _ = _arg(kids[part], 0)
+    roll = next((k for k in kids[:part] if k.scope is None and k.name == "aten::roll"), None)
+    shift = (_roll_shift(roll, -1) or 0) if roll is not None else 0
+    for a in range(part + 1, len(kids)):
+        attention = kids[a].scope
+        if attention is None or attention.kind != "module":
+            continue
+        inner = kids[a].children
+        bias = next((i for i, c in enumerate(inner) if c.scope is not None and c.scope.kind == "module"
+                     and getattr(c.scope.info, "window_bias_table", False)), None)
+        if bias is None:
+            return out
+        outputs = inner[bias].scope.outputs
+        heads = outputs[0].shape[1] if outputs and len(outputs[0].shape) == 4 else None
+        if heads is None or outputs[0].shape[2] != window * window:
+            return out
+        nodes = [inner[bias]]
+        if shift:
+            nodes += [k for k in kids[part + 1:a] if k.scope is None]
+            for c in inner[bias + 1:]:
+                if c.scope is not None or c.name not in BIAS_OPS:
+                    break
+                nodes.append(c)
+        inst = Instance("window_bias", _dtype(kids[part], 0, default_dtype),
+                        [(make_shape("window_bias", B, nh * window, nw * window, heads, window, shift), 1)],
+                        module=owner.qualname,
+                        notes=(f"{owner.cls_name}'s attention mask: relative position bias"
+                               + (" + the shifted windows' region mask" if shift else "")
+                               + f" (window {window}, shift {shift})",))
+        for k in nodes:
+            out[id(k)] = inst
+        return out
     return out

@@ -45,7 +45,10 @@ that compute that kind are switched to it:
 * ``xielu`` — xIELU activation modules (transformers' ``XIELUActivation``: Apertus' MLP), the op
   handed the module's softplus'd numbers (``xielus``);
 * ``shifted_windows`` — Swin layers (transformers' ``SwinLayer``): the forward's pad + cyclic shift +
-  window partition, and window reverse + shift back, each one op call (``windows``).
+  window partition, and window reverse + shift back, each one op call (``windows``);
+* ``window_bias`` — the same layers' attention mask (relative position bias + the shift's region
+  mask): the layer's ``get_attn_mask`` call and its attention's bias + mask statements become one
+  op call (``windows``).
 
 Which kernels: when the workdir has ``results.tsv``, only a kernel the harness passed (its
 best row is timed, with no failed stage); on a GPU run (``plan.time_kind == "gpu"``) not one

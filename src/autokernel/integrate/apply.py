@@ -29,7 +29,7 @@ from .runfiles import IntegrateError, load_workdir_plan
 from .selection import NO_PLACE, KernelOp, select_kernels
 from .softcaps import _apply_softcap
 from .tables import _apply_rotary_table
-from .windows import _apply_shifted_windows
+from .windows import _apply_shifted_windows, _apply_window_bias
 from .xielus import _apply_xielu
 
 
@@ -63,6 +63,7 @@ _MODULE_APPLIERS = {
     "attention_masked:scores": _apply_scores_attention,
     "relative_position_bias": _apply_relative_position_bias,
     "shifted_windows": _apply_shifted_windows,
+    "window_bias": _apply_window_bias,
 }
 # Post-norm output blocks (``<kind>:outputs``) first: they take the add and their norm child.
 # fused_mlp before swiglu (it covers more of the MLP); matmul last so that the linears of a
@@ -78,7 +79,7 @@ _MODULE_APPLIERS = {
 # nn.Embedding table as it was.
 _ORDER = ("linear_gelu", "linear_relu2", "linear_relu", "add_rmsnorm:outputs", "add_layernorm:outputs", "rmsnorm",
           "layernorm", "add_rmsnorm", "add_layernorm",
-          "add_rmsnorm:adds", "add_layernorm:adds", "shifted_windows",
+          "add_rmsnorm:adds", "add_layernorm:adds", "shifted_windows", "window_bias",
           "gelu", "xielu", "softmax", "cross_entropy", "fused_mlp", "swiglu", "geglu", "swiglu_packed",
           "relative_position_bias",
           "embedding", "rotary_table", "moe_experts", "moe_experts_gptoss", "softcap", "attention_masked:scores",

@@ -52,6 +52,7 @@ SCHEMAS: dict[str, str] = {
     "relative_position_bias": ("(Tensor table, int query_length, int key_length, int offset, bool bidirectional, "
                                "int max_distance) -> Tensor"),
     "shifted_windows": "(Tensor x, int height, int width, int window, int shift, int reverse) -> Tensor",
+    "window_bias": "(Tensor table, Tensor index, int batch, int height, int width, int window, int shift) -> Tensor",
 }
 # kinds whose op returns two tensors of one shape and dtype (``output_meta``): (normalised rows,
 # sum) with the first input's, and (cos, sin)
@@ -92,6 +93,10 @@ def output_meta(kind: str, args: tuple) -> tuple[tuple[int, ...], torch.dtype]:
         if reverse:
             return (x.numel() // (height * width * x.shape[-1]), height, width, x.shape[-1]), x.dtype
         return (x.shape[0] * (height // window) * (width // window), window, window, x.shape[-1]), x.dtype
+    if kind == "window_bias":  # (table, index, batch, height, width, window, shift)
+        batch, height, width, window, shift = args[2:7]
+        rows = batch * (height // window) * (width // window) if shift else 1
+        return (rows, x.shape[1], window * window, window * window), x.dtype
     raise KeyError(kind)
 
 

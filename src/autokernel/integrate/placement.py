@@ -46,6 +46,8 @@ SWITCHES = {
                "e.div(C).tanh().mul(C)) in a forward, the same C both times",
     "shifted_windows": "apply rewrites window_partition(self.cyclic_shift(x), self.window_size) and "
                        "self.cyclic_shift(window_reverse(a, self.window_size, h, w), reverse=True) in a Swin layer's forward",
+    "window_bias": "apply rewrites a Swin layer's self.get_attn_mask(...) call and its attention's "
+                   "self.relative_position_bias() + mask statements",
     "xielu": "apply switches xIELU activation modules (one-element alpha_p, alpha_n, beta and eps tensors) "
              "whose forward matches the reference on a probe",
 }

@@ -157,3 +157,140 @@ class _Only:
 
     def named_modules(self):
         return ((n, m) for n, m in self.model.named_modules() if n in self.names)
+
+
+# ------------------------------------------------------------------ window_bias
+GRID = "_autokernel_window_grid"  # on the attention module, from the layer's call to its own attention call
+BIAS_CLASS = "_autokernel_window_bias"  # on an attention class whose forward takes the grid
+MASK, BIAS = "_ak_window_mask", "_ak_window_bias"
+
+
+def window_bias_helpers(k: Any) -> dict[str, Callable[..., Any]]:
+    """The layer's ``get_attn_mask`` call hands the grid (padded height and width, window, shift)
+    to its attention module and gives no mask, where the op can take it (the attention's class
+    rewritten, the table of the judged dtype, Swin's index of window^4 entries); the attention's
+    forward, given no mask and that grid, takes the op's mask in place of its bias + mask."""
+    op, dtype = k.op, k.dtype
+
+    def window_mask(layer: Any, height: Any, width: Any, *args: Any, **kwargs: Any) -> Any:
+        attention = getattr(layer, "attention", None)
+        attention.__dict__.pop(GRID, None) if isinstance(attention, torch.nn.Module) else None
+        bias = getattr(attention, "relative_position_bias", None)
+        table = getattr(bias, "relative_position_bias_table", None)
+        index = getattr(bias, "relative_position_index", None)
+        window, shift = layer.window_size, layer.shift_size
+        if (getattr(type(attention), BIAS_CLASS, False) and isinstance(table, torch.Tensor) and table.dtype == dtype
+                and isinstance(index, torch.Tensor) and type(window) is int and type(shift) is int
+                and type(height) is int and type(width) is int and window > 0 and index.numel() == window ** 4
+                and height % window == 0 and width % window == 0 and not traced_as_original(op)):
+            attention.__dict__[GRID] = (height, width, window, shift if shift > 0 else 0)
+            return None
+        return layer.get_attn_mask(height, width, *args, **kwargs)
+
+    def window_bias(attention: Any, attention_mask: Any, input_shape: Any) -> Any:
+        grid = attention.__dict__.pop(GRID, None)
+        if grid is None or attention_mask is not None:
+            return None
+        height, width, window, shift = grid
+        bias = attention.relative_position_bias
+        batch = input_shape[0] // ((height // window) * (width // window))
+        return op(bias.relative_position_bias_table, bias.relative_position_index, batch, height, width, window, shift)
+
+    return {MASK: window_mask, BIAS: window_bias}
+
+
+def _is_mask_test(node: ast.expr, name: str) -> bool:
+    """``name is not None``."""
+    return (isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == name
+            and len(node.ops) == 1 and isinstance(node.ops[0], ast.IsNot) and isinstance(node.comparators[0], ast.Constant)
+            and node.comparators[0].value is None)
+
+
+def _assigned_names(stmts: list[ast.stmt]) -> set[str]:
+    return {t.id for s in stmts if isinstance(s, ast.Assign) for t in s.targets if isinstance(t, ast.Name)}
+
+
+def rewritten_attention(cls: type, helpers: dict[str, Callable[..., Any]]) -> dict[str, Any] | None:
+    """``cls.forward`` (Swin's attention) with ``rpb = self.relative_position_bias()`` and the
+    ``if attention_mask is not None: combined = rpb + mask... else: combined = rpb`` after it
+    taking the op's mask first; None where the forward has not exactly that."""
+    forward = cls.forward
+    inner = inspect.unwrap(forward)
+    parsed = parse_forward(inner) if isinstance(inner, types.FunctionType) else None
+    if parsed is None:
+        return None
+    tree, fdef = parsed
+    me = fdef.args.args[0].arg
+    params = [a.arg for a in fdef.args.args]
+    if len(params) < 3 or not any(isinstance(s, ast.Assign) and "input_shape" in _assigned_names([s]) for s in fdef.body):
+        return None
+    mask = params[2]
+    body = fdef.body
+    for i in range(len(body) - 1):
+        first, second = body[i], body[i + 1]
+        if not (isinstance(first, ast.Assign) and len(first.targets) == 1 and isinstance(first.targets[0], ast.Name)
+                and _self_call(first.value, me, "relative_position_bias") and not first.value.args
+                and not first.value.keywords and isinstance(second, ast.If) and _is_mask_test(second.test, mask)):
+            continue
+        combined = _assigned_names(second.body) & _assigned_names(second.orelse)
+        if len(combined) != 1:
+            return None
+        target = combined.pop()
+        call = _helper(BIAS, [ast.Name(id=me, ctx=ast.Load()), ast.Name(id=mask, ctx=ast.Load()),
+                              ast.Name(id="input_shape", ctx=ast.Load())])
+        body[i:i + 2] = [ast.Assign(targets=[ast.Name(id=target, ctx=ast.Store())], value=call, lineno=first.lineno),
+                         ast.If(test=ast.Compare(left=ast.Name(id=target, ctx=ast.Load()), ops=[ast.Is()],
+                                                 comparators=[ast.Constant(value=None)]),
+                                body=[first, second], orelse=[])]
+        new = rewrap(forward, compile_forward(inner, tree, helpers))
+        return None if new is None else {"forward": new, BIAS_CLASS: True}
+    return None
+
+
+class _MaskCalls(ast.NodeTransformer):
+    def __init__(self, self_name: str):
+        self.self_name, self.found = self_name, 0
+
+    def visit_Call(self, node: ast.Call) -> ast.expr:
+        node = self.generic_visit(node)
+        if _self_call(node, self.self_name, "get_attn_mask") and len(node.args) >= 2:
+            self.found += 1
+            return ast.Call(func=ast.Name(id=MASK, ctx=ast.Load()),
+                            args=[ast.Name(id=self.self_name, ctx=ast.Load()), *node.args], keywords=node.keywords)
+        return node
+
+
+def rewritten_layer_mask(cls: type, helpers: dict[str, Callable[..., Any]]) -> dict[str, Callable] | None:
+    """``cls.forward`` (a Swin layer) with its one ``self.get_attn_mask(...)`` call going to the helper."""
+    forward = cls.forward
+    inner = inspect.unwrap(forward)
+    parsed = parse_forward(inner) if isinstance(inner, types.FunctionType) else None
+    if parsed is None:
+        return None
+    tree, fdef = parsed
+    rewriter = _MaskCalls(fdef.args.args[0].arg)
+    rewriter.visit(fdef)
+    if rewriter.found != 1:
+        return None
+    new = rewrap(forward, compile_forward(inner, tree, helpers))
+    return None if new is None else {"forward": new}
+
+
+def _apply_window_bias(model, k, done, replaced, skipped, probed) -> None:
+    from ..recognize_windows import is_window_bias_module
+
+    layers = {name: m for name, m in model.named_modules() if is_shifted_window_layer(m)
+              and isinstance(getattr(m, "attention", None), torch.nn.Module)
+              and is_window_bias_module(getattr(m.attention, "relative_position_bias", None))}
+    attentions = {f"{name}.attention" for name in layers}
+    ignored: list[tuple[str, str]] = []
+    apply_rewritten_members(_Only(model, attentions), k, "window_bias", "window_bias attention", window_bias_helpers,
+                            rewritten_attention, probed, ignored)
+    ready = {name for name, m in layers.items() if getattr(type(m.attention), BIAS_CLASS, False)}
+    before = len(replaced)
+    apply_rewritten_members(_Only(model, ready), k, "window_bias", "window_bias", window_bias_helpers,
+                            rewritten_layer_mask, probed, replaced)
+    placed = {name for name, kind in replaced[before:]}
+    for name in sorted(set(k.problem.modules) - placed):
+        skipped.append((name, "window_bias: no Swin layer whose forward calls self.get_attn_mask(...) once, with an "
+                              "attention whose forward adds self.relative_position_bias() and the mask"))

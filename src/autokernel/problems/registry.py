@@ -41,6 +41,7 @@ BUILTIN_KINDS: dict[str, str] = {
     "softcap": "softcap",
     "xielu": "xielu",
     "shifted_windows": "shifted_windows",
+    "window_bias": "window_bias",
     "relative_position_bias": "relative_position_bias",
 }
 
