@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import os
+import shutil
 
 import pytest
 import torch
@@ -194,3 +195,80 @@ def test_swin_masks_are_planned_and_placed_and_match(tmp_path, swin):
     calls, got, want = _patched_with_starter(tmp_path, loaded, plan, problem, 2)
     assert calls == 4
     assert torch.equal(got, want)
+
+
+# ------------------------------------------------------------------ look-alikes left alone
+def window_partition(x, window):  # windows taken column-major: not Swin's order
+    b, h, w, c = x.shape
+    x = x.view(b, h // window, window, w // window, window, c).permute(0, 3, 1, 2, 4, 5)
+    return x.contiguous().view(-1, window, window, c)
+
+
+def window_reverse(windows, window, h, w):
+    c = windows.shape[-1]
+    x = windows.view(-1, w // window, h // window, window, window, windows.shape[-1]).permute(0, 2, 3, 1, 4, 5)
+    return x.contiguous().view(-1, h, w, c)
+
+
+class LookAlikeLayer(torch.nn.Module):
+    """A forward written as SwinLayer's, around window functions of another layout."""
+
+    window_size, shift_size = 4, 2
+
+    def cyclic_shift(self, x, reverse=False):
+        return torch.roll(x, (self.shift_size, self.shift_size) if reverse else (-self.shift_size, -self.shift_size), (1, 2))
+
+    def maybe_pad(self, x, height, width):
+        return x, (0, 0, 0, 0, 0, 0)
+
+    def forward(self, x):
+        x, _ = self.maybe_pad(x, x.shape[1], x.shape[2])
+        windows = window_partition(self.cyclic_shift(x), self.window_size)
+        return self.cyclic_shift(window_reverse(windows * 2, self.window_size, x.shape[1], x.shape[2]), reverse=True)
+
+
+def test_a_layer_whose_window_functions_differ_is_left_alone():
+    """The rewrite matched SwinLayer's statements by name and put the op in place of any functions
+    so called: a layer partitioning windows in another order got Swin's windows (its output
+    changed).  The class is probed first: its own functions against the reference."""
+    from types import SimpleNamespace
+
+    from autokernel.integrate.windows import rewritten_members, window_helpers
+
+    k = SimpleNamespace(op=lambda *args: get_problem("shifted_windows").reference(*args), dtype=torch.float32)
+    assert rewritten_members(LookAlikeLayer, window_helpers(k)) is None
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_a_layer_with_another_mask_keeps_its_own(tmp_path, swin):
+    """Swin layers whose get_attn_mask fills -1e4 between regions (a subclass): window_bias's
+    rewrite found the call by name and put Swin's -100 mask in its place (the output changed);
+    the layer's get_attn_mask and its attention's bias module are probed against the reference
+    first, and such a layer is left alone."""
+    from transformers.models.swin.modeling_swin import SwinLayer
+
+    from autokernel.integrate import apply
+    from autokernel.plan import save_plan
+    from autokernel.problems.registry import KERNELS_DIR
+
+    class OtherMaskLayer(SwinLayer):
+        def get_attn_mask(self, height, width, dtype, device):
+            mask = super().get_attn_mask(height, width, dtype, device)
+            return None if mask is None else mask * 100.0
+
+    model = copy.deepcopy(swin[0].model)
+    for m in model.modules():
+        if type(m) is SwinLayer:
+            m.__class__ = OtherMaskLayer
+    plan = copy.deepcopy(swin[1])
+    plan.problems = [p for p in plan.problems if p.kind in ("shifted_windows", "window_bias")]
+    for p in plan.problems:
+        (tmp_path / "problems" / p.name).mkdir(parents=True)
+        shutil.copyfile(KERNELS_DIR / f"{p.kind}.py", tmp_path / "problems" / p.name / "kernel.py")
+    save_plan(plan, tmp_path / "plan.json")
+    patched = apply(model, tmp_path)
+    assert {kind for _, kind in patched._autokernel_replaced} == {"shifted_windows"}  # its own functions are Swin's
+    assert any("window_bias" in why for _, why in patched._autokernel_skipped)
+    ids = swin[0].make_inputs(2)
+    with torch.no_grad():
+        assert torch.equal(patched(*ids), model(*ids))

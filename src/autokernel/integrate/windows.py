@@ -24,7 +24,9 @@ inductor) runs the layer's own code.
 from __future__ import annotations
 
 import ast
+import copy
 import inspect
+import math
 import types
 from typing import Any, Callable
 
@@ -118,13 +120,38 @@ class _Windows(ast.NodeTransformer):
         return node
 
 
+def computes_shifted_windows(cls: type, names: dict[str, Any]) -> bool:
+    """Do ``window_partition`` and ``window_reverse`` (as the forward's globals ``names`` hold them)
+    and ``cls.cyclic_shift`` compute the problem's reference, both ways, on a small random grid
+    (8 x 12, window 4, shift 2 and 0)?  The rewrite finds them by name only."""
+    from ..problems import get_problem
+
+    reference = get_problem("shifted_windows").reference
+    partition, reverse, shift = names.get("window_partition"), names.get("window_reverse"), getattr(cls, "cyclic_shift", None)
+    if not (callable(partition) and callable(reverse) and callable(shift)):
+        return False
+    x = torch.randn(2, 8, 12, 3, generator=torch.Generator().manual_seed(0))
+    try:
+        for s in (2, 0):
+            layer = types.SimpleNamespace(shift_size=s, window_size=4)
+            windows = partition(shift(layer, x), 4)
+            back = shift(layer, reverse(windows, 4, 8, 12), reverse=True)
+            if not (torch.equal(windows, reference(x, 8, 12, 4, s, 0))
+                    and torch.equal(back, reference(windows.reshape(-1, 16, 3), 8, 12, 4, s, 1))):
+                return False
+    except Exception:  # noqa: BLE001 - a look-alike that cannot run on the probe is not Swin's
+        return False
+    return True
+
+
 def rewritten_members(cls: type, helpers: dict[str, Callable[..., Any]]) -> dict[str, Callable] | None:
     """``cls.forward`` with its window partition, reverse and pad calling the helpers; None where
-    the forward has no source, or not exactly one partition and one reverse of that form."""
+    the forward has no source, or not exactly one partition and one reverse of that form, or where
+    the functions it calls by those names compute something else (``computes_shifted_windows``)."""
     forward = cls.forward
     inner = inspect.unwrap(forward)
     parsed = parse_forward(inner) if isinstance(inner, types.FunctionType) else None
-    if parsed is None:
+    if parsed is None or not computes_shifted_windows(cls, inner.__globals__):
         return None
     tree, fdef = parsed
     rewriter = _Windows(fdef.args.args[0].arg)
@@ -174,7 +201,8 @@ def window_bias_helpers(k: Any) -> dict[str, Callable[..., Any]]:
 
     def window_mask(layer: Any, height: Any, width: Any, *args: Any, **kwargs: Any) -> Any:
         attention = getattr(layer, "attention", None)
-        attention.__dict__.pop(GRID, None) if isinstance(attention, torch.nn.Module) else None
+        if isinstance(attention, torch.nn.Module):
+            attention.__dict__.pop(GRID, None)  # none left from a call that did not reach its attention
         bias = getattr(attention, "relative_position_bias", None)
         table = getattr(bias, "relative_position_bias_table", None)
         index = getattr(bias, "relative_position_index", None)
@@ -276,12 +304,49 @@ def rewritten_layer_mask(cls: type, helpers: dict[str, Callable[..., Any]]) -> d
     return None if new is None else {"forward": new}
 
 
+def computes_window_bias(layer: Any, probed: dict) -> bool:
+    """Do the layer class's ``get_attn_mask`` (on a stand-in layer: an 8 x 12 grid, window 4,
+    shift 2 and 0) and its attention's bias module (a copy with a random table) compute what the
+    problem's reference does?  The rewrite finds them by name only.  The class's answer is kept in
+    ``probed``; the bias module is probed for each layer (its window may differ)."""
+    from ..problems import get_problem
+
+    reference = get_problem("window_bias").reference
+    key = (type(layer), "window_bias mask probe")
+    if key not in probed:
+        ok = False
+        try:
+            zeros = torch.zeros(49, 1), torch.zeros(256, dtype=torch.long)
+            stand_in = types.SimpleNamespace(window_size=4, shift_size=2)
+            mask = type(layer).get_attn_mask(stand_in, 8, 12, dtype=torch.float32, device=torch.device("cpu"))
+            stand_in.shift_size = 0
+            ok = (isinstance(mask, torch.Tensor) and mask.shape == (6, 16, 16)
+                  and torch.equal(mask.unsqueeze(1), reference(*zeros, 1, 8, 12, 4, 2))
+                  and type(layer).get_attn_mask(stand_in, 8, 12, dtype=torch.float32, device=torch.device("cpu")) is None)
+        except Exception:  # noqa: BLE001 - a look-alike that cannot run on the probe is not Swin's
+            ok = False
+        probed[key] = ok
+    if not probed[key]:
+        return False
+    try:
+        bias = copy.deepcopy(layer.attention.relative_position_bias)
+        table, index = bias.relative_position_bias_table, bias.relative_position_index
+        window = math.isqrt(math.isqrt(index.numel()))
+        with torch.no_grad():
+            table.copy_(torch.randn(table.shape, generator=torch.Generator().manual_seed(0)).to(table.dtype))
+            got = bias()
+        return torch.equal(got, reference(table, index, 1, window, window, window, 0))
+    except Exception:  # noqa: BLE001 - a bias module that cannot run alone is not Swin's
+        return False
+
+
 def _apply_window_bias(model, k, done, replaced, skipped, probed) -> None:
     from ..recognize_windows import is_window_bias_module
 
     layers = {name: m for name, m in model.named_modules() if is_shifted_window_layer(m)
               and isinstance(getattr(m, "attention", None), torch.nn.Module)
-              and is_window_bias_module(getattr(m.attention, "relative_position_bias", None))}
+              and is_window_bias_module(getattr(m.attention, "relative_position_bias", None))
+              and computes_window_bias(m, probed)}
     attentions = {f"{name}.attention" for name in layers}
     ignored: list[tuple[str, str]] = []
     apply_rewritten_members(_Only(model, attentions), k, "window_bias", "window_bias attention", window_bias_helpers,
