@@ -163,13 +163,10 @@ def rewritten_members(cls: type, helpers: dict[str, Callable[..., Any]]) -> dict
 
 
 def _apply_shifted_windows(model, k, done, replaced, skipped, probed) -> None:
-    def members(cls: type, helpers: Any) -> dict[str, Callable] | None:
-        return rewritten_members(cls, helpers)
-
     before = len(replaced)
     layers = {name for name, m in model.named_modules() if is_shifted_window_layer(m)}
-    apply_rewritten_members(_Only(model, layers), k, "shifted_windows", "shifted_windows", window_helpers, members,
-                            probed, replaced)
+    apply_rewritten_members(_Only(model, layers), k, "shifted_windows", "shifted_windows", window_helpers,
+                            rewritten_members, probed, replaced)
     placed = {name for name, kind in replaced[before:]}
     for name in sorted(set(k.problem.modules) - placed):
         skipped.append((name, "shifted_windows: its forward has no window_partition(self.cyclic_shift(x), "
