@@ -21,8 +21,9 @@ writes the output once, ``2 N e`` (2.4 MB).  Eager, before attention: ``maybe_pa
 ``window_partition``'s ``.contiguous()`` of the transposed view (2 N e): 6 N e shifted, 4 N e
 not; after attention: ``window_reverse``'s ``.contiguous()`` and the roll, 4 N e shifted, 2 N e
 not.  Per pair of layers (one shifted, one not) eager moves 16 N e, the op 8 N e (``eager_bytes``):
-8 N e saved, 9.6 MB at stage 1, about 19 MB over Swin-T's four stages (the data halves at each
-patch merging: N, N/2, N/4, N/8; 2, 2, 6, 2 layers).  Folding the LayerNorm before it into the
+8 N e saved, 9.6 MB at stage 1, 21.7 MB over Swin-T's stages (N, N/2, N/4 at stages 1-3 with
+1, 1, 3 pairs of layers: 9.6 + 4.8 + 7.2 MB; stage 4's 7x7 grid is one window, unshifted, whose
+partition is a view: nothing to save there).  Folding the LayerNorm before it into the
 same pass (normalised values written in window order) would save 2 N e more per layer, and the
 reverse + residual add + next LayerNorm another 2 N e; both are left to kinds of their own (the
 norms are placed as ``layernorm`` / ``add_layernorm`` problems now).

@@ -21,9 +21,9 @@ kernel reads it rather than assuming Swin's layout.
 Bytes, Swin-T stage 1 at 224x224 (56x56 grid, window 7: S = 49, nW = 64, 3 heads), batch 64,
 fp32: the output is B nW heads S^2 e = 118 MB, written once (table and index: 2 KB and 19 KB).
 Eager in a shifted layer: the gather and the permute's copy (S^2 heads, 2 x 2 x 29 KB), the region
-mask (nW S^2 = 154 K elements through ~10 ops: ~6 MB), the expand's reshape copy (B nW S^2 e,
-39 MB read + 39 MB written), the add (reads the bias and that 39 MB copy, writes 118 MB): about
-236 MB against 118 MB.  A cleaner cut would keep this mask out of memory entirely: an attention
+mask (nW S^2 = 154 K elements through ~10 ops: ~6 MB), the expand's reshape copy (B nW S^2 e =
+39 MB written, from a 0.6 MB mask read again and again), the add (reads the bias and that 39 MB
+copy, writes 118 MB): about 203 MB against 118 MB.  A cleaner cut would keep this mask out of memory entirely: an attention
 kernel that reads the [heads, S, S] bias and computes the region test per score (a Swin variant of
 ``attention_masked``); this kind is the step that takes the mask's many small ops and the copies
 now, and whose output the existing ``attention_masked`` problem reads as before.
