@@ -123,7 +123,7 @@ def test_a_grid_to_pad_keeps_its_pad_and_matches(tmp_path):
 
 
 # ------------------------------------------------------------------ window_bias
-BIAS_SHAPES = [(2, 8, 12, 3, 4, 2), (1, 8, 8, 2, 4, 0), (1, 6, 9, 2, 3, 1)]
+BIAS_SHAPES = [(1, 8, 12, 3, 4, 2), (1, 8, 8, 2, 4, 0), (1, 6, 9, 2, 3, 1)]
 
 
 def bias_shape(b, h, w, heads, window, shift):
