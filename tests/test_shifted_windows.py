@@ -44,17 +44,18 @@ def test_reference_is_what_swin_layer_computes():
     torch.testing.assert_close(back, x, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("dims", SHAPES)
-def test_starter_matches_the_reference_exactly(dims):
+def test_starter_matches_the_reference_exactly():
+    """Bit for bit, both directions, with and without a shift, NaN and inf moved as they are (the
+    judge's tolerances would let a value be a rounding off; test_starters runs the whole judge)."""
     problem = get_problem("shifted_windows")
     kernel = load_starter("shifted_windows").kernel_fn
-    for dtype in (torch.float32, torch.bfloat16):
+    for dims, dtype in zip(SHAPES, (torch.float32, torch.bfloat16, torch.float32, torch.bfloat16, torch.float16)):
         args = problem.make_inputs(shape(*dims), dtype, "cpu", 1)
-        for _, case in [("random", args)] + problem.adversarial_inputs(shape(*dims), dtype, "cpu", 2):
+        for _, case in [("random", args)] + problem.adversarial_inputs(shape(*dims), dtype, "cpu", 2)[-2:]:
             out, ref = kernel(*case), problem.reference(*case)
             assert out.shape == ref.shape and out.dtype == ref.dtype
-            assert torch.equal(out.view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
-                               ref.view(torch.int16 if dtype == torch.bfloat16 else torch.int32))
+            bits = {4: torch.int32, 2: torch.int16}[out.element_size()]
+            assert torch.equal(out.view(bits), ref.view(bits))
 
 
 def test_a_kernel_that_drops_the_shift_is_caught():
@@ -150,13 +151,14 @@ def test_window_bias_reference_is_what_swin_computes():
     torch.testing.assert_close(problem.reference(*args[:-1], 0), bias(), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("dims", BIAS_SHAPES)
-def test_window_bias_starter_matches_the_reference(dims):
+def test_window_bias_starter_matches_the_reference():
+    """fp32 bit for bit (shifted, unshifted, a 3-window with shift 1), Swin's own index and a table
+    near +100 (bias + mask cancels) among the cases; test_starters runs the whole judge."""
     problem = get_problem("window_bias")
     kernel = load_starter("window_bias").kernel_fn
-    for dtype in (torch.float32, torch.bfloat16):
+    for dims, dtype in zip(BIAS_SHAPES, (torch.float32, torch.float32, torch.bfloat16)):
         s = bias_shape(*dims)
-        for _, case in [("random", problem.make_inputs(s, dtype, "cpu", 1))] + problem.adversarial_inputs(s, dtype, "cpu", 2):
+        for _, case in [("random", problem.make_inputs(s, dtype, "cpu", 1))] + problem.adversarial_inputs(s, dtype, "cpu", 2)[2:]:
             out, ref = kernel(*case), problem.reference(*case)
             assert out.shape == ref.shape and out.dtype == ref.dtype
             # fp32 exactly; bf16 within its rounding of the fp32 sum (the interpreter's cast may truncate)
