@@ -617,6 +617,20 @@ def test_a_list_setting_is_given_in_brackets():
         load_model("hf:swin", config_overrides="depths=2", validate=False)
 
 
+def test_an_image_size_may_be_given_per_dimension():
+    """New-user trial: ``--config image_size=[64,48]`` was refused ("expected an integer": the
+    default is one int) although Swin and ViT take (height, width); the default input follows it."""
+    pytest.importorskip("transformers")
+    from autokernel.models import hf_default_input_shape
+
+    loaded = load_model("hf:swin", config_overrides="embed_dim=16,depths=[1],num_heads=[1],image_size=[32,24],"
+                        "window_size=4,patch_size=4", validate=False)
+    assert loaded.model.model.config.image_size == [32, 24] and loaded.input_shape == [2, 3, 32, 24]
+    assert hf_default_input_shape(type("C", (), {"image_size": (16, 8), "patch_size": 4})()) == [2, 3, 16, 8]
+    with pytest.raises(ModelSpecError, match=r"image_size='\[32,b\]': item 'b': expected an integer"):
+        load_model("hf:swin", config_overrides="image_size=[32,b]", validate=False)
+
+
 def test_lists_that_go_together_are_named_when_their_lengths_differ():
     """New-user trial: `profile --model hf:swin --config ...,num_heads=[3,4]` (four stages by
     default) failed with "building hf:swin failed: IndexError: list index out of range" alone,

@@ -167,6 +167,9 @@ def _convert(value: Any, like: Any, key: str) -> Any:
         return None
     if isinstance(like, (list, tuple)):
         return _convert_list(value, like, key)
+    if isinstance(like, (int, float)) and not isinstance(like, bool) and value.strip().startswith("["):
+        # a number that may also be given per dimension: ViT's and Swin's image_size=[224,160]
+        return _convert_list(value, [like], key)
     if isinstance(like, dict) or (value.strip().startswith("{") and (like is None or isinstance(like, str))):
         return _convert_object(value, key)
     try:
@@ -517,12 +520,20 @@ def hf_default_input_shape(config: Any) -> list[int] | None:
     Whisper-style speech model's: the log-mel features of 2 clips, as many frames as its encoder
     takes (twice its positions: its convolutions halve them)."""
     size = getattr(config, "image_size", None)
-    if isinstance(size, int) and getattr(config, "patch_size", None):
-        return [2, int(getattr(config, "num_channels", 3)), size, size]
+    if isinstance(size, int):
+        size = [size, size]
+    if _two_sizes(size) and getattr(config, "patch_size", None):
+        return [2, int(getattr(config, "num_channels", 3)), int(size[0]), int(size[1])]
     mels, positions = getattr(config, "num_mel_bins", None), getattr(config, "max_source_positions", None)
     if getattr(config, "is_encoder_decoder", False) and isinstance(mels, int) and isinstance(positions, int):
         return [2, mels, 2 * positions]
     return None
+
+
+def _two_sizes(size: Any) -> bool:
+    """Whether ``size`` is an image's (height, width): two integers, as a list or a tuple."""
+    return isinstance(size, (list, tuple)) and len(size) == 2 and all(
+        isinstance(d, int) and not isinstance(d, bool) for d in size)
 
 
 def _setting(config: Any, name: str) -> Any:
