@@ -187,7 +187,7 @@ def test_real_harness_in_two_lane_processes(tmp_path):
                            "--workdir", str(tmp_path / "ws"), "--device", "cpu", "--parallel", "2",
                            "--max-experiments", "3"], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert "up to 2 in flight on cpu0, cpu1" in proc.stdout and "experiments/h" in proc.stdout
+    assert "up to 2 in flight on cpu0, cpu1" in proc.stdout and "evaluations/h" in proc.stdout
     rows = read_results(tmp_path / "ws/results.tsv")
     assert [r.experiment for r in rows] == [0, 1, 2, 3] and rows[0].correct
     assert all(r.status in ("keep", "revert") for r in rows[1:]), [r.status for r in rows]
@@ -238,16 +238,40 @@ def test_experiments_in_flight_spread_the_width_over_problems():
 
 
 def test_throughput_per_hour_and_utilisation_per_lane(tmp_path):
+    """The per-hour figure counts the judge's evaluations, not the experiments: new-user trial, a
+    command agent's two rows, both rejected before judging, read as 1655 "experiments/h"."""
     from autokernel.loop.summary import OptimizeSummary, log_throughput, throughput_markdown, throughput_text
 
     summary = OptimizeSummary(problems=[], stopped_reason="budget", workdir=tmp_path, branch="b", run_name="r",
-                              experiments_run=30, wall_s=600.0, parallel=2, lanes=["gpu0", "gpu1"],
-                              lane_busy_s=[540.0, 300.0], evaluation_s=[20.0, 40.0])
-    assert summary.experiments_per_hour == 180.0 and summary.utilisation == [0.9, 0.5]
-    assert throughput_text(summary) == "180 experiments/h; evaluation 30 s mean; gpu0 90% gpu1 50% busy"
+                              experiments_run=30, rejected_run=10, wall_s=600.0, parallel=2, lanes=["gpu0", "gpu1"],
+                              lane_busy_s=[540.0, 300.0], evaluation_s=[20.0, 40.0] * 11)
+    assert summary.evaluations_per_hour == 132.0 and summary.utilisation == [0.9, 0.5]
+    assert throughput_text(summary) == ("132 evaluations/h; 10 proposal(s) rejected unevaluated; evaluation 30 s mean; "
+                                        "gpu0 90% gpu1 50% busy")
     log_throughput(tmp_path, summary)
+    with open(tmp_path / "logs/throughput.jsonl", "a") as fh:  # a line written before evaluations were counted
+        fh.write('{"run_name": "old", "wall_s": 60, "experiments": 5, "lanes": ["cpu"], "lane_busy_s": [30]}\n')
     table = "\n".join(throughput_markdown(tmp_path))
-    assert "| r | 2 | 30 | 600 s | 180 | 30 s | gpu0 90%, gpu1 50% |" in table
+    assert "| r | 2 | 30 | 22 | 600 s | 132 | 30 s | gpu0 90%, gpu1 50% |" in table
+    assert "| old | 1 | 5 | — | 60 s | — | — | cpu 50% |" in table
+
+
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_a_rejected_proposal_is_an_experiment_but_no_evaluation(tmp_path, parallel):
+    from autokernel.agents.base import Proposal
+
+    class SometimesNothing(ListAgent):
+        def propose(self, context):
+            if context.experiment % 2 == 0:
+                return Proposal(source=None, description="nothing", rejected_reason="no file in the reply")
+            return super().propose(context)
+
+    summary = run_optimize(start(tmp_path), tmp_path / "ws", agent=SometimesNothing([kernel(90), "", kernel(80)]),
+                           budget_s=None, max_experiments=4, device="cpu", parallel=parallel, show_progress=False,
+                           _evaluator_factory=CostEvaluator)
+    assert (summary.experiments_run, summary.rejected_run) == (4, 2)
+    # the baseline and the two kernels; in parallel a kernel may be judged again against a new incumbent
+    assert len(summary.evaluation_s) == 3 if parallel == 1 else len(summary.evaluation_s) >= 3
 
 
 def test_llm_call_budget_holds_with_requests_in_flight(tmp_path, monkeypatch):

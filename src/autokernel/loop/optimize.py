@@ -255,7 +255,7 @@ def run_optimize(targets: list[Target], workdir: Path, *, agent: AgentConfig | A
                 ws.close()
     summary = OptimizeSummary(problems=[summarize_problem(ws, run, device) for run in runs], stopped_reason=reason,
                               workdir=ws.root, branch=ws.branch, run_name=ws.run_name,
-                              experiments_run=stats.experiments, wall_s=time.monotonic() - t_start, message=message,
+                              experiments_run=stats.experiments, rejected_run=stats.rejected, wall_s=time.monotonic() - t_start, message=message,
                               recovered=list(ws.recovered), parallel=stats.parallel or 1, lanes=stats.lanes,
                               lane_busy_s=stats.lane_busy_s(), evaluation_s=stats.evaluation_s,
                               unreachable_s=agent_unreachable_s(agent_obj), outages=getattr(agent_obj, "outages", 0))
@@ -278,6 +278,7 @@ class _Stats:
     def __init__(self, lanes: list[str], parallel: int | None = 1):
         self.parallel = parallel
         self.experiments = 0
+        self.rejected = 0  # experiments whose proposal never reached the judge
         self.use_lanes(lanes)
 
     def use_lanes(self, lanes: list[str]) -> None:
@@ -434,6 +435,7 @@ def _experiment(s: Session, run: ProblemRun, stats: _Stats) -> bool:
     reason = ""
     if proposal.source is None:
         status = "rejected"
+        stats.rejected += 1
         reason = proposal.rejected_reason or "the agent produced no kernel"
         description = f"{proposal.description} (rejected: {reason})"
     else:

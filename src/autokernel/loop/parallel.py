@@ -347,6 +347,7 @@ class Scheduler:
             return
         if proposal.source is None:
             reason = proposal.rejected_reason or "the agent produced no kernel"
+            self.stats.rejected += 1
             self._write(t, "rejected", f"{proposal.description} (rejected: {reason})", proposal.description, reason)
             return
         current = t.incumbent_source is not None and t.version == run.keeps

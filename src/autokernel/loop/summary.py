@@ -33,7 +33,8 @@ class OptimizeSummary:
     workdir: Path
     branch: str
     run_name: str
-    experiments_run: int = 0  # experiments in this invocation
+    experiments_run: int = 0  # experiments in this invocation (rows written, rejected proposals included)
+    rejected_run: int = 0  # of those, proposals rejected before any evaluation (no kernel, agent error)
     wall_s: float = 0.0
     message: str = ""  # extra words on why it stopped (e.g. the agent's reason)
     recovered: list[str] = field(default_factory=list)  # what recovery did at startup
@@ -45,8 +46,10 @@ class OptimizeSummary:
     outages: int = 0  # how many times it went away
 
     @property
-    def experiments_per_hour(self) -> float | None:
-        return 3600.0 * self.experiments_run / self.wall_s if self.wall_s > 0 else None
+    def evaluations_per_hour(self) -> float | None:
+        """Evaluations the judge ran per hour (starting kernels included, rejected proposals not:
+        they never reached it)."""
+        return per_hour(len(self.evaluation_s), self.wall_s)
 
     @property
     def utilisation(self) -> list[float]:
@@ -56,6 +59,11 @@ class OptimizeSummary:
     @property
     def mean_evaluation_s(self) -> float | None:
         return sum(self.evaluation_s) / len(self.evaluation_s) if self.evaluation_s else None
+
+
+def per_hour(count: int, wall_s: float) -> float | None:
+    """``count`` events in ``wall_s`` seconds, per hour (None without a wall time)."""
+    return 3600.0 * count / wall_s if wall_s > 0 else None
 
 
 def summarize_problem(ws: Workspace, run: ProblemRun, device: str) -> ProblemSummary:
@@ -92,10 +100,13 @@ def unreachable_text(summary: OptimizeSummary) -> str:
 
 
 def throughput_text(summary: OptimizeSummary) -> str:
-    """``41 experiments/h; evaluation 12.3 s mean; gpu0 78% gpu1 75% busy`` (empty when nothing ran)."""
-    if not summary.experiments_run:
+    """``41 evaluations/h; evaluation 12.3 s mean; gpu0 78% gpu1 75% busy`` (empty when nothing
+    ran), with ``3 proposal(s) rejected unevaluated`` where the agent gave no kernel."""
+    if not summary.experiments_run and not summary.evaluation_s:
         return ""
-    parts = [f"{summary.experiments_per_hour:.0f} experiments/h"]
+    parts = [f"{summary.evaluations_per_hour or 0.0:.0f} evaluations/h"]
+    if summary.rejected_run:
+        parts.append(f"{summary.rejected_run} proposal(s) rejected unevaluated")
     if summary.mean_evaluation_s is not None:
         parts.append(f"evaluation {summary.mean_evaluation_s:.3g} s mean")
     if summary.lanes:
@@ -112,10 +123,11 @@ def log_throughput(workdir: Path, summary: OptimizeSummary) -> None:
     import json
     import os
 
-    if not summary.experiments_run and not summary.outages:
+    if not summary.experiments_run and not summary.evaluation_s and not summary.outages:
         return
     entry = {"run_name": summary.run_name, "wall_s": round(summary.wall_s, 3),
-             "experiments": summary.experiments_run, "parallel": summary.parallel, "lanes": summary.lanes,
+             "experiments": summary.experiments_run, "evaluations": len(summary.evaluation_s),
+             "rejected": summary.rejected_run, "parallel": summary.parallel, "lanes": summary.lanes,
              "lane_busy_s": summary.lane_busy_s,
              "mean_evaluation_s": round(summary.mean_evaluation_s, 4) if summary.mean_evaluation_s else None}
     if summary.outages:
@@ -144,17 +156,22 @@ def throughput_markdown(workdir: Path) -> list[str]:
     if not entries:
         return []
     lines = ["## Throughput", "",
-             "Utilisation: share of the wall time with an evaluation (correctness and timing) running on the lane.",
-             "", "| run | in flight | experiments | wall | experiments/h | evaluation (mean) | utilisation per lane |",
-             "|---|---:|---:|---:|---:|---:|---|"]
+             "Evaluations: kernels the judge ran (correctness and timing), starting kernels included; an "
+             "experiment whose proposal was rejected before judging (no kernel, an agent error) is not one. "
+             "Utilisation: share of the wall time with an evaluation running on the lane.",
+             "", "| run | in flight | experiments | evaluations | wall | evaluations/h | evaluation (mean) | "
+             "utilisation per lane |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
     for e in entries:
         wall = float(e.get("wall_s") or 0.0)
-        per_hour = 3600.0 * e.get("experiments", 0) / wall if wall > 0 else 0.0
+        evaluations = e.get("evaluations")  # absent from lines written before 2026-12-07
+        rate = per_hour(int(evaluations), wall) if evaluations is not None else None
         lanes = ", ".join(f"{name} {100 * min(busy / wall, 1.0):.0f}%" for name, busy in
                           zip(e.get("lanes", []), e.get("lane_busy_s", []))) if wall > 0 else "—"
         mean = e.get("mean_evaluation_s")
-        lines.append(f"| {e.get('run_name', '')} | {e.get('parallel', 1)} | {e.get('experiments', 0)} | {wall:.0f} s | "
-                     f"{per_hour:.0f} | {f'{mean:.3g} s' if mean else '—'} | {lanes or '—'} |")
+        lines.append(f"| {e.get('run_name', '')} | {e.get('parallel', 1)} | {e.get('experiments', 0)} | "
+                     f"{'—' if evaluations is None else evaluations} | {wall:.0f} s | "
+                     f"{'—' if rate is None else f'{rate:.0f}'} | {f'{mean:.3g} s' if mean else '—'} | {lanes or '—'} |")
     return lines + [""]
 
 
