@@ -529,6 +529,25 @@ def test_export_of_an_optimize_problem_run_names_the_shapes_and_dtypes_judged(tm
     assert k.dtype == "bf16, fp16, fp32" and k.shapes == "16x256; 9x300", (k.dtype, k.shapes)
 
 
+def test_the_report_of_single_problems_has_the_throughput_table(tmp_path):
+    """New-user trial: `optimize --problem softmax` then `report` had no throughput section,
+    though the run logged one (a report made from a model had it)."""
+    wd = tmp_path / "wd"
+    (wd / "problems" / "softmax").mkdir(parents=True)
+    (wd / "problems" / "softmax" / "problem.json").write_text(json.dumps(
+        {"name": "softmax", "spec": "softmax", "kind": "softmax", "shapes": None, "dtype": None}))
+    (wd / "results.tsv").write_text(HEAD + row(0, "softmax", "baseline", 100.0, "", 1.0, 3.0, "starting kernel")
+                                    + row(1, "softmax", "keep", 50.0, "", 2.0, 3.0, "ROWS 1→4"))
+    (wd / "logs").mkdir()
+    (wd / "logs/throughput.jsonl").write_text('{"run_name": "softmax", "wall_s": 60, "experiments": 1, '
+                                              '"evaluations": 2, "lanes": ["cpu"], "lane_busy_s": [6]}\n')
+    from autokernel.report import collect, render_markdown
+
+    text = render_markdown(collect(wd))
+    assert "## Throughput" in text and "| softmax | 1 | 1 | 2 | 60 s | 120 | — | cpu 10% |" in text
+    assert "\n\n\n" not in text
+
+
 def _kernelbench_workspace(tmp_path: Path) -> Path:
     """A workspace of `optimize --problem examples/kernelbench_example.py` (no shapes or dtype
     given): the example's kernel, its starting row."""

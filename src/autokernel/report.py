@@ -289,6 +289,10 @@ def _render_problems_only(data: ReportData, timing_note: str) -> str:
              "", "## Problems" + timing_note, "", *_problems_table(data)]
     if data.plan.time_kind != "gpu":
         lines += ["", f"No roofline on CPU; {figures.EAGER_DASH_REASON}."]
+    from .loop.summary import throughput_markdown
+
+    throughput = throughput_markdown(data.workdir)
+    lines += ["", *throughput[:-1]] if throughput else []  # its trailing blank line: _top_kept starts with one
     lines += _top_kept(data)
     lines += ["", "Chart: `progress.png` (every experiment's speedup vs the starting kernel).", ""]
     return "\n".join(lines)
