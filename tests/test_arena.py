@@ -270,6 +270,35 @@ def test_arena_optimize_that_kept_nothing_says_so_not_no_solution_file(tmp_path,
     assert "no correct kernel kept" in row["message"] and "3 experiment(s)" in row["message"], row
 
 
+def test_the_progress_line_says_the_seconds_were_the_judging_and_the_optimizing_apart(tmp_path, monkeypatch):
+    """New-user trial: after a minute of optimizing, the line said "pass, held-out pass (7.2 s)":
+    the judging alone, unnamed; a problem never judged said "(0.0 s)"."""
+    import time
+    import types
+
+    import autokernel.loop.optimize as loop_optimize
+    from autokernel.arena.run import time_clause
+
+    def slow(targets, workdir, **k):
+        time.sleep(0.3)
+        return types.SimpleNamespace(stopped_reason="budget", message="", problems=[], workdir=workdir,
+                                     experiments_run=1)
+
+    monkeypatch.setattr(loop_optimize, "run_optimize", slow)
+    result = _arena([str(ROOT / "examples" / "kernelbench_example.py"), "--optimize", "--agent", "command",
+                     "--agent-cmd", "true", "--budget-per-problem", "1m", "--out", str(tmp_path / "o"), "--device",
+                     "cpu"])
+    assert result.exit_code == 0, result.output
+    import re
+
+    said = re.search(r"no correct kernel kept \(optimized in (\d+\.\d) s\)\n", result.stderr)
+    assert said and float(said.group(1)) >= 0.3, result.stderr  # loading the problem, then the loop
+    judged = _result("a")
+    judged.wall_s = 5.25
+    assert time_clause(judged, None) == "judged in 5.2 s"
+    assert time_clause(judged, 61.0) == "optimized in 61.0 s, judged in 5.2 s"
+
+
 def test_report_and_sorted_plot_sit_next_to_the_json(tmp_path):
     rows = [_result("a", speedup=0.7), _result("b", speedup=2.4), _result("c", verdict="incorrect", heldout=None)]
     paths = report.write(tmp_path, rows, scoring.summary(rows), "a title")

@@ -86,8 +86,11 @@ def run_arena(problem_files: Sequence[Path], out_dir: Path, settings: JudgeSetti
             progress(f"{head}: done before ({_short(done)})")
             continue
         progress(f"{head}: judging" if optimize is None else f"{head}: optimizing")
+        optimize_s = None
         if optimize is not None:
+            started = time.perf_counter()
             solution, note = _optimize(problem_file, out_dir, settings, optimize)
+            optimize_s = round(time.perf_counter() - started, 2)
         else:
             solution, note = given, ""
         try:
@@ -100,6 +103,8 @@ def run_arena(problem_files: Sequence[Path], out_dir: Path, settings: JudgeSetti
                                    + " ".join(str(exc).split())[:200])
         finally:
             free_device_memory()
+        if optimize_s is not None:
+            result.extra["optimize_s"] = optimize_s
         if note:
             result.extra["optimize"] = note
             if solution is None and result.status == "no-solution":  # not a --solutions folder without the file
@@ -107,8 +112,9 @@ def run_arena(problem_files: Sequence[Path], out_dir: Path, settings: JudgeSetti
         result.extra["basis"] = basis
         store.save(out_dir, problem_file, result)
         results.append(result)
-        sizes = f"; {result.sizes}" if settings.options.scale and result.sizes else ""
-        progress(f"{head}: {_short(result)} ({result.wall_s:.1f} s{sizes})")
+        said = "; ".join(part for part in (time_clause(result, optimize_s),
+                                           result.sizes if settings.options.scale else "") if part)
+        progress(f"{head}: {_short(result)}" + (f" ({said})" if said else ""))
     summary = scoring.summary(results)
     paths = report.write(out_dir, results, summary, title)
     return ArenaRun(results, summary, paths, reused, not_run)
@@ -128,6 +134,15 @@ def free_device_memory() -> None:
         torch._dynamo.reset()
         gc.collect()
         torch.cuda.empty_cache()
+
+
+def time_clause(result: ProblemResult, optimize_s: float | None) -> str:
+    """``optimized in 61.2 s, judged in 5.3 s``: what the problem's seconds were spent on (a
+    problem never judged, no solution or too large here, has no judging time)."""
+    parts = [f"optimized in {optimize_s:.1f} s"] if optimize_s is not None else []
+    if result.status == "judged" and result.wall_s > 0:  # 0: the judge itself failed
+        parts.append(f"judged in {result.wall_s:.1f} s")
+    return ", ".join(parts)
 
 
 def _short(r: ProblemResult) -> str:
