@@ -325,6 +325,9 @@ def test_a_file_too_large_for_the_interpreter_is_refused_before_any_input_is_mad
                                         "--workdir", str(workdir), "--budget", "1m", "--device", "cpu"])
     assert optimize.exit_code == 2, optimize.output
     assert "too large for the Triton interpreter" in optimize.output and "--scale 0.01" in optimize.output
+    # the remedy is the arena's optimize loop, not judging kernels one has (new-user trial, 2026-12-07)
+    assert "--optimize" in optimize.output and "--solutions" not in optimize.output
+    assert "--solutions DIR" in bench.output
     assert not workdir.exists()
     arena = _arena([str(problem), "--solutions", str(solution.parent), "--device", "cpu", "--out", str(tmp_path / "o"),
                     "--json"])

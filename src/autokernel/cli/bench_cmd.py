@@ -122,16 +122,18 @@ def bench(
     raise typer.Exit(EXIT_OK if evaluation.correct else EXIT_VERDICT)
 
 
-def refuse_too_slow_on_cpu(prob, spec: str, shapes, dtypes, timeout: float) -> None:
+def refuse_too_slow_on_cpu(prob, spec: str, shapes, dtypes, timeout: float, optimizing: bool = False) -> None:
     """On CPU: ``shapes`` (a --shape) the interpreter cannot judge within ``timeout``, or a
     KernelBench file at its own sizes that it cannot (its inputs alone may not fit in memory),
-    refused up front."""
+    refused up front; for ``optimize`` the remedy names the arena's optimize loop, which scales."""
     if shapes:
         _refuse_interpreter_too_slow(prob, shapes, dtypes, timeout)
     elif prob.source.startswith("kernelbench:"):
+        how = ("--optimize --agent llm|command --budget-per-problem 30m" if optimizing
+               else "--solutions DIR")
         _refuse_interpreter_too_slow(prob, list(prob.shapes_for("cpu")), dtypes, timeout,
-                                     remedy=f"scaled down on this CPU with autokernel arena {spec} --solutions "
-                                            f"DIR --scale 0.01 --device cpu")
+                                     remedy=f"scaled down on this CPU with autokernel arena {spec} {how} "
+                                            f"--scale 0.01 --device cpu")
 
 
 def _refuse_interpreter_too_slow(prob, shapes, dtypes, timeout: float, remedy: str | None = None) -> None:

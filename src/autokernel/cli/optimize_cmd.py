@@ -126,7 +126,8 @@ def _refuse_shapes_too_slow_on_cpu(targets, device: str, dtype: Optional[str], t
         return
     for t in targets:
         prob = get_problem(t.spec)
-        refuse_too_slow_on_cpu(prob, t.spec, t.shapes, [parse_dtype(dtype)] if dtype else list(prob.dtypes), timeout)
+        refuse_too_slow_on_cpu(prob, t.spec, t.shapes, [parse_dtype(dtype)] if dtype else list(prob.dtypes), timeout,
+                               optimizing=True)
 
 
 def _exit_for(summary) -> int:
