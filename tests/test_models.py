@@ -629,6 +629,8 @@ def test_an_image_size_may_be_given_per_dimension():
     assert hf_default_input_shape(type("C", (), {"image_size": (16, 8), "patch_size": 4})()) == [2, 3, 16, 8]
     with pytest.raises(ModelSpecError, match=r"image_size='\[32,b\]': item 'b': expected an integer"):
         load_model("hf:swin", config_overrides="image_size=[32,b]", validate=False)
+    with pytest.raises(ModelSpecError, match=r"image_size=\[32, 24, 2\] is no image size: give one number or a height"):
+        load_model("hf:swin", config_overrides="image_size=[32,24,2]", validate=False)  # was "does not take token ids"
 
 
 def test_lists_that_go_together_are_named_when_their_lengths_differ():

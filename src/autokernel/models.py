@@ -536,6 +536,14 @@ def _two_sizes(size: Any) -> bool:
         isinstance(d, int) and not isinstance(d, bool) for d in size)
 
 
+def image_size_error(config: Any) -> str:
+    """Why the config's ``image_size`` is no image size (a list of other than two numbers), or ""."""
+    size = _setting(config, "image_size")
+    if isinstance(size, (list, tuple)) and not _two_sizes(size):
+        return f"image_size={list(size)} is no image size: give one number or a height and width, e.g. image_size=[224,160]"
+    return ""
+
+
 def _setting(config: Any, name: str) -> Any:
     """A config value, None where there is none.  Configs with per-layer settings (dots3_note)
     raise on reading one globally; that counts as no single value."""
@@ -717,7 +725,7 @@ def _build_hf(arch: str, overrides: dict[str, Any], device: str,
         config = transformers.AutoConfig.for_model(arch, **values)
     except Exception as exc:
         raise ModelSpecError(f"hf:{arch} config {values} failed: {_one_line(exc)}") from None
-    wrong = moe_routing_error(config) or kv_heads_error(config, overrides)
+    wrong = moe_routing_error(config) or kv_heads_error(config, overrides) or image_size_error(config)
     if wrong:
         raise ModelSpecError(f"hf:{arch} config: {wrong}; set them with --config")
     if hasattr(config, "use_cache"):
