@@ -529,9 +529,10 @@ def test_export_of_an_optimize_problem_run_names_the_shapes_and_dtypes_judged(tm
     assert k.dtype == "bf16, fp16, fp32" and k.shapes == "16x256; 9x300", (k.dtype, k.shapes)
 
 
-def test_the_report_of_single_problems_has_the_throughput_table(tmp_path):
+def test_the_report_of_single_problems_has_the_throughput_table_of_its_run(tmp_path):
     """New-user trial: `optimize --problem softmax` then `report` had no throughput section,
-    though the run logged one (a report made from a model had it)."""
+    though the run logged one (a report made from a model had it); and a run's report listed
+    the other runs' lines of the workdir's log."""
     wd = tmp_path / "wd"
     (wd / "problems" / "softmax").mkdir(parents=True)
     (wd / "problems" / "softmax" / "problem.json").write_text(json.dumps(
@@ -540,12 +541,20 @@ def test_the_report_of_single_problems_has_the_throughput_table(tmp_path):
                                     + row(1, "softmax", "keep", 50.0, "", 2.0, 3.0, "ROWS 1→4"))
     (wd / "logs").mkdir()
     (wd / "logs/throughput.jsonl").write_text('{"run_name": "softmax", "wall_s": 60, "experiments": 1, '
-                                              '"evaluations": 2, "lanes": ["cpu"], "lane_busy_s": [6]}\n')
+                                              '"evaluations": 2, "lanes": ["cpu"], "lane_busy_s": [6]}\n'
+                                              '{"run_name": "rmsnorm", "wall_s": 30, "experiments": 9, '
+                                              '"evaluations": 9, "lanes": ["cpu"], "lane_busy_s": [6], '
+                                              '"unreachable_s": 5, "outages": 1}\n')
     from autokernel.report import collect, render_markdown
 
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", "-b", "autokernel/softmax", str(wd)], check=True)
     text = render_markdown(collect(wd))
     assert "## Throughput" in text and "| softmax | 1 | 1 | 2 | 60 s | 120 | — | cpu 10% |" in text
     assert "\n\n\n" not in text
+    # the log is the workdir's: another run's lines (optimize of other problems there) are not this run's
+    assert "| rmsnorm |" not in text and "unreachable" not in text
 
 
 def _kernelbench_workspace(tmp_path: Path) -> Path:

@@ -44,6 +44,7 @@ class ReportData:
     run: dict[str, Any] = field(default_factory=dict)
     verify: VerifyResult | None = None
     from_plan: bool = True  # False: a workspace of single problems (optimize --problem), no model
+    run_name: str | None = None  # the run checked out (None: not a workspace's git repository)
 
 
 def _fmt(x: float | None, spec: str = ".2f", suffix: str = "") -> str:
@@ -78,7 +79,10 @@ def collect(workdir: str | Path) -> ReportData:
             run = json.loads((workdir / "run.json").read_text())
         except json.JSONDecodeError:
             run = {}
-    return ReportData(workdir, plan, rows, problems, run, load_verify(workdir), from_plan=from_plan)
+    from .loop.workspace import current_run_name
+
+    return ReportData(workdir, plan, rows, problems, run, load_verify(workdir), from_plan=from_plan,
+                      run_name=current_run_name(workdir))
 
 
 def stuck_notes(data: ReportData) -> list[str]:
@@ -220,7 +224,7 @@ def render_markdown(data: ReportData) -> str:
                   f"{figures.EAGER_DASH_REASON}."]
     from .loop.summary import throughput_markdown
 
-    lines += [""] + throughput_markdown(data.workdir)
+    lines += [""] + throughput_markdown(data.workdir, data.run_name)
     lines += ["## Verification", ""] if lines[-1] == "" else ["", "## Verification", ""]
     if v is None:
         lines.append("Not verified yet: run `autokernel verify " + str(data.workdir) + "`.")
@@ -291,7 +295,7 @@ def _render_problems_only(data: ReportData, timing_note: str) -> str:
         lines += ["", f"No roofline on CPU; {figures.EAGER_DASH_REASON}."]
     from .loop.summary import throughput_markdown
 
-    throughput = throughput_markdown(data.workdir)
+    throughput = throughput_markdown(data.workdir, data.run_name)
     lines += ["", *throughput[:-1]] if throughput else []  # its trailing blank line: _top_kept starts with one
     lines += _top_kept(data)
     lines += ["", "Chart: `progress.png` (every experiment's speedup vs the starting kernel).", ""]
@@ -301,7 +305,7 @@ def _render_problems_only(data: ReportData, timing_note: str) -> str:
 def _unreachable_lines(data: ReportData) -> list[str]:
     from .loop.summary import unreachable_note
 
-    note = unreachable_note(data.workdir)
+    note = unreachable_note(data.workdir, data.run_name)
     return [f"- {note}"] if note else []
 
 

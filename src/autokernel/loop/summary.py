@@ -140,19 +140,28 @@ def log_throughput(workdir: Path, summary: OptimizeSummary) -> None:
         os.fsync(fh.fileno())
 
 
-def throughput_markdown(workdir: Path) -> list[str]:
-    """The report's section: per optimize invocation, experiments per hour, mean evaluation
-    time and each lane's utilisation (share of wall time with an evaluation running on it)."""
+def throughput_entries(workdir: Path, run_name: str | None = None) -> list[dict]:
+    """The lines of ``logs/throughput.jsonl`` (one per optimize invocation), only ``run_name``'s
+    when given: the log is the workdir's, shared by every run it holds."""
     import json
 
     path = Path(workdir) / THROUGHPUT_LOG
     entries = []
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                entries.append(json.loads(line))
-            except ValueError:
-                continue
+    for line in (path.read_text().splitlines() if path.is_file() else []):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and (run_name is None or entry.get("run_name") == run_name):
+            entries.append(entry)
+    return entries
+
+
+def throughput_markdown(workdir: Path, run_name: str | None = None) -> list[str]:
+    """The report's section: per optimize invocation (of ``run_name`` when given), evaluations
+    per hour, mean evaluation time and each lane's utilisation (share of wall time with an
+    evaluation running on it)."""
+    entries = throughput_entries(workdir, run_name)
     if not entries:
         return []
     lines = ["## Throughput", "",
@@ -175,21 +184,17 @@ def throughput_markdown(workdir: Path) -> list[str]:
     return lines + [""]
 
 
-def unreachable_note(workdir: Path) -> str:
-    """For the report: how long the model endpoint was unreachable over every invocation
-    (empty when it never was)."""
-    import json
-
+def unreachable_note(workdir: Path, run_name: str | None = None) -> str:
+    """For the report: how long the model endpoint was unreachable over every invocation (of
+    ``run_name`` when given; empty when it never was)."""
     from .budget import format_duration
 
-    path = Path(workdir) / THROUGHPUT_LOG
     seconds, outages = 0.0, 0
-    for line in (path.read_text().splitlines() if path.is_file() else []):
+    for entry in throughput_entries(workdir, run_name):
         try:
-            entry = json.loads(line)
             seconds += float(entry.get("unreachable_s") or 0.0)
             outages += int(entry.get("outages") or 0)
-        except (ValueError, TypeError, AttributeError):
+        except (ValueError, TypeError):
             continue
     if not outages:
         return ""
