@@ -201,6 +201,7 @@ def test_bad_specs_and_shapes(tmp_path):
         (dict(spec="llama", input_shape=[1, 5000]), "does not fit"),
         (dict(spec="llama", config_overrides={"nope": "1"}), "no field 'nope'"),
         (dict(spec="llama", config_overrides={"dim": "wide"}), "expected an integer"),
+        (dict(spec="llama", config_overrides={"dim": "[64,64]"}), "expected an integer"),  # lists: hf: configs only
         (dict(spec="llama", config_overrides={"dim": "30", "n_heads": "4"}), "must split into 4 heads"),
     ]
     for kwargs, message in cases:

@@ -158,16 +158,18 @@ def _fails(item: str, like: Any, key: str) -> bool:
     return False
 
 
-def _convert(value: Any, like: Any, key: str) -> Any:
+def _convert(value: Any, like: Any, key: str, per_dimension: bool = False) -> Any:
     """Convert a command-line string to the type of ``like`` (the field's default); ``none`` or
-    ``null`` is None whatever the field (Gemma-2's soft caps are floats that None switches off)."""
+    ``null`` is None whatever the field (Gemma-2's soft caps are floats that None switches off).
+    ``per_dimension``: a number may also be a list in brackets (Hugging Face configs, whose own
+    validation names a field that takes none)."""
     if not isinstance(value, str):
         return value
     if value.lower() in ("none", "null"):
         return None
     if isinstance(like, (list, tuple)):
         return _convert_list(value, like, key)
-    if isinstance(like, (int, float)) and not isinstance(like, bool) and value.strip().startswith("["):
+    if per_dimension and type(like) in (int, float) and value.strip().startswith("["):
         # a number that may also be given per dimension: ViT's and Swin's image_size=[224,160]
         return _convert_list(value, [like], key)
     if isinstance(like, dict) or (value.strip().startswith("{") and (like is None or isinstance(like, str))):
@@ -540,7 +542,8 @@ def image_size_error(config: Any) -> str:
     """Why the config's ``image_size`` is no image size (a list of other than two numbers), or ""."""
     size = _setting(config, "image_size")
     if isinstance(size, (list, tuple)) and not _two_sizes(size):
-        return f"image_size={list(size)} is no image size: give one number or a height and width, e.g. image_size=[224,160]"
+        return (f"image_size={list(size)} is no image size: give one number or a height and width, "
+                "e.g. image_size=[224,160]")
     return ""
 
 
@@ -717,7 +720,7 @@ def _build_hf(arch: str, overrides: dict[str, Any], device: str,
     for key, value in overrides.items():
         if not _has_setting(default, key):
             raise ModelSpecError(f"{type(default).__name__} has no setting {key!r}{_setting_like(default, key)}")
-        values[key] = _convert(value, _setting(default, key), key)
+        values[key] = _convert(value, _setting(default, key), key, per_dimension=True)
     small = moe_small_overrides(default, values)
     values = {**small, **special_tokens_inside(default, {**small, **values}, overrides), **values}
     try:

@@ -178,9 +178,10 @@ def throughput_markdown(workdir: Path, run_name: str | None = None) -> list[str]
         lanes = ", ".join(f"{name} {100 * min(busy / wall, 1.0):.0f}%" for name, busy in
                           zip(e.get("lanes", []), e.get("lane_busy_s", []))) if wall > 0 else "—"
         mean = e.get("mean_evaluation_s")
-        lines.append(f"| {e.get('run_name', '')} | {e.get('parallel', 1)} | {e.get('experiments', 0)} | "
-                     f"{'—' if evaluations is None else evaluations} | {wall:.0f} s | "
-                     f"{'—' if rate is None else f'{rate:.0f}'} | {f'{mean:.3g} s' if mean else '—'} | {lanes or '—'} |")
+        cells = [e.get("run_name", ""), e.get("parallel", 1), e.get("experiments", 0),
+                 "—" if evaluations is None else evaluations, f"{wall:.0f} s", "—" if rate is None else f"{rate:.0f}",
+                 f"{mean:.3g} s" if mean else "—", lanes or "—"]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return lines + [""]
 
 
