@@ -437,6 +437,11 @@ def test_progress_line_shows_the_paired_comparison_behind_a_revert():
     assert "side by side it was slower" in slower_line
     record.latency_us = 600000.0
     assert "side by side" not in progress_line(run, record, None, slower)  # its own score is higher too
+    # the best's time in the pair is shown where it is far off its recorded score (a new user saw
+    # "1.019e+05 us (vs best 0.995x ±22%) best 1.92e+04 us" and could not square the numbers)
+    assert "(vs best 1.05x ±12%, the best took 2.499e+05 us beside it)" in line
+    near = Comparison(candidate_us=500000.0, incumbent_us=560000.0, noise_frac=0.01, significant=False)
+    assert "beside it" not in progress_line(run, record, None, near)
 
 
 def test_a_kernel_kept_after_a_timed_out_start_is_the_first_measured_not_a_gain(tmp_path):

@@ -37,7 +37,8 @@ def progress_line(run, record: ExperimentRecord, deadline: float | None,
     left = f"  left {format_duration(deadline - time.monotonic())}" if deadline is not None else ""
     paired = ""
     if comparison is not None and comparison.candidate_us > 0:
-        paired = f" (vs best {ratio_text(comparison.decision_speedup)} ±{100 * comparison.noise_frac:.0f}%)"
+        paired = (f" (vs best {ratio_text(comparison.decision_speedup)} ±{100 * comparison.noise_frac:.0f}%"
+                  f"{beside_text(comparison, best.latency_us if best is not None else None)})")
         if record.status == "revert":
             paired += revert_reason(comparison)
             if (comparison.decision_speedup <= 1.0 and record.latency_us and best is not None and best.latency_us
@@ -45,6 +46,17 @@ def progress_line(run, record: ExperimentRecord, deadline: float | None,
                 paired += "; side by side it was slower (its own score, timed apart from the best's, reads lower)"
     return (f"{run.name} exp {record.experiment:>3} {record.status:<9} {latency + paired:<12} best {best_text}  "
             f"kept {kept}{left}  {record.description}")
+
+
+def beside_text(comparison: Comparison, best_us: float | None, apart: float = 1.5) -> str:
+    """``, the best took 1.375e+05 us beside it``: where the best's time in the pair is more than
+    ``apart`` times off its recorded score (a busier or quieter machine then), so that the
+    candidate's own score and the best's, timed apart, do not read as the comparison
+    (a new user saw "1.019e+05 us (vs best 0.995x) best 1.92e+04 us")."""
+    paired_us = comparison.incumbent_us
+    if not best_us or not paired_us or paired_us <= 0 or max(paired_us / best_us, best_us / paired_us) <= apart:
+        return ""
+    return f", the best took {paired_us:.4g} us beside it"
 
 
 def revert_reason(comparison: Comparison) -> str:
