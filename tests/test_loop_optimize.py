@@ -433,10 +433,14 @@ def test_progress_line_shows_the_paired_comparison_behind_a_revert():
     slower_line = progress_line(run, record, None, slower)
     assert "within the noise" not in slower_line and "but " not in slower_line  # slower: no reason needed
     # ... except that its own score reads lower than the best's (a new user saw "7.699e+04 us (vs best
-    # 0.898x) ... best 9.994e+04 us" reverted and took it for a bug): the line says which to read
-    assert "side by side it was slower" in slower_line
+    # 0.898x) ... best 9.994e+04 us" reverted and took it for a bug): the line says which to read,
+    # the best's time beside it where that is far off its score (578372 us), else in words
+    assert "the best took 2.499e+05 us beside it" in slower_line and "side by side" not in slower_line
+    near_best = SimpleNamespace(name="matmul", best_row=ExperimentRecord(0, "matmul", "tuner", "baseline",
+                                                                         latency_us=300000.0), rows=[base, record])
+    assert "side by side it was slower" in progress_line(near_best, record, None, slower)
     record.latency_us = 600000.0
-    assert "side by side" not in progress_line(run, record, None, slower)  # its own score is higher too
+    assert "side by side" not in progress_line(near_best, record, None, slower)  # its own score is higher too
     # the best's time in the pair is shown where it is far off its recorded score (a new user saw
     # "1.019e+05 us (vs best 0.995x ±22%) best 1.92e+04 us" and could not square the numbers)
     assert "(vs best 1.05x ±12%, the best took 2.499e+05 us beside it)" in line

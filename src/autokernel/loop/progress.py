@@ -37,12 +37,12 @@ def progress_line(run, record: ExperimentRecord, deadline: float | None,
     left = f"  left {format_duration(deadline - time.monotonic())}" if deadline is not None else ""
     paired = ""
     if comparison is not None and comparison.candidate_us > 0:
-        paired = (f" (vs best {ratio_text(comparison.decision_speedup)} ±{100 * comparison.noise_frac:.0f}%"
-                  f"{beside_text(comparison, best.latency_us if best is not None else None)})")
+        beside = beside_text(comparison, best.latency_us if best is not None else None)
+        paired = f" (vs best {ratio_text(comparison.decision_speedup)} ±{100 * comparison.noise_frac:.0f}%{beside})"
         if record.status == "revert":
             paired += revert_reason(comparison)
-            if (comparison.decision_speedup <= 1.0 and record.latency_us and best is not None and best.latency_us
-                    and record.latency_us < best.latency_us):
+            if (not beside and comparison.decision_speedup <= 1.0 and record.latency_us and best is not None
+                    and best.latency_us and record.latency_us < best.latency_us):
                 paired += "; side by side it was slower (its own score, timed apart from the best's, reads lower)"
     return (f"{run.name} exp {record.experiment:>3} {record.status:<9} {latency + paired:<12} best {best_text}  "
             f"kept {kept}{left}  {record.description}")
