@@ -82,10 +82,11 @@ def config_overrides(items: list[str] | None) -> dict[str, str]:
     return out
 
 
-def check_writable_dir(path, flag: str) -> None:
+def check_writable_dir(path, flag: str, file=None) -> None:
     """Refuse (exit 2, one line) a directory that cannot be created or written, before any work:
     a run that profiled for minutes then died on ``--workdir /proc/x`` with a traceback.  What is
-    created to find out is removed again."""
+    created to find out is removed again.  ``file``: the path given, a file to write in ``path``
+    (``profile --out /proc/plan.json`` named /proc alone, as if /proc were what was given)."""
     import tempfile
     from pathlib import Path
 
@@ -103,7 +104,8 @@ def check_writable_dir(path, flag: str) -> None:
         with tempfile.TemporaryFile(dir=path):
             pass
     except OSError as exc:
-        fail_usage(f"{flag} {path}: cannot write there ({exc.strerror or exc})")
+        where = "there" if file is None else f"in its directory {path}"
+        fail_usage(f"{flag} {file or path}: cannot write {where} ({exc.strerror or exc})")
     finally:
         for d in missing:
             try:

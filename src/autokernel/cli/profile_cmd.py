@@ -42,7 +42,7 @@ def profile(
         fail_usage(str(exc))
     if out.exists() and out.is_dir():
         fail_usage(f"--out {out} is a directory; give a file path such as {out / 'plan.json'}")
-    check_writable_dir(out.parent, "--out")
+    check_writable_dir(out.parent, "--out", file=out)
     overrides = config_overrides(config)
     with says_when_interrupted(f"no plan was written to {out}"):
         try:
