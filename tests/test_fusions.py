@@ -12,8 +12,8 @@ from torch import nn
 
 from autokernel.problems import get_problem
 from autokernel.problems.registry import KERNELS_DIR
-from autokernel.recognize import (embedding_scale, gelu_form, packed_mlp_dims, patch_conv_kernel, residual_norm_parts,
-                                  scaled_embedding_parts)
+from autokernel.recognize import (embedding_scale, gelu_form, packed_mlp_dims, packed_mlp_parts, patch_conv_kernel,
+                                  residual_norm_parts, scaled_embedding_parts)
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
 
@@ -21,7 +21,7 @@ VARIANTS = [
     ("add_rmsnorm", {"variant": "looped", "BLOCK_N": 16}), ("add_rmsnorm", {"ROWS_PER_PROGRAM": 4, "PROGRAMS_PER_SM": 1}),
     ("add_layernorm", {"variant": "looped", "BLOCK_N": 16}), ("add_layernorm", {"ROWS_PER_PROGRAM": 1}),
     ("gelu", {"variant": "persistent", "BLOCK": 1024}), ("geglu", {"variant": "persistent", "BLOCK": 1024}),
-    ("swiglu_packed", {"BLOCK_N": 16, "ROWS": 4}),
+    ("swiglu_packed", {"BLOCK_N": 16, "ROWS": 4}), ("geglu_packed", {"BLOCK_N": 16, "ROWS": 4}),
     ("embedding", {"BLOCK_N": 16, "ROWS": 4}), ("embedding", {"BLOCK_N": 4096, "ROWS": 1}),
     ("rotary_table", {"ROWS": 1}), ("rotary_table", {"ROWS": 32}),
 ]
@@ -56,7 +56,8 @@ def test_starter_variants_match_the_reference(kind, knobs):
 
 
 @pytest.mark.parametrize("kind,unfused_elems,fused_elems", [
-    ("add_rmsnorm", 5, 4), ("add_layernorm", 5, 4), ("geglu", 5, 3), ("swiglu_packed", 5, 3), ("gelu", 2, 2)])
+    ("add_rmsnorm", 5, 4), ("add_layernorm", 5, 4), ("geglu", 5, 3), ("swiglu_packed", 5, 3), ("geglu_packed", 5, 3),
+    ("gelu", 2, 2)])
 def test_fewest_bytes_are_the_fused_traffic(kind, unfused_elems, fused_elems):
     """bytes() is the fused kernel's traffic (the docstrings count what the separate ops move)."""
     problem = get_problem(kind)
@@ -77,6 +78,19 @@ def test_module_predicates():
             self.gate_up_proj, self.down_proj = nn.Linear(8, 12, bias=False), nn.Linear(6, 8, bias=False)
 
     assert packed_mlp_dims(Phi3MLP()) == (8, 6)
+
+    class Linears(nn.Module):  # named children in the order given
+        def __init__(self, **shapes):
+            super().__init__()
+            for name, (i, o) in shapes.items():
+                self.add_module(name, nn.Linear(i, o, bias=False))
+
+    # by the shapes, whatever the names (ModernBERT's Wi / Wo; the down one first as well)
+    assert packed_mlp_parts(Linears(Wi=(8, 12), Wo=(6, 8))) == ("Wi", "Wo", 8, 6)
+    assert packed_mlp_parts(Linears(Wo=(6, 8), Wi=(8, 12))) == ("Wi", "Wo", 8, 6)
+    assert packed_mlp_parts(Linears(a=(4, 4), b=(4, 4))) is None
+    assert packed_mlp_parts(Linears(fc1=(8, 32), fc2=(32, 8))) is None  # a plain 4x MLP
+    assert packed_mlp_parts(Linears(Wi=(8, 12), Wo=(6, 8), extra=(8, 8))) is None
 
     class Output(nn.Module):
         def __init__(self, extra: nn.Module | None = None):
@@ -116,7 +130,15 @@ def test_add_norm_inputs_draw_eps_like_the_plain_norm(kind, plain, index):
     torch.testing.assert_close(x + residual, base.make_inputs(shape, torch.float32, "cpu", 5)[0], rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("kind", ["gelu", "geglu"])
+def _run_gelu_starter(module, kind: str, x: torch.Tensor, tanh: bool) -> torch.Tensor:
+    if kind == "gelu":
+        return module.kernel_fn(x, tanh)
+    if kind == "geglu":
+        return module.kernel_fn(x, torch.ones_like(x), tanh)
+    return module.kernel_fn(torch.cat((x, torch.ones_like(x)))[None], tanh)[0]  # geglu_packed
+
+
+@pytest.mark.parametrize("kind", ["gelu", "geglu", "geglu_packed"])
 @pytest.mark.parametrize("tanh", [False, True])
 def test_gelu_keeps_its_relative_precision_in_the_left_tail(kind, tanh):
     """The judge seeds every evaluation afresh; its 1x1 fp32 edge shape once drew x near -3.5,
@@ -129,9 +151,9 @@ def test_gelu_keeps_its_relative_precision_in_the_left_tail(kind, tanh):
         want = xd / (1.0 + torch.exp(-2.0 * 0.7978845608028654 * (xd + 0.044715 * xd ** 3)))
     else:
         want = xd * 0.5 * torch.erfc(-xd * 0.7071067811865476)  # no 1 + erf cancellation in the float64 truth
-    got = module.kernel_fn(x, tanh) if kind == "gelu" else module.kernel_fn(x, torch.ones_like(x), tanh)
+    got = _run_gelu_starter(module, kind, x, tanh)
     rel = (got.double() - want).abs() / want.abs().clamp_min(1e-30)
     assert rel.max().item() < 5e-5, f"relative error {rel.max().item():.3g} at x={x[rel.argmax()].item():.4g}"
     huge = torch.tensor([-1e6, -6e4, 6e4, 0.0])
-    out = module.kernel_fn(huge, tanh) if kind == "gelu" else module.kernel_fn(huge, torch.ones_like(huge), tanh)
+    out = _run_gelu_starter(module, kind, huge, tanh)
     assert torch.equal(out, torch.tensor([0.0, 0.0, 6e4, 0.0]))

@@ -254,7 +254,7 @@ def test_a_short_ragged_end_left_unwritten_is_a_partial_write():
 
 
 @pytest.mark.parametrize("kind", ["rmsnorm", "layernorm", "add_rmsnorm", "add_layernorm", "gelu", "geglu", "swiglu",
-                                  "swiglu_packed", "softmax", "reduce", "cross_entropy"])
+                                  "swiglu_packed", "geglu_packed", "softmax", "reduce", "cross_entropy"])
 def test_every_row_wise_kind_has_a_cpu_edge_with_whole_blocks_and_a_short_end(kind):
     problem = get_problem(kind)
     sizes = [shape["M"] * shape[problem.dims[1]] for shape in problem.cpu_edge_shapes]

@@ -48,6 +48,25 @@ class Phi3LikeMLP(nn.Module):
         return self.down_proj(up * self.activation_fn(gate))
 
 
+class ModernBertLikeMLP(nn.Module):
+    """ModernBERT's MLP: one packed linear named Wi, the GELU on the first half."""
+
+    def __init__(self, d=32, h=40):
+        super().__init__()
+        self.Wi, self.Wo = nn.Linear(d, 2 * h), nn.Linear(h, d)
+        self.act, self.drop = nn.GELU(), nn.Dropout(0.1)
+
+    def forward(self, x):
+        input, gate = self.Wi(x).chunk(2, dim=-1)
+        return self.Wo(self.drop(self.act(input) * gate))
+
+
+class GeluOnSecondHalf(ModernBertLikeMLP):
+    def forward(self, x):
+        gate, input = self.Wi(x).chunk(2, dim=-1)
+        return self.Wo(self.drop(self.act(input) * gate))
+
+
 class BertLikeOutput(nn.Module):
     def __init__(self, h=48, d=32):
         super().__init__()
@@ -812,3 +831,23 @@ def test_models_of_two_head_sizes_in_one_process_each_run_the_sdpa_attention_op(
                                          f"num_key_value_heads={heads},intermediate_size=64,vocab_size=64",
                                          [1, 16], "attention")
         assert calls == 1, heads
+
+
+def test_packed_geglu_is_found_by_its_shapes_and_probed(tmp_path):
+    """ModernBERT's Wi/Wo MLP (no gate_up name) takes geglu_packed; one whose GELU reads the
+    second half computes something else and is left alone."""
+    torch.manual_seed(0)
+    model = nn.Sequential()
+    model.add_module("mlp", ModernBertLikeMLP())
+    model.add_module("other", GeluOnSecondHalf())
+    model.eval()
+    plan = [PlanProblem("geglu_packed", "geglu_packed", "fp32", [{"M": 6, "N": 40, "tanh": 0}], [2], 10.0, 0.1,
+                        ["mlp", "other"])]
+    patched = apply(model, make_workdir(tmp_path / "wd", plan, model="custom"))
+    assert patched._autokernel_replaced == [("mlp", "geglu_packed")]
+    assert any(name == "other" and "probe mismatch" in reason for name, reason in patched._autokernel_skipped)
+    before = dict(OP_CALLS)
+    x = torch.randn(2, 3, 32)
+    with torch.no_grad():
+        assert rel(patched.mlp(x), ModernBertLikeMLP.forward(model.mlp, x)) < 1e-5
+    assert OP_CALLS[patched._autokernel_ops["geglu_packed"]] - before.get(patched._autokernel_ops["geglu_packed"], 0) == 1

@@ -276,7 +276,7 @@ CASES = [
     # covered (two runs, transformers 5.25); arguments at their defaults are taken since: 84.3%.  Left:
     # its GeGLU on the packed Wi output (chunk, gelu, mul: the mul 5-6%), the tables' small ops
     ("hf:modernbert", "hidden_size=64,num_hidden_layers=2,num_attention_heads=2,intermediate_size=128,vocab_size=256",
-     [2, 64], 0.78, {"rotary", "attention", "add_layernorm", "layernorm", "matmul"}),
+     [2, 64], 0.78, {"rotary", "attention", "add_layernorm", "layernorm", "matmul", "geglu_packed"}),
     # Swin (window attention: per-window additive masks, list-valued depths and num_heads given in
     # brackets since 2026-12-07): 78.0-78.5% (four runs, load 1.5-8.5); 82.3% for Swin-T at its own
     # size (one 224x224 image).  Left then, no problem kind's: the windows' data movement (contiguous

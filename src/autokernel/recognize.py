@@ -62,6 +62,7 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "gelu": ("M", "N", "tanh"),
     "geglu": ("M", "N", "tanh"),
     "swiglu_packed": ("M", "N"),
+    "geglu_packed": ("M", "N", "tanh"),
     "embedding": ("M", "V", "N"),
     "rotary_table": ("B", "S", "D"),
     "linear_gelu": ("M", "N", "K", "tanh"),
@@ -565,17 +566,25 @@ def gptoss_experts_dims(module: nn.Module) -> tuple[int, int, int] | None:
     return int(E), int(D), int(I)
 
 
-def packed_mlp_dims(module: nn.Module) -> tuple[int, int] | None:
-    """(D, H) of a packed SwiGLU MLP (Phi-3): a ``gate_up`` linear D -> 2H and a down H -> D."""
+def packed_mlp_parts(module: nn.Module) -> tuple[str, str, int, int] | None:
+    """(packed name, down name, D, H) of a packed gated MLP: exactly two linear children, one
+    D -> 2H (both halves of the gate, Phi-3's ``gate_up_proj``, ModernBERT's ``Wi``) and one
+    H -> D.  Found by the shapes, whatever the names or the order (the two cannot both fit:
+    that would need 2H = H)."""
     linears = {n: m for n, m in module.named_children() if isinstance(m, nn.Linear)}
-    gate_up = next((m for n, m in linears.items() if "gate_up" in n), None)
-    if gate_up is None or len(linears) != 2:
+    if len(linears) != 2:
         return None
-    down = next(m for m in linears.values() if m is not gate_up)
-    two_h, d = gate_up.weight.shape
-    if two_h % 2 or tuple(down.weight.shape) != (d, two_h // 2):
-        return None
-    return int(d), int(two_h // 2)
+    for packed, down in (tuple(linears), tuple(reversed(tuple(linears)))):
+        two_h, d = linears[packed].weight.shape
+        if two_h % 2 == 0 and two_h > 0 and tuple(linears[down].weight.shape) == (d, two_h // 2):
+            return packed, down, int(d), int(two_h // 2)
+    return None
+
+
+def packed_mlp_dims(module: nn.Module) -> tuple[int, int] | None:
+    """(D, H) of a packed gated MLP (``packed_mlp_parts``)."""
+    parts = packed_mlp_parts(module)
+    return None if parts is None else parts[2:]
 
 
 def mlp_linears(module: nn.Module) -> tuple[dict[str, str] | None, tuple[int, int] | None]:
@@ -1192,6 +1201,15 @@ def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], de
         return Instance("swiglu_packed", x.dtype, [(make_shape("swiglu_packed", rows(x.shape), H), 1)],
                         module=info.qualname,
                         notes=(f"silu(gate)*up on the packed gate_up projection of {info.cls_name}",))
+    if info.packed_mlp is not None and subtree_ops & GELU_OPS and x.shape:
+        if any(op.name in MATMUL_OPS for op in ops_below):
+            return None  # its linears are matmuls
+        D, H = info.packed_mlp
+        tanh = int("aten::tanh" in subtree_ops or _gelu_tanh_below(node))
+        return Instance("geglu_packed", x.dtype, [(make_shape("geglu_packed", rows(x.shape), H, tanh), 1)],
+                        module=info.qualname,
+                        notes=(f"gelu(first half)*second half of the packed {D}->{2 * H} projection of {info.cls_name} "
+                               f"({'tanh' if tanh else 'erf'} form); its linears are matmuls",))
     if (info.mlp is not None and info.mlp_dims is not None and subtree_ops & GELU_OPS
             and not subtree_ops & SILU_OPS and x.shape):
         if any(op.name in MATMUL_OPS for op in ops_below):

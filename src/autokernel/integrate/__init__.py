@@ -29,7 +29,7 @@ that compute that kind are switched to it:
 * ``add_rmsnorm`` / ``add_layernorm`` — norms called as ``norm(x, residual)``, post-norm output
   blocks, residual adds written just before a plain norm call (the forward holding both is
   rewritten: ``residuals``), and the add ending a decoder layer, fused ahead into the next
-  layer's first norm or the final norm (``residual_ahead.add_ahead``); ``gelu``, ``geglu``, ``swiglu_packed`` — see ``fused``;
+  layer's first norm or the final norm (``residual_ahead.add_ahead``); ``gelu``, ``geglu``, ``swiglu_packed``, ``geglu_packed`` — see ``fused``;
 * ``linear_gelu`` / ``linear_relu`` / ``linear_relu2`` — modules whose forward is ``act(linear(x))``
   (an ``nn.Linear``, with a bias or without one (T5's ``wi``: the op gets zeros), or GPT-2
   ``Conv1D``; a GELU module, an ``nn.ReLU``, or a squared-ReLU module: Nemotron's and Arcee's

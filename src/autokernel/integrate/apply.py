@@ -16,7 +16,7 @@ from .cudagraphs import CudaGraphed, cuda_graphs_refusal
 from .embeddings import _apply_embedding
 from .epilogues import _apply_linear_epilogue
 from .experts import _apply_experts
-from .fused import _apply_add_norm, _apply_residual_outputs, _apply_geglu, _apply_gelu_modules, _apply_swiglu_packed
+from .fused import _apply_add_norm, _apply_residual_outputs, _apply_geglu, _apply_gelu_modules, _apply_packed_glu
 from .in_model import IN_MODEL, InModelChoice, recorded_in_model
 from .module_paths import rebase, rebased_problem
 from .linears import _apply_matmul, _apply_mlp
@@ -48,7 +48,8 @@ _MODULE_APPLIERS = {
     "add_rmsnorm:outputs": _apply_residual_outputs,
     "gelu": _apply_gelu_modules,
     "geglu": _apply_geglu,
-    "swiglu_packed": _apply_swiglu_packed,
+    "swiglu_packed": _apply_packed_glu,
+    "geglu_packed": _apply_packed_glu,
     "embedding": _apply_embedding,
     "rotary_table": _apply_rotary_table,
     "add_rmsnorm:adds": _apply_residual_adds,
@@ -80,7 +81,7 @@ _MODULE_APPLIERS = {
 _ORDER = ("linear_gelu", "linear_relu2", "linear_relu", "add_rmsnorm:outputs", "add_layernorm:outputs", "rmsnorm",
           "layernorm", "add_rmsnorm", "add_layernorm",
           "add_rmsnorm:adds", "add_layernorm:adds", "shifted_windows", "window_bias",
-          "gelu", "xielu", "softmax", "cross_entropy", "fused_mlp", "swiglu", "geglu", "swiglu_packed",
+          "gelu", "xielu", "softmax", "cross_entropy", "fused_mlp", "swiglu", "geglu", "swiglu_packed", "geglu_packed",
           "relative_position_bias",
           "embedding", "rotary_table", "moe_experts", "moe_experts_gptoss", "softcap", "attention_masked:scores",
           "matmul")

@@ -7,8 +7,9 @@ packed SwiGLU MLPs (Phi-3's ``gate_up_proj``).
   op, when that was applied too).
 * ``gelu`` — GELU activation modules (``nn.GELU``, transformers' ``GELUActivation``,
   ``NewGELUActivation``...); ``F.gelu`` calls inside methods are rebound in ``calls``.
-* ``geglu`` — MLPs with gate/up/down linears and a GELU; ``swiglu_packed`` — MLPs with one
-  ``gate_up`` linear (D -> 2H), a down linear and a SiLU.
+* ``geglu`` — MLPs with gate/up/down linears and a GELU; ``swiglu_packed`` / ``geglu_packed`` —
+  MLPs with one packed linear (D -> 2H: Phi-3's ``gate_up_proj``, ModernBERT's ``Wi``), a down
+  linear H -> D and a SiLU / a GELU on the first half.
 
 Every class is probed first: its original ``forward`` on a small random input must match the
 problem's reference, or the module is left alone.
@@ -20,7 +21,7 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
-from ..recognize import gelu_form, is_silu_module, packed_mlp_dims, residual_norm_parts
+from ..recognize import gelu_form, is_silu_module, packed_mlp_parts, residual_norm_parts
 from .linears import _DOWN_NAMES, _GATE_NAMES, _UP_NAMES, _find_linear
 from .ops import rows
 from .norms import LayernormForm, _is_rmsnorm, _original_class, _takes_residual, layernorm_form, norm_width, rmsnorm_form
@@ -230,35 +231,55 @@ def _apply_geglu(model, k, done, replaced, skipped, probed) -> None:
         replaced.append((name, "geglu"))
 
 
-def _apply_swiglu_packed(model, k, done, replaced, skipped, probed) -> None:
-    op, dtype = k.op, k.dtype
+def _packed_form(m: nn.Module, kind: str, k: KernelOp) -> tuple[bool, ...] | None:
+    """What the packed MLP ``m`` must show to be ``kind``: () for ``swiglu_packed`` (a SiLU in
+    its code or a SiLU module), (tanh,) for ``geglu_packed`` (the form of its GELU child, else,
+    where its code calls a gelu itself, the form the plan's shapes name: one, or none is taken);
+    None where it shows neither."""
+    if kind == "swiglu_packed":
+        silu = "silu" in _class_code_names(type(m)) or any(is_silu_module(c) for c in m.modules())
+        return () if silu else None
+    forms = {f for f in (gelu_form(c) for c in m.modules()) if f is not None}
+    if not forms and "gelu" in _class_code_names(type(m)):
+        forms = {bool(t) for t in k.dims("tanh")}
+    return (forms.pop(),) if len(forms) == 1 else None
+
+
+def _apply_packed_glu(model, k, done, replaced, skipped, probed) -> None:
+    """``swiglu_packed`` and ``geglu_packed``: an MLP with one packed linear D -> 2H (its name
+    does not matter: ``packed_mlp_parts`` finds it by the shapes) and a down linear H -> D,
+    probed against ``down(reference(packed(x), *form))`` before its forward is switched."""
+    op, dtype, kind = k.op, k.dtype, k.kind
     for name, m in model.named_modules():
-        if id(m) in done or _pick([k], "swiglu_packed", name) is None or packed_mlp_dims(m) is None:
+        if id(m) in done or _pick([k], kind, name) is None:
             continue
-        if "silu" not in _class_code_names(type(m)) and not any(is_silu_module(c) for c in m.modules()):
+        parts = packed_mlp_parts(m)
+        if parts is None:
             continue
-        linears = {n: c for n, c in m.named_children() if isinstance(c, nn.Linear)}
-        gu_name = next(n for n in linears if "gate_up" in n)
-        down_name = next(n for n in linears if n != gu_name)
+        form = _packed_form(m, kind, k)
+        if form is None:
+            continue
+        gu_name, down_name, d_in, _ = parts
+        linears = {gu_name: getattr(m, gu_name), down_name: getattr(m, down_name)}
         if any(lin.weight.dtype != dtype for lin in linears.values()):
-            skipped.append((name, f"swiglu_packed: linear weights are not {dtype}"))
+            skipped.append((name, f"{kind}: linear weights are not {dtype}"))
             continue
-        d_in = linears[gu_name].in_features
         base = type(m)
         base_forward = base.forward
         x = _probe_input(d_in, m, dtype)
-        ref = _reference("swiglu_packed")
-        if not _probe_call(probed, (base, "swiglu_packed"), lambda: base_forward(m, x),
-                           lambda: linears[down_name](ref(linears[gu_name](x))), dtype):
-            skipped.append((name, f"swiglu_packed: {base.__name__} computes something else (probe mismatch)"))
+        ref = _reference(kind)
+        if not _probe_call(probed, (base, kind, form), lambda: base_forward(m, x),
+                           lambda: linears[down_name](ref(linears[gu_name](x), *form)), dtype):
+            skipped.append((name, f"{kind}: {base.__name__} computes something else (probe mismatch)"))
             continue
 
-        def forward(self, x, *args, base_forward=base_forward, gu=gu_name, down=down_name, d_in=d_in, **kwargs):
+        def forward(self, x, *args, base_forward=base_forward, gu=gu_name, down=down_name, d_in=d_in, form=form,
+                    **kwargs):
             if not args and not kwargs and x.dtype == dtype and x.shape[-1] == d_in and x.numel() > 0:
-                out = getattr(self, down)(op(getattr(self, gu)(x.reshape(-1, d_in))))
+                out = getattr(self, down)(op(getattr(self, gu)(x.reshape(-1, d_in)), *form))
                 return out.reshape(*x.shape[:-1], out.shape[-1])
             return base_forward(self, x, *args, **kwargs)
 
-        _swap_class(m, ("swiglu_packed", k.identity, gu_name, down_name, d_in), {"forward": forward})
+        _swap_class(m, (kind, k.identity, gu_name, down_name, d_in, form), {"forward": forward})
         done.add(id(m))
-        replaced.append((name, "swiglu_packed"))
+        replaced.append((name, kind))

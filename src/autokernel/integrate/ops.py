@@ -39,6 +39,7 @@ SCHEMAS: dict[str, str] = {
     "gelu": "(Tensor x, bool tanh) -> Tensor",
     "geglu": "(Tensor gate, Tensor up, bool tanh) -> Tensor",
     "swiglu_packed": "(Tensor gate_up) -> Tensor",
+    "geglu_packed": "(Tensor gate_up, bool tanh) -> Tensor",
     "embedding": "(Tensor ids, Tensor weight, float scale) -> Tensor",
     "rotary_table": "(Tensor position_ids, Tensor inv_freq, float scaling, Tensor like) -> (Tensor, Tensor)",
     "linear_gelu": "(Tensor x, Tensor w, Tensor b, bool tanh) -> Tensor",
@@ -84,7 +85,7 @@ def output_meta(kind: str, args: tuple) -> tuple[tuple[int, ...], torch.dtype]:
         return tuple(x.shape[:-1]), x.dtype
     if kind == "embedding":
         return (x.numel(), args[1].shape[1]), args[1].dtype
-    if kind == "swiglu_packed":
+    if kind in ("swiglu_packed", "geglu_packed"):
         return tuple(x.shape[:-1]) + (x.shape[-1] // 2,), x.dtype
     if kind == "relative_position_bias":
         return (1, x.shape[1], args[1], args[2]), x.dtype

@@ -31,6 +31,7 @@ BUILTIN_KINDS: dict[str, str] = {
     "gelu": "gelu",
     "geglu": "geglu",
     "swiglu_packed": "swiglu_packed",
+    "geglu_packed": "geglu_packed",
     "embedding": "embedding",
     "rotary_table": "rotary_table",
     "linear_gelu": "linear_gelu",
