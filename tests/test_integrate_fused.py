@@ -657,6 +657,57 @@ def test_apply_rotary_table_computes_both_tables_in_one_op(tmp_path):
 
 
 
+class LayeredRotaryEmbedding(nn.Module):
+    """ModernBERT's: one table per layer type (global and local RoPE, two bases), picked by the
+    forward's ``layer_type``."""
+
+    def __init__(self, head_dim=16, bases=(("full_attention", 160000.0), ("sliding_attention", 10000.0)),
+                 dynamic=False):
+        super().__init__()
+        self.layer_types = sorted(t for t, _ in bases)
+        self.rope_type = {t: "dynamic" if dynamic and t == "full_attention" else "default" for t, _ in bases}
+        for t, base in bases:
+            inv = 1.0 / (base ** (torch.arange(0, head_dim, 2).float() / head_dim))
+            setattr(self, f"{t}_inv_freq", nn.Buffer(inv, persistent=False))
+            setattr(self, f"{t}_attention_scaling", 1.0)
+
+    def forward(self, x, position_ids, layer_type):
+        inv_freq = getattr(self, f"{layer_type}_inv_freq")
+        scaling = getattr(self, f"{layer_type}_attention_scaling")
+        emb = torch.cat((position_ids[..., None].float() * inv_freq.float(),) * 2, dim=-1)
+        return (emb.cos() * scaling).to(x.dtype), (emb.sin() * scaling).to(x.dtype)
+
+
+def test_apply_rotary_table_takes_one_table_per_layer_type(tmp_path):
+    """ModernBERT's rotary module keeps <type>_inv_freq per layer type and takes the type as a
+    third argument: it was not a rotary_table (no inv_freq), its ops left uncovered."""
+    from autokernel.recognize import rotary_table_freqs
+
+    assert rotary_table_freqs(LayeredRotaryEmbedding()) == {"full_attention": "full_attention_inv_freq",
+                                                             "sliding_attention": "sliding_attention_inv_freq"}
+    assert rotary_table_freqs(LayeredRotaryEmbedding(dynamic=True)) is None
+    model = nn.Sequential()
+    model.add_module("rotary_emb", LayeredRotaryEmbedding())
+    table = PlanProblem("rotary_table", "rotary_table", "fp32", [{"B": 2, "S": 7, "D": 16}], [2], 10.0, 0.1,
+                        ["rotary_emb"])
+    patched = apply(model, make_workdir(tmp_path / "wd", [table], model="custom"))
+    assert patched._autokernel_replaced == [("rotary_emb", "rotary_table")]
+    op = patched._autokernel_ops["rotary_table"]
+    x, pos = torch.randn(2, 7, 32), torch.arange(7)[None, :] + torch.tensor([[0], [3000]])
+    before = OP_CALLS[op]
+    with torch.no_grad():
+        tables = {}
+        for t in ("full_attention", "sliding_attention"):
+            want = LayeredRotaryEmbedding.forward(patched.rotary_emb, x, pos, t)
+            for got, w in zip(patched.rotary_emb(x, pos, t), want):
+                assert got.shape == w.shape == (2, 7, 16) and (got - w).abs().max() < 1e-5
+            tables[t] = want[0]
+        assert (tables["full_attention"] - tables["sliding_attention"]).abs().max() > 0.1  # two bases
+        got = patched.rotary_emb(x, pos, layer_type="sliding_attention")[1]
+        assert (got - LayeredRotaryEmbedding.forward(patched.rotary_emb, x, pos, "sliding_attention")[1]).abs().max() < 1e-5
+    assert OP_CALLS[op] - before == 3
+
+
 def test_apply_rotary_table_takes_a_module_cast_to_bf16(tmp_path):
     """model.to(torch.bfloat16) casts RoPE's inv_freq too; the module still computes its angles in
     fp32 from the rounded frequencies, and so does the op when handed them as fp32.  An fp32 run of

@@ -366,15 +366,37 @@ def module_wrapped_function(value: Any) -> Any:
     return functions[0] if len(functions) == 1 else value
 
 
+def rotary_table_freqs(module: nn.Module) -> dict[str | None, str] | None:
+    """The frequency buffers of a rotary-embedding module of the Hugging Face kind, by the
+    ``layer_type`` its forward takes: ``{None: "inv_freq"}`` for one table (``forward(x,
+    position_ids) -> (cos, sin)``, checked on the call), ``{"full_attention":
+    "full_attention_inv_freq", ...}`` for one per layer type (ModernBERT's global and local
+    RoPE, two bases: ``forward(x, position_ids, layer_type)``, a ``<type>_attention_scaling``
+    each).  Each a 1-D floating buffer (fp32 as built; a ``model.to(dtype)`` casts it, and the
+    module still takes the angles in fp32 from the rounded frequencies); default RoPE only (the
+    dynamic variants change the frequencies with the sequence length).  None for anything else."""
+    if "rotary" not in type(module).__name__.lower() or any(True for _ in module.children()):
+        return None
+    rope_type = getattr(module, "rope_type", "default")
+
+    def is_freq(t: Any) -> bool:
+        return isinstance(t, torch.Tensor) and t.dim() == 1 and t.is_floating_point()
+
+    if is_freq(getattr(module, "inv_freq", None)):
+        return {None: "inv_freq"} if rope_type == "default" else None
+    types_ = getattr(module, "layer_types", None)
+    if (not isinstance(rope_type, dict) or not isinstance(types_, (list, tuple)) or not types_
+            or set(rope_type) != set(types_) or any(v != "default" for v in rope_type.values())):
+        return None
+    found = {t: f"{t}_inv_freq" for t in types_}
+    if not all(isinstance(t, str) and is_freq(getattr(module, b, None)) for t, b in found.items()):
+        return None
+    return found
+
+
 def is_rotary_table(module: nn.Module) -> bool:
-    """A rotary-embedding module of the Hugging Face kind: a 1-D floating ``inv_freq`` (fp32 as
-    built; a ``model.to(dtype)`` casts it, and the module still takes the angles in fp32 from
-    the rounded frequencies) and a ``forward(x, position_ids) -> (cos, sin)`` (checked on the
-    call); default RoPE only (the dynamic variants change ``inv_freq`` with the sequence length)."""
-    inv_freq = getattr(module, "inv_freq", None)
-    return ("rotary" in type(module).__name__.lower() and isinstance(inv_freq, torch.Tensor) and inv_freq.dim() == 1
-            and inv_freq.is_floating_point() and getattr(module, "rope_type", "default") == "default"
-            and not any(True for _ in module.children()))
+    """A rotary-embedding module whose cos/sin tables ``rotary_table`` computes (``rotary_table_freqs``)."""
+    return rotary_table_freqs(module) is not None
 
 
 def embedding_scale(module: nn.Module) -> float | None:
