@@ -739,6 +739,13 @@ def _attention(node: Node, default_dtype: str) -> Instance | Unsupported | None:
         return None
     causal_index, mask_index = ATTENTION_OPS[node.name]
     mask = _arg(node, mask_index) if mask_index is not None else None
+    v = _arg(node, 2)
+    if v and len(v) == 4 and v[3] != q[3]:
+        # DeepSeek's multi-head latent attention: q and k carry the rotary dims beside the
+        # others (nope + rope), v does not.  Every attention kind takes one head dim D for q,
+        # k, v and the output; apply's op would hand each such call back to PyTorch.
+        return Unsupported(f"{node.name} (value head dim {v[3]} differs from the query/key head dim {q[3]}, as "
+                           "in multi-head latent attention: the attention kinds take one head dim)")
     if q[2] != k[2]:
         return _cross_attention(node, q, k, mask, causal_index, mask_index, default_dtype)
     B, H, S, D = q
@@ -1300,6 +1307,13 @@ def _rotary(call: ScopeCall, node: Node, default_dtype: str) -> Instance | Unsup
             d1, d2 = d2, d1  # stored [B,S,H,D]
         shapes.append((make_shape("rotary", B, d1, d2, D), 1))
     below = _op_names_below(node)
+    if "aten::stack" not in below and "rotate_half" not in call.code_names and _reads_pairs(node):
+        # DeepSeek's apply_rotary_pos_emb_interleave: x[..., 0::2] and x[..., 1::2] rotated and
+        # joined as halves, cat(x1 cos - x2 sin, x2 cos + x1 sin): interleaved pairs in, the
+        # rotate_half layout out.  Neither rotary kind's reference (rotary: halves in and out;
+        # rotary_interleaved: pairs in and out) is that function.
+        return Unsupported(f"rotary {where} (interleaved pairs in, rotate_half halves out: neither rotary kind's "
+                           "layout)")
     if "aten::stack" in below:  # pairs stacked, not halves joined (Cohere's; a cat beside it joins a
         # partial rotary's rotated dims and the rest: GLM's)
         kind, layout = "rotary_interleaved", "interleaved pairs"
@@ -1317,6 +1331,12 @@ def _rotary(call: ScopeCall, node: Node, default_dtype: str) -> Instance | Unsup
     module = _enclosing_module(node.parent, lambda info: True)
     return Instance(kind, tensors[0].dtype or default_dtype, shapes,
                     module=module.qualname if module else "", notes=(f"{where} ({layout})",))
+
+
+def _reads_pairs(node: Node) -> bool:
+    """Does a strided slice of step 2 (``x[..., 0::2]``, ``x[..., 1::2]``) run under ``node``?"""
+    return any((child.name == "aten::slice" and _concrete(child, 4) == 2) or _reads_pairs(child)
+               for child in node.children)
 
 
 def _op_names_below(node: Node) -> set[str]:
