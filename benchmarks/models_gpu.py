@@ -95,7 +95,12 @@ GPU_MODELS = [("llama", LLAMA_4096, "4x1024"), ("hf:gpt2", None, "4x512"), ("hf:
               ("hf:granite", "num_hidden_layers=4,logits_scaling=8.0,residual_multiplier=0.22,embedding_multiplier=12.0,"
                              "attention_multiplier=0.0078125", "4x512"),
               # Command-R's widths (hidden 8192, 256,000-token head times logit_scale), 2 layers
-              ("hf:cohere", "num_hidden_layers=2", "4x512")]
+              ("hf:cohere", "num_hidden_layers=2", "4x512"),
+              # Swin-T (its default config), 32 images of 224 x 224: shifted_windows and window_bias
+              ("hf:swin", None, "32x3x224x224"),
+              # ModernBERT-base's widths, 6 of its 22 layers (global and local attention alternate), 4x1024
+              # tokens: geglu_packed and its two rotary tables
+              ("hf:modernbert", "num_hidden_layers=6", "4x1024")]
 CPU_MODELS = [("llama", "n_layers=1", "1x8"), ("hf:gpt2", "n_embd=64,n_layer=1,n_head=2,vocab_size=512", "1x8"),
               ("hf:bert", "hidden_size=64,num_hidden_layers=1,num_attention_heads=2,intermediate_size=128,vocab_size=512",
                "1x8"),

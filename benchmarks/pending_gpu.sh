@@ -104,11 +104,14 @@
 #   bash benchmarks/pending_gpu.sh thirtyfirst OUT # thirtieth_c, then relative_position_bias's variants with the
 #                                               # one-launch tile gather (a tile's distances' buckets computed once);
 #                                               # what profile's placement check costs (profile_cost_gpu.py)
+#   bash benchmarks/pending_gpu.sh thirtyfirst_b OUT # the new kinds (shifted_windows, window_bias, geglu_packed) and
+#                                               # three old starters through the GPU judge (red-team pass 29's timed
+#                                               # rewrites: false positives? cost?); hf:swin and hf:modernbert timed
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b|eighteenth|eighteenth_b|eighteenth_c|eighteenth_d|nineteenth|nineteenth_b|nineteenth_c|nineteenth_d|twentyseventh|twentyseventh_b|twentyeighth|twentyeighth_b|models27|models27_graphs|xielu|thirtieth|thirtieth_b|thirtieth_c|thirtyfirst OUT"
+usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b|eighteenth|eighteenth_b|eighteenth_c|eighteenth_d|nineteenth|nineteenth_b|nineteenth_c|nineteenth_d|twentyseventh|twentyseventh_b|twentyeighth|twentyeighth_b|models27|models27_graphs|xielu|thirtieth|thirtieth_b|thirtieth_c|thirtyfirst|thirtyfirst_b OUT"
 part=${1:?$usage}
 out=${2:?$usage}
 mkdir -p "$out"
@@ -465,6 +468,12 @@ thirtyfirst)
     step gptj_calls 220 python benchmarks/scores_attention_calls_gpu.py "$out/gptj_calls"
     step rpb_variants 200 python benchmarks/relative_position_bias_variants_gpu.py --out "$out/rpb_variants"
     step profile_cost 150 python benchmarks/profile_cost_gpu.py --models llama,hf:gpt2 --out "$out/profile_cost"
+    ;;
+thirtyfirst_b)
+    step judge_new 230 python benchmarks/judge_smoke_gpu.py --out "$out/judge_new" --budget 220 \
+        --kinds shifted_windows,window_bias,geglu_packed,softmax,rmsnorm,attention_masked --attacks ""
+    step models_new 330 python benchmarks/models_gpu.py --out "$out/models_new" --skip-fused --max-minutes 5 \
+        --models hf:swin,hf:modernbert
     ;;
 models27_graphs)  # the same models in CUDA-graph mode (launch-bound at these sizes) against torch.compile's
     # reduce-overhead, each verify in a fresh process; relative_position_bias through the judge again (its tiny-values
