@@ -171,7 +171,8 @@ def test_the_judge_times_more_rounds_where_the_planned_ones_leave_a_gain_undecid
         ev_ = evaluate_mod.Evaluator("rmsnorm", device="cpu", shapes=["4x64"], baselines=False, prestart=False)
         rounds_seen = {"candidate": 0, "incumbent": 0}
 
-        def batch(self, judge, runner, slot, shape, dtype, n, check_p, warm_up=False, numerics_p=0.0, judged=True):
+        def batch(self, judge, runner, slot, shape, dtype, n, check_p, warm_up=False, numerics_p=0.0, judged=True,
+                  rewrite_p=0.0):
             if warm_up:
                 return [50000.0] * n, 0.05 * n
             r = rounds_seen[slot]

@@ -13,7 +13,9 @@ Order of an evaluation:
    requests sized to the memory budget (memory.py); the watch, the poison, the launch proof and the
    allocation/aliasing checks on every call; about ``CHECKED_PER_SHAPE`` calls per shape, drawn
    after the calls were made, get their outputs compared (``cached-output`` if wrong) and their
-   inputs checked.  The parent's wall clock around each request must cover the reported times
+   inputs checked; runs of calls whose inputs are the call before's memory rewritten (its
+   integer tensors and scalars, new floating-point values: ``REWRITE_RUNS_PER_SHAPE``) come at
+   random points among them, each one checked.  The parent's wall clock around each request must cover the reported times
    (``timing-mismatch``).  Roofline per shape; eager / torch.compile baselines (baselines.py); a
    GPU time under 0.95x the floor is ``below-floor``.  With ``incumbent_file`` the incumbent runs
    in its own worker, interleaved round by round with the candidate's, and ``vs_incumbent``
@@ -76,10 +78,28 @@ CHECKED_PER_SHAPE = 8
 # for the calls it takes for checks (a softmax without its max subtraction on timed calls passed).
 # They walk through every variant of the shape's cases, from a random start.
 NUMERICS_PER_SHAPE = 8
+# Runs of timed calls whose inputs are the call before's memory rewritten (new floating-point
+# values, the same integer tensors and scalars: ``problem_spec.rewritten_set``), started per shape
+# on average, each call of a run checked: a model's caching allocator hands a layer's freed input
+# buffers out again, call after call, so a result kept by the inputs' addresses and scalars is
+# stale there.  The smoke stage's rewrites alone came at a fixed point, and a memo that stayed off
+# for its first calls passed every stage (red-team pass 29).  A run goes on past each call with
+# probability ``REWRITE_GOES_ON`` (runs of any length, as a decoding loop's: a memo that waited for
+# the third call at one address met none when rewrites never came twice in a row).  Only the calls
+# after the first of a request can be one; on the CPU's plan (three calls a request) all of them
+# are.
+REWRITE_RUNS_PER_SHAPE = 3
+REWRITE_GOES_ON = 0.6
 
 
 class _IncumbentFailed(Exception):
     pass
+
+
+def _timed_name(seed: Any) -> str:
+    if isinstance(seed, dict):
+        return "timed, the previous call's input memory rewritten"
+    return "timed" if isinstance(seed, int) else f"timed, numerics variant {seed[1]}"
 
 
 def _read_text(path: Path) -> str | None:
@@ -475,7 +495,7 @@ class Evaluator:
 
     def _batch(self, judge: stages.Judge, runner: stages.Judge, slot: str, shape: Shape, dtype: torch.dtype,
                n: int, check_p: float, warm_up: bool = False, numerics_p: float = 0.0,
-               judged: bool = True) -> tuple[list[float], float]:
+               judged: bool = True, rewrite_p: float = 0.0) -> tuple[list[float], float]:
         """``n`` judged calls on ``n`` fresh input sets (split to fit the memory budget), sent to
         ``runner``'s worker, which draws each set itself from a seed of ours right before its
         call (``worker_main._draw``: no call can see a later call's inputs).  Each call is
@@ -486,7 +506,11 @@ class Evaluator:
         otherwise) and the outputs must match the reference on our draw.  Returns the reported
         per-call times and the wall time this process measured around them.  With probability
         ``numerics_p`` a call's set is one of the problem's numerics cases instead (``[seed,
-        variant]``), and such a call is always checked."""
+        variant]``), and such a call is always checked; with probability ``rewrite_p`` a call after
+        any but the first gets the previous call's memory rewritten, and a run of them goes on
+        with probability ``REWRITE_GOES_ON`` (``{"rewrite": [root seed, seed]}``: the root's
+        integer tensors and scalars, which may be a numerics case's, the floating-point values of
+        the regular draw ``seed``), each always checked too."""
         times: list[float] = []
         wall = 0.0
         first = judge.make_case(shape, dtype)
@@ -514,11 +538,20 @@ class Evaluator:
             # each drawn on its own: consecutive seeds would tell a kernel that recovered one draw's seed
             # every later call's inputs, and let it compute them all in one call (the median then a copy)
             seeds: list = [_new_seed() for _ in range(k)]
-            numerics = {i for i in range(k) if variants and self._rng.random() < numerics_p}
+            rewrites: list[int] = []
+            for i in range(1, k):
+                going_on = bool(rewrites) and rewrites[-1] == i - 1
+                if rewrite_p > 0 and self._rng.random() < (max(REWRITE_GOES_ON, rewrite_p) if going_on else rewrite_p):
+                    rewrites.append(i)
+            numerics = {i for i in range(k) if variants and i not in rewrites and self._rng.random() < numerics_p}
             for i in sorted(numerics):
                 seeds[i] = [seeds[i], self._next_variant(shape, dtype, variants)]
+            for i in rewrites:  # the previous call's integer tensors and scalars, new floating-point values
+                before = seeds[i - 1]
+                seeds[i] = {"rewrite": [before["rewrite"][0] if isinstance(before, dict) else before, seeds[i]]}
             sets = [self._draw_set(shape, dtype, seed) for seed in seeds] if sent else None
-            message = runner.call_message(shape, dtype, sets, meta, slot=slot, draw=None if sets else seeds)
+            message = runner.call_message(shape, dtype, sets, meta, slot=slot, draw=None if sets else seeds,
+                                          rewrites=rewrites)
             runner.sync()
             started = time.perf_counter()
             reply = runner.request(message, self.timeout_s * max(1, math.ceil(k / 4)))
@@ -536,7 +569,7 @@ class Evaluator:
                 self._calls_timed += k
                 self._calls_uncovered += len(reply.get("uncovered") or [])
             picked = list(range(k)) if check_p >= 1.0 else \
-                [i for i in range(k) if self._rng.random() < check_p or (i in numerics and check_p > 0)]
+                [i for i in range(k) if self._rng.random() < check_p or ((i in numerics or i in rewrites) and check_p > 0)]
             checks_from = time.perf_counter()
             for group in ([picked] if judge.together else [[i] for i in picked]) if picked else []:
                 self._check_timed(judge, group, seeds, shape, dtype, meta, tol, k)
@@ -573,8 +606,7 @@ class Evaluator:
         their sets: each draw is fingerprinted (or cloned, as the memory plan says), then the
         worker copies the inputs it drew, as they are after the call, over it; they must be
         the same bits.  The reference is computed on them afterwards."""
-        cases = [stages.Case(dict(shape), dtype, self._draw_set(shape, dtype, seeds[i]),
-                             "timed" if isinstance(seeds[i], int) else f"timed, numerics variant {seeds[i][1]}")
+        cases = [stages.Case(dict(shape), dtype, self._draw_set(shape, dtype, seeds[i]), _timed_name(seeds[i]))
                  for i in group]
         pristine = [judge.snapshot(stages.tensors_of(c.args)) for c in cases]
         label = cases[0].label
@@ -606,11 +638,12 @@ class Evaluator:
         walls = {s: [[0.0] * most for _ in range(n_cases)] for s in runners}
 
         def batch(slot: str, c: int, n: int, check_p: float, warm_up: bool = False,
-                  numerics_p: float = 0.0) -> tuple[list[float], float]:
-            try:  # the incumbent gets the same share of numerics draws, unchecked
+                  numerics_p: float = 0.0, rewrite_p: float = 0.0) -> tuple[list[float], float]:
+            try:  # the incumbent gets the same share of numerics draws and rewrites, unchecked
                 candidate = slot == "candidate"
                 return self._batch(judge, runners[slot], slot, self.shapes[c], dtype, n,
-                                   check_p if candidate and checked else 0.0, warm_up, numerics_p, judged=candidate)
+                                   check_p if candidate and checked else 0.0, warm_up, numerics_p, judged=candidate,
+                                   rewrite_p=rewrite_p)
             except (stages.Rejection, stages.CaseFailure, WorkerCrash, WorkerTimeout, stages.CudaFault) as exc:
                 if slot == "candidate":
                     raise
@@ -636,7 +669,8 @@ class Evaluator:
                         # and the judge draw the same bits); KernelBench's runs the reference Model to choose
                         numerics_p = min(1.0, NUMERICS_PER_SHAPE / (per_round[c] * rounds)) \
                             if self.problem.source == "builtin" else 0.0
-                        times, wall = batch(slot, c, per_round[c], check_p, numerics_p=numerics_p)
+                        rewrite_p = min(1.0, REWRITE_RUNS_PER_SHAPE / (per_round[c] * rounds))
+                        times, wall = batch(slot, c, per_round[c], check_p, numerics_p=numerics_p, rewrite_p=rewrite_p)
                         samples[slot][c][r] = times
                         walls[slot][c][r] = wall * 1e6 / max(1, len(times))
                 stop = self._why_stop(samples, r + 1, rounds) if self._incumbent_timed and r + 1 < rounds else None

@@ -513,7 +513,7 @@ class Judge:
     def call_message(self, shape: Shape, dtype: torch.dtype, sets: list | None, meta: compare.OutputMeta,
                      poison: float | None = NAN_POISON, slot: str = "candidate",
                      buffers: list | None = None, draw: list[int] | None = None, calls: int = 1,
-                     in_place: bool = False) -> dict[str, Any]:
+                     in_place: bool = False, rewrites: list[int] | None = None) -> dict[str, Any]:
         """The one request every kernel call goes through, judged or timed alike: ``calls``
         calls on each of ``sets`` of this process's, or one call on each set the worker draws
         from the seeds ``draw``, right before its call (``buffers``: this process's buffers for
@@ -530,11 +530,15 @@ class Judge:
         values written into the same tensors: the worker copies each into the memory its copy of
         that call's set had (worker_main ``_take_inputs_memory``), in new tensors made as every
         call's are, so that a result kept by the inputs' addresses is met at the same addresses,
-        as a model meets it when the caching allocator hands a layer's freed buffers out again."""
+        as a model meets it when the caching allocator hands a layer's freed buffers out again.
+
+        ``rewrites``: the calls (one call per set) whose set is a rewrite of the call before it
+        (``problem_spec.rewritten_set``): the worker writes it into that call's memory
+        (worker_main ``_previous_memory``), the same pattern among the timed calls."""
         message = {"op": "call", "slot": slot, "shape": shape, "dtype": dtype, "draw": draw, "poison": poison,
                    "expected": [(list(sh), str(dt)) for sh, dt in zip(meta.shapes, meta.dtypes)],
                    "require_launch": self.problem.forbidden_ops is None, "sets": None, "calls": calls, "after": None,
-                   "in_place": in_place}
+                   "in_place": in_place, "rewrites": sorted(rewrites or ())}
         if sets is not None:
             message["sets"] = [seal(args, self.sealed) for args in sets]
         if sets is not None or buffers is not None:

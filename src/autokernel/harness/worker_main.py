@@ -544,6 +544,8 @@ class _State:
         calls = max(1, int(m.get("calls") or 1))
         seeds = m.get("draw")
         count = len(seeds) if seeds is not None else len(sealed) * calls
+        # calls whose inputs take the memory of the call before them (``_previous_memory``)
+        rewrites = {int(i) for i in m.get("rewrites") or () if 0 < int(i) < count} if calls == 1 else set()
         expected = m.get("expected")  # [(shape, dtype name)] per output, or None
         module = self.slots.get(slot)
         own = module.__dict__ if module is not None else None
@@ -560,15 +562,19 @@ class _State:
             fn = self.kernel(slot, m["shape"], m["dtype"])
             for i in range(count):
                 self.draw_findings = []
+                previous = None
+                if i in rewrites and len(self.kept_inputs) == i:
+                    args = outs = None  # this frame's last references to the previous call's set
+                    previous = self._previous_memory(i - 1, latest)
                 if seeds is not None:
-                    args = self._draw(m["shape"], m["dtype"], seeds[i])
+                    args = self._draw(m["shape"], m["dtype"], seeds[i], previous)
                 else:
                     which = i // calls
                     source = latest.get(which)
-                    taken = None
+                    taken = previous
                     if source is None:
                         source, sealed[which] = sealed[which], None
-                        if which < len(memory):
+                        if which < len(memory) and taken is None:
                             taken, memory[which] = memory[which], None
                     args, made = self._copied(source, taken)
                     taken = None  # its storages now hold the copies' own allocations: freed here
@@ -674,15 +680,44 @@ class _State:
         return [(tuple(t.shape), tuple(t.stride()), t.dtype, span(t) if numel(t) > 0 else None)
                 for t in tensors_in(args) if type(t) is torch.Tensor]
 
-    def _draw(self, shape: dict, dtype, seed: int) -> tuple:
+    def _draw(self, shape: dict, dtype, seed: Any, memory: list | None = None) -> tuple:
         """One input set of the problem for ``seed``, drawn here and now: until its call comes,
         no set's values exist anywhere, so no earlier call can compute a later call's output (a
         request's sets drawn together, here or in the parent, lie in memory a kernel can reach
         by pointer arithmetic).  The parent draws the same set from the same seed for the calls
-        it checks, and compares the inputs as they are after the call with its own draw."""
-        return self._made(lambda: draw_set(self.draw_inputs, self.draw_adversarial, shape, dtype, self.device, seed))
+        it checks, and compares the inputs as they are after the call with its own draw.
+        ``memory``: storages whose memory the set's tensors take (``_previous_memory``)."""
+        def make():
+            drawn = draw_set(self.draw_inputs, self.draw_adversarial, shape, dtype, self.device, seed)
+            return drawn if memory is None else own_copy(drawn, self.copy_into, memory)
 
-    def _take_inputs_memory(self) -> list[list[tuple[Any, Any]]]:
+        return self._made(make)
+
+    def _previous_memory(self, index: int, latest: dict) -> list:
+        """For a call whose inputs are written into the memory of call ``index``'s (the call
+        before it in this request: the parent's ``rewrites``, a rewritten set of
+        ``problem_spec.rewritten_set``): the judge's own copy of that call's set, as the call left
+        it, takes its place for the checks (``collect``, ``_after_calls``); the set's memory moves
+        into storages of the judge's (``_take_inputs_memory``), the set itself is let go, and the
+        storages whose memory nobody else holds are returned, one per tensor (``_memory_freed``).
+        So the next call's inputs are new tensors at the previous call's addresses, as a model's
+        next call meets them when the caching allocator hands a freed buffer out again: a result
+        kept by the addresses and the scalars (which the rewritten set keeps) comes back stale
+        on a call any of which may be checked, at any point of the timing (red-team pass 29: a
+        memo that stayed off for the smoke stage's calls passed every stage)."""
+        held = self.kept_inputs[index]
+        saved = self._made(lambda: own_copy(held, self.copy_into))
+        moved = self._take_inputs_memory([held])
+        released = [held]
+        held = None
+        self.kept_inputs[index] = saved
+        for key in [k for k, v in latest.items() if v is released[0]]:
+            latest[key] = saved
+        saved = None
+        self.draw_findings += self._release(released, "the previous call's inputs")
+        return self._memory_freed(moved)[0] if moved else None
+
+    def _take_inputs_memory(self, sets: list | None = None) -> list[list[tuple[Any, Any]]]:
         """For each call of the last request, each input tensor's memory moved into a storage of
         the judge's own (an empty one made here, which takes it: ``take_memory``), with a weak
         reference to the tensor's storage, which is left empty; ``(None, None)`` for a tensor
@@ -696,7 +731,7 @@ class _State:
             return []
         storage_of, nbytes = torch._C.TensorBase.untyped_storage, torch._C.StorageBase.nbytes
         moved = []
-        for args in self.kept_inputs:
+        for args in self.kept_inputs if sets is None else sets:
             row = []
             for t in tensors_in(args):
                 if type(t) is torch.Tensor and t.layout == torch.strided and not t.is_meta:

@@ -1,0 +1,47 @@
+"""Twenty-ninth red-team pass on the judge (CPU, Triton interpreter): what pass 28 left open.
+
+* **A memo that stays off for its first calls.**  The smoke stage writes new values into the
+  previous call's input memory (the same addresses, the scalars kept or redrawn) at its start
+  only; no later call of the judge came with the same addresses and scalars on purpose.  So
+  ``tests/attacks/xielu_memo_after_six_calls.py`` (the starter behind a memo keyed on the input's
+  address, layout and scalars, switched on after six calls: a count, no reference held) passed
+  all six stages and the timing, while a model, whose caching allocator hands a layer's freed
+  input buffer out again with new activations and the same constants, would get an earlier
+  call's output.  The file also waits for the third call in a row at one address before it
+  returns a kept output (a decoding loop's steady state), so rewrites that never came twice in a
+  row would miss it too.  Timed calls now include runs of rewrites of the call before them: the
+  previous call's integer tensors and scalars with new floating-point values, written by the
+  worker into that call's memory in new tensors (``problem_spec.rewritten_set``, worker_main
+  ``_previous_memory``), at random points (``evaluate.REWRITE_RUNS_PER_SHAPE`` runs per shape on
+  average, each going on with probability ``REWRITE_GOES_ON``; all of a request's later calls on
+  the CPU's three-call plan), each call checked.
+
+Each test failed before its fix."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_harness_attacks import ATTACKS  # noqa: E402
+
+from autokernel.harness.evaluate import evaluate  # noqa: E402
+
+pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
+
+
+@pytest.mark.skipif(not hasattr(torch.UntypedStorage, "_swap_data_ptr_"),
+                    reason="the worker moves memory between storages with PyTorch 2.12 or later")
+def test_a_memo_switched_on_after_the_smoke_stage_is_caught_among_the_timed_calls():
+    """Before: pass, all six stages and the timing (its memo never met the same address and
+    scalars after the smoke stage's rewrites).  Both target shapes: with one, a numerics draw
+    and the determinism stage's next draw share their scalars (xielu's numerics cases take the
+    scalars of the next seed's regular draw), and the allocator gave the address back there."""
+    ev = evaluate("xielu", ATTACKS / "xielu_memo_after_six_calls.py", device="cpu", dtypes=["fp32"], baselines=False)
+    assert ev.verdict == "rejected" and ev.failed_stage == "timing", ev.message
+    assert "cached-output" in {f.rule for f in ev.integrity}, ev.message
+    assert "the previous call's input memory rewritten" in ev.message
