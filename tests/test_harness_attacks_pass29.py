@@ -16,6 +16,15 @@
   average, each going on with probability ``REWRITE_GOES_ON``; all of a request's later calls on
   the CPU's three-call plan), each call checked.
 
+* **An input's padding used as scratch.**  Where an input is strided with room between its
+  elements (attention's q, k, v as slices of one packed q|k|v projection, the layout the model
+  integration passes as it is), the bytes between a row's heads are other tensors' in a model
+  (the same token's k and v) and private memory in the judge, which compared only the elements:
+  ``tests/attacks/attention_scratch_in_input_padding.py`` (the starter, then zeros over q's
+  spare columns) passed all six stages.  The worker now fills those bytes with fresh values
+  before each call and finds any change after it (``modified-input``; worker_main
+  ``_gaps_filled``).
+
 Each test failed before its fix."""
 from __future__ import annotations
 
@@ -38,10 +47,18 @@ pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reaso
                     reason="the worker moves memory between storages with PyTorch 2.12 or later")
 def test_a_memo_switched_on_after_the_smoke_stage_is_caught_among_the_timed_calls():
     """Before: pass, all six stages and the timing (its memo never met the same address and
-    scalars after the smoke stage's rewrites).  Both target shapes: with one, a numerics draw
-    and the determinism stage's next draw share their scalars (xielu's numerics cases take the
-    scalars of the next seed's regular draw), and the allocator gave the address back there."""
-    ev = evaluate("xielu", ATTACKS / "xielu_memo_after_six_calls.py", device="cpu", dtypes=["fp32"], baselines=False)
+    scalars after the smoke stage's rewrites; 3 of 3 runs)."""
+    ev = evaluate("xielu", ATTACKS / "xielu_memo_after_six_calls.py", device="cpu", shapes=["16x256"], dtypes=["fp32"],
+                  baselines=False)
     assert ev.verdict == "rejected" and ev.failed_stage == "timing", ev.message
     assert "cached-output" in {f.rule for f in ev.integrity}, ev.message
     assert "the previous call's input memory rewritten" in ev.message
+
+
+def test_writes_between_a_strided_inputs_elements_are_a_modified_input():
+    """Before: pass, all six stages (its writes land in the judge's private copy of q; in a model
+    they overwrite k and v of the packed projection)."""
+    ev = evaluate("attention", ATTACKS / "attention_scratch_in_input_padding.py", device="cpu",
+                  shapes=["1x1x1x4x16x1"], dtypes=["fp32"], timing=False, baselines=False)
+    assert ev.verdict == "rejected" and ev.failed_stage == "numerics", ev.message
+    assert "modified-input" in {f.rule for f in ev.integrity} and "between the input's elements" in ev.message

@@ -195,6 +195,11 @@ class _State:
         self.record_event = (getattr(torch._C._CudaEventBase, "record", None) or torch.cuda.Event.record) \
             if self.gpu else None
         self.copy_into = torch._C.TensorBase.copy_
+        # the bytes of input storages between an input's elements (``_gaps_filled``): filled from a
+        # generator of the judge's own, seeded here from the system
+        self.int_of_size = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+        self.gap_rng = torch.Generator(device=device)
+        self.gap_rng.manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
         # weak references to storages (``_take_inputs_memory``): C functions, taken now
         self.storage_weak_ref = torch.UntypedStorage._weak_ref
         self.storage_expired = torch.UntypedStorage._expired
@@ -583,8 +588,11 @@ class _State:
                 findings += [dict(f, call=i) for f in self.draw_findings]
                 self.kept_inputs.append(args)
                 inputs += self._spans(tensors_in(args))
+                gaps = self._gaps_filled(args)
                 outs, timing, call_ops, call_findings = self._judged_call(fn, args, m.get("poison"), own,
                                                                            require_launch)
+                call_findings += self._gaps_written(gaps)
+                gaps = None
                 if seeds is None and self._metadata(args) != made:
                     intact[i // calls] = False
                     call_findings.append({"rule": "modified-input", "message": (
@@ -673,6 +681,66 @@ class _State:
         from one that drew its own.  Called once nothing the parent shared is held here."""
         if self.shared_cache:
             dict.clear(self.shared_cache)
+
+    def _gaps_filled(self, args: tuple) -> list:
+        """The input tensors of a call whose storage holds bytes that are none of their elements
+        (strided layouts: a slice of a packed q|k|v projection, as the model integration passes
+        it, has the row's other heads between its rows), each with a copy of its storage's bytes
+        after those bytes were filled with fresh values (normal ones of the dtype for floating
+        tensors, as a model's other heads hold; random bytes else).  In a model those bytes are
+        other tensors' (the same token's k and v): a kernel that used them as scratch passed every
+        stage, the judge comparing only the elements (red-team pass 29,
+        tests/attacks/attention_scratch_in_input_padding.py).  ``_gaps_written`` compares them
+        after the call."""
+        torch = self.torch
+        base = torch._C.TensorBase
+        found = []
+        for t in tensors_in(args):
+            if type(t) is not torch.Tensor or t.layout != torch.strided or t.is_meta or numel(t) == 0:
+                continue
+            size = base.element_size(t)
+            storage = base.untyped_storage(t)
+            total = torch._C.StorageBase.nbytes(storage)
+            if size not in self.int_of_size or total % size or total <= numel(t) * size:
+                continue
+            raw = torch.empty(0, dtype=torch.uint8, device=t.device)
+            base.set_(raw, storage, 0, (total,), (1,))
+            elements = base.clone(t)
+            if base.is_floating_point(t):
+                flat = torch.empty(0, dtype=t.dtype, device=t.device)
+                base.set_(flat, storage, 0, (total // size,), (1,))
+                base.normal_(flat, generator=self.gap_rng)
+                flat = None
+            else:
+                base.random_(raw, 0, 256, generator=self.gap_rng)
+            self.copy_into(t, elements)
+            elements = None
+            found.append((t, raw, base.clone(raw), self._layout(t)))
+        return found
+
+    def _layout(self, t) -> tuple:
+        base = self.torch._C.TensorBase
+        return (base.data_ptr(t), tuple(t.shape), tuple(base.stride(t)), base.storage_offset(t), t.dtype)
+
+    def _gaps_written(self, gaps: list) -> list[dict[str, str]]:
+        """A ``modified-input`` finding when the bytes between an input's elements changed during
+        the call (``_gaps_filled``), or the input was moved to other memory."""
+        torch = self.torch
+        base = torch._C.TensorBase
+        for t, raw, before, layout in gaps:
+            if self._layout(t) != layout:
+                return [{"rule": "modified-input", "message": (
+                    "the kernel changed an input tensor's shape, strides, offset or memory")}]
+            after = base.clone(raw)
+            for copy in (before, after):  # the elements' own bytes left out (``modified-input`` checks them)
+                view = base.view(copy, self.int_of_size[base.element_size(t)])
+                base.fill_(base.as_strided(view, tuple(t.shape), tuple(base.stride(t)), base.storage_offset(t)), 0)
+            if not base.equal(before, after):
+                return [{"rule": "modified-input", "message": (
+                    "the kernel wrote into its input's storage between the input's elements (the spare columns "
+                    "of a strided input's rows): in a model those bytes are other tensors' (a slice of a packed "
+                    "q|k|v projection has the same token's k and v there)")}]
+        return []
 
     def _metadata(self, args: tuple) -> list:
         """What each tensor of a set is made as: shape, strides, dtype and memory range."""
