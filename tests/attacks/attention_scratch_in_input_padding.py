@@ -174,7 +174,8 @@ def _scribble(q_ptr, row_stride, start, width, rows, BLOCK: tl.constexpr):
     cols = tl.arange(0, BLOCK)
     for c in range(0, width, BLOCK):
         mask = (c + cols) < width
-        tl.store(q_ptr + row * row_stride + start + c + cols, tl.zeros((BLOCK,), dtype=q_ptr.dtype.element_ty), mask=mask)
+        zeros = tl.zeros((BLOCK,), dtype=q_ptr.dtype.element_ty)
+        tl.store(q_ptr + row * row_stride + start + c + cols, zeros, mask=mask)
 
 
 _attention = kernel_fn

@@ -15,8 +15,8 @@ Order of an evaluation:
    after the calls were made, get their outputs compared (``cached-output`` if wrong) and their
    inputs checked; runs of calls whose inputs are the call before's memory rewritten (its
    integer tensors and scalars, new floating-point values: ``REWRITE_RUNS_PER_SHAPE``) come at
-   random points among them, each one checked.  The parent's wall clock around each request must cover the reported times
-   (``timing-mismatch``).  Roofline per shape; eager / torch.compile baselines (baselines.py); a
+   random points among them, each one checked.  The parent's wall clock around each request must
+   cover the reported times (``timing-mismatch``).  Roofline per shape; eager / torch.compile baselines (baselines.py); a
    GPU time under 0.95x the floor is ``below-floor``.  With ``incumbent_file`` the incumbent runs
    in its own worker, interleaved round by round with the candidate's, and ``vs_incumbent``
    says whether the candidate is faster by more than the noise with the parent's wall clock
@@ -528,6 +528,9 @@ class Evaluator:
         variants = self._numerics_variants(judge, shape, dtype) if numerics_p > 0 else 0
         if variants:  # the worker draws every variant of the case to take one
             chunk = max(1, chunk - variants)
+        if rewrite_p > 0:  # a rewrite draws two sets and copies their mix (``_previous_memory``)
+            rewrite_p = rewrite_p if chunk > 2 else 0.0
+            chunk = max(1, chunk - 2)
         judge.timing_peak = max(judge.timing_peak, memory.timing_peak(sizes, chunk, history, self._incumbent_timed,
                                                                       sent))
         tol = self.problem.tolerance(dtype)
@@ -569,7 +572,8 @@ class Evaluator:
                 self._calls_timed += k
                 self._calls_uncovered += len(reply.get("uncovered") or [])
             picked = list(range(k)) if check_p >= 1.0 else \
-                [i for i in range(k) if self._rng.random() < check_p or ((i in numerics or i in rewrites) and check_p > 0)]
+                [i for i in range(k)
+                 if self._rng.random() < check_p or ((i in numerics or i in rewrites) and check_p > 0)]
             checks_from = time.perf_counter()
             for group in ([picked] if judge.together else [[i] for i in picked]) if picked else []:
                 self._check_timed(judge, group, seeds, shape, dtype, meta, tol, k)

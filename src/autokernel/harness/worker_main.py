@@ -765,8 +765,8 @@ class _State:
         """For a call whose inputs are written into the memory of call ``index``'s (the call
         before it in this request: the parent's ``rewrites``, a rewritten set of
         ``problem_spec.rewritten_set``): the judge's own copy of that call's set, as the call left
-        it, takes its place for the checks (``collect``, ``_after_calls``); the set's memory moves
-        into storages of the judge's (``_take_inputs_memory``), the set itself is let go, and the
+        it (in host memory: ``_host_copy``), takes its place for the checks (``collect``,
+        ``_after_calls``); the set's memory moves into storages of the judge's (``_take_inputs_memory``), the set itself is let go, and the
         storages whose memory nobody else holds are returned, one per tensor (``_memory_freed``).
         So the next call's inputs are new tensors at the previous call's addresses, as a model's
         next call meets them when the caching allocator hands a freed buffer out again: a result
@@ -774,7 +774,7 @@ class _State:
         on a call any of which may be checked, at any point of the timing (red-team pass 29: a
         memo that stayed off for the smoke stage's calls passed every stage)."""
         held = self.kept_inputs[index]
-        saved = self._made(lambda: own_copy(held, self.copy_into))
+        saved = self._made(lambda: self._host_copy(held))
         moved = self._take_inputs_memory([held])
         released = [held]
         held = None
@@ -784,6 +784,20 @@ class _State:
         saved = None
         self.draw_findings += self._release(released, "the previous call's inputs")
         return self._memory_freed(moved)[0] if moved else None
+
+    def _host_copy(self, args: Any) -> Any:
+        """``args`` with every tensor copied into host memory of the same strides (the judge's
+        record of a set whose device memory the next call takes: no device memory is held for
+        it beyond what the timing's memory plan counted)."""
+        torch = self.torch
+        if type(args) is torch.Tensor:
+            copy = torch.empty_strided(tuple(args.shape), tuple(torch._C.TensorBase.stride(args)), dtype=args.dtype,
+                                       device="cpu")
+            self.copy_into(copy, args)
+            return copy
+        if type(args) in (tuple, list):
+            return type(args)(self._host_copy(a) for a in args)
+        return args
 
     def _take_inputs_memory(self, sets: list | None = None) -> list[list[tuple[Any, Any]]]:
         """For each call of the last request, each input tensor's memory moved into a storage of
