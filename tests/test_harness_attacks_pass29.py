@@ -25,6 +25,12 @@
   before each call and finds any change after it (``modified-input``; worker_main
   ``_gaps_filled``).
 
+* **A memo off at the first dtype.**  The smoke stage's rewrites and the timed calls come at the
+  first dtype only: the same memo, on from the first call at every dtype but bf16
+  (``tests/attacks/xielu_memo_off_at_the_first_dtype.py``), passed every stage and the timing.
+  The evaluation's last calls are now, at every dtype, a fresh case and two rewrites of it in
+  place (``stages.late_rewrites``), after the timing.
+
 Each test failed before its fix."""
 from __future__ import annotations
 
@@ -62,3 +68,11 @@ def test_writes_between_a_strided_inputs_elements_are_a_modified_input():
                   shapes=["1x1x1x4x16x1"], dtypes=["fp32"], timing=False, baselines=False)
     assert ev.verdict == "rejected" and ev.failed_stage == "numerics", ev.message
     assert "modified-input" in {f.rule for f in ev.integrity} and "between the input's elements" in ev.message
+
+
+def test_a_memo_off_at_the_first_dtype_meets_the_last_calls_rewrites():
+    """Before: pass, all six stages (and the timing, at bf16 only)."""
+    ev = evaluate("xielu", ATTACKS / "xielu_memo_off_at_the_first_dtype.py", device="cpu", shapes=["16x256"],
+                  dtypes=["bf16", "fp32"], timing=False, baselines=False)
+    assert ev.verdict == "rejected" and ev.failed_stage == "heldout", ev.message
+    assert "cached-output" in {f.rule for f in ev.integrity} and "their scalars kept" in ev.message

@@ -384,9 +384,27 @@ class Evaluator:
         ev.message = f"passed {len(ev.stages)} stages" + timing_notes
         self._stop_ahead()  # before any timed call: the helpers would share the GPU with it
         if self.timing:
-            self._run_timing(ev, judge, incumbent, phase)
+            if not self._run_timing(ev, judge, incumbent, phase):
+                return
             if screened:
                 ev.message += "; screened against the incumbent first (its timed calls unchecked)"
+        self._late_rewrites(ev, judge, plan, phase)
+
+    def _late_rewrites(self, ev: Evaluation, judge: stages.Judge, plan: stages.StagePlan, phase) -> None:
+        """The evaluation's last calls (``stages.late_rewrites``), reported as the stage they
+        follow: ``timing`` when it ran, else ``heldout``."""
+        stage = "timing" if self.timing else "heldout"
+        self._stage = stage
+        try:
+            stages.late_rewrites(judge, plan)
+        except stages.CaseFailure as exc:
+            self._drop_timings(ev)
+            ev.correct, ev.verdict, ev.failed_stage = False, "incorrect", stage
+            ev.message = f"{stage}: the evaluation's last calls (inputs rewritten in place): {exc} [{exc.label}]"
+        except stages.Rejection as exc:
+            self._drop_timings(ev)
+            self._reject(ev, stage, exc.finding)
+        phase("stages")
 
     def _screen(self, ev: Evaluation, judge: stages.Judge, incumbent: Path, phase) -> bool:
         """The loop's first look at a candidate that has passed smoke: the pair timed as the

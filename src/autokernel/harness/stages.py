@@ -810,6 +810,50 @@ def stage_heldout(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
     return f"seed={plan.heldout_seed}: " + ", ".join([format_shape(s) for s in shapes] + large)
 
 
+LATE_REWRITES = 2  # rewrites in place after the last call's first one, per dtype (``late_rewrites``)
+
+
+def _floats_rewritten(judge: Judge, case: Case) -> Case:
+    """``case`` with a fresh draw's floating-point values copied into its own floating tensors, its
+    integer tensors and scalars kept (``problem_spec.rewritten_set``'s mix); the fresh draw is gone
+    when this returns."""
+    fresh = tensors_of(judge.make_case(case.shape, case.dtype).args)
+    with torch.no_grad():
+        for t, f in zip(tensors_of(case.args), fresh):
+            if t.is_floating_point() and f.dtype == t.dtype and f.shape == t.shape:
+                t.copy_(f)
+    judge.sync()
+    return case
+
+
+def late_rewrites(judge: Judge, plan: StagePlan) -> str:
+    """The evaluation's last calls: at the smallest target shape, every dtype, a fresh case and
+    ``LATE_REWRITES`` rewrites of it in place (``in_place``: the previous call's memory, its integer
+    tensors and scalars kept, new floating-point values), each judged (``cached-output`` when an
+    output stays the previous one).  The smoke stage's rewrites come first and at the first dtype
+    only, and the timed ones at the timed dtype only: a memo keyed on the inputs' addresses and
+    scalars that stayed off at the first dtype (or for the first calls), on at the others, passed
+    every stage and the timing (red-team pass 29); a model running at another dtype would get an
+    earlier call's output.  Run after the timing (or the stages, untimed), so that a memo switched
+    on after any number of the judge's calls short of its last meets them."""
+    shape = smallest(plan.shapes)
+    for dtype in plan.dtypes:
+        case = judge.make_case(shape, dtype)
+        result = judge.run_case(case)
+        judge.fail_if_wrong(result, case)
+        refs_before = result.refs
+        del result
+        for _ in range(LATE_REWRITES):
+            case = _floats_rewritten(judge, case)
+            result = judge.run_case(case, in_place=True)
+            _raise_if_stale(judge, case, result, refs_before, "the same input tensors, their scalars kept")
+            judge.fail_if_wrong(result, case)
+            refs_before = result.refs
+            del result
+    return (f"{format_shape(shape)} x {len(plan.dtypes)} dtype(s): output followed {LATE_REWRITES} rewrites in "
+            "place at the end")
+
+
 STAGE_FUNCTIONS: tuple[tuple[str, StageFn], ...] = (
     ("smoke", stage_smoke),
     ("sweep", stage_sweep),
