@@ -527,8 +527,8 @@ class Evaluator:
         variant]``), and such a call is always checked; with probability ``rewrite_p`` a call after
         any but the first gets the previous call's memory rewritten, and a run of them goes on
         with probability ``REWRITE_GOES_ON`` (``{"rewrite": [root seed, seed]}``: the root's
-        integer tensors and scalars, which may be a numerics case's, the floating-point values of
-        the regular draw ``seed``), each always checked too."""
+        integer tensors and scalars, the floating-point values of the regular draw ``seed``, or of
+        the next numerics case where the root is one), each always checked too."""
         times: list[float] = []
         wall = 0.0
         first = judge.make_case(shape, dtype)
@@ -569,7 +569,11 @@ class Evaluator:
                 seeds[i] = [seeds[i], self._next_variant(shape, dtype, variants)]
             for i in rewrites:  # the previous call's integer tensors and scalars, new floating-point values
                 before = seeds[i - 1]
-                seeds[i] = {"rewrite": [before["rewrite"][0] if isinstance(before, dict) else before, seeds[i]]}
+                root = before["rewrite"][0] if isinstance(before, dict) else before
+                # a numerics root's run goes on through the numerics cases: on the CPU's plan every timed
+                # call is one, and a softmax without its max subtraction there met them all (pass 5)
+                fresh = [seeds[i], self._next_variant(shape, dtype, variants)] if isinstance(root, list) else seeds[i]
+                seeds[i] = {"rewrite": [root, fresh]}
             sets = [self._draw_set(shape, dtype, seed) for seed in seeds] if sent else None
             message = runner.call_message(shape, dtype, sets, meta, slot=slot, draw=None if sets else seeds,
                                           rewrites=rewrites)

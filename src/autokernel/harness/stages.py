@@ -26,6 +26,9 @@ Stages, in order, stopping at the first failure:
                  message), with the adversarial draws there too; then, for row-wise problems, a shape with many rows and one past
                  2**31 elements, compared on sampled rows (large_shapes.py; on a GPU).
 
+After the timing (or the stages, untimed) come the evaluation's last calls, ``late_rewrites``: at
+every dtype a fresh case and rewrites of it in place, its scalars kept.
+
 Inputs come from ``problem.make_inputs`` with seeds drawn fresh for every evaluation (and with
 them the non-tensor arguments a problem varies: eps, scale...).  For every
 request (``Judge.judged_request``, one round trip that also brings the outputs back into
