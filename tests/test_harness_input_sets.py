@@ -361,6 +361,7 @@ def _in_place_run(tmp_path, monkeypatch, kind: str, hold: bool) -> list[dict]:
 
     monkeypatch.setattr(stages.Judge, "request", request)
     monkeypatch.setattr(stages, "STAGE_FUNCTIONS", [("smoke", stages.stage_smoke)])
+    monkeypatch.setattr(stages, "late_rewrites", lambda judge, plan: "")  # the evaluation's last calls: not smoke's
     path = tmp_path / "kernel.py"
     path.write_text((KERNELS_DIR / f"{kind}.py").read_text() + PROBE.format(log=str(log)) + EARLIER.format(hold=hold))
     with Evaluator(kind, device="cpu", dtypes=["fp32"], timeout_s=120, baselines=False, timing=False,

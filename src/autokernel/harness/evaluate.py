@@ -16,9 +16,10 @@ Order of an evaluation:
    inputs checked; runs of calls whose inputs are the call before's memory rewritten (its
    integer tensors and scalars, new floating-point values: ``REWRITE_RUNS_PER_SHAPE``) come at
    random points among them, each one checked.  The parent's wall clock around each request must
-   cover the reported times (``timing-mismatch``).  Roofline per shape; eager / torch.compile baselines (baselines.py); a
-   GPU time under 0.95x the floor is ``below-floor``.  With ``incumbent_file`` the incumbent runs
-   in its own worker, interleaved round by round with the candidate's, and ``vs_incumbent``
+   cover the reported times (``timing-mismatch``).  Roofline per shape; eager / torch.compile
+   baselines (baselines.py); a GPU time under 0.95x the floor is ``below-floor``.  With
+   ``incumbent_file`` the incumbent runs in its own worker, interleaved round by round with the
+   candidate's, and ``vs_incumbent``
    says whether the candidate is faster by more than the noise with the parent's wall clock
    confirming the gain.  ``stop_at_loss`` (the loop): with an incumbent, a *screen* comes right
    after smoke, the pair timed with no timed call's outputs compared; a candidate it finds not
@@ -85,9 +86,9 @@ NUMERICS_PER_SHAPE = 8
 # stale there.  The smoke stage's rewrites alone came at a fixed point, and a memo that stayed off
 # for its first calls passed every stage (red-team pass 29).  A run goes on past each call with
 # probability ``REWRITE_GOES_ON`` (runs of any length, as a decoding loop's: a memo that waited for
-# the third call at one address met none when rewrites never came twice in a row).  Only the calls
-# after the first of a request can be one; on the CPU's plan (three calls a request) all of them
-# are.
+# the third call at one address met none when rewrites never came twice in a row).  Only a call
+# after a regular one of its request can be one; on the CPU's plan (three calls a request, all of
+# them numerics draws) none is, and the evaluation's last calls carry the pattern there.
 REWRITE_RUNS_PER_SHAPE = 3
 REWRITE_GOES_ON = 0.6
 
@@ -526,9 +527,11 @@ class Evaluator:
         ``numerics_p`` a call's set is one of the problem's numerics cases instead (``[seed,
         variant]``), and such a call is always checked; with probability ``rewrite_p`` a call after
         any but the first gets the previous call's memory rewritten, and a run of them goes on
-        with probability ``REWRITE_GOES_ON`` (``{"rewrite": [root seed, seed]}``: the root's
-        integer tensors and scalars, the floating-point values of the regular draw ``seed``, or of
-        the next numerics case where the root is one), each always checked too."""
+        with probability ``REWRITE_GOES_ON`` (``{"rewrite": [root seed, seed]}``: the regular
+        root's integer tensors and scalars, the floating-point values of the regular draw
+        ``seed``), each always checked too; numerics calls come first, and on the CPU's plan every
+        timed call is one (the evaluation's last calls rewrite in place there:
+        ``stages.late_rewrites``)."""
         times: list[float] = []
         wall = 0.0
         first = judge.make_case(shape, dtype)
@@ -559,21 +562,21 @@ class Evaluator:
             # each drawn on its own: consecutive seeds would tell a kernel that recovered one draw's seed
             # every later call's inputs, and let it compute them all in one call (the median then a copy)
             seeds: list = [_new_seed() for _ in range(k)]
-            rewrites: list[int] = []
-            for i in range(1, k):
-                going_on = bool(rewrites) and rewrites[-1] == i - 1
-                if rewrite_p > 0 and self._rng.random() < (max(REWRITE_GOES_ON, rewrite_p) if going_on else rewrite_p):
-                    rewrites.append(i)
-            numerics = {i for i in range(k) if variants and i not in rewrites and self._rng.random() < numerics_p}
+            numerics = {i for i in range(k) if variants and self._rng.random() < numerics_p}
             for i in sorted(numerics):
                 seeds[i] = [seeds[i], self._next_variant(shape, dtype, variants)]
+            # rewrites follow regular draws only: the mix of two numerics cases (one's scalars, another's
+            # values) need not be within the tolerance of either (attention_rotary's starter failed one)
+            rewrites: list[int] = []
+            for i in range(1, k):
+                if i in numerics or i - 1 in numerics or rewrite_p <= 0:
+                    continue
+                going_on = bool(rewrites) and rewrites[-1] == i - 1
+                if self._rng.random() < (max(REWRITE_GOES_ON, rewrite_p) if going_on else rewrite_p):
+                    rewrites.append(i)
             for i in rewrites:  # the previous call's integer tensors and scalars, new floating-point values
                 before = seeds[i - 1]
-                root = before["rewrite"][0] if isinstance(before, dict) else before
-                # a numerics root's run goes on through the numerics cases: on the CPU's plan every timed
-                # call is one, and a softmax without its max subtraction there met them all (pass 5)
-                fresh = [seeds[i], self._next_variant(shape, dtype, variants)] if isinstance(root, list) else seeds[i]
-                seeds[i] = {"rewrite": [root, fresh]}
+                seeds[i] = {"rewrite": [before["rewrite"][0] if isinstance(before, dict) else before, seeds[i]]}
             sets = [self._draw_set(shape, dtype, seed) for seed in seeds] if sent else None
             message = runner.call_message(shape, dtype, sets, meta, slot=slot, draw=None if sets else seeds,
                                           rewrites=rewrites)

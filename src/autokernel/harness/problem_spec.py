@@ -27,8 +27,8 @@ def draw_set(make_inputs: Any, adversarial_inputs: Any, shape: dict, dtype: Any,
     (``adversarial_inputs``: large, tiny, NaN... values), which timed calls get too, so that a
     kernel cannot keep the code paths that handle them for the calls it takes for correctness
     checks.  ``{"rewrite": [root, fresh]}``: a call whose inputs the worker writes into the memory
-    of the call before it, drawn from ``root`` (an int or a numerics ``[seed, k]``), its
-    floating-point tensors from the draw ``fresh`` (``rewritten_set``)."""
+    of the call before it, drawn from the regular draw ``root``, its floating-point tensors from
+    the regular draw ``fresh`` (``rewritten_set``)."""
     if isinstance(seed, dict):
         root, fresh = seed["rewrite"]
         return rewritten_set(draw_set(make_inputs, adversarial_inputs, shape, dtype, device, root),
