@@ -550,8 +550,10 @@ class Evaluator:
         if variants:  # the worker draws every variant of the case to take one
             chunk = max(1, chunk - variants)
         if rewrite_p > 0:  # a rewrite draws two sets and copies their mix (``_previous_memory``)
-            rewrite_p = rewrite_p if chunk > 2 else 0.0
-            chunk = max(1, chunk - 2)
+            if chunk > 2:
+                chunk -= 2
+            else:  # no room: no rewrites (the evaluation's last calls, at the smallest shape, remain)
+                rewrite_p = 0.0
         judge.timing_peak = max(judge.timing_peak, memory.timing_peak(sizes, chunk, history, self._incumbent_timed,
                                                                       sent))
         tol = self.problem.tolerance(dtype)
