@@ -81,3 +81,34 @@ def test_a_memo_off_at_the_first_dtype_meets_the_last_calls_rewrites():
                   dtypes=["bf16", "fp32"], timing=False, baselines=False)
     assert ev.verdict == "rejected" and ev.failed_stage == "heldout", ev.message
     assert "cached-output" in {f.rule for f in ev.integrity} and "their scalars kept" in ev.message
+
+
+def test_a_rewritten_calls_released_inputs_are_no_input_an_output_may_not_share():
+    """On an H100 (PyTorch 2.11, no memory moved between storages) the memory of the set a timed
+    rewrite let go went back to the caching allocator, which handed it to the next call's output;
+    the request still counted it as an input's, and every honest starter (softmax, rmsnorm,
+    attention_masked, the new kinds) was rejected as "output 0 shares memory with an input"."""
+    from autokernel.harness.worker_main import RequestInputs
+
+    inputs = RequestInputs()
+    inputs.add(0, [(100, 200)])
+    inputs.add(1, [(300, 400), (500, 600)])
+    assert inputs.held() == [(100, 200), (300, 400), (500, 600)]
+    inputs.released(0)
+    inputs.add(2, [(100, 200)])  # the rewritten set at the released memory, where PyTorch 2.12 puts it
+    assert sorted(inputs.held()) == [(100, 200), (300, 400), (500, 600)]
+    inputs.released(2)
+    assert (100, 200) not in inputs.held()
+
+
+def test_without_memory_moved_between_storages_no_timed_call_is_a_rewrite(monkeypatch):
+    """Where the worker cannot put a rewritten set at the previous call's addresses itself, the
+    freed memory lands wherever the allocator hands it: no timed rewrites there (the evaluation's
+    last calls, in place, remain)."""
+    import autokernel.harness.problem_spec as spec
+
+    evaluate_mod = importlib.import_module("autokernel.harness.evaluate")
+    monkeypatch.setattr(spec, "_SWAP", [None])
+    assert not evaluate_mod.timed_rewrites()
+    monkeypatch.setattr(spec, "_SWAP", [object()])
+    assert evaluate_mod.timed_rewrites()

@@ -132,6 +132,27 @@ def _unpickle_request(data: bytes) -> dict[str, Any]:
     return ForkingPickler.loads(data)
 
 
+class RequestInputs:
+    """The memory ranges of a request's input sets, per call, for ``_aliasing``: an output may not
+    share memory with an input the request still holds.  A rewritten call's inputs take the memory
+    of the call before it (``_previous_memory``), whose set is let go then: its ranges are no
+    longer an input's.  (On a PyTorch that cannot move memory between storages the freed ranges go
+    back to the allocator, which may hand them to the next call's output: counted as an input,
+    every honest starter was "cached-output" on an H100, red-team pass 29's timed rewrites.)"""
+
+    def __init__(self) -> None:
+        self.by_call: dict[int, list[tuple[int, int]]] = {}
+
+    def add(self, call: int, spans: list[tuple[int, int]]) -> None:
+        self.by_call[call] = list(spans)
+
+    def released(self, call: int) -> None:
+        self.by_call.pop(call, None)
+
+    def held(self) -> list[tuple[int, int]]:
+        return [span for spans in self.by_call.values() for span in spans]
+
+
 class _State:
     def __init__(self, device: str):
         import gc
@@ -555,7 +576,7 @@ class _State:
         module = self.slots.get(slot)
         own = module.__dict__ if module is not None else None
         require_launch = bool(m.get("require_launch", True))
-        inputs: list = []
+        inputs = RequestInputs()
         times, ops, findings, bad = [], set(), retired, []
         uncovered = []
         latest: dict[int, tuple] = {}  # each parent set as the last call on it left it
@@ -571,6 +592,7 @@ class _State:
                 if i in rewrites and len(self.kept_inputs) == i:
                     args = outs = None  # this frame's last references to the previous call's set
                     previous = self._previous_memory(i - 1, latest)
+                    inputs.released(i - 1)
                 if seeds is not None:
                     args = self._draw(m["shape"], m["dtype"], seeds[i], previous)
                 else:
@@ -587,7 +609,7 @@ class _State:
                     del source
                 findings += [dict(f, call=i) for f in self.draw_findings]
                 self.kept_inputs.append(args)
-                inputs += self._spans(tensors_in(args))
+                inputs.add(i, self._spans(tensors_in(args)))
                 gaps = self._gaps_filled(args)
                 outs, timing, call_ops, call_findings = self._judged_call(fn, args, m.get("poison"), own,
                                                                            require_launch)
@@ -604,7 +626,7 @@ class _State:
                 bad.append(problem)
                 spans = self._spans(outs)
                 if problem is None:
-                    alias = self._aliasing(spans, inputs)
+                    alias = self._aliasing(spans, inputs.held())
                     if alias:
                         findings.append({"rule": "cached-output", "message": alias, "call": i})
                 self.kept.append(outs)
