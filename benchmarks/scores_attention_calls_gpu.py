@@ -65,6 +65,35 @@ def logged_helpers(k):
     return made
 
 
+def print_scores_ops(spec: str, config: str, shape: str, gpu: bool) -> None:
+    """The profile's ops up to the first softmax under each attention module, with the dtypes the
+    profiler recorded for their inputs: the 2026-12-07 call (H100) planned hf:gptj's
+    attention_masked in bf16, where the CPU plans it in fp32 (q and k cast to fp32 in ``_attn``), so
+    the rewrite's guard (q fp32 against the op's bf16) declined every call."""
+    from autokernel.models import load_model
+    from autokernel.profiler import trace_model
+
+    loaded = load_model(spec, dtype=torch.bfloat16 if gpu else torch.float32, device="cuda" if gpu else "cpu",
+                        input_shape=shape, config_overrides=config)
+    roots = trace_model(loaded.model, loaded.make_inputs(0), on_gpu=gpu, warmup=1, iters=1)
+
+    def walk(node, depth=0):
+        info = node.scope.info if node.scope is not None else None
+        if info is not None and "Attention" in info.cls_name:
+            print(f"scope {node.scope.name} ({info.cls_name})")
+            for kid in node.children:
+                if kid.scope is None:
+                    print(f"  {kid.name} shapes {kid.shapes} dtypes {kid.dtypes}")
+                    if "softmax" in kid.name:
+                        break
+            return
+        for kid in node.children:
+            walk(kid, depth + 1)
+
+    for root in roots:
+        walk(root)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path)
@@ -76,6 +105,7 @@ def main() -> int:
 
     scores.helpers = logged_helpers
     gpu = torch.cuda.is_available()
+    print_scores_ops(args.model, args.config, args.shape, gpu)
     for graphs in ((False, True) if gpu else (False,)):
         wd = models_gpu.starters_workdir(args.out / ("graphs" if graphs else "eager"), args.model, args.config,
                                          args.shape, gpu, captured=graphs)
