@@ -3,12 +3,14 @@ encoder shape (12 heads, 512 x 512, 32 buckets both ways, bf16), each checked bi
 the problem's reference, timed by do_bench (host launch included) and as GPU work alone (ten calls
 captured in a CUDA graph, replayed), beside eager and torch.compile (default mode).
 
-Variants: the float32 log in place of the float64 one (not exact: a timing probe), no log at all
-(the far buckets wrong: a timing probe), two tilings, and ``variants/relative_position_bias_lut.py``
-(each distance's bucket once, then a gather), and
-``variants/relative_position_bias_tile_gather.py`` (one launch; each program computes the buckets of
-the distances its tile spans once and gathers from them) over five tilings.  The twenty-eighth
-session measured the starter at 38.6 us of GPU work against compile's 11.8, for a 6.3 MB output (1.5 us at 4.2 TB/s).
+Variants: the starter (since 2026-12-07 one launch in which each program computes the buckets of
+the distances its tile spans once and gathers from them) over five more tilings; the starter
+before it (``variants/relative_position_bias_per_pair.py``: a bucket for every query-key pair)
+with the float32 log in place of the float64 one (not exact: a timing probe), with no log at all
+(the far buckets wrong: a timing probe) and one more tiling; and
+``variants/relative_position_bias_lut.py`` (each distance's bucket once by a first launch, then a
+gather).  On an H100 (2026-12-07) the per-pair starter took 38.3 us of GPU work, the tile gather
+at ROWS 32, BLOCK_K 64 9.2 us, torch.compile 11.8, for a 6.3 MB output (1.5 us at 4.2 TB/s).
 
     python benchmarks/relative_position_bias_variants_gpu.py [--out DIR]
 """
@@ -32,33 +34,33 @@ from models_gpu import device_time_ms  # noqa: E402
 HERE = Path(__file__).resolve().parent
 STARTER = HERE.parent / "src" / "autokernel" / "kernels" / "relative_position_bias.py"
 SHAPE = {"H": 12, "Sq": 512, "Sk": 512, "NB": 32, "bidirectional": 1}
-DEFAULT_KNOBS = 'KNOBS = {"BLOCK_K": 256, "BLOCK_H": 16, "ROWS": 2, "num_warps": 4}'
+PER_PAIR_KNOBS = 'KNOBS = {"BLOCK_K": 256, "BLOCK_H": 16, "ROWS": 2, "num_warps": 4}'
+STARTER_KNOBS = 'KNOBS = {"BLOCK_K": 64, "ROWS": 32, "num_warps": 4}'
 
 
 def variants() -> dict[str, str]:
-    src = STARTER.read_text()
+    per_pair = (HERE / "variants" / "relative_position_bias_per_pair.py").read_text()
     edits = {
-        "float32 log (inexact)": ("return tl.log(x.to(tl.float64)).to(tl.float32)", "return tl.log(x)"),
-        "no log (inexact)": ("far = tl.minimum(max_exact + steps.to(tl.int32), side - 1)",
-                             "far = tl.minimum(max_exact + n, side - 1)"),
-        "ROWS 1, BLOCK_K 1024, 8 warps": (DEFAULT_KNOBS, DEFAULT_KNOBS.replace('"BLOCK_K": 256', '"BLOCK_K": 1024')
-                                          .replace('"ROWS": 2', '"ROWS": 1').replace('"num_warps": 4', '"num_warps": 8')),
-        "ROWS 8, BLOCK_K 512, BLOCK_H 4": (DEFAULT_KNOBS, DEFAULT_KNOBS.replace('"BLOCK_K": 256', '"BLOCK_K": 512')
-                                           .replace('"ROWS": 2', '"ROWS": 8').replace('"BLOCK_H": 16', '"BLOCK_H": 4')),
+        "per pair, float32 log (inexact)": ("return tl.log(x.to(tl.float64)).to(tl.float32)", "return tl.log(x)"),
+        "per pair, no log (inexact)": ("far = tl.minimum(max_exact + steps.to(tl.int32), side - 1)",
+                                       "far = tl.minimum(max_exact + n, side - 1)"),
+        "per pair, ROWS 1, BLOCK_K 1024, 8 warps": (
+            PER_PAIR_KNOBS, PER_PAIR_KNOBS.replace('"BLOCK_K": 256', '"BLOCK_K": 1024').replace('"ROWS": 2', '"ROWS": 1')
+            .replace('"num_warps": 4', '"num_warps": 8')),
     }
-    out = {"starter": src}
+    starter = STARTER.read_text()
+    if STARTER_KNOBS not in starter:
+        raise SystemExit("the starter's knobs changed: its tilings no longer apply")
+    out = {"starter (a tile's distances once, ROWS 32, BLOCK_K 64)": starter}
+    for rows, block_k, warps in ((16, 128, 4), (32, 64, 8), (16, 64, 4), (32, 128, 4), (8, 256, 4)):
+        out[f"starter at ROWS {rows}, BLOCK_K {block_k}, {warps} warps"] = starter.replace(
+            STARTER_KNOBS, f'KNOBS = {{"BLOCK_K": {block_k}, "ROWS": {rows}, "num_warps": {warps}}}')
+    out["per pair (the starter before 2026-12-07)"] = per_pair
     for name, (old, new) in edits.items():
-        if old not in src:
-            raise SystemExit(f"the starter changed: {name}'s edit no longer applies")
-        out[name] = src.replace(old, new)
+        if old not in per_pair:
+            raise SystemExit(f"the per-pair variant changed: {name}'s edit no longer applies")
+        out[name] = per_pair.replace(old, new)
     out["bucket per distance, then gather"] = (HERE / "variants" / "relative_position_bias_lut.py").read_text()
-    tile = (HERE / "variants" / "relative_position_bias_tile_gather.py").read_text()
-    tile_knobs = 'KNOBS = {"BLOCK_K": 128, "ROWS": 16, "num_warps": 4}'
-    assert tile_knobs in tile, "the tile-gather variant's knobs changed"
-    out["one launch, a tile's distances once (ROWS 16, BLOCK_K 128)"] = tile
-    for rows, block_k, warps in ((32, 64, 4), (8, 256, 4), (32, 128, 8), (64, 256, 8)):
-        out[f"one launch, a tile's distances once (ROWS {rows}, BLOCK_K {block_k}, {warps} warps)"] = tile.replace(
-            tile_knobs, f'KNOBS = {{"BLOCK_K": {block_k}, "ROWS": {rows}, "num_warps": {warps}}}')
     return out
 
 

@@ -58,10 +58,10 @@ def _cases(problem, shape, dtype, seed):
 
 
 def test_starter_is_exact_with_small_blocks():
-    """Several key blocks, head blocks and rows a program (the judge runs the default knobs at
-    every shape, dtype and case: test_starters.py)."""
+    """Several key blocks and rows a program, partial tiles both ways (the judge runs the default
+    knobs at every shape, dtype and case: test_starters.py)."""
     problem = get_problem(KIND)
-    module = load_starter(KIND, {"BLOCK_K": 16, "BLOCK_H": 2, "ROWS": 3})
+    module = load_starter(KIND, {"BLOCK_K": 16, "ROWS": 4})
     for shape, dtype in zip((*problem.cpu_shapes, problem.cpu_edge_shapes[2]), (torch.float32, torch.bfloat16, torch.float16)):
         for name, args in _cases(problem, shape, dtype, 11):
             got = module.kernel_fn(*args)

@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from autokernel.kernels.relative_position_bias import _buckets
+from autokernel.kernels.relative_position_bias import _buckets  # the same in both
 
 KNOBS = {"BLOCK_K": 256, "BLOCK_H": 16, "ROWS": 2, "num_warps": 4}
 

@@ -1,9 +1,15 @@
 """Starter kernel for `relative_position_bias`: out[0, h, q, k] = table[bucket(k - (q + offset)), h].
 
-A 2-D grid: one program per (ROWS query rows, BLOCK_K keys).  For each of its rows it computes
-the BLOCK_K buckets once, then gathers them from the table for BLOCK_H heads at a time and
-stores each head's run of keys contiguously (the output is [1, H, Sq, Sk]).  The table is NB x H,
-a few KiB: it stays in cache, and the output's single write is the whole cost.
+A 2-D grid: one program per (ROWS query rows, BLOCK_K keys).  Row r's key c sits at distance
+``base + c + ROWS - 1 - r`` with ``base = k0 - (q0 + ROWS - 1 + offset)``, so a tile spans only
+BLOCK_K + ROWS - 1 distances: the program computes the bucket of each of them once (SPAN, the
+next power of two), each row takes its keys' buckets from those by ``tl.gather``, and then the
+heads' values are gathered from the table (NB x H, a few KiB: it stays in cache) and stored, each
+head's run of keys contiguous (the output is [1, H, Sq, Sk]).  The output's single write is the
+floor; computing a bucket for every (query, key) pair, the starter before this one, took 38 us of
+an H100's time at T5-base's 12 x 512 x 512 (the float64 log), this one 9 us (torch.compile 12 us;
+BENCHMARKS.md, thirty-first session).  Tiles of 64 x 256 spill (370 us there): KNOB_SPACE stops
+short of them.
 
 The bucket is the problem's to the bit: T5's ``_relative_position_bucket`` as PyTorch computes it
 on the CPU, on every device.  A distance below ``max_exact`` is its own bucket; a larger one
@@ -24,9 +30,8 @@ import torch
 import triton
 import triton.language as tl
 
-KNOBS = {"BLOCK_K": 256, "BLOCK_H": 16, "ROWS": 2, "num_warps": 4}
-KNOB_SPACE = {"BLOCK_K": [64, 128, 256, 512, 1024], "BLOCK_H": [1, 2, 4, 8, 16, 32], "ROWS": [1, 2, 4, 8],
-              "num_warps": [1, 2, 4, 8]}
+KNOBS = {"BLOCK_K": 64, "ROWS": 32, "num_warps": 4}
+KNOB_SPACE = {"BLOCK_K": [32, 64, 128, 256], "ROWS": [4, 8, 16, 32], "num_warps": [2, 4, 8]}
 
 
 @triton.jit
@@ -55,20 +60,20 @@ def _buckets(rel, max_exact, side, log_ratio, log_buckets, BIDIRECTIONAL: tl.con
 def _relative_position_bias_kernel(table_ptr, out_ptr, Sq, Sk, offset, H, stride_tb, stride_th,
                                    max_exact, side, log_ratio, log_buckets,
                                    BIDIRECTIONAL: tl.constexpr,
-                                   ROWS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_H: tl.constexpr):
-    keys = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
-    key_ok = keys < Sk
+                                   ROWS: tl.constexpr, BLOCK_K: tl.constexpr, SPAN: tl.constexpr):
+    q0 = tl.program_id(0) * ROWS
+    k0 = tl.program_id(1) * BLOCK_K
+    base = k0 - (q0 + ROWS - 1 + offset)
+    spanned = _buckets(base + tl.arange(0, SPAN), max_exact, side, log_ratio, log_buckets, BIDIRECTIONAL)
+    rows = tl.arange(0, ROWS)[:, None]
+    cols = tl.arange(0, BLOCK_K)[None, :]
+    buckets = tl.gather(tl.broadcast_to(spanned[None, :], (ROWS, SPAN)), cols + (ROWS - 1) - rows, axis=1)
+    ok = ((q0 + rows) < Sq) & ((k0 + cols) < Sk)
+    dst = (q0 + rows).to(tl.int64) * Sk + (k0 + cols)
     plane = Sq.to(tl.int64) * Sk  # one head's [Sq, Sk]
-    for r in range(ROWS):
-        q = tl.program_id(0) * ROWS + r
-        if q < Sq:
-            rows = _buckets(keys - (q + offset), max_exact, side, log_ratio, log_buckets, BIDIRECTIONAL)
-            for h0 in range(0, H, BLOCK_H):
-                heads = h0 + tl.arange(0, BLOCK_H)
-                mask = (heads < H)[:, None] & key_ok[None, :]
-                vals = tl.load(table_ptr + rows[None, :] * stride_tb + heads[:, None] * stride_th, mask=mask)
-                dst = heads.to(tl.int64)[:, None] * plane + q.to(tl.int64) * Sk + keys[None, :]
-                tl.store(out_ptr + dst, vals, mask=mask)
+    for h in range(H):
+        vals = tl.load(table_ptr + buckets * stride_tb + h * stride_th, mask=ok)
+        tl.store(out_ptr + h * plane + dst, vals, mask=ok)
 
 
 def kernel_fn(table: torch.Tensor, query_length: int, key_length: int, offset: int, bidirectional: bool,
@@ -80,12 +85,12 @@ def kernel_fn(table: torch.Tensor, query_length: int, key_length: int, offset: i
     if out.numel() == 0:
         return out
     block_k = max(16, min(KNOBS["BLOCK_K"], triton.next_power_of_2(key_length)))
-    block_h = max(1, min(KNOBS["BLOCK_H"], triton.next_power_of_2(heads)))
-    rows = max(1, KNOBS["ROWS"])
+    rows = max(1, min(KNOBS["ROWS"], triton.next_power_of_2(query_length)))
     grid = (triton.cdiv(query_length, rows), triton.cdiv(key_length, block_k))
+    span = triton.next_power_of_2(block_k + rows - 1)  # the distances a tile spans
     _relative_position_bias_kernel[grid](
         table, out, query_length, key_length, offset, heads, table.stride(0), table.stride(1),
         max_exact, side, math.log(max_distance / max_exact), float(side - max_exact),
         BIDIRECTIONAL=bool(bidirectional),
-        ROWS=rows, BLOCK_K=block_k, BLOCK_H=block_h, num_warps=KNOBS["num_warps"])
+        ROWS=rows, BLOCK_K=block_k, SPAN=span, num_warps=KNOBS["num_warps"])
     return out
