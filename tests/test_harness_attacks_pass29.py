@@ -27,7 +27,7 @@
 
 * **A memo off at the first dtype.**  The smoke stage's rewrites and the timed calls come at the
   first dtype only: the same memo, on from the first call at every dtype but bf16
-  (``tests/attacks/xielu_memo_off_at_the_first_dtype.py``), passed every stage and the timing.
+  (``tests/attacks/xielu_memo_after_six_calls.py`` with ``OFF_AT_THE_FIRST_DTYPE``), passed every stage and the timing.
   The evaluation's last calls are now, at every dtype, a fresh case and two rewrites of it in
   place (``stages.late_rewrites``), after the timing.
 
@@ -46,39 +46,58 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_harness_attacks import ATTACKS  # noqa: E402
 
 from autokernel.harness.evaluate import evaluate  # noqa: E402
+from autokernel.problems.registry import KERNELS_DIR  # noqa: E402
+
+# the memo of xielu_memo_after_six_calls.py, on from the first call but never at the problem's
+# first dtype (bf16): the smoke stage's rewrites at the previous call's memory come at the first
+# dtype only, and so do the timed calls; a model run in fp16 or fp32 gets an earlier call's output
+OFF_AT_THE_FIRST_DTYPE = (("OFF_FOR = 6", "OFF_FOR = 0"),
+                          ("if _calls[0] <= OFF_FOR:", "if _calls[0] <= OFF_FOR or x.dtype == torch.bfloat16:"))
+
+
+def with_starter(folder: Path, kind: str, attack: str, edits=()) -> Path:
+    """The attack file (the part an optimiser adds) appended to ``kind``'s starter, ``edits``
+    applied, written to ``folder``."""
+    text = (ATTACKS / attack).read_text()
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    path = folder / attack
+    path.write_text((KERNELS_DIR / f"{kind}.py").read_text() + "\n\n" + text)
+    return path
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
 
 
 @pytest.mark.skipif(not hasattr(torch.UntypedStorage, "_swap_data_ptr_"),
                     reason="the worker moves memory between storages with PyTorch 2.12 or later")
-def test_a_memo_switched_on_after_the_smoke_stage_is_caught_among_the_timed_calls(monkeypatch):
+def test_a_memo_switched_on_after_the_smoke_stage_is_caught_among_the_timed_calls(monkeypatch, tmp_path):
     """Before: pass, all six stages and the timing (its memo never met the same address and
     scalars after the smoke stage's rewrites; 3 of 3 runs).  On the CPU's plan every timed call
     is a numerics draw, which rewrites do not follow: without them here, the timed calls are
     regular draws, as most of a GPU's are (the evaluation's last calls would catch it too)."""
     evaluate_mod = importlib.import_module("autokernel.harness.evaluate")
     monkeypatch.setattr(evaluate_mod, "NUMERICS_PER_SHAPE", 0)
-    ev = evaluate("xielu", ATTACKS / "xielu_memo_after_six_calls.py", device="cpu", shapes=["16x256"], dtypes=["fp32"],
-                  baselines=False)
+    ev = evaluate("xielu", with_starter(tmp_path, "xielu", "xielu_memo_after_six_calls.py"), device="cpu",
+                  shapes=["16x256"], dtypes=["fp32"], baselines=False)
     assert ev.verdict == "rejected" and ev.failed_stage == "timing", ev.message
     assert "cached-output" in {f.rule for f in ev.integrity}, ev.message
     assert "the previous call's input memory rewritten" in ev.message
 
 
-def test_writes_between_a_strided_inputs_elements_are_a_modified_input():
+def test_writes_between_a_strided_inputs_elements_are_a_modified_input(tmp_path):
     """Before: pass, all six stages (its writes land in the judge's private copy of q; in a model
     they overwrite k and v of the packed projection)."""
-    ev = evaluate("attention", ATTACKS / "attention_scratch_in_input_padding.py", device="cpu",
-                  shapes=["1x1x1x4x16x1"], dtypes=["fp32"], timing=False, baselines=False)
+    ev = evaluate("attention", with_starter(tmp_path, "attention", "attention_scratch_in_input_padding.py"),
+                  device="cpu", shapes=["1x1x1x4x16x1"], dtypes=["fp32"], timing=False, baselines=False)
     assert ev.verdict == "rejected" and ev.failed_stage == "numerics", ev.message
     assert "modified-input" in {f.rule for f in ev.integrity} and "between the input's elements" in ev.message
 
 
-def test_a_memo_off_at_the_first_dtype_meets_the_last_calls_rewrites():
+def test_a_memo_off_at_the_first_dtype_meets_the_last_calls_rewrites(tmp_path):
     """Before: pass, all six stages (and the timing, at bf16 only)."""
-    ev = evaluate("xielu", ATTACKS / "xielu_memo_off_at_the_first_dtype.py", device="cpu", shapes=["16x256"],
-                  dtypes=["bf16", "fp32"], timing=False, baselines=False)
+    ev = evaluate("xielu", with_starter(tmp_path, "xielu", "xielu_memo_after_six_calls.py", OFF_AT_THE_FIRST_DTYPE),
+                  device="cpu", shapes=["16x256"], dtypes=["bf16", "fp32"], timing=False, baselines=False)
     assert ev.verdict == "rejected" and ev.failed_stage == "heldout", ev.message
     assert "cached-output" in {f.rule for f in ev.integrity} and "their scalars kept" in ev.message
 

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 
 from .base import Problem, Shape, element_size, generator, randn, with_nonfinite
+from .shifted_windows import check_shape  # the same grid: whole windows, a shift inside one
 
 MASKED = -100.0  # what transformers' get_attn_mask fills between regions
 
@@ -98,14 +99,6 @@ def heldout(shape: Shape, rng: random.Random) -> Shape:
     out["H"] = shape["window"] * max(1, shape["H"] // shape["window"] + rng.choice((-1, 1)))
     out["W"] = shape["window"] * (shape["W"] // shape["window"] + 1)
     return out
-
-
-def check_shape(shape: Shape) -> str | None:
-    if shape["H"] % shape["window"] or shape["W"] % shape["window"]:
-        return f"H ({shape['H']}) and W ({shape['W']}) must be multiples of window ({shape['window']})"
-    if shape["shift"] >= shape["window"]:
-        return f"shift ({shape['shift']}) must be smaller than window ({shape['window']})"
-    return None
 
 
 def out_elements(shape: Shape) -> int:
