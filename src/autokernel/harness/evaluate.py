@@ -14,8 +14,8 @@ Order of an evaluation:
    allocation/aliasing checks on every call; about ``CHECKED_PER_SHAPE`` calls per shape, drawn
    after the calls were made, get their outputs compared (``cached-output`` if wrong) and their
    inputs checked; runs of calls whose inputs are the call before's memory rewritten (its
-   integer tensors and scalars, new floating-point values: ``REWRITE_RUNS_PER_SHAPE``) come at
-   random points among them, each one checked.  The parent's wall clock around each request must
+   integer tensors and scalars, new floating-point values: ``REWRITE_RUNS_PER_SHAPE``; PyTorch
+   2.12 on, ``timed_rewrites``) come at random points among them, each one checked.  The parent's wall clock around each request must
    cover the reported times (``timing-mismatch``).  Roofline per shape; eager / torch.compile
    baselines (baselines.py); a GPU time under 0.95x the floor is ``below-floor``.  With
    ``incumbent_file`` the incumbent runs in its own worker, interleaved round by round with the
