@@ -337,6 +337,10 @@ def test_covered_share(spec, config, shape, target, kinds):
     declined = {p.name: p.note for p in plan.problems if DECLINED in p.note or EXTRA_CALLS in p.note}
     assert not declined, f"{spec}: placed problems whose op does not take the calls planned: {declined}"
     found = {p.kind for p in plan.problems}
+    if "attention_softcap" in kinds and getattr(loaded.model.model.config, "_attn_implementation", "eager") != "eager":
+        # transformers 5.17 (the GPU machines') builds Gemma-2 with SDPA when asked, which leaves its
+        # soft cap out (5.25 refuses and builds it eager): plain attention, as that model computes it
+        kinds = (kinds - {"attention_softcap"}) | {"attention"}
     assert kinds <= found, f"{spec}: kinds {sorted(kinds - found)} not found in {sorted(found)}"
     share = covered(plan)
     top = ", ".join(f"{u.name} {u.fraction:.1%}" for u in plan.not_covered[:5])
