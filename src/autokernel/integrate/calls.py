@@ -14,7 +14,7 @@ from ..head_copies import drop_head_copies
 from ..recognize import gelu_form, module_wrapped_function
 from .class_cache import class_members, kept_class
 from .ops import rows, traced_as_original
-from .patching import _code_names, _judged_shapes, _pick, rewrap
+from .patching import _code_names, _pick, rewrap
 from .rewrite import compile_forward, parse_forward, rebound_globals
 from .rotary_tables import PARTIAL, rotary_arity, table_convention, table_replacement
 from .selection import KernelOp
@@ -577,9 +577,7 @@ def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, sk
             continue
         eager_masked = masked is not None and plain_eager_attention(m)
         eager_sinks = sinks is not None and sink_eager_attention(m)
-        # the replacements hold what each op was judged on (head dims...): the class is kept by that too
-        key = (type(m), "calls", eager_masked, eager_sinks) + tuple((k.identity, _judged_shapes(k)) if k else None
-                                                                    for k in chosen)
+        key = (type(m), "calls", eager_masked, eager_sinks) + tuple(k.identity if k else None for k in chosen)
         alike = (type(m), eager_masked, eager_sinks) + tuple(map(id, chosen))  # the same ops: the same class
         if alike not in made_here:
             made = _calls_subclass(type(m), att, rot, gel, masked, fused, capped, eager_masked,

@@ -150,7 +150,7 @@ def _apply_residual_outputs(model, k, done, replaced, skipped, probed) -> None:
                     return out.reshape(residual.shape)
             return base_forward(self, hidden, residual, *args, **kwargs)
 
-        _swap_class(m, (k.kind, k.identity, "residual-output", lin_name, norm_name, n), {"forward": forward})
+        _swap_class(m, (k.kind, k.identity, "residual-output", lin_name, norm_name), {"forward": forward})
         done.add(id(m))
         replaced.append((name, k.kind))
 
@@ -226,7 +226,7 @@ def _apply_geglu(model, k, done, replaced, skipped, probed) -> None:
                 return out.reshape(*x.shape[:-1], out.shape[-1])
             return base_forward(self, x, *args, **kwargs)
 
-        _swap_class(m, ("geglu", k.identity, (g, u, d), tanh, d_in), {"forward": forward})
+        _swap_class(m, ("geglu", k.identity, (g, u, d), tanh), {"forward": forward})
         done.add(id(m))
         replaced.append((name, "geglu"))
 
@@ -280,6 +280,6 @@ def _apply_packed_glu(model, k, done, replaced, skipped, probed) -> None:
                 return out.reshape(*x.shape[:-1], out.shape[-1])
             return base_forward(self, x, *args, **kwargs)
 
-        _swap_class(m, (kind, k.identity, gu_name, down_name, d_in, form), {"forward": forward})
+        _swap_class(m, (kind, k.identity, gu_name, down_name, form), {"forward": forward})
         done.add(id(m))
         replaced.append((name, kind))

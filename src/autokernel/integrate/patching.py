@@ -166,14 +166,8 @@ def apply_rewritten_members(model: nn.Module, k: KernelOp, kind: str, label: str
             probed[key] = rewrite(type(m), helpers)
         if probed[key] is None:
             continue
-        # the helpers hold what the op was judged on (head dims...): the class is kept by that too,
-        # or a model of other sizes placed later in the process gets one that declines its calls
-        _swap_class(m, (label, k.identity, _judged_shapes(k)), probed[key])
+        _swap_class(m, (label, k.identity), probed[key])
         replaced.append((name, kind))
-
-
-def _judged_shapes(k: KernelOp) -> tuple:
-    return tuple(sorted(tuple(sorted(shape.items())) for shape in k.problem.shapes))
 
 
 def apply_rewritten_forwards(model: nn.Module, k: KernelOp, kind: str, label: str,
