@@ -469,6 +469,12 @@ thirtyfirst)
     step rpb_variants 200 python benchmarks/relative_position_bias_variants_gpu.py --out "$out/rpb_variants"
     step profile_cost 150 python benchmarks/profile_cost_gpu.py --models llama,hf:gpt2 --out "$out/profile_cost"
     ;;
+thirtysecond)  # the 2.11 false-positive fix (RequestInputs, timed rewrites only with the worker's own memory moves)
+    # on the six starters thirtyfirst_b names, and hf:gptj's recorded dtypes (why its GPU plan is bf16)
+    step judge_new 230 python benchmarks/judge_smoke_gpu.py --out "$out/judge_new" --budget 220 \
+        --kinds shifted_windows,window_bias,geglu_packed,softmax,rmsnorm,attention_masked --attacks ""
+    step gptj_calls 220 python benchmarks/scores_attention_calls_gpu.py "$out/gptj_calls"
+    ;;
 thirtyfirst_b)
     step judge_new 230 python benchmarks/judge_smoke_gpu.py --out "$out/judge_new" --budget 220 \
         --kinds shifted_windows,window_bias,geglu_packed,softmax,rmsnorm,attention_masked --attacks ""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 
 import pytest
 import torch
@@ -265,3 +266,72 @@ def test_fp16_finfo_min_rows_are_judged_as_fp32_adds_them(kind):
     ref = problem.reference(*upcast(args, torch.float64))
     verdict = compare.compare_outputs(out, ref, compare.output_meta(out), problem.tolerance(torch.float16))
     assert verdict.worst_error < 0.3  # of the bound: 0.99 before
+
+
+MULTI_QUERY = '''
+import torch
+{imports}
+
+
+class MultiQueryAttention(torch.nn.Module):
+    """One kv head for every query head, SDPA written out in full (Falcon as transformers 5.17
+    wrote it): SDPA broadcasts the kv head without ``enable_gqa``."""
+
+    def __init__(self, dim=32, heads=4):
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.q = torch.nn.Linear(dim, dim)
+        self.kv = torch.nn.Linear(dim, 2 * self.head_dim)
+        self.out = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k, v = self.kv(x).view(b, s, 2, 1, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        mask = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()[None, None].expand(b, 1, s, s)
+        o = {call}(q, k, v, attn_mask=mask, dropout_p=0.0, is_causal=False)
+        return self.out(o.transpose(1, 2).reshape(b, s, -1))
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = MultiQueryAttention()
+
+    def forward(self, x):
+        return self.attn(x) + x
+'''
+
+
+@pytest.mark.parametrize("imports,call", [("", "torch.nn.functional.scaled_dot_product_attention"),
+                                          ("from torch import nn", "nn.functional.scaled_dot_product_attention")])
+def test_sdpa_written_out_with_one_kv_head_reaches_the_masked_op(tmp_path, imports, call):
+    """hf:falcon on transformers 5.17: attention_masked was placed and declined every call.  Its
+    forward calls ``torch.nn.functional.scaled_dot_product_attention`` by its full name, which no
+    rebinding reached (only ``F`` and the function itself were), and passes one kv head without
+    ``enable_gqa``, which SDPA broadcasts and the routing handed back to PyTorch."""
+    from autokernel.integrate import OP_CALLS, apply
+    from autokernel.integrate.selection import DECLINED
+    from autokernel.models import load_model
+    from autokernel.plan import save_plan
+    from autokernel.profiler import profile_model
+
+    path = tmp_path / "mqa.py"
+    path.write_text(MULTI_QUERY.format(imports=imports, call=call))
+    loaded = load_model(f"{path}:Model", input_shape=[2, 8, 32])
+    plan = profile_model(loaded, warmup=0, iters=1)
+    masked = next(p for p in plan.problems if p.kind == "attention_masked")
+    assert masked.supported and DECLINED not in masked.note, masked.note
+    assert masked.shapes[0]["Hkv"] == 1 and masked.shapes[0]["H"] == 4
+    workdir = tmp_path / "run"
+    (workdir / "problems" / "attention_masked").mkdir(parents=True)
+    shutil.copyfile(KERNELS_DIR / "attention_masked.py", workdir / "problems" / "attention_masked" / "kernel.py")
+    save_plan(plan, workdir / "plan.json")
+    patched = apply(loaded.model, workdir)
+    op = patched._autokernel_ops["attention_masked"]
+    before = OP_CALLS[op]
+    (x,) = loaded.make_inputs(0)
+    with torch.no_grad():
+        got, want = patched(x), loaded.model(x)
+    assert OP_CALLS[op] - before == 1
+    assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)

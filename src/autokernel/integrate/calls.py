@@ -44,14 +44,16 @@ def kernel_mask(mask: Any, query: torch.Tensor, key: torch.Tensor) -> torch.Tens
 def _sdpa_ok(query, key, value, dtype, head_dims, enable_gqa, cross: bool = False) -> bool:
     """Is an SDPA call one the op was judged on: 4-D q, k, v in its dtype and head dims, kv
     heads that divide the query heads, and query and key lengths equal (``cross``: different,
-    ``attention_cross``)?"""
+    ``attention_cross``)?  One kv head is grouped-query attention with or without ``enable_gqa``:
+    SDPA broadcasts it over the query heads (Falcon's multi-query attention, transformers 5.17)."""
     return (query.dim() == 4 and key.dim() == 4
             and value.dim() == 4 and query.dtype == dtype and key.dtype == dtype
             and value.dtype == dtype and (not head_dims or query.shape[-1] in head_dims)
             and key.shape[-1] == query.shape[-1] and value.shape[-1] == query.shape[-1]
             and (key.shape[-2] != query.shape[-2]) == cross and value.shape[-2] == key.shape[-2]
             and key.shape[1] == value.shape[1] and query.shape[0] == key.shape[0]
-            and (key.shape[1] == query.shape[1] or (enable_gqa and query.shape[1] % key.shape[1] == 0)))
+            and (key.shape[1] == query.shape[1] or key.shape[1] == 1
+                 or (enable_gqa and query.shape[1] % key.shape[1] == 0)))
 
 
 def _sdpa_replacement(k: KernelOp | None, masked: KernelOp | None = None,
@@ -475,6 +477,14 @@ def _global_replacements(fn: types.FunctionType, sdpa: Callable | None, rotary: 
             out[name] = _functional_proxy({attr: fn_ for attr, (fn_, _) in functional.items()})
             for _, fn_kinds in functional.values():
                 kinds |= set(fn_kinds)
+        elif (value is torch or value is torch.nn) and functional and "functional" in names:
+            # ``torch.nn.functional.scaled_dot_product_attention(...)`` written out (Falcon as
+            # transformers 5.17 wrote it, SAM's vision attention, Data2Vec-vision's)
+            inner = _functional_proxy({attr: fn_ for attr, (fn_, _) in functional.items()})
+            nn_proxy = _namespace_proxy(torch.nn, {"functional": inner})
+            out[name] = nn_proxy if value is torch.nn else _namespace_proxy(torch, {"nn": nn_proxy})
+            for _, fn_kinds in functional.values():
+                kinds |= set(fn_kinds)
         elif sdpa is not None and value is F.scaled_dot_product_attention:
             out[name] = sdpa
             kinds |= set(sdpa_kinds)
@@ -520,11 +530,17 @@ _PROXIES: dict[tuple, types.ModuleType] = {}
 def _functional_proxy(replacements: dict[str, Callable]) -> types.ModuleType:
     """A stand-in for ``torch.nn.functional`` whose ``scaled_dot_product_attention`` / ``gelu``
     are ours."""
-    key = tuple(sorted((k, id(v)) for k, v in replacements.items()))
+    return _namespace_proxy(F, replacements)
+
+
+def _namespace_proxy(namespace: types.ModuleType, replacements: dict[str, Any]) -> types.ModuleType:
+    """A stand-in for the module ``namespace`` (``torch``, ``torch.nn``, ``torch.nn.functional``)
+    with the attributes in ``replacements`` swapped, made once per (module, replacements)."""
+    key = (namespace.__name__, *sorted((k, id(v)) for k, v in replacements.items()))
     proxy = _PROXIES.get(key)
     if proxy is None:
-        proxy = types.ModuleType("autokernel_functional")
-        proxy.__dict__.update({k: v for k, v in vars(F).items() if not k.startswith("__")})
+        proxy = types.ModuleType(f"autokernel_{namespace.__name__.replace('.', '_')}")
+        proxy.__dict__.update({k: v for k, v in vars(namespace).items() if not k.startswith("__")})
         proxy.__dict__.update(replacements)
         _PROXIES[key] = proxy
     return proxy
