@@ -335,3 +335,93 @@ def test_sdpa_written_out_with_one_kv_head_reaches_the_masked_op(tmp_path, impor
         got, want = patched(x), loaded.model(x)
     assert OP_CALLS[op] - before == 1
     assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
+
+
+UPCAST = '''
+import math
+
+import torch
+
+
+class UpcastAttention(torch.nn.Module):
+    """GPT-J's ``_attn`` as transformers 5.17 writes it: q and k cast to fp32, the scores divided
+    by a buffer in a statement of their own, + the mask, softmax, cast to v's dtype, @ v."""
+
+    def __init__(self, dim=32, heads=2):
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim, bias=False)
+        self.out = torch.nn.Linear(dim, dim, bias=False)
+        self.register_buffer("scale_attn", torch.sqrt(torch.tensor(self.head_dim, dtype=torch.float32)))
+
+    def _attn(self, query, key, value, attention_mask=None):
+        query = query.to(torch.float32)
+        key = key.to(torch.float32)
+        attn_weights = torch.matmul(query, key.transpose(-1, -2))
+        attn_weights = attn_weights / self.scale_attn
+        if attention_mask is not None:
+            attn_weights = attn_weights + attention_mask
+        attn_weights = torch.nn.functional.softmax(attn_weights, dim=-1)
+        attn_weights = attn_weights.to(value.dtype)
+        attn_output = torch.matmul(attn_weights, value)
+        return attn_output, attn_weights
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        causal = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
+        mask = torch.zeros(s, s, dtype=x.dtype, device=x.device).masked_fill(~causal, torch.finfo(x.dtype).min)
+        o, _ = self._attn(q, k, v, mask[None, None])
+        return self.out(o.transpose(1, 2).reshape(b, s, -1))
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = UpcastAttention()
+
+    def forward(self, x):
+        return self.attn(x) + x
+'''
+
+
+def test_a_profile_without_dtypes_on_its_events_plans_the_dtypes_the_ops_took(tmp_path, monkeypatch):
+    """hf:gptj in bf16 on the GPU (torch 2.11, transformers 5.17): its ``_attn`` casts q and k to
+    fp32, and its attention_masked was planned in bf16, so every call went back to PyTorch (q fp32
+    against the op's bf16).  The cause: torch 2.11's profiler events carry no input dtypes, and
+    every problem took the model's.  The profiler's raw records have them; here the events lose
+    theirs as 2.11's do, and the plan still has the fp32 the forward computes the scores in."""
+    from autokernel.integrate import OP_CALLS, apply
+    from autokernel.integrate.selection import DECLINED
+    from autokernel.models import load_model
+    from autokernel.plan import save_plan
+    from autokernel.profiler import profile_model
+
+    events = torch.profiler.profile.events
+
+    def without_dtypes(self):
+        out = events(self)
+        for event in out:
+            event.input_dtypes = None
+        return out
+
+    monkeypatch.setattr(torch.profiler.profile, "events", without_dtypes)
+    path = tmp_path / "upcast.py"
+    path.write_text(UPCAST)
+    loaded = load_model(f"{path}:Model", input_shape=[2, 8, 32], dtype=torch.bfloat16)
+    plan = profile_model(loaded, warmup=0, iters=1)
+    masked = next(p for p in plan.problems if p.kind == "attention_masked")
+    assert masked.dtype == "fp32" and masked.supported and DECLINED not in masked.note, masked.note
+    assert {p.dtype for p in plan.problems if p.kind == "matmul"} == {"bf16"}  # the projections
+    workdir = tmp_path / "run"
+    (workdir / "problems" / "attention_masked").mkdir(parents=True)
+    shutil.copyfile(KERNELS_DIR / "attention_masked.py", workdir / "problems" / "attention_masked" / "kernel.py")
+    save_plan(plan, workdir / "plan.json")
+    patched = apply(loaded.model, workdir)
+    op = patched._autokernel_ops["attention_masked"]
+    before = OP_CALLS[op]
+    (x,) = loaded.make_inputs(0)
+    with torch.no_grad():
+        got, want = patched(x).float(), loaded.model(x).float()
+    assert OP_CALLS[op] - before == 1
+    assert ((got - want).norm() / want.norm()).item() < 1e-2

@@ -222,18 +222,31 @@ def tensor_metas(values: Any) -> list[TensorMeta]:
 
 
 # ------------------------------------------------------------------ trace -> tree
-def events_to_tree(events: Any, calls: list[ScopeCall]) -> list[Node]:
-    """Convert torch.profiler FunctionEvents into Nodes: one root per profiled forward."""
+def events_to_tree(events: Any, calls: list[ScopeCall], dtypes_by_id: dict[int, list[str]] | None = None) -> list[Node]:
+    """Convert torch.profiler FunctionEvents into Nodes: one root per profiled forward.
+    ``dtypes_by_id``: each event's input dtypes by its id, where the events do not carry them."""
     roots = []
     for event in events:
         on_cpu = getattr(event, "device_type", torch.autograd.DeviceType.CPU) == torch.autograd.DeviceType.CPU
         # (a range also has a copy on the GPU timeline, with the same name: not a root)
         if event.name.startswith(FORWARD_LABEL) and on_cpu and getattr(event, "cpu_parent", None) is None:
-            roots.append(_convert(event, calls))
+            roots.append(_convert(event, calls, dtypes_by_id or {}))
     return roots
 
 
-def _convert(event: Any, calls: list[ScopeCall]) -> Node:
+def recorded_dtypes(prof: Any) -> dict[int, list[str]]:
+    """The input dtypes the profiler recorded for each op, by the id its event has.  PyTorch
+    2.11's events (the GPU machines') do not carry them (``input_dtypes`` came later), though its
+    raw records do: without these every problem took the model's dtype, and a bf16 model's fp32
+    work (GPT-J's scores, from q and k cast to fp32) was planned and judged in bf16."""
+    try:
+        records = prof.profiler.kineto_results.events()
+    except AttributeError:  # no raw records to read: the events' own dtypes, or the model's
+        return {}
+    return {r.correlation_id(): list(r.dtypes()) for r in records}
+
+
+def _convert(event: Any, calls: list[ScopeCall], dtypes_by_id: dict[int, list[str]]) -> Node:
     name = event.name
     scope = None
     for label in (MODULE_LABEL, FUNCTION_LABEL):
@@ -246,13 +259,13 @@ def _convert(event: Any, calls: list[ScopeCall]) -> Node:
                if k.name != name and not k.name.startswith(SCOPE_PREFIX)]
     node = Node(name=name, scope=scope, kernels=kernels,
                 shapes=[] if is_scope else [list(s) if isinstance(s, (list, tuple)) else [] for s in (event.input_shapes or [])],
-                dtypes=[] if is_scope else list(getattr(event, "input_dtypes", None) or []),
+                dtypes=[] if is_scope else list(getattr(event, "input_dtypes", None) or dtypes_by_id.get(event.id) or []),
                 concrete=[] if is_scope else list(getattr(event, "concrete_inputs", None) or []),
                 self_us=0.0 if is_scope else float(event.self_cpu_time_total))
     for child in event.cpu_children:
         if getattr(child, "is_async", False) or child.name.startswith(("profiler::", "[memory]")):
             continue
-        node.add(_convert(child, calls))
+        node.add(_convert(child, calls, dtypes_by_id))
     return node
 
 
@@ -598,7 +611,9 @@ def trace_model(model: nn.Module, inputs: tuple, *, on_gpu: bool, warmup: int = 
                 with torch.profiler.record_function(f"{FORWARD_LABEL}{i}"):
                     model(*inputs)
             sync()
-    return events_to_tree(prof.events(), tracer.calls)
+    events = prof.events()
+    carried = all(getattr(e, "input_dtypes", None) is not None for e in events[:1])
+    return events_to_tree(events, tracer.calls, None if carried else recorded_dtypes(prof))
 
 
 @contextlib.contextmanager
