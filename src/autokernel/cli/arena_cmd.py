@@ -44,7 +44,7 @@ def arena(
     budget_per_problem: Optional[str] = typer.Option(None, "--budget-per-problem", help="with --optimize: "
                                                      "wall-clock budget per problem (90s, 30m, 1h)"),
     max_experiments: Optional[int] = typer.Option(None, "--max-experiments", help="with --optimize: at most N "
-                                                  "experiments per problem"),
+                                                  "experiments per problem (0: judge the starting kernels only)"),
 ) -> None:
     """Judge KernelBench solutions (or optimize from nothing): table, fast_p, report."""
     from ..arena.discovery import ArenaUsageError, find_problems

@@ -29,7 +29,7 @@ def optimize(
     llm_max_calls: Optional[int] = typer.Option(None, "--llm-max-calls", help="Stop after this many model calls."),
     agent_cmd: Optional[str] = typer.Option(None, "--agent-cmd", help='Command agent: shell command with {prompt_file}.'),
     budget: Optional[str] = typer.Option(None, "--budget", help="Wall-clock budget: 90s, 30m, 8h, 1h30m."),
-    max_experiments: Optional[int] = typer.Option(None, "--max-experiments", help="At most N experiments per problem."),
+    max_experiments: Optional[int] = typer.Option(None, "--max-experiments", help="At most N experiments per problem (0: judge the starting kernels only)."),
     device: str = typer.Option("auto", "--device", help="auto | cuda | cpu."),
     seed: int = typer.Option(0, "--seed", help="Seed of the tuner and of the agents' choices."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds allowed per evaluation."),

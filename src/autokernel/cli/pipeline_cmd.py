@@ -57,7 +57,7 @@ def run(
     agent_cmd: Optional[str] = typer.Option(None, "--agent-cmd", help="Command agent: shell command with {prompt_file}."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the tuner and of the agents' choices "
                                        "(default 0; a resumed run keeps its own)."),
-    max_experiments: Optional[int] = typer.Option(None, "--max-experiments", help="At most N experiments per problem."),
+    max_experiments: Optional[int] = typer.Option(None, "--max-experiments", help="At most N experiments per problem (0: judge the starting kernels only)."),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds allowed per evaluation."),
     run_name: Optional[str] = typer.Option(None, "--run-name", help="Run name (branch autokernel/<run-name>)."),
     no_compile: bool = typer.Option(False, "--no-compile", help="Do not time torch.compile in the verification."),
