@@ -679,6 +679,21 @@ def test_a_json_object_in_braces_sets_a_dict_setting():
         load_model("hf:llama", config_overrides="rope_scaling=linear", validate=False)
 
 
+def test_a_json_object_in_braces_sets_a_nested_config():
+    """hf:dbrx does not build from its default config on transformers 5.25 (its attention config
+    lacks ``rope_theta``; the forward clamps by ``clip_qkv``, None by default), and the way round,
+    ``--config 'attn_config={"rope_theta":10000,"clip_qkv":8}'``, reached transformers as a
+    string: the setting's default is a config object, not a dict, so the braces were not read."""
+    pytest.importorskip("transformers")
+    attn = 'attn_config={"rope_theta":10000.0,"clip_qkv":8.0}'
+    ffn = 'ffn_config={"ffn_hidden_size":64,"moe_num_experts":4,"moe_top_k":2}'
+    loaded = load_model("hf:dbrx", config_overrides=f"d_model=32,n_heads=2,n_layers=1,max_seq_len=64,"
+                        f"vocab_size=128,{attn},{ffn}", input_shape=[1, 8])
+    config = loaded.model.model.config
+    assert config.attn_config.rope_theta == 10000.0 and config.attn_config.clip_qkv == 8.0
+    assert config.ffn_config.moe_num_experts == 4
+
+
 def test_a_setting_the_config_lacks_suggests_close_names():
     """New-user trial: hf:swin --config num_head=[2,4] (or Depths=[2,2]) said only "SwinConfig has
     no setting 'num_head'"."""

@@ -172,7 +172,9 @@ def _convert(value: Any, like: Any, key: str, per_dimension: bool = False) -> An
     if per_dimension and type(like) in (int, float) and value.strip().startswith("["):
         # a number that may also be given per dimension: ViT's and Swin's image_size=[224,160]
         return _convert_list(value, [like], key)
-    if isinstance(like, dict) or (value.strip().startswith("{") and (like is None or isinstance(like, str))):
+    if isinstance(like, dict) or (value.strip().startswith("{") and not isinstance(like, (bool, int, float))):
+        # a dict for a setting whose default is one, none, or a nested config object (DBRX's
+        # ``attn_config``, which transformers takes as a dict too)
         return _convert_object(value, key)
     try:
         if isinstance(like, bool):
