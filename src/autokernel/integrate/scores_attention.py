@@ -10,7 +10,8 @@ on heads folded into the batch, the scores viewed as [B, H, S, S] by their own s
 ``GPTJAttention._attn`` as transformers up to about 5.17 wrote it (fp32 q and k, the product
 divided by ``self.scale_attn`` in a statement of its own, a one-element buffer that goes where
 the model goes, + the attention mask sliced to the keys under an ``if``, softmax, cast to v's
-dtype, dropout, ``if head_mask is not None: w = w * head_mask``, ``@ v``).
+dtype, dropout, ``if head_mask is not None: w = w * head_mask``, ``@ v``), and CodeGen's ``_attn``
+of the same versions (the mask added before the division by the scale, ``nn.Softmax(dim=-1)``).
 
 ``scores_statements`` finds the statements (the scores, what adds to, fills or views them before
 the softmax, the softmax, dropout, the product with v).  Each of the statements between the
@@ -211,7 +212,7 @@ def _rewrite_body(body: list[ast.stmt], fdef: ast.FunctionDef) -> int:
     bias, beta = (copy.deepcopy(e) if e is not None else none() for e in (chain.bias, chain.beta))
     views = _ViewsAsReshapes(chain.scores)
     fast = [_assign(chain.scores[0], _call(START, q(), _keys(chain), bias, beta, ast.Constant(value=chain.full))),
-            *[views.visit(copy.deepcopy(stmt)) for stmt in body[chain.first + 1 + chain.scale_after:chain.softmax]],
+            *[views.visit(copy.deepcopy(stmt)) for stmt in body[chain.first + 1 + chain.scale_after:chain.softmax]],  # (a last scaling too: mask / C)
             _assign(chain.out, _call(ATTEND, q(), _keys(chain), v(), _load(chain.read), _load(SCALE))),
             *[_assign(w, none()) for w in dict.fromkeys(chain.weights)]]
     ready = _call(READY, _load(fdef.args.args[0].arg), q(), _keys(chain), v(), _load(SCALE),

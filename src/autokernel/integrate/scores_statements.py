@@ -10,7 +10,9 @@ In one list of statements, in order:
   BLOOM's, its ALiBi bias added by the product; heads folded into the batch, ``KT`` the keys
   transposed; ``torch.bmm(Q, KT)`` too); where the product has no scale, the statement right
   after may apply it: ``s = s / C``, ``s = s * C`` or ``s = C * s`` (GPT-J's ``attn_weights =
-  attn_weights / self.scale_attn``, the same as the scale on the product);
+  attn_weights / self.scale_attn``, the same as the scale on the product), or the last statement
+  before the softmax (CodeGen's ``(s + mask) / C`` as transformers 5.17 wrote it: that statement
+  runs with the others on zero scores, so the op gets the mask divided by C too);
 * before the softmax, only statements that add to the scores (``s = s + e``, ``s = e + s``), fill
   them with the dtype's lowest value (``s = s.masked_fill(m, L)``, ``s = torch.where(m, s, L)``,
   ``s = torch.where(m, L, s)``) or, where heads are folded into the batch, view them under a new
@@ -20,7 +22,8 @@ In one list of statements, in order:
   nothing else sets, or ``torch.tensor(L, dtype=X.dtype, ...)``.  They may read the scores'
   dtype and device, and their shape (``.size()``, ``.shape``, ``.dim()``), nothing else of them;
 * ``w = <...>softmax(t.float(), dim=-1).to(X.dtype)`` (or ``softmax(t, dim=-1,
-  dtype=torch.float32)``, or ``softmax(t, dim=-1)`` in the scores' dtype), ``t`` the scores under
+  dtype=torch.float32)``, or ``softmax(t, dim=-1)`` / ``nn.Softmax(dim=-1)(t)`` in the scores'
+  dtype), ``t`` the scores under
   any of their names, ``X`` one of Q, K, V; optionally ``w = w.to(X.dtype)`` and ``w =
   <...>dropout(w, ...)`` (``self.attention_dropout(w)`` too), then any head masks: ``if N is not
   None: w = w * N`` (or ``N * w``; no ``else``; GPT-J's, BLOOM's old ``head_mask``), ``N`` a
@@ -68,6 +71,7 @@ class Chain:
     to_v: bool = False  # the weights end cast to V's dtype (GPT-Neo's fp32 scores, V in the model's)
     scaled: bool = True  # the scores statement (or baddbmm's alpha) gives the scale, or it has none to give
     scale_after: int = 0  # 1 where the statement after the scores scales them (GPT-J's ``s = s / C``)
+    scale_last: int = 0  # 1 where the statement before the softmax scales them, after the mask (CodeGen's)
     unless: list[str] = field(default_factory=list)  # head masks: the op's path needs each None
 
 
@@ -399,6 +403,9 @@ def _softmax_of(stmt: ast.stmt) -> tuple[str, str, str | None] | None:
     if (_callee(to) == "to" and isinstance(to.func, ast.Attribute) and len(to.args) == 1 and not to.keywords
             and isinstance(to.args[0], ast.Attribute) and to.args[0].attr == "dtype" and name_of(to.args[0].value)):
         soft, like = to.func.value, to.args[0].value.id
+    module = _softmax_module_call(soft)
+    if module is not None:  # ``nn.Softmax(dim=-1)(t)`` (CodeGen's), in the scores' dtype
+        return (w, module, None) if like is None else None
     if _callee(soft) != "softmax" or not soft.args or any(kw.arg not in ("dim", "dtype") for kw in soft.keywords):
         return None
     first, kw = soft.args[0], {k.arg: k.value for k in soft.keywords}
@@ -412,6 +419,17 @@ def _softmax_of(stmt: ast.stmt) -> tuple[str, str, str | None] | None:
     if t is None or len(dims) != 1 or not _negative(dims[0], 1):
         return None
     return w, t, like
+
+
+def _softmax_module_call(node: ast.expr) -> str | None:
+    """``t`` of ``<...>Softmax(dim=-1)(t)``: a softmax module made and called in one expression."""
+    if not (isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords and _callee(node.func) == "Softmax"):
+        return None
+    make = node.func
+    dims = list(make.args) + [kw.value for kw in make.keywords if kw.arg == "dim"]
+    if len(dims) != 1 or len(make.args) + len(make.keywords) != 1 or not _negative(dims[0], 1):
+        return None
+    return name_of(node.args[0])
 
 
 def _cast_of(stmt: ast.stmt, w: str) -> str | None:
@@ -475,6 +493,11 @@ def find_chain(body: list[ast.stmt], fdef: ast.FunctionDef) -> Chain | None:
         j = next((j for j in range(i + 1, len(body)) if _softmax_of(body[j])), None)
         if j is None:
             return None
+        if not chain.scaled and chain.bias is None and j - 1 > i:
+            last = _scale_of(body[j - 1], chain.scores[0])  # CodeGen's ``(s + mask) / C``
+            if last is not None:
+                chain.scale, chain.divide = last
+                chain.scaled, chain.scale_last = True, 1
         w, t, like = _softmax_of(body[j])
         chain.softmax, chain.weights = j, [w]
         end, likes = j + 1, [like] if like else []
@@ -497,7 +520,7 @@ def find_chain(body: list[ast.stmt], fdef: ast.FunctionDef) -> Chain | None:
         fixed = {chain.q, chain.k, chain.v}
         stored = {n.id for stmt in body[i:end + 1] for n in ast.walk(stmt)
                   if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
-        if (any(x not in fixed for x in likes) or not _between_ok(body[i + 1 + chain.scale_after:j], chain, fixed)
+        if (any(x not in fixed for x in likes) or not _between_ok(body[i + 1 + chain.scale_after:j - chain.scale_last], chain, fixed)
                 or stored & set(chain.unless) or set(chain.unless) & (set(chain.scores) | set(chain.weights) | fixed)
                 or t not in chain.scores or fixed & (set(chain.scores) | set(chain.weights))
                 or any(uses(e, set(chain.scores) | set(chain.weights)) for e in (chain.scale, chain.bias, chain.beta)
