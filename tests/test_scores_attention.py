@@ -812,7 +812,8 @@ class ScaledTwice(Written):
 
 
 class ScaledAfterTheMask(Written):
-    """The scale after the mask is added scales the mask too."""
+    """The scale after the mask is added scales the mask too (CodeGen's, transformers 5.17): the
+    op gets the scale and the statements between, the scaling among them, run on zero scores."""
 
     def forward(self, x, bias, mask=None):
         b, s = x.shape[:2]
@@ -858,9 +859,13 @@ class HeadMaskedOtherwise(Written):
         return out, weights
 
 
-def test_a_second_scale_a_scale_after_the_mask_or_head_masks_it_cannot_check_first_are_left_alone():
+def test_a_scale_after_the_mask_goes_to_the_op_with_the_mask_scaled():
+    test_scales_on_q_or_divided_and_where_with_the_fill_first_go_to_the_op(ScaledAfterTheMask)
+
+
+def test_a_second_scale_or_head_masks_it_cannot_check_first_are_left_alone():
     names = helpers(_kernel_op([]))
-    for cls in (ScaledTwice, ScaledAfterTheMask, HeadMaskMadeInside, HeadMaskedOtherwise):
+    for cls in (ScaledTwice, HeadMaskMadeInside, HeadMaskedOtherwise):
         assert rewritten_forward(cls.forward, names) is None, cls.__name__
 
 
