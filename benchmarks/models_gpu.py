@@ -51,7 +51,7 @@ from pathlib import Path
 
 FUSED_KINDS = ["add_rmsnorm", "add_layernorm", "gelu", "geglu", "swiglu_packed", "embedding", "rotary_table",
                "attention_masked", "attention_softcap", "softcap", "moe_experts_gptoss", "attention_sinks",
-               "rotary_interleaved", "linear_relu"]
+               "rotary_interleaved", "linear_relu", "shifted_windows", "window_bias", "geglu_packed"]
 LLAMA_4096 = "dim=4096,n_layers=4,n_heads=32,n_kv_heads=8,hidden_dim=11008,vocab_size=32000"
 # Mixtral-shaped at a quarter of 8x7B's widths (8 experts, 2 a token), 4 layers
 MIXTRAL_QUARTER = ("hidden_size=1024,intermediate_size=3584,num_hidden_layers=4,num_attention_heads=8,"
@@ -100,7 +100,13 @@ GPU_MODELS = [("llama", LLAMA_4096, "4x1024"), ("hf:gpt2", None, "4x512"), ("hf:
               ("hf:swin", None, "32x3x224x224"),
               # ModernBERT-base's widths, 6 of its 22 layers (global and local attention alternate), 4x1024
               # tokens: geglu_packed and its two rotary tables
-              ("hf:modernbert", "num_hidden_layers=6", "4x1024")]
+              ("hf:modernbert", "num_hidden_layers=6", "4x1024"),
+              # Falcon-7B's widths (4544, 71 query heads and one kv head), 4 layers: transformers 5.17 calls
+              # torch.nn.functional.scaled_dot_product_attention by its full name with a bool mask
+              ("hf:falcon", "num_hidden_layers=4", "4x1024"),
+              # CodeGen-6B's widths (its default config: 4096, 16 heads), 4 layers: attention written out in 5.17,
+              # scaled after the mask
+              ("hf:codegen", "n_layer=4", "4x512")]
 CPU_MODELS = [("llama", "n_layers=1", "1x8"), ("hf:gpt2", "n_embd=64,n_layer=1,n_head=2,vocab_size=512", "1x8"),
               ("hf:bert", "hidden_size=64,num_hidden_layers=1,num_attention_heads=2,intermediate_size=128,vocab_size=512",
                "1x8"),
@@ -143,6 +149,9 @@ def liger_op(kind: str):
         if kind == "geglu":
             from liger_kernel.ops.geglu import LigerGELUMulFunction
             return lambda gate, up, tanh: LigerGELUMulFunction.apply(gate, up) if tanh else None
+        if kind == "geglu_packed":  # Liger's GELU is the tanh form only
+            from liger_kernel.ops.geglu import LigerGELUMulFunction
+            return lambda gu, tanh: LigerGELUMulFunction.apply(*gu.chunk(2, dim=-1)) if tanh else None
         if kind == "swiglu_packed":
             from liger_kernel.ops.swiglu import LigerSiLUMulFunction
             return lambda gu: LigerSiLUMulFunction.apply(*gu.chunk(2, dim=-1))
@@ -499,6 +508,8 @@ def main(argv: list[str] | None = None) -> int:
         save()
     models = GPU_MODELS if gpu else CPU_MODELS
     wanted = list(dict.fromkeys(m for m in opts.models.split(",") if m))  # in the order given
+    if wanted == ["none"]:
+        models, wanted = [], []
     unknown = sorted(set(wanted) - {spec for spec, _, _ in models})
     if unknown:
         print(f"unknown models {unknown}: choose from {','.join(spec for spec, _, _ in models)}", file=sys.stderr)
