@@ -475,6 +475,12 @@ thirtysecond)  # the 2.11 false-positive fix (RequestInputs, timed rewrites only
         --kinds shifted_windows,window_bias,geglu_packed,softmax,rmsnorm,attention_masked --attacks ""
     step gptj_calls 220 python benchmarks/scores_attention_calls_gpu.py "$out/gptj_calls"
     ;;
+thirtysecond_b)  # the profile's dtypes from the raw records (torch 2.11): hf:gptj's attention planned in fp32 and taken;
+    # hf:falcon (SDPA by its full name, one kv head) and hf:codegen (scaled after the mask) as transformers 5.17 builds them
+    step gptj_calls 120 python benchmarks/scores_attention_calls_gpu.py "$out/gptj_calls"
+    step models_b 300 python benchmarks/models_gpu.py --out "$out/models_b" --skip-fused --compile-mode default \
+        --max-minutes 4.5 --models hf:falcon,hf:codegen
+    ;;
 thirtyfirst_b)
     step judge_new 230 python benchmarks/judge_smoke_gpu.py --out "$out/judge_new" --budget 220 \
         --kinds shifted_windows,window_bias,geglu_packed,softmax,rmsnorm,attention_masked --attacks ""
