@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--configs-file", type=Path, help="the same list in a file")
     ap.add_argument("--shape", type=int, default=0, help="index into the problem's GPU shapes")
     ap.add_argument("--shape-json", help='dimensions set over that shape, e.g. \'{"D": 256, "S": 1024}\'')
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"], help="on the GPU (the CPU smoke is fp32)")
     ap.add_argument("--rep-ms", type=float, default=100.0)
     ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs")
     ap.add_argument("--no-compile", action="store_true")
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     shape = dict((problem.gpu_shapes if gpu else problem.cpu_shapes)[args.shape])
     shape.update(json.loads(args.shape_json) if args.shape_json else {})
     timed = (lambda fn: device_time_ms(fn)) if gpu and args.device_time else (lambda fn: time_ms(fn, gpu))
-    dtype = torch.bfloat16 if gpu else torch.float32
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype] if gpu else torch.float32
     device = "cuda" if gpu else "cpu"
     inputs = problem.make_inputs(shape, dtype, device, 0)
     upcast = [a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in inputs]
