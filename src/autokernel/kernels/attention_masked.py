@@ -21,9 +21,11 @@ import torch
 import triton
 import triton.language as tl
 
-KNOBS = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
-KNOB_SPACE = {"BLOCK_M": [32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "num_warps": [4, 8],
-              "num_stages": [1, 2, 3, 4]}
+# FP32_DOT: the dots' precision for fp32 inputs ("ieee": fused multiply-adds; "tf32x3": three TF32
+# tensor-core products per dot, about fp32's accuracy); half-precision inputs take tensor cores anyway
+KNOBS = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "FP32_DOT": "ieee"}
+KNOB_SPACE = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "num_warps": [4, 8],
+              "num_stages": [1, 2, 3, 4], "FP32_DOT": ["ieee", "tf32x3"]}
 
 SMEM_BYTES = 200 * 1024
 
@@ -31,8 +33,8 @@ SMEM_BYTES = 200 * 1024
 @triton.jit
 def _attend_blocks(acc, m_i, l_i, q, k_base, v_base, mask_base, offs_m, offs_d, lo, hi, S, D,
                    stride_ks, stride_kd, stride_vs, stride_vd, stride_mq, stride_mk, sm_scale,
-                   BLOCK_N: tl.constexpr, KEY_MASK: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr,
-                   UPCAST: tl.constexpr, ADDITIVE: tl.constexpr, PER_QUERY: tl.constexpr):
+                   BLOCK_N: tl.constexpr, KEY_MASK: tl.constexpr, EVEN_D: tl.constexpr, FP32: tl.constexpr,
+                   PRECISION: tl.constexpr, UPCAST: tl.constexpr, ADDITIVE: tl.constexpr, PER_QUERY: tl.constexpr):
     """Fold keys/values [lo, hi) into the running (acc, m_i, l_i); m_i in natural units."""
     row_ok = offs_m < S
     for start_n in range(lo, hi, BLOCK_N):
@@ -54,8 +56,8 @@ def _attend_blocks(acc, m_i, l_i, q, k_base, v_base, mask_base, offs_m, offs_d, 
         if UPCAST:
             kt = kt.to(tl.float32)
             v = v.to(tl.float32)
-        if IEEE:
-            qk = tl.dot(q, kt, input_precision="ieee")
+        if FP32:
+            qk = tl.dot(q, kt, input_precision=PRECISION)
         else:
             qk = tl.dot(q, kt)
         qk = qk * sm_scale
@@ -71,8 +73,8 @@ def _attend_blocks(acc, m_i, l_i, q, k_base, v_base, mask_base, offs_m, offs_d, 
         alpha = tl.math.exp2((m_i - m_ref) * 1.4426950408889634)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        if IEEE:
-            acc = tl.dot(p, v, acc, input_precision="ieee")
+        if FP32:
+            acc = tl.dot(p, v, acc, input_precision=PRECISION)
         else:
             acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_new
@@ -87,7 +89,7 @@ def _attention_masked_kernel(q_ptr, k_ptr, v_ptr, m_ptr, o_ptr, H, GROUP, S, D, 
                              stride_mb, stride_mh, stride_mq, stride_mk,
                              stride_ob, stride_oh, stride_os, stride_od,
                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                             EVEN_D: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+                             EVEN_D: tl.constexpr, FP32: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
                              ADDITIVE: tl.constexpr, PER_QUERY: tl.constexpr):
     start_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -114,10 +116,10 @@ def _attention_masked_kernel(q_ptr, k_ptr, v_ptr, m_ptr, o_ptr, H, GROUP, S, D, 
     full = (S // BLOCK_N) * BLOCK_N
     acc, m_i, l_i = _attend_blocks(acc, m_i, l_i, q, k_base, v_base, mask_base, offs_m, offs_d, 0, full, S, D,
                                    stride_ks, stride_kd, stride_vs, stride_vd, stride_mq, stride_mk, sm_scale,
-                                   BLOCK_N, False, EVEN_D, IEEE, UPCAST, ADDITIVE, PER_QUERY)
+                                   BLOCK_N, False, EVEN_D, FP32, PRECISION, UPCAST, ADDITIVE, PER_QUERY)
     acc, m_i, l_i = _attend_blocks(acc, m_i, l_i, q, k_base, v_base, mask_base, offs_m, offs_d, full, S, S, D,
                                    stride_ks, stride_kd, stride_vs, stride_vd, stride_mq, stride_mk, sm_scale,
-                                   BLOCK_N, True, EVEN_D, IEEE, UPCAST, ADDITIVE, PER_QUERY)
+                                   BLOCK_N, True, EVEN_D, FP32, PRECISION, UPCAST, ADDITIVE, PER_QUERY)
     out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # every key masked: acc is 0, the row 0
     tl.store(o_base + offs_m[:, None] * stride_os + offs_d[None, :] * stride_od,
              out.to(o_ptr.dtype.element_ty), mask=row_ok & (offs_d[None, :] < D))
@@ -162,14 +164,16 @@ def attention_masked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
     o = torch.empty_like(q)  # q's order of dimensions: heads inside tokens when q is a projection's view
     if o.numel() == 0:
         return o
-    cfg = launch_config(S, D, q.element_size(), knobs or KNOBS)
+    knobs = {**KNOBS, **(knobs or {})}
+    cfg = launch_config(S, D, q.element_size(), knobs)
     sm_scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     grid = (triton.cdiv(S, cfg["BLOCK_M"]), B * H)
     _attention_masked_kernel[grid](
         q, k, v, mask, o, H, H // Hkv, S, D, sm_scale,
         *q.stride(), *k.stride(), *v.stride(), *strides, *o.stride(),
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_D=cfg["BLOCK_D"],
-        EVEN_D=cfg["BLOCK_D"] == D, IEEE=q.dtype == torch.float32, UPCAST=q.device.type == "cpu",
+        EVEN_D=cfg["BLOCK_D"] == D, FP32=q.dtype == torch.float32, PRECISION=knobs["FP32_DOT"],
+        UPCAST=q.device.type == "cpu",
         ADDITIVE=mask.dtype != torch.bool, PER_QUERY=mask.shape[2] != 1,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     return o
