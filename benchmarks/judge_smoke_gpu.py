@@ -6,7 +6,8 @@ GPU-only attacks caught?
 
 Each starter of ``--kinds`` is judged at its GPU target shapes (all stages, timing, no
 torch.compile baselines: they take minutes); then each attack file of ``--attacks`` (from
-tests/attacks/) with its problem.  A starter must pass (a finding there is a false positive of
+tests/attacks/) with its problem (``FILE:PROBLEM+``: the file is what an optimiser adds, appended
+to the problem's starter, as red-team passes 28 on write them).  A starter must pass (a finding there is a false positive of
 the judge on real hardware); an attack must not.  Steps are skipped once ``--budget`` seconds
 are spent.  Writes DIR/judge_smoke.json; prints a markdown table last.
 """
@@ -32,7 +33,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--kinds", default=KINDS)
-    ap.add_argument("--attacks", default=ATTACKS, help="FILE:PROBLEM pairs, comma-separated (files in tests/attacks)")
+    ap.add_argument("--attacks", default=ATTACKS, help="FILE:PROBLEM pairs, comma-separated (files in tests/attacks; "
+                    "PROBLEM+ appends the file to the problem's starter)")
     ap.add_argument("--budget", type=float, default=180.0)
     ap.add_argument("--cpu-smoke", action="store_true")
     args = ap.parse_args(argv)
@@ -55,7 +57,14 @@ def main(argv=None) -> int:
     jobs = [(kind, KERNELS_DIR / f"{kind}.py", "pass") for kind in args.kinds.split(",") if kind]
     for pair in filter(None, args.attacks.split(",")):
         name, kind = pair.split(":")
-        jobs.append((kind, ROOT / "tests" / "attacks" / name, "caught"))
+        path = ROOT / "tests" / "attacks" / name
+        if kind.endswith("+"):  # the attack file is the part an optimiser adds: appended to the starter
+            kind = kind[:-1]
+            composed = args.out / "attacks" / name
+            composed.parent.mkdir(parents=True, exist_ok=True)
+            composed.write_text((KERNELS_DIR / f"{kind}.py").read_text() + "\n\n" + path.read_text())
+            path = composed
+        jobs.append((kind, path, "caught"))
     if args.cpu_smoke:
         jobs = jobs[:1] + [j for j in jobs if j[2] == "caught"][-1:]
     started = time.monotonic()
