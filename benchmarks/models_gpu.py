@@ -361,7 +361,8 @@ def bench_model(root: Path, spec: str, config: str | None, shape: str, gpu: bool
     if cuda_graphs and gpu:
         v = verify_in_fresh_process(wd, ahead, compile_mode, under_compile, log)
     else:
-        v = verify(wd, seeds=(0,), compile=gpu and ahead, compile_mode=compile_mode, iters=20 if gpu else 2, log=log,
+        v = verify(wd, seeds=(0,), compile=gpu and ahead and compile_mode != "none",
+                   compile_mode="default" if compile_mode == "none" else compile_mode, iters=20 if gpu else 2, log=log,
                    breakdown=False, under_compile=under_compile)
     ratio = (lambda a, b: a / b if a and b else None)
     name = (spec if ahead else f"{spec} (no add ahead)") + (" (padded)" if padded else "")
@@ -452,7 +453,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu-smoke", action="store_true")
     ap.add_argument("--cuda-graphs", action="store_true", help="verify the patched models in CUDA-graph mode")
     ap.add_argument("--compile-mode", default="max-autotune-no-cudagraphs",
-                    help="torch.compile mode of the baselines ('default' compiles faster)")
+                    help="torch.compile mode of the baselines ('default' compiles faster; 'none': eager and "
+                         "patched only, outside CUDA-graph mode)")
     ap.add_argument("--models", default="", help="comma-separated subset of the models listed in GPU_MODELS "
                     "('none': no model)")
     ap.add_argument("--skip-fused", action="store_true", help="models only, not the fused kinds")
@@ -501,7 +503,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         log(f"fused kind {kind}")
         try:
-            results["fused"].append(bench_fused(kind, gpu, compile_ok=gpu, compile_mode=opts.compile_mode))
+            results["fused"].append(bench_fused(kind, gpu, compile_ok=gpu and opts.compile_mode != "none",
+                                                   compile_mode=opts.compile_mode))
         except Exception as exc:
             log(traceback.format_exc())
             results["fused"].append({"kind": kind, "error": f"{type(exc).__name__}: {exc}"[:200]})
