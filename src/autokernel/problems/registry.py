@@ -43,6 +43,7 @@ BUILTIN_KINDS: dict[str, str] = {
     "xielu": "xielu",
     "shifted_windows": "shifted_windows",
     "window_bias": "window_bias",
+    "selective_scan": "selective_scan",
     "relative_position_bias": "relative_position_bias",
 }
 
