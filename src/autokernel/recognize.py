@@ -75,6 +75,7 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "window_bias": ("B", "H", "W", "heads", "window", "shift"),
     "moe_experts_gptoss": ("T", "K", "E", "D", "I"),
     "relative_position_bias": ("H", "Sq", "Sk", "NB", "bidirectional"),
+    "selective_scan": ("B", "D", "L", "N"),
 }
 
 PROFILER_DTYPES = {
@@ -1138,6 +1139,8 @@ def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], de
     """Does this scope claim the time of an op chain ``ops_below`` running inside it?
     ``residual_add_before``: a norm scope that ``pair_residual_adds`` paired with the add
     before it (it is then an ``add_<norm>``)."""
+    from .recognize_scan import is_selective_scan, selective_scan_instance  # it imports this module
+
     call = node.scope
     assert call is not None
     if call.kind == "function":
@@ -1145,6 +1148,8 @@ def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], de
             return _eager_attention(call, node, subtree_ops, default_dtype)
         if call.name.endswith(".compute_bias"):
             return _relative_position_bias(call, node, default_dtype)
+        if is_selective_scan(call):
+            return selective_scan_instance(call, node, default_dtype)
         return _rotary(call, node, default_dtype)
     info = call.info
     if info is None or not call.args:

@@ -50,6 +50,8 @@ SWITCHES = {
                    "self.relative_position_bias() + mask statements",
     "xielu": "apply switches xIELU activation modules (one-element alpha_p, alpha_n, beta and eps tensors) "
              "whose forward matches the reference on a probe",
+    "selective_scan": "apply rebinds mamba_selective_scan in the forward of a module that calls it (or calls a "
+                      "function that does), after a probe of the function",
 }
 # what the appliers switch never calls its kernel, so the op's kernel is never run here
 _STUB_KERNEL = "def kernel_fn(*args):\n    raise RuntimeError('placement stub: never run')\n"

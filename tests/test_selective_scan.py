@@ -1,0 +1,109 @@
+"""selective_scan (Mamba's selective scan with its D skip and silu gate), on CPU under the Triton
+interpreter: the reference against transformers' own ``mamba_selective_scan``, the starter against
+the reference on the strided views a mixer hands over, and hf:mamba planned and placed: every
+mixer's scan one op call, the patched model matching the original within verify's fp32 bound."""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from autokernel.problems import get_problem  # noqa: E402
+from autokernel.problems.registry import load_starter  # noqa: E402
+from autokernel.verify import END_TO_END_TOLERANCE, rel_error  # noqa: E402
+from test_softcap import _patched_with_starter  # noqa: E402
+
+HF = importlib.util.find_spec("transformers") is not None
+MAMBA = "hidden_size=32,num_hidden_layers=2,intermediate_size=64,state_size=8,vocab_size=128"
+
+
+def shape(b, d, l, n):
+    return {"B": b, "D": d, "L": l, "N": n}
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_reference_is_what_transformers_computes():
+    from transformers.models.mamba.modeling_mamba import mamba_selective_scan
+
+    problem = get_problem("selective_scan")
+    for seed, dims in enumerate([(2, 6, 9, 4), (1, 3, 1, 16)]):
+        u, dt, A, B, C, D, z, bias = problem.make_inputs(shape(*dims), torch.float32, "cpu", seed)
+        want = mamba_selective_scan(u, dt, A, B, C, D=D, z=z, delta_bias=bias, delta_softplus=True)
+        torch.testing.assert_close(problem.reference(u, dt, A, B, C, D, z, bias), want, rtol=1e-5, atol=1e-6)
+
+
+def test_starter_takes_the_mixers_strided_views():
+    """u and z as MambaMixer has them (channels contiguous: transposes of [B, L, D] and a chunk of
+    [B, L, 2D]), Bs and Cs as slices of x_proj's [B, L, R + 2N] output, transposed."""
+    problem = get_problem("selective_scan")
+    kernel = load_starter("selective_scan").kernel_fn
+    b, d, l, n = 2, 6, 9, 4
+    for dtype in (torch.float32, torch.bfloat16):
+        u, dt, A, B, C, D, z, bias = problem.make_inputs(shape(b, d, l, n), dtype, "cpu", 3)
+        uz = torch.cat([u, z], dim=1).transpose(1, 2).contiguous().transpose(1, 2)  # [B, 2D, L], stride 1 over D
+        xbc = torch.cat([torch.zeros(b, l, 3, dtype=dtype), B.transpose(1, 2), C.transpose(1, 2)], dim=-1)
+        views = (uz[:, :d], dt.transpose(1, 2).contiguous().transpose(1, 2), A,
+                 xbc[..., 3:3 + n].transpose(1, 2), xbc[..., 3 + n:].transpose(1, 2), D, uz[:, d:], bias)
+        assert not views[0].is_contiguous() and not views[3].is_contiguous()
+        tol = problem.tolerance(dtype)
+        torch.testing.assert_close(kernel(*views).float(), problem.reference(u, dt, A, B, C, D, z, bias).float(),
+                                   rtol=tol.rtol, atol=tol.atol)
+
+
+def test_bytes_read_the_four_sequences_and_the_two_projections_once():
+    problem = get_problem("selective_scan")
+    s = shape(8, 1536, 2048, 16)
+    assert problem.bytes(s, torch.bfloat16) == (4 * 8 * 1536 * 2048 + 2 * 8 * 16 * 2048) * 2 + 4 * (1536 * 16 + 2 * 1536)
+    assert problem.flops(s) == (6 * 16 + 12) * 8 * 1536 * 2048
+
+
+@pytest.fixture(scope="module")
+def mamba():
+    from autokernel.models import load_model
+    from autokernel.profiler import profile_model
+
+    loaded = load_model("hf:mamba", config_overrides=MAMBA, input_shape=[1, 16], dtype=torch.float32)
+    return loaded, profile_model(loaded, warmup=0, iters=1)
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_mamba_scans_are_planned_and_placed_and_match(tmp_path, mamba):
+    loaded, plan = mamba[0], copy.deepcopy(mamba[1])
+    problem = next(p for p in plan.problems if p.kind == "selective_scan")
+    assert problem.supported and sum(problem.calls) == 2, (problem.calls, problem.note)
+    assert problem.shapes == [shape(1, 64, 16, 8)]
+    assert sorted(m.split("backbone.")[-1] for m in problem.modules) == ["layers.0.mixer", "layers.1.mixer"]
+    calls, got, want = _patched_with_starter(tmp_path, loaded, plan, problem, 3)
+    assert calls == 2
+    logits = lambda out: out.logits if hasattr(out, "logits") else out  # noqa: E731
+    assert rel_error(logits(got), logits(want)) < END_TO_END_TOLERANCE["fp32"]
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_a_call_asking_for_the_last_state_runs_transformers_scan():
+    """A cache's last state is not the op's output: the replacement hands that call back."""
+    from transformers.models.mamba.modeling_mamba import mamba_selective_scan
+
+    from autokernel.integrate.scans import scan_replacement
+    from autokernel.integrate.selection import KernelOp
+    from autokernel.plan import PlanProblem
+
+    calls = []
+
+    def op(*args):
+        calls.append(args)
+        return get_problem("selective_scan").reference(*args)
+
+    problem = PlanProblem(name="selective_scan", kind="selective_scan", dtype="fp32", shapes=[shape(1, 3, 4, 2)],
+                          calls=[1], time_us=1.0, fraction=1.0)
+    replacement = scan_replacement(KernelOp(problem, "op", op, torch.float32, None), mamba_selective_scan)
+    u, dt, A, B, C, D, z, bias = get_problem("selective_scan").make_inputs(shape(1, 3, 4, 2), torch.float32, "cpu", 0)
+    out, state = replacement(u, dt, A, B, C, D=D, z=z, delta_bias=bias, delta_softplus=True, return_last_state=True)
+    assert not calls and state.shape == (1, 3, 2)
+    replacement(u, dt, A, B, C, D=D, z=z, delta_bias=bias, delta_softplus=True)
+    assert len(calls) == 1
