@@ -305,6 +305,14 @@ CASES = [
     # the pooler (adaptive_avg_pool1d 1.8-2.1%), patch merging's cat, the add ending each stage
     ("hf:swin", "embed_dim=32,depths=[2,2],num_heads=[2,4],image_size=64,window_size=4,patch_size=4", None, 0.93,
      {"linear_gelu", "add_layernorm", "layernorm", "attention_masked", "matmul", "shifted_windows", "window_bias"}),
+    # Mamba without the mamba-ssm package (transformers' PyTorch path): its selective scan (softplus,
+    # the discretization over [B, D, L, N], a Python loop over L, D skip, silu gate) had no kind:
+    # 7.6-9.5% covered (two runs, transformers 5.25), 7.3-7.4% (two runs, 5.17).  selective_scan since
+    # 2026-12-07: 92.2-92.3% (5.25), 93.2-93.3% (5.17), two runs each, alternated, load 2-3 on two
+    # cores.  Left: the causal depthwise conv1d and its silu (5.4-5.6%), dt_proj's weight @ time_step
+    # written in the forward (0.8-1.0%), A = -exp(A_log) (0.2-0.4%)
+    ("hf:mamba", "hidden_size=64,num_hidden_layers=2,intermediate_size=128,state_size=16,vocab_size=256", [2, 64], 0.88,
+     {"selective_scan", "matmul", "add_rmsnorm", "rmsnorm", "embedding"}),
 ]
 # models whose layers end with a residual add that the next layer's first norm reads: the final norm
 FUSED_AHEAD = {"gpt2": "ln_f", "hf:gpt2": "model.transformer.ln_f", "hf:phi3": "model.model.norm",
