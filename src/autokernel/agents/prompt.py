@@ -26,7 +26,8 @@ MAX_FAILURE_CHARS = 2500
 MEMORY_BOUND_KINDS = {"softmax", "layernorm", "rmsnorm", "swiglu", "cross_entropy", "rotary", "rotary_interleaved", "reduce",
                       "add_rmsnorm", "add_layernorm", "gelu", "geglu", "swiglu_packed", "geglu_packed",
                       "embedding", "rotary_table", "relative_position_bias", "xielu",
-                      "shifted_windows", "window_bias", "selective_scan"}
+                      "shifted_windows", "window_bias", "selective_scan",
+                      "causal_conv1d"}
 COMPUTE_BOUND_KINDS = {"matmul", "attention", "attention_masked", "attention_rotary", "attention_softcap", "attention_sinks",
                        "fused_mlp", "linear_gelu", "linear_relu", "linear_relu2"}
 FAILED = {"incorrect", "timeout", "crash", "rejected"}

@@ -84,8 +84,8 @@ DEFAULT_TOLERANCES: dict[torch.dtype, Tolerance] = {
 
 # Dimensions that are 0/1 settings, not sizes, wherever a kind has them (attention's ``causal``,
 # GELU's ``tanh``, attention_masked's ``additive`` and ``per_query``, relative_position_bias's
-# ``bidirectional``, shifted_windows' ``reverse``)
-FLAG_DIMS = frozenset({"causal", "tanh", "additive", "per_query", "bidirectional", "masked", "reverse"})
+# ``bidirectional``, shifted_windows' ``reverse``, causal_conv1d's ``silu``)
+FLAG_DIMS = frozenset({"causal", "tanh", "additive", "per_query", "bidirectional", "masked", "reverse", "silu"})
 
 
 def format_shape(shape: Shape) -> str:

@@ -44,6 +44,7 @@ BUILTIN_KINDS: dict[str, str] = {
     "shifted_windows": "shifted_windows",
     "window_bias": "window_bias",
     "selective_scan": "selective_scan",
+    "causal_conv1d": "causal_conv1d",
     "relative_position_bias": "relative_position_bias",
 }
 
