@@ -62,9 +62,10 @@ FORWARD_LABEL = "ak::forward::"
 MODULE_LABEL = "ak::m::"
 FUNCTION_LABEL = "ak::f::"
 GELU_LABEL = "ak::gelu::"  # + "tanh" | "none": the form of an F.gelu call (the trace does not record strings)
-# rotary functions, transformers' eager attention (Gemma-2 soft-caps its scores there) and Mamba's
-# selective scan
-MARKED_FUNCTIONS = re.compile(r"^(apply_rotary|eager_attention_forward$|mamba_selective_scan$)", re.IGNORECASE)
+# rotary functions, transformers' eager attention (Gemma-2 soft-caps its scores there), and Mamba's
+# selective scan and causal convolution (transformers' fallbacks for mamba-ssm and causal-conv1d)
+MARKED_FUNCTIONS = re.compile(r"^(apply_rotary|eager_attention_forward$|mamba_selective_scan$|causal_conv1d_fn$)",
+                              re.IGNORECASE)
 # methods of the model's module classes, marked the same way: T5's relative position bias
 MARKED_METHODS = ("compute_bias",)
 DEFAULT_WARMUP = 2  # untimed forward passes before profiling

@@ -76,6 +76,7 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "moe_experts_gptoss": ("T", "K", "E", "D", "I"),
     "relative_position_bias": ("H", "Sq", "Sk", "NB", "bidirectional"),
     "selective_scan": ("B", "D", "L", "N"),
+    "causal_conv1d": ("B", "D", "L", "K", "silu"),
 }
 
 PROFILER_DTYPES = {
@@ -1139,7 +1140,8 @@ def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], de
     """Does this scope claim the time of an op chain ``ops_below`` running inside it?
     ``residual_add_before``: a norm scope that ``pair_residual_adds`` paired with the add
     before it (it is then an ``add_<norm>``)."""
-    from .recognize_scan import is_selective_scan, selective_scan_instance  # it imports this module
+    from .recognize_scan import (CONV_FUNCTION, SCAN_FUNCTION, causal_conv1d_instance,  # it imports this module
+                                 marked, selective_scan_instance)
 
     call = node.scope
     assert call is not None
@@ -1148,8 +1150,10 @@ def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], de
             return _eager_attention(call, node, subtree_ops, default_dtype)
         if call.name.endswith(".compute_bias"):
             return _relative_position_bias(call, node, default_dtype)
-        if is_selective_scan(call):
+        if marked(call, SCAN_FUNCTION):
             return selective_scan_instance(call, node, default_dtype)
+        if marked(call, CONV_FUNCTION):
+            return causal_conv1d_instance(call, node, default_dtype)
         return _rotary(call, node, default_dtype)
     info = call.info
     if info is None or not call.args:

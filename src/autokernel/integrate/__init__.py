@@ -49,8 +49,9 @@ that compute that kind are switched to it:
 * ``window_bias`` — the same layers' attention mask (relative position bias + the shift's region
   mask): the layer's ``get_attn_mask`` call and its attention's bias + mask statements become one
   op call (``windows``);
-* ``selective_scan`` — Mamba mixers (transformers' ``MambaMixer``): their forward's call of
-  ``mamba_selective_scan``, direct or through ``mamba_scan_forward``, goes to the op (``scans``).
+* ``selective_scan`` and ``causal_conv1d`` — Mamba mixers (transformers' ``MambaMixer``): their
+  forward's calls of ``mamba_selective_scan`` and ``causal_conv1d_fn``, direct or through
+  ``mamba_scan_forward`` and ``causal_conv1d_forward``, go to the ops (``scans``).
 
 Which kernels: when the workdir has ``results.tsv``, only a kernel the harness passed (its
 best row is timed, with no failed stage); on a GPU run (``plan.time_kind == "gpu"``) not one

@@ -26,7 +26,7 @@ from .position_bias import _apply_relative_position_bias
 from .residuals import _apply_residual_adds
 from .scores_attention import _apply_scores_attention
 from .runfiles import IntegrateError, load_workdir_plan
-from .scans import _apply_selective_scan
+from .scans import _apply_mixer_function
 from .selection import NO_PLACE, KernelOp, select_kernels
 from .softcaps import _apply_softcap
 from .tables import _apply_rotary_table
@@ -66,7 +66,8 @@ _MODULE_APPLIERS = {
     "relative_position_bias": _apply_relative_position_bias,
     "shifted_windows": _apply_shifted_windows,
     "window_bias": _apply_window_bias,
-    "selective_scan": _apply_selective_scan,
+    "selective_scan": _apply_mixer_function,
+    "causal_conv1d": _apply_mixer_function,
 }
 # Post-norm output blocks (``<kind>:outputs``) first: they take the add and their norm child.
 # fused_mlp before swiglu (it covers more of the MLP); matmul last so that the linears of a
@@ -86,7 +87,7 @@ _ORDER = ("linear_gelu", "linear_relu2", "linear_relu", "add_rmsnorm:outputs", "
           "gelu", "xielu", "softmax", "cross_entropy", "fused_mlp", "swiglu", "geglu", "swiglu_packed", "geglu_packed",
           "relative_position_bias",
           "embedding", "rotary_table", "moe_experts", "moe_experts_gptoss", "softcap", "attention_masked:scores",
-          "selective_scan", "matmul")
+          "selective_scan", "causal_conv1d", "matmul")
 _SHARES_MODULES = {"add_rmsnorm", "add_layernorm", "add_rmsnorm:adds", "add_layernorm:adds", "attention_masked:scores"}
 
 

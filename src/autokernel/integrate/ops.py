@@ -56,13 +56,15 @@ SCHEMAS: dict[str, str] = {
     "window_bias": "(Tensor table, Tensor index, int batch, int height, int width, int window, int shift) -> Tensor",
     "selective_scan": ("(Tensor u, Tensor delta, Tensor A, Tensor B, Tensor C, Tensor D, Tensor z, Tensor delta_bias) "
                        "-> Tensor"),
+    "causal_conv1d": "(Tensor x, Tensor weight, Tensor bias, int silu) -> Tensor",
 }
 # kinds whose op returns two tensors of one shape and dtype (``output_meta``): (normalised rows,
 # sum) with the first input's, and (cos, sin)
 TWO_OUTPUTS = {"add_rmsnorm", "add_layernorm", "rotary_table"}
 # kinds whose op returns one tensor of the first input's shape and dtype
 SAME_AS_FIRST = {"rmsnorm", "layernorm", "softmax", "swiglu", "rotary", "rotary_interleaved", "gelu", "geglu", "moe_experts",
-                 "moe_experts_gptoss", "softcap", "xielu", "selective_scan"}
+                 "moe_experts_gptoss", "softcap", "xielu", "selective_scan",
+                 "causal_conv1d"}
 
 
 def output_meta(kind: str, args: tuple) -> tuple[tuple[int, ...], torch.dtype]:

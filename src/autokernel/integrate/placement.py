@@ -52,6 +52,8 @@ SWITCHES = {
              "whose forward matches the reference on a probe",
     "selective_scan": "apply rebinds mamba_selective_scan in the forward of a module that calls it (or calls a "
                       "function that does), after a probe of the function",
+    "causal_conv1d": "apply rebinds causal_conv1d_fn in the forward of a module that calls it (or calls a function "
+                     "that does), after a probe of the function",
 }
 # what the appliers switch never calls its kernel, so the op's kernel is never run here
 _STUB_KERNEL = "def kernel_fn(*args):\n    raise RuntimeError('placement stub: never run')\n"

@@ -1,12 +1,15 @@
-"""selective_scan (Mamba's selective scan with its D skip and silu gate), on CPU under the Triton
-interpreter: the reference against transformers' own ``mamba_selective_scan``, the starter against
-the reference on the strided views a mixer hands over, and hf:mamba planned and placed: every
-mixer's scan one op call, the patched model matching the original within verify's fp32 bound."""
+"""selective_scan (Mamba's selective scan with its D skip and silu gate) and causal_conv1d (its
+causal depthwise convolution + silu), on CPU under the Triton interpreter: the references against
+transformers' own ``mamba_selective_scan`` and ``causal_conv1d_fn``, the starters against the
+references on the strided views a mixer hands over, and hf:mamba planned and placed: every mixer's
+scan and convolution one op call each, the patched model matching the original within verify's
+fp32 bound."""
 from __future__ import annotations
 
 import copy
 import importlib.util
 import os
+import shutil
 
 import pytest
 import torch
@@ -14,7 +17,7 @@ import torch
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from autokernel.problems import get_problem  # noqa: E402
-from autokernel.problems.registry import load_starter  # noqa: E402
+from autokernel.problems.registry import KERNELS_DIR, load_starter  # noqa: E402
 from autokernel.verify import END_TO_END_TOLERANCE, rel_error  # noqa: E402
 from test_softcap import _patched_with_starter  # noqa: E402
 
@@ -62,6 +65,30 @@ def test_bytes_read_the_four_sequences_and_the_two_projections_once():
     assert problem.flops(s) == (6 * 16 + 12) * 8 * 1536 * 2048
 
 
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_conv_reference_is_what_transformers_computes():
+    from transformers.models.mamba.modeling_mamba import causal_conv1d_fn
+
+    problem = get_problem("causal_conv1d")
+    for seed, silu in enumerate((1, 0)):
+        x, weight, bias, _ = problem.make_inputs({"B": 2, "D": 6, "L": 9, "K": 4, "silu": silu}, torch.float32, "cpu", seed)
+        want = causal_conv1d_fn(x, weight, bias, activation="silu" if silu else None)
+        torch.testing.assert_close(problem.reference(x, weight, bias, silu), want, rtol=1e-6, atol=1e-6)
+
+
+def test_conv_starter_takes_the_mixers_strided_view():
+    """x as MambaMixer has it: the first half of in_proj's [B, L, 2D] output, transposed."""
+    problem = get_problem("causal_conv1d")
+    kernel = load_starter("causal_conv1d").kernel_fn
+    for dtype, silu in ((torch.float32, 1), (torch.bfloat16, 0)):
+        x, weight, bias, _ = problem.make_inputs({"B": 2, "D": 6, "L": 9, "K": 4, "silu": silu}, dtype, "cpu", 4)
+        view = torch.cat([x, x], dim=1).transpose(1, 2).contiguous().transpose(1, 2)[:, :6]
+        assert not view.is_contiguous()
+        tol = problem.tolerance(dtype)
+        torch.testing.assert_close(kernel(view, weight, bias, silu).float(),
+                                   problem.reference(x, weight, bias, silu).float(), rtol=tol.rtol, atol=tol.atol)
+
+
 @pytest.fixture(scope="module")
 def mamba():
     from autokernel.models import load_model
@@ -69,6 +96,10 @@ def mamba():
 
     loaded = load_model("hf:mamba", config_overrides=MAMBA, input_shape=[1, 16], dtype=torch.float32)
     return loaded, profile_model(loaded, warmup=0, iters=1)
+
+
+def logits(out):
+    return out.logits if hasattr(out, "logits") else out
 
 
 @pytest.mark.skipif(not HF, reason="transformers is not installed")
@@ -80,7 +111,31 @@ def test_mamba_scans_are_planned_and_placed_and_match(tmp_path, mamba):
     assert sorted(m.split("backbone.")[-1] for m in problem.modules) == ["layers.0.mixer", "layers.1.mixer"]
     calls, got, want = _patched_with_starter(tmp_path, loaded, plan, problem, 3)
     assert calls == 2
-    logits = lambda out: out.logits if hasattr(out, "logits") else out  # noqa: E731
+    assert rel_error(logits(got), logits(want)) < END_TO_END_TOLERANCE["fp32"]
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_mamba_mixers_take_both_ops_and_match(tmp_path, mamba):
+    """The convolution and the scan placed together (the second applier rebinds the forward the
+    first left): each op called once a layer, the model within verify's bound."""
+    from autokernel.integrate import OP_CALLS, apply
+    from autokernel.plan import save_plan
+
+    loaded, plan = mamba[0], copy.deepcopy(mamba[1])
+    plan.problems = [p for p in plan.problems if p.kind in ("selective_scan", "causal_conv1d")]
+    conv = next(p for p in plan.problems if p.kind == "causal_conv1d")
+    assert conv.supported and conv.shapes == [{"B": 1, "D": 64, "L": 16, "K": 4, "silu": 1}], conv.note
+    for p in plan.problems:
+        (tmp_path / "problems" / p.name).mkdir(parents=True)
+        shutil.copyfile(KERNELS_DIR / f"{p.kind}.py", tmp_path / "problems" / p.name / "kernel.py")
+    save_plan(plan, tmp_path / "plan.json")
+    patched = apply(loaded.model, tmp_path)
+    ops = [patched._autokernel_ops[p.name] for p in plan.problems]
+    before = [OP_CALLS[op] for op in ops]
+    ids = loaded.make_inputs(5)
+    with torch.no_grad():
+        got, want = patched(*ids), loaded.model(*ids)
+    assert [OP_CALLS[op] - b for op, b in zip(ops, before)] == [2, 2]
     assert rel_error(logits(got), logits(want)) < END_TO_END_TOLERANCE["fp32"]
 
 
@@ -89,7 +144,7 @@ def test_a_call_asking_for_the_last_state_runs_transformers_scan():
     """A cache's last state is not the op's output: the replacement hands that call back."""
     from transformers.models.mamba.modeling_mamba import mamba_selective_scan
 
-    from autokernel.integrate.scans import scan_replacement
+    from autokernel.integrate.scans import replacement
     from autokernel.integrate.selection import KernelOp
     from autokernel.plan import PlanProblem
 
@@ -101,9 +156,9 @@ def test_a_call_asking_for_the_last_state_runs_transformers_scan():
 
     problem = PlanProblem(name="selective_scan", kind="selective_scan", dtype="fp32", shapes=[shape(1, 3, 4, 2)],
                           calls=[1], time_us=1.0, fraction=1.0)
-    replacement = scan_replacement(KernelOp(problem, "op", op, torch.float32, None), mamba_selective_scan)
+    scan = replacement(KernelOp(problem, "op", op, torch.float32, None), mamba_selective_scan)
     u, dt, A, B, C, D, z, bias = get_problem("selective_scan").make_inputs(shape(1, 3, 4, 2), torch.float32, "cpu", 0)
-    out, state = replacement(u, dt, A, B, C, D=D, z=z, delta_bias=bias, delta_softplus=True, return_last_state=True)
+    out, state = scan(u, dt, A, B, C, D=D, z=z, delta_bias=bias, delta_softplus=True, return_last_state=True)
     assert not calls and state.shape == (1, 3, 2)
-    replacement(u, dt, A, B, C, D=D, z=z, delta_bias=bias, delta_softplus=True)
+    scan(u, dt, A, B, C, D=D, z=z, delta_bias=bias, delta_softplus=True)
     assert len(calls) == 1
