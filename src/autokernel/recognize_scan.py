@@ -31,7 +31,7 @@ def marked(call: ScopeCall, function: str) -> bool:
     return call.kind == "function" and call.name.rsplit(".", 1)[-1] == function
 
 
-def _shapes_fit(shapes: list[tuple[int, ...]]) -> tuple[int, int, int, int] | None:
+def scan_shapes_fit(shapes: list[tuple[int, ...]]) -> tuple[int, int, int, int] | None:
     """(B, D, L, N) where the scan's eight tensors' shapes are the problem's, else None."""
     if len(shapes) != 8 or len(shapes[0]) != 3 or len(shapes[2]) != 2:
         return None
@@ -54,7 +54,7 @@ def _module(node: Node) -> str:
 
 
 def selective_scan_instance(call: ScopeCall, node: Node, default_dtype: str) -> Instance | Unsupported:
-    dims = _shapes_fit([a.shape for a in call.args])
+    dims = scan_shapes_fit([a.shape for a in call.args])
     if dims is None:
         return Unsupported(f"{call.name} (without D, z or the dt bias, or in another layout)")
     return Instance("selective_scan", call.args[0].dtype or default_dtype, [(make_shape("selective_scan", *dims), 1)],

@@ -29,7 +29,7 @@ from typing import Any, Callable
 import torch
 
 from ..recognize import module_wrapped_function
-from ..recognize_scan import CONV_FUNCTION, SCAN_FUNCTION, _shapes_fit, conv_shapes_fit
+from ..recognize_scan import CONV_FUNCTION, SCAN_FUNCTION, conv_shapes_fit, scan_shapes_fit
 from .calls import _rebound
 from .ops import traced_as_original
 from .patching import apply_rewritten_members, rewrap
@@ -47,7 +47,7 @@ def takes_scan(k: KernelOp, v: dict[str, Any]) -> bool:
             or not all(isinstance(t, torch.Tensor) for t in tensors)):
         return False
     u, dt, A, B, C, D, z, bias = tensors
-    dims = _shapes_fit([tuple(t.shape) for t in tensors])
+    dims = scan_shapes_fit([tuple(t.shape) for t in tensors])
     return (dims is not None and dims[0] * dims[1] * dims[2] > 0 and dims[3] in k.dims("N")
             and all(t.dtype == k.dtype for t in (u, dt, B, C, z))
             and all(t.dtype == torch.float32 for t in (A, D, bias))
