@@ -26,6 +26,11 @@ and the multiply-add of the contraction; per element the bias add, softplus (exp
 skip and silu.  2.72 GFLOP at that size; what limits a kernel is the BDLN = 403M exponentials
 (the special-function units: ~0.1 ms on an H100), not the FMAs.  ``flops`` counts exp as one.
 
+Baselines: the reference (and so eager) is a Python loop over L, as transformers' path is; on a GPU
+the harness also times torch.compile of it, which dynamo unrolls over 2048-4096 steps at the GPU
+shapes: not tried yet, that compile may take minutes (its failure is recorded as a note, not a
+verdict).
+
 Numerics: dt from its real range (softplus(delta + bias) log-uniform in [1e-3, 1e-1], as Mamba
 initialises it), A = -(1..N) scaled; cases: ``large-dt`` (delta + bias above softplus' threshold
 of 20, where softplus is the identity and exp(dt A) underflows to 0), ``tiny-dt`` (delta + bias
