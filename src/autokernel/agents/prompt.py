@@ -144,6 +144,12 @@ def target_shapes(context: Context) -> tuple[list[Shape], torch.dtype]:
     return [dict(s) for s in shapes], dtype
 
 
+def _shape_text(p, shape: dict) -> str:
+    """A target shape in ``dims`` order, an optional dimension it has named (``...x1,Dv=128``)."""
+    extra = [f"{d}={shape[d]}" for d in p.optional_dims if d in shape]
+    return ",".join([format_shape({d: shape[d] for d in p.dims})] + extra)
+
+
 def problem_section(context: Context) -> str:
     p = context.problem
     shapes, dtype = target_shapes(context)
@@ -152,8 +158,9 @@ def problem_section(context: Context) -> str:
         f"- kind: {p.kind}" + (f" (from {context.problem_spec})" if context.problem_spec != p.kind else ""),
         f"- what it computes: {p.description}",
         f"- signature: `{p.signature}`",
-        f"- dimensions: {', '.join(p.dims)}",
-        f"- target shapes ({'x'.join(p.dims)}): {', '.join(format_shape(s) for s in shapes)}",
+        f"- dimensions: {', '.join(p.dims)}" + (f" (and, where a shape has it, {', '.join(p.optional_dims)})"
+                                                 if p.optional_dims else ""),
+        f"- target shapes ({'x'.join(p.dims)}): {', '.join(_shape_text(p, s) for s in shapes)}",
         (f"- dtype: {dtype_name(dtype)}" if (context.extra or {}).get("dtype")
          else f"- dtypes (all must be correct): {', '.join(dtype_name(d) for d in p.dtypes)}"),
         f"- device: {context.device}",

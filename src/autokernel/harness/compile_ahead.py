@@ -64,7 +64,7 @@ def cases_ahead(problem: Problem, plan: Any, device: str) -> list[tuple[Shape, t
     the first, the helpers from the other end."""
     heldout, _ = plan.heldout_draw(problem)
     order = [(dict(s), d) for d in plan.dtypes for s in plan.shapes]
-    order += [(dict(s), d) for d in plan.dtypes for s in problem.edge_shapes_for(device)]
+    order += [(dict(s), d) for d in plan.dtypes for s in problem.edge_shapes_for(device, plan.shapes)]
     order += [(dict(s), d) for d in plan.dtypes for s in heldout]
     seen, unique = set(), []
     for shape, dtype in order:

@@ -142,7 +142,7 @@ def worker_spec(spec: Any, problem: Problem) -> str | None:
 def _shapes(problem: Problem, shapes: Sequence[Any] | None, device: str) -> list[Shape]:
     if not shapes:
         return [dict(s) for s in problem.shapes_for(device)]
-    return [problem.parse_shape(s) if isinstance(s, str) else {d: int(s[d]) for d in problem.dims} for s in shapes]
+    return [problem.parse_shape(s) if isinstance(s, str) else problem.shape_of(s) for s in shapes]
 
 
 def _dtypes(problem: Problem, dtypes: Sequence[Any] | None) -> list[torch.dtype]:

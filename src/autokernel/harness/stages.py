@@ -786,7 +786,7 @@ def stage_determinism(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
 
 
 def stage_edges(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
-    shapes = list(judge.problem.edge_shapes_for(judge.device))
+    shapes = list(judge.problem.edge_shapes_for(judge.device, plan.shapes))
     if not shapes:
         return "skipped: the problem defines no edge shapes"
     adversarial = 0

@@ -297,6 +297,7 @@ class _Stats:
 
 def _validate(targets: list[Target], budget_s: float | None, max_experiments: int | None) -> list[ProblemRun]:
     from ..problems import get_problem, parse_dtype
+    from ..problems.base import has_dims
 
     if not targets:
         raise OptimizeError("nothing to optimize: no supported problem")
@@ -318,7 +319,7 @@ def _validate(targets: list[Target], budget_s: float | None, max_experiments: in
             parse_dtype(t.dtype)
         if t.shapes is not None:
             for shape in t.shapes:
-                if list(shape) != list(problem.dims):
+                if not has_dims(shape, problem.dims, problem.optional_dims):
                     raise OptimizeError(f"shape {shape} of {t.name} does not have the dimensions {', '.join(problem.dims)}")
         if t.weights is not None and (t.shapes is None or len(t.weights) != len(t.shapes)):
             raise OptimizeError(f"{t.name}: one weight per shape is needed")

@@ -92,28 +92,38 @@ def format_shape(shape: Shape) -> str:
     return "x".join(str(v) for v in shape.values())
 
 
-def parse_shape(text: str, dims: Sequence[str], flags: Sequence[str] = (), zero: Sequence[str] = ()) -> Shape:
+def parse_shape(text: str, dims: Sequence[str], flags: Sequence[str] = (), zero: Sequence[str] = (),
+                optional: Sequence[str] = ()) -> Shape:
     """Parse ``4096x4096`` (values in ``dims`` order) or ``M=4096,N=4096``.  Sizes are at least 1;
     the dimensions in ``flags`` (attention's ``causal``...) are 0 or 1, those in ``zero``
-    (shifted_windows' ``shift``) at least 0."""
+    (shifted_windows' ``shift``) at least 0.  The ``optional`` ones (attention's ``Dv``) may be
+    given after ``dims``, in their order."""
     text = text.strip()
+    known = tuple(dims) + tuple(optional)
     if "=" in text:
         shape: Shape = {}
         for part in re.split(r"[,\s]+", text):
             if not part:
                 continue
             name, _, value = part.partition("=")
-            if name not in dims:
-                raise ValueError(f"unknown dimension {name!r} in shape {text!r}; dimensions are {', '.join(dims)}")
+            if name not in known:
+                raise ValueError(f"unknown dimension {name!r} in shape {text!r}; dimensions are {', '.join(known)}")
             shape[name] = check_dim(_parse_int(value, text), text, name, name in flags, name in zero)
         missing = [d for d in dims if d not in shape]
         if missing:
             raise ValueError(f"shape {text!r} lacks dimension(s) {', '.join(missing)}")
-        return {d: shape[d] for d in dims}
+        return {d: shape[d] for d in known if d in shape}
     values = [_parse_int(v, text) for v in re.split(r"[x×,]", text.lower())]
-    if len(values) != len(dims):
-        raise ValueError(f"shape {text!r} has {len(values)} value(s); expected {len(dims)} ({'x'.join(dims)})")
-    return {d: check_dim(n, text, d, d in flags, d in zero) for d, n in zip(dims, values)}
+    if not len(dims) <= len(values) <= len(known):
+        expected = f"{len(dims)}" + (f" to {len(known)}" if optional else "")
+        raise ValueError(f"shape {text!r} has {len(values)} value(s); expected {expected} ({'x'.join(known)})")
+    return {d: check_dim(n, text, d, d in flags, d in zero) for d, n in zip(known, values)}
+
+
+def has_dims(shape: Shape, dims: Sequence[str], optional: Sequence[str] = ()) -> bool:
+    """Are ``shape``'s dimensions ``dims`` followed by some of ``optional``, in order?"""
+    names = list(shape)
+    return names[:len(dims)] == list(dims) and names[len(dims):] == [d for d in optional if d in shape]
 
 
 def _parse_int(value: str, whole: str) -> int:
@@ -180,6 +190,12 @@ class Problem:
     cpu_edge_shapes: tuple[Shape, ...] = ()
     # Dimensions that held-out and edge shapes must keep (e.g. attention head_dim).
     fixed_dims: tuple[str, ...] = ()
+    # Dimensions a shape may have after ``dims`` (attention's value head dim ``Dv``, where it is
+    # not D); a shape without one has the problem's default for it.
+    optional_dims: tuple[str, ...] = ()
+    # More edge shapes, made from the target shapes (attention's at a Dv of their own): judged
+    # only where the targets call for them.  None: the edge shapes alone.
+    target_edges: Callable[[Sequence[Shape], str], tuple[Shape, ...]] | None = None
     # Numerics stage: returns [(case name, args)], adversarial but valid inputs.
     adversarial_inputs: Callable[[Shape, torch.dtype, str, int], list[tuple[str, tuple]]] | None = None
     # How to get the callable under test from an imported kernel module.
@@ -225,8 +241,17 @@ class Problem:
     def shapes_for(self, device: str) -> tuple[Shape, ...]:
         return self.gpu_shapes if device.startswith("cuda") else self.cpu_shapes
 
-    def edge_shapes_for(self, device: str) -> tuple[Shape, ...]:
-        return self.gpu_edge_shapes if device.startswith("cuda") else self.cpu_edge_shapes
+    def edge_shapes_for(self, device: str, targets: Sequence[Shape] = ()) -> tuple[Shape, ...]:
+        gpu = device.startswith("cuda")
+        edges = self.gpu_edge_shapes if gpu else self.cpu_edge_shapes
+        if self.target_edges is not None and targets:
+            edges = edges + self.target_edges(targets, "cuda" if gpu else "cpu")
+        return edges
+
+    def shape_of(self, given: dict[str, Any]) -> Shape:
+        """A shape given as a mapping, in this problem's order: its ``dims``, then the optional
+        ones it has."""
+        return {d: int(given[d]) for d in self.dims + tuple(d for d in self.optional_dims if d in given)}
 
     def heldout_shape(self, shape: Shape, rng: random.Random) -> Shape:
         if self.heldout is not None:
@@ -257,7 +282,7 @@ class Problem:
         return getattr(module, self.entry_point)
 
     def parse_shape(self, text: str) -> Shape:
-        shape = parse_shape(text, self.dims, self.flag_dims, self.zero_dims)
+        shape = parse_shape(text, self.dims, self.flag_dims, self.zero_dims, self.optional_dims)
         wrong = self.check_shape(shape) if self.check_shape is not None else None
         if wrong:
             raise ValueError(f"shape {text!r} does not fit {self.kind} ({'x'.join(self.dims)}): {wrong}")
