@@ -20,13 +20,14 @@ class StarterVerdict:
     integrity: list[str]
 
 
-def judge_starter(kind: str) -> StarterVerdict:
+def judge_starter(kind: str, shapes: tuple[str, ...] | None = None) -> StarterVerdict:
+    """``shapes``: target shapes of the judge's (None: the problem's own CPU shapes)."""
     os.environ.setdefault("TRITON_INTERPRET", "1")
     from autokernel.harness import Evaluator
     from autokernel.problems.registry import KERNELS_DIR
 
     # baselines off: eager timings of the interpreter run say nothing; timing stays on for its re-check
-    with Evaluator(kind, device="cpu", baselines=False) as ev:
+    with Evaluator(kind, device="cpu", shapes=shapes, baselines=False) as ev:
         result = ev.evaluate(KERNELS_DIR / f"{kind}.py")
         shapes = len(ev.shapes)
     return StarterVerdict(kind=kind, verdict=result.verdict, failed_stage=result.failed_stage,

@@ -223,8 +223,8 @@ def test_a_causal_call_of_differing_lengths_stays_pytorchs():
             calls.append(args)
             return get_problem(KIND).reference(*args)
 
-        def dims(self, name):
-            return [16]
+        def head_dims(self):
+            return {(16, 16)}
 
     sdpa = _sdpa_replacement(None, None, Op())
     q, k = torch.randn(1, 2, 5, 16), torch.randn(1, 2, 9, 16)

@@ -1,24 +1,38 @@
-"""DeepSeek-V3's multi-head latent attention, which no kind computes, is reported as unsupported
-with its reason (hand-made trees: pure recognizers).  Before, the SDPA call with a value head dim
-of 16 beside q/k's 24 was an ``attention`` problem and ``apply_rotary_pos_emb_interleave``
-(interleaved pairs in, rotate_half halves out) a ``rotary`` one: both were planned, placed, and
-then handed every call back to PyTorch ("placed, but its op does not take all its calls")."""
+"""DeepSeek-V3's multi-head latent attention (MLA): its SDPA call, whose v has a head dim of its
+own (16 beside q/k's 24 at the coverage config, 128 beside 192 as the model runs), is an
+``attention`` problem with ``Dv``; its ``apply_rotary_pos_emb_interleave`` (interleaved pairs in,
+rotate_half halves out) is reported unsupported with its reason.  Before, both were planned as
+``attention`` and ``rotary``, placed, and then handed every call back to PyTorch.  Recognizers on
+hand-made trees, the problem's shapes and costs, apply's check, the starter."""
 from __future__ import annotations
 
+import os
+
+import pytest
+import torch
+
+from autokernel.problems import get_problem
+from autokernel.problems.registry import load_starter
 from autokernel.recognize import Instance, ModuleInfo, Node, ScopeCall, TensorMeta, Unsupported, recognize_op, recognize_scope
 
-
-def _sdpa(q, k, v) -> Node:
-    return Node(name="aten::scaled_dot_product_attention", shapes=[list(q), list(k), list(v), []] + [[]] * 4,
-                concrete=[None, None, None, None, 0.0, True, None, False], dtypes=["float"] * 3)
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def test_attention_with_a_value_head_dim_of_its_own_is_unsupported():
+def _sdpa(q, k, v, mask=None) -> Node:
+    return Node(name="aten::scaled_dot_product_attention", shapes=[list(q), list(k), list(v), list(mask or [])] + [[]] * 4,
+                concrete=[None, None, None, None, 0.0, mask is None, None, False], dtypes=["float"] * 4)
+
+
+def test_attention_with_a_value_head_dim_of_its_own_is_attention_with_dv():
     got = recognize_op(_sdpa((2, 2, 64, 24), (2, 2, 64, 24), (2, 2, 64, 16)), "fp32")
-    assert isinstance(got, Unsupported)
-    assert "value head dim 16 differs from the query/key head dim 24" in got.label
+    assert isinstance(got, Instance) and got.kind == "attention"
+    assert got.shapes == [({"B": 2, "H": 2, "Hkv": 2, "S": 64, "D": 24, "causal": 1, "Dv": 16}, 1)]
+    # one head dim for all: the shape has no Dv, as every plan recorded before it had
     same = recognize_op(_sdpa((2, 2, 64, 24), (2, 2, 64, 24), (2, 2, 64, 24)), "fp32")
-    assert isinstance(same, Instance) and same.kind == "attention"
+    assert isinstance(same, Instance) and same.shapes[0][0] == {"B": 2, "H": 2, "Hkv": 2, "S": 64, "D": 24, "causal": 1}
+    # with a mask (attention_masked takes one head dim): unsupported, with the reason
+    masked = recognize_op(_sdpa((2, 2, 64, 24), (2, 2, 64, 24), (2, 2, 64, 16), mask=(2, 1, 64, 64)), "fp32")
+    assert isinstance(masked, Unsupported) and "value head dim 16 differs" in masked.label
 
 
 def _rotary_call(code_names: tuple[str, ...], step: int, stack: bool = False) -> Node:
@@ -49,3 +63,54 @@ def test_interleaved_pairs_rotated_into_halves_are_unsupported():
     assert _recognize(_rotary_call(("cat",), step=1)).kind == "rotary"
     assert _recognize(_rotary_call(("rotate_half", "cat"), step=2)).kind == "rotary"
     assert _recognize(_rotary_call(("stack",), step=2, stack=True)).kind == "rotary_interleaved"
+
+
+MLA = {"B": 1, "H": 128, "Hkv": 128, "S": 4096, "D": 192, "causal": 1, "Dv": 128}
+
+
+def test_a_value_head_dim_changes_costs_and_edges_only_where_a_shape_has_one():
+    problem = get_problem("attention")
+    plain = {"B": 2, "H": 2, "Hkv": 2, "S": 64, "D": 24, "causal": 1}
+    # without Dv: the costs and edge shapes every recorded problem had
+    assert problem.flops(plain) == 4 * 2 * 2 * 64 ** 2 * 24 / 2
+    assert problem.bytes(plain, torch.float32) == (2 * 2 * 2 * 64 * 24 + 2 * 2 * 2 * 64 * 24) * 4
+    assert problem.bytes(dict(plain, Dv=24), torch.float32) == problem.bytes(plain, torch.float32)
+    assert problem.edge_shapes_for("cpu", [plain]) == problem.cpu_edge_shapes
+    assert problem.edge_shapes_for("cuda", [plain]) == problem.gpu_edge_shapes
+    # DeepSeek-V3 as it runs (the docstring's numbers): 0.687 TFLOP, 671 MB in bf16
+    assert problem.flops(MLA) == 2 * 128 * 4096 ** 2 * (192 + 128) / 2
+    assert problem.bytes(MLA, torch.bfloat16) == 2 * 128 * 4096 * (2 * 192 + 2 * 128)
+    # with Dv: edges at the target's heads and head dims beside the usual ones
+    extra = problem.edge_shapes_for("cuda", [MLA])[len(problem.gpu_edge_shapes):]
+    assert len(extra) == 3 and all(e["D"] == 192 and e["Dv"] == 128 and e["H"] == 128 for e in extra)
+    assert {e["causal"] for e in extra} == {0, 1} and min(e["S"] for e in extra) == 1
+    # inputs and text shapes
+    q, k, v, causal, _ = problem.make_inputs(dict(plain, Dv=16), torch.float32, "cpu", 0)
+    assert q.shape[-1] == k.shape[-1] == 24 and v.shape[-1] == 16 and causal
+    assert problem.parse_shape("2x2x2x64x24x1x16") == dict(plain, Dv=16)
+    assert problem.parse_shape("2x2x2x64x24x1") == plain
+    with pytest.raises(ValueError):
+        get_problem("attention_masked").parse_shape("2x2x2x64x24x1x0x16")
+
+
+def test_an_sdpa_call_goes_to_the_op_only_at_the_head_dims_it_was_judged_at():
+    from autokernel.integrate.calls import _sdpa_ok
+
+    q, k = torch.randn(1, 2, 5, 24), torch.randn(1, 2, 5, 24)
+    v16, v24 = torch.randn(1, 2, 5, 16), torch.randn(1, 2, 5, 24)
+    assert _sdpa_ok(q, k, v16, torch.float32, {(24, 16)}, False)
+    assert not _sdpa_ok(q, k, v24, torch.float32, {(24, 16)}, False)
+    assert not _sdpa_ok(q, k, v16, torch.float32, {(24, 24)}, False)
+    assert not _sdpa_ok(q, k, v16, torch.float32, set(), False)  # none given: one head dim
+    assert _sdpa_ok(q, k, v24, torch.float32, set(), False)
+
+
+@pytest.mark.skipif(not INTERPRET, reason="needs TRITON_INTERPRET=1 on CPU")
+def test_the_attention_starter_takes_a_value_head_dim_and_keeps_q_layout():
+    problem, starter = get_problem("attention"), load_starter("attention")
+    shape = {"B": 1, "H": 4, "Hkv": 2, "S": 19, "D": 24, "causal": 1, "Dv": 16}
+    q, k, v, causal, scale = problem.make_inputs(shape, torch.float32, "cpu", 1)
+    q = q.transpose(1, 2).contiguous().transpose(1, 2)  # heads inside tokens, as a projection's view
+    got = starter.kernel_fn(q, k, v, causal, scale)
+    assert got.shape == (1, 4, 19, 16) and got.transpose(1, 2).is_contiguous()
+    assert torch.allclose(got, problem.reference(q, k, v, causal, scale), atol=1e-5)

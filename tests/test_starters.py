@@ -30,19 +30,27 @@ HEAVIEST = ("attention_cross", "attention_softcap", "attention_masked", "moe_exp
             "attention_sinks", "cross_entropy")
 
 
+# starters judged again at target shapes of their own (the edge shapes such targets bring with
+# them included): attention with a value head dim unlike q/k's, multi-head latent attention
+# (DeepSeek-V3's 24/16 at the coverage config; about 35 s on 2 cores)
+AT_SHAPES = {"attention-value-dim": ("attention", ("1x2x1x40x24x1x16",))}
+
+
 @pytest.fixture(scope="module")
 def judged(request):
     """The selected starters judged once each, two at a time in processes of their own
     (starter_judge.py; one at a time under pytest-xdist): the judge is the whole cost of this
     file, and one evaluation keeps about one core busy."""
+    tests = ("test_starter_passes_every_stage", "test_starter_passes_at_shapes_of_its_own")
     selected = {item.callspec.params["kind"] for item in request.session.items
-                if getattr(item, "originalname", "") == "test_starter_passes_every_stage" and item.module is request.module}
-    kinds = [k for k in list_kinds() if k in selected and _missing(k) is None]
-    kinds.sort(key=lambda k: k not in HEAVIEST)  # longest first: neither process is left with one at the end
+                if getattr(item, "originalname", "") in tests and item.module is request.module}
+    kinds = [k for k in list_kinds() + list(AT_SHAPES) if k in selected and _missing(AT_SHAPES.get(k, (k,))[0]) is None]
+    # longest first: neither process is left with one at the end
+    kinds.sort(key=lambda k: k not in HEAVIEST and k not in AT_SHAPES)
     # under pytest-xdist another worker keeps the second core busy: one judge at a time there
     workers = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {kind: pool.submit(judge_starter, kind) for kind in kinds}
+        futures = {kind: pool.submit(judge_starter, *AT_SHAPES.get(kind, (kind,))) for kind in kinds}
         yield futures
         for f in futures.values():
             f.cancel()
@@ -57,6 +65,14 @@ def test_starter_passes_every_stage(kind, judged):
     assert result.stages == list(STAGES)
     assert result.timing_kind == "interpreter" and result.timed_shapes == result.target_shapes
     assert result.integrity == []
+
+
+@pytest.mark.parametrize("kind", list(AT_SHAPES))
+def test_starter_passes_at_shapes_of_its_own(kind, judged):
+    result = judged[kind].result(timeout=900)
+    assert result.verdict == "pass", f"{kind}: {result.failed_stage}: {result.message}"
+    assert result.stages == list(STAGES) and result.integrity == []
+    assert result.timed_shapes == result.target_shapes == len(AT_SHAPES[kind][1])
 
 
 @pytest.mark.parametrize("kind", ["softmax", "rmsnorm", "layernorm"])

@@ -42,7 +42,7 @@ from .problems.base import FLAG_DIMS
 # The dimensions of each built-in problem kind, in order (mirrors problems/<kind>.py).
 KIND_DIMS: dict[str, tuple[str, ...]] = {
     "matmul": ("M", "N", "K"),
-    "attention": ("B", "H", "Hkv", "S", "D", "causal"),
+    "attention": ("B", "H", "Hkv", "S", "D", "causal"),  # and Dv where v's head dim is not D (problems/attention.py)
     "attention_masked": ("B", "H", "Hkv", "S", "D", "additive", "per_query"),
     "attention_rotary": ("B", "H", "Hkv", "S", "D", "causal"),
     "attention_softcap": ("B", "H", "Hkv", "S", "D", "additive", "per_query"),
@@ -742,12 +742,14 @@ def _attention(node: Node, default_dtype: str) -> Instance | Unsupported | None:
     causal_index, mask_index = ATTENTION_OPS[node.name]
     mask = _arg(node, mask_index) if mask_index is not None else None
     v = _arg(node, 2)
-    if v and len(v) == 4 and v[3] != q[3]:
-        # DeepSeek's multi-head latent attention: q and k carry the rotary dims beside the
-        # others (nope + rope), v does not.  Every attention kind takes one head dim D for q,
-        # k, v and the output; apply's op would hand each such call back to PyTorch.
+    # DeepSeek's multi-head latent attention: q and k carry the rotary dims beside the others
+    # (nope + rope), v does not.  `attention` takes a value head dim Dv of its own; the other
+    # attention kinds take one head dim for q, k, v and the output.
+    own_value_dim = bool(v) and len(v) == 4 and v[3] != q[3]
+    if own_value_dim and (mask or q[2] != k[2]):
         return Unsupported(f"{node.name} (value head dim {v[3]} differs from the query/key head dim {q[3]}, as "
-                           "in multi-head latent attention: the attention kinds take one head dim)")
+                           "in multi-head latent attention, with a mask or keys of another length: only "
+                           "attention without a mask takes a value head dim of its own)")
     if q[2] != k[2]:
         return _cross_attention(node, q, k, mask, causal_index, mask_index, default_dtype)
     B, H, S, D = q
@@ -763,8 +765,11 @@ def _attention(node: Node, default_dtype: str) -> Instance | Unsupported | None:
         return Instance("attention_masked", _dtype(node, 0, default_dtype),
                         [(make_shape("attention_masked", B, H, hkv, S, D, additive, per_query), 1)], notes=notes)
     causal = 1 if _concrete(node, causal_index) is True else 0
-    return Instance("attention", _dtype(node, 0, default_dtype),
-                    [(make_shape("attention", B, H, hkv, S, D, causal), 1)], notes=notes)
+    shape = make_shape("attention", B, H, hkv, S, D, causal)
+    if own_value_dim:
+        shape["Dv"] = int(v[3])
+        notes += (f"value head dim {v[3]} beside the query/key head dim {D} (multi-head latent attention)",)
+    return Instance("attention", _dtype(node, 0, default_dtype), [(shape, 1)], notes=notes)
 
 
 def _kv_heads(node: Node, H: int, hkv: int) -> tuple[int, tuple[str, ...]]:

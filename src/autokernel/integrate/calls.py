@@ -42,14 +42,16 @@ def kernel_mask(mask: Any, query: torch.Tensor, key: torch.Tensor) -> torch.Tens
 
 
 def _sdpa_ok(query, key, value, dtype, head_dims, enable_gqa, cross: bool = False) -> bool:
-    """Is an SDPA call one the op was judged on: 4-D q, k, v in its dtype and head dims, kv
+    """Is an SDPA call one the op was judged on: 4-D q, k, v in its dtype and head dims
+    (``head_dims``: the (q/k, v) pairs, ``KernelOp.head_dims``; none given: v's as q's), kv
     heads that divide the query heads, and query and key lengths equal (``cross``: different,
     ``attention_cross``)?  One kv head is grouped-query attention with or without ``enable_gqa``:
     SDPA broadcasts it over the query heads (Falcon's multi-query attention, transformers 5.17)."""
     return (query.dim() == 4 and key.dim() == 4
             and value.dim() == 4 and query.dtype == dtype and key.dtype == dtype
-            and value.dtype == dtype and (not head_dims or query.shape[-1] in head_dims)
-            and key.shape[-1] == query.shape[-1] and value.shape[-1] == query.shape[-1]
+            and value.dtype == dtype and key.shape[-1] == query.shape[-1]
+            and ((query.shape[-1], value.shape[-1]) in head_dims if head_dims
+                 else value.shape[-1] == query.shape[-1])
             and (key.shape[-2] != query.shape[-2]) == cross and value.shape[-2] == key.shape[-2]
             and key.shape[1] == value.shape[1] and query.shape[0] == key.shape[0]
             and (key.shape[1] == query.shape[1] or key.shape[1] == 1
@@ -64,9 +66,9 @@ def _sdpa_replacement(k: KernelOp | None, masked: KernelOp | None = None,
     cross-attention), with a mask or not, go to ``cross``'s (``attention_cross``), each when the
     call is one its kernel was judged on; the rest to PyTorch."""
     original = F.scaled_dot_product_attention
-    plain = (k.op, k.dtype, k.dims("D") or k.dims("head_dim")) if k is not None else None
-    with_mask = (masked.op, masked.dtype, masked.dims("D")) if masked is not None else None
-    crossing = (cross.op, cross.dtype, cross.dims("D")) if cross is not None else None
+    plain = (k.op, k.dtype, k.head_dims()) if k is not None else None
+    with_mask = (masked.op, masked.dtype, masked.head_dims()) if masked is not None else None
+    crossing = (cross.op, cross.dtype, cross.head_dims()) if cross is not None else None
 
     def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                      is_causal=False, scale=None, enable_gqa=False):
@@ -228,7 +230,7 @@ def _eager_replacement(capped: KernelOp | None, masked: KernelOp | None, origina
             extra = () if softcap is None else (abs(float(softcap)),) if isinstance(softcap, (int, float)) else ()
             plain = (softcap is None or isinstance(softcap, (int, float)) and softcap) and not set(kwargs) & _NOT_PLAIN_KWARGS
         if (k is not None and plain and not dropout and not traced_as_original(k.op)
-                and _sdpa_ok(query, key, value, k.dtype, k.dims("D"), True)):
+                and _sdpa_ok(query, key, value, k.dtype, k.head_dims(), True)):
             mask = kernel_mask(attention_mask, query, key)
             if mask is not None:
                 out = k.op(query, key, value, mask, scaling, *extra)

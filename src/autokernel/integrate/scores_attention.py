@@ -107,7 +107,7 @@ def scalar(x: Any, divide: bool) -> float | None:
 
 
 def helpers(k: KernelOp) -> dict[str, Callable[..., Any]]:
-    op, dtype, head_dims = k.op, k.dtype, k.dims("D")
+    op, dtype, head_dims = k.op, k.dtype, k.head_dims()
 
     def ready(module, q, key, v, scale, dims, to_v=False) -> bool:
         """``dims``: 4, or 3 where heads are folded into the batch; ``to_v``: the forward casts the

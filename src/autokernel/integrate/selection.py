@@ -38,6 +38,11 @@ class KernelOp:
     def dims(self, dim: str) -> set[int]:
         return {s[dim] for s in self.problem.shapes if dim in s}
 
+    def head_dims(self) -> set[tuple[int, int]]:
+        """The (q/k head dim, v head dim) pairs its kernel was judged at: (D, D) but where a shape
+        has a value head dim Dv of its own (multi-head latent attention)."""
+        return {(s[d], s.get("Dv", s[d])) for s in self.problem.shapes for d in ("D", "head_dim") if d in s}
+
 
 @dataclass
 class Selection:

@@ -1,15 +1,24 @@
-"""attention: ``kernel_fn(q[B,H,S,D], k[B,Hkv,S,D], v[B,Hkv,S,D], causal=True, scale=None)``.
+"""attention: ``kernel_fn(q[B,H,S,D], k[B,Hkv,S,D], v[B,Hkv,S,Dv], causal=True, scale=None)``.
 
-Dims (B, H, Hkv, S, D, causal), causal being 0/1.  Grouped-query attention when Hkv < H
-(H % Hkv == 0): query head h reads kv head h // (H // Hkv), as Hugging Face's ``repeat_kv``.
+Dims (B, H, Hkv, S, D, causal), causal being 0/1, and optionally Dv, the value head dim (the
+output's), where it differs from D: multi-head latent attention (DeepSeek-V2/V3) gives q and k
+the rotary dims beside the others (nope 128 + rope 64 = 192) and v none of them (128).  A shape
+without Dv has Dv = D (every problem recorded before Dv existed).  Grouped-query attention when
+Hkv < H (H % Hkv == 0): query head h reads kv head h // (H // Hkv), as Hugging Face's ``repeat_kv``.
 ``scale`` None means 1/sqrt(D); even input draws pass, by turns (``scale_choices``), None,
 1/sqrt(D) given explicitly (as Hugging Face passes it) and 1/D (muP-style multipliers, e.g.
 Granite); odd draws a scale from [0.8/sqrt(D), 1.25/sqrt(D)] (``draw_scale``).  The causal mask keeps key j for query i when j <= i.
 
 Reference: the math definition with the kv heads repeated, computed in at least fp32
 (the harness passes fp64 copies on CPU), the output cast back to q's dtype.  Held-out and
-edge shapes keep D, the ratio H/Hkv (and H, Hkv) and causal; held-out shapes move S and B.
-FLOPs: 4·B·H·S²·D (two matrix products), halved when causal.
+edge shapes keep D, Dv, the ratio H/Hkv (and H, Hkv) and causal; held-out shapes move S and B.
+A problem whose target shapes have a Dv of their own gets edge shapes with it too
+(``value_dim_edges``); the others' judge shapes are what they were.
+FLOPs: 2·B·H·S²·(D + Dv) (scores over D, their product with v over Dv), halved when causal.
+Bytes: q and k (D wide), v and the output (Dv wide), each once.  DeepSeek-V3 as it runs
+(B=1, H=Hkv=128, S=4096, D=192, Dv=128, causal, bf16): 2·128·4096²·(192 + 128) / 2 = 0.687
+TFLOP and 2·128·4096·(2·192 + 2·128) = 671 MB (q and k 201 MB each, v and the output 134 MB
+each): about 1020 FLOP a byte, compute-bound like every long causal attention.
 """
 from __future__ import annotations
 
@@ -21,6 +30,11 @@ import torch.nn.functional as F
 from .base import Problem, Shape, choose_or_draw, element_size, generator, randn
 
 DIMS = ("B", "H", "Hkv", "S", "D", "causal")
+OPTIONAL_DIMS = ("Dv",)  # after DIMS, only where the value head dim is not D
+
+
+def value_dim(shape: Shape) -> int:
+    return shape.get("Dv", shape["D"])
 
 
 def _shape(b: int, h: int, hkv: int, s: int, d: int, causal: int) -> Shape:
@@ -44,7 +58,18 @@ GPU_EDGE_SHAPES = (_shape(1, 32, 8, 1, 128, 1), _shape(3, 32, 8, 1023, 128, 1), 
 # window of keys, or stops after a block or two, meets them; every other CPU shape fits in one)
 CPU_EDGE_SHAPES = (_shape(1, 1, 1, 1, 16, 1), _shape(1, 3, 1, 17, 32, 1), _shape(2, 2, 2, 33, 64, 0),
                    _shape(1, 1, 1, 263, 16, 1), _shape(1, 1, 1, 261, 16, 0))
-FIXED_DIMS = ("H", "Hkv", "D", "causal")
+FIXED_DIMS = ("H", "Hkv", "D", "causal", "Dv")
+
+
+def value_dim_edges(targets, device: str) -> tuple[Shape, ...]:
+    """Edge shapes at each (D, Dv) of the targets whose Dv is its own (none for the others): one
+    query row, an odd length past two key blocks of the widest BLOCK_N, and a bidirectional one,
+    the heads as the target has them (a smaller, odd S on the CPU)."""
+    pairs = {(t["D"], t["Dv"], t["H"], t["Hkv"]) for t in targets if "Dv" in t and t["Dv"] != t["D"]}
+    long = 263 if device == "cpu" else 1023
+    return tuple(dict(_shape(b, h, hkv, s, d, causal), Dv=dv)
+                 for d, dv, h, hkv in sorted(pairs)
+                 for b, s, causal in ((1, 1, 1), (1 if device == "cpu" else 3, long, 1), (1, 33, 0)))
 
 
 def scaled_scores(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None):
@@ -126,7 +151,7 @@ def make_inputs(shape: Shape, dtype: torch.dtype, device: str, seed: int) -> tup
     b, h, hkv, s, d = (shape[n] for n in ("B", "H", "Hkv", "S", "D"))
     q = randn((b, h, s, d), dtype, device, gen)
     k = randn((b, hkv, s, d), dtype, device, gen)
-    v = randn((b, hkv, s, d), dtype, device, gen)
+    v = randn((b, hkv, s, value_dim(shape)), dtype, device, gen)
     return q, k, v, bool(shape["causal"]), draw_scale(d, seed)
 
 
@@ -168,13 +193,15 @@ def head_strided_layout(x: torch.Tensor) -> bool:
 
 
 def packed_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The values of q, k, v as slices of one [B, S, (H + 2 Hkv) * D] tensor (GPT-2's c_attn)."""
+    """The values of q, k, v as slices of one [B, S, (H + Hkv) * D + Hkv * Dv] tensor (GPT-2's
+    c_attn; Dv, v's head dim, is D but in multi-head latent attention)."""
     b, h, s, d = q.shape
-    hkv = k.shape[1]
-    packed = torch.empty((b, s, (h + 2 * hkv) * d), dtype=q.dtype, device=q.device)
+    hkv, dv = k.shape[1], v.shape[-1]
+    packed = torch.empty((b, s, (h + hkv) * d + hkv * dv), dtype=q.dtype, device=q.device)
     views = []
     for t, start, heads in ((q, 0, h), (k, h * d, hkv), (v, (h + hkv) * d, hkv)):
-        view = packed[:, :, start:start + heads * d].view(b, s, heads, d).transpose(1, 2)
+        width = t.shape[-1]
+        view = packed[:, :, start:start + heads * width].view(b, s, heads, width).transpose(1, 2)
         view.copy_(t)
         views.append(view)
     return tuple(views)
@@ -193,7 +220,7 @@ def heldout(shape: Shape, rng: random.Random) -> Shape:
 
 
 def flops(shape: Shape) -> float:
-    f = 4.0 * shape["B"] * shape["H"] * shape["S"] ** 2 * shape["D"]
+    f = 2.0 * shape["B"] * shape["H"] * shape["S"] ** 2 * (shape["D"] + value_dim(shape))
     return f / 2 if shape["causal"] else f
 
 
@@ -206,15 +233,18 @@ def grouped_heads_error(shape: Shape) -> str | None:
 
 def nbytes(shape: Shape, dtype: torch.dtype) -> float:
     b, h, hkv, s, d = (shape[n] for n in ("B", "H", "Hkv", "S", "D"))
-    return float((2 * b * h * s * d + 2 * b * hkv * s * d) * element_size(dtype))
+    dv = value_dim(shape)
+    return float((b * h * s * (d + dv) + b * hkv * s * (d + dv)) * element_size(dtype))
 
 
 def make_problem() -> Problem:
     return Problem(
         kind="attention",
         description="scaled dot-product attention forward (causal or not, GQA), flash-style",
-        signature="kernel_fn(q[B,H,S,D], k[B,Hkv,S,D], v[B,Hkv,S,D], causal=True, scale=None) -> [B,H,S,D]",
+        signature="kernel_fn(q[B,H,S,D], k[B,Hkv,S,D], v[B,Hkv,S,Dv], causal=True, scale=None) -> [B,H,S,Dv]",
         dims=DIMS,
+        optional_dims=OPTIONAL_DIMS,
+        target_edges=value_dim_edges,
         reference=reference,
         eager=eager,
         make_inputs=make_inputs,
