@@ -1,20 +1,25 @@
 """DeepSeek-V3's multi-head latent attention (MLA): its SDPA call, whose v has a head dim of its
 own (16 beside q/k's 24 at the coverage config, 128 beside 192 as the model runs), is an
 ``attention`` problem with ``Dv``; its ``apply_rotary_pos_emb_interleave`` (interleaved pairs in,
-rotate_half halves out) is reported unsupported with its reason.  Before, both were planned as
-``attention`` and ``rotary``, placed, and then handed every call back to PyTorch.  Recognizers on
-hand-made trees, the problem's shapes and costs, apply's check, the starter."""
+rotate_half halves out) is a ``rotary_pairs_to_halves`` one.  Before, both were planned as
+``attention`` and ``rotary``, placed, and then handed every call back to PyTorch, and then
+reported unsupported.  Recognizers on hand-made trees, the problems' shapes and costs, apply's
+checks, and the tiny model profiled, applied and verified with the starters."""
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
+import shutil
 
 import pytest
 import torch
 
 from autokernel.problems import get_problem
-from autokernel.problems.registry import load_starter
+from autokernel.problems.registry import KERNELS_DIR, load_starter
 from autokernel.recognize import Instance, ModuleInfo, Node, ScopeCall, TensorMeta, Unsupported, recognize_op, recognize_scope
 
+HF = importlib.util.find_spec("transformers") is not None
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 
@@ -56,9 +61,10 @@ def _recognize(fn: Node):
     return recognize_scope(fn, [], {c.name for c in fn.children}, "fp32", False)
 
 
-def test_interleaved_pairs_rotated_into_halves_are_unsupported():
+def test_interleaved_pairs_rotated_into_halves_are_their_own_kind():
     got = _recognize(_rotary_call(("cat",), step=2))
-    assert isinstance(got, Unsupported) and "interleaved pairs in, rotate_half halves out" in got.label
+    assert isinstance(got, Instance) and got.kind == "rotary_pairs_to_halves"
+    assert [shape for shape, _ in got.shapes] == [{"B": 2, "H": 2, "S": 64, "D": 8}, {"B": 2, "H": 1, "S": 64, "D": 8}]
     # halves (step 1), rotate_half named, or pairs stacked back (Cohere's): the kinds that compute them
     assert _recognize(_rotary_call(("cat",), step=1)).kind == "rotary"
     assert _recognize(_rotary_call(("rotate_half", "cat"), step=2)).kind == "rotary"
@@ -105,6 +111,34 @@ def test_an_sdpa_call_goes_to_the_op_only_at_the_head_dims_it_was_judged_at():
     assert _sdpa_ok(q, k, v24, torch.float32, set(), False)
 
 
+def test_the_kinds_reference_is_deepseeks_function_and_neither_other_rotary():
+    problem = get_problem("rotary_pairs_to_halves")
+    x, cos, sin = problem.make_inputs({"B": 2, "H": 3, "S": 5, "D": 8}, torch.float64, "cpu", 0)
+    want = problem.reference(x, cos, sin)
+    for other in ("rotary", "rotary_interleaved"):
+        assert not torch.allclose(get_problem(other).reference(x, cos, sin), want)
+    if HF:
+        from transformers.models.deepseek_v3.modeling_deepseek_v3 import apply_rotary_pos_emb_interleave
+
+        # the model's tables are cat(freqs, freqs); only the first half is read either way
+        got, _ = apply_rotary_pos_emb_interleave(x, x, cos[None], sin[None])
+        assert torch.allclose(got, want)
+
+
+def test_the_inputs_catch_a_default_scale_taken_from_the_value_head_dim():
+    """SDPA's scale is 1/sqrt of q's head dim: a kernel that takes v's (or the output's) fails."""
+    from test_attention_masked import cases, judged
+
+    problem = get_problem("attention")
+    reference = problem.reference
+
+    def wrong(q, k, v, causal=True, scale=None):
+        return reference(q, k, v, causal, v.shape[-1] ** -0.5 if scale is None else scale)
+
+    shape = {"B": 1, "H": 2, "Hkv": 1, "S": 12, "D": 24, "causal": 1, "Dv": 16}
+    assert not all(judged(problem, torch.float32, wrong, args) for _, args in cases(problem, shape, torch.float32))
+
+
 @pytest.mark.skipif(not INTERPRET, reason="needs TRITON_INTERPRET=1 on CPU")
 def test_the_attention_starter_takes_a_value_head_dim_and_keeps_q_layout():
     problem, starter = get_problem("attention"), load_starter("attention")
@@ -114,3 +148,48 @@ def test_the_attention_starter_takes_a_value_head_dim_and_keeps_q_layout():
     got = starter.kernel_fn(q, k, v, causal, scale)
     assert got.shape == (1, 4, 19, 16) and got.transpose(1, 2).is_contiguous()
     assert torch.allclose(got, problem.reference(q, k, v, causal, scale), atol=1e-5)
+
+
+TINY_DEEPSEEK = ("hidden_size=64,num_hidden_layers=2,num_attention_heads=2,num_key_value_heads=2,intermediate_size=128,"
+                 "moe_intermediate_size=32,n_routed_experts=4,num_experts_per_tok=2,vocab_size=256,q_lora_rank=32,"
+                 "kv_lora_rank=16,qk_rope_head_dim=8,qk_nope_head_dim=16,v_head_dim=16,first_k_dense_replace=1,"
+                 "n_group=1,topk_group=1")
+
+
+@pytest.mark.skipif(not HF or not INTERPRET, reason="needs transformers and TRITON_INTERPRET=1")
+def test_deepseek_v3_attention_and_rotary_are_placed_and_verify(tmp_path):
+    """hf:deepseek_v3 (the coverage config, 2x12 tokens): the SDPA call is ``attention`` with Dv 16
+    beside D 24 and the rotary ``rotary_pairs_to_halves``; both starters are applied, each layer's
+    calls reach the ops (one attention and two rotary calls a layer: q and k), and the model
+    verifies and matches the original."""
+    from autokernel.integrate import OP_CALLS, apply
+    from autokernel.models import load_model
+    from autokernel.plan import save_plan
+    from autokernel.profiler import profile_model
+    from autokernel.verify import verify
+
+    loaded = load_model("hf:deepseek_v3", config_overrides=TINY_DEEPSEEK, input_shape=[2, 12])
+    plan = profile_model(loaded, warmup=0, iters=1)
+    chosen = [p for p in plan.problems if p.kind in ("attention", "rotary_pairs_to_halves")]
+    assert sorted(p.kind for p in chosen) == ["attention", "rotary_pairs_to_halves"], \
+        [(p.kind, p.supported, p.note) for p in plan.problems]
+    assert all(p.supported for p in chosen), [(p.kind, p.note) for p in chosen]
+    attention = next(p for p in chosen if p.kind == "attention")
+    assert attention.shapes == [{"B": 2, "H": 2, "Hkv": 2, "S": 12, "D": 24, "causal": 1, "Dv": 16}]
+    plan.problems = chosen
+    for p in chosen:
+        (tmp_path / "problems" / p.name).mkdir(parents=True)
+        shutil.copyfile(KERNELS_DIR / f"{p.kind}.py", tmp_path / "problems" / p.name / "kernel.py")
+    save_plan(plan, tmp_path / "plan.json")
+    (tmp_path / "run.json").write_text(json.dumps({"model": "hf:deepseek_v3", "dtype": "fp32", "device": "cpu",
+                                                   "input_shape": [2, 12], "config": TINY_DEEPSEEK}))
+    result = verify(tmp_path, seeds=(0, 1), timing=False, breakdown=False, log=lambda *_: None)
+    assert result.passed, result
+    patched = apply(loaded.model, tmp_path)
+    ops = {p.kind: patched._autokernel_ops[p.name] for p in chosen}
+    before = {kind: OP_CALLS[op] for kind, op in ops.items()}
+    ids = loaded.make_inputs(3)
+    with torch.no_grad():
+        got, want = patched(*ids), loaded.model(*ids)
+    assert {kind: OP_CALLS[op] - before[kind] for kind, op in ops.items()} == {"attention": 2, "rotary_pairs_to_halves": 4}
+    assert ((got - want).norm() / want.norm()).item() < 1e-5

@@ -50,6 +50,7 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "attention_cross": ("B", "H", "Hkv", "Sq", "Sk", "D", "masked", "additive", "per_query"),
     "rotary": ("B", "H", "S", "D"),
     "rotary_interleaved": ("B", "H", "S", "D"),
+    "rotary_pairs_to_halves": ("B", "H", "S", "D"),
     "rmsnorm": ("M", "N"),
     "layernorm": ("M", "N"),
     "softmax": ("M", "N"),
@@ -1324,11 +1325,9 @@ def _rotary(call: ScopeCall, node: Node, default_dtype: str) -> Instance | Unsup
     if "aten::stack" not in below and "rotate_half" not in call.code_names and _reads_pairs(node):
         # DeepSeek's apply_rotary_pos_emb_interleave: x[..., 0::2] and x[..., 1::2] rotated and
         # joined as halves, cat(x1 cos - x2 sin, x2 cos + x1 sin): interleaved pairs in, the
-        # rotate_half layout out.  Neither rotary kind's reference (rotary: halves in and out;
-        # rotary_interleaved: pairs in and out) is that function.
-        return Unsupported(f"rotary {where} (interleaved pairs in, rotate_half halves out: neither rotary kind's "
-                           "layout)")
-    if "aten::stack" in below:  # pairs stacked, not halves joined (Cohere's; a cat beside it joins a
+        # rotate_half layout out (apply probes the function against the kind's reference)
+        kind, layout = "rotary_pairs_to_halves", "interleaved pairs in, rotate_half halves out"
+    elif "aten::stack" in below:  # pairs stacked, not halves joined (Cohere's; a cat beside it joins a
         # partial rotary's rotated dims and the rest: GLM's)
         kind, layout = "rotary_interleaved", "interleaved pairs"
     else:

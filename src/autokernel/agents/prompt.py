@@ -23,7 +23,7 @@ PLAYBOOK_PATH = Path(__file__).resolve().parent / "program.md"
 HISTORY_ROWS = 12
 MAX_FAILURE_CHARS = 2500
 
-MEMORY_BOUND_KINDS = {"softmax", "layernorm", "rmsnorm", "swiglu", "cross_entropy", "rotary", "rotary_interleaved", "reduce",
+MEMORY_BOUND_KINDS = {"softmax", "layernorm", "rmsnorm", "swiglu", "cross_entropy", "rotary", "rotary_interleaved", "rotary_pairs_to_halves", "reduce",
                       "add_rmsnorm", "add_layernorm", "gelu", "geglu", "swiglu_packed", "geglu_packed",
                       "embedding", "rotary_table", "relative_position_bias", "xielu",
                       "shifted_windows", "window_bias", "selective_scan",

@@ -424,8 +424,15 @@ def _rotary_pairs_form(fn: Any) -> bool | None:
     return _rotary_layout_form(fn, "rotary_interleaved")
 
 
-def _rotary_layout_form(fn: Any, kind: str) -> bool | None:
-    pair = rotary_arity(fn, lambda name: "rotate_half" in name)
+def _rotary_pairs_to_halves_form(fn: Any) -> bool | None:
+    """``_rotary_form`` for a function that reads interleaved pairs and joins the rotated halves
+    with ``cat`` (``rotary_pairs_to_halves``: DeepSeek-V3's ``apply_rotary_pos_emb_interleave``)."""
+    return _rotary_layout_form(fn, "rotary_pairs_to_halves", lambda name: name == "cat")
+
+
+def _rotary_layout_form(fn: Any, kind: str,
+                        rotates: Callable[[str], bool] = lambda name: "rotate_half" in name) -> bool | None:
+    pair = rotary_arity(fn, rotates)
     if pair is None:
         return None
     fn = module_wrapped_function(fn)
@@ -439,7 +446,8 @@ _ROTARY_PROBED: dict[tuple[types.FunctionType, str], bool] = {}
 
 def _rotates_as(fn: types.FunctionType, pair: bool, kind: str) -> bool:
     """Does ``fn`` compute the ``kind`` problem's reference (``x * cos + rotate_half(x) * sin``,
-    or with ``rotate_pairs``) on a probe, with cos/sin given as transformers passes them ([B, S, D])?"""
+    or with ``rotate_pairs``, or pairs in and halves out) on a probe, with cos/sin given as
+    transformers passes them ([B, S, D])?"""
     from ..problems import get_problem
 
     reference = get_problem(kind).reference
@@ -460,8 +468,8 @@ def _rotates_as(fn: types.FunctionType, pair: bool, kind: str) -> bool:
 def _global_replacements(fn: types.FunctionType, sdpa: Callable | None, rotary: KernelOp | None,
                          gelu: Callable | None = None, sdpa_kinds: tuple[str, ...] = ("attention",),
                          softcap: KernelOp | None = None, eager_masked: KernelOp | None = None,
-                         eager_sinks: KernelOp | None = None,
-                         rotary_pairs: KernelOp | None = None) -> tuple[dict[str, Any], set[str]]:
+                         eager_sinks: KernelOp | None = None, rotary_pairs: KernelOp | None = None,
+                         pairs_to_halves: KernelOp | None = None) -> tuple[dict[str, Any], set[str]]:
     """Names in ``fn``'s globals to rebind so that its calls reach the ops, and the kinds
     (``sdpa_kinds``: those whose ops ``sdpa`` reaches)."""
     out: dict[str, Any] = {}
@@ -509,7 +517,8 @@ def _global_replacements(fn: types.FunctionType, sdpa: Callable | None, rotary: 
             out[name] = _eager_replacement(softcap, eager_masked, value, eager_sinks)
             kinds |= {kind for kind, k in (("attention_softcap", softcap), ("attention_masked", eager_masked),
                                            ("attention_sinks", eager_sinks)) if k}
-        for rot, form_of in ((rotary, _rotary_form), (rotary_pairs, _rotary_pairs_form)):
+        for rot, form_of in ((rotary, _rotary_form), (rotary_pairs, _rotary_pairs_form),
+                             (pairs_to_halves, _rotary_pairs_to_halves_form)):
             form = form_of(value) if rot is not None else None
             if form is not None:
                 # one that rotates the tables' width of each head and passes the rest through
@@ -568,7 +577,7 @@ def _rebound(fn: types.FunctionType, names: dict[str, Any]) -> types.FunctionTyp
 
 # the kinds whose ops the functions a module's methods call are rebound to
 CALL_KINDS = frozenset({"attention", "attention_masked", "rotary", "gelu", "attention_rotary", "attention_softcap",
-                        "attention_sinks", "rotary_interleaved", "attention_cross"})
+                        "attention_sinks", "rotary_interleaved", "attention_cross", "rotary_pairs_to_halves"})
 
 
 def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, skipped) -> None:
@@ -588,9 +597,10 @@ def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, sk
         sinks = _pick(kops, "attention_sinks", name)
         pairs = _pick(kops, "rotary_interleaved", name)
         cross = _pick(kops, "attention_cross", name)
+        halves = _pick(kops, "rotary_pairs_to_halves", name)
         if gel is not None and gelu_form(m) is not None:
             gel = None  # a GELU activation module: switched (or left alone) as a module in `fused`
-        chosen = (att, masked, rot, gel, fused, capped, sinks, pairs, cross)
+        chosen = (att, masked, rot, gel, fused, capped, sinks, pairs, cross, halves)
         if all(k is None for k in chosen):
             continue
         eager_masked = masked is not None and plain_eager_attention(m)
@@ -599,7 +609,7 @@ def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, sk
         alike = (type(m), eager_masked, eager_sinks) + tuple(map(id, chosen))  # the same ops: the same class
         if alike not in made_here:
             made = _calls_subclass(type(m), att, rot, gel, masked, fused, capped, eager_masked,
-                                   sinks if eager_sinks else None, pairs, cross)
+                                   sinks if eager_sinks else None, pairs, cross, halves)
             made_here[alike] = kept_class(key, class_members(made), lambda: made)
         cls = made_here[alike]
         if not cls._autokernel_kinds:
@@ -619,13 +629,14 @@ def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None, gel:
                     masked: KernelOp | None = None, fused: KernelOp | None = None,
                     capped: KernelOp | None = None, eager_masked: bool = False,
                     eager_sinks: KernelOp | None = None, rotary_pairs: KernelOp | None = None,
-                    cross: KernelOp | None = None) -> type:
+                    cross: KernelOp | None = None, pairs_to_halves: KernelOp | None = None) -> type:
     """A subclass of ``base`` whose methods that call SDPA / a rotary function / F.gelu call
     the ops instead (``_autokernel_kinds`` empty when there is none; ``capped``: transformers' eager
     attention with soft-capped scores, ``attention_softcap``; ``eager_masked``: its plain calls
     with a mask to ``masked``'s op, the function probed; ``eager_sinks``: its calls with the
     module's sinks to that op, ``attention_sinks``, the function probed; ``rotary_pairs``: a rotary
-    function on interleaved pairs, ``rotary_interleaved``; ``cross``: SDPA calls without
+    function on interleaved pairs, ``rotary_interleaved``; ``pairs_to_halves``: one reading pairs
+    and writing halves, ``rotary_pairs_to_halves``; ``cross``: SDPA calls without
     causality whose query and key lengths differ, ``attention_cross``); with ``fused``, a method
     that rotates q and k and hands them to attention runs the ``attention_rotary`` op
     (``rotary_attention``) on the calls it can."""
@@ -649,7 +660,8 @@ def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None, gel:
             if not isinstance(inner, types.FunctionType):
                 continue
             names, kinds_fn = _global_replacements(inner, sdpa, rot, gelu, sdpa_kinds, capped,
-                                                   masked if eager_masked else None, eager_sinks, rotary_pairs)
+                                                   masked if eager_masked else None, eager_sinks, rotary_pairs,
+                                                   pairs_to_halves)
             both = fused_method(inner, names, fused, rot) if fused is not None else None
             if both is not None:
                 kinds_fn = kinds_fn | {"attention_rotary"}

@@ -24,6 +24,7 @@ SCHEMAS: dict[str, str] = {
     "swiglu": "(Tensor gate, Tensor up) -> Tensor",
     "rotary": "(Tensor x, Tensor cos, Tensor sin) -> Tensor",
     "rotary_interleaved": "(Tensor x, Tensor cos, Tensor sin) -> Tensor",
+    "rotary_pairs_to_halves": "(Tensor x, Tensor cos, Tensor sin) -> Tensor",
     "attention": "(Tensor q, Tensor k, Tensor v, bool causal, float? scale) -> Tensor",
     "attention_masked": "(Tensor q, Tensor k, Tensor v, Tensor mask, float? scale) -> Tensor",
     "attention_rotary": "(Tensor q, Tensor k, Tensor v, Tensor cos, Tensor sin, bool causal, float? scale) -> Tensor",
@@ -62,8 +63,8 @@ SCHEMAS: dict[str, str] = {
 # sum) with the first input's, and (cos, sin)
 TWO_OUTPUTS = {"add_rmsnorm", "add_layernorm", "rotary_table"}
 # kinds whose op returns one tensor of the first input's shape and dtype
-SAME_AS_FIRST = {"rmsnorm", "layernorm", "softmax", "swiglu", "rotary", "rotary_interleaved", "gelu", "geglu", "moe_experts",
-                 "moe_experts_gptoss", "softcap", "xielu", "selective_scan",
+SAME_AS_FIRST = {"rmsnorm", "layernorm", "softmax", "swiglu", "rotary", "rotary_interleaved", "rotary_pairs_to_halves",
+                 "gelu", "geglu", "moe_experts", "moe_experts_gptoss", "softcap", "xielu", "selective_scan",
                  "causal_conv1d"}
 
 

@@ -25,6 +25,7 @@ BUILTIN_KINDS: dict[str, str] = {
     "cross_entropy": "cross_entropy",
     "rotary": "rotary",
     "rotary_interleaved": "rotary_interleaved",
+    "rotary_pairs_to_halves": "rotary_pairs_to_halves",
     "reduce": "reduce",
     "add_rmsnorm": "add_rmsnorm",
     "add_layernorm": "add_layernorm",
