@@ -52,6 +52,9 @@ def problems(kinds: Optional[list[str]] = typer.Argument(None, help="only these 
             say(f"# {comment}", "  ", "    ")
         shapes = ", ".join(format_shape(s) for s in problem.gpu_shapes)
         say(f"GPU shapes {'x'.join(problem.dims)}: {shapes}", "  ", "    ")
+        if kinds and problem.optional_dims:
+            say(f"and, where a shape has it, after those: {', '.join(problem.optional_dims)} "
+                f"({'x'.join(problem.dims)}x{'x'.join(problem.optional_dims)})", "  ", "    ")
         if kinds:
             say(f"CPU shapes: {', '.join(format_shape(s) for s in problem.cpu_shapes)}", "  ", "    ")
             others = [dtype_name(d) for d in dict.fromkeys(DTYPE_NAMES.values()) if d not in problem.dtypes]

@@ -62,9 +62,9 @@ FIXED_DIMS = ("H", "Hkv", "D", "causal", "Dv")
 
 
 def value_dim_edges(targets, device: str) -> tuple[Shape, ...]:
-    """Edge shapes at each (D, Dv) of the targets whose Dv is its own (none for the others): one
-    query row, an odd length past two key blocks of the widest BLOCK_N, and a bidirectional one,
-    the heads as the target has them (a smaller, odd S on the CPU)."""
+    """Edge shapes at each (D, Dv) of the targets whose Dv is its own (none for the others), with
+    the target's heads: one query row, an odd length past two key blocks of the widest BLOCK_N
+    (263 tokens on the CPU, 1023 on a GPU, as the other edges), and a bidirectional one."""
     pairs = {(t["D"], t["Dv"], t["H"], t["Hkv"]) for t in targets if "Dv" in t and t["Dv"] != t["D"]}
     long = 263 if device == "cpu" else 1023
     return tuple(dict(_shape(b, h, hkv, s, d, causal), Dv=dv)
@@ -240,7 +240,7 @@ def nbytes(shape: Shape, dtype: torch.dtype) -> float:
 def make_problem() -> Problem:
     return Problem(
         kind="attention",
-        description="scaled dot-product attention forward (causal or not, GQA), flash-style",
+        description="scaled dot-product attention forward (causal or not, GQA, a value head dim of its own: MLA), flash-style",
         signature="kernel_fn(q[B,H,S,D], k[B,Hkv,S,D], v[B,Hkv,S,Dv], causal=True, scale=None) -> [B,H,S,Dv]",
         dims=DIMS,
         optional_dims=OPTIONAL_DIMS,
