@@ -193,3 +193,13 @@ def test_deepseek_v3_attention_and_rotary_are_placed_and_verify(tmp_path):
         got, want = patched(*ids), loaded.model(*ids)
     assert {kind: OP_CALLS[op] - before[kind] for kind, op in ops.items()} == {"attention": 2, "rotary_pairs_to_halves": 4}
     assert ((got - want).norm() / want.norm()).item() < 1e-5
+
+
+def test_the_profile_legend_names_dv_where_a_shape_has_it():
+    from autokernel.cli.profile_cmd import shape_legend
+    from autokernel.plan import Plan, PlanProblem
+
+    plan = Plan(model="m", device="cpu", time_kind="cpu", dtype="fp32", input_shape=[1, 8], total_time_us=1.0,
+                problems=[PlanProblem("a", "attention", "fp32", [MLA], [1], 1.0, 0.5)])
+    assert shape_legend(plan) == ("shapes: attention BxHxHkvxSxDxcausalx[Dv] (`autokernel problems KIND` explains "
+                                  "a kind; [a dim]: where a shape has it)")

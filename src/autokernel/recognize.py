@@ -42,7 +42,7 @@ from .problems.base import FLAG_DIMS
 # The dimensions of each built-in problem kind, in order (mirrors problems/<kind>.py).
 KIND_DIMS: dict[str, tuple[str, ...]] = {
     "matmul": ("M", "N", "K"),
-    "attention": ("B", "H", "Hkv", "S", "D", "causal"),  # and Dv where v's head dim is not D (problems/attention.py)
+    "attention": ("B", "H", "Hkv", "S", "D", "causal"),
     "attention_masked": ("B", "H", "Hkv", "S", "D", "additive", "per_query"),
     "attention_rotary": ("B", "H", "Hkv", "S", "D", "causal"),
     "attention_softcap": ("B", "H", "Hkv", "S", "D", "additive", "per_query"),
@@ -79,6 +79,10 @@ KIND_DIMS: dict[str, tuple[str, ...]] = {
     "selective_scan": ("B", "D", "L", "N"),
     "causal_conv1d": ("B", "D", "L", "K", "silu"),
 }
+
+# Dimensions a kind's shape has after those only where they apply (problems/<kind>.py's
+# ``OPTIONAL_DIMS``): attention's value head dim, where v's is not q's.
+OPTIONAL_KIND_DIMS: dict[str, tuple[str, ...]] = {"attention": ("Dv",)}
 
 PROFILER_DTYPES = {
     "float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16", "double": "fp64",

@@ -96,11 +96,17 @@ def summarize_modules(names: list[str], limit: int = 3) -> str:
 
 def shape_legend(plan) -> str:
     """What the numbers of each kind's shapes are (``autokernel problems KIND`` says more)."""
-    from ..recognize import KIND_DIMS
+    from ..recognize import KIND_DIMS, OPTIONAL_KIND_DIMS
 
     kinds = sorted({p.kind for p in plan.problems if p.kind in KIND_DIMS and p.shapes})
-    return ("shapes: " + ", ".join(f"{k} {'x'.join(KIND_DIMS[k])}" for k in kinds)
-            + " (`autokernel problems KIND` explains a kind)") if kinds else ""
+
+    def dims(kind: str) -> tuple[str, ...]:
+        had = {d for p in plan.problems if p.kind == kind for s in p.shapes for d in s}
+        return KIND_DIMS[kind] + tuple(f"[{d}]" for d in OPTIONAL_KIND_DIMS.get(kind, ()) if d in had)
+
+    legend = ", ".join(f"{k} {'x'.join(dims(k))}" for k in kinds)
+    note = "; [a dim]: where a shape has it" if "[" in legend else ""
+    return f"shapes: {legend} (`autokernel problems KIND` explains a kind{note})" if kinds else ""
 
 
 def print_plan(plan, description: str = "") -> None:
