@@ -76,7 +76,7 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, H, GROUP, S, D, Dv, qk_scale,
                       stride_vb, stride_vh, stride_vs, stride_vd,
                       stride_ob, stride_oh, stride_os, stride_od,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                      BLOCK_DV: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr,
+                      BLOCK_DV: tl.constexpr, V_IS_D: tl.constexpr, CAUSAL: tl.constexpr, EVEN_D: tl.constexpr, IEEE: tl.constexpr,
                       UPCAST: tl.constexpr):
     start_m = tl.program_id(0)
     bh = tl.program_id(1)
@@ -90,7 +90,11 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, H, GROUP, S, D, Dv, qk_scale,
 
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
+    if V_IS_D:  # one head dim (the common case): v's masks are q's and k's, as before Dv existed
+        offs_dv = offs_d
+        Dv = D
+    else:
+        offs_dv = tl.arange(0, BLOCK_DV)
     row_ok = offs_m[:, None] < S
     q = tl.load(q_base + offs_m[:, None] * stride_qs + offs_d[None, :] * stride_qd,
                 mask=row_ok & (offs_d[None, :] < D), other=0.0)
@@ -175,7 +179,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
         q, k, v, o, H, H // Hkv, S, D, Dv, qk_scale,
         *q.stride(), *k.stride(), *v.stride(), *o.stride(),
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_D=cfg["BLOCK_D"], BLOCK_DV=cfg["BLOCK_DV"],
-        CAUSAL=bool(causal), EVEN_D=cfg["BLOCK_D"] == D and cfg["BLOCK_DV"] == Dv, IEEE=q.dtype == torch.float32, UPCAST=q.device.type == "cpu",
+        V_IS_D=Dv == D, CAUSAL=bool(causal), EVEN_D=cfg["BLOCK_D"] == D and cfg["BLOCK_DV"] == Dv, IEEE=q.dtype == torch.float32, UPCAST=q.device.type == "cpu",
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     return o
 
