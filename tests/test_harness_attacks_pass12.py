@@ -67,7 +67,7 @@ def test_no_starter_block_is_wider_than_the_reach(kind):
 # test time): keys limited to a window of W before the diagonal block (causal) or to the first W
 # (bidirectional), O(S W) for O(S^2); K summed over its first P only
 WINDOW_EDITS = {
-    "attention": [("offs_m, offs_d, 0, diag, S, D,", "offs_m, offs_d, tl.maximum(diag - {w}, 0), diag, S, D,"),
+    "attention": [("offs_d, offs_dv, 0, diag, S, D, Dv,", "offs_d, offs_dv, tl.maximum(diag - {w}, 0), diag, S, D, Dv,"),
                   ("    else:\n        full = (S // BLOCK_N) * BLOCK_N\n",
                    "    else:\n        S = tl.minimum(S, {w})\n        full = (S // BLOCK_N) * BLOCK_N\n")],
     "attention_rotary": [("offs_d, 0, diag, S, D, HALF,", "offs_d, tl.maximum(diag - {w}, 0), diag, S, D, HALF,"),

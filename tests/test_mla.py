@@ -203,3 +203,27 @@ def test_the_profile_legend_names_dv_where_a_shape_has_it():
                 problems=[PlanProblem("a", "attention", "fp32", [MLA], [1], 1.0, 0.5)])
     assert shape_legend(plan) == ("shapes: attention BxHxHkvxSxDxcausalx[Dv] (`autokernel problems KIND` explains "
                                   "a kind; [a dim]: where a shape has it)")
+
+
+@pytest.mark.skipif(not INTERPRET, reason="needs TRITON_INTERPRET=1 on CPU")
+def test_the_op_keeps_a_projection_views_layout_for_an_output_of_another_width():
+    """q, k, v as slices of one packed projection (heads inside tokens), v 16 wide beside q's 24:
+    the op's output is Dv wide in q's order of dimensions, and the fake promises torch.compile
+    those strides (before, the op's layout copy and the fake took q's shape)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from autokernel.integrate import register_kernel_op
+    from autokernel.problems.attention import packed_qkv
+
+    _, op = register_kernel_op("attention", "attention_value_dim", KERNELS_DIR / "attention.py")
+    problem = get_problem("attention")
+    q, k, v, causal, _ = problem.make_inputs({"B": 2, "H": 4, "Hkv": 2, "S": 5, "D": 24, "causal": 1, "Dv": 16},
+                                             torch.float32, "cpu", 0)
+    pq, pk, pv = packed_qkv(q, k, v)
+    out = op(pq, pk, pv, causal, None)
+    assert out.shape == (2, 4, 5, 16) and out.transpose(1, 2).is_contiguous()
+    torch.testing.assert_close(out, problem.reference(q, k, v, causal), atol=1e-4, rtol=1e-4)
+    with FakeTensorMode() as mode:
+        fake = op(*(mode.from_tensor(t) for t in (pq, pk, pv)), causal, None)
+        assert fake.shape == out.shape and fake.stride() == out.stride()
+    assert op(q, k, v, causal, None).is_contiguous()  # a contiguous q: a contiguous output

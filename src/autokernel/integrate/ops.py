@@ -150,6 +150,31 @@ def _dense_strides(shape: tuple[int, ...], stride: tuple[int, ...]) -> tuple[int
     return torch.empty_like(torch.empty_strided(shape, stride, device="meta")).stride()
 
 
+def empty_in_layout_of(x: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """An output in x's layout: ``torch.empty_like(x)`` where the shapes agree, else dense in x's
+    order of dimensions (attention's output, Dv wide, after a q of D: heads inside tokens when
+    q is a projection's view)."""
+    if tuple(shape) == tuple(x.shape):
+        return torch.empty_like(x, dtype=dtype)
+    return torch.empty_permuted(shape, _outer_first(tuple(x.stride())), dtype=dtype, device=x.device)
+
+
+def strides_in_layout_of(x: torch.Tensor, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides ``empty_in_layout_of(x, shape, ...)`` gives."""
+    if tuple(shape) == tuple(x.shape):
+        return dense_strides_like(x)
+    return _permuted_strides(tuple(shape), _outer_first(tuple(x.stride())))
+
+
+def _outer_first(stride: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(sorted(range(len(stride)), key=lambda d: -stride[d]))
+
+
+@functools.lru_cache(maxsize=1024)
+def _permuted_strides(shape: tuple[int, ...], order: tuple[int, ...]) -> tuple[int, ...]:
+    return torch.empty_permuted(shape, order, device="meta").stride()
+
+
 def keeps_layout(kind: str, args: tuple) -> bool:
     """Is the first argument passed to the kernel as it is, and the output given its layout?
     Only in the layout the problem declares (``Problem.passthrough_layout``, also judged by the
@@ -198,8 +223,8 @@ def register_kernel_op(kind: str, name: str, path: Path) -> tuple[str, Callable[
             return tuple(_checked(o, shape, dtype, path).contiguous() for o in out)
         out = _checked(out, shape, dtype, path)
         if keep:  # the layout `fake` promised torch.compile: x's
-            if out.stride() != dense_strides_like(x):
-                out = torch.empty_like(x).copy_(out)
+            if out.stride() != strides_in_layout_of(x, shape):
+                out = empty_in_layout_of(x, shape, dtype).copy_(out)
         elif not out.is_contiguous():
             out = out.contiguous()
         return out
@@ -209,7 +234,7 @@ def register_kernel_op(kind: str, name: str, path: Path) -> tuple[str, Callable[
         if kind in TWO_OUTPUTS:
             return args[0].new_empty(shape, dtype=dtype), args[0].new_empty(shape, dtype=dtype)
         if keeps_layout(kind, args):
-            return torch.empty_like(args[0], dtype=dtype)
+            return empty_in_layout_of(args[0], shape, dtype)
         return args[0].new_empty(shape, dtype=dtype)
 
     op = torch.library.custom_op(f"{OP_NAMESPACE}::{opname}", impl, mutates_args=(), schema=SCHEMAS[kind])
