@@ -65,7 +65,8 @@ def _kernel_op(calls: list):
         return reference(q, k, v, mask, scale)
 
     problem = types.SimpleNamespace(shapes=[{"D": 8}])
-    return types.SimpleNamespace(op=op, dtype=torch.float32, problem=problem, dims=lambda d: {8} if d == "D" else set())
+    return types.SimpleNamespace(op=op, dtype=torch.float32, problem=problem, dims=lambda d: {8} if d == "D" else set(),
+                                 head_dims=lambda: {(8, 8)})
 
 
 def _inputs(s=6):
