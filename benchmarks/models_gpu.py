@@ -52,7 +52,7 @@ from pathlib import Path
 FUSED_KINDS = ["add_rmsnorm", "add_layernorm", "gelu", "geglu", "swiglu_packed", "embedding", "rotary_table",
                "attention_masked", "attention_softcap", "softcap", "moe_experts_gptoss", "attention_sinks",
                "rotary_interleaved", "linear_relu", "shifted_windows", "window_bias", "geglu_packed",
-               "causal_conv1d", "selective_scan"]
+               "causal_conv1d", "selective_scan", "rotary_pairs_to_halves"]
 LLAMA_4096 = "dim=4096,n_layers=4,n_heads=32,n_kv_heads=8,hidden_dim=11008,vocab_size=32000"
 # Mixtral-shaped at a quarter of 8x7B's widths (8 experts, 2 a token), 4 layers
 MIXTRAL_QUARTER = ("hidden_size=1024,intermediate_size=3584,num_hidden_layers=4,num_attention_heads=8,"
