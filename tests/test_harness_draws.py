@@ -57,13 +57,14 @@ def test_no_timed_call_can_see_the_inputs_of_a_later_call(tmp_path, monkeypatch,
     # plain draws only: a numerics draw makes every variant of its case to keep one, and the
     # others (of the same call's seed) may linger until the garbage collector runs
     monkeypatch.setattr(sys.modules["autokernel.harness.evaluate"], "NUMERICS_PER_SHAPE", 0)
+    monkeypatch.setattr(stages, "LATE_REWRITE_GOES_ON", 0.0)  # the last calls' runs, the fewest rewrites
     log = tmp_path / "alive.log"
     result = evaluate(tmp_path, STARTER + COUNTING_SPY.format(log=str(log)))
     assert result.verdict == "pass", result.message
     counts = [int(line) for line in log.read_text().split()]
     # the four timed calls, in order, then the evaluation's last calls (a fresh case and its
-    # rewrites in place, one dtype: ``stages.late_rewrites``)
-    last = 1 + stages.LATE_REWRITES
+    # fewest rewrites, another fresh case and one more rewrite, one shape and dtype: ``stages.late_rewrites``)
+    last = 3 + stages.LATE_REWRITES
     timed = counts[-4 - last:-last]
     # call i sees the i sets drawn before it (kept until the parent has picked its checks), never a later one
     assert timed == [0, 1, 2, 3], counts

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from autokernel.harness import Evaluation, Evaluator
-from autokernel.harness.stages import LATE_REWRITES
 from autokernel.problems.registry import KERNELS_DIR
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
@@ -46,7 +45,7 @@ def correctness_cases(evaluator: Evaluator) -> int:
     """Cases the stages run for an honest kernel on the CPU: smoke (twice), sweep, numerics (the
     draws of one shape and dtype together), determinism, edges and held-out shapes (every dtype,
     no large shapes), each of those with its adversarial draws (together) too; then the last
-    calls' fresh case and its rewrites in place at every dtype (``stages.late_rewrites``)."""
+    calls, one request at every shape and dtype (``stages.late_rewrites``)."""
     problem, shapes, dtypes = evaluator.problem, evaluator.shapes, evaluator.dtypes
 
     def adversarial(shapes, dtypes) -> int:
@@ -61,7 +60,7 @@ def correctness_cases(evaluator: Evaluator) -> int:
     # held-out shapes move sizes only, so their adversarial draws number as at the target shapes
     return (2 + (len(shapes) * len(dtypes) - 1) + adversarial(shapes, dtypes) + len(shapes) * len(dtypes)
             + len(edges) * len(dtypes) + adversarial(edges, dtypes) + len(shapes) * len(dtypes)
-            + adversarial(shapes, dtypes) + len(dtypes) * (1 + LATE_REWRITES))
+            + adversarial(shapes, dtypes) + len(shapes) * len(dtypes))
 
 
 @pytest.mark.parametrize("kernel,rule,stage", [

@@ -118,18 +118,18 @@ def fresh_tensor(a: Any, copy, memory: Any = None) -> Any:
     dtype, device and ``requires_grad``, allocated here, at storage offset 0 with no spare bytes,
     holding ``a``'s values (written with ``copy``).  ``memory``: a storage of the caller's, of
     exactly the new storage's size and device, whose memory the tensor takes in place of its own
-    allocation (``take_memory``): the same addresses, in a tensor made as any other."""
+    allocation (``take_memory``): the same addresses, in a tensor made as any other.  Where this
+    PyTorch cannot move memory between storages, ``memory`` is a storage the caller allocated at
+    the addresses it wanted (worker_main ``_landed``), and the tensor is made over it."""
     import torch
 
     with torch.no_grad():
         base = None
-        if not _overlaps(a):
-            try:
-                base = torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=a.device)
-            except RuntimeError:
-                base = None
-        if base is None:  # overlapping strides (stride 0) cannot be written: dense (or negative ones)
-            base = torch.empty(a.size(), dtype=a.dtype, device=a.device)
+        if memory is not None and not can_take_memory():
+            base = _made_over(a, memory)
+            memory = None
+        if base is None:
+            base = allocated_like(a)
         if memory is not None:
             storage = torch._C.TensorBase.untyped_storage(base)
             if torch._C.StorageBase.nbytes(storage) == torch._C.StorageBase.nbytes(memory) and \
@@ -139,6 +139,35 @@ def fresh_tensor(a: Any, copy, memory: Any = None) -> Any:
         copy(base, a)
     if a.requires_grad:
         base.requires_grad_(True)
+    return base
+
+
+def allocated_like(a: Any, device: Any = None) -> Any:
+    """An empty tensor of ``a``'s sizes and dtype on ``device`` (``a``'s by default), of its
+    strides where they can be written (dense ones where they overlap or are refused)."""
+    import torch
+
+    device = a.device if device is None else device
+    if not _overlaps(a):
+        try:
+            return torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=device)
+        except RuntimeError:
+            pass
+    return torch.empty(a.size(), dtype=a.dtype, device=device)
+
+
+def _made_over(a: Any, memory: Any) -> Any:
+    """A tensor of ``a``'s layout (as ``allocated_like`` makes it) over the storage ``memory``,
+    allocating nothing; None where that layout does not fill ``memory`` exactly."""
+    import torch
+
+    empty = allocated_like(a, device="meta")
+    size, stride = tuple(empty.size()), tuple(empty.stride())
+    span = 0 if empty.numel() == 0 else 1 + sum((n - 1) * st for n, st in zip(size, stride))
+    if span * empty.element_size() != torch._C.StorageBase.nbytes(memory) or memory.device != a.device:
+        return None
+    base = torch.empty(0, dtype=a.dtype, device=a.device)
+    torch._C.TensorBase.set_(base, memory, 0, size, stride)
     return base
 
 

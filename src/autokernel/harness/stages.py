@@ -27,7 +27,8 @@ Stages, in order, stopping at the first failure:
                  2**31 elements, compared on sampled rows (large_shapes.py; on a GPU).
 
 After the timing (or the stages, untimed) come the evaluation's last calls, ``late_rewrites``: at
-every dtype a fresh case and rewrites of it in place, its scalars kept.
+every target shape and dtype, one request of a fresh case, a run of rewrites of it (each in the
+memory of the call before, its scalars kept), another case, and one more rewrite after it.
 
 Inputs come from ``problem.make_inputs`` with seeds drawn fresh for every evaluation (and with
 them the non-tensor arguments a problem varies: eps, scale...).  For every
@@ -62,6 +63,7 @@ import torch
 
 from ..problems.base import Problem, Shape, dtype_name, format_shape
 from . import compare, integrity, memory, snapshot
+from .problem_spec import allocated_like, rewritten_set
 from .records import Finding, StageResult
 
 NAN_POISON = float("nan")
@@ -397,13 +399,14 @@ class Judge:
         sizes = self.sizes_of(cases[0])
         return memory.batch_peak(sizes, len(cases), self.history(sizes.outputs), self.exact) <= self.budget
 
-    def run_cases(self, cases: list[Case]) -> list[CaseResult]:
+    def run_cases(self, cases: list[Case], rewrites: dict[int, int] | None = None) -> list[CaseResult]:
         """One call on each case (same shape and dtype), in one request that also brings the
         outputs back: each call judged exactly as ``run_case`` judges it (``judged_request``),
-        then compared in order; the first case that breaks a rule raises, with its own label."""
+        then compared in order; the first case that breaks a rule raises, with its own label.
+        ``rewrites``: see ``call_message``."""
         meta = self.meta(cases[0])
         pristine = [self.snapshot(tensors_of(c.args)) for c in cases]
-        outs = self.judged_request(cases, 1, pristine, NAN_POISON, collect=True)
+        outs = self.judged_request(cases, 1, pristine, NAN_POISON, collect=True, rewrites=rewrites)
         tol = self.problem.tolerance(cases[0].dtype)
         results = []
         for case, got, snap in zip(cases, outs, pristine):
@@ -417,7 +420,8 @@ class Judge:
         return results
 
     def judged_request(self, cases: list[Case], calls: int, pristine: list[snapshot.Snapshot], poison: float | None,
-                       collect: bool, meta: compare.OutputMeta | None = None, in_place: bool = False) -> list[tuple]:
+                       collect: bool, meta: compare.OutputMeta | None = None, in_place: bool = False,
+                       rewrites: dict[int, int] | None = None) -> list[tuple]:
         """The one judging step of every correctness request: ``calls`` calls on each case's
         inputs (cases of one shape and dtype, in order), in one request.  With ``collect`` the
         worker copies every call's outputs into buffers this process allocated and sent along
@@ -426,13 +430,13 @@ class Judge:
         case's label), plain outputs of the declared dtype and shape, and no output written
         after its call returned.  Returns the outputs, one tuple per call (none unless
         ``collect``; ``meta``: the outputs' shapes and dtypes when not the reference's at this shape;
-        ``in_place``: see ``call_message``)."""
+        ``in_place``, ``rewrites``: see ``call_message``)."""
         shape, dtype = cases[0].shape, cases[0].dtype
         meta = meta if meta is not None else self.meta(cases[0])
         n = len(cases) * calls
         buffers = self.output_buffers(n, meta) if collect else None
         reply = self.request(self.call_message(shape, dtype, [c.args for c in cases], meta, poison, buffers=buffers,
-                                               calls=calls, in_place=in_place))
+                                               calls=calls, in_place=in_place, rewrites=rewrites))
         for case, snap in zip(cases, pristine):
             self.check_inputs(case.args, snap, case.label)
         together = cases[0].label if len(cases) == 1 else \
@@ -516,7 +520,7 @@ class Judge:
     def call_message(self, shape: Shape, dtype: torch.dtype, sets: list | None, meta: compare.OutputMeta,
                      poison: float | None = NAN_POISON, slot: str = "candidate",
                      buffers: list | None = None, draw: list[int] | None = None, calls: int = 1,
-                     in_place: bool = False, rewrites: list[int] | None = None) -> dict[str, Any]:
+                     in_place: bool = False, rewrites: list[int] | dict[int, int] | None = None) -> dict[str, Any]:
         """The one request every kernel call goes through, judged or timed alike: ``calls``
         calls on each of ``sets`` of this process's, or one call on each set the worker draws
         from the seeds ``draw``, right before its call (``buffers``: this process's buffers for
@@ -537,7 +541,10 @@ class Judge:
 
         ``rewrites``: the calls (one call per set) whose set is a rewrite of the call before it
         (``problem_spec.rewritten_set``): the worker writes it into that call's memory
-        (worker_main ``_previous_memory``), the same pattern among the timed calls."""
+        (worker_main ``_previous_memory``), the same pattern among the timed calls; a dict names
+        for each such call the earlier call whose memory it takes."""
+        if isinstance(rewrites, dict):
+            rewrites = [[int(i), int(j)] for i, j in sorted(rewrites.items())]
         message = {"op": "call", "slot": slot, "shape": shape, "dtype": dtype, "draw": draw, "poison": poison,
                    "expected": [(list(sh), str(dt)) for sh, dt in zip(meta.shapes, meta.dtypes)],
                    "require_launch": self.problem.forbidden_ops is None, "sets": None, "calls": calls, "after": None,
@@ -813,7 +820,22 @@ def stage_heldout(judge: Judge, plan: StagePlan, tally: StageTally) -> str:
     return f"seed={plan.heldout_seed}: " + ", ".join([format_shape(s) for s in shapes] + large)
 
 
-LATE_REWRITES = 2  # rewrites in place after the last call's first one, per dtype (``late_rewrites``)
+# The evaluation's last calls (``late_rewrites``): after a fresh case, rewrites of it in place, at
+# least ``LATE_REWRITES``, then one more with probability ``LATE_REWRITE_GOES_ON`` each time, at
+# most ``LATE_REWRITES_MOST``: runs of any length (a memo that waited for the fourth call at one
+# address met none when every run was two rewrites long: red-team pass 30).
+LATE_REWRITES = 2
+LATE_REWRITE_GOES_ON = 0.5
+LATE_REWRITES_MOST = 12
+_late_rng = random.SystemRandom()
+
+
+def late_rewrite_count() -> int:
+    """How many rewrites in place follow one fresh case among the evaluation's last calls."""
+    n = LATE_REWRITES
+    while n < LATE_REWRITES_MOST and _late_rng.random() < LATE_REWRITE_GOES_ON:
+        n += 1
+    return n
 
 
 def _floats_rewritten(judge: Judge, case: Case) -> Case:
@@ -829,32 +851,92 @@ def _floats_rewritten(judge: Judge, case: Case) -> Case:
     return case
 
 
-def late_rewrites(judge: Judge, plan: StagePlan) -> str:
-    """The evaluation's last calls: at the smallest target shape, every dtype, a fresh case and
-    ``LATE_REWRITES`` rewrites of it in place (``in_place``: the previous call's memory, its integer
-    tensors and scalars kept, new floating-point values), each judged (``cached-output`` when an
-    output stays the previous one).  The smoke stage's rewrites come first and at the first dtype
-    only, and the timed ones at the timed dtype only: a memo keyed on the inputs' addresses and
-    scalars that stayed off at the first dtype (or for the first calls), on at the others, passed
-    every stage and the timing (red-team pass 29); a model running at another dtype would get an
-    earlier call's output.  Run after the timing (or the stages, untimed), so that a memo switched
-    on after any number of the judge's calls short of its last meets them."""
-    shape = smallest(plan.shapes)
-    for dtype in plan.dtypes:
-        case = judge.make_case(shape, dtype)
-        result = judge.run_case(case)
+def _rewrite_of(judge: Judge, case: Case) -> Case:
+    """A new case: copies of ``case``'s integer tensors, its scalars, a fresh draw's floating-point
+    tensors (``problem_spec.rewritten_set``); no tensor shared between the two sets a request
+    sends."""
+    fresh = judge.make_case(case.shape, case.dtype)
+    return Case(case.shape, case.dtype, _copied_tensors(rewritten_set(case.args, fresh.args), case.args), case.name)
+
+
+def _copied_tensors(args: Any, of: Any) -> Any:
+    """``args`` with a copy of every tensor that is one of ``of``'s (the same object)."""
+    taken = {id(t) for t in tensors_of(of)}
+
+    def copied(a: Any) -> Any:
+        if isinstance(a, torch.Tensor):
+            return allocated_like(a).copy_(a) if id(a) in taken else a
+        if type(a) in (tuple, list):
+            return type(a)(copied(b) for b in a)
+        return a
+
+    return copied(args)
+
+
+def _rewritten_run(judge: Judge, shape: Shape, dtype: torch.dtype) -> int:
+    """A fresh case, then ``late_rewrite_count()`` rewrites of it in place, a request each, each
+    judged (``cached-output`` where the output stays the previous one); how many rewrites.  Where
+    ``_late_sequence``'s calls do not fit in one request."""
+    case = judge.make_case(shape, dtype)
+    result = judge.run_case(case)
+    judge.fail_if_wrong(result, case)
+    refs_before = result.refs
+    del result
+    rewrites = late_rewrite_count()
+    for _ in range(rewrites):
+        case = _floats_rewritten(judge, case)
+        result = judge.run_case(case, in_place=True)
+        _raise_if_stale(judge, case, result, refs_before, "the same input tensors, their scalars kept")
         judge.fail_if_wrong(result, case)
         refs_before = result.refs
         del result
-        for _ in range(LATE_REWRITES):
-            case = _floats_rewritten(judge, case)
-            result = judge.run_case(case, in_place=True)
-            _raise_if_stale(judge, case, result, refs_before, "the same input tensors, their scalars kept")
-            judge.fail_if_wrong(result, case)
-            refs_before = result.refs
-            del result
-    return (f"{format_shape(shape)} x {len(plan.dtypes)} dtype(s): output followed {LATE_REWRITES} rewrites in "
-            "place at the end")
+    return rewrites
+
+
+def _late_sequence(judge: Judge, shape: Shape, dtype: torch.dtype) -> int:
+    """In one request: a fresh case, ``late_rewrite_count()`` rewrites of it, each in the memory
+    of the call before it (worker_main ``_previous_memory``), another fresh case, then one more
+    rewrite of the first in the memory of its last rewrite; each call judged (``cached-output``
+    where an output stays the one of the call whose memory it took).  How many rewrites.  A model
+    calls a kernel once per layer, so a layer's buffer comes back at the next step after the other
+    layers' calls: a memo that waited for a key to come back after another key passed every stage
+    when each rewrite came right after the call it rewrote (red-team pass 30)."""
+    cases = [judge.make_case(shape, dtype)]
+    sources: dict[int, int] = {}
+    for _ in range(late_rewrite_count()):
+        sources[len(cases)] = len(cases) - 1
+        cases.append(_rewrite_of(judge, cases[-1]))
+    last = len(cases) - 1
+    cases.append(judge.make_case(shape, dtype))
+    sources[len(cases)] = last
+    cases.append(_rewrite_of(judge, cases[last]))
+    if not judge.can_batch(cases):
+        return _rewritten_run(judge, shape, dtype)
+    results = judge.run_cases(cases, rewrites=sources)
+    for k, (case, result) in enumerate(zip(cases, results)):
+        if k in sources:
+            _raise_if_stale(judge, case, result, results[sources[k]].refs,
+                            "the memory of an earlier call's inputs, their scalars kept")
+        judge.fail_if_wrong(result, case)
+    return len(sources) - 1
+
+
+def late_rewrites(judge: Judge, plan: StagePlan) -> str:
+    """The evaluation's last calls: at every target shape and every dtype, a fresh case and a run
+    of rewrites of it in the memory of the call before, then one more after another case's call
+    (``_late_sequence``: its integer tensors and scalars kept, new floating-point values).  The
+    smoke stage's rewrites come first and at the first dtype and the smallest shape only, and the
+    timed ones at the timed dtype only (and none on the CPU's plan, nor where the worker cannot
+    move memory): a memo keyed on the
+    inputs' addresses and scalars that stayed off at the first dtype (or for the first calls), on
+    at the others, passed every stage and the timing (red-team pass 29), and so did one off at the
+    smallest target shape alone, where these calls came (pass 30); a model running at another
+    dtype or shape would get an earlier call's output.  Run after the timing (or the stages,
+    untimed), so that a memo switched on after any number of the judge's calls short of its last
+    meets them."""
+    runs = [_late_sequence(judge, shape, dtype) for dtype in plan.dtypes for shape in plan.shapes]
+    return (f"{len(plan.shapes)} shape(s) x {len(plan.dtypes)} dtype(s): outputs followed {min(runs)} to "
+            f"{max(runs)} rewrites in place at the end")
 
 
 STAGE_FUNCTIONS: tuple[tuple[str, StageFn], ...] = (
