@@ -86,12 +86,22 @@ def judged_without_memory_moves(kind: str, path: Path, dtypes: str = "fp32",
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+# where the CPU's allocator merged a freed block with a free neighbour the rewrite lands elsewhere
+# (``_landed`` tries four allocations): every dtype, so that some of the last calls land
+EVERY_DTYPE = "bf16,fp16,fp32"
+
+
+def caught(got: dict) -> bool:
+    """Rejected as a cached output, or incorrect: a key the memo met again where a landing missed
+    and the allocator put another set at a remembered address."""
+    return got["verdict"] == "incorrect" or (got["verdict"] == "rejected" and "cached-output" in got["rules"])
+
+
 @pytest.mark.parametrize("kind", ["softcap", "relative_position_bias"])
 def test_a_memo_by_address_meets_the_old_addresses_without_memory_moves(tmp_path, kind):
     """Before: pass, all six stages and the timing (fp32; the rewrites' copies landed elsewhere)."""
-    got = judged_without_memory_moves(kind, with_starter(tmp_path, kind, MEMO))
-    assert got["verdict"] == "rejected" and got["stage"] == "heldout", got["message"]
-    assert "cached-output" in got["rules"] and "their scalars kept" in got["message"]
+    got = judged_without_memory_moves(kind, with_starter(tmp_path, kind, MEMO), EVERY_DTYPE)
+    assert caught(got) and got["stage"] == "heldout", got["message"]
 
 
 def test_a_rewritten_input_is_made_over_the_memory_it_is_given(monkeypatch):
@@ -119,8 +129,8 @@ def test_a_memo_off_at_the_smallest_target_shape_meets_the_last_calls(tmp_path):
 
 def test_a_memo_off_at_the_smallest_target_shape_is_caught_without_memory_moves(tmp_path):
     got = judged_without_memory_moves("xielu", with_starter(tmp_path, "xielu", MEMO, OFF_AT_THE_FIRST_SHAPE),
-                                      dtypes="bf16,fp32")
-    assert got["verdict"] == "rejected" and "cached-output" in got["rules"], got["message"]
+                                      EVERY_DTYPE)
+    assert caught(got), got["message"]
 
 
 def test_a_memo_that_waits_for_the_fourth_call_in_a_row_meets_a_longer_run(tmp_path, monkeypatch):
@@ -154,8 +164,8 @@ def test_a_memo_that_waits_for_a_key_to_come_back_after_another_is_caught(tmp_pa
 
 def test_a_memo_that_waits_for_a_key_to_come_back_is_caught_without_memory_moves(tmp_path):
     """Before: pass, all six stages and the timing (every dtype)."""
-    got = judged_without_memory_moves("softcap", with_starter(tmp_path, "softcap", COME_BACK_MEMO))
-    assert got["verdict"] == "rejected" and "cached-output" in got["rules"], got["message"]
+    got = judged_without_memory_moves("softcap", with_starter(tmp_path, "softcap", COME_BACK_MEMO), EVERY_DTYPE)
+    assert caught(got), got["message"]
 
 
 def test_a_rewrite_names_the_call_whose_memory_it_takes():

@@ -873,16 +873,15 @@ def _copied_tensors(args: Any, of: Any) -> Any:
     return copied(args)
 
 
-def _rewritten_run(judge: Judge, shape: Shape, dtype: torch.dtype) -> int:
-    """A fresh case, then ``late_rewrite_count()`` rewrites of it in place, a request each, each
-    judged (``cached-output`` where the output stays the previous one); how many rewrites.  Where
+def _rewritten_run(judge: Judge, shape: Shape, dtype: torch.dtype, rewrites: int) -> int:
+    """A fresh case, then ``rewrites`` rewrites of it in place, a request each, each judged
+    (``cached-output`` where the output stays the previous one); how many rewrites.  Where
     ``_late_sequence``'s calls do not fit in one request."""
     case = judge.make_case(shape, dtype)
     result = judge.run_case(case)
     judge.fail_if_wrong(result, case)
     refs_before = result.refs
     del result
-    rewrites = late_rewrite_count()
     for _ in range(rewrites):
         case = _floats_rewritten(judge, case)
         result = judge.run_case(case, in_place=True)
@@ -901,17 +900,19 @@ def _late_sequence(judge: Judge, shape: Shape, dtype: torch.dtype) -> int:
     calls a kernel once per layer, so a layer's buffer comes back at the next step after the other
     layers' calls: a memo that waited for a key to come back after another key passed every stage
     when each rewrite came right after the call it rewrote (red-team pass 30)."""
+    rewrites = late_rewrite_count()
     cases = [judge.make_case(shape, dtype)]
+    if not judge.can_batch(cases * (rewrites + 3)):  # asked before the other sets are drawn
+        del cases
+        return _rewritten_run(judge, shape, dtype, rewrites)
     sources: dict[int, int] = {}
-    for _ in range(late_rewrite_count()):
+    for _ in range(rewrites):
         sources[len(cases)] = len(cases) - 1
         cases.append(_rewrite_of(judge, cases[-1]))
     last = len(cases) - 1
     cases.append(judge.make_case(shape, dtype))
     sources[len(cases)] = last
     cases.append(_rewrite_of(judge, cases[last]))
-    if not judge.can_batch(cases):
-        return _rewritten_run(judge, shape, dtype)
     results = judge.run_cases(cases, rewrites=sources)
     for k, (case, result) in enumerate(zip(cases, results)):
         if k in sources:
