@@ -479,17 +479,17 @@ thirtysecond_c)  # what the thirty-second session's helpers built, on a GPU: red
     # on the memo attacks of passes 29-30 (torch 2.11: no memory moved between storages); the new kinds
     # (selective_scan, causal_conv1d, rotary_pairs_to_halves) judged and timed beside eager and torch.compile; the fp32
     # attention_masked settings at CodeGen's 256-wide heads; attention at DeepSeek-V3's D 192 / Dv 128; hf:mamba
-    step judge_c 210 python benchmarks/judge_smoke_gpu.py --out "$out/judge_c" --budget 200 \
-        --kinds selective_scan,causal_conv1d,rotary_pairs_to_halves,softmax,xielu \
+    step judge_c 220 python benchmarks/judge_smoke_gpu.py --out "$out/judge_c" --budget 190 \
+        --kinds softmax,selective_scan,rotary_pairs_to_halves \
         --attacks "memo_by_address_third_call_in_a_row.py:softcap+,memo_by_address_after_other_calls.py:xielu+,xielu_memo_after_six_calls.py:xielu+,attention_scratch_in_input_padding.py:attention+"
-    step knobs_am_fp32 80 python benchmarks/starter_knobs_gpu.py --kind attention_masked --dtype fp32 --no-compile \
+    step knobs_am_fp32 70 python benchmarks/starter_knobs_gpu.py --kind attention_masked --dtype fp32 --no-compile \
         --device-time --shape-json '{"B": 4, "H": 16, "Hkv": 16, "S": 512, "D": 256, "additive": 1, "per_query": 1}' \
         --configs-file benchmarks/variants/attention_masked_fp32_configs.json --out "$out/knobs_am_fp32"
-    step knobs_mla 50 python benchmarks/starter_knobs_gpu.py --kind attention --no-compile --device-time \
+    step knobs_mla 40 python benchmarks/starter_knobs_gpu.py --kind attention --no-compile --device-time \
         --shape-json '{"B": 1, "H": 16, "Hkv": 16, "S": 4096, "D": 192, "Dv": 128, "causal": 1}' --out "$out/knobs_mla"
     step kinds_c 90 python benchmarks/models_gpu.py --out "$out/kinds_c" --compile-mode default --models none \
         --kinds geglu_packed,shifted_windows,window_bias,rotary_pairs_to_halves,causal_conv1d,selective_scan
-    step mamba 100 python benchmarks/models_gpu.py --out "$out/mamba" --skip-fused --compile-mode none --models hf:mamba
+    step mamba 110 python benchmarks/models_gpu.py --out "$out/mamba" --skip-fused --compile-mode none --models hf:mamba
     ;;
 thirtysecond_b)  # the profile's dtypes from the raw records (torch 2.11): hf:gptj's attention planned in fp32 and taken;
     # hf:falcon (SDPA by its full name, one kv head) and hf:codegen (scaled after the mask) as transformers 5.17 builds them
