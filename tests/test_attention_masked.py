@@ -268,6 +268,35 @@ def test_fp16_finfo_min_rows_are_judged_as_fp32_adds_them(kind):
     assert verdict.worst_error < 0.3  # of the bound: 0.99 before
 
 
+def _profiled_and_applied(tmp_path, source: str, dtype=torch.float32):
+    """``source`` (a model file with ``Model``) profiled, and the plan's attention_masked problem
+    checked as placed and taking its calls; the model patched with the starter, its op's calls
+    counted over one forward: (problem, patched output, original output, op calls)."""
+    from autokernel.integrate import OP_CALLS, apply
+    from autokernel.integrate.selection import DECLINED
+    from autokernel.models import load_model
+    from autokernel.plan import save_plan
+    from autokernel.profiler import profile_model
+
+    path = tmp_path / "model_file.py"
+    path.write_text(source)
+    loaded = load_model(f"{path}:Model", input_shape=[2, 8, 32], dtype=dtype)
+    plan = profile_model(loaded, warmup=0, iters=1)
+    masked = next(p for p in plan.problems if p.kind == "attention_masked")
+    assert masked.supported and DECLINED not in masked.note, masked.note
+    workdir = tmp_path / "run"
+    (workdir / "problems" / "attention_masked").mkdir(parents=True)
+    shutil.copyfile(KERNELS_DIR / "attention_masked.py", workdir / "problems" / "attention_masked" / "kernel.py")
+    save_plan(plan, workdir / "plan.json")
+    patched = apply(loaded.model, workdir)
+    op = patched._autokernel_ops["attention_masked"]
+    before = OP_CALLS[op]
+    (x,) = loaded.make_inputs(0)
+    with torch.no_grad():
+        got, want = patched(x), loaded.model(x)
+    return masked, got, want, OP_CALLS[op] - before
+
+
 MULTI_QUERY = '''
 import torch
 {imports}
@@ -310,30 +339,9 @@ def test_sdpa_written_out_with_one_kv_head_reaches_the_masked_op(tmp_path, impor
     forward calls ``torch.nn.functional.scaled_dot_product_attention`` by its full name, which no
     rebinding reached (only ``F`` and the function itself were), and passes one kv head without
     ``enable_gqa``, which SDPA broadcasts and the routing handed back to PyTorch."""
-    from autokernel.integrate import OP_CALLS, apply
-    from autokernel.integrate.selection import DECLINED
-    from autokernel.models import load_model
-    from autokernel.plan import save_plan
-    from autokernel.profiler import profile_model
-
-    path = tmp_path / "mqa.py"
-    path.write_text(MULTI_QUERY.format(imports=imports, call=call))
-    loaded = load_model(f"{path}:Model", input_shape=[2, 8, 32])
-    plan = profile_model(loaded, warmup=0, iters=1)
-    masked = next(p for p in plan.problems if p.kind == "attention_masked")
-    assert masked.supported and DECLINED not in masked.note, masked.note
+    masked, got, want, calls = _profiled_and_applied(tmp_path, MULTI_QUERY.format(imports=imports, call=call))
     assert masked.shapes[0]["Hkv"] == 1 and masked.shapes[0]["H"] == 4
-    workdir = tmp_path / "run"
-    (workdir / "problems" / "attention_masked").mkdir(parents=True)
-    shutil.copyfile(KERNELS_DIR / "attention_masked.py", workdir / "problems" / "attention_masked" / "kernel.py")
-    save_plan(plan, workdir / "plan.json")
-    patched = apply(loaded.model, workdir)
-    op = patched._autokernel_ops["attention_masked"]
-    before = OP_CALLS[op]
-    (x,) = loaded.make_inputs(0)
-    with torch.no_grad():
-        got, want = patched(x), loaded.model(x)
-    assert OP_CALLS[op] - before == 1
+    assert calls == 1
     assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
 
 
@@ -391,12 +399,6 @@ def test_a_profile_without_dtypes_on_its_events_plans_the_dtypes_the_ops_took(tm
     against the op's bf16).  The cause: torch 2.11's profiler events carry no input dtypes, and
     every problem took the model's.  The profiler's raw records have them; here the events lose
     theirs as 2.11's do, and the plan still has the fp32 the forward computes the scores in."""
-    from autokernel.integrate import OP_CALLS, apply
-    from autokernel.integrate.selection import DECLINED
-    from autokernel.models import load_model
-    from autokernel.plan import save_plan
-    from autokernel.profiler import profile_model
-
     events = torch.profiler.profile.events
 
     def without_dtypes(self):
@@ -406,25 +408,10 @@ def test_a_profile_without_dtypes_on_its_events_plans_the_dtypes_the_ops_took(tm
         return out
 
     monkeypatch.setattr(torch.profiler.profile, "events", without_dtypes)
-    path = tmp_path / "upcast.py"
-    path.write_text(UPCAST)
-    loaded = load_model(f"{path}:Model", input_shape=[2, 8, 32], dtype=torch.bfloat16)
-    plan = profile_model(loaded, warmup=0, iters=1)
-    masked = next(p for p in plan.problems if p.kind == "attention_masked")
-    assert masked.dtype == "fp32" and masked.supported and DECLINED not in masked.note, masked.note
-    assert {p.dtype for p in plan.problems if p.kind == "matmul"} == {"bf16"}  # the projections
-    workdir = tmp_path / "run"
-    (workdir / "problems" / "attention_masked").mkdir(parents=True)
-    shutil.copyfile(KERNELS_DIR / "attention_masked.py", workdir / "problems" / "attention_masked" / "kernel.py")
-    save_plan(plan, workdir / "plan.json")
-    patched = apply(loaded.model, workdir)
-    op = patched._autokernel_ops["attention_masked"]
-    before = OP_CALLS[op]
-    (x,) = loaded.make_inputs(0)
-    with torch.no_grad():
-        got, want = patched(x).float(), loaded.model(x).float()
-    assert OP_CALLS[op] - before == 1
-    assert ((got - want).norm() / want.norm()).item() < 1e-2
+    masked, got, want, calls = _profiled_and_applied(tmp_path, UPCAST, torch.bfloat16)
+    assert masked.dtype == "fp32"
+    assert calls == 1
+    assert ((got.float() - want.float()).norm() / want.float().norm()).item() < 1e-2
 
 
 def test_scores_scaled_after_the_mask_and_a_softmax_module_reach_the_op(tmp_path):
@@ -432,12 +419,6 @@ def test_scores_scaled_after_the_mask_and_a_softmax_module_reach_the_op(tmp_path
     the mask before dividing by the scale (``(s + mask) / C``) and takes the softmax through
     ``nn.Softmax(dim=-1)(s)``; neither form was read as attention.  The op gets the scale and
     the mask divided by it (the statements run on zero scores, the division among them)."""
-    from autokernel.integrate import OP_CALLS, apply
-    from autokernel.integrate.selection import DECLINED
-    from autokernel.models import load_model
-    from autokernel.plan import save_plan
-    from autokernel.profiler import profile_model
-
     source = UPCAST.replace('''        attn_weights = attn_weights / self.scale_attn
         if attention_mask is not None:
             attn_weights = attn_weights + attention_mask
@@ -446,21 +427,6 @@ def test_scores_scaled_after_the_mask_and_a_softmax_module_reach_the_op(tmp_path
         attn_weights = attn_weights / self.scale_attn
         attn_weights = torch.nn.Softmax(dim=-1)(attn_weights)''')
     assert source != UPCAST
-    path = tmp_path / "scaled_last.py"
-    path.write_text(source)
-    loaded = load_model(f"{path}:Model", input_shape=[2, 8, 32])
-    plan = profile_model(loaded, warmup=0, iters=1)
-    masked = [p for p in plan.problems if p.kind == "attention_masked"]
-    assert masked and masked[0].supported and DECLINED not in masked[0].note, masked and masked[0].note
-    workdir = tmp_path / "run"
-    (workdir / "problems" / "attention_masked").mkdir(parents=True)
-    shutil.copyfile(KERNELS_DIR / "attention_masked.py", workdir / "problems" / "attention_masked" / "kernel.py")
-    save_plan(plan, workdir / "plan.json")
-    patched = apply(loaded.model, workdir)
-    op = patched._autokernel_ops["attention_masked"]
-    before = OP_CALLS[op]
-    (x,) = loaded.make_inputs(0)
-    with torch.no_grad():
-        got, want = patched(x), loaded.model(x)
-    assert OP_CALLS[op] - before == 1
+    masked, got, want, calls = _profiled_and_applied(tmp_path, source)
+    assert calls == 1
     assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
