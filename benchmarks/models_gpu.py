@@ -151,11 +151,10 @@ CPU_MODELS = [("llama", "n_layers=1", "1x8"), ("hf:gpt2", "n_embd=64,n_layer=1,n
 def liger_op(kind: str):
     """Liger-Kernel's function for a kind, with the problem's signature, or None."""
     try:
-        if kind == "geglu":
+        if kind in ("geglu", "geglu_packed"):  # Liger's GELU is the tanh form only
             from liger_kernel.ops.geglu import LigerGELUMulFunction
-            return lambda gate, up, tanh: LigerGELUMulFunction.apply(gate, up) if tanh else None
-        if kind == "geglu_packed":  # Liger's GELU is the tanh form only
-            from liger_kernel.ops.geglu import LigerGELUMulFunction
+            if kind == "geglu":
+                return lambda gate, up, tanh: LigerGELUMulFunction.apply(gate, up) if tanh else None
             return lambda gu, tanh: LigerGELUMulFunction.apply(*gu.chunk(2, dim=-1)) if tanh else None
         if kind == "swiglu_packed":
             from liger_kernel.ops.swiglu import LigerSiLUMulFunction
