@@ -614,7 +614,7 @@ def trace_model(model: nn.Module, inputs: tuple, *, on_gpu: bool, warmup: int = 
                     model(*inputs)
             sync()
     events = prof.events()
-    carried = not events or getattr(events[0], "input_dtypes", None) is not None  # (PyTorch 2.12 on)
+    carried = not events or getattr(events[0], "input_dtypes", None) is not None  # (not on PyTorch 2.11)
     return events_to_tree(events, tracer.calls, None if carried else recorded_dtypes(prof))
 
 
