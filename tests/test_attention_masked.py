@@ -430,3 +430,16 @@ def test_scores_scaled_after_the_mask_and_a_softmax_module_reach_the_op(tmp_path
     masked, got, want, calls = _profiled_and_applied(tmp_path, source)
     assert calls == 1
     assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_fp32_query_blocks_fit_the_registers_and_the_dots_take_tensor_cores():
+    """An fp32 program keeps q and its accumulator, BLOCK_M x BLOCK_D each, in registers: at
+    CodeGen's 256-wide heads the 64-row block spilled (27.6 ms against eager's 0.45 on an H100 with
+    ieee dots; 0.55 ms with tf32x3 dots and 16 rows).  Half precision keeps its blocks."""
+    from autokernel.kernels.attention_masked import KNOBS, launch_config
+
+    assert KNOBS["FP32_DOT"] == "tf32x3"
+    assert launch_config(512, 256, 4, KNOBS)["BLOCK_M"] == 16
+    assert launch_config(512, 128, 4, KNOBS)["BLOCK_M"] == 32
+    assert launch_config(1024, 64, 4, KNOBS)["BLOCK_M"] == 64
+    assert launch_config(512, 256, 2, KNOBS)["BLOCK_M"] == 64
