@@ -13,6 +13,8 @@ import shutil
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
@@ -69,6 +71,32 @@ def test_starter_takes_the_mixers_strided_views():
         tol = problem.tolerance(dtype)
         torch.testing.assert_close(kernel(*views).float(), problem.reference(u, dt, A, B, C, D, z, bias).float(),
                                    rtol=tol.rtol, atol=tol.atol)
+
+
+_SCAN = load_starter("selective_scan")
+
+
+@triton.jit
+def _decay_and_softplus(x_ptr, decay_ptr, softplus_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    tl.store(decay_ptr + offs, _SCAN._exp_near_one(x), mask=offs < n)
+    tl.store(softplus_ptr + offs, _SCAN._softplus(x), mask=offs < n)
+
+
+def test_scan_decay_and_softplus_are_within_an_ulp_of_their_exact_values():
+    """The starter's decay exp(dt A) is a polynomial near 1 and its softplus a series where exp(x) is
+    small: a GPU's exp2 biased by a fraction of an ulp at every step compounded over a long memory
+    (1.13x the judge's fp32 bound on an H100).  Both, run under the interpreter, against float64."""
+    x = torch.cat([-torch.logspace(-8, 0.7, 200), torch.logspace(-8, -1, 50), torch.linspace(-9, 25, 300),
+                   torch.tensor([-0.0625, 0.0625, -4.1589, 20.0, 0.0])]).float()
+    decay, softplus = torch.empty_like(x), torch.empty_like(x)
+    _decay_and_softplus[(1,)](x, decay, softplus, x.numel(), BLOCK=1024)
+    ulp = torch.finfo(torch.float32).eps
+    assert ((decay.double() - x.double().exp()).abs() / x.double().exp()).max() <= 2 * ulp
+    exact = torch.nn.functional.softplus(x.double())
+    error = (softplus.double() - exact).abs() / exact
+    assert error[x < -2.08].max() <= 2 * ulp and error.max() <= 8 * ulp
 
 
 def test_bytes_read_the_four_sequences_and_the_two_projections_once():

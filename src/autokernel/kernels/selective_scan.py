@@ -7,7 +7,11 @@ with Cs over N, adds the D skip, gates with silu(z) and stores one output per ch
 D and the bias are read once; nothing of size N is written.  Inputs are taken with their strides
 (the model hands over transposed views: u and z with channels contiguous), so no copy is made.
 
-softplus follows PyTorch's: the identity above 20, log(1 + exp(x)) below.
+softplus follows PyTorch's: the identity above 20, log(1 + exp(x)) below, log1p's series where
+exp(x) < 1/8.  The decay exp(dt A) is a Taylor polynomial where |dt A| < 1/16: a GPU's exp there
+(exp2 in hardware) is off by a fraction of an ulp of 1 *the same way at every step*, and a state that
+keeps its past (A near 0) compounds that over L steps: on an H100, fp32, L = 2048, the judge's
+``long-memory`` case drew 1.13x its bound (2026-12-07).  The polynomial's one rounding is to nearest.
 """
 import torch
 import triton
@@ -15,6 +19,32 @@ import triton.language as tl
 
 KNOBS = {"BLOCK_D": 32, "num_warps": 4, "num_stages": 1}
 KNOB_SPACE = {"BLOCK_D": [8, 16, 32, 64, 128], "num_warps": [1, 2, 4, 8], "num_stages": [1, 2]}
+
+
+@triton.jit
+def _exp_near_one(x):
+    """exp(x): 1 + x + ... + x^5 / 120 where |x| < 1/16 (truncation under 2e-10), exp elsewhere."""
+    p = x * (1.0 / 120.0) + 1.0 / 24.0
+    p = p * x + 1.0 / 6.0
+    p = p * x + 0.5
+    p = p * x + 1.0
+    return tl.where(tl.abs(x) < 0.0625, 1.0 + x * p, tl.exp(x))
+
+
+@triton.jit
+def _softplus(x):
+    """log(1 + exp(x)); log1p's series e - e^2/2 + ... - e^8/8 where e = exp(x) < 1/8 (truncation
+    under 1e-8 of the result; Mamba's dt from 1e-3 to 0.1 is x from -6.9 to -2.25), where rounding
+    1 + e would cost up to 30 ulp; x itself above 20."""
+    e = tl.exp(tl.minimum(x, 20.0))
+    p = e * -0.125 + 1.0 / 7.0
+    p = p * e - 1.0 / 6.0
+    p = p * e + 0.2
+    p = p * e - 0.25
+    p = p * e + 1.0 / 3.0
+    p = p * e - 0.5
+    p = p * e + 1.0
+    return tl.where(x > 20.0, x, tl.where(e < 0.125, e * p, tl.log(1.0 + e)))
 
 
 @triton.jit
@@ -47,8 +77,8 @@ def _selective_scan_kernel(u_ptr, delta_ptr, a_ptr, b_ptr, c_ptr, dskip_ptr, z_p
         z = tl.load(z_row + l * sz_l, mask=d_ok, other=0.0).to(tl.float32)
         Bl = tl.load(b_col + l * sb_l, mask=n_ok, other=0.0).to(tl.float32)
         Cl = tl.load(c_col + l * sc_l, mask=n_ok, other=0.0).to(tl.float32)
-        dt = tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))
-        h = tl.exp(dt[:, None] * A) * h + (dt * u)[:, None] * Bl[None, :]
+        dt = _softplus(x)
+        h = _exp_near_one(dt[:, None] * A) * h + (dt * u)[:, None] * Bl[None, :]
         y = tl.sum(h * Cl[None, :], axis=1) + Dskip * u
         y = y * z * tl.sigmoid(z)
         tl.store(out_row + l, y.to(out_ptr.dtype.element_ty), mask=d_ok)
