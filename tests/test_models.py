@@ -694,6 +694,23 @@ def test_a_json_object_in_braces_sets_a_nested_config():
     assert config.ffn_config.moe_num_experts == 4
 
 
+def test_hf_dbrx_builds_without_its_attention_settings_and_says_what_was_filled():
+    """hf:dbrx failed to build unless --config gave ``attn_config={"rope_theta":...,"clip_qkv":...}``
+    (transformers 5.17 and 5.25: ``DbrxAttention`` reads ``rope_theta``, which its config class
+    lacks, and clamps by ``clip_qkv``, None by default).  Both are filled and the description says
+    so; a value the user gives wins."""
+    pytest.importorskip("transformers")
+    small = 'd_model=32,n_heads=2,n_layers=1,vocab_size=128,ffn_config={"ffn_hidden_size":32}'
+    loaded = load_model("hf:dbrx", config_overrides=small, input_shape=[1, 8])
+    attn = loaded.model.model.config.attn_config
+    assert attn.rope_theta == 10000.0 and attn.clip_qkv == 8.0
+    assert "filled in: attn_config.rope_theta=10000.0" in loaded.description
+    assert "attn_config.clip_qkv=8.0" in loaded.description
+    mine = load_model("hf:dbrx", config_overrides=small + ',attn_config={"clip_qkv":4}', input_shape=[1, 8])
+    assert mine.model.model.config.attn_config.clip_qkv == 4
+    assert "clip_qkv=8" not in mine.description and "attn_config.rope_theta=10000.0" in mine.description
+
+
 def test_a_setting_the_config_lacks_suggests_close_names():
     """New-user trial: hf:swin --config num_head=[2,4] (or Depths=[2,2]) said only "SwinConfig has
     no setting 'num_head'"."""

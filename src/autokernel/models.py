@@ -63,6 +63,26 @@ MOE_SMALL_CONFIG: dict[str, Any] = {
 MOE_EXPERT_ATTRS = ("num_local_experts", "num_experts", "n_routed_experts")
 
 
+def _rope_theta(config: Any) -> float:
+    """The rotary base of a config's ``rope_parameters`` (10000, transformers' default, where none)."""
+    rope = getattr(config, "rope_parameters", None)
+    theta = rope.get("rope_theta") if isinstance(rope, dict) else None
+    return float(theta) if isinstance(theta, (int, float)) else 10000.0
+
+
+# Settings an architecture's code reads from a nested config object that its config class leaves
+# unset, or None where None fails (transformers 5.17 and 5.25): model type -> (nested config,
+# setting, its value given the config, why).  Filled unless the user's --config gives them; the
+# model description says so.  DBRX: ``DbrxAttention`` reads ``attn_config.rope_theta``, which
+# ``DbrxAttentionConfig`` no longer has (the rotary takes ``rope_parameters``' base, so that is the
+# value), and clamps q/k/v by ``clip_qkv``, None by default, which ``clamp`` refuses.
+NESTED_FILLS: dict[str, tuple[tuple[str, str, Callable[[Any], Any], str], ...]] = {
+    "dbrx": (("attn_config", "rope_theta", _rope_theta, "rope_parameters' base, which the rotary uses"),
+             ("attn_config", "clip_qkv", lambda config: 8.0,
+              "the released DBRX checkpoints' value; None fails in the attention's clamp")),
+}
+
+
 class ModelSpecError(ValueError):
     """A model spec, config or input shape that cannot be used (user mistake, exit code 2)."""
 
@@ -628,6 +648,22 @@ def moe_small_overrides(default: Any, overrides: dict[str, Any]) -> dict[str, An
     return small
 
 
+def fill_nested_settings(config: Any, values: dict[str, Any]) -> list[str]:
+    """Set the ``NESTED_FILLS`` of ``config``'s architecture that it lacks (or holds as None) and the
+    user's ``values`` do not give; what was filled, as ``name=value (why)`` notes.  hf:dbrx failed to
+    build from its defaults ("'DbrxAttentionConfig' object has no attribute 'rope_theta'"), and
+    with that given, its forward ("torch.clamp: At least one of 'min' or 'max' must not be None")."""
+    notes = []
+    for sub, name, value_of, why in NESTED_FILLS.get(getattr(config, "model_type", None), ()):
+        nested, given = _setting(config, sub), values.get(sub)
+        if nested is None or (isinstance(given, dict) and name in given) or _setting(nested, name) is not None:
+            continue
+        value = value_of(config)
+        setattr(nested, name, value)
+        notes.append(f"{sub}.{name}={value} ({why})")
+    return notes
+
+
 def moe_routing_error(config: Any) -> str | None:
     """What makes an MoE config's routing impossible: no experts, more experts a token than there
     are (the forward's top-k fails with 'selected index k out of range'), or experts a token
@@ -730,6 +766,7 @@ def _build_hf(arch: str, overrides: dict[str, Any], device: str,
         config = transformers.AutoConfig.for_model(arch, **values)
     except Exception as exc:
         raise ModelSpecError(f"hf:{arch} config {values} failed: {_one_line(exc)}") from None
+    filled = fill_nested_settings(config, values)
     wrong = moe_routing_error(config) or kv_heads_error(config, overrides) or image_size_error(config)
     if wrong:
         raise ModelSpecError(f"hf:{arch} config: {wrong}; set them with --config")
@@ -756,6 +793,8 @@ def _build_hf(arch: str, overrides: dict[str, Any], device: str,
     wrapped = wrapper(model)
     if isinstance(wrapped, SpeechSeq2SeqLogits):
         what += f" [decoder fed {wrapped.decoder_tokens} token ids]"
+    if filled:
+        what += f" [unset in {type(config).__name__}, filled in: {', '.join(filled)}; set them with --config]"
     if small:
         what += (" [mixture of experts: small default config " + ", ".join(f"{k}={v}" for k, v in small.items())
                  + "; set them with --config]")
