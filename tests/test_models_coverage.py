@@ -391,6 +391,26 @@ def test_moe_gets_a_small_default_config_and_says_so():
 
 
 @pytest.mark.skipif(not HF, reason="transformers is not installed")
+def test_dbrx_gets_the_small_moe_config_in_its_nested_ffn_config_and_says_so():
+    """hf:dbrx was built at 2.5B parameters: its sizes go by other names (``d_model``...) and its
+    experts' live in ``ffn_config``, which the small MoE config did not reach.  ``hidden_size``,
+    the other name of ``d_model``, left its experts 2048 wide (transformers set it after the
+    config copied ``d_model`` into ``ffn_config``)."""
+    loaded = load_model("hf:dbrx", config_overrides="n_layers=1", validate=False)
+    cfg = loaded.model.model.config
+    assert (cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.vocab_size) == (256, 1, 8, 4096)
+    ffn = cfg.ffn_config
+    assert (ffn.hidden_size, ffn.ffn_hidden_size, ffn.moe_num_experts, ffn.moe_top_k) == (256, 512, 16, 4)
+    assert 'small default config d_model=256, n_heads=8' in loaded.description
+    assert 'ffn_config={"ffn_hidden_size":512,"moe_num_experts":16,"moe_top_k":4}' in loaded.description
+    # what the user sets wins, in the nested config too, and the rest stays small
+    mine = load_model("hf:dbrx", config_overrides='n_layers=1,hidden_size=128,ffn_config={"moe_top_k":2}', validate=False)
+    ffn = mine.model.model.config.ffn_config
+    assert (ffn.hidden_size, ffn.ffn_hidden_size, ffn.moe_num_experts, ffn.moe_top_k) == (128, 512, 16, 2)
+    assert 'ffn_config={"ffn_hidden_size":512,"moe_num_experts":16}' in mine.description
+
+
+@pytest.mark.skipif(not HF, reason="transformers is not installed")
 @pytest.mark.parametrize("arch,cls,wrapper", [("vit", "ViTForImageClassification", "ImageLogits"),
                                               ("t5", "T5ForConditionalGeneration", "Seq2SeqLogits"),
                                               ("bert", "BertForMaskedLM", "LogitsOnly"),

@@ -27,6 +27,7 @@ import dataclasses
 import hashlib
 import importlib.util
 import inspect
+import json
 import re
 import sys
 import typing
@@ -61,6 +62,14 @@ MOE_SMALL_CONFIG: dict[str, Any] = {
     "shared_expert_intermediate_size": 512, "max_position_embeddings": 4096,
 }
 MOE_EXPERT_ATTRS = ("num_local_experts", "num_experts", "n_routed_experts")
+# MoE architectures that keep their experts' settings in a nested config object: model type ->
+# (the MOE_SMALL_CONFIG names they have only as a derived value, left out; the nested settings of
+# the small config).  DBRX (2.5B parameters by default): the released model's routing, 16 experts,
+# 4 a token, each as wide as Mixtral's small experts; its ``num_key_value_heads`` is copied from
+# ``attn_config.kv_n_heads`` (1, kept: one kv head suits any number of heads the user sets).
+MOE_NESTED_SMALL: dict[str, tuple[tuple[str, ...], dict[str, dict[str, Any]]]] = {
+    "dbrx": (("num_key_value_heads",), {"ffn_config": {"ffn_hidden_size": 512, "moe_num_experts": 16, "moe_top_k": 4}}),
+}
 
 
 def _rope_theta(config: Any) -> float:
@@ -220,8 +229,6 @@ def _convert_object(value: str, key: str) -> dict:
     """``{"rope_type":"linear","factor":2.0}`` (JSON) -> a dict, for a setting such as Llama's
     ``rope_scaling`` (it was split at its commas and refused as "malformed config override
     '"factor":2.0}'", or reached transformers as a string)."""
-    import json
-
     example = '{"rope_type":"linear","factor":2.0}' if "rope" in key else '{"name":1}'
     try:
         parsed = json.loads(value)
@@ -629,11 +636,28 @@ def special_tokens_inside(default: Any, values: dict[str, Any], overrides: dict[
     return out
 
 
+def real_name(config: Any, key: str) -> str:
+    """The config's own name of a setting it also takes under another (``attribute_map``: DBRX's
+    ``hidden_size`` is ``d_model``).  Given by the other name, transformers sets it after the
+    config's own post-init: DBRX's experts kept the default width 2048 at ``hidden_size=256``."""
+    aliases = getattr(config, "attribute_map", None)
+    return aliases.get(key, key) if isinstance(aliases, dict) else key
+
+
 def moe_small_overrides(default: Any, overrides: dict[str, Any]) -> dict[str, Any]:
-    """The small MoE config settings the user did not set (none for a dense architecture)."""
-    if not any(isinstance(_setting(default, a), int) and _setting(default, a) > 1 for a in MOE_EXPERT_ATTRS):
+    """The small MoE config settings the user did not set (none for a dense architecture), by the
+    config's own names; a nested config's (``MOE_NESTED_SMALL``) as a dict of the settings the
+    user's dict for it does not give."""
+    derived, nested = MOE_NESTED_SMALL.get(getattr(default, "model_type", None), ((), {}))
+    if not nested and not any(isinstance(_setting(default, a), int) and _setting(default, a) > 1
+                              for a in MOE_EXPERT_ATTRS):
         return {}
-    small = {k: v for k, v in MOE_SMALL_CONFIG.items() if _has_setting(default, k) and k not in overrides}
+    small = {real_name(default, k): v for k, v in MOE_SMALL_CONFIG.items()
+             if _has_setting(default, k) and k not in derived and real_name(default, k) not in overrides}
+    for sub, settings in nested.items():
+        given = overrides.get(sub, {})
+        if isinstance(given, dict) and any(k not in given for k in settings):
+            small[sub] = {k: v for k, v in settings.items() if k not in given}
     heads, kv_heads = _setting(default, "num_attention_heads"), _setting(default, "num_key_value_heads")
     if "num_key_value_heads" in small and heads == kv_heads:
         # no grouped-query attention at full size (DeepSeek's latent attention needs it): none when small
@@ -758,9 +782,12 @@ def _build_hf(arch: str, overrides: dict[str, Any], device: str,
     for key, value in overrides.items():
         if not _has_setting(default, key):
             raise ModelSpecError(f"{type(default).__name__} has no setting {key!r}{_setting_like(default, key)}")
-        values[key] = _convert(value, _setting(default, key), key, per_dimension=True)
+        values[real_name(default, key)] = _convert(value, _setting(default, key), key, per_dimension=True)
     small = moe_small_overrides(default, values)
     values = {**small, **special_tokens_inside(default, {**small, **values}, overrides), **values}
+    for sub, settings in small.items():
+        if isinstance(settings, dict):  # a nested config's: the user's dict for it gives the rest
+            values[sub] = {**settings, **values.get(sub, {})}
     try:
         # Built again with the overrides so that derived settings (head_dim...) follow them.
         config = transformers.AutoConfig.for_model(arch, **values)
@@ -796,7 +823,8 @@ def _build_hf(arch: str, overrides: dict[str, Any], device: str,
     if filled:
         what += f" [unset in {type(config).__name__}, filled in: {', '.join(filled)}; set them with --config]"
     if small:
-        what += (" [mixture of experts: small default config " + ", ".join(f"{k}={v}" for k, v in small.items())
+        shown_small = (f"{k}={json.dumps(v, separators=(',', ':')) if isinstance(v, dict) else v}" for k, v in small.items())
+        what += (" [mixture of experts: small default config " + ", ".join(shown_small)
                  + "; set them with --config]")
     return wrapped, what, hf_default_input_shape(config)
 
