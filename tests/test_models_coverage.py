@@ -72,6 +72,13 @@ CASES = [
     # GPT-OSS's experts (moe_experts_gptoss; 18.2% covered before them): 92.7-93.1% (three runs);
     # its attention with sinks (attention_sinks) then 97.5%; its half-width rotary and router stay uncovered
     ("hf:gpt_oss", None, [2, 128], 0.95, {"moe_experts_gptoss", "attention_sinks", "rmsnorm", "add_rmsnorm", "matmul"}),
+    # DBRX's experts keep each projection as one [E x I, D] block: no moe_experts problem, their
+    # GEMMs an unplaceable matmul, until 2026-12-07: 30.6-39.2% -> 88.7-90.3% (three or four runs
+    # each way, transformers 5.25 and 5.17, load 4.5-5.3 on 2 cores); left: the attention's
+    # clip_qkv clamp (~5%), the router's softmax and p-norm
+    ("hf:dbrx", 'd_model=64,n_layers=2,n_heads=2,vocab_size=256,'
+                'ffn_config={"ffn_hidden_size":128,"moe_num_experts":4,"moe_top_k":2}', [2, 64], 0.85,
+     {"moe_experts", "matmul", "attention", "rotary", "add_layernorm", "rotary_table", "embedding"}),
     # beyond the issue's list (2026-12-05, with the placement check): an encoder-decoder with RMS
     # norms under a LayerNorm name, one whose layers call act(fc1(h)) amid attention, a ConvNet.
     # T5's bias-free wi + ReLU (linear_relu, the op handed a zero bias): 79.3-80.6% before it (seven

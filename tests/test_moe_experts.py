@@ -175,6 +175,33 @@ def test_apply_switches_hugging_face_experts_to_the_op_and_matches(tmp_path, arc
     assert OP_CALLS[op] == before + 1
 
 
+SMALL_DBRX = 'd_model=32,n_heads=2,n_layers=1,vocab_size=128,ffn_config={"ffn_hidden_size":24,"moe_num_experts":4,"moe_top_k":2}'
+DBRX_EXPERTS = "model.transformer.blocks.0.ffn.experts"
+
+
+@needs_hf
+def test_dbrx_experts_kept_as_blocks_are_moe_experts_packed_once_and_match(tmp_path):
+    """DBRX keeps each projection of its experts as one [E x I, D] block (``w1`` gate, ``v1`` up,
+    ``w2`` down used as h @ w2[e]) and takes hidden states [B, S, D]: its experts were no
+    moe_experts problem and their GEMMs an unplaceable matmul (24-39% of hf:dbrx covered).  They
+    are recognised, and apply switches them to the op on a packed copy of the blocks."""
+    loaded = load_model("hf:dbrx", config_overrides=SMALL_DBRX, input_shape=[2, 5], dtype=torch.float32)
+    experts = loaded.model.get_submodule(DBRX_EXPERTS)
+    assert module_info(DBRX_EXPERTS, experts).moe_experts == (4, 32, 24)
+    patched = apply(loaded.model, make_workdir(tmp_path / "wd", [experts_problem([DBRX_EXPERTS], E=4, I=24)],
+                                               model="hf:dbrx"))
+    assert patched._autokernel_replaced == [(DBRX_EXPERTS, "moe_experts")]
+    switched = patched.get_submodule(DBRX_EXPERTS)
+    w2 = switched.mlp.w2.detach().view(4, 24, 32)
+    assert torch.equal(switched._autokernel_down, w2.transpose(1, 2))  # [E, D, I], kept
+    op = patched._autokernel_ops["moe_experts"]
+    before = OP_CALLS[op]
+    (ids,) = loaded.make_inputs(0)[:1]
+    with torch.no_grad():
+        assert rel(patched(ids), loaded.model(ids)) < 1e-5
+    assert OP_CALLS[op] == before + 1
+
+
 def test_apply_leaves_experts_that_compute_something_else(tmp_path):
     class NotSwiGLU(Experts):  # gelu, behind a SiLU-looking act_fn
         def forward(self, hidden_states, top_k_index, top_k_weights):
@@ -285,6 +312,9 @@ def test_profile_prints_the_small_default_moe_config_it_used(tmp_path):
     ("llama4_text", "hidden_size=32,intermediate_size=48,intermediate_size_mlp=64,num_hidden_layers=1,"
                     "num_attention_heads=4,num_key_value_heads=2,vocab_size=64,num_local_experts=4",
      "gate_up_proj [4, 32, 96], down_proj [4, 48, 32]"),
+    # DBRX's experts as [E x I, D] blocks are moe_experts with SiLU, its default; not with another activation
+    ("dbrx", SMALL_DBRX.replace('"moe_top_k":2', '"moe_top_k":2,"ffn_act_fn":{"name":"gelu"}'),
+     "[E x I, D] blocks, not SiLU (GELUActivation)"),
 ])
 def test_experts_in_another_layout_are_uncovered_with_the_reason_not_matmul(arch, config, why):
     """Their GEMMs ran under the experts module with no nn.Linear for apply to switch: counted as

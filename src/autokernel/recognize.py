@@ -163,6 +163,7 @@ class ModuleInfo:
     linear_out: int | None = None  # N of a linear layer's output, also of one apply switched (``linear_out``)
     moe_experts: tuple[int, int, int] | None = None  # (E, D, I) of a module holding SwiGLU experts as 3-D weights
     experts_layout: str | None = None  # why a module holding experts as 3-D weights is not moe_experts
+    experts_blocks: bool = False  # its moe_experts are DBRX's: [E x I, D] blocks, hidden states of any rank
     gptoss_experts: tuple[int, int, int] | None = None  # (E, D, I) of GPT-OSS's clamped, biased GLU experts
     relative_bias: tuple[int, int, bool] | None = None  # (buckets, max_distance, bidirectional) of T5's bias table
     xielu: bool = False  # an xIELU activation module (``is_xielu_module``: Apertus' MLP)
@@ -282,6 +283,8 @@ def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
         eps = getattr(module, "variance_epsilon", None)
     mlp, dims = mlp_linears(module)
     experts, other_experts = _experts_layout(module)
+    blocks, other_blocks = _experts_blocks_layout(module)
+    experts, other_experts = experts or blocks, other_experts or other_blocks
     gptoss = gptoss_experts_dims(module)
     if gptoss is not None:
         other_experts = None
@@ -295,7 +298,7 @@ def module_info(qualname: str, module: nn.Module) -> ModuleInfo:
                       scaled_embedding=scaled_embedding_parts(module), rotary_table=is_rotary_table(module),
                       linear=linear, bias_free=linear is not None and module.bias is None,
                       linear_out=linear_out(module), moe_experts=experts,
-                      experts_layout=other_experts, gptoss_experts=gptoss,
+                      experts_layout=other_experts, experts_blocks=blocks is not None, gptoss_experts=gptoss,
                       relative_bias=relative_bias_parts(module), xielu=is_xielu_module(module),
                       head_copies=writes_head_copies(type(module)), shifted_windows=is_shifted_window_layer(module),
                       window_bias_table=is_window_bias_module(module))
@@ -573,6 +576,32 @@ def moe_experts_dims(module: nn.Module) -> tuple[int, int, int] | None:
     and gate-less layouts (``is_transposed``, ``is_concatenated``... as transformers marks
     them) are not this kind."""
     return _experts_layout(module)[0]
+
+
+def _experts_blocks_layout(module: nn.Module) -> tuple[tuple[int, int, int] | None, str | None]:
+    """For experts that keep each projection as one [E x I, D] block (DBRX's ``DbrxExperts``: its
+    ``mlp`` holds ``w1`` (gate) and ``v1`` (up), each expert's x @ w[e].T, and ``w2`` (down),
+    h @ w2[e]; ``num_experts`` E and ``ffn_hidden_size`` I): (its (E, D, I), None) with a SiLU
+    ``activation_fn``, as moe_experts computes them once the blocks are packed ([E, 2I, D] gate and
+    up, [E, D, I] down: ``integrate.experts``); (None, why) with another activation; (None, None)
+    for any other module.  Its forward takes hidden states [B, S, D] (any rank: their rows are the
+    tokens), top_k_index and top_k_weights [T, K]."""
+    glu = getattr(module, "mlp", None)
+    E, I = getattr(module, "num_experts", None), getattr(module, "ffn_hidden_size", None)
+    if not (isinstance(glu, nn.Module) and isinstance(E, int) and isinstance(I, int)) or E < 1 or I < 1:
+        return None, None
+    blocks = [getattr(glu, n, None) for n in ("w1", "v1", "w2")]
+    if not all(isinstance(w, torch.Tensor) and w.dim() == 2 and w.shape == blocks[0].shape for w in blocks) \
+            or blocks[0].shape[0] != E * I:
+        return None, None
+    if not is_silu_module(getattr(glu, "activation_fn", None)):
+        return None, f"[E x I, D] blocks, not SiLU ({type(getattr(glu, 'activation_fn', None)).__name__})"
+    return (E, int(blocks[0].shape[1]), I), None
+
+
+def experts_blocks_dims(module: nn.Module) -> tuple[int, int, int] | None:
+    """(E, D, I) of SiLU experts kept as [E x I, D] blocks (DBRX's: ``_experts_blocks_layout``)."""
+    return _experts_blocks_layout(module)[0]
 
 
 def gptoss_experts_dims(module: nn.Module) -> tuple[int, int, int] | None:
@@ -1205,12 +1234,15 @@ def recognize_scope(node: Node, ops_below: list[Node], subtree_ops: set[str], de
                                "expert GEMMs and the weighted sum)",))
     if info.experts_layout is not None:
         return Unsupported(f"{info.cls_name} (experts: {info.experts_layout}; not the moe_experts layout)")
-    if info.moe_experts is not None and len(call.args) >= 3 and len(x.shape) == 2 and len(call.args[1].shape) == 2:
+    if (info.moe_experts is not None and len(call.args) >= 3 and len(call.args[1].shape) == 2
+            and (len(x.shape) == 2 or (info.experts_blocks and len(x.shape) > 2 and x.shape[-1] == info.moe_experts[1]
+                                       and rows(x.shape) == call.args[1].shape[0]))):
         E, D, I = info.moe_experts
         T, K = call.args[1].shape
         return Instance("moe_experts", x.dtype, [(make_shape("moe_experts", T, K, E, D, I), 1)], module=info.qualname,
                         notes=(f"{info.cls_name}: {E} SwiGLU experts, {K} a token (routing, gathers, expert GEMMs "
-                               "and the weighted sum)",))
+                               "and the weighted sum)" + ("; weights as [E x I, D] blocks, packed once when switched"
+                                                          if info.experts_blocks else ""),))
     if info.patch_conv is not None and len(x.shape) == 4 and call.outputs and len(call.outputs[0].shape) == 4:
         kh, kw = info.patch_conv
         B, C = x.shape[:2]

@@ -39,7 +39,7 @@ that compute that kind are switched to it:
 * ``embedding`` — ``torch.nn.Embedding`` (and scaled subclasses); ``rotary_table`` — default-RoPE
   ``*RotaryEmbedding`` modules (``tables``);
 * ``moe_experts`` — mixture-of-experts experts modules with 3-D SwiGLU weights (Mixtral's,
-  Qwen-MoE's; ``experts``);
+  Qwen-MoE's), or with [E x I, D] blocks, packed once (DBRX's; ``experts``);
 * ``relative_position_bias`` — T5-style attention modules holding a relative position bias
   table: their ``compute_bias`` (``position_bias``);
 * ``xielu`` — xIELU activation modules (transformers' ``XIELUActivation``: Apertus' MLP), the op
