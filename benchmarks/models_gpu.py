@@ -111,7 +111,10 @@ GPU_MODELS = [("llama", LLAMA_4096, "4x1024"), ("hf:gpt2", None, "4x512"), ("hf:
               # Mamba-130m's widths (its default config: 768 wide, state 16), 4 of its 32 layers: transformers'
               # slow path (no mamba-ssm package) loops over the tokens; selective_scan and causal_conv1d take it
               # (torch.compile unrolls that loop: time it with --compile-mode none)
-              ("hf:mamba", "num_hidden_layers=4", "4x1024")]
+              ("hf:mamba", "num_hidden_layers=4", "4x1024"),
+              # DBRX's routing (16 experts, 4 a token) at 2048 wide, 4 layers: its experts on moe_experts
+              ("hf:dbrx", 'n_layers=4,d_model=2048,n_heads=16,'
+                          'ffn_config={"moe_num_experts":16,"moe_top_k":4,"ffn_hidden_size":2048}', "4x1024")]
 CPU_MODELS = [("llama", "n_layers=1", "1x8"), ("hf:gpt2", "n_embd=64,n_layer=1,n_head=2,vocab_size=512", "1x8"),
               ("hf:bert", "hidden_size=64,num_hidden_layers=1,num_attention_heads=2,intermediate_size=128,vocab_size=512",
                "1x8"),

@@ -107,11 +107,15 @@
 #   bash benchmarks/pending_gpu.sh thirtyfirst_b OUT # the new kinds (shifted_windows, window_bias, geglu_packed) and
 #                                               # three old starters through the GPU judge (red-team pass 29's timed
 #                                               # rewrites: false positives? cost?); hf:swin and hf:modernbert timed
+#   bash benchmarks/pending_gpu.sh thirtysecond_c OUT # pass 30's judge on starters and memo attacks; the new kinds;
+#                                               # fp32 attention_masked knobs; attention at D 192 / Dv 128; hf:mamba
+#   bash benchmarks/pending_gpu.sh thirtythird OUT # selective_scan's fp32 polynomial decay through the GPU judge;
+#                                               # attention_masked's fp32 defaults; hf:mamba and hf:dbrx timed
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b|eighteenth|eighteenth_b|eighteenth_c|eighteenth_d|nineteenth|nineteenth_b|nineteenth_c|nineteenth_d|twentyseventh|twentyseventh_b|twentyeighth|twentyeighth_b|models27|models27_graphs|xielu|thirtieth|thirtieth_b|thirtieth_c|thirtyfirst|thirtyfirst_b OUT"
+usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b|eighteenth|eighteenth_b|eighteenth_c|eighteenth_d|nineteenth|nineteenth_b|nineteenth_c|nineteenth_d|twentyseventh|twentyseventh_b|twentyeighth|twentyeighth_b|models27|models27_graphs|xielu|thirtieth|thirtieth_b|thirtieth_c|thirtyfirst|thirtyfirst_b|thirtysecond_b|thirtysecond_c|thirtythird OUT"
 part=${1:?$usage}
 out=${2:?$usage}
 mkdir -p "$out"
@@ -474,6 +478,23 @@ thirtysecond)  # the 2.11 false-positive fix (RequestInputs, timed rewrites only
     step judge_new 230 python benchmarks/judge_smoke_gpu.py --out "$out/judge_new" --budget 220 \
         --kinds shifted_windows,window_bias,geglu_packed,softmax,rmsnorm,attention_masked --attacks ""
     step gptj_calls 220 python benchmarks/scores_attention_calls_gpu.py "$out/gptj_calls"
+    ;;
+thirtythird)  # selective_scan's starter with the decay near 1 as a polynomial (its fp32 long-memory case drew 1.13x
+    # the bound with the GPU's exp) through the judge; attention_masked's new fp32 defaults (tf32x3 dots, query blocks
+    # within 64x64 registers) at CodeGen's D 256 and at D 64; hf:mamba eager against patched (transformers' PyTorch
+    # scan); hf:dbrx (its experts on moe_experts) against eager and torch.compile
+    step judge_scan 60 python benchmarks/judge_smoke_gpu.py --out "$out/judge_scan" --budget 50 \
+        --kinds selective_scan --attacks ""
+    for shape in '"S": 512, "D": 256' '"S": 1024, "D": 64'; do
+        step "knobs_am_fp32_${shape##* }" 40 python benchmarks/starter_knobs_gpu.py --kind attention_masked --dtype fp32 \
+            --no-compile --device-time --configs '[{}, {"FP32_DOT": "ieee"}]' \
+            --shape-json "{\"B\": 4, \"H\": 16, \"Hkv\": 16, $shape, \"additive\": 1, \"per_query\": 1}" \
+            --out "$out/knobs_am_fp32"
+    done
+    step mamba 170 python benchmarks/models_gpu.py --out "$out/mamba" --skip-fused --compile-mode none --models hf:mamba \
+        --max-minutes 2.6
+    step dbrx 200 python benchmarks/models_gpu.py --out "$out/dbrx" --skip-fused --compile-mode default --models hf:dbrx \
+        --max-minutes 3.1
     ;;
 thirtysecond_c)  # what the thirty-second session's helpers built, on a GPU: red-team pass 30's judge on honest starters and
     # on the memo attacks of passes 29-30 (torch 2.11: no memory moved between storages); the new kinds
