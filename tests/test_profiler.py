@@ -387,6 +387,8 @@ def test_events_to_tree_keeps_each_kernel_once():
 @pytest.mark.parametrize("name,shapes,concrete,expected", [
     ("aten::_softmax", [(6, 10), [], []], [None, -1, False], ("softmax", {"M": 6, "N": 10})),
     ("aten::softmax", [(2, 3, 10), [], []], [None, 1, None], None),  # not the last dim: unsupported
+    # F.softmax(bf16 logits, dim=-1, dtype=torch.float) (the MoE routers'): computed in fp32 (ScalarType 6)
+    ("aten::softmax", [(6, 10), [], []], [None, -1, 6], ("softmax", {"M": 6, "N": 10}, "fp32")),
     ("aten::cross_entropy_loss", [(12, 50), (12,)], [None, None], ("cross_entropy", {"M": 12, "V": 50})),
     ("aten::sum", [(4, 5, 6), [], []], [None, [-1], False], ("reduce", {"M": 20, "N": 6})),
     ("aten::sum", [(4, 5, 6), [], []], [None, [0], False], None),
@@ -397,11 +399,12 @@ def test_events_to_tree_keeps_each_kernel_once():
      ("embedding", {"M": 14, "V": 50, "N": 16})),
 ])
 def test_op_recognizers(name, shapes, concrete, expected):
-    found = recognize_op(_op(name, shapes, concrete=concrete), "fp32")
+    found = recognize_op(_op(name, shapes, concrete=concrete, dtypes=["c10::BFloat16"]), "bf16")
     if expected is None:
         assert found is None or not hasattr(found, "kind")
     else:
         assert found.kind == expected[0] and found.shapes[0][0] == expected[1]
+        assert found.dtype == (expected[2] if len(expected) > 2 else "bf16")
 
 
 def test_a_residual_add_just_before_a_norm_counts_for_an_add_norm():

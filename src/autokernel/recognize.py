@@ -100,6 +100,8 @@ ATTENTION_OPS: dict[str, tuple[int, int | None]] = {
     "aten::_scaled_dot_product_attention_math": (5, 3),
 }
 SOFTMAX_OPS = {"aten::softmax", "aten::_softmax", "aten::_safe_softmax"}
+# aten::softmax's ``dtype`` argument as the profiler records it (ATen's ScalarType codes)
+_SOFTMAX_DTYPES = {5: "fp16", 6: "fp32", 7: "fp64", 15: "bf16"}
 NLL_OPS = ("aten::nll_loss", "aten::nll_loss_nd", "aten::nll_loss2d")
 VIEW_OPS = {"aten::view", "aten::reshape", "aten::_unsafe_view", "aten::flatten", "aten::contiguous",
             "aten::transpose", "aten::select", "aten::slice", "aten::to", "aten::t", "aten::expand",
@@ -711,7 +713,10 @@ def recognize_op(node: Node, default_dtype: str) -> Instance | Unsupported | Non
             return None
         if isinstance(dim, int) and dim not in (-1, len(x) - 1):
             return Unsupported(f"{name} (not over the last dim)")
-        return Instance("softmax", _dtype(node, 0, default_dtype), [(make_shape("softmax", rows(x), x[-1]), 1)])
+        # ``F.softmax(x, dim, dtype=torch.float)`` (the MoE routers'): computed in that dtype
+        computed = _SOFTMAX_DTYPES.get(_concrete(node, 2)) if name == "aten::softmax" else None
+        return Instance("softmax", computed or _dtype(node, 0, default_dtype),
+                        [(make_shape("softmax", rows(x), x[-1]), 1)])
     if name == "aten::cross_entropy_loss":
         x = _arg(node, 0)
         if x is None:

@@ -8,7 +8,8 @@ that compute that kind are switched to it:
 
 * ``rmsnorm``   — modules named ``*RMSNorm*`` (or ``torch.nn.RMSNorm``) with a 1-D weight;
 * ``layernorm`` — ``torch.nn.LayerNorm`` over the last dim with weight and bias;
-* ``softmax``   — ``torch.nn.Softmax(dim=-1)``;
+* ``softmax``   — ``torch.nn.Softmax(dim=-1)``, and ``F.softmax`` / ``torch.softmax`` calls over the
+  last dim in the forward of a module the problem names (the MoE routers': ``functionals``);
 * ``swiglu`` / ``fused_mlp`` — MLP modules with gate/up/down linears (``gate_proj``/``up_proj``/
   ``down_proj``, ``w1``/``w3``/``w2``, ...) and a SiLU;
 * ``attention`` — modules whose methods call ``F.scaled_dot_product_attention`` (or reach it
@@ -24,7 +25,8 @@ that compute that kind are switched to it:
 * ``attention_rotary`` — the same rotary call on q and k followed by attention on them, in one
   op, where the forward's source and a probe confirm it (``rotary_attention``);
 * ``matmul``    — ``torch.nn.Linear`` and patch convolutions (ViT's ``Conv2d`` with stride = kernel, as the
-  GEMM of its patches), only when a kept kernel beat the starting kernel;
+  GEMM of its patches), and ``F.linear(x, self.weight)`` calls in the forward of a module the
+  problem names (the MoE routers': ``functionals``), only when a kept kernel beat the starting kernel;
 * ``cross_entropy`` — ``torch.nn.CrossEntropyLoss`` with default settings;
 * ``add_rmsnorm`` / ``add_layernorm`` — norms called as ``norm(x, residual)``, post-norm output
   blocks, residual adds written just before a plain norm call (the forward holding both is

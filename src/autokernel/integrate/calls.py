@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from ..head_copies import drop_head_copies
 from ..recognize import gelu_form, module_wrapped_function
 from .class_cache import class_members, kept_class
+from .functionals import keep_transposed, linear_replacement, softmax_replacement
 from .ops import rows, traced_as_original
 from .patching import _code_names, _pick, rewrap
 from .rewrite import compile_forward, parse_forward, rebound_globals
@@ -469,9 +470,12 @@ def _global_replacements(fn: types.FunctionType, sdpa: Callable | None, rotary: 
                          gelu: Callable | None = None, sdpa_kinds: tuple[str, ...] = ("attention",),
                          softcap: KernelOp | None = None, eager_masked: KernelOp | None = None,
                          eager_sinks: KernelOp | None = None, rotary_pairs: KernelOp | None = None,
-                         pairs_to_halves: KernelOp | None = None) -> tuple[dict[str, Any], set[str]]:
+                         pairs_to_halves: KernelOp | None = None,
+                         softmax: tuple[Callable, Callable] | None = None,
+                         linear: Callable | None = None) -> tuple[dict[str, Any], set[str]]:
     """Names in ``fn``'s globals to rebind so that its calls reach the ops, and the kinds
-    (``sdpa_kinds``: those whose ops ``sdpa`` reaches)."""
+    (``sdpa_kinds``: those whose ops ``sdpa`` reaches; ``softmax``: the replacements of
+    ``F.softmax`` and ``torch.softmax``, ``linear``: of ``F.linear``, from ``functionals``)."""
     out: dict[str, Any] = {}
     kinds: set[str] = set()
     g = fn.__globals__
@@ -481,20 +485,37 @@ def _global_replacements(fn: types.FunctionType, sdpa: Callable | None, rotary: 
         functional["scaled_dot_product_attention"] = (sdpa, sdpa_kinds)
     if gelu is not None and "gelu" in names:
         functional["gelu"] = (gelu, ("gelu",))
+    if softmax is not None and "softmax" in names:
+        functional["softmax"] = (softmax[0], ("softmax",))
+    if linear is not None and "linear" in names:
+        functional["linear"] = (linear, ("matmul",))
+    # ``torch.softmax(...)``, the alias
+    on_torch = {"softmax": softmax[1]} if softmax is not None and "softmax" in names else {}
     for name in names:
         value = g.get(name)
         if value is F and functional:
             out[name] = _functional_proxy({attr: fn_ for attr, (fn_, _) in functional.items()})
             for _, fn_kinds in functional.values():
                 kinds |= set(fn_kinds)
-        elif (value is torch or value is torch.nn) and functional and "functional" in names:
+        elif (value is torch or value is torch.nn) and (functional and "functional" in names or value is torch and on_torch):
             # ``torch.nn.functional.scaled_dot_product_attention(...)`` written out (Falcon as
-            # transformers 5.17 wrote it, SAM's vision attention, Data2Vec-vision's)
-            inner = _functional_proxy({attr: fn_ for attr, (fn_, _) in functional.items()})
-            nn_proxy = _namespace_proxy(torch.nn, {"functional": inner})
-            out[name] = nn_proxy if value is torch.nn else _namespace_proxy(torch, {"nn": nn_proxy})
-            for _, fn_kinds in functional.values():
-                kinds |= set(fn_kinds)
+            # transformers 5.17 wrote it, SAM's vision attention, Data2Vec-vision's; the MoE
+            # routers' ``torch.nn.functional.softmax``), or ``torch.softmax``
+            swapped = dict(on_torch) if value is torch else {}
+            if functional and "functional" in names:
+                inner = _functional_proxy({attr: fn_ for attr, (fn_, _) in functional.items()})
+                nn_proxy = _namespace_proxy(torch.nn, {"functional": inner})
+                if value is torch.nn:
+                    out[name] = nn_proxy
+                    for _, fn_kinds in functional.values():
+                        kinds |= set(fn_kinds)
+                    continue
+                swapped["nn"] = nn_proxy
+                for _, fn_kinds in functional.values():
+                    kinds |= set(fn_kinds)
+            out[name] = _namespace_proxy(torch, swapped)
+            if "softmax" in swapped:
+                kinds.add("softmax")
         elif sdpa is not None and value is F.scaled_dot_product_attention:
             out[name] = sdpa
             kinds |= set(sdpa_kinds)
@@ -577,11 +598,13 @@ def _rebound(fn: types.FunctionType, names: dict[str, Any]) -> types.FunctionTyp
 
 # the kinds whose ops the functions a module's methods call are rebound to
 CALL_KINDS = frozenset({"attention", "attention_masked", "rotary", "gelu", "attention_rotary", "attention_softcap",
-                        "attention_sinks", "rotary_interleaved", "attention_cross", "rotary_pairs_to_halves"})
+                        "attention_sinks", "rotary_interleaved", "attention_cross", "rotary_pairs_to_halves",
+                        "softmax", "matmul"})
 
 
 def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, skipped) -> None:
-    """Attention (SDPA), rotary and F.gelu: rebind the functions a module's methods call."""
+    """Attention (SDPA), rotary, F.gelu, F.softmax and F.linear: rebind the functions a module's
+    methods call."""
     if not any(k.kind in CALL_KINDS for k in kops):
         return
     made_here: dict[tuple, type] = {}
@@ -598,9 +621,13 @@ def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, sk
         pairs = _pick(kops, "rotary_interleaved", name)
         cross = _pick(kops, "attention_cross", name)
         halves = _pick(kops, "rotary_pairs_to_halves", name)
+        # functional softmax and linear: only in a module the problem names itself (a router), not
+        # one around it (the matmul problem names nearly every layer's parents)
+        soft = next((k for k in kops if k.kind == "softmax" and name in k.problem.modules), None)
+        lin = next((k for k in kops if k.kind == "matmul" and name in k.problem.modules), None)
         if gel is not None and gelu_form(m) is not None:
             gel = None  # a GELU activation module: switched (or left alone) as a module in `fused`
-        chosen = (att, masked, rot, gel, fused, capped, sinks, pairs, cross, halves)
+        chosen = (att, masked, rot, gel, fused, capped, sinks, pairs, cross, halves, soft, lin)
         if all(k is None for k in chosen):
             continue
         eager_masked = masked is not None and plain_eager_attention(m)
@@ -609,14 +636,17 @@ def _apply_calls(model, kops: list[KernelOp], done_calls: set[int], replaced, sk
         alike = (type(m), eager_masked, eager_sinks) + tuple(map(id, chosen))  # the same ops: the same class
         if alike not in made_here:
             made = _calls_subclass(type(m), att, rot, gel, masked, fused, capped, eager_masked,
-                                   sinks if eager_sinks else None, pairs, cross, halves)
+                                   sinks if eager_sinks else None, pairs, cross, halves, soft, lin)
             made_here[alike] = kept_class(key, class_members(made), lambda: made)
         cls = made_here[alike]
-        if not cls._autokernel_kinds:
+        kinds = set(cls._autokernel_kinds)
+        if "matmul" in kinds and not keep_transposed(m, lin.dtype):
+            kinds.discard("matmul")  # no weight of its own for the linear to take: its calls go to PyTorch
+        if not kinds:
             continue
         m.__class__ = cls
         done_calls.add(id(m))
-        for kind in cls._autokernel_kinds:
+        for kind in sorted(kinds):
             replaced.append((name, kind))
 
 
@@ -629,7 +659,8 @@ def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None, gel:
                     masked: KernelOp | None = None, fused: KernelOp | None = None,
                     capped: KernelOp | None = None, eager_masked: bool = False,
                     eager_sinks: KernelOp | None = None, rotary_pairs: KernelOp | None = None,
-                    cross: KernelOp | None = None, pairs_to_halves: KernelOp | None = None) -> type:
+                    cross: KernelOp | None = None, pairs_to_halves: KernelOp | None = None,
+                    softmax: KernelOp | None = None, linear: KernelOp | None = None) -> type:
     """A subclass of ``base`` whose methods that call SDPA / a rotary function / F.gelu call
     the ops instead (``_autokernel_kinds`` empty when there is none; ``capped``: transformers' eager
     attention with soft-capped scores, ``attention_softcap``; ``eager_masked``: its plain calls
@@ -637,7 +668,8 @@ def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None, gel:
     module's sinks to that op, ``attention_sinks``, the function probed; ``rotary_pairs``: a rotary
     function on interleaved pairs, ``rotary_interleaved``; ``pairs_to_halves``: one reading pairs
     and writing halves, ``rotary_pairs_to_halves``; ``cross``: SDPA calls without
-    causality whose query and key lengths differ, ``attention_cross``); with ``fused``, a method
+    causality whose query and key lengths differ, ``attention_cross``; ``softmax``, ``linear``:
+    ``F.softmax`` / ``torch.softmax`` and ``F.linear`` calls, ``functionals``); with ``fused``, a method
     that rotates q and k and hands them to attention runs the ``attention_rotary`` op
     (``rotary_attention``) on the calls it can."""
     from .rotary_attention import fused_method
@@ -646,6 +678,8 @@ def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None, gel:
     sdpa_kinds = tuple(kind for kind, op in (("attention", att), ("attention_masked", masked), ("attention_cross", cross))
                        if op is not None)
     gelu = _gelu_replacement(gel) if gel is not None else None
+    soft = (softmax_replacement(softmax), softmax_replacement(softmax, torch.softmax)) if softmax is not None else None
+    lin = linear_replacement(linear) if linear is not None else None
     members: dict[str, Any] = {}
     kinds: set[str] = set()
     for klass in base.__mro__:
@@ -661,7 +695,7 @@ def _calls_subclass(base: type, att: KernelOp | None, rot: KernelOp | None, gel:
                 continue
             names, kinds_fn = _global_replacements(inner, sdpa, rot, gelu, sdpa_kinds, capped,
                                                    masked if eager_masked else None, eager_sinks, rotary_pairs,
-                                                   pairs_to_halves)
+                                                   pairs_to_halves, soft, lin)
             both = fused_method(inner, names, fused, rot) if fused is not None else None
             if both is not None:
                 kinds_fn = kinds_fn | {"attention_rotary"}

@@ -2,11 +2,11 @@
 
 The profiler finds a kind wherever the model computes it; ``apply`` switches only the places it
 knows how to (modules, calls it can rebind).  A softmax written as ``F.softmax`` inside a
-router's forward is found but has no place, and an overnight run would spend budget on a kernel
-that never runs in the model.  So the appliers are run once on the model as it is, with a stub
+function the model calls (not a module's forward) is found but has no place, and an overnight run
+would spend budget on a kernel that never runs in the model.  So the appliers are run once on the model as it is, with a stub
 op for every problem (no kernel is imported or run), and a problem that takes no place is
 reported, not optimized.  Where a problem takes some of its places but not others (BART's
-positional embeddings, a router's functional linear), the time of the others counts as not
+positional embeddings), the time of the others counts as not
 covered, by module.  Given the profile's inputs, the stub ops compute the problems' eager ops and
 the copy runs one forward: a placed problem whose op takes none of its calls (a switch that hands
 them all back to PyTorch) is reported too, and a module short of its calls keeps only the taken
@@ -36,7 +36,8 @@ from .selection import DECLINED, KernelOp
 
 # for the kinds a model most often computes outside what apply switches: what it does switch
 SWITCHES = {
-    "softmax": "apply switches torch.nn.Softmax(dim=-1) modules, not F.softmax calls",
+    "softmax": "apply switches torch.nn.Softmax(dim=-1) modules, and F.softmax / torch.softmax calls over the last "
+               "dim in the forward of a module the problem names (not in the functions it calls)",
     "cross_entropy": "apply switches torch.nn.CrossEntropyLoss modules with default settings",
     "layernorm": "apply switches torch.nn.LayerNorm modules",
     "reduce": "apply puts reduce kernels nowhere: the kind is a problem of its own",
