@@ -38,7 +38,8 @@ that compute that kind are switched to it:
   ``ACT2FN["relu2"]``) then a chain of other children, or has such a pair inside a longer forward
   (OPT's layers: rewritten; the ReLU may be a ``torch.relu`` / ``F.relu`` call there, and the
   squared ReLU ``torch.square(torch.relu(...))`` calls, as in RWKV's feed-forward) (``epilogues``);
-* ``embedding`` — ``torch.nn.Embedding`` (and scaled subclasses); ``rotary_table`` — default-RoPE
+* ``embedding`` — ``torch.nn.Embedding`` (and scaled subclasses, and subclasses whose forward
+  hands ids to ``super().forward``: learned position embeddings at an offset); ``rotary_table`` — default-RoPE
   ``*RotaryEmbedding`` modules (``tables``);
 * ``moe_experts`` — mixture-of-experts experts modules with 3-D SwiGLU weights (Mixtral's,
   Qwen-MoE's), or with [E x I, D] blocks, packed once (DBRX's; ``experts``);

@@ -192,8 +192,8 @@ def own_forward_form(m: nn.LayerNorm, base: type, dtype: torch.dtype, probed: di
     ``F.layer_norm(x, shape, self.weight + 1, self.bias, self.eps)``) as the op's arguments, by a
     probe of the forward against the reference with ``w``, then ``1 + w`` (decided once per class).
     None for a forward that takes a residual (the add_layernorm appliers' ``norm(x, residual)``),
-    that calls ``super().forward`` (ConvNeXt's: ``calls_layernorm_forward``), or that raises."""
-    if (len(m.normalized_shape) != 1 or m.weight is None or calls_layernorm_forward(base)
+    that calls ``super().forward`` (ConvNeXt's: ``calls_super_forward``), or that raises."""
+    if (len(m.normalized_shape) != 1 or m.weight is None or calls_super_forward(base)
             or _takes_residual(base.forward)):
         return None
     eps, bias = float(m.eps), m.bias is not None
@@ -261,9 +261,10 @@ def _layernorm_members(k: KernelOp, n: int, form: LayernormForm, base: type) -> 
     return {"forward": forward}
 
 
-def calls_layernorm_forward(cls: type) -> bool:
-    """Does ``cls``, an ``nn.LayerNorm`` subclass with a forward of its own, call
-    ``super().forward`` in it (ConvNeXt's LayerNorm, on its permuted channels-first input)?"""
+def calls_super_forward(cls: type) -> bool:
+    """Does ``cls``, a subclass of a torch module with a forward of its own, call
+    ``super().forward`` in it (ConvNeXt's LayerNorm, on its permuted channels-first input; the
+    learned position embeddings of OPT, BART and BioGPT, on ids at an offset)?"""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls.forward)))
     except (OSError, TypeError, SyntaxError):
@@ -298,7 +299,7 @@ def _apply_layernorm(model, k, done, replaced, skipped, probed) -> None:
         plain = isinstance(m, nn.LayerNorm) and type(m).forward is nn.LayerNorm.forward
         named = (not isinstance(m, nn.LayerNorm) and type(m).__name__.lower().endswith("layernorm")
                  and _related(name, k.problem.modules))
-        inherits = isinstance(m, nn.LayerNorm) and not plain and calls_layernorm_forward(_original_class(type(m)))
+        inherits = isinstance(m, nn.LayerNorm) and not plain and calls_super_forward(_original_class(type(m)))
         own = isinstance(m, nn.LayerNorm) and not plain and not inherits and _related(name, k.problem.modules)
         if id(m) in done or not (plain or named or inherits or own) or _pick([k], "layernorm", name) is None:
             continue
