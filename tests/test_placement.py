@@ -53,6 +53,28 @@ def test_the_router_softmax_and_linear_are_placed(tmp_path):
     assert OP_CALLS[op] - before == 1
 
 
+def test_the_functional_linear_finds_its_transposed_weight_after_a_move():
+    """The router's rebound ``F.linear`` takes the module's own weight through the transposed copy
+    kept beside it; a module moved with ``.to()`` (its buffers replaced) still finds it, and any
+    other weight goes to PyTorch."""
+    from types import SimpleNamespace
+
+    from autokernel.integrate.functionals import keep_transposed, linear_replacement
+
+    linear = linear_replacement(SimpleNamespace(op=lambda a, b: 2 * (a @ b), dtype=torch.float32))
+    router = torch.nn.Module()
+    router.weight = torch.nn.Parameter(torch.randn(4, 8))
+    assert keep_transposed(router, torch.float32) == 1
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        want = 2 * torch.nn.functional.linear(x, router.weight)
+        assert torch.allclose(linear(x, router.weight), want, atol=1e-5)
+        router.double().float()
+        assert torch.allclose(linear(x, router.weight), 2 * torch.nn.functional.linear(x, router.weight), atol=1e-5)
+        other = torch.randn(4, 8)
+        assert torch.allclose(linear(x, other), torch.nn.functional.linear(x, other))
+
+
 def starters_workdir(tmp_path, plan, kinds) -> list:
     """``tmp_path`` as a run's workdir: ``plan`` cut to its problems of ``kinds``, each with its
     starter as the kernel.  Those problems."""

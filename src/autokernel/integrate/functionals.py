@@ -20,8 +20,9 @@ import torch.nn.functional as F
 from .ops import rows
 from .selection import KernelOp
 
-# id(weight) -> (the weight, its transposed copy), both weakly: an entry dies with either
-_TRANSPOSED: dict[int, tuple[weakref.ref, weakref.ref]] = {}
+# id(weight) -> (the weight, weakly; the module holding its transposed copy, weakly; that buffer's
+# name): the entry dies with the weight, and the copy follows the module through ``.to()``
+_TRANSPOSED: dict[int, tuple[weakref.ref, weakref.ref, str]] = {}
 
 
 def keep_transposed(m: nn.Module, dtype: torch.dtype) -> int:
@@ -31,10 +32,10 @@ def keep_transposed(m: nn.Module, dtype: torch.dtype) -> int:
     for pname, p in m.named_parameters(recurse=False):
         if p.dim() != 2 or p.dtype != dtype:
             continue
-        wt = p.detach().t().contiguous()
-        m.register_buffer(f"_autokernel_t_{pname}", wt, persistent=False)
+        buffer = f"_autokernel_t_{pname}"
+        m.register_buffer(buffer, p.detach().t().contiguous(), persistent=False)
         key = id(p)
-        _TRANSPOSED[key] = (weakref.ref(p, lambda _, key=key: _TRANSPOSED.pop(key, None)), weakref.ref(wt))
+        _TRANSPOSED[key] = (weakref.ref(p, lambda _, key=key: _TRANSPOSED.pop(key, None)), weakref.ref(m), buffer)
         n += 1
     return n
 
@@ -43,7 +44,9 @@ def _transposed(weight: Any) -> torch.Tensor | None:
     entry = _TRANSPOSED.get(id(weight))
     if entry is None or entry[0]() is not weight:
         return None
-    return entry[1]()
+    module = entry[1]()
+    wt = getattr(module, entry[2], None) if module is not None else None
+    return wt if isinstance(wt, torch.Tensor) and wt.device == weight.device else None
 
 
 def linear_replacement(k: KernelOp) -> Callable[..., Any]:
