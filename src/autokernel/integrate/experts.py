@@ -30,13 +30,15 @@ from .patching import _pick, _probe_input, _reference, _swap_class
 from .selection import KernelOp
 
 
-def _probe_args(m: torch.nn.Module, experts: int, width: int, dtype: torch.dtype) -> tuple:
-    """The appliers' probe tokens, each routed to its top two experts by a random router."""
+def _probe_args(m: torch.nn.Module, experts: int, width: int, dtype: torch.dtype,
+                weights_dtype: torch.dtype = torch.float32) -> tuple:
+    """The appliers' probe tokens, each routed to its top two experts by a random router whose
+    weights come in ``weights_dtype``."""
     x = _probe_input(width, m, dtype)
     gen = torch.Generator(device="cpu").manual_seed(4321)
     logits = torch.randn(x.shape[0], experts, generator=gen)
     probs, index = torch.topk(torch.softmax(logits, dim=-1), min(2, experts), dim=-1)
-    return x, index.to(x.device), (probs / probs.sum(-1, keepdim=True)).to(x.device)
+    return x, index.to(x.device), (probs / probs.sum(-1, keepdim=True)).to(x.device, weights_dtype)
 
 
 def _judged_routing(hidden: Any, index: Any, weights: Any, dtype: torch.dtype, width: int,
@@ -64,6 +66,9 @@ class ExpertsLayout:
     # shapes it (DBRX's: ``view(hidden.shape[0], -1, D)``); else [T, D] in and out
     any_rank: bool = False
     keep: Callable[[nn.Module], None] | None = None  # makes what ``params`` takes, once, on the switched module
+    # the router hands its weights over in the model's dtype (DBRX's softmax keeps the logits' dtype,
+    # and its experts' index_add_ refuses fp32 products into bf16 states), else in fp32
+    weights_in_model_dtype: bool = False
 
 
 GATE_UP, DOWN = "_autokernel_gate_up", "_autokernel_down"
@@ -92,7 +97,7 @@ LAYOUTS = {
         ExpertsLayout("moe_experts", moe_experts_dims, lambda m: (m.gate_up_proj, m.down_proj),
                       ("top_k_index", "top_k_weights")),
         ExpertsLayout("moe_experts", experts_blocks_dims, _packed_blocks, ("top_k_index", "top_k_weights"),
-                      any_rank=True, keep=_keep_packed_blocks)),
+                      any_rank=True, keep=_keep_packed_blocks, weights_in_model_dtype=True)),
     "moe_experts_gptoss": (ExpertsLayout(
         "moe_experts_gptoss", gptoss_experts_dims,
         lambda m: (m.gate_up_proj, m.gate_up_proj_bias, m.down_proj, m.down_proj_bias, float(m.alpha), float(m.limit)),
@@ -145,7 +150,8 @@ def _apply_experts(model, k, done, replaced, skipped, probed) -> None:
             skipped.append((name, f"{k.kind}: expert weights are not {k.dtype}"))
             continue
         base = type(m)
-        args = _probe_args(m, experts, width, params[0].dtype)
+        args = _probe_args(m, experts, width, params[0].dtype,
+                           params[0].dtype if layout.weights_in_model_dtype else torch.float32)
         # hidden states [1, T, D] where the module takes any rank (DBRX's shape)
         hidden = args[0][None] if layout.any_rank else args[0]
         if not _probe_call(probed, (base, k.kind), lambda: base.forward(m, hidden, *args[1:]),
