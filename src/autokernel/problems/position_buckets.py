@@ -51,8 +51,11 @@ def relative_positions(query_length: int, key_length: int, offset: int, device) 
     return memory - context
 
 
-def buckets(relative: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> torch.Tensor:
-    """transformers' ``T5Attention._relative_position_bucket``, the same ops in the same order."""
+def buckets(relative: torch.Tensor, bidirectional: bool, num_buckets: int, max_distance: int,
+            rounded_log: bool = False) -> torch.Tensor:
+    """transformers' ``T5Attention._relative_position_bucket``, the same ops in the same order;
+    ``rounded_log``: its float32 log the correctly rounded one (taken in float64), not the
+    device's (PyTorch's CPU log is that with AVX-512 and one bit off at some distances with AVX2)."""
     out = 0
     if bidirectional:
         num_buckets //= 2
@@ -62,9 +65,9 @@ def buckets(relative: torch.Tensor, bidirectional: bool, num_buckets: int, max_d
         relative = -torch.min(relative, torch.zeros_like(relative))
     max_exact = num_buckets // 2
     is_small = relative < max_exact
-    if_large = max_exact + (
-        torch.log(relative.float() / max_exact) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
-    ).to(torch.long)
+    ratio = relative.float() / max_exact
+    log = torch.log(ratio.double()).float() if rounded_log else torch.log(ratio)
+    if_large = max_exact + (log / math.log(max_distance / max_exact) * (num_buckets - max_exact)).to(torch.long)
     if_large = torch.min(if_large, torch.full_like(if_large, num_buckets - 1))
     return out + torch.where(is_small, relative, if_large)
 
