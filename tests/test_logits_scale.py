@@ -100,7 +100,10 @@ def test_training_and_a_tensor_scale_run_the_original_expression():
     patched.train()
     with torch.no_grad():
         ran = [name for name, _ in _ops_run(patched, x)]
-        assert torch.equal(patched(x), loaded.model(x))
+        # not bit for bit: the switched linears multiply by a transposed copy of the weights, whose
+        # GEMM rounds otherwise than F.linear's on some CPUs (AVX2: 2026-12-07); the division is
+        # the original's, counted below
+        torch.testing.assert_close(patched(x), loaded.model(x), rtol=1e-6, atol=1e-7)
     assert ran.count("aten::div") == 1 and "aten::div_" not in ran
     patched.eval()
     patched.head.config.logits_scaling = torch.tensor(8.0)  # a tensor: as written
