@@ -9,6 +9,12 @@ on it (worker side, CPU only): ``install()`` once per process, before any kernel
   matmul alike).  Both fp32 operands of a TF32 dot are rounded to TF32 (to nearest, ties to
   even; inf and NaN kept).  Operands upcast from bf16 or fp16 (the starters' CPU path) have at
   most 11 significant bits: TF32 holds them exactly.
+* fp32 dots element by element.  A GPU computes each element of a dot from its row and column
+  alone: the same bits wherever the element sits in the tile.  The interpreter's numpy matmul
+  (OpenBLAS) rounds an element by where it falls in its own blocking on some CPUs: with AVX2 (an
+  AMD EPYC, 2026-12-07) the honest matmul whose edge tiles overlap their neighbours stored one
+  element twice, one bit apart, and was judged a race.  fp32 dots sum their exact products in
+  float64 and round once to fp32.
 * Half precision (``interpreter_half``).  fp16 sums and fp16 dot accumulators add in fp16, as a
   GPU does, and bf16 arithmetic computes on the values, not on their bit patterns.
 * bf16 casts.  The interpreter converts fp32 to bf16 by dropping the low 16 bits (toward
@@ -124,6 +130,7 @@ def install() -> None:
     from triton.runtime import interpreter
 
     builder = interpreter.InterpreterBuilder
+    _fp32_dots_by_element(builder, interpreter.TensorHandle)
     _round_tf32_dots(builder, interpreter.TensorHandle)
     _round_bf16_casts(builder, interpreter.TensorHandle)
     _approximate_fp32_division(builder, interpreter.TensorHandle)
@@ -198,6 +205,19 @@ def _remember_builtins(interpreter) -> None:
             patch_attr(pkg, name, member, builder, scope)
 
     interpreter._patch_builtin = patch_builtin
+
+
+def _fp32_dots_by_element(builder: type, handle: type) -> None:
+    original = builder.create_dot
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if a.dtype.is_fp32() and b.dtype.is_fp32() and d.data.dtype == np.float32:
+            products = np.matmul(a.data.astype(np.float64), b.data.astype(np.float64))
+            return handle(products.astype(np.float32) + d.data, d.dtype.scalar)
+        return original(self, a, b, d, input_precision, max_num_imprecise_acc)
+
+    create_dot.__qualname__ = f"{builder.__qualname__}.create_dot"
+    builder.create_dot = create_dot
 
 
 def _round_tf32_dots(builder: type, handle: type) -> None:
