@@ -23,9 +23,9 @@ import triton.language as tl
 
 # FP32_DOT: the dots' precision for fp32 inputs ("ieee": fused multiply-adds; "tf32x3": three TF32
 # tensor-core products per dot, about fp32's accuracy); half-precision inputs take tensor cores anyway.
-# On an H100 (2026-12-07, fp32, 4x16 heads, additive per-query mask) tf32x3 ran 0.40 ms at S 1024, D 64
-# (eager 0.62) and 0.55 ms at S 512, D 256 (eager 0.45), where ieee took 2.6-27.6 ms; relative errors
-# 1e-6 and 2.6e-6 against fp32's bound of 1e-4.
+# On an H100 (2026-12-07, fp32, 4x16 heads, additive per-query mask) tf32x3 ran 0.40-0.52 ms at S 1024,
+# D 64 (eager 0.61-0.62) and 0.55 ms at S 512, D 256 (eager 0.45), where ieee took 2.5-27.6 ms; relative
+# errors 1e-6 and 2.6e-6 against fp32's bound of 1e-4.
 KNOBS = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "FP32_DOT": "tf32x3"}
 KNOB_SPACE = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "num_warps": [4, 8],
               "num_stages": [1, 2, 3, 4], "FP32_DOT": ["ieee", "tf32x3"]}
@@ -147,6 +147,12 @@ def launch_config(S: int, D: int, itemsize: int, knobs: dict) -> dict:
     def smem(bn_, stages_):
         return (bm * block_d + stages_ * (2 * bn_ * block_d + bm * bn_)) * itemsize
 
+    # two stages kept over 64-key blocks first: fp32 at D 256 on an H100 (tf32x3, 16 query rows) ran
+    # 0.55 ms with 32 keys a block in two stages and 1.25 ms with 64 in one
+    while stages > 2 and smem(bn, stages) > SMEM_BYTES:
+        stages -= 1
+    while bn > 32 and smem(bn, stages) > SMEM_BYTES:
+        bn //= 2
     while stages > 1 and smem(bn, stages) > SMEM_BYTES:
         stages -= 1
     while bn > 16 and smem(bn, stages) > SMEM_BYTES:
