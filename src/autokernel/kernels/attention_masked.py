@@ -23,9 +23,9 @@ import triton.language as tl
 
 # FP32_DOT: the dots' precision for fp32 inputs ("ieee": fused multiply-adds; "tf32x3": three TF32
 # tensor-core products per dot, about fp32's accuracy); half-precision inputs take tensor cores anyway.
-# On an H100 (2026-12-07, fp32, 4x16 heads, additive per-query mask) tf32x3 ran 0.40-0.52 ms at S 1024,
-# D 64 (eager 0.61-0.62) and 0.55 ms at S 512, D 256 (eager 0.45), where ieee took 2.5-27.6 ms; relative
-# errors 1e-6 and 2.6e-6 against fp32's bound of 1e-4.
+# On an H100 (2026-12-07, fp32, 4x16 heads, additive per-query mask) tf32x3 ran 0.40 ms at S 1024, D 64
+# (eager 0.62) and 0.55 ms at S 512, D 256 (eager 0.45), where ieee took 2.5-27.6 ms; relative errors
+# 1e-6 and 2.6e-6 against fp32's bound of 1e-4.
 KNOBS = {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3, "FP32_DOT": "tf32x3"}
 KNOB_SPACE = {"BLOCK_M": [16, 32, 64, 128], "BLOCK_N": [16, 32, 64, 128], "num_warps": [4, 8],
               "num_stages": [1, 2, 3, 4], "FP32_DOT": ["ieee", "tf32x3"]}
@@ -142,7 +142,9 @@ def launch_config(S: int, D: int, itemsize: int, knobs: dict) -> dict:
     while itemsize == 4 and bm > 16 and bm * block_d > FP32_TILE_ELEMENTS:
         bm //= 2
     bn = _block(knobs["BLOCK_N"], S)
-    stages = knobs["num_stages"]
+    # fp32 tiles in at most two stages: D 64 on an H100 (tf32x3, 64x64 blocks) ran 0.40 ms in two and
+    # 0.52 in three, side by side
+    stages = min(knobs["num_stages"], 2) if itemsize == 4 else knobs["num_stages"]
 
     def smem(bn_, stages_):
         return (bm * block_d + stages_ * (2 * bn_ * block_d + bm * bn_)) * itemsize
