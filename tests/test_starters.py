@@ -30,6 +30,11 @@ HEAVIEST = ("attention_cross", "attention_softcap", "attention_masked", "moe_exp
             "attention_sinks", "cross_entropy")
 
 
+# how long a test waits for its starter's verdict: the judges run one at a time in the order above under
+# pytest-xdist, so the first test waits for the heaviest ones too (a guard against a hung judge only;
+# under load on an AVX2 CPU a wait of 900 s ran out, 2026-12-07)
+JUDGE_WAIT_S = 2400
+
 # starters judged again at target shapes of their own (the edge shapes such targets bring with
 # them included): attention with a value head dim unlike q/k's, multi-head latent attention
 # (DeepSeek-V3's 24/16 at the coverage config; about 35 s on 2 cores)
@@ -60,7 +65,7 @@ def judged(request):
 def test_starter_passes_every_stage(kind, judged):
     if _missing(kind):
         pytest.skip(_missing(kind))
-    result = judged[kind].result(timeout=900)
+    result = judged[kind].result(timeout=JUDGE_WAIT_S)
     assert result.verdict == "pass", f"{kind}: {result.failed_stage}: {result.message}"
     assert result.stages == list(STAGES)
     assert result.timing_kind == "interpreter" and result.timed_shapes == result.target_shapes
@@ -69,7 +74,7 @@ def test_starter_passes_every_stage(kind, judged):
 
 @pytest.mark.parametrize("kind", list(AT_SHAPES))
 def test_starter_passes_at_shapes_of_its_own(kind, judged):
-    result = judged[kind].result(timeout=900)
+    result = judged[kind].result(timeout=JUDGE_WAIT_S)
     assert result.verdict == "pass", f"{kind}: {result.failed_stage}: {result.message}"
     assert result.stages == list(STAGES) and result.integrity == []
     assert result.timed_shapes == result.target_shapes == len(AT_SHAPES[kind][1])
