@@ -33,6 +33,10 @@ pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reaso
 # the whole probe is about 400 s of CI on one core, and past 600 s on an AVX2 AMD EPYC beside the other
 # worker's tests (2026-12-07: the fixture's 600 s limit then failed every test of this file)
 PROBE_TIMEOUT_S = 1500
+# the full judge's limit for an answer in the two tests that run it: the honest look-back chain's
+# edges stage took over 120 s there with another job beside CI (a verdict, not a hang guard: a
+# ticket queue judged too slowly would be "timeout", not "incorrect")
+JUDGE_STAGE_S = 360
 LAUNCHES = {"waits_for_nobody": 4, "idles_after_counting": 4, "sleep_barrier": 80, "delay": 80,
             "first_waits_for_all": 80, "long_delay": 30, "lookback_busy_spin": 8, "late_count": 40,
             "late_count_atomic_partials": 60, "late_count_diluted": 80, "ticket_queue_no_source": 24,
@@ -371,7 +375,7 @@ def test_the_ticket_queue_fails_the_judge():
     wrong on 91 launches in 100, so mostly at smoke, now and then at a later stage."""
     from autokernel.harness.evaluate import Evaluator
 
-    with Evaluator("reduce", device="cpu", timeout_s=120, timing=False, baselines=False) as ev:
+    with Evaluator("reduce", device="cpu", timeout_s=JUDGE_STAGE_S, timing=False, baselines=False) as ev:
         result = ev.evaluate(ATTACKS / "reduce_interleave_ticket_queue.py")
     assert result.verdict == "incorrect", result.message
 
@@ -381,7 +385,7 @@ def test_honest_atomic_kernels_still_pass_the_judge():
     into the output, through every stage with programs interleaved."""
     from autokernel.harness.evaluate import Evaluator
 
-    with Evaluator("reduce", device="cpu", timeout_s=120, timing=False, baselines=False, dtypes=["fp32"]) as ev:
+    with Evaluator("reduce", device="cpu", timeout_s=JUDGE_STAGE_S, timing=False, baselines=False, dtypes=["fp32"]) as ev:
         result = ev.evaluate(ATTACKS / "honest_reduce_pass13_lookback_ticket.py")
     assert result.verdict == "pass", result.message
 
