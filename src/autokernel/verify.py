@@ -197,7 +197,8 @@ def verify(workdir: str | Path, *, seeds: tuple[int, ...] = (0, 1, 2), timing: b
     yardstick = None
     if not passed and dkey in HALF_PRECISION:
         say(f"over the bound: measuring the patched and the original {dkey} model against the original in fp32...")
-        yardstick = full_precision_check(original, patched, loaded.make_inputs, list(seeds), rel_error, output_tensor)
+        yardstick = full_precision_check(original, patched, loaded.make_inputs, list(seeds), rel_error, output_tensor,
+                                         tol)
         say(f"  {yardstick.summary() if isinstance(yardstick, FullPrecisionCheck) else yardstick}")
         passed = isinstance(yardstick, FullPrecisionCheck) and yardstick.passed(tol)
     alone = {} if passed or len(info["ops"]) < 2 else _errors_alone(

@@ -1,0 +1,112 @@
+"""verify's full-precision yardstick on a mixture of experts whose routing turns rounding into a
+coin toss: with the fp32 run's top-k choices given to both bf16 models, a patched model whose
+only difference is which near-tied expert a token took passes, and a wrong expert or a router
+right only where it picks still fail."""
+from __future__ import annotations
+
+import json
+
+import torch
+import torch.nn.functional as F
+
+from autokernel.verify import END_TO_END_TOLERANCE, rel_error
+from autokernel.verify_precision import FullPrecisionCheck, full_precision_check
+
+TOL = END_TO_END_TOLERANCE["bf16"]
+
+
+class TinyMoE(torch.nn.Module):
+    """Eight experts, two a token; router scores a few hundredths apart, so many tokens sit near a
+    tie, and experts far apart, so a flipped choice moves the token's output far."""
+
+    def __init__(self, dim: int = 32, experts: int = 8, hidden: int = 64):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.router = torch.nn.Parameter(torch.randn(experts, dim, generator=g) * 0.01)
+        self.up = torch.nn.Parameter(torch.randn(experts, hidden, dim, generator=g) / dim ** 0.5)
+        self.down = torch.nn.Parameter(torch.randn(experts, dim, hidden, generator=g) / hidden ** 0.5)
+        self.logit_shift = 0.0  # a "patched" router's change of rounding, relative to the logits
+        self.expert_scale = 1.0  # a wrong expert kernel
+        self.garbage_unpicked = False  # a router right only at the scores top-k may pick
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = F.linear(x, self.router)
+        if self.logit_shift:
+            logits = logits * (1 + self.logit_shift * torch.linspace(-1, 1, logits.shape[-1], dtype=logits.dtype))
+        probs = torch.softmax(logits, dim=-1)
+        if self.garbage_unpicked:
+            top = torch.zeros_like(probs, dtype=torch.bool).scatter_(-1, probs.argsort(dim=-1, descending=True)[:, :6], True)
+            probs = torch.where(top, probs, probs.flip(-1) + 0.5)
+        weights, chosen = torch.topk(probs, 2, dim=-1)
+        out = torch.zeros_like(x)
+        for slot in range(2):
+            up, down = self.up[chosen[:, slot]], self.down[chosen[:, slot]]
+            hidden = F.gelu(torch.einsum("thd,td->th", up, x))
+            out = out + weights[:, slot:slot + 1] * torch.einsum("tdh,th->td", down, hidden) * self.expert_scale
+        return out
+
+
+def _inputs(seed: int) -> tuple:
+    return (torch.randn(256, 32, generator=torch.Generator().manual_seed(seed)).bfloat16(),)
+
+
+def _check(**patched_changes) -> FullPrecisionCheck:
+    original = TinyMoE().bfloat16()
+    patched = TinyMoE().bfloat16()
+    for name, value in patched_changes.items():
+        setattr(patched, name, value)
+    check = full_precision_check(original, patched, _inputs, [0, 1], rel_error, lambda out: out, TOL)
+    assert isinstance(check, FullPrecisionCheck)
+    return check
+
+
+def test_other_near_tie_choices_fail_plain_and_pass_with_routing_pinned():
+    check = _check(logit_shift=5e-2)
+    # the plain comparison: the other choices put the patched model further from fp32
+    assert all(p > max(TOL, o) for p, o in zip(check.patched_errors, check.original_errors))
+    assert sorted(check.pinned) == [0, 1] and check.passed(TOL)
+    for pinned in check.pinned.values():
+        assert pinned.calls == 1 and pinned.patched_error <= TOL and pinned.patched_score_error <= TOL
+    assert "with the fp32 run's 1 top-k choices" in check.summary()
+    assert FullPrecisionCheck(**json.loads(json.dumps(check.to_dict()))).passed(TOL)  # as verify.json keeps it
+
+
+def test_a_wrong_expert_fails_with_routing_pinned_too():
+    check = _check(logit_shift=5e-2, expert_scale=1.1)
+    assert check.pinned and not check.passed(TOL)
+    assert all(p.patched_error > TOL for p in check.pinned.values())
+
+
+def test_a_router_wrong_where_it_does_not_pick_fails_on_its_scores():
+    check = _check(garbage_unpicked=True)
+    assert check.pinned and not check.passed(TOL)
+    for pinned in check.pinned.values():
+        assert pinned.patched_score_error > TOL and pinned.patched_error <= TOL
+
+
+def test_a_model_without_top_k_is_judged_as_before():
+    class Dense(torch.nn.Module):
+        def __init__(self, scale: float = 1.0):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(32, 32, generator=torch.Generator().manual_seed(1)))
+            self.scale = scale
+
+        def forward(self, x):
+            return F.linear(x, self.weight) * self.scale
+
+    check = full_precision_check(Dense().bfloat16(), Dense(1.1).bfloat16(), _inputs, [0], rel_error, lambda o: o, TOL)
+    assert not check.pinned and not check.pin_failures and not check.passed(TOL)
+
+
+def test_a_patched_model_making_other_top_k_calls_is_not_pinned():
+    class Fewer(TinyMoE):
+        def forward(self, x):
+            out = super().forward(x)
+            return out + torch.topk(x, 1, dim=-1).values * 1e-3  # one top-k call more
+
+    original = TinyMoE().bfloat16()
+    patched = Fewer().bfloat16()
+    patched.logit_shift = 5e-2
+    check = full_precision_check(original, patched, _inputs, [0], rel_error, lambda o: o, TOL)
+    assert not check.pinned and "top-k call" in check.pin_failures[0] and not check.passed(TOL)
+    assert "routing not pinned" in check.summary()
