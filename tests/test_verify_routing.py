@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from autokernel.verify import END_TO_END_TOLERANCE, rel_error
-from autokernel.verify_precision import FullPrecisionCheck, full_precision_check
+from autokernel.verify_precision import FullPrecisionCheck, PinnedRouting, full_precision_check
 
 TOL = END_TO_END_TOLERANCE["bf16"]
 
@@ -110,3 +110,53 @@ def test_a_patched_model_making_other_top_k_calls_is_not_pinned():
     check = full_precision_check(original, patched, _inputs, [0], rel_error, lambda o: o, TOL)
     assert not check.pinned and "top-k call" in check.pin_failures[0] and not check.passed(TOL)
     assert "routing not pinned" in check.summary()
+
+
+class MaskedMoE(TinyMoE):
+    """A router that rules an expert out with -inf before its top-k (a disabled or out-of-group expert)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        real_softmax = torch.softmax
+
+        def masked_softmax(logits, dim=-1):
+            return real_softmax(logits, dim=dim).index_fill(-1, torch.tensor([7]), float("-inf"))
+
+        torch.softmax = masked_softmax
+        try:
+            return super().forward(x)
+        finally:
+            torch.softmax = real_softmax
+
+
+def test_a_router_wrong_where_it_does_not_pick_fails_though_its_scores_hold_minus_inf():
+    # the -inf made both models' score errors inf, and inf <= max(tol, inf) let any router through
+    original, patched = MaskedMoE().bfloat16(), MaskedMoE().bfloat16()
+    patched.garbage_unpicked = True
+    check = full_precision_check(original, patched, _inputs, [0, 1], rel_error, lambda o: o, TOL)
+    assert check.pinned and not check.passed(TOL)
+    for pinned in check.pinned.values():
+        assert pinned.original_score_error <= TOL < pinned.patched_score_error
+
+
+def test_an_original_that_overflows_is_no_yardstick():
+    class Overflow(torch.nn.Module):
+        def __init__(self, wrong: bool = False):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.full((32,), 300.0))
+            self.wrong = wrong
+
+        def forward(self, x):
+            y = x * self.weight
+            out = y * y / 1000.0  # over fp16's 65504 before the division where |x| > 0.85
+            return out.clamp(-1e3, 1e3) * 0.5 if self.wrong else out
+
+    def inputs(seed):
+        return (torch.randn(64, 32, generator=torch.Generator().manual_seed(seed)).half(),)
+
+    tol = 5e-3  # fp16's
+    check = full_precision_check(Overflow().half(), Overflow(wrong=True).half(), inputs, [0], rel_error, lambda o: o, tol)
+    assert check.original_errors == [float("inf")] and check.patched_errors[0] > 0.1
+    assert not check.passed(tol)
+    pinned = PinnedRouting(calls=1, patched_error=0.5, original_error=float("inf"), patched_score_error=0.0,
+                           original_score_error=0.0)
+    assert not pinned.passed(tol)

@@ -17,6 +17,7 @@ second look with the fp32 run's expert choices given to both (``verify_routing``
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -25,6 +26,12 @@ import torch
 from .verify_routing import PinRouting, RecordRouting, RoutingMismatch
 
 HALF_PRECISION = ("bf16", "fp16")
+
+
+def within(error: float, tolerance: float, original: float) -> bool:
+    """``error`` within the bound or no further than the original's; an original error that is not
+    finite (the original overflowed where fp32 did not, say) is no allowance: the bound holds."""
+    return error <= (max(tolerance, original) if math.isfinite(original) else tolerance)
 
 
 @dataclass
@@ -38,8 +45,8 @@ class PinnedRouting:
     original_score_error: float
 
     def passed(self, tolerance: float) -> bool:
-        return (self.patched_error <= max(tolerance, self.original_error)
-                and self.patched_score_error <= max(tolerance, self.original_score_error))
+        return (within(self.patched_error, tolerance, self.original_error)
+                and within(self.patched_score_error, tolerance, self.original_score_error))
 
     def summary(self) -> str:
         return (f"with the fp32 run's {self.calls} top-k choices: {self.patched_error:.2e} against "
@@ -66,7 +73,7 @@ class FullPrecisionCheck:
         """Every seed within the bound of fp32, or no further from it than the original is, plain
         or with the routing pinned."""
         return bool(self.seeds) and all(
-            p <= max(tolerance, o) or (seed in self.pinned and self.pinned[seed].passed(tolerance))
+            within(p, tolerance, o) or (seed in self.pinned and self.pinned[seed].passed(tolerance))
             for seed, p, o in zip(self.seeds, self.patched_errors, self.original_errors))
 
     def summary(self) -> str:

@@ -34,6 +34,20 @@ def _topk_arguments(args: tuple, kwargs: dict) -> tuple[torch.Tensor, int]:
     return values["input"], values.get("dim", -1)
 
 
+def score_error(rel_error: Callable[[torch.Tensor, torch.Tensor], float], scores: torch.Tensor,
+                exact: torch.Tensor) -> float:
+    """``rel_error`` over the fp32 run's finite scores; where that run's score is -inf, +inf or NaN (an
+    expert masked out before the top-k) the scores must hold the same, else inf.  (Measured whole, one
+    -inf made every model's score error inf, and inf is within an original's inf.)"""
+    finite = torch.isfinite(exact)
+    if scores.shape != exact.shape or finite.all():
+        return rel_error(scores, exact)
+    same = (scores[~finite] == exact[~finite]) | (torch.isnan(scores[~finite]) & torch.isnan(exact[~finite]))
+    if not bool(same.all()):
+        return float("inf")
+    return rel_error(scores[finite], exact[finite]) if bool(finite.any()) else 0.0
+
+
 class RecordRouting(TorchFunctionMode):
     """Keeps each top-k call's scores (as fp32) and chosen indices, in call order."""
 
@@ -69,7 +83,7 @@ class PinRouting(TorchFunctionMode):
         if i >= len(self.recorded.indices) or result.indices.shape != self.recorded.indices[i].shape:
             raise RoutingMismatch(f"top-k call {i + 1} is not the fp32 run's")
         scores, dim = _topk_arguments(args, kwargs)
-        self.score_errors.append(self.rel_error(scores.detach().float(), self.recorded.scores[i]))
+        self.score_errors.append(score_error(self.rel_error, scores.detach().float(), self.recorded.scores[i]))
         indices = self.recorded.indices[i].to(result.indices.device)
         return torch.return_types.topk((scores.gather(dim, indices), indices))
 
