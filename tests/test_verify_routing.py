@@ -160,3 +160,39 @@ def test_an_original_that_overflows_is_no_yardstick():
     pinned = PinnedRouting(calls=1, patched_error=0.5, original_error=float("inf"), patched_score_error=0.0,
                            original_score_error=0.0)
     assert not pinned.passed(tol)
+
+
+class ThirdForSecond(TinyMoE):
+    """A router that lifts each token's third-best expert just over its second-best, where they are
+    less than ``margin`` apart: its scores stay within the bound (they sit near 1/8), yet it routes
+    most tokens to another expert than the fp32 model and the original do."""
+    margin = 1.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        real_softmax, margin = torch.softmax, self.margin
+
+        def lifting_softmax(logits, dim=-1):
+            probs = real_softmax(logits, dim=dim)
+            ranked, order = probs.float().sort(-1, descending=True)
+            rows = (ranked[:, 1] - ranked[:, 2]) < margin
+            lifted = probs.clone()
+            lifted[rows, order[rows, 2]] = (ranked[rows, 1] + 2e-3).to(probs.dtype)
+            return lifted
+
+        torch.softmax = lifting_softmax
+        try:
+            return super().forward(x)
+        finally:
+            torch.softmax = real_softmax
+
+
+def test_a_router_that_reroutes_tokens_within_the_score_bound_fails_on_its_own_choices():
+    for margin in (1.0, 5e-3):
+        patched = ThirdForSecond().bfloat16()
+        patched.margin = margin
+        check = full_precision_check(TinyMoE().bfloat16(), patched, _inputs, [0, 1], rel_error, lambda o: o, TOL)
+        assert all(p > 3 * o for p, o in zip(check.patched_errors, check.original_errors))  # far, plainly
+        assert check.pinned and not check.passed(TOL)
+        for pinned in check.pinned.values():  # the scores and the pinned outputs do not show it
+            assert pinned.patched_score_error <= TOL and pinned.patched_error <= TOL
+            assert pinned.patched_choice_error > 10 * pinned.original_choice_error

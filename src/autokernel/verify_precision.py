@@ -43,15 +43,23 @@ class PinnedRouting:
     original_error: float
     patched_score_error: float
     original_score_error: float
+    # the fp32 scores at each model's own (unpinned) choices against those at the fp32 run's choices
+    patched_choice_error: float = 0.0
+    original_choice_error: float = 0.0
 
     def passed(self, tolerance: float) -> bool:
         return (within(self.patched_error, tolerance, self.original_error)
-                and within(self.patched_score_error, tolerance, self.original_score_error))
+                and within(self.patched_score_error, tolerance, self.original_score_error)
+                # not the bound itself: near 1/experts a score error within it reroutes every token
+                # (the third-best expert lifted over the second: 1.3e-2 against the original's 6e-4,
+                # a 5% logit shift 6.7e-4); twice the original's own, or an eighth of the bound
+                and self.patched_choice_error <= max(2 * self.original_choice_error, tolerance / 8))
 
     def summary(self) -> str:
         return (f"with the fp32 run's {self.calls} top-k choices: {self.patched_error:.2e} against "
                 f"{self.original_error:.2e}, router scores {self.patched_score_error:.1e} against "
-                f"{self.original_score_error:.1e}")
+                f"{self.original_score_error:.1e}, own choices {self.patched_choice_error:.1e} against "
+                f"{self.original_choice_error:.1e}")
 
 
 @dataclass
@@ -137,10 +145,12 @@ def full_precision_check(original: torch.nn.Module, patched: Callable, make_inpu
 
 def _pinned(original: torch.nn.Module, patched: Callable, inputs: tuple, exact: torch.Tensor, routing: RecordRouting,
             rel_error: Callable, output: Callable) -> PinnedRouting:
-    errors, score_errors = [], []
+    errors, score_errors, choice_errors = [], [], []
     for model in (patched, original):
         with PinRouting(routing, rel_error) as pin:
             errors.append(rel_error(output(model(*inputs)).float(), exact))
         pin.check_complete()
         score_errors.append(max(pin.score_errors))
-    return PinnedRouting(len(routing.indices), errors[0], errors[1], score_errors[0], score_errors[1])
+        choice_errors.append(max(pin.choice_errors))
+    return PinnedRouting(len(routing.indices), errors[0], errors[1], score_errors[0], score_errors[1],
+                         choice_errors[0], choice_errors[1])

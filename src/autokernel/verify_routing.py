@@ -67,13 +67,15 @@ class RecordRouting(TorchFunctionMode):
 
 class PinRouting(TorchFunctionMode):
     """Gives the i-th top-k call the indices the recorded run's i-th call chose; keeps the
-    relative error of its scores against the recorded run's."""
+    relative error of its scores against the recorded run's, and of the recorded run's scores at the
+    model's own choices against those at the recorded run's choices."""
 
     def __init__(self, recorded: RecordRouting, rel_error: Callable[[torch.Tensor, torch.Tensor], float]):
         super().__init__()
         self.recorded = recorded
         self.rel_error = rel_error
         self.score_errors: list[float] = []
+        self.choice_errors: list[float] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         result = func(*args, **(kwargs or {}))
@@ -83,7 +85,14 @@ class PinRouting(TorchFunctionMode):
         if i >= len(self.recorded.indices) or result.indices.shape != self.recorded.indices[i].shape:
             raise RoutingMismatch(f"top-k call {i + 1} is not the fp32 run's")
         scores, dim = _topk_arguments(args, kwargs)
-        self.score_errors.append(score_error(self.rel_error, scores.detach().float(), self.recorded.scores[i]))
+        exact = self.recorded.scores[i]
+        self.score_errors.append(score_error(self.rel_error, scores.detach().float(), exact))
+        # the model's own choices, valued by the fp32 run: a router that lifts the third-best expert
+        # just over the second for every token stays within the bound on its scores where they sit
+        # near 1/experts, yet routes every token elsewhere; what it picks gives it away
+        own = result.indices.detach().to(exact.device)
+        picked = exact.gather(dim, self.recorded.indices[i]).sort(dim).values
+        self.choice_errors.append(score_error(self.rel_error, exact.gather(dim, own).sort(dim).values, picked))
         indices = self.recorded.indices[i].to(result.indices.device)
         return torch.return_types.topk((scores.gather(dim, indices), indices))
 
