@@ -196,3 +196,45 @@ def test_a_router_that_reroutes_tokens_within_the_score_bound_fails_on_its_own_c
         for pinned in check.pinned.values():  # the scores and the pinned outputs do not show it
             assert pinned.patched_score_error <= TOL and pinned.patched_error <= TOL
             assert pinned.patched_choice_error > 10 * pinned.original_choice_error
+
+
+class RewritesItsIndices(TinyMoE):
+    """A wrong expert (10% off) whose top-k call writes the worst experts into the indices it was
+    given: pinned, those were the fp32 run's own, which the original is then pinned to."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        real_topk = torch.topk
+
+        def rewriting_topk(scores, k, dim=-1):
+            weights, chosen = real_topk(scores, k, dim=dim)
+            mine = chosen.clone()
+            chosen.copy_(scores.argsort(dim=dim)[:, :k])
+            return torch.return_types.topk((weights, mine))
+
+        torch.topk = rewriting_topk
+        try:
+            return super().forward(x)
+        finally:
+            torch.topk = real_topk
+
+
+def test_a_model_writing_into_its_pinned_indices_does_not_move_the_originals():
+    patched = RewritesItsIndices().bfloat16()
+    patched.expert_scale = 1.1
+    check = full_precision_check(TinyMoE().bfloat16(), patched, _inputs, [0, 1], rel_error, lambda o: o, TOL)
+    assert not check.passed(TOL)
+    for pinned in check.pinned.values():
+        assert pinned.original_error <= TOL
+
+
+def test_a_model_writing_into_its_inputs_does_not_move_the_originals():
+    class Negates(TinyMoE):
+        def forward(self, x):
+            out = super().forward(x)
+            x.neg_()  # the original, run next on the same inputs, is then far from fp32
+            return out
+
+    patched = Negates().bfloat16()
+    patched.expert_scale = 1.1
+    check = full_precision_check(TinyMoE().bfloat16(), patched, _inputs, [0, 1], rel_error, lambda o: o, TOL)
+    assert all(o < 0.5 for o in check.original_errors) and not check.passed(TOL)

@@ -111,6 +111,12 @@ def in_fp32(inputs: tuple) -> tuple:
     return tuple(t.float() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in inputs)
 
 
+def fresh(inputs: tuple) -> tuple:
+    """A copy of ``inputs`` for one model's run: a patched model that writes into its inputs would
+    otherwise move the original, run next on them, away from fp32 (and so widen its own allowance)."""
+    return tuple(t.clone() if isinstance(t, torch.Tensor) else t for t in inputs)
+
+
 def full_precision_check(original: torch.nn.Module, patched: Callable, make_inputs: Callable[[int], tuple],
                          seeds: list[int], rel_error: Callable, output: Callable,
                          tolerance: float) -> FullPrecisionCheck | str:
@@ -129,8 +135,8 @@ def full_precision_check(original: torch.nn.Module, patched: Callable, make_inpu
                 with RecordRouting() as routing:
                     exact = output(reference(*in_fp32(inputs))).float()
                 check.seeds.append(seed)
-                check.patched_errors.append(rel_error(output(patched(*inputs)).float(), exact))
-                check.original_errors.append(rel_error(output(original(*inputs)).float(), exact))
+                check.patched_errors.append(rel_error(output(patched(*fresh(inputs))).float(), exact))
+                check.original_errors.append(rel_error(output(original(*fresh(inputs))).float(), exact))
                 if check.patched_errors[-1] > max(tolerance, check.original_errors[-1]) and routing.indices:
                     try:
                         check.pinned[seed] = _pinned(original, patched, inputs, exact, routing, rel_error, output)
@@ -148,7 +154,7 @@ def _pinned(original: torch.nn.Module, patched: Callable, inputs: tuple, exact: 
     errors, score_errors, choice_errors = [], [], []
     for model in (patched, original):
         with PinRouting(routing, rel_error) as pin:
-            errors.append(rel_error(output(model(*inputs)).float(), exact))
+            errors.append(rel_error(output(model(*fresh(inputs))).float(), exact))
         pin.check_complete()
         score_errors.append(max(pin.score_errors))
         choice_errors.append(max(pin.choice_errors))

@@ -93,7 +93,8 @@ class PinRouting(TorchFunctionMode):
         own = result.indices.detach().to(exact.device)
         picked = exact.gather(dim, self.recorded.indices[i]).sort(dim).values
         self.choice_errors.append(score_error(self.rel_error, exact.gather(dim, own).sort(dim).values, picked))
-        indices = self.recorded.indices[i].to(result.indices.device)
+        # a copy: the model may write into the indices it is given, and the next model is pinned to these
+        indices = self.recorded.indices[i].to(result.indices.device, copy=True)
         return torch.return_types.topk((scores.gather(dim, indices), indices))
 
     def check_complete(self) -> None:
