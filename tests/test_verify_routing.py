@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -238,3 +239,32 @@ def test_a_model_writing_into_its_inputs_does_not_move_the_originals():
     patched.expert_scale = 1.1
     check = full_precision_check(TinyMoE().bfloat16(), patched, _inputs, [0, 1], rel_error, lambda o: o, TOL)
     assert all(o < 0.5 for o in check.original_errors) and not check.passed(TOL)
+
+
+class WrongUnlessPinned(TinyMoE):
+    """An expert 20% off, except when the top-k it called returned other indices than its own scores
+    give: a pinned run is told apart by arithmetic alone, no look at the stack needed."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        real_topk = torch.topk
+
+        def watching_topk(scores, k, dim=-1):
+            result = real_topk(scores, k, dim=dim)
+            own = scores.argsort(dim=dim, descending=True)[..., :k]
+            self.expert_scale = 1.2 if torch.equal(own, result.indices) else 1.0
+            return result
+
+        torch.topk = watching_topk
+        try:
+            return super().forward(x)
+        finally:
+            torch.topk = real_topk
+
+
+@pytest.mark.xfail(strict=True, reason="open: the pinned run gives the patched model indices other than its own, "
+                   "which it can see; pinning the original to the patched model's own choices instead would not")
+def test_a_model_wrong_only_when_its_top_k_is_its_own_fails():
+    patched = WrongUnlessPinned().bfloat16()
+    patched.logit_shift = 5e-2
+    check = full_precision_check(TinyMoE().bfloat16(), patched, _inputs, [0, 1], rel_error, lambda o: o, TOL)
+    assert not check.passed(TOL)
