@@ -1,12 +1,12 @@
 """verify's full-precision yardstick on a mixture of experts whose routing turns rounding into a
-coin toss: with the fp32 run's top-k choices given to both bf16 models, a patched model whose
-only difference is which near-tied expert a token took passes, and a wrong expert or a router
-right only where it picks still fail."""
+coin toss: with the patched model's own top-k choices given to the original, a patched model whose
+only difference is which near-tied expert a token took passes, and a wrong expert, a router wrong
+where it does not pick, one that reroutes tokens within the score bound, or a model wrong only
+when its top-k is its own still fail."""
 from __future__ import annotations
 
 import json
 
-import pytest
 import torch
 import torch.nn.functional as F
 
@@ -68,7 +68,7 @@ def test_other_near_tie_choices_fail_plain_and_pass_with_routing_pinned():
     assert sorted(check.pinned) == [0, 1] and check.passed(TOL)
     for pinned in check.pinned.values():
         assert pinned.calls == 1 and pinned.patched_error <= TOL and pinned.patched_score_error <= TOL
-    assert "with the fp32 run's 1 top-k choices" in check.summary()
+    assert "the original given the patched model's 1 top-k choices" in check.summary()
     assert FullPrecisionCheck(**json.loads(json.dumps(check.to_dict()))).passed(TOL)  # as verify.json keeps it
 
 
@@ -82,7 +82,7 @@ def test_a_router_wrong_where_it_does_not_pick_fails_on_its_scores():
     check = _check(garbage_unpicked=True)
     assert check.pinned and not check.passed(TOL)
     for pinned in check.pinned.values():
-        assert pinned.patched_score_error > TOL and pinned.patched_error <= TOL
+        assert pinned.patched_score_error > TOL
 
 
 def test_a_model_without_top_k_is_judged_as_before():
@@ -155,7 +155,8 @@ def test_an_original_that_overflows_is_no_yardstick():
         return (torch.randn(64, 32, generator=torch.Generator().manual_seed(seed)).half(),)
 
     tol = 5e-3  # fp16's
-    check = full_precision_check(Overflow().half(), Overflow(wrong=True).half(), inputs, [0], rel_error, lambda o: o, tol)
+    check = full_precision_check(Overflow().half(), Overflow(wrong=True).half(), inputs, [0], rel_error,
+                                 lambda o: o, tol)
     assert check.original_errors == [float("inf")] and check.patched_errors[0] > 0.1
     assert not check.passed(tol)
     pinned = PinnedRouting(calls=1, patched_error=0.5, original_error=float("inf"), patched_score_error=0.0,
@@ -194,14 +195,15 @@ def test_a_router_that_reroutes_tokens_within_the_score_bound_fails_on_its_own_c
         check = full_precision_check(TinyMoE().bfloat16(), patched, _inputs, [0, 1], rel_error, lambda o: o, TOL)
         assert all(p > 3 * o for p, o in zip(check.patched_errors, check.original_errors))  # far, plainly
         assert check.pinned and not check.passed(TOL)
-        for pinned in check.pinned.values():  # the scores and the pinned outputs do not show it
-            assert pinned.patched_score_error <= TOL and pinned.patched_error <= TOL
+        for pinned in check.pinned.values():
+            assert pinned.patched_score_error <= TOL  # its scores do not show it
             assert pinned.patched_choice_error > 10 * pinned.original_choice_error
 
 
 class RewritesItsIndices(TinyMoE):
     """A wrong expert (10% off) whose top-k call writes the worst experts into the indices it was
-    given: pinned, those were the fp32 run's own, which the original is then pinned to."""
+    given: when the patched model was given the fp32 run's indices, the original was then pinned
+    to these."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         real_topk = torch.topk
@@ -224,8 +226,6 @@ def test_a_model_writing_into_its_pinned_indices_does_not_move_the_originals():
     patched.expert_scale = 1.1
     check = full_precision_check(TinyMoE().bfloat16(), patched, _inputs, [0, 1], rel_error, lambda o: o, TOL)
     assert not check.passed(TOL)
-    for pinned in check.pinned.values():
-        assert pinned.original_error <= TOL
 
 
 def test_a_model_writing_into_its_inputs_does_not_move_the_originals():
@@ -250,8 +250,8 @@ class WrongUnlessPinned(TinyMoE):
 
         def watching_topk(scores, k, dim=-1):
             result = real_topk(scores, k, dim=dim)
-            own = scores.argsort(dim=dim, descending=True)[..., :k]
-            self.expert_scale = 1.2 if torch.equal(own, result.indices) else 1.0
+            own = scores.sort(dim=dim, descending=True).values[..., :k]  # values: ties make indices differ
+            self.expert_scale = 1.2 if torch.equal(own, scores.gather(dim, result.indices)) else 1.0
             return result
 
         torch.topk = watching_topk
@@ -261,8 +261,6 @@ class WrongUnlessPinned(TinyMoE):
             torch.topk = real_topk
 
 
-@pytest.mark.xfail(strict=True, reason="open: the pinned run gives the patched model indices other than its own, "
-                   "which it can see; pinning the original to the patched model's own choices instead would not")
 def test_a_model_wrong_only_when_its_top_k_is_its_own_fails():
     patched = WrongUnlessPinned().bfloat16()
     patched.logit_shift = 5e-2

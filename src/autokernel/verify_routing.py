@@ -1,4 +1,4 @@
-"""Routing pinned to the fp32 model's choices, for ``verify``'s full-precision yardstick.
+"""The patched model's own routing given to the original, for ``verify``'s full-precision yardstick.
 
 A mixture-of-experts model picks each token's experts with ``torch.topk`` over its router's
 scores.  Where two experts' scores are within a rounding of each other, any change of rounding
@@ -7,12 +7,16 @@ far: hf:dbrx in bf16 with random weights, 4 layers, moved 5.5% from rotary alone
 against the model in fp32, the patched and the original bf16 model then each stand some tokens
 away, and which is further is a coin toss (an H100, 2026-12-07: 5.96e-2 against 5.53e-2).
 
-So where the plain comparison fails and the fp32 run made top-k choices, both bf16 models run
-again with every ``topk`` given the fp32 run's indices (the values gathered from their own
-scores, so a router's arithmetic still shows).  The routing noise gone, the pinned outputs
-measure the kernels' arithmetic.  The pinned runs also measure each router's scores against the
-fp32 run's: a router kernel right only at the scores it picks, and wrong elsewhere, would pick
-other experts unpinned and look right pinned; its scores give it away.
+So where the plain comparison fails and the fp32 run made top-k choices, the patched model runs
+again as it is, its top-k calls recorded, and the original runs with every ``topk`` given the
+patched model's indices (the values gathered from its own scores): the same routing, the outputs
+measure the kernels' arithmetic.  The patched model is never given indices: given the fp32
+run's (this module's first form), it could tell the check by arithmetic alone (its top-k
+returning other experts than its scores rank first) and be right only then.  The routers are
+measured too: the patched model's scores against the original's given the same routing (a
+router wrong where it does not pick), and its choices valued by the original's scores against
+the original's own choices (a router within the bound on scores near 1/experts that lifts each
+token's third-best expert over its second).
 """
 from __future__ import annotations
 
@@ -49,55 +53,72 @@ def score_error(rel_error: Callable[[torch.Tensor, torch.Tensor], float], scores
 
 
 class RecordRouting(TorchFunctionMode):
-    """Keeps each top-k call's scores (as fp32) and chosen indices, in call order."""
+    """Keeps each top-k call's scores (as fp32), chosen indices and dim, in call order."""
 
     def __init__(self):
         super().__init__()
         self.scores: list[torch.Tensor] = []
         self.indices: list[torch.Tensor] = []
+        self.dims: list[int] = []
+
+    def keep(self, args: tuple, kwargs: dict | None, indices: torch.Tensor) -> tuple[torch.Tensor, int]:
+        scores, dim = _topk_arguments(args, kwargs)
+        self.scores.append(scores.detach().float().clone())
+        self.indices.append(indices.detach().clone())
+        self.dims.append(dim)
+        return scores, dim
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         result = func(*args, **(kwargs or {}))
         if func in _TOPK:
-            scores, _ = _topk_arguments(args, kwargs)
-            self.scores.append(scores.detach().float().clone())
-            self.indices.append(result.indices.detach().clone())
+            self.keep(args, kwargs, result.indices)
         return result
 
 
-class PinRouting(TorchFunctionMode):
-    """Gives the i-th top-k call the indices the recorded run's i-th call chose; keeps the
-    relative error of its scores against the recorded run's, and of the recorded run's scores at the
-    model's own choices against those at the recorded run's choices."""
+def match(run: RecordRouting, reference: RecordRouting, whose: str = "the fp32 run's") -> None:
+    """Raises RoutingMismatch unless ``run`` made the top-k calls ``reference`` made (count, shapes)."""
+    if len(run.indices) != len(reference.indices):
+        raise RoutingMismatch(f"{len(run.indices)} top-k calls against {whose} {len(reference.indices)}")
+    for i, (mine, theirs) in enumerate(zip(run.indices, reference.indices)):
+        if mine.shape != theirs.shape or run.scores[i].shape != reference.scores[i].shape:
+            raise RoutingMismatch(f"top-k call {i + 1} is not {whose}")
 
-    def __init__(self, recorded: RecordRouting, rel_error: Callable[[torch.Tensor, torch.Tensor], float]):
+
+def deviation(run: RecordRouting, reference: RecordRouting,
+              rel_error: Callable[[torch.Tensor, torch.Tensor], float]) -> tuple[float, float]:
+    """``run``'s largest score error against ``reference`` (the same calls), and its choices' largest
+    error valued by ``reference``'s scores: the scores at ``run``'s choices against those at
+    ``reference``'s own.  (Near 1/experts a router within the bound on its scores can lift every
+    token's third-best expert over its second; what it picks gives it away.)"""
+    scores, choices = [0.0], [0.0]
+    for mine, theirs, picked, chosen, dim in zip(run.scores, reference.scores, run.indices, reference.indices,
+                                                 reference.dims):
+        scores.append(score_error(rel_error, mine, theirs))
+        valued = theirs.gather(dim, picked.to(theirs.device)).sort(dim).values
+        choices.append(score_error(rel_error, valued, theirs.gather(dim, chosen).sort(dim).values))
+    return max(scores), max(choices)
+
+
+class PinRouting(RecordRouting):
+    """Gives the i-th top-k call the indices the recorded run's i-th call chose (the values gathered
+    from the call's own scores); keeps, as RecordRouting, the scores and the choices the model would
+    have made itself."""
+
+    def __init__(self, recorded: RecordRouting):
         super().__init__()
         self.recorded = recorded
-        self.rel_error = rel_error
-        self.score_errors: list[float] = []
-        self.choice_errors: list[float] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         result = func(*args, **(kwargs or {}))
         if func not in _TOPK:
             return result
-        i = len(self.score_errors)
+        i = len(self.indices)
         if i >= len(self.recorded.indices) or result.indices.shape != self.recorded.indices[i].shape:
-            raise RoutingMismatch(f"top-k call {i + 1} is not the fp32 run's")
-        scores, dim = _topk_arguments(args, kwargs)
-        exact = self.recorded.scores[i]
-        self.score_errors.append(score_error(self.rel_error, scores.detach().float(), exact))
-        # the model's own choices, valued by the fp32 run: a router that lifts the third-best expert
-        # just over the second for every token stays within the bound on its scores where they sit
-        # near 1/experts, yet routes every token elsewhere; what it picks gives it away
-        own = result.indices.detach().to(exact.device)
-        picked = exact.gather(dim, self.recorded.indices[i]).sort(dim).values
-        self.choice_errors.append(score_error(self.rel_error, exact.gather(dim, own).sort(dim).values, picked))
-        # a copy: the model may write into the indices it is given, and the next model is pinned to these
+            raise RoutingMismatch(f"top-k call {i + 1} is not the patched model's")
+        scores, dim = self.keep(args, kwargs, result.indices)
+        # a copy: the model may write into the indices it is given
         indices = self.recorded.indices[i].to(result.indices.device, copy=True)
         return torch.return_types.topk((scores.gather(dim, indices), indices))
 
     def check_complete(self) -> None:
-        if len(self.score_errors) != len(self.recorded.indices):
-            raise RoutingMismatch(f"{len(self.score_errors)} top-k calls against the fp32 run's "
-                                  f"{len(self.recorded.indices)}")
+        match(self, self.recorded, "the patched model's")
