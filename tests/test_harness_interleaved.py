@@ -28,10 +28,12 @@ from counter_edits import (INTERLEAVED_EDITS as EDITS, LATE_EDITS, LOOKBACK_EDIT
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="needs TRITON_INTERPRET=1 on CPU")
 
-# launches per kernel (24 where not named): the slow ones fewer, the rarely caught ones more (each
-# threshold below fails an unchanged judge on fewer than 1 in 1000 runs at the catch rates its test names;
-# the whole probe is about 400 s of CI on one core, and past 600 s on an AVX2 AMD EPYC beside the other
-# worker's tests (2026-12-07: the fixture's 600 s limit then failed every test of this file)
+# launches per kernel (24 where not named): the slow ones fewer, the rarely caught ones more.  Each
+# threshold below fails an unchanged judge on fewer than 1 in 1000 runs at the lowest catch rate its test
+# names (late_count_one_site's on 2 in 100 at 7 of 60).  The whole probe took 770 s on an AVX2 AMD EPYC
+# beside other work (2026-12-07; the fixture's 600 s limit then failed every test of this file): the
+# diluted late count 78 s for 80 launches, the heartbeat look-back 105 s for 12, the atomic-poll
+# look-back 77 s for 24, so those and two kernels caught often were cut to the counts here.
 PROBE_TIMEOUT_S = 1500
 # the full judge's limit for an answer in the two tests that run it: the honest look-back chain's
 # edges stage took over 120 s there with another job beside CI (a verdict, not a hang guard: a
@@ -39,11 +41,11 @@ PROBE_TIMEOUT_S = 1500
 JUDGE_STAGE_S = 360
 LAUNCHES = {"waits_for_nobody": 4, "idles_after_counting": 4, "sleep_barrier": 80, "delay": 80,
             "first_waits_for_all": 80, "long_delay": 30, "lookback_busy_spin": 8, "late_count": 40,
-            "late_count_atomic_partials": 60, "late_count_diluted": 80, "ticket_queue_no_source": 24,
-            "late_count_one_site": 60, "leader_publishes_early": 40, "late_count_one_site_fresh_jit": 40,
-            "swap_read": 60, "sleeping_reader": 60, "late_count_sleeping_reader": 60, "sleeping_reader_used": 60,
+            "late_count_atomic_partials": 60, "late_count_diluted": 40, "ticket_queue_no_source": 24,
+            "late_count_one_site": 60, "leader_publishes_early": 40, "late_count_one_site_fresh_jit": 24,
+            "swap_read": 30, "sleeping_reader": 60, "late_count_sleeping_reader": 60, "sleeping_reader_used": 60,
             "fresh_source": 40, "work_queue_tuple": 8,
-            "def_in_string": 8, "lookback_heartbeat": 12}
+            "def_in_string": 8, "lookback_heartbeat": 6, "lookback_atomic_poll": 8}
 PROBE = (
     "import importlib.util, sys, torch\n"
     "from autokernel.harness import interpreter_as_gpu\n"
@@ -203,7 +205,7 @@ def test_a_diluted_late_count_is_caught_at_the_site_of_its_store(outcomes):
     32nd) both came before the count: right on 100 of 100 launches against the hold after a store
     alone.  The partial's store is a site another program read: held before it, caught on 16 of 60
     and 21 of 100 launches."""
-    assert caught(outcomes, "late_count_diluted") >= 4, outcomes["late_count_diluted"]
+    assert caught(outcomes, "late_count_diluted") >= 2, outcomes["late_count_diluted"]
 
 
 def test_the_hold_aims_at_the_call_whose_write_was_read(outcomes):
@@ -221,7 +223,7 @@ def test_what_is_learned_holds_for_a_kernel_jitted_afresh(outcomes):
     launch ran a kernel of its own, its sites numbered anew, and nothing was ever learned: right
     on 40 of 40 launches (with this session's aimed holds but a key per rewrite).  A kernel is
     known by its source now, and its sites by their place in it: 14 of 40."""
-    assert caught(outcomes, "late_count_one_site_fresh_jit") >= 3, outcomes["late_count_one_site_fresh_jit"]
+    assert caught(outcomes, "late_count_one_site_fresh_jit") >= 2, outcomes["late_count_one_site_fresh_jit"]
 
 
 def test_the_hold_aims_at_the_program_whose_write_was_read(outcomes):
@@ -292,7 +294,7 @@ def test_a_parked_program_is_not_kept_out_by_a_spin_that_writes(outcomes):
     """Red-team pass 21: a look-back whose spin counts its polls (a relaxed add each poll) never
     slept, and a program parked or held waited for others that neither end nor sleep: 11 of 20
     launches ran past 20 s.  A parked program runs again after 20000 turns of the others."""
-    assert outcomes["lookback_heartbeat"] == ["right"] * 12, outcomes["lookback_heartbeat"]
+    assert outcomes["lookback_heartbeat"] == ["right"] * LAUNCHES["lookback_heartbeat"], outcomes["lookback_heartbeat"]
 
 
 def test_a_load_learns_its_site_whatever_orders_it():
@@ -356,7 +358,7 @@ def test_a_wait_by_atomic_poll_passes(outcomes):
     before, once programs were interleaved)."""
     if not hasattr(tl, "atomic_poll"):
         pytest.skip("this Triton has no tl.atomic_poll")
-    assert outcomes["lookback_atomic_poll"] == ["right"] * 24
+    assert outcomes["lookback_atomic_poll"] == ["right"] * LAUNCHES["lookback_atomic_poll"]
 
 
 def test_a_loop_of_atomics_that_change_nothing_is_no_deadlock(outcomes):
