@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -266,3 +267,42 @@ def test_a_model_wrong_only_when_its_top_k_is_its_own_fails():
     patched.logit_shift = 5e-2
     check = full_precision_check(TinyMoE().bfloat16(), patched, _inputs, [0, 1], rel_error, lambda o: o, TOL)
     assert not check.passed(TOL)
+
+
+def test_hf_dbrx_in_bf16_an_honest_rounding_passes_and_a_wrong_expert_fails():
+    """A real mixture of experts (transformers' DBRX, its small default config, 2 layers, bf16):
+    every projection summed in fp32 moved some tokens' experts, so the plain measure failed it on a
+    CPU (2.68e-2 from fp32 against the original's 2.49e-2, 2026-12-07) and the second look passed it
+    (1.99e-3 from the original given its choices); the experts' first projection 30% off fails."""
+    import copy
+
+    pytest.importorskip("transformers")
+    from autokernel.models import load_model, output_tensor
+
+    loaded = load_model("hf:dbrx", config_overrides="n_layers=2", dtype=torch.bfloat16, input_shape=[2, 64])
+    original = loaded.model.eval()
+
+    class SummedInFp32(torch.nn.Module):
+        def __init__(self, linear):
+            super().__init__()
+            self.linear = linear
+
+        def forward(self, x):
+            bias = None if self.linear.bias is None else self.linear.bias.float()
+            return F.linear(x.float(), self.linear.weight.float(), bias).to(x.dtype)
+
+    honest = copy.deepcopy(original)
+    for module in list(honest.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, torch.nn.Linear) and name != "lm_head":
+                setattr(module, name, SummedInFp32(child))
+    check = full_precision_check(original, honest, loaded.make_inputs, [0, 1, 2], rel_error, output_tensor, TOL)
+    assert isinstance(check, FullPrecisionCheck) and check.passed(TOL), check.summary()
+    assert all(p.calls == 2 for p in check.pinned.values())
+
+    wrong = copy.deepcopy(honest)
+    with torch.no_grad():
+        first = next(p for name, p in wrong.named_parameters() if ".blocks.0." in name and "experts" in name)
+        first.mul_(1.3)
+    check = full_precision_check(original, wrong, loaded.make_inputs, [0, 1, 2], rel_error, output_tensor, TOL)
+    assert isinstance(check, FullPrecisionCheck) and not check.passed(TOL), check.summary()
