@@ -6,6 +6,7 @@ when its top-k is its own still fail."""
 from __future__ import annotations
 
 import json
+from unittest import mock
 
 import pytest
 import torch
@@ -123,11 +124,8 @@ class MaskedMoE(TinyMoE):
         def masked_softmax(logits, dim=-1):
             return real_softmax(logits, dim=dim).index_fill(-1, torch.tensor([7]), float("-inf"))
 
-        torch.softmax = masked_softmax
-        try:
+        with mock.patch.object(torch, "softmax", masked_softmax):
             return super().forward(x)
-        finally:
-            torch.softmax = real_softmax
 
 
 def test_a_router_wrong_where_it_does_not_pick_fails_though_its_scores_hold_minus_inf():
@@ -182,11 +180,8 @@ class ThirdForSecond(TinyMoE):
             lifted[rows, order[rows, 2]] = (ranked[rows, 1] + 2e-3).to(probs.dtype)
             return lifted
 
-        torch.softmax = lifting_softmax
-        try:
+        with mock.patch.object(torch, "softmax", lifting_softmax):
             return super().forward(x)
-        finally:
-            torch.softmax = real_softmax
 
 
 def test_a_router_that_reroutes_tokens_within_the_score_bound_fails_on_its_own_choices():
@@ -215,11 +210,8 @@ class RewritesItsIndices(TinyMoE):
             chosen.copy_(scores.argsort(dim=dim)[:, :k])
             return torch.return_types.topk((weights, mine))
 
-        torch.topk = rewriting_topk
-        try:
+        with mock.patch.object(torch, "topk", rewriting_topk):
             return super().forward(x)
-        finally:
-            torch.topk = real_topk
 
 
 def test_a_model_writing_into_its_pinned_indices_does_not_move_the_originals():
@@ -255,11 +247,8 @@ class WrongUnlessPinned(TinyMoE):
             self.expert_scale = 1.2 if torch.equal(own, scores.gather(dim, result.indices)) else 1.0
             return result
 
-        torch.topk = watching_topk
-        try:
+        with mock.patch.object(torch, "topk", watching_topk):
             return super().forward(x)
-        finally:
-            torch.topk = real_topk
 
 
 def test_a_model_wrong_only_when_its_top_k_is_its_own_fails():
