@@ -111,7 +111,7 @@
 #                                               # fp32 attention_masked knobs; attention at D 192 / Dv 128; hf:mamba
 #   bash benchmarks/pending_gpu.sh thirtythird OUT # selective_scan's fp32 polynomial decay through the GPU judge;
 #                                               # attention_masked's fp32 defaults; hf:mamba and hf:dbrx timed
-#   bash benchmarks/pending_gpu.sh thirtyfourth OUT # hf:dbrx's verify with the fp32 run's routing pinned; selective_scan
+#   bash benchmarks/pending_gpu.sh thirtyfourth OUT # hf:dbrx's verify, its routing's second look; selective_scan
 #                                               # judged and timed
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the

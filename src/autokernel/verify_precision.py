@@ -138,12 +138,18 @@ def full_precision_check(original: torch.nn.Module, patched: Callable, make_inpu
                 inputs = make_inputs(seed)
                 with RecordRouting() as routing:
                     exact = output(reference(*in_fp32(inputs))).float()
+                # each plain run's top-k choices recorded, for the second look below
+                with RecordRouting() as mine:
+                    patched_out = output(patched(*fresh(inputs))).float()
+                with RecordRouting() as own:
+                    original_out = output(original(*fresh(inputs))).float()
                 check.seeds.append(seed)
-                check.patched_errors.append(rel_error(output(patched(*fresh(inputs))).float(), exact))
-                check.original_errors.append(rel_error(output(original(*fresh(inputs))).float(), exact))
+                check.patched_errors.append(rel_error(patched_out, exact))
+                check.original_errors.append(rel_error(original_out, exact))
                 if check.patched_errors[-1] > max(tolerance, check.original_errors[-1]) and routing.indices:
                     try:
-                        check.pinned[seed] = _pinned(original, patched, inputs, exact, routing, rel_error, output)
+                        check.pinned[seed] = _pinned(original, inputs, exact, routing, mine, own, patched_out,
+                                                     rel_error, output)
                     except RoutingMismatch as exc:
                         check.pin_failures[seed] = str(exc)
     except RuntimeError as exc:  # out of memory among them
@@ -153,17 +159,16 @@ def full_precision_check(original: torch.nn.Module, patched: Callable, make_inpu
     return check
 
 
-def _pinned(original: torch.nn.Module, patched: Callable, inputs: tuple, exact: torch.Tensor, routing: RecordRouting,
-            rel_error: Callable, output: Callable) -> PinnedRouting:
-    # the patched model runs as it is, its top-k choices kept: given other indices than its own
-    # scores give, a model could tell the check apart by arithmetic alone and be right only then
-    with RecordRouting() as mine:
-        patched_out = output(patched(*fresh(inputs))).float()
+def _pinned(original: torch.nn.Module, inputs: tuple, exact: torch.Tensor, routing: RecordRouting,
+            mine: RecordRouting, own: RecordRouting, patched_out: torch.Tensor, rel_error: Callable,
+            output: Callable) -> PinnedRouting:
+    """``routing``: the fp32 run's top-k calls; ``mine`` and ``own``: the patched and the original
+    model's in their plain runs.  The patched model is never given indices (given other indices
+    than its own scores give, a model could tell the check apart by arithmetic alone and be right
+    only then): the original, trusted, runs again with the patched model's choices."""
     match(mine, routing)
-    with RecordRouting() as own:
-        output(original(*fresh(inputs)))
     match(own, routing)
-    with PinRouting(mine) as given:  # the original, trusted, with the patched model's choices
+    with PinRouting(mine) as given:
         given_out = output(original(*fresh(inputs))).float()
     given.check_complete()
     patched_scores, patched_choices = deviation(mine, given, rel_error)

@@ -7,8 +7,8 @@ far: hf:dbrx in bf16 with random weights, 4 layers, moved 5.5% from rotary alone
 against the model in fp32, the patched and the original bf16 model then each stand some tokens
 away, and which is further is a coin toss (an H100, 2026-12-07: 5.96e-2 against 5.53e-2).
 
-So where the plain comparison fails and the fp32 run made top-k choices, the patched model runs
-again as it is, its top-k calls recorded, and the original runs with every ``topk`` given the
+So where the plain comparison fails and the fp32 run made top-k choices, the top-k calls the
+patched model made in its plain run are given to the original, run again: every ``topk`` gets the
 patched model's indices (the values gathered from its own scores): the same routing, the outputs
 measure the kernels' arithmetic.  The patched model is never given indices: given the fp32
 run's (this module's first form), it could tell the check by arithmetic alone (its top-k
@@ -29,7 +29,7 @@ _TOPK = (torch.topk, torch.Tensor.topk)
 
 
 class RoutingMismatch(RuntimeError):
-    """A pinned run's top-k calls are not the fp32 run's (another count, or other shapes)."""
+    """A run's top-k calls are not those of the run it is matched with (another count, or other shapes)."""
 
 
 def _topk_arguments(args: tuple, kwargs: dict) -> tuple[torch.Tensor, int]:
