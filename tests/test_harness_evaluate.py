@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from reduce_edits import slower_reduce
 
 from autokernel.harness import Evaluation, Evaluator
 from autokernel.problems.registry import KERNELS_DIR
@@ -187,21 +188,8 @@ def test_rotary_kernel_that_assumes_contiguous_x_fails_the_projection_layout_cas
     assert bad.verdict == "incorrect" and bad.failed_stage == "numerics" and "projection-layout" in bad.message
 
 
-def _slower_reduce(tmp_path: Path) -> Path:
-    """The reduce starter run four times a call, the last result returned: correct, and slower (twice
-    the work timed 1.39x beside a call's fixed cost on a loaded 2-core CI machine, 2026-12-07, where
-    the test asks more than 1.5x)."""
-    source = (KERNELS_DIR / "reduce.py").read_text()
-    assert source.count("def kernel_fn(") == 1
-    source = source.replace("def kernel_fn(", "def _kernel_once(")
-    source += "\n\ndef kernel_fn(x):\n    for _ in range(3):\n        _kernel_once(x)\n    return _kernel_once(x)\n"
-    path = tmp_path / "reduce_slower.py"
-    path.write_text(source)
-    return path
-
-
 def test_timing_stops_once_the_rounds_rule_out_a_gain_and_the_slower_file_stays_a_pass(tmp_path):
-    slower = _slower_reduce(tmp_path)
+    slower = slower_reduce(tmp_path)
     with Evaluator("reduce", device="cpu", shapes=["64x256"], dtypes=["fp32"], timeout_s=60, baselines=False) as ev:
         slow = ev.evaluate(slower, incumbent_file=KERNELS_DIR / "reduce.py")
         fast = ev.evaluate(KERNELS_DIR / "reduce.py", incumbent_file=slower)

@@ -8,9 +8,9 @@ CPU (Triton interpreter), the reduce starter at one tiny shape."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
+from reduce_edits import edited_reduce, slower_reduce
 
 from autokernel.harness import Evaluation, Evaluator
 from autokernel.loop.verdict import decide, make_record
@@ -22,22 +22,6 @@ STARTER = KERNELS_DIR / "reduce.py"
 ALL_STAGES = ["smoke", "sweep", "numerics", "determinism", "edges", "heldout"]
 
 
-def _edited(tmp_path: Path, name: str, body: str) -> Path:
-    """The reduce starter with its kernel_fn renamed ``_kernel_once`` and ``body`` as kernel_fn."""
-    source = (KERNELS_DIR / "reduce.py").read_text()
-    assert source.count("def kernel_fn(") == 1
-    path = tmp_path / name
-    path.write_text(source.replace("def kernel_fn(", "def _kernel_once(") + "\n\ndef kernel_fn(x):\n" + body)
-    return path
-
-
-def _slower(tmp_path: Path) -> Path:
-    """Correct, and four times the work: a call's fixed cost around the interpreted kernel made
-    twice the work time 1.39x on a loaded 2-core CI machine (2026-12-07), under the 1.5x asked below."""
-    return _edited(tmp_path, "reduce_slower.py", "    for _ in range(3):\n        _kernel_once(x)\n"
-                                                 "    return _kernel_once(x)\n")
-
-
 @pytest.fixture(scope="module")
 def loop_evaluator():
     with Evaluator("reduce", device="cpu", shapes=["64x256"], dtypes=["fp32"], timeout_s=60, baselines=False,
@@ -46,7 +30,7 @@ def loop_evaluator():
 
 
 def test_a_slower_candidate_is_reverted_after_smoke_without_the_other_stages(tmp_path, loop_evaluator):
-    ev = loop_evaluator.evaluate(_slower(tmp_path), incumbent_file=STARTER)
+    ev = loop_evaluator.evaluate(slower_reduce(tmp_path), incumbent_file=STARTER)
     assert ev.verdict == "slower" and not ev.correct, ev.message
     assert [s.name for s in ev.stages] == ["smoke"] and ev.stages[0].passed
     assert "stages after smoke were not run" in ev.message and "timing stopped after" in ev.message
@@ -63,7 +47,7 @@ def test_a_slower_candidate_is_reverted_after_smoke_without_the_other_stages(tmp
 
 
 def test_a_faster_candidate_is_judged_by_every_stage_and_kept(tmp_path, loop_evaluator):
-    ev = loop_evaluator.evaluate(STARTER, incumbent_file=_slower(tmp_path))
+    ev = loop_evaluator.evaluate(STARTER, incumbent_file=slower_reduce(tmp_path))
     assert ev.verdict == "pass" and ev.correct, ev.message
     assert [s.name for s in ev.stages] == ALL_STAGES and all(s.passed for s in ev.stages)
     assert ev.message.startswith("passed 6 stages")
@@ -77,10 +61,10 @@ def test_a_faster_candidate_is_judged_by_every_stage_and_kept(tmp_path, loop_eva
 def test_a_faster_candidate_wrong_past_smoke_is_incorrect_and_keeps_no_timings(tmp_path, loop_evaluator):
     """Right at the timed shape, wrong at every other width: timed first (and faster), then the
     stages find it out; its timings are dropped with the verdict."""
-    wrong_elsewhere = _edited(tmp_path, "reduce_wrong_elsewhere.py",
+    wrong_elsewhere = edited_reduce(tmp_path, "reduce_wrong_elsewhere.py",
                               "    if x.shape[-1] == 256:\n        return _kernel_once(x)\n"
                               "    return _kernel_once(x[:, : max(1, x.shape[-1] - 1)])\n")
-    ev = loop_evaluator.evaluate(wrong_elsewhere, incumbent_file=_slower(tmp_path))
+    ev = loop_evaluator.evaluate(wrong_elsewhere, incumbent_file=slower_reduce(tmp_path))
     assert ev.verdict == "incorrect" and ev.failed_stage not in (None, "smoke", "timing"), ev.message
     assert ev.timings == [] and ev.score_us is None and ev.vs_incumbent is None
     assert decide(ev, incumbent_correct=True) == "incorrect"
@@ -89,11 +73,11 @@ def test_a_faster_candidate_wrong_past_smoke_is_incorrect_and_keeps_no_timings(t
 def test_without_an_incumbent_or_the_option_every_stage_runs_first(tmp_path):
     with Evaluator("reduce", device="cpu", shapes=["64x256"], dtypes=["fp32"], timeout_s=60, baselines=False,
                    stop_at_loss=True) as ev:
-        alone = ev.evaluate(_slower(tmp_path))
+        alone = ev.evaluate(slower_reduce(tmp_path))
     assert alone.verdict == "pass" and [s.name for s in alone.stages] == ALL_STAGES
     with Evaluator("reduce", device="cpu", shapes=["64x256"], dtypes=["fp32"], timeout_s=60,
                    baselines=False) as ev:
-        paired = ev.evaluate(_slower(tmp_path), incumbent_file=STARTER)
+        paired = ev.evaluate(slower_reduce(tmp_path), incumbent_file=STARTER)
     assert paired.verdict == "pass" and [s.name for s in paired.stages] == ALL_STAGES
     assert not paired.vs_incumbent.significant
 
@@ -121,7 +105,7 @@ def test_the_keep_rests_on_the_checked_timing_never_on_the_screen(tmp_path, loop
     """A screen that called a slower candidate faster (as a kernel cheating on the screen's
     unchecked calls would make it) only sends it on: the checked timing finds it slower."""
     seen = _screen_says(monkeypatch, significant=True)
-    ev = loop_evaluator.evaluate(_slower(tmp_path), incumbent_file=STARTER)
+    ev = loop_evaluator.evaluate(slower_reduce(tmp_path), incumbent_file=STARTER)
     assert [c.significant for c in seen] == [False, False]
     assert ev.verdict == "pass" and [s.name for s in ev.stages] == ALL_STAGES, ev.message
     assert not ev.vs_incumbent.significant and ev.vs_incumbent.median_ratio > 1.5
@@ -135,7 +119,7 @@ def test_a_clear_loss_stops_the_rounds_after_the_first(tmp_path, loop_evaluator,
     from autokernel.harness import timing
 
     monkeypatch.setattr(timing, "CPU_PLAN", timing.TimingPlan(budget_s=1e3, min_calls=24, max_calls=24))
-    ev = loop_evaluator.evaluate(_slower(tmp_path), incumbent_file=STARTER)
+    ev = loop_evaluator.evaluate(slower_reduce(tmp_path), incumbent_file=STARTER)
     assert ev.verdict == "slower", ev.message
     assert "timing stopped after 1 of 3 interleaved rounds: the candidate's fastest calls" in ev.message
     assert not ev.vs_incumbent.significant
@@ -148,7 +132,7 @@ def test_a_gain_the_screens_noise_left_insignificant_still_reaches_the_checked_t
     (two significance tests in a row kept a real gain with the square of one's power: CI once
     reverted a kernel twice as fast, tests/test_agent_llm.py)."""
     seen = _screen_says(monkeypatch, significant=False)
-    ev = loop_evaluator.evaluate(STARTER, incumbent_file=_slower(tmp_path))
+    ev = loop_evaluator.evaluate(STARTER, incumbent_file=slower_reduce(tmp_path))
     assert len(seen) == 2 and seen[0].median_ratio < 0.99
     assert ev.verdict == "pass" and ev.vs_incumbent.significant, ev.message
     assert [s.name for s in ev.stages] == ALL_STAGES
