@@ -74,6 +74,18 @@ def test_other_near_tie_choices_fail_plain_and_pass_with_routing_pinned():
     assert FullPrecisionCheck(**json.loads(json.dumps(check.to_dict()))).passed(TOL)  # as verify.json keeps it
 
 
+def test_a_record_from_before_the_second_look_still_reads():
+    """verify.json written before routing was pinned has no ``pinned`` or ``pin_failures``: its
+    verdict and the report's line read as they did."""
+    from autokernel.verify_precision import clause
+
+    old = {"seeds": [0, 1], "patched_errors": [1.0e-2, 3.0e-2], "original_errors": [1.5e-2, 2.5e-2]}
+    check = FullPrecisionCheck(**json.loads(json.dumps(old)))
+    assert check.pinned == {} and check.pin_failures == {} and not check.passed(TOL)
+    assert clause(old) == "; from the model in fp32, patched 1.00e-02 against the original's 1.50e-02, " \
+                          "3.00e-02 against the original's 2.50e-02"
+
+
 def test_a_wrong_expert_fails_with_routing_pinned_too():
     check = _check(logit_shift=5e-2, expert_scale=1.1)
     assert check.pinned and not check.passed(TOL)
