@@ -34,6 +34,12 @@ storages; ``AUTOKERNEL_JUDGE_NO_MEMORY_SWAP=1`` makes a CPU worker judge so).
   case, and one more rewrite in the memory of the run's last call (``stages._late_sequence``; the
   worker's ``rewrites`` may name the call whose memory a set takes, ``rewrite_sources``).
 
+* **A memo that waits for two or more other calls** (left open by the pass, closed since):
+  ``tests/attacks/memo_by_address_after_many_other_calls.py`` passed all six stages and the timing
+  with xielu: one other call came between a run's last rewrite and the call in its memory.  At one
+  shape and dtype drawn per evaluation, the gap is now log-uniform from 2 to the device's
+  ``COME_BACK_MOST`` (``stages.come_back_gap``).
+
 Each attack test failed before its fix."""
 from __future__ import annotations
 
@@ -56,6 +62,7 @@ pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reaso
 
 MEMO = "memo_by_address_third_call_in_a_row.py"
 COME_BACK_MEMO = "memo_by_address_after_other_calls.py"
+MANY_OTHERS_MEMO = "memo_by_address_after_many_other_calls.py"
 # the memo off at the shape of its first call (the smoke stage's: the smallest target shape)
 OFF_AT_THE_FIRST_SHAPE = (("def _on(args):\n    return True",
                            "_first_shape = []\n\n\ndef _on(args):\n    if not _first_shape:\n"
@@ -177,3 +184,28 @@ def test_a_rewrite_names_the_call_whose_memory_it_takes():
 
     assert rewrite_sources([1, 2, [5, 3]], 6) == {1: 0, 2: 1, 5: 3}
     assert rewrite_sources([0, [2, 2], [3, 4], [7, 1]], 6) == {}  # no earlier call, or past the request
+
+
+@pytest.mark.parametrize("waits_for, gap", [(2, 3), (9, 12)])
+def test_a_memo_that_waits_for_several_other_calls_meets_a_longer_gap(tmp_path, monkeypatch, waits_for, gap):
+    """Before: pass, all six stages and the timing (one other call before every come-back).  The
+    long gap is drawn: here it is set, so that the test does not depend on a draw."""
+    monkeypatch.setattr(stages, "come_back_gap", lambda device: gap)
+    path = with_starter(tmp_path, "xielu", MANY_OTHERS_MEMO, (("OTHER_CALLS = 2", f"OTHER_CALLS = {waits_for}"),))
+    ev = evaluate("xielu", path, device="cpu", dtypes=["fp32"], timing=False, baselines=False)
+    assert ev.verdict == "rejected" and ev.failed_stage == "heldout", ev.message
+    assert "cached-output" in {f.rule for f in ev.integrity} and "an earlier call's inputs" in ev.message
+
+
+def test_the_long_gap_is_log_uniform_up_to_the_devices_most(monkeypatch):
+    import math
+    import random
+
+    monkeypatch.setattr(stages, "_late_rng", random.Random(31))
+    for device in ("cpu", "cuda:0"):
+        most = stages.COME_BACK_MOST["cuda" if device.startswith("cuda") else "cpu"]
+        gaps = [stages.come_back_gap(device) for _ in range(4000)]
+        assert min(gaps) == 2 and max(gaps) == most
+        for k in (4, most // 2):  # P(gap >= k) = 1 - log(k / 2) / log((most + 1) / 2)
+            share = sum(g >= k for g in gaps) / len(gaps)
+            assert abs(share - (1 - math.log(k / 2) / math.log((most + 1) / 2))) < 0.04, (device, k, share)

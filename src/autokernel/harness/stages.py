@@ -838,6 +838,23 @@ def late_rewrite_count() -> int:
     return n
 
 
+# How many other fresh cases' calls come between a run's last rewrite and the rewrite that comes
+# back to its memory: one at every shape and dtype but one, drawn per evaluation, where the gap
+# is log-uniform from 2 to ``COME_BACK_MOST`` (the device's).  A model calls a kernel once per
+# layer, so a layer's buffer comes back after as many other calls as the model has layers less
+# one: a memo that waited for two other calls passed every stage and the timing when one came
+# (red-team pass 30).  A memo waiting for k is met with probability 1 - log(k/2)/log((most+1)/2)
+# at each evaluation, and where it sits in an incumbent every later evaluation draws again.  The gap
+# shrinks to what fits in one request (``Judge.can_batch``).
+COME_BACK_MOST = {"cpu": 24, "cuda": 96}
+
+
+def come_back_gap(device: str) -> int:
+    """The long gap of one evaluation's last calls (``COME_BACK_MOST``)."""
+    most = COME_BACK_MOST["cuda" if device.startswith("cuda") else "cpu"]
+    return min(most, max(2, int(2.0 * ((most + 1) / 2.0) ** _late_rng.random())))
+
+
 def _floats_rewritten(judge: Judge, case: Case) -> Case:
     """``case`` with a fresh draw's floating-point values copied into its own floating tensors, its
     integer tensors and scalars kept (``problem_spec.rewritten_set``'s mix); the fresh draw is gone
@@ -892,25 +909,29 @@ def _rewritten_run(judge: Judge, shape: Shape, dtype: torch.dtype, rewrites: int
     return rewrites
 
 
-def _late_sequence(judge: Judge, shape: Shape, dtype: torch.dtype) -> int:
+def _late_sequence(judge: Judge, shape: Shape, dtype: torch.dtype, others: int = 1) -> tuple[int, int]:
     """In one request: a fresh case, ``late_rewrite_count()`` rewrites of it, each in the memory
-    of the call before it (worker_main ``_previous_memory``), another fresh case, then one more
-    rewrite of the first in the memory of its last rewrite; each call judged (``cached-output``
-    where an output stays the one of the call whose memory it took).  How many rewrites.  A model
-    calls a kernel once per layer, so a layer's buffer comes back at the next step after the other
+    of the call before it (worker_main ``_previous_memory``), ``others`` other fresh cases, then one
+    more rewrite of the first in the memory of its last rewrite; each call judged (``cached-output``
+    where an output stays the one of the call whose memory it took).  How many rewrites, and how
+    many other cases came before the last (fewer than asked where they do not fit).  A model calls
+    a kernel once per layer, so a layer's buffer comes back at the next step after the other
     layers' calls: a memo that waited for a key to come back after another key passed every stage
     when each rewrite came right after the call it rewrote (red-team pass 30)."""
     rewrites = late_rewrite_count()
     cases = [judge.make_case(shape, dtype)]
-    if not judge.can_batch(cases * (rewrites + 3)):  # asked before the other sets are drawn
+    # asked before the other sets are drawn
+    while others > 1 and not judge.can_batch(cases * (rewrites + 2 + others)):
+        others //= 2
+    if not judge.can_batch(cases * (rewrites + 2 + others)):
         del cases
-        return _rewritten_run(judge, shape, dtype, rewrites)
+        return _rewritten_run(judge, shape, dtype, rewrites), 0
     sources: dict[int, int] = {}
     for _ in range(rewrites):
         sources[len(cases)] = len(cases) - 1
         cases.append(_rewrite_of(judge, cases[-1]))
     last = len(cases) - 1
-    cases.append(judge.make_case(shape, dtype))
+    cases.extend(judge.make_case(shape, dtype) for _ in range(others))
     sources[len(cases)] = last
     cases.append(_rewrite_of(judge, cases[last]))
     results = judge.run_cases(cases, rewrites=sources)
@@ -919,13 +940,14 @@ def _late_sequence(judge: Judge, shape: Shape, dtype: torch.dtype) -> int:
             _raise_if_stale(judge, case, result, results[sources[k]].refs,
                             "the memory of an earlier call's inputs, their scalars kept")
         judge.fail_if_wrong(result, case)
-    return len(sources) - 1
+    return len(sources) - 1, others
 
 
 def late_rewrites(judge: Judge, plan: StagePlan) -> str:
     """The evaluation's last calls: at every target shape and every dtype, a fresh case and a run
-    of rewrites of it in the memory of the call before, then one more after another case's call
-    (``_late_sequence``: its integer tensors and scalars kept, new floating-point values).  The
+    of rewrites of it in the memory of the call before, then one more after other cases' calls
+    (``_late_sequence``: its integer tensors and scalars kept, new floating-point values; one other
+    case, and at one shape and dtype drawn at random ``come_back_gap`` of them).  The
     smoke stage's rewrites come first and at the first dtype and the smallest shape only, and the
     timed ones at the timed dtype only (and none on the CPU's plan, nor where the worker cannot
     move memory): a memo keyed on the
@@ -935,9 +957,15 @@ def late_rewrites(judge: Judge, plan: StagePlan) -> str:
     dtype or shape would get an earlier call's output.  Run after the timing (or the stages,
     untimed), so that a memo switched on after any number of the judge's calls short of its last
     meets them."""
-    runs = [_late_sequence(judge, shape, dtype) for dtype in plan.dtypes for shape in plan.shapes]
+    sequences = [(shape, dtype) for dtype in plan.dtypes for shape in plan.shapes]
+    longer = min(len(sequences) - 1, int(_late_rng.random() * len(sequences)))
+    runs, gaps = [], []
+    for i, (shape, dtype) in enumerate(sequences):
+        rewrites, others = _late_sequence(judge, shape, dtype, come_back_gap(judge.device) if i == longer else 1)
+        runs.append(rewrites)
+        gaps.append(others)
     return (f"{len(plan.shapes)} shape(s) x {len(plan.dtypes)} dtype(s): outputs followed {min(runs)} to "
-            f"{max(runs)} rewrites in place at the end")
+            f"{max(runs)} rewrites in place at the end, and a rewrite after up to {max(gaps)} other calls")
 
 
 STAGE_FUNCTIONS: tuple[tuple[str, StageFn], ...] = (
