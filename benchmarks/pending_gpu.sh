@@ -113,11 +113,13 @@
 #                                               # attention_masked's fp32 defaults; hf:mamba and hf:dbrx timed
 #   bash benchmarks/pending_gpu.sh thirtyfourth OUT # hf:dbrx's verify, its routing's second look; selective_scan
 #                                               # judged and timed
+#   bash benchmarks/pending_gpu.sh thirtyfifth OUT # thirtyfourth, and the judge's come-back gap (up to 96 other calls
+#                                               # before the last rewrite) on honest starters: no false positive?
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b|eighteenth|eighteenth_b|eighteenth_c|eighteenth_d|nineteenth|nineteenth_b|nineteenth_c|nineteenth_d|twentyseventh|twentyseventh_b|twentyeighth|twentyeighth_b|models27|models27_graphs|xielu|thirtieth|thirtieth_b|thirtieth_c|thirtyfirst|thirtyfirst_b|thirtysecond_b|thirtysecond_c|thirtythird|thirtyfourth OUT"
+usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b|eighteenth|eighteenth_b|eighteenth_c|eighteenth_d|nineteenth|nineteenth_b|nineteenth_c|nineteenth_d|twentyseventh|twentyseventh_b|twentyeighth|twentyeighth_b|models27|models27_graphs|xielu|thirtieth|thirtieth_b|thirtieth_c|thirtyfirst|thirtyfirst_b|thirtysecond_b|thirtysecond_c|thirtythird|thirtyfourth|thirtyfifth OUT"
 part=${1:?$usage}
 out=${2:?$usage}
 mkdir -p "$out"
@@ -504,6 +506,13 @@ thirtyfourth)  # verify's second look for a bf16 model whose routing turns round
         --max-minutes 3.6
     step judge_scan 150 python benchmarks/judge_smoke_gpu.py --out "$out/judge_scan" --budget 140 \
         --kinds selective_scan --attacks ""
+    ;;
+thirtyfifth)  # thirtyfourth's steps, and the evaluation's last calls with the come-back gap (one shape and dtype
+    # an evaluation, 2 to 96 other calls before the rewrite in a run's memory) on three honest starters
+    step dbrx 230 python benchmarks/models_gpu.py --out "$out/dbrx" --skip-fused --compile-mode default --models hf:dbrx \
+        --max-minutes 3.6
+    step judge_gap 200 python benchmarks/judge_smoke_gpu.py --out "$out/judge_gap" --budget 190 \
+        --kinds selective_scan,softmax,xielu --attacks "memo_by_address_after_many_other_calls.py:xielu+"
     ;;
 thirtysecond_c)  # what the thirty-second session's helpers built, on a GPU: red-team pass 30's judge on honest starters and
     # on the memo attacks of passes 29-30 (torch 2.11: no memory moved between storages); the new kinds
