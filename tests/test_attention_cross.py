@@ -89,12 +89,16 @@ def test_floors_count_each_tensor_once_and_both_products():
 
 def test_starter_matches_at_every_case_with_small_blocks():
     """16-row query tiles and 16-key blocks: several tiles and a partial last key block at every
-    shape (the judge runs the knobs as shipped)."""
+    shape (the judge runs the knobs as shipped).  Past 256 keys the key block is the widest that
+    still leaves two full blocks before the partial one (128: 263, 261 and 300 keys), the same
+    several blocks and partial last one in fewer interpreted steps."""
     problem = get_problem(KIND)
     kernel = load_starter(KIND)
     for shape in problem.cpu_shapes + problem.cpu_edge_shapes:
+        block_n = max([16] + [b for b in kernel.KNOB_SPACE["BLOCK_N"] if shape["Sk"] > 2 * b])
+        assert shape["Sk"] <= 16 or (shape["Sk"] > block_n and shape["Sk"] % block_n), shape
         for name, args in _cases(problem, shape, torch.float32, 1):
-            got = kernel.attention_cross(*args, knobs=SMALL_BLOCKS)
+            got = kernel.attention_cross(*args, knobs=dict(SMALL_BLOCKS, BLOCK_N=block_n))
             want = problem.reference(*_fp64(args))
             assert got.shape == args[0].shape and torch.allclose(got.double(), want, atol=2e-5), (shape, name)
 
