@@ -137,10 +137,15 @@ def test_a_memo_off_at_the_smallest_target_shape_meets_the_last_calls(tmp_path):
 def test_a_memo_off_at_the_smallest_target_shape_is_caught_without_memory_moves(tmp_path):
     """Without memory moves the CPU's allocator decides where a rewrite lands (glibc, not a
     caching allocator): this memo, met only at the larger shapes, passed one evaluation in about
-    seven here (1 of 6 and 1 of 7 runs, 2026-12-07), so three evaluations are judged, and one must
-    catch it.  With memory moves (the test above) every evaluation does."""
+    seven here (1 of 6 and 1 of 7 runs, 2026-12-07), so up to three evaluations are judged, and one
+    must catch it (the first that does ends the test: the verdict can no longer change).  With
+    memory moves (the test above) every evaluation does."""
     path = with_starter(tmp_path, "xielu", MEMO, OFF_AT_THE_FIRST_SHAPE)
-    got = [judged_without_memory_moves("xielu", path, EVERY_DTYPE) for _ in range(3)]
+    got = []
+    for _ in range(3):
+        got.append(judged_without_memory_moves("xielu", path, EVERY_DTYPE))
+        if caught(got[-1]):
+            break
     assert any(caught(g) for g in got), [g["message"] for g in got]
 
 
