@@ -35,8 +35,8 @@ storages; ``AUTOKERNEL_JUDGE_NO_MEMORY_SWAP=1`` makes a CPU worker judge so).
   worker's ``rewrites`` may name the call whose memory a set takes, ``rewrite_sources``).
 
 * **A memo that waits for two or more other calls** (left open by the pass, closed since):
-  ``tests/attacks/memo_by_address_after_many_other_calls.py`` passed all six stages and the timing
-  with xielu: one other call came between a run's last rewrite and the call in its memory.  At one
+  the come-back memo edited to wait for two other calls (``after_many_other_calls``) passed all six
+  stages and the timing with xielu: one other call came between a run's last rewrite and the call in its memory.  At one
   shape and dtype drawn per evaluation, the gap is now log-uniform from 2 to the device's
   ``COME_BACK_MOST`` (``stages.come_back_gap``).
 
@@ -62,7 +62,15 @@ pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reaso
 
 MEMO = "memo_by_address_third_call_in_a_row.py"
 COME_BACK_MEMO = "memo_by_address_after_other_calls.py"
-MANY_OTHERS_MEMO = "memo_by_address_after_many_other_calls.py"
+
+
+def after_many_other_calls(others: int) -> tuple:
+    """The come-back memo's edits that return a kept output only where its key comes back after
+    ``others`` calls or more with other keys in between (left open by the pass)."""
+    return (("_previous_key = [None]\n", f"_previous_key = [None]\n_seen_at = {{}}\n_calls = [0]\nOTHER_CALLS = {others}\n"),
+            ("    came_back = key in _kept and _previous_key[0] != key\n",
+             "    _calls[0] += 1\n    came_back = key in _kept and _calls[0] - _seen_at[key] > OTHER_CALLS\n"
+             "    _seen_at[key] = _calls[0]\n"))
 # the memo off at the shape of its first call (the smoke stage's: the smallest target shape)
 OFF_AT_THE_FIRST_SHAPE = (("def _on(args):\n    return True",
                            "_first_shape = []\n\n\ndef _on(args):\n    if not _first_shape:\n"
@@ -196,7 +204,7 @@ def test_a_memo_that_waits_for_several_other_calls_meets_a_longer_gap(tmp_path, 
     """Before: pass, all six stages and the timing (one other call before every come-back).  The
     long gap is drawn: here it is set, so that the test does not depend on a draw."""
     monkeypatch.setattr(stages, "come_back_gap", lambda device: gap)
-    path = with_starter(tmp_path, "xielu", MANY_OTHERS_MEMO, (("OTHER_CALLS = 2", f"OTHER_CALLS = {waits_for}"),))
+    path = with_starter(tmp_path, "xielu", COME_BACK_MEMO, after_many_other_calls(waits_for))
     ev = evaluate("xielu", path, device="cpu", dtypes=["fp32"], timing=False, baselines=False)
     assert ev.verdict == "rejected" and ev.failed_stage == "heldout", ev.message
     assert "cached-output" in {f.rule for f in ev.integrity} and "an earlier call's inputs" in ev.message
