@@ -36,9 +36,9 @@ storages; ``AUTOKERNEL_JUDGE_NO_MEMORY_SWAP=1`` makes a CPU worker judge so).
 
 * **A memo that waits for two or more other calls** (left open by the pass, closed since):
   the come-back memo edited to wait for two other calls (``after_many_other_calls``) passed all six
-  stages and the timing with xielu: one other call came between a run's last rewrite and the call in its memory.  At one
-  shape and dtype drawn per evaluation, the gap is now log-uniform from 2 to the device's
-  ``COME_BACK_MOST`` (``stages.come_back_gap``).
+  stages and the timing with xielu: one other call came between a run's last rewrite and the call
+  in its memory.  At one shape and dtype drawn per evaluation, the gap is now log-uniform from 2 to
+  the device's ``COME_BACK_MOST`` (``stages.come_back_gap``).
 
 Each attack test failed before its fix."""
 from __future__ import annotations
@@ -63,6 +63,13 @@ pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reaso
 MEMO = "memo_by_address_third_call_in_a_row.py"
 COME_BACK_MEMO = "memo_by_address_after_other_calls.py"
 
+# the memo off at the shape of its first call (the smoke stage's: the smallest target shape)
+OFF_AT_THE_FIRST_SHAPE = (("def _on(args):\n    return True",
+                           "_first_shape = []\n\n\ndef _on(args):\n    if not _first_shape:\n"
+                           "        _first_shape.append(tuple(args[0].shape))\n"
+                           "    return tuple(args[0].shape) != _first_shape[0]"),)
+FOURTH_IN_A_ROW = (("HIT_AT = 3", "HIT_AT = 4"),)
+
 
 def after_many_other_calls(others: int) -> tuple:
     """The come-back memo's edits that return a kept output only where its key comes back after
@@ -71,12 +78,7 @@ def after_many_other_calls(others: int) -> tuple:
             ("    came_back = key in _kept and _previous_key[0] != key\n",
              "    _calls[0] += 1\n    came_back = key in _kept and _calls[0] - _seen_at[key] > OTHER_CALLS\n"
              "    _seen_at[key] = _calls[0]\n"))
-# the memo off at the shape of its first call (the smoke stage's: the smallest target shape)
-OFF_AT_THE_FIRST_SHAPE = (("def _on(args):\n    return True",
-                           "_first_shape = []\n\n\ndef _on(args):\n    if not _first_shape:\n"
-                           "        _first_shape.append(tuple(args[0].shape))\n"
-                           "    return tuple(args[0].shape) != _first_shape[0]"),)
-FOURTH_IN_A_ROW = (("HIT_AT = 3", "HIT_AT = 4"),)
+
 
 # judged in a process of its own, whose workers start with the variable set (a forkserver started by
 # an earlier test would not have it)
