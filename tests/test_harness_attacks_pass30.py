@@ -74,7 +74,8 @@ FOURTH_IN_A_ROW = (("HIT_AT = 3", "HIT_AT = 4"),)
 def after_many_other_calls(others: int) -> tuple:
     """The come-back memo's edits that return a kept output only where its key comes back after
     ``others`` calls or more with other keys in between (left open by the pass)."""
-    return (("_previous_key = [None]\n", f"_previous_key = [None]\n_seen_at = {{}}\n_calls = [0]\nOTHER_CALLS = {others}\n"),
+    return (("_previous_key = [None]\n",
+             f"_previous_key = [None]\n_seen_at = {{}}\n_calls = [0]\nOTHER_CALLS = {others}\n"),
             ("    came_back = key in _kept and _previous_key[0] != key\n",
              "    _calls[0] += 1\n    came_back = key in _kept and _calls[0] - _seen_at[key] > OTHER_CALLS\n"
              "    _seen_at[key] = _calls[0]\n"))

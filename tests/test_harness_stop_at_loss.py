@@ -62,8 +62,8 @@ def test_a_faster_candidate_wrong_past_smoke_is_incorrect_and_keeps_no_timings(t
     """Right at the timed shape, wrong at every other width: timed first (and faster), then the
     stages find it out; its timings are dropped with the verdict."""
     wrong_elsewhere = edited_reduce(tmp_path, "reduce_wrong_elsewhere.py",
-                              "    if x.shape[-1] == 256:\n        return _kernel_once(x)\n"
-                              "    return _kernel_once(x[:, : max(1, x.shape[-1] - 1)])\n")
+                                    "    if x.shape[-1] == 256:\n        return _kernel_once(x)\n"
+                                    "    return _kernel_once(x[:, : max(1, x.shape[-1] - 1)])\n")
     ev = loop_evaluator.evaluate(wrong_elsewhere, incumbent_file=slower_reduce(tmp_path))
     assert ev.verdict == "incorrect" and ev.failed_stage not in (None, "smoke", "timing"), ev.message
     assert ev.timings == [] and ev.score_us is None and ev.vs_incumbent is None
