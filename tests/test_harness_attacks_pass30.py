@@ -40,6 +40,13 @@ storages; ``AUTOKERNEL_JUDGE_NO_MEMORY_SWAP=1`` makes a CPU worker judge so).
   in its memory.  At one shape and dtype drawn per evaluation, the gap is now log-uniform from 2 to
   the device's ``COME_BACK_MOST`` (``stages.come_back_gap``).
 
+* **A memo that waits for known calls in between** (found after the gap, closed since): the
+  come-back memo edited to hit only where every call in between had a key it had already seen
+  (``after_known_calls``), as a model's layers do from the third decoding step on, passed all six
+  stages with softmax, rmsnorm and softcap: the gap's cases were fresh.  They now come back too,
+  round after round, each in the memory of its own call in the round before
+  (``stages.come_back_rounds``: at least two rounds).
+
 Each attack test failed before its fix."""
 from __future__ import annotations
 
@@ -79,6 +86,20 @@ def after_many_other_calls(others: int) -> tuple:
             ("    came_back = key in _kept and _previous_key[0] != key\n",
              "    _calls[0] += 1\n    came_back = key in _kept and _calls[0] - _seen_at[key] > OTHER_CALLS\n"
              "    _seen_at[key] = _calls[0]\n"))
+
+
+def after_known_calls(seen: int = 1, others: int = 2) -> tuple:
+    """The come-back memo's edits that return a kept output only where its key comes back after
+    ``others`` calls or more, each with a key seen ``seen`` times or more before that call."""
+    return (("_previous_key = [None]\n",
+             f"_previous_key = [None]\n_history = []\n_seen = {{}}\n\n\ndef _known_in_between(key):\n"
+             f"    at = [i for i, (k, _) in enumerate(_history) if k == key]\n"
+             f"    between = _history[at[-1] + 1:] if at else []\n"
+             f"    return len(between) >= {others} and all(known for _, known in between)\n"),
+            ("    came_back = key in _kept and _previous_key[0] != key\n",
+             f"    came_back = key in _kept and _previous_key[0] != key and _known_in_between(key)\n"
+             f"    _history.append((key, _seen.get(key, 0) >= {seen}))\n"
+             f"    _seen[key] = _seen.get(key, 0) + 1\n"))
 
 
 # judged in a process of its own, whose workers start with the variable set (a forkserver started by
@@ -225,3 +246,33 @@ def test_the_long_gap_is_log_uniform_up_to_the_devices_most(monkeypatch):
         for k in (4, most // 2):  # P(gap >= k) = 1 - log(k / 2) / log((most + 1) / 2)
             share = sum(g >= k for g in gaps) / len(gaps)
             assert abs(share - (1 - math.log(k / 2) / math.log((most + 1) / 2))) < 0.04, (device, k, share)
+
+
+@pytest.mark.parametrize("kind, seen, rounds", [("softcap", 1, 2), ("rmsnorm", 2, 3)])
+def test_a_memo_that_waits_for_known_calls_in_between_meets_the_gaps_rounds(tmp_path, monkeypatch, kind, seen,
+                                                                              rounds):
+    """Before: pass, all six stages (fp32, the gap set to 8): the gap's cases were fresh, never seen.
+    The rounds are drawn: here they are set, the fewest that meet the memo."""
+    monkeypatch.setattr(stages, "come_back_gap", lambda device: 8)
+    monkeypatch.setattr(stages, "come_back_rounds", lambda gap, device: rounds)
+    path = with_starter(tmp_path, kind, COME_BACK_MEMO, after_known_calls(seen))
+    ev = evaluate(kind, path, device="cpu", dtypes=["fp32"], timing=False, baselines=False)
+    assert ev.verdict == "rejected" and ev.failed_stage == "heldout", ev.message
+    assert "cached-output" in {f.rule for f in ev.integrity} and "an earlier call's inputs" in ev.message
+
+
+def test_the_gaps_rounds_go_on_by_chance_within_the_devices_most_calls(monkeypatch):
+    import random
+
+    monkeypatch.setattr(stages, "_late_rng", random.Random(35))
+    for device in ("cpu", "cuda:0"):
+        most_calls = 2 * (stages.COME_BACK_MOST["cuda" if device.startswith("cuda") else "cpu"] + 1)
+        for gap in (2, 7, 40):
+            rounds = [stages.come_back_rounds(gap, device) for _ in range(2000)]
+            assert min(rounds) == stages.COME_BACK_ROUNDS and max(rounds) <= stages.COME_BACK_ROUNDS_MOST
+            assert all(r == stages.COME_BACK_ROUNDS or r * (gap + 1) <= most_calls for r in rounds), (device, gap)
+            if 3 * (gap + 1) <= most_calls:  # P(a third round) = COME_BACK_GOES_ON
+                share = sum(r >= 3 for r in rounds) / len(rounds)
+                assert abs(share - stages.COME_BACK_GOES_ON) < 0.05, (device, gap, share)
+            else:
+                assert set(rounds) == {stages.COME_BACK_ROUNDS}, (device, gap)

@@ -59,6 +59,7 @@ def test_no_timed_call_can_see_the_inputs_of_a_later_call(tmp_path, monkeypatch,
     monkeypatch.setattr(sys.modules["autokernel.harness.evaluate"], "NUMERICS_PER_SHAPE", 0)
     monkeypatch.setattr(stages, "LATE_REWRITE_GOES_ON", 0.0)  # the last calls' runs, the fewest rewrites
     monkeypatch.setattr(stages, "come_back_gap", lambda device: 1)  # and one other case before the last
+    monkeypatch.setattr(stages, "come_back_rounds", lambda gap, device: 1)  # once
     log = tmp_path / "alive.log"
     result = evaluate(tmp_path, STARTER + COUNTING_SPY.format(log=str(log)))
     assert result.verdict == "pass", result.message

@@ -847,12 +847,36 @@ def late_rewrite_count() -> int:
 # at each evaluation, and where it sits in an incumbent every later evaluation draws again.  The gap
 # shrinks to what fits in one request (``Judge.can_batch``).
 COME_BACK_MOST = {"cpu": 24, "cuda": 96}
+# At that shape and dtype the gap's cases come back too, round after round, each in the memory of
+# its own call in the round before, as a model's layers do at every decoding step: at least
+# ``COME_BACK_ROUNDS``, one more with probability ``COME_BACK_GOES_ON`` each time, at most
+# ``COME_BACK_ROUNDS_MOST`` and while the rounds' calls stay within twice the device's most gap
+# (plus one).  A memo that hit only where every call in between had a key it had already seen
+# never met fresh cases in between (found after the gap, 2026-12-07); one that waits for those
+# keys to have come back m times is met with probability ``COME_BACK_GOES_ON`` ** (m - 1).
+COME_BACK_ROUNDS = 2
+COME_BACK_GOES_ON = 0.5
+COME_BACK_ROUNDS_MOST = 6
+
+
+def _most_gap(device: str) -> int:
+    return COME_BACK_MOST["cuda" if device.startswith("cuda") else "cpu"]
 
 
 def come_back_gap(device: str) -> int:
     """The long gap of one evaluation's last calls (``COME_BACK_MOST``)."""
-    most = COME_BACK_MOST["cuda" if device.startswith("cuda") else "cpu"]
+    most = _most_gap(device)
     return min(most, max(2, int(2.0 * ((most + 1) / 2.0) ** _late_rng.random())))
+
+
+def come_back_rounds(gap: int, device: str) -> int:
+    """How many rounds of the long gap's calls (``COME_BACK_ROUNDS``)."""
+    calls_most = 2 * (_most_gap(device) + 1)
+    n = COME_BACK_ROUNDS
+    while (n < COME_BACK_ROUNDS_MOST and (n + 1) * (gap + 1) <= calls_most
+           and _late_rng.random() < COME_BACK_GOES_ON):
+        n += 1
+    return n
 
 
 def _floats_rewritten(judge: Judge, case: Case) -> Case:
@@ -909,45 +933,75 @@ def _rewritten_run(judge: Judge, shape: Shape, dtype: torch.dtype, rewrites: int
     return rewrites
 
 
-def _late_sequence(judge: Judge, shape: Shape, dtype: torch.dtype, others: int = 1) -> tuple[int, int]:
+@dataclass(frozen=True)
+class LateSequence:
+    """What one shape and dtype's last calls held: the run's rewrites, the other cases between the
+    run's last rewrite and the call that comes back to its memory, and how many rounds of them."""
+    rewrites: int
+    others: int
+    rounds: int
+
+
+def _late_calls(rewrites: int, others: int, rounds: int) -> int:
+    return 1 + rewrites + rounds * (others + 1)
+
+
+def _late_sequence(judge: Judge, shape: Shape, dtype: torch.dtype, others: int = 1,
+                   rounds: int = 1) -> LateSequence:
     """In one request: a fresh case, ``late_rewrite_count()`` rewrites of it, each in the memory
     of the call before it (worker_main ``_previous_memory``), ``others`` other fresh cases, then one
-    more rewrite of the first in the memory of its last rewrite; each call judged (``cached-output``
-    where an output stays the one of the call whose memory it took).  How many rewrites, and how
-    many other cases came before the last (fewer than asked where they do not fit).  A model calls
-    a kernel once per layer, so a layer's buffer comes back at the next step after the other
-    layers' calls: a memo that waited for a key to come back after another key passed every stage
-    when each rewrite came right after the call it rewrote (red-team pass 30)."""
+    more rewrite of the first in the memory of its last rewrite; then, for each further round of
+    ``rounds``, a rewrite of every other case in the memory of its own call in the round before,
+    and one more of the first.  Each call judged (``cached-output`` where an output stays the one
+    of the call whose memory it took).  Fewer others, then fewer rounds, where the calls do not fit
+    in one request.  A model calls a kernel once per layer, so a layer's buffer comes back at the
+    next step after the other layers' calls, whose buffers come back too: a memo that waited for a
+    key to come back after another key passed every stage when each rewrite came right after the
+    call it rewrote (red-team pass 30), and one that waited for keys it had seen in between passed
+    when the calls in between were fresh (2026-12-07)."""
     rewrites = late_rewrite_count()
     cases = [judge.make_case(shape, dtype)]
     # asked before the other sets are drawn
-    while others > 1 and not judge.can_batch(cases * (rewrites + 2 + others)):
-        others //= 2
-    if not judge.can_batch(cases * (rewrites + 2 + others)):
+    while not judge.can_batch(cases * _late_calls(rewrites, others, rounds)) and (others > 1 or rounds > 1):
+        if others > 1:
+            others //= 2
+        else:
+            rounds -= 1
+    if not judge.can_batch(cases * _late_calls(rewrites, others, rounds)):
         del cases
-        return _rewritten_run(judge, shape, dtype, rewrites), 0
+        return LateSequence(_rewritten_run(judge, shape, dtype, rewrites), 0, 0)
     sources: dict[int, int] = {}
+
+    def rewrite(of: int) -> int:
+        sources[len(cases)] = of
+        cases.append(_rewrite_of(judge, cases[of]))
+        return len(cases) - 1
+
     for _ in range(rewrites):
-        sources[len(cases)] = len(cases) - 1
-        cases.append(_rewrite_of(judge, cases[-1]))
-    last = len(cases) - 1
-    cases.extend(judge.make_case(shape, dtype) for _ in range(others))
-    sources[len(cases)] = last
-    cases.append(_rewrite_of(judge, cases[last]))
+        rewrite(len(cases) - 1)
+    latest = [len(cases) - 1]  # each layer's latest call: the run's first
+    for _ in range(others):
+        cases.append(judge.make_case(shape, dtype))
+        latest.append(len(cases) - 1)
+    latest[0] = rewrite(latest[0])
+    for _ in range(rounds - 1):
+        latest[1:] = [rewrite(k) for k in latest[1:]]
+        latest[0] = rewrite(latest[0])
     results = judge.run_cases(cases, rewrites=sources)
     for k, (case, result) in enumerate(zip(cases, results)):
         if k in sources:
             _raise_if_stale(judge, case, result, results[sources[k]].refs,
                             "the memory of an earlier call's inputs, their scalars kept")
         judge.fail_if_wrong(result, case)
-    return len(sources) - 1, others
+    return LateSequence(rewrites, others, rounds)
 
 
 def late_rewrites(judge: Judge, plan: StagePlan) -> str:
     """The evaluation's last calls: at every target shape and every dtype, a fresh case and a run
     of rewrites of it in the memory of the call before, then one more after other cases' calls
     (``_late_sequence``: its integer tensors and scalars kept, new floating-point values; one other
-    case, and at one shape and dtype drawn at random ``come_back_gap`` of them).  The
+    case, and at one shape and dtype drawn at random ``come_back_gap`` of them, which come back
+    for ``come_back_rounds`` rounds).  The
     smoke stage's rewrites come first and at the first dtype and the smallest shape only, and the
     timed ones at the timed dtype only (and none on the CPU's plan, nor where the worker cannot
     move memory): a memo keyed on the
@@ -957,15 +1011,19 @@ def late_rewrites(judge: Judge, plan: StagePlan) -> str:
     dtype or shape would get an earlier call's output.  Run after the timing (or the stages,
     untimed), so that a memo switched on after any number of the judge's calls short of its last
     meets them."""
-    sequences = [(shape, dtype) for dtype in plan.dtypes for shape in plan.shapes]
-    longer = min(len(sequences) - 1, int(_late_rng.random() * len(sequences)))
-    runs, gaps = [], []
-    for i, (shape, dtype) in enumerate(sequences):
-        rewrites, others = _late_sequence(judge, shape, dtype, come_back_gap(judge.device) if i == longer else 1)
-        runs.append(rewrites)
-        gaps.append(others)
+    pairs = [(shape, dtype) for dtype in plan.dtypes for shape in plan.shapes]
+    longer = min(len(pairs) - 1, int(_late_rng.random() * len(pairs)))
+    done = []
+    for i, (shape, dtype) in enumerate(pairs):
+        if i == longer:
+            gap = come_back_gap(judge.device)
+            done.append(_late_sequence(judge, shape, dtype, gap, come_back_rounds(gap, judge.device)))
+        else:
+            done.append(_late_sequence(judge, shape, dtype))
+    runs = [d.rewrites for d in done]
     return (f"{len(plan.shapes)} shape(s) x {len(plan.dtypes)} dtype(s): outputs followed {min(runs)} to "
-            f"{max(runs)} rewrites in place at the end, and a rewrite after up to {max(gaps)} other calls")
+            f"{max(runs)} rewrites in place at the end, and a rewrite after up to {max(d.others for d in done)} "
+            f"other calls, {max(d.rounds for d in done)} round(s) of them")
 
 
 STAGE_FUNCTIONS: tuple[tuple[str, StageFn], ...] = (
