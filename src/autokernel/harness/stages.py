@@ -943,22 +943,26 @@ class LateSequence:
 
 
 def _late_calls(rewrites: int, others: int, rounds: int) -> int:
-    return 1 + rewrites + rounds * (others + 1)
+    return rewrites + rounds * (others + 1) + (1 if rounds == 1 else 0)
 
 
 def _late_sequence(judge: Judge, shape: Shape, dtype: torch.dtype, others: int = 1,
                    rounds: int = 1) -> LateSequence:
-    """In one request: a fresh case, ``late_rewrite_count()`` rewrites of it, each in the memory
-    of the call before it (worker_main ``_previous_memory``), ``others`` other fresh cases, then one
-    more rewrite of the first in the memory of its last rewrite; then, for each further round of
-    ``rounds``, a rewrite of every other case in the memory of its own call in the round before,
-    and one more of the first.  Each call judged (``cached-output`` where an output stays the one
-    of the call whose memory it took).  Fewer others, then fewer rounds, where the calls do not fit
-    in one request.  A model calls a kernel once per layer, so a layer's buffer comes back at the
-    next step after the other layers' calls, whose buffers come back too: a memo that waited for a
-    key to come back after another key passed every stage when each rewrite came right after the
-    call it rewrote (red-team pass 30), and one that waited for keys it had seen in between passed
-    when the calls in between were fresh (2026-12-07)."""
+    """In one request, each call judged (``cached-output`` where an output stays the one of the
+    call whose memory it took; worker_main ``_previous_memory``):
+
+    * one round: a fresh case, ``late_rewrite_count()`` rewrites of it, each in the memory of the
+      call before it, ``others`` other fresh cases, then one more rewrite of the first in the memory
+      of its last rewrite;
+    * more rounds, as a model's layers at each decoding step: ``others`` + 1 fresh cases, then
+      round after round a rewrite of each in the memory of its own call in the round before, in
+      the same order; the run of rewrites last, on the last call.
+
+    Fewer others, then fewer rounds, where the calls do not fit in one request.  A memo that waited
+    for a key to come back after another key passed every stage when each rewrite came right after
+    the call it rewrote (red-team pass 30), and one that waited for keys it had seen in between
+    passed when the calls in between were fresh (2026-12-07).  The run comes last there, so that no
+    call before the rounds' last sets the layers apart (a run of one key in a row is no layer's)."""
     rewrites = late_rewrite_count()
     cases = [judge.make_case(shape, dtype)]
     # asked before the other sets are drawn
@@ -977,16 +981,20 @@ def _late_sequence(judge: Judge, shape: Shape, dtype: torch.dtype, others: int =
         cases.append(_rewrite_of(judge, cases[of]))
         return len(cases) - 1
 
-    for _ in range(rewrites):
-        rewrite(len(cases) - 1)
-    latest = [len(cases) - 1]  # each layer's latest call: the run's first
-    for _ in range(others):
-        cases.append(judge.make_case(shape, dtype))
-        latest.append(len(cases) - 1)
-    latest[0] = rewrite(latest[0])
-    for _ in range(rounds - 1):
-        latest[1:] = [rewrite(k) for k in latest[1:]]
-        latest[0] = rewrite(latest[0])
+    if rounds == 1:
+        for _ in range(rewrites):
+            rewrite(len(cases) - 1)
+        run_end = len(cases) - 1
+        cases.extend(judge.make_case(shape, dtype) for _ in range(others))
+        rewrite(run_end)
+    else:
+        cases.extend(judge.make_case(shape, dtype) for _ in range(others))
+        latest = list(range(len(cases)))  # each layer's latest call
+        for _ in range(rounds - 1):
+            latest = [rewrite(k) for k in latest]
+        for _ in range(rewrites):
+            rewrite(len(cases) - 1)
+    assert len(cases) == _late_calls(rewrites, others, rounds)
     results = judge.run_cases(cases, rewrites=sources)
     for k, (case, result) in enumerate(zip(cases, results)):
         if k in sources:
@@ -1000,8 +1008,8 @@ def late_rewrites(judge: Judge, plan: StagePlan) -> str:
     """The evaluation's last calls: at every target shape and every dtype, a fresh case and a run
     of rewrites of it in the memory of the call before, then one more after other cases' calls
     (``_late_sequence``: its integer tensors and scalars kept, new floating-point values; one other
-    case, and at one shape and dtype drawn at random ``come_back_gap`` of them, which come back
-    for ``come_back_rounds`` rounds).  The
+    case; at one shape and dtype drawn at random, ``come_back_gap`` + 1 cases that come back for
+    ``come_back_rounds`` rounds, as a model's layers, the run last).  The
     smoke stage's rewrites come first and at the first dtype and the smallest shape only, and the
     timed ones at the timed dtype only (and none on the CPU's plan, nor where the worker cannot
     move memory): a memo keyed on the
