@@ -114,7 +114,8 @@
 #   bash benchmarks/pending_gpu.sh thirtyfourth OUT # hf:dbrx's verify, its routing's second look; selective_scan
 #                                               # judged and timed
 #   bash benchmarks/pending_gpu.sh thirtyfifth OUT # thirtyfourth, and the judge's come-back gap (up to 96 other calls
-#                                               # before the last rewrite) on honest starters: no false positive?
+#                                               # before the last rewrite, their rounds) on honest starters: no false
+#                                               # positive?
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
@@ -508,8 +509,9 @@ thirtyfourth)  # verify's second look for a bf16 model whose routing turns round
         --kinds selective_scan --attacks ""
     ;;
 thirtyfifth)  # thirtyfourth's steps, and the evaluation's last calls with the come-back gap (one shape and dtype
-    # an evaluation, 2 to 96 other calls before the rewrite in a run's memory) on three honest starters, and the
-    # come-back memo (pass 30's, caught with one other call) with the gap
+    # an evaluation, 2 to 96 other calls before the rewrite in a run's memory; since the thirty-sixth session those
+    # cases come back for two rounds or more, as a model's layers) on three honest starters, and the come-back
+    # memo (pass 30's, caught with one other call) with the gap
     step dbrx 230 python benchmarks/models_gpu.py --out "$out/dbrx" --skip-fused --compile-mode default --models hf:dbrx \
         --max-minutes 3.6
     step judge_gap 200 python benchmarks/judge_smoke_gpu.py --out "$out/judge_gap" --budget 190 \
