@@ -47,6 +47,13 @@ storages; ``AUTOKERNEL_JUDGE_NO_MEMORY_SWAP=1`` makes a CPU worker judge so).
   round after round, each in the memory of its own call in the round before
   (``stages.come_back_rounds``: at least two rounds).
 
+* **A memo that waits for other calls with its key's own scalars** (red-team, 2026-12-07, after the
+  rounds): the come-back memo edited to hit only where every call in between had the key's scalars
+  (``after_calls_with_its_scalars``), as one model's layers share their eps or soft cap, passed all
+  six stages with rmsnorm and softcap: no two of the judge's fresh cases share their scalars.  With
+  probability ``COME_BACK_SHARED`` the rounds' cases now share the first case's scalars and
+  integer tensors (``stages.come_back_shares_scalars``).
+
 Each attack test failed before its fix."""
 from __future__ import annotations
 
@@ -105,6 +112,25 @@ def after_known_calls(seen: int = 1, others: int = 2, never_in_a_row: bool = Fal
              f"    came_back = key in _kept and _previous_key[0] != key and _known_in_between(key){in_a_row}\n"
              f"    _history.append((key, _seen.get(key, 0) >= {seen}))\n"
              f"    _seen[key] = _seen.get(key, 0) + 1\n"))
+
+
+def after_calls_with_its_scalars(others: int = 2) -> tuple:
+    """The come-back memo's edits that return a kept output only where its key comes back after
+    ``others`` calls or more, every one of them with the key's own scalars (one model's layers
+    share their eps or soft cap)."""
+    return (("_previous_key = [None]\n",
+             "_previous_key = [None]\n_scalars_seen = []\n\n\n"
+             "def _scalars(args):\n    return tuple(a for a in args if not isinstance(a, torch.Tensor))\n\n\n"
+             "def _own_scalars_in_between(key, scalars):\n"
+             "    between = []\n"
+             "    for k, s in reversed(_scalars_seen):\n"
+             "        if k == key:\n"
+             f"            return len(between) >= {others} and all(b == scalars for b in between)\n"
+             "        between.append(s)\n"
+             "    return False\n"),
+            ("    came_back = key in _kept and _previous_key[0] != key\n",
+             "    came_back = key in _kept and _previous_key[0] != key and _own_scalars_in_between(key, _scalars(args))\n"
+             "    _scalars_seen.append((key, _scalars(args)))\n"))
 
 
 # judged in a process of its own, whose workers start with the variable set (a forkserver started by
@@ -272,18 +298,36 @@ def test_a_memo_that_waits_for_known_calls_in_between_meets_the_gaps_rounds(tmp_
     assert "cached-output" in {f.rule for f in ev.integrity} and "an earlier call's inputs" in ev.message
 
 
-def test_the_gaps_rounds_go_on_by_chance_within_the_devices_most_calls(monkeypatch):
+def test_the_gaps_rounds_are_log_uniform_within_the_devices_most_calls(monkeypatch):
+    import math
     import random
 
     monkeypatch.setattr(stages, "_late_rng", random.Random(35))
     for device in ("cpu", "cuda:0"):
-        most_calls = 2 * (stages.COME_BACK_MOST["cuda" if device.startswith("cuda") else "cpu"] + 1)
-        for gap in (2, 7, 40):
-            rounds = [stages.come_back_rounds(gap, device) for _ in range(2000)]
-            assert min(rounds) == stages.COME_BACK_ROUNDS and max(rounds) <= stages.COME_BACK_ROUNDS_MOST
-            assert all(r == stages.COME_BACK_ROUNDS or r * (gap + 1) <= most_calls for r in rounds), (device, gap)
-            if 3 * (gap + 1) <= most_calls:  # P(a third round) = COME_BACK_GOES_ON
-                share = sum(r >= 3 for r in rounds) / len(rounds)
-                assert abs(share - stages.COME_BACK_GOES_ON) < 0.05, (device, gap, share)
-            else:
-                assert set(rounds) == {stages.COME_BACK_ROUNDS}, (device, gap)
+        most_calls = stages.COME_BACK_CALLS_MOST["cuda" if device.startswith("cuda") else "cpu"]
+        for gap in (2, 7, 40, 96):
+            cap = max(stages.COME_BACK_ROUNDS, most_calls // (gap + 1))
+            rounds = [stages.come_back_rounds(gap, device) for _ in range(4000)]
+            assert min(rounds) == stages.COME_BACK_ROUNDS and max(rounds) == cap, (device, gap)
+            for v in range(3, cap + 1, 2):  # P(rounds >= v) = 1 - log(v / 2) / log((cap + 1) / 2)
+                share = sum(r >= v for r in rounds) / len(rounds)
+                assert abs(share - (1 - math.log(v / 2) / math.log((cap + 1) / 2))) < 0.04, (device, gap, v, share)
+
+
+def test_the_gaps_cases_share_the_first_cases_scalars_half_the_time(monkeypatch):
+    import random
+
+    monkeypatch.setattr(stages, "_late_rng", random.Random(36))
+    share = sum(stages.come_back_shares_scalars() for _ in range(4000)) / 4000
+    assert abs(share - stages.COME_BACK_SHARED) < 0.03
+
+
+@pytest.mark.parametrize("kind", ["rmsnorm", "softcap"])
+def test_a_memo_that_waits_for_layers_with_its_own_scalars_meets_shared_scalars(tmp_path, monkeypatch, kind):
+    """Before: pass, all six stages (fp32; red-team, 2026-12-07): no two fresh cases of the judge's
+    share their scalars (eps, the cap), where one model's layers all do.  Shared here, not drawn."""
+    monkeypatch.setattr(stages, "come_back_shares_scalars", lambda: True)
+    path = with_starter(tmp_path, kind, COME_BACK_MEMO, after_calls_with_its_scalars())
+    ev = evaluate(kind, path, device="cpu", dtypes=["fp32"], timing=False, baselines=False)
+    assert ev.verdict == "rejected" and ev.failed_stage == "heldout", ev.message
+    assert "cached-output" in {f.rule for f in ev.integrity} and "an earlier call's inputs" in ev.message

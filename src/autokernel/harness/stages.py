@@ -848,35 +848,41 @@ def late_rewrite_count() -> int:
 # shrinks to what fits in one request (``Judge.can_batch``).
 COME_BACK_MOST = {"cpu": 24, "cuda": 96}
 # At that shape and dtype the gap's cases come back too, round after round, each in the memory of
-# its own call in the round before, as a model's layers do at every decoding step: at least
-# ``COME_BACK_ROUNDS``, one more with probability ``COME_BACK_GOES_ON`` each time, at most
-# ``COME_BACK_ROUNDS_MOST`` and while the rounds' calls stay within twice the device's most gap
-# (plus one).  A memo that hit only where every call in between had a key it had already seen
-# never met fresh cases in between (found after the gap, 2026-12-07); one that waits for those
-# keys to have come back m times is met with probability ``COME_BACK_GOES_ON`` ** (m - 1).
+# its own call in the round before, as a model's layers do at every decoding step: a memo that hit
+# only where every call in between had a key it had already seen never met fresh cases in between
+# (found after the gap, 2026-12-07).  The rounds are log-uniform from ``COME_BACK_ROUNDS`` to as
+# many as keep the rounds' calls within ``COME_BACK_CALLS_MOST`` (the device's), so that a memo
+# that waits for its key's v-th visit after k other calls is met where v * (k + 1) fits: with
+# probability 1 - log(v/2)/log((cap+1)/2) at a gap of k or more, cap = most // (gap + 1) (0.81
+# for v = 3 at a gap of 2 on the CPU, 0.41 for v = 7).  Where v * (k + 1) is past the device's most
+# it is never met (red-team, 2026-12-07: the third visit after 16 others on the CPU).  And with
+# probability ``COME_BACK_SHARED`` the gap's cases share the first case's scalars and integer
+# tensors, as one model's layers share their eps or soft cap: a memo that hit only where every
+# call in between had its key's scalars never met the judge's fresh draws (red-team, 2026-12-07).
 COME_BACK_ROUNDS = 2
-COME_BACK_GOES_ON = 0.5
-COME_BACK_ROUNDS_MOST = 6
+COME_BACK_CALLS_MOST = {"cpu": 50, "cuda": 194}
+COME_BACK_SHARED = 0.5
 
 
-def _most_gap(device: str) -> int:
-    return COME_BACK_MOST["cuda" if device.startswith("cuda") else "cpu"]
+def _device_class(device: str) -> str:
+    return "cuda" if device.startswith("cuda") else "cpu"
 
 
 def come_back_gap(device: str) -> int:
     """The long gap of one evaluation's last calls (``COME_BACK_MOST``)."""
-    most = _most_gap(device)
+    most = COME_BACK_MOST[_device_class(device)]
     return min(most, max(2, int(2.0 * ((most + 1) / 2.0) ** _late_rng.random())))
 
 
 def come_back_rounds(gap: int, device: str) -> int:
-    """How many rounds of the long gap's calls (``COME_BACK_ROUNDS``)."""
-    calls_most = 2 * (_most_gap(device) + 1)
-    n = COME_BACK_ROUNDS
-    while (n < COME_BACK_ROUNDS_MOST and (n + 1) * (gap + 1) <= calls_most
-           and _late_rng.random() < COME_BACK_GOES_ON):
-        n += 1
-    return n
+    """How many rounds of the long gap's calls (``COME_BACK_ROUNDS``, ``COME_BACK_CALLS_MOST``)."""
+    cap = max(COME_BACK_ROUNDS, COME_BACK_CALLS_MOST[_device_class(device)] // (gap + 1))
+    return min(cap, max(COME_BACK_ROUNDS, int(2.0 * ((cap + 1) / 2.0) ** _late_rng.random())))
+
+
+def come_back_shares_scalars() -> bool:
+    """Whether the long gap's cases share the first case's scalars and integer tensors."""
+    return _late_rng.random() < COME_BACK_SHARED
 
 
 def _floats_rewritten(judge: Judge, case: Case) -> Case:
@@ -936,10 +942,12 @@ def _rewritten_run(judge: Judge, shape: Shape, dtype: torch.dtype, rewrites: int
 @dataclass(frozen=True)
 class LateSequence:
     """What one shape and dtype's last calls held: the run's rewrites, the other cases between the
-    run's last rewrite and the call that comes back to its memory, and how many rounds of them."""
+    run's last rewrite and the call that comes back to its memory, how many rounds of them, and
+    whether they shared the first case's scalars."""
     rewrites: int
     others: int
     rounds: int
+    shared: bool = False
 
 
 def _late_calls(rewrites: int, others: int, rounds: int) -> int:
@@ -947,16 +955,17 @@ def _late_calls(rewrites: int, others: int, rounds: int) -> int:
 
 
 def _late_sequence(judge: Judge, shape: Shape, dtype: torch.dtype, others: int = 1,
-                   rounds: int = 1) -> LateSequence:
+                   rounds: int = 1, shared: bool = False) -> LateSequence:
     """In one request, each call judged (``cached-output`` where an output stays the one of the
     call whose memory it took; worker_main ``_previous_memory``):
 
     * one round: a fresh case, ``late_rewrite_count()`` rewrites of it, each in the memory of the
       call before it, ``others`` other fresh cases, then one more rewrite of the first in the memory
       of its last rewrite;
-    * more rounds, as a model's layers at each decoding step: ``others`` + 1 fresh cases, then
-      round after round a rewrite of each in the memory of its own call in the round before, in
-      the same order; the run of rewrites last, on the last call.
+    * more rounds, as a model's layers at each decoding step: ``others`` + 1 fresh cases (with
+      ``shared``, the first case's scalars and integer tensors in every one), then round after
+      round a rewrite of each in the memory of its own call in the round before, in the same
+      order; the run of rewrites last, on the last call.
 
     Fewer others, then fewer rounds, where the calls do not fit in one request.  A memo that waited
     for a key to come back after another key passed every stage when each rewrite came right after
@@ -988,7 +997,8 @@ def _late_sequence(judge: Judge, shape: Shape, dtype: torch.dtype, others: int =
         cases.extend(judge.make_case(shape, dtype) for _ in range(others))
         rewrite(run_end)
     else:
-        cases.extend(judge.make_case(shape, dtype) for _ in range(others))
+        # a rewritten set in memory of its own: the first case's integer tensors and scalars
+        cases.extend(_rewrite_of(judge, cases[0]) if shared else judge.make_case(shape, dtype) for _ in range(others))
         latest = list(range(len(cases)))  # each layer's latest call
         for _ in range(rounds - 1):
             latest = [rewrite(k) for k in latest]
@@ -1001,7 +1011,7 @@ def _late_sequence(judge: Judge, shape: Shape, dtype: torch.dtype, others: int =
             _raise_if_stale(judge, case, result, results[sources[k]].refs,
                             "the memory of an earlier call's inputs, their scalars kept")
         judge.fail_if_wrong(result, case)
-    return LateSequence(rewrites, others, rounds)
+    return LateSequence(rewrites, others, rounds, shared and rounds > 1)
 
 
 def late_rewrites(judge: Judge, plan: StagePlan) -> str:
@@ -1025,13 +1035,15 @@ def late_rewrites(judge: Judge, plan: StagePlan) -> str:
     for i, (shape, dtype) in enumerate(pairs):
         if i == longer:
             gap = come_back_gap(judge.device)
-            done.append(_late_sequence(judge, shape, dtype, gap, come_back_rounds(gap, judge.device)))
+            done.append(_late_sequence(judge, shape, dtype, gap, come_back_rounds(gap, judge.device),
+                                       come_back_shares_scalars()))
         else:
             done.append(_late_sequence(judge, shape, dtype))
     runs = [d.rewrites for d in done]
     return (f"{len(plan.shapes)} shape(s) x {len(plan.dtypes)} dtype(s): outputs followed {min(runs)} to "
             f"{max(runs)} rewrites in place at the end, and a rewrite after up to {max(d.others for d in done)} "
-            f"other calls, {max(d.rounds for d in done)} round(s) of them")
+            f"other calls, {max(d.rounds for d in done)} round(s) of them"
+            + (", the first case's scalars shared" if any(d.shared for d in done) else ""))
 
 
 STAGE_FUNCTIONS: tuple[tuple[str, StageFn], ...] = (
