@@ -116,11 +116,13 @@
 #   bash benchmarks/pending_gpu.sh thirtyfifth OUT # thirtyfourth, and the judge's come-back gap (up to 96 other calls
 #                                               # before the last rewrite, their rounds) on honest starters: no false
 #                                               # positive?
+#   bash benchmarks/pending_gpu.sh thirtysixth OUT # the judge with the come-back rounds on honest starters; the
+#                                               # come-back memos without the timing (come_back_memos_gpu.py)
 #
 # Each step has its own time limit and its log under OUT; the tail of each log is printed, the
 # markdown tables the scripts print last among them.
 set -u
-usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b|eighteenth|eighteenth_b|eighteenth_c|eighteenth_d|nineteenth|nineteenth_b|nineteenth_c|nineteenth_d|twentyseventh|twentyseventh_b|twentyeighth|twentyeighth_b|models27|models27_graphs|xielu|thirtieth|thirtieth_b|thirtieth_c|thirtyfirst|thirtyfirst_b|thirtysecond_b|thirtysecond_c|thirtythird|thirtyfourth|thirtyfifth OUT"
+usage="usage: bash benchmarks/pending_gpu.sh judge|kinds|tuner|fixes|profile|ahead|compile|retune|rotary|loopcost|llama|cost|replay|tenth|eleventh|idle|moe|thirteenth|fourteenth|fourteenth_b|fourteenth_c|fifteenth|sixteenth_a|sixteenth_b|sixteenth_c|seventeenth_a|seventeenth_b|eighteenth|eighteenth_b|eighteenth_c|eighteenth_d|nineteenth|nineteenth_b|nineteenth_c|nineteenth_d|twentyseventh|twentyseventh_b|twentyeighth|twentyeighth_b|models27|models27_graphs|xielu|thirtieth|thirtieth_b|thirtieth_c|thirtyfirst|thirtyfirst_b|thirtysecond_b|thirtysecond_c|thirtythird|thirtyfourth|thirtyfifth|thirtysixth OUT"
 part=${1:?$usage}
 out=${2:?$usage}
 mkdir -p "$out"
@@ -516,6 +518,16 @@ thirtyfifth)  # thirtyfourth's steps, and the evaluation's last calls with the c
         --max-minutes 3.6
     step judge_gap 200 python benchmarks/judge_smoke_gpu.py --out "$out/judge_gap" --budget 190 \
         --kinds selective_scan,softmax,xielu --attacks "memo_by_address_after_other_calls.py:xielu+"
+    ;;
+thirtysixth)  # what ran on an H100 in the thirty-sixth session: thirtyfifth's judge step cut in two (selective_scan alone
+    # took 163 s), and the come-back memos without the timing, the gap's scalars drawn and then always shared
+    step judge_scan 200 python benchmarks/judge_smoke_gpu.py --out "$out/judge_gap" --budget 190 --kinds selective_scan \
+        --attacks ""
+    step judge_gap2 330 python benchmarks/judge_smoke_gpu.py --out "$out/judge_gap2" --budget 320 --kinds softmax,xielu \
+        --attacks "memo_by_address_after_other_calls.py:xielu+"
+    step memos 400 python benchmarks/come_back_memos_gpu.py --out "$out/memos" --repeats 2
+    step memos_shared 250 python benchmarks/come_back_memos_gpu.py --out "$out/shared" --repeats 3 --shared \
+        --memos "after calls with its own scalars"
     ;;
 thirtysecond_c)  # what the thirty-second session's helpers built, on a GPU: red-team pass 30's judge on honest starters and
     # on the memo attacks of passes 29-30 (torch 2.11: no memory moved between storages); the new kinds
