@@ -133,6 +133,24 @@ def after_calls_with_its_scalars(others: int = 2) -> tuple:
              "    _scalars_seen.append((key, _scalars(args)))\n"))
 
 
+def assert_caught_at_the_last_calls(kind: str, path: Path) -> None:
+    """Judged at fp32 without the timing: rejected as a cached output at the evaluation's last
+    calls (reported as the stage they follow, the held-out one)."""
+    ev = evaluate(kind, path, device="cpu", dtypes=["fp32"], timing=False, baselines=False)
+    assert ev.verdict == "rejected" and ev.failed_stage == "heldout", ev.message
+    assert "cached-output" in {f.rule for f in ev.integrity} and "an earlier call's inputs" in ev.message
+
+
+def by_the_weights_object() -> tuple:
+    """The come-back memo's edits (rmsnorm: x, weight, eps) that return a kept output only where
+    the weight is the very object it was computed with, as a model hands a layer's parameter at
+    every step (open: the worker makes new tensor objects for every call)."""
+    return (("    came_back = key in _kept and _previous_key[0] != key\n",
+             "    came_back = key in _kept and _previous_key[0] != key and _kept[key][0] is args[1]\n"),
+            ("        _kept[key] = _computed(*args).contiguous()\n    kept = _kept[key]\n",
+             "        _kept[key] = (args[1], _computed(*args).contiguous())\n    kept = _kept[key][1]\n"))
+
+
 # judged in a process of its own, whose workers start with the variable set (a forkserver started by
 # an earlier test would not have it)
 _JUDGE_WITHOUT_MEMORY_MOVES = """
@@ -235,10 +253,7 @@ def test_the_last_calls_runs_have_any_length(monkeypatch):
 
 def test_a_memo_that_waits_for_a_key_to_come_back_after_another_is_caught(tmp_path):
     """Before: pass, all six stages and the timing (every dtype)."""
-    ev = evaluate("xielu", with_starter(tmp_path, "xielu", COME_BACK_MEMO), device="cpu", dtypes=["fp32"],
-                  timing=False, baselines=False)
-    assert ev.verdict == "rejected" and ev.failed_stage == "heldout", ev.message
-    assert "cached-output" in {f.rule for f in ev.integrity} and "an earlier call's inputs" in ev.message
+    assert_caught_at_the_last_calls("xielu", with_starter(tmp_path, "xielu", COME_BACK_MEMO))
 
 
 def test_a_memo_that_waits_for_a_key_to_come_back_is_caught_without_memory_moves(tmp_path):
@@ -260,9 +275,7 @@ def test_a_memo_that_waits_for_several_other_calls_meets_a_longer_gap(tmp_path, 
     long gap is drawn: here it is set, so that the test does not depend on a draw."""
     monkeypatch.setattr(stages, "come_back_gap", lambda device: gap)
     path = with_starter(tmp_path, "xielu", COME_BACK_MEMO, after_many_other_calls(waits_for))
-    ev = evaluate("xielu", path, device="cpu", dtypes=["fp32"], timing=False, baselines=False)
-    assert ev.verdict == "rejected" and ev.failed_stage == "heldout", ev.message
-    assert "cached-output" in {f.rule for f in ev.integrity} and "an earlier call's inputs" in ev.message
+    assert_caught_at_the_last_calls("xielu", path)
 
 
 def test_the_long_gap_is_log_uniform_up_to_the_devices_most(monkeypatch):
@@ -293,9 +306,7 @@ def test_a_memo_that_waits_for_known_calls_in_between_meets_the_gaps_rounds(tmp_
     monkeypatch.setattr(stages, "come_back_gap", lambda device: 8)
     monkeypatch.setattr(stages, "come_back_rounds", lambda gap, device: rounds)
     path = with_starter(tmp_path, kind, COME_BACK_MEMO, after_known_calls(seen, never_in_a_row=never_in_a_row))
-    ev = evaluate(kind, path, device="cpu", dtypes=["fp32"], timing=False, baselines=False)
-    assert ev.verdict == "rejected" and ev.failed_stage == "heldout", ev.message
-    assert "cached-output" in {f.rule for f in ev.integrity} and "an earlier call's inputs" in ev.message
+    assert_caught_at_the_last_calls(kind, path)
 
 
 def test_the_gaps_rounds_are_log_uniform_within_the_devices_most_calls(monkeypatch):
@@ -328,6 +339,12 @@ def test_a_memo_that_waits_for_layers_with_its_own_scalars_meets_shared_scalars(
     share their scalars (eps, the cap), where one model's layers all do.  Shared here, not drawn."""
     monkeypatch.setattr(stages, "come_back_shares_scalars", lambda: True)
     path = with_starter(tmp_path, kind, COME_BACK_MEMO, after_calls_with_its_scalars())
-    ev = evaluate(kind, path, device="cpu", dtypes=["fp32"], timing=False, baselines=False)
-    assert ev.verdict == "rejected" and ev.failed_stage == "heldout", ev.message
-    assert "cached-output" in {f.rule for f in ev.integrity} and "an earlier call's inputs" in ev.message
+    assert_caught_at_the_last_calls(kind, path)
+
+
+@pytest.mark.xfail(strict=True, reason="open (red-team, 2026-12-07): no call of the judge's hands the kernel an "
+                   "object it had before; see tests/attacks_open/README.md")
+def test_a_memo_that_waits_for_the_weights_very_object_is_caught(tmp_path):
+    """Passes every stage today (three of three, fp32); strict, so that a judge that catches it
+    turns this into a failure to move to a plain test."""
+    assert_caught_at_the_last_calls("rmsnorm", with_starter(tmp_path, "rmsnorm", COME_BACK_MEMO, by_the_weights_object()))
