@@ -941,9 +941,9 @@ def _rewritten_run(judge: Judge, shape: Shape, dtype: torch.dtype, rewrites: int
 
 @dataclass(frozen=True)
 class LateSequence:
-    """What one shape and dtype's last calls held: the run's rewrites, the other cases between the
-    run's last rewrite and the call that comes back to its memory, how many rounds of them, and
-    whether they shared the first case's scalars."""
+    """What one shape and dtype's last calls held: the run's rewrites, the other cases (the gap
+    before a case's call comes back to its memory), how many rounds of them, and whether they
+    shared the first case's scalars."""
     rewrites: int
     others: int
     rounds: int
