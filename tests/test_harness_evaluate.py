@@ -140,6 +140,25 @@ def test_files_that_do_not_load_are_verdicts(reduce_eval, kernel, stage, detail)
     assert detail in ev.message and "\n" not in ev.message
 
 
+def test_a_request_of_many_calls_gets_time_for_each_four(tmp_path, monkeypatch):
+    """The evaluation's last calls at the long gap are one request of up to 62 calls on the CPU
+    (the gap's rounds and a run of rewrites): under a deadline of ``timeout_s`` for the whole
+    request, an honest kernel of 0.1 s a call was a "timeout" at 3 s (as the reduce starter was on
+    a loaded CI machine, 2026-12-08).  A request now has ``timeout_s`` for every four calls, as the
+    timed requests had."""
+    from autokernel.harness import stages
+
+    monkeypatch.setattr(stages, "come_back_gap", lambda device: 9)
+    monkeypatch.setattr(stages, "come_back_rounds", lambda gap, device: 4)  # 40 calls, and the run's
+    slow = tmp_path / "reduce_slow.py"
+    slow.write_text(REDUCE_STARTER.read_text() + "\n\nimport time as _time\n_fast = kernel_fn\n\n\n"
+                    "def kernel_fn(*args):\n    _time.sleep(0.1)\n    return _fast(*args)\n")
+    with Evaluator("reduce", device="cpu", shapes=["8x64"], dtypes=["fp32"], timeout_s=3, timing=False,
+                   baselines=False) as ev:
+        result = ev.evaluate(slow)
+    assert result.verdict == "pass", result.message
+
+
 def test_hang_is_a_timeout_and_the_harness_survives():
     with Evaluator("reduce", device="cpu", timeout_s=3, timing=False) as ev:
         hung = ev.evaluate(BAD / "hang.py")

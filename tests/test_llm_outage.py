@@ -240,8 +240,11 @@ def test_an_outage_mid_run_writes_no_rows(tmp_path):
 
     assert _statuses(tmp_path) == ["baseline", "revert", "revert"]
     assert summary.outages == 1 and 0.4 < summary.unreachable_s < 3
-    # the outage is not charged to the experiment (its row's wall_s, the problem's time budget)
-    assert read_results(tmp_path / "ws" / "results.tsv")[-1].wall_s < 0.3
+    # the outage is not charged to the experiment (its row's wall_s, the problem's time budget): the
+    # row after it took about what the one before took, not the outage more.  (An absolute bound
+    # of 0.3 s failed on a loaded CI machine, 0.733 s, where git alone is slow: 2026-12-08.)
+    before, after = read_results(tmp_path / "ws" / "results.tsv")[-2:]
+    assert after.wall_s < before.wall_s + summary.unreachable_s / 2, (before.wall_s, after.wall_s)
     assert out.count("unreachable (HTTP 502") == 1 and out.count("is back after") == 1
     assert "model endpoint unreachable once" in out.splitlines()[-1]
 

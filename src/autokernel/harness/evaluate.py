@@ -29,7 +29,7 @@ Order of an evaluation:
 Every evaluation gets a fresh worker (forked from a pristine forkserver; the next one is started
 while this evaluation runs); the worker is killed afterwards, never reused for another kernel.
 Timeouts are per request to the worker: every call (or batch of calls) of the kernel must
-answer within ``timeout_s`` (the timing request within ``timeout_s`` per timed shape).  A hang
+answer within ``timeout_s`` for every four calls of the request (``stages.request_deadline``).  A hang
 kills the worker: ``timeout``.  A dead worker (signal, abort, CUDA fault): ``crash``.
 
 Score: ``score_us = sum(weight * median latency)`` over the timed shapes (weights default to 1
@@ -38,7 +38,6 @@ and align with ``shapes=``).  Problem specs: a built-in kind, a problem file pat
 """
 from __future__ import annotations
 
-import math
 import os
 import platform
 import random
@@ -593,7 +592,7 @@ class Evaluator:
                                           rewrites=rewrites)
             runner.sync()
             started = time.perf_counter()
-            reply = runner.request(message, self.timeout_s * max(1, math.ceil(k / 4)))
+            reply = runner.request(message, stages.request_deadline(self.timeout_s, k))
             elapsed = time.perf_counter() - started
             if "error" in reply:
                 raise stages.CaseFailure(f"the kernel raised {reply['error']} while being timed", "timing")
