@@ -879,16 +879,19 @@ def _device_class(device: str) -> str:
     return "cuda" if device.startswith("cuda") else "cpu"
 
 
+def _log_uniform_from_two(most: int) -> int:
+    """An integer from 2 to ``most``, P(n >= k) = 1 - log(k/2)/log((most+1)/2)."""
+    return min(most, max(2, int(2.0 * ((most + 1) / 2.0) ** _late_rng.random())))
+
+
 def come_back_gap(device: str) -> int:
     """The long gap of one evaluation's last calls (``COME_BACK_MOST``)."""
-    most = COME_BACK_MOST[_device_class(device)]
-    return min(most, max(2, int(2.0 * ((most + 1) / 2.0) ** _late_rng.random())))
+    return _log_uniform_from_two(COME_BACK_MOST[_device_class(device)])
 
 
 def come_back_rounds(gap: int, device: str) -> int:
     """How many rounds of the long gap's calls (``COME_BACK_ROUNDS``, ``COME_BACK_CALLS_MOST``)."""
-    cap = max(COME_BACK_ROUNDS, COME_BACK_CALLS_MOST[_device_class(device)] // (gap + 1))
-    return min(cap, max(COME_BACK_ROUNDS, int(2.0 * ((cap + 1) / 2.0) ** _late_rng.random())))
+    return _log_uniform_from_two(max(COME_BACK_ROUNDS, COME_BACK_CALLS_MOST[_device_class(device)] // (gap + 1)))
 
 
 def come_back_shares_scalars() -> bool:
